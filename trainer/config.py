@@ -1,0 +1,167 @@
+"""The built-in trainer's parameters: a torch-free schema shared with the launcher.
+
+The launcher validates a workload's ``parameters`` block against :class:`TrainerConfig` when the
+workload has no ``command`` (the built-in trainer runs). The flat names of the Databricks ``air``
+recipe (``model_name``, ``dataset_name``, ``max_seq_len``, ...) are accepted as they stand; everything
+else lives in one nested section per component, as torchtitan's job config does.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+class ModelConfig(_Section):
+    """How the model is built."""
+
+    from_scratch: bool = False
+    """Initialise random weights from the model's config instead of loading its weights."""
+    tokenizer: str | None = None
+    """Tokenizer path or hub id; defaults to ``model_name``."""
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Parameter dtype of the sharded model: ``auto`` is fp32 (mixed precision does the rest)."""
+    attention: Literal["sdpa", "flex", "eager"] = "sdpa"
+    """Attention kernel; packing with ``sdpa`` uses per-example position ids and a block mask."""
+    activation_checkpointing: Literal["off", "full", "selective"] = "off"
+    """Recompute activations in backward: ``full`` per block, ``selective`` every other block."""
+    compile: bool = False
+    """Wrap each decoder block in ``torch.compile``."""
+    trust_remote_code: bool = False
+    """Allow model code from the model folder (only for models you trust)."""
+
+
+class DataConfig(_Section):
+    """Which examples, in which format, and how they become sequences."""
+
+    format: Literal["auto", "alpaca", "squad", "chat", "text"] = "auto"
+    """Example format; ``auto`` looks at the columns of the first example."""
+    split: str = "train"
+    """Split of the dataset to train on."""
+    data_files: str | list[str] | None = None
+    """Extra ``data_files`` for ``datasets.load_dataset`` (hub datasets with several files)."""
+    packing: bool = True
+    """Pack examples into full ``max_seq_len`` rows, with no attention across example boundaries."""
+    mask_prompt: bool = True
+    """Leave prompt tokens out of the loss; only responses are learned."""
+    eval_fraction: float = Field(default=0.05, ge=0.0, lt=1.0)
+    """Share of examples held out for evaluation when the dataset has no eval split."""
+    eval_split: str | None = None
+    """Name of an existing evaluation split; takes precedence over ``eval_fraction``."""
+    max_examples: int | None = Field(default=None, gt=0)
+    """Use at most this many training examples (quick experiments)."""
+    shuffle: bool = True
+    """Shuffle the order of examples (deterministically, from ``seed``)."""
+    num_workers: int = Field(default=0, ge=0)
+    """DataLoader worker processes per rank."""
+
+
+class OptimConfig(_Section):
+    """AdamW and its learning-rate schedule."""
+
+    weight_decay: float = Field(default=0.0, ge=0.0)
+    """Decoupled weight decay."""
+    betas: tuple[float, float] = (0.9, 0.95)
+    """AdamW betas."""
+    eps: float = Field(default=1e-8, gt=0.0)
+    """AdamW epsilon."""
+    fused: bool | None = None
+    """Use the fused AdamW kernel; ``None`` picks it where the device supports it."""
+    warmup_steps: int = Field(default=0, ge=0)
+    """Linear warmup from zero to ``learning_rate``."""
+    schedule: Literal["cosine", "linear", "constant"] = "cosine"
+    """Decay after warmup."""
+    min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)
+    """Final learning rate as a share of ``learning_rate`` (cosine and linear)."""
+    max_grad_norm: float | None = Field(default=1.0, gt=0.0)
+    """Clip the global gradient norm to this; ``null`` disables clipping."""
+
+
+class FsdpConfig(_Section):
+    """How parameters, gradients and optimiser state are sharded."""
+
+    sharding: Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"] = "full_shard"
+    """``full_shard`` (ZeRO-3), ``shard_grad_op`` (keep params after forward, ZeRO-2),
+    ``hybrid_shard`` (shard within a node, replicate across nodes), ``no_shard`` (DDP-like)."""
+    replicate_degree: int | None = Field(default=None, gt=0)
+    """Replicas for ``hybrid_shard``; defaults to the number of nodes."""
+    cpu_offload: bool = False
+    """Keep sharded parameters and optimiser state in CPU memory."""
+    mixed_precision: Literal["auto", "bf16", "fp32"] = "auto"
+    """``auto``: bf16 params with fp32 gradient reduce on GPU, fp32 on CPU."""
+    reduce_dtype: Literal["fp32", "bf16"] = "fp32"
+    """Dtype of gradient reduce-scatter under bf16 mixed precision."""
+
+
+class CheckpointConfig(_Section):
+    """Distributed (DCP) checkpoints and the final Hugging Face export."""
+
+    every_steps: int | None = Field(default=None, gt=0)
+    """Save a sharded checkpoint every N optimiser steps (``null``: only at the end)."""
+    save_final: bool = True
+    """Save a checkpoint when training ends."""
+    keep_last: int | None = Field(default=3, gt=0)
+    """Keep this many complete checkpoints; the newest complete one is never deleted."""
+    async_save: bool = False
+    """Save in the background so training is blocked only while tensors are staged."""
+    staging_dir: str | None = None
+    """Write checkpoints here first, then move them under ``output_dir`` when complete."""
+    resume: str = "auto"
+    """``auto`` (newest complete checkpoint in ``output_dir``), ``never``, or a checkpoint path."""
+    export_hf: bool = True
+    """Write a consolidated Hugging Face folder (safetensors + tokenizer) at the end."""
+
+
+class LoggingConfig(_Section):
+    """Progress lines, metrics records and evaluation cadence."""
+
+    every_steps: int = Field(default=1, gt=0)
+    """Emit a metrics record every N optimiser steps."""
+    eval_every_steps: int | None = Field(default=None, gt=0)
+    """Evaluate every N steps (``null``: at the start and the end only)."""
+    eval_max_batches: int | None = Field(default=None, gt=0)
+    """Cap evaluation at this many batches per rank."""
+    peak_tflops: float | None = Field(default=None, gt=0.0)
+    """Peak dense bf16 TFLOP/s per device for MFU, when the device is not recognised."""
+
+
+class TrainerConfig(_Section):
+    """Everything the built-in trainer reads from the parameters file."""
+
+    model_name: str
+    """Hugging Face model id or local folder (``from_pretrained``), or a config for ``from_scratch``."""
+    dataset_name: str
+    """Hub dataset name, a local json/jsonl/parquet/arrow file, or a folder saved by ``datasets``."""
+    output_dir: str
+    """Where checkpoints and the final export go."""
+    max_seq_len: int = Field(default=1024, gt=0)
+    """Tokens per training sequence."""
+    per_device_batch_size: int = Field(default=4, gt=0)
+    """Sequences per rank per micro-step."""
+    gradient_accumulation_steps: int = Field(default=1, gt=0)
+    """Micro-steps per optimiser step."""
+    learning_rate: float = Field(default=2e-5, gt=0.0)
+    """Peak learning rate."""
+    max_steps: int | None = Field(default=None, gt=0)
+    """Stop after this many optimiser steps (``null``: run ``num_epochs``)."""
+    num_epochs: int = Field(default=1, gt=0)
+    """Passes over the training data when ``max_steps`` is not set."""
+    seed: int = 42
+    """Seed for init, data order and dropout."""
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    optim: OptimConfig = OptimConfig()
+    fsdp: FsdpConfig = FsdpConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    logging: LoggingConfig = LoggingConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainerConfig:
+        if self.checkpoint.resume not in ("auto", "never") and not self.checkpoint.resume.strip():
+            raise ValueError("checkpoint.resume must be auto, never or a checkpoint path")
+        return self

@@ -1,0 +1,102 @@
+"""The metrics wire format between rank 0 of a job and the launcher.
+
+Stdlib only: the launcher (no torch) decodes what the trainer (or a user script through
+:mod:`trainer.reporter`) writes. One JSON object per line in ``FSDP_TUI_METRICS_FILE``.
+Unknown keys are kept in ``extra`` so newer trainers never break older launchers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+METRICS_FILE_ENV = "FSDP_TUI_METRICS_FILE"
+RUN_ID_ENV = "FSDP_TUI_RUN_ID"
+
+_KIND_TRAIN = "train"
+_KIND_EVAL = "eval"
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    """Memory of one rank, in GiB. On CPU only ``rss_gib`` is known."""
+
+    rank: int
+    allocated_gib: float | None = None
+    reserved_gib: float | None = None
+    peak_gib: float | None = None
+    total_gib: float | None = None
+    rss_gib: float | None = None
+
+    @property
+    def used_gib(self) -> float | None:
+        """What a gauge shows: peak device memory on GPU, resident memory on CPU."""
+        return self.peak_gib if self.peak_gib is not None else self.rss_gib
+
+
+@dataclass(frozen=True)
+class MetricRecord:
+    """One metrics line. ``kind`` is ``train`` (a step finished) or ``eval``."""
+
+    step: int
+    kind: str = _KIND_TRAIN
+    max_steps: int | None = None
+    epoch: float | None = None
+    loss: float | None = None
+    lr: float | None = None
+    grad_norm: float | None = None
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    eval_loss: float | None = None
+    eval_exact_match: float | None = None
+    time: float | None = None
+    memory: tuple[RankMemory, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """Encode as one JSON line (no trailing newline); NaN/inf become null."""
+        data = asdict(self)
+        extra = data.pop("extra")
+        data = {k: _finite(v) for k, v in data.items() if v is not None and v != ()}
+        if self.memory:
+            data["memory"] = [
+                {k: v for k, v in asdict(m).items() if v is not None} for m in self.memory
+            ]
+        data.update(extra)
+        return json.dumps(data, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, line: str) -> MetricRecord | None:
+        """Decode one line; ``None`` for anything that is not a metrics record."""
+        try:
+            data = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("step"), int):
+            return None
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MetricRecord:
+        known = {f for f in cls.__dataclass_fields__ if f not in ("memory", "extra")}
+        kwargs: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in known:
+                kwargs[key] = value
+            elif key != "memory":
+                extra[key] = value
+        memory = tuple(
+            RankMemory(**{k: v for k, v in m.items() if k in RankMemory.__dataclass_fields__})
+            for m in data.get("memory") or ()
+            if isinstance(m, dict) and isinstance(m.get("rank"), int)
+        )
+        return cls(**kwargs, memory=memory, extra=extra)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

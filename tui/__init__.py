@@ -1,0 +1,1 @@
+"""The fsdp-tui terminal app."""
