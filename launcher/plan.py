@@ -1,0 +1,173 @@
+"""What each node will run: host, rank, directory, environment and argv. Pure; touches no host."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from launcher.hosts import HostTarget
+from launcher.topology import Topology, resolve_topology
+from launcher.workload import Workload
+from trainer.protocol import METRICS_FILE_ENV, RUN_ID_ENV
+
+DEFAULT_NODE_ROOT = "~/.fsdp-tui/runs"
+DEFAULT_MASTER_PORT = 29500
+LOCAL_MASTER_ADDR = "127.0.0.1"
+# Paths relative to the node's run directory; the node agent makes them absolute there.
+DIR_ENV = {
+    "CODE_SOURCE_PATH": "code",
+    "HYPERPARAMETERS_PATH": "parameters.yaml",
+    METRICS_FILE_ENV: "metrics.jsonl",
+}
+TRAINER_PKG_DIR = "pkg"
+"""Where the launcher puts the ``trainer`` package on a node when the built-in trainer runs."""
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    node_rank: int
+    host: HostTarget | None
+    """``None``: this machine, no SSH."""
+    node_dir: str
+    """This node's run directory (may start with ``~/``); per node, as nodes may share a home."""
+    env: dict[str, str]
+    """Environment without secrets and without the path variables in ``dir_env``."""
+    dir_env: dict[str, str]
+    """Variables whose values are paths relative to ``node_dir``."""
+    argv: tuple[str, ...]
+
+    @property
+    def host_display(self) -> str:
+        return self.host.display if self.host is not None else "this machine"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    run_id: str
+    workload: Workload
+    topology: Topology
+    nodes: tuple[NodePlan, ...]
+    master_addr: str
+    master_port: int
+    parameters_yaml: str
+    code_root: Path | None
+    source_file: Path | None
+    secret_names: tuple[str, ...]
+    blockers: tuple[str, ...] = field(default=())
+    """Why this plan cannot run as it stands (e.g. an ``air`` file without hosts)."""
+
+    @property
+    def uses_builtin_trainer(self) -> bool:
+        return self.workload.uses_builtin_trainer
+
+
+def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = None,
+               master_port: int | None = None, node_root: str | None = None) -> RunPlan:
+    """The per-node plan for a valid workload. ``node_root`` defaults to ``~/.fsdp-tui/runs``."""
+    topo = resolve_topology(workload)
+    blockers: list[str] = []
+    hosts: list[HostTarget | None] = list(topo.hosts) or [None]
+    if topo.num_nodes > 1 and not topo.hosts:
+        blockers.append(f"compute.hosts is missing: list {topo.num_nodes} SSH hosts (one per node) to run "
+                        "this outside Databricks")
+        hosts = [HostTarget(alias=f"<host of node {i}>", hostname=f"node{i}") for i in range(topo.num_nodes)]
+    master_addr = workload.compute.master_addr or _master_addr(hosts[0])
+    port = master_port or workload.compute.master_port or DEFAULT_MASTER_PORT
+    root = (node_root or DEFAULT_NODE_ROOT).rstrip("/")
+    code_root = None
+    if workload.code_source is not None:
+        base = source_file.parent if source_file is not None else Path.cwd()
+        code_root = (base / workload.code_source.snapshot.root_path).expanduser().resolve()
+    nodes = []
+    for rank, host in enumerate(hosts):
+        env = {
+            "NUM_NODES": str(topo.num_nodes),
+            "NODE_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(topo.procs_per_node),
+            "MASTER_ADDR": master_addr,
+            "MASTER_PORT": str(port),
+            RUN_ID_ENV: run_id,
+            **workload.env_variables,
+        }
+        dir_env = dict(DIR_ENV)
+        if workload.uses_builtin_trainer:
+            dir_env["PYTHONPATH"] = TRAINER_PKG_DIR
+        nodes.append(NodePlan(
+            node_rank=rank,
+            host=host,
+            node_dir=f"{root}/{run_id}/node-{rank}",
+            env=env,
+            dir_env=dir_env,
+            argv=_argv(workload, topo, rank, master_addr, port),
+        ))
+    return RunPlan(
+        run_id=run_id,
+        workload=workload,
+        topology=topo,
+        nodes=tuple(nodes),
+        master_addr=master_addr,
+        master_port=port,
+        parameters_yaml=yaml.safe_dump(workload.parameters, sort_keys=False, allow_unicode=True),
+        code_root=code_root,
+        source_file=source_file,
+        secret_names=tuple(workload.secrets),
+        blockers=tuple(blockers),
+    )
+
+
+def _master_addr(host: HostTarget | None) -> str:
+    if host is None or host.is_local:
+        return LOCAL_MASTER_ADDR
+    return host.hostname
+
+
+def _argv(w: Workload, topo: Topology, rank: int, master_addr: str, port: int) -> tuple[str, ...]:
+    if w.command is not None:
+        return ("bash", "-c", w.command)
+    return (
+        w.environment.python, "-m", "torch.distributed.run",
+        f"--nnodes={topo.num_nodes}",
+        f"--node_rank={rank}",
+        f"--nproc_per_node={topo.procs_per_node}",
+        f"--master_addr={master_addr}",
+        f"--master_port={port}",
+        "-m", "trainer", DIR_ENV["HYPERPARAMETERS_PATH"],
+    )
+
+
+SECRET_MASK = "******"
+
+
+def render_plan(plan: RunPlan) -> str:
+    """The dry-run text: per node its host, rank, directory, full environment (secrets masked), argv."""
+    import shlex
+
+    topo = plan.topology
+    lines = [
+        f"run {plan.run_id}: experiment '{plan.workload.experiment_name}'",
+        f"  {topo.num_nodes} node(s) x {topo.procs_per_node} process(es) ({topo.kind}"
+        + (f" {topo.gpu_model}" if topo.gpu_model else "") + f"), world size {topo.world_size}",
+        f"  rendezvous {plan.master_addr}:{plan.master_port}",
+        "  runs: " + ("the built-in trainer (torchrun -m trainer)" if plan.uses_builtin_trainer
+                      else "the workload's command"),
+    ]
+    if plan.code_root is not None:
+        lines.append(f"  code snapshot: {plan.code_root} -> <node dir>/code")
+    for blocker in plan.blockers:
+        lines.append(f"  cannot run yet: {blocker}")
+    for node in plan.nodes:
+        lines += ["", f"node {node.node_rank}: {node.host_display}", f"  directory: {node.node_dir}",
+                  "  environment:"]
+        env = {**node.env, **{k: f"{node.node_dir}/{v}" for k, v in node.dir_env.items()}}
+        for name in sorted(env):
+            lines.append(f"    {name}={shlex.quote(env[name])}")
+        for name in plan.secret_names:
+            lines.append(f"    {name}={SECRET_MASK}  (secret {plan.workload.secrets[name]})")
+        lines.append("  command:")
+        if node.argv[:2] == ("bash", "-c"):
+            lines += [f"    {line}" for line in node.argv[2].rstrip("\n").splitlines()]
+        else:
+            lines.append("    " + shlex.join(node.argv))
+    return "\n".join(lines) + "\n"
