@@ -16,6 +16,7 @@ from launcher.problems import Problem, did_you_mean, format_path
 SOURCE = "--set"
 _PART = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)|\[(\d+)\]")
 _UNSET = object()
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,8 @@ def apply_overrides(
             value = yaml.safe_load(raw_value) if raw_value.strip() else ""
         except yaml.YAMLError:
             value = raw_value
+        if isinstance(value, str) and _FLOAT.fullmatch(value):
+            value = float(value)  # YAML 1.1 reads 1e-4 as text; people mean a number
         error = _assign(data, path, value, applied, index)
         if error:
             problem(format_path(path), error)

@@ -183,8 +183,9 @@ def _convert(err: ValidationError, model: type[BaseModel], data: Any, prefix: Ya
         elif kind == "literal_error":
             choices = tuple(re.findall(r"'([^']*)'", e.get("ctx", {}).get("expected", "")))
             got = str(e.get("input"))
+            only = f"use '{choices[0]}'" if len(choices) == 1 else ""
             out.append(locate.problem(path, "error", f"'{got}' is not one of {', '.join(choices)}",
-                                      did_you_mean(got, choices)))
+                                      did_you_mean(got, choices) or only))
         elif kind == "string_pattern_mismatch" and path == ("experiment_name",):
             out.append(locate.problem(path, "error",
                                       f"'{e.get('input')}' is not a valid experiment name",

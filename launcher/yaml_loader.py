@@ -23,6 +23,10 @@ Path = tuple[str | int, ...]
 Mark = tuple[int, int]
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_PLAIN_TAGS = frozenset(
+    f"tag:yaml.org,2002:{name}"
+    for name in ("str", "int", "float", "bool", "null", "timestamp", "map", "seq", "binary", "merge")
+)
 
 
 @dataclass
@@ -138,6 +142,14 @@ class _Builder:
         if self.budget < 0:
             raise _TooBig
         self.out.value_marks.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
+        if node.tag not in _PLAIN_TAGS:
+            self._problem(node, path, f"unsupported value: the tag '{node.tag}' is not plain YAML",
+                          "use plain YAML scalars, lists and mappings")
+            if isinstance(node, yaml.ScalarNode):
+                return node.value
+            node = (yaml.SequenceNode("tag:yaml.org,2002:seq", node.value, node.start_mark, node.end_mark)
+                    if isinstance(node, yaml.SequenceNode)
+                    else yaml.MappingNode("tag:yaml.org,2002:map", node.value, node.start_mark, node.end_mark))
         if isinstance(node, yaml.MappingNode):
             return self._mapping(node, path)
         if isinstance(node, yaml.SequenceNode):
@@ -191,6 +203,6 @@ class _Builder:
         self._problem(key_node, path, "a key must be a plain name, not a list or mapping")
         return None
 
-    def _problem(self, node: yaml.Node, path: Path, message: str) -> None:
+    def _problem(self, node: yaml.Node, path: Path, message: str, hint: str = "") -> None:
         self.out.problems.append(Problem(self.filename, node.start_mark.line + 1, node.start_mark.column + 1,
-                                         format_path(path), "error", message))
+                                         format_path(path), "error", message, hint))
