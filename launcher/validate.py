@@ -67,11 +67,10 @@ def validate_text(text: str, filename: str = "<workload>", overrides: Sequence[s
     """Validate YAML text (the editor's buffer); ``base_dir`` resolves ``code_source`` paths."""
     loaded = load_yaml(text, filename)
     problems = list(loaded.problems)
-    if loaded.data is None or (problems and has_errors(problems) and not isinstance(loaded.data, dict)):
-        return ValidationResult(_sorted(problems))
     if not isinstance(loaded.data, dict):
-        problems.append(Problem(filename, *loaded.mark(()), "", "error",
-                                "the file must be a mapping of keys (experiment_name: ..., compute: ...)"))
+        if not has_errors(problems):
+            problems.append(Problem(filename, *loaded.mark(()), "", "error",
+                                    "the file must be a mapping of keys (experiment_name: ..., compute: ...)"))
         return ValidationResult(_sorted(problems))
     data, applied, override_problems = apply_overrides(loaded.data, overrides)
     problems += override_problems

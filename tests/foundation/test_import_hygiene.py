@@ -1,0 +1,64 @@
+"""The three worlds import only what they may (STYLE.md): checked in fresh interpreters."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+FORBIDDEN = {
+    "launcher": {"textual", "torch", "tui"},
+    "launcher.cli": {"textual", "torch", "tui", "pydantic", "mlflow", "asyncssh", "yaml"},
+    "launcher.validate": {"textual", "torch", "tui", "mlflow", "asyncssh"},
+    "launcher.plan": {"textual", "torch", "tui", "mlflow", "asyncssh"},
+    "trainer.config": {"torch", "textual", "rich", "asyncssh", "launcher", "tui"},
+    "trainer.protocol": {"torch", "textual", "rich", "asyncssh", "launcher", "tui", "pydantic", "yaml"},
+    "tui.cli": {"torch", "textual", "mlflow", "asyncssh", "pydantic"},
+}
+
+
+def _modules_after_import(module: str) -> set[str]:
+    code = f"import sys, json; import {module}; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return {name.split(".")[0] for name in json.loads(out.stdout)}
+
+
+@pytest.mark.parametrize("module", sorted(FORBIDDEN))
+def test_module_imports_nothing_forbidden(module):
+    loaded = _modules_after_import(module)
+    assert not (loaded & FORBIDDEN[module]), f"{module} pulled in {sorted(loaded & FORBIDDEN[module])}"
+
+
+def test_launcher_and_tui_sources_never_import_torch():
+    """Every launcher/tui/themes module, imported for real, leaves torch unloaded."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    modules = [
+        ".".join(p.relative_to(root).with_suffix("").parts)
+        for pkg in ("launcher", "tui", "themes")
+        for p in sorted((root / pkg).rglob("*.py"))
+        if p.name != "__main__.py"
+    ]
+    code = ("import sys, importlib\n"
+            f"for m in {modules!r}:\n    importlib.import_module(m)\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+def test_trainer_package_never_imports_operator_side():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "trainer"
+    offenders = []
+    for path in root.rglob("*.py"):
+        for line in path.read_text().splitlines():
+            stripped = line.strip()
+            if stripped.startswith(("import ", "from ")) and any(
+                f" {name}" in stripped.split(" import")[0] + " " or stripped.startswith(f"import {name}")
+                for name in ("textual", "rich", "asyncssh", "launcher", "tui")
+            ):
+                offenders.append(f"{path.name}: {stripped}")
+    assert not offenders, offenders
