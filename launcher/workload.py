@@ -127,8 +127,11 @@ class Workload(_Model):
     code_source: CodeSource | None = None
     command: str | None = None
     """Shell text run once per node; omitted: the built-in trainer runs under ``torchrun``."""
-    env_variables: dict[str, str] = Field(default_factory=dict)
-    """Extra environment on every node."""
+    env_variables: dict[str, str] = Field(
+        default_factory=dict,
+        json_schema_extra={"additionalProperties": {"type": ["string", "number"]}},
+    )
+    """Extra environment on every node (numbers are written as text)."""
     secrets: dict[str, str] = Field(default_factory=dict)
     """``NAME: scope/key``; values come from the local secret store, never from this file."""
     max_retries: int = Field(default=0, ge=0, le=100)

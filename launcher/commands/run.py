@@ -25,7 +25,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def prepare(file: Path, overrides: list[str], *, quiet: bool = False):
     """Validate and plan; prints problems to stderr. ``None`` when the workload has errors."""
-    from launcher.paths import new_run_id
     from launcher.plan import build_plan
     from launcher.validate import validate_file
 
@@ -38,6 +37,8 @@ def prepare(file: Path, overrides: list[str], *, quiet: bool = False):
     if result.workload is None:
         print(f"{file}: not launched: fix the errors above (fsdp-tui validate {file})", file=sys.stderr)
         return None
+    from launcher.paths import new_run_id
+
     run_id = new_run_id(result.workload.experiment_name)
     return build_plan(result.workload, run_id=run_id, source_file=file.resolve())
 

@@ -1,0 +1,51 @@
+"""Per-node plans: environment, argv and directories for each kind of workload."""
+
+from pathlib import Path
+
+from launcher.plan import build_plan, render_plan
+from launcher.validate import validate_text
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _plan(text: str, **kw):
+    result = validate_text(text, "w.yaml", base_dir=ROOT)
+    assert result.ok, [p.format() for p in result.problems]
+    return build_plan(result.workload, run_id="r1", **kw)
+
+
+def test_local_cpu_trainer_plan():
+    plan = _plan((ROOT / "sample_workloads/tiny_cpu.yaml").read_text(), node_root="/data/nodes")
+    [node] = plan.nodes
+    assert node.host is None and plan.master_addr == "127.0.0.1"
+    assert node.node_dir == "/data/nodes/r1/node-0"
+    assert node.env["NUM_NODES"] == "1" and node.env["LOCAL_WORLD_SIZE"] == "2"
+    assert node.env["FSDP_TUI_RUN_ID"] == "r1" and node.env["OMP_NUM_THREADS"] == "1"
+    assert node.dir_env["PYTHONPATH"] == "pkg" and node.dir_env["HYPERPARAMETERS_PATH"] == "parameters.yaml"
+    assert node.argv[:3] == ("python3", "-m", "torch.distributed.run")
+    assert "--nproc_per_node=2" in node.argv and node.argv[-3:] == ("-m", "trainer", "parameters.yaml")
+    assert plan.uses_builtin_trainer and "max_steps: 200" in plan.parameters_yaml
+
+
+def test_multi_node_plan_ranks_and_master():
+    text = """experiment_name: t
+compute: {num_accelerators: 4, gpus_per_node: 2, hosts: ['alice@gpu-a:2222', gpu-b], master_port: 29600}
+command: echo "$NODE_RANK"
+environment: {python: /opt/py/bin/python}
+"""
+    plan = _plan(text)
+    assert [n.node_rank for n in plan.nodes] == [0, 1]
+    assert plan.nodes[0].host.user == "alice" and plan.nodes[0].host.port == 2222
+    assert plan.master_addr == "gpu-a" and plan.master_port == 29600
+    assert all(n.argv == ("bash", "-c", 'echo "$NODE_RANK"') for n in plan.nodes)
+    assert plan.nodes[1].node_dir == "~/.fsdp-tui/runs/r1/node-1"
+    assert "PYTHONPATH" not in plan.nodes[0].dir_env
+    assert not plan.blockers
+
+
+def test_render_shows_every_node_with_secrets_masked():
+    text = "experiment_name: t\ncommand: run\nsecrets: {TOKEN: s/k}\nenv_variables: {A: \"it's $(x)\"}\n"
+    out = render_plan(_plan(text))
+    assert "node 0: this machine" in out
+    assert "TOKEN=******  (secret s/k)" in out
+    assert "A='it'\"'\"'s $(x)'" in out
