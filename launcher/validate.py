@@ -203,19 +203,19 @@ def _clean_loc(loc: tuple[Any, ...], data: Any) -> YamlPath:
     out: list[str | int] = []
     node = data
     for part in loc:
-        if isinstance(part, int) and isinstance(node, list) and part < len(node):
+        present = (isinstance(node, list) and isinstance(part, int) and part < len(node)) or (
+            isinstance(node, dict) and part in node)
+        if present:
             out.append(part)
             node = node[part]
-        elif isinstance(node, dict) and part in node:
-            out.append(part)
-            node = node[part]
-        elif isinstance(node, dict) and isinstance(part, str) and not re.search(r"[\[\]-]", part) \
-                and part not in {"str", "int", "float", "bool", "list", "dict", "tuple", "none"}:
+        elif isinstance(node, dict) and isinstance(part, str) and part not in _UNION_TAGS \
+                and not re.search(r"[\[\]-]", part):
             out.append(part)  # a missing key
             node = None
-        else:
-            node = None if not isinstance(part, str) else node
     return tuple(out)
+
+
+_UNION_TAGS = {"str", "int", "float", "bool", "list", "dict", "tuple", "none"}
 
 
 def _allowed(keys: tuple[str, ...]) -> str:

@@ -22,9 +22,9 @@ def add_set_option(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from launcher.validate import validate_file
-
     from pathlib import Path
+
+    from launcher.validate import validate_file
 
     missing = [name for name in args.files if not Path(name).exists()]
     for name in missing:
