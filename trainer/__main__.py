@@ -1,0 +1,128 @@
+"""``torchrun ... -m trainer [PARAMS.yaml]``: supervised fine-tuning with FSDP2. Only orchestrates."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from trainer.protocol import RUN_ID_ENV
+
+
+def load_config(argv: list[str]):
+    """The parameters file (argument, else ``HYPERPARAMETERS_PATH``) as a validated config."""
+    import yaml
+    from pydantic import ValidationError
+
+    from trainer.config import TrainerConfig
+
+    path = argv[0] if argv else os.environ.get("HYPERPARAMETERS_PATH")
+    if not path:
+        raise SystemExit("usage: torchrun ... -m trainer PARAMS.yaml (or set HYPERPARAMETERS_PATH)")
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        return TrainerConfig.model_validate(data)
+    except OSError as err:
+        raise SystemExit(f"{path}: cannot read the parameters file: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise SystemExit(f"{path}: not valid YAML: {err}") from None
+    except ValidationError as err:
+        lines = [f"{path}: parameters.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()]
+        raise SystemExit("\n".join(lines)) from None
+
+
+def run(cfg) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from trainer import assets, checkpoint, dataset, metrics, model, optim, parallel, train
+    from trainer.data import GlobalOrder
+
+    # Built-in assets are made before the process group exists: HF writes files only on rank 0 then.
+    for name in (cfg.model_name, cfg.model.tokenizer or cfg.model_name):
+        assets.resolve_model(name)
+    d = parallel.init_distributed()
+    torch.manual_seed(cfg.seed)
+    tok = model.load_tokenizer(cfg.model_name, cfg.model)
+    data = dataset.build(cfg, tok)
+    net = model.load_model(cfg.model_name, cfg.model, cfg.seed)
+    num_params = sum(p.numel() for p in net.parameters())
+    model.apply_activation_checkpointing(net, cfg.model.activation_checkpointing)
+    if cfg.model.compile:
+        model.apply_compile(net)
+    net = parallel.shard_model(net, cfg.fsdp, d)
+
+    order = GlobalOrder(len(data.train_rows), d.world, d.rank, cfg.per_device_batch_size, cfg.seed,
+                        cfg.data.shuffle)
+    accum = cfg.gradient_accumulation_steps
+    total = cfg.max_steps or max(1, order.batches_per_epoch * cfg.num_epochs // accum)
+    opt = optim.build_optimizer(net, cfg.learning_rate, cfg.optim, d.device)
+    sched = optim.build_scheduler(opt, total, cfg.optim)
+    state = {"step": 0, "epoch": 0, "position": 0, "per_global": order.per_global}
+    app = checkpoint.AppState(net, opt, sched, state)
+    ckpt = checkpoint.Checkpointer(cfg.checkpoint, cfg.output_dir, d, {
+        "model_name": cfg.model_name, "tokenizer": cfg.model.tokenizer or cfg.model_name,
+        "run_id": os.environ.get(RUN_ID_ENV, "")})
+    resume = ckpt.resume_path()
+    if resume is not None:
+        ckpt.load(app, resume)
+        if state["per_global"] != order.per_global:
+            state["position"] = GlobalOrder.rescale(state["position"], state["per_global"], order.per_global)
+            state["per_global"] = order.per_global
+        if d.is_main:
+            print(f"resumed from {resume} at step {state['step']}", flush=True)
+
+    log = metrics.MetricsLogger(d, num_params, total, metrics.peak_flops(d, cfg.logging.peak_tflops))
+    if d.is_main:
+        print(f"training {cfg.model_name}: {num_params / 1e6:.2f}M params, {d.world} ranks, "
+              f"{len(data.train_rows)} rows ({data.fmt}{', packed' if cfg.data.packing else ''}), "
+              f"{total} steps", flush=True)
+
+    def run_eval() -> None:
+        if not data.eval_rows:
+            return
+        batches = dataset.eval_batches(data.eval_rows, d.rank, d.world, cfg.per_device_batch_size, data.pad_id,
+                                       cfg.logging.eval_max_batches)
+        loss, exact = train.evaluate(net, batches, d.device, with_exact_match=data.fmt == "squad")
+        log.eval(state["step"], loss, exact)
+
+    if state["step"] == 0:
+        run_eval()
+    while state["step"] < total:
+        if not cfg.max_steps and state["epoch"] >= cfg.num_epochs:
+            break
+        batches, state["epoch"], state["position"] = train.micro_batches(
+            order, data.train_rows, state["epoch"], state["position"], accum, data.pad_id)
+        loss, grad_norm, real = train.train_step(net, opt, sched, batches, d.device, cfg.optim.max_grad_norm,
+                                                 d.world)
+        state["step"] += 1
+        log.add_tokens(real)
+        step = state["step"]
+        if step % cfg.logging.every_steps == 0 or step == total:
+            epoch = state["epoch"] + state["position"] / max(1, order.batches_per_epoch)
+            log.train_step(step, epoch, loss, sched.get_last_lr()[0], grad_norm)
+        if cfg.logging.eval_every_steps and step % cfg.logging.eval_every_steps == 0 and step != total:
+            run_eval()
+        if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0 and step != total:
+            ckpt.save(app, step)
+    run_eval()
+    if cfg.checkpoint.save_final:
+        ckpt.save(app, state["step"])
+    ckpt.wait()
+    if cfg.checkpoint.export_hf:
+        out = checkpoint.export_hf(net, tok, Path(cfg.output_dir) / "hf" / f"step-{state['step']:08d}", d)
+        if out is not None:
+            print(f"exported Hugging Face model to {out}", flush=True)
+    log.close()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = load_config(list(sys.argv[1:] if argv is None else argv))
+    run(cfg)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

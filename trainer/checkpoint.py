@@ -1,0 +1,190 @@
+"""DCP checkpoints that are complete only once finalised, resume, keep-last-K and Hugging Face export.
+
+Layout: ``<output_dir>/checkpoints/step-00000100/`` holds DCP's shard files, its ``.metadata``
+(written last by DCP) and our ``meta.json`` (written after that, stdlib-readable). A folder without
+both is incomplete and never chosen for resume; a save never reuses an existing folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+)
+from torch.distributed.checkpoint.stateful import Stateful
+
+from trainer.config import CheckpointConfig
+from trainer.parallel import Dist
+
+META = "meta.json"
+DCP_META = ".metadata"
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    step: int
+    path: Path
+    complete: bool
+
+
+def is_complete(path: Path) -> bool:
+    return (path / DCP_META).is_file() and (path / META).is_file()
+
+
+def list_checkpoints(root: Path) -> list[CheckpointInfo]:
+    """Every ``step-*`` folder under ``root``, oldest first."""
+    out = []
+    if root.is_dir():
+        for p in root.iterdir():
+            if p.is_dir() and p.name.startswith("step-"):
+                digits = p.name[5:].split("-")[0]
+                if digits.isdigit():
+                    out.append(CheckpointInfo(int(digits), p, is_complete(p)))
+    return sorted(out, key=lambda c: (c.step, c.path.name))
+
+
+def newest_complete(root: Path) -> Path | None:
+    done = [c for c in list_checkpoints(root) if c.complete]
+    return done[-1].path if done else None
+
+
+class AppState(Stateful):
+    """Model, optimiser, scheduler and trainer position, as DCP saves and restores them."""
+
+    def __init__(self, model, optimizer, scheduler, trainer: dict[str, Any]) -> None:
+        self.model, self.optimizer, self.scheduler, self.trainer = model, optimizer, scheduler, trainer
+
+    def state_dict(self) -> dict[str, Any]:
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        return {"model": model_sd, "optim": optim_sd, "sched": self.scheduler.state_dict(),
+                "trainer": dict(self.trainer), "rng": torch.get_rng_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optim"])
+        self.scheduler.load_state_dict(state["sched"])
+        self.trainer.update(state["trainer"])
+        torch.set_rng_state(state["rng"])
+
+
+class Checkpointer:
+    def __init__(self, cfg: CheckpointConfig, output_dir: str, d: Dist, meta: dict[str, Any]) -> None:
+        self.cfg, self.d, self.meta = cfg, d, meta
+        self.root = Path(output_dir).expanduser() / "checkpoints"
+        self.staging = Path(cfg.staging_dir).expanduser() if cfg.staging_dir else None
+        # Async saves run collectives from a background thread: give them their own group.
+        self.group = dist.new_group(backend="gloo") if cfg.async_save else None
+        self.pending: tuple[Any, Path, Path, int] | None = None
+
+    def resume_path(self) -> Path | None:
+        """The checkpoint to resume from, decided by rank 0 and shared, so every rank agrees."""
+        choice = [None]
+        if self.d.is_main:
+            if self.cfg.resume == "never":
+                choice[0] = None
+            elif self.cfg.resume == "auto":
+                choice[0] = newest_complete(self.root)
+            else:
+                path = Path(self.cfg.resume).expanduser()
+                if not is_complete(path):
+                    choice[0] = ValueError(f"parameters.checkpoint.resume: '{path}' is not a complete checkpoint "
+                                           f"(it needs {DCP_META} and {META})")
+                else:
+                    choice[0] = path
+        dist.broadcast_object_list(choice, src=0)
+        if isinstance(choice[0], Exception):
+            raise choice[0]
+        return choice[0]
+
+    def load(self, state: AppState, path: Path) -> None:
+        dcp.load({"app": state}, checkpoint_id=str(path))
+
+    def save(self, state: AppState, step: int) -> float:
+        """Start a save of ``step``; returns the seconds training was blocked."""
+        start = time.perf_counter()
+        self.wait()
+        name = [None]
+        if self.d.is_main:
+            name[0] = self._free_name(step)
+        dist.broadcast_object_list(name, src=0)
+        target = self.root / name[0]
+        write_dir = (self.staging / name[0]) if self.staging else target
+        if self.cfg.async_save:
+            future = dcp.async_save({"app": state}, checkpoint_id=str(write_dir), process_group=self.group)
+            self.pending = (future, write_dir, target, step)
+        else:
+            dcp.save({"app": state}, checkpoint_id=str(write_dir))
+            self._finalize(write_dir, target, step)
+        return time.perf_counter() - start
+
+    def wait(self) -> None:
+        """Finish an async save (collective: every rank calls it at the same point)."""
+        if self.pending is None:
+            return
+        future, write_dir, target, step = self.pending
+        self.pending = None
+        future.result()
+        self._finalize(write_dir, target, step)
+
+    def _free_name(self, step: int) -> str:
+        base = f"step-{step:08d}"
+        name, n = base, 1
+        while (self.root / name).exists() or (self.staging and (self.staging / name).exists()):
+            name, n = f"{base}-{n}", n + 1
+        return name
+
+    def _finalize(self, write_dir: Path, target: Path, step: int) -> None:
+        if self.staging is not None:
+            dist.barrier()
+            if self.d.local_rank == 0:  # each node moves its own shard files
+                target.mkdir(parents=True, exist_ok=True)
+                for f in write_dir.iterdir():
+                    if f.name != DCP_META:
+                        shutil.move(str(f), target / f.name)
+            dist.barrier()
+            if self.d.is_main:
+                shutil.move(str(write_dir / DCP_META), target / DCP_META)
+                shutil.rmtree(write_dir, ignore_errors=True)
+        if self.d.is_main:
+            meta = {**self.meta, "step": step, "time": time.time(), "world_size": self.d.world}
+            tmp = target / f".{META}.tmp"
+            tmp.write_text(json.dumps(meta, indent=2))
+            os.replace(tmp, target / META)
+            self._prune()
+
+    def _prune(self) -> None:
+        if not self.cfg.keep_last:
+            return
+        done = [c for c in list_checkpoints(self.root) if c.complete]
+        for old in done[: max(0, len(done) - self.cfg.keep_last)]:
+            if old.path != done[-1].path:
+                shutil.rmtree(old.path, ignore_errors=True)
+
+
+def export_hf(model, tokenizer, out_dir: Path, d: Dist) -> Path | None:
+    """Gather a full state dict to rank 0 and write a Hugging Face folder (safetensors + tokenizer)."""
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if not d.is_main:
+        return None
+    out_dir = out_dir.expanduser()
+    tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    if out_dir.exists():
+        out_dir = out_dir.with_name(f"{out_dir.name}-{int(time.time())}")
+    tmp.rename(out_dir)
+    return out_dir

@@ -1,0 +1,34 @@
+"""AdamW and the learning-rate schedule: linear warmup, then cosine, linear or constant."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from trainer.config import OptimConfig
+
+
+def build_optimizer(model: torch.nn.Module, lr: float, cfg: OptimConfig, device: torch.device):
+    fused = cfg.fused if cfg.fused is not None else device.type == "cuda"
+    return torch.optim.AdamW(model.parameters(), lr=lr, betas=cfg.betas, eps=cfg.eps,
+                             weight_decay=cfg.weight_decay, fused=fused or None)
+
+
+def lr_factor(step: int, total: int, cfg: OptimConfig) -> float:
+    """Multiplier of the peak learning rate at optimiser step ``step`` (0-based) of ``total``."""
+    if step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return 1.0
+    span = max(1, total - cfg.warmup_steps)
+    progress = min(1.0, (step - cfg.warmup_steps) / span)
+    if cfg.schedule == "linear":
+        decay = 1.0 - progress
+    else:
+        decay = 0.5 * (1.0 + math.cos(math.pi * progress))
+    return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * decay
+
+
+def build_scheduler(optimizer, total_steps: int, cfg: OptimConfig):
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, total_steps, cfg))

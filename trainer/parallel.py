@@ -1,0 +1,85 @@
+"""Process group, device, and FSDP2 sharding: ``fully_shard`` per decoder block, then the root."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+try:
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+except ImportError:  # torch < 2.6
+    from torch.distributed._composable.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+from trainer.config import FsdpConfig
+from trainer.model import decoder_blocks
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int
+    world: int
+    local_rank: int
+    local_world: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def num_nodes(self) -> int:
+        return max(1, self.world // self.local_world)
+
+
+def init_distributed() -> Dist:
+    """gloo on CPU, NCCL on GPU; works as a single process too (world size 1)."""
+    cuda = torch.cuda.is_available()
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if cuda:
+        torch.cuda.set_device(local_rank)
+    if not dist.is_initialized():
+        if "RANK" not in os.environ:
+            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                              MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29533"))
+        dist.init_process_group(backend="nccl" if cuda else "gloo")
+    device = torch.device(f"cuda:{local_rank}") if cuda else torch.device("cpu")
+    return Dist(dist.get_rank(), dist.get_world_size(), local_rank,
+                int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size())), device)
+
+
+def shard_model(model: nn.Module, cfg: FsdpConfig, d: Dist) -> nn.Module:
+    """Apply FSDP2. The mesh is 1-D (shard over all ranks) or 2-D (replicate x shard) for HSDP/no_shard."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    kind = d.device.type
+    if cfg.sharding == "hybrid_shard":
+        replicas = cfg.replicate_degree or d.num_nodes
+        mesh = init_device_mesh(kind, (replicas, d.world // replicas), mesh_dim_names=("replicate", "shard"))
+    elif cfg.sharding == "no_shard":
+        mesh = init_device_mesh(kind, (d.world, 1), mesh_dim_names=("replicate", "shard"))
+    else:
+        mesh = init_device_mesh(kind, (d.world,), mesh_dim_names=("shard",))
+    kwargs: dict = {"mesh": mesh, "reshard_after_forward": cfg.sharding not in ("shard_grad_op", "no_shard")}
+    if _use_bf16(cfg, d):
+        kwargs["mp_policy"] = MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16,
+            reduce_dtype=torch.float32 if cfg.reduce_dtype == "fp32" else torch.bfloat16,
+        )
+    if cfg.cpu_offload:
+        kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
+    elif kind == "cuda":
+        model.to(d.device)
+    for block in decoder_blocks(model):
+        fully_shard(block, **kwargs)
+    fully_shard(model, **kwargs)
+    return model
+
+
+def _use_bf16(cfg: FsdpConfig, d: Dist) -> bool:
+    if cfg.mixed_precision == "bf16":
+        return True
+    return cfg.mixed_precision == "auto" and d.device.type == "cuda"

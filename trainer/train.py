@@ -1,0 +1,115 @@
+"""The training loop: token-weighted loss over ranks and micro-steps, eval, checkpoints, metrics."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from trainer.data import IGNORE, collate, segment_mask
+
+_HF_INFERS_PACKING: bool | None = None
+
+
+def _hf_infers_packing() -> bool:
+    """Newer transformers build the block mask of packed rows from ``position_ids`` themselves."""
+    global _HF_INFERS_PACKING
+    if _HF_INFERS_PACKING is None:
+        try:
+            from transformers import masking_utils
+
+            _HF_INFERS_PACKING = hasattr(masking_utils, "find_packed_sequence_indices")
+        except ImportError:
+            _HF_INFERS_PACKING = False
+    return _HF_INFERS_PACKING
+
+
+def forward_logits(model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:
+    ids = batch["input_ids"].to(device)
+    pos = batch["position_ids"].to(device)
+    if _hf_infers_packing():
+        return model(input_ids=ids, position_ids=pos).logits
+    dtype = next(model.parameters()).dtype
+    return model(input_ids=ids, position_ids=pos, attention_mask=segment_mask(pos, dtype).to(device)).logits
+
+
+def shifted_labels(batch: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:
+    """Labels aligned with the logit that predicts them; the first token of each example is never
+    predicted from the previous example (packing)."""
+    labels = batch["labels"][:, 1:].clone()
+    labels[batch["position_ids"][:, 1:] == 0] = IGNORE
+    return labels.to(device)
+
+
+def loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Summed cross-entropy over learned positions, and how many there are."""
+    flat = logits[:, :-1].float().reshape(-1, logits.shape[-1])
+    total = nn.functional.cross_entropy(flat, labels.reshape(-1), ignore_index=IGNORE, reduction="sum")
+    return total, int((labels != IGNORE).sum())
+
+
+def train_step(model, optimizer, scheduler, micro_batches: list[dict[str, torch.Tensor]], device,
+               max_grad_norm: float | None, world: int) -> tuple[float, float | None, int]:
+    """One optimiser step over ``micro_batches``; returns (global mean loss, grad norm, real tokens here).
+
+    Each rank scales its summed loss by world / global label count, so after FSDP averages gradients
+    over ranks the step minimises the mean over every learned token of every rank and micro-step.
+    """
+    labels = [shifted_labels(b, device) for b in micro_batches]
+    count = torch.tensor([float(sum(int((lab != IGNORE).sum()) for lab in labels))])
+    dist.all_reduce(count)
+    global_count = max(count.item(), 1.0)
+    summed = torch.zeros(1)
+    for batch, lab in zip(micro_batches, labels, strict=True):
+        total, _ = loss_sum(forward_logits(model, batch, device), lab)
+        (total * world / global_count).backward()
+        summed += total.detach().float().cpu()
+    grad_norm = None
+    if max_grad_norm is not None:
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    dist.all_reduce(summed)
+    real = int(sum(int(b["real_tokens"]) for b in micro_batches))
+    return summed.item() / global_count, grad_norm, real
+
+
+@torch.no_grad()
+def evaluate(model, batches, device, with_exact_match: bool) -> tuple[float, float | None]:
+    """Mean eval loss over every learned token of every rank; exact match of answers (teacher-forced
+    greedy predictions equal to the whole answer) when asked."""
+    model.eval()
+    stats = torch.zeros(4, dtype=torch.float64)  # loss sum, tokens, exact answers, answers
+    for batch in batches:
+        logits = forward_logits(model, batch, device)
+        labels = shifted_labels(batch, device)
+        total, n = loss_sum(logits, labels)
+        stats[0] += float(total)
+        stats[1] += n
+        if with_exact_match:
+            pred = logits[:, :-1].argmax(-1)
+            learned = labels != IGNORE
+            hit = ((pred == labels) | ~learned).all(-1) & learned.any(-1)
+            stats[2] += float(hit.sum())
+            stats[3] += float(learned.any(-1).sum())
+    dist.all_reduce(stats)
+    model.train()
+    if stats[1] == 0:
+        return math.nan, None
+    exact = float(stats[2] / stats[3]) if with_exact_match and stats[3] > 0 else None
+    return float(stats[0] / stats[1]), exact
+
+
+def micro_batches(order, rows, epoch: int, position: int, count: int, pad_id: int):
+    """``count`` micro-batches starting at (epoch, position), rolling into the next epoch if needed."""
+    out = []
+    for _ in range(count):
+        if position >= order.batches_per_epoch:
+            epoch, position = epoch + 1, 0
+        out.append(collate([rows[i] for i in order.indices(epoch, position)], pad_id))
+        position += 1
+    return out, epoch, position
