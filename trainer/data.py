@@ -178,17 +178,14 @@ def collate(rows: list[dict[str, torch.Tensor]], pad_id: int) -> dict[str, torch
     return batch
 
 
-def segment_mask(position_ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Additive 4-D mask (B, 1, L, L): causal within each example, nothing across examples.
-
-    Used when the installed transformers cannot infer packed sequences from ``position_ids``.
-    """
+def segment_mask(position_ids: torch.Tensor) -> torch.Tensor:
+    """Boolean 4-D mask (B, 1, L, L), True where attention is allowed: causal within each example,
+    nothing across examples (an example starts where its position id is 0)."""
     starts = (position_ids == 0).long().cumsum(-1)
     same = starts.unsqueeze(-1) == starts.unsqueeze(-2)
-    causal = torch.tril(torch.ones(position_ids.shape[-1], position_ids.shape[-1], dtype=torch.bool))
-    allowed = (same & causal).unsqueeze(1)
-    mask = torch.zeros(allowed.shape, dtype=dtype)
-    return mask.masked_fill(~allowed, torch.finfo(dtype).min)
+    length = position_ids.shape[-1]
+    causal = torch.tril(torch.ones(length, length, dtype=torch.bool, device=position_ids.device))
+    return (same & causal).unsqueeze(1)
 
 
 class GlobalOrder:

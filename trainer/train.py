@@ -10,29 +10,13 @@ from torch import nn
 
 from trainer.data import IGNORE, collate, segment_mask
 
-_HF_INFERS_PACKING: bool | None = None
-
-
-def _hf_infers_packing() -> bool:
-    """Newer transformers build the block mask of packed rows from ``position_ids`` themselves."""
-    global _HF_INFERS_PACKING
-    if _HF_INFERS_PACKING is None:
-        try:
-            from transformers import masking_utils
-
-            _HF_INFERS_PACKING = hasattr(masking_utils, "find_packed_sequence_indices")
-        except ImportError:
-            _HF_INFERS_PACKING = False
-    return _HF_INFERS_PACKING
-
 
 def forward_logits(model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:
+    """Logits with a block-diagonal causal mask built from ``position_ids``, so packed examples never
+    attend to each other (an explicit mask: exact on every transformers version)."""
     ids = batch["input_ids"].to(device)
     pos = batch["position_ids"].to(device)
-    if _hf_infers_packing():
-        return model(input_ids=ids, position_ids=pos).logits
-    dtype = next(model.parameters()).dtype
-    return model(input_ids=ids, position_ids=pos, attention_mask=segment_mask(pos, dtype).to(device)).logits
+    return model(input_ids=ids, position_ids=pos, attention_mask=segment_mask(pos)).logits
 
 
 def shifted_labels(batch: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:

@@ -1,0 +1,95 @@
+"""Formats, prompt masking, padding and packing, tested on real tokenizer and model (one process)."""
+
+import json
+
+import pytest
+import torch
+
+from trainer import train
+from trainer.data import IGNORE, Example, GlobalOrder, Tokenize, collate, pack, pad_rows
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="sdpa")
+    return m.eval()
+
+
+def test_alpaca_prompt_is_masked_and_answer_learned(tok):
+    ex = Tokenize(tok, "alpaca", 256, mask_prompt=True)({"instruction": "Reverse the letters.", "input": "abc",
+                                                         "output": "cba"})
+    learned = [t for t, lab in zip(ex.input_ids, ex.labels, strict=True) if lab != IGNORE]
+    assert tok.decode(learned) == "cba" + tok.eos_token
+    prompt_len = ex.labels.index(next(lab for lab in ex.labels if lab != IGNORE))
+    assert tok.decode(ex.input_ids[:prompt_len]).endswith("### Response:\n")
+    assert ex.input_ids[0] == tok.bos_token_id
+
+
+def test_unmasked_prompt_is_learned(tok):
+    ex = Tokenize(tok, "alpaca", 256, mask_prompt=False)({"instruction": "x", "output": "y"})
+    assert ex.labels == ex.input_ids
+
+
+def test_squad_answer_only(tok):
+    ex = Tokenize(tok, "squad", 256, True)({"context": "Paris is in France.", "question": "Where is Paris?",
+                                            "answers": {"text": ["France"], "answer_start": [12]}})
+    learned = [t for t, lab in zip(ex.input_ids, ex.labels, strict=True) if lab != IGNORE]
+    assert tok.decode(learned) == "France" + tok.eos_token
+
+
+def test_chat_learns_only_assistant_turns(tok):
+    ex = Tokenize(tok, "chat", 256, True)({"messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "again"}, {"role": "assistant", "content": "bye"}]})
+    learned = tok.decode([t for t, lab in zip(ex.input_ids, ex.labels, strict=True) if lab != IGNORE])
+    assert "hello" in learned and "bye" in learned and "hi" not in learned and "again" not in learned
+
+
+def test_padding_is_never_learned_nor_counted(tok):
+    exs = [Example([1, 5, 6], [IGNORE, 5, 6]), Example([1, 7], [IGNORE, 7])]
+    batch = collate(pad_rows(exs, tok.pad_token_id), tok.pad_token_id)
+    assert batch["input_ids"][1].tolist() == [1, 7, tok.pad_token_id]
+    assert batch["labels"][1].tolist() == [IGNORE, 7, IGNORE]
+    assert int(batch["real_tokens"]) == 5
+    rows = pack(exs, 8, tok.pad_token_id)
+    assert len(rows) == 1 and rows[0]["labels"].tolist()[5:] == [IGNORE] * 3
+    assert rows[0]["position_ids"].tolist() == [0, 1, 2, 0, 1, 0, 1, 2]
+    assert int(rows[0]["real_tokens"]) == 5
+
+
+def test_packed_loss_equals_token_weighted_loss_of_examples(tok, model):
+    rows = [json.loads(line) for line in open("trainer/data/tiny_alpaca.jsonl").readlines()[:12]]
+    t = Tokenize(tok, "alpaca", 128, True)
+    examples = [t(r) for r in rows]
+    packed = pack(examples, 128, tok.pad_token_id)
+    assert len(packed) < len(examples)  # several examples share rows
+    with torch.no_grad():
+        batch = collate(packed, tok.pad_token_id)
+        total, count = train.loss_sum(train.forward_logits(model, batch, "cpu"), train.shifted_labels(batch, "cpu"))
+        packed_loss = total / count
+        sums, counts = 0.0, 0
+        for ex in examples:
+            one = collate(pad_rows([ex], tok.pad_token_id), tok.pad_token_id)
+            s, n = train.loss_sum(train.forward_logits(model, one, "cpu"), train.shifted_labels(one, "cpu"))
+            sums, counts = sums + float(s), counts + n
+    assert count == counts
+    assert float(packed_loss) == pytest.approx(sums / counts, rel=1e-5)
+
+
+def test_global_order_is_deterministic_and_resumable_across_world_sizes():
+    two = [GlobalOrder(100, 2, r, 4, seed=3, shuffle=True) for r in range(2)]
+    seen = [i for g in range(two[0].batches_per_epoch) for o in two for i in o.indices(0, g)]
+    assert sorted(seen) == sorted(set(seen)) and len(seen) == 96
+    assert two[0].indices(1, 0) != two[0].indices(0, 0)
+    four = [GlobalOrder(100, 4, r, 2, seed=3, shuffle=True) for r in range(4)]
+    pos = GlobalOrder.rescale(5, two[0].per_global, four[0].per_global)
+    assert [i for o in four for i in o.indices(0, pos)] == [i for o in two for i in o.indices(0, 5)]

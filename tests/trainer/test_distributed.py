@@ -1,0 +1,198 @@
+"""The trainer end to end under real torchrun with gloo: training, strategies, export, resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.trainer.conftest import ROOT, run_trainer, tiny_params, torchrun_argv, trainer_env
+from trainer.checkpoint import list_checkpoints, newest_complete
+
+pytestmark = pytest.mark.slow
+
+
+def _records(tmp: Path) -> list[dict]:
+    return [json.loads(line) for line in (tmp / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory, tiny_model_dir):
+    tmp = tmp_path_factory.mktemp("demo")
+    out = run_trainer(tmp, tiny_params(tmp / "out"))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return tmp, out
+
+
+def test_demo_trains_loss_and_eval_loss_fall(demo_run):
+    tmp, out = demo_run
+    records = _records(tmp)
+    train = [r for r in records if r["kind"] == "train"]
+    evals = [r["eval_loss"] for r in records if r["kind"] == "eval"]
+    assert [r["step"] for r in train] == list(range(1, 41))
+    assert train[-1]["loss"] < train[0]["loss"] * 0.75
+    assert evals[-1] <= evals[0] * 0.7, evals
+    assert all(r["tokens_per_s"] > 0 and len(r["memory"]) == 2 and r["memory"][1]["rss_gib"] > 0 for r in train)
+    assert "step=40/40 loss=" in out.stdout
+
+
+def test_checkpoints_are_complete_and_pruned(demo_run):
+    tmp, _ = demo_run
+    ckpts = list_checkpoints(tmp / "out" / "checkpoints")
+    assert [(c.step, c.complete) for c in ckpts] == [(20, True), (40, True)]
+    meta = json.loads((ckpts[-1].path / "meta.json").read_text())
+    assert meta["step"] == 40 and meta["world_size"] == 2
+
+
+def test_export_loads_in_a_fresh_process_and_generates(demo_run):
+    tmp, _ = demo_run
+    export = tmp / "out" / "hf" / "step-00000040"
+    code = (
+        "import sys; from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+        f"tok = AutoTokenizer.from_pretrained({str(export)!r}); m = AutoModelForCausalLM.from_pretrained({str(export)!r})\n"
+        "ids = tok('### Instruction:\\nAdd the two numbers.\\n\\n### Input:\\n2 + 3\\n\\n### Response:\\n', return_tensors='pt')\n"
+        "out = m.generate(**ids, max_new_tokens=6, do_sample=False)\n"
+        "print('GENERATED', out.shape[1] > ids['input_ids'].shape[1], repr(tok.decode(out[0][ids['input_ids'].shape[1]:])))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "GENERATED True" in out.stdout
+
+
+def test_dcp_checkpoint_loads_in_a_plain_process(demo_run):
+    tmp, _ = demo_run
+    ckpt = newest_complete(tmp / "out" / "checkpoints")
+    code = (
+        "from trainer.export import load_for_inference\n"
+        f"model, tok = load_for_inference({str(ckpt)!r})\n"
+        "print('PARAMS', sum(p.numel() for p in model.parameters()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=trainer_env(tmp), cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "PARAMS 238144" in out.stdout
+
+
+def _kill_tagged(tag: str) -> list[int]:
+    needle = f"FSDP_TUI_RUN_ID={tag}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return pids
+
+
+def _one_step(tmp: Path, model_dir: Path, sharding: str, offload: bool, nproc: int) -> dict:
+    out_file = tmp / f"{sharding}-{int(offload)}-{nproc}.pt"
+    script = str(Path(__file__).with_name("one_step.py"))
+    out = subprocess.run(torchrun_argv(nproc, script, str(model_dir), sharding, "1" if offload else "0",
+                                       str(out_file)), cwd=ROOT, env=trainer_env(tmp), capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return torch.load(out_file)
+
+
+def test_sharding_strategies_agree_after_one_step(tmp_path, tiny_model_dir):
+    runs = {
+        "no_shard": _one_step(tmp_path, tiny_model_dir, "no_shard", False, 2),
+        "full_shard": _one_step(tmp_path, tiny_model_dir, "full_shard", False, 2),
+        "shard_grad_op": _one_step(tmp_path, tiny_model_dir, "shard_grad_op", False, 2),
+        "hybrid_shard 2x2": _one_step(tmp_path, tiny_model_dir, "hybrid_shard", False, 4),
+        "full_shard + offload": _one_step(tmp_path, tiny_model_dir, "full_shard", True, 2),
+    }
+    ref = runs.pop("no_shard")
+    for name, run in runs.items():
+        assert run["loss"] == pytest.approx(ref["loss"], rel=1e-6), name
+        assert run["params"].keys() == ref["params"].keys()
+        for key, value in ref["params"].items():
+            torch.testing.assert_close(run["params"][key], value, rtol=1e-5, atol=1e-6, msg=f"{name}: {key}")
+
+
+def test_resume_after_sigkill_gives_the_same_losses(tmp_path, tiny_model_dir):
+    params = tiny_params(tmp_path / "ref" / "out", max_steps=16,
+                         checkpoint={"every_steps": 6, "keep_last": 3, "export_hf": False},
+                         logging={"eval_every_steps": None, "eval_max_batches": 1})
+    ref = run_trainer(tmp_path / "ref", params)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    ref_losses = {r["step"]: r["loss"] for r in _records(tmp_path / "ref") if r["kind"] == "train"}
+
+    tmp = tmp_path / "killed"
+    tmp.mkdir()
+    params["output_dir"] = str(tmp / "out")
+    (tmp / "params.yaml").write_text(json.dumps(params))
+    tag = f"resume-test-{os.getpid()}"
+    env = {**trainer_env(tmp), "FSDP_TUI_RUN_ID": tag}
+    proc = subprocess.Popen(torchrun_argv(2, "-m", "trainer", str(tmp / "params.yaml")), cwd=tmp,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout:
+        if line.startswith("step=8/"):
+            break
+    # SIGKILL torchrun and its workers (each in a session of its own), found by their run tag.
+    killed = _kill_tagged(tag)
+    assert len(killed) >= 3
+    proc.wait(timeout=30)
+    time.sleep(0.5)
+    ckpt_root = tmp / "out" / "checkpoints"
+    newest = newest_complete(ckpt_root)
+    assert newest is not None and 6 <= int(newest.name[5:]) < 16, "killed before the end, after one save"
+    done = int(newest.name[5:])
+    partial = ckpt_root / "step-00000015"  # a save killed before DCP finished: never chosen
+    partial.mkdir(exist_ok=True)
+    (partial / "__0_0.distcp").write_bytes(b"partial")
+
+    resumed = run_trainer(tmp, params)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resumed from {newest} at step {done}" in resumed.stdout
+    after = [r for r in _records(tmp) if r["kind"] == "train"]
+    start = max(i for i, r in enumerate(after) if r["step"] == done + 1)  # the resumed attempt's records
+    resumed_losses = {r["step"]: r["loss"] for r in after[start:]}
+    assert sorted(resumed_losses) == list(range(done + 1, 17))
+    for step, loss in resumed_losses.items():
+        assert loss == pytest.approx(ref_losses[step], rel=1e-6, abs=1e-7), step
+
+
+def test_trains_any_local_hf_model_folder_and_alpaca_jsonl(tmp_path, tiny_model_dir):
+    """A GPT-2-shaped model (another architecture than our Llama) saved as a plain HF folder."""
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    model_dir = tmp_path / "gpt2-tiny"
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    config = GPT2Config(vocab_size=len(tok), n_positions=128, n_embd=32, n_layer=2, n_head=2,
+                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    GPT2LMHeadModel(config).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    data = tmp_path / "mine.jsonl"
+    data.write_text("".join(json.dumps({"instruction": f"Say {w}.", "input": "", "output": w}) + "\n"
+                            for w in ["yes", "no", "maybe", "sure"] * 20))
+    params = {"model_name": str(model_dir), "dataset_name": str(data), "output_dir": str(tmp_path / "out"),
+              "max_seq_len": 64, "per_device_batch_size": 2, "max_steps": 3,
+              "checkpoint": {"save_final": False, "export_hf": False}}
+    out = run_trainer(tmp_path / "run", params)
+    assert out.returncode == 0, out.stderr[-3000:]
+    losses = [r["loss"] for r in _records(tmp_path / "run") if r["kind"] == "train"]
+    assert len(losses) == 3 and all(loss > 0 for loss in losses)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_trains_on_gpu_with_nccl_and_bf16(tmp_path, tiny_model_dir):
+    params = tiny_params(tmp_path / "out", max_steps=10, checkpoint={"every_steps": 5, "async_save": True})
+    out = run_trainer(tmp_path, params, nproc=min(2, torch.cuda.device_count()))
+    assert out.returncode == 0, out.stderr[-3000:]
+    train = [r for r in _records(tmp_path) if r["kind"] == "train"]
+    assert train[-1]["loss"] < train[0]["loss"]
+    assert train[-1]["memory"][0]["peak_gib"] > 0
