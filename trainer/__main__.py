@@ -21,7 +21,7 @@ def load_config(argv: list[str]):
         raise SystemExit("usage: torchrun ... -m trainer PARAMS.yaml (or set HYPERPARAMETERS_PATH)")
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
-        return TrainerConfig.model_validate(data)
+        cfg = TrainerConfig.model_validate(data)
     except OSError as err:
         raise SystemExit(f"{path}: cannot read the parameters file: {err.strerror}") from None
     except yaml.YAMLError as err:
@@ -29,6 +29,13 @@ def load_config(argv: list[str]):
     except ValidationError as err:
         lines = [f"{path}: parameters.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()]
         raise SystemExit("\n".join(lines)) from None
+    # $FSDP_TUI_RUN_ID and ~ in paths: one output folder per run, shared by its retries.
+    ckpt = cfg.checkpoint.model_copy(update={"staging_dir": _expand(cfg.checkpoint.staging_dir)})
+    return cfg.model_copy(update={"output_dir": _expand(cfg.output_dir), "checkpoint": ckpt})
+
+
+def _expand(path: str | None) -> str | None:
+    return os.path.expanduser(os.path.expandvars(path)) if path else path
 
 
 def run(cfg) -> None:
@@ -38,6 +45,8 @@ def run(cfg) -> None:
     from trainer import assets, checkpoint, dataset, metrics, model, optim, parallel, train
     from trainer.data import GlobalOrder
 
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TQDM_DISABLE", "1")  # progress bars are noise in node logs
     # Built-in assets are made before the process group exists: HF writes files only on rank 0 then.
     for name in (cfg.model_name, cfg.model.tokenizer or cfg.model_name):
         assets.resolve_model(name)

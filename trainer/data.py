@@ -41,10 +41,10 @@ def load_rows(name: str, cfg: DataConfig) -> tuple[Any, Any | None]:
             raise ValueError(f"parameters.dataset_name: '{source}' is not json/jsonl/parquet/arrow/csv")
         ds = datasets.load_dataset(builder, data_files=str(path), split="train")
         return ds, None
-    if path.is_dir() and (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists():
+    if path.is_dir() and ((path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists()):
         loaded = datasets.load_from_disk(str(path))
         if isinstance(loaded, datasets.DatasetDict):
-            return loaded[cfg.split], loaded[cfg.eval_split] if cfg.eval_split in loaded else None
+            return loaded[cfg.split], loaded.get(cfg.eval_split) if cfg.eval_split else None
         return loaded, None
     train = datasets.load_dataset(source, data_files=cfg.data_files, split=cfg.split)
     evaluation = datasets.load_dataset(source, data_files=cfg.data_files, split=cfg.eval_split) \

@@ -37,10 +37,12 @@ def prepare(file: Path, overrides: list[str], *, quiet: bool = False):
     if result.workload is None:
         print(f"{file}: not launched: fix the errors above (fsdp-tui validate {file})", file=sys.stderr)
         return None
-    from launcher.paths import new_run_id
+    from launcher.paths import data_home, new_run_id
 
     run_id = new_run_id(result.workload.experiment_name)
-    return build_plan(result.workload, run_id=run_id, source_file=file.resolve())
+    # On this machine, node directories live in the data dir with the rest of the run.
+    node_root = None if result.workload.compute.hosts else str(data_home() / "nodes")
+    return build_plan(result.workload, run_id=run_id, source_file=file.resolve(), node_root=node_root)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     import asyncio
 
+    from launcher.headless import run_headless
     from launcher.paths import data_home
-    from launcher.session import run_headless
 
     return asyncio.run(run_headless(plan, watch=args.watch or not args.json, json_events=args.json,
                                     home=data_home()))

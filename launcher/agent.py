@@ -1,0 +1,232 @@
+"""The node agent: stdlib only, copied into each node's run directory and run there with python3.
+
+    python3 agent.py NODE_DIR start     < {"argv": [...], "env": {...}, "dir_env": {...}, "secrets": {...}}
+    python3 agent.py NODE_DIR status
+    python3 agent.py NODE_DIR follow FILE --offset N [--wait]
+    python3 agent.py NODE_DIR stop [--grace S]
+
+``start`` detaches a supervisor (new session, no terminal) that runs the command in its own process
+group, writes its combined output to ``node.log`` with secret values masked, and records the state
+atomically in ``state.json``. Secrets arrive on stdin only: never on a command line, never on disk.
+Every process of the job carries ``FSDP_TUI_RUN_ID``, so ``stop`` can sweep what escaped the group
+(torchrun starts each worker in a session of its own).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+STATE = "state.json"
+LOG = "node.log"
+RUN_ID_ENV = "FSDP_TUI_RUN_ID"
+MASK = "******"
+
+
+def _write_state(node_dir: str, **fields) -> None:
+    path = os.path.join(node_dir, STATE)
+    state = _read_state(node_dir)
+    state.update(fields)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(state, f)
+    os.replace(tmp, path)
+
+
+def _read_state(node_dir: str) -> dict:
+    try:
+        with open(os.path.join(node_dir, STATE), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _job_env(node_dir: str, spec: dict) -> dict:
+    env = dict(os.environ)
+    env.update(spec.get("env", {}))
+    for name, rel in spec.get("dir_env", {}).items():
+        env[name] = os.path.join(node_dir, rel)
+    env.update(spec.get("secrets", {}))
+    python = spec.get("python")
+    if python and os.sep in python:
+        env["PATH"] = os.path.dirname(os.path.abspath(os.path.expanduser(python))) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def start(node_dir: str, spec: dict) -> dict:
+    """Detach the supervisor and return once it has recorded the job as running."""
+    os.makedirs(node_dir, exist_ok=True)
+    if _read_state(node_dir).get("state") == "running" and _alive(_read_state(node_dir).get("supervisor_pid")):
+        return {"error": "a job is already running in this directory", **_read_state(node_dir)}
+    attempt = int(spec.get("attempt", 1))
+    _write_state(node_dir, state="starting", attempt=attempt, exit_code=None, run_id=spec["env"].get(RUN_ID_ENV))
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the supervisor: a new session, detached from the caller and its terminal
+        os.close(write_end)
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        with os.fdopen(read_end, "rb") as pipe:
+            spec = json.loads(pipe.read().decode("utf-8"))
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        code = _supervise(node_dir, spec)
+        os._exit(code)
+    os.close(read_end)
+    with os.fdopen(write_end, "wb") as pipe:
+        pipe.write(json.dumps(spec).encode("utf-8"))  # secrets travel through the pipe, not argv
+    os.waitpid(pid, 0)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        state = _read_state(node_dir)
+        if state.get("state") in ("running", "exited") and state.get("attempt") == attempt:
+            return state
+        time.sleep(0.02)
+    return {"error": "the job did not start within 30 s", **_read_state(node_dir)}
+
+
+def _supervise(node_dir: str, spec: dict) -> int:
+    secrets = [v for v in spec.get("secrets", {}).values() if v]
+    log = open(os.path.join(node_dir, LOG), "ab", buffering=0)  # noqa: SIM115
+    try:
+        proc = subprocess.Popen(spec["argv"], cwd=node_dir, env=_job_env(node_dir, spec), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as err:
+        log.write(f"fsdp-tui agent: cannot start {spec['argv'][0]!r}: {err}\n".encode())
+        _write_state(node_dir, state="exited", exit_code=127, ended_at=time.time())
+        return 127
+    _write_state(node_dir, state="running", pid=proc.pid, pgid=proc.pid, supervisor_pid=os.getpid(),
+                 started_at=time.time())
+    for line in proc.stdout:
+        for value in secrets:
+            line = line.replace(value.encode(), MASK.encode())
+        log.write(line)
+    code = proc.wait()
+    log.close()
+    state = _read_state(node_dir)
+    _write_state(node_dir, state="exited", exit_code=code, ended_at=time.time(),
+                 stopped=bool(state.get("stopping")))
+    return 0
+
+
+def _alive(pid) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return True
+
+
+def tagged_pids(run_id: str) -> list[int]:
+    """Every process whose environment carries this run's id (setsid'd and double-forked included)."""
+    needle = f"{RUN_ID_ENV}={run_id}".encode()
+    pids = []
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    pids.append(int(name))
+        except OSError:
+            continue
+    return pids
+
+
+def stop(node_dir: str, grace_s: float = 10.0) -> dict:
+    """SIGTERM the job's group and every tagged process, wait, SIGKILL, sweep; report what is left."""
+    state = _read_state(node_dir)
+    run_id = state.get("run_id")
+    if state.get("state") == "running":
+        _write_state(node_dir, stopping=True)
+    targets = set(tagged_pids(run_id)) if run_id else set()
+    pgid = state.get("pgid")
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if pgid:
+            try:
+                os.killpg(int(pgid), sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in targets | (set(tagged_pids(run_id)) if run_id else set()):
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.time() + (grace_s if sig == signal.SIGTERM else 5)
+        while time.time() < deadline:
+            left = [p for p in (tagged_pids(run_id) if run_id else []) if _alive(p)]
+            if not left and not (pgid and _group_alive(int(pgid))):
+                return {"stopped": True, "left": []}
+            time.sleep(0.1)
+    left = [p for p in (tagged_pids(run_id) if run_id else []) if _alive(p)]
+    return {"stopped": not left, "left": left}
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def follow(node_dir: str, name: str, offset: int, wait: bool) -> None:
+    """Write the file's bytes from ``offset`` to stdout; with ``wait``, until the job ended and all is read."""
+    path = os.path.join(node_dir, name)
+    out = sys.stdout.buffer
+    while True:
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            chunk = b""
+        if chunk:
+            out.write(chunk)
+            out.flush()
+            offset += len(chunk)
+            continue
+        if not wait or _read_state(node_dir).get("state") == "exited":
+            return
+        time.sleep(0.2)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    node_dir, verb = os.path.expanduser(argv[0]), argv[1]
+    if verb == "start":
+        result = start(node_dir, json.loads(sys.stdin.read()))
+    elif verb == "status":
+        result = _read_state(node_dir)
+        result["supervisor_alive"] = _alive(result.get("supervisor_pid"))
+    elif verb == "stop":
+        grace = float(argv[argv.index("--grace") + 1]) if "--grace" in argv else 10.0
+        result = stop(node_dir, grace)
+    elif verb == "follow":
+        offset = int(argv[argv.index("--offset") + 1]) if "--offset" in argv else 0
+        follow(node_dir, argv[2], offset, "--wait" in argv)
+        return 0
+    else:
+        print(f"unknown verb {verb!r}", file=sys.stderr)
+        return 2
+    print(json.dumps(result))
+    return 1 if "error" in result else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,337 @@
+"""A launch: start every node, stream logs and metrics into the local record, retry, stop, remember.
+
+The app and the headless CLI both use :func:`launch` and :func:`attach`; they get a
+:class:`RunHandle` whose ``events()`` yields :mod:`launcher.events` dataclasses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import yaml
+
+from launcher.events import (
+    MetricsRecorded,
+    NodeLines,
+    NodeState,
+    NodeStateChanged,
+    RunEvent,
+    RunFinished,
+    RunState,
+    RunStateChanged,
+    event_to_dict,
+)
+from launcher.nodes import LocalNode, NodeError
+from launcher.paths import run_dir
+from launcher.plan import RunPlan
+from launcher.secrets import MissingSecrets, SecretStore
+from launcher.store import RunStore
+from launcher.streams import LineSplitter, LogMetrics
+from launcher.triage import triage_run
+from trainer.protocol import MetricRecord
+
+POLL_S = 0.2
+STOP_GRACE_S = 10.0
+_END = object()
+
+
+class RunHandle:
+    """A running (or replayed) launch. Leaving it never stops the run; :meth:`cancel` does."""
+
+    def __init__(self, run_id: str, home: Path) -> None:
+        self.run_id = run_id
+        self.home = home
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.task: asyncio.Task | None = None
+        self.cancel_requested = asyncio.Event()
+
+    async def events(self) -> AsyncIterator[RunEvent]:
+        while True:
+            event = await self.queue.get()
+            if event is _END:
+                return
+            yield event
+
+    async def cancel(self) -> None:
+        self.cancel_requested.set()
+
+    async def wait(self) -> None:
+        if self.task is not None:
+            await asyncio.shield(self.task)
+
+
+async def launch(plan: RunPlan, *, home: Path) -> RunHandle:
+    """Record the run and start it; events flow until :class:`RunFinished`."""
+    if plan.topology.hosts and not all(h.is_local for h in plan.topology.hosts):
+        raise NodeError("running on SSH hosts is not available yet: remove compute.hosts to run on this machine")
+    store = RunStore(home)
+    resolved = yaml.safe_dump(plan.workload.model_dump(mode="json", exclude_none=True), sort_keys=False)
+    store.create_run(plan, plan.source_file, resolved)
+    handle = RunHandle(plan.run_id, home)
+    runner = _Runner(plan, handle, store, home)
+    handle.task = asyncio.create_task(runner.run())
+    return handle
+
+
+class _Runner:
+    def __init__(self, plan: RunPlan, handle: RunHandle, store: RunStore, home: Path) -> None:
+        self.plan, self.handle, self.store, self.home = plan, handle, store, home
+        self.nodes = [LocalNode(plan, n) for n in plan.nodes]
+        self.dir = run_dir(home, plan.run_id)
+        self.offsets = {(n.node_rank, s): 0 for n in plan.nodes for s in ("log", "metrics")}
+        self.splitters = {(n.node_rank, s): LineSplitter() for n in plan.nodes for s in ("log", "metrics")}
+        self.log_metrics = LogMetrics(plan.workload.metrics.pattern) if plan.workload.metrics.from_logs else None
+        self.reporter_seen = False
+        self.pending_records: list[MetricRecord] = []
+        self.mlflow = None
+        self.attempt = 1
+        self.events_file = open(self.dir / "events.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+
+    def emit(self, event: RunEvent) -> None:
+        if not isinstance(event, NodeLines):
+            self.events_file.write(json.dumps(event_to_dict(event)) + "\n")
+            self.events_file.flush()
+        self.handle.queue.put_nowait(event)
+
+    def set_state(self, state: RunState, detail: str = "") -> None:
+        self.store.set_state(self.plan.run_id, state, self.attempt, detail)
+        self.emit(RunStateChanged(self.plan.run_id, state, self.attempt, detail))
+
+    def set_node(self, rank: int, state: NodeState, code: int | None = None, detail: str = "") -> None:
+        self.store.set_node(self.plan.run_id, rank, state, code, detail)
+        self.emit(NodeStateChanged(self.plan.run_id, rank, self.plan.nodes[rank].host_display, state, code, detail))
+
+    async def run(self) -> None:
+        self.store.set_launcher(self.plan.run_id, os.getpid())
+        final, code, triage = RunState.FAILED, None, None
+        try:
+            secrets = SecretStore(self.home).resolve(self.plan.workload.secrets)
+            await self._start_mlflow()
+            for n in self.nodes:
+                await n.prepare()
+            while True:
+                final, code = await self._attempt(secrets)
+                if final != RunState.FAILED or self.attempt > self.plan.workload.max_retries:
+                    break
+                self.attempt += 1
+                self.set_state(RunState.RETRYING, f"attempt {self.attempt} of {self.plan.workload.max_retries + 1}")
+            if final == RunState.FAILED:
+                triage = self._triage()
+        except (MissingSecrets, NodeError, OSError) as err:
+            final, triage = RunState.FAILED, {"summary": str(err)}
+            self.set_state(RunState.FAILED, str(err))
+        except asyncio.CancelledError:
+            await self._stop_all()
+            final = RunState.CANCELLED
+            raise
+        finally:
+            await self._finish(final, code, triage)
+
+    async def _attempt(self, secrets: dict[str, str]) -> tuple[RunState, int | None]:
+        self.set_state(RunState.STARTING)
+        for n in self.nodes:
+            self.set_node(n.node.node_rank, NodeState.STARTING)
+        starts = await asyncio.gather(*(n.start(secrets, self.attempt) for n in self.nodes), return_exceptions=True)
+        errors = [str(r) for r in starts if isinstance(r, BaseException)]
+        if errors:
+            await self._stop_all()
+            self.set_state(RunState.FAILED, "; ".join(errors))
+            return RunState.FAILED, None
+        for n in self.nodes:
+            self.set_node(n.node.node_rank, NodeState.RUNNING)
+        self.set_state(RunState.RUNNING)
+        timeout = self.plan.workload.timeout_minutes
+        deadline = time.monotonic() + timeout * 60 if timeout else None
+        last_offsets = time.monotonic()
+        while True:
+            await self._pump()
+            if time.monotonic() - last_offsets > 2:
+                self._save_offsets()
+                last_offsets = time.monotonic()
+            states = await asyncio.gather(*(n.status() for n in self.nodes))
+            exited = {n.node.node_rank: s for n, s in zip(self.nodes, states, strict=True)
+                      if s.get("state") == "exited" and s.get("attempt") == self.attempt}
+            failed = {r: s for r, s in exited.items() if s.get("exit_code") != 0}
+            if self.handle.cancel_requested.is_set() or any(s.get("stopped") for s in exited.values()):
+                self.set_state(RunState.CANCELLING)
+                await self._stop_all()
+                await self._pump()
+                return RunState.CANCELLED, None
+            if failed or len(exited) == len(self.nodes):
+                for rank, s in exited.items():
+                    self.set_node(rank, NodeState.EXITED, s.get("exit_code"))
+                if failed:
+                    await self._stop_all()
+                await self._pump(final=True)
+                first = min(failed) if failed else None
+                if first is None:
+                    return RunState.SUCCEEDED, 0
+                return RunState.FAILED, failed[first].get("exit_code")
+            if deadline and time.monotonic() > deadline:
+                await self._stop_all()
+                await self._pump(final=True)
+                return RunState.TIMED_OUT, None
+            await asyncio.sleep(POLL_S)
+
+    async def _pump(self, final: bool = False) -> None:
+        """Read what is new on every node: log lines to events and the mirror, node 0's metrics."""
+        for n in self.nodes:
+            rank = n.node.node_rank
+            chunk = await n.read("node.log", self.offsets[(rank, "log")])
+            self.offsets[(rank, "log")] += len(chunk)
+            lines = self.splitters[(rank, "log")].feed(chunk)
+            if final:
+                lines += self.splitters[(rank, "log")].flush()
+            if lines:
+                await asyncio.to_thread(_append, self.dir / "nodes" / f"{rank}.log", lines)
+                self.emit(NodeLines(self.plan.run_id, rank, tuple(lines), self.offsets[(rank, "log")]))
+                if rank == 0 and self.log_metrics and not self.reporter_seen:
+                    for line in lines:
+                        record = self.log_metrics.parse(line)
+                        if record is not None:
+                            self._record(record)
+        chunk = await self.nodes[0].read("metrics.jsonl", self.offsets[(0, "metrics")])
+        self.offsets[(0, "metrics")] += len(chunk)
+        for line in self.splitters[(0, "metrics")].feed(chunk):
+            record = MetricRecord.from_json(line)
+            if record is not None:
+                self.reporter_seen = True
+                self._record(record)
+        await self._flush_metrics()
+
+    def _record(self, record: MetricRecord) -> None:
+        self.pending_records.append(record)
+        self.emit(MetricsRecorded(self.plan.run_id, record))
+
+    async def _flush_metrics(self) -> None:
+        if not self.pending_records:
+            return
+        records, self.pending_records = self.pending_records, []
+        await asyncio.to_thread(_append, self.dir / "metrics.jsonl", [r.to_json() for r in records])
+        train = [r for r in records if r.loss is not None]
+        evals = [r.eval_loss for r in records if r.eval_loss is not None]
+        self.store.record_metric_summary(
+            self.plan.run_id, last_loss=train[-1].loss if train else None,
+            best_eval_loss=min(evals) if evals else None, step=max(r.step for r in records),
+            max_steps=next((r.max_steps for r in reversed(records) if r.max_steps), None))
+        if self.mlflow is not None:
+            await asyncio.to_thread(self.mlflow.log_records, records)
+
+    def _save_offsets(self) -> None:
+        for (rank, stream), offset in self.offsets.items():
+            self.store.save_offset(self.plan.run_id, rank, stream, offset)
+
+    async def _stop_all(self) -> None:
+        results = await asyncio.gather(*(n.stop(STOP_GRACE_S) for n in self.nodes), return_exceptions=True)
+        for n, r in zip(self.nodes, results, strict=True):
+            left = r.get("left") if isinstance(r, dict) else None
+            self.set_node(n.node.node_rank, NodeState.STOPPED,
+                          detail=f"processes left: {left}" if left else "")
+
+    def _triage(self) -> dict:
+        logs = {}
+        for n in self.nodes:
+            path = self.dir / "nodes" / f"{n.node.node_rank}.log"
+            logs[n.node.node_rank] = path.read_text(errors="replace")[-2_000_000:] if path.exists() else ""
+        codes = {r: c for r, c in self._exit_codes().items()}
+        report = triage_run(logs, codes).to_dict()
+        (self.dir / "triage.json").write_text(json.dumps(report, indent=2))
+        return report
+
+    def _exit_codes(self) -> dict[int, int | None]:
+        record = self.store.get_run(self.plan.run_id)
+        return {n.node_rank: n.exit_code for n in record.nodes} if record else {}
+
+    async def _start_mlflow(self) -> None:
+        cfg = self.plan.workload.mlflow
+        if not cfg.enabled:
+            return
+        from launcher.mlflow_sink import MlflowSink
+
+        sink = MlflowSink(cfg.tracking_uri, cfg.experiment or self.plan.workload.experiment_name,
+                          cfg.run_name or self.plan.run_id, self.home)
+        params = self.plan.workload.parameters
+        await asyncio.to_thread(sink.start, params, {"fsdp_tui.run_id": self.plan.run_id})
+        self.mlflow = sink
+
+    async def _finish(self, final: RunState, code: int | None, triage: dict | None) -> None:
+        self._save_offsets()
+        record = self.store.get_run(self.plan.run_id)
+        if record is None or not record.summary.state.is_final:
+            self.set_state(final, triage["summary"] if triage else "")
+        if self.mlflow is not None:
+            status = {RunState.SUCCEEDED: "FINISHED", RunState.CANCELLED: "KILLED"}.get(final, "FAILED")
+            artifacts = sorted((self.dir / "nodes").glob("*.log")) + [self.dir / "triage.json",
+                                                                     self.dir / "workload.yaml"]
+            try:
+                await asyncio.to_thread(self.mlflow.finish, status, artifacts)
+            except Exception as err:  # noqa: BLE001 - the run's own outcome must still be reported
+                self.emit(RunStateChanged(self.plan.run_id, final, self.attempt, f"MLflow: {err}"))
+        self.store.set_launcher(self.plan.run_id, None)
+        self.emit(RunFinished(self.plan.run_id, final, code, triage))
+        self.events_file.close()
+        self.handle.queue.put_nowait(_END)
+
+
+async def replay(run_id: str, *, home: Path) -> RunHandle:
+    """A finished run from its local record: node lines, metrics and its end, as events."""
+    store = RunStore(home)
+    record = store.get_run(run_id)
+    if record is None:
+        raise LookupError(f"no run '{run_id}'")
+    handle = RunHandle(run_id, home)
+    for node in record.nodes:
+        path = record.directory / "nodes" / f"{node.node_rank}.log"
+        handle.queue.put_nowait(NodeStateChanged(run_id, node.node_rank, node.host, node.state, node.exit_code))
+        if path.exists():
+            lines = path.read_text(errors="replace").splitlines()
+            for i in range(0, len(lines), 2000):
+                handle.queue.put_nowait(NodeLines(run_id, node.node_rank, tuple(lines[i:i + 2000]), 0))
+    metrics = record.directory / "metrics.jsonl"
+    if metrics.exists():
+        for line in metrics.read_text().splitlines():
+            rec = MetricRecord.from_json(line)
+            if rec is not None:
+                handle.queue.put_nowait(MetricsRecorded(run_id, rec))
+    triage_path = record.directory / "triage.json"
+    triage = json.loads(triage_path.read_text()) if triage_path.exists() else None
+    handle.queue.put_nowait(RunStateChanged(run_id, record.summary.state, record.summary.attempt))
+    if record.summary.state.is_final:
+        handle.queue.put_nowait(RunFinished(run_id, record.summary.state, None, triage))
+        handle.queue.put_nowait(_END)
+    return handle
+
+
+def cancel_run(run_id: str, *, home: Path) -> dict:
+    """Stop every node of a run from any process; the launcher tailing it records it as cancelled."""
+    from launcher.agent import stop
+
+    store = RunStore(home)
+    record = store.get_run(run_id)
+    if record is None:
+        raise LookupError(f"no run '{run_id}'")
+    results = {}
+    for node in record.nodes:
+        results[node.node_rank] = stop(str(Path(node.node_dir).expanduser()), STOP_GRACE_S)
+    if record.launcher_pid is None or not _pid_alive(record.launcher_pid):
+        if not record.summary.state.is_final:
+            store.set_state(run_id, RunState.CANCELLED, record.summary.attempt, "cancelled; no launcher was attached")
+    return results
+
+
+def _append(path: Path, lines: list[str]) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
