@@ -36,6 +36,7 @@ from launcher.triage import triage_run
 from trainer.protocol import MetricRecord
 
 POLL_S = 0.2
+MAX_QUEUED = 20_000
 STOP_GRACE_S = 10.0
 _END = object()
 
@@ -96,6 +97,8 @@ class _Runner:
         if not isinstance(event, NodeLines):
             self.events_file.write(json.dumps(event_to_dict(event)) + "\n")
             self.events_file.flush()
+        elif self.handle.queue.qsize() >= MAX_QUEUED:
+            return  # nobody is reading (a screen was left); the mirror keeps every line
         self.handle.queue.put_nowait(event)
 
     def set_state(self, state: RunState, detail: str = "") -> None:
@@ -106,16 +109,18 @@ class _Runner:
         self.store.set_node(self.plan.run_id, rank, state, code, detail)
         self.emit(NodeStateChanged(self.plan.run_id, rank, self.plan.nodes[rank].host_display, state, code, detail))
 
-    async def run(self) -> None:
+    async def run(self, adopted: bool = False) -> None:
         self.store.set_launcher(self.plan.run_id, os.getpid())
         final, code, triage = RunState.FAILED, None, None
         try:
             secrets = SecretStore(self.home).resolve(self.plan.workload.secrets)
-            await self._start_mlflow()
-            for n in self.nodes:
-                await n.prepare()
+            if not adopted:
+                await self._start_mlflow()
+                for n in self.nodes:
+                    await n.prepare()
             while True:
-                final, code = await self._attempt(secrets)
+                final, code = await self._attempt(secrets, adopted)
+                adopted = False
                 if final != RunState.FAILED or self.attempt > self.plan.workload.max_retries:
                     break
                 self.attempt += 1
@@ -126,25 +131,31 @@ class _Runner:
             final, triage = RunState.FAILED, {"summary": str(err)}
             self.set_state(RunState.FAILED, str(err))
         except asyncio.CancelledError:
-            await self._stop_all()
-            final = RunState.CANCELLED
+            # The launcher is going away (the app quit): the run keeps going on its nodes and is
+            # adopted by the next launcher that opens it.
+            self._save_offsets()
+            self.store.set_launcher(self.plan.run_id, None)
+            self.events_file.close()
             raise
-        finally:
-            await self._finish(final, code, triage)
+        await self._finish(final, code, triage)
 
-    async def _attempt(self, secrets: dict[str, str]) -> tuple[RunState, int | None]:
-        self.set_state(RunState.STARTING)
-        for n in self.nodes:
-            self.set_node(n.node.node_rank, NodeState.STARTING)
-        starts = await asyncio.gather(*(n.start(secrets, self.attempt) for n in self.nodes), return_exceptions=True)
-        errors = [str(r) for r in starts if isinstance(r, BaseException)]
-        if errors:
-            await self._stop_all()
-            self.set_state(RunState.FAILED, "; ".join(errors))
-            return RunState.FAILED, None
-        for n in self.nodes:
-            self.set_node(n.node.node_rank, NodeState.RUNNING)
-        self.set_state(RunState.RUNNING)
+    async def _attempt(self, secrets: dict[str, str], adopted: bool = False) -> tuple[RunState, int | None]:
+        if adopted:
+            self.set_state(RunState.RUNNING, "re-attached after the launcher stopped")
+        else:
+            self.set_state(RunState.STARTING)
+            for n in self.nodes:
+                self.set_node(n.node.node_rank, NodeState.STARTING)
+            starts = await asyncio.gather(*(n.start(secrets, self.attempt) for n in self.nodes),
+                                          return_exceptions=True)
+            errors = [str(r) for r in starts if isinstance(r, BaseException)]
+            if errors:
+                await self._stop_all()
+                self.set_state(RunState.FAILED, "; ".join(errors))
+                return RunState.FAILED, None
+            for n in self.nodes:
+                self.set_node(n.node.node_rank, NodeState.RUNNING)
+            self.set_state(RunState.RUNNING)
         timeout = self.plan.workload.timeout_minutes
         deadline = time.monotonic() + timeout * 60 if timeout else None
         last_offsets = time.monotonic()
@@ -189,6 +200,9 @@ class _Runner:
                 lines += self.splitters[(rank, "log")].flush()
             if lines:
                 await asyncio.to_thread(_append, self.dir / "nodes" / f"{rank}.log", lines)
+                # The mirror and its offset move together, so a re-attach never duplicates a line.
+                consumed = self.offsets[(rank, "log")] - len(self.splitters[(rank, "log")].rest)
+                self.store.save_offset(self.plan.run_id, rank, "log", consumed)
                 self.emit(NodeLines(self.plan.run_id, rank, tuple(lines), self.offsets[(rank, "log")]))
                 if rank == 0 and self.log_metrics and not self.reporter_seen:
                     for line in lines:
@@ -224,7 +238,8 @@ class _Runner:
 
     def _save_offsets(self) -> None:
         for (rank, stream), offset in self.offsets.items():
-            self.store.save_offset(self.plan.run_id, rank, stream, offset)
+            consumed = offset - len(self.splitters[(rank, stream)].rest)
+            self.store.save_offset(self.plan.run_id, rank, stream, consumed)
 
     async def _stop_all(self) -> None:
         results = await asyncio.gather(*(n.stop(STOP_GRACE_S) for n in self.nodes), return_exceptions=True)
@@ -305,6 +320,82 @@ async def replay(run_id: str, *, home: Path) -> RunHandle:
         handle.queue.put_nowait(RunFinished(run_id, record.summary.state, None, triage))
         handle.queue.put_nowait(_END)
     return handle
+
+
+async def attach(run_id: str, *, home: Path) -> RunHandle:
+    """Re-open a run: replay a finished one; follow a live one (adopting it if its launcher died)."""
+    store = RunStore(home)
+    record = store.get_run(run_id)
+    if record is None:
+        raise LookupError(f"no run '{run_id}'")
+    if record.summary.state.is_final:
+        return await replay(run_id, home=home)
+    if record.launcher_pid is not None and _pid_alive(record.launcher_pid):
+        handle = await replay(run_id, home=home)  # what is recorded so far...
+        handle.task = asyncio.create_task(_follow_mirror(handle, store, record))  # ...then what comes
+        return handle
+    return await adopt(run_id, home=home)
+
+
+async def adopt(run_id: str, *, home: Path) -> RunHandle:
+    """Become the launcher of a live run whose launcher died: resume tailing at the saved offsets."""
+    from launcher.plan import build_plan
+    from launcher.validate import validate_text
+
+    store = RunStore(home)
+    record = store.get_run(run_id)
+    text = (record.directory / "workload.yaml").read_text()
+    result = validate_text(text, str(record.directory / "workload.yaml"))
+    if result.workload is None:
+        raise NodeError(f"run {run_id}: its recorded workload no longer validates")
+    node_root = record.nodes[0].node_dir.rsplit(f"/{run_id}/", 1)[0]
+    plan = build_plan(result.workload, run_id=run_id, node_root=node_root)
+    handle = await replay(run_id, home=home)
+    runner = _Runner(plan, handle, store, home)
+    runner.attempt = record.summary.attempt
+    for key, offset in record.offsets.items():
+        runner.offsets[key] = offset
+    handle.task = asyncio.create_task(runner.run(adopted=True))
+    return handle
+
+
+async def _follow_mirror(handle: RunHandle, store: RunStore, record) -> None:
+    """Another process launches this run: follow its local mirror until the run ends."""
+    offsets = {n.node_rank: (record.directory / "nodes" / f"{n.node_rank}.log").stat().st_size
+               if (record.directory / "nodes" / f"{n.node_rank}.log").exists() else 0 for n in record.nodes}
+    metrics_path = record.directory / "metrics.jsonl"
+    metrics_offset = metrics_path.stat().st_size if metrics_path.exists() else 0
+    splitters = {rank: LineSplitter() for rank in offsets}
+    metric_split = LineSplitter()
+    while True:
+        for rank in offsets:
+            chunk = await asyncio.to_thread(_read_from, record.directory / "nodes" / f"{rank}.log", offsets[rank])
+            offsets[rank] += len(chunk)
+            lines = splitters[rank].feed(chunk)
+            if lines:
+                handle.queue.put_nowait(NodeLines(handle.run_id, rank, tuple(lines), offsets[rank]))
+        chunk = await asyncio.to_thread(_read_from, metrics_path, metrics_offset)
+        metrics_offset += len(chunk)
+        for line in metric_split.feed(chunk):
+            rec = MetricRecord.from_json(line)
+            if rec is not None:
+                handle.queue.put_nowait(MetricsRecorded(handle.run_id, rec))
+        now = store.get_run(handle.run_id)
+        if now is None or now.summary.state.is_final:
+            state = now.summary.state if now else RunState.FAILED
+            handle.queue.put_nowait(RunFinished(handle.run_id, state))
+            handle.queue.put_nowait(_END)
+            return
+        await asyncio.sleep(0.3)
+
+
+def _read_from(path: Path, offset: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(4 << 20)
+    except FileNotFoundError:
+        return b""
 
 
 def cancel_run(run_id: str, *, home: Path) -> dict:

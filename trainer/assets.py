@@ -78,6 +78,9 @@ def build_tiny_llama(target: Path) -> Path:
         shutil.rmtree(target, ignore_errors=True)  # a build that died half-way
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
         try:
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
             tokenizer = _train_tokenizer()
             tokenizer.save_pretrained(tmp)
             _init_model(len(tokenizer), tokenizer).save_pretrained(tmp, safe_serialization=True)

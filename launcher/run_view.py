@@ -1,0 +1,136 @@
+"""What a run monitor shows, computed from run events: pure, bounded, tested without a terminal."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from launcher.events import (
+    GpuTelemetry,
+    MetricsRecorded,
+    NodeLines,
+    NodeState,
+    NodeStateChanged,
+    RunEvent,
+    RunFinished,
+    RunState,
+    RunStateChanged,
+)
+from launcher.triage import classify_line
+from trainer.protocol import RankMemory
+
+SERIES_LEN = 600
+
+
+@dataclass
+class NodeView:
+    node_rank: int
+    host: str = ""
+    state: NodeState = NodeState.PENDING
+    exit_code: int | None = None
+    lines: int = 0
+    first_error: tuple[int, str] | None = None
+    """(line number in this node's log, the line) of the first failure signature."""
+
+
+@dataclass
+class RunView:
+    run_id: str
+    state: RunState = RunState.PENDING
+    attempt: int = 1
+    detail: str = ""
+    started_at: float | None = None
+    ended_at: float | None = None
+    step: int = 0
+    max_steps: int | None = None
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    loss: deque = field(default_factory=lambda: deque(maxlen=SERIES_LEN))
+    eval_loss: deque = field(default_factory=lambda: deque(maxlen=SERIES_LEN))
+    lr: deque = field(default_factory=lambda: deque(maxlen=SERIES_LEN))
+    throughput: deque = field(default_factory=lambda: deque(maxlen=SERIES_LEN))
+    memory: dict[int, RankMemory] = field(default_factory=dict)
+    nodes: dict[int, NodeView] = field(default_factory=dict)
+    triage: dict | None = None
+    first_step_at: tuple[float, int] | None = None
+
+    def apply(self, event: RunEvent, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        if isinstance(event, RunStateChanged):
+            self.state, self.attempt, self.detail = event.state, event.attempt, event.detail
+            if event.state == RunState.RUNNING and self.started_at is None:
+                self.started_at = now
+        elif isinstance(event, NodeStateChanged):
+            node = self.node(event.node_rank)
+            node.host, node.state, node.exit_code = event.host, event.state, event.exit_code
+        elif isinstance(event, NodeLines):
+            node = self.node(event.node_rank)
+            if node.first_error is None:
+                for i, line in enumerate(event.lines):
+                    if classify_line(line) is not None:
+                        node.first_error = (node.lines + i, line)
+                        break
+            node.lines += len(event.lines)
+        elif isinstance(event, MetricsRecorded):
+            self._metrics(event, now)
+        elif isinstance(event, GpuTelemetry):
+            pass
+        elif isinstance(event, RunFinished):
+            self.state, self.triage, self.ended_at = event.state, event.triage, now
+
+    def node(self, rank: int) -> NodeView:
+        return self.nodes.setdefault(rank, NodeView(rank))
+
+    def _metrics(self, event: MetricsRecorded, now: float) -> None:
+        r = event.record
+        if r.max_steps:
+            self.max_steps = r.max_steps
+        if r.eval_loss is not None:
+            self.eval_loss.append(r.eval_loss)
+        if r.kind != "train":
+            return
+        self.step = max(self.step, r.step)
+        if self.first_step_at is None:
+            self.first_step_at = (now, r.step)
+        if r.loss is not None:
+            self.loss.append(r.loss)
+        if r.lr is not None:
+            self.lr.append(r.lr)
+        if r.tokens_per_s is not None:
+            self.tokens_per_s = r.tokens_per_s
+            self.throughput.append(r.tokens_per_s)
+        if r.mfu is not None:
+            self.mfu = r.mfu
+        for mem in r.memory:
+            self.memory[mem.rank] = mem
+
+    def elapsed_s(self, now: float | None = None) -> float | None:
+        if self.started_at is None:
+            return None
+        return (self.ended_at or (time.time() if now is None else now)) - self.started_at
+
+    def eta_s(self, now: float | None = None) -> float | None:
+        """Remaining time from the step rate since the first reported step."""
+        if self.first_step_at is None or not self.max_steps or self.state.is_final:
+            return None
+        now = time.time() if now is None else now
+        t0, s0 = self.first_step_at
+        done = self.step - s0
+        if done <= 0 or now <= t0:
+            return None
+        return (self.max_steps - self.step) * (now - t0) / done
+
+    def first_error(self) -> tuple[int, int, str] | None:
+        """(node, line number, line) of the earliest-numbered error on any node."""
+        found = [(n.node_rank, *n.first_error) for n in self.nodes.values() if n.first_error]
+        return min(found, key=lambda f: (f[1], f[0])) if found else None
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"

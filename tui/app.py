@@ -1,0 +1,137 @@
+"""The fsdp-tui app: home, editor, run monitor; themes from data; every screen keyboard-first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.app import App
+from textual.binding import Binding
+from textual.theme import Theme
+
+from tui import settings
+
+
+class FsdpTuiApp(App):
+    TITLE = "fsdp-tui"
+    BINDINGS = [
+        Binding("q", "quit", "quit (runs keep going)"),
+        Binding("t", "next_theme", "theme"),
+        Binding("h", "home", "home", show=False),
+    ]
+
+    def __init__(self, home: Path, theme: str | None = None, workload: Path | None = None,
+                 run_id: str | None = None, launch: bool = False, overrides: list[str] | None = None) -> None:
+        super().__init__()
+        self.home = home
+        self.start_workload = workload
+        self.start_run = run_id
+        self.start_launch = launch
+        self.start_overrides = overrides or []
+        self.extra_workloads = [workload.resolve()] if workload else []
+        self.requested_theme = theme
+        self.handles: dict[str, object] = {}
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        from themes import APP_VARIABLES
+
+        return dict(APP_VARIABLES)
+
+    def on_mount(self) -> None:
+        self._register_themes()
+        from tui.screens.home import HomeScreen
+
+        self.push_screen(HomeScreen())
+        if self.start_workload is not None and self.start_launch:
+            self.launch_workload(self.start_workload, self.start_overrides)
+        elif self.start_workload is not None:
+            self.open_editor(self.start_workload)
+        elif self.start_run is not None:
+            self.open_run(self.start_run)
+
+    def _register_themes(self) -> None:
+        from launcher.paths import config_home
+        from themes import DEFAULT_THEME, discover
+
+        specs, errors = discover(config_home() / "themes")
+        for spec in specs:
+            self.register_theme(Theme(name=spec.name, variables=spec.variables, **spec.fields))
+        for error in errors:
+            self.notify(f"theme skipped: {error}", severity="warning", timeout=8)
+        wanted = self.requested_theme or settings.load().get("theme") or DEFAULT_THEME
+        if wanted not in self.available_themes:
+            self.notify(f"unknown theme '{wanted}', using {DEFAULT_THEME}", severity="warning")
+            wanted = DEFAULT_THEME
+        self.theme = wanted
+        if self.requested_theme and wanted == self.requested_theme:
+            settings.save(theme=wanted)
+
+    def watch_theme(self, theme: str) -> None:
+        if self.is_mounted:
+            settings.save(theme=theme)
+
+    def action_next_theme(self) -> None:
+        names = sorted(self.available_themes)
+        self.theme = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
+        self.notify(f"theme: {self.theme}")
+
+    def action_home(self) -> None:
+        while len(self.screen_stack) > 2:
+            self.pop_screen()
+
+    def open_editor(self, path: Path) -> None:
+        from tui.screens.editor import EditorScreen
+
+        self.push_screen(EditorScreen(path))
+
+    def open_run(self, run_id: str, handle=None) -> None:
+        from launcher.store import RunStore
+        from tui.screens.monitor import RunMonitorScreen
+
+        record = RunStore(self.home).get_run(run_id)
+        if record is None:
+            self.notify(f"no run '{run_id}'", severity="error")
+            return
+        # A fresh launch hands over its handle; reopening a run replays its record and follows it.
+        self.push_screen(RunMonitorScreen(run_id, max(1, len(record.nodes)), handle))
+
+    def launch_workload(self, path: Path, overrides: list[str]) -> None:
+        self.run_worker(self._launch(path, overrides), group="launch", exclusive=True)
+
+    async def _launch(self, path: Path, overrides: list[str]) -> None:
+        import asyncio
+
+        from launcher.nodes import NodeError
+        from launcher.paths import new_run_id
+        from launcher.plan import build_plan
+        from launcher.session import launch
+        from launcher.validate import validate_file
+
+        result = await asyncio.to_thread(validate_file, path, overrides)
+        if result.workload is None:
+            first = result.errors[0].format() if result.errors else "invalid workload"
+            self.notify(f"not launched: {first}", severity="error", timeout=10)
+            self.open_editor(path)
+            return
+        node_root = None if result.workload.compute.hosts else str(self.home / "nodes")
+        plan = build_plan(result.workload, run_id=new_run_id(result.workload.experiment_name),
+                          source_file=await asyncio.to_thread(path.resolve), node_root=node_root)
+        if plan.blockers:
+            self.notify("not launched: " + "; ".join(plan.blockers), severity="error", timeout=10)
+            return
+        try:
+            handle = await launch(plan, home=self.home)
+        except NodeError as err:
+            self.notify(f"not launched: {err}", severity="error", timeout=10)
+            return
+        self.handles[plan.run_id] = handle
+        self.open_run(plan.run_id, handle)
+
+
+def run_app(*, workload: Path | None = None, run_id: str | None = None, theme: str | None = None,
+            launch: bool = False, overrides: list[str] | None = None) -> int:
+    from launcher.paths import data_home
+
+    app = FsdpTuiApp(data_home(), theme=theme, workload=workload, run_id=run_id, launch=launch,
+                     overrides=overrides)
+    app.run()
+    return app.return_code or 0

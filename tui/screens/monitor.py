@@ -1,0 +1,186 @@
+"""The run monitor: header, sparklines, memory gauges and one log pane per node.
+
+Run events arrive in an async worker and only update a :class:`RunView` and per-pane buffers; a
+15 Hz timer writes log batches (one ``write_lines`` per visible pane) and a 3 Hz timer redraws
+the costly widgets. Leaving the screen never stops the run.
+"""
+
+from __future__ import annotations
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, Label
+
+from launcher.events import MetricsRecorded, NodeLines, NodeStateChanged, RunEvent, RunFinished
+from launcher.run_view import RunView, fmt_duration
+from tui.widgets.metrics import MetricsPanel
+from tui.widgets.node_log import NodeLog
+
+LOG_HZ = 15
+DRAW_HZ = 3
+
+
+class RunMonitorScreen(Screen):
+    DEFAULT_CSS = """
+    RunMonitorScreen #summary { height: 1; padding: 0 1; background: $panel; text-style: bold; }
+    RunMonitorScreen #logs { grid-size: 2; grid-gutter: 0 1; height: 1fr; min-height: 8; }
+    RunMonitorScreen #logs.-one { grid-size: 1; }
+    RunMonitorScreen #merged { height: 1fr; display: none; }
+    RunMonitorScreen.-merged #merged { display: block; }
+    RunMonitorScreen.-merged #logs { display: none; }
+    RunMonitorScreen #filter { display: none; height: 3; }
+    RunMonitorScreen.-filtering #filter { display: block; }
+    """
+    BINDINGS = [
+        Binding("c", "cancel", "cancel run"),
+        Binding("m", "merged", "merged view"),
+        Binding("f", "follow", "follow"),
+        Binding("slash", "filter", "filter"),
+        Binding("e", "first_error", "first error"),
+        Binding("l", "relaunch", "relaunch"),
+        Binding("escape", "back", "back"),
+    ]
+
+    def __init__(self, run_id: str, num_nodes: int, handle=None) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.num_nodes = num_nodes
+        self.handle = handle
+        self.view = RunView(run_id)
+        self.follow = True
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Label(f"run {self.run_id}", id="summary")
+        yield MetricsPanel()
+        yield Input(placeholder="show only lines containing...", id="filter")
+        with Grid(id="logs", classes="-one" if self.num_nodes == 1 else ""):
+            for rank in range(self.num_nodes):
+                yield NodeLog(rank, id=f"node-{rank}")
+        with Vertical(id="merged"):
+            yield NodeLog(-1, "all nodes", id="node-all")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = f"fsdp-tui: {self.run_id}"
+        self.set_interval(1 / LOG_HZ, self.flush_logs)
+        self.set_interval(1 / DRAW_HZ, self.redraw)
+        self.consume()
+
+    def pane(self, rank: int) -> NodeLog:
+        """Node ``rank``'s pane; -1 is the merged all-node view."""
+        return self.query_one("#node-all" if rank < 0 else f"#node-{rank}", NodeLog)
+
+    @work(exclusive=True, group="run-events")
+    async def consume(self) -> None:
+        from launcher.session import attach
+
+        if self.handle is None:
+            self.handle = await attach(self.run_id, home=self.app.home)
+        async for event in self.handle.events():
+            self.on_run_event(event)
+
+    def on_run_event(self, event: RunEvent) -> None:
+        self.view.apply(event)
+        if isinstance(event, NodeLines):
+            if 0 <= event.node_rank < self.num_nodes:
+                self.pane(event.node_rank).push(event.lines)
+            prefix = f"[{event.node_rank}] "
+            self.pane(-1).push([prefix + line for line in event.lines])
+        elif isinstance(event, NodeStateChanged) and 0 <= event.node_rank < self.num_nodes:
+            self.pane(event.node_rank).set_state(event.state, event.exit_code, event.host)
+        elif isinstance(event, RunFinished):
+            summary = (event.triage or {}).get("summary")
+            self.notify(f"run {event.state.value}" + (f": {summary}" if summary else ""),
+                        severity="information" if event.state.value == "succeeded" else "error", timeout=10)
+        elif isinstance(event, MetricsRecorded):
+            pass
+
+    def flush_logs(self) -> None:
+        for pane in self.query(NodeLog):
+            pane.flush()
+
+    def redraw(self) -> None:
+        v = self.view
+        step = f"{v.step}/{v.max_steps}" if v.max_steps else str(v.step)
+        tps = f"{v.tokens_per_s:,.0f} tok/s" if v.tokens_per_s else "- tok/s"
+        mfu = f"  MFU {v.mfu:.1%}" if v.mfu is not None else ""
+        text = (f"{v.state.value.upper()}  attempt {v.attempt}  elapsed {fmt_duration(v.elapsed_s())}  "
+                f"ETA {fmt_duration(v.eta_s())}  step {step}  {tps}{mfu}  follow {'on' if self.follow else 'off'}")
+        self.query_one("#summary", Label).update(text)
+        with self.app.batch_update():
+            self.query_one(MetricsPanel).refresh_from(v)
+
+    def action_cancel(self) -> None:
+        from tui.screens.confirm import ConfirmModal
+
+        if self.view.state.is_final:
+            self.notify("the run has ended")
+            return
+
+        def done(yes: bool | None) -> None:
+            if yes:
+                self.cancel_run()
+
+        self.app.push_screen(ConfirmModal(f"Cancel run {self.run_id} on all its nodes?"), done)
+
+    @work(exclusive=True, group="run-cancel")
+    async def cancel_run(self) -> None:
+        if self.handle is not None and getattr(self.handle, "task", None) is not None:
+            await self.handle.cancel()
+        else:
+            import asyncio
+
+            from launcher.session import cancel_run
+
+            await asyncio.to_thread(cancel_run, self.run_id, home=self.app.home)
+        self.notify("cancelling: SIGTERM, then SIGKILL after the grace period")
+
+    def action_merged(self) -> None:
+        self.toggle_class("-merged")
+
+    def action_follow(self) -> None:
+        self.follow = not self.follow
+        for pane in self.query(NodeLog):
+            pane.set_follow(self.follow)
+
+    def action_filter(self) -> None:
+        self.add_class("-filtering")
+        self.query_one("#filter", Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        for pane in self.query(NodeLog):
+            pane.refilter(event.value)
+        if not event.value:
+            self.remove_class("-filtering")
+
+    def action_first_error(self) -> None:
+        found = self.view.first_error()
+        if found is None:
+            self.notify("no error signature in any node's log")
+            return
+        rank, line_no, line = found
+        self.remove_class("-merged")
+        pane = self.pane(rank)
+        pane.flush()
+        self.follow = False
+        pane.set_follow(False)
+        pane.log.scroll_to(y=max(0, line_no - 2), animate=False)
+        self.notify(f"node {rank}, line {line_no + 1}: {line[:120]}", severity="warning")
+
+    def action_relaunch(self) -> None:
+        from pathlib import Path
+
+        from launcher.store import RunStore
+
+        record = RunStore(self.app.home).get_run(self.run_id)
+        if record is None or not record.summary.workload_path:
+            self.notify("no workload file recorded for this run", severity="warning")
+            return
+        self.app.launch_workload(Path(record.summary.workload_path), [])
+
+    def action_back(self) -> None:
+        self.app.pop_screen()

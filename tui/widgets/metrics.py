@@ -1,0 +1,105 @@
+"""Loss and friends as sparklines, memory gauges per rank: redrawn a few times a second, not per event."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Grid, Horizontal, Vertical
+from textual.widgets import Label, ProgressBar, Sparkline
+
+from launcher.run_view import RunView
+
+WARN_AT = 0.85
+CRIT_AT = 0.95
+
+
+class MetricSpark(Vertical):
+    DEFAULT_CSS = """
+    MetricSpark { height: 4; border: round $panel; padding: 0 1; }
+    MetricSpark Sparkline { height: 1fr; }
+    MetricSpark .title { height: 1; color: $text-muted; }
+    """
+
+    def __init__(self, title: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.title_text = title
+        self.shown: tuple[float, ...] = ()
+
+    def compose(self) -> ComposeResult:
+        yield Label(self.title_text, classes="title")
+        yield Sparkline([])
+
+    def show(self, values, fmt: str = ".4f") -> None:
+        data = tuple(values)
+        if data == self.shown:
+            return
+        self.shown = data
+        self.query_one(Sparkline).data = list(data)  # a new list: Sparkline redraws on a new object
+        text = self.title_text
+        if data:
+            text += f"  last {format(data[-1], fmt)}  min {format(min(data), fmt)}"
+        self.query_one(".title", Label).update(text)
+
+
+class MemoryGauge(Horizontal):
+    """One rank's memory against its device total (RSS on CPU, shown without a limit)."""
+
+    DEFAULT_CSS = """
+    MemoryGauge { height: 1; }
+    MemoryGauge Label { width: 22; }
+    MemoryGauge ProgressBar { width: 1fr; }
+    MemoryGauge.-warn Bar > .bar--bar { color: $warning; }
+    MemoryGauge.-crit Bar > .bar--bar { color: $error; }
+    """
+
+    def __init__(self, rank: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.rank = rank
+
+    def compose(self) -> ComposeResult:
+        yield Label(f"rank {self.rank}")
+        yield ProgressBar(total=100, show_eta=False, show_percentage=True)
+
+    def show(self, used_gib: float | None, total_gib: float | None, rss: bool) -> None:
+        label = self.query_one(Label)
+        bar = self.query_one(ProgressBar)
+        if used_gib is None:
+            return
+        if total_gib:
+            frac = used_gib / total_gib
+            bar.update(total=100, progress=min(100.0, 100 * frac))
+            label.update(f"rank {self.rank} {used_gib:5.1f}/{total_gib:.0f}G")
+            self.set_class(WARN_AT <= frac < CRIT_AT, "-warn")
+            self.set_class(frac >= CRIT_AT, "-crit")
+        else:
+            bar.update(total=100, progress=0)
+            label.update(f"rank {self.rank} {'RSS ' if rss else ''}{used_gib:5.2f}G")
+
+
+class MetricsPanel(Vertical):
+    DEFAULT_CSS = """
+    MetricsPanel { height: auto; }
+    MetricsPanel Grid { grid-size: 2; grid-gutter: 0 1; height: 8; }
+    MetricsPanel #gauges { height: auto; max-height: 8; }
+    """
+
+    def compose(self) -> ComposeResult:
+        with Grid():
+            yield MetricSpark("loss", id="spark-loss")
+            yield MetricSpark("eval loss", id="spark-eval")
+            yield MetricSpark("learning rate", id="spark-lr")
+            yield MetricSpark("tokens/s", id="spark-tps")
+        yield Vertical(id="gauges")
+
+    def refresh_from(self, view: RunView) -> None:
+        self.query_one("#spark-loss", MetricSpark).show(view.loss)
+        self.query_one("#spark-eval", MetricSpark).show(view.eval_loss)
+        self.query_one("#spark-lr", MetricSpark).show(view.lr, ".2e")
+        self.query_one("#spark-tps", MetricSpark).show(view.throughput, ".0f")
+        gauges = self.query_one("#gauges", Vertical)
+        existing = {g.rank: g for g in gauges.query(MemoryGauge)}
+        for rank, mem in sorted(view.memory.items()):
+            if rank not in existing:
+                existing[rank] = MemoryGauge(rank)
+                gauges.mount(existing[rank])
+            if existing[rank].is_mounted:
+                existing[rank].show(mem.used_gib, mem.total_gib, rss=mem.peak_gib is None)

@@ -1,0 +1,89 @@
+"""Per-node log panes fed in batches: one ``write_lines`` per pane per flush, hidden panes buffered."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Label, Log
+
+from launcher.events import NodeState
+from launcher.triage import classify_line
+
+MAX_LINES = 20_000
+"""Lines kept per pane (``Log`` keeps every line unless bounded)."""
+MAX_PENDING = 50_000
+"""Lines buffered per pane between flushes or while hidden; older ones are dropped from the view."""
+
+
+class NodeLog(Vertical):
+    """One node: a state badge and its log. ``push`` only buffers; ``flush`` writes (the screen's timer)."""
+
+    DEFAULT_CSS = """
+    NodeLog { border: round $panel; height: 1fr; min-height: 6; }
+    NodeLog.-failed { border: round $error; }
+    NodeLog .badge { height: 1; padding: 0 1; background: $panel; width: 100%; }
+    NodeLog Log { height: 1fr; }
+    """
+
+    def __init__(self, node_rank: int, host: str = "", **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.node_rank = node_rank
+        self.host = host
+        self.pending: deque[str] = deque(maxlen=MAX_PENDING)
+        self.filter_text = ""
+        self.all_lines: deque[str] = deque(maxlen=MAX_LINES)
+
+    def compose(self) -> ComposeResult:
+        yield Label(self._badge(NodeState.PENDING, None), classes="badge")
+        yield Log(max_lines=MAX_LINES, auto_scroll=True)
+
+    @property
+    def log(self) -> Log:
+        return self.query_one(Log)
+
+    def push(self, lines: tuple[str, ...] | list[str]) -> None:
+        self.pending.extend(lines)
+
+    def flush(self) -> int:
+        """Write what is buffered if the pane is on screen; returns how many lines were written."""
+        if not self.pending or not self.is_on_screen:
+            return 0
+        lines = list(self.pending)
+        self.pending.clear()
+        self.all_lines.extend(lines)
+        shown = [self._mark(line) for line in lines if self._wanted(line)]
+        if shown:
+            self.log.write_lines(shown)
+        return len(shown)
+
+    @property
+    def is_on_screen(self) -> bool:
+        return self.display and self.is_mounted and self.screen.is_current
+
+    def set_state(self, state: NodeState, exit_code: int | None, host: str) -> None:
+        self.host = host or self.host
+        self.query_one(".badge", Label).update(self._badge(state, exit_code))
+        self.set_class(state == NodeState.EXITED and exit_code not in (0, None), "-failed")
+
+    def set_follow(self, follow: bool) -> None:
+        self.log.auto_scroll = follow
+
+    def refilter(self, text: str) -> None:
+        """Show only lines containing ``text`` (from the kept history)."""
+        self.filter_text = text
+        self.log.clear()
+        self.log.write_lines([self._mark(line) for line in self.all_lines if self._wanted(line)])
+
+    def _wanted(self, line: str) -> bool:
+        return not self.filter_text or self.filter_text.lower() in line.lower()
+
+    def _badge(self, state: NodeState, exit_code: int | None) -> str:
+        code = f" (exit {exit_code})" if exit_code is not None else ""
+        return f"node {self.node_rank}  {self.host}  [{state.value}{code}]"
+
+    @staticmethod
+    def _mark(line: str) -> str:
+        sig = classify_line(line)
+        return f"!! {line}" if sig is not None else line
