@@ -91,6 +91,7 @@ class _Runner:
         self.pending_records: list[MetricRecord] = []
         self.mlflow = None
         self.attempt = 1
+        self.exit_codes: dict[int, int | None] = {}
         self.events_file = open(self.dir / "events.jsonl", "a", encoding="utf-8")  # noqa: SIM115
 
     def emit(self, event: RunEvent) -> None:
@@ -140,6 +141,7 @@ class _Runner:
         await self._finish(final, code, triage)
 
     async def _attempt(self, secrets: dict[str, str], adopted: bool = False) -> tuple[RunState, int | None]:
+        self.exit_codes.clear()
         if adopted:
             self.set_state(RunState.RUNNING, "re-attached after the launcher stopped")
         else:
@@ -175,6 +177,7 @@ class _Runner:
                 return RunState.CANCELLED, None
             if failed or len(exited) == len(self.nodes):
                 for rank, s in exited.items():
+                    self.exit_codes[rank] = s.get("exit_code")
                     self.set_node(rank, NodeState.EXITED, s.get("exit_code"))
                 if failed:
                     await self._stop_all()
@@ -244,6 +247,8 @@ class _Runner:
     async def _stop_all(self) -> None:
         results = await asyncio.gather(*(n.stop(STOP_GRACE_S) for n in self.nodes), return_exceptions=True)
         for n, r in zip(self.nodes, results, strict=True):
+            if n.node.node_rank in self.exit_codes:
+                continue  # it had exited by itself: keep its exit code
             left = r.get("left") if isinstance(r, dict) else None
             self.set_node(n.node.node_rank, NodeState.STOPPED,
                           detail=f"processes left: {left}" if left else "")
@@ -253,14 +258,9 @@ class _Runner:
         for n in self.nodes:
             path = self.dir / "nodes" / f"{n.node.node_rank}.log"
             logs[n.node.node_rank] = path.read_text(errors="replace")[-2_000_000:] if path.exists() else ""
-        codes = {r: c for r, c in self._exit_codes().items()}
-        report = triage_run(logs, codes).to_dict()
+        report = triage_run(logs, dict(self.exit_codes)).to_dict()
         (self.dir / "triage.json").write_text(json.dumps(report, indent=2))
         return report
-
-    def _exit_codes(self) -> dict[int, int | None]:
-        record = self.store.get_run(self.plan.run_id)
-        return {n.node_rank: n.exit_code for n in record.nodes} if record else {}
 
     async def _start_mlflow(self) -> None:
         cfg = self.plan.workload.mlflow

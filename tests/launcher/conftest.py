@@ -1,0 +1,59 @@
+"""Real local runs through the real CLI: agent, torchrun, SQLite store, MLflow on SQLite."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FSDP_TUI = str(Path(sys.executable).with_name("fsdp-tui"))
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    h = tmp_path / "home"
+    h.mkdir()
+    return h
+
+
+def cli_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_TUI_")}
+    env.update(FSDP_TUI_HOME=str(home), FSDP_TUI_ASSETS=os.environ.get("FSDP_TUI_TEST_ASSETS",
+                                                                      "/tmp/fsdp-tui-test-assets"), **extra)
+    return env
+
+
+def cli(home: Path, *args: str, timeout: int = 300, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([FSDP_TUI, *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          env=cli_env(home, **env), cwd=ROOT)
+
+
+def events(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def write_workload(tmp: Path, text: str) -> Path:
+    path = tmp / "workload.yaml"
+    path.write_text(text)
+    return path
+
+
+def tagged(run_id: str) -> list[int]:
+    """Live processes carrying the run's tag in their environment."""
+    needle = f"FSDP_TUI_RUN_ID={run_id}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                    stat = (entry / "stat").read_text()
+                    if stat.rsplit(") ", 1)[1][0] != "Z":
+                        found.append(int(entry.name))
+            except OSError:
+                continue
+    return found

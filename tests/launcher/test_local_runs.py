@@ -1,0 +1,179 @@
+"""Launching on this machine, end to end through ``fsdp-tui run``: the real agent, store and MLflow."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.launcher.conftest import FSDP_TUI, ROOT, cli, cli_env, events, tagged, write_workload
+
+pytestmark = pytest.mark.slow
+
+
+def test_air_style_script_unmodified_gets_metrics_records_and_mlflow(home):
+    out = cli(home, "run", ROOT / "sample_workloads/byo_script/workload.yaml", "--json",
+              "--set", "parameters.max_steps=12")
+    assert out.returncode == 0, out.stderr[-2000:]
+    evs = events(out.stdout)
+    run_id = evs[0]["run_id"]
+    losses = [e["record"]["loss"] for e in evs if e["type"] == "MetricsRecorded"]
+    steps = [e["record"]["step"] for e in evs if e["type"] == "MetricsRecorded"]
+    assert steps == list(range(1, 13)) and all(isinstance(v, float) for v in losses)
+    assert evs[-1]["type"] == "RunFinished" and evs[-1]["state"] == "succeeded"
+
+    mirror = (home / "runs" / run_id / "nodes" / "0.log").read_text().splitlines()
+    step_lines = [line for line in mirror if line.startswith("step=")]
+    assert step_lines == [f"step={i}/12 loss={loss:.4f}" for i, loss in zip(range(1, 13), losses, strict=True)]
+
+    listing = json.loads(cli(home, "runs", "--json").stdout)
+    assert listing[0]["run_id"] == run_id and listing[0]["state"] == "succeeded"
+    assert listing[0]["step"] == 12 and listing[0]["last_loss"] == pytest.approx(losses[-1])
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    [run] = client.search_runs([client.get_experiment_by_name("byo-script-cpu").experiment_id])
+    assert run.info.status == "FINISHED" and run.info.run_name == run_id
+    assert run.data.params["max_steps"] == "12"
+    history = client.get_metric_history(run.info.run_id, "loss")
+    assert [m.step for m in history] == list(range(1, 13))
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"0.log", "workload.yaml"}
+
+
+def test_failure_is_triaged_to_the_node_and_signature(home, tmp_path):
+    wl = write_workload(tmp_path, """experiment_name: fails
+command: |
+  echo starting
+  python -c "raise ValueError('learning rate must be positive')"
+""")
+    out = cli(home, "run", wl, "--json")
+    assert out.returncode == 1
+    end = events(out.stdout)[-1]
+    assert end["type"] == "RunFinished" and end["state"] == "failed"
+    triage = end["triage"]
+    assert triage["node_rank"] == 0 and triage["exit_code"] == 1 and triage["signature"] == "python_error"
+    assert "ValueError: learning rate must be positive" in triage["excerpt"]
+    run_id = end["run_id"]
+    assert json.loads((home / "runs" / run_id / "triage.json").read_text())["signature"] == "python_error"
+
+
+def test_retries_relaunch_after_a_failure(home, tmp_path):
+    marker = tmp_path / "attempted"
+    wl = write_workload(tmp_path, f"""experiment_name: retries
+max_retries: 1
+command: |
+  if [ -e {marker} ]; then echo second attempt ok; else touch {marker}; echo first attempt fails; exit 3; fi
+""")
+    out = cli(home, "run", wl, "--json")
+    assert out.returncode == 0, out.stdout[-2000:]
+    states = [e["state"] for e in events(out.stdout) if e["type"] == "RunStateChanged"]
+    assert "retrying" in states and states[-1] == "succeeded"
+
+
+def test_cancel_leaves_no_process_behind(home, tmp_path):
+    wl = write_workload(tmp_path, """experiment_name: cancel-me
+command: |
+  setsid sleep 300 &
+  ( sleep 301 & ) &
+  python -c "import os, time; os.setsid(); time.sleep(302)" &
+  while true; do echo tick; sleep 0.2; done
+""")
+    proc = subprocess.Popen([FSDP_TUI, "run", str(wl), "--json"], stdout=subprocess.PIPE, text=True,
+                            env=cli_env(home), cwd=ROOT)
+    run_id = None
+    for line in proc.stdout:
+        event = json.loads(line)
+        run_id = event["run_id"]
+        if event["type"] == "NodeLines" and "tick" in event["lines"]:
+            break
+    assert len(tagged(run_id)) >= 4
+    start = time.monotonic()
+    out = cli(home, "cancel", run_id[:20])
+    assert out.returncode == 0, out.stderr
+    assert time.monotonic() - start < 10
+    assert tagged(run_id) == []
+    rest = [json.loads(line) for line in proc.stdout]
+    assert proc.wait(timeout=30) == 130
+    assert rest[-1]["type"] == "RunFinished" and rest[-1]["state"] == "cancelled"
+
+
+HOSTILE = [
+    "it's", 'say "hi"', "$(touch PWNED)", "`touch PWNED`", "; touch PWNED", "a && touch PWNED", "|| true",
+    "line1\nline2", "\ttab", "-rf", "--help", "-", "$HOME", "${PATH}", "%s%n", "\\", "\\n", "'", '"', "*",
+    "?", "[abc]", "~", "!!", "#comment", "a=b", "üñíçødé", "🚀", "x" * 4000, " leading", "trailing ",
+    "", "null", "true", "0", "1e5", "{a: b}", "[1, 2]", "&anchor", "*alias", "| block", "> folded",
+    "<(cat /etc/passwd)", "$((1+1))", "\x1b[31mred", "back\\slash", "semi;colon", "new\r\nline", "--",
+]
+
+
+def test_hostile_strings_arrive_byte_for_byte_and_run_nothing(home, tmp_path):
+    import yaml
+
+    env = {f"HOSTILE_{i}": v for i, v in enumerate(HOSTILE)}
+    doc = {
+        "experiment_name": "hostile",
+        "command": "python -c \"import json, os, yaml; "
+                   "print('ENV', json.dumps({k: v for k, v in os.environ.items() if k.startswith('HOSTILE_')})); "
+                   "print('PARAMS', json.dumps(yaml.safe_load(open(os.environ['HYPERPARAMETERS_PATH']))))\"",
+        "env_variables": env,
+        "parameters": {"values": HOSTILE, "-dash-key": "$(touch PWNED)"},
+    }
+    wl = write_workload(tmp_path, yaml.safe_dump(doc, allow_unicode=True))
+    out = cli(home, "run", wl, "--json")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    run_id = events(out.stdout)[0]["run_id"]
+    log = (home / "runs" / run_id / "nodes" / "0.log").read_text()
+    got_env = json.loads(next(line for line in log.splitlines() if line.startswith("ENV "))[4:])
+    got_params = json.loads(next(line for line in log.splitlines() if line.startswith("PARAMS "))[7:])
+    assert got_env == env
+    assert got_params == doc["parameters"]
+    assert not list(Path(ROOT).rglob("PWNED")) and not list(home.rglob("PWNED")) and not list(tmp_path.rglob("PWNED"))
+
+
+def test_canary_secret_never_lands_anywhere(home, tmp_path):
+    import hashlib
+
+    canary = "canary-7f3a9c1e55"
+    digest = hashlib.sha256(canary.encode()).hexdigest()
+    wl = write_workload(tmp_path, f"""experiment_name: secret-test
+secrets:
+  API_TOKEN: team/api
+command: |
+  echo "token is $API_TOKEN"
+  test "$(printf %s "$API_TOKEN" | sha256sum | cut -d' ' -f1)" = "{digest}" && echo token-ok
+  sleep 1
+""")
+    proc = subprocess.Popen([FSDP_TUI, "run", str(wl), "--json"], stdout=subprocess.PIPE, text=True,
+                            env=cli_env(home, FSDP_TUI_SECRET_TEAM_API=canary), cwd=ROOT)
+    cmdlines = []
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    cmdlines.append((entry / "cmdline").read_bytes())
+                except OSError:
+                    pass
+        time.sleep(0.1)
+    out = proc.stdout.read()
+    assert proc.wait() == 0
+    assert all(canary.encode() not in c for c in cmdlines)
+    assert canary not in out
+    run_id = events(out)[0]["run_id"]
+    log = (home / "runs" / run_id / "nodes" / "0.log").read_text()
+    assert "token is ******" in log and "token-ok" in log
+    for path in home.rglob("*"):
+        if path.is_file():
+            assert canary.encode() not in path.read_bytes(), path
+
+
+def test_missing_secret_fails_with_how_to_set_it(home, tmp_path):
+    wl = write_workload(tmp_path, "experiment_name: nosecret\nsecrets: {TOK: s/k}\ncommand: echo hi\n")
+    out = cli(home, "run", wl, "--json")
+    assert out.returncode == 1
+    end = events(out.stdout)[-1]
+    assert "fsdp-tui secrets set s/k" in end["triage"]["summary"]

@@ -1,0 +1,73 @@
+"""Pure pieces of the launcher, table-driven: triage, line splitting, log metrics, the run view."""
+
+import pytest
+
+from launcher.events import MetricsRecorded, NodeLines, RunState, RunStateChanged
+from launcher.run_view import RunView
+from launcher.streams import LineSplitter, LogMetrics
+from launcher.triage import classify_line, triage_run
+from launcher.workload import DEFAULT_METRICS_PATTERN
+from trainer.protocol import MetricRecord, RankMemory
+
+
+@pytest.mark.parametrize("line, kind", [
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "oom"),
+    ("[rank3]:[E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout: WorkNCCL(...)", "nccl_timeout"),
+    ("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError", "rendezvous_timeout"),
+    ("[rank1]: ValueError: learning rate must be positive", "python_error"),
+    ("  exitcode  : -9 (pid: 1234)", "killed"),
+    ("step=3/10 loss=1.0", None),
+])
+def test_classify_line(line, kind):
+    sig = classify_line(line)
+    assert (sig.kind if sig else None) == kind
+
+
+def test_triage_blames_the_first_failed_node_and_its_rank():
+    logs = {
+        0: "step=1\n[rank0]: RuntimeError: Connection closed by peer\n",
+        1: "step=1\n[rank3]: torch.OutOfMemoryError: CUDA out of memory.\nrank: 3 (local_rank: 1)\n",
+    }
+    report = triage_run(logs, {0: None, 1: 1})
+    assert (report.node_rank, report.rank, report.exit_code, report.signature) == (1, 3, 1, "oom")
+    assert "node 1 rank 3: oom, exit code 1" in report.summary
+
+
+def test_line_splitter_keeps_partial_lines_and_strips_ansi():
+    s = LineSplitter()
+    assert s.feed(b"a\nb") == ["a"]
+    assert s.feed(b"c\n\x1b[31mred\x1b[0m\r\n") == ["bc", "red"]
+    assert s.feed("é".encode()[:1]) == [] and s.feed("é".encode()[1:] + b"\n") == ["é"]
+
+
+@pytest.mark.parametrize("line, step, max_steps, loss", [
+    ("step=12/100 loss=1.2345", 12, 100, 1.2345),
+    ("[rank0]: Step: 7 | loss: 2.5e-1", 7, None, 0.25),
+    ("epoch 1 step 3/9 loss=nan", 3, 9, None),
+    ("no metrics here", None, None, None),
+])
+def test_default_metrics_pattern(line, step, max_steps, loss):
+    rec = LogMetrics(DEFAULT_METRICS_PATTERN).parse(line)
+    if step is None:
+        assert rec is None
+        return
+    assert (rec.step, rec.max_steps) == (step, max_steps)
+    if loss is None:
+        assert rec.loss != rec.loss  # nan
+    else:
+        assert rec.loss == pytest.approx(loss)
+
+
+def test_run_view_tracks_progress_eta_memory_and_first_error():
+    v = RunView("r")
+    v.apply(RunStateChanged("r", RunState.RUNNING, 1), now=100.0)
+    for step in (1, 2, 3):
+        v.apply(MetricsRecorded("r", MetricRecord(step=step, max_steps=11, loss=5.0 - step, tokens_per_s=10.0,
+                                                  memory=(RankMemory(0, peak_gib=3.0, total_gib=80.0),))),
+                now=100.0 + step)
+    assert list(v.loss) == [4.0, 3.0, 2.0] and v.step == 3
+    assert v.eta_s(now=103.0) == pytest.approx(8.0)
+    assert v.memory[0].used_gib == 3.0
+    v.apply(NodeLines("r", 1, ("ok", "[rank2]: KeyError: 'x'"), 10))
+    v.apply(NodeLines("r", 0, ("fine",) * 5 + ("RuntimeError: late",), 10))
+    assert v.first_error() == (1, 1, "[rank2]: KeyError: 'x'")
