@@ -25,7 +25,8 @@ opt = optim.build_optimizer(net, 1e-2, OptimConfig(eps=1e-3), d.device)
 sched = optim.build_scheduler(opt, 10, OptimConfig(schedule="constant"))
 import json  # noqa: E402
 
-rows = [json.loads(line) for line in open("trainer/data/tiny_alpaca.jsonl").readlines()[:64]]
+with open("trainer/data/tiny_alpaca.jsonl") as f:
+    rows = [json.loads(line) for line in f.readlines()[:64]]
 t = Tokenize(tok, "alpaca", 64, True)
 packed = pack([t(r) for r in rows], 64, tok.pad_token_id)
 # The same global batch on every world size: rank r takes rows r, r+W, ... of the first 8.

@@ -67,7 +67,8 @@ def test_padding_is_never_learned_nor_counted(tok):
 
 
 def test_packed_loss_equals_token_weighted_loss_of_examples(tok, model):
-    rows = [json.loads(line) for line in open("trainer/data/tiny_alpaca.jsonl").readlines()[:12]]
+    with open("trainer/data/tiny_alpaca.jsonl") as f:
+        rows = [json.loads(line) for line in f.readlines()[:12]]
     t = Tokenize(tok, "alpaca", 128, True)
     examples = [t(r) for r in rows]
     packed = pack(examples, 128, tok.pad_token_id)

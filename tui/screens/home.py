@@ -96,6 +96,14 @@ class HomeScreen(Screen):
             if path:
                 self.app.open_editor(Path(path))
 
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a row (the table handles the key itself): open it."""
+        event.stop()
+        if event.data_table.id == "runs":
+            self.app.open_run(event.row_key.value)
+        else:
+            self.app.open_editor(Path(event.row_key.value))
+
     def action_launch(self) -> None:
         if self.focused is self.query_one("#runs"):
             from launcher.store import RunStore

@@ -66,6 +66,8 @@ class RunMonitorScreen(Screen):
 
     def on_mount(self) -> None:
         self.title = f"fsdp-tui: {self.run_id}"
+        self.query_one("#filter", Input).disabled = True  # keys go to the screen until "/" is pressed
+        self.pane(0).log.focus()
         self.set_interval(1 / LOG_HZ, self.flush_logs)
         self.set_interval(1 / DRAW_HZ, self.redraw)
         self.consume()
@@ -149,13 +151,17 @@ class RunMonitorScreen(Screen):
 
     def action_filter(self) -> None:
         self.add_class("-filtering")
-        self.query_one("#filter", Input).focus()
+        box = self.query_one("#filter", Input)
+        box.disabled = False
+        box.focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         for pane in self.query(NodeLog):
             pane.refilter(event.value)
         if not event.value:
             self.remove_class("-filtering")
+            event.input.disabled = True
+        self.pane(0).log.focus()
 
     def action_first_error(self) -> None:
         found = self.view.first_error()

@@ -1,0 +1,172 @@
+"""The real app under Pilot: editor problems and jumps, home lists, run monitor on real and recorded runs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable, TextArea
+
+from launcher.events import NodeState, RunState
+from tests.launcher.conftest import ROOT
+from tui.app import FsdpTuiApp
+from tui.screens.editor import EditorScreen, key_path_at
+from tui.screens.home import HomeScreen
+from tui.screens.monitor import RunMonitorScreen
+from tui.widgets.node_log import NodeLog
+from tui.widgets.problems import ProblemsTable
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    h = tmp_path / "home"
+    monkeypatch.setenv("FSDP_TUI_HOME", str(h))
+    monkeypatch.setenv("FSDP_TUI_ASSETS", "/tmp/fsdp-tui-test-assets")
+    return h
+
+
+async def _wait_for(pilot, predicate, timeout=30.0):
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < end, "condition not reached in time"
+        await pilot.pause(0.1)
+
+
+async def test_editor_shows_problems_and_jumps_to_them(home, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    shutil.copy(ROOT / "tests/data/malformed/26_trainer_bad_enum.yaml", bad)
+    app = FsdpTuiApp(home, workload=bad)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await _wait_for(pilot, lambda: isinstance(app.screen, EditorScreen) and app.screen.problems)
+        table = app.screen.query_one(ProblemsTable)
+        assert table.row_count == 1
+        assert "did you mean 'full_shard'" in str(table.get_row_at(0)[3])
+        table.focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.screen.query_one(TextArea).cursor_location == (6, 14)
+        # Fix it in the buffer: the problem goes away after the debounce.
+        area = app.screen.query_one(TextArea)
+        area.text = area.text.replace("full_shrad", "full_shard")
+        await _wait_for(pilot, lambda: app.screen.problems == [])
+        assert "valid" in str(app.screen.query_one("#status").render())
+
+
+def test_key_path_at_follows_indentation():
+    text = "experiment_name: x\nparameters:\n  fsdp:\n    sharding: full_shard\n  max_steps: 3\n"
+    assert key_path_at(text, 3) == ("parameters", "fsdp", "sharding")
+    assert key_path_at(text, 4) == ("parameters", "max_steps")
+    assert key_path_at(text, 0) == ("experiment_name",)
+
+
+async def test_home_lists_samples_and_opens_the_editor(home):
+    app = FsdpTuiApp(home)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _wait_for(pilot, lambda: isinstance(app.screen, HomeScreen))
+        table = app.screen.query_one("#workloads", DataTable)
+        names = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+        assert "tiny_cpu.yaml" in names
+        table.focus()
+        table.move_cursor(row=names.index("tiny_cpu.yaml"))
+        await pilot.press("enter")
+        await _wait_for(pilot, lambda: isinstance(app.screen, EditorScreen))
+        assert app.screen.path.name == "tiny_cpu.yaml"
+
+
+def _record_run(home: Path, run_id: str, lines: dict[int, list[str]], records: list[dict], state: RunState) -> None:
+    """A finished run's local record, as the launcher writes it."""
+    from launcher.plan import build_plan
+    from launcher.store import RunStore
+    from launcher.validate import validate_text
+
+    text = "experiment_name: recorded\ncompute: {num_accelerators: 2, gpus_per_node: 1, hosts: [a, b]}\ncommand: x\n"
+    plan = build_plan(validate_text(text, "w.yaml").workload, run_id=run_id)
+    store = RunStore(home)
+    directory = store.create_run(plan, None, text)
+    for rank, node_lines in lines.items():
+        (directory / "nodes" / f"{rank}.log").write_text("\n".join(node_lines) + "\n")
+        store.set_node(run_id, rank, NodeState.EXITED, 0 if rank == 0 else 1)
+    (directory / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    store.set_state(run_id, RunState.RUNNING, 1)
+    store.set_state(run_id, state, 1)
+
+
+async def test_monitor_replays_a_recorded_two_node_run(home):
+    records = [{"step": s, "kind": "train", "max_steps": 4, "loss": 4.0 - s, "tokens_per_s": 100.0,
+                "memory": [{"rank": 0, "peak_gib": 70.0, "total_gib": 80.0},
+                           {"rank": 1, "peak_gib": 78.0, "total_gib": 80.0}]} for s in range(1, 5)]
+    _record_run(home, "run-rec", {0: [f"step={i}" for i in range(50)],
+                                  1: ["start", "[rank1]: RuntimeError: NCCL error", "more"]}, records,
+                RunState.FAILED)
+    app = FsdpTuiApp(home, run_id="run-rec")
+    async with app.run_test(size=(160, 50)) as pilot:
+        await _wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen)
+                        and app.screen.view.state == RunState.FAILED and app.screen.view.step == 4)
+        screen = app.screen
+        await _wait_for(pilot, lambda: screen.pane(0).log.line_count == 50)
+        assert screen.pane(1).log.line_count == 3
+        assert "!! [rank1]: RuntimeError" in screen.pane(1).log.lines[1]
+        assert screen.pane(1).has_class("-failed")
+        await pilot.pause(0.5)
+        assert "last 0.0000" in str(screen.query_one("#spark-loss").query_one(".title").render())
+        gauges = {g.rank: g for g in screen.query("MemoryGauge")}
+        assert gauges[1].has_class("-crit") and gauges[0].has_class("-warn")
+        assert screen.view.first_error() == (1, 1, "[rank1]: RuntimeError: NCCL error")
+        await pilot.press("e")
+        assert screen.follow is False
+        await pilot.press("m")
+        assert screen.has_class("-merged")
+        await _wait_for(pilot, lambda: screen.pane(-1).log.line_count == 53)
+        await pilot.press("m", "slash", *"NCCL", "enter")
+        await _wait_for(pilot, lambda: screen.pane(1).log.line_count == 1)
+        assert screen.pane(0).log.line_count == 0
+
+
+async def test_monitor_on_a_real_local_run_then_cancel(home, tmp_path):
+    wl = tmp_path / "w.yaml"
+    wl.write_text("experiment_name: live\ncommand: |\n  for i in $(seq 1 600); do echo \"step=$i/600 loss=$((600 - i))\"; "
+                  "sleep 0.05; done\n")
+    app = FsdpTuiApp(home, workload=wl, launch=True)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await _wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen) and app.screen.view.step >= 5)
+        screen = app.screen
+        await _wait_for(pilot, lambda: screen.pane(0).log.line_count >= 5)
+        assert len(screen.view.loss) >= 5
+        await pilot.press("c")
+        await pilot.press("y")
+        await _wait_for(pilot, lambda: screen.view.state == RunState.CANCELLED, timeout=30)
+    from tests.launcher.conftest import tagged
+
+    assert tagged(screen.run_id) == []
+
+
+async def test_themes_switch_and_persist(home):
+    from tui import settings
+
+    app = FsdpTuiApp(home, theme="fsdp-light")
+    async with app.run_test() as pilot:
+        assert app.theme == "fsdp-light"
+        await pilot.press("t")
+        assert app.theme != "fsdp-light"
+        chosen = app.theme
+    assert settings.load()["theme"] == chosen
+    for name in ("fsdp-dark", "fsdp-light", "fsdp-gruvbox", "textual-dark"):
+        app = FsdpTuiApp(home, theme=name)
+        async with app.run_test() as pilot:
+            await pilot.pause()
+            assert app.theme == name
+
+
+async def test_bad_user_theme_is_skipped_with_a_notice(home):
+    (home / "themes").mkdir(parents=True)
+    (home / "themes" / "broken.toml").write_text("name = 'broken'\nprimary = 'not-a-colour\n")
+    app = FsdpTuiApp(home)
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        assert app.theme == "fsdp-dark"
+        assert any("broken.toml" in str(n.message) for n in app._notifications)
