@@ -97,6 +97,9 @@ def run(cfg) -> None:
 
     if state["step"] == 0:
         run_eval()
+    import time
+
+    loop_start, start_step, real_tokens = time.perf_counter(), state["step"], 0
     while state["step"] < total:
         if not cfg.max_steps and state["epoch"] >= cfg.num_epochs:
             break
@@ -105,6 +108,7 @@ def run(cfg) -> None:
         loss, grad_norm, real = train.train_step(net, opt, sched, batches, d.device, cfg.optim.max_grad_norm,
                                                  d.world)
         state["step"] += 1
+        real_tokens += real
         log.add_tokens(real)
         step = state["step"]
         if step % cfg.logging.every_steps == 0 or step == total:
@@ -114,6 +118,12 @@ def run(cfg) -> None:
             run_eval()
         if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0 and step != total:
             ckpt.save(app, step)
+    seconds = time.perf_counter() - loop_start
+    counted = torch.tensor([float(real_tokens)])
+    dist.all_reduce(counted)
+    if d.is_main:
+        print(f"train_summary steps={state['step'] - start_step} real_tokens={int(counted.item())} "
+              f"seconds={seconds:.2f} tokens_per_s={counted.item() / max(seconds, 1e-9):.0f}", flush=True)
     run_eval()
     if cfg.checkpoint.save_final:
         ckpt.save(app, state["step"])

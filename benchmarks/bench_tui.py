@@ -1,0 +1,140 @@
+"""The app under load: 8 node panes fed 5,000 lines/s each while keys are pressed.
+
+Reports p50/p95 key-to-screen latency (a key press until its action ran and the screen refreshed),
+the app's CPU use and peak memory; then the time from ``fsdp-tui`` start to its first screen in a
+real terminal (tmux), and whether torch was imported.
+
+    .venv/bin/python benchmarks/bench_tui.py [--seconds 60] [--rate 5000] [--nodes 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class SyntheticHandle:
+    """Stands in for a launch: NodeLines at ``rate`` lines/s per node, in 20 batches a second."""
+
+    def __init__(self, run_id: str, nodes: int, rate: int, seconds: float) -> None:
+        self.run_id, self.nodes, self.rate, self.seconds = run_id, nodes, rate, seconds
+        self.sent = 0
+        self.task = None
+
+    async def events(self):
+        from launcher.events import MetricsRecorded, NodeLines, RunState, RunStateChanged
+        from trainer.protocol import MetricRecord
+
+        yield RunStateChanged(self.run_id, RunState.RUNNING, 1)
+        per_batch = self.rate // 20
+        start = time.perf_counter()
+        tick = 0
+        while time.perf_counter() - start < self.seconds:
+            for rank in range(self.nodes):
+                lines = tuple(f"[rank{rank}] step={tick} loss={1 / (tick + 1):.4f} " + "x" * 60
+                              for _ in range(per_batch))
+                self.sent += len(lines)
+                yield NodeLines(self.run_id, rank, lines, 0)
+            yield MetricsRecorded(self.run_id, MetricRecord(step=tick, loss=1 / (tick + 1), tokens_per_s=1e4))
+            tick += 1
+            await asyncio.sleep(max(0.0, start + tick / 20 - time.perf_counter()))
+
+    async def cancel(self) -> None:
+        pass
+
+
+async def load_test(seconds: float, rate: int, nodes: int) -> None:
+    from launcher.plan import build_plan
+    from launcher.store import RunStore
+    from launcher.validate import validate_text
+    from tui.app import FsdpTuiApp
+    from tui.screens.monitor import RunMonitorScreen
+
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        hosts = ", ".join(f"h{i}" for i in range(nodes))
+        text = f"experiment_name: bench\ncompute: {{hosts: [{hosts}]}}\ncommand: x\n"
+        plan = build_plan(validate_text(text, "b.yaml").workload, run_id="bench-run")
+        RunStore(home).create_run(plan, None, text)
+        handle = SyntheticHandle("bench-run", nodes, rate, seconds)
+        app = FsdpTuiApp(home)
+        latencies = []
+        async with app.run_test(size=(250, 70)) as pilot:
+            await pilot.pause()
+            app.push_screen(RunMonitorScreen("bench-run", nodes, handle))
+            await pilot.pause(0.5)
+            screen = app.screen
+            usage0 = resource.getrusage(resource.RUSAGE_SELF)
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < seconds:
+                before = screen.has_class("-merged")
+                start = time.perf_counter()
+                await pilot.press("m")
+                while screen.has_class("-merged") == before:
+                    await asyncio.sleep(0.001)
+                await pilot.pause()  # until the refresh the key caused has been processed
+                latencies.append((time.perf_counter() - start) * 1000)
+                await asyncio.sleep(0.25)
+            wall = time.perf_counter() - t0
+            usage1 = resource.getrusage(resource.RUSAGE_SELF)
+            shown = sum(p.log.line_count for p in screen.query("NodeLog"))
+        cpu = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
+        latencies.sort()
+        print(f"{nodes} panes x {rate} lines/s for {wall:.0f} s: {handle.sent:,} lines sent "
+              f"({handle.sent / wall:,.0f}/s); lines currently in panes (bounded): {shown:,}")
+        print(f"key-to-screen latency over {len(latencies)} presses: p50 {statistics.median(latencies):.1f} ms, "
+              f"p95 {latencies[int(len(latencies) * 0.95) - 1]:.1f} ms (floor < 100 ms)")
+        print(f"app CPU: {cpu / wall:.0%} of one core (generator included); "
+              f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+def first_screen() -> None:
+    if shutil.which("tmux") is None:
+        print("tmux not found: start-up time not measured")
+        return
+    exe = Path(sys.executable).with_name("fsdp-tui")
+    times = []
+    for i in range(5):
+        with tempfile.TemporaryDirectory() as tmp:
+            session = f"bench-start-{i}"
+            start = time.perf_counter()
+            subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40",
+                            f"cd {ROOT} && FSDP_TUI_HOME={tmp} {exe}"], check=True)
+            while True:
+                out = subprocess.run(["tmux", "capture-pane", "-t", session, "-p"], capture_output=True,
+                                     text=True).stdout
+                if "Workloads" in out:
+                    times.append(time.perf_counter() - start)
+                    break
+                if time.perf_counter() - start > 20:
+                    raise SystemExit("the app did not show its home screen in 20 s")
+                time.sleep(0.01)
+            subprocess.run(["tmux", "kill-session", "-t", session])
+    code = "import sys, tui.app, tui.screens.home, tui.screens.monitor, tui.screens.editor; print('torch' in sys.modules)"
+    torch_loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
+    print(f"fsdp-tui start to first screen (tmux, 5 runs): median {statistics.median(times) * 1000:.0f} ms, "
+          f"max {max(times) * 1000:.0f} ms (floor < 1 s); torch imported by the app: {torch_loaded}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--seconds", type=float, default=60)
+    p.add_argument("--rate", type=int, default=5000)
+    p.add_argument("--nodes", type=int, default=8)
+    args = p.parse_args()
+    asyncio.run(load_test(args.seconds, args.rate, args.nodes))
+    first_screen()
+
+
+if __name__ == "__main__":
+    main()
