@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import resource
 import tempfile
 import time
@@ -23,10 +24,11 @@ async def run(nodes: int, lines: int) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
+        script = (f"import sys\nw = sys.stdout.write\nfor i in range({lines}):\n"
+                  f"    w(f'node $NODE_RANK line {{i}} ' + 'x' * 60 + chr(10))\n")
         text = (f"experiment_name: stream\ncompute: {{hosts: [{', '.join(['localhost'] * nodes)}]}}\n"
-                f"mlflow: {{enabled: false}}\n"
-                f"command: python -c \"import sys; w = sys.stdout.write\\nfor i in range({lines}): "
-                f"w(f'node $NODE_RANK line {{i}} ' + 'x' * 60 + chr(10))\"\n")
+                "mlflow: {enabled: false}\ncommand: |\n  python -c \"$SCRIPT\"\n"
+                f"env_variables:\n  SCRIPT: {json.dumps(script)}\n")
         result = validate_text(text, "stream.yaml")
         assert result.workload is not None, [p.format() for p in result.problems]
         plan = build_plan(result.workload, run_id=new_run_id("stream"), node_root=str(home / "nodes"))

@@ -17,7 +17,7 @@ from launcher.events import (
     RunState,
     RunStateChanged,
 )
-from launcher.triage import classify_line
+from launcher.triage import classify_line, might_signal
 from trainer.protocol import RankMemory
 
 SERIES_LEN = 600
@@ -66,7 +66,7 @@ class RunView:
             node.host, node.state, node.exit_code = event.host, event.state, event.exit_code
         elif isinstance(event, NodeLines):
             node = self.node(event.node_rank)
-            if node.first_error is None:
+            if node.first_error is None and might_signal("\n".join(event.lines)):
                 for i, line in enumerate(event.lines):
                     if classify_line(line) is not None:
                         node.first_error = (node.lines + i, line)

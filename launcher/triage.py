@@ -47,8 +47,19 @@ class TriageReport:
         return {**asdict(self), "summary": self.summary}
 
 
+# Every signature needs one of these words: a cheap test that lets ordinary lines skip the regexes.
+_KEYWORDS = ("Error", "Exception", "memory", "imeout", "imed out", "Killed", "Signal", "exitcode")
+
+
+def might_signal(text: str) -> bool:
+    """False when no line of ``text`` can carry a failure signature (checks a whole batch at once)."""
+    return any(word in text for word in _KEYWORDS)
+
+
 def classify_line(line: str) -> Signature | None:
     """The failure signature a log line shows, if any (the app highlights these)."""
+    if not might_signal(line):
+        return None
     for kind, pattern in SIGNATURES:
         if pattern.search(line):
             return Signature(kind, line.strip())

@@ -196,3 +196,23 @@ def test_trains_on_gpu_with_nccl_and_bf16(tmp_path, tiny_model_dir):
     train = [r for r in _records(tmp_path) if r["kind"] == "train"]
     assert train[-1]["loss"] < train[0]["loss"]
     assert train[-1]["memory"][0]["peak_gib"] > 0
+
+
+def test_async_staged_checkpoints_then_resume_on_another_world_size(tmp_path, tiny_model_dir):
+    out_dir = tmp_path / "out"
+    staging = tmp_path / "staging"
+    params = tiny_params(out_dir, max_steps=6, checkpoint={"every_steps": 3, "async_save": True,
+                                                            "staging_dir": str(staging), "export_hf": False},
+                         logging={"eval_every_steps": None, "eval_max_batches": 1})
+    first = run_trainer(tmp_path / "two", params, nproc=2)
+    assert first.returncode == 0, first.stderr[-3000:]
+    ckpts = list_checkpoints(out_dir / "checkpoints")
+    assert [(c.step, c.complete) for c in ckpts] == [(3, True), (6, True)]
+    assert not any(staging.iterdir()), "staged checkpoints are moved into place"
+
+    params["max_steps"] = 9
+    second = run_trainer(tmp_path / "one", params, nproc=1)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resumed from" in second.stdout and "step-00000006 at step 6" in second.stdout
+    steps = [r["step"] for r in _records(tmp_path / "one") if r["kind"] == "train"]
+    assert steps == [7, 8, 9]

@@ -15,7 +15,6 @@ from tui.app import FsdpTuiApp
 from tui.screens.editor import EditorScreen, key_path_at
 from tui.screens.home import HomeScreen
 from tui.screens.monitor import RunMonitorScreen
-from tui.widgets.node_log import NodeLog
 from tui.widgets.problems import ProblemsTable
 
 

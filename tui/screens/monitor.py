@@ -7,6 +7,8 @@ the costly widgets. Leaving the screen never stops the run.
 
 from __future__ import annotations
 
+import asyncio
+
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -84,6 +86,7 @@ class RunMonitorScreen(Screen):
             self.handle = await attach(self.run_id, home=self.app.home)
         async for event in self.handle.events():
             self.on_run_event(event)
+            await asyncio.sleep(0)  # let key presses in between events of a burst
 
     def on_run_event(self, event: RunEvent) -> None:
         self.view.apply(event)

@@ -9,12 +9,15 @@ from textual.containers import Vertical
 from textual.widgets import Label, Log
 
 from launcher.events import NodeState
-from launcher.triage import classify_line
+from launcher.triage import classify_line, might_signal
 
 MAX_LINES = 20_000
 """Lines kept per pane (``Log`` keeps every line unless bounded)."""
 MAX_PENDING = 50_000
 """Lines buffered per pane between flushes or while hidden; older ones are dropped from the view."""
+MAX_WRITE = 120
+"""Lines written per pane per flush (15 Hz). Faster output shows its newest lines and says how many
+it skipped: nobody reads 5,000 lines a second, and every line stays in the node's log file."""
 
 
 class NodeLog(Vertical):
@@ -53,7 +56,12 @@ class NodeLog(Vertical):
         lines = list(self.pending)
         self.pending.clear()
         self.all_lines.extend(lines)
-        shown = [self._mark(line) for line in lines if self._wanted(line)]
+        wanted = [line for line in lines if self._wanted(line)] if self.filter_text else lines
+        skipped = len(wanted) - MAX_WRITE
+        tail = wanted[-MAX_WRITE:]
+        shown = [self._mark(line) for line in tail] if might_signal("\n".join(tail)) else tail
+        if skipped > 0:
+            shown.insert(0, f"··· {skipped:,} lines not shown (fast output; all are in the node log)")
         if shown:
             self.log.write_lines(shown)
         return len(shown)

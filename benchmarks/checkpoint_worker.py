@@ -1,0 +1,53 @@
+"""Under torchrun: how long training is blocked by a save, three ways (see bench_checkpoint.py)."""
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from trainer import optim, parallel
+from trainer.checkpoint import AppState
+from trainer.config import FsdpConfig, OptimConfig
+
+hidden, layers, repeat = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+d = parallel.init_distributed()
+torch.manual_seed(0)
+config = LlamaConfig(vocab_size=32000, hidden_size=hidden, intermediate_size=hidden * 4, num_hidden_layers=layers,
+                     num_attention_heads=max(1, hidden // 64), num_key_value_heads=max(1, hidden // 64))
+model = parallel.shard_model(LlamaForCausalLM(config), FsdpConfig(), d)
+opt = optim.build_optimizer(model, 1e-4, OptimConfig(), d.device)
+sched = optim.build_scheduler(opt, 10, OptimConfig())
+model(input_ids=torch.randint(0, 32000, (1, 16))).logits.sum().backward()
+opt.step()
+state = {"app": AppState(model, opt, sched, {"step": 1})}
+params = sum(p.numel() for p in model.parameters())
+group = dist.new_group(backend="gloo")
+root = Path(tempfile.mkdtemp(prefix="ckpt-bench-"))
+results = {"async": [], "sync": [], "seed": []}
+for i in range(repeat):
+    dist.barrier()
+    t = time.perf_counter()
+    future = dcp.async_save(state, checkpoint_id=str(root / f"async-{i}"), process_group=group)
+    results["async"].append(time.perf_counter() - t)
+    future.result()
+    dist.barrier()
+    t = time.perf_counter()
+    dcp.save(state, checkpoint_id=str(root / f"sync-{i}"))
+    results["sync"].append(time.perf_counter() - t)
+    dist.barrier()
+    t = time.perf_counter()
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if d.is_main:
+        model.save_pretrained(root / f"seed-{i}", state_dict=full, safe_serialization=True)
+    dist.barrier()
+    results["seed"].append(time.perf_counter() - t)
+if d.is_main:
+    print(json.dumps({"params": params * d.world, "results": results}), flush=True)
+dist.destroy_process_group()
