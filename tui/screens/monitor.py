@@ -21,8 +21,8 @@ from launcher.run_view import RunView, fmt_duration
 from tui.widgets.metrics import MetricsPanel
 from tui.widgets.node_log import NodeLog
 
-LOG_HZ = 15
-DRAW_HZ = 3
+LOG_HZ = 10
+DRAW_HZ = 2
 
 
 class RunMonitorScreen(Screen):
