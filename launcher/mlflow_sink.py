@@ -34,6 +34,7 @@ class MlflowSink:
         self.uri = tracking_uri or default_tracking_uri(home)
         self.experiment = experiment
         self.run_name = run_name
+        self.home = Path(home)
         self.client = None
         self.run_id: str | None = None
 
@@ -43,7 +44,12 @@ class MlflowSink:
 
         self.client = MlflowClient(tracking_uri=self.uri)
         exp = self.client.get_experiment_by_name(self.experiment)
-        exp_id = exp.experiment_id if exp else self.client.create_experiment(self.experiment)
+        if exp is not None:
+            exp_id = exp.experiment_id
+        else:
+            # A SQLite store puts artifacts under ./mlruns of whatever folder we run in: keep them with it.
+            location = (self.home / "mlflow-artifacts").as_uri() if self.uri.startswith("sqlite:") else None
+            exp_id = self.client.create_experiment(self.experiment, artifact_location=location)
         run = self.client.create_run(exp_id, run_name=self.run_name, tags=tags or {})
         self.run_id = run.info.run_id
         items = [Param(k, v) for k, v in flatten(params).items()]

@@ -36,6 +36,7 @@ from launcher.triage import triage_run
 from trainer.protocol import MetricRecord
 
 POLL_S = 0.2
+READ_CHUNK = 4 << 20
 MAX_QUEUED = 20_000
 STOP_GRACE_S = 10.0
 _END = object()
@@ -193,33 +194,43 @@ class _Runner:
             await asyncio.sleep(POLL_S)
 
     async def _pump(self, final: bool = False) -> None:
-        """Read what is new on every node: log lines to events and the mirror, node 0's metrics."""
+        """Read everything new on every node: log lines to events and the mirror, node 0's metrics."""
         for n in self.nodes:
             rank = n.node.node_rank
-            chunk = await n.read("node.log", self.offsets[(rank, "log")])
-            self.offsets[(rank, "log")] += len(chunk)
-            lines = self.splitters[(rank, "log")].feed(chunk)
-            if final:
-                lines += self.splitters[(rank, "log")].flush()
-            if lines:
-                await asyncio.to_thread(_append, self.dir / "nodes" / f"{rank}.log", lines)
-                # The mirror and its offset move together, so a re-attach never duplicates a line.
-                consumed = self.offsets[(rank, "log")] - len(self.splitters[(rank, "log")].rest)
-                self.store.save_offset(self.plan.run_id, rank, "log", consumed)
-                self.emit(NodeLines(self.plan.run_id, rank, tuple(lines), self.offsets[(rank, "log")]))
-                if rank == 0 and self.log_metrics and not self.reporter_seen:
-                    for line in lines:
-                        record = self.log_metrics.parse(line)
-                        if record is not None:
-                            self._record(record)
-        chunk = await self.nodes[0].read("metrics.jsonl", self.offsets[(0, "metrics")])
-        self.offsets[(0, "metrics")] += len(chunk)
-        for line in self.splitters[(0, "metrics")].feed(chunk):
-            record = MetricRecord.from_json(line)
-            if record is not None:
-                self.reporter_seen = True
-                self._record(record)
+            while True:
+                chunk = await n.read("node.log", self.offsets[(rank, "log")], READ_CHUNK)
+                self.offsets[(rank, "log")] += len(chunk)
+                caught_up = len(chunk) < READ_CHUNK
+                lines = self.splitters[(rank, "log")].feed(chunk)
+                if final and caught_up:
+                    lines += self.splitters[(rank, "log")].flush()
+                if lines:
+                    await self._lines(rank, lines)
+                if caught_up:
+                    break
+        while True:
+            chunk = await self.nodes[0].read("metrics.jsonl", self.offsets[(0, "metrics")], READ_CHUNK)
+            self.offsets[(0, "metrics")] += len(chunk)
+            for line in self.splitters[(0, "metrics")].feed(chunk):
+                record = MetricRecord.from_json(line)
+                if record is not None:
+                    self.reporter_seen = True
+                    self._record(record)
+            if len(chunk) < READ_CHUNK:
+                break
         await self._flush_metrics()
+
+    async def _lines(self, rank: int, lines: list[str]) -> None:
+        await asyncio.to_thread(_append, self.dir / "nodes" / f"{rank}.log", lines)
+        # The mirror and its offset move together, so a re-attach never duplicates a line.
+        consumed = self.offsets[(rank, "log")] - len(self.splitters[(rank, "log")].rest)
+        self.store.save_offset(self.plan.run_id, rank, "log", consumed)
+        self.emit(NodeLines(self.plan.run_id, rank, tuple(lines), self.offsets[(rank, "log")]))
+        if rank == 0 and self.log_metrics and not self.reporter_seen:
+            for line in lines:
+                record = self.log_metrics.parse(line)
+                if record is not None:
+                    self._record(record)
 
     def _record(self, record: MetricRecord) -> None:
         self.pending_records.append(record)

@@ -42,6 +42,8 @@ def test_air_style_script_unmodified_gets_metrics_records_and_mlflow(home):
     history = client.get_metric_history(run.info.run_id, "loss")
     assert [m.step for m in history] == list(range(1, 13))
     assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"0.log", "workload.yaml"}
+    assert run.info.artifact_uri.startswith((home / "mlflow-artifacts").as_uri())
+    assert not (ROOT / "mlruns").exists()
 
 
 def test_failure_is_triaged_to_the_node_and_signature(home, tmp_path):
@@ -177,3 +179,17 @@ def test_missing_secret_fails_with_how_to_set_it(home, tmp_path):
     assert out.returncode == 1
     end = events(out.stdout)[-1]
     assert "fsdp-tui secrets set s/k" in end["triage"]["summary"]
+
+
+def test_fast_output_larger_than_a_read_is_mirrored_without_loss(home, tmp_path):
+    wl = write_workload(tmp_path, """experiment_name: flood
+mlflow: {enabled: false}
+command: |
+  python -c "import sys; sys.stdout.write(''.join(f'line {i} ' + 'x' * 90 + chr(10) for i in range(120000)))"
+""")
+    out = cli(home, "run", wl, "--json")
+    assert out.returncode == 0
+    run_id = events(out.stdout)[0]["run_id"]
+    mirror = (home / "runs" / run_id / "nodes" / "0.log").read_text().splitlines()
+    assert len(mirror) == 120000 and mirror[-1].startswith("line 119999 ")
+    assert sum(len(e["lines"]) for e in events(out.stdout) if e["type"] == "NodeLines") == 120000

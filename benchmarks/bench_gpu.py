@@ -1,0 +1,78 @@
+"""One GPU: a Llama-3.2-1B-shaped model (random init), seq 2048, bf16 with fp32 reduce, through the
+trainer's own sharding, optimiser and loss. Reports tokens/s, MFU and peak memory.
+
+    python benchmarks/bench_gpu.py [--batch 4] [--steps 20] [--ac off|full|selective] [--compile]
+
+Needs CUDA (run it on the GPU machine); MFU uses 6 x parameters + attention FLOPs per token and the
+device's dense bf16 peak (floor: 35% on H100).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--ac", default="off", choices=["off", "full", "selective"])
+    p.add_argument("--compile", action="store_true")
+    args = p.parse_args()
+
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_gpu needs a CUDA GPU")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from trainer import metrics, model, optim, parallel, train
+    from trainer.config import FsdpConfig, OptimConfig
+
+    d = parallel.init_distributed()
+    config = LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                         num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=args.seq,
+                         tie_word_embeddings=True, rope_theta=500000.0)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        net = LlamaForCausalLM._from_config(config, attn_implementation="sdpa", torch_dtype=torch.float32)
+    net.config.use_cache = False
+    num_params = sum(p.numel() for p in net.parameters())
+    model.apply_activation_checkpointing(net, args.ac)
+    if args.compile:
+        model.apply_compile(net)
+    net = parallel.shard_model(net, FsdpConfig(), d)
+    opt = optim.build_optimizer(net, 1e-4, OptimConfig(), d.device)
+    sched = optim.build_scheduler(opt, args.steps + args.warmup, OptimConfig(schedule="constant"))
+    ids = torch.randint(0, config.vocab_size, (args.batch, args.seq))
+    batch = {"input_ids": ids, "labels": ids.clone(), "position_ids": torch.arange(args.seq).expand(args.batch, -1),
+             "real_tokens": torch.tensor(args.batch * args.seq)}
+    for _ in range(args.warmup):
+        train.train_step(net, opt, sched, [batch], d.device, 1.0, d.world)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        train.train_step(net, opt, sched, [batch], d.device, 1.0, d.world)
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    tokens_per_s = args.steps * args.batch * args.seq / seconds
+    attn = 12 * config.num_hidden_layers * config.hidden_size * args.seq  # per token, fwd+bwd
+    flops_per_token = 6 * num_params + attn
+    peak = metrics.peak_flops(d, None)
+    mfu = tokens_per_s * flops_per_token / peak if peak else float("nan")
+    print(f"{torch.cuda.get_device_name()} | {num_params / 1e9:.2f}B params | batch {args.batch} x seq {args.seq} | "
+          f"ac {args.ac} | compile {args.compile}")
+    print(f"tokens/s {tokens_per_s:,.0f} | MFU {mfu:.1%} (floor 35%) | "
+          f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+
+
+if __name__ == "__main__":
+    main()
