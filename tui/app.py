@@ -29,7 +29,7 @@ class FsdpTuiApp(App):
         self.start_overrides = overrides or []
         self.extra_workloads = [workload.resolve()] if workload else []
         self.requested_theme = theme
-        self.handles: dict[str, object] = {}
+        self.marked_runs: list[str] = []
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         from themes import APP_VARIABLES
@@ -123,7 +123,6 @@ class FsdpTuiApp(App):
         except NodeError as err:
             self.notify(f"not launched: {err}", severity="error", timeout=10)
             return
-        self.handles[plan.run_id] = handle
         self.open_run(plan.run_id, handle)
 
 

@@ -111,10 +111,10 @@ async def test_monitor_replays_a_recorded_two_node_run(home):
         assert screen.pane(1).log.line_count == 3
         assert "!! [rank1]: RuntimeError" in screen.pane(1).log.lines[1]
         assert screen.pane(1).has_class("-failed")
-        await pilot.pause(0.5)
-        assert "last 0.0000" in str(screen.query_one("#spark-loss").query_one(".title").render())
+        await _wait_for(pilot, lambda: len(screen.query("MemoryGauge")) == 2)
         gauges = {g.rank: g for g in screen.query("MemoryGauge")}
-        assert gauges[1].has_class("-crit") and gauges[0].has_class("-warn")
+        await _wait_for(pilot, lambda: gauges[1].has_class("-crit") and gauges[0].has_class("-warn"))
+        assert "last 0.0000" in str(screen.query_one("#spark-loss").query_one(".title").render())
         assert screen.view.first_error() == (1, 1, "[rank1]: RuntimeError: NCCL error")
         await pilot.press("e")
         assert screen.follow is False
@@ -169,3 +169,63 @@ async def test_bad_user_theme_is_skipped_with_a_notice(home):
         await pilot.pause()
         assert app.theme == "fsdp-dark"
         assert any("broken.toml" in str(n.message) for n in app._notifications)
+
+
+def _fake_checkpoints(root: Path, steps: dict[int, bool]) -> None:
+    for step, complete in steps.items():
+        d = root / f"step-{step:08d}"
+        d.mkdir(parents=True)
+        (d / "__0_0.distcp").write_bytes(b"x" * 1000)
+        if complete:
+            (d / ".metadata").write_bytes(b"m")
+            (d / "meta.json").write_text(json.dumps({"step": step}))
+
+
+async def test_checkpoints_browser_lists_and_never_deletes_the_newest_complete(home, tmp_path):
+    from launcher.plan import build_plan
+    from launcher.store import RunStore
+    from launcher.validate import validate_text
+    from tui.screens.checkpoints import CheckpointsScreen
+
+    out = tmp_path / "out"
+    text = f"experiment_name: ck\ncommand: x\nparameters: {{output_dir: '{out}'}}\n"
+    RunStore(home).create_run(build_plan(validate_text(text, "w.yaml").workload, run_id="run-ck"), None, text)
+    _fake_checkpoints(out / "checkpoints", {10: True, 20: True, 30: False})
+    app = FsdpTuiApp(home)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause()
+        app.push_screen(CheckpointsScreen("run-ck"))
+        await pilot.pause()
+        table = app.screen.query_one(DataTable)
+        assert [(str(table.get_row_at(i)[0]), str(table.get_row_at(i)[1])) for i in range(3)] == [
+            ("10", "yes"), ("20", "yes"), ("30", "NO")]
+        table.move_cursor(row=1)
+        await pilot.press("d")
+        await pilot.pause()
+        assert (out / "checkpoints" / "step-00000020").exists()
+        table.move_cursor(row=0)
+        await pilot.press("d")
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+        assert not (out / "checkpoints" / "step-00000010").exists()
+        assert app.screen.query_one(DataTable).row_count == 2
+
+
+async def test_compare_two_runs_shows_numbers_and_config_diff(home):
+    from tui.screens.compare import CompareScreen
+
+    _record_run(home, "run-a", {0: ["a"], 1: ["a"]}, [{"step": 1, "loss": 2.0}], RunState.SUCCEEDED)
+    _record_run(home, "run-b", {0: ["b"], 1: ["b"]}, [{"step": 1, "loss": 1.0}], RunState.FAILED)
+    (home / "runs" / "run-b" / "workload.yaml").write_text(
+        (home / "runs" / "run-b" / "workload.yaml").read_text().replace("command: x", "command: y"))
+    app = FsdpTuiApp(home)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause()
+        app.push_screen(CompareScreen("run-a", "run-b"))
+        await pilot.pause()
+        table = app.screen.query_one(DataTable)
+        rows = {str(table.get_row_at(i)[0]): table.get_row_at(i)[1:] for i in range(table.row_count)}
+        assert [str(x) for x in rows["state"]] == ["succeeded", "failed"]
+        diff = app.screen.diff_text
+        assert "-command: x" in diff and "+command: y" in diff

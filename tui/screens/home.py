@@ -34,6 +34,10 @@ class HomeScreen(Screen):
         Binding("enter", "open", "open", show=True),
         Binding("l", "launch", "launch workload"),
         Binding("d", "delete", "delete run"),
+        Binding("space", "mark", "mark to compare"),
+        Binding("c", "compare", "compare marked"),
+        Binding("n", "clone", "clone run"),
+        Binding("k", "checkpoints", "checkpoints"),
         Binding("tab", "focus_next", "next table", show=False),
         Binding("r", "reload", "refresh"),
     ]
@@ -43,7 +47,8 @@ class HomeScreen(Screen):
         with Vertical():
             yield Label("Workloads  (enter: edit, l: launch)", classes="section")
             yield DataTable(id="workloads", cursor_type="row")
-            yield Label("Runs  (enter: open, l: relaunch, d: delete)", classes="section")
+            yield Label("Runs  (enter: open, l: relaunch, n: clone, k: checkpoints, space+c: compare, d: delete)",
+                        classes="section")
             yield DataTable(id="runs", cursor_type="row")
         yield Footer()
 
@@ -95,6 +100,56 @@ class HomeScreen(Screen):
             path = self._selected("#workloads")
             if path:
                 self.app.open_editor(Path(path))
+
+    def action_mark(self) -> None:
+        run_id = self._selected("#runs")
+        if run_id is None:
+            return
+        marked = self.app.marked_runs
+        if run_id in marked:
+            marked.remove(run_id)
+        else:
+            marked.append(run_id)
+            del marked[:-2]
+        self.notify(f"marked for compare: {', '.join(marked) or 'none'}")
+
+    def action_compare(self) -> None:
+        from tui.screens.compare import CompareScreen
+
+        marked = self.app.marked_runs
+        if len(marked) != 2:
+            self.notify("mark two runs with space first", severity="warning")
+            return
+        self.app.push_screen(CompareScreen(*marked))
+
+    def action_checkpoints(self) -> None:
+        from tui.screens.checkpoints import CheckpointsScreen
+
+        run_id = self._selected("#runs")
+        if run_id:
+            self.app.push_screen(CheckpointsScreen(run_id))
+
+    def action_clone(self) -> None:
+        """A copy of the run's workload next to the original, opened in the editor."""
+        from launcher.store import RunStore
+
+        run_id = self._selected("#runs")
+        record = RunStore(self.app.home).get_run(run_id) if run_id else None
+        if record is None or not record.summary.workload_path:
+            self.notify("this run has no workload file to clone", severity="warning")
+            return
+        source = Path(record.summary.workload_path)
+        target = source.with_name(f"{source.stem}-clone.yaml")
+        n = 2
+        while target.exists():
+            target, n = source.with_name(f"{source.stem}-clone{n}.yaml"), n + 1
+        try:
+            text = source.read_text() if source.exists() else (record.directory / "workload.yaml").read_text()
+            target.write_text(text)
+        except OSError as err:
+            self.notify(f"cannot write {target}: {err.strerror}", severity="error")
+            return
+        self.app.open_editor(target)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         """Enter on a row (the table handles the key itself): open it."""

@@ -43,6 +43,7 @@ class RunMonitorScreen(Screen):
         Binding("slash", "filter", "filter"),
         Binding("e", "first_error", "first error"),
         Binding("l", "relaunch", "relaunch"),
+        Binding("k", "checkpoints", "checkpoints"),
         Binding("escape", "back", "back"),
     ]
 
@@ -190,6 +191,11 @@ class RunMonitorScreen(Screen):
             self.notify("no workload file recorded for this run", severity="warning")
             return
         self.app.launch_workload(Path(record.summary.workload_path), [])
+
+    def action_checkpoints(self) -> None:
+        from tui.screens.checkpoints import CheckpointsScreen
+
+        self.app.push_screen(CheckpointsScreen(self.run_id))
 
     def action_back(self) -> None:
         self.app.pop_screen()
