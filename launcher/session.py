@@ -37,6 +37,8 @@ from trainer.protocol import MetricRecord
 
 POLL_S = 0.2
 READ_CHUNK = 4 << 20
+REPLAY_TAIL_BYTES = 2 << 20
+"""How much of each node's log a reopened run shows (the panes keep 20,000 lines anyway)."""
 MAX_QUEUED = 20_000
 STOP_GRACE_S = 10.0
 _END = object()
@@ -315,7 +317,7 @@ async def replay(run_id: str, *, home: Path) -> RunHandle:
         path = record.directory / "nodes" / f"{node.node_rank}.log"
         handle.queue.put_nowait(NodeStateChanged(run_id, node.node_rank, node.host, node.state, node.exit_code))
         if path.exists():
-            lines = path.read_text(errors="replace").splitlines()
+            lines = _tail_lines(path, REPLAY_TAIL_BYTES)
             for i in range(0, len(lines), 2000):
                 handle.queue.put_nowait(NodeLines(run_id, node.node_rank, tuple(lines[i:i + 2000]), 0))
     metrics = record.directory / "metrics.jsonl"
@@ -424,6 +426,18 @@ def cancel_run(run_id: str, *, home: Path) -> dict:
         if not record.summary.state.is_final:
             store.set_state(run_id, RunState.CANCELLED, record.summary.attempt, "cancelled; no launcher was attached")
     return results
+
+
+def _tail_lines(path: Path, max_bytes: int) -> list[str]:
+    """The last lines of a log, reading at most ``max_bytes`` from its end (a 1 GB log opens at once)."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        f.seek(max(0, size - max_bytes))
+        data = f.read()
+    lines = data.decode("utf-8", "replace").splitlines()
+    if size > max_bytes:
+        lines[0] = f"··· {size - len(data):,} earlier bytes are in {path} (fsdp-tui logs RUN)"
+    return lines
 
 
 def _append(path: Path, lines: list[str]) -> None:

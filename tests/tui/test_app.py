@@ -229,3 +229,26 @@ async def test_compare_two_runs_shows_numbers_and_config_diff(home):
         assert [str(x) for x in rows["state"]] == ["succeeded", "failed"]
         diff = app.screen.diff_text
         assert "-command: x" in diff and "+command: y" in diff
+
+
+def _grow_to_1gib(log: Path) -> None:
+    with open(log, "r+b") as f:
+        f.truncate(1 << 30)  # 1 GiB (sparse), then the lines a user wants to see
+        f.seek(0, 2)
+        f.write(b"".join(b"tail line %d\n" % i for i in range(100)))
+
+
+async def test_finished_run_with_a_1gb_log_opens_at_once(home):
+    import time
+
+    _record_run(home, "run-big", {0: ["x"], 1: ["y"]}, [], RunState.SUCCEEDED)
+    log = home / "runs" / "run-big" / "nodes" / "0.log"
+    _grow_to_1gib(log)
+    app = FsdpTuiApp(home, run_id="run-big")
+    start = time.monotonic()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await _wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen)
+                        and app.screen.pane(0).log.line_count > 0, timeout=10)
+        await _wait_for(pilot, lambda: "tail line 99" in app.screen.pane(0).log.lines[-1], timeout=10)
+        assert "earlier bytes are in" in app.screen.pane(0).log.lines[0]
+    assert time.monotonic() - start < 10

@@ -36,6 +36,7 @@ class NodeLog(Vertical):
         self.host = host
         self.pending: deque[str] = deque(maxlen=MAX_PENDING)
         self.filter_text = ""
+        self.seen_output = False
         self.all_lines: deque[str] = deque(maxlen=MAX_LINES)
 
     def compose(self) -> ComposeResult:
@@ -57,8 +58,11 @@ class NodeLog(Vertical):
         self.pending.clear()
         self.all_lines.extend(lines)
         wanted = [line for line in lines if self._wanted(line)] if self.filter_text else lines
-        skipped = len(wanted) - MAX_WRITE
-        tail = wanted[-MAX_WRITE:]
+        # The first batch is history (a reopened run): all of it. After that, live output is capped.
+        limit = MAX_LINES if not self.seen_output else MAX_WRITE
+        self.seen_output = True
+        skipped = len(wanted) - limit
+        tail = wanted[-limit:]
         shown = [self._mark(line) for line in tail] if might_signal("\n".join(tail)) else tail
         if skipped > 0:
             shown.insert(0, f"··· {skipped:,} lines not shown (fast output; all are in the node log)")
