@@ -1,0 +1,31 @@
+"""MlflowSink against a real SQLite tracking store: params, metric history, artifacts, final status."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.mlflow_sink import MlflowSink
+from trainer.protocol import MetricRecord
+
+
+@pytest.mark.slow
+def test_params_metrics_artifacts_and_status(tmp_path):
+    from mlflow import MlflowClient
+
+    sink = MlflowSink(None, "exp-a", "run-1", tmp_path)
+    run_id = sink.start({"model": {"name": "tiny", "lr": 0.001}, "long": "x" * 9000})
+    sink.log_records([MetricRecord(step=s, max_steps=3, loss=3.0 - s, lr=1e-3, time=1000.0 + s) for s in (1, 2, 3)]
+                     + [MetricRecord(step=3, kind="eval", eval_loss=0.5, time=1004.0)])
+    artifact = tmp_path / "triage.json"
+    artifact.write_text("{}")
+    sink.finish("FAILED", [artifact, tmp_path / "absent.json"])
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = client.get_run(run_id)
+    assert run.info.status == "FAILED" and run.info.run_name == "run-1"
+    assert run.data.params["model.name"] == "tiny" and run.data.params["model.lr"] == "0.001"
+    assert len(run.data.params["long"]) <= 6000
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "loss")] == [(1, 2.0), (2, 1.0), (3, 0.0)]
+    assert client.get_metric_history(run_id, "eval_loss")[0].value == 0.5
+    assert [a.path for a in client.list_artifacts(run_id)] == ["triage.json"]
+    assert (tmp_path / "mlflow-artifacts").is_dir()
