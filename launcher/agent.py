@@ -46,7 +46,9 @@ def _read_state(node_dir: str) -> dict:
 
 
 def _job_env(node_dir: str, spec: dict) -> dict:
-    env = dict(os.environ)
+    # The job is no SSH session (it outlives it); without these, bash -c would also read ~/.bashrc,
+    # which may put another Python before environment.python on PATH.
+    env = {k: v for k, v in os.environ.items() if k not in ("SSH_CLIENT", "SSH2_CLIENT", "SSH_CONNECTION", "SSH_TTY")}
     env.update(spec.get("env", {}))
     for name, rel in spec.get("dir_env", {}).items():
         env[name] = os.path.join(node_dir, rel)
@@ -183,23 +185,26 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def follow(node_dir: str, name: str, offset: int, wait: bool) -> None:
-    """Write the file's bytes from ``offset`` to stdout; with ``wait``, until the job ended and all is read."""
+def follow(node_dir: str, name: str, offset: int, wait: bool, limit: int | None = None) -> None:
+    """Write the file's bytes from ``offset`` to stdout (at most ``limit``); with ``wait``, until the job
+    ended and all is read."""
     path = os.path.join(node_dir, name)
     out = sys.stdout.buffer
     while True:
         try:
             with open(path, "rb") as f:
                 f.seek(offset)
-                chunk = f.read()
+                chunk = f.read(limit if limit is not None else -1)
         except FileNotFoundError:
             chunk = b""
         if chunk:
             out.write(chunk)
             out.flush()
             offset += len(chunk)
+            if limit is not None:
+                return
             continue
-        if not wait or _read_state(node_dir).get("state") == "exited":
+        if not wait or limit is not None or _read_state(node_dir).get("state") == "exited":
             return
         time.sleep(0.2)
 
@@ -219,7 +224,8 @@ def main(argv: list[str]) -> int:
         result = stop(node_dir, grace)
     elif verb == "follow":
         offset = int(argv[argv.index("--offset") + 1]) if "--offset" in argv else 0
-        follow(node_dir, argv[2], offset, "--wait" in argv)
+        limit = int(argv[argv.index("--limit") + 1]) if "--limit" in argv else None
+        follow(node_dir, argv[2], offset, "--wait" in argv, limit)
         return 0
     else:
         print(f"unknown verb {verb!r}", file=sys.stderr)

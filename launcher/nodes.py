@@ -84,6 +84,9 @@ class LocalNode:
     async def read(self, name: str, offset: int, limit: int = 4 << 20) -> bytes:
         return await asyncio.to_thread(self._read, name, offset, limit)
 
+    async def close(self) -> None:
+        """Nothing to close on this machine."""
+
     def _read(self, name: str, offset: int, limit: int) -> bytes:
         try:
             with open(self.dir / name, "rb") as f:
@@ -91,3 +94,117 @@ class LocalNode:
                 return f.read(limit)
         except FileNotFoundError:
             return b""
+
+
+class SshNode:
+    """A node over SSH: files go up by SFTP, the agent runs there, output is read by byte offset.
+
+    One connection per node, re-opened with backoff when it drops; the job on the node is unaffected
+    (the agent detached it from the SSH session).
+    """
+
+    RETRIES = 5
+
+    def __init__(self, plan: RunPlan, node: NodePlan) -> None:
+        import shlex
+
+        self.plan = plan
+        self.node = node
+        self.host = node.host
+        self.ssh = plan.workload.ssh
+        self.python = plan.workload.environment.python
+        # Paths relative to the remote home (SFTP and commands start there); the agent expands "~".
+        self.dir = node.node_dir[2:] if node.node_dir.startswith("~/") else node.node_dir
+        self.agent = f"{shlex.quote(self.python)} {shlex.quote(self.dir + '/agent.py')} {shlex.quote(node.node_dir)}"
+        self.label = f"node {node.node_rank} ({node.host_display})"
+        self.conn = None
+
+    async def _conn(self):
+        from launcher.ssh import connect
+
+        if self.conn is None:
+            self.conn = await connect(self.host, self.ssh)
+        return self.conn
+
+    async def _run(self, args: str, stdin: bytes | None = None) -> bytes:
+        """Run ``agent ARGS`` on the node; reconnect with backoff if the connection dropped."""
+        import asyncssh
+
+        from launcher.ssh import SshError
+
+        delay = 0.5
+        for attempt in range(self.RETRIES):
+            try:
+                conn = await self._conn()
+                result = await conn.run(f"{self.agent} {args}", input=stdin, encoding=None, check=False)
+                if result.exit_status is None or result.exit_status < 0:
+                    raise ConnectionResetError("the channel closed without an exit status")
+                if result.exit_status not in (0, 1):
+                    raise NodeError(f"{self.label}: the agent failed: {result.stderr.decode(errors='replace')[-500:]}")
+                return result.stdout
+            except (asyncssh.ConnectionLost, asyncssh.DisconnectError, OSError, asyncssh.ChannelOpenError) as err:
+                self.conn = None
+                if attempt == self.RETRIES - 1:
+                    raise NodeError(f"{self.label}: connection lost and not re-established: {err}") from None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 8)
+            except SshError as err:
+                raise NodeError(str(err)) from None
+        raise NodeError(f"{self.label}: unreachable")
+
+    async def prepare(self) -> None:
+        import tempfile
+
+        from launcher.ssh import SshError
+
+        try:
+            conn = await self._conn()
+        except SshError as err:
+            raise NodeError(str(err)) from None
+        async with conn.start_sftp_client() as sftp:
+            await sftp.makedirs(self.dir, exist_ok=True)
+            await sftp.put(str(AGENT_SOURCE), f"{self.dir}/agent.py")
+            async with sftp.open(f"{self.dir}/parameters.yaml", "w") as f:
+                await f.write(self.plan.parameters_yaml)
+            with tempfile.TemporaryDirectory() as tmp:
+                if self.plan.code_root is not None:
+                    snap = self.plan.workload.code_source.snapshot
+                    staged = Path(tmp) / "code"
+                    shutil.copytree(self.plan.code_root, staged, ignore=shutil.ignore_patterns(*snap.exclude))
+                    await sftp.put(str(staged), self.dir, recurse=True)
+                if self.plan.uses_builtin_trainer:
+                    staged = Path(tmp) / TRAINER_PKG_DIR / "trainer"
+                    shutil.copytree(TRAINER_SOURCE, staged, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+                    await sftp.put(str(staged.parent), self.dir, recurse=True)
+
+    async def start(self, secrets: dict[str, str], attempt: int) -> dict:
+        spec = {"argv": list(self.node.argv), "env": self.node.env, "dir_env": self.node.dir_env,
+                "secrets": secrets, "python": self.python, "attempt": attempt}
+        out = await self._run("start", stdin=json.dumps(spec).encode())
+        result = json.loads(out.decode() or "{}")
+        if "error" in result:
+            raise NodeError(f"{self.label}: {result['error']}")
+        return result
+
+    async def status(self) -> dict:
+        return json.loads((await self._run("status")).decode() or "{}")
+
+    async def stop(self, grace_s: float = 10.0) -> dict:
+        return json.loads((await self._run(f"stop --grace {grace_s}")).decode() or "{}")
+
+    async def read(self, name: str, offset: int, limit: int = 4 << 20) -> bytes:
+        import shlex
+
+        return await self._run(f"follow {shlex.quote(name)} --offset {offset} --limit {limit}")
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
+def node_backend(plan: RunPlan, node: NodePlan):
+    """This machine for ``localhost`` (or no hosts), SSH for every other host."""
+    if node.host is None or node.host.is_local:
+        return LocalNode(plan, node)
+    return SshNode(plan, node)

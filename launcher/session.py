@@ -26,7 +26,7 @@ from launcher.events import (
     RunStateChanged,
     event_to_dict,
 )
-from launcher.nodes import LocalNode, NodeError
+from launcher.nodes import NodeError, node_backend
 from launcher.paths import run_dir
 from launcher.plan import RunPlan
 from launcher.secrets import MissingSecrets, SecretStore
@@ -71,8 +71,6 @@ class RunHandle:
 
 async def launch(plan: RunPlan, *, home: Path) -> RunHandle:
     """Record the run and start it; events flow until :class:`RunFinished`."""
-    if plan.topology.hosts and not all(h.is_local for h in plan.topology.hosts):
-        raise NodeError("running on SSH hosts is not available yet: remove compute.hosts to run on this machine")
     store = RunStore(home)
     resolved = yaml.safe_dump(plan.workload.model_dump(mode="json", exclude_none=True), sort_keys=False)
     store.create_run(plan, plan.source_file, resolved)
@@ -85,7 +83,7 @@ async def launch(plan: RunPlan, *, home: Path) -> RunHandle:
 class _Runner:
     def __init__(self, plan: RunPlan, handle: RunHandle, store: RunStore, home: Path) -> None:
         self.plan, self.handle, self.store, self.home = plan, handle, store, home
-        self.nodes = [LocalNode(plan, n) for n in plan.nodes]
+        self.nodes = [node_backend(plan, n) for n in plan.nodes]
         self.dir = run_dir(home, plan.run_id)
         self.offsets = {(n.node_rank, s): 0 for n in plan.nodes for s in ("log", "metrics")}
         self.splitters = {(n.node_rank, s): LineSplitter() for n in plan.nodes for s in ("log", "metrics")}
@@ -301,6 +299,7 @@ class _Runner:
             except Exception as err:  # noqa: BLE001 - the run's own outcome must still be reported
                 self.emit(RunStateChanged(self.plan.run_id, final, self.attempt, f"MLflow: {err}"))
         self.store.set_launcher(self.plan.run_id, None)
+        await asyncio.gather(*(n.close() for n in self.nodes), return_exceptions=True)
         self.emit(RunFinished(self.plan.run_id, final, code, triage))
         self.events_file.close()
         self.handle.queue.put_nowait(_END)
@@ -352,17 +351,9 @@ async def attach(run_id: str, *, home: Path) -> RunHandle:
 
 async def adopt(run_id: str, *, home: Path) -> RunHandle:
     """Become the launcher of a live run whose launcher died: resume tailing at the saved offsets."""
-    from launcher.plan import build_plan
-    from launcher.validate import validate_text
-
     store = RunStore(home)
     record = store.get_run(run_id)
-    text = (record.directory / "workload.yaml").read_text()
-    result = validate_text(text, str(record.directory / "workload.yaml"))
-    if result.workload is None:
-        raise NodeError(f"run {run_id}: its recorded workload no longer validates")
-    node_root = record.nodes[0].node_dir.rsplit(f"/{run_id}/", 1)[0]
-    plan = build_plan(result.workload, run_id=run_id, node_root=node_root)
+    plan = _plan_of(record, run_id)
     handle = await replay(run_id, home=home)
     runner = _Runner(plan, handle, store, home)
     runner.attempt = record.summary.attempt
@@ -413,19 +404,36 @@ def _read_from(path: Path, offset: int) -> bytes:
 
 def cancel_run(run_id: str, *, home: Path) -> dict:
     """Stop every node of a run from any process; the launcher tailing it records it as cancelled."""
-    from launcher.agent import stop
+    return asyncio.run(cancel_run_async(run_id, home=home))
 
+
+async def cancel_run_async(run_id: str, *, home: Path) -> dict:
     store = RunStore(home)
     record = store.get_run(run_id)
     if record is None:
         raise LookupError(f"no run '{run_id}'")
-    results = {}
-    for node in record.nodes:
-        results[node.node_rank] = stop(str(Path(node.node_dir).expanduser()), STOP_GRACE_S)
+    plan = _plan_of(record, run_id)
+    nodes = [node_backend(plan, n) for n in plan.nodes]
+    outcomes = await asyncio.gather(*(n.stop(STOP_GRACE_S) for n in nodes), return_exceptions=True)
+    await asyncio.gather(*(n.close() for n in nodes), return_exceptions=True)
+    results = {n.node.node_rank: (o if isinstance(o, dict) else {"error": str(o), "left": ["unknown"]})
+               for n, o in zip(nodes, outcomes, strict=True)}
     if record.launcher_pid is None or not _pid_alive(record.launcher_pid):
         if not record.summary.state.is_final:
             store.set_state(run_id, RunState.CANCELLED, record.summary.attempt, "cancelled; no launcher was attached")
     return results
+
+
+def _plan_of(record, run_id: str) -> RunPlan:
+    """The plan of a recorded run, rebuilt from its resolved workload and node directories."""
+    from launcher.plan import build_plan
+    from launcher.validate import validate_text
+
+    result = validate_text((record.directory / "workload.yaml").read_text(), str(record.directory / "workload.yaml"))
+    if result.workload is None:
+        raise NodeError(f"run {run_id}: its recorded workload no longer validates")
+    node_root = record.nodes[0].node_dir.rsplit(f"/{run_id}/", 1)[0]
+    return build_plan(result.workload, run_id=run_id, node_root=node_root)
 
 
 def _tail_lines(path: Path, max_bytes: int) -> list[str]:

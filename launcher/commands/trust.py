@@ -1,0 +1,49 @@
+"""``fsdp-tui trust HOST[:PORT]``: add a host's key to known_hosts on purpose, after showing it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("trust", help="show a host's SSH key fingerprint and add it to known_hosts")
+    p.add_argument("host", metavar="HOST[:PORT]")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from launcher.hosts import parse_host
+    from launcher.ssh import check_host_key, trust
+    from launcher.workload import Ssh
+
+    try:
+        host = parse_host(args.host)
+    except ValueError as err:
+        print(f"fsdp-tui trust: {err}", file=sys.stderr)
+        return 2
+    ssh = Ssh()
+    try:
+        check = asyncio.run(check_host_key(host, ssh))
+    except (OSError, asyncio.TimeoutError) as err:
+        print(f"fsdp-tui trust: cannot reach {args.host}: {err}", file=sys.stderr)
+        return 1
+    if check.presented in check.known:
+        print(f"{args.host} is already trusted ({check.presented})")
+        return 0
+    if check.changed:
+        print(f"{args.host}: known_hosts has {', '.join(check.known)}; the server now presents "
+              f"{check.presented}. Remove the old entry first (ssh-keygen -R {host.hostname}).", file=sys.stderr)
+        return 1
+    print(f"{args.host} presents {check.presented}")
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("run again with --yes to trust it", file=sys.stderr)
+            return 1
+        if input("trust this key? [y/N] ").strip().lower() not in ("y", "yes"):
+            return 1
+    fingerprint, path = asyncio.run(trust(host, ssh))
+    print(f"added {fingerprint} for {args.host} to {path}")
+    return 0

@@ -1,0 +1,120 @@
+"""SSH connections to nodes with asyncssh: ``~/.ssh/config`` and ``known_hosts`` as OpenSSH reads
+them, the workload's ``ssh`` section on top, host keys always verified, explicit timeouts and keepalives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.hosts import HostTarget
+from launcher.workload import Ssh
+
+
+class SshError(RuntimeError):
+    """A node could not be reached; the message says which, why, and what to do."""
+
+
+@dataclass(frozen=True)
+class KeyCheck:
+    """What the server presented against what known_hosts holds for it."""
+
+    host: str
+    port: int
+    presented: str
+    known: tuple[str, ...]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.known) and self.presented not in self.known
+
+
+def _known_hosts_path(ssh: Ssh) -> Path:
+    return Path(ssh.known_hosts).expanduser() if ssh.known_hosts else Path.home() / ".ssh" / "known_hosts"
+
+
+def connect_options(host: HostTarget, ssh: Ssh) -> dict:
+    """Options for ``asyncssh.connect``: the host's own user/port first, then the workload's ``ssh``."""
+    options: dict = {
+        "connect_timeout": ssh.connect_timeout_s,
+        "keepalive_interval": ssh.keepalive_interval_s,
+        "keepalive_count_max": 3,
+        "known_hosts": str(_known_hosts_path(ssh)),
+    }
+    if host.user or ssh.user:
+        options["username"] = host.user or ssh.user
+    if host.port or ssh.port:
+        options["port"] = host.port or ssh.port
+    if ssh.identity_file:
+        options["client_keys"] = [str(Path(ssh.identity_file).expanduser())]
+    return options
+
+
+async def connect(host: HostTarget, ssh: Ssh):
+    """An open, host-key-verified connection, through ``proxy_jump`` (verified the same way) if set."""
+    import asyncssh
+
+    options = connect_options(host, ssh)
+    try:
+        if ssh.proxy_jump:
+            from launcher.hosts import parse_host
+
+            jump = await connect(parse_host(ssh.proxy_jump), ssh.model_copy(update={"proxy_jump": None}))
+            options["tunnel"] = jump
+        return await asyncssh.connect(host.hostname, **options)
+    except asyncssh.HostKeyNotVerifiable as err:
+        raise SshError(await describe_key_problem(host, ssh, str(err))) from None
+    except asyncssh.PermissionDenied:
+        raise SshError(f"{host.display}: permission denied: check the user and key (ssh {host.display} "
+                       "must work without a password)") from None
+    except (asyncssh.Error, OSError, asyncio.TimeoutError) as err:
+        reason = str(err) or type(err).__name__
+        raise SshError(f"{host.display}: cannot connect: {reason}") from None
+
+
+async def check_host_key(host: HostTarget, ssh: Ssh) -> KeyCheck:
+    """Fetch the server's key without trusting it, and what known_hosts says about this host."""
+    import asyncssh
+
+    port = host.port or ssh.port or 22
+    key = await asyncssh.get_server_host_key(host.hostname, port, connect_timeout=ssh.connect_timeout_s)
+    presented = key.get_fingerprint("sha256")
+    known: tuple[str, ...] = ()
+    path = _known_hosts_path(ssh)
+    if path.exists():
+        trusted = asyncssh.read_known_hosts(str(path)).match(host.hostname, "", port)[0]
+        known = tuple(k.get_fingerprint("sha256") for k in trusted)
+    return KeyCheck(host.hostname, port, presented, known)
+
+
+async def describe_key_problem(host: HostTarget, ssh: Ssh, detail: str) -> str:
+    try:
+        check = await check_host_key(host, ssh)
+    except (OSError, asyncio.TimeoutError) as err:
+        return f"{host.display}: host key not verifiable ({detail}); could not fetch it again: {err}"
+    target = host.hostname if check.port == 22 else f"{host.hostname}:{check.port}"
+    if check.changed:
+        return (f"{host.display}: HOST KEY CHANGED: known_hosts has {', '.join(check.known)} but the server "
+                f"presents {check.presented}. Nothing was run. If the machine was really reinstalled, remove "
+                f"the old entry (ssh-keygen -R {host.hostname}) and run: fsdp-tui trust {target}")
+    return (f"{host.display}: unknown host key {check.presented}. Nothing was run. If that is the right "
+            f"machine, trust it on purpose: fsdp-tui trust {target}")
+
+
+async def trust(host: HostTarget, ssh: Ssh) -> tuple[str, Path]:
+    """Append the server's host key to known_hosts; returns its fingerprint and the file."""
+    import asyncssh
+
+    port = host.port or ssh.port or 22
+    key = await asyncssh.get_server_host_key(host.hostname, port, connect_timeout=ssh.connect_timeout_s)
+    name = host.hostname if port == 22 else f"[{host.hostname}]:{port}"
+    path = _known_hosts_path(ssh)
+    _append_line(path, f"{name} {key.export_public_key('openssh').decode().strip()}")
+    return key.get_fingerprint("sha256"), path
+
+
+def _append_line(path: Path, line: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(path, "a", encoding="ascii") as f:
+        f.write(line + "\n")
