@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import time
+import traceback
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -132,6 +133,12 @@ class _Runner:
         except (MissingSecrets, NodeError, OSError) as err:
             final, triage = RunState.FAILED, {"summary": str(err)}
             self.set_state(RunState.FAILED, str(err))
+        except Exception as err:  # noqa: BLE001 - a launcher bug must still end the run and say where to look
+            (self.dir / "launcher-error.txt").write_text(traceback.format_exc())
+            summary = f"the launcher failed: {type(err).__name__}: {err} (details in {self.dir / 'launcher-error.txt'})"
+            final, triage = RunState.FAILED, {"summary": summary}
+            self.set_state(RunState.FAILED, summary)
+            await self._stop_all()
         except asyncio.CancelledError:
             # The launcher is going away (the app quit): the run keeps going on its nodes and is
             # adopted by the next launcher that opens it.

@@ -24,6 +24,15 @@ class KeyCheck:
     port: int
     presented: str
     known: tuple[str, ...]
+    public_line: str
+
+    @property
+    def known_hosts_name(self) -> str:
+        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+
+    @property
+    def target(self) -> str:
+        return self.host if self.port == 22 else f"{self.host}:{self.port}"
 
     @property
     def changed(self) -> bool:
@@ -73,45 +82,68 @@ async def connect(host: HostTarget, ssh: Ssh):
         raise SshError(f"{host.display}: cannot connect: {reason}") from None
 
 
+def _resolve(host: HostTarget, ssh: Ssh) -> tuple[str, int]:
+    """The address and port OpenSSH would dial for ``host``: ``~/.ssh/config`` applied, explicit ports first."""
+    import asyncssh
+
+    port = host.port or ssh.port or ()
+    config = Path.home() / ".ssh" / "config"
+    options = asyncssh.SSHClientConnectionOptions(host=host.hostname, port=port, known_hosts=None,
+                                                  config=[str(config)] if config.exists() else None)
+    return options.host, options.port
+
+
 async def check_host_key(host: HostTarget, ssh: Ssh) -> KeyCheck:
     """Fetch the server's key without trusting it, and what known_hosts says about this host."""
     import asyncssh
 
-    port = host.port or ssh.port or 22
-    key = await asyncssh.get_server_host_key(host.hostname, port, connect_timeout=ssh.connect_timeout_s)
-    presented = key.get_fingerprint("sha256")
+    hostname, port = await asyncio.to_thread(_resolve, host, ssh)
+    tunnel = ()
+    if ssh.proxy_jump:
+        from launcher.hosts import parse_host
+
+        tunnel = await connect(parse_host(ssh.proxy_jump), ssh.model_copy(update={"proxy_jump": None}))
+    try:
+        key = await asyncio.wait_for(asyncssh.get_server_host_key(host.hostname, port, tunnel=tunnel),
+                                     ssh.connect_timeout_s)
+    finally:
+        if tunnel:
+            tunnel.close()
+    if key is None:
+        raise OSError(f"{host.display} presented no host key")
     known: tuple[str, ...] = ()
     path = _known_hosts_path(ssh)
     if path.exists():
-        trusted = asyncssh.read_known_hosts(str(path)).match(host.hostname, "", port)[0]
+        trusted = asyncssh.read_known_hosts(str(path)).match(hostname, "", port)[0]
         known = tuple(k.get_fingerprint("sha256") for k in trusted)
-    return KeyCheck(host.hostname, port, presented, known)
+    return KeyCheck(hostname, port, key.get_fingerprint("sha256"), known,
+                    key.export_public_key("openssh").decode().strip())
 
 
 async def describe_key_problem(host: HostTarget, ssh: Ssh, detail: str) -> str:
     try:
         check = await check_host_key(host, ssh)
-    except (OSError, asyncio.TimeoutError) as err:
+    except (OSError, asyncio.TimeoutError, asyncssh_errors()) as err:
         return f"{host.display}: host key not verifiable ({detail}); could not fetch it again: {err}"
-    target = host.hostname if check.port == 22 else f"{host.hostname}:{check.port}"
     if check.changed:
         return (f"{host.display}: HOST KEY CHANGED: known_hosts has {', '.join(check.known)} but the server "
                 f"presents {check.presented}. Nothing was run. If the machine was really reinstalled, remove "
-                f"the old entry (ssh-keygen -R {host.hostname}) and run: fsdp-tui trust {target}")
+                f"the old entry (ssh-keygen -R '{check.known_hosts_name}') and run: fsdp-tui trust {check.target}")
     return (f"{host.display}: unknown host key {check.presented}. Nothing was run. If that is the right "
-            f"machine, trust it on purpose: fsdp-tui trust {target}")
+            f"machine, trust it on purpose: fsdp-tui trust {check.target}")
 
 
-async def trust(host: HostTarget, ssh: Ssh) -> tuple[str, Path]:
-    """Append the server's host key to known_hosts; returns its fingerprint and the file."""
+def asyncssh_errors() -> type[Exception]:
     import asyncssh
 
-    port = host.port or ssh.port or 22
-    key = await asyncssh.get_server_host_key(host.hostname, port, connect_timeout=ssh.connect_timeout_s)
-    name = host.hostname if port == 22 else f"[{host.hostname}]:{port}"
+    return asyncssh.Error
+
+
+def trust(check: KeyCheck, ssh: Ssh) -> Path:
+    """Append the key that ``check`` fetched to known_hosts; returns the file."""
     path = _known_hosts_path(ssh)
-    _append_line(path, f"{name} {key.export_public_key('openssh').decode().strip()}")
-    return key.get_fingerprint("sha256"), path
+    _append_line(path, f"{check.known_hosts_name} {check.public_line}")
+    return path
 
 
 def _append_line(path: Path, line: str) -> None:

@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from launcher.hosts import parse_host
-    from launcher.ssh import check_host_key, trust
+    from launcher.ssh import SshError, asyncssh_errors, check_host_key, trust
     from launcher.workload import Ssh
 
     try:
@@ -27,15 +27,15 @@ def run(args: argparse.Namespace) -> int:
     ssh = Ssh()
     try:
         check = asyncio.run(check_host_key(host, ssh))
-    except (OSError, asyncio.TimeoutError) as err:
-        print(f"fsdp-tui trust: cannot reach {args.host}: {err}", file=sys.stderr)
+    except (OSError, asyncio.TimeoutError, SshError, asyncssh_errors()) as err:
+        print(f"fsdp-tui trust: cannot reach {args.host}: {err or type(err).__name__}", file=sys.stderr)
         return 1
     if check.presented in check.known:
         print(f"{args.host} is already trusted ({check.presented})")
         return 0
     if check.changed:
         print(f"{args.host}: known_hosts has {', '.join(check.known)}; the server now presents "
-              f"{check.presented}. Remove the old entry first (ssh-keygen -R {host.hostname}).", file=sys.stderr)
+              f"{check.presented}. Remove the old entry first (ssh-keygen -R '{check.known_hosts_name}').", file=sys.stderr)
         return 1
     print(f"{args.host} presents {check.presented}")
     if not args.yes:
@@ -44,6 +44,6 @@ def run(args: argparse.Namespace) -> int:
             return 1
         if input("trust this key? [y/N] ").strip().lower() not in ("y", "yes"):
             return 1
-    fingerprint, path = asyncio.run(trust(host, ssh))
-    print(f"added {fingerprint} for {args.host} to {path}")
+    path = trust(check, ssh)
+    print(f"added {check.presented} for {args.host} to {path}")
     return 0

@@ -74,7 +74,8 @@ MaxStartups 100
 MaxSessions 50
 LogLevel ERROR
 """)
-        proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(conf)], stderr=open(tmp / f"sshd{i}.log", "w"))
+        with open(tmp / f"sshd{i}.log", "w") as log:  # the child keeps its own copy of the descriptor
+            proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(conf)], stderr=log)
         hosts.append(TestHost(f"node{i}", addr, port, key, proc))
         config.append(f"Host node{i}\n  HostName {addr}\n  Port {port}\n  User root\n"
                       f"  IdentityFile {client / '.ssh' / 'id_ed25519'}\n")
@@ -89,7 +90,7 @@ LogLevel ERROR
             except OSError:
                 if time.monotonic() > deadline or h.proc.poll() is not None:
                     raise RuntimeError(f"sshd on {h.addr}:{h.port} did not start: "
-                                       f"{(tmp / 'sshd0.log').read_text()[-500:]}") from None
+                                       f"{(tmp / f'sshd{hosts.index(h)}.log').read_text()[-500:]}") from None
                 time.sleep(0.05)
     return client, hosts
 

@@ -131,7 +131,7 @@ def _one_node_workload(tmp_path: Path) -> Path:
     return write_workload(tmp_path, "experiment_name: keys\ncompute: {hosts: [node1]}\ncommand: echo never\n")
 
 
-@pytest.mark.skip(reason="hangs past 60 s in the first full run; host-key refusal path not yet verified end to end")
+
 def test_unknown_host_key_stops_the_launch_and_trust_fixes_it(home, tmp_path, hosts):
     client, started = hosts
     known = client / ".ssh" / "known_hosts"
@@ -148,7 +148,7 @@ def test_unknown_host_key_stops_the_launch_and_trust_fixes_it(home, tmp_path, ho
     _cleanup(events(out.stdout)[0]["run_id"])
 
 
-@pytest.mark.skip(reason="hangs past 60 s in the first full run; host-key refusal path not yet verified end to end")
+
 def test_changed_host_key_is_a_hard_failure_naming_both_fingerprints(home, tmp_path, hosts):
     client, started = hosts
     other = tmp_path / "impostor"
