@@ -153,14 +153,22 @@ class SshNode:
         raise NodeError(f"{self.label}: unreachable")
 
     async def prepare(self) -> None:
-        import tempfile
+        import asyncssh
 
         from launcher.ssh import SshError
 
+        if self.plan.code_root is not None and not self.plan.code_root.is_dir():
+            raise NodeError(f"{self.label}: code_source folder {self.plan.code_root} does not exist")
         try:
-            conn = await self._conn()
+            await self._upload(await self._conn())
         except SshError as err:
             raise NodeError(str(err)) from None
+        except (asyncssh.Error, OSError) as err:
+            raise NodeError(f"{self.label}: uploading to {self.dir} failed: {err}") from None
+
+    async def _upload(self, conn) -> None:
+        import tempfile
+
         async with conn.start_sftp_client() as sftp:
             await sftp.makedirs(self.dir, exist_ok=True)
             await sftp.put(str(AGENT_SOURCE), f"{self.dir}/agent.py")
@@ -170,11 +178,13 @@ class SshNode:
                 if self.plan.code_root is not None:
                     snap = self.plan.workload.code_source.snapshot
                     staged = Path(tmp) / "code"
-                    shutil.copytree(self.plan.code_root, staged, ignore=shutil.ignore_patterns(*snap.exclude))
+                    await asyncio.to_thread(shutil.copytree, self.plan.code_root, staged,
+                                            ignore=shutil.ignore_patterns(*snap.exclude))
                     await sftp.put(str(staged), self.dir, recurse=True)
                 if self.plan.uses_builtin_trainer:
                     staged = Path(tmp) / TRAINER_PKG_DIR / "trainer"
-                    shutil.copytree(TRAINER_SOURCE, staged, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+                    await asyncio.to_thread(shutil.copytree, TRAINER_SOURCE, staged,
+                                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
                     await sftp.put(str(staged.parent), self.dir, recurse=True)
 
     async def start(self, secrets: dict[str, str], attempt: int) -> dict:

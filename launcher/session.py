@@ -119,8 +119,7 @@ class _Runner:
             secrets = SecretStore(self.home).resolve(self.plan.workload.secrets)
             if not adopted:
                 await self._start_mlflow()
-                for n in self.nodes:
-                    await n.prepare()
+                await self._prepare_all()
             while True:
                 final, code = await self._attempt(secrets, adopted)
                 adopted = False
@@ -261,6 +260,16 @@ class _Runner:
         for (rank, stream), offset in self.offsets.items():
             consumed = offset - len(self.splitters[(rank, stream)].rest)
             self.store.save_offset(self.plan.run_id, rank, stream, consumed)
+
+    async def _prepare_all(self) -> None:
+        """Upload to every node at once; one unreachable node fails the launch, naming every node that failed."""
+        results = await asyncio.gather(*(n.prepare() for n in self.nodes), return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        for r in failed:
+            if not isinstance(r, (NodeError, OSError)):
+                raise r
+        if failed:
+            raise NodeError("; ".join(str(r) for r in failed))
 
     async def _stop_all(self) -> None:
         results = await asyncio.gather(*(n.stop(STOP_GRACE_S) for n in self.nodes), return_exceptions=True)

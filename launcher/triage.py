@@ -75,6 +75,8 @@ def triage_run(logs: dict[int, str], exit_codes: dict[int, int | None]) -> Triag
         if found is not None or node in failed:
             kind, line_no, line = found or (None, None, "")
             rank = _rank_of(logs.get(node, ""), line)
+            if found is None and (signal_name := _signal_of(exit_codes.get(node))):
+                kind, line = "killed", f"the job was killed by {signal_name} (not by fsdp-tui)"
             return TriageReport(node, rank, exit_codes.get(node), kind, line_no, line.strip()[:300])
     return TriageReport(None, None, None, None, None, "")
 
@@ -99,3 +101,16 @@ def _rank_of(text: str, line: str) -> int | None:
         return int(match.group(1))
     summary = _CHILD_FAILED.search(text)
     return int(summary.group(1)) if summary else None
+
+
+def _signal_of(code: int | None) -> str | None:
+    """``SIGKILL`` for a process killed by signal 9 (exit code -9, or 137 through a shell), and so on."""
+    import signal
+
+    if code is None or code == 0:
+        return None
+    number = -code if code < 0 else code - 128 if 128 < code < 160 else None
+    try:
+        return signal.Signals(number).name if number else None
+    except ValueError:
+        return f"signal {number}"

@@ -163,3 +163,63 @@ def test_changed_host_key_is_a_hard_failure_naming_both_fingerprints(home, tmp_p
     assert "HOST KEY CHANGED" in summary and summary.count("SHA256:") == 2
     run_id = events(out.stdout)[0]["run_id"]
     assert not (REMOTE_RUNS / run_id).exists(), "nothing may reach a node with a changed key"
+
+
+def _two_node_ticker(tmp_path: Path, body: str) -> Path:
+    return write_workload(tmp_path, f"""experiment_name: ssh-faults
+compute: {{hosts: [node0, node1]}}
+command: |
+{body}  while true; do echo "tick $NODE_RANK"; sleep 0.2; done
+""")
+
+
+def _until_both_tick(proc: subprocess.Popen) -> str:
+    run_id, seen = None, set()
+    for line in proc.stdout:
+        event = json.loads(line)
+        run_id = event["run_id"]
+        if event["type"] == "NodeLines":
+            seen |= {x for x in event["lines"] if x.startswith("tick")}
+            if {"tick 0", "tick 1"} <= seen:
+                return run_id
+    raise AssertionError(f"run {run_id} ended before both nodes ticked")
+
+
+def test_killed_node_process_stops_every_node_and_triage_names_it(home, tmp_path, hosts):
+    client, _ = hosts
+    wl = _two_node_ticker(tmp_path, f'  echo $$ > {tmp_path}/job-$NODE_RANK.pid\n')
+    proc = subprocess.Popen([FSDP_TUI, "run", str(wl), "--json"], stdout=subprocess.PIPE, text=True,
+                            env=cli_env(home, HOME=str(client)), cwd=ROOT)
+    run_id = _until_both_tick(proc)
+    try:
+        subprocess.run(["kill", "-9", (tmp_path / "job-1.pid").read_text().strip()], check=True)
+        rest = [json.loads(x) for x in proc.stdout]
+        assert proc.wait(timeout=60) == 1
+        end = rest[-1]
+        assert end["type"] == "RunFinished" and end["state"] == "failed"
+        assert end["triage"]["node_rank"] == 1 and end["triage"]["signature"] == "killed", end["triage"]
+        stopped = {e["node_rank"]: e["state"] for e in rest if e["type"] == "NodeStateChanged"}
+        assert stopped[0] == "stopped", stopped
+        assert tagged(run_id) == []
+    finally:
+        _cleanup(run_id)
+
+
+def test_cancel_from_another_process_leaves_nothing_on_any_node(home, tmp_path, hosts):
+    client, _ = hosts
+    wl = _two_node_ticker(tmp_path, '  setsid sleep 300 &\n  ( sleep 301 & ) &\n')
+    proc = subprocess.Popen([FSDP_TUI, "run", str(wl), "--json"], stdout=subprocess.PIPE, text=True,
+                            env=cli_env(home, HOME=str(client)), cwd=ROOT)
+    run_id = _until_both_tick(proc)
+    try:
+        assert len(tagged(run_id)) >= 6
+        start = time.monotonic()
+        out = ssh_cli(home, client, "cancel", run_id)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert time.monotonic() - start < 10
+        assert tagged(run_id) == []
+        rest = [json.loads(x) for x in proc.stdout]
+        assert proc.wait(timeout=30) == 130
+        assert rest[-1]["type"] == "RunFinished" and rest[-1]["state"] == "cancelled"
+    finally:
+        _cleanup(run_id)

@@ -33,6 +33,14 @@ def test_triage_blames_the_first_failed_node_and_its_rank():
     assert "node 1 rank 3: oom, exit code 1" in report.summary
 
 
+
+@pytest.mark.parametrize("code, signature", [(-9, "killed"), (137, "killed"), (-15, "killed"), (1, None), (3, None)])
+def test_a_silent_death_by_signal_is_triaged_as_killed(code, signature):
+    report = triage_run({0: "tick\n", 1: "tick\n"}, {0: None, 1: code})
+    assert (report.node_rank, report.signature) == (1, signature)
+    if signature:
+        assert "killed by SIG" in report.summary
+
 def test_line_splitter_keeps_partial_lines_and_strips_ansi():
     s = LineSplitter()
     assert s.feed(b"a\nb") == ["a"]
