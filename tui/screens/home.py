@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from textual import work
@@ -10,25 +9,39 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Label
+from textual.widgets import DataTable, Footer, Header, Input, Label
 
 from launcher.store import RunSummary
+from tui.widgets.runs_table import RunsTable
+
+SAMPLES_ROOT = Path(__file__).resolve().parents[2] / "sample_workloads"
 
 
 def find_workloads(extra: list[Path]) -> list[Path]:
     """Sample workloads shipped with fsdp-tui, plus YAML files in the current folder."""
-    root = Path(__file__).resolve().parents[2] / "sample_workloads"
+    root = SAMPLES_ROOT
     found = sorted(root.rglob("*.yaml")) if root.is_dir() else []
     found += sorted(p for p in Path.cwd().glob("*.y*ml") if p.is_file())
     found += extra
     return list(dict.fromkeys(p.resolve() for p in found))
 
 
+def folder_label(folder: Path) -> str:
+    """A short name for a workload's folder: under the shipped samples, the current folder or home."""
+    for base, prefix in ((SAMPLES_ROOT.parent, ""), (Path.cwd(), "./"), (Path.home(), "~/")):
+        if folder == base:
+            return prefix.rstrip("/") or "."
+        if folder.is_relative_to(base):
+            return prefix + str(folder.relative_to(base))
+    return str(folder)
+
+
 class HomeScreen(Screen):
     DEFAULT_CSS = """
     HomeScreen Label.section { padding: 0 1; background: $panel; width: 100%; text-style: bold; }
     HomeScreen #workloads { height: 1fr; }
-    HomeScreen #runs { height: 1fr; }
+    HomeScreen #run-filter { display: none; }
+    HomeScreen.-filtering #run-filter { display: block; }
     """
     BINDINGS = [
         Binding("enter", "open", "open", show=True),
@@ -38,6 +51,10 @@ class HomeScreen(Screen):
         Binding("c", "compare", "compare marked"),
         Binding("n", "clone", "clone run"),
         Binding("k", "checkpoints", "checkpoints"),
+        Binding("slash", "filter", "filter runs", key_display="/"),
+        Binding("s", "sort", "sort"),
+        Binding("S", "reverse_sort", "reverse sort", key_display="S"),
+        Binding("escape", "clear_filter", "clear filter", show=False),
         Binding("tab", "focus_next", "next table", show=False),
         Binding("r", "reload", "refresh"),
     ]
@@ -47,14 +64,24 @@ class HomeScreen(Screen):
         with Vertical():
             yield Label("Workloads  (enter: edit, l: launch)", classes="section")
             yield DataTable(id="workloads", cursor_type="row")
-            yield Label("Runs  (enter: open, l: relaunch, n: clone, k: checkpoints, space+c: compare, d: delete)",
-                        classes="section")
-            yield DataTable(id="runs", cursor_type="row")
+            yield Label("Runs", id="runs-title", classes="section")
+            yield Input(placeholder="filter runs by id, experiment or state (enter: keep, escape: clear)",
+                        id="run-filter", compact=True)
+            yield RunsTable(id="runs")
         yield Footer()
+
+    @property
+    def runs_table(self) -> RunsTable:
+        return self.query_one(RunsTable)
+
+    @property
+    def filter_box(self) -> Input:
+        return self.query_one("#run-filter", Input)
 
     def on_mount(self) -> None:
         self.query_one("#workloads", DataTable).add_columns("workload", "folder")
-        self.query_one("#runs", DataTable).add_columns("run", "state", "nodes", "started", "step", "loss", "eval")
+        self.filter_box.disabled = True  # keys go to the screen until "/" is pressed
+        self._update_title()
         self.action_reload()
         self.set_interval(2.0, self.action_reload)
 
@@ -63,7 +90,7 @@ class HomeScreen(Screen):
         table = self.query_one("#workloads", DataTable)
         if table.row_count == 0:
             for path in find_workloads(self.app.extra_workloads):
-                table.add_row(path.name, str(path.parent), key=str(path))
+                table.add_row(path.name, folder_label(path.parent), key=str(path))
 
     @work(thread=True, exclusive=True, group="home-runs")
     def load_runs(self) -> None:
@@ -73,17 +100,60 @@ class HomeScreen(Screen):
         self.app.call_from_thread(self._show_runs, runs)
 
     def _show_runs(self, runs: list[RunSummary]) -> None:
-        table = self.query_one("#runs", DataTable)
-        selected = table.cursor_row
-        table.clear()
-        for r in runs:
-            started = time.strftime("%m-%d %H:%M", time.localtime(r.started_at)) if r.started_at else "-"
-            step = f"{r.step or 0}/{r.max_steps}" if r.max_steps else str(r.step or "-")
-            loss = f"{r.last_loss:.4f}" if r.last_loss is not None else "-"
-            ev = f"{r.best_eval_loss:.4f}" if r.best_eval_loss is not None else "-"
-            table.add_row(r.run_id, r.state.value, str(r.num_nodes), started, step, loss, ev, key=r.run_id)
-        if runs:
-            table.move_cursor(row=min(selected, len(runs) - 1))
+        table = self.runs_table
+        # Live runs' durations move, so they are redrawn; a finished list that did not change is not.
+        if runs != table.runs or any(not r.state.is_final for r in runs):
+            table.show(runs)
+            self._update_title()
+
+    def _update_title(self) -> None:
+        self.query_one("#runs-title", Label).update(
+            f"Runs: {self.runs_table.describe()}  (enter: open, l: relaunch, n: clone, k: checkpoints, "
+            "space+c: compare, d: delete)")
+
+    def focus_runs(self) -> None:
+        self.runs_table.focus()
+
+    def focus_workloads(self) -> None:
+        self.query_one("#workloads", DataTable).focus()
+
+    def action_filter(self) -> None:
+        self.add_class("-filtering")
+        box = self.filter_box
+        box.disabled = False
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.runs_table.set_filter(event.value)
+        self._update_title()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if not event.value:
+            self.action_clear_filter()
+            return
+        self.runs_table.focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.filter_box
+        if not box.value and box.disabled:
+            return
+        box.value = ""
+        self.runs_table.set_filter("")
+        self.remove_class("-filtering")
+        box.disabled = True
+        self.runs_table.focus()
+        self._update_title()
+
+    def action_sort(self) -> None:
+        self.runs_table.cycle_sort()
+        self._update_title()
+
+    def action_reverse_sort(self) -> None:
+        self.runs_table.reverse_sort()
+        self._update_title()
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        self._update_title()
 
     def _selected(self, table_id: str) -> str | None:
         table = self.query_one(table_id, DataTable)
@@ -161,10 +231,8 @@ class HomeScreen(Screen):
 
     def action_launch(self) -> None:
         if self.focused is self.query_one("#runs"):
-            from launcher.store import RunStore
-
             run_id = self._selected("#runs")
-            summary = next((r for r in RunStore(self.app.home).list_runs() if r.run_id == run_id), None)
+            summary = self.runs_table.summary(run_id) if run_id else None
             if summary and summary.workload_path:
                 self.app.launch_workload(Path(summary.workload_path), [])
             else:

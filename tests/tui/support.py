@@ -1,0 +1,99 @@
+"""For the app's tests: recorded runs (local records as the launcher writes them, at fixed times), waiting."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.events import NodeState, RunState
+
+T0 = 1_772_355_600.0
+"""2026-03-01 09:00:00 UTC: every recorded time is an offset from it, so screens show fixed times."""
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    run_id: str
+    experiment: str
+    state: RunState
+    num_nodes: int
+    start_offset_s: float | None = None
+    """Seconds after ``T0`` the run started; ``None`` for a run that never started."""
+    duration_s: float | None = None
+    last_loss: float | None = None
+    best_eval_loss: float | None = None
+    step: int | None = None
+    max_steps: int | None = None
+
+
+BROWSER_RUNS = (
+    RecordedRun("20260301-0900-llama-sft-a1f3", "llama-sft", RunState.SUCCEEDED, 2, 0, 3723, 1.2345, 1.5,
+                100, 100),
+    RecordedRun("20260301-1000-bloom-squad-b2c4", "bloom-squad", RunState.FAILED, 1, 3600, 95, 2.5, None,
+                40, 100),
+    RecordedRun("20260301-1100-llama-sft-c3d5", "llama-sft", RunState.CANCELLED, 4, 7200, 600, 0.9, 1.1,
+                50, 200),
+    RecordedRun("20260301-1200-tiny-cpu-d4e6", "tiny-cpu", RunState.PENDING, 2),
+    RecordedRun("20260301-1300-tiny-cpu-e5f7", "tiny-cpu", RunState.SUCCEEDED, 1, 14400, 45, 10.5, 9.0, 20, 20),
+)
+"""Five runs whose numbers sort differently as text and as numbers (10.5 vs 2.5), with missing values."""
+
+
+def workload_text(experiment: str, num_nodes: int) -> str:
+    hosts = ", ".join(f"gpu-{chr(ord('a') + i)}" for i in range(num_nodes))
+    return (f"experiment_name: {experiment}\n"
+            f"compute: {{num_accelerators: {num_nodes}, gpus_per_node: 1, hosts: [{hosts}]}}\n"
+            "command: python train.py\n")
+
+
+def record(home: Path, run: RecordedRun, created_order: int = 0,
+           node_lines: dict[int, list[str]] | None = None, metrics: list[dict] | None = None) -> Path:
+    """Write ``run`` into the run store under ``home``; returns its record directory."""
+    from launcher.plan import build_plan
+    from launcher.store import RunStore
+    from launcher.validate import validate_text
+
+    text = workload_text(run.experiment, run.num_nodes)
+    plan = build_plan(validate_text(text, "w.yaml").workload, run_id=run.run_id)
+    store = RunStore(home)
+    directory = store.create_run(plan, None, text)
+    for rank, lines in (node_lines or {}).items():
+        (directory / "nodes" / f"{rank}.log").write_text("\n".join(lines) + "\n")
+    if metrics:
+        (directory / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    if run.start_offset_s is not None:
+        store.set_state(run.run_id, RunState.RUNNING, 1)
+        for rank in range(run.num_nodes):
+            failed = run.state == RunState.FAILED and rank == run.num_nodes - 1
+            store.set_node(run.run_id, rank, NodeState.EXITED, 1 if failed else 0)
+    if run.state != RunState.PENDING:
+        store.set_state(run.run_id, run.state, 1)
+    store.record_metric_summary(run.run_id, last_loss=run.last_loss, best_eval_loss=run.best_eval_loss,
+                                step=run.step, max_steps=run.max_steps)
+    started = None if run.start_offset_s is None else T0 + run.start_offset_s
+    ended = None if started is None or run.duration_s is None else started + run.duration_s
+    # The store stamps the wall clock; screens must show the same times on every run of the tests.
+    db = sqlite3.connect(home / "runs.db")
+    with db:
+        db.execute("UPDATE runs SET started_at=?, ended_at=?, created_at=? WHERE run_id=?",
+                   (started, ended, T0 + created_order, run.run_id))
+    db.close()
+    return directory
+
+
+def record_all(home: Path, runs: tuple[RecordedRun, ...] = BROWSER_RUNS) -> None:
+    for order, run in enumerate(runs):
+        record(home, run, created_order=order)
+
+
+async def wait_for(pilot, predicate, timeout: float = 30.0) -> None:
+    """Let the app run until ``predicate()`` holds; fail after ``timeout`` seconds."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < end, "condition not reached in time"
+        await pilot.pause(0.05)

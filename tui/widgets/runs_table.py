@@ -1,0 +1,165 @@
+"""The runs browser's table: every recorded run, narrowed by a filter and ordered by any column.
+
+The table is rebuilt from the run summaries on every change (runs are few, hundreds at most) and
+ordered with ``DataTable.sort`` on a key computed from the summary, so numbers sort as numbers and
+missing values stay last whichever the direction.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from launcher.run_view import fmt_duration
+from launcher.store import RunSummary
+
+ColumnKey = Literal["id", "experiment", "state", "nodes", "start", "duration", "step", "loss", "eval"]
+
+
+@dataclass(frozen=True)
+class RunColumn:
+    key: ColumnKey
+    label: str
+    numeric: bool = False
+    """Numbers are right-aligned and compared as numbers."""
+
+
+COLUMNS: tuple[RunColumn, ...] = (
+    RunColumn("id", "id"),
+    RunColumn("experiment", "experiment"),
+    RunColumn("state", "state"),
+    RunColumn("nodes", "nodes", numeric=True),
+    RunColumn("start", "start"),
+    RunColumn("duration", "duration", numeric=True),
+    RunColumn("step", "step", numeric=True),
+    RunColumn("loss", "last loss", numeric=True),
+    RunColumn("eval", "best eval", numeric=True),
+)
+_BY_KEY = {c.key: c for c in COLUMNS}
+
+
+def sort_value(run: RunSummary, column: ColumnKey) -> str | float | None:
+    """What ``column`` sorts ``run`` by: text in lower case, numbers as numbers, ``None`` if unknown."""
+    values: dict[str, str | float | None] = {
+        "id": run.run_id.lower(),
+        "experiment": run.experiment.lower(),
+        "state": run.state.value,
+        "nodes": run.num_nodes,
+        "start": run.started_at,
+        "duration": run.duration_s,
+        "step": run.step,
+        "loss": run.last_loss,
+        "eval": run.best_eval_loss,
+    }
+    return values[column]
+
+
+def sort_key(run: RunSummary, column: ColumnKey, reverse: bool) -> tuple:
+    """Key for ``DataTable.sort``; it reverses the whole order, so missing values flip their flag."""
+    value = sort_value(run, column)
+    missing = value is None
+    return (missing != reverse, 0 if missing else value, run.run_id)
+
+
+def matches(run: RunSummary, text: str) -> bool:
+    """Whether every word of ``text`` occurs (any case) in the run's id, experiment or state."""
+    haystack = f"{run.run_id} {run.experiment} {run.state.value}".lower()
+    return all(word in haystack for word in text.lower().split())
+
+
+def row_cells(run: RunSummary) -> tuple[str | Text, ...]:
+    """The shown cells of one run, in ``COLUMNS`` order."""
+    started = time.strftime("%m-%d %H:%M", time.localtime(run.started_at)) if run.started_at else "-"
+    step = f"{run.step or 0}/{run.max_steps}" if run.max_steps else str(run.step or "-")
+    loss = f"{run.last_loss:.4f}" if run.last_loss is not None else "-"
+    best = f"{run.best_eval_loss:.4f}" if run.best_eval_loss is not None else "-"
+    cells = (run.run_id, run.experiment, run.state.value, str(run.num_nodes), started,
+             fmt_duration(run.duration_s), step, loss, best)
+    return tuple(Text(cell, justify="right") if col.numeric else cell for col, cell in zip(COLUMNS, cells, strict=True))
+
+
+class RunsTable(DataTable):
+    """Runs, filtered by :attr:`filter_text` and sorted by :attr:`sort_column` (store order if ``None``)."""
+
+    DEFAULT_CSS = """
+    RunsTable { height: 1fr; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(cursor_type="row", **kwargs)
+        self.runs: list[RunSummary] = []
+        self.filter_text = ""
+        self.sort_column: ColumnKey | None = None
+        self.sort_reverse = False
+
+    def on_mount(self) -> None:
+        self._rebuild()
+
+    @property
+    def shown_ids(self) -> list[str]:
+        """Run ids in the order they are shown."""
+        return [str(row.key.value) for row in self.ordered_rows]
+
+    @property
+    def selected_id(self) -> str | None:
+        if self.row_count == 0:
+            return None
+        return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+
+    def summary(self, run_id: str) -> RunSummary | None:
+        return next((r for r in self.runs if r.run_id == run_id), None)
+
+    def show(self, runs: list[RunSummary]) -> None:
+        self.runs = runs
+        self._rebuild()
+
+    def set_filter(self, text: str) -> None:
+        self.filter_text = text
+        self._rebuild()
+
+    def sort_by(self, column: ColumnKey | None, reverse: bool = False) -> None:
+        self.sort_column, self.sort_reverse = column, reverse
+        self._rebuild()
+
+    def cycle_sort(self) -> None:
+        """Next column, ascending; after the last column, back to store order (newest first)."""
+        keys: list[ColumnKey | None] = [c.key for c in COLUMNS] + [None]
+        self.sort_by(keys[(keys.index(self.sort_column) + 1) % len(keys)])
+
+    def reverse_sort(self) -> None:
+        self.sort_by(self.sort_column or COLUMNS[0].key, not self.sort_reverse)
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        """A click on a header sorts by it; a second click on the same header reverses."""
+        column = _BY_KEY[str(event.column_key.value)].key
+        self.sort_by(column, column == self.sort_column and not self.sort_reverse)
+
+    def describe(self) -> str:
+        """One line for the section title: how many runs are shown and in what order."""
+        shown = f"{self.row_count} of {len(self.runs)} runs" if self.filter_text else f"{len(self.runs)} runs"
+        where = f" matching '{self.filter_text}'" if self.filter_text else ""
+        order = (f"by {_BY_KEY[self.sort_column].label} {'descending' if self.sort_reverse else 'ascending'}"
+                 if self.sort_column else "newest first")
+        return f"{shown}{where}, {order}"
+
+    def _rebuild(self) -> None:
+        keep = self.selected_id
+        self.clear(columns=True)
+        for col in COLUMNS:
+            label = col.label
+            if col.key == self.sort_column:
+                label += " ▼" if self.sort_reverse else " ▲"
+            self.add_column(Text(label, justify="right") if col.numeric else label, key=col.key)
+        for run in self.runs:
+            if matches(run, self.filter_text):
+                self.add_row(*row_cells(run), key=run.run_id)
+        if self.sort_column is not None:
+            column, reverse = self.sort_column, self.sort_reverse
+            by_id = {r.run_id: r for r in self.runs}
+            self.sort("id", key=lambda run_id: sort_key(by_id[str(run_id)], column, reverse), reverse=reverse)
+        if keep is not None and keep in self.rows:
+            self.move_cursor(row=self.get_row_index(keep))
