@@ -17,6 +17,7 @@ class FsdpTuiApp(App):
         Binding("q", "quit", "quit (runs keep going)"),
         Binding("t", "next_theme", "theme"),
         Binding("h", "home", "home", show=False),
+        Binding("colon", "command_bar", "command", key_display=":"),
     ]
 
     def __init__(self, home: Path, theme: str | None = None, workload: Path | None = None,
@@ -78,6 +79,53 @@ class FsdpTuiApp(App):
         while len(self.screen_stack) > 2:
             self.pop_screen()
 
+    def action_command_bar(self) -> None:
+        from tui.screens.command_bar import CommandBarModal
+
+        self.push_screen(CommandBarModal(), lambda text: self.run_command(text) if text is not None else None)
+
+    def run_command(self, text: str) -> None:
+        """Do what a ``:`` command says; a bad one is explained in a notification."""
+        from tui.commands import CommandError, parse_command
+
+        try:
+            command = parse_command(text)
+        except CommandError as err:
+            self.notify(str(err), severity="error", timeout=8)
+            return
+        if command.verb == "quit":
+            self.exit()
+        elif command.verb in ("runs", "workloads"):
+            from tui.screens.home import HomeScreen
+
+            self.action_home()
+            home = self.screen
+            assert isinstance(home, HomeScreen)
+            if command.verb == "runs":
+                home.focus_runs()
+            else:
+                home.focus_workloads()
+        elif command.verb == "theme":
+            if command.arg not in self.available_themes:
+                names = ", ".join(sorted(self.available_themes))
+                self.notify(f"unknown theme '{command.arg}' (themes: {names})", severity="error", timeout=8)
+                return
+            self.theme = command.arg
+        elif command.verb == "ckpt":
+            self.open_checkpoints(command.arg)
+
+    def open_checkpoints(self, run_prefix: str) -> None:
+        """The checkpoints of the run whose id is or starts with ``run_prefix``."""
+        from launcher.store import RunStore
+        from tui.screens.checkpoints import CheckpointsScreen
+
+        try:
+            run_id = RunStore(self.home).find(run_prefix)
+        except LookupError as err:
+            self.notify(str(err), severity="error", timeout=8)
+            return
+        self.push_screen(CheckpointsScreen(run_id))
+
     def open_editor(self, path: Path) -> None:
         from tui.screens.editor import EditorScreen
 
@@ -91,8 +139,10 @@ class FsdpTuiApp(App):
         if record is None:
             self.notify(f"no run '{run_id}'", severity="error")
             return
-        # A fresh launch hands over its handle; reopening a run replays its record and follows it.
-        self.push_screen(RunMonitorScreen(run_id, max(1, len(record.nodes)), handle))
+        # A fresh launch hands over its handle; reopening a run replays its record and follows it,
+        # timed from its recorded start (and end, once it has one).
+        recorded = record.summary if handle is None else None
+        self.push_screen(RunMonitorScreen(run_id, max(1, len(record.nodes)), handle, recorded=recorded))
 
     def launch_workload(self, path: Path, overrides: list[str]) -> None:
         self.run_worker(self._launch(path, overrides), group="launch", exclusive=True)
