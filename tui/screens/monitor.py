@@ -18,6 +18,7 @@ from textual.widgets import Footer, Header, Input, Label
 
 from launcher.events import MetricsRecorded, NodeLines, NodeStateChanged, RunEvent, RunFinished
 from launcher.run_view import RunView, fmt_duration
+from launcher.store import RunSummary
 from tui.widgets.metrics import MetricsPanel
 from tui.widgets.node_log import NodeLog
 
@@ -47,13 +48,18 @@ class RunMonitorScreen(Screen):
         Binding("escape", "back", "back"),
     ]
 
-    def __init__(self, run_id: str, num_nodes: int, handle=None) -> None:
+    def __init__(self, run_id: str, num_nodes: int, handle=None, recorded: RunSummary | None = None) -> None:
         super().__init__()
         self.run_id = run_id
         self.num_nodes = num_nodes
         self.handle = handle
         self.view = RunView(run_id)
         self.follow = True
+        self.recorded_end: float | None = None
+        """When a reopened run ended, from its record; replaying its end must not restart the clock."""
+        if recorded is not None:
+            self.view.started_at = recorded.started_at
+            self.recorded_end = recorded.ended_at
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -99,6 +105,8 @@ class RunMonitorScreen(Screen):
         elif isinstance(event, NodeStateChanged) and 0 <= event.node_rank < self.num_nodes:
             self.pane(event.node_rank).set_state(event.state, event.exit_code, event.host)
         elif isinstance(event, RunFinished):
+            if self.recorded_end is not None:
+                self.view.ended_at = self.recorded_end
             summary = (event.triage or {}).get("summary")
             self.notify(f"run {event.state.value}" + (f": {summary}" if summary else ""),
                         severity="information" if event.state.value == "succeeded" else "error", timeout=10)
