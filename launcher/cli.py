@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 # Each name is a module in launcher/commands with register(subparsers) and run(args) -> int.
-COMMANDS: tuple[str, ...] = ("validate", "schema", "run", "runs", "logs", "cancel", "ckpt", "secrets", "trust")
+COMMANDS: tuple[str, ...] = ("validate", "schema", "run", "runs", "logs", "cancel", "ckpt", "secrets", "trust", "doctor")
 
 
 def build_parser() -> argparse.ArgumentParser:
