@@ -4,6 +4,8 @@
     python3 agent.py NODE_DIR status
     python3 agent.py NODE_DIR follow FILE --offset N [--wait]
     python3 agent.py NODE_DIR stop [--grace S]
+    python3 agent.py NODE_DIR serve     < one JSON request per line: {"op": "status"} or
+                                          {"op": "read", "name": FILE, "offset": N, "limit": N}
 
 ``start`` detaches a supervisor (new session, no terminal) that runs the command in its own process
 group, writes its combined output to ``node.log`` with secret values masked, and records the state
@@ -209,6 +211,42 @@ def follow(node_dir: str, name: str, offset: int, wait: bool, limit: int | None 
         time.sleep(0.2)
 
 
+def _read(node_dir: str, name: str, offset: int, limit: int) -> bytes:
+    if os.path.basename(name) != name or name in ("", ".", ".."):
+        return b""  # only files of this node's run directory
+    try:
+        with open(os.path.join(node_dir, name), "rb") as f:
+            f.seek(offset)
+            return f.read(limit)
+    except FileNotFoundError:
+        return b""
+
+
+def _status(node_dir: str) -> dict:
+    result = _read_state(node_dir)
+    result["supervisor_alive"] = _alive(result.get("supervisor_pid"))
+    return result
+
+
+def serve(node_dir: str) -> None:
+    """Answer requests until stdin closes, so the launcher starts no process per poll. Each answer is
+    its length in bytes on a line of its own, then that many bytes."""
+    out = sys.stdout.buffer
+    for line in sys.stdin.buffer:
+        try:
+            request = json.loads(line)
+            if request.get("op") == "read":
+                body = _read(node_dir, str(request["name"]), int(request["offset"]), int(request["limit"]))
+            elif request.get("op") == "status":
+                body = json.dumps(_status(node_dir)).encode()
+            else:
+                body = json.dumps({"error": f"unknown request {request.get('op')!r}"}).encode()
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            body = json.dumps({"error": f"bad request: {err}"}).encode()
+        out.write(b"%d\n" % len(body) + body)
+        out.flush()
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
@@ -217,8 +255,10 @@ def main(argv: list[str]) -> int:
     if verb == "start":
         result = start(node_dir, json.loads(sys.stdin.read()))
     elif verb == "status":
-        result = _read_state(node_dir)
-        result["supervisor_alive"] = _alive(result.get("supervisor_pid"))
+        result = _status(node_dir)
+    elif verb == "serve":
+        serve(node_dir)
+        return 0
     elif verb == "stop":
         grace = float(argv[argv.index("--grace") + 1]) if "--grace" in argv else 10.0
         result = stop(node_dir, grace)

@@ -6,6 +6,7 @@ import asyncio
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from launcher.plan import TRAINER_PKG_DIR, NodePlan, RunPlan
@@ -103,9 +104,10 @@ class SshNode:
     (the agent detached it from the SSH session).
     """
 
-    RETRIES = 5
+    RECONNECT_FOR_S = 120.0
+    """How long a dropped node is retried (backoff up to 10 s) before it is declared lost."""
 
-    def __init__(self, plan: RunPlan, node: NodePlan) -> None:
+    def __init__(self, plan: RunPlan, node: NodePlan, on_state=None) -> None:
         import shlex
 
         self.plan = plan
@@ -117,7 +119,11 @@ class SshNode:
         self.dir = node.node_dir[2:] if node.node_dir.startswith("~/") else node.node_dir
         self.agent = f"{shlex.quote(self.python)} {shlex.quote(self.dir + '/agent.py')} {shlex.quote(node.node_dir)}"
         self.label = f"node {node.node_rank} ({node.host_display})"
+        self.on_state = on_state
+        """Called with ``(reconnecting: bool, detail)`` when the connection drops and when it is back."""
         self.conn = None
+        self.server = None
+        self.lock = asyncio.Lock()
 
     async def _conn(self):
         from launcher.ssh import connect
@@ -126,31 +132,73 @@ class SshNode:
             self.conn = await connect(self.host, self.ssh)
         return self.conn
 
-    async def _run(self, args: str, stdin: bytes | None = None) -> bytes:
-        """Run ``agent ARGS`` on the node; reconnect with backoff if the connection dropped."""
+    async def _retrying(self, call):
+        """``await call()``, re-opening the connection with backoff while it keeps dropping."""
         import asyncssh
 
         from launcher.ssh import SshError
 
-        delay = 0.5
-        for attempt in range(self.RETRIES):
+        delay, deadline, dropped = 0.5, None, False
+        while True:
             try:
-                conn = await self._conn()
-                result = await conn.run(f"{self.agent} {args}", input=stdin, encoding=None, check=False)
-                if result.exit_status is None or result.exit_status < 0:
-                    raise ConnectionResetError("the channel closed without an exit status")
-                if result.exit_status not in (0, 1):
-                    raise NodeError(f"{self.label}: the agent failed: {result.stderr.decode(errors='replace')[-500:]}")
-                return result.stdout
-            except (asyncssh.ConnectionLost, asyncssh.DisconnectError, OSError, asyncssh.ChannelOpenError) as err:
-                self.conn = None
-                if attempt == self.RETRIES - 1:
-                    raise NodeError(f"{self.label}: connection lost and not re-established: {err}") from None
+                result = await call()
+                if dropped and self.on_state:
+                    self.on_state(False, "reconnected")
+                return result
+            except (asyncssh.ConnectionLost, asyncssh.DisconnectError, asyncssh.ChannelOpenError, OSError,
+                    asyncio.IncompleteReadError) as err:
+                self._drop()
+                deadline = deadline or time.monotonic() + self.RECONNECT_FOR_S
+                if time.monotonic() + delay > deadline:
+                    raise NodeError(f"{self.label}: lost: no connection for {self.RECONNECT_FOR_S:.0f} s "
+                                    f"({err or type(err).__name__}); check the host and the network") from None
+                if not dropped and self.on_state:
+                    self.on_state(True, f"connection dropped ({err or type(err).__name__}); reconnecting")
+                dropped = True
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 8)
+                delay = min(delay * 2, 10)
             except SshError as err:
+                if dropped and deadline and time.monotonic() < deadline:
+                    await asyncio.sleep(delay)  # unreachable for now: keep trying until the deadline
+                    delay = min(delay * 2, 10)
+                    continue
                 raise NodeError(str(err)) from None
-        raise NodeError(f"{self.label}: unreachable")
+
+    def _drop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    async def _run(self, args: str, stdin: bytes | None = None) -> bytes:
+        """Run ``agent ARGS`` on the node as a command of its own."""
+
+        async def once() -> bytes:
+            result = await (await self._conn()).run(f"{self.agent} {args}", input=stdin, encoding=None, check=False)
+            if result.exit_status is None or result.exit_status < 0:
+                raise ConnectionResetError("the channel closed without an exit status")
+            if result.exit_status not in (0, 1):
+                raise NodeError(f"{self.label}: the agent failed: {result.stderr.decode(errors='replace')[-500:]}")
+            return result.stdout
+
+        return await self._retrying(once)
+
+    async def _ask(self, request: dict) -> bytes:
+        """One request to the node's long-lived ``agent serve`` channel (no process started per poll)."""
+
+        async def once() -> bytes:
+            async with self.lock:
+                if self.server is None:
+                    self.server = await (await self._conn()).create_process(f"{self.agent} serve", encoding=None)
+                self.server.stdin.write(json.dumps(request).encode() + b"\n")
+                header = await self.server.stdout.readline()
+                if not header.strip().isdigit():
+                    raise ConnectionResetError(f"the agent's channel closed ({header[:200]!r})")
+                return await self.server.stdout.readexactly(int(header))
+
+        return await self._retrying(once)
 
     async def prepare(self) -> None:
         import asyncssh
@@ -197,24 +245,20 @@ class SshNode:
         return result
 
     async def status(self) -> dict:
-        return json.loads((await self._run("status")).decode() or "{}")
+        return json.loads((await self._ask({"op": "status"})).decode() or "{}")
 
     async def stop(self, grace_s: float = 10.0) -> dict:
         return json.loads((await self._run(f"stop --grace {grace_s}")).decode() or "{}")
 
     async def read(self, name: str, offset: int, limit: int = 4 << 20) -> bytes:
-        import shlex
-
-        return await self._run(f"follow {shlex.quote(name)} --offset {offset} --limit {limit}")
+        return await self._ask({"op": "read", "name": name, "offset": offset, "limit": limit})
 
     async def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
+        self._drop()
 
 
-def node_backend(plan: RunPlan, node: NodePlan):
-    """This machine for ``localhost`` (or no hosts), SSH for every other host."""
+def node_backend(plan: RunPlan, node: NodePlan, on_state=None):
+    """This machine for ``localhost`` (or no hosts), SSH for every other host (``on_state``: see SshNode)."""
     if node.host is None or node.host.is_local:
         return LocalNode(plan, node)
-    return SshNode(plan, node)
+    return SshNode(plan, node, on_state)

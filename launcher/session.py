@@ -84,7 +84,8 @@ async def launch(plan: RunPlan, *, home: Path) -> RunHandle:
 class _Runner:
     def __init__(self, plan: RunPlan, handle: RunHandle, store: RunStore, home: Path) -> None:
         self.plan, self.handle, self.store, self.home = plan, handle, store, home
-        self.nodes = [node_backend(plan, n) for n in plan.nodes]
+        self.nodes = [node_backend(plan, n, self._connection_watcher(n.node_rank)) for n in plan.nodes]
+        self.started = False
         self.dir = run_dir(home, plan.run_id)
         self.offsets = {(n.node_rank, s): 0 for n in plan.nodes for s in ("log", "metrics")}
         self.splitters = {(n.node_rank, s): LineSplitter() for n in plan.nodes for s in ("log", "metrics")}
@@ -108,6 +109,12 @@ class _Runner:
         self.store.set_state(self.plan.run_id, state, self.attempt, detail)
         self.emit(RunStateChanged(self.plan.run_id, state, self.attempt, detail))
 
+    def _connection_watcher(self, rank: int):
+        def changed(reconnecting: bool, detail: str) -> None:
+            self.set_node(rank, NodeState.RECONNECTING if reconnecting else NodeState.RUNNING, detail=detail)
+
+        return changed
+
     def set_node(self, rank: int, state: NodeState, code: int | None = None, detail: str = "") -> None:
         self.store.set_node(self.plan.run_id, rank, state, code, detail)
         self.emit(NodeStateChanged(self.plan.run_id, rank, self.plan.nodes[rank].host_display, state, code, detail))
@@ -115,6 +122,7 @@ class _Runner:
     async def run(self, adopted: bool = False) -> None:
         self.store.set_launcher(self.plan.run_id, os.getpid())
         final, code, triage = RunState.FAILED, None, None
+        self.started = adopted
         try:
             secrets = SecretStore(self.home).resolve(self.plan.workload.secrets)
             if not adopted:
@@ -132,12 +140,15 @@ class _Runner:
         except (MissingSecrets, NodeError, OSError) as err:
             final, triage = RunState.FAILED, {"summary": str(err)}
             self.set_state(RunState.FAILED, str(err))
+            if self.started:
+                await self._stop_all()
         except Exception as err:  # noqa: BLE001 - a launcher bug must still end the run and say where to look
             (self.dir / "launcher-error.txt").write_text(traceback.format_exc())
             summary = f"the launcher failed: {type(err).__name__}: {err} (details in {self.dir / 'launcher-error.txt'})"
             final, triage = RunState.FAILED, {"summary": summary}
             self.set_state(RunState.FAILED, summary)
-            await self._stop_all()
+            if self.started:
+                await self._stop_all()
         except asyncio.CancelledError:
             # The launcher is going away (the app quit): the run keeps going on its nodes and is
             # adopted by the next launcher that opens it.
@@ -155,6 +166,7 @@ class _Runner:
             self.set_state(RunState.STARTING)
             for n in self.nodes:
                 self.set_node(n.node.node_rank, NodeState.STARTING)
+            self.started = True
             starts = await asyncio.gather(*(n.start(secrets, self.attempt) for n in self.nodes),
                                           return_exceptions=True)
             errors = [str(r) for r in starts if isinstance(r, BaseException)]
@@ -200,20 +212,8 @@ class _Runner:
             await asyncio.sleep(POLL_S)
 
     async def _pump(self, final: bool = False) -> None:
-        """Read everything new on every node: log lines to events and the mirror, node 0's metrics."""
-        for n in self.nodes:
-            rank = n.node.node_rank
-            while True:
-                chunk = await n.read("node.log", self.offsets[(rank, "log")], READ_CHUNK)
-                self.offsets[(rank, "log")] += len(chunk)
-                caught_up = len(chunk) < READ_CHUNK
-                lines = self.splitters[(rank, "log")].feed(chunk)
-                if final and caught_up:
-                    lines += self.splitters[(rank, "log")].flush()
-                if lines:
-                    await self._lines(rank, lines)
-                if caught_up:
-                    break
+        """Read everything new on every node (all at once): log lines to events and the mirror, node 0's metrics."""
+        await asyncio.gather(*(self._pump_log(n, final) for n in self.nodes))
         while True:
             chunk = await self.nodes[0].read("metrics.jsonl", self.offsets[(0, "metrics")], READ_CHUNK)
             self.offsets[(0, "metrics")] += len(chunk)
@@ -225,6 +225,20 @@ class _Runner:
             if len(chunk) < READ_CHUNK:
                 break
         await self._flush_metrics()
+
+    async def _pump_log(self, node, final: bool) -> None:
+        rank = node.node.node_rank
+        while True:
+            chunk = await node.read("node.log", self.offsets[(rank, "log")], READ_CHUNK)
+            self.offsets[(rank, "log")] += len(chunk)
+            caught_up = len(chunk) < READ_CHUNK
+            lines = self.splitters[(rank, "log")].feed(chunk)
+            if final and caught_up:
+                lines += self.splitters[(rank, "log")].flush()
+            if lines:
+                await self._lines(rank, lines)
+            if caught_up:
+                return
 
     async def _lines(self, rank: int, lines: list[str]) -> None:
         await asyncio.to_thread(_append, self.dir / "nodes" / f"{rank}.log", lines)

@@ -121,6 +121,8 @@ command: |
         rest = [json.loads(x) for x in proc.stdout]
         assert proc.wait(timeout=60) == 0, rest[-3:]
         assert rest[-1]["type"] == "RunFinished" and rest[-1]["state"] == "succeeded"
+        node_states = [e["state"] for e in rest if e["type"] == "NodeStateChanged"]
+        assert node_states[:2] == ["reconnecting", "running"], node_states
         mirror = (home / "runs" / run_id / "nodes" / "0.log").read_text().splitlines()
         assert mirror == [f"line {i}" for i in range(1, 61)]
     finally:

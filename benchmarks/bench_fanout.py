@@ -1,0 +1,101 @@
+"""Launch fan-out: the same tiny job on 1 sshd host and on 16 (one real sshd per loopback address,
+127.0.0.2 ... 127.0.0.17), against a sequential OpenSSH loop (copy the agent, start the job, host after
+host) as a shell script would do it. Times are medians over ``--repeat`` launches.
+
+"Launched" means every node's first output line has reached the local mirror: connected, host key
+verified, files uploaded, job started, its output read back.
+
+    .venv/bin/python benchmarks/bench_fanout.py [--hosts 16] [--repeat 3]
+
+Needs openssh-server and openssh-client (``apt-get install openssh-server``); run as a user that may
+start sshd (root in CI containers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+async def launch_once(hosts: list[str], node_root: Path, home: Path) -> tuple[float, float]:
+    """Seconds until every node's first line is mirrored, and until the run finished."""
+    from launcher.paths import new_run_id
+    from launcher.plan import build_plan
+    from launcher.session import launch
+    from launcher.validate import validate_text
+
+    text = (f"experiment_name: fanout\ncompute: {{hosts: [{', '.join(hosts)}]}}\nmlflow: {{enabled: false}}\n"
+            "command: echo up on $NODE_RANK\n")
+    result = validate_text(text, "fanout.yaml")
+    assert result.workload is not None, [p.format() for p in result.problems]
+    plan = build_plan(result.workload, run_id=new_run_id("fanout"), node_root=str(node_root))
+    start = time.perf_counter()
+    handle = await launch(plan, home=home)
+    up, launched = set(), None
+    async for event in handle.events():
+        kind = type(event).__name__
+        if kind == "NodeLines":
+            up.add(event.node_rank)
+            if len(up) == len(hosts) and launched is None:
+                launched = time.perf_counter() - start
+        elif kind == "RunFinished":
+            assert event.state.value == "succeeded", event
+    return launched or float("nan"), time.perf_counter() - start
+
+
+def openssh_loop(hosts, client: Path, node_root: Path) -> float:
+    """Upload the agent and start the job on each host in turn, as ``for h in ...; do scp; ssh; done``."""
+    agent = ROOT / "launcher" / "agent.py"
+    opts = ["-F", str(client / ".ssh" / "config"), "-o", f"UserKnownHostsFile={client / '.ssh' / 'known_hosts'}",
+            "-o", "BatchMode=yes"]
+    start = time.perf_counter()
+    for i, h in enumerate(hosts):
+        d = node_root / f"loop-{i}"
+        subprocess.run(["ssh", *opts, h.alias, f"mkdir -p {d}"], check=True)
+        subprocess.run(["scp", "-q", *opts, str(agent), f"{h.alias}:{d}/agent.py"], check=True)
+        subprocess.run(["ssh", *opts, h.alias, f"cd {d} && nohup sh -c 'echo up on {i}' > log 2>&1 < /dev/null &"],
+                       check=True)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--hosts", type=int, default=16)
+    p.add_argument("--repeat", type=int, default=3)
+    args = p.parse_args()
+    from tests.launcher.sshd import start_hosts, stop_hosts
+
+    with tempfile.TemporaryDirectory() as tmp:
+        client, hosts = start_hosts(Path(tmp), args.hosts)
+        os.environ["HOME"] = str(client)  # ~/.ssh/config aliases node0..nodeN, their keys in known_hosts
+        home, node_root = Path(tmp) / "home", Path(tmp) / "nodes"
+        try:
+            results = {}
+            for label, names in (("1 host", ["node0"]), (f"{args.hosts} hosts", [h.alias for h in hosts])):
+                runs = [asyncio.run(launch_once(names, node_root, home)) for _ in range(args.repeat)]
+                results[label] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
+            loop = statistics.median(openssh_loop(hosts, client, node_root) for _ in range(args.repeat))
+            loop_one = statistics.median(openssh_loop(hosts[:1], client, node_root) for _ in range(args.repeat))
+        finally:
+            stop_hosts(hosts)
+    one, many = results["1 host"], results[f"{args.hosts} hosts"]
+    print(f"fsdp-tui, 1 host:        launched in {one[0]:.2f} s, finished in {one[1]:.2f} s")
+    print(f"fsdp-tui, {args.hosts} hosts:      launched in {many[0]:.2f} s, finished in {many[1]:.2f} s")
+    print(f"OpenSSH loop, 1 host:    {loop_one:.2f} s (copy + start only; output not read back)")
+    print(f"OpenSSH loop, {args.hosts} hosts:  {loop:.2f} s")
+    print(f"ratio {args.hosts} hosts / 1 host: {many[0] / one[0]:.2f}x (floor: under 2x); "
+          f"sequential OpenSSH loop / fsdp-tui at {args.hosts} hosts: {loop / many[0]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
