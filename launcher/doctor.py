@@ -11,7 +11,7 @@ import asyncio
 import json
 import shlex
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -76,13 +76,14 @@ class NodeReport:
 @dataclass(frozen=True)
 class DoctorReport:
     nodes: tuple[NodeReport, ...]
-    counts: dict[str, int] = field(init=False)
 
-    def __post_init__(self) -> None:
+    @property
+    def counts(self) -> dict[str, int]:
+        """Nodes by their worst check."""
         counts = {"ok": 0, "warning": 0, "error": 0}
         for node in self.nodes:
             counts[node.status] += 1
-        object.__setattr__(self, "counts", counts)
+        return counts
 
     @property
     def ok(self) -> bool:
@@ -167,7 +168,8 @@ def _failure(python: str, ran: _Ran) -> str:
     tail = ran.stderr.strip().splitlines()[-1:] or [f"exit status {ran.exit_status}"]
     if ran.exit_status in (126, 127):
         return f"{python} does not run: {tail[0]}"
-    return f"{python} could not run the probe: {tail[0][:300]}"
+    older = " (a Python older than 3.7? the workload needs 3.10+)" if "SyntaxError" in tail[0] else ""
+    return f"{python} could not run the probe: {tail[0][:300]}{older}"
 
 
 async def _probe_node(plan: RunPlan, node: NodePlan, run_root: str, import_timeout_s: float) -> NodeProbe:
@@ -242,8 +244,9 @@ def evaluate(plan: RunPlan, node: NodePlan, probe: NodeProbe, *, node0_hostname:
     if probe.reach_error is not None:
         fix = ""
         if "cannot connect" in probe.reach_error or "connection lost" in probe.reach_error:
-            fix = (f"check that {host} is up and that `ssh {host}` works from here without a password "
-                   f"(gave up after ssh.connect_timeout_s={plan.workload.ssh.connect_timeout_s:g}s)")
+            fix = f"check that {host} is up and that `ssh {host}` works from here without a password"
+            if "TimeoutError" in probe.reach_error:
+                fix += f" (no answer within ssh.connect_timeout_s={plan.workload.ssh.connect_timeout_s:g}s)"
         return NodeReport(node.node_rank, probe.label, (Check("reachable", "error", probe.reach_error, fix),))
     checks = [Check("reachable", "ok", "this machine, no SSH" if probe.local
                     else "connected over SSH, host key verified")]

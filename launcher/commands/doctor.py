@@ -83,8 +83,8 @@ def render(report) -> None:
     for node in report.nodes:
         title = Text.assemble((node.label, "bold"), "  ", (node.status, STYLES[node.status]))
         table = Table(title=title, title_justify="left", show_header=False, box=None, padding=(0, 1, 0, 2))
-        table.add_column("check", no_wrap=True)
-        table.add_column("status", no_wrap=True)
+        table.add_column("check", no_wrap=True, min_width=12)
+        table.add_column("status", no_wrap=True, min_width=7)
         table.add_column("detail", overflow="fold")
         for check in node.checks:
             detail = Text(check.detail)

@@ -184,6 +184,7 @@ def test_dead_hosts_are_reported_beside_live_ones_within_one_connect_timeout(hom
         assert [c["name"] for c in node["checks"]] == ["reachable"]
         reach = node["checks"][0]
         assert reach["detail"].startswith(f"{name}: cannot connect:") and f"`ssh {name}`" in reach["fix"]
+        assert ("connect_timeout_s=4s" in reach["fix"]) == (name != "node2")
     assert "Errno 111" in checks(report["nodes"][2])["reachable"]["detail"]  # refused
     # Probed in parallel: one connect timeout, not one per silent host plus every live node's probe.
     assert timeout_s <= elapsed < 2 * timeout_s, elapsed
