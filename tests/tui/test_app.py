@@ -44,7 +44,7 @@ async def test_editor_shows_problems_and_jumps_to_them(home, tmp_path):
         await _wait_for(pilot, lambda: isinstance(app.screen, EditorScreen) and app.screen.problems)
         table = app.screen.query_one(ProblemsTable)
         assert table.row_count == 1
-        assert "did you mean 'full_shard'" in str(table.get_row_at(0)[3])
+        assert "did you mean 'full_shard'" in str(table.get_row_at(0)[2])
         table.focus()
         await pilot.press("enter")
         await pilot.pause()

@@ -53,6 +53,8 @@ class EditorScreen(Screen):
     EditorScreen #main { height: 1fr; }
     EditorScreen TextArea { width: 3fr; }
     EditorScreen #side { width: 2fr; min-width: 40; }
+    EditorScreen #side TabbedContent { height: 1fr; }
+    EditorScreen #side ContentSwitcher { height: 1fr; }
     EditorScreen #help { height: auto; max-height: 6; padding: 0 1; background: $panel; }
     EditorScreen #status { height: 1; padding: 0 1; }
     EditorScreen #overrides { height: 3; }

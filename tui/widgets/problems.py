@@ -22,7 +22,8 @@ class ProblemsTable(DataTable):
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
-        self.add_columns("line", "sev", "key", "message")
+        # The message before the key path: a narrow side panel cuts off the last columns.
+        self.add_columns("line", "sev", "message", "key")
         self.problems: list[Problem] = []
 
     def show(self, problems: list[Problem]) -> None:
@@ -31,7 +32,7 @@ class ProblemsTable(DataTable):
         for i, p in enumerate(problems):
             where = f"{p.line}:{p.column}" if p.file != "--set" else f"--set {p.line}"
             text = p.message + (f" ({p.hint})" if p.hint else "")
-            self.add_row(where, p.severity, p.path or "-", text, key=str(i))
+            self.add_row(where, p.severity, text, p.path or "-", key=str(i))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
