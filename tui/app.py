@@ -14,10 +14,11 @@ from tui import settings
 class FsdpTuiApp(App):
     TITLE = "fsdp-tui"
     BINDINGS = [
-        Binding("q", "quit", "quit (runs keep going)"),
+        Binding("q", "quit", "quit", tooltip="quit the app; runs keep going"),
         Binding("t", "next_theme", "theme"),
         Binding("h", "home", "home", show=False),
-        Binding("colon", "command_bar", "command", key_display=":"),
+        Binding("colon", "command_bar", "command", key_display=":",
+                tooltip=":runs  :workloads  :ckpt RUN  :theme NAME  :q"),
     ]
 
     def __init__(self, home: Path, theme: str | None = None, workload: Path | None = None,

@@ -89,7 +89,8 @@ async def test_filter_narrows_as_you_type_and_escape_clears_it(home):
         assert _tails(table) == ["e5f7", "d4e6", "c3d5", "b2c4", "a1f3"]  # newest first
         await pilot.press("slash")
         box = screen.query_one("#run-filter", Input)
-        assert app.focused is box and box.display
+        row = screen.query_one("#filter-row")
+        assert app.focused is box and row.display
         await pilot.press(*"lla")
         assert _tails(table) == ["c3d5", "a1f3"]
         assert set(_cells(table, "experiment")) == {"llama-sft"}
@@ -100,9 +101,9 @@ async def test_filter_narrows_as_you_type_and_escape_clears_it(home):
         assert app.screen is screen and not app._notifications
         assert "1 of 5 runs matching 'lla cancelled'" in str(screen.query_one("#runs-title").render())
         await pilot.press("enter")
-        assert app.focused is table and box.display and _tails(table) == ["c3d5"]
+        assert app.focused is table and row.display and _tails(table) == ["c3d5"]
         await pilot.press("escape")
-        assert box.value == "" and not box.display and box.disabled
+        assert box.value == "" and not row.display and box.disabled
         assert app.focused is table and table.row_count == 5
         await pilot.press("slash", *"FAIL")
         assert _cells(table, "state") == ["failed"]
@@ -229,3 +230,16 @@ async def test_command_bar_runs_workloads_ckpt_theme_quit(home, tmp_path):
         await pilot.press("colon", "q", "enter")
         await pilot.pause()
         assert app.return_code == 0
+
+
+def test_workload_folders_are_shown_relative_to_samples_cwd_or_home(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from tui.screens.home import SAMPLES_ROOT, folder_label
+
+    monkeypatch.chdir(tmp_path)
+    assert folder_label(SAMPLES_ROOT / "byo_script") == "sample_workloads/byo_script"
+    assert folder_label(tmp_path / "exp") == "./exp"
+    assert folder_label(tmp_path) == "."
+    assert folder_label(Path.home() / "w") == "~/w"
+    assert folder_label(Path("/elsewhere/w")) == "/elsewhere/w"

@@ -7,7 +7,7 @@ from pathlib import Path
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Label
 
@@ -40,23 +40,25 @@ class HomeScreen(Screen):
     DEFAULT_CSS = """
     HomeScreen Label.section { padding: 0 1; background: $panel; width: 100%; text-style: bold; }
     HomeScreen #workloads { height: 1fr; }
-    HomeScreen #run-filter { display: none; }
-    HomeScreen.-filtering #run-filter { display: block; }
+    HomeScreen #filter-row { display: none; height: 1; }
+    HomeScreen.-filtering #filter-row { display: block; }
+    HomeScreen #filter-row Label { width: auto; padding: 0 1; color: $accent; text-style: bold; }
     """
     BINDINGS = [
         Binding("enter", "open", "open", show=True),
-        Binding("l", "launch", "launch workload"),
-        Binding("d", "delete", "delete run"),
-        Binding("space", "mark", "mark to compare"),
-        Binding("c", "compare", "compare marked"),
-        Binding("n", "clone", "clone run"),
-        Binding("k", "checkpoints", "checkpoints"),
-        Binding("slash", "filter", "filter runs", key_display="/"),
-        Binding("s", "sort", "sort"),
-        Binding("S", "reverse_sort", "reverse sort", key_display="S"),
+        # Short names: every key of this screen fits one footer line at 120 columns.
+        Binding("l", "launch", "launch", tooltip="launch the workload, or relaunch the run's workload"),
+        Binding("d", "delete", "delete", tooltip="delete the run and its local record"),
+        Binding("space", "mark", "mark", tooltip="mark the run to compare (two at most)"),
+        Binding("c", "compare", "compare", tooltip="compare the two marked runs"),
+        Binding("n", "clone", "clone", tooltip="copy the run's workload and open it in the editor"),
+        Binding("k", "checkpoints", "ckpts", tooltip="the run's checkpoints"),
+        Binding("slash", "filter", "filter", key_display="/", tooltip="filter runs by id, experiment, state"),
+        Binding("s", "sort", "sort", tooltip="sort runs by the next column"),
+        Binding("S", "reverse_sort", "reverse", key_display="S", tooltip="reverse the sort order"),
         Binding("escape", "clear_filter", "clear filter", show=False),
         Binding("tab", "focus_next", "next table", show=False),
-        Binding("r", "reload", "refresh"),
+        Binding("r", "reload", "refresh", show=False),
     ]
 
     def compose(self) -> ComposeResult:
@@ -65,10 +67,12 @@ class HomeScreen(Screen):
             yield Label("Workloads  (enter: edit, l: launch)", classes="section")
             yield DataTable(id="workloads", cursor_type="row")
             yield Label("Runs", id="runs-title", classes="section")
-            yield Input(placeholder="filter runs by id, experiment or state (enter: keep, escape: clear)",
-                        id="run-filter", compact=True)
+            with Horizontal(id="filter-row"):
+                yield Label("filter /")
+                yield Input(placeholder="words in the id, experiment or state (enter: keep, escape: clear)",
+                            id="run-filter", compact=True)
             yield RunsTable(id="runs")
-        yield Footer()
+        yield Footer(compact=True)
 
     @property
     def runs_table(self) -> RunsTable:
@@ -108,8 +112,7 @@ class HomeScreen(Screen):
 
     def _update_title(self) -> None:
         self.query_one("#runs-title", Label).update(
-            f"Runs: {self.runs_table.describe()}  (enter: open, l: relaunch, n: clone, k: checkpoints, "
-            "space+c: compare, d: delete)")
+            f"Runs: {self.runs_table.describe()}  (enter: open, l: relaunch, space+c: compare)")
 
     def focus_runs(self) -> None:
         self.runs_table.focus()
