@@ -16,10 +16,10 @@ def home(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def utc(monkeypatch):
+def utc():
     """Local time is UTC, so recorded start times show the same on every machine."""
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TZ", "UTC")
+        time.tzset()
+        yield
     time.tzset()
