@@ -27,6 +27,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+def machine_busy() -> float:
+    """CPU seconds this whole machine (every core, every process: sshd and agents too) has been busy."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def launcher_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 async def launch_once(hosts: list[str], node_root: Path, home: Path) -> tuple[float, float]:
     """Seconds until every node's first line is mirrored, and until the run finished."""
     from launcher.paths import new_run_id
@@ -35,7 +48,7 @@ async def launch_once(hosts: list[str], node_root: Path, home: Path) -> tuple[fl
     from launcher.validate import validate_text
 
     text = (f"experiment_name: fanout\ncompute: {{hosts: [{', '.join(hosts)}]}}\nmlflow: {{enabled: false}}\n"
-            "command: echo up on $NODE_RANK\n")
+            f"environment: {{python: {sys.executable}}}\ncommand: echo up on $NODE_RANK\n")
     result = validate_text(text, "fanout.yaml")
     assert result.workload is not None, [p.format() for p in result.problems]
     plan = build_plan(result.workload, run_id=new_run_id("fanout"), node_root=str(node_root))
@@ -80,17 +93,21 @@ def main() -> None:
         os.environ["HOME"] = str(client)  # ~/.ssh/config aliases node0..nodeN, their keys in known_hosts
         home, node_root = Path(tmp) / "home", Path(tmp) / "nodes"
         try:
-            results = {}
+            results, cpu = {}, {}
             for label, names in (("1 host", ["node0"]), (f"{args.hosts} hosts", [h.alias for h in hosts])):
+                busy0, own0 = machine_busy(), launcher_cpu()
                 runs = [asyncio.run(launch_once(names, node_root, home)) for _ in range(args.repeat)]
+                cpu[label] = ((launcher_cpu() - own0) / args.repeat, (machine_busy() - busy0) / args.repeat)
                 results[label] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
             loop = statistics.median(openssh_loop(hosts, client, node_root) for _ in range(args.repeat))
             loop_one = statistics.median(openssh_loop(hosts[:1], client, node_root) for _ in range(args.repeat))
         finally:
             stop_hosts(hosts)
     one, many = results["1 host"], results[f"{args.hosts} hosts"]
-    print(f"fsdp-tui, 1 host:        launched in {one[0]:.2f} s, finished in {one[1]:.2f} s")
-    print(f"fsdp-tui, {args.hosts} hosts:      launched in {many[0]:.2f} s, finished in {many[1]:.2f} s")
+    for label, (launched, finished) in results.items():
+        own, busy = cpu[label]
+        print(f"fsdp-tui, {label:9}: launched in {launched:.2f} s, finished in {finished:.2f} s; CPU per launch: "
+              f"launcher {own:.2f} s, whole machine {busy:.2f} s of {os.cpu_count()} cores")
     print(f"OpenSSH loop, 1 host:    {loop_one:.2f} s (copy + start only; output not read back)")
     print(f"OpenSSH loop, {args.hosts} hosts:  {loop:.2f} s")
     print(f"ratio {args.hosts} hosts / 1 host: {many[0] / one[0]:.2f}x (floor: under 2x); "

@@ -4,8 +4,9 @@
     python3 agent.py NODE_DIR status
     python3 agent.py NODE_DIR follow FILE --offset N [--wait]
     python3 agent.py NODE_DIR stop [--grace S]
-    python3 agent.py NODE_DIR serve     < one JSON request per line: {"op": "status"} or
-                                          {"op": "read", "name": FILE, "offset": N, "limit": N}
+    python3 agent.py NODE_DIR serve     < one JSON request per line: {"op": "status"},
+                                          {"op": "read", "name": FILE, "offset": N, "limit": N},
+                                          {"op": "start", "spec": {...}}, {"op": "stop", "grace": S}
 
 ``start`` detaches a supervisor (new session, no terminal) that runs the command in its own process
 group, writes its combined output to ``node.log`` with secret values masked, and records the state
@@ -239,6 +240,10 @@ def serve(node_dir: str) -> None:
                 body = _read(node_dir, str(request["name"]), int(request["offset"]), int(request["limit"]))
             elif request.get("op") == "status":
                 body = json.dumps(_status(node_dir)).encode()
+            elif request.get("op") == "start":
+                body = json.dumps(start(node_dir, request["spec"])).encode()
+            elif request.get("op") == "stop":
+                body = json.dumps(stop(node_dir, float(request.get("grace", 10.0)))).encode()
             else:
                 body = json.dumps({"error": f"unknown request {request.get('op')!r}"}).encode()
         except (ValueError, KeyError, TypeError, AttributeError) as err:

@@ -172,19 +172,6 @@ class SshNode:
             self.conn.close()
             self.conn = None
 
-    async def _run(self, args: str, stdin: bytes | None = None) -> bytes:
-        """Run ``agent ARGS`` on the node as a command of its own."""
-
-        async def once() -> bytes:
-            result = await (await self._conn()).run(f"{self.agent} {args}", input=stdin, encoding=None, check=False)
-            if result.exit_status is None or result.exit_status < 0:
-                raise ConnectionResetError("the channel closed without an exit status")
-            if result.exit_status not in (0, 1):
-                raise NodeError(f"{self.label}: the agent failed: {result.stderr.decode(errors='replace')[-500:]}")
-            return result.stdout
-
-        return await self._retrying(once)
-
     async def _ask(self, request: dict) -> bytes:
         """One request to the node's long-lived ``agent serve`` channel (no process started per poll)."""
 
@@ -238,8 +225,7 @@ class SshNode:
     async def start(self, secrets: dict[str, str], attempt: int) -> dict:
         spec = {"argv": list(self.node.argv), "env": self.node.env, "dir_env": self.node.dir_env,
                 "secrets": secrets, "python": self.python, "attempt": attempt}
-        out = await self._run("start", stdin=json.dumps(spec).encode())
-        result = json.loads(out.decode() or "{}")
+        result = json.loads((await self._ask({"op": "start", "spec": spec})).decode() or "{}")
         if "error" in result:
             raise NodeError(f"{self.label}: {result['error']}")
         return result
@@ -248,7 +234,7 @@ class SshNode:
         return json.loads((await self._ask({"op": "status"})).decode() or "{}")
 
     async def stop(self, grace_s: float = 10.0) -> dict:
-        return json.loads((await self._run(f"stop --grace {grace_s}")).decode() or "{}")
+        return json.loads((await self._ask({"op": "stop", "grace": grace_s})).decode() or "{}")
 
     async def read(self, name: str, offset: int, limit: int = 4 << 20) -> bytes:
         return await self._ask({"op": "read", "name": name, "offset": offset, "limit": limit})
