@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,9 +119,31 @@ def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = No
 
 
 def _master_addr(host: HostTarget | None) -> str:
+    """Node 0's address as the other nodes reach it: an ``~/.ssh/config`` alias becomes its ``HostName``."""
     if host is None or host.is_local:
         return LOCAL_MASTER_ADDR
-    return host.hostname
+    return ssh_hostname(host.hostname, str(Path.home() / ".ssh" / "config"))
+
+
+@functools.lru_cache(maxsize=256)
+def ssh_hostname(name: str, config: str) -> str:
+    """What OpenSSH would dial for ``name`` (``ssh -G``: no connection made); ``name`` itself if unknown."""
+    import shutil
+    import subprocess
+
+    ssh = shutil.which("ssh")
+    if ssh is None or name.startswith("-"):
+        return name
+    args = [ssh, "-G", *(["-F", config] if Path(config).is_file() else []), "--", name]
+    try:
+        out = subprocess.run(args, capture_output=True, text=True, timeout=5, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return name
+    for line in out.stdout.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "hostname" and value.strip():
+            return name if value.strip() == name.lower() else value.strip()  # ssh -G lower-cases names
+    return name
 
 
 def _argv(w: Workload, topo: Topology, rank: int, master_addr: str, port: int) -> tuple[str, ...]:

@@ -40,7 +40,7 @@ def _cleanup(run_id: str) -> None:
 def test_air_style_script_on_two_ssh_nodes(home, tmp_path, hosts):
     client, _ = hosts
     wl = write_workload(tmp_path, f"""experiment_name: ssh-byo
-compute: {{accelerator_type: CPU, procs_per_node: 1, hosts: [node0, node1], master_addr: 127.0.0.2}}
+compute: {{accelerator_type: CPU, procs_per_node: 1, hosts: [node0, node1]}}  # MASTER_ADDR from ~/.ssh/config
 environment: {{python: {sys.executable}}}
 code_source: {{type: snapshot, snapshot: {{root_path: {ROOT / 'sample_workloads/byo_script'}}}}}
 command: |
