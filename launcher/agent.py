@@ -6,7 +6,8 @@
     python3 agent.py NODE_DIR stop [--grace S]
     python3 agent.py NODE_DIR serve     < one JSON request per line: {"op": "status"},
                                           {"op": "read", "name": FILE, "offset": N, "limit": N},
-                                          {"op": "start", "spec": {...}}, {"op": "stop", "grace": S}
+                                          {"op": "start", "spec": {...}}, {"op": "stop", "grace": S},
+                                          {"op": "gpus"} (nvidia-smi samples)
 
 ``start`` detaches a supervisor (new session, no terminal) that runs the command in its own process
 group, writes its combined output to ``node.log`` with secret values masked, and records the state
@@ -223,6 +224,30 @@ def _read(node_dir: str, name: str, offset: int, limit: int) -> bytes:
         return b""
 
 
+GPU_QUERY = "index,name,memory.used,memory.total,utilization.gpu"
+
+
+def gpu_samples() -> list:
+    """One dict per GPU from ``nvidia-smi`` (index, name, memory used/total MiB, utilisation %); [] without it."""
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    samples = []
+    for line in out.stdout.splitlines() if out.returncode == 0 else []:
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 5:
+            continue
+        try:
+            samples.append({"index": int(parts[0]), "name": parts[1], "memory_used_mib": float(parts[2]),
+                            "memory_total_mib": float(parts[3]),
+                            "utilization_pct": float(parts[4]) if parts[4][:1].isdigit() else 0.0})
+        except ValueError:
+            continue
+    return samples
+
+
 def _status(node_dir: str) -> dict:
     result = _read_state(node_dir)
     result["supervisor_alive"] = _alive(result.get("supervisor_pid"))
@@ -240,6 +265,8 @@ def serve(node_dir: str) -> None:
                 body = _read(node_dir, str(request["name"]), int(request["offset"]), int(request["limit"]))
             elif request.get("op") == "status":
                 body = json.dumps(_status(node_dir)).encode()
+            elif request.get("op") == "gpus":
+                body = json.dumps(gpu_samples()).encode()
             elif request.get("op") == "start":
                 body = json.dumps(start(node_dir, request["spec"])).encode()
             elif request.get("op") == "stop":

@@ -85,6 +85,11 @@ class LocalNode:
     async def read(self, name: str, offset: int, limit: int = 4 << 20) -> bytes:
         return await asyncio.to_thread(self._read, name, offset, limit)
 
+    async def gpus(self) -> list[dict]:
+        from launcher.agent import gpu_samples
+
+        return await asyncio.to_thread(gpu_samples)
+
     async def close(self) -> None:
         """Nothing to close on this machine."""
 
@@ -238,6 +243,9 @@ class SshNode:
 
     async def read(self, name: str, offset: int, limit: int = 4 << 20) -> bytes:
         return await self._ask({"op": "read", "name": name, "offset": offset, "limit": limit})
+
+    async def gpus(self) -> list[dict]:
+        return json.loads((await self._ask({"op": "gpus"})).decode() or "[]")
 
     async def close(self) -> None:
         self._drop()

@@ -32,6 +32,18 @@ class NodeView:
     lines: int = 0
     first_error: tuple[int, str] | None = None
     """(line number in this node's log, the line) of the first failure signature."""
+    gpus: tuple = ()
+    """The latest ``GpuSample`` of each GPU on the node (``nvidia-smi``); empty on CPU-only nodes."""
+
+    @property
+    def gpu_summary(self) -> str:
+        """``4 GPU 93% util, 61.2/80.0 GiB`` (averages and totals), or "" without telemetry."""
+        if not self.gpus:
+            return ""
+        util = sum(g.utilization_pct for g in self.gpus) / len(self.gpus)
+        used = sum(g.memory_used_mib for g in self.gpus) / 1024
+        total = sum(g.memory_total_mib for g in self.gpus) / 1024
+        return f"{len(self.gpus)} GPU {util:.0f}% util, {used:.1f}/{total:.1f} GiB"
 
 
 @dataclass
@@ -75,7 +87,7 @@ class RunView:
         elif isinstance(event, MetricsRecorded):
             self._metrics(event, now)
         elif isinstance(event, GpuTelemetry):
-            pass
+            self.node(event.node_rank).gpus = event.gpus
         elif isinstance(event, RunFinished):
             self.state, self.triage, self.ended_at = event.state, event.triage, now
 

@@ -17,6 +17,8 @@ from pathlib import Path
 import yaml
 
 from launcher.events import (
+    GpuSample,
+    GpuTelemetry,
     MetricsRecorded,
     NodeLines,
     NodeState,
@@ -37,6 +39,8 @@ from launcher.triage import triage_run
 from trainer.protocol import MetricRecord
 
 POLL_S = 0.2
+GPU_POLL_S = 5.0
+"""How often each node's GPUs are sampled (``nvidia-smi`` costs tens of ms)."""
 READ_CHUNK = 4 << 20
 REPLAY_TAIL_BYTES = 2 << 20
 """How much of each node's log a reopened run shows (the panes keep 20,000 lines anyway)."""
@@ -179,12 +183,15 @@ class _Runner:
             self.set_state(RunState.RUNNING)
         timeout = self.plan.workload.timeout_minutes
         deadline = time.monotonic() + timeout * 60 if timeout else None
-        last_offsets = time.monotonic()
+        last_offsets, last_gpus = time.monotonic(), 0.0
         while True:
             await self._pump()
             if time.monotonic() - last_offsets > 2:
                 self._save_offsets()
                 last_offsets = time.monotonic()
+            if time.monotonic() - last_gpus > GPU_POLL_S:
+                await self._sample_gpus()
+                last_gpus = time.monotonic()
             states = await asyncio.gather(*(n.status() for n in self.nodes))
             exited = {n.node.node_rank: s for n, s in zip(self.nodes, states, strict=True)
                       if s.get("state") == "exited" and s.get("attempt") == self.attempt}
@@ -225,6 +232,14 @@ class _Runner:
             if len(chunk) < READ_CHUNK:
                 break
         await self._flush_metrics()
+
+    async def _sample_gpus(self) -> None:
+        """GPU telemetry per node from ``nvidia-smi`` where there is one (nothing on CPU-only nodes)."""
+        samples = await asyncio.gather(*(n.gpus() for n in self.nodes), return_exceptions=True)
+        for n, found in zip(self.nodes, samples, strict=True):
+            if isinstance(found, list) and found:
+                gpus = tuple(GpuSample(**g) for g in found)
+                self.emit(GpuTelemetry(self.plan.run_id, n.node.node_rank, gpus))
 
     async def _pump_log(self, node, final: bool) -> None:
         rank = node.node.node_rank

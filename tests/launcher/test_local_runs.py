@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -193,3 +194,30 @@ command: |
     mirror = (home / "runs" / run_id / "nodes" / "0.log").read_text().splitlines()
     assert len(mirror) == 120000 and mirror[-1].startswith("line 119999 ")
     assert sum(len(e["lines"]) for e in events(out.stdout) if e["type"] == "NodeLines") == 120000
+
+
+def test_gpu_telemetry_from_nvidia_smi_reaches_the_events_and_the_view(home, tmp_path):
+    # This machine has no GPU: a stand-in nvidia-smi prints what the real one prints for the agent's query.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-smi"
+    fake.write_text('#!/bin/sh\necho "0, NVIDIA H100 80GB HBM3, 61440, 81920, 97"\n'
+                    'echo "1, NVIDIA H100 80GB HBM3, 1024, 81920, [N/A]"\n')
+    fake.chmod(0o755)
+    wl = write_workload(tmp_path, "experiment_name: gpus\nmlflow: {enabled: false}\ncommand: sleep 1\n")
+    out = cli(home, "run", wl, "--json", PATH=f"{bin_dir}:{os.environ['PATH']}")
+    assert out.returncode == 0, out.stderr
+    telemetry = [e for e in events(out.stdout) if e["type"] == "GpuTelemetry"]
+    assert telemetry and telemetry[0]["node_rank"] == 0
+    assert telemetry[0]["gpus"] == [
+        {"index": 0, "name": "NVIDIA H100 80GB HBM3", "memory_used_mib": 61440.0, "memory_total_mib": 81920.0,
+         "utilization_pct": 97.0},
+        {"index": 1, "name": "NVIDIA H100 80GB HBM3", "memory_used_mib": 1024.0, "memory_total_mib": 81920.0,
+         "utilization_pct": 0.0},
+    ]
+    from launcher.events import GpuSample, GpuTelemetry
+    from launcher.run_view import RunView
+
+    view = RunView("r")
+    view.apply(GpuTelemetry("r", 0, tuple(GpuSample(**g) for g in telemetry[0]["gpus"])))
+    assert view.node(0).gpu_summary == "2 GPU 48% util, 61.0/160.0 GiB"

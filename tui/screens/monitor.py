@@ -16,7 +16,7 @@ from textual.containers import Grid, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label
 
-from launcher.events import MetricsRecorded, NodeLines, NodeStateChanged, RunEvent, RunFinished
+from launcher.events import GpuTelemetry, MetricsRecorded, NodeLines, NodeStateChanged, RunEvent, RunFinished
 from launcher.run_view import RunView, fmt_duration
 from launcher.store import RunSummary
 from tui.widgets.metrics import MetricsPanel
@@ -104,6 +104,8 @@ class RunMonitorScreen(Screen):
             self.pane(-1).push([prefix + line for line in event.lines])
         elif isinstance(event, NodeStateChanged) and 0 <= event.node_rank < self.num_nodes:
             self.pane(event.node_rank).set_state(event.state, event.exit_code, event.host)
+        elif isinstance(event, GpuTelemetry) and 0 <= event.node_rank < self.num_nodes:
+            self.pane(event.node_rank).set_gpus(self.view.node(event.node_rank).gpu_summary)
         elif isinstance(event, RunFinished):
             if self.recorded_end is not None:
                 self.view.ended_at = self.recorded_end

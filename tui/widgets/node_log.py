@@ -38,6 +38,7 @@ class NodeLog(Vertical):
         self.filter_text = ""
         self.seen_output = False
         self.all_lines: deque[str] = deque(maxlen=MAX_LINES)
+        self.state, self.exit_code, self.gpu_summary = NodeState.PENDING, None, ""
 
     def compose(self) -> ComposeResult:
         yield Label(self._badge(NodeState.PENDING, None), classes="badge")
@@ -76,8 +77,14 @@ class NodeLog(Vertical):
 
     def set_state(self, state: NodeState, exit_code: int | None, host: str) -> None:
         self.host = host or self.host
+        self.state, self.exit_code = state, exit_code
         self.query_one(".badge", Label).update(self._badge(state, exit_code))
         self.set_class(state == NodeState.EXITED and exit_code not in (0, None), "-failed")
+
+    def set_gpus(self, summary: str) -> None:
+        """GPU utilisation and memory of this node, after its badge."""
+        self.gpu_summary = summary
+        self.query_one(".badge", Label).update(self._badge(self.state, self.exit_code))
 
     def set_follow(self, follow: bool) -> None:
         self.log.auto_scroll = follow
@@ -93,7 +100,8 @@ class NodeLog(Vertical):
 
     def _badge(self, state: NodeState, exit_code: int | None) -> str:
         code = f" (exit {exit_code})" if exit_code is not None else ""
-        return f"node {self.node_rank}  {self.host}  [{state.value}{code}]"
+        gpus = f"  {self.gpu_summary}" if self.gpu_summary else ""
+        return f"node {self.node_rank}  {self.host}  [{state.value}{code}]{gpus}"
 
     @staticmethod
     def _mark(line: str) -> str:
