@@ -88,7 +88,7 @@ def _resolve(host: HostTarget, ssh: Ssh) -> tuple[str, int]:
 
     port = host.port or ssh.port or ()
     config = Path.home() / ".ssh" / "config"
-    options = asyncssh.SSHClientConnectionOptions(host=host.hostname, port=port, known_hosts=None,
+    options = asyncssh.SSHClientConnectionOptions(host=host.hostname, port=port,
                                                   config=[str(config)] if config.exists() else None)
     return options.host, options.port
 

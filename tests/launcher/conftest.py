@@ -15,6 +15,19 @@ FSDP_TUI = str(Path(sys.executable).with_name("fsdp-tui"))
 
 
 @pytest.fixture
+def hosts(tmp_path):
+    """Two real sshd hosts (127.0.0.2, .3) and a client HOME whose ~/.ssh/config names them node0, node1."""
+    from tests.launcher.sshd import start_hosts, stop_hosts
+
+    try:
+        client, started = start_hosts(tmp_path, 2)
+    except RuntimeError as err:
+        pytest.skip(str(err))
+    yield client, started
+    stop_hosts(started)
+
+
+@pytest.fixture
 def home(tmp_path) -> Path:
     h = tmp_path / "home"
     h.mkdir()

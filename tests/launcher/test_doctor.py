@@ -17,7 +17,6 @@ from launcher.doctor import NodeProbe, evaluate
 from launcher.plan import build_plan
 from launcher.validate import validate_text
 from tests.launcher.conftest import ROOT, cli, write_workload
-from tests.launcher.sshd import start_hosts, stop_hosts
 
 VENV_PYTHON = sys.executable
 
@@ -128,16 +127,6 @@ def test_invalid_workload_prints_its_problems_and_exits_2(home, tmp_path):
 
 
 # -- real sshd hosts ------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def hosts(tmp_path):
-    try:
-        client, started = start_hosts(tmp_path, 2)
-    except RuntimeError as err:
-        pytest.skip(str(err))
-    yield client, started
-    stop_hosts(started)
 
 
 def ssh_workload(tmp_path: Path, hosts: list[str], compute: str = "accelerator_type: CPU, procs_per_node: 1",

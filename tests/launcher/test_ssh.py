@@ -12,20 +12,10 @@ from pathlib import Path
 import pytest
 
 from tests.launcher.conftest import FSDP_TUI, ROOT, cli_env, events, tagged, write_workload
-from tests.launcher.sshd import keygen, start_hosts, stop_hosts
+from tests.launcher.sshd import keygen
 
 pytestmark = pytest.mark.slow
 REMOTE_RUNS = Path.home() / ".fsdp-tui" / "runs"
-
-
-@pytest.fixture
-def hosts(tmp_path):
-    try:
-        client, started = start_hosts(tmp_path, 2)
-    except RuntimeError as err:
-        pytest.skip(str(err))
-    yield client, started
-    stop_hosts(started)
 
 
 def ssh_cli(home: Path, client: Path, *args: str, timeout: int = 300):
