@@ -7,7 +7,8 @@
     python3 agent.py NODE_DIR serve     < one JSON request per line: {"op": "status"},
                                           {"op": "read", "name": FILE, "offset": N, "limit": N},
                                           {"op": "start", "spec": {...}}, {"op": "stop", "grace": S},
-                                          {"op": "gpus"} (nvidia-smi samples)
+                                          {"op": "gpus"} (nvidia-smi samples),
+                                          {"op": "port", "port": N} (free for the rendezvous?)
 
 ``start`` detaches a supervisor (new session, no terminal) that runs the command in its own process
 group, writes its combined output to ``node.log`` with secret values masked, and records the state
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -248,6 +250,24 @@ def gpu_samples() -> list:
     return samples
 
 
+def port_state(port: int) -> dict:
+    """Whether ``port`` can be bound on every interface, as torchrun's TCPStore binds it, and a free one.
+
+    SO_REUSEADDR as TCPStore sets it, so a port in TIME_WAIT counts as free."""
+    def bind(p: int) -> int:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("0.0.0.0", p))
+            s.listen(1)
+            return s.getsockname()[1]
+
+    try:
+        bind(port)
+        return {"free": True}
+    except OSError as err:
+        return {"free": False, "reason": err.strerror or str(err), "suggest": bind(0)}
+
+
 def _status(node_dir: str) -> dict:
     result = _read_state(node_dir)
     result["supervisor_alive"] = _alive(result.get("supervisor_pid"))
@@ -267,6 +287,8 @@ def serve(node_dir: str) -> None:
                 body = json.dumps(_status(node_dir)).encode()
             elif request.get("op") == "gpus":
                 body = json.dumps(gpu_samples()).encode()
+            elif request.get("op") == "port":
+                body = json.dumps(port_state(int(request["port"]))).encode()
             elif request.get("op") == "start":
                 body = json.dumps(start(node_dir, request["spec"])).encode()
             elif request.get("op") == "stop":

@@ -385,7 +385,12 @@ def _port_check(plan: RunPlan, master: dict, host: str) -> Check:
         return Check("rendezvous", "ok", f"{target} is free to bind")
     if bind["errno"] == "EADDRINUSE":
         where = "" if bind["where"] == "addr" else " (held on another interface)"
-        return Check("rendezvous", "error", f"port {plan.master_port} is in use on {host}{where}",
+        held = f"port {plan.master_port} is in use on {host}{where}"
+        if plan.workload.compute.master_port is None:
+            return Check("rendezvous", "warning", f"{held}; the launch will rendezvous on a free port instead",
+                         f"stop what holds it (ss -ltnp 'sport = :{plan.master_port}') or set "
+                         "compute.master_port to pin a port")
+        return Check("rendezvous", "error", held,
                      f"pick a free one (--set compute.master_port={plan.master_port + 1}), or stop what holds it "
                      f"(ss -ltnp 'sport = :{plan.master_port}')")
     if bind["errno"] == "EADDRNOTAVAIL":

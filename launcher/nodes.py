@@ -90,6 +90,11 @@ class LocalNode:
 
         return await asyncio.to_thread(gpu_samples)
 
+    async def port(self, port: int) -> dict:
+        from launcher.agent import port_state
+
+        return await asyncio.to_thread(port_state, port)
+
     async def close(self) -> None:
         """Nothing to close on this machine."""
 
@@ -246,6 +251,9 @@ class SshNode:
 
     async def gpus(self) -> list[dict]:
         return json.loads((await self._ask({"op": "gpus"})).decode() or "[]")
+
+    async def port(self, port: int) -> dict:
+        return json.loads((await self._ask({"op": "port", "port": port})).decode() or "{}")
 
     async def close(self) -> None:
         self._drop()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -116,6 +116,17 @@ def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = No
         secret_names=tuple(workload.secrets),
         blockers=tuple(blockers),
     )
+
+
+def with_master_port(plan: RunPlan, port: int) -> RunPlan:
+    """The same plan with its rendezvous on ``port`` (every node's ``MASTER_PORT`` and torchrun argv)."""
+    def argv(node: NodePlan) -> tuple[str, ...]:
+        if not plan.uses_builtin_trainer:
+            return node.argv  # the command reads $MASTER_PORT
+        return tuple(f"--master_port={port}" if a.startswith("--master_port=") else a for a in node.argv)
+
+    nodes = tuple(replace(n, env={**n.env, "MASTER_PORT": str(port)}, argv=argv(n)) for n in plan.nodes)
+    return replace(plan, master_port=port, nodes=nodes)
 
 
 def _master_addr(host: HostTarget | None) -> str:

@@ -31,7 +31,7 @@ from launcher.events import (
 )
 from launcher.nodes import NodeError, node_backend
 from launcher.paths import run_dir
-from launcher.plan import RunPlan
+from launcher.plan import RunPlan, with_master_port
 from launcher.secrets import MissingSecrets, SecretStore
 from launcher.store import RunStore
 from launcher.streams import LineSplitter, LogMetrics
@@ -132,6 +132,7 @@ class _Runner:
             if not adopted:
                 await self._start_mlflow()
                 await self._prepare_all()
+                await self._claim_port()
             while True:
                 final, code = await self._attempt(secrets, adopted)
                 adopted = False
@@ -299,6 +300,24 @@ class _Runner:
                 raise r
         if failed:
             raise NodeError("; ".join(str(r) for r in failed))
+
+    async def _claim_port(self) -> None:
+        """Check the rendezvous port on node 0 before anything starts. The default port, when taken, moves
+        to a free one; a port the workload names is the user's choice, so a taken one stops the launch."""
+        port, first = self.plan.master_port, self.nodes[0]
+        answer = await first.port(port)
+        if answer.get("free", True):
+            return
+        if self.plan.workload.compute.master_port is not None:
+            raise NodeError(f"{first.label}: rendezvous port {port} (compute.master_port) is in use "
+                            f"({answer.get('reason', 'taken')}); pick a free one "
+                            f"(--set compute.master_port={answer['suggest']}) or stop what holds it "
+                            f"(ss -ltnp 'sport = :{port}')")
+        self.plan = with_master_port(self.plan, answer["suggest"])
+        for backend, node in zip(self.nodes, self.plan.nodes, strict=True):
+            backend.plan, backend.node = self.plan, node
+        self.set_state(RunState.STARTING, f"port {port} is in use on {first.label}; "
+                                          f"rendezvous on port {self.plan.master_port} instead")
 
     async def _stop_all(self) -> None:
         results = await asyncio.gather(*(n.stop(STOP_GRACE_S) for n in self.nodes), return_exceptions=True)

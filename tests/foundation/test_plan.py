@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from launcher.plan import build_plan, render_plan
+from launcher.plan import build_plan, render_plan, with_master_port
 from launcher.validate import validate_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +25,19 @@ def test_local_cpu_trainer_plan():
     assert node.argv[:3] == ("python3", "-m", "torch.distributed.run")
     assert "--nproc_per_node=2" in node.argv and node.argv[-3:] == ("-m", "trainer", "parameters.yaml")
     assert plan.uses_builtin_trainer and "max_steps: 200" in plan.parameters_yaml
+
+
+def test_moving_the_rendezvous_port_changes_every_node_and_nothing_else():
+    plan = _plan("""experiment_name: t
+compute: {accelerator_type: CPU, procs_per_node: 2, hosts: [a, b]}
+parameters: {model_name: m, dataset_name: d, output_dir: /ckpt}
+""")
+    moved = with_master_port(plan, 41234)
+    assert moved.master_port == 41234 and plan.master_port == 29500
+    for old, new in zip(plan.nodes, moved.nodes, strict=True):
+        assert new.env == {**old.env, "MASTER_PORT": "41234"}
+        assert [a for a in new.argv if a not in old.argv] == ["--master_port=41234"]
+        assert len(new.argv) == len(old.argv) and new.node_dir == old.node_dir
 
 
 def test_multi_node_plan_ranks_and_master():

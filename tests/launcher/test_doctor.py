@@ -253,7 +253,7 @@ def _merge(base: dict, change: dict) -> dict:
      "rendezvous", "error", "is not an address of node 0"),
     (0, {"master": {"addrs": ["10.0.0.11"], "bind_error": {"where": "any", "errno": "EADDRINUSE",
                                                             "message": "Address already in use"}}},
-     "rendezvous", "error", "held on another interface"),
+     "rendezvous", "warning", "held on another interface); the launch will rendezvous on a free port"),
     (1, {"master": {"resolve_error": "[Errno -2] Name or service not known"}}, "master_addr", "error",
      "does not resolve on b"),
     (1, {"hostname": "gpu02", "master": {"addrs": ["127.0.0.1"]}}, "master_addr", "error", "loopback"),

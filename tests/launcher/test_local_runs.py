@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 def test_air_style_script_unmodified_gets_metrics_records_and_mlflow(home):
     out = cli(home, "run", ROOT / "sample_workloads/byo_script/workload.yaml", "--json",
               "--set", "parameters.max_steps=12")
-    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     evs = events(out.stdout)
     run_id = evs[0]["run_id"]
     losses = [e["record"]["loss"] for e in evs if e["type"] == "MetricsRecorded"]
@@ -75,6 +75,67 @@ command: |
     assert out.returncode == 0, out.stdout[-2000:]
     states = [e["state"] for e in events(out.stdout) if e["type"] == "RunStateChanged"]
     assert "retrying" in states and states[-1] == "succeeded"
+
+
+def _listen(port: int):
+    """Something listening on ``port``, as a forgotten job would be."""
+    import socket
+
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port))
+    s.listen(1)
+    return s
+
+
+@pytest.fixture
+def held_port():
+    with _listen(0) as s:
+        yield s.getsockname()[1]
+
+
+@pytest.fixture
+def held_default_port():
+    from launcher.plan import DEFAULT_MASTER_PORT
+
+    try:
+        s = _listen(DEFAULT_MASTER_PORT)
+    except OSError:  # already taken by something else: just as good for this test
+        yield DEFAULT_MASTER_PORT
+        return
+    with s:
+        yield DEFAULT_MASTER_PORT
+
+
+def test_a_taken_default_rendezvous_port_moves_to_a_free_one(home, tmp_path, held_default_port):
+    held_port = held_default_port
+    wl = write_workload(tmp_path, """experiment_name: port-moves
+command: echo "rendezvous on $MASTER_PORT"
+""")
+    out = cli(home, "run", wl, "--json")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    evs = events(out.stdout)
+    [moved] = [e["detail"] for e in evs if e["type"] == "RunStateChanged" and "in use" in e["detail"]]
+    new_port = int(moved.rsplit("port ", 1)[1].split()[0])
+    assert new_port != held_port and f"port {held_port} is in use on node 0" in moved
+    log = (home / "runs" / evs[0]["run_id"] / "nodes" / "0.log").read_text()
+    assert log.strip() == f"rendezvous on {new_port}"
+
+
+def test_a_taken_chosen_rendezvous_port_stops_the_launch_and_says_what_to_do(home, tmp_path, held_port):
+    wl = write_workload(tmp_path, f"""experiment_name: port-taken
+compute: {{master_port: {held_port}}}
+command: echo started
+""")
+    out = cli(home, "run", wl, "--json")
+    assert out.returncode == 1
+    end = events(out.stdout)[-1]
+    assert end["type"] == "RunFinished" and end["state"] == "failed"
+    summary = end["triage"]["summary"]
+    assert f"node 0 (this machine): rendezvous port {held_port} (compute.master_port) is in use" in summary
+    assert "--set compute.master_port=" in summary and f"ss -ltnp 'sport = :{held_port}'" in summary
+    assert not (home / "runs" / end["run_id"] / "nodes" / "0.log").exists() or \
+        "started" not in (home / "runs" / end["run_id"] / "nodes" / "0.log").read_text()
 
 
 def test_cancel_leaves_no_process_behind(home, tmp_path):
