@@ -20,6 +20,13 @@ class NodeError(RuntimeError):
     """A node could not be prepared or reached; the message names the node and what to do."""
 
 
+def job_spec(plan: RunPlan, node: NodePlan, python: str, secrets: dict[str, str], attempt: int) -> dict:
+    """What the agent's ``start`` gets on stdin (never on a command line: it holds the secrets)."""
+    return {"argv": list(node.argv), "env": node.env, "dir_env": node.dir_env, "secrets": secrets,
+            "python": python, "attempt": attempt, "dependencies": list(plan.workload.environment.dependencies),
+            "venv_root": plan.venv_root}
+
+
 class LocalNode:
     """This machine. The agent runs as a subprocess (as it would over SSH); files are read directly.
 
@@ -53,11 +60,10 @@ class LocalNode:
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
 
     def spec(self, secrets: dict[str, str], attempt: int) -> dict:
-        argv = list(self.node.argv)
-        if argv and argv[0] == self.plan.workload.environment.python:
-            argv[0] = self.python
-        return {"argv": argv, "env": self.node.env, "dir_env": self.node.dir_env, "secrets": secrets,
-                "python": self.python, "attempt": attempt}
+        spec = job_spec(self.plan, self.node, self.python, secrets, attempt)
+        if spec["argv"] and spec["argv"][0] == self.plan.workload.environment.python:
+            spec["argv"][0] = self.python
+        return spec
 
     async def _agent(self, *args: str, stdin: bytes | None = None) -> dict:
         proc = await asyncio.create_subprocess_exec(
@@ -233,8 +239,7 @@ class SshNode:
                     await sftp.put(str(staged.parent), self.dir, recurse=True)
 
     async def start(self, secrets: dict[str, str], attempt: int) -> dict:
-        spec = {"argv": list(self.node.argv), "env": self.node.env, "dir_env": self.node.dir_env,
-                "secrets": secrets, "python": self.python, "attempt": attempt}
+        spec = job_spec(self.plan, self.node, self.python, secrets, attempt)
         result = json.loads((await self._ask({"op": "start", "spec": spec})).decode() or "{}")
         if "error" in result:
             raise NodeError(f"{self.label}: {result['error']}")

@@ -58,6 +58,13 @@ class RunPlan:
     secret_names: tuple[str, ...]
     blockers: tuple[str, ...] = field(default=())
     """Why this plan cannot run as it stands (e.g. an ``air`` file without hosts)."""
+    node_root: str = DEFAULT_NODE_ROOT
+    """The folder of run directories on the nodes (``<node_root>/<run_id>/node-<rank>``)."""
+
+    @property
+    def venv_root(self) -> str:
+        """Where each node keeps the venvs of ``environment.dependencies``, one per hash, shared by runs."""
+        return f"{self.node_root.rsplit('/', 1)[0]}/venvs" if "/" in self.node_root else "venvs"
 
     @property
     def uses_builtin_trainer(self) -> bool:
@@ -66,7 +73,7 @@ class RunPlan:
 
 def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = None,
                master_port: int | None = None, node_root: str | None = None) -> RunPlan:
-    """The per-node plan for a valid workload. ``node_root`` defaults to ``~/.fsdp-tui/runs``."""
+    """The per-node plan for a valid workload. ``node_root`` defaults to ``runs/`` in ``ssh.remote_root``."""
     topo = resolve_topology(workload)
     blockers: list[str] = []
     hosts: list[HostTarget | None] = list(topo.hosts) or [None]
@@ -76,7 +83,7 @@ def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = No
         hosts = [HostTarget(alias=f"<host of node {i}>", hostname=f"node{i}") for i in range(topo.num_nodes)]
     master_addr = workload.compute.master_addr or _master_addr(hosts[0])
     port = master_port or workload.compute.master_port or DEFAULT_MASTER_PORT
-    root = (node_root or DEFAULT_NODE_ROOT).rstrip("/")
+    root = (node_root or f"{workload.ssh.remote_root.rstrip('/')}/runs").rstrip("/")
     code_root = None
     if workload.code_source is not None:
         base = source_file.parent if source_file is not None else Path.cwd()
@@ -115,7 +122,14 @@ def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = No
         source_file=source_file,
         secret_names=tuple(workload.secrets),
         blockers=tuple(blockers),
+        node_root=root,
     )
+
+
+def local_node_root(workload: Workload, home: Path) -> str | None:
+    """A run on this machine keeps its node directories in the data dir with the rest of the run;
+    ``None`` (``ssh.remote_root``) for SSH nodes."""
+    return None if workload.compute.hosts else str(home / "nodes")
 
 
 def with_master_port(plan: RunPlan, port: int) -> RunPlan:

@@ -8,6 +8,7 @@ from typing import Any
 
 # Checked in order; the first signature found in a node's log names the failure.
 SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("dependencies", re.compile(r"^fsdp-tui: .* for environment\.dependencies failed")),
     ("oom", re.compile(r"CUDA out of memory|OutOfMemoryError|torch\.OutOfMemoryError|Cannot allocate memory")),
     ("nccl_timeout", re.compile(r"Watchdog caught collective operation timeout|NCCL.*[Tt]imeout|ProcessGroupNCCL.*timed out")),
     ("rendezvous_timeout", re.compile(r"RendezvousTimeoutError|The client socket has timed out|"
@@ -48,7 +49,7 @@ class TriageReport:
 
 
 # Every signature needs one of these words: a cheap test that lets ordinary lines skip the regexes.
-_KEYWORDS = ("Error", "Exception", "memory", "imeout", "imed out", "Killed", "Signal", "exitcode")
+_KEYWORDS = ("environment.dependencies", "Error", "Exception", "memory", "imeout", "imed out", "Killed", "Signal", "exitcode")
 
 
 def might_signal(text: str) -> bool:

@@ -65,6 +65,8 @@ class Ssh(_Model):
     """Give up connecting to a node after this long."""
     keepalive_interval_s: float = Field(default=15.0, gt=0, le=3600)
     """Send an SSH keepalive this often, so dead connections are noticed."""
+    remote_root: str = Field(default="~/.fsdp-tui", min_length=1)
+    """Folder on every node for run directories (``runs/``) and dependency venvs (``venvs/``)."""
 
 
 class Environment(_Model):

@@ -153,7 +153,7 @@ class FsdpTuiApp(App):
 
         from launcher.nodes import NodeError
         from launcher.paths import new_run_id
-        from launcher.plan import build_plan
+        from launcher.plan import build_plan, local_node_root
         from launcher.session import launch
         from launcher.validate import validate_file
 
@@ -163,9 +163,9 @@ class FsdpTuiApp(App):
             self.notify(f"not launched: {first}", severity="error", timeout=10)
             self.open_editor(path)
             return
-        node_root = None if result.workload.compute.hosts else str(self.home / "nodes")
         plan = build_plan(result.workload, run_id=new_run_id(result.workload.experiment_name),
-                          source_file=await asyncio.to_thread(path.resolve), node_root=node_root)
+                          source_file=await asyncio.to_thread(path.resolve),
+                          node_root=local_node_root(result.workload, self.home))
         if plan.blockers:
             self.notify("not launched: " + "; ".join(plan.blockers), severity="error", timeout=10)
             return

@@ -30,7 +30,7 @@ def _plan(file: Path, overrides: list[str]):
 
     if not file.exists():
         print(f"fsdp-tui doctor: {file}: no such file", file=sys.stderr)
-        return None, None
+        return None
     result = validate_file(file, overrides)
     for o in result.overrides:
         print(f"--set {o.describe()}", file=sys.stderr)
@@ -39,27 +39,26 @@ def _plan(file: Path, overrides: list[str]):
             print(problem.format(), file=sys.stderr)
     if result.workload is None:
         print(f"{file}: not checked: fix the errors above (fsdp-tui validate {file})", file=sys.stderr)
-        return None, None
+        return None
     from launcher.paths import data_home
-    from launcher.plan import DEFAULT_NODE_ROOT
+    from launcher.plan import local_node_root
 
-    # As `run` does: on this machine, node directories live in the data dir.
-    root = DEFAULT_NODE_ROOT if result.workload.compute.hosts else str(data_home() / "nodes")
-    plan = build_plan(result.workload, run_id="doctor", source_file=file.resolve(), node_root=root)
+    plan = build_plan(result.workload, run_id="doctor", source_file=file.resolve(),
+                      node_root=local_node_root(result.workload, data_home()))
     for blocker in plan.blockers:
         print(f"{file}: cannot check: {blocker}", file=sys.stderr)
-    return (None, None) if plan.blockers else (plan, root)
+    return None if plan.blockers else plan
 
 
 def run(args: argparse.Namespace) -> int:
-    plan, root = _plan(args.file, args.overrides)
+    plan = _plan(args.file, args.overrides)
     if plan is None:
         return USAGE_ERROR
     import asyncio
 
     from launcher.doctor import diagnose
 
-    report = asyncio.run(diagnose(plan, run_root=root))
+    report = asyncio.run(diagnose(plan, run_root=plan.node_root))
     if args.json:
         import json
 

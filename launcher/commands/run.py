@@ -38,11 +38,11 @@ def prepare(file: Path, overrides: list[str], *, quiet: bool = False):
         print(f"{file}: not launched: fix the errors above (fsdp-tui validate {file})", file=sys.stderr)
         return None
     from launcher.paths import data_home, new_run_id
+    from launcher.plan import local_node_root
 
     run_id = new_run_id(result.workload.experiment_name)
-    # On this machine, node directories live in the data dir with the rest of the run.
-    node_root = None if result.workload.compute.hosts else str(data_home() / "nodes")
-    return build_plan(result.workload, run_id=run_id, source_file=file.resolve(), node_root=node_root)
+    return build_plan(result.workload, run_id=run_id, source_file=file.resolve(),
+                      node_root=local_node_root(result.workload, data_home()))
 
 
 def run(args: argparse.Namespace) -> int:

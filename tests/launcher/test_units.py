@@ -16,6 +16,8 @@ from trainer.protocol import MetricRecord, RankMemory
     ("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError", "rendezvous_timeout"),
     ("[rank1]: ValueError: learning rate must be positive", "python_error"),
     ("  exitcode  : -9 (pid: 1234)", "killed"),
+    ("fsdp-tui: pip install for environment.dependencies failed (exit 1); the job did not start", "dependencies"),
+    ("Requirement already satisfied: environment.dependencies", None),
     ("step=3/10 loss=1.0", None),
 ])
 def test_classify_line(line, kind):
