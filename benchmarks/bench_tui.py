@@ -89,10 +89,10 @@ async def load_test(seconds: float, rate: int, nodes: int) -> None:
             usage0 = resource.getrusage(resource.RUSAGE_SELF)
             t0 = time.perf_counter()
             while time.perf_counter() - t0 < seconds:
-                before = screen.has_class("-merged")
+                before = screen.merged
                 start = time.perf_counter()
                 app.post_message(events.Key("m", "m"))  # as a terminal key press arrives
-                while screen.has_class("-merged") == before:
+                while screen.merged == before:
                     await asyncio.sleep(0.001)
                 toggled = time.perf_counter()
                 while not frames or frames[-1] < toggled:

@@ -119,7 +119,7 @@ async def test_monitor_replays_a_recorded_two_node_run(home):
         await pilot.press("e")
         assert screen.follow is False
         await pilot.press("m")
-        assert screen.has_class("-merged")
+        assert screen.merged and screen.query_one("#merged").display and not screen.query_one("#logs").display
         await _wait_for(pilot, lambda: screen.pane(-1).log.line_count == 53)
         await pilot.press("m", "slash", *"NCCL", "enter")
         await _wait_for(pilot, lambda: screen.pane(1).log.line_count == 1)

@@ -1,7 +1,7 @@
 """The run monitor: header, sparklines, memory gauges and one log pane per node.
 
 Run events arrive in an async worker and only update a :class:`RunView` and per-pane buffers; a
-15 Hz timer writes log batches (one ``write_lines`` per visible pane) and a 3 Hz timer redraws
+10 Hz timer (``LOG_HZ``) writes log batches (one ``write_lines`` per visible pane) and a 2 Hz timer redraws
 the costly widgets. Leaving the screen never stops the run.
 """
 
@@ -32,8 +32,6 @@ class RunMonitorScreen(Screen):
     RunMonitorScreen #logs { grid-size: 2; grid-gutter: 0 1; height: 1fr; min-height: 8; }
     RunMonitorScreen #logs.-one { grid-size: 1; }
     RunMonitorScreen #merged { height: 1fr; display: none; }
-    RunMonitorScreen.-merged #merged { display: block; }
-    RunMonitorScreen.-merged #logs { display: none; }
     RunMonitorScreen #filter { display: none; height: 3; }
     RunMonitorScreen.-filtering #filter { display: block; }
     """
@@ -55,6 +53,8 @@ class RunMonitorScreen(Screen):
         self.handle = handle
         self.view = RunView(run_id)
         self.follow = True
+        self.merged = False
+        """The all-node view is shown instead of the per-node grid."""
         self.recorded_end: float | None = None
         """When a reopened run ended, from its record; replaying its end must not restart the clock."""
         if recorded is not None:
@@ -156,7 +156,13 @@ class RunMonitorScreen(Screen):
         self.notify("cancelling: SIGTERM, then SIGKILL after the grace period")
 
     def action_merged(self) -> None:
-        self.toggle_class("-merged")
+        self.show_merged(not self.merged)
+
+    def show_merged(self, merged: bool) -> None:
+        # Display set on the two containers only: a class on the screen would restyle every widget.
+        self.merged = merged
+        self.query_one("#logs").display = not merged
+        self.query_one("#merged").display = merged
 
     def action_follow(self) -> None:
         self.follow = not self.follow
@@ -183,7 +189,7 @@ class RunMonitorScreen(Screen):
             self.notify("no error signature in any node's log")
             return
         rank, line_no, line = found
-        self.remove_class("-merged")
+        self.show_merged(False)
         pane = self.pane(rank)
         pane.flush()
         self.follow = False

@@ -16,7 +16,7 @@ MAX_LINES = 20_000
 MAX_PENDING = 50_000
 """Lines buffered per pane between flushes or while hidden; older ones are dropped from the view."""
 MAX_WRITE = 50
-"""Lines written per pane per flush (15 Hz). Faster output shows its newest lines and says how many
+"""Lines written per pane per flush (10 Hz). Faster output shows its newest lines and says how many
 it skipped: nobody reads 5,000 lines a second, and every line stays in the node's log file."""
 
 
