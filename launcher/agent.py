@@ -170,8 +170,8 @@ def ensure_venv(root: str, python: str, dependencies: list) -> tuple:
         print(f"fsdp-tui: building environment {key} on {base}: {' '.join(dependencies)}", flush=True)
         steps = [
             [base, "-m", "venv", "--system-site-packages", path],
-            [base, "-c", f"import json, site, sysconfig; print(json.dumps(site.getsitepackages() + "
-                         f"[sysconfig.get_path('purelib'), sysconfig.get_path('platlib')]))"],
+            [base, "-c", "import json, site, sysconfig; print(json.dumps(site.getsitepackages() + "
+                         "[sysconfig.get_path('purelib'), sysconfig.get_path('platlib')]))"],
             [os.path.join(path, "bin", "python"), "-m", "pip", "install", "--disable-pip-version-check",
              "--no-input", *dependencies],
         ]
@@ -185,7 +185,13 @@ def ensure_venv(root: str, python: str, dependencies: list) -> tuple:
                 shutil.rmtree(path, ignore_errors=True)
                 return None, done.returncode or 1
             if i == 1:
-                _link_base_packages(path, json.loads(done.stdout))
+                try:
+                    _link_base_packages(path, json.loads(done.stdout))
+                except (OSError, ValueError, subprocess.CalledProcessError) as err:
+                    print(f"fsdp-tui: creating the venv for environment.dependencies failed ({err}); "
+                          "the job did not start", flush=True)
+                    shutil.rmtree(path, ignore_errors=True)
+                    return None, 1
         with open(os.path.join(path, VENV_READY), "w", encoding="utf-8") as f:
             json.dump({"python": base, "dependencies": dependencies}, f)
     return path, 0
@@ -193,7 +199,8 @@ def ensure_venv(root: str, python: str, dependencies: list) -> tuple:
 
 def _link_base_packages(venv: str, dirs: list) -> None:
     """A venv made from a venv sees only the base install; a .pth adds the interpreter's own packages."""
-    py = subprocess.run([os.path.join(venv, "bin", "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+    code = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    py = subprocess.run([os.path.join(venv, "bin", "python"), "-c", code],
                         capture_output=True, text=True, check=True).stdout.strip()
     unique = [d for i, d in enumerate(dirs) if d and d not in dirs[:i] and os.path.isdir(d)]
     with open(os.path.join(py, "_fsdp_tui_base.pth"), "w", encoding="utf-8") as f:

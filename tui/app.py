@@ -15,7 +15,7 @@ class FsdpTuiApp(App):
     TITLE = "fsdp-tui"
     BINDINGS = [
         Binding("q", "quit", "quit", tooltip="quit the app; runs keep going"),
-        Binding("t", "next_theme", "theme"),
+        Binding("t", "next_theme", "theme", show=False),
         Binding("h", "home", "home", show=False),
         Binding("colon", "command_bar", "command", key_display=":",
                 tooltip=":runs  :workloads  :ckpt RUN  :theme NAME  :q"),

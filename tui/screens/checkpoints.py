@@ -9,9 +9,10 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Label
+from textual.widgets import DataTable, Header, Label
 
 from launcher.checkpoints import CheckpointInfo, checkpoints_of_run, deletable
+from tui.widgets.footer import FitFooter
 
 
 class CheckpointsScreen(Screen):
@@ -35,7 +36,7 @@ class CheckpointsScreen(Screen):
         yield Header()
         yield Label("", id="where")
         yield DataTable(cursor_type="row")
-        yield Footer()
+        yield FitFooter()
 
     def on_mount(self) -> None:
         self.title = f"checkpoints of {self.run_id}"

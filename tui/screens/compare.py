@@ -9,9 +9,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 
 from launcher.run_view import fmt_duration
+from tui.widgets.footer import FitFooter
 
 
 class CompareScreen(Screen):
@@ -30,7 +31,7 @@ class CompareScreen(Screen):
         yield DataTable(cursor_type="none")
         with VerticalScroll():
             yield Static("", id="diff")
-        yield Footer()
+        yield FitFooter()
 
     def on_mount(self) -> None:
         from launcher.store import RunStore

@@ -13,9 +13,10 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Header, Input, Label, Static, TabbedContent, TabPane, TextArea
+from textual.widgets import Header, Input, Label, Static, TabbedContent, TabPane, TextArea
 
 from launcher.problems import Problem
+from tui.widgets.footer import FitFooter
 from tui.widgets.problems import ProblemsTable
 
 DEBOUNCE_S = 0.3
@@ -88,7 +89,7 @@ class EditorScreen(Screen):
                 yield Input(placeholder="--set overrides, e.g. parameters.max_steps=20 (space separated)",
                             id="overrides")
         yield Label("", id="status")
-        yield Footer()
+        yield FitFooter()
 
     def on_mount(self) -> None:
         self.title = f"fsdp-tui: {self.path}"

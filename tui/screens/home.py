@@ -9,9 +9,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Input, Label
+from textual.widgets import DataTable, Header, Input, Label
 
 from launcher.store import RunSummary
+from tui.widgets.footer import FitFooter
 from tui.widgets.runs_table import RunsTable
 
 SAMPLES_ROOT = Path(__file__).resolve().parents[2] / "sample_workloads"
@@ -46,16 +47,16 @@ class HomeScreen(Screen):
     """
     BINDINGS = [
         Binding("enter", "open", "open", show=True),
-        # Short names: every key of this screen fits one footer line at 120 columns.
+        # Short names, and keys the section titles already explain left out: one footer line at 80 columns.
         Binding("l", "launch", "launch", tooltip="launch the workload, or relaunch the run's workload"),
         Binding("d", "delete", "delete", tooltip="delete the run and its local record"),
-        Binding("space", "mark", "mark", tooltip="mark the run to compare (two at most)"),
+        Binding("space", "mark", "mark", show=False),  # "space+c: compare" in the runs title
         Binding("c", "compare", "compare", tooltip="compare the two marked runs"),
         Binding("n", "clone", "clone", tooltip="copy the run's workload and open it in the editor"),
         Binding("k", "checkpoints", "ckpts", tooltip="the run's checkpoints"),
         Binding("slash", "filter", "filter", key_display="/", tooltip="filter runs by id, experiment, state"),
-        Binding("s", "sort", "sort", tooltip="sort runs by the next column"),
-        Binding("S", "reverse_sort", "reverse", key_display="S", tooltip="reverse the sort order"),
+        Binding("s", "sort", "sort", tooltip="sort runs by the next column (S: reverse the order)"),
+        Binding("S", "reverse_sort", "reverse", key_display="S", show=False),  # "s sort"'s tooltip says it
         Binding("escape", "clear_filter", "clear filter", show=False),
         Binding("tab", "focus_next", "next table", show=False),
         Binding("r", "reload", "refresh", show=False),
@@ -72,7 +73,7 @@ class HomeScreen(Screen):
                 yield Input(placeholder="words in the id, experiment or state (enter: keep, escape: clear)",
                             id="run-filter", compact=True)
             yield RunsTable(id="runs")
-        yield Footer(compact=True)
+        yield FitFooter()
 
     @property
     def runs_table(self) -> RunsTable:

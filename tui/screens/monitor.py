@@ -14,11 +14,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, Label
+from textual.widgets import Header, Input, Label
 
 from launcher.events import GpuTelemetry, MetricsRecorded, NodeLines, NodeStateChanged, RunEvent, RunFinished
 from launcher.run_view import RunView, fmt_duration
 from launcher.store import RunSummary
+from tui.widgets.footer import FitFooter
 from tui.widgets.metrics import MetricsPanel
 from tui.widgets.node_log import NodeLog
 
@@ -36,13 +37,13 @@ class RunMonitorScreen(Screen):
     RunMonitorScreen.-filtering #filter { display: block; }
     """
     BINDINGS = [
-        Binding("c", "cancel", "cancel run"),
-        Binding("m", "merged", "merged view"),
-        Binding("f", "follow", "follow"),
-        Binding("slash", "filter", "filter"),
-        Binding("e", "first_error", "first error"),
-        Binding("l", "relaunch", "relaunch"),
-        Binding("k", "checkpoints", "checkpoints"),
+        Binding("c", "cancel", "cancel", tooltip="Cancel the run on every node (asks first)"),
+        Binding("m", "merged", "merged", tooltip="All nodes' lines in one pane, or one pane per node"),
+        Binding("f", "follow", "follow", show=False),  # the summary line shows it: "follow on (f)"
+        Binding("slash", "filter", "filter", tooltip="Show only lines containing a text"),
+        Binding("e", "first_error", "error", tooltip="Jump to the first error on any node"),
+        Binding("l", "relaunch", "relaunch", tooltip="Launch the same workload again"),
+        Binding("k", "checkpoints", "ckpts", tooltip="This run's checkpoints: resume, export, delete"),
         Binding("escape", "back", "back"),
     ]
 
@@ -71,7 +72,7 @@ class RunMonitorScreen(Screen):
                 yield NodeLog(rank, id=f"node-{rank}")
         with Vertical(id="merged"):
             yield NodeLog(-1, "all nodes", id="node-all")
-        yield Footer()
+        yield FitFooter()
 
     def on_mount(self) -> None:
         self.title = f"fsdp-tui: {self.run_id}"
@@ -125,7 +126,7 @@ class RunMonitorScreen(Screen):
         tps = f"{v.tokens_per_s:,.0f} tok/s" if v.tokens_per_s else "- tok/s"
         mfu = f"  MFU {v.mfu:.1%}" if v.mfu is not None else ""
         text = (f"{v.state.value.upper()}  attempt {v.attempt}  elapsed {fmt_duration(v.elapsed_s())}  "
-                f"ETA {fmt_duration(v.eta_s())}  step {step}  {tps}{mfu}  follow {'on' if self.follow else 'off'}")
+                f"ETA {fmt_duration(v.eta_s())}  step {step}  {tps}{mfu}  follow {'on' if self.follow else 'off'} (f)")
         self.query_one("#summary", Label).update(text)
         with self.app.batch_update():
             self.query_one(MetricsPanel).refresh_from(v)
