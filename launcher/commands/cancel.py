@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from launcher.commands import find_run
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("cancel", help="stop a run on all its nodes (SIGTERM, grace, SIGKILL, sweep)")
@@ -13,17 +15,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from launcher.paths import data_home
     from launcher.session import cancel_run
-    from launcher.store import RunStore
 
-    home = data_home()
-    try:
-        run_id = RunStore(home).find(args.run_id)
-    except LookupError as err:
-        print(f"fsdp-tui cancel: {err}", file=sys.stderr)
+    found = find_run("cancel", args.run_id)
+    if found is None:
         return 2
-    results = cancel_run(run_id, home=home)
+    store, run_id = found
+    results = cancel_run(run_id, home=store.home)
     left = {rank: r.get("left") for rank, r in results.items() if r.get("left")}
     if left:
         for rank, pids in left.items():

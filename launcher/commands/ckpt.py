@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
+
+from launcher.commands import find_run
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,15 +18,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from launcher.checkpoints import checkpoints_of_run
-    from launcher.paths import data_home
-    from launcher.store import RunStore
 
-    store = RunStore(data_home())
-    try:
-        run_id = store.find(args.run_id)
-    except LookupError as err:
-        print(f"fsdp-tui ckpt: {err}", file=sys.stderr)
+    found = find_run("ckpt", args.run_id)
+    if found is None:
         return 2
+    store, run_id = found
     root, ckpts = checkpoints_of_run(store.get_run(run_id))
     if args.json:
         print(json.dumps([c.to_dict() for c in ckpts], indent=2))

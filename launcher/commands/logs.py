@@ -6,6 +6,8 @@ import argparse
 import sys
 import time
 
+from launcher.commands import find_run
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("logs", help="print a run's node logs")
@@ -17,15 +19,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from launcher.paths import data_home
-    from launcher.store import RunStore
-
-    store = RunStore(data_home())
-    try:
-        run_id = store.find(args.run_id)
-    except LookupError as err:
-        print(f"fsdp-tui logs: {err}", file=sys.stderr)
+    found = find_run("logs", args.run_id)
+    if found is None:
         return 2
+    store, run_id = found
     record = store.get_run(run_id)
     ranks = [n.node_rank for n in record.nodes]
     if args.node is not None:
