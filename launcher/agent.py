@@ -75,7 +75,8 @@ def start(node_dir: str, spec: dict) -> dict:
     if _read_state(node_dir).get("state") == "running" and _alive(_read_state(node_dir).get("supervisor_pid")):
         return {"error": "a job is already running in this directory", **_read_state(node_dir)}
     attempt = int(spec.get("attempt", 1))
-    _write_state(node_dir, state="starting", attempt=attempt, exit_code=None, run_id=spec["env"].get(RUN_ID_ENV))
+    _write_state(node_dir, state="starting", attempt=attempt, exit_code=None, run_id=spec["env"].get(RUN_ID_ENV),
+                 node_rank=spec["env"].get("NODE_RANK"))
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the supervisor: a new session, detached from the caller and its terminal
@@ -240,9 +241,12 @@ def _alive(pid) -> bool:
         return True
 
 
-def tagged_pids(run_id: str) -> list[int]:
-    """Every process whose environment carries this run's id (setsid'd and double-forked included)."""
-    needle = f"{RUN_ID_ENV}={run_id}".encode()
+def tagged_pids(run_id: str, node_rank=None) -> list[int]:
+    """Every process whose environment carries this run's id (setsid'd and double-forked included), and
+    this node's rank when given: two nodes of a run may share a machine, and each stops only its own."""
+    needles = {f"{RUN_ID_ENV}={run_id}".encode()}
+    if node_rank is not None:
+        needles.add(f"NODE_RANK={node_rank}".encode())
     pids = []
     me = os.getpid()
     for name in os.listdir("/proc"):
@@ -250,7 +254,7 @@ def tagged_pids(run_id: str) -> list[int]:
             continue
         try:
             with open(f"/proc/{name}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
+                if needles <= set(f.read().split(b"\0")):
                     pids.append(int(name))
         except OSError:
             continue
@@ -260,10 +264,14 @@ def tagged_pids(run_id: str) -> list[int]:
 def stop(node_dir: str, grace_s: float = 10.0) -> dict:
     """SIGTERM the job's group and every tagged process, wait, SIGKILL, sweep; report what is left."""
     state = _read_state(node_dir)
-    run_id = state.get("run_id")
+    run_id, rank = state.get("run_id"), state.get("node_rank")
     if state.get("state") == "running":
         _write_state(node_dir, stopping=True)
-    targets = set(tagged_pids(run_id)) if run_id else set()
+
+    def tagged() -> set:
+        return set(tagged_pids(run_id, rank)) if run_id else set()
+
+    targets = tagged()
     pgid = state.get("pgid")
     for sig in (signal.SIGTERM, signal.SIGKILL):
         if pgid:
@@ -271,19 +279,19 @@ def stop(node_dir: str, grace_s: float = 10.0) -> dict:
                 os.killpg(int(pgid), sig)
             except (ProcessLookupError, PermissionError):
                 pass
-        for pid in targets | (set(tagged_pids(run_id)) if run_id else set()):
+        for pid in targets | tagged():
             try:
                 os.kill(pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
         deadline = time.time() + (grace_s if sig == signal.SIGTERM else 5)
         while time.time() < deadline:
-            left = [p for p in (tagged_pids(run_id) if run_id else []) if _alive(p)]
+            left = [p for p in tagged() if _alive(p)]
             if not left and not (pgid and _group_alive(int(pgid))):
                 return {"stopped": True, "left": []}
             time.sleep(0.1)
-    left = [p for p in (tagged_pids(run_id) if run_id else []) if _alive(p)]
-    return {"stopped": not left, "left": left}
+    left = [p for p in tagged() if _alive(p)]
+    return {"stopped": not left, "left": sorted(left)}
 
 
 def _group_alive(pgid: int) -> bool:

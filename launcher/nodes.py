@@ -140,6 +140,8 @@ class SshNode:
         self.conn = None
         self.server = None
         self.lock = asyncio.Lock()
+        self.lost: str | None = None
+        """Why the node was declared lost; later calls then try once instead of for minutes."""
 
     async def _conn(self):
         from launcher.ssh import connect
@@ -154,6 +156,12 @@ class SshNode:
 
         from launcher.ssh import SshError
 
+        if self.lost is not None:  # lost before: one try (a stop must still reach it if it is back), no waiting
+            try:
+                return await call()
+            except (asyncssh.Error, OSError, asyncio.IncompleteReadError, SshError):
+                self._drop()
+                raise NodeError(self.lost) from None
         delay, deadline, dropped = 0.5, None, False
         while True:
             try:
@@ -166,8 +174,9 @@ class SshNode:
                 self._drop()
                 deadline = deadline or time.monotonic() + self.RECONNECT_FOR_S
                 if time.monotonic() + delay > deadline:
-                    raise NodeError(f"{self.label}: lost: no connection for {self.RECONNECT_FOR_S:.0f} s "
-                                    f"({err or type(err).__name__}); check the host and the network") from None
+                    self.lost = (f"{self.label}: lost: no connection for {self.RECONNECT_FOR_S:.0f} s "
+                                 f"({err or type(err).__name__}); check the host and the network")
+                    raise NodeError(self.lost) from None
                 if not dropped and self.on_state:
                     self.on_state(True, f"connection dropped ({err or type(err).__name__}); reconnecting")
                 dropped = True

@@ -99,6 +99,10 @@ class _Runner:
         self.mlflow = None
         self.attempt = 1
         self.exit_codes: dict[int, int | None] = {}
+        self.statuses: dict[int, dict] = {}
+        """Each node's latest status, as its follower read it."""
+        self.polled = asyncio.Event()
+        self.following = False
         self.events_file = open(self.dir / "events.jsonl", "a", encoding="utf-8")  # noqa: SIM115
 
     def emit(self, event: RunEvent) -> None:
@@ -184,46 +188,96 @@ class _Runner:
             self.set_state(RunState.RUNNING)
         timeout = self.plan.workload.timeout_minutes
         deadline = time.monotonic() + timeout * 60 if timeout else None
-        last_offsets, last_gpus = time.monotonic(), 0.0
+        self.statuses.clear()
+        self.following = True
+        followers = [asyncio.create_task(self._follow(n)) for n in self.nodes]
+        try:
+            outcome = await self._watch(followers, deadline)
+        finally:
+            await self._unfollow(followers)
+        return await self._end(outcome)
+
+    async def _watch(self, followers: list[asyncio.Task], deadline: float | None) -> str:
+        """Judge the nodes' latest statuses until the attempt ends; says how."""
+        last_offsets = time.monotonic()
         while True:
-            await self._pump()
+            for task in followers:
+                if task.done() and task.exception() is not None:
+                    raise task.exception()  # a node was lost: the run fails and every node is stopped
             if time.monotonic() - last_offsets > 2:
                 self._save_offsets()
                 last_offsets = time.monotonic()
-            if time.monotonic() - last_gpus > GPU_POLL_S:
-                await self._sample_gpus()
-                last_gpus = time.monotonic()
-            states = await asyncio.gather(*(n.status() for n in self.nodes))
-            exited = {n.node.node_rank: s for n, s in zip(self.nodes, states, strict=True)
-                      if s.get("state") == "exited" and s.get("attempt") == self.attempt}
-            failed = {r: s for r, s in exited.items() if s.get("exit_code") != 0}
+            exited = self._exited()
             if self.handle.cancel_requested.is_set() or any(s.get("stopped") for s in exited.values()):
-                self.set_state(RunState.CANCELLING)
-                await self._stop_all()
-                await self._pump()
-                return RunState.CANCELLED, None
-            if failed or len(exited) == len(self.nodes):
-                for rank, s in exited.items():
-                    self.exit_codes[rank] = s.get("exit_code")
-                    self.set_node(rank, NodeState.EXITED, s.get("exit_code"))
-                if failed:
-                    await self._stop_all()
-                await self._pump(final=True)
-                first = min(failed) if failed else None
-                if first is None:
-                    return RunState.SUCCEEDED, 0
-                return RunState.FAILED, failed[first].get("exit_code")
+                return "cancel"
+            if len(exited) == len(self.nodes) or any(s.get("exit_code") != 0 for s in exited.values()):
+                return "exited"
             if deadline and time.monotonic() > deadline:
-                await self._stop_all()
-                await self._pump(final=True)
-                return RunState.TIMED_OUT, None
+                return "timeout"
+            self.polled.clear()
+            try:
+                await asyncio.wait_for(self.polled.wait(), POLL_S)
+            except asyncio.TimeoutError:
+                pass
+
+    def _exited(self) -> dict[int, dict]:
+        return {rank: s for rank, s in self.statuses.items()
+                if s.get("state") == "exited" and s.get("attempt") == self.attempt}
+
+    async def _end(self, outcome: str) -> tuple[RunState, int | None]:
+        """Stop what must stop and read every node's output to its end."""
+        if outcome == "cancel":
+            self.set_state(RunState.CANCELLING)
+            await self._stop_all()
+            await self._pump()
+            return RunState.CANCELLED, None
+        if outcome == "timeout":
+            await self._stop_all()
+            await self._pump(final=True)
+            return RunState.TIMED_OUT, None
+        exited = self._exited()
+        failed = {r: s for r, s in exited.items() if s.get("exit_code") != 0}
+        for rank, s in exited.items():
+            self.exit_codes[rank] = s.get("exit_code")
+            self.set_node(rank, NodeState.EXITED, s.get("exit_code"))
+        if failed:
+            await self._stop_all()
+        await self._pump(final=True)
+        if not failed:
+            return RunState.SUCCEEDED, 0
+        return RunState.FAILED, failed[min(failed)].get("exit_code")
+
+    async def _follow(self, node) -> None:
+        """One node, on its own: its log (node 0: metrics too), its status, its GPUs. A node that is
+        reconnecting holds only itself; the others' output keeps flowing."""
+        rank, last_gpus = node.node.node_rank, 0.0
+        while self.following:
+            await self._pump_node(node, final=False)
+            self.statuses[rank] = await node.status()
+            self.polled.set()
+            if time.monotonic() - last_gpus > GPU_POLL_S:
+                await self._sample_gpus(node)
+                last_gpus = time.monotonic()
             await asyncio.sleep(POLL_S)
 
+    async def _unfollow(self, followers: list[asyncio.Task]) -> None:
+        """Let each follower finish its round (never cut one mid-read: the mirror and offsets move together)."""
+        self.following = False
+        await asyncio.gather(*followers, return_exceptions=True)
+
     async def _pump(self, final: bool = False) -> None:
-        """Read everything new on every node (all at once): log lines to events and the mirror, node 0's metrics."""
-        await asyncio.gather(*(self._pump_log(n, final) for n in self.nodes))
+        """Read everything new on every node, all at once."""
+        await asyncio.gather(*(self._pump_node(n, final) for n in self.nodes))
+
+    async def _pump_node(self, node, final: bool) -> None:
+        await self._pump_log(node, final)
+        if node.node.node_rank == 0:
+            await self._pump_metrics(node)
+            await self._flush_metrics()
+
+    async def _pump_metrics(self, node) -> None:
         while True:
-            chunk = await self.nodes[0].read("metrics.jsonl", self.offsets[(0, "metrics")], READ_CHUNK)
+            chunk = await node.read("metrics.jsonl", self.offsets[(0, "metrics")], READ_CHUNK)
             self.offsets[(0, "metrics")] += len(chunk)
             for line in self.splitters[(0, "metrics")].feed(chunk):
                 record = MetricRecord.from_json(line)
@@ -231,16 +285,16 @@ class _Runner:
                     self.reporter_seen = True
                     self._record(record)
             if len(chunk) < READ_CHUNK:
-                break
-        await self._flush_metrics()
+                return
 
-    async def _sample_gpus(self) -> None:
-        """GPU telemetry per node from ``nvidia-smi`` where there is one (nothing on CPU-only nodes)."""
-        samples = await asyncio.gather(*(n.gpus() for n in self.nodes), return_exceptions=True)
-        for n, found in zip(self.nodes, samples, strict=True):
-            if isinstance(found, list) and found:
-                gpus = tuple(GpuSample(**g) for g in found)
-                self.emit(GpuTelemetry(self.plan.run_id, n.node.node_rank, gpus))
+    async def _sample_gpus(self, node) -> None:
+        """GPU telemetry from ``nvidia-smi`` where there is one (nothing on CPU-only nodes)."""
+        try:
+            found = await node.gpus()
+        except (NodeError, OSError, ValueError):
+            return
+        if found:
+            self.emit(GpuTelemetry(self.plan.run_id, node.node.node_rank, tuple(GpuSample(**g) for g in found)))
 
     async def _pump_log(self, node, final: bool) -> None:
         rank = node.node.node_rank

@@ -119,6 +119,51 @@ command: |
         _cleanup(run_id)
 
 
+def test_a_node_without_connection_holds_up_only_itself(home, tmp_path, hosts):
+    """node1's connection dies and its sshd stops answering for a while: node0's lines keep arriving."""
+    import signal
+    import threading
+
+    client, started = hosts
+    wl = write_workload(tmp_path, """experiment_name: ssh-outage
+compute: {hosts: [node0, node1]}
+command: |
+  for i in $(seq 1 80); do echo "line $i"; sleep 0.1; done
+""")
+    proc = subprocess.Popen([FSDP_TUI, "run", str(wl), "--json"], stdout=subprocess.PIPE, text=True,
+                            env=cli_env(home, HOME=str(client)), cwd=ROOT)
+    listener = started[1].proc
+    resume = threading.Timer(6.0, lambda: listener.send_signal(signal.SIGCONT))
+    run_id, outage, during, ended = None, None, 0, None
+    try:
+        for line in proc.stdout:
+            event = json.loads(line)
+            run_id = event["run_id"]
+            if outage is None and event["type"] == "NodeLines" and event["node_rank"] == 1:
+                listener.send_signal(signal.SIGSTOP)  # new connections hang until it is resumed
+                subprocess.run(["kill", "-9", *map(str, started[1].connection_pids())])
+                outage = time.monotonic()
+                resume.start()
+            elif event["type"] == "NodeStateChanged" and event["node_rank"] == 1 and outage is not None:
+                ended = ended or (event["state"] == "running" and time.monotonic())
+            elif event["type"] == "NodeLines" and event["node_rank"] == 0 and outage is not None and not ended:
+                during += len(event["lines"])
+            elif event["type"] == "RunFinished":
+                assert event["state"] == "succeeded", event
+        assert proc.wait(timeout=60) == 0
+        assert ended and ended - outage > 3  # the outage was real: node1 was away for seconds
+        assert during >= 20, f"only {during} of node0's lines arrived while node1 was away"
+        for rank in (0, 1):
+            mirror = (home / "runs" / run_id / "nodes" / f"{rank}.log").read_text().splitlines()
+            assert mirror == [f"line {i}" for i in range(1, 81)]
+    finally:
+        resume.cancel()
+        listener.send_signal(signal.SIGCONT)
+        proc.kill()
+        if run_id:
+            _cleanup(run_id)
+
+
 def _one_node_workload(tmp_path: Path) -> Path:
     return write_workload(tmp_path, "experiment_name: keys\ncompute: {hosts: [node1]}\ncommand: echo never\n")
 
@@ -211,7 +256,7 @@ def test_cancel_from_another_process_leaves_nothing_on_any_node(home, tmp_path, 
         assert time.monotonic() - start < 10
         assert tagged(run_id) == []
         rest = [json.loads(x) for x in proc.stdout]
-        assert proc.wait(timeout=30) == 130
+        assert proc.wait(timeout=30) == 130, [e for e in rest if e["type"] != "NodeLines"]
         assert rest[-1]["type"] == "RunFinished" and rest[-1]["state"] == "cancelled"
     finally:
         _cleanup(run_id)
