@@ -16,13 +16,32 @@ FSDP_TUI = str(Path(sys.executable).with_name("fsdp-tui"))
 
 @pytest.fixture
 def hosts(tmp_path):
-    """Two real sshd hosts (127.0.0.2, .3) and a client HOME whose ~/.ssh/config names them node0, node1."""
+    """Two real sshd hosts on loopback addresses (127.0.0.2, .3) and a client HOME whose ~/.ssh/config names them node0, node1."""
     from tests.launcher.sshd import start_hosts, stop_hosts
 
     try:
         client, started = start_hosts(tmp_path, 2)
     except RuntimeError as err:
         pytest.skip(str(err))
+    yield client, started
+    stop_hosts(started)
+
+
+@pytest.fixture
+def ns_hosts(tmp_path):
+    """Two real sshd hosts, each in a network namespace of its own (10.251.N.2, .3 on a bridge), named
+    node0, node1 in the client's ~/.ssh/config; loopback hosts where namespaces are not allowed."""
+    from tests.launcher.sshd import start_hosts, stop_hosts
+
+    try:
+        client, started = start_hosts(tmp_path, 2, netns=True)
+    except RuntimeError as err:
+        if "network namespaces" not in str(err):
+            pytest.skip(str(err))
+        try:
+            client, started = start_hosts(tmp_path, 2)
+        except RuntimeError as err2:
+            pytest.skip(str(err2))
     yield client, started
     stop_hosts(started)
 

@@ -1,5 +1,9 @@
-"""Test hosts: one real sshd per loopback address (127.0.0.2, 127.0.0.3, ...), each with its own host key,
-and a client HOME with ~/.ssh/config aliases, a client key and known_hosts, as a user would have."""
+"""Test hosts: one real sshd per host, each with its own host key, and a client HOME with ~/.ssh/config
+aliases, a client key and known_hosts, as a user would have.
+
+A host is a loopback address (127.0.0.2, 127.0.0.3, ...) or, with ``netns=True``, a network namespace of
+its own (its own interfaces, routes and ports), joined to the others and to this machine by a bridge on a
+private subnet, as machines on one switch are."""
 
 from __future__ import annotations
 
@@ -21,10 +25,13 @@ class TestHost:
     port: int
     host_key: Path
     proc: subprocess.Popen
+    netns: str | None = None
+    switch: Switch | None = None
 
     def known_hosts_line(self) -> str:
-        return f"[{self.addr}]:{self.port} {Path(str(self.host_key) + '.pub').read_text().split()[0]} " \
-               f"{Path(str(self.host_key) + '.pub').read_text().split()[1]}"
+        name = self.addr if self.port == 22 else f"[{self.addr}]:{self.port}"
+        key_type, key = Path(str(self.host_key) + ".pub").read_text().split()[:2]
+        return f"{name} {key_type} {key}"
 
     def connection_pids(self) -> list[int]:
         """sshd processes serving connections (children of the listener), not the listener itself."""
@@ -42,10 +49,64 @@ def keygen(path: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
 
 
-def start_hosts(tmp: Path, count: int) -> tuple[Path, list[TestHost]]:
+NS_PORT = 22
+"""sshd's port in a namespace host: the namespace is the host's own, nothing else listens there."""
+NS_IFACE = "eth0"
+"""The namespace host's interface, as a machine's (e.g. for ``GLOO_SOCKET_IFNAME``)."""
+
+
+@dataclass
+class Switch:
+    """A bridge on this machine and one namespace per host, each with an address on the bridge's subnet."""
+
+    bridge: str
+    namespaces: list[str]
+    addrs: list[str]
+
+    def remove(self) -> None:
+        for i, ns in enumerate(self.namespaces):
+            subprocess.run(["ip", "link", "del", self.veth(i)], capture_output=True)  # its peer goes with it
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+
+    def veth(self, i: int) -> str:
+        """The bridge's end of host ``i``'s link (the other end is that namespace's eth0)."""
+        return f"{self.bridge.replace('fsdpbr', 'fsdpv')}-{i}"
+
+
+def make_switch(count: int) -> Switch:
+    """``count`` namespaces on a private /24 (10.251.N.0, N from this process id); RuntimeError if the
+    machine does not allow it (no ``ip``, no CAP_NET_ADMIN)."""
+    if shutil.which("ip") is None:
+        raise RuntimeError("iproute2 is not installed (apt-get install iproute2)")
+    tag = os.getpid() % 250
+    switch = Switch(f"fsdpbr{tag}", [f"fsdp-{tag}-{i}" for i in range(count)],
+                    [f"10.251.{tag}.{i + 2}" for i in range(count)])
+    steps = [["ip", "link", "add", switch.bridge, "type", "bridge"],
+             ["ip", "addr", "add", f"10.251.{tag}.1/24", "dev", switch.bridge],
+             ["ip", "link", "set", switch.bridge, "up"]]
+    for i, (ns, addr) in enumerate(zip(switch.namespaces, switch.addrs, strict=True)):
+        veth = switch.veth(i)
+        steps += [["ip", "netns", "add", ns],
+                  ["ip", "link", "add", veth, "type", "veth", "peer", "name", NS_IFACE, "netns", ns],
+                  ["ip", "link", "set", veth, "master", switch.bridge, "up"],
+                  ["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", NS_IFACE],
+                  ["ip", "-n", ns, "link", "set", NS_IFACE, "up"],
+                  ["ip", "-n", ns, "link", "set", "lo", "up"]]
+    switch.remove()  # what a killed run may have left
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True)
+        if done.returncode != 0:
+            switch.remove()
+            raise RuntimeError(f"network namespaces are not available here: {' '.join(step)}: {done.stderr.strip()}")
+    return switch
+
+
+def start_hosts(tmp: Path, count: int, netns: bool = False) -> tuple[Path, list[TestHost]]:
     """Start ``count`` sshd hosts; returns the client HOME (with .ssh/config and known_hosts) and them."""
     if not os.path.exists(SSHD) or shutil.which("ssh-keygen") is None:
         raise RuntimeError("openssh-server is not installed (apt-get install openssh-server)")
+    switch = make_switch(count) if netns else None
     Path("/run/sshd").mkdir(exist_ok=True)
     client = tmp / "client-home"
     (client / ".ssh").mkdir(parents=True, mode=0o700)
@@ -54,8 +115,9 @@ def start_hosts(tmp: Path, count: int) -> tuple[Path, list[TestHost]]:
     authorized.write_text((client / ".ssh" / "id_ed25519.pub").read_text())
     hosts, config = [], []
     for i in range(count):
-        addr = f"127.0.0.{i + 2}"
-        port = _free_port(addr)
+        ns = switch.namespaces[i] if switch else None
+        addr = switch.addrs[i] if switch else f"127.0.0.{i + 2}"
+        port = NS_PORT if switch else _free_port(addr)
         key = tmp / f"host{i}_ed25519"
         keygen(key)
         conf = tmp / f"sshd{i}.conf"
@@ -75,8 +137,9 @@ MaxSessions 50
 LogLevel ERROR
 """)
         with open(tmp / f"sshd{i}.log", "w") as log:  # the child keeps its own copy of the descriptor
-            proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(conf)], stderr=log)
-        hosts.append(TestHost(f"node{i}", addr, port, key, proc))
+            enter = ["ip", "netns", "exec", ns] if ns else []  # it execs sshd: the same process
+            proc = subprocess.Popen([*enter, SSHD, "-D", "-e", "-f", str(conf)], stderr=log)
+        hosts.append(TestHost(f"node{i}", addr, port, key, proc, ns, switch))
         config.append(f"Host node{i}\n  HostName {addr}\n  Port {port}\n  User root\n"
                       f"  IdentityFile {client / '.ssh' / 'id_ed25519'}\n")
     (client / ".ssh" / "config").write_text("\n".join(config))
@@ -89,6 +152,7 @@ LogLevel ERROR
                 break
             except OSError:
                 if time.monotonic() > deadline or h.proc.poll() is not None:
+                    stop_hosts(hosts)
                     raise RuntimeError(f"sshd on {h.addr}:{h.port} did not start: "
                                        f"{(tmp / f'sshd{hosts.index(h)}.log').read_text()[-500:]}") from None
                 time.sleep(0.05)
@@ -102,3 +166,5 @@ def stop_hosts(hosts: list[TestHost]) -> None:
             h.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             h.proc.kill()
+    if hosts and hosts[0].switch is not None:
+        hosts[0].switch.remove()

@@ -1,4 +1,5 @@
-"""Runs over real SSH: one sshd per loopback address, host keys verified, connections dropped."""
+"""Runs over real SSH: one sshd per host (a network namespace each, or a loopback address), host keys
+verified, connections dropped."""
 
 from __future__ import annotations
 
@@ -27,8 +28,15 @@ def _cleanup(run_id: str) -> None:
     shutil.rmtree(REMOTE_RUNS / run_id, ignore_errors=True)
 
 
-def test_air_style_script_on_two_ssh_nodes(home, tmp_path, hosts):
-    client, _ = hosts
+def gloo_iface(started) -> str:
+    """The interface gloo binds on each host: the namespace's own, or loopback for loopback hosts."""
+    from tests.launcher.sshd import NS_IFACE
+
+    return NS_IFACE if started[0].netns else "lo"
+
+
+def test_air_style_script_on_two_ssh_nodes(home, tmp_path, ns_hosts):
+    client, started = ns_hosts
     wl = write_workload(tmp_path, f"""experiment_name: ssh-byo
 compute: {{accelerator_type: CPU, procs_per_node: 1, hosts: [node0, node1]}}  # MASTER_ADDR from ~/.ssh/config
 environment: {{python: {sys.executable}}}
@@ -37,7 +45,7 @@ command: |
   cd "$CODE_SOURCE_PATH"
   python -m torch.distributed.run --nnodes="$NUM_NODES" --node_rank="$NODE_RANK" \\
     --nproc_per_node="$LOCAL_WORLD_SIZE" --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" train.py
-env_variables: {{OMP_NUM_THREADS: 1}}
+env_variables: {{OMP_NUM_THREADS: 1, GLOO_SOCKET_IFNAME: {gloo_iface(started)}}}
 parameters: {{max_steps: 8}}
 """)
     out = ssh_cli(home, client, "run", wl, "--json")
@@ -55,13 +63,13 @@ parameters: {{max_steps: 8}}
         _cleanup(run_id)
 
 
-def test_builtin_trainer_over_two_ssh_nodes_two_procs_each(home, tmp_path, hosts):
-    client, _ = hosts
+def test_builtin_trainer_over_two_ssh_nodes_two_procs_each(home, tmp_path, ns_hosts):
+    client, started = ns_hosts
     wl = write_workload(tmp_path, f"""experiment_name: ssh-trainer
-compute: {{accelerator_type: CPU, procs_per_node: 2, num_accelerators: 4, hosts: [node0, node1],
-           master_addr: 127.0.0.2}}
+compute: {{accelerator_type: CPU, procs_per_node: 2, num_accelerators: 4, hosts: [node0, node1]}}
 environment: {{python: {sys.executable}}}
-env_variables: {{OMP_NUM_THREADS: 1, FSDP_TUI_ASSETS: /tmp/fsdp-tui-test-assets}}
+env_variables: {{OMP_NUM_THREADS: 1, FSDP_TUI_ASSETS: /tmp/fsdp-tui-test-assets,
+                GLOO_SOCKET_IFNAME: {gloo_iface(started)}}}
 parameters:
   model_name: builtin:tiny-llama
   dataset_name: builtin:tiny-alpaca
@@ -89,8 +97,8 @@ parameters:
         _cleanup(run_id)
 
 
-def test_dropped_connection_reconnects_and_loses_no_line(home, tmp_path, hosts):
-    client, started = hosts
+def test_dropped_connection_reconnects_and_loses_no_line(home, tmp_path, ns_hosts):
+    client, started = ns_hosts
     wl = write_workload(tmp_path, """experiment_name: ssh-drop
 compute: {hosts: [node0]}
 command: |
@@ -119,12 +127,12 @@ command: |
         _cleanup(run_id)
 
 
-def test_a_node_without_connection_holds_up_only_itself(home, tmp_path, hosts):
+def test_a_node_without_connection_holds_up_only_itself(home, tmp_path, ns_hosts):
     """node1's connection dies and its sshd stops answering for a while: node0's lines keep arriving."""
     import signal
     import threading
 
-    client, started = hosts
+    client, started = ns_hosts
     wl = write_workload(tmp_path, """experiment_name: ssh-outage
 compute: {hosts: [node0, node1]}
 command: |
@@ -222,8 +230,8 @@ def _until_both_tick(proc: subprocess.Popen) -> str:
     raise AssertionError(f"run {run_id} ended before both nodes ticked")
 
 
-def test_killed_node_process_stops_every_node_and_triage_names_it(home, tmp_path, hosts):
-    client, _ = hosts
+def test_killed_node_process_stops_every_node_and_triage_names_it(home, tmp_path, ns_hosts):
+    client, _ = ns_hosts
     wl = _two_node_ticker(tmp_path, f'  echo $$ > {tmp_path}/job-$NODE_RANK.pid\n')
     proc = subprocess.Popen([FSDP_TUI, "run", str(wl), "--json"], stdout=subprocess.PIPE, text=True,
                             env=cli_env(home, HOME=str(client)), cwd=ROOT)
@@ -242,8 +250,8 @@ def test_killed_node_process_stops_every_node_and_triage_names_it(home, tmp_path
         _cleanup(run_id)
 
 
-def test_cancel_from_another_process_leaves_nothing_on_any_node(home, tmp_path, hosts):
-    client, _ = hosts
+def test_cancel_from_another_process_leaves_nothing_on_any_node(home, tmp_path, ns_hosts):
+    client, _ = ns_hosts
     wl = _two_node_ticker(tmp_path, '  setsid sleep 300 &\n  ( sleep 301 & ) &\n')
     proc = subprocess.Popen([FSDP_TUI, "run", str(wl), "--json"], stdout=subprocess.PIPE, text=True,
                             env=cli_env(home, HOME=str(client)), cwd=ROOT)
