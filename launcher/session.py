@@ -102,7 +102,7 @@ class _Runner:
         self.statuses: dict[int, dict] = {}
         """Each node's latest status, as its follower read it."""
         self.polled = asyncio.Event()
-        self.following = False
+        self.unfollowing = asyncio.Event()
         self.events_file = open(self.dir / "events.jsonl", "a", encoding="utf-8")  # noqa: SIM115
 
     def emit(self, event: RunEvent) -> None:
@@ -189,7 +189,7 @@ class _Runner:
         timeout = self.plan.workload.timeout_minutes
         deadline = time.monotonic() + timeout * 60 if timeout else None
         self.statuses.clear()
-        self.following = True
+        self.unfollowing.clear()
         followers = [asyncio.create_task(self._follow(n)) for n in self.nodes]
         try:
             outcome = await self._watch(followers, deadline)
@@ -251,18 +251,21 @@ class _Runner:
         """One node, on its own: its log (node 0: metrics too), its status, its GPUs. A node that is
         reconnecting holds only itself; the others' output keeps flowing."""
         rank, last_gpus = node.node.node_rank, 0.0
-        while self.following:
+        while not self.unfollowing.is_set():
             await self._pump_node(node, final=False)
             self.statuses[rank] = await node.status()
             self.polled.set()
             if time.monotonic() - last_gpus > GPU_POLL_S:
                 await self._sample_gpus(node)
                 last_gpus = time.monotonic()
-            await asyncio.sleep(POLL_S)
+            try:
+                await asyncio.wait_for(self.unfollowing.wait(), POLL_S)
+            except asyncio.TimeoutError:
+                pass
 
     async def _unfollow(self, followers: list[asyncio.Task]) -> None:
         """Let each follower finish its round (never cut one mid-read: the mirror and offsets move together)."""
-        self.following = False
+        self.unfollowing.set()
         await asyncio.gather(*followers, return_exceptions=True)
 
     async def _pump(self, final: bool = False) -> None:
