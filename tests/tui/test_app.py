@@ -126,6 +126,28 @@ async def test_monitor_replays_a_recorded_two_node_run(home):
         assert screen.pane(0).log.line_count == 0
 
 
+@pytest.mark.parametrize("size, scrolls", [((80, 24), True), ((250, 70), False)])
+async def test_eight_node_panes_stay_readable_at_80x24_and_all_show_at_250x70(home, size, scrolls):
+    from tests.tui.support import RecordedRun, record
+    from tui.screens.monitor import PANE_MIN_ROWS
+
+    run = RecordedRun("20260301-0900-big-a1f3", "big", RunState.SUCCEEDED, 8, 0, 100, 1.0, 1.0, 8, 8)
+    record(home, run, node_lines={r: [f"node {r} line {i}" for i in range(40)] for r in range(8)})
+    app = FsdpTuiApp(home, run_id=run.run_id)
+    async with app.run_test(size=size) as pilot:
+        await _wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen)
+                        and app.screen.pane(7).log.line_count == 40)
+        screen = app.screen
+        grid = screen.query_one("#logs")
+        await _wait_for(pilot, lambda: (grid.max_scroll_y > 0) == scrolls)
+        heights = [screen.pane(r).size.height for r in range(8)]
+        assert min(heights) >= PANE_MIN_ROWS - 2, heights  # inside the border: badge + at least 6 lines
+        assert screen.query_one("MetricsPanel").has_class("-short") == (size[1] < 32)
+        if scrolls:
+            screen.pane(7).log.focus()  # moving to a pane off screen scrolls the grid to it
+            await _wait_for(pilot, lambda: grid.scroll_y > 0)
+
+
 async def test_monitor_on_a_real_local_run_then_cancel(home, tmp_path):
     wl = tmp_path / "w.yaml"
     wl.write_text("experiment_name: live\ncommand: |\n  for i in $(seq 1 600); do echo \"step=$i/600 loss=$((600 - i))\"; "

@@ -25,12 +25,16 @@ from tui.widgets.node_log import NodeLog
 
 LOG_HZ = 10
 DRAW_HZ = 2
+PANE_MIN_ROWS = 9
+"""A node pane shorter than this shows too few lines: the grid then scrolls (tab moves between panes)."""
+SHORT_BELOW = 32
+"""Terminal rows under which the four sparklines share one row."""
 
 
 class RunMonitorScreen(Screen):
     DEFAULT_CSS = """
     RunMonitorScreen #summary { height: 1; padding: 0 1; background: $panel; text-style: bold; }
-    RunMonitorScreen #logs { grid-size: 2; grid-gutter: 0 1; height: 1fr; min-height: 8; }
+    RunMonitorScreen #logs { grid-size: 2; grid-gutter: 0 1; height: 1fr; min-height: 8; overflow-y: auto; }
     RunMonitorScreen #logs.-one { grid-size: 1; }
     RunMonitorScreen #merged { height: 1fr; display: none; }
     RunMonitorScreen #filter { display: none; height: 3; }
@@ -81,6 +85,18 @@ class RunMonitorScreen(Screen):
         self.set_interval(1 / LOG_HZ, self.flush_logs)
         self.set_interval(1 / DRAW_HZ, self.redraw)
         self.consume()
+
+    def on_resize(self, event) -> None:
+        self.query_one(MetricsPanel).set_class(event.size.height < SHORT_BELOW, "-short")
+        self.call_after_refresh(self.fit_panes)
+
+    def fit_panes(self) -> None:
+        """Panes share the grid's height while each keeps ``PANE_MIN_ROWS``; past that, the grid scrolls."""
+        grid = self.query_one("#logs", Grid)
+        rows = -(-self.num_nodes // (1 if self.num_nodes == 1 else 2))
+        rows_css = "1fr" if grid.size.height >= rows * PANE_MIN_ROWS else str(PANE_MIN_ROWS)
+        if str(grid.styles.grid_rows) != rows_css:
+            grid.styles.grid_rows = rows_css
 
     def pane(self, rank: int) -> NodeLog:
         """Node ``rank``'s pane; -1 is the merged all-node view."""

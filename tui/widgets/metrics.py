@@ -80,6 +80,8 @@ class MetricsPanel(Vertical):
     MetricsPanel { height: auto; }
     MetricsPanel Grid { grid-size: 2; grid-gutter: 0 1; height: 8; }
     MetricsPanel #gauges { height: auto; max-height: 8; }
+    MetricsPanel.-short Grid { grid-size: 4; height: 4; }
+    MetricsPanel.-short #gauges { max-height: 2; }
     """
 
     def compose(self) -> ComposeResult:
