@@ -268,3 +268,66 @@ def test_cancel_from_another_process_leaves_nothing_on_any_node(home, tmp_path, 
         assert rest[-1]["type"] == "RunFinished" and rest[-1]["state"] == "cancelled"
     finally:
         _cleanup(run_id)
+
+
+SHOW = """import hashlib, json, os, sys, yaml
+env = {k: v for k, v in os.environ.items() if k.startswith("HOSTILE_")}
+print("ENV", json.dumps(env))
+print("PARAMS", json.dumps(yaml.safe_load(open(os.environ["HYPERPARAMETERS_PATH"]))))
+token = os.environ["API_TOKEN"]
+print("token is", token)
+print("token-ok" if hashlib.sha256(token.encode()).hexdigest() == sys.argv[1] else "token-wrong")
+"""
+
+
+def test_hostile_strings_and_a_canary_secret_over_ssh(home, tmp_path, ns_hosts):
+    """Env values, parameters and paths (the nodes' run root, the code folder) full of shell syntax cross
+    SSH byte for byte and run nothing; the secret reaches the job and nothing else."""
+    import hashlib
+
+    import yaml
+
+    from tests.launcher.test_local_runs import HOSTILE
+
+    client, _ = ns_hosts
+    canary = "canary-5b1d0e77aa"
+    remote = tmp_path / "remote it's $(touch PWNED) `touch PWNED` dir"
+    code = tmp_path / "code; touch PWNED & 'q' \"dq\""
+    code.mkdir()
+    (code / "show.py").write_text(SHOW)
+    env = {f"HOSTILE_{i}": v for i, v in enumerate(HOSTILE)}
+    params = {"values": HOSTILE, "-dash-key": "$(touch PWNED)"}
+    doc = {"experiment_name": "ssh-hostile", "compute": {"hosts": ["node0", "node1"]},
+           "ssh": {"remote_root": str(remote)}, "environment": {"python": sys.executable},
+           "code_source": {"type": "snapshot", "snapshot": {"root_path": str(code)}},
+           "command": f'python "$CODE_SOURCE_PATH/show.py" {hashlib.sha256(canary.encode()).hexdigest()}',
+           "env_variables": env, "parameters": params, "secrets": {"API_TOKEN": "team/api"}}
+    wl = write_workload(tmp_path, yaml.safe_dump(doc, allow_unicode=True))
+    proc = subprocess.Popen([FSDP_TUI, "run", str(wl), "--json"], stdout=subprocess.PIPE, text=True,
+                            env=cli_env(home, HOME=str(client), FSDP_TUI_SECRET_TEAM_API=canary), cwd=ROOT)
+    cmdlines = []
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    cmdlines.append((entry / "cmdline").read_bytes())
+                except OSError:
+                    pass
+        time.sleep(0.1)
+    out = proc.stdout.read()
+    assert proc.wait(timeout=60) == 0, out[-3000:]
+    run_id = events(out)[0]["run_id"]
+    for rank in (0, 1):
+        log = (home / "runs" / run_id / "nodes" / f"{rank}.log").read_text().splitlines()
+        assert json.loads(next(x for x in log if x.startswith("ENV "))[4:]) == env
+        assert json.loads(next(x for x in log if x.startswith("PARAMS "))[7:]) == params
+        assert "token is ******" in log and "token-ok" in log
+        assert (remote / "runs" / run_id / f"node-{rank}" / "node.log").is_file()
+    assert not [p for root in (ROOT, home, tmp_path) for p in Path(root).rglob("PWNED")]
+    assert not (Path.home() / "PWNED").exists()  # where a login shell on the nodes would have run it
+    assert canary not in out and all(canary.encode() not in c for c in cmdlines)
+    for root in (home, remote):
+        for path in Path(root).rglob("*"):
+            if path.is_file():
+                assert canary.encode() not in path.read_bytes(), path
