@@ -1,7 +1,10 @@
 """One GPU: a Llama-3.2-1B-shaped model (random init), seq 2048, bf16 with fp32 reduce, through the
 trainer's own sharding, optimiser and loss. Reports tokens/s, MFU and peak memory.
 
-    python benchmarks/bench_gpu.py [--batch 4] [--steps 20] [--ac off|full|selective] [--compile]
+    python benchmarks/bench_gpu.py [--batch 4] [--steps 20] [--ac off|full|selective] [--compile] [--packed 512]
+
+Rows are whole 2048-token examples (causal attention: SDPA's flash kernel) unless ``--packed N`` packs
+examples of N tokens into each row, which needs the block-diagonal mask (SDPA's masked kernel).
 
 Needs CUDA (run it on the GPU machine); MFU uses 6 x parameters + attention FLOPs per token and the
 device's dense bf16 peak (floor: 35% on H100).
@@ -25,6 +28,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--ac", default="off", choices=["off", "full", "selective"])
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--packed", type=int, default=0, help="pack examples of this many tokens per row")
     args = p.parse_args()
 
     import torch
@@ -42,7 +46,7 @@ def main() -> None:
                          tie_word_embeddings=True, rope_theta=500000.0)
     torch.manual_seed(0)
     with torch.device("cuda"):
-        net = LlamaForCausalLM._from_config(config, attn_implementation="sdpa", torch_dtype=torch.float32)
+        net = LlamaForCausalLM._from_config(config, attn_implementation="sdpa", dtype=torch.float32)
     net.config.use_cache = False
     num_params = sum(p.numel() for p in net.parameters())
     model.apply_activation_checkpointing(net, args.ac)
@@ -52,7 +56,8 @@ def main() -> None:
     opt = optim.build_optimizer(net, 1e-4, OptimConfig(), d.device)
     sched = optim.build_scheduler(opt, args.steps + args.warmup, OptimConfig(schedule="constant"))
     ids = torch.randint(0, config.vocab_size, (args.batch, args.seq))
-    batch = {"input_ids": ids, "labels": ids.clone(), "position_ids": torch.arange(args.seq).expand(args.batch, -1),
+    positions = torch.arange(args.seq) % args.packed if args.packed else torch.arange(args.seq)
+    batch = {"input_ids": ids, "labels": ids.clone(), "position_ids": positions.expand(args.batch, -1),
              "real_tokens": torch.tensor(args.batch * args.seq)}
     for _ in range(args.warmup):
         train.train_step(net, opt, sched, [batch], d.device, 1.0, d.world)
@@ -69,7 +74,7 @@ def main() -> None:
     peak = metrics.peak_flops(d, None)
     mfu = tokens_per_s * flops_per_token / peak if peak else float("nan")
     print(f"{torch.cuda.get_device_name()} | {num_params / 1e9:.2f}B params | batch {args.batch} x seq {args.seq} | "
-          f"ac {args.ac} | compile {args.compile}")
+          f"ac {args.ac} | compile {args.compile} | {f'packed {args.packed}' if args.packed else 'unpacked'}")
     print(f"tokens/s {tokens_per_s:,.0f} | MFU {mfu:.1%} (floor 35%) | "
           f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
 

@@ -188,6 +188,17 @@ def segment_mask(position_ids: torch.Tensor) -> torch.Tensor:
     return (same & causal).unsqueeze(1)
 
 
+def needs_segment_mask(batch: dict[str, torch.Tensor]) -> bool:
+    """Whether any learned token comes after an example boundary. If none does (one example per row,
+    at most trailing padding), plain causal attention gives the same loss, and SDPA may use its flash
+    kernel instead of a masked one. Computed on the host: no device sync."""
+    pos, labels = batch["position_ids"], batch["labels"]
+    boundary = pos == 0
+    boundary[:, 0] = False
+    after = boundary.long().cumsum(-1) > 0
+    return bool((after & ~boundary & (labels != IGNORE)).any())
+
+
 class GlobalOrder:
     """A deterministic, resumable order of rows shared by all ranks.
 

@@ -36,7 +36,8 @@ class Dist:
 
 
 def init_distributed() -> Dist:
-    """gloo on CPU, NCCL on GPU; works as a single process too (world size 1)."""
+    """gloo on CPU; on GPU, NCCL for CUDA tensors and gloo for the few CPU scalars the loop reduces
+    (token counts, loss sums). Works as a single process too (world size 1)."""
     cuda = torch.cuda.is_available()
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if cuda:
@@ -45,7 +46,7 @@ def init_distributed() -> Dist:
         if "RANK" not in os.environ:
             os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
                               MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29533"))
-        dist.init_process_group(backend="nccl" if cuda else "gloo")
+        dist.init_process_group(backend="cpu:gloo,cuda:nccl" if cuda else "gloo")
     device = torch.device(f"cuda:{local_rank}") if cuda else torch.device("cpu")
     return Dist(dist.get_rank(), dist.get_world_size(), local_rank,
                 int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size())), device)

@@ -8,15 +8,17 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer.data import IGNORE, collate, segment_mask
+from trainer.data import IGNORE, collate, needs_segment_mask, segment_mask
 
 
 def forward_logits(model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:
     """Logits with a block-diagonal causal mask built from ``position_ids``, so packed examples never
-    attend to each other (an explicit mask: exact on every transformers version)."""
+    attend to each other (an explicit mask: exact on every transformers version). A batch with no
+    learned token after a boundary needs only causal attention and passes no mask (flash kernel)."""
     ids = batch["input_ids"].to(device)
     pos = batch["position_ids"].to(device)
-    return model(input_ids=ids, position_ids=pos, attention_mask=segment_mask(pos)).logits
+    mask = segment_mask(pos) if needs_segment_mask(batch) else None
+    return model(input_ids=ids, position_ids=pos, attention_mask=mask).logits
 
 
 def shifted_labels(batch: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:

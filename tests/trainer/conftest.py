@@ -22,7 +22,7 @@ def free_port() -> int:
 
 def trainer_env(tmp: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", FSDP_TUI_ASSETS=str(ASSETS),
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])), OMP_NUM_THREADS="1", FSDP_TUI_ASSETS=str(ASSETS),
                FSDP_TUI_METRICS_FILE=str(tmp / "metrics.jsonl"), PYTHONUNBUFFERED="1")
     return env
 

@@ -6,7 +6,17 @@ import pytest
 import torch
 
 from trainer import train
-from trainer.data import IGNORE, Example, GlobalOrder, Tokenize, collate, pack, pad_rows
+from trainer.data import (
+    IGNORE,
+    Example,
+    GlobalOrder,
+    Tokenize,
+    collate,
+    needs_segment_mask,
+    pack,
+    pad_rows,
+    segment_mask,
+)
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +94,22 @@ def test_packed_loss_equals_token_weighted_loss_of_examples(tok, model):
             sums, counts = sums + float(s), counts + n
     assert count == counts
     assert float(packed_loss) == pytest.approx(sums / counts, rel=1e-5)
+
+
+def test_unpacked_batches_skip_the_mask_and_lose_nothing(tok, model):
+    """Rows of one example plus trailing padding need only causal attention (flash kernel on GPU);
+    the loss is the one the explicit block mask gives. Packed rows keep the mask."""
+    exs = [Example([1, 5, 6, 9, 4], [IGNORE, IGNORE, 6, 9, 4]), Example([1, 7], [IGNORE, 7])]
+    padded = collate(pad_rows(exs, tok.pad_token_id), tok.pad_token_id)
+    packed = collate(pack(exs, 8, tok.pad_token_id), tok.pad_token_id)
+    assert not needs_segment_mask(padded) and needs_segment_mask(packed)
+    with torch.no_grad():
+        labels = train.shifted_labels(padded, "cpu")
+        auto, _ = train.loss_sum(train.forward_logits(model, padded, "cpu"), labels)
+        logits = model(input_ids=padded["input_ids"], position_ids=padded["position_ids"],
+                       attention_mask=segment_mask(padded["position_ids"])).logits
+        masked, _ = train.loss_sum(logits, labels)
+    assert float(auto) == pytest.approx(float(masked), rel=1e-5)
 
 
 def test_global_order_is_deterministic_and_resumable_across_world_sizes():
