@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -75,7 +76,7 @@ def openssh_loop(hosts, client: Path, node_root: Path) -> float:
     for i, h in enumerate(hosts):
         d = node_root / f"loop-{i}"
         subprocess.run(["ssh", *opts, h.alias, f"mkdir -p {d}"], check=True)
-        subprocess.run(["scp", "-q", *opts, str(agent), f"{h.alias}:{d}/agent.py"], check=True)
+        subprocess.run(["scp", "-q", "-S", shutil.which("ssh"), *opts, str(agent), f"{h.alias}:{d}/agent.py"], check=True)
         subprocess.run(["ssh", *opts, h.alias, f"cd {d} && nohup sh -c 'echo up on {i}' > log 2>&1 < /dev/null &"],
                        check=True)
     return time.perf_counter() - start
@@ -93,26 +94,25 @@ def main() -> None:
         os.environ["HOME"] = str(client)  # ~/.ssh/config aliases node0..nodeN, their keys in known_hosts
         home, node_root = Path(tmp) / "home", Path(tmp) / "nodes"
         try:
-            results, cpu = {}, {}
+            asyncio.run(launch_once(["node0"], node_root, home))  # warm-up: imports, first connection
+            results = {}
             for label, names in (("1 host", ["node0"]), (f"{args.hosts} hosts", [h.alias for h in hosts])):
                 busy0, own0 = machine_busy(), launcher_cpu()
                 runs = [asyncio.run(launch_once(names, node_root, home)) for _ in range(args.repeat)]
-                cpu[label] = ((launcher_cpu() - own0) / args.repeat, (machine_busy() - busy0) / args.repeat)
-                results[label] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
-            loop = statistics.median(openssh_loop(hosts, client, node_root) for _ in range(args.repeat))
+                own, busy = (launcher_cpu() - own0) / args.repeat, (machine_busy() - busy0) / args.repeat
+                launched, finished = (statistics.median(r[i] for r in runs) for i in (0, 1))
+                results[label] = launched
+                print(f"fsdp-tui, {label:9}: launched in {launched:.2f} s, finished in {finished:.2f} s; CPU per "
+                      f"launch: launcher {own:.2f} s, whole machine {busy:.2f} s of {os.cpu_count()} cores", flush=True)
+            one, many = results["1 host"], results[f"{args.hosts} hosts"]
+            print(f"ratio {args.hosts} hosts / 1 host: {many / one:.2f}x (floor: under 2x)", flush=True)
             loop_one = statistics.median(openssh_loop(hosts[:1], client, node_root) for _ in range(args.repeat))
+            print(f"OpenSSH loop, 1 host:    {loop_one:.2f} s (copy + start only; output not read back)")
+            loop = statistics.median(openssh_loop(hosts, client, node_root) for _ in range(args.repeat))
+            print(f"OpenSSH loop, {args.hosts} hosts:  {loop:.2f} s; sequential OpenSSH loop / fsdp-tui at "
+                  f"{args.hosts} hosts: {loop / many:.2f}x")
         finally:
             stop_hosts(hosts)
-    one, many = results["1 host"], results[f"{args.hosts} hosts"]
-    for label, (launched, finished) in results.items():
-        own, busy = cpu[label]
-        print(f"fsdp-tui, {label:9}: launched in {launched:.2f} s, finished in {finished:.2f} s; CPU per launch: "
-              f"launcher {own:.2f} s, whole machine {busy:.2f} s of {os.cpu_count()} cores")
-    print(f"OpenSSH loop, 1 host:    {loop_one:.2f} s (copy + start only; output not read back)")
-    print(f"OpenSSH loop, {args.hosts} hosts:  {loop:.2f} s")
-    print(f"ratio {args.hosts} hosts / 1 host: {many[0] / one[0]:.2f}x (floor: under 2x); "
-          f"sequential OpenSSH loop / fsdp-tui at {args.hosts} hosts: {loop / many[0]:.2f}x")
-
 
 if __name__ == "__main__":
     main()

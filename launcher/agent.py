@@ -5,7 +5,7 @@
     python3 agent.py NODE_DIR follow FILE --offset N [--wait]
     python3 agent.py NODE_DIR stop [--grace S]
     python3 agent.py NODE_DIR serve     < one JSON request per line: {"op": "status"},
-                                          {"op": "read", "name": FILE, "offset": N, "limit": N},
+                                          {"op": "read", "name": FILE, "offset": N, "limit": N, "wait": S},
                                           {"op": "start", "spec": {...}}, {"op": "stop", "grace": S},
                                           {"op": "gpus"} (nvidia-smi samples),
                                           {"op": "port", "port": N} (free for the rendezvous?)
@@ -61,7 +61,9 @@ def _job_env(node_dir: str, spec: dict) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("SSH_CLIENT", "SSH2_CLIENT", "SSH_CONNECTION", "SSH_TTY")}
     env.update(spec.get("env", {}))
     for name, rel in spec.get("dir_env", {}).items():
-        env[name] = os.path.join(node_dir, rel)
+        path = os.path.join(node_dir, rel)
+        # A search path the node already sets (e.g. PYTHONPATH to site packages) stays, after ours.
+        env[name] = path + os.pathsep + env[name] if name.endswith("PATH") and env.get(name) else path
     env.update(spec.get("secrets", {}))
     python = spec.get("python")
     if python and os.sep in python:
@@ -337,6 +339,24 @@ def _read(node_dir: str, name: str, offset: int, limit: int) -> bytes:
         return b""
 
 
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1
+
+
+def read_waiting(node_dir: str, name: str, offset: int, limit: int, wait_s: float) -> bytes:
+    """``_read``, held back (a long poll, at most ``wait_s``, 5 s at most) until there are bytes past
+    ``offset`` or the job has ended: new output reaches the launcher within ~20 ms, not a poll later."""
+    deadline = time.monotonic() + min(max(wait_s, 0.0), 5.0)
+    path = os.path.join(node_dir, os.path.basename(name))
+    while (time.monotonic() < deadline and _size(path) <= offset
+           and _read_state(node_dir).get("state") != "exited"):
+        time.sleep(0.02)
+    return _read(node_dir, name, offset, limit)
+
+
 GPU_QUERY = "index,name,memory.used,memory.total,utilization.gpu"
 
 
@@ -393,7 +413,8 @@ def serve(node_dir: str) -> None:
         try:
             request = json.loads(line)
             if request.get("op") == "read":
-                body = _read(node_dir, str(request["name"]), int(request["offset"]), int(request["limit"]))
+                body = read_waiting(node_dir, str(request["name"]), int(request["offset"]), int(request["limit"]),
+                                    float(request.get("wait", 0)))
             elif request.get("op") == "status":
                 body = json.dumps(_status(node_dir)).encode()
             elif request.get("op") == "gpus":

@@ -88,7 +88,16 @@ class LocalNode:
     async def stop(self, grace_s: float = 10.0) -> dict:
         return await self._agent("stop", "--grace", str(grace_s))
 
-    async def read(self, name: str, offset: int, limit: int = 4 << 20) -> bytes:
+    async def read(self, name: str, offset: int, limit: int = 4 << 20, wait: float = 0.0) -> bytes:
+        """Bytes from ``offset``; with ``wait``, held back until there are some or the job ended (a long
+        poll, as the agent answers over SSH)."""
+        from launcher.agent import _read_state
+
+        deadline = time.monotonic() + wait
+        path = self.dir / name
+        while (time.monotonic() < deadline and _size(path) <= offset
+               and _read_state(str(self.dir)).get("state") != "exited"):
+            await asyncio.sleep(0.02)
         return await asyncio.to_thread(self._read, name, offset, limit)
 
     async def gpus(self) -> list[dict]:
@@ -230,7 +239,7 @@ class SshNode:
         import tempfile
 
         async with conn.start_sftp_client() as sftp:
-            await sftp.makedirs(self.dir, exist_ok=True)
+            await _makedirs(sftp, self.dir)
             await sftp.put(str(AGENT_SOURCE), f"{self.dir}/agent.py")
             async with sftp.open(f"{self.dir}/parameters.yaml", "w") as f:
                 await f.write(self.plan.parameters_yaml)
@@ -260,8 +269,8 @@ class SshNode:
     async def stop(self, grace_s: float = 10.0) -> dict:
         return json.loads((await self._ask({"op": "stop", "grace": grace_s})).decode() or "{}")
 
-    async def read(self, name: str, offset: int, limit: int = 4 << 20) -> bytes:
-        return await self._ask({"op": "read", "name": name, "offset": offset, "limit": limit})
+    async def read(self, name: str, offset: int, limit: int = 4 << 20, wait: float = 0.0) -> bytes:
+        return await self._ask({"op": "read", "name": name, "offset": offset, "limit": limit, "wait": wait})
 
     async def gpus(self) -> list[dict]:
         return json.loads((await self._ask({"op": "gpus"})).decode() or "[]")
@@ -271,6 +280,39 @@ class SshNode:
 
     async def close(self) -> None:
         self._drop()
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+async def _makedirs(sftp, path: str) -> None:
+    """``mkdir -p`` over SFTP from the leaf up: a node directory whose parent exists costs one round
+    trip (asyncssh's ``makedirs`` probes every component from the root down). Nodes sharing a
+    filesystem may make the same parents at the same time: "exists" is fine if it is a directory."""
+    import posixpath
+
+    import asyncssh
+
+    async def mkdir(p: str) -> None:
+        try:
+            await sftp.mkdir(p)
+        except (asyncssh.SFTPFailure, asyncssh.SFTPFileAlreadyExists):
+            if not await sftp.isdir(p):
+                raise
+
+    try:
+        await mkdir(path)
+        return
+    except asyncssh.SFTPNoSuchFile:
+        parent = posixpath.dirname(path.rstrip("/"))
+        if parent in ("", "/", path):
+            raise
+    await _makedirs(sftp, parent)
+    await mkdir(path)
 
 
 def node_backend(plan: RunPlan, node: NodePlan, on_state=None):

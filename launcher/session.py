@@ -39,6 +39,9 @@ from launcher.triage import triage_run
 from trainer.protocol import MetricRecord
 
 POLL_S = 0.2
+"""How long a node holds a read back while it has no new output (its answer comes as soon as it has)."""
+MIN_ROUND_S = 0.05
+"""A follower's shortest round (read, status): a node printing without pause is read 20 times a second."""
 GPU_POLL_S = 5.0
 """How often each node's GPUs are sampled (``nvidia-smi`` costs tens of ms)."""
 READ_CHUNK = 4 << 20
@@ -252,16 +255,19 @@ class _Runner:
         reconnecting holds only itself; the others' output keeps flowing."""
         rank, last_gpus = node.node.node_rank, 0.0
         while not self.unfollowing.is_set():
-            await self._pump_node(node, final=False)
+            began = time.monotonic()
+            await self._pump_node(node, final=False, wait=POLL_S)  # a long poll: back as output appears
             self.statuses[rank] = await node.status()
             self.polled.set()
             if time.monotonic() - last_gpus > GPU_POLL_S:
                 await self._sample_gpus(node)
                 last_gpus = time.monotonic()
-            try:
-                await asyncio.wait_for(self.unfollowing.wait(), POLL_S)
-            except asyncio.TimeoutError:
-                pass
+            rest = MIN_ROUND_S - (time.monotonic() - began)  # busy output is read in batches, not per line
+            if rest > 0:
+                try:
+                    await asyncio.wait_for(self.unfollowing.wait(), rest)
+                except asyncio.TimeoutError:
+                    pass
 
     async def _unfollow(self, followers: list[asyncio.Task]) -> None:
         """Let each follower finish its round (never cut one mid-read: the mirror and offsets move together)."""
@@ -272,8 +278,8 @@ class _Runner:
         """Read everything new on every node, all at once."""
         await asyncio.gather(*(self._pump_node(n, final) for n in self.nodes))
 
-    async def _pump_node(self, node, final: bool) -> None:
-        await self._pump_log(node, final)
+    async def _pump_node(self, node, final: bool, wait: float = 0.0) -> None:
+        await self._pump_log(node, final, wait)
         if node.node.node_rank == 0:
             await self._pump_metrics(node)
             await self._flush_metrics()
@@ -299,10 +305,11 @@ class _Runner:
         if found:
             self.emit(GpuTelemetry(self.plan.run_id, node.node.node_rank, tuple(GpuSample(**g) for g in found)))
 
-    async def _pump_log(self, node, final: bool) -> None:
+    async def _pump_log(self, node, final: bool, wait: float = 0.0) -> None:
         rank = node.node.node_rank
         while True:
-            chunk = await node.read("node.log", self.offsets[(rank, "log")], READ_CHUNK)
+            chunk = await node.read("node.log", self.offsets[(rank, "log")], READ_CHUNK, wait)
+            wait = 0.0
             self.offsets[(rank, "log")] += len(chunk)
             caught_up = len(chunk) < READ_CHUNK
             lines = self.splitters[(rank, "log")].feed(chunk)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,15 +81,21 @@ class RunStore:
         self.home = Path(home)
         self.home.mkdir(parents=True, exist_ok=True)
         self.path = self.home / "runs.db"
+        self._local = threading.local()
         with self._db() as db:
             db.executescript(_SCHEMA)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
-    def _db(self) -> _Closing:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA busy_timeout=30000")
-        return _Closing(db)
+    def _db(self) -> sqlite3.Connection:
+        """This thread's connection, opened once (a launch writes node states and offsets often);
+        autocommit, so every statement is durable on its own."""
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA busy_timeout=30000")
+            self._local.db = db
+        return db
 
     def create_run(self, plan, workload_path: Path | None, resolved_yaml: str) -> Path:
         directory = run_dir(self.home, plan.run_id)
@@ -199,16 +206,3 @@ def _summary(row: tuple[Any, ...]) -> RunSummary:
                       num_nodes=row[4], hosts=tuple(json.loads(row[5])), started_at=row[6], ended_at=row[7],
                       last_loss=row[8], best_eval_loss=row[9], step=row[10], max_steps=row[11],
                       workload_path=row[12], output_dir=row[13])
-
-
-class _Closing:
-    """A connection used as ``with``: closed afterwards (sqlite3's own context manager only commits)."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
-
-    def __enter__(self) -> sqlite3.Connection:
-        return self.db
-
-    def __exit__(self, *exc: object) -> None:
-        self.db.close()

@@ -108,9 +108,9 @@ env_variables: {{PIP_NO_INDEX: '1', PIP_FIND_LINKS: '{wheels}'}}
 command: python -c "import sys, fsdptui_canary; print('VALUE', fsdptui_canary.VALUE, 'PREFIX', sys.prefix)"
 """)
     out = ssh_cli(home, client, "run", wl, "--json")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     run_id = events(out.stdout)[0]["run_id"]
     logs = [(home / "runs" / run_id / "nodes" / f"{rank}.log").read_text() for rank in (0, 1)]
-    assert out.returncode == 0, "\n".join(logs) + out.stderr[-2000:]
     [venv] = [p for p in (remote / "venvs").iterdir() if p.is_dir()]
     assert [log.count("Successfully installed fsdptui-canary-1.0") for log in logs].count(1) == 1
     assert sum(f"environment {venv.name} is ready" in log for log in logs) == 1

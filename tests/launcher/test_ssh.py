@@ -331,3 +331,32 @@ def test_hostile_strings_and_a_canary_secret_over_ssh(home, tmp_path, ns_hosts):
         for path in Path(root).rglob("*"):
             if path.is_file():
                 assert canary.encode() not in path.read_bytes(), path
+
+
+async def test_connections_prefer_aes_gcm_unless_config_says_otherwise_and_dirs_are_made_remotely(
+        hosts, tmp_path, monkeypatch):
+    import asyncssh
+
+    from launcher.hosts import parse_host
+    from launcher.nodes import _makedirs
+    from launcher.ssh import connect
+    from launcher.workload import Ssh
+
+    client, _ = hosts
+    monkeypatch.setenv("HOME", str(client))
+    async with await connect(parse_host("node0"), Ssh()) as conn:
+        assert conn.get_extra_info("send_cipher") == "aes128-gcm@openssh.com"
+        async with conn.start_sftp_client() as sftp:
+            deep = f"{tmp_path}/remote/a b/c"
+            await _makedirs(sftp, deep)
+            await _makedirs(sftp, deep)  # already there: fine
+            assert (tmp_path / "remote" / "a b" / "c").is_dir()
+            (tmp_path / "remote" / "file").write_text("x")
+            with pytest.raises(asyncssh.SFTPError):
+                await _makedirs(sftp, f"{tmp_path}/remote/file")
+            with pytest.raises(asyncssh.SFTPError):
+                await _makedirs(sftp, f"{tmp_path}/remote/file/under")
+    config = client / ".ssh" / "config"
+    config.write_text("Host *\n  Ciphers chacha20-poly1305@openssh.com\n\n" + config.read_text())
+    async with await connect(parse_host("node0"), Ssh()) as conn:
+        assert conn.get_extra_info("send_cipher") == "chacha20-poly1305@openssh.com"

@@ -1,5 +1,7 @@
 """Pure pieces of the launcher, table-driven: triage, line splitting, log metrics, the run view."""
 
+import os
+
 import pytest
 
 from launcher.events import MetricsRecorded, NodeLines, RunState, RunStateChanged
@@ -81,3 +83,18 @@ def test_run_view_tracks_progress_eta_memory_and_first_error():
     v.apply(NodeLines("r", 1, ("ok", "[rank2]: KeyError: 'x'"), 10))
     v.apply(NodeLines("r", 0, ("fine",) * 5 + ("RuntimeError: late",), 10))
     assert v.first_error() == (1, 1, "[rank2]: KeyError: 'x'")
+
+
+def test_job_env_puts_the_shipped_trainer_first_and_keeps_the_nodes_search_path(monkeypatch):
+    from launcher.agent import _job_env
+
+    spec = {"env": {"NODE_RANK": "1"}, "dir_env": {"PYTHONPATH": "trainer-pkg", "CODE_SOURCE_PATH": "code"},
+            "secrets": {"TOKEN": "s3cret"}}
+    monkeypatch.setenv("PYTHONPATH", "/opt/site")
+    monkeypatch.setenv("SSH_CONNECTION", "10.0.0.1 22 10.0.0.2 22")
+    env = _job_env("/n/0", spec)
+    assert env["PYTHONPATH"] == f"/n/0/trainer-pkg{os.pathsep}/opt/site"
+    assert env["CODE_SOURCE_PATH"] == "/n/0/code" and env["TOKEN"] == "s3cret" and env["NODE_RANK"] == "1"
+    assert "SSH_CONNECTION" not in env
+    monkeypatch.delenv("PYTHONPATH")
+    assert _job_env("/n/0", spec)["PYTHONPATH"] == "/n/0/trainer-pkg"
