@@ -8,7 +8,8 @@
                                           {"op": "read", "name": FILE, "offset": N, "limit": N, "wait": S},
                                           {"op": "start", "spec": {...}}, {"op": "stop", "grace": S},
                                           {"op": "gpus"} (nvidia-smi samples),
-                                          {"op": "port", "port": N} (free for the rendezvous?)
+                                          {"op": "port", "port": N} (free for the rendezvous?),
+                                          {"op": "write", "name": FILE, "text": "..."}
 
 ``start`` detaches a supervisor (new session, no terminal) that runs the command in its own process
 group, writes its combined output to ``node.log`` with secret values masked, and records the state
@@ -405,6 +406,25 @@ def _status(node_dir: str) -> dict:
     return result
 
 
+READY = "fsdp-tui agent ready"
+"""The agent channel's first line once the agent is installed (see ``launcher.nodes.AGENT_BOOT``)."""
+
+
+def write_file(node_dir: str, name: str, text: str) -> dict:
+    """Write a file of this node's run directory atomically (e.g. the run's parameters)."""
+    if os.path.basename(name) != name or name in ("", ".", ".."):
+        return {"error": f"not a file name of the run directory: {name!r}"}
+    path = os.path.join(node_dir, name)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as err:
+        return {"error": f"cannot write {path}: {err.strerror or err}"}
+    return {"written": path}
+
+
 def serve(node_dir: str) -> None:
     """Answer requests until stdin closes, so the launcher starts no process per poll. Each answer is
     its length in bytes on a line of its own, then that many bytes."""
@@ -415,6 +435,8 @@ def serve(node_dir: str) -> None:
             if request.get("op") == "read":
                 body = read_waiting(node_dir, str(request["name"]), int(request["offset"]), int(request["limit"]),
                                     float(request.get("wait", 0)))
+            elif request.get("op") == "write":
+                body = json.dumps(write_file(node_dir, str(request["name"]), str(request["text"]))).encode()
             elif request.get("op") == "status":
                 body = json.dumps(_status(node_dir)).encode()
             elif request.get("op") == "gpus":

@@ -122,8 +122,32 @@ class LocalNode:
             return b""
 
 
+AGENT_BOOT = """import os, sys, types
+d = os.path.expanduser(sys.argv[1])
+os.makedirs(d, exist_ok=True)
+i = sys.stdin.buffer
+src = i.read(int(i.readline()))
+p = os.path.join(d, "agent.py")
+t = "%s.%d" % (p, os.getpid())
+with open(t, "wb") as f:
+    f.write(src)
+os.replace(t, p)
+m = types.ModuleType("fsdp_tui_agent")
+m.__file__ = p
+sys.modules[m.__name__] = m
+exec(compile(src, p, "exec"), m.__dict__)
+sys.stdout.write("%s\\n" % m.READY)
+sys.stdout.flush()
+m.serve(d)
+"""
+"""What the agent channel runs (``python3 -c AGENT_BOOT NODE_DIR``): it makes the node directory,
+installs the agent sent on stdin (length line, then source) and serves requests, so a launch needs no
+separate upload before its first request. The buffered stdin carries on into ``serve``."""
+
+
 class SshNode:
-    """A node over SSH: files go up by SFTP, the agent runs there, output is read by byte offset.
+    """A node over SSH: the agent arrives over its own channel, code trees go up by SFTP, output is
+    read by byte offset.
 
     One connection per node, re-opened with backoff when it drops; the job on the node is unaffected
     (the agent detached it from the SSH session).
@@ -142,7 +166,7 @@ class SshNode:
         self.python = plan.workload.environment.python
         # Paths relative to the remote home (SFTP and commands start there); the agent expands "~".
         self.dir = node.node_dir[2:] if node.node_dir.startswith("~/") else node.node_dir
-        self.agent = f"{shlex.quote(self.python)} {shlex.quote(self.dir + '/agent.py')} {shlex.quote(node.node_dir)}"
+        self.agent = f"{shlex.quote(self.python)} -c {shlex.quote(AGENT_BOOT)} {shlex.quote(node.node_dir)}"
         self.label = f"node {node.node_rank} ({node.host_display})"
         self.on_state = on_state
         """Called with ``(reconnecting: bool, detail)`` when the connection drops and when it is back."""
@@ -212,7 +236,7 @@ class SshNode:
         async def once() -> bytes:
             async with self.lock:
                 if self.server is None:
-                    self.server = await (await self._conn()).create_process(f"{self.agent} serve", encoding=None)
+                    self.server = await self._open_agent()
                 self.server.stdin.write(json.dumps(request).encode() + b"\n")
                 header = await self.server.stdout.readline()
                 if not header.strip().isdigit():
@@ -221,6 +245,26 @@ class SshNode:
 
         return await self._retrying(once)
 
+    async def _open_agent(self):
+        """Start the agent channel; a node that cannot run it (no such Python, a read-only run root)
+        is a clear error, not a dropped connection to retry."""
+        from launcher.agent import READY
+
+        server = await (await self._conn()).create_process(self.agent, encoding=None)
+        source = AGENT_SOURCE.read_bytes()
+        server.stdin.write(b"%d\n" % len(source) + source)
+        first = await server.stdout.readline()
+        if first.strip() == READY.encode():
+            return server
+        if not first:  # the channel closed: the command failed (or the connection went)
+            detail = (await asyncio.wait_for(server.stderr.read(), 5)).decode(errors="replace").strip()
+            if detail:
+                server.close()
+                raise NodeError(f"{self.label}: the agent could not start with {self.python} in "
+                                f"{self.node.node_dir}: {detail[-600:]}")
+        server.close()
+        raise ConnectionResetError(f"the agent's channel closed ({first[:200]!r})")
+
     async def prepare(self) -> None:
         import asyncssh
 
@@ -228,6 +272,12 @@ class SshNode:
 
         if self.plan.code_root is not None and not self.plan.code_root.is_dir():
             raise NodeError(f"{self.label}: code_source folder {self.plan.code_root} does not exist")
+        reply = json.loads(await self._ask({"op": "write", "name": "parameters.yaml",
+                                            "text": self.plan.parameters_yaml}) or b"{}")
+        if "error" in reply:
+            raise NodeError(f"{self.label}: {reply['error']}")
+        if self.plan.code_root is None and not self.plan.uses_builtin_trainer:
+            return
         try:
             await self._upload(await self._conn())
         except SshError as err:
@@ -236,13 +286,10 @@ class SshNode:
             raise NodeError(f"{self.label}: uploading to {self.dir} failed: {err}") from None
 
     async def _upload(self, conn) -> None:
+        """The code snapshot and the shipped trainer, by SFTP into the directory the agent made."""
         import tempfile
 
         async with conn.start_sftp_client() as sftp:
-            await _makedirs(sftp, self.dir)
-            await sftp.put(str(AGENT_SOURCE), f"{self.dir}/agent.py")
-            async with sftp.open(f"{self.dir}/parameters.yaml", "w") as f:
-                await f.write(self.plan.parameters_yaml)
             with tempfile.TemporaryDirectory() as tmp:
                 if self.plan.code_root is not None:
                     snap = self.plan.workload.code_source.snapshot
@@ -287,32 +334,6 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return -1
-
-
-async def _makedirs(sftp, path: str) -> None:
-    """``mkdir -p`` over SFTP from the leaf up: a node directory whose parent exists costs one round
-    trip (asyncssh's ``makedirs`` probes every component from the root down). Nodes sharing a
-    filesystem may make the same parents at the same time: "exists" is fine if it is a directory."""
-    import posixpath
-
-    import asyncssh
-
-    async def mkdir(p: str) -> None:
-        try:
-            await sftp.mkdir(p)
-        except (asyncssh.SFTPFailure, asyncssh.SFTPFileAlreadyExists):
-            if not await sftp.isdir(p):
-                raise
-
-    try:
-        await mkdir(path)
-        return
-    except asyncssh.SFTPNoSuchFile:
-        parent = posixpath.dirname(path.rstrip("/"))
-        if parent in ("", "/", path):
-            raise
-    await _makedirs(sftp, parent)
-    await mkdir(path)
 
 
 def node_backend(plan: RunPlan, node: NodePlan, on_state=None):

@@ -333,12 +333,8 @@ def test_hostile_strings_and_a_canary_secret_over_ssh(home, tmp_path, ns_hosts):
                 assert canary.encode() not in path.read_bytes(), path
 
 
-async def test_connections_prefer_aes_gcm_unless_config_says_otherwise_and_dirs_are_made_remotely(
-        hosts, tmp_path, monkeypatch):
-    import asyncssh
-
+async def test_connections_prefer_aes_gcm_unless_the_config_names_ciphers(hosts, monkeypatch):
     from launcher.hosts import parse_host
-    from launcher.nodes import _makedirs
     from launcher.ssh import connect
     from launcher.workload import Ssh
 
@@ -346,17 +342,25 @@ async def test_connections_prefer_aes_gcm_unless_config_says_otherwise_and_dirs_
     monkeypatch.setenv("HOME", str(client))
     async with await connect(parse_host("node0"), Ssh()) as conn:
         assert conn.get_extra_info("send_cipher") == "aes128-gcm@openssh.com"
-        async with conn.start_sftp_client() as sftp:
-            deep = f"{tmp_path}/remote/a b/c"
-            await _makedirs(sftp, deep)
-            await _makedirs(sftp, deep)  # already there: fine
-            assert (tmp_path / "remote" / "a b" / "c").is_dir()
-            (tmp_path / "remote" / "file").write_text("x")
-            with pytest.raises(asyncssh.SFTPError):
-                await _makedirs(sftp, f"{tmp_path}/remote/file")
-            with pytest.raises(asyncssh.SFTPError):
-                await _makedirs(sftp, f"{tmp_path}/remote/file/under")
     config = client / ".ssh" / "config"
     config.write_text("Host *\n  Ciphers chacha20-poly1305@openssh.com\n\n" + config.read_text())
     async with await connect(parse_host("node0"), Ssh()) as conn:
         assert conn.get_extra_info("send_cipher") == "chacha20-poly1305@openssh.com"
+
+
+def test_a_node_that_cannot_run_the_agent_is_named_at_once(home, tmp_path, hosts):
+    """A wrong environment.python or an unwritable run root fails the launch in seconds, saying why."""
+    client, _ = hosts
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    for section, expect in ((f"environment: {{python: {tmp_path}/no/python3}}", "No such file"),
+                            (f"ssh: {{remote_root: {blocker}}}", "Not a directory")):
+        wl = write_workload(tmp_path, f"experiment_name: no-agent\ncompute: {{hosts: [node0]}}\n{section}\n"
+                                      "command: echo never\n")
+        started = time.monotonic()
+        out = ssh_cli(home, client, "run", wl, "--json", timeout=60)
+        end = events(out.stdout)[-1]
+        assert out.returncode == 1 and end["state"] == "failed", out.stdout[-2000:]
+        assert "node 0 (node0): the agent could not start" in end["triage"]["summary"]
+        assert expect in end["triage"]["summary"]
+        assert time.monotonic() - started < 30
