@@ -95,7 +95,7 @@ class LocalNode:
 
         deadline = time.monotonic() + wait
         path = self.dir / name
-        while (time.monotonic() < deadline and _size(path) <= offset
+        while (time.monotonic() < deadline and _size(path) <= offset  # noqa: ASYNC110 - another process writes it
                and _read_state(str(self.dir)).get("state") != "exited"):
             await asyncio.sleep(0.02)
         return await asyncio.to_thread(self._read, name, offset, limit)
