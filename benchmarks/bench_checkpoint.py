@@ -1,7 +1,8 @@
 """Time training is blocked by a checkpoint save: our async DCP save vs our sync DCP save vs the seed's
-way (gather a full state dict to rank 0, then ``save_pretrained``). 2 CPU processes, gloo.
+way (gather a full state dict to rank 0, then ``save_pretrained``). 2 CPU processes with gloo, or
+one process per GPU with NCCL where there are GPUs (``--nproc``).
 
-    .venv/bin/python benchmarks/bench_checkpoint.py [--hidden 512] [--layers 8] [--repeat 3]
+    .venv/bin/python benchmarks/bench_checkpoint.py [--hidden 512] [--layers 8] [--repeat 3] [--nproc 2]
 
 Async blocks only while tensors are staged to memory; the floor is async < 1/4 of the seed's way.
 """
@@ -25,12 +26,14 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--nproc", type=int, default=2)
     args = p.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.nproc}",
                           f"--master_port={port}", str(ROOT / "benchmarks/checkpoint_worker.py"),
                           str(args.hidden), str(args.layers), str(args.repeat)],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
@@ -38,7 +41,8 @@ def main() -> None:
         raise SystemExit(out.stderr[-3000:])
     data = json.loads(out.stdout.strip().splitlines()[-1])
     med = {k: statistics.median(v) for k, v in data["results"].items()}
-    print(f"model: Llama-shaped, {data['params'] / 1e6:.0f}M parameters, FSDP2 full_shard over 2 CPU processes")
+    print(f"model: Llama-shaped, {data['params'] / 1e6:.0f}M parameters, FSDP2 full_shard over {args.nproc} "
+          f"{data['device']} processes")
     for name, label in (("async", "async DCP save (ours, blocked part)"), ("sync", "sync DCP save (ours)"),
                         ("seed", "full state dict to rank 0 + save_pretrained (seed)")):
         print(f"{label:<52} median {med[name] * 1000:8.0f} ms  (runs: "

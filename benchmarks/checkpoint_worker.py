@@ -8,13 +8,12 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from trainer import optim, parallel
-from trainer.checkpoint import AppState
-from trainer.config import FsdpConfig, OptimConfig
+from trainer.checkpoint import AppState, Checkpointer
+from trainer.config import CheckpointConfig, FsdpConfig, OptimConfig
 
 hidden, layers, repeat = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 d = parallel.init_distributed()
@@ -24,23 +23,22 @@ config = LlamaConfig(vocab_size=32000, hidden_size=hidden, intermediate_size=hid
 model = parallel.shard_model(LlamaForCausalLM(config), FsdpConfig(), d)
 opt = optim.build_optimizer(model, 1e-4, OptimConfig(), d.device)
 sched = optim.build_scheduler(opt, 10, OptimConfig())
-model(input_ids=torch.randint(0, 32000, (1, 16))).logits.sum().backward()
+model(input_ids=torch.randint(0, 32000, (1, 16), device=d.device)).logits.sum().backward()
 opt.step()
-state = {"app": AppState(model, opt, sched, {"step": 1})}
-params = sum(p.numel() for p in model.parameters())
-group = dist.new_group(backend="gloo")
+app = AppState(model, opt, sched, {"step": 1})
+params = sum(p.numel() for p in model.parameters())  # DTensor numel: the whole (unsharded) size
 root = Path(tempfile.mkdtemp(prefix="ckpt-bench-"))
+meta = {"model_name": "bench"}
+ours = {kind: Checkpointer(CheckpointConfig(async_save=kind == "async", keep_last=1), str(root / kind), d, meta)
+        for kind in ("async", "sync")}
 results = {"async": [], "sync": [], "seed": []}
 for i in range(repeat):
-    dist.barrier()
-    t = time.perf_counter()
-    future = dcp.async_save(state, checkpoint_id=str(root / f"async-{i}"), process_group=group)
-    results["async"].append(time.perf_counter() - t)
-    future.result()
-    dist.barrier()
-    t = time.perf_counter()
-    dcp.save(state, checkpoint_id=str(root / f"sync-{i}"))
-    results["sync"].append(time.perf_counter() - t)
+    for kind, ckpt in ours.items():
+        dist.barrier()
+        t = time.perf_counter()
+        ckpt.save(app, i + 1)  # returns once the tensors are staged (async) or written (sync)
+        results[kind].append(time.perf_counter() - t)
+        ckpt.wait()
     dist.barrier()
     t = time.perf_counter()
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -49,5 +47,5 @@ for i in range(repeat):
     dist.barrier()
     results["seed"].append(time.perf_counter() - t)
 if d.is_main:
-    print(json.dumps({"params": params * d.world, "results": results}), flush=True)
+    print(json.dumps({"params": params, "device": d.device.type, "results": results}), flush=True)
 dist.destroy_process_group()
