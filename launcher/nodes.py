@@ -253,17 +253,20 @@ class SshNode:
         server = await (await self._conn()).create_process(self.agent, encoding=None)
         source = AGENT_SOURCE.read_bytes()
         server.stdin.write(b"%d\n" % len(source) + source)
-        first = await server.stdout.readline()
-        if first.strip() == READY.encode():
+        noise = b""  # what a login shell's rc files print before the agent's first line
+        while (line := await server.stdout.readline()) and line.strip() != READY.encode():
+            noise = (noise + line)[-2000:]
+        if line:
             return server
-        if not first:  # the channel closed: the command failed (or the connection went)
+        try:
             detail = (await asyncio.wait_for(server.stderr.read(), 5)).decode(errors="replace").strip()
-            if detail:
-                server.close()
-                raise NodeError(f"{self.label}: the agent could not start with {self.python} in "
-                                f"{self.node.node_dir}: {detail[-600:]}")
+        except asyncio.TimeoutError:
+            detail = ""
         server.close()
-        raise ConnectionResetError(f"the agent's channel closed ({first[:200]!r})")
+        if detail:  # the command failed; else the connection went, which is retried
+            raise NodeError(f"{self.label}: the agent could not start with {self.python} in "
+                            f"{self.node.node_dir}: {detail[-600:]}")
+        raise ConnectionResetError(f"the agent's channel closed ({noise[-200:]!r})")
 
     async def prepare(self) -> None:
         import asyncssh

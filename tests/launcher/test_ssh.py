@@ -364,3 +364,18 @@ def test_a_node_that_cannot_run_the_agent_is_named_at_once(home, tmp_path, hosts
         assert "node 0 (node0): the agent could not start" in end["triage"]["summary"]
         assert expect in end["triage"]["summary"]
         assert time.monotonic() - started < 30
+
+
+def test_a_chatty_login_before_the_agent_is_skipped(home, tmp_path, hosts):
+    """An interpreter wrapper (or rc file) printing to stdout before the agent starts does not confuse it."""
+    client, _ = hosts
+    noisy = tmp_path / "bin" / "python3"
+    noisy.parent.mkdir()
+    noisy.write_text(f"#!/bin/sh\necho 'Welcome! 3 updates are available.'\nexec {sys.executable} \"$@\"\n")
+    noisy.chmod(0o755)
+    wl = write_workload(tmp_path, f"experiment_name: chatty\ncompute: {{hosts: [node0]}}\n"
+                                  f"environment: {{python: {noisy}}}\ncommand: echo hello from $NODE_RANK\n")
+    out = ssh_cli(home, client, "run", wl, "--json", timeout=60)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    lines = [line for e in events(out.stdout) if e["type"] == "NodeLines" for line in e["lines"]]
+    assert lines == ["hello from 0"]
