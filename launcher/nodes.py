@@ -91,10 +91,10 @@ class LocalNode:
     async def read(self, name: str, offset: int, limit: int = 4 << 20, wait: float = 0.0) -> bytes:
         """Bytes from ``offset``; with ``wait``, held back until there are some or the job ended (a long
         poll, as the agent answers over SSH)."""
-        from launcher.agent import _read_state
+        from launcher.agent import _read_state, _size
 
         deadline = time.monotonic() + wait
-        path = self.dir / name
+        path = str(self.dir / name)
         while (time.monotonic() < deadline and _size(path) <= offset  # noqa: ASYNC110 - another process writes it
                and _read_state(str(self.dir)).get("state") != "exited"):
             await asyncio.sleep(0.02)
@@ -330,13 +330,6 @@ class SshNode:
 
     async def close(self) -> None:
         self._drop()
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return -1
 
 
 def node_backend(plan: RunPlan, node: NodePlan, on_state=None):

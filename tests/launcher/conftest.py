@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,25 @@ def cli_env(home: Path, **extra: str) -> dict[str, str]:
 def cli(home: Path, *args: str, timeout: int = 300, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([FSDP_TUI, *map(str, args)], capture_output=True, text=True, timeout=timeout,
                           env=cli_env(home, **env), cwd=ROOT)
+
+
+def run_sampling_cmdlines(home: Path, workload: Path, timeout: float, **env: str) -> tuple[int, str, list[bytes]]:
+    """``fsdp-tui run WORKLOAD --json`` while every process command line on this machine is sampled
+    (10 Hz), so a test can show a secret never appears in one; returns (exit code, stdout, command lines)."""
+    proc = subprocess.Popen([FSDP_TUI, "run", str(workload), "--json"], stdout=subprocess.PIPE, text=True,
+                            env=cli_env(home, **env), cwd=ROOT)
+    cmdlines = []
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    cmdlines.append((entry / "cmdline").read_bytes())
+                except OSError:
+                    pass
+        time.sleep(0.1)
+    out = proc.stdout.read()
+    return proc.wait(timeout=60), out, cmdlines
 
 
 def events(stdout: str) -> list[dict]:

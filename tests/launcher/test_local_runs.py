@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.launcher.conftest import FSDP_TUI, ROOT, cli, cli_env, events, tagged, write_workload
+from tests.launcher.conftest import (
+    FSDP_TUI,
+    ROOT,
+    cli,
+    cli_env,
+    events,
+    run_sampling_cmdlines,
+    tagged,
+    write_workload,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -211,20 +220,8 @@ command: |
   test "$(printf %s "$API_TOKEN" | sha256sum | cut -d' ' -f1)" = "{digest}" && echo token-ok
   sleep 1
 """)
-    proc = subprocess.Popen([FSDP_TUI, "run", str(wl), "--json"], stdout=subprocess.PIPE, text=True,
-                            env=cli_env(home, FSDP_TUI_SECRET_TEAM_API=canary), cwd=ROOT)
-    cmdlines = []
-    deadline = time.monotonic() + 60
-    while proc.poll() is None and time.monotonic() < deadline:
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    cmdlines.append((entry / "cmdline").read_bytes())
-                except OSError:
-                    pass
-        time.sleep(0.1)
-    out = proc.stdout.read()
-    assert proc.wait() == 0
+    code, out, cmdlines = run_sampling_cmdlines(home, wl, 60, FSDP_TUI_SECRET_TEAM_API=canary)
+    assert code == 0
     assert all(canary.encode() not in c for c in cmdlines)
     assert canary not in out
     run_id = events(out)[0]["run_id"]

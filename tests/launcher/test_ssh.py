@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.launcher.conftest import FSDP_TUI, ROOT, cli_env, events, tagged, write_workload
+from tests.launcher.conftest import (
+    FSDP_TUI,
+    ROOT,
+    cli_env,
+    events,
+    run_sampling_cmdlines,
+    tagged,
+    write_workload,
+)
 from tests.launcher.sshd import keygen
 
 pytestmark = pytest.mark.slow
@@ -303,20 +311,8 @@ def test_hostile_strings_and_a_canary_secret_over_ssh(home, tmp_path, ns_hosts):
            "command": f'python "$CODE_SOURCE_PATH/show.py" {hashlib.sha256(canary.encode()).hexdigest()}',
            "env_variables": env, "parameters": params, "secrets": {"API_TOKEN": "team/api"}}
     wl = write_workload(tmp_path, yaml.safe_dump(doc, allow_unicode=True))
-    proc = subprocess.Popen([FSDP_TUI, "run", str(wl), "--json"], stdout=subprocess.PIPE, text=True,
-                            env=cli_env(home, HOME=str(client), FSDP_TUI_SECRET_TEAM_API=canary), cwd=ROOT)
-    cmdlines = []
-    deadline = time.monotonic() + 120
-    while proc.poll() is None and time.monotonic() < deadline:
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    cmdlines.append((entry / "cmdline").read_bytes())
-                except OSError:
-                    pass
-        time.sleep(0.1)
-    out = proc.stdout.read()
-    assert proc.wait(timeout=60) == 0, out[-3000:]
+    code, out, cmdlines = run_sampling_cmdlines(home, wl, 120, HOME=str(client), FSDP_TUI_SECRET_TEAM_API=canary)
+    assert code == 0, out[-3000:]
     run_id = events(out)[0]["run_id"]
     for rank in (0, 1):
         log = (home / "runs" / run_id / "nodes" / f"{rank}.log").read_text().splitlines()
