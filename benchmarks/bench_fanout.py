@@ -44,9 +44,10 @@ def launcher_cpu() -> float:
 async def launch_once(hosts: list[str], node_root: Path, home: Path) -> tuple[float, float]:
     """Seconds until every node's first line is mirrored, and until the run finished."""
     from launcher.paths import new_run_id
-    from launcher.plan import build_plan
-    from launcher.session import launch
-    from launcher.validate import validate_text
+    from launcher.runs.launch import create_run
+    from launcher.runs.supervisor import Supervisor
+    from launcher.workload.plan import build_plan
+    from launcher.workload.validate import validate_text
 
     text = (f"experiment_name: fanout\ncompute: {{hosts: [{', '.join(hosts)}]}}\nmlflow: {{enabled: false}}\n"
             f"environment: {{python: {sys.executable}}}\ncommand: echo up on $NODE_RANK\n")
@@ -54,22 +55,23 @@ async def launch_once(hosts: list[str], node_root: Path, home: Path) -> tuple[fl
     assert result.workload is not None, [p.format() for p in result.problems]
     plan = build_plan(result.workload, run_id=new_run_id("fanout"), node_root=str(node_root))
     start = time.perf_counter()
-    handle = await launch(plan, home=home)
-    up, launched = set(), None
-    async for event in handle.events():
-        kind = type(event).__name__
-        if kind == "NodeLines":
-            up.add(event.node_rank)
-            if len(up) == len(hosts) and launched is None:
-                launched = time.perf_counter() - start
-        elif kind == "RunFinished":
-            assert event.state.value == "succeeded", event
+    # The run's owner, in this process (as its own process it runs the same code), so its CPU is measured.
+    create_run(plan, home)
+    owner = asyncio.create_task(Supervisor(home, plan.run_id, plan, adopted=False).run())
+    mirrors = [home / "runs" / plan.run_id / "nodes" / f"{rank}.log" for rank in range(len(hosts))]
+    launched = None
+    while not owner.done():
+        if launched is None and all(m.exists() and m.stat().st_size for m in mirrors):
+            launched = time.perf_counter() - start
+        await asyncio.sleep(0.005)
+    outcome = owner.result()
+    assert outcome.state.value == "succeeded", outcome
     return launched or float("nan"), time.perf_counter() - start
 
 
 def openssh_loop(hosts, client: Path, node_root: Path) -> float:
     """Upload the agent and start the job on each host in turn, as ``for h in ...; do scp; ssh; done``."""
-    agent = ROOT / "launcher" / "agent.py"
+    agent = ROOT / "launcher" / "backends" / "agent" / "jobs.py"
     opts = ["-F", str(client / ".ssh" / "config"), "-o", f"UserKnownHostsFile={client / '.ssh' / 'known_hosts'}",
             "-o", "BatchMode=yes"]
     start = time.perf_counter()

@@ -57,9 +57,9 @@ class SyntheticHandle:
 async def load_test(seconds: float, rate: int, nodes: int) -> None:
     from textual import events
 
-    from launcher.plan import build_plan
-    from launcher.store import RunStore
-    from launcher.validate import validate_text
+    from launcher.runs.store import RunStore
+    from launcher.workload.plan import build_plan
+    from launcher.workload.validate import validate_text
     from tui.app import FsdpTuiApp
     from tui.screens.monitor import RunMonitorScreen
 
@@ -69,12 +69,15 @@ async def load_test(seconds: float, rate: int, nodes: int) -> None:
         text = f"experiment_name: bench\ncompute: {{hosts: [{hosts}]}}\ncommand: x\n"
         plan = build_plan(validate_text(text, "b.yaml").workload, run_id="bench-run")
         RunStore(home).create_run(plan, None, text)
+        from launcher.runs.owner import OwnerLock
+
+        OwnerLock(home / "runs" / "bench-run").acquire()  # owned by this process: nothing adopts it
         handle = SyntheticHandle("bench-run", nodes, rate, seconds)
         app = FsdpTuiApp(home)
         latencies = []
         async with app.run_test(size=(250, 70)) as pilot:
             await pilot.pause()
-            app.push_screen(RunMonitorScreen("bench-run", nodes, handle))
+            app.push_screen(RunMonitorScreen("bench-run", nodes, events=handle.events()))
             await pilot.pause(0.5)
             screen = app.screen
             # A frame is on screen when the compositor has rendered it: record when that happens.
@@ -123,7 +126,7 @@ def first_screen() -> None:
             session = f"bench-start-{i}"
             start = time.perf_counter()
             subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40",
-                            f"cd {ROOT} && FSDP_TUI_HOME={tmp} {exe}"], check=True)
+                            f"cd {ROOT} && PYTHONPATH={ROOT} FSDP_TUI_HOME={tmp} {exe}"], check=True)
             while True:
                 out = subprocess.run(["tmux", "capture-pane", "-t", session, "-p"], capture_output=True,
                                      text=True).stdout

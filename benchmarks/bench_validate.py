@@ -40,7 +40,7 @@ def _row(name: str, samples: list[float]) -> float:
 def main() -> None:
     import yaml
 
-    from launcher.validate import validate_file
+    from launcher.workload.validate import validate_file
 
     validate_file(WORKLOAD)  # warm imports
     print(f"machine: {sys.platform}, python {sys.version.split()[0]}")

@@ -12,6 +12,17 @@ from typing import Any
 
 from trainer.protocol import MetricRecord
 
+ATTEMPT_MARKER = "=== fsdp-tui: attempt "
+"""The start of the line a node's agent writes into its log when an attempt of a retried run starts."""
+
+
+def last_attempt(text: str) -> str:
+    """A node log from the start of its last attempt (all of it when there is no attempt marker)."""
+    cut = text.rfind("\n" + ATTEMPT_MARKER)
+    if cut >= 0:
+        return text[cut + 1:]
+    return text
+
 
 class RunState(str, enum.Enum):
     """Where a run is in its life. The last four are final."""
@@ -98,6 +109,17 @@ class GpuTelemetry:
 
 
 @dataclass(frozen=True)
+class StacksDumped:
+    """Every rank's stack on one node, taken on request (a hung run); the text is kept in ``path``."""
+
+    run_id: str
+    node_rank: int
+    path: str
+    summary: str
+    """One line: how many processes, and how (py-spy, or faulthandler into the node's log)."""
+
+
+@dataclass(frozen=True)
 class RunFinished:
     run_id: str
     state: RunState
@@ -105,7 +127,8 @@ class RunFinished:
     triage: dict[str, Any] | None = field(default=None)
 
 
-RunEvent = RunStateChanged | NodeStateChanged | NodeLines | MetricsRecorded | GpuTelemetry | RunFinished
+RunEvent = (RunStateChanged | NodeStateChanged | NodeLines | MetricsRecorded | GpuTelemetry | StacksDumped
+            | RunFinished)
 
 
 def event_to_dict(event: RunEvent) -> dict[str, Any]:
@@ -117,3 +140,28 @@ def event_to_dict(event: RunEvent) -> dict[str, Any]:
         if isinstance(value, enum.Enum):
             data[key] = value.value
     return {"type": type(event).__name__, **data}
+
+
+_EVENT_TYPES = {cls.__name__: cls for cls in (RunStateChanged, NodeStateChanged, NodeLines, MetricsRecorded,
+                                              GpuTelemetry, StacksDumped, RunFinished)}
+
+
+def event_from_dict(data: dict[str, Any]) -> RunEvent | None:
+    """The inverse of :func:`event_to_dict` (``None`` for a type this version does not know)."""
+    kind = _EVENT_TYPES.get(data.get("type", ""))
+    if kind is None:
+        return None
+    fields = {k: v for k, v in data.items() if k != "type"}
+    if kind is RunStateChanged:
+        fields["state"] = RunState(fields["state"])
+    elif kind is NodeStateChanged:
+        fields["state"] = NodeState(fields["state"])
+    elif kind is RunFinished:
+        fields["state"] = RunState(fields["state"])
+    elif kind is GpuTelemetry:
+        fields["gpus"] = tuple(GpuSample(**g) for g in fields.get("gpus", ()))
+    elif kind is NodeLines:
+        fields["lines"] = tuple(fields["lines"])
+    elif kind is MetricsRecorded:
+        fields["record"] = MetricRecord.from_dict(fields["record"])
+    return kind(**fields)

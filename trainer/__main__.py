@@ -138,6 +138,11 @@ def run(cfg) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import faulthandler
+    import signal
+
+    # Every thread's stack to the node's log on SIGUSR2: the launcher's stack dump where py-spy is missing.
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
     cfg = load_config(list(sys.argv[1:] if argv is None else argv))
     run(cfg)
     return 0

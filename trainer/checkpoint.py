@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,39 +25,19 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.checkpoint.stateful import Stateful
 
+from trainer import ckpt_layout
+from trainer.ckpt_layout import DCP_META, META, is_complete
 from trainer.config import CheckpointConfig
 from trainer.parallel import Dist
 
-META = "meta.json"
-DCP_META = ".metadata"
 
-
-@dataclass(frozen=True)
-class CheckpointInfo:
-    step: int
-    path: Path
-    complete: bool
-
-
-def is_complete(path: Path) -> bool:
-    return (path / DCP_META).is_file() and (path / META).is_file()
-
-
-def list_checkpoints(root: Path) -> list[CheckpointInfo]:
-    """Every ``step-*`` folder under ``root``, oldest first."""
-    out = []
-    if root.is_dir():
-        for p in root.iterdir():
-            if p.is_dir() and p.name.startswith("step-"):
-                digits = p.name[5:].split("-")[0]
-                if digits.isdigit():
-                    out.append(CheckpointInfo(int(digits), p, is_complete(p)))
-    return sorted(out, key=lambda c: (c.step, c.path.name))
+def list_checkpoints(root: Path) -> list[ckpt_layout.CheckpointInfo]:
+    return ckpt_layout.list_checkpoints(str(root))
 
 
 def newest_complete(root: Path) -> Path | None:
-    done = [c for c in list_checkpoints(root) if c.complete]
-    return done[-1].path if done else None
+    found = ckpt_layout.newest_complete(ckpt_layout.list_checkpoints(str(root)))
+    return Path(found.path) if found else None
 
 
 class AppState(Stateful):
@@ -140,11 +119,11 @@ class Checkpointer:
         self._finalize(write_dir, target, step)
 
     def _free_name(self, step: int) -> str:
-        base = f"step-{step:08d}"
-        name, n = base, 1
-        while (self.root / name).exists() or (self.staging and (self.staging / name).exists()):
-            name, n = f"{base}-{n}", n + 1
-        return name
+        n = 0
+        while ((self.root / ckpt_layout.step_name(step, n)).exists()
+               or (self.staging and (self.staging / ckpt_layout.step_name(step, n)).exists())):
+            n += 1
+        return ckpt_layout.step_name(step, n)
 
     def _finalize(self, write_dir: Path, target: Path, step: int) -> None:
         if self.staging is not None:
@@ -168,10 +147,8 @@ class Checkpointer:
     def _prune(self) -> None:
         if not self.cfg.keep_last:
             return
-        done = [c for c in list_checkpoints(self.root) if c.complete]
-        for old in done[: max(0, len(done) - self.cfg.keep_last)]:
-            if old.path != done[-1].path:
-                shutil.rmtree(old.path, ignore_errors=True)
+        for old in ckpt_layout.to_prune(ckpt_layout.list_checkpoints(str(self.root)), self.cfg.keep_last):
+            shutil.rmtree(old.path, ignore_errors=True)
 
 
 def export_hf(model, tokenizer, out_dir: Path, d: Dist) -> Path | None:

@@ -14,7 +14,7 @@ def load_for_inference(checkpoint: str | Path):
     """(model, tokenizer) from a complete checkpoint, in this process, without a process group."""
     import torch.distributed.checkpoint as dcp
 
-    from trainer.checkpoint import META, is_complete
+    from trainer.ckpt_layout import META, is_complete
     from trainer.config import ModelConfig
     from trainer.model import load_model, load_tokenizer
 

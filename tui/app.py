@@ -11,8 +11,15 @@ from textual.theme import Theme
 from tui import settings
 
 
+def _palette():
+    from tui.palette import FsdpCommands
+
+    return FsdpCommands
+
+
 class FsdpTuiApp(App):
     TITLE = "fsdp-tui"
+    COMMANDS = App.COMMANDS | {_palette}
     BINDINGS = [
         Binding("q", "quit", "quit", tooltip="quit the app; runs keep going"),
         Binding("t", "next_theme", "theme", show=False),
@@ -32,6 +39,8 @@ class FsdpTuiApp(App):
         self.extra_workloads = [workload.resolve()] if workload else []
         self.requested_theme = theme
         self.marked_runs: list[str] = []
+        self.launched: list[str] = []
+        """Runs started from this app: on quit, the ones still live are named with how to get back."""
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         from themes import APP_VARIABLES
@@ -60,16 +69,21 @@ class FsdpTuiApp(App):
             self.register_theme(Theme(name=spec.name, variables=spec.variables, **spec.fields))
         for error in errors:
             self.notify(f"theme skipped: {error}", severity="warning", timeout=8)
-        wanted = self.requested_theme or settings.load().get("theme") or DEFAULT_THEME
+        saved = settings.load().get("theme")
+        wanted = self.requested_theme or saved or DEFAULT_THEME
         if wanted not in self.available_themes:
-            self.notify(f"unknown theme '{wanted}', using {DEFAULT_THEME}", severity="warning")
-            wanted = DEFAULT_THEME
+            fallback = saved if saved in self.available_themes else DEFAULT_THEME
+            names = ", ".join(sorted(self.available_themes))
+            self.notify(f"unknown theme '{wanted}', using {fallback} (themes: {names})", severity="warning")
+            wanted = fallback
+        self.keep_theme = False  # the start-up choice is saved only when it was asked for and exists
         self.theme = wanted
+        self.keep_theme = True
         if self.requested_theme and wanted == self.requested_theme:
             settings.save(theme=wanted)
 
     def watch_theme(self, theme: str) -> None:
-        if self.is_mounted:
+        if self.is_mounted and getattr(self, "keep_theme", False):
             settings.save(theme=theme)
 
     def action_next_theme(self) -> None:
@@ -118,7 +132,7 @@ class FsdpTuiApp(App):
 
     def open_checkpoints(self, run_prefix: str) -> None:
         """The checkpoints of the run whose id is or starts with ``run_prefix``."""
-        from launcher.store import RunStore
+        from launcher.runs.store import RunStore
         from tui.screens.checkpoints import CheckpointsScreen
 
         try:
@@ -133,59 +147,77 @@ class FsdpTuiApp(App):
 
         self.push_screen(EditorScreen(path))
 
-    def open_run(self, run_id: str, handle=None) -> None:
-        from launcher.store import RunStore
+    def open_run(self, run_id: str) -> None:
+        from launcher.runs.store import RunStore
         from tui.screens.monitor import RunMonitorScreen
 
         record = RunStore(self.home).get_run(run_id)
         if record is None:
             self.notify(f"no run '{run_id}'", severity="error")
             return
-        # A fresh launch hands over its handle; reopening a run replays its record and follows it,
-        # timed from its recorded start (and end, once it has one).
-        recorded = record.summary if handle is None else None
-        self.push_screen(RunMonitorScreen(run_id, max(1, len(record.nodes)), handle, recorded=recorded))
+        # The monitor replays the run's record and follows it, timed from its recorded start (and end).
+        self.push_screen(RunMonitorScreen(run_id, max(1, len(record.nodes)), recorded=record.summary))
 
     def launch_workload(self, path: Path, overrides: list[str]) -> None:
         self.run_worker(self._launch(path, overrides), group="launch", exclusive=True)
 
-    async def _launch(self, path: Path, overrides: list[str]) -> None:
+    def relaunch_run(self, run_id: str, overrides: list[str] | None = None) -> None:
+        """A new run doing what ``run_id`` did (its recorded workload), with ``overrides`` on top."""
+        self.run_worker(self._launch(None, overrides or [], from_run=run_id), group="launch", exclusive=True)
+
+    async def _launch(self, path: Path | None, overrides: list[str], from_run: str | None = None) -> None:
         import asyncio
 
-        from launcher.nodes import NodeError
-        from launcher.paths import new_run_id
-        from launcher.plan import build_plan, local_node_root
-        from launcher.session import launch
-        from launcher.validate import validate_file
+        from launcher.runs.launch import relaunch_plan, start_run
+        from launcher.workload.load import plan_file
 
-        result = await asyncio.to_thread(validate_file, path, overrides)
-        if result.workload is None:
-            first = result.errors[0].format() if result.errors else "invalid workload"
-            self.notify(f"not launched: {first}", severity="error", timeout=10)
-            self.open_editor(path)
-            return
-        plan = build_plan(result.workload, run_id=new_run_id(result.workload.experiment_name),
-                          source_file=await asyncio.to_thread(path.resolve),
-                          node_root=local_node_root(result.workload, self.home))
-        if plan.blockers:
-            self.notify("not launched: " + "; ".join(plan.blockers), severity="error", timeout=10)
-            return
         try:
-            handle = await launch(plan, home=self.home)
-        except NodeError as err:
+            if from_run is not None:
+                planned = await asyncio.to_thread(relaunch_plan, self.home, from_run, overrides)
+            else:
+                planned = await asyncio.to_thread(plan_file, path, overrides, home=self.home)
+        except (LookupError, OSError) as err:
             self.notify(f"not launched: {err}", severity="error", timeout=10)
             return
-        self.open_run(plan.run_id, handle)
+        if planned.plan is None:
+            errors = planned.result.errors
+            first = errors[0].format() if errors else "invalid workload"
+            self.notify(f"not launched: {first}", severity="error", timeout=10)
+            if path is not None:
+                self.open_editor(path)
+            return
+        if planned.plan.blockers:
+            self.notify("not launched: " + "; ".join(planned.plan.blockers), severity="error", timeout=10)
+            return
+        run_id = await asyncio.to_thread(start_run, planned.plan, self.home)
+        self.launched.append(run_id)
+        self.open_run(run_id)
 
 
 def run_app(*, workload: Path | None = None, run_id: str | None = None, theme: str | None = None,
             launch: bool = False, overrides: list[str] | None = None) -> int:
     from launcher.paths import data_home
 
-    app = FsdpTuiApp(data_home(), theme=theme, workload=workload, run_id=run_id, launch=launch,
-                     overrides=overrides)
+    home = data_home()
+    app = FsdpTuiApp(home, theme=theme, workload=workload, run_id=run_id, launch=launch, overrides=overrides)
     app.run()
+    _say_what_goes_on(home, app.launched)
     return app.return_code or 0
+
+
+def _say_what_goes_on(home: Path, run_ids: list[str]) -> None:
+    """After the app closes: the runs it started that are still going, and how to get back to them."""
+    import sys
+
+    from launcher.runs.store import RunStore
+
+    store = RunStore(home)
+    for run_id in run_ids:
+        record = store.get_run(run_id)
+        if record is not None and not record.summary.state.is_final:
+            print(f"run {run_id} goes on ({record.summary.state.value}): reopen it with fsdp-tui (home screen), "
+                  f"follow it with fsdp-tui logs {run_id} --follow, stop it with fsdp-tui cancel {run_id}",
+                  file=sys.stderr)
 
 
 GC_THRESHOLDS = (5_000, 20, 100)

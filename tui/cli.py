@@ -49,7 +49,7 @@ def _run_overrides(args: list[str]) -> tuple[Path | None, list[str]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from launcher.cli import COMMANDS
+    from launcher.cli.main import ALIASES, COMMANDS
 
     theme, args = _split_theme(list(sys.argv[1:] if argv is None else argv))
     if not args:
@@ -59,11 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         file, overrides = _run_overrides(args[1:])
         if file is not None:
             return _app(theme=theme, workload=file, launch=True, overrides=overrides)
-    if first not in COMMANDS and not first.startswith("-") and (
+    if first not in (*COMMANDS, *ALIASES) and not first.startswith("-") and (
         Path(first).is_file() or first.endswith((".yaml", ".yml"))
     ):
         return _app(theme=theme, workload=Path(first))
-    from launcher.cli import main as headless
+    from launcher.cli.main import main as headless
 
     return headless(([f"--theme={theme}"] if theme else []) + args)
 

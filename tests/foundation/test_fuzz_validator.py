@@ -6,7 +6,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from launcher.validate import validate_text
+from launcher.workload.validate import validate_text
 
 SAMPLES = sorted((Path(__file__).resolve().parents[2] / "sample_workloads").rglob("*.yaml"))
 SAMPLE_TEXTS = [p.read_text() for p in SAMPLES]

@@ -9,8 +9,8 @@ import pytest
 FORBIDDEN = {
     "launcher": {"textual", "torch", "tui"},
     "launcher.cli": {"textual", "torch", "tui", "pydantic", "mlflow", "asyncssh", "yaml"},
-    "launcher.validate": {"textual", "torch", "tui", "mlflow", "asyncssh"},
-    "launcher.plan": {"textual", "torch", "tui", "mlflow", "asyncssh"},
+    "launcher.workload.validate": {"textual", "torch", "tui", "mlflow", "asyncssh"},
+    "launcher.workload.plan": {"textual", "torch", "tui", "mlflow", "asyncssh"},
     "trainer.config": {"torch", "textual", "rich", "asyncssh", "launcher", "tui"},
     "trainer.protocol": {"torch", "textual", "rich", "asyncssh", "launcher", "tui", "pydantic", "yaml"},
     "tui.cli": {"torch", "textual", "mlflow", "asyncssh", "pydantic"},

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.validate import validate_file
+from launcher.workload.validate import validate_file
 
 CORPUS = Path(__file__).parent.parent / "data" / "malformed"
 CASES = sorted(p.stem for p in CORPUS.glob("*.yaml"))

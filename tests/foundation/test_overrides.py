@@ -2,8 +2,8 @@
 
 import pytest
 
-from launcher.overrides import apply_overrides, parse_path
-from launcher.validate import validate_text
+from launcher.workload.overrides import apply_overrides, parse_path
+from launcher.workload.validate import validate_text
 
 BASE = {"experiment_name": "t", "parameters": {"model_name": "m", "dataset_name": "d", "output_dir": "/o",
                                                "max_steps": 100}}

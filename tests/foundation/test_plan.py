@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from launcher.plan import build_plan, render_plan, with_master_port
-from launcher.validate import validate_text
+from launcher.workload.plan import build_plan, render_plan, with_master_port
+from launcher.workload.validate import validate_text
 
 ROOT = Path(__file__).resolve().parents[2]
 

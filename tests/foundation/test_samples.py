@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.validate import validate_file, validate_text
+from launcher.workload.validate import validate_file, validate_text
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = sorted(p for p in (ROOT / "sample_workloads").rglob("*.yaml"))

@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from launcher.validate import validate_text
-from launcher.yaml_loader import MAX_BYTES, load_yaml
+from launcher.workload.validate import validate_text
+from launcher.workload.yaml_loader import MAX_BYTES, load_yaml
 
 
 def test_marks_point_at_keys_and_values():

@@ -27,6 +27,8 @@ class TestHost:
     proc: subprocess.Popen
     netns: str | None = None
     switch: Switch | None = None
+    home: Path | None = None
+    """The login's home on this host (sshd sets HOME there): tests never touch the real home."""
 
     def known_hosts_line(self) -> str:
         name = self.addr if self.port == 22 else f"[{self.addr}]:{self.port}"
@@ -102,8 +104,9 @@ def make_switch(count: int) -> Switch:
     return switch
 
 
-def start_hosts(tmp: Path, count: int, netns: bool = False) -> tuple[Path, list[TestHost]]:
-    """Start ``count`` sshd hosts; returns the client HOME (with .ssh/config and known_hosts) and them."""
+def start_hosts(tmp: Path, count: int, netns: bool = False, sftp: bool = True) -> tuple[Path, list[TestHost]]:
+    """Start ``count`` sshd hosts; returns the client HOME (with .ssh/config and known_hosts) and them.
+    ``sftp=False``: hosts without an SFTP subsystem, as some hardened servers are."""
     if not os.path.exists(SSHD) or shutil.which("ssh-keygen") is None:
         raise RuntimeError("openssh-server is not installed (apt-get install openssh-server)")
     switch = make_switch(count) if netns else None
@@ -113,6 +116,8 @@ def start_hosts(tmp: Path, count: int, netns: bool = False) -> tuple[Path, list[
     keygen(client / ".ssh" / "id_ed25519")
     authorized = tmp / "authorized_keys"
     authorized.write_text((client / ".ssh" / "id_ed25519.pub").read_text())
+    remote_home = tmp / "remote-home"  # one home for every host, as an NFS-mounted home would be
+    remote_home.mkdir()
     hosts, config = [], []
     for i in range(count):
         ns = switch.namespaces[i] if switch else None
@@ -131,15 +136,16 @@ KbdInteractiveAuthentication no
 StrictModes no
 UsePAM no
 PidFile {tmp}/sshd{i}.pid
-Subsystem sftp internal-sftp
+{"Subsystem sftp internal-sftp" if sftp else ""}
 MaxStartups 100
 MaxSessions 50
 LogLevel ERROR
+SetEnv HOME={remote_home}
 """)
         with open(tmp / f"sshd{i}.log", "w") as log:  # the child keeps its own copy of the descriptor
             enter = ["ip", "netns", "exec", ns] if ns else []  # it execs sshd: the same process
             proc = subprocess.Popen([*enter, SSHD, "-D", "-e", "-f", str(conf)], stderr=log)
-        hosts.append(TestHost(f"node{i}", addr, port, key, proc, ns, switch))
+        hosts.append(TestHost(f"node{i}", addr, port, key, proc, ns, switch, remote_home))
         config.append(f"Host node{i}\n  HostName {addr}\n  Port {port}\n  User root\n"
                       f"  IdentityFile {client / '.ssh' / 'id_ed25519'}\n")
     (client / ".ssh" / "config").write_text("\n".join(config))

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.doctor import NodeProbe, evaluate
-from launcher.plan import build_plan
-from launcher.validate import validate_text
+from launcher.doctor.judge import NodeProbe, evaluate
+from launcher.workload.plan import build_plan
+from launcher.workload.validate import validate_text
 from tests.launcher.conftest import ROOT, cli, write_workload
 
 VENV_PYTHON = sys.executable
@@ -87,7 +87,8 @@ def test_python_without_torch_is_an_error_naming_the_node_and_the_python(home, t
     assert f"{python} -m pip install torch" in torch["fix"] and "this machine" in torch["fix"]
     # Everything else was still checked, and is fine.
     assert {n: c["status"] for n, c in checks(node).items() if n != "torch"} == {
-        "reachable": "ok", "hostname": "ok", "python": "ok", "gpus": "ok", "disk": "ok", "rendezvous": "ok"}
+        "reachable": "ok", "hostname": "ok", "python": "ok", "gpus": "ok", "disk": "ok", "rendezvous": "ok",
+        "secrets": "ok"}
     human = cli(home, "doctor", local_workload(tmp_path, python=python), COLUMNS="300")
     assert human.returncode == 1 and f"not installed for {python}" in human.stdout
     assert human.stdout.strip().splitlines()[-1] == "1 node: 0 ok, 0 with warnings, 1 with errors"
@@ -278,3 +279,25 @@ def test_builtin_trainer_needs_fsdp2_torch_and_its_packages():
     assert found["torch"].status == "error" and "needs torch 2.6+" in found["torch"].detail
     assert found["transformers"].detail == "not installed for /opt/py/bin/python"
     assert found["datasets"].status == "error"  # not reported at all by the probe: never silently ok
+
+
+def test_doctor_checks_what_a_launch_needs_output_dir_and_secrets(home, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    wl = write_workload(tmp_path, f"""experiment_name: needs
+command: echo hi
+secrets: {{HF_TOKEN: team/hf}}
+parameters: {{output_dir: {blocker}/out}}
+""")
+    out = cli(home, "doctor", wl, "--json")
+    checks = {c["name"]: c for c in json.loads(out.stdout)["nodes"][0]["checks"]}
+    assert checks["output_dir"]["status"] == "error" and f"{blocker} is a file" in checks["output_dir"]["detail"]
+    assert checks["secrets"]["status"] == "error" and "team/hf" in checks["secrets"]["detail"]
+    assert "fsdp-tui secrets set team/hf" in checks["secrets"]["fix"]
+    assert out.returncode == 1
+    fine = write_workload(tmp_path, "experiment_name: needs\ncommand: echo hi\nsecrets: {HF_TOKEN: team/hf}\n"
+                                    f"parameters: {{output_dir: {tmp_path}/outputs/$FSDP_TUI_RUN_ID}}\n")
+    found = json.loads(cli(home, "doctor", fine, "--json", FSDP_TUI_SECRET_TEAM_HF="x").stdout)
+    checks = {c["name"]: c for c in found["nodes"][0]["checks"]}
+    assert checks["secrets"]["status"] == "ok" and checks["output_dir"]["status"] == "ok"
+    assert f"{tmp_path}/outputs/doctor" in checks["output_dir"]["detail"]

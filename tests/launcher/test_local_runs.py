@@ -56,6 +56,13 @@ def test_air_style_script_unmodified_gets_metrics_records_and_mlflow(home):
     assert not (ROOT / "mlruns").exists()
 
 
+def test_the_byo_sample_visibly_learns(home):
+    out = cli(home, "run", ROOT / "sample_workloads/byo_script/workload.yaml", "--json")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    losses = [e["record"]["loss"] for e in events(out.stdout) if e["type"] == "MetricsRecorded"]
+    assert len(losses) == 60 and sum(losses[-5:]) < 0.5 * sum(losses[:5]), losses
+
+
 def test_failure_is_triaged_to_the_node_and_signature(home, tmp_path):
     wl = write_workload(tmp_path, """experiment_name: fails
 command: |
@@ -105,7 +112,7 @@ def held_port():
 
 @pytest.fixture
 def held_default_port():
-    from launcher.plan import DEFAULT_MASTER_PORT
+    from launcher.workload.plan import DEFAULT_MASTER_PORT
 
     try:
         s = _listen(DEFAULT_MASTER_PORT)
@@ -274,8 +281,44 @@ def test_gpu_telemetry_from_nvidia_smi_reaches_the_events_and_the_view(home, tmp
          "utilization_pct": 0.0},
     ]
     from launcher.events import GpuSample, GpuTelemetry
-    from launcher.run_view import RunView
+    from launcher.runs.view import RunView
 
     view = RunView("r")
     view.apply(GpuTelemetry("r", 0, tuple(GpuSample(**g) for g in telemetry[0]["gpus"])))
     assert view.node(0).gpu_summary == "2 GPU 48% util, 61.0/160.0 GiB"
+
+
+def test_a_workload_that_cannot_run_here_is_refused_before_it_starts(home, tmp_path):
+    """Eight GPU processes per node on a machine without GPUs or a CUDA torch: refused in seconds with
+    the doctor's words; --force starts it anyway."""
+    wl = write_workload(tmp_path, "experiment_name: no-gpus\ncompute: {accelerator_type: GPU_8xH100}\n"
+                                  "command: echo started\n")
+    started = time.monotonic()
+    out = cli(home, "run", wl, "--json")
+    assert out.returncode == 1 and time.monotonic() - started < 60
+    summary = events(out.stdout)[-1]["triage"]["summary"]
+    assert "not started, it cannot run there" in summary and "GPU processes per node" in summary
+    assert "--force" in summary
+    assert not [line for e in events(out.stdout) if e["type"] == "NodeLines" for line in e["lines"]]
+    forced = cli(home, "run", wl, "--json", "--force")
+    assert forced.returncode == 0, forced.stdout[-2000:]
+    assert [line for e in events(forced.stdout) if e["type"] == "NodeLines" for line in e["lines"]] == ["started"]
+
+
+def test_retried_attempts_are_told_apart_and_triage_speaks_of_the_last(home, tmp_path):
+    flag = tmp_path / "tried-once"
+    wl = write_workload(tmp_path, f"""experiment_name: two-tries
+max_retries: 1
+command: |
+  if [ -f {flag} ]; then echo "ValueError: the second attempt's own failure"; exit 2; fi
+  touch {flag}; echo "RuntimeError: the first attempt's failure"; exit 1
+""")
+    out = cli(home, "run", wl, "--json")
+    assert out.returncode == 1
+    end = events(out.stdout)[-1]
+    assert "second attempt's own failure" in end["triage"]["summary"], end["triage"]
+    run_id = end["run_id"]
+    log = (home / "runs" / run_id / "nodes" / "0.log").read_text().splitlines()
+    markers = [x for x in log if x.startswith("=== fsdp-tui: attempt ")]
+    assert [m.split(",")[0] for m in markers] == ["=== fsdp-tui: attempt 1 of 2", "=== fsdp-tui: attempt 2 of 2"]
+    assert log.index(markers[1]) > log.index("RuntimeError: the first attempt's failure")

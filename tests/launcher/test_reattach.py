@@ -36,11 +36,10 @@ command: |
     assert tagged(run_id), "the run must keep going without its launcher"
 
     monkeypatch.setenv("FSDP_TUI_HOME", str(home))
-    from launcher.session import attach
+    from launcher.runs.follow import follow_run
 
     async def follow() -> list:
-        handle = await attach(run_id, home=home)
-        return [e async for e in handle.events()]
+        return [e async for e in follow_run(home, run_id)]
 
     evs = asyncio.run(asyncio.wait_for(follow(), 60))
     assert type(evs[-1]).__name__ == "RunFinished" and evs[-1].state.value == "succeeded"

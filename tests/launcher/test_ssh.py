@@ -4,7 +4,6 @@ verified, connections dropped."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -24,16 +23,11 @@ from tests.launcher.conftest import (
 from tests.launcher.sshd import keygen
 
 pytestmark = pytest.mark.slow
-REMOTE_RUNS = Path.home() / ".fsdp-tui" / "runs"
 
 
 def ssh_cli(home: Path, client: Path, *args: str, timeout: int = 300):
     return subprocess.run([FSDP_TUI, *map(str, args)], capture_output=True, text=True, timeout=timeout,
                           env=cli_env(home, HOME=str(client)), cwd=ROOT)
-
-
-def _cleanup(run_id: str) -> None:
-    shutil.rmtree(REMOTE_RUNS / run_id, ignore_errors=True)
 
 
 def gloo_iface(started) -> str:
@@ -59,19 +53,18 @@ parameters: {{max_steps: 8}}
     out = ssh_cli(home, client, "run", wl, "--json")
     evs = events(out.stdout)
     run_id = evs[0]["run_id"]
-    try:
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
-        steps = [e["record"]["step"] for e in evs if e["type"] == "MetricsRecorded"]
-        assert steps == list(range(1, 9))
-        hosts_seen = {e["host"] for e in evs if e["type"] == "NodeStateChanged"}
-        assert hosts_seen == {"node0", "node1"}
-        assert "World size=2" in (home / "runs" / run_id / "nodes" / "0.log").read_text()
-        assert tagged(run_id) == []
-    finally:
-        _cleanup(run_id)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    steps = [e["record"]["step"] for e in evs if e["type"] == "MetricsRecorded"]
+    assert steps == list(range(1, 9))
+    hosts_seen = {e["host"] for e in evs if e["type"] == "NodeStateChanged"}
+    assert hosts_seen == {"node0", "node1"}
+    assert "World size=2" in (home / "runs" / run_id / "nodes" / "0.log").read_text()
+    assert tagged(run_id) == []
 
 
-def test_builtin_trainer_over_two_ssh_nodes_two_procs_each(home, tmp_path, ns_hosts):
+def test_builtin_trainer_over_two_ssh_nodes_two_procs_each(home, tmp_path, ns_hosts, monkeypatch):
+    """Checkpoints live where rank 0 wrote them (under the nodes' home): listed, resumed from the
+    checkpoints screen, exported on the node and copied here."""
     client, started = ns_hosts
     wl = write_workload(tmp_path, f"""experiment_name: ssh-trainer
 compute: {{accelerator_type: CPU, procs_per_node: 2, num_accelerators: 4, hosts: [node0, node1]}}
@@ -81,28 +74,72 @@ env_variables: {{OMP_NUM_THREADS: 1, FSDP_TUI_ASSETS: /tmp/fsdp-tui-test-assets,
 parameters:
   model_name: builtin:tiny-llama
   dataset_name: builtin:tiny-alpaca
-  output_dir: {tmp_path / 'out'}/$FSDP_TUI_RUN_ID
+  output_dir: ~/out_$FSDP_TUI_RUN_ID
   max_seq_len: 128
   per_device_batch_size: 4
   learning_rate: 0.003
   max_steps: 6
   model: {{from_scratch: true}}
   logging: {{eval_max_batches: 2}}
-  checkpoint: {{export_hf: false}}
+  checkpoint: {{every_steps: 3, export_hf: false}}
 """)
     out = ssh_cli(home, client, "run", wl, "--json")
     evs = events(out.stdout)
     run_id = evs[0]["run_id"]
-    try:
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
-        train = [e["record"] for e in evs if e["type"] == "MetricsRecorded" and e["record"]["kind"] == "train"]
-        assert [r["step"] for r in train] == list(range(1, 7)) and len(train[-1]["memory"]) == 4
-        record = json.loads(ssh_cli(home, client, "runs", "--json").stdout)[0]
-        assert record["state"] == "succeeded" and record["num_nodes"] == 2
-        ckpt = json.loads(ssh_cli(home, client, "ckpt", run_id, "--json").stdout)
-        assert [(c["step"], c["complete"]) for c in ckpt] == [(6, True)]
-    finally:
-        _cleanup(run_id)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    train = [e["record"] for e in evs if e["type"] == "MetricsRecorded" and e["record"]["kind"] == "train"]
+    assert [r["step"] for r in train] == list(range(1, 7)) and len(train[-1]["memory"]) == 4
+    record = json.loads(ssh_cli(home, client, "runs", "--json").stdout)[0]
+    assert record["state"] == "succeeded" and record["num_nodes"] == 2
+    node_out = started[0].home / f"out_{run_id}"
+    assert not (Path.home() / f"out_{run_id}").exists()
+    ckpt = json.loads(ssh_cli(home, client, "ckpt", run_id, "--json").stdout)
+    assert [(c["step"], c["complete"]) for c in ckpt] == [(3, True), (6, True)]
+    assert ckpt[0]["path"] == str(node_out / "checkpoints" / "step-00000003")
+
+    # Export on the node, and a copy here.
+    here = tmp_path / "exported"
+    exported = ssh_cli(home, client, "export", run_id, "--step", "6", "--to", here)
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    on_node = node_out / "hf" / "export-step-00000006"
+    assert (on_node / "config.json").is_file() and list(on_node.glob("*.safetensors"))
+    assert sorted(p.name for p in here.iterdir()) == sorted(p.name for p in on_node.iterdir())
+
+    # Resume from the checkpoints screen: a new run continues at the saved step, on the nodes.
+    import asyncio
+
+    from launcher.runs.store import RunStore
+    from tests.tui.support import wait_for
+    from tui.app import FsdpTuiApp
+    from tui.screens.checkpoints import CheckpointsScreen
+
+    monkeypatch.setenv("HOME", str(client))
+    monkeypatch.setenv("FSDP_TUI_HOME", str(home))
+
+    async def resume_from_screen() -> str:
+        app = FsdpTuiApp(home)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await pilot.pause()
+            app.push_screen(CheckpointsScreen(run_id))
+            await pilot.pause()
+            table = app.screen.query_one("DataTable")
+            await wait_for(pilot, lambda: table.row_count == 2, timeout=60)
+            table.move_cursor(row=0)
+            await pilot.press("r")
+            await wait_for(pilot, lambda: len(app.launched) == 1, timeout=60)
+            return app.launched[0]
+
+    resumed = asyncio.run(resume_from_screen())
+    store = RunStore(home)
+    deadline = time.monotonic() + 300
+    while not store.get_run(resumed).summary.state.is_final and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert store.get_run(resumed).summary.state.value == "succeeded", store.get_run(resumed).transitions[-3:]
+    metrics = (home / "runs" / resumed / "metrics.jsonl").read_text().splitlines()
+    steps = [json.loads(x)["step"] for x in metrics if json.loads(x).get("kind", "train") == "train"]
+    assert steps == [4, 5, 6], steps
+    log = (home / "runs" / resumed / "nodes" / "0.log").read_text()
+    assert "step-00000003" in log and "resumed from" in log
 
 
 def test_dropped_connection_reconnects_and_loses_no_line(home, tmp_path, ns_hosts):
@@ -120,19 +157,16 @@ command: |
         run_id = event["run_id"]
         if event["type"] == "NodeLines" and any(x.startswith("line 1") for x in event["lines"]):
             break
-    try:
-        killed = started[0].connection_pids()
-        assert killed
-        subprocess.run(["kill", "-9", *map(str, killed)])  # the TCP connection dies under the launcher
-        rest = [json.loads(x) for x in proc.stdout]
-        assert proc.wait(timeout=60) == 0, rest[-3:]
-        assert rest[-1]["type"] == "RunFinished" and rest[-1]["state"] == "succeeded"
-        node_states = [e["state"] for e in rest if e["type"] == "NodeStateChanged"]
-        assert node_states[:2] == ["reconnecting", "running"], node_states
-        mirror = (home / "runs" / run_id / "nodes" / "0.log").read_text().splitlines()
-        assert mirror == [f"line {i}" for i in range(1, 61)]
-    finally:
-        _cleanup(run_id)
+    killed = started[0].connection_pids()
+    assert killed
+    subprocess.run(["kill", "-9", *map(str, killed)])  # the TCP connection dies under the launcher
+    rest = [json.loads(x) for x in proc.stdout]
+    assert proc.wait(timeout=60) == 0, rest[-3:]
+    assert rest[-1]["type"] == "RunFinished" and rest[-1]["state"] == "succeeded"
+    node_states = [e["state"] for e in rest if e["type"] == "NodeStateChanged"]
+    assert node_states[:2] == ["reconnecting", "running"], node_states
+    mirror = (home / "runs" / run_id / "nodes" / "0.log").read_text().splitlines()
+    assert mirror == [f"line {i}" for i in range(1, 61)]
 
 
 def test_a_node_without_connection_holds_up_only_itself(home, tmp_path, ns_hosts):
@@ -176,8 +210,6 @@ command: |
         resume.cancel()
         listener.send_signal(signal.SIGCONT)
         proc.kill()
-        if run_id:
-            _cleanup(run_id)
 
 
 def _one_node_workload(tmp_path: Path) -> Path:
@@ -198,8 +230,28 @@ def test_unknown_host_key_stops_the_launch_and_trust_fixes_it(home, tmp_path, ho
     assert trusted.returncode == 0 and "SHA256:" in trusted.stdout
     out = ssh_cli(home, client, "run", _one_node_workload(tmp_path), "--json")
     assert out.returncode == 0, out.stdout[-2000:]
-    _cleanup(events(out.stdout)[0]["run_id"])
 
+
+
+def test_a_fresh_laptop_without_known_hosts_gets_the_unknown_key_message_and_trust_creates_the_file(
+        home, tmp_path, hosts):
+    client, started = hosts
+    (client / ".ssh" / "known_hosts").unlink()
+    out = ssh_cli(home, client, "run", _one_node_workload(tmp_path), "--json")
+    assert out.returncode == 1
+    summary = events(out.stdout)[-1]["triage"]["summary"]
+    assert "unknown host key SHA256:" in summary and f"fsdp-tui trust {started[1].addr}:{started[1].port}" in summary
+    assert "No such file" not in summary
+    doctor = json.loads(ssh_cli(home, client, "doctor", _one_node_workload(tmp_path), "--json").stdout)
+    reach = doctor["nodes"][0]["checks"][0]
+    assert reach["status"] == "error" and "unknown host key SHA256:" in reach["detail"], reach
+    assert "No such file" not in reach["detail"]
+    trusted = ssh_cli(home, client, "trust", f"{started[1].addr}:{started[1].port}", "--yes")
+    assert trusted.returncode == 0, trusted.stderr
+    known = client / ".ssh" / "known_hosts"
+    assert known.stat().st_mode & 0o777 == 0o600 and (client / ".ssh").stat().st_mode & 0o777 == 0o700
+    down = ssh_cli(home, client, "trust", "127.0.0.9:1", "--yes")
+    assert down.returncode == 1 and "cannot reach 127.0.0.9:1" in down.stderr and "ssh 127.0.0.9:1" in down.stderr
 
 
 def test_changed_host_key_is_a_hard_failure_naming_both_fingerprints(home, tmp_path, hosts):
@@ -215,7 +267,7 @@ def test_changed_host_key_is_a_hard_failure_naming_both_fingerprints(home, tmp_p
     summary = events(out.stdout)[-1]["triage"]["summary"]
     assert "HOST KEY CHANGED" in summary and summary.count("SHA256:") == 2
     run_id = events(out.stdout)[0]["run_id"]
-    assert not (REMOTE_RUNS / run_id).exists(), "nothing may reach a node with a changed key"
+    assert not (started[1].home / ".fsdp-tui" / "runs" / run_id).exists(), "nothing may reach a node with a changed key"
 
 
 def _two_node_ticker(tmp_path: Path, body: str) -> Path:
@@ -244,18 +296,15 @@ def test_killed_node_process_stops_every_node_and_triage_names_it(home, tmp_path
     proc = subprocess.Popen([FSDP_TUI, "run", str(wl), "--json"], stdout=subprocess.PIPE, text=True,
                             env=cli_env(home, HOME=str(client)), cwd=ROOT)
     run_id = _until_both_tick(proc)
-    try:
-        subprocess.run(["kill", "-9", (tmp_path / "job-1.pid").read_text().strip()], check=True)
-        rest = [json.loads(x) for x in proc.stdout]
-        assert proc.wait(timeout=60) == 1
-        end = rest[-1]
-        assert end["type"] == "RunFinished" and end["state"] == "failed"
-        assert end["triage"]["node_rank"] == 1 and end["triage"]["signature"] == "killed", end["triage"]
-        stopped = {e["node_rank"]: e["state"] for e in rest if e["type"] == "NodeStateChanged"}
-        assert stopped[0] == "stopped", stopped
-        assert tagged(run_id) == []
-    finally:
-        _cleanup(run_id)
+    subprocess.run(["kill", "-9", (tmp_path / "job-1.pid").read_text().strip()], check=True)
+    rest = [json.loads(x) for x in proc.stdout]
+    assert proc.wait(timeout=60) == 1
+    end = rest[-1]
+    assert end["type"] == "RunFinished" and end["state"] == "failed"
+    assert end["triage"]["node_rank"] == 1 and end["triage"]["signature"] == "killed", end["triage"]
+    stopped = {e["node_rank"]: e["state"] for e in rest if e["type"] == "NodeStateChanged"}
+    assert stopped[0] == "stopped", stopped
+    assert tagged(run_id) == []
 
 
 def test_cancel_from_another_process_leaves_nothing_on_any_node(home, tmp_path, ns_hosts):
@@ -264,18 +313,15 @@ def test_cancel_from_another_process_leaves_nothing_on_any_node(home, tmp_path, 
     proc = subprocess.Popen([FSDP_TUI, "run", str(wl), "--json"], stdout=subprocess.PIPE, text=True,
                             env=cli_env(home, HOME=str(client)), cwd=ROOT)
     run_id = _until_both_tick(proc)
-    try:
-        assert len(tagged(run_id)) >= 6
-        start = time.monotonic()
-        out = ssh_cli(home, client, "cancel", run_id)
-        assert out.returncode == 0, out.stdout + out.stderr
-        assert time.monotonic() - start < 10
-        assert tagged(run_id) == []
-        rest = [json.loads(x) for x in proc.stdout]
-        assert proc.wait(timeout=30) == 130, [e for e in rest if e["type"] != "NodeLines"]
-        assert rest[-1]["type"] == "RunFinished" and rest[-1]["state"] == "cancelled"
-    finally:
-        _cleanup(run_id)
+    assert len(tagged(run_id)) >= 6
+    start = time.monotonic()
+    out = ssh_cli(home, client, "cancel", run_id)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert time.monotonic() - start < 10
+    assert tagged(run_id) == []
+    rest = [json.loads(x) for x in proc.stdout]
+    assert proc.wait(timeout=30) == 130, [e for e in rest if e["type"] != "NodeLines"]
+    assert rest[-1]["type"] == "RunFinished" and rest[-1]["state"] == "cancelled"
 
 
 SHOW = """import hashlib, json, os, sys, yaml
@@ -297,7 +343,7 @@ def test_hostile_strings_and_a_canary_secret_over_ssh(home, tmp_path, ns_hosts):
 
     from tests.launcher.test_local_runs import HOSTILE
 
-    client, _ = ns_hosts
+    client, started = ns_hosts
     canary = "canary-5b1d0e77aa"
     remote = tmp_path / "remote it's $(touch PWNED) `touch PWNED` dir"
     code = tmp_path / "code; touch PWNED & 'q' \"dq\""
@@ -321,7 +367,7 @@ def test_hostile_strings_and_a_canary_secret_over_ssh(home, tmp_path, ns_hosts):
         assert "token is ******" in log and "token-ok" in log
         assert (remote / "runs" / run_id / f"node-{rank}" / "node.log").is_file()
     assert not [p for root in (ROOT, home, tmp_path) for p in Path(root).rglob("PWNED")]
-    assert not (Path.home() / "PWNED").exists()  # where a login shell on the nodes would have run it
+    assert not (started[0].home / "PWNED").exists()  # where a login shell on the nodes would have run it
     assert canary not in out and all(canary.encode() not in c for c in cmdlines)
     for root in (home, remote):
         for path in Path(root).rglob("*"):
@@ -330,9 +376,9 @@ def test_hostile_strings_and_a_canary_secret_over_ssh(home, tmp_path, ns_hosts):
 
 
 async def test_connections_prefer_aes_gcm_unless_the_config_names_ciphers(hosts, monkeypatch):
-    from launcher.hosts import parse_host
-    from launcher.ssh import connect
-    from launcher.workload import Ssh
+    from launcher.backends.ssh.connect import connect
+    from launcher.workload.hosts import parse_host
+    from launcher.workload.model import Ssh
 
     client, _ = hosts
     monkeypatch.setenv("HOME", str(client))
@@ -375,3 +421,87 @@ def test_a_chatty_login_before_the_agent_is_skipped(home, tmp_path, hosts):
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     lines = [line for e in events(out.stdout) if e["type"] == "NodeLines" for line in e["lines"]]
     assert lines == ["hello from 0"]
+
+
+def test_a_node_away_past_the_window_is_lost_and_fails_the_run_naming_it(home, tmp_path, ns_hosts):
+    """node1's sshd and its connections die and stay dead longer than ``ssh.lost_after_s``: node1 is LOST
+    (its record and its badge in the monitor), the run fails naming it, node0 is stopped."""
+    import asyncio
+    import signal
+
+    client, started = ns_hosts
+    wl = write_workload(tmp_path, """experiment_name: ssh-lost
+compute: {hosts: [node0, node1]}
+ssh: {lost_after_s: 4}
+command: |
+  while true; do echo "tick $NODE_RANK"; sleep 0.2; done
+""")
+    proc = subprocess.Popen([FSDP_TUI, "run", str(wl), "--json"], stdout=subprocess.PIPE, text=True,
+                            env=cli_env(home, HOME=str(client)), cwd=ROOT)
+    run_id = _until_both_tick(proc)
+    try:
+        connections = started[1].connection_pids()
+        assert connections
+        started[1].proc.send_signal(signal.SIGKILL)  # node1's sshd goes away, with every connection
+        subprocess.run(["kill", "-9", *map(str, connections)])
+        rest = [json.loads(x) for x in proc.stdout]
+        assert proc.wait(timeout=90) == 1
+        end = rest[-1]
+        assert end["type"] == "RunFinished" and end["state"] == "failed"
+        assert "node 1 (node1): lost: no connection for 4 s" in end["triage"]["summary"], end["triage"]
+        states = [e["state"] for e in rest if e["type"] == "NodeStateChanged" and e["node_rank"] == 1]
+        assert states[:1] == ["reconnecting"] and "lost" in states and states[-1] == "lost", states
+        record = json.loads(ssh_cli(home, client, "runs", "--json").stdout)[0]
+        assert record["state"] == "failed"
+        from launcher.runs.store import RunStore
+
+        nodes = {n.node_rank: n for n in RunStore(home).get_run(run_id).nodes}
+        assert nodes[1].state.value == "lost" and nodes[0].state.value == "stopped"
+
+        from tests.tui.support import wait_for
+        from tui.app import FsdpTuiApp
+
+        async def badge() -> str:
+            app = FsdpTuiApp(home, run_id=run_id)
+            async with app.run_test(size=(140, 40)) as pilot:
+                await wait_for(pilot, lambda: type(app.screen).__name__ == "RunMonitorScreen"
+                               and app.screen.view.state.value == "failed")
+                pane = app.screen.pane(1)
+                await wait_for(pilot, lambda: pane.state is not None and pane.state.value == "lost")
+                return str(pane.query_one(".badge").render())
+
+        assert "lost" in asyncio.run(badge()).lower()
+    finally:
+        proc.kill()
+        owner = home / "runs" / run_id / "owner.lock"
+        if owner.exists() and owner.read_text().strip():
+            subprocess.run(["kill", "-9", owner.read_text().strip()], capture_output=True)
+        for pid in tagged(run_id):  # node1's job: nothing could reach it to stop it
+            subprocess.run(["kill", "-9", str(pid)])
+
+
+def test_a_node_without_sftp_gets_its_code_and_trainer_over_the_agent_channel(home, tmp_path):
+    """A hardened sshd with no SFTP subsystem: the code snapshot and the shipped trainer still arrive
+    (size- and hash-checked through the agent), and the job runs."""
+    from tests.launcher.sshd import start_hosts, stop_hosts
+
+    try:
+        client, started = start_hosts(tmp_path, 1, sftp=False)
+    except RuntimeError as err:
+        pytest.skip(str(err))
+    try:
+        code = tmp_path / "code"
+        code.mkdir()
+        (code / "hello.py").write_text("import os\nprint('hello from', os.environ['NODE_RANK'])\n")
+        wl = write_workload(tmp_path, f"""experiment_name: no-sftp
+compute: {{hosts: [node0]}}
+environment: {{python: {sys.executable}}}
+code_source: {{type: snapshot, snapshot: {{root_path: {code}}}}}
+command: python "$CODE_SOURCE_PATH/hello.py"
+""")
+        out = ssh_cli(home, client, "run", wl, "--json", timeout=120)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        lines = [line for e in events(out.stdout) if e["type"] == "NodeLines" for line in e["lines"]]
+        assert lines == ["hello from 0"]
+    finally:
+        stop_hosts(started)

@@ -10,9 +10,9 @@ import pytest
 
 from launcher.events import RunState
 from launcher.paths import new_run_id
-from launcher.plan import build_plan
-from launcher.store import RunStore
-from launcher.validate import validate_file
+from launcher.runs.store import RunStore
+from launcher.workload.plan import build_plan
+from launcher.workload.validate import validate_file
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,7 +20,7 @@ WRITER = """
 import sys
 from pathlib import Path
 from launcher.events import RunState
-from launcher.store import RunStore
+from launcher.runs.store import RunStore
 store = RunStore(Path(sys.argv[1]))
 run_id = sys.argv[2]
 store.set_state(run_id, RunState.RUNNING, 1)

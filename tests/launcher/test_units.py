@@ -5,10 +5,10 @@ import os
 import pytest
 
 from launcher.events import MetricsRecorded, NodeLines, RunState, RunStateChanged
-from launcher.run_view import RunView
-from launcher.streams import LineSplitter, LogMetrics
-from launcher.triage import classify_line, triage_run
-from launcher.workload import DEFAULT_METRICS_PATTERN
+from launcher.runs.streams import LineSplitter, LogMetrics
+from launcher.runs.triage import classify_line, triage_run
+from launcher.runs.view import RunView
+from launcher.workload.model import DEFAULT_METRICS_PATTERN
 from trainer.protocol import MetricRecord, RankMemory
 
 
@@ -86,7 +86,7 @@ def test_run_view_tracks_progress_eta_memory_and_first_error():
 
 
 def test_job_env_puts_the_shipped_trainer_first_and_keeps_the_nodes_search_path(monkeypatch):
-    from launcher.agent import _job_env
+    from launcher.backends.agent.jobs import job_env as _job_env
 
     spec = {"env": {"NODE_RANK": "1"}, "dir_env": {"PYTHONPATH": "trainer-pkg", "CODE_SOURCE_PATH": "code"},
             "secrets": {"TOKEN": "s3cret"}}
@@ -98,3 +98,57 @@ def test_job_env_puts_the_shipped_trainer_first_and_keeps_the_nodes_search_path(
     assert "SSH_CONNECTION" not in env
     monkeypatch.delenv("PYTHONPATH")
     assert _job_env("/n/0", spec)["PYTHONPATH"] == "/n/0/trainer-pkg"
+
+
+def test_triage_names_the_rank_torchrun_calls_the_root_cause():
+    log = """[rank2]: RuntimeError: bad value in batch
+[rank3]: RuntimeError: Connection closed by peer
+E1123 torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-23_12:00:01
+  host      : node1
+  rank      : 3 (local_rank: 1)
+  exitcode  : 1 (pid: 1234)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-23_12:00:00
+  host      : node1
+  rank      : 2 (local_rank: 0)
+  exitcode  : 1 (pid: 1233)
+============================================================
+"""
+    report = triage_run({0: "[rank0]: RuntimeError: Connection closed by peer\n", 1: log}, {0: 1, 1: 1})
+    assert (report.node_rank, report.rank) == (0, 0)  # node 0 failed first in its own log: its own rank
+    report = triage_run({0: "step=1\n", 1: log}, {0: None, 1: 1})
+    assert (report.node_rank, report.rank, report.signature) == (1, 2, "python_error")
+    assert "bad value in batch" in report.excerpt
+
+
+def test_errors_and_triage_belong_to_the_last_attempt():
+    from launcher.backends.agent.jobs import ATTEMPT_MARKER as AGENT_MARKER
+    from launcher.events import ATTEMPT_MARKER, NodeLines, last_attempt
+
+    assert AGENT_MARKER == ATTEMPT_MARKER  # the agent writes what the launcher looks for
+    first = [f"{ATTEMPT_MARKER}1 of 2, started 2026-11-23 12:00:00 UTC ===", "RuntimeError: first failure"]
+    second = [f"{ATTEMPT_MARKER}2 of 2, started 2026-11-23 12:01:00 UTC ===", "ok", "ValueError: second failure"]
+    view = RunView("r")
+    view.apply(NodeLines("r", 0, tuple(first), 0))
+    assert view.first_error() == (0, 1, "RuntimeError: first failure")
+    view.apply(NodeLines("r", 0, tuple(second), 0))
+    assert view.first_error() == (0, 4, "ValueError: second failure")
+    report = triage_run({0: last_attempt("\n".join(first + second))}, {0: 1})
+    assert "second failure" in report.excerpt
+
+
+def test_what_a_cancel_makes_the_job_print_is_no_error():
+    view = RunView("r")
+    view.apply(RunStateChanged("r", RunState.CANCELLING, 1))
+    view.apply(NodeLines("r", 0, ("Traceback (most recent call last):", "KeyboardInterrupt: SIGTERM",
+                                  "torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got "
+                                  "signal: 15"), 0))
+    assert view.first_error() is None

@@ -45,7 +45,7 @@ def test_checkpoints_are_complete_and_pruned(demo_run):
     tmp, _ = demo_run
     ckpts = list_checkpoints(tmp / "out" / "checkpoints")
     assert [(c.step, c.complete) for c in ckpts] == [(20, True), (40, True)]
-    meta = json.loads((ckpts[-1].path / "meta.json").read_text())
+    meta = json.loads((Path(ckpts[-1].path) / "meta.json").read_text())
     assert meta["step"] == 40 and meta["world_size"] == 2
 
 

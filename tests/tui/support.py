@@ -51,9 +51,9 @@ def workload_text(experiment: str, num_nodes: int) -> str:
 def record(home: Path, run: RecordedRun, created_order: int = 0,
            node_lines: dict[int, list[str]] | None = None, metrics: list[dict] | None = None) -> Path:
     """Write ``run`` into the run store under ``home``; returns its record directory."""
-    from launcher.plan import build_plan
-    from launcher.store import RunStore
-    from launcher.validate import validate_text
+    from launcher.runs.store import RunStore
+    from launcher.workload.plan import build_plan
+    from launcher.workload.validate import validate_text
 
     text = workload_text(run.experiment, run.num_nodes)
     plan = build_plan(validate_text(text, "w.yaml").workload, run_id=run.run_id)
@@ -80,7 +80,22 @@ def record(home: Path, run: RecordedRun, created_order: int = 0,
         db.execute("UPDATE runs SET started_at=?, ended_at=?, created_at=? WHERE run_id=?",
                    (started, ended, T0 + created_order, run.run_id))
     db.close()
+    if not run.state.is_final:
+        _owned_elsewhere(directory)
     return directory
+
+
+_HELD = []
+
+
+def _owned_elsewhere(directory: Path) -> None:
+    """A live run's owner is another process: hold its lock for the rest of the tests, so no screen
+    adopts the recorded run (a real app would: it has no supervisor)."""
+    from launcher.runs.owner import OwnerLock
+
+    lock = OwnerLock(directory)
+    assert lock.acquire()
+    _HELD.append(lock)
 
 
 def record_all(home: Path, runs: tuple[RecordedRun, ...] = BROWSER_RUNS) -> None:

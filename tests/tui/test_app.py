@@ -10,9 +10,10 @@ import pytest
 from textual.widgets import DataTable, TextArea
 
 from launcher.events import NodeState, RunState
+from launcher.workload.cursor import key_path_at
 from tests.launcher.conftest import ROOT
 from tui.app import FsdpTuiApp
-from tui.screens.editor import EditorScreen, key_path_at
+from tui.screens.editor import EditorScreen
 from tui.screens.home import HomeScreen
 from tui.screens.monitor import RunMonitorScreen
 from tui.widgets.problems import ProblemsTable
@@ -79,9 +80,9 @@ async def test_home_lists_samples_and_opens_the_editor(home):
 
 def _record_run(home: Path, run_id: str, lines: dict[int, list[str]], records: list[dict], state: RunState) -> None:
     """A finished run's local record, as the launcher writes it."""
-    from launcher.plan import build_plan
-    from launcher.store import RunStore
-    from launcher.validate import validate_text
+    from launcher.runs.store import RunStore
+    from launcher.workload.plan import build_plan
+    from launcher.workload.validate import validate_text
 
     text = "experiment_name: recorded\ncompute: {num_accelerators: 2, gpus_per_node: 1, hosts: [a, b]}\ncommand: x\n"
     plan = build_plan(validate_text(text, "w.yaml").workload, run_id=run_id)
@@ -204,14 +205,17 @@ def _fake_checkpoints(root: Path, steps: dict[int, bool]) -> None:
 
 
 async def test_checkpoints_browser_lists_and_never_deletes_the_newest_complete(home, tmp_path):
-    from launcher.plan import build_plan
-    from launcher.store import RunStore
-    from launcher.validate import validate_text
+    from launcher.runs.launch import create_run
+    from launcher.runs.store import RunStore
+    from launcher.workload.plan import build_plan
+    from launcher.workload.validate import validate_text
     from tui.screens.checkpoints import CheckpointsScreen
 
     out = tmp_path / "out"
     text = f"experiment_name: ck\ncommand: x\nparameters: {{output_dir: '{out}'}}\n"
-    RunStore(home).create_run(build_plan(validate_text(text, "w.yaml").workload, run_id="run-ck"), None, text)
+    plan = build_plan(validate_text(text, "w.yaml").workload, run_id="run-ck", node_root=str(home / "nodes"))
+    create_run(plan, home)
+    RunStore(home).set_state("run-ck", RunState.SUCCEEDED, 1)
     _fake_checkpoints(out / "checkpoints", {10: True, 20: True, 30: False})
     app = FsdpTuiApp(home)
     async with app.run_test(size=(140, 40)) as pilot:
@@ -219,6 +223,7 @@ async def test_checkpoints_browser_lists_and_never_deletes_the_newest_complete(h
         app.push_screen(CheckpointsScreen("run-ck"))
         await pilot.pause()
         table = app.screen.query_one(DataTable)
+        await _wait_for(pilot, lambda: table.row_count == 3)  # listed by the node's agent
         assert [(str(table.get_row_at(i)[0]), str(table.get_row_at(i)[1])) for i in range(3)] == [
             ("10", "yes"), ("20", "yes"), ("30", "NO")]
         table.move_cursor(row=1)
@@ -229,9 +234,8 @@ async def test_checkpoints_browser_lists_and_never_deletes_the_newest_complete(h
         await pilot.press("d")
         await pilot.pause()
         await pilot.press("y")
-        await pilot.pause()
+        await _wait_for(pilot, lambda: app.screen.query_one(DataTable).row_count == 2)
         assert not (out / "checkpoints" / "step-00000010").exists()
-        assert app.screen.query_one(DataTable).row_count == 2
 
 
 async def test_compare_two_runs_shows_numbers_and_config_diff(home):
@@ -274,3 +278,77 @@ async def test_finished_run_with_a_1gb_log_opens_at_once(home):
         await _wait_for(pilot, lambda: "tail line 99" in app.screen.pane(0).log.lines[-1], timeout=10)
         assert "earlier bytes are in" in app.screen.pane(0).log.lines[0]
     assert time.monotonic() - start < 10
+
+
+async def test_e_jumps_to_the_error_of_the_last_attempt(home):
+    marker = "=== fsdp-tui: attempt {} of 2, started 2026-03-01 09:00:00 UTC ==="
+    lines = [marker.format(1), "RuntimeError: the first attempt's failure", marker.format(2), "step 1",
+             "ValueError: the second attempt's own failure"]
+    _record_run(home, "run-retried", {0: lines, 1: ["ok"]}, [], RunState.FAILED)
+    app = FsdpTuiApp(home, run_id="run-retried")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await _wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen)
+                        and app.screen.pane(0).log.line_count == 5)
+        await pilot.press("e")
+        await pilot.pause()
+        said = [str(n.message) for n in app._notifications]
+        assert any("node 0, line 5" in m and "second attempt" in m for m in said), said
+
+
+async def test_an_unknown_theme_asked_for_keeps_the_saved_one(home):
+    from tui import settings
+
+    app = FsdpTuiApp(home, theme="fsdp-gruvbox")
+    async with app.run_test() as pilot:
+        await pilot.pause()
+    app = FsdpTuiApp(home, theme="bogus")
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        assert app.theme == "fsdp-gruvbox"
+        assert any("unknown theme 'bogus'" in str(n.message) for n in app._notifications)
+    assert settings.load()["theme"] == "fsdp-gruvbox"
+
+
+async def test_the_command_palette_finds_runs_workloads_and_themes(home):
+    from textual.command import CommandPalette
+
+    _record_run(home, "20260301-0900-llama-a1f3", {0: ["a"], 1: ["b"]}, [], RunState.SUCCEEDED)
+    app = FsdpTuiApp(home)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("ctrl+p")
+        await _wait_for(pilot, lambda: isinstance(app.screen, CommandPalette))
+        await pilot.press(*"open run a1f3")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await _wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen))
+        assert app.screen.run_id == "20260301-0900-llama-a1f3"
+        app.pop_screen()
+        await pilot.press("ctrl+p")
+        await _wait_for(pilot, lambda: isinstance(app.screen, CommandPalette))
+        await pilot.press(*"theme fsdp-gruvbox")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await _wait_for(pilot, lambda: app.theme == "fsdp-gruvbox")
+        await pilot.press("ctrl+p")
+        await _wait_for(pilot, lambda: isinstance(app.screen, CommandPalette))
+        await pilot.press(*"edit tiny_cpu")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await _wait_for(pilot, lambda: isinstance(app.screen, EditorScreen))
+        assert app.screen.path.name == "tiny_cpu.yaml"
+
+
+async def test_the_monitor_filter_applies_as_you_type_and_escape_clears_it(home):
+    _record_run(home, "run-filter", {0: ["alpha one", "beta two", "alpha three"], 1: ["gamma"]}, [],
+                RunState.SUCCEEDED)
+    app = FsdpTuiApp(home, run_id="run-filter")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await _wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen)
+                        and app.screen.pane(0).log.line_count == 3)
+        screen = app.screen
+        await pilot.press("slash", *"alpha")
+        await _wait_for(pilot, lambda: screen.pane(0).log.line_count == 2 and screen.pane(1).log.line_count == 0)
+        await pilot.press("escape")
+        await _wait_for(pilot, lambda: screen.pane(0).log.line_count == 3)
+        assert app.screen is screen and not screen.has_class("-filtering")

@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from textual.widgets import TextArea
 
 from launcher.events import RunState
 from tests.tui.support import T0, RecordedRun, record, record_all, wait_for
@@ -19,6 +18,7 @@ from tui.app import FsdpTuiApp
 from tui.screens.editor import EditorScreen
 from tui.screens.home import HomeScreen
 from tui.screens.monitor import RunMonitorScreen
+from tui.widgets.problems import ProblemsTable
 
 SIZE = (120, 36)
 
@@ -57,7 +57,9 @@ def test_editor_with_problems(snap_compare, home, workdir):
 
     async def ready(pilot) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen) and len(app.screen.problems) == 3)
-        app.screen.query_one(TextArea).cursor_blink = False  # a blinking cursor is on or off at random
+        # The problems list has the focus: the text's blinking cursor would be on or off at random.
+        app.screen.query_one(ProblemsTable).focus()
+        await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=ready)
 

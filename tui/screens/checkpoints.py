@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from textual import work
 from textual.app import ComposeResult
@@ -11,13 +10,13 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Label
 
-from launcher.checkpoints import CheckpointInfo, checkpoints_of_run, deletable
+from launcher.runs.checkpoints import CheckpointInfo, deletable
 from tui.widgets.footer import FitFooter
 
 
 class CheckpointsScreen(Screen):
     DEFAULT_CSS = """
-    CheckpointsScreen #where { height: 1; padding: 0 1; background: $panel; }
+    CheckpointsScreen #where { height: auto; max-height: 3; padding: 0 1; background: $panel; }
     """
     BINDINGS = [
         Binding("r", "resume", "resume from"),
@@ -29,7 +28,6 @@ class CheckpointsScreen(Screen):
     def __init__(self, run_id: str) -> None:
         super().__init__()
         self.run_id = run_id
-        self.root: Path | None = None
         self.ckpts: list[CheckpointInfo] = []
 
     def compose(self) -> ComposeResult:
@@ -40,16 +38,33 @@ class CheckpointsScreen(Screen):
 
     def on_mount(self) -> None:
         self.title = f"checkpoints of {self.run_id}"
-        self.query_one(DataTable).add_columns("step", "complete", "size", "age", "path")
+        self.query_one(DataTable).add_columns("step", "complete", "size", "age", "name")
+        self.query_one("#where", Label).update("asking the node that holds them ...")
         self.reload()
 
-    def reload(self) -> None:
-        from launcher.store import RunStore
+    @work(exclusive=True, group="ckpt-list")
+    async def reload(self) -> None:
+        from launcher.runs.checkpoints import NoOutputDir, list_checkpoints
 
-        record = RunStore(self.app.home).get_run(self.run_id)
-        self.root, self.ckpts = checkpoints_of_run(record) if record else (None, [])
-        self.query_one("#where", Label).update(
-            str(self.root) if self.root else "this run's script keeps its own checkpoints (no parameters.output_dir)")
+        where = self.query_one("#where", Label)
+        try:
+            listing = await list_checkpoints(self.app.home, self.run_id)
+        except (NoOutputDir, LookupError) as err:
+            self.ckpts = []
+            where.update(str(err))
+            self._show()
+            return
+        self.ckpts = list(listing.checkpoints)
+        if listing.error:
+            where.update(f"cannot reach {listing.label}: {listing.error}")
+        elif not self.ckpts:
+            where.update(f"no checkpoints yet in {listing.label}: {listing.root} (the trainer saves one every "
+                         "parameters.checkpoint.every_steps steps, and at the end)")
+        else:
+            where.update(f"{listing.label}: {listing.root}")
+        self._show()
+
+    def _show(self) -> None:
         table = self.query_one(DataTable)
         table.clear()
         now = time.time()
@@ -57,28 +72,22 @@ class CheckpointsScreen(Screen):
             age = now - c.mtime
             age_text = f"{age / 3600:.1f} h" if age > 3600 else f"{age / 60:.0f} min"
             table.add_row(str(c.step), "yes" if c.complete else "NO", f"{c.size_bytes / 2**20:.1f} MiB", age_text,
-                          str(c.path), key=str(c.path))
+                          c.name, key=c.path)
 
     def selected(self) -> CheckpointInfo | None:
         table = self.query_one(DataTable)
         if not self.ckpts:
             return None
         key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-        return next(c for c in self.ckpts if str(c.path) == key)
+        return next(c for c in self.ckpts if c.path == key)
 
     def action_resume(self) -> None:
-        from launcher.store import RunStore
-
         c = self.selected()
         if c is None or not c.complete:
             self.notify("pick a complete checkpoint", severity="warning")
             return
-        record = RunStore(self.app.home).get_run(self.run_id)
-        if not record.summary.workload_path:
-            self.notify("no workload file recorded for this run", severity="warning")
-            return
-        self.app.launch_workload(Path(record.summary.workload_path),
-                                 [f"parameters.checkpoint.resume={c.path}"])
+        self.notify(f"resuming from {c.name} on the node that holds it")
+        self.app.relaunch_run(self.run_id, [f"parameters.checkpoint.resume={c.path}"])
 
     def action_export(self) -> None:
         c = self.selected()
@@ -89,24 +98,17 @@ class CheckpointsScreen(Screen):
 
     @work(exclusive=True, group="export")
     async def export(self, c: CheckpointInfo) -> None:
-        import asyncio
-        import sys
+        from launcher.runs.checkpoints import CheckpointError, export_checkpoint
 
-        out = c.path.parent.parent / "hf" / f"export-{c.path.name}"
-        self.notify(f"exporting {c.path.name} to {out} ...")
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "trainer.export", str(c.path), str(out),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-        output, _ = await proc.communicate()
-        if proc.returncode == 0:
-            self.notify(f"exported to {out}")
-        else:
-            self.notify(f"export failed: {output.decode(errors='replace').strip().splitlines()[-1:]}",
-                        severity="error", timeout=10)
+        self.notify(f"exporting {c.name} to a Hugging Face folder on the node ...")
+        try:
+            result = await export_checkpoint(self.app.home, self.run_id, c.name)
+        except CheckpointError as err:
+            self.notify(f"export failed: {err}", severity="error", timeout=10)
+            return
+        self.notify(f"exported to {result.path}")
 
     def action_delete(self) -> None:
-        import shutil
-
         from tui.screens.confirm import ConfirmModal
 
         c = self.selected()
@@ -118,10 +120,19 @@ class CheckpointsScreen(Screen):
 
         def done(yes: bool | None) -> None:
             if yes:
-                shutil.rmtree(c.path, ignore_errors=True)
-                self.reload()
+                self.delete(c)
 
-        self.app.push_screen(ConfirmModal(f"Delete checkpoint {c.path.name}?"), done)
+        self.app.push_screen(ConfirmModal(f"Delete checkpoint {c.name}?"), done)
+
+    @work(exclusive=True, group="ckpt-delete")
+    async def delete(self, c: CheckpointInfo) -> None:
+        from launcher.runs.checkpoints import CheckpointError, delete_checkpoint
+
+        try:
+            await delete_checkpoint(self.app.home, self.run_id, c.name)
+        except CheckpointError as err:
+            self.notify(f"not deleted: {err}", severity="error", timeout=10)
+        self.reload()
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -11,7 +11,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 
-from launcher.run_view import fmt_duration
+from launcher.runs.view import fmt_duration
 from tui.widgets.footer import FitFooter
 
 
@@ -34,7 +34,7 @@ class CompareScreen(Screen):
         yield FitFooter()
 
     def on_mount(self) -> None:
-        from launcher.store import RunStore
+        from launcher.runs.store import RunStore
 
         store = RunStore(self.app.home)
         a, b = store.get_run(self.left), store.get_run(self.right)

@@ -5,13 +5,15 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Label
+from textual.widgets import Button, Static
 
 
 class ConfirmModal(ModalScreen[bool]):
     DEFAULT_CSS = """
     ConfirmModal { align: center middle; }
-    ConfirmModal > Vertical { width: 60; height: auto; border: thick $warning; background: $surface; padding: 1 2; }
+    ConfirmModal > Vertical { width: 70%; max-width: 100; min-width: 40; height: auto; border: thick $warning;
+                              background: $surface; padding: 1 2; }
+    ConfirmModal .question { width: 100%; height: auto; }
     ConfirmModal Horizontal { height: auto; align-horizontal: right; margin-top: 1; }
     ConfirmModal Button { margin-left: 2; }
     """
@@ -23,7 +25,7 @@ class ConfirmModal(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.question)
+            yield Static(self.question, classes="question", markup=False)
             with Horizontal():
                 yield Button("No", id="no")
                 yield Button("Yes", id="yes", variant="error")

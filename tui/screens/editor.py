@@ -15,7 +15,8 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Header, Input, Label, Static, TabbedContent, TabPane, TextArea
 
-from launcher.problems import Problem
+from launcher.workload.cursor import key_path_at
+from launcher.workload.problems import Problem
 from tui.widgets.footer import FitFooter
 from tui.widgets.problems import ProblemsTable
 
@@ -29,24 +30,6 @@ class Validated(Message):
     version: int
     problems: list[Problem]
     plan_text: str
-
-
-def key_path_at(text: str, row: int) -> tuple[str, ...]:
-    """Dotted key path of the mapping key on line ``row`` (0-based), from indentation."""
-    lines = text.splitlines()
-    if row >= len(lines):
-        return ()
-    path: list[tuple[int, str]] = []
-    for line in lines[: row + 1]:
-        stripped = line.lstrip()
-        if not stripped or stripped.startswith("#") or ":" not in stripped:
-            continue
-        indent = len(line) - len(stripped)
-        key = stripped.split(":", 1)[0].lstrip("- ").strip().strip("'\"")
-        while path and path[-1][0] >= indent:
-            path.pop()
-        path.append((indent, key))
-    return tuple(k for _, k in path)
 
 
 class EditorScreen(Screen):
@@ -117,14 +100,14 @@ class EditorScreen(Screen):
 
     @work(thread=True, exclusive=True, group="validate")
     def validate(self, text: str, version: int, overrides: list[str]) -> None:
-        from launcher.plan import build_plan, render_plan
-        from launcher.validate import validate_text
+        from launcher.runs.launch import render_plan_text
+        from launcher.workload.load import plan_file
 
-        result = validate_text(text, str(self.path), overrides, base_dir=self.path.parent)
+        planned = plan_file(self.path, overrides, home=self.app.home, run_id="<run-id>", text=text)
         plan_text = "fix the errors to see the plan"
-        if result.workload is not None:
-            plan_text = render_plan(build_plan(result.workload, run_id="<run-id>", source_file=self.path))
-        self.post_message(Validated(version, result.problems, plan_text))
+        if planned.plan is not None:
+            plan_text = render_plan_text(planned.plan)
+        self.post_message(Validated(version, planned.problems, plan_text))
 
     def on_validated(self, message: Validated) -> None:
         if message.version != self.version:
@@ -143,7 +126,7 @@ class EditorScreen(Screen):
         area.focus()
 
     def on_text_area_selection_changed(self, event: TextArea.SelectionChanged) -> None:
-        from launcher.schema_walk import help_for
+        from launcher.workload.schema_walk import help_for
 
         area = self.query_one(TextArea)
         path = key_path_at(area.text, event.selection.end[0])

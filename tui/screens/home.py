@@ -11,7 +11,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Input, Label
 
-from launcher.store import RunSummary
+from launcher.runs.store import RunSummary
 from tui.widgets.footer import FitFooter
 from tui.widgets.runs_table import RunsTable
 
@@ -48,7 +48,7 @@ class HomeScreen(Screen):
     BINDINGS = [
         Binding("enter", "open", "open", show=True),
         # Short names, and keys the section titles already explain left out: one footer line at 80 columns.
-        Binding("l", "launch", "launch", tooltip="launch the workload, or relaunch the run's workload"),
+        Binding("l", "launch", "launch", tooltip="launch the workload, or what the run ran again"),
         Binding("d", "delete", "delete", tooltip="delete the run and its local record"),
         Binding("space", "mark", "mark", show=False),  # "space+c: compare" in the runs title
         Binding("c", "compare", "compare", tooltip="compare the two marked runs"),
@@ -58,7 +58,8 @@ class HomeScreen(Screen):
         Binding("s", "sort", "sort", tooltip="sort runs by the next column (S: reverse the order)"),
         Binding("S", "reverse_sort", "reverse", key_display="S", show=False),  # "s sort"'s tooltip says it
         Binding("escape", "clear_filter", "clear filter", show=False),
-        Binding("tab", "focus_next", "next table", show=False),
+        Binding("tab", "app.focus_next", "next table", show=False),
+        Binding("shift+tab", "app.focus_previous", "previous table", show=False),
         Binding("r", "reload", "refresh", show=False),
     ]
 
@@ -99,8 +100,10 @@ class HomeScreen(Screen):
 
     @work(thread=True, exclusive=True, group="home-runs")
     def load_runs(self) -> None:
-        from launcher.store import RunStore
+        from launcher.runs.launch import adopt_orphans_of
+        from launcher.runs.store import RunStore
 
+        adopt_orphans_of(self.app.home)  # a run whose owner died gets a new one, which catches it up
         runs = RunStore(self.app.home).list_runs()
         self.app.call_from_thread(self._show_runs, runs)
 
@@ -112,8 +115,12 @@ class HomeScreen(Screen):
             self._update_title()
 
     def _update_title(self) -> None:
-        self.query_one("#runs-title", Label).update(
-            f"Runs: {self.runs_table.describe()}  (enter: open, l: relaunch, space+c: compare)")
+        if not self.runs_table.runs:
+            text = ("Runs: none yet. Pick a workload above: enter edits it, l launches it "
+                    "(the samples run on this machine, no GPU needed)")
+        else:
+            text = f"Runs: {self.runs_table.describe()}  (enter: open, l: relaunch, space+c: compare)"
+        self.query_one("#runs-title", Label).update(text)
 
     def focus_runs(self) -> None:
         self.runs_table.focus()
@@ -205,24 +212,22 @@ class HomeScreen(Screen):
 
     def action_clone(self) -> None:
         """A copy of the run's workload next to the original, opened in the editor."""
-        from launcher.store import RunStore
+        from launcher.runs.clone import clone_workload
+        from launcher.runs.store import RunStore
 
         run_id = self._selected("#runs")
         record = RunStore(self.app.home).get_run(run_id) if run_id else None
-        if record is None or not record.summary.workload_path:
-            self.notify("this run has no workload file to clone", severity="warning")
+        if record is None:
             return
-        source = Path(record.summary.workload_path)
-        target = source.with_name(f"{source.stem}-clone.yaml")
-        n = 2
-        while target.exists():
-            target, n = source.with_name(f"{source.stem}-clone{n}.yaml"), n + 1
         try:
-            text = source.read_text() if source.exists() else (record.directory / "workload.yaml").read_text()
-            target.write_text(text)
-        except OSError as err:
-            self.notify(f"cannot write {target}: {err.strerror}", severity="error")
+            target = clone_workload(record)
+        except LookupError as err:
+            self.notify(str(err), severity="warning")
             return
+        except OSError as err:
+            self.notify(f"cannot write the copy: {err.strerror or err}", severity="error")
+            return
+        self.notify(f"copied the workload of {run_id} to {target}")
         self.app.open_editor(target)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
@@ -236,11 +241,8 @@ class HomeScreen(Screen):
     def action_launch(self) -> None:
         if self.focused is self.query_one("#runs"):
             run_id = self._selected("#runs")
-            summary = self.runs_table.summary(run_id) if run_id else None
-            if summary and summary.workload_path:
-                self.app.launch_workload(Path(summary.workload_path), [])
-            else:
-                self.notify("this run has no workload file to relaunch", severity="warning")
+            if run_id:
+                self.app.relaunch_run(run_id)
         else:
             path = self._selected("#workloads")
             if path:
@@ -255,7 +257,7 @@ class HomeScreen(Screen):
         def done(yes: bool | None) -> None:
             if not yes:
                 return
-            from launcher.store import RunStore
+            from launcher.runs.store import RunStore
 
             try:
                 RunStore(self.app.home).delete_run(run_id)

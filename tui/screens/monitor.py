@@ -14,11 +14,21 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical
 from textual.screen import Screen
-from textual.widgets import Header, Input, Label
+from textual.widgets import Header, Input, Label, Static
 
-from launcher.events import GpuTelemetry, MetricsRecorded, NodeLines, NodeStateChanged, RunEvent, RunFinished
-from launcher.run_view import RunView, fmt_duration
-from launcher.store import RunSummary
+from launcher.events import (
+    GpuTelemetry,
+    MetricsRecorded,
+    NodeLines,
+    NodeStateChanged,
+    RunEvent,
+    RunFinished,
+    RunState,
+    RunStateChanged,
+    StacksDumped,
+)
+from launcher.runs.store import RunSummary
+from launcher.runs.view import RunView, fmt_duration
 from tui.widgets.footer import FitFooter
 from tui.widgets.metrics import MetricsPanel
 from tui.widgets.node_log import NodeLog
@@ -28,12 +38,15 @@ DRAW_HZ = 2
 PANE_MIN_ROWS = 9
 """A node pane shorter than this shows too few lines: the grid then scrolls (tab moves between panes)."""
 SHORT_BELOW = 32
+FILTER_DEBOUNCE_S = 0.15
 """Terminal rows under which the four sparklines share one row."""
 
 
 class RunMonitorScreen(Screen):
     DEFAULT_CSS = """
     RunMonitorScreen #summary { height: 1; padding: 0 1; background: $panel; text-style: bold; }
+    RunMonitorScreen #why { height: auto; max-height: 3; padding: 0 1; color: $error; display: none; }
+    RunMonitorScreen #why.-shown { display: block; }
     RunMonitorScreen #logs { grid-size: 2; grid-gutter: 0 1; height: 1fr; min-height: 8; overflow-y: auto; }
     RunMonitorScreen #logs.-one { grid-size: 1; }
     RunMonitorScreen #merged { height: 1fr; display: none; }
@@ -46,18 +59,25 @@ class RunMonitorScreen(Screen):
         Binding("f", "follow", "follow", show=False),  # the summary line shows it: "follow on (f)"
         Binding("slash", "filter", "filter", tooltip="Show only lines containing a text"),
         Binding("e", "first_error", "error", tooltip="Jump to the first error on any node"),
-        Binding("l", "relaunch", "relaunch", tooltip="Launch the same workload again"),
+        Binding("l", "relaunch", "relaunch", tooltip="Launch what this run ran again, as a new run"),
         Binding("k", "checkpoints", "ckpts", tooltip="This run's checkpoints: resume, export, delete"),
+        Binding("s", "stacks", "stacks", show=False, tooltip="Every rank's stack on every node (a hung run)"),
         Binding("escape", "back", "back"),
     ]
 
-    def __init__(self, run_id: str, num_nodes: int, handle=None, recorded: RunSummary | None = None) -> None:
+    def __init__(self, run_id: str, num_nodes: int, recorded: RunSummary | None = None, events=None) -> None:
         super().__init__()
         self.run_id = run_id
         self.num_nodes = num_nodes
-        self.handle = handle
+        self.events = events
+        """The run's events (tests hand in a recording); by default the run's record is followed."""
         self.view = RunView(run_id)
         self.follow = True
+        self.why_shown = ""
+        self.filter_timer = None
+        self.stacks_wanted: list | None = None
+        """Stack dumps received since ``s`` was pressed (``None``: none asked for)."""
+        """What the why-line says (it is redrawn only when that changes)."""
         self.merged = False
         """The all-node view is shown instead of the per-node grid."""
         self.recorded_end: float | None = None
@@ -69,6 +89,7 @@ class RunMonitorScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Label(f"run {self.run_id}", id="summary")
+        yield Static("", id="why", markup=False)
         yield MetricsPanel()
         yield Input(placeholder="show only lines containing...", id="filter")
         with Grid(id="logs", classes="-one" if self.num_nodes == 1 else ""):
@@ -104,16 +125,19 @@ class RunMonitorScreen(Screen):
 
     @work(exclusive=True, group="run-events")
     async def consume(self) -> None:
-        from launcher.session import attach
+        from launcher.runs.follow import follow_run
 
-        if self.handle is None:
-            self.handle = await attach(self.run_id, home=self.app.home)
-        async for event in self.handle.events():
+        events = self.events if self.events is not None else follow_run(self.app.home, self.run_id)
+        async for event in events:
             self.on_run_event(event)
             await asyncio.sleep(0)  # let key presses in between events of a burst
 
     def on_run_event(self, event: RunEvent) -> None:
         self.view.apply(event)
+        if isinstance(event, RunStateChanged) and event.state in (RunState.CANCELLING, RunState.CANCELLED):
+            for pane in self.query(NodeLog):
+                pane.flush()  # what came before the stop is marked as usual
+                pane.marking = False
         if isinstance(event, NodeLines):
             if 0 <= event.node_rank < self.num_nodes:
                 self.pane(event.node_rank).push(event.lines)
@@ -123,6 +147,8 @@ class RunMonitorScreen(Screen):
             self.pane(event.node_rank).set_state(event.state, event.exit_code, event.host)
         elif isinstance(event, GpuTelemetry) and 0 <= event.node_rank < self.num_nodes:
             self.pane(event.node_rank).set_gpus(self.view.node(event.node_rank).gpu_summary)
+        elif isinstance(event, StacksDumped):
+            self.show_stacks(event)
         elif isinstance(event, RunFinished):
             if self.recorded_end is not None:
                 self.view.ended_at = self.recorded_end
@@ -141,9 +167,16 @@ class RunMonitorScreen(Screen):
         step = f"{v.step}/{v.max_steps}" if v.max_steps else str(v.step)
         tps = f"{v.tokens_per_s:,.0f} tok/s" if v.tokens_per_s else "- tok/s"
         mfu = f"  MFU {v.mfu:.1%}" if v.mfu is not None else ""
-        text = (f"{v.state.value.upper()}  attempt {v.attempt}  elapsed {fmt_duration(v.elapsed_s())}  "
+        state = "STALLED" if v.stalled else v.state.value.upper()
+        text = (f"{state}  attempt {v.attempt}  elapsed {fmt_duration(v.elapsed_s())}  "
                 f"ETA {fmt_duration(v.eta_s())}  step {step}  {tps}{mfu}  follow {'on' if self.follow else 'off'} (f)")
         self.query_one("#summary", Label).update(text)
+        said = v.why()
+        if said != self.why_shown:
+            self.why_shown = said
+            why = self.query_one("#why", Static)
+            why.update(said)
+            why.set_class(bool(said), "-shown")
         with self.app.batch_update():
             self.query_one(MetricsPanel).refresh_from(v)
 
@@ -162,15 +195,12 @@ class RunMonitorScreen(Screen):
 
     @work(exclusive=True, group="run-cancel")
     async def cancel_run(self) -> None:
-        if self.handle is not None and getattr(self.handle, "task", None) is not None:
-            await self.handle.cancel()
-        else:
-            import asyncio
+        from launcher.runs.launch import cancel_run
 
-            from launcher.session import cancel_run
-
-            await asyncio.to_thread(cancel_run, self.run_id, home=self.app.home)
         self.notify("cancelling: SIGTERM, then SIGKILL after the grace period")
+        report = await cancel_run(self.app.home, self.run_id)
+        for line in report.leftovers:
+            self.notify(f"{line} (still alive after SIGKILL)", severity="error", timeout=15)
 
     def action_merged(self) -> None:
         self.show_merged(not self.merged)
@@ -192,13 +222,29 @@ class RunMonitorScreen(Screen):
         box.disabled = False
         box.focus()
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
+    def on_input_changed(self, event: Input.Changed) -> None:
+        """The filter applies as you type (each pane re-filters its kept lines, after a short pause)."""
+        if self.filter_timer is not None:
+            self.filter_timer.stop()
+        self.filter_timer = self.set_timer(FILTER_DEBOUNCE_S, lambda: self._refilter(event.value))
+
+    def _refilter(self, text: str) -> None:
         for pane in self.query(NodeLog):
-            pane.refilter(event.value)
+            pane.refilter(text)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self._refilter(event.value)
         if not event.value:
-            self.remove_class("-filtering")
-            event.input.disabled = True
+            self._close_filter()
         self.pane(0).log.focus()
+
+    def _close_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        if box.value:
+            box.value = ""
+            self._refilter("")
+        self.remove_class("-filtering")
+        box.disabled = True
 
     def action_first_error(self) -> None:
         found = self.view.first_error()
@@ -215,15 +261,38 @@ class RunMonitorScreen(Screen):
         self.notify(f"node {rank}, line {line_no + 1}: {line[:120]}", severity="warning")
 
     def action_relaunch(self) -> None:
+        self.app.relaunch_run(self.run_id)
+
+    def action_stacks(self) -> None:
+        from launcher.runs.owner import request_stacks
+
+        if self.view.state.is_final:
+            self.notify("the run has ended: no process to look at")
+            return
+        request_stacks(self.app.home, self.run_id)
+        self.stacks_wanted = []
+        self.notify("asking every node for every rank's stack ...")
+
+    @work(group="stacks")
+    async def show_stacks(self, event) -> None:
+        """Dumps asked for from this screen are shown once every node's has come (replayed ones are not)."""
+        import asyncio
         from pathlib import Path
 
-        from launcher.store import RunStore
+        from tui.screens.stacks import StacksModal
 
-        record = RunStore(self.app.home).get_run(self.run_id)
-        if record is None or not record.summary.workload_path:
-            self.notify("no workload file recorded for this run", severity="warning")
+        if self.stacks_wanted is None:
             return
-        self.app.launch_workload(Path(record.summary.workload_path), [])
+        try:
+            text = await asyncio.to_thread(Path(event.path).read_text)
+        except OSError as err:
+            text = f"cannot read {event.path}: {err.strerror}"
+        self.stacks_wanted.append((event, text))
+        if len(self.stacks_wanted) < self.num_nodes:
+            return
+        dumps, self.stacks_wanted = self.stacks_wanted, None
+        title = "; ".join(e.summary for e, _ in dumps) + f"  (kept in {Path(dumps[0][0].path).parent})"
+        self.app.push_screen(StacksModal(title, "\n".join(t for _, t in dumps)))
 
     def action_checkpoints(self) -> None:
         from tui.screens.checkpoints import CheckpointsScreen
@@ -231,4 +300,8 @@ class RunMonitorScreen(Screen):
         self.app.push_screen(CheckpointsScreen(self.run_id))
 
     def action_back(self) -> None:
+        if self.has_class("-filtering"):  # escape in the filter clears it; a second one leaves
+            self._close_filter()
+            self.pane(0).log.focus()
+            return
         self.app.pop_screen()

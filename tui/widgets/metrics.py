@@ -6,7 +6,7 @@ from textual.app import ComposeResult
 from textual.containers import Grid, Horizontal, Vertical
 from textual.widgets import Label, ProgressBar, Sparkline
 
-from launcher.run_view import RunView
+from launcher.runs.view import RunView
 
 WARN_AT = 0.85
 CRIT_AT = 0.95
@@ -70,9 +70,10 @@ class MemoryGauge(Horizontal):
             label.update(f"rank {self.rank} {used_gib:5.1f}/{total_gib:.0f}G")
             self.set_class(WARN_AT <= frac < CRIT_AT, "-warn")
             self.set_class(frac >= CRIT_AT, "-crit")
-        else:
-            bar.update(total=100, progress=0)
-            label.update(f"rank {self.rank} {'RSS ' if rss else ''}{used_gib:5.2f}G")
+        else:  # resident memory on CPU: no limit to measure it against, so no bar that would read 0%
+            bar.display = False
+            label.styles.width = "1fr"
+            label.update(f"rank {self.rank}  {'resident ' if rss else ''}{used_gib:.2f} GiB")
 
 
 class MetricsPanel(Vertical):

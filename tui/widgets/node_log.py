@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections import deque
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Label, Log
 
 from launcher.events import NodeState
-from launcher.triage import classify_line, might_signal
+from launcher.runs.triage import classify_line, might_signal
 
 MAX_LINES = 20_000
 """Lines kept per pane (``Log`` keeps every line unless bounded)."""
@@ -26,6 +27,8 @@ class NodeLog(Vertical):
     DEFAULT_CSS = """
     NodeLog { border: round $panel; height: 1fr; min-height: 6; }
     NodeLog.-failed { border: round $error; }
+    NodeLog.-lost { border: round $error; }
+    NodeLog.-reconnecting { border: round $warning; }
     NodeLog .badge { height: 1; padding: 0 1; background: $panel; width: 100%; }
     NodeLog Log { height: 1fr; }
     """
@@ -39,6 +42,8 @@ class NodeLog(Vertical):
         self.seen_output = False
         self.all_lines: deque[str] = deque(maxlen=MAX_LINES)
         self.state, self.exit_code, self.gpu_summary = NodeState.PENDING, None, ""
+        self.marking = True
+        """Mark error lines with ``!!``; off once the run is being stopped (a stop makes jobs print tracebacks)."""
 
     def compose(self) -> ComposeResult:
         yield Label(self._badge(NodeState.PENDING, None), classes="badge")
@@ -64,7 +69,7 @@ class NodeLog(Vertical):
         self.seen_output = True
         skipped = len(wanted) - limit
         tail = wanted[-limit:]
-        shown = [self._mark(line) for line in tail] if might_signal("\n".join(tail)) else tail
+        shown = [self._mark(line) for line in tail] if self.marking and might_signal("\n".join(tail)) else tail
         if skipped > 0:
             shown.insert(0, f"··· {skipped:,} lines not shown (fast output; all are in the node log)")
         if shown:
@@ -80,6 +85,8 @@ class NodeLog(Vertical):
         self.state, self.exit_code = state, exit_code
         self.query_one(".badge", Label).update(self._badge(state, exit_code))
         self.set_class(state == NodeState.EXITED and exit_code not in (0, None), "-failed")
+        self.set_class(state == NodeState.LOST, "-lost")
+        self.set_class(state == NodeState.RECONNECTING, "-reconnecting")
 
     def set_gpus(self, summary: str) -> None:
         """GPU utilisation and memory of this node, after its badge."""
@@ -98,10 +105,17 @@ class NodeLog(Vertical):
     def _wanted(self, line: str) -> bool:
         return not self.filter_text or self.filter_text.lower() in line.lower()
 
-    def _badge(self, state: NodeState, exit_code: int | None) -> str:
+    def _badge(self, state: NodeState, exit_code: int | None) -> Text:
+        """``node 1  gpu-b  LOST`` with the state coloured (a Text: a host or state is never markup)."""
+        if self.node_rank < 0:
+            return Text("all nodes, merged (m: one pane per node)", style="bold")
         code = f" (exit {exit_code})" if exit_code is not None else ""
-        gpus = f"  {self.gpu_summary}" if self.gpu_summary else ""
-        return f"node {self.node_rank}  {self.host}  [{state.value}{code}]{gpus}"
+        failed = state == NodeState.LOST or (state == NodeState.EXITED and exit_code not in (0, None))
+        style = "bold red" if failed else "yellow" if state == NodeState.RECONNECTING else "bold"
+        badge = Text.assemble(f"node {self.node_rank}  {self.host}  ", (f"{state.value}{code}", style))
+        if self.gpu_summary:
+            badge.append(f"  {self.gpu_summary}")
+        return badge
 
     @staticmethod
     def _mark(line: str) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from textual.message import Message
 from textual.widgets import DataTable
 
-from launcher.problems import Problem
+from launcher.workload.problems import Problem
 
 
 class ProblemsTable(DataTable):

@@ -1,7 +1,7 @@
 """The runs browser's table: every recorded run, narrowed by a filter and ordered by any column.
 
 The table is rebuilt from the run summaries on every change (runs are few, hundreds at most) and
-ordered with ``DataTable.sort`` on a key computed from the summary, so numbers sort as numbers and
+ordered by a key computed from the summary, so numbers sort as numbers and
 missing values stay last whichever the direction.
 """
 
@@ -14,8 +14,8 @@ from typing import Literal
 from rich.text import Text
 from textual.widgets import DataTable
 
-from launcher.run_view import fmt_duration
-from launcher.store import RunSummary
+from launcher.runs.store import RunSummary
+from launcher.runs.view import fmt_duration
 
 ColumnKey = Literal["id", "experiment", "state", "nodes", "start", "duration", "step", "loss", "eval"]
 
@@ -59,7 +59,7 @@ def sort_value(run: RunSummary, column: ColumnKey) -> str | float | None:
 
 
 def sort_key(run: RunSummary, column: ColumnKey, reverse: bool) -> tuple:
-    """Key for ``DataTable.sort``; it reverses the whole order, so missing values flip their flag."""
+    """Sort key; a reversed sort reverses the whole order, so missing values flip their flag."""
     value = sort_value(run, column)
     missing = value is None
     return (missing != reverse, 0 if missing else value, run.run_id)
@@ -71,13 +71,19 @@ def matches(run: RunSummary, text: str) -> bool:
     return all(word in haystack for word in text.lower().split())
 
 
+def short_id(run_id: str) -> str:
+    """What the table shows of an id (its random tail, as k9s and MLflow show short ids): the start
+    time and experiment have their own columns, and every command takes the tail or the whole id."""
+    return run_id.rsplit("-", 1)[-1] if "-" in run_id else run_id
+
+
 def row_cells(run: RunSummary) -> tuple[str | Text, ...]:
     """The shown cells of one run, in ``COLUMNS`` order."""
     started = time.strftime("%m-%d %H:%M", time.localtime(run.started_at)) if run.started_at else "-"
     step = f"{run.step or 0}/{run.max_steps}" if run.max_steps else str(run.step or "-")
     loss = f"{run.last_loss:.4f}" if run.last_loss is not None else "-"
     best = f"{run.best_eval_loss:.4f}" if run.best_eval_loss is not None else "-"
-    cells = (run.run_id, run.experiment, run.state.value, str(run.num_nodes), started,
+    cells = (short_id(run.run_id), run.experiment, run.state.value, str(run.num_nodes), started,
              fmt_duration(run.duration_s), step, loss, best)
     return tuple(Text(cell, justify="right") if col.numeric else cell for col, cell in zip(COLUMNS, cells, strict=True))
 
@@ -154,12 +160,11 @@ class RunsTable(DataTable):
             if col.key == self.sort_column:
                 label += " ▼" if self.sort_reverse else " ▲"
             self.add_column(Text(label, justify="right") if col.numeric else label, key=col.key)
-        for run in self.runs:
-            if matches(run, self.filter_text):
-                self.add_row(*row_cells(run), key=run.run_id)
+        shown = [run for run in self.runs if matches(run, self.filter_text)]
         if self.sort_column is not None:
             column, reverse = self.sort_column, self.sort_reverse
-            by_id = {r.run_id: r for r in self.runs}
-            self.sort("id", key=lambda run_id: sort_key(by_id[str(run_id)], column, reverse), reverse=reverse)
+            shown.sort(key=lambda run: sort_key(run, column, reverse), reverse=reverse)
+        for run in shown:
+            self.add_row(*row_cells(run), key=run.run_id)
         if keep is not None and keep in self.rows:
             self.move_cursor(row=self.get_row_index(keep))

@@ -1,0 +1,143 @@
+"""Files of a node's run directory: read at an offset (optionally held until there is more), write
+atomically, and receive uploads in chunks that are checked by size and hash before they are unpacked.
+Names are plain file names of the run directory, never paths out of it."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import tarfile
+import time
+
+from .jobs import read_state
+
+MAX_WAIT_S = 5.0
+UPLOAD_PREFIX = ".upload-"
+
+
+class BadName(ValueError):
+    """A name that is not a plain file name of the run directory."""
+
+
+def _plain(name: str) -> str:
+    if os.path.basename(name) != name or name in ("", ".", ".."):
+        raise BadName(f"not a file name of the run directory: {name!r}")
+    return name
+
+
+def size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1
+
+
+def read(node_dir: str, name: str, offset: int, limit: int) -> bytes:
+    try:
+        with open(os.path.join(node_dir, _plain(name)), "rb") as f:
+            f.seek(offset)
+            return f.read(limit)
+    except FileNotFoundError:
+        return b""
+
+
+def read_waiting(node_dir: str, name: str, offset: int, limit: int, wait_s: float) -> bytes:
+    """``read``, held back (a long poll, at most ``MAX_WAIT_S``) until there are bytes past ``offset`` or
+    the job has ended: new output reaches the launcher within ~20 ms, not a poll later."""
+    deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_WAIT_S)
+    path = os.path.join(node_dir, _plain(name))
+    while (time.monotonic() < deadline and size(path) <= offset
+           and read_state(node_dir).get("state") != "exited"):
+        time.sleep(0.02)
+    return read(node_dir, name, offset, limit)
+
+
+def write(node_dir: str, name: str, data: bytes) -> str:
+    """Write a file of the run directory atomically (e.g. the run's parameters); returns its path."""
+    os.makedirs(node_dir, exist_ok=True)
+    path = os.path.join(node_dir, _plain(name))
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        _remove(tmp)
+        raise
+    return path
+
+
+def put(node_dir: str, name: str, offset: int, data: bytes) -> int:
+    """Write one chunk of an upload at ``offset`` (a retried chunk overwrites itself); returns the size."""
+    os.makedirs(node_dir, exist_ok=True)
+    path = os.path.join(node_dir, UPLOAD_PREFIX + _plain(name))
+    mode = "r+b" if offset and os.path.exists(path) else "wb"
+    with open(path, mode) as f:
+        f.seek(offset)
+        f.write(data)
+        f.truncate(offset + len(data))
+    return offset + len(data)
+
+
+def unpack(node_dir: str, name: str, total: int, sha256: str, dest: str) -> int:
+    """Check an upload's size and hash, then unpack the tar into ``dest`` (a folder of the run
+    directory, replaced whole). Returns the number of files."""
+    path = os.path.join(node_dir, UPLOAD_PREFIX + _plain(name))
+    got = size(path)
+    if got != total:
+        raise ValueError(f"upload {name}: {got} of {total} bytes arrived")
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != sha256:
+        raise ValueError(f"upload {name}: content hash differs from what was sent")
+    target = os.path.join(node_dir, *[_plain(p) for p in dest.split("/")])
+    staging = f"{target}.{os.getpid()}.unpack"
+    shutil.rmtree(staging, ignore_errors=True)
+    count = 0
+    try:
+        with tarfile.open(path, "r") as tar:
+            members = tar.getmembers()
+            for m in members:
+                if m.name.startswith("/") or ".." in m.name.split("/") or not (m.isfile() or m.isdir()):
+                    raise ValueError(f"upload {name}: refusing entry {m.name!r}")
+            _extract(tar, members, staging)
+            count = sum(m.isfile() for m in members)
+        shutil.rmtree(target, ignore_errors=True)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        _remove(path)
+    return count
+
+
+def _extract(tar: tarfile.TarFile, members: list, target: str) -> None:
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(target, members=members, filter="data")
+    else:  # Python < 3.12 without the backported filter: members were checked above
+        tar.extractall(target, members=members)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def tar_bytes(root: str, arcname: str, exclude=()) -> bytes:
+    """A tar of ``root`` (as ``arcname``) without what ``exclude``'s globs match; used by the launcher."""
+    import fnmatch
+
+    def skip(info: tarfile.TarInfo):
+        base = os.path.basename(info.name)
+        return None if any(fnmatch.fnmatch(base, pat) for pat in exclude) else info
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(root, arcname=arcname, filter=skip)
+    return buf.getvalue()

@@ -1,0 +1,260 @@
+"""The job on a node: started detached from the channel, supervised, recorded, stopped.
+
+``start`` forks a supervisor into a new session (no terminal), which runs the command in its own
+process group, writes its combined output to ``node.log`` with secret values masked, and records the
+state atomically in ``state.json``. Secrets arrive through a pipe: never on a command line, never on
+disk. Every process of the job carries ``FSDP_TUI_RUN_ID`` and ``NODE_RANK``, so ``stop`` can sweep
+what escaped the group (torchrun starts each worker in a session of its own).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+STATE = "state.json"
+LOG = "node.log"
+RUN_ID_ENV = "FSDP_TUI_RUN_ID"
+MASK = "******"
+START_TIMEOUT_S = 30.0
+ATTEMPT_MARKER = "=== fsdp-tui: attempt "
+"""How a retried run's attempts are told apart in a node's log (the launcher's ``launcher.events``
+has the same text)."""
+
+
+def write_state(node_dir: str, **fields) -> None:
+    path = os.path.join(node_dir, STATE)
+    state = read_state(node_dir)
+    state.update(fields)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(state, f)
+    os.replace(tmp, path)
+
+
+def read_state(node_dir: str) -> dict:
+    try:
+        with open(os.path.join(node_dir, STATE), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def job_env(node_dir: str, spec: dict) -> dict:
+    # The job is no SSH session (it outlives it); without these, bash -c would also read ~/.bashrc,
+    # which may put another Python before environment.python on PATH.
+    env = {k: v for k, v in os.environ.items() if k not in ("SSH_CLIENT", "SSH2_CLIENT", "SSH_CONNECTION", "SSH_TTY")}
+    env.update(spec.get("env", {}))
+    for name, rel in spec.get("dir_env", {}).items():
+        path = os.path.join(node_dir, rel)
+        # A search path the node already sets (e.g. PYTHONPATH to site packages) stays, after ours.
+        env[name] = path + os.pathsep + env[name] if name.endswith("PATH") and env.get(name) else path
+    env.update(spec.get("secrets", {}))
+    python = spec.get("python")
+    if python and os.sep in python:
+        env["PATH"] = os.path.dirname(os.path.abspath(os.path.expanduser(python))) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def status(node_dir: str) -> dict:
+    state = read_state(node_dir)
+    state["supervisor_alive"] = alive(state.get("supervisor_pid"))
+    return state
+
+
+def start(node_dir: str, spec: dict, agent_argv: list) -> dict:
+    """Detach the supervisor and answer once it has recorded the job as running. Asking again for an
+    attempt that already started answers its state (a request retried after a dropped channel)."""
+    os.makedirs(node_dir, exist_ok=True)
+    attempt = int(spec.get("attempt", 1))
+    now = read_state(node_dir)
+    if now.get("attempt") == attempt and now.get("state") in ("starting", "running", "exited"):
+        return now
+    if now.get("state") == "running" and alive(now.get("supervisor_pid")):
+        return {"state": "busy", "error": f"attempt {now.get('attempt')} is still running in {node_dir}"}
+    write_state(node_dir, state="starting", attempt=attempt, exit_code=None, stopped=False, stopping=False,
+                error=None, run_id=spec["env"].get(RUN_ID_ENV), node_rank=spec["env"].get("NODE_RANK"))
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the supervisor: a new session, detached from the caller and its terminal
+        os.close(write_end)
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        with os.fdopen(read_end, "rb") as pipe:
+            spec = json.loads(pipe.read().decode("utf-8"))
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        try:
+            code = _supervise(node_dir, spec, agent_argv)
+        except BaseException:  # noqa: BLE001 - the supervisor must never leave "running" behind
+            code = 1
+        os._exit(code)
+    os.close(read_end)
+    with os.fdopen(write_end, "wb") as pipe:
+        pipe.write(json.dumps(spec).encode("utf-8"))  # secrets travel through the pipe, not argv
+    os.waitpid(pid, 0)
+    deadline = time.time() + START_TIMEOUT_S
+    while time.time() < deadline:
+        state = read_state(node_dir)
+        if state.get("state") in ("running", "exited") and state.get("attempt") == attempt:
+            return state
+        time.sleep(0.02)
+    return {**read_state(node_dir), "error": f"the job did not start within {START_TIMEOUT_S:.0f} s"}
+
+
+def _disk_words(path: str, err: OSError) -> str:
+    try:
+        free = shutil.disk_usage(os.path.dirname(path)).free
+        room = f", {free / 2**20:.1f} MiB free there"
+    except OSError:
+        room = ""
+    return f"cannot write {path}: {err.strerror or err}{room}"
+
+
+def _supervise(node_dir: str, spec: dict, agent_argv: list) -> int:
+    secrets = [v.encode() for v in spec.get("secrets", {}).values() if v]
+    log_path = os.path.join(node_dir, LOG)
+    argv = spec["argv"]
+    if spec.get("dependencies"):
+        # The job's first step builds (or reuses) the venv, in the job's own process group and with its
+        # environment (PIP_INDEX_URL and the like), so its output is logged and stop ends it too.
+        from .venv import write_venv_spec
+
+        write_venv_spec(node_dir, spec)
+        argv = [*agent_argv, "with-venv", node_dir]
+    try:
+        log = open(log_path, "ab", buffering=0)  # noqa: SIM115
+        if spec.get("marker"):
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+            log.write(f"{ATTEMPT_MARKER}{spec['marker']}, started {stamp} ===\n".encode())
+    except OSError as err:
+        write_state(node_dir, state="exited", exit_code=1, ended_at=time.time(), error=_disk_words(log_path, err))
+        return 1
+    try:
+        proc = subprocess.Popen(argv, cwd=node_dir, env=job_env(node_dir, spec), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as err:
+        log.write(f"fsdp-tui agent: cannot start {spec['argv'][0]!r}: {err}\n".encode())
+        write_state(node_dir, state="exited", exit_code=127, ended_at=time.time())
+        return 127
+    write_state(node_dir, state="running", pid=proc.pid, pgid=proc.pid, supervisor_pid=os.getpid(),
+                started_at=time.time())
+    error = None
+    for line in proc.stdout:
+        for value in secrets:
+            line = line.replace(value, MASK.encode())
+        try:
+            log.write(line)
+        except OSError as err:  # a full or failing disk: the job cannot be recorded, so it stops
+            error = _disk_words(log_path, err)
+            _signal_group(proc.pid, signal.SIGTERM)
+            break
+    if error is not None:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+    code = proc.wait()
+    log.close()
+    stopped = bool(read_state(node_dir).get("stopping"))
+    try:
+        write_state(node_dir, state="exited", exit_code=code, ended_at=time.time(), stopped=stopped, error=error)
+    except OSError:
+        pass  # the launcher sees a dead supervisor and says so
+    return 0
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def alive(pid) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return True
+
+
+def tagged_pids(run_id: str, node_rank=None) -> list:
+    """Every process whose environment carries this run's id (setsid'd and double-forked included), and
+    this node's rank when given: two nodes of a run may share a machine, and each stops only its own."""
+    needles = {f"{RUN_ID_ENV}={run_id}".encode()}
+    if node_rank is not None:
+        needles.add(f"NODE_RANK={node_rank}".encode())
+    pids = []
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if needles <= set(f.read().split(b"\0")):
+                    pids.append(int(name))
+        except OSError:
+            continue
+    return pids
+
+
+def stop(node_dir: str, grace_s: float = 10.0) -> dict:
+    """SIGTERM the job's group and every tagged process, wait, SIGKILL, sweep; report what is left."""
+    state = read_state(node_dir)
+    run_id, rank = state.get("run_id"), state.get("node_rank")
+    was = state.get("state")
+    if was == "running":
+        try:
+            write_state(node_dir, stopping=True)
+        except OSError:
+            pass  # a full disk: stop anyway
+
+    def tagged() -> set:
+        return set(tagged_pids(run_id, rank)) if run_id else set()
+
+    targets = tagged()
+    pgid = state.get("pgid")
+    found = bool(targets) or bool(pgid and _group_alive(int(pgid)))
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if pgid:
+            _signal_group(int(pgid), sig)
+        for pid in targets | tagged():
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.time() + (grace_s if sig == signal.SIGTERM else 5)
+        while time.time() < deadline:
+            left = [p for p in tagged() if alive(p)]
+            if not left and not (pgid and _group_alive(int(pgid))):
+                return {"stopped": True, "left": [], "was": was, "found": found}
+            time.sleep(0.1)
+    left = [p for p in tagged() if alive(p)]
+    return {"stopped": not left, "left": sorted(left), "was": was, "found": found}
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def agent_argv(agent_zip: str) -> list:
+    """How the job's first step (``with-venv``) runs this agent again: the same interpreter, the zip."""
+    return [sys.executable, agent_zip]

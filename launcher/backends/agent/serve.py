@@ -1,0 +1,143 @@
+"""The agent's request loop: one framed request in, one framed answer out, until the channel closes.
+
+The same loop answers over an SSH channel and over a local pipe, so the launcher starts no process per
+poll anywhere. A request that fails on the node (a full disk, a missing file) gets an answer that says
+why; the loop itself never dies of one request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from . import checkpoints, files, jobs, probes, wire
+
+EXPORT_TIMEOUT_S = 3600.0
+
+
+def _status(node_dir, req, body):
+    return jobs.status(node_dir), b""
+
+
+def _read(node_dir, req, body):
+    data = files.read_waiting(node_dir, str(req["name"]), int(req["offset"]), int(req["limit"]),
+                              float(req.get("wait", 0)))
+    return {}, data
+
+
+def _write(node_dir, req, body):
+    return {"path": files.write(node_dir, str(req["name"]), body)}, b""
+
+
+def _put(node_dir, req, body):
+    return {"size": files.put(node_dir, str(req["name"]), int(req["offset"]), body)}, b""
+
+
+def _unpack(node_dir, req, body):
+    count = files.unpack(node_dir, str(req["name"]), int(req["total"]), str(req["sha256"]), str(req["dest"]))
+    return {"files": count}, b""
+
+
+def _start(node_dir, req, body, agent_zip):
+    spec = json.loads(body.decode("utf-8"))  # in the body: it holds the secrets
+    result = jobs.start(node_dir, spec, jobs.agent_argv(agent_zip))
+    if result.get("error") and result.get("state") != "running":
+        raise ValueError(result["error"])
+    return result, b""
+
+
+def _stop(node_dir, req, body):
+    return jobs.stop(node_dir, float(req.get("grace", 10.0))), b""
+
+
+def _gpus(node_dir, req, body):
+    return {"gpus": probes.gpu_samples()}, b""
+
+
+def _port(node_dir, req, body):
+    return probes.port_state(int(req["port"])), b""
+
+
+def _run(node_dir, req, body):
+    return probes.run_script(str(req["python"]), body.decode("utf-8"), float(req["timeout"])), b""
+
+
+def _stacks(node_dir, req, body):
+    state = jobs.read_state(node_dir)
+    run_id, rank = state.get("run_id"), state.get("node_rank")
+    pids = jobs.tagged_pids(run_id, rank) if run_id else []
+    return {"stacks": probes.stacks(pids, str(req.get("python") or "python3"))}, b""
+
+
+def _ckpt_list(node_dir, req, body):
+    return checkpoints.listing(str(req["output_dir"]), dict(req.get("env", {})), node_dir), b""
+
+
+def _ckpt_delete(node_dir, req, body):
+    return checkpoints.delete(str(req["output_dir"]), dict(req.get("env", {})), node_dir, str(req["name"])), b""
+
+
+def _ckpt_export(node_dir, req, body):
+    pythonpath = os.path.join(node_dir, str(req["pythonpath"])) if req.get("pythonpath") else ""
+    return checkpoints.export(str(req["output_dir"]), dict(req.get("env", {})), node_dir, str(req["name"]),
+                              str(req["python"]), pythonpath, float(req.get("timeout", EXPORT_TIMEOUT_S))), b""
+
+
+def _pack(node_dir, req, body):
+    """A tar of a folder (an export) into the run directory, to be read back in chunks."""
+    import hashlib
+
+    folder = os.path.expanduser(str(req["path"]))
+    if not os.path.isdir(folder):
+        raise ValueError(f"no folder {folder}")
+    data = files.tar_bytes(folder, os.path.basename(folder.rstrip("/")))
+    name = str(req["name"])
+    files.write(node_dir, name, data)
+    return {"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, b""
+
+
+HANDLERS = {
+    "status": _status, "read": _read, "write": _write, "put": _put, "unpack": _unpack, "stop": _stop,
+    "gpus": _gpus, "port": _port, "run": _run, "stacks": _stacks, "ckpt_list": _ckpt_list, "ckpt_delete": _ckpt_delete,
+    "ckpt_export": _ckpt_export, "pack": _pack,
+}
+
+
+def answer(node_dir: str, req: dict, body: bytes, agent_zip: str) -> bytes:
+    op = req.get("op")
+    try:
+        if op == "start":
+            head, data = _start(node_dir, req, body, agent_zip)
+        elif op in HANDLERS:
+            head, data = HANDLERS[op](node_dir, req, body)
+        else:
+            return wire.encode({"ok": False, "error": f"unknown request {op!r}"})
+    except OSError as err:
+        where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+        return wire.encode({"ok": False, "error": f"{op}: {err.strerror or err}{where}"})
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        return wire.encode({"ok": False, "error": f"{op}: {err}"})
+    return wire.encode({"ok": True, **head}, data)
+
+
+def serve(node_dir: str, inp, out, agent_zip: str, build: str) -> None:
+    """Answer until the channel closes. ``inp``/``out`` are binary file objects (stdin/stdout)."""
+    out.write((wire.ready_line(build) + "\n").encode())
+    out.flush()
+    while True:
+        try:
+            frame = wire.read_frame(inp)
+        except (wire.FrameError, ValueError) as err:
+            out.write(wire.encode({"ok": False, "error": f"bad frame: {err}"}))
+            out.flush()
+            return
+        if frame is None:
+            return
+        req, body = frame
+        out.write(answer(node_dir, req, body, agent_zip))
+        out.flush()
+
+
+def main(node_dir: str, inp, agent_zip: str, build: str) -> None:
+    serve(node_dir, inp, sys.stdout.buffer, agent_zip, build)

@@ -1,0 +1,221 @@
+"""The Backend protocol: everything the launcher asks of the machines a run lives on, with typed replies.
+
+The run policy, doctor, cancel, GPU samples and checkpoint operations ask this protocol and never
+"is this local or SSH?". A backend owns how nodes are reached (a local pipe, SSH, a SLURM login node),
+keeps reconnects inside itself and reports them as :class:`LinkState`, so a node that stays away is
+LOST and every caller hears the same words. Add a backend: a folder (or module) under
+``launcher/backends/`` with a class that satisfies :class:`Backend`, and one line in :func:`backend_for`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from launcher.events import GpuSample
+from launcher.workload.plan import RunPlan
+from trainer.ckpt_layout import CheckpointInfo
+
+Stream = Literal["log", "metrics"]
+STREAM_FILES: dict[str, str] = {"log": "node.log", "metrics": "metrics.jsonl"}
+JobState = Literal["absent", "starting", "running", "exited"]
+
+
+class NodeError(RuntimeError):
+    """A node could not be prepared, reached or asked; the message names the node and what to do."""
+
+
+class NodeLost(NodeError):
+    """A node's connection stayed away past the reconnect window."""
+
+
+class AgentStartFailed(NodeError):
+    """The node was reached but its agent could not start there (no such interpreter, an unwritable
+    run root): retrying cannot help."""
+
+
+class LinkState(str, enum.Enum):
+    """How a node is reached right now."""
+
+    OK = "ok"
+    RECONNECTING = "reconnecting"
+    LOST = "lost"
+
+
+LinkWatcher = Callable[[int, LinkState, str], None]
+"""Told ``(node rank, link state, detail)`` when a node's connection drops, comes back or is lost."""
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """How a node is reached and what runs there, in words."""
+
+    rank: int
+    label: str
+    python: str
+    """The interpreter the node's job runs with."""
+    local: bool
+    """This machine, no SSH."""
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """A node's job as its agent records it."""
+
+    rank: int
+    state: JobState
+    attempt: int | None = None
+    exit_code: int | None = None
+    stopped: bool = False
+    """It ended because it was asked to stop."""
+    supervisor_alive: bool = False
+    """The node-side process that records the job is there (it must be while the job runs)."""
+    error: str = ""
+    """Why the node could not record the job (e.g. its disk is full)."""
+
+    @classmethod
+    def from_wire(cls, rank: int, data: dict) -> NodeStatus:
+        state = data.get("state")
+        return cls(rank, state if state in ("starting", "running", "exited") else "absent", data.get("attempt"),
+                   data.get("exit_code"), bool(data.get("stopped")), bool(data.get("supervisor_alive")),
+                   data.get("error") or "")
+
+    @property
+    def orphaned(self) -> bool:
+        """Recorded as running, but nothing on the node is recording it any more."""
+        return self.state in ("starting", "running") and not self.supervisor_alive
+
+
+@dataclass(frozen=True)
+class StopOutcome:
+    """What stopping one node did. Never raised: a node that cannot be reached says so in ``error``."""
+
+    rank: int
+    label: str
+    stopped: bool
+    left: tuple[int, ...] = ()
+    """Processes of the run still alive after SIGKILL."""
+    was: str | None = None
+    """The job's state before the stop (``exited``: there was nothing left to stop)."""
+    found: bool = False
+    """Processes of the run were found and signalled."""
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class PortClaim:
+    free: bool
+    reason: str = ""
+    suggest: int | None = None
+
+
+@dataclass(frozen=True)
+class ScriptRun:
+    """A short script run on a node under some interpreter (the doctor's probe)."""
+
+    exit_status: int | None
+    stdout: str
+    stderr: str
+
+
+@dataclass(frozen=True)
+class StackDump:
+    """One process of a node's job and where it was when asked."""
+
+    pid: int
+    rank: int | None
+    """Its global rank (``RANK`` in its environment), when it is a worker."""
+    how: Literal["py-spy", "faulthandler", "none"]
+    text: str
+    """py-spy's dump; for ``faulthandler`` the dump is in the node's log; for ``none``, why not."""
+
+
+@dataclass(frozen=True)
+class CheckpointListing:
+    """The checkpoints under a run's ``output_dir`` on the node that holds them (rank 0's)."""
+
+    rank: int
+    label: str
+    root: str
+    checkpoints: tuple[CheckpointInfo, ...] = ()
+    exists: bool = True
+    error: str = ""
+    """Why the node could not be asked (it is gone, say): never the same as "no checkpoints"."""
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    path: str
+    """The Hugging Face folder on the node."""
+    files: tuple[str, ...] = field(default=())
+    local_copy: str | None = None
+    """Where it was copied on this machine, when asked."""
+
+
+class Backend(Protocol):
+    """One run's machines. Calls about one node take its rank; fan-out calls answer for every node."""
+
+    plan: RunPlan
+
+    def node_info(self, rank: int) -> NodeInfo: ...
+
+    def render(self) -> str:
+        """The dry-run text: per node its host, rank, directory, environment and command."""
+        ...
+
+    async def locate(self) -> RunPlan:
+        """The plan with what only this backend knows filled in (node 0's address as the nodes dial it)."""
+        ...
+
+    def use_plan(self, plan: RunPlan) -> None:
+        """Carry on with ``plan``: the same nodes, another rendezvous (a taken port moved)."""
+        ...
+
+    async def prepare(self) -> None:
+        """Ship the agent, parameters, code snapshot and trainer; ``NodeError`` names every node that failed."""
+        ...
+
+    async def claim_port(self, port: int) -> PortClaim:
+        """Whether node 0 can bind the rendezvous port, and a free one if not."""
+        ...
+
+    async def start(self, secrets: dict[str, str], attempt: int) -> None:
+        """Start ``attempt`` on every node; ``NodeError`` names every node that failed."""
+        ...
+
+    async def status(self, rank: int) -> NodeStatus: ...
+
+    async def read(self, rank: int, stream: Stream, offset: int, limit: int, wait_s: float = 0.0) -> bytes:
+        """Bytes of a node's stream from ``offset``; with ``wait_s``, held until there are some or the job ended."""
+        ...
+
+    async def stop(self, grace_s: float) -> tuple[StopOutcome, ...]:
+        """SIGTERM, grace, SIGKILL and a sweep on every node at once; every node's outcome, never raising."""
+        ...
+
+    async def gpus(self, rank: int) -> tuple[GpuSample, ...]: ...
+
+    async def run_script(self, rank: int, python: str, script: str, timeout_s: float) -> ScriptRun: ...
+
+    async def stacks(self, rank: int) -> tuple[StackDump, ...]:
+        """Every Python process of the job on a node: where each is (py-spy, else faulthandler)."""
+        ...
+
+    async def checkpoints(self, output_dir: str) -> CheckpointListing: ...
+
+    async def delete_checkpoint(self, output_dir: str, name: str) -> None: ...
+
+    async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None) -> ExportResult: ...
+
+    async def close(self) -> None: ...
+
+
+def backend_for(plan: RunPlan, *, on_link: LinkWatcher | None = None, agent_python: str | None = None) -> Backend:
+    """The backend that reaches ``plan``'s nodes: an agent per node over a local pipe or SSH.
+    ``agent_python``: start the agents with that interpreter instead of the workload's (the doctor's
+    fallback when the workload's does not run)."""
+    from launcher.backends.fleet import AgentFleet
+
+    return AgentFleet(plan, on_link=on_link, agent_python=agent_python)

@@ -1,0 +1,69 @@
+"""The agent as it travels: a zip of ``launcher/backends/agent`` (as package ``fsdp_tui_agent``) and the
+shared checkpoint layout, plus the boot script that installs it on a node and starts serving.
+
+The boot script is the whole command line (``PYTHON -c BOOT NODE_DIR BUILD``); the zip follows on
+stdin (a length line, then the bytes), so a node needs no upload before its first request.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import shlex
+import zipfile
+from pathlib import Path
+
+AGENT_DIR = Path(__file__).with_name("agent")
+LAYOUT = Path(__file__).resolve().parents[2] / "trainer" / "ckpt_layout.py"
+PACKAGE = "fsdp_tui_agent"
+
+BOOT = """import os, sys
+d = os.path.expanduser(sys.argv[1])
+os.makedirs(d, exist_ok=True)
+i = sys.stdin.buffer
+z = i.read(int(i.readline()))
+p = os.path.join(d, "agent-%s.zip" % sys.argv[2])
+t = "%s.%d" % (p, os.getpid())
+with open(t, "wb") as f:
+    f.write(z)
+os.replace(t, p)
+sys.path.insert(0, p)
+from fsdp_tui_agent.serve import main
+main(d, i, p, sys.argv[2])
+"""
+"""Makes the node directory, installs the zip sent on stdin (named by its build, so an agent still
+running from an older one is never disturbed) and serves; the buffered stdin carries on into ``serve``."""
+
+_ROOT_MAIN = f"import sys\nfrom {PACKAGE}.__main__ import _main\nsys.exit(_main(sys.argv[1:]))\n"
+_STAMP = (2020, 1, 1, 0, 0, 0)
+
+
+@functools.lru_cache(maxsize=1)
+def agent_zip() -> tuple[bytes, str]:
+    """The zip's bytes and its build id (a hash of its content; the same sources give the same zip)."""
+    entries = {f"{PACKAGE}/{p.name}": p.read_bytes() for p in sorted(AGENT_DIR.glob("*.py"))}
+    entries["trainer/__init__.py"] = b'"""The checkpoint layout only (the agent\'s copy)."""\n'
+    entries["trainer/ckpt_layout.py"] = LAYOUT.read_bytes()
+    entries["__main__.py"] = _ROOT_MAIN.encode()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name in sorted(entries):
+            zf.writestr(zipfile.ZipInfo(name, _STAMP), entries[name])
+    data = buf.getvalue()
+    return data, hashlib.sha256(data).hexdigest()[:12]
+
+
+def boot_payload() -> bytes:
+    """What follows the boot command on stdin."""
+    data, _build = agent_zip()
+    return b"%d\n" % len(data) + data
+
+
+def boot_argv(python: str, node_dir: str) -> list[str]:
+    return [python, "-c", BOOT, node_dir, agent_zip()[1]]
+
+
+def boot_command(python: str, node_dir: str) -> str:
+    """The boot as one shell command line (over SSH), every part quoted once."""
+    return shlex.join(boot_argv(python, node_dir))

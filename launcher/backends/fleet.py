@@ -1,0 +1,279 @@
+"""Machines you reach one by one: an agent per node, over a local pipe (this machine) or SSH.
+
+Fan-out calls run on every node at once and return every node's outcome; files travel over the agent's
+own channel (chunked, size- and hash-checked), so no node needs SFTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+from launcher.backends.agent_client import AgentError, AgentLink
+from launcher.backends.base import (
+    STREAM_FILES,
+    CheckpointListing,
+    ExportResult,
+    LinkWatcher,
+    NodeError,
+    NodeInfo,
+    NodeStatus,
+    PortClaim,
+    ScriptRun,
+    StackDump,
+    StopOutcome,
+    Stream,
+)
+from launcher.events import GpuSample
+from launcher.workload.plan import TRAINER_PKG_DIR, NodePlan, RunPlan, render_plan, with_rendezvous
+from trainer.ckpt_layout import CheckpointInfo
+from trainer.protocol import RUN_ID_ENV
+
+DEFAULT_PYTHON = "python3"
+LOCAL_LOST_AFTER_S = 5.0
+"""A local agent that cannot be started again within this long is gone (its machine is this one)."""
+UPLOAD_CHUNK = 4 << 20
+TRAINER_SOURCE = Path(__file__).resolve().parents[2] / "trainer"
+TRAINER_EXCLUDE = ("__pycache__", "*.pyc")
+
+
+def _is_local(node: NodePlan) -> bool:
+    return node.host is None or node.host.is_local
+
+
+class AgentFleet:
+    """The Backend for runs on this machine and on SSH hosts (each node may be either)."""
+
+    def __init__(self, plan: RunPlan, *, on_link: LinkWatcher | None = None, agent_python: str | None = None) -> None:
+        self.plan = plan
+        self.on_link = on_link
+        self.agent_python = agent_python
+        self.links = [self._link(n) for n in plan.nodes]
+
+    def python_of(self, node: NodePlan) -> str:
+        """The interpreter a node's job runs with: on this machine, ``python3`` means this one."""
+        python = self.plan.workload.environment.python
+        return sys.executable if _is_local(node) and python == DEFAULT_PYTHON else python
+
+    def label(self, rank: int) -> str:
+        return f"node {rank} ({self.plan.nodes[rank].host_display})"
+
+    def node_info(self, rank: int) -> NodeInfo:
+        node = self.plan.nodes[rank]
+        return NodeInfo(rank, self.label(rank), self.python_of(node), _is_local(node))
+
+    def _link(self, node: NodePlan) -> AgentLink:
+        ssh = self.plan.workload.ssh
+        if _is_local(node):
+            from launcher.backends.local import open_local
+
+            def opener():
+                return open_local(node.node_dir)
+            lost_after = LOCAL_LOST_AFTER_S
+            agent = f"{sys.executable} in {node.node_dir}"
+        else:
+            from launcher.backends.ssh.channel import open_ssh
+
+            python = self.agent_python or self.python_of(node)
+
+            def opener():
+                return open_ssh(node.host, ssh, python, node.node_dir)
+            lost_after = ssh.lost_after_s
+            agent = f"{python} in {node.node_dir}"
+        return AgentLink(node.node_rank, self.label(node.node_rank), opener, lost_after_s=lost_after,
+                         on_link=self.on_link, agent_label=agent)
+
+    # -- planning ----------------------------------------------------------------------------------
+
+    def _located(self) -> RunPlan:
+        if not self.plan.master_addr_is_alias:
+            return self.plan
+        from launcher.backends.ssh.config import resolve
+
+        node0 = self.plan.nodes[0]
+        return with_rendezvous(self.plan, addr=resolve(node0.host, self.plan.workload.ssh).hostname)
+
+    def render(self) -> str:
+        return render_plan(self._located())
+
+    async def locate(self) -> RunPlan:
+        self.plan = await asyncio.to_thread(self._located)
+        return self.plan
+
+    def use_plan(self, plan: RunPlan) -> None:
+        """Carry on with ``plan`` (the same nodes; e.g. another rendezvous port)."""
+        self.plan = plan
+
+    # -- fan-out helpers ---------------------------------------------------------------------------
+
+    async def _every_node(self, call) -> None:
+        """``call(rank)`` on every node at once; ``NodeError`` naming every node that failed."""
+        results = await asyncio.gather(*(call(n.node_rank) for n in self.plan.nodes), return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        for r in failed:
+            if not isinstance(r, (NodeError, OSError)):
+                raise r
+        if failed:
+            raise NodeError("; ".join(str(r) for r in failed))
+
+    # -- preparing and starting --------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        plan = self.plan
+        if plan.code_root is not None and not plan.code_root.is_dir():
+            raise NodeError(f"code_source folder {plan.code_root} does not exist")
+        trees: list[tuple[str, str, bytes]] = []  # (upload name, destination, tar bytes)
+        if plan.code_root is not None:
+            from launcher.backends.agent.files import tar_bytes
+
+            exclude = tuple(plan.workload.code_source.snapshot.exclude)
+            trees.append(("code.tar", "code", await asyncio.to_thread(tar_bytes, str(plan.code_root), ".", exclude)))
+        if plan.uses_builtin_trainer:
+            from launcher.backends.agent.files import tar_bytes
+
+            data = await asyncio.to_thread(tar_bytes, str(TRAINER_SOURCE), "trainer", TRAINER_EXCLUDE)
+            trees.append(("trainer.tar", TRAINER_PKG_DIR, data))
+
+        async def one(rank: int) -> None:
+            link = self.links[rank]
+            await link.call("write", plan.parameters_yaml.encode("utf-8"), name="parameters.yaml")
+            for name, dest, data in trees:
+                await self._upload(link, name, dest, data)
+
+        await self._every_node(one)
+
+    async def _upload(self, link: AgentLink, name: str, dest: str, data: bytes) -> None:
+        for offset in range(0, max(len(data), 1), UPLOAD_CHUNK):
+            await link.call("put", data[offset:offset + UPLOAD_CHUNK], name=name, offset=offset)
+        try:
+            await link.call("unpack", name=name, total=len(data), sha256=hashlib.sha256(data).hexdigest(),
+                            dest=dest)
+        except AgentError as err:
+            raise NodeError(f"{err} (shipping {dest}/ to {link.label})") from None
+
+    async def claim_port(self, port: int) -> PortClaim:
+        header, _ = await self.links[0].call("port", port=port)
+        return PortClaim(bool(header.get("free", True)), header.get("reason", ""), header.get("suggest"))
+
+    def job_spec(self, node: NodePlan, secrets: dict[str, str], attempt: int) -> dict:
+        """What the agent's ``start`` gets in the request's body (never on a command line: it holds secrets)."""
+        python = self.python_of(node)
+        argv = list(node.argv)
+        if argv and argv[0] == self.plan.workload.environment.python:
+            argv[0] = python
+        retries = self.plan.workload.max_retries
+        return {"argv": argv, "env": node.env, "dir_env": node.dir_env, "secrets": secrets, "python": python,
+                "attempt": attempt, "dependencies": list(self.plan.workload.environment.dependencies),
+                "venv_root": self.plan.venv_root,
+                "marker": f"{attempt} of {retries + 1}" if retries else None}
+
+    async def start(self, secrets: dict[str, str], attempt: int) -> None:
+        async def one(rank: int) -> None:
+            spec = self.job_spec(self.plan.nodes[rank], secrets, attempt)
+            await self.links[rank].call("start", json.dumps(spec).encode("utf-8"))
+
+        await self._every_node(one)
+
+    # -- watching ----------------------------------------------------------------------------------
+
+    async def status(self, rank: int) -> NodeStatus:
+        header, _ = await self.links[rank].call("status")
+        return NodeStatus.from_wire(rank, header)
+
+    async def read(self, rank: int, stream: Stream, offset: int, limit: int, wait_s: float = 0.0) -> bytes:
+        _, data = await self.links[rank].call("read", name=STREAM_FILES[stream], offset=offset, limit=limit,
+                                              wait=wait_s)
+        return data
+
+    async def gpus(self, rank: int) -> tuple[GpuSample, ...]:
+        header, _ = await self.links[rank].call("gpus")
+        return tuple(GpuSample(**g) for g in header.get("gpus", []))
+
+    async def run_script(self, rank: int, python: str, script: str, timeout_s: float) -> ScriptRun:
+        header, _ = await self.links[rank].call("run", script.encode("utf-8"), python=python, timeout=timeout_s)
+        return ScriptRun(header.get("exit_status"), header.get("stdout", ""), header.get("stderr", ""))
+
+    async def stacks(self, rank: int) -> tuple[StackDump, ...]:
+        header, _ = await self.links[rank].call("stacks", python=self.python_of(self.plan.nodes[rank]))
+        return tuple(StackDump(s["pid"], s.get("rank"), s["how"], s["text"]) for s in header.get("stacks", []))
+
+    # -- stopping ----------------------------------------------------------------------------------
+
+    async def stop(self, grace_s: float) -> tuple[StopOutcome, ...]:
+        async def one(rank: int) -> StopOutcome:
+            try:
+                header, _ = await self.links[rank].call("stop", grace=grace_s)
+            except NodeError as err:
+                return StopOutcome(rank, self.label(rank), False, error=str(err))
+            return StopOutcome(rank, self.label(rank), bool(header.get("stopped")), tuple(header.get("left", ())),
+                               header.get("was"), bool(header.get("found")))
+
+        return tuple(await asyncio.gather(*(one(n.node_rank) for n in self.plan.nodes)))
+
+    # -- checkpoints (where rank 0 wrote them) ---------------------------------------------------
+
+    def _job_env(self) -> dict[str, str]:
+        return {**self.plan.nodes[0].env, RUN_ID_ENV: self.plan.run_id}
+
+    async def checkpoints(self, output_dir: str) -> CheckpointListing:
+        try:
+            header, _ = await self.links[0].call("ckpt_list", output_dir=output_dir, env=self._job_env())
+        except NodeError as err:
+            return CheckpointListing(0, self.label(0), output_dir, error=str(err))
+        ckpts = tuple(CheckpointInfo(**c) for c in header.get("checkpoints", []))
+        return CheckpointListing(0, self.label(0), header.get("root", output_dir), ckpts, bool(header.get("exists")))
+
+    async def delete_checkpoint(self, output_dir: str, name: str) -> None:
+        await self.links[0].call("ckpt_delete", output_dir=output_dir, env=self._job_env(), name=name)
+
+    async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None) -> ExportResult:
+        node = self.plan.nodes[0]
+        header, _ = await self.links[0].call(
+            "ckpt_export", output_dir=output_dir, env=self._job_env(), name=name, python=self.python_of(node),
+            pythonpath=TRAINER_PKG_DIR if self.plan.uses_builtin_trainer else "")
+        result = ExportResult(header["path"], tuple(header.get("files", ())))
+        if copy_to is None:
+            return result
+        local = await self._fetch_tree(header["path"], Path(copy_to))
+        return ExportResult(result.path, result.files, str(local))
+
+    async def _fetch_tree(self, remote: str, to: Path) -> Path:
+        """Copy a folder of node 0 to ``to`` here (a tar through the agent, hash-checked)."""
+        link = self.links[0]
+        header, _ = await link.call("pack", path=remote, name=".download.tar")
+        chunks, offset = [], 0
+        while offset < header["size"]:
+            _, data = await link.call("read", name=".download.tar", offset=offset, limit=UPLOAD_CHUNK)
+            if not data:
+                raise NodeError(f"{link.label}: the export's copy ended at {offset} of {header['size']} bytes")
+            chunks.append(data)
+            offset += len(data)
+        data = b"".join(chunks)
+        if hashlib.sha256(data).hexdigest() != header["sha256"]:
+            raise NodeError(f"{link.label}: the export's copy arrived damaged; try again")
+        return await asyncio.to_thread(_unpack_here, data, to, link.label)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(link.close() for link in self.links), return_exceptions=True)
+
+
+def _unpack_here(data: bytes, to: Path, label: str) -> Path:
+    """A folder fetched from a node as a tar, into ``to`` (which must not exist yet)."""
+    import io
+    import tarfile
+
+    if to.exists():
+        raise NodeError(f"{to} exists: exports never overwrite, pick a new folder")
+    staging = to.with_name(f".{to.name}.partial")
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = tar.getmembers()
+        top = members[0].name.split("/")[0] if members else ""
+        if any(m.name.startswith("/") or ".." in m.name.split("/") for m in members):
+            raise NodeError(f"{label}: refusing an export with paths outside its folder")
+        tar.extractall(staging, members)
+    (staging / top).rename(to)
+    staging.rmdir()
+    return to

@@ -1,0 +1,55 @@
+"""This machine, no SSH: the node agent runs as a child process and answers over a pipe, exactly as it
+does over an SSH channel (one process per node per launcher, not one per poll)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from launcher.backends import bundle
+from launcher.backends.agent_client import Channel
+
+STREAM_LIMIT = 64 << 20
+
+
+class PipeChannel:
+    """The agent's stdin and stdout as a :class:`~launcher.backends.agent_client.Channel`."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    def write(self, data: bytes) -> None:
+        self.proc.stdin.write(data)
+
+    async def drain(self) -> None:
+        await self.proc.stdin.drain()
+
+    async def readline(self) -> bytes:
+        return await self.proc.stdout.readline()
+
+    async def readexactly(self, n: int) -> bytes:
+        return await self.proc.stdout.readexactly(n)
+
+    async def stderr_tail(self, timeout_s: float) -> str:
+        try:
+            data = await asyncio.wait_for(self.proc.stderr.read(), timeout_s)
+        except asyncio.TimeoutError:
+            return ""
+        return data.decode(errors="replace")
+
+    def close(self) -> None:
+        if self.proc.returncode is None:
+            try:
+                self.proc.stdin.close()  # the agent's loop ends at end of input
+            except (ConnectionError, RuntimeError):
+                pass
+
+
+async def open_local(node_dir: str, python: str | None = None) -> Channel:
+    """Start the agent in ``node_dir`` on this machine (under ``python``, default: this interpreter)."""
+    proc = await asyncio.create_subprocess_exec(
+        *bundle.boot_argv(python or sys.executable, node_dir), stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, limit=STREAM_LIMIT,
+        start_new_session=True)
+    proc.stdin.write(bundle.boot_payload())
+    return PipeChannel(proc)

@@ -1,0 +1,40 @@
+"""``fsdp-tui cancel RUN``: stop every process of a run on every node, and say what really happened."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from launcher.cli import find_run
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("cancel", help="stop a run on all its nodes (SIGTERM, grace, SIGKILL, sweep)")
+    p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from launcher.runs.launch import cancel_run
+
+    found = find_run("cancel", args.run_id)
+    if found is None:
+        return 2
+    store, run_id = found
+    report = asyncio.run(cancel_run(store.home, run_id))
+    if report.already_ended:
+        print(f"run {run_id} has already ended ({report.state.value}): nothing to cancel", file=sys.stderr)
+        return 1
+    if report.timed_out:
+        print(f"run {run_id}: still {report.state.value} after waiting; its owner is stopping it "
+              f"(fsdp-tui show {run_id})", file=sys.stderr)
+        return 1
+    for line in report.leftovers:
+        print(f"{line} (still alive after SIGKILL)", file=sys.stderr)
+    for rank, host, state, detail in report.nodes:
+        if state == "lost":
+            print(f"node {rank} ({host}): {detail}", file=sys.stderr)
+    print(f"run {run_id}: {report.state.value} on {len(report.nodes)} node(s)")
+    return 1 if report.leftovers else 0

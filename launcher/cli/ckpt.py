@@ -1,0 +1,54 @@
+"""``fsdp-tui ckpt RUN [--json]``: a run's checkpoints where rank 0 wrote them: step, complete or not,
+size, age."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from launcher.cli import find_run
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ckpt", help="list a run's checkpoints (on the node that holds them)")
+    p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from launcher.runs.checkpoints import NoOutputDir, list_checkpoints
+
+    found = find_run("ckpt", args.run_id)
+    if found is None:
+        return 2
+    store, run_id = found
+    try:
+        listing = asyncio.run(list_checkpoints(store.home, run_id))
+    except NoOutputDir as err:
+        if args.json:
+            print("[]")
+            return 0
+        print(str(err))
+        return 0
+    if listing.error:
+        print(f"fsdp-tui ckpt: cannot list the checkpoints of {run_id}: {listing.error}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps([c.to_dict() for c in listing.checkpoints], indent=2))
+        return 0
+    where = f"{listing.label}: {listing.root}"
+    if not listing.checkpoints:
+        print(f"no checkpoints in {where}" + ("" if listing.exists else " (the folder does not exist yet)"))
+        return 0
+    print(where)
+    print(f"{'STEP':>8}  {'COMPLETE':<9} {'SIZE':>9}  {'AGE':>8}  NAME")
+    for c in listing.checkpoints:
+        age = time.time() - c.mtime
+        age_text = f"{age / 3600:.1f}h" if age > 3600 else f"{age / 60:.0f}m"
+        print(f"{c.step:>8}  {'yes' if c.complete else 'NO':<9} {c.size_bytes / 2**20:>7.1f}M  {age_text:>8}  {c.name}")
+    return 0

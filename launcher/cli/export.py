@@ -1,0 +1,57 @@
+"""``fsdp-tui export RUN [--step N] [--to DIR]``: a checkpoint as a Hugging Face folder, written on the
+node that holds it (where torch is) and, with ``--to``, copied here."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from launcher.cli import find_run
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="export a checkpoint to a Hugging Face folder (safetensors + tokenizer)")
+    p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
+    p.add_argument("--step", type=int, help="the checkpoint of this step (default: the newest complete one)")
+    p.add_argument("--to", type=Path, metavar="DIR", help="also copy the folder here (a new folder)")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from launcher.runs.checkpoints import CheckpointError, NoOutputDir, export_checkpoint, list_checkpoints
+
+    found = find_run("export", args.run_id)
+    if found is None:
+        return 2
+    store, run_id = found
+    if args.to is not None and args.to.exists():
+        print(f"fsdp-tui export: {args.to} exists: exports never overwrite, pick a new folder", file=sys.stderr)
+        return 1
+    try:
+        listing = asyncio.run(list_checkpoints(store.home, run_id))
+    except NoOutputDir as err:
+        print(f"fsdp-tui export: {err}", file=sys.stderr)
+        return 1
+    if listing.error:
+        print(f"fsdp-tui export: cannot reach the checkpoints of {run_id}: {listing.error}", file=sys.stderr)
+        return 1
+    done = [c for c in listing.checkpoints if c.complete and (args.step is None or c.step == args.step)]
+    if not done:
+        have = ", ".join(str(c.step) for c in listing.checkpoints if c.complete) or "none"
+        print(f"fsdp-tui export: no complete checkpoint{'' if args.step is None else f' at step {args.step}'} "
+              f"in {listing.label}: {listing.root} (complete: {have})", file=sys.stderr)
+        return 1
+    chosen = done[-1]
+    print(f"exporting {chosen.name} on {listing.label} ...", file=sys.stderr)
+    try:
+        result = asyncio.run(export_checkpoint(store.home, run_id, chosen.name, args.to.resolve() if args.to else None))
+    except CheckpointError as err:
+        print(f"fsdp-tui export: {err}", file=sys.stderr)
+        return 1
+    print(f"{listing.label}: {result.path}")
+    if result.local_copy:
+        print(f"here: {result.local_copy}")
+    return 0

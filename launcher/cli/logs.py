@@ -1,0 +1,65 @@
+"""``fsdp-tui logs RUN [--node N] [--follow] [--tail N]``: a run's node logs from the local record."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from launcher.cli import find_run
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("logs", help="print a run's node logs")
+    p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
+    p.add_argument("--node", type=int, help="only this node (default: all, prefixed by node)")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing while the run is active")
+    p.add_argument("--tail", type=int, metavar="N", help="start with the last N lines")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    found = find_run("logs", args.run_id)
+    if found is None:
+        return 2
+    store, run_id = found
+    from launcher.runs.launch import adopt_orphans_of
+
+    adopt_orphans_of(store.home)
+    record = store.get_run(run_id)
+    ranks = [n.node_rank for n in record.nodes]
+    if args.node is not None:
+        if args.node not in ranks:
+            print(f"fsdp-tui logs: run {run_id} has nodes {ranks}", file=sys.stderr)
+            return 2
+        ranks = [args.node]
+    prefix = len(record.nodes) > 1 and args.node is None
+    offsets = {}
+    for rank in ranks:
+        path = record.directory / "nodes" / f"{rank}.log"
+        data = path.read_bytes() if path.exists() else b""
+        offsets[rank] = len(data)
+        lines = data.decode("utf-8", "replace").splitlines()
+        if args.tail is not None:
+            lines = lines[-args.tail:]
+        _write(lines, rank if prefix else None)
+    while args.follow:
+        active = not store.get_run(run_id).summary.state.is_final
+        for rank in ranks:
+            path = record.directory / "nodes" / f"{rank}.log"
+            with open(path, "rb") if path.exists() else open("/dev/null", "rb") as f:
+                f.seek(offsets[rank])
+                chunk = f.read()
+            end = chunk.rfind(b"\n") + 1
+            offsets[rank] += end
+            _write(chunk[:end].decode("utf-8", "replace").splitlines(), rank if prefix else None)
+        if not active:
+            break
+        time.sleep(0.3)
+    return 0
+
+
+def _write(lines: list[str], rank: int | None) -> None:
+    prefix = f"[node {rank}] " if rank is not None else ""
+    sys.stdout.write("".join(f"{prefix}{line}\n" for line in lines))
+    sys.stdout.flush()

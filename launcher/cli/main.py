@@ -1,0 +1,56 @@
+"""``fsdp-tui COMMAND ...``: the parser of every headless command, and the entry that runs one."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# Each name is a module in launcher/cli with register(subparsers) and run(args) -> int.
+COMMANDS: tuple[str, ...] = ("validate", "schema", "run", "runs", "show", "logs", "cancel", "relaunch", "ckpt",
+                             "export", "stacks", "rm", "secrets", "trust", "doctor")
+ALIASES = {"resume": "relaunch"}
+"""Commands that live in another command's module."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fsdp-tui",
+        description="Compose, launch, watch and remember multi-node FSDP runs. "
+        "With no command, opens the app; with a workload FILE, opens it in the editor.",
+    )
+    parser.add_argument("--theme", help="colour theme of the app (persists)")
+    parser.add_argument("--version", action="version", version=f"fsdp-tui {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"launcher.cli.{name}").register(sub)
+    return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fsdp-tui")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.handler(args))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`fsdp-tui runs | head -2`): stop quietly, as cat does.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

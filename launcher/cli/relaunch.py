@@ -1,0 +1,64 @@
+"""``fsdp-tui relaunch RUN [--set k=v] [--watch | --json]`` and ``fsdp-tui resume RUN [--from STEP]``:
+a new run doing what RUN did (its recorded workload), from scratch or from its newest complete
+checkpoint on the node that holds it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from launcher.cli import find_run
+from launcher.cli.validate import add_set_option
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    for name, help_text in (("relaunch", "launch what a run ran again, as a new run"),
+                            ("resume", "a new run of a run's workload, from its newest complete checkpoint")):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
+        if name == "resume":
+            p.add_argument("--from", dest="step", type=int, metavar="STEP",
+                           help="the checkpoint of this step (default: the newest complete one)")
+        add_set_option(p)
+        mode = p.add_mutually_exclusive_group()
+        mode.add_argument("--watch", action="store_true", help="follow it: every node's lines and progress")
+        mode.add_argument("--json", action="store_true", help="follow it as JSON events")
+        mode.add_argument("--detach", action="store_true", help="start it and return at once")
+        p.set_defaults(handler=run, verb=name)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from launcher.runs.launch import relaunch_plan, resume_plan, start_run
+
+    found = find_run(args.verb, args.run_id)
+    if found is None:
+        return 2
+    store, run_id = found
+    try:
+        if args.verb == "resume":
+            planned, path = asyncio.run(resume_plan(store.home, run_id, args.step, args.overrides))
+            print(f"resuming from {path}", file=sys.stderr)
+        else:
+            planned = relaunch_plan(store.home, run_id, args.overrides)
+    except LookupError as err:
+        print(f"fsdp-tui {args.verb}: {err}", file=sys.stderr)
+        return 1
+    for problem in planned.problems:
+        if problem.is_error:
+            print(problem.format(), file=sys.stderr)
+    if planned.plan is None:
+        print(f"fsdp-tui {args.verb}: the recorded workload of {run_id} no longer validates (see above)",
+              file=sys.stderr)
+        return 1
+    new_id = start_run(planned.plan, store.home)
+    if not args.json:
+        print(new_id)
+    if args.detach or not (args.watch or args.json):
+        print(f"run {new_id} started; follow it: fsdp-tui logs {new_id} --follow", file=sys.stderr)
+        return 0
+    from launcher.cli.watch import watch
+
+    return watch(store.home, new_id, json_events=args.json, cancel_on_interrupt=False,
+                 num_nodes=len(planned.plan.nodes))

@@ -1,0 +1,68 @@
+"""``fsdp-tui run FILE [--set k=v] [--dry-run | --watch | --json] [--cancel-on-interrupt]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from launcher.cli.validate import add_set_option
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="launch a workload (in a terminal: opens the run monitor)",
+                       description="Launch a workload on its nodes. The run is owned by a supervisor process "
+                       "of its own: it outlives this command and its terminal. In a terminal this opens the run "
+                       "monitor; --watch and --json follow it headless (Ctrl-C detaches, the run goes on); "
+                       "--dry-run only prints the plan.")
+    p.add_argument("file", metavar="FILE", type=Path)
+    add_set_option(p)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true",
+                      help="print each node's host, rank, directory, environment and command; touch nothing")
+    mode.add_argument("--watch", action="store_true", help="stream every node's log lines and progress")
+    mode.add_argument("--json", action="store_true", help="stream run events as JSON lines")
+    p.add_argument("--force", action="store_true",
+                   help="launch even when the cheap checks say it cannot run there (see fsdp-tui doctor)")
+    p.add_argument("--cancel-on-interrupt", action="store_true",
+                   help="Ctrl-C cancels the run (default: Ctrl-C detaches and the run goes on)")
+    p.set_defaults(handler=run)
+
+
+def prepare(file: Path, overrides: list[str], *, quiet: bool = False):
+    """Validate and plan; prints problems to stderr. ``None`` when the workload has errors."""
+    from launcher.paths import data_home
+    from launcher.workload.load import plan_file
+
+    planned = plan_file(file, overrides, home=data_home())
+    for o in planned.result.overrides:
+        print(f"--set {o.describe()}", file=sys.stderr)
+    for p in planned.problems:
+        if p.is_error or not quiet:
+            print(p.format(), file=sys.stderr)
+    if planned.plan is None:
+        print(f"{file}: not launched: fix the errors above (fsdp-tui validate {file})", file=sys.stderr)
+    return planned.plan
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = prepare(args.file, args.overrides)
+    if plan is None:
+        return 1
+    if args.dry_run:
+        from launcher.runs.launch import render_plan_text
+
+        sys.stdout.write(render_plan_text(plan))
+        return 0
+    if plan.blockers:
+        for blocker in plan.blockers:
+            print(f"{args.file}: cannot run: {blocker}", file=sys.stderr)
+        return 1
+    from launcher.cli.watch import watch
+    from launcher.paths import data_home
+    from launcher.runs.launch import start_run
+
+    home = data_home()
+    run_id = start_run(plan, home, force=args.force)
+    return watch(home, run_id, json_events=args.json, cancel_on_interrupt=args.cancel_on_interrupt,
+                 num_nodes=len(plan.nodes))

@@ -1,0 +1,73 @@
+"""``fsdp-tui show RUN [--json]``: one run in words a user can act on: state and why, attempts, each
+node (host, state, exit code, detail), triage, its MLflow run and where its files are."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from launcher.cli import find_run
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("show", help="one run: state and why, nodes, triage, MLflow, where its files are")
+    p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from launcher.runs.launch import adopt_orphans_of
+    from launcher.runs.report import run_report
+
+    found = find_run("show", args.run_id)
+    if found is None:
+        return 2
+    store, run_id = found
+    adopt_orphans_of(store.home)
+    report = run_report(store.home, run_id)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    _print(report)
+    return 0
+
+
+def _when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
+
+
+def _print(r: dict) -> None:
+    out = sys.stdout.write
+    out(f"run {r['run_id']}  ({r['experiment']})\n")
+    why = (f": {r['detail']}" if r["detail"] and (r["state"] not in ("succeeded", "running")
+                                                 or r["detail"].startswith("stalled")) else "")
+    out(f"  state     {r['state']}{why}\n")
+    out(f"  attempt   {r['attempt']} of {r['max_attempts']}\n")
+    out(f"  started   {_when(r['started_at'])}   ended {_when(r['ended_at'])}   duration {r['duration']}\n")
+    if r["step"] is not None:
+        out(f"  progress  step {r['step']}{'/' + str(r['max_steps']) if r['max_steps'] else ''}"
+            f"  loss {r['last_loss'] if r['last_loss'] is not None else '-'}"
+            f"  best eval {r['best_eval_loss'] if r['best_eval_loss'] is not None else '-'}\n")
+    if r["owner"]:
+        out(f"  owner     {r['owner']}\n")
+    out("  nodes\n")
+    for n in r["nodes"]:
+        code = f" (exit code {n['exit_code']})" if n["exit_code"] is not None else ""
+        detail = f": {n['detail']}" if n["detail"] else ""
+        out(f"    node {n['node_rank']}  {n['host']:<20} {n['state']}{code}{detail}\n")
+        out(f"           its directory there: {n['node_dir']}\n")
+    if r["triage"]:
+        out(f"  triage    {r['triage'].get('summary', '')}\n")
+    if r["mlflow"]:
+        m = r["mlflow"]
+        out(f"  mlflow    run {m['run_id']} in experiment {m['experiment']}\n")
+        out(f"            see it: {m['ui_command']}\n")
+    out(f"  files     {r['directory']}  (workload.yaml, nodes/<rank>.log, metrics, events.jsonl,"
+        f" triage.json, supervisor.log)\n")
+    if r["workload_path"]:
+        out(f"  workload  {r['workload_path']}\n")
+    for line in r["next"]:
+        out(f"  next      {line}\n")

@@ -1,0 +1,51 @@
+"""``fsdp-tui trust HOST[:PORT]``: add a host's key to known_hosts on purpose, after showing it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("trust", help="show a host's SSH key fingerprint and add it to known_hosts")
+    p.add_argument("host", metavar="HOST[:PORT]")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from launcher.backends.ssh.connect import SshError, asyncssh_errors, check_host_key, trust
+    from launcher.workload.hosts import parse_host
+    from launcher.workload.model import Ssh
+
+    try:
+        host = parse_host(args.host)
+    except ValueError as err:
+        print(f"fsdp-tui trust: {err}", file=sys.stderr)
+        return 2
+    ssh = Ssh()
+    try:
+        check = asyncio.run(check_host_key(host, ssh))
+    except (OSError, asyncio.TimeoutError, SshError, asyncssh_errors()) as err:
+        reason = str(err) or ("no answer within 10 s" if isinstance(err, asyncio.TimeoutError) else type(err).__name__)
+        print(f"fsdp-tui trust: cannot reach {args.host}: {reason}. Check that the host is up and that "
+              f"`ssh {args.host}` reaches it (its name in ~/.ssh/config, its port), then try again.", file=sys.stderr)
+        return 1
+    if check.presented in check.known:
+        print(f"{args.host} is already trusted ({check.presented})")
+        return 0
+    if check.changed:
+        print(f"{args.host}: known_hosts has {', '.join(check.known)}; the server now presents "
+              f"{check.presented}. Remove the old entry first (ssh-keygen -R '{check.known_hosts_name}').", file=sys.stderr)
+        return 1
+    print(f"{args.host} presents {check.presented}")
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("run again with --yes to trust it", file=sys.stderr)
+            return 1
+        if input("trust this key? [y/N] ").strip().lower() not in ("y", "yes"):
+            return 1
+    path = trust(check, ssh)
+    print(f"added {check.presented} for {args.host} to {path}")
+    return 0

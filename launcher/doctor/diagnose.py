@@ -1,0 +1,116 @@
+"""Probing every node of a plan through its backend, all at once: the probe script (``probe.py``, sent
+as text) runs under the workload's Python on each node; where that Python cannot run it, the machine
+checks still run under a fallback interpreter. A node that fails never hides the others."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from launcher.backends.base import AgentStartFailed, Backend, NodeError, ScriptRun, backend_for
+from launcher.doctor.judge import Check, DoctorReport, NodeProbe, NodeReport, evaluate, probe_packages
+from launcher.workload.plan import RunPlan
+
+IMPORT_TIMEOUT_S = 120.0
+"""A cold ``import torch`` on a shared filesystem can take tens of seconds."""
+FALLBACK_PYTHON = "python3"
+PROBE_SOURCE = Path(__file__).with_name("probe.py")
+
+
+def probe_script(params: dict) -> str:
+    """The probe's source plus the one call that runs it; the parameters ride inside the script."""
+    return PROBE_SOURCE.read_text() + f"\n\nmain({json.dumps(params)!r})\n"
+
+
+def parse_probe_output(stdout: str) -> dict | None:
+    from launcher.doctor.probe import MARKER
+
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(MARKER):
+            return json.loads(line[len(MARKER):])
+    return None
+
+
+def _failure(python: str, ran: ScriptRun) -> str:
+    tail = ran.stderr.strip().splitlines()[-1:] or [f"exit status {ran.exit_status}"]
+    if ran.exit_status in (126, 127):
+        return f"{python} does not run: {tail[0]}"
+    older = " (a Python older than 3.7? the workload needs 3.10+)" if "SyntaxError" in tail[0] else ""
+    return f"{python} could not run the probe: {tail[0][:300]}{older}"
+
+
+async def _probe_node(backend: Backend, fallback: Backend, rank: int, params: dict, timeout_s: float) -> NodeProbe:
+    info = backend.node_info(rank)
+    fallback_python = sys.executable if info.local else FALLBACK_PYTHON
+    script = probe_script(params)
+    try:
+        try:
+            ran = await backend.run_script(rank, info.python, script, timeout_s)
+        except AgentStartFailed:
+            backend = fallback  # the workload's Python cannot even run the agent: try with another
+            ran = await backend.run_script(rank, info.python, script, timeout_s)
+        facts = parse_probe_output(ran.stdout)
+        if facts is not None:
+            return NodeProbe(info.label, info.python, info.local, facts=facts)
+        failure = _failure(info.python, ran)
+        if fallback_python == info.python:
+            return NodeProbe(info.label, info.python, info.local, python_failure=failure)
+        # The machine checks (GPUs, disk, port) need some Python, not the workload's.
+        ran = await backend.run_script(rank, fallback_python, probe_script({**params, "packages": []}), timeout_s)
+        return NodeProbe(info.label, info.python, info.local, facts=parse_probe_output(ran.stdout),
+                         python_failure=failure)
+    except NodeError as err:
+        return NodeProbe(info.label, info.python, info.local, reach_error=str(err))
+
+
+def secrets_check(plan: RunPlan, home: Path) -> Check:
+    """The secrets the workload names, found here (a launch hands them to the nodes)."""
+    from launcher.secrets import MissingSecrets, SecretStore
+
+    if not plan.workload.secrets:
+        return Check("secrets", "ok", "the workload names none")
+    try:
+        SecretStore(home).resolve(plan.workload.secrets)
+    except MissingSecrets as err:
+        return Check("secrets", "error", f"not found here: {', '.join(err.refs)}", str(err).split(": ", 1)[-1])
+    return Check("secrets", "ok", f"{len(plan.workload.secrets)} found here (environment or secret store)")
+
+
+async def diagnose(plan: RunPlan, *, run_root: str, import_timeout_s: float = IMPORT_TIMEOUT_S,
+                   home: Path | None = None) -> DoctorReport:
+    """Probe every node at once and judge each; with ``home``, also that the secrets are found here."""
+    backend = backend_for(plan)
+    fallback = backend_for(plan, agent_python=FALLBACK_PYTHON)
+    await backend.locate()
+    plan = backend.plan
+
+    def params(rank: int) -> dict:
+        node = plan.nodes[rank]
+        return {"packages": probe_packages(plan), "import_timeout_s": import_timeout_s, "run_root": run_root,
+                "master_addr": plan.master_addr, "master_port": plan.master_port, "bind": rank == 0,
+                "output_dir": plan.workload.parameters.get("output_dir"),
+                "env": {**node.env}, "node_dir": node.node_dir}
+
+    try:
+        results = await asyncio.gather(*(_probe_node(backend, fallback, n.node_rank, params(n.node_rank),
+                                                     import_timeout_s + 30) for n in plan.nodes),
+                                       return_exceptions=True)
+    finally:
+        await asyncio.gather(backend.close(), fallback.close(), return_exceptions=True)
+    probes: list[NodeProbe] = []
+    for node, result in zip(plan.nodes, results, strict=True):
+        if isinstance(result, BaseException):
+            if not isinstance(result, Exception):
+                raise result
+            info = backend.node_info(node.node_rank)
+            result = NodeProbe(info.label, info.python, info.local,
+                               reach_error=f"{info.label}: the probe failed: {type(result).__name__}: {result}")
+        probes.append(result)
+    node0 = probes[0].facts.get("hostname") if probes and probes[0].facts else None
+    reports = [evaluate(plan, n, p, node0_hostname=node0) for n, p in zip(plan.nodes, probes, strict=True)]
+    if home is not None and reports:
+        first = reports[0]
+        reports[0] = NodeReport(first.node_rank, first.label, (*first.checks, secrets_check(plan, home)), first.facts)
+    return DoctorReport(tuple(reports))

@@ -1,0 +1,295 @@
+"""Judging a node's probe, purely: the facts it found against the plan, one ``Check`` per concern,
+each ok / warning / error with what to do."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from launcher.workload.plan import NodePlan, RunPlan
+
+Status = Literal["ok", "warning", "error"]
+STATUS_ORDER: dict[str, int] = {"ok": 0, "warning": 1, "error": 2}
+
+MIN_PYTHON = (3, 10)
+MIN_TORCH_BUILTIN = (2, 6)
+"""The built-in trainer uses FSDP2 (``fully_shard``)."""
+LOW_DISK_GIB = 5.0
+
+TORCH = ("torch", "torch")
+BUILTIN_TRAINER_PACKAGES = (("transformers", "transformers"), ("datasets", "datasets"),
+                            ("pydantic", "pydantic"), ("pyyaml", "yaml"))
+"""(distribution, module) pairs the built-in trainer imports on a node, besides torch."""
+
+
+def probe_packages(plan: RunPlan) -> list[tuple[str, str]]:
+    return [TORCH, *(BUILTIN_TRAINER_PACKAGES if plan.uses_builtin_trainer else ())]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    """One line: what was found."""
+    fix: str = ""
+    """For a warning or error: what to do."""
+
+
+@dataclass(frozen=True)
+class NodeProbe:
+    """What came back from one node, before it is judged."""
+
+    label: str
+    python: str
+    """The interpreter the workload runs with on this node (after ``python3`` -> this one, locally)."""
+    local: bool
+    """Reached without SSH (this machine)."""
+    reach_error: str | None = None
+    """Why the node could not be reached; nothing else is known then."""
+    facts: dict | None = None
+    """The probe's JSON; from a fallback interpreter when ``python_failure`` is set."""
+    python_failure: str | None = None
+    """Why ``python`` did not run the probe."""
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    node_rank: int
+    label: str
+    checks: tuple[Check, ...]
+    facts: dict | None = None
+
+    @property
+    def status(self) -> Status:
+        return max((c.status for c in self.checks), key=STATUS_ORDER.__getitem__, default="ok")
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    nodes: tuple[NodeReport, ...]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Nodes by their worst check."""
+        counts = {"ok": 0, "warning": 0, "error": 0}
+        for node in self.nodes:
+            counts[node.status] += 1
+        return counts
+
+    @property
+    def ok(self) -> bool:
+        return self.counts["error"] == 0
+
+    def summary(self) -> str:
+        n = len(self.nodes)
+        return (f"{n} node{'s' if n != 1 else ''}: {self.counts['ok']} ok, {self.counts['warning']} with "
+                f"warnings, {self.counts['error']} with errors")
+
+    def to_dict(self) -> dict:
+        return {
+            "ok": self.ok,
+            "summary": {"nodes": len(self.nodes), **self.counts},
+            "nodes": [{"node_rank": n.node_rank, "label": n.label, "status": n.status,
+                       "checks": [asdict(c) for c in n.checks], "facts": n.facts} for n in self.nodes],
+        }
+
+
+# -- judging ---------------------------------------------------------------------------------------
+
+
+def evaluate(plan: RunPlan, node: NodePlan, probe: NodeProbe, *, node0_hostname: str | None = None) -> NodeReport:
+    """The checks for one node from what its probe found. Pure."""
+    host = node.host_display
+    if probe.reach_error is not None:
+        fix = ""
+        if "cannot connect" in probe.reach_error or "connection lost" in probe.reach_error:
+            fix = f"check that {host} is up and that `ssh {host}` works from here without a password"
+            if "TimeoutError" in probe.reach_error:
+                fix += f" (no answer within ssh.connect_timeout_s={plan.workload.ssh.connect_timeout_s:g}s)"
+        return NodeReport(node.node_rank, probe.label, (Check("reachable", "error", probe.reach_error, fix),))
+    checks = [Check("reachable", "ok", "this machine, no SSH" if probe.local
+                    else "connected over SSH, host key verified")]
+    facts = probe.facts or {}
+    if facts.get("hostname"):
+        checks.append(Check("hostname", "ok", facts["hostname"]))
+    checks.append(_python_check(probe, facts, host))
+    if probe.python_failure is None:
+        checks += _package_checks(plan, probe, facts.get("packages", {}), host)
+    if probe.facts is None:
+        return NodeReport(node.node_rank, probe.label, tuple(checks))
+    checks.append(_gpu_check(plan, facts.get("gpus", {}), host))
+    checks.append(_disk_check(facts.get("disk", {}), host))
+    if facts.get("output_dir") is not None:
+        checks.append(_output_dir_check(facts["output_dir"], host))
+    if node.node_rank == 0:
+        checks.append(_port_check(plan, facts.get("master", {}), host))
+    else:
+        checks.append(_resolve_check(plan, facts.get("master", {}), host, facts.get("hostname"), node0_hostname))
+    return NodeReport(node.node_rank, probe.label, tuple(checks), probe.facts)
+
+
+def _python_check(probe: NodeProbe, facts: dict, host: str) -> Check:
+    if probe.python_failure is not None:
+        more = "" if probe.facts is not None else "; nothing else could be checked there"
+        return Check("python", "error", f"environment.python: {probe.python_failure}{more}",
+                     f"install it on {host}, or set environment.python to an interpreter that exists there")
+    info = facts.get("python", {})
+    if "error" in info or "version" not in info:
+        return Check("python", "error", f"{probe.python}: {info.get('error', 'no version reported')}")
+    version = tuple(info["version"])
+    text = ".".join(map(str, version))
+    detail = f"{text} ({info.get('executable') or probe.python})"
+    if version < MIN_PYTHON:
+        need = ".".join(map(str, MIN_PYTHON))
+        return Check("python", "error", f"{detail} is older than {need}",
+                     f"point environment.python at a Python {need}+ interpreter on {host}")
+    return Check("python", "ok", detail)
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split("+")[0].split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def _package_checks(plan: RunPlan, probe: NodeProbe, packages: dict, host: str) -> list[Check]:
+    if "error" in packages:
+        return [Check("packages", "error", f"could not inspect packages: {packages['error']}")]
+    gpu = plan.topology.kind == "gpu"
+    checks = []
+    for dist, module in probe_packages(plan):
+        info = packages.get(dist, {})
+        name = module if module == dist else dist
+        install = f"{probe.python} -m pip install {dist}"
+        if info.get("error"):
+            checks.append(Check(name, "error", info["error"], f"point environment.python at Python 3.10+ on {host}"))
+        elif info.get("version") is None:
+            checks.append(Check(name, "error", f"not installed for {probe.python}",
+                                f"install it on {host} ({install}), or set environment.python to an "
+                                f"interpreter that has it"))
+        elif info.get("import") not in ("ok", "skipped"):
+            checks.append(Check(name, "error", f"{info['version']} is installed but `import {module}` fails: "
+                                f"{info.get('import', 'not tried')}",
+                                f"run `{probe.python} -c 'import {module}'` on {host} for the full error, "
+                                "then repair or reinstall it"))
+        elif dist == "torch":
+            checks.append(_torch_check(plan, info, gpu, host, install))
+        else:
+            checks.append(Check(name, "ok", info["version"]))
+    return checks
+
+
+def _torch_check(plan: RunPlan, info: dict, gpu: bool, host: str, install: str) -> Check:
+    version, cuda = info["version"], info.get("cuda")
+    detail = f"{version} ({f'CUDA {cuda}' if cuda else 'CPU-only build'})"
+    if plan.uses_builtin_trainer and _version_tuple(version) < MIN_TORCH_BUILTIN:
+        need = ".".join(map(str, MIN_TORCH_BUILTIN))
+        return Check("torch", "error", f"{detail}: the built-in trainer needs torch {need}+ (FSDP2)",
+                     f"upgrade it on {host} ({install}>={need})")
+    if gpu and not cuda:
+        return Check("torch", "error", f"{detail}: a GPU workload needs a CUDA build",
+                     f"install a CUDA build of torch on {host} (see pytorch.org/get-started)")
+    return Check("torch", "ok", detail)
+
+
+def _gpu_check(plan: RunPlan, gpus: dict, host: str) -> Check:
+    topo = plan.topology
+    need = topo.procs_per_node
+    if "error" in gpus:
+        found, count = f"nvidia-smi failed: {gpus['error']}", 0
+    else:
+        names = gpus.get("names", [])
+        count = len(names)
+        found = "no nvidia-smi" if gpus.get("smi") is None else (
+            f"{count} GPU{'s' if count != 1 else ''}" + (f": {names[0]}" if names else ""))
+    if topo.kind != "gpu":
+        return Check("gpus", "ok", f"{found}; CPU workload ({need} process{'es' if need != 1 else ''} per node)")
+    wanted = f"the workload runs {need} GPU process{'es' if need != 1 else ''} per node"
+    accel = plan.workload.compute.accelerator_type
+    if count < need:
+        return Check("gpus", "error", f"{found}, but {wanted}" + (f" ({accel})" if accel else ""),
+                     f"run on a node with {need}+ GPUs, or lower compute.accelerator_type/gpus_per_node "
+                     "(and num_accelerators) to what the nodes have")
+    names = gpus.get("names", [])
+    if topo.gpu_model and not all(topo.gpu_model.lower() in n.lower() for n in names[:need]):
+        return Check("gpus", "warning", f"{found}, but the workload says {topo.gpu_model}",
+                     f"set compute.accelerator_type to the GPUs {host} has, so memory estimates match")
+    return Check("gpus", "ok", f"{found}; {wanted}")
+
+
+def _disk_check(disk: dict, host: str) -> Check:
+    if "error" in disk:
+        return Check("disk", "error", f"could not check the run root: {disk['error']}")
+    free_gib = disk["free_bytes"] / 2**30
+    where = disk["path"] if disk["existing"] == disk["path"] else f"{disk['existing']} (for {disk['path']})"
+    detail = f"{free_gib:.1f} GiB free at {where}"
+    if not disk.get("writable", True):
+        return Check("disk", "error", f"{disk['existing']} is not writable", f"make it writable on {host}")
+    if free_gib < LOW_DISK_GIB:
+        return Check("disk", "warning", f"only {detail}",
+                     f"free space on {host}: logs, code snapshots and checkpoints land there")
+    return Check("disk", "ok", detail)
+
+
+def _output_dir_check(out: dict, host: str) -> Check:
+    if "error" in out:
+        return Check("output_dir", "error", f"could not check parameters.output_dir: {out['error']}")
+    if not out.get("is_dir", True):
+        return Check("output_dir", "error", f"parameters.output_dir {out['path']}: {out['existing']} is a file",
+                     f"point parameters.output_dir at a folder on {host}")
+    if not out.get("writable", True):
+        return Check("output_dir", "error", f"parameters.output_dir {out['path']}: {out['existing']} is not "
+                     "writable", f"make it writable on {host}, or point parameters.output_dir elsewhere")
+    return Check("output_dir", "ok", f"{out['path']} can be written")
+
+
+def _port_check(plan: RunPlan, master: dict, host: str) -> Check:
+    target = f"{plan.master_addr}:{plan.master_port}"
+    if "error" in master:
+        return Check("rendezvous", "error", f"could not check {target}: {master['error']}")
+    if "resolve_error" in master:
+        return Check("rendezvous", "error", f"MASTER_ADDR {plan.master_addr!r} does not resolve on {host}: "
+                     f"{master['resolve_error']}",
+                     "set compute.master_addr to node 0's IP address (an ~/.ssh/config alias is not a DNS name)")
+    bind = master.get("bind_error")
+    if bind is None:
+        return Check("rendezvous", "ok", f"{target} is free to bind")
+    if bind["errno"] == "EADDRINUSE":
+        where = "" if bind["where"] == "addr" else " (held on another interface)"
+        held = f"port {plan.master_port} is in use on {host}{where}"
+        if plan.workload.compute.master_port is None:
+            return Check("rendezvous", "warning", f"{held}; the launch will rendezvous on a free port instead",
+                         f"stop what holds it (ss -ltnp 'sport = :{plan.master_port}') or set "
+                         "compute.master_port to pin a port")
+        return Check("rendezvous", "error", held,
+                     f"pick a free one (--set compute.master_port={plan.master_port + 1}), or stop what holds it "
+                     f"(ss -ltnp 'sport = :{plan.master_port}')")
+    if bind["errno"] == "EADDRNOTAVAIL":
+        return Check("rendezvous", "error", f"MASTER_ADDR {plan.master_addr} ({', '.join(master['addrs'])}) "
+                     f"is not an address of node 0 ({host})",
+                     "set compute.master_addr to node 0's address as the other nodes reach it")
+    return Check("rendezvous", "error", f"cannot bind {target}: {bind['errno']} {bind['message']}",
+                 "use a port of 1024 or above that nothing else uses (compute.master_port)")
+
+
+def _resolve_check(plan: RunPlan, master: dict, host: str, hostname: str | None,
+                   node0_hostname: str | None) -> Check:
+    import ipaddress
+
+    addr = plan.master_addr
+    if "error" in master:
+        return Check("master_addr", "error", f"could not resolve {addr}: {master['error']}")
+    if "resolve_error" in master:
+        return Check("master_addr", "error", f"MASTER_ADDR {addr!r} does not resolve on {host}: "
+                     f"{master['resolve_error']}",
+                     "set compute.master_addr to node 0's IP address (an ~/.ssh/config alias is not a DNS name)")
+    addrs = master.get("addrs", [])
+    if (addrs and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs)
+            and hostname and node0_hostname and hostname != node0_hostname):
+        return Check("master_addr", "error", f"MASTER_ADDR {addr} is a loopback address: on {host} "
+                     f"({hostname}) it is not node 0 ({node0_hostname})",
+                     "set compute.master_addr to node 0's address on the nodes' network")
+    return Check("master_addr", "ok", f"{addr} resolves to {', '.join(addrs)}")

@@ -1,0 +1,61 @@
+"""A run's checkpoints, where rank 0 wrote them: listed, deleted and exported through the run's backend
+(a node that is gone says so; it is never "no checkpoints")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from launcher.backends.base import Backend, CheckpointListing, ExportResult, NodeError, backend_for
+from launcher.paths import run_dir
+from launcher.runs.records import load_plan
+from launcher.runs.store import RunStore
+from trainer.ckpt_layout import CheckpointInfo, deletable, newest_complete
+
+__all__ = ["CheckpointInfo", "deletable", "newest_complete", "list_checkpoints", "delete_checkpoint",
+           "export_checkpoint", "NoOutputDir", "CheckpointError"]
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint operation failed on the node; the message names the node and why."""
+
+
+class NoOutputDir(LookupError):
+    """The run has no ``parameters.output_dir``: its script keeps its own checkpoints."""
+
+
+def _backend(home: Path, run_id: str) -> tuple[Backend, str]:
+    record = RunStore(home).get_run(run_id)
+    if record is None:
+        raise LookupError(f"no run '{run_id}'")
+    if not record.summary.output_dir:
+        raise NoOutputDir(f"run {run_id} has no parameters.output_dir: its script keeps its own checkpoints")
+    return backend_for(load_plan(run_dir(home, run_id))), record.summary.output_dir
+
+
+async def list_checkpoints(home: Path, run_id: str) -> CheckpointListing:
+    backend, output_dir = _backend(home, run_id)
+    try:
+        return await backend.checkpoints(output_dir)
+    finally:
+        await backend.close()
+
+
+async def delete_checkpoint(home: Path, run_id: str, name: str) -> None:
+    backend, output_dir = _backend(home, run_id)
+    try:
+        await backend.delete_checkpoint(output_dir, name)
+    except NodeError as err:
+        raise CheckpointError(str(err)) from None
+    finally:
+        await backend.close()
+
+
+async def export_checkpoint(home: Path, run_id: str, name: str, copy_to: Path | None = None) -> ExportResult:
+    """A Hugging Face folder written on the node (where torch is); with ``copy_to``, copied here too."""
+    backend, output_dir = _backend(home, run_id)
+    try:
+        return await backend.export_checkpoint(output_dir, name, str(copy_to) if copy_to else None)
+    except NodeError as err:
+        raise CheckpointError(str(err)) from None
+    finally:
+        await backend.close()

@@ -1,0 +1,141 @@
+"""What the app and the CLI ask of runs: start one (its owner starts detached), adopt the orphaned,
+cancel, and render a plan for a dry run. Everything here returns quickly; the owner does the work."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from launcher.events import RunState, RunStateChanged, event_to_dict
+from launcher.paths import run_dir
+from launcher.runs.owner import OwnerLock, adopt_orphans, hand_over, owned, request_cancel, spawn_owner
+from launcher.runs.records import EVENTS, OPTIONS, save_plan
+from launcher.runs.store import RunRecord, RunStore
+from launcher.workload.load import Planned, plan_file
+from launcher.workload.plan import RunPlan
+
+
+def create_run(plan: RunPlan, home: Path) -> Path:
+    """The run's record before it has an owner: store rows, resolved workload, plan, first event."""
+    store = RunStore(home)
+    resolved = yaml.safe_dump(plan.workload.model_dump(mode="json", exclude_none=True), sort_keys=False)
+    directory = store.create_run(plan, plan.source_file, resolved)
+    save_plan(directory, plan)
+    store.set_state(plan.run_id, RunState.PENDING, 1, "created")
+    event = RunStateChanged(plan.run_id, RunState.PENDING, 1, "created")
+    with open(directory / EVENTS, "a", encoding="utf-8") as f:
+        f.write(json.dumps(event_to_dict(event)) + "\n")
+    return directory
+
+
+def start_run(plan: RunPlan, home: Path, *, force: bool = False) -> str:
+    """Record the run and start its owner, detached: the run outlives this process and its terminal.
+    The run's lock is taken before its record exists, so nobody can take the new run for an orphan.
+    ``force``: skip the cheap checks that refuse a launch that cannot run."""
+    lock = OwnerLock(run_dir(home, plan.run_id))
+    if not lock.acquire():
+        raise RuntimeError(f"run {plan.run_id} exists already")
+    try:
+        create_run(plan, home)
+        (run_dir(home, plan.run_id) / OPTIONS).write_text(json.dumps({"force": force}))
+        hand_over(lock, home, plan.run_id, adopt=False)
+    finally:
+        lock.release()
+    return plan.run_id
+
+
+def adopt_orphans_of(home: Path) -> list[str]:
+    """Every live run without an owner gets one; what ``runs``, ``show``, ``logs`` and the app call
+    before showing runs, so a run whose owner died is caught up and finished."""
+    return adopt_orphans(home, RunStore(home).active_runs())
+
+
+@dataclass(frozen=True)
+class CancelReport:
+    run_id: str
+    state: RunState
+    """The run's state once the cancel is done (or when waiting gave up)."""
+    already_ended: bool
+    nodes: tuple[tuple[int, str, str, str], ...]
+    """(rank, host, node state, detail) of every node afterwards."""
+    timed_out: bool = False
+
+    @property
+    def leftovers(self) -> list[str]:
+        return [f"node {r} ({h}): {d}" for r, h, _s, d in self.nodes if d.startswith("processes left")]
+
+
+async def cancel_run(home: Path, run_id: str, *, timeout_s: float = 120.0) -> CancelReport:
+    """Ask the run's owner to cancel (adopting the run first if it has none) and wait for the outcome."""
+    store = RunStore(home)
+    record = store.get_run(run_id)
+    if record is None:
+        raise LookupError(f"no run '{run_id}'")
+    if record.summary.state.is_final:
+        return _report(record, already_ended=True)
+    request_cancel(home, run_id)
+    if not owned(home, run_id):
+        spawn_owner(home, run_id, adopt=True)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        record = store.get_run(run_id)
+        if record.summary.state.is_final and not owned(home, run_id):
+            return _report(record, already_ended=False)
+        await asyncio.sleep(0.1)
+    return _report(store.get_run(run_id), already_ended=False, timed_out=True)
+
+
+def _report(record: RunRecord, *, already_ended: bool, timed_out: bool = False) -> CancelReport:
+    return CancelReport(record.summary.run_id, record.summary.state, already_ended,
+                        tuple((n.node_rank, n.host, n.state.value, n.detail) for n in record.nodes), timed_out)
+
+
+def relaunch_plan(home: Path, run_id: str, overrides: list[str] | tuple[str, ...] = ()) -> Planned:
+    """The plan of a new run doing what ``run_id`` did: its recorded workload (what ran, not the file as
+    it is now), with ``overrides`` on top; code paths stay relative to the original file's folder."""
+    record = RunStore(home).get_run(run_id)
+    if record is None:
+        raise LookupError(f"no run '{run_id}'")
+    text = (record.directory / "workload.yaml").read_text()
+    source = Path(record.summary.workload_path) if record.summary.workload_path else record.directory / "workload.yaml"
+    return plan_file(source, overrides, home=home, text=text)
+
+
+async def resume_plan(home: Path, run_id: str, step: int | None = None,
+                      overrides: list[str] | tuple[str, ...] = ()) -> tuple[Planned, str]:
+    """A relaunch of ``run_id`` resuming from its newest complete checkpoint (or the one of ``step``),
+    found where rank 0 wrote it; returns the plan and the checkpoint's path on the node."""
+    from launcher.runs.checkpoints import list_checkpoints
+
+    listing = await list_checkpoints(home, run_id)
+    if listing.error:
+        raise LookupError(f"cannot list the checkpoints of {run_id}: {listing.error}")
+    done = [c for c in listing.checkpoints if c.complete and (step is None or c.step == step)]
+    if not done:
+        which = f"at step {step}" if step is not None else "at all"
+        have = ", ".join(str(c.step) for c in listing.checkpoints if c.complete) or "none"
+        raise LookupError(f"run {run_id} has no complete checkpoint {which} in {listing.label}: {listing.root} "
+                          f"(complete ones: {have})")
+    chosen = done[-1]
+    planned = relaunch_plan(home, run_id, [*overrides, f"parameters.checkpoint.resume={chosen.path}"])
+    return planned, chosen.path
+
+
+def render_plan_text(plan: RunPlan) -> str:
+    """The dry-run text, as the backend that will run it sees the plan."""
+    from launcher.backends.base import backend_for
+
+    return backend_for(plan).render()
+
+
+def is_owned(home: Path, run_id: str) -> bool:
+    return owned(home, run_id)
+
+
+def run_directory(home: Path, run_id: str) -> Path:
+    return run_dir(home, run_id)

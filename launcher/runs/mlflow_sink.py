@@ -1,0 +1,89 @@
+"""One MLflow run per launch, written by the run's owner only; every MLflow write of this data dir is
+serialised by :mod:`launcher.runs.tracking`'s lock (one writer per store at a time)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+from trainer.protocol import MetricRecord
+
+_METRICS = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu", "eval_loss", "eval_exact_match")
+_MEMORY = ("allocated_gib", "reserved_gib", "peak_gib", "rss_gib")
+"""Per rank, as ``memory/rank<N>/<field>``: what the monitor's gauges show."""
+
+
+def default_tracking_uri(home: Path) -> str:
+    return f"sqlite:///{Path(home) / 'mlflow.db'}"
+
+
+def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = str(value)[:6000]
+    return out
+
+
+class MlflowSink:
+    """Blocking calls: use them from a worker thread, never the UI's event loop."""
+
+    def __init__(self, tracking_uri: str | None, experiment: str, run_name: str | None, home: Path) -> None:
+        self.uri = tracking_uri or default_tracking_uri(home)
+        self.experiment = experiment
+        self.run_name = run_name
+        self.home = Path(home)
+        self.client = None
+        self.run_id: str | None = None
+
+    def start(self, params: dict[str, Any], tags: dict[str, str] | None = None) -> str:
+        from mlflow import MlflowClient
+        from mlflow.entities import Param
+
+        self.client = MlflowClient(tracking_uri=self.uri)
+        exp = self.client.get_experiment_by_name(self.experiment)
+        if exp is not None:
+            exp_id = exp.experiment_id
+        else:
+            # A SQLite store puts artifacts under ./mlruns of whatever folder we run in: keep them with it.
+            location = (self.home / "mlflow-artifacts").as_uri() if self.uri.startswith("sqlite:") else None
+            exp_id = self.client.create_experiment(self.experiment, artifact_location=location)
+        run = self.client.create_run(exp_id, run_name=self.run_name, tags=tags or {})
+        self.run_id = run.info.run_id
+        items = [Param(k, v) for k, v in flatten(params).items()]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(self.run_id, params=items[i:i + 100])
+        return self.run_id
+
+    def reopen(self, run_id: str) -> None:
+        """Carry on writing an MLflow run started by an earlier owner of the same launch."""
+        from mlflow import MlflowClient
+
+        self.client = MlflowClient(tracking_uri=self.uri)
+        self.client.get_run(run_id)
+        self.run_id = run_id
+
+    def log_records(self, records: Iterable[MetricRecord]) -> None:
+        from mlflow.entities import Metric
+
+        metrics = []
+        for r in records:
+            stamp = int((r.time or 0) * 1000)
+            values = [(name, getattr(r, name)) for name in _METRICS]
+            values += [(f"memory/rank{m.rank}/{f}", getattr(m, f)) for m in r.memory for f in _MEMORY]
+            for name, value in values:
+                if value is not None and math.isfinite(value):
+                    metrics.append(Metric(name, float(value), stamp, r.step))
+        for i in range(0, len(metrics), 1000):
+            self.client.log_batch(self.run_id, metrics=metrics[i:i + 1000])
+
+    def finish(self, status: Literal["FINISHED", "FAILED", "KILLED"], artifacts: Iterable[Path]) -> None:
+        for path in artifacts:
+            if Path(path).is_file():
+                self.client.log_artifact(self.run_id, str(path))
+        self.client.set_terminated(self.run_id, status=status)

@@ -1,0 +1,129 @@
+"""One owner per run: a detached supervisor process that holds the run's lock until the run ends.
+
+The lock is an ``flock`` on ``runs/<id>/owner.lock``: the kernel drops it when its holder dies however it
+dies, so "is anybody supervising this run?" has a true answer, and of two processes that try to adopt
+a run at the same moment exactly one gets it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from launcher.paths import run_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCK_FILE = "owner.lock"
+LOG_FILE = "supervisor.log"
+CANCEL_FILE = "cancel-requested"
+STACKS_FILE = "stacks-requested"
+
+
+class OwnerLock:
+    """The run's ownership, held from :meth:`acquire` until the process ends or :meth:`release`."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / LOCK_FILE
+        self.fd: int | None = None
+
+    def acquire(self) -> bool:
+        """Take the lock if nobody holds it; ``False`` when another process owns the run."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self.fd = fd
+        return True
+
+    @classmethod
+    def inherited(cls, directory: Path, fd: int) -> OwnerLock:
+        """The lock its spawner took and handed over (the descriptor stays locked across exec)."""
+        lock = cls(directory)
+        lock.fd = fd
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        return lock
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def owned(home: Path, run_id: str) -> bool:
+    """Whether a live process owns the run right now."""
+    lock = OwnerLock(run_dir(home, run_id))
+    if not lock.path.exists():
+        return False
+    if lock.acquire():
+        lock.release()
+        return False
+    return True
+
+
+def spawn_owner(home: Path, run_id: str, *, adopt: bool) -> int | None:
+    """Take the run's lock and start its supervisor holding it (see :func:`hand_over`); ``None`` when
+    another process owns the run already."""
+    lock = OwnerLock(run_dir(home, run_id))
+    if not lock.acquire():
+        return None
+    try:
+        return hand_over(lock, home, run_id, adopt=adopt)
+    finally:
+        lock.release()  # the child's descriptor keeps the lock
+
+
+def hand_over(lock: OwnerLock, home: Path, run_id: str, *, adopt: bool) -> int:
+    """Start the run's supervisor, detached (its own session, no terminal, output to its log file),
+    holding ``lock``: the lock never lapses in between, so a follower that looks at the same moment
+    cannot start a second owner. Secrets reach it through the environment it inherits, never its
+    command line."""
+    directory = run_dir(home, run_id)
+    argv = [sys.executable, "-m", "launcher.runs.supervisor", "--home", str(home), "--lock-fd", str(lock.fd),
+            run_id]
+    if adopt:
+        argv.append("--adopt")
+    # Not tagged as the run's processes (a node's sweep must never take its owner for part of the job).
+    env = {k: v for k, v in os.environ.items() if k not in ("FSDP_TUI_RUN_ID", "NODE_RANK")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    with open(directory / LOG_FILE, "ab") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True, env=env, pass_fds=(lock.fd,))
+    return proc.pid
+
+
+def adopt_orphans(home: Path, run_ids: list[str]) -> list[str]:
+    """Give every live run without an owner a new one (it catches up from the nodes' files)."""
+    return [run_id for run_id in run_ids if spawn_owner(home, run_id, adopt=True) is not None]
+
+
+def request_cancel(home: Path, run_id: str) -> None:
+    """Ask the run's owner to cancel it (it checks at every round); adopted first if it has none."""
+    (run_dir(home, run_id) / CANCEL_FILE).touch()
+
+
+def cancel_requested(directory: Path) -> bool:
+    return (directory / CANCEL_FILE).exists()
+
+
+def request_stacks(home: Path, run_id: str) -> None:
+    """Ask the run's owner for every rank's stack on every node (it answers within a round)."""
+    (run_dir(home, run_id) / STACKS_FILE).touch()
+
+
+def take_stacks_request(directory: Path) -> bool:
+    """Whether a stack dump was asked for since the last one (the request is used up)."""
+    try:
+        (directory / STACKS_FILE).unlink()
+    except FileNotFoundError:
+        return False
+    return True

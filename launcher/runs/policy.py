@@ -1,0 +1,392 @@
+"""The run policy: prepare, start, watch, retry, time out, cancel, and stop every node when one fails.
+
+It asks only the :class:`~launcher.backends.base.Backend` protocol and writes only through the
+:class:`~launcher.runs.records.Recorder`, so it is tested against a fake backend in milliseconds.
+Each node is followed on its own (log, metrics on node 0, status, GPUs): a node that is reconnecting
+holds up only itself; a node whose link is lost fails the run, named.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from launcher.backends.base import Backend, LinkState, NodeError, NodeLost, NodeStatus
+from launcher.doctor.preflight import preflight
+from launcher.events import NodeState, RunState
+from launcher.runs.records import Recorder
+from launcher.runs.stall import StallWatch
+from launcher.runs.triage import triage_run
+from launcher.workload.plan import RunPlan, with_rendezvous
+
+POLL_S = 0.2
+"""How long a node holds a read back while it has no new output (its answer comes as soon as it has)."""
+MIN_ROUND_S = 0.05
+"""A follower's shortest round (read, status): a node printing without pause is read 20 times a second."""
+GPU_POLL_S = 5.0
+READ_CHUNK = 4 << 20
+STOP_GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    max_retries: int = 0
+    timeout_s: float | None = None
+    poll_s: float = POLL_S
+    min_round_s: float = MIN_ROUND_S
+    gpu_poll_s: float = GPU_POLL_S
+    stop_grace_s: float = STOP_GRACE_S
+    preflight: bool = True
+    """Run the doctor's cheap checks before starting; a certain failure stops the launch."""
+    stall_factor: float = 10.0
+    stall_min_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: RunState
+    exit_code: int | None = None
+    triage: dict | None = None
+
+
+class LaunchFailed(Exception):
+    """The run cannot go on; ``str()`` says why in words a user can act on."""
+
+
+class RunPolicy:
+    def __init__(self, backend: Backend, rec: Recorder, settings: Settings, *,
+                 secrets: Callable[[], dict[str, str]], cancel_requested: Callable[[], bool],
+                 stacks_requested: Callable[[], bool] = lambda: False,
+                 on_plan: Callable[[RunPlan], None] = lambda plan: None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.backend, self.rec, self.settings = backend, rec, settings
+        self.on_plan = on_plan
+        self.stacks_requested = stacks_requested
+        self.stall = StallWatch(settings.stall_factor, settings.stall_min_s)
+        self.stalled: str | None = None
+        """What the stall watch said, while the run is stalled."""
+        """Told the plan once it is final (node 0's address resolved, the rendezvous port claimed)."""
+        self.secrets, self.cancel_requested, self.clock = secrets, cancel_requested, clock
+        self.ranks = [n.node_rank for n in backend.plan.nodes]
+        self.statuses: dict[int, NodeStatus] = {}
+        self.exit_codes: dict[int, int | None] = {}
+        self.lost: dict[int, str] = {}
+        self.started = False
+        self.orphan: NodeStatus | None = None
+        """The node judged orphaned (recorded as running, nothing records it), as it was judged."""
+        self.start_error: str | None = None
+        """Why the last attempt could not start on every node."""
+        self.polled = asyncio.Event()
+        self.unfollowing = asyncio.Event()
+
+    # -- links: reconnects and losses surface as node states ---------------------------------------
+
+    def on_link(self, rank: int, state: LinkState, detail: str) -> None:
+        node = {LinkState.OK: NodeState.RUNNING, LinkState.RECONNECTING: NodeState.RECONNECTING,
+                LinkState.LOST: NodeState.LOST}[state]
+        if state == LinkState.LOST:
+            self.lost[rank] = detail
+        self.rec.set_node(rank, node, detail=detail)
+
+    # -- the whole run -----------------------------------------------------------------------------
+
+    async def run(self, *, adopted: bool = False, restart: bool = False) -> Outcome:
+        """The run to its end. ``adopted``: its job runs already, follow it. ``restart``: an owner died
+        between two attempts; start the next one (the nodes were prepared)."""
+        try:
+            if restart:
+                await self.backend.locate()
+            elif not adopted:
+                await self._launch()
+            while True:
+                outcome = await self._attempt(adopted)
+                adopted = False
+                if outcome.state != RunState.FAILED or self.rec.attempt > self.settings.max_retries:
+                    break
+                self.rec.attempt += 1
+                self.rec.set_state(RunState.RETRYING,
+                                   f"attempt {self.rec.attempt} of {self.settings.max_retries + 1}")
+            if outcome.state == RunState.FAILED:
+                triage = self._triage()
+                if triage.get("signature") is None and self.start_error:
+                    return await self._fail(self.start_error)
+                if self.stalled and triage.get("signature") in (None, "killed"):
+                    triage = self._stalled_triage()
+                return Outcome(outcome.state, outcome.exit_code, triage)
+            if self.stalled and outcome.state in (RunState.CANCELLED, RunState.TIMED_OUT):
+                return Outcome(outcome.state, outcome.exit_code, self._stalled_triage())
+            return outcome
+        except (LaunchFailed, NodeError) as err:
+            return await self._fail(str(err))
+
+    async def _fail(self, why: str) -> Outcome:
+        """The run cannot go on: say why, and stop whatever had started."""
+        self.rec.set_state(RunState.FAILED, why)
+        if self.started:
+            await self._stop_all()
+        triage = {"summary": why, "node_rank": None, "rank": None, "exit_code": None, "signature": "launch",
+                  "line_no": None, "excerpt": why}
+        for rank, detail in self.lost.items():
+            triage.update(node_rank=rank, signature="lost", excerpt=detail)
+            break
+        self.rec.write_triage(triage)
+        return Outcome(RunState.FAILED, None, triage)
+
+    async def _launch(self) -> None:
+        self.rec.set_state(RunState.PREFLIGHT, "preparing the nodes")
+        self.secrets()  # a missing secret fails before anything is shipped
+        await self.backend.locate()
+        await self.backend.prepare()
+        if self.settings.preflight:
+            refusals = await preflight(self.backend)
+            if refusals:
+                raise LaunchFailed("not started, it cannot run there: " + "; ".join(map(str, refusals))
+                                   + " (fsdp-tui doctor shows every check; --force launches anyway)")
+        await self._claim_port()
+        self.on_plan(self.backend.plan)
+
+    async def _claim_port(self) -> None:
+        """The default port, when taken, moves to a free one; a port the workload names is the user's
+        choice, so a taken one stops the launch."""
+        plan = self.backend.plan
+        port = plan.master_port
+        claim = await self.backend.claim_port(port)
+        if claim.free:
+            return
+        first = f"node 0 ({plan.nodes[0].host_display})"
+        if plan.workload.compute.master_port is not None:
+            raise LaunchFailed(f"{first}: rendezvous port {port} (compute.master_port) is in use "
+                               f"({claim.reason or 'taken'}); pick a free one (--set compute.master_port="
+                               f"{claim.suggest}) or stop what holds it (ss -ltnp 'sport = :{port}')")
+        self.backend.use_plan(with_rendezvous(plan, port=claim.suggest))
+        self.rec.set_state(RunState.STARTING, f"port {port} is in use on {first}; rendezvous on port "
+                                              f"{claim.suggest} instead")
+
+    # -- one attempt -------------------------------------------------------------------------------
+
+    async def _attempt(self, adopted: bool) -> Outcome:
+        self.exit_codes.clear()
+        self.statuses.clear()
+        if adopted:
+            self.started = True
+            self.rec.set_state(RunState.RUNNING, "re-attached: its previous owner stopped")
+        else:
+            self.rec.set_state(RunState.STARTING)
+            for rank in self.ranks:
+                self.rec.set_node(rank, NodeState.STARTING)
+            self.started = True
+            try:
+                await self.backend.start(self.secrets(), self.rec.attempt)
+            except NodeError as err:
+                self.start_error = str(err)
+                await self._stop_all()
+                self.rec.set_state(RunState.FAILED, str(err))
+                return Outcome(RunState.FAILED)
+            for rank in self.ranks:
+                self.rec.set_node(rank, NodeState.RUNNING)
+            self.rec.set_state(RunState.RUNNING)
+        deadline = self.clock() + self.settings.timeout_s if self.settings.timeout_s else None
+        self.unfollowing.clear()
+        followers = [asyncio.create_task(self._follow(rank)) for rank in self.ranks]
+        try:
+            outcome = await self._watch(followers, deadline)
+        finally:
+            self.unfollowing.set()
+            await asyncio.gather(*followers, return_exceptions=True)
+        return await self._end(outcome)
+
+    async def _watch(self, followers: list[asyncio.Task], deadline: float | None) -> str:
+        """Judge the nodes' latest statuses until the attempt ends; says how."""
+        while True:
+            for task in followers:
+                if task.done() and task.exception() is not None:
+                    raise task.exception()  # a node was lost: the run fails and every node is stopped
+            self._watch_progress()
+            if self.stacks_requested():
+                await self._dump_stacks()
+            verdict = self._judge(deadline)
+            if verdict == "orphaned" and not await self._still_orphaned():
+                verdict = None
+            if verdict is not None:
+                return verdict
+            self.polled.clear()
+            try:
+                await asyncio.wait_for(self.polled.wait(), self.settings.poll_s)
+            except asyncio.TimeoutError:
+                pass
+
+    def _judge(self, deadline: float | None) -> str | None:
+        exited = self._exited()
+        if self.cancel_requested() or any(s.stopped for s in exited.values()):
+            return "cancel"
+        for status in self.statuses.values():
+            if status.orphaned or (status.state == "absent" and status.attempt is None):
+                self.orphan = status
+                return "orphaned"
+        if len(exited) == len(self.ranks) or any(s.exit_code != 0 for s in exited.values()):
+            return "exited"
+        if deadline is not None and self.clock() > deadline:
+            return "timeout"
+        return None
+
+    def _watch_progress(self) -> None:
+        """Say once when the run stops making steps, and once when it starts again."""
+        now = self.clock()
+        if self.rec.last_train_step is not None:
+            self.stall.saw_step(self.rec.last_train_step, now)
+        stalled = self.stall.stalled_for(now) is not None
+        if stalled and self.stalled is None:
+            self.stalled = self.stall.describe(now)
+            self.rec.set_state(RunState.RUNNING, self.stalled)
+        elif not stalled and self.stalled is not None:
+            self.stalled = None
+            self.rec.set_state(RunState.RUNNING, f"steps advance again (step {self.stall.last_step})")
+
+    async def _dump_stacks(self) -> None:
+        """Every rank's stack on every reachable node, kept with the run and announced."""
+        for rank in self.ranks:
+            if rank in self.lost:
+                continue
+            try:
+                dumps = await self.backend.stacks(rank)
+            except NodeLost:
+                raise
+            except NodeError as err:
+                self.rec.set_state(RunState.RUNNING, f"no stack dump from node {rank}: {err}")
+                continue
+            await asyncio.to_thread(self.rec.save_stacks, rank, dumps)
+
+    def _stalled_triage(self) -> dict:
+        report = {"node_rank": None, "rank": None, "exit_code": None, "signature": "stalled", "line_no": None,
+                  "excerpt": self.stalled, "summary": self.stalled}
+        self.rec.write_triage(report)
+        return report
+
+    async def _still_orphaned(self) -> bool:
+        """Asked again, a moment later: the node still records a job that nothing records."""
+        await asyncio.sleep(self.settings.poll_s)
+        again = await self.backend.status(self.orphan.rank)
+        self.statuses[self.orphan.rank] = again
+        if again.orphaned or (again.state == "absent" and again.attempt is None):
+            print(f"judged orphaned: {self.orphan} then {again}", flush=True)  # the owner's log
+            self.orphan = again
+            return True
+        return False
+
+    def _exited(self) -> dict[int, NodeStatus]:
+        return {rank: s for rank, s in self.statuses.items()
+                if s.state == "exited" and s.attempt == self.rec.attempt}
+
+    async def _end(self, outcome: str) -> Outcome:
+        """Stop what must stop and read every node's output to its end."""
+        if outcome == "cancel":
+            self.rec.set_state(RunState.CANCELLING)
+            await self._stop_all()
+            await self._pump_all()
+            return Outcome(RunState.CANCELLED)
+        if outcome == "timeout":
+            await self._stop_all()
+            await self._pump_all()
+            return Outcome(RunState.TIMED_OUT)
+        if outcome == "orphaned":
+            return await self._orphaned()
+        exited = self._exited()
+        failed = {r: s for r, s in exited.items() if s.exit_code != 0}
+        for rank, s in exited.items():
+            self.exit_codes[rank] = s.exit_code
+            self.rec.set_node(rank, NodeState.EXITED, s.exit_code, s.error)
+        if failed:
+            await self._stop_all()
+        await self._pump_all()
+        if not failed:
+            return Outcome(RunState.SUCCEEDED, 0)
+        return Outcome(RunState.FAILED, failed[min(failed)].exit_code)
+
+    async def _orphaned(self) -> Outcome:
+        """A node records its job as running but nothing there records it any more (its disk filled,
+        or the node-side supervisor was killed): that node has failed."""
+        s = self.orphan
+        why = s.error or ("no job was recorded there (the launch was interrupted before it started)"
+                          if s.state == "absent" else "the process recording its job on the node died")
+        self.exit_codes[s.rank] = None
+        self.rec.set_node(s.rank, NodeState.EXITED, None, why)
+        await self._stop_all()
+        await self._pump_all()
+        raise LaunchFailed(f"node {s.rank} ({self.backend.plan.nodes[s.rank].host_display}): {why}")
+
+    # -- following the nodes -----------------------------------------------------------------------
+
+    async def _follow(self, rank: int) -> None:
+        last_gpus = 0.0
+        try:
+            while not self.unfollowing.is_set():
+                began = self.clock()
+                await self._pump(rank, wait_s=self.settings.poll_s)  # a long poll: back as output appears
+                self.statuses[rank] = await self.backend.status(rank)
+                self.polled.set()
+                if self.clock() - last_gpus > self.settings.gpu_poll_s:
+                    await self._sample_gpus(rank)
+                    last_gpus = self.clock()
+                rest = self.settings.min_round_s - (self.clock() - began)  # busy output: batches, not lines
+                if rest > 0:
+                    try:
+                        await asyncio.wait_for(self.unfollowing.wait(), rest)
+                    except asyncio.TimeoutError:
+                        pass
+        except NodeLost as err:
+            self.lost[rank] = str(err)
+            raise
+
+    async def _pump_all(self) -> None:
+        await asyncio.gather(*(self._pump(rank) for rank in self.ranks if rank not in self.lost),
+                             return_exceptions=True)
+
+    async def _pump(self, rank: int, wait_s: float = 0.0) -> None:
+        while True:
+            chunk = await self.backend.read(rank, "log", self.rec.log_offset(rank), READ_CHUNK, wait_s)
+            wait_s = 0.0
+            await asyncio.to_thread(self.rec.append_log, rank, chunk)
+            if len(chunk) < READ_CHUNK:
+                break
+        if rank == 0:
+            while True:
+                chunk = await self.backend.read(0, "metrics", self.rec.metrics_offset(), READ_CHUNK)
+                await asyncio.to_thread(self.rec.append_metrics, chunk)
+                if len(chunk) < READ_CHUNK:
+                    break
+
+    async def _sample_gpus(self, rank: int) -> None:
+        """GPU telemetry from ``nvidia-smi`` where there is one (nothing on CPU-only nodes)."""
+        try:
+            samples = await self.backend.gpus(rank)
+        except NodeLost:
+            raise
+        except NodeError:
+            return
+        if samples:
+            self.rec.gpus(rank, samples)
+
+    # -- stopping and triage -----------------------------------------------------------------------
+
+    async def _stop_all(self) -> None:
+        outcomes = await self.backend.stop(self.settings.stop_grace_s)
+        for out in outcomes:
+            if out.rank in self.exit_codes:
+                continue  # it had exited by itself: keep its exit code
+            if out.rank in self.lost:
+                self.rec.set_node(out.rank, NodeState.LOST, detail=self.lost[out.rank])
+                continue
+            detail = f"processes left: {list(out.left)}" if out.left else out.error
+            self.rec.set_node(out.rank, NodeState.STOPPED, detail=detail)
+
+    def _triage(self) -> dict:
+        report = triage_run(self.rec.node_logs(), dict(self.exit_codes)).to_dict()
+        self.rec.write_triage(report)
+        return report
+
+    async def stop_everything(self) -> None:
+        """Used when the owner itself must give up (a bug): leave no job behind."""
+        if self.started:
+            await self._stop_all()

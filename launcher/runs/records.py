@@ -1,0 +1,264 @@
+"""The run's record on this machine, written by its owner only.
+
+Each node's log mirror (``nodes/<rank>.log``) and the metrics file (``metrics.jsonl``) are byte-exact
+copies of the node's files: the size of the copy *is* the offset to read on from, so an owner that
+dies mid-write and the one that adopts the run continue exactly where the copy ends (no line lost, none
+twice). Metrics read from log lines (scripts without the reporter) go to ``log-metrics.jsonl``, which
+is derived from the mirror and rebuilt whole when a run is adopted. State changes go to the store and
+to ``events.jsonl``, which followers replay.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from launcher.events import (
+    GpuSample,
+    GpuTelemetry,
+    NodeState,
+    NodeStateChanged,
+    RunEvent,
+    RunFinished,
+    RunState,
+    RunStateChanged,
+    StacksDumped,
+    event_to_dict,
+    last_attempt,
+)
+from launcher.runs.store import RunStore
+from launcher.runs.streams import LogMetrics
+from launcher.workload.plan import RunPlan, plan_from_json, plan_to_json
+from trainer.protocol import MetricRecord
+
+PLAN = "plan.json"
+OPTIONS = "options.json"
+"""How the run was asked to launch (``force``: skip the preflight checks)."""
+EVENTS = "events.jsonl"
+METRICS = "metrics.jsonl"
+LOG_METRICS = "log-metrics.jsonl"
+
+
+def save_plan(directory: Path, plan: RunPlan) -> None:
+    """The plan a run's owner (and any later one) runs: the resolved workload and the launch's choices."""
+    tmp = directory / f".{PLAN}.tmp"
+    tmp.write_text(json.dumps(plan_to_json(plan)))
+    os.replace(tmp, directory / PLAN)
+
+
+def load_plan(directory: Path) -> RunPlan:
+    return plan_from_json(json.loads((directory / PLAN).read_text()))
+
+
+def load_options(directory: Path) -> dict:
+    try:
+        return json.loads((directory / OPTIONS).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def mirror_path(directory: Path, rank: int) -> Path:
+    return directory / "nodes" / f"{rank}.log"
+
+
+def file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _tail_after_newline(path: Path) -> bytes:
+    """The bytes after the last newline of ``path`` (a line still being written)."""
+    size = file_size(path)
+    if not size:
+        return b""
+    with open(path, "rb") as f:
+        f.seek(max(0, size - (1 << 20)))
+        data = f.read()
+    return data[data.rfind(b"\n") + 1:]
+
+
+class Recorder:
+    """Appends to the run's local record and keeps the store's summary in step with it."""
+
+    def __init__(self, store: RunStore, run_id: str, hosts: dict[int, str], *, parse_logs: LogMetrics | None) -> None:
+        self.store, self.run_id, self.hosts = store, run_id, hosts
+        self.dir = store.home / "runs" / run_id
+        (self.dir / "nodes").mkdir(parents=True, exist_ok=True)
+        self.attempt = 1
+        self.parse_logs = parse_logs
+        self.metrics_rest = _tail_after_newline(self.dir / METRICS)
+        self.log_rest = b""
+        self.reporter_seen = file_size(self.dir / METRICS) > 0
+        self.last_train_step: int | None = None
+        """The newest training step recorded (what the stall watch follows)."""
+        self.new_records: list[MetricRecord] = []
+        """Records not yet handed to the tracking sink (see :meth:`take_records`)."""
+        self._rebuild_log_metrics()
+        self._refresh_summary(self.records())
+
+    # -- offsets are the sizes of the copies -------------------------------------------------------
+
+    def log_offset(self, rank: int) -> int:
+        return file_size(mirror_path(self.dir, rank))
+
+    def metrics_offset(self) -> int:
+        return file_size(self.dir / METRICS)
+
+    # -- node output -------------------------------------------------------------------------------
+
+    def append_log(self, rank: int, data: bytes) -> None:
+        if not data:
+            return
+        with open(mirror_path(self.dir, rank), "ab") as f:
+            f.write(data)
+        if rank == 0 and self.parse_logs is not None and not self.reporter_seen:
+            data, self.log_rest = self.log_rest + data, b""
+            *lines, self.log_rest = data.split(b"\n")
+            self._log_lines(lines)
+
+    def _log_lines(self, lines: Iterable[bytes]) -> None:
+        found = []
+        for raw in lines:
+            record = self.parse_logs.parse(raw.decode("utf-8", "replace"))
+            if record is not None:
+                found.append(record)
+        if found:
+            _append_lines(self.dir / LOG_METRICS, [r.to_json() for r in found])
+            self._took(found)
+
+    def append_metrics(self, data: bytes) -> None:
+        if not data:
+            return
+        with open(self.dir / METRICS, "ab") as f:
+            f.write(data)
+        data, self.metrics_rest = self.metrics_rest + data, b""
+        *lines, self.metrics_rest = data.split(b"\n")
+        records = [r for r in (MetricRecord.from_json(x.decode("utf-8", "replace")) for x in lines) if r is not None]
+        if records:
+            if not self.reporter_seen:
+                self.reporter_seen = True  # the script reports: its log lines are not metrics
+                self.new_records.clear()
+            self._took(records)
+
+    def _took(self, records: list[MetricRecord]) -> None:
+        self.new_records.extend(records)
+        steps = [r.step for r in records if r.kind == "train"]
+        if steps:
+            self.last_train_step = max(steps + [self.last_train_step or 0])
+        self._refresh_summary(records)
+
+    def take_records(self) -> list[MetricRecord]:
+        records, self.new_records = self.new_records, []
+        return records
+
+    def records(self) -> list[MetricRecord]:
+        """Every metrics record of the run so far, from the source in use (the reporter's, else the logs')."""
+        path = self.dir / (METRICS if self.reporter_seen else LOG_METRICS)
+        return read_records(path)
+
+    def _rebuild_log_metrics(self) -> None:
+        """``log-metrics.jsonl`` from the whole mirror of node 0 (it is derived, never appended blindly)."""
+        target = self.dir / LOG_METRICS
+        if self.parse_logs is None or self.reporter_seen:
+            return
+        mirror = mirror_path(self.dir, 0)
+        found: list[str] = []
+        if mirror.exists():
+            with open(mirror, "rb") as f:
+                data = f.read()
+            *lines, self.log_rest = data.split(b"\n")
+            for raw in lines:
+                record = self.parse_logs.parse(raw.decode("utf-8", "replace"))
+                if record is not None:
+                    found.append(record.to_json())
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text("".join(x + "\n" for x in found))
+        os.replace(tmp, target)
+
+    def _refresh_summary(self, records: list[MetricRecord]) -> None:
+        if not records:
+            return
+        train = [r for r in records if r.loss is not None and r.kind == "train"]
+        evals = [r.eval_loss for r in records if r.eval_loss is not None]
+        self.store.record_metric_summary(
+            self.run_id, last_loss=train[-1].loss if train else None,
+            best_eval_loss=min(evals) if evals else None, step=max(r.step for r in records),
+            max_steps=next((r.max_steps for r in reversed(records) if r.max_steps), None))
+
+    # -- states and events -------------------------------------------------------------------------
+
+    def emit(self, event: RunEvent) -> None:
+        _append_lines(self.dir / EVENTS, [json.dumps(event_to_dict(event))])
+
+    def set_state(self, state: RunState, detail: str = "") -> None:
+        self.store.set_state(self.run_id, state, self.attempt, detail)
+        self.emit(RunStateChanged(self.run_id, state, self.attempt, detail))
+
+    def set_node(self, rank: int, state: NodeState, code: int | None = None, detail: str = "") -> None:
+        self.store.set_node(self.run_id, rank, state, code, detail)
+        self.emit(NodeStateChanged(self.run_id, rank, self.hosts.get(rank, ""), state, code, detail))
+
+    def gpus(self, rank: int, samples: tuple[GpuSample, ...]) -> None:
+        self.emit(GpuTelemetry(self.run_id, rank, samples))
+
+    def finished(self, state: RunState, exit_code: int | None, triage: dict | None) -> None:
+        record = self.store.get_run(self.run_id)
+        if record is None or not record.summary.state.is_final:
+            self.set_state(state, (triage or {}).get("summary", ""))
+        self.emit(RunFinished(self.run_id, state, exit_code, triage))
+
+    def save_stacks(self, rank: int, dumps) -> tuple[Path, str]:
+        """Keep a node's stack dumps with the run; returns the file and a one-line summary."""
+        folder = self.dir / "stacks"
+        folder.mkdir(exist_ok=True)
+        path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-node{rank}.txt"
+        parts = []
+        for d in dumps:
+            who = f"rank {d.rank}" if d.rank is not None else "process"
+            parts.append(f"=== node {rank}, {who}, pid {d.pid} ({d.how}) ===\n{d.text.rstrip()}\n")
+        path.write_text("\n".join(parts) if parts else f"node {rank}: no Python process of the run is running\n")
+        hows = sorted({d.how for d in dumps})
+        summary = f"node {rank}: {len(dumps)} process(es) ({', '.join(hows) or 'none running'})"
+        self.emit(StacksDumped(self.run_id, rank, str(path), summary))
+        return path, summary
+
+    def write_triage(self, report: dict) -> None:
+        (self.dir / "triage.json").write_text(json.dumps(report, indent=2))
+
+    def node_logs(self, max_bytes: int = 2_000_000) -> dict[int, str]:
+        """Each node's log of the last attempt (what triage reads)."""
+        out = {}
+        for rank in self.hosts:
+            path = mirror_path(self.dir, rank)
+            out[rank] = last_attempt(_tail_text(path, max_bytes)) if path.exists() else ""
+        return out
+
+
+def read_records(path: Path) -> list[MetricRecord]:
+    if not path.exists():
+        return []
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.endswith("\n"):
+                record = MetricRecord.from_json(line)
+                if record is not None:
+                    out.append(record)
+    return out
+
+
+def _tail_text(path: Path, max_bytes: int) -> str:
+    size = file_size(path)
+    with open(path, "rb") as f:
+        f.seek(max(0, size - max_bytes))
+        return f.read().decode("utf-8", "replace")
+
+
+def _append_lines(path: Path, lines: list[str]) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("".join(x + "\n" for x in lines))

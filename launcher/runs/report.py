@@ -1,0 +1,56 @@
+"""One run told in full, for ``fsdp-tui show`` and the app: state and why, nodes, triage, MLflow."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from launcher.runs.owner import owned
+from launcher.runs.store import RunStore
+from launcher.runs.tracking import STATE_FILE
+from launcher.runs.view import fmt_duration
+
+
+def run_report(home: Path, run_id: str) -> dict:
+    record = RunStore(home).get_run(run_id)
+    if record is None:
+        raise LookupError(f"no run '{run_id}'")
+    s = record.summary
+    directory = record.directory
+    triage = _json(directory / "triage.json")
+    plan = _json(directory / "plan.json") or {}
+    workload = plan.get("workload", {})
+    mlflow_state = _json(directory / STATE_FILE) or {}
+    mlflow = None
+    if mlflow_state.get("run_id"):
+        uri = (workload.get("mlflow") or {}).get("tracking_uri") or f"sqlite:///{Path(home) / 'mlflow.db'}"
+        experiment = (workload.get("mlflow") or {}).get("experiment") or s.experiment
+        mlflow = {"run_id": mlflow_state["run_id"], "experiment": experiment, "tracking_uri": uri,
+                  "ui_command": f"mlflow ui --backend-store-uri {uri}"}
+    live = not s.state.is_final
+    next_steps = []
+    if live:
+        next_steps += [f"fsdp-tui logs {run_id} --follow", f"fsdp-tui cancel {run_id}"]
+    elif s.state.value in ("failed", "timed_out", "cancelled"):
+        next_steps += [f"fsdp-tui logs {run_id} --tail 50", f"fsdp-tui relaunch {run_id}"]
+        if s.output_dir:
+            next_steps.append(f"fsdp-tui resume {run_id}  (from its newest complete checkpoint)")
+    return {
+        "run_id": s.run_id, "experiment": s.experiment, "state": s.state.value, "detail": s.detail,
+        "attempt": s.attempt, "max_attempts": int(workload.get("max_retries", 0)) + 1,
+        "started_at": s.started_at, "ended_at": s.ended_at, "duration": fmt_duration(s.duration_s),
+        "step": s.step, "max_steps": s.max_steps, "last_loss": s.last_loss, "best_eval_loss": s.best_eval_loss,
+        "owner": (f"pid {record.launcher_pid}" if record.launcher_pid and owned(home, run_id)
+                  else ("none (the next command that lists runs adopts it)" if live else "")),
+        "nodes": [{"node_rank": n.node_rank, "host": n.host, "state": n.state.value, "exit_code": n.exit_code,
+                   "detail": n.detail, "node_dir": n.node_dir} for n in record.nodes],
+        "triage": triage, "mlflow": mlflow, "directory": str(directory), "workload_path": s.workload_path,
+        "output_dir": s.output_dir, "next": next_steps,
+    }
+
+
+def _json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,148 @@
+"""The run's owner: ``python -m launcher.runs.supervisor --home HOME RUN_ID [--adopt]``.
+
+Started detached by whoever launches the run (the app, ``run``, relaunch, resume) or adopts it (the
+next command that lists or opens runs, when the owner died). It takes the run's lock, runs the policy
+against the run's backend, and alone writes the run's records to the end: node log mirrors, metrics,
+state, triage, MLflow. It needs no terminal and outlives the one that started it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from launcher.backends.base import backend_for
+from launcher.events import RunState
+from launcher.paths import run_dir
+from launcher.runs.owner import OwnerLock, cancel_requested, take_stacks_request
+from launcher.runs.policy import LaunchFailed, Outcome, RunPolicy, Settings
+from launcher.runs.records import LOG_METRICS, METRICS, Recorder, load_options, load_plan, save_plan
+from launcher.runs.store import RunStore
+from launcher.runs.streams import LogMetrics
+from launcher.runs.tracking import Tracker
+from launcher.secrets import MissingSecrets, SecretStore
+from launcher.workload.plan import RunPlan
+
+SYNC_EVERY_S = 2.0
+MLFLOW_STATUS = {RunState.SUCCEEDED: "FINISHED", RunState.CANCELLED: "KILLED"}
+
+
+class Supervisor:
+    def __init__(self, home: Path, run_id: str, plan: RunPlan, *, adopted: bool, restart: bool = False) -> None:
+        self.home, self.run_id, self.plan, self.adopted, self.restart = home, run_id, plan, adopted, restart
+        self.dir = run_dir(home, run_id)
+        self.store = RunStore(home)
+        record = self.store.get_run(run_id)
+        w = plan.workload
+        parse = LogMetrics(w.metrics.pattern) if w.metrics.from_logs and not w.uses_builtin_trainer else None
+        self.rec = Recorder(self.store, run_id, {n.node_rank: n.host_display for n in plan.nodes}, parse_logs=parse)
+        self.rec.attempt = record.summary.attempt if record else 1
+        self.tracker = Tracker(home, plan, self.dir)
+        self.tracking_said: str | None = None
+        self.backend = backend_for(plan, on_link=lambda *a: self.policy.on_link(*a))
+        settings = Settings(max_retries=w.max_retries, timeout_s=w.timeout_minutes * 60 if w.timeout_minutes else None,
+                            preflight=not load_options(self.dir).get("force", False),
+                            stall_factor=w.metrics.stall_factor, stall_min_s=w.metrics.stall_min_s)
+        self.policy = RunPolicy(self.backend, self.rec, settings, secrets=self.secrets,
+                                cancel_requested=lambda: cancel_requested(self.dir),
+                                stacks_requested=lambda: take_stacks_request(self.dir),
+                                on_plan=lambda p: save_plan(self.dir, p))
+
+    def secrets(self) -> dict[str, str]:
+        try:
+            return SecretStore(self.home).resolve(self.plan.workload.secrets)
+        except MissingSecrets as err:
+            raise LaunchFailed(str(err)) from None
+
+    async def run(self) -> Outcome:
+        self.store.set_launcher(self.run_id, os.getpid())
+        syncing = asyncio.create_task(self._sync_loop())
+        try:
+            outcome = await self.policy.run(adopted=self.adopted, restart=self.restart)
+        except LaunchFailed as err:
+            outcome = await self.policy._fail(str(err))
+        except Exception as err:  # noqa: BLE001 - an owner's bug must still end the run and say where to look
+            (self.dir / "supervisor-error.txt").write_text(traceback.format_exc())
+            why = (f"the run's supervisor failed: {type(err).__name__}: {err} "
+                   f"(details in {self.dir / 'supervisor-error.txt'})")
+            await self.policy.stop_everything()
+            outcome = await self.policy._fail(why)
+        finally:
+            syncing.cancel()
+        await self._finish(outcome)
+        return outcome
+
+    async def _sync_loop(self) -> None:
+        while True:
+            await asyncio.to_thread(self._sync)
+            await asyncio.sleep(SYNC_EVERY_S)
+
+    def _sync(self) -> None:
+        """MLflow up to date with the records; a failure is said once (and again when it changes)."""
+        self.rec.take_records()
+        source = "metrics" if self.rec.reporter_seen else "log-metrics"
+        ok = self.tracker.sync(self.rec.records(), source)
+        if not ok and self.tracker.error != self.tracking_said:
+            self.tracking_said = self.tracker.error
+            record = self.store.get_run(self.run_id)
+            state = record.summary.state if record else RunState.RUNNING
+            self.rec.set_state(state, f"tracking (MLflow) failed, the run goes on: {self.tracker.error}")
+        elif ok:
+            self.tracking_said = None
+
+    async def _finish(self, outcome: Outcome) -> None:
+        save_plan(self.dir, self.backend.plan)
+        await asyncio.to_thread(self._sync)
+        artifacts = sorted((self.dir / "nodes").glob("*.log")) + [
+            self.dir / "triage.json", self.dir / "workload.yaml", self.dir / METRICS, self.dir / LOG_METRICS]
+        status = MLFLOW_STATUS.get(outcome.state, "FAILED")
+        if not await asyncio.to_thread(self.tracker.finish, status, artifacts):
+            self.rec.set_state(outcome.state, f"tracking (MLflow) failed: {self.tracker.error}")
+        self.rec.finished(outcome.state, outcome.exit_code, outcome.triage)
+        self.store.set_launcher(self.run_id, None)
+        await self.backend.close()
+
+
+def _cannot_adopt(home: Path, record, err: Exception) -> None:
+    """A live run whose plan was never recorded (an older fsdp-tui's): end it, saying what to do."""
+    store = RunStore(home)
+    rec = Recorder(store, record.summary.run_id, {n.node_rank: n.host for n in record.nodes}, parse_logs=None)
+    rec.attempt = record.summary.attempt
+    why = (f"nothing supervises this run and it cannot be adopted: its plan is not recorded ({err}); "
+           "if its job still runs on the nodes, stop it there")
+    rec.finished(RunState.FAILED, None, {"summary": why})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m launcher.runs.supervisor")
+    parser.add_argument("--home", type=Path, required=True)
+    parser.add_argument("run_id")
+    parser.add_argument("--adopt", action="store_true")
+    parser.add_argument("--lock-fd", type=int, help="the run's lock, taken by whoever started this process")
+    args = parser.parse_args(argv)
+    directory = run_dir(args.home, args.run_id)
+    if args.lock_fd is not None:
+        OwnerLock.inherited(directory, args.lock_fd)
+    elif not OwnerLock(directory).acquire():
+        return 0  # another process owns it: nothing to do
+    record = RunStore(args.home).get_run(args.run_id)
+    if record is None or record.summary.state.is_final:
+        return 0
+    try:
+        plan = load_plan(directory)
+    except (OSError, ValueError, KeyError) as err:
+        _cannot_adopt(args.home, record, err)
+        return 1
+    restart = args.adopt and record.summary.state == RunState.RETRYING
+    supervisor = Supervisor(args.home, args.run_id, plan, adopted=args.adopt and not restart, restart=restart)
+    print(f"owner of {args.run_id}: pid {os.getpid()}{' (adopted)' if args.adopt else ''}", flush=True)
+    asyncio.run(supervisor.run())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Why a run failed: first failing node and rank, exit code, first error signature. Pure functions."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# Checked in order; the first signature found in a node's log names the failure.
+SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("dependencies", re.compile(r"^fsdp-tui: .* for environment\.dependencies failed")),
+    ("oom", re.compile(r"CUDA out of memory|OutOfMemoryError|torch\.OutOfMemoryError|Cannot allocate memory")),
+    ("nccl_timeout", re.compile(r"Watchdog caught collective operation timeout|NCCL.*[Tt]imeout|ProcessGroupNCCL.*timed out")),
+    ("rendezvous_timeout", re.compile(r"RendezvousTimeoutError|The client socket has timed out|"
+                                      r"RendezvousConnectionError|Timed out waiting for .* rendezvous")),
+    ("python_error", re.compile(r"^(?:\[rank\d+\]:\s*)?(\w+(?:\.\w+)*(?:Error|Exception)): (.*)$")),
+    ("killed", re.compile(r"Signal (9|15) \(SIG(?:KILL|TERM)\)|exitcode\s*:\s*-(9|15)|\bKilled\b")),
+)
+_RANK = re.compile(r"^\[rank(\d+)\]:")
+_CHILD_FAILED = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
+
+
+@dataclass(frozen=True)
+class Signature:
+    kind: str
+    line: str
+
+
+@dataclass(frozen=True)
+class TriageReport:
+    node_rank: int | None
+    rank: int | None
+    exit_code: int | None
+    signature: str | None
+    line_no: int | None
+    excerpt: str
+
+    @property
+    def summary(self) -> str:
+        where = f"node {self.node_rank}" if self.node_rank is not None else "unknown node"
+        if self.rank is not None:
+            where += f" rank {self.rank}"
+        what = self.signature or "exited"
+        code = f", exit code {self.exit_code}" if self.exit_code is not None else ""
+        return f"{where}: {what}{code}" + (f": {self.excerpt}" if self.excerpt else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "summary": self.summary}
+
+
+# Every signature needs one of these words: a cheap test that lets ordinary lines skip the regexes.
+_KEYWORDS = ("environment.dependencies", "Error", "Exception", "memory", "imeout", "imed out", "Killed", "Signal", "exitcode")
+
+
+def might_signal(text: str) -> bool:
+    """False when no line of ``text`` can carry a failure signature (checks a whole batch at once)."""
+    return any(word in text for word in _KEYWORDS)
+
+
+def classify_line(line: str) -> Signature | None:
+    """The failure signature a log line shows, if any (the app highlights these)."""
+    if not might_signal(line):
+        return None
+    for kind, pattern in SIGNATURES:
+        if pattern.search(line):
+            return Signature(kind, line.strip())
+    return None
+
+
+def triage_run(logs: dict[int, str], exit_codes: dict[int, int | None]) -> TriageReport:
+    """Blame the first node that failed on its own (non-zero exit, not stopped by us), else any error."""
+    failed = [n for n, code in sorted(exit_codes.items()) if code not in (0, None)]
+    order = failed + [n for n in sorted(logs) if n not in failed]
+    for node in order:
+        text = logs.get(node, "")
+        root = _root_cause_rank(text)
+        found = _first_signature(text, prefer_rank=root)
+        if found is not None or node in failed:
+            kind, line_no, line = found or (None, None, "")
+            rank = root if root is not None else _rank_of(text, line)
+            if found is None and (signal_name := _signal_of(exit_codes.get(node))):
+                kind, line = "killed", f"the job was killed by {signal_name} (not by fsdp-tui)"
+            return TriageReport(node, rank, exit_codes.get(node), kind, line_no, line.strip()[:300])
+    return TriageReport(None, None, None, None, None, "")
+
+
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+)", re.DOTALL)
+
+
+def _root_cause_rank(text: str) -> int | None:
+    """The rank torchrun names as the root cause (its other failures are listed before it)."""
+    found = list(_ROOT_CAUSE.finditer(text[-200_000:]))
+    return int(found[-1].group(1)) if found else None
+
+
+def _first_signature(text: str, prefer_rank: int | None = None) -> tuple[str, int, str] | None:
+    """The most telling error line; one printed by ``prefer_rank`` (torchrun's root cause) first."""
+    best: tuple[int, str, int, str] | None = None  # (priority, kind, line_no, line)
+    kinds = [k for k, _ in SIGNATURES]
+    for no, line in enumerate(text.splitlines(), start=1):
+        sig = classify_line(line)
+        if sig is None:
+            continue
+        other_rank = prefer_rank is not None and (m := _RANK.match(line.strip())) and int(m.group(1)) != prefer_rank
+        priority = kinds.index(sig.kind) + (len(kinds) if other_rank else 0)
+        if best is None or priority < best[0]:
+            best = (priority, sig.kind, no, line)
+            if priority == 0:
+                break
+    return None if best is None else (best[1], best[2], best[3])
+
+
+def _rank_of(text: str, line: str) -> int | None:
+    match = _RANK.match(line.strip())
+    if match:
+        return int(match.group(1))
+    summary = _CHILD_FAILED.search(text)
+    return int(summary.group(1)) if summary else None
+
+
+def _signal_of(code: int | None) -> str | None:
+    """``SIGKILL`` for a process killed by signal 9 (exit code -9, or 137 through a shell), and so on."""
+    import signal
+
+    if code is None or code == 0:
+        return None
+    number = -code if code < 0 else code - 128 if 128 < code < 160 else None
+    try:
+        return signal.Signals(number).name if number else None
+    except ValueError:
+        return f"signal {number}"

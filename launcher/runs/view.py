@@ -1,0 +1,173 @@
+"""What a run monitor shows, computed from run events: pure, bounded, tested without a terminal."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from launcher.events import (
+    ATTEMPT_MARKER,
+    GpuTelemetry,
+    MetricsRecorded,
+    NodeLines,
+    NodeState,
+    NodeStateChanged,
+    RunEvent,
+    RunFinished,
+    RunState,
+    RunStateChanged,
+)
+from launcher.runs.triage import classify_line, might_signal
+from trainer.protocol import RankMemory
+
+SERIES_LEN = 600
+
+
+@dataclass
+class NodeView:
+    node_rank: int
+    host: str = ""
+    state: NodeState = NodeState.PENDING
+    exit_code: int | None = None
+    lines: int = 0
+    first_error: tuple[int, str] | None = None
+    """(line number in this node's log, the line) of the first failure signature of the last attempt."""
+    attempt_starts_at: int = 0
+    """The line number where the node's last attempt began (its attempt marker)."""
+    gpus: tuple = ()
+    """The latest ``GpuSample`` of each GPU on the node (``nvidia-smi``); empty on CPU-only nodes."""
+
+    @property
+    def gpu_summary(self) -> str:
+        """``4 GPU 93% util, 61.2/80.0 GiB`` (averages and totals), or "" without telemetry."""
+        if not self.gpus:
+            return ""
+        util = sum(g.utilization_pct for g in self.gpus) / len(self.gpus)
+        used = sum(g.memory_used_mib for g in self.gpus) / 1024
+        total = sum(g.memory_total_mib for g in self.gpus) / 1024
+        return f"{len(self.gpus)} GPU {util:.0f}% util, {used:.1f}/{total:.1f} GiB"
+
+
+@dataclass
+class RunView:
+    run_id: str
+    state: RunState = RunState.PENDING
+    attempt: int = 1
+    detail: str = ""
+    started_at: float | None = None
+    ended_at: float | None = None
+    step: int = 0
+    max_steps: int | None = None
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    loss: deque = field(default_factory=lambda: deque(maxlen=SERIES_LEN))
+    eval_loss: deque = field(default_factory=lambda: deque(maxlen=SERIES_LEN))
+    lr: deque = field(default_factory=lambda: deque(maxlen=SERIES_LEN))
+    throughput: deque = field(default_factory=lambda: deque(maxlen=SERIES_LEN))
+    memory: dict[int, RankMemory] = field(default_factory=dict)
+    nodes: dict[int, NodeView] = field(default_factory=dict)
+    triage: dict | None = None
+    first_step_at: tuple[float, int] | None = None
+
+    def apply(self, event: RunEvent, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        if isinstance(event, RunStateChanged):
+            self.state, self.attempt, self.detail = event.state, event.attempt, event.detail
+            if event.state == RunState.RUNNING and self.started_at is None:
+                self.started_at = now
+        elif isinstance(event, NodeStateChanged):
+            node = self.node(event.node_rank)
+            node.host, node.state, node.exit_code = event.host, event.state, event.exit_code
+        elif isinstance(event, NodeLines):
+            node = self.node(event.node_rank)
+            text = "\n".join(event.lines)
+            if ATTEMPT_MARKER in text:
+                for i, line in enumerate(event.lines):
+                    if line.startswith(ATTEMPT_MARKER):  # a new attempt: its errors are the ones that count
+                        node.first_error = None
+                        node.attempt_starts_at = node.lines + i
+            stopping = self.state in (RunState.CANCELLING, RunState.CANCELLED)  # what a stop makes jobs print
+            if node.first_error is None and not stopping and might_signal(text):
+                start = max(0, node.attempt_starts_at - node.lines)
+                for i, line in enumerate(event.lines[start:], start=start):
+                    if classify_line(line) is not None:
+                        node.first_error = (node.lines + i, line)
+                        break
+            node.lines += len(event.lines)
+        elif isinstance(event, MetricsRecorded):
+            self._metrics(event, now)
+        elif isinstance(event, GpuTelemetry):
+            self.node(event.node_rank).gpus = event.gpus
+        elif isinstance(event, RunFinished):
+            self.state, self.triage, self.ended_at = event.state, event.triage, now
+
+    @property
+    def stalled(self) -> bool:
+        return self.state == RunState.RUNNING and self.detail.startswith("stalled")
+
+    def why(self) -> str:
+        """What a user should read first: why the run failed (its triage, else its last word), or that
+        it is stalled; empty while all is well."""
+        if self.stalled:
+            return self.detail
+        if self.state in (RunState.FAILED, RunState.TIMED_OUT):
+            summary = (self.triage or {}).get("summary")
+            return f"{self.state.value}: {summary or self.detail or 'no reason was recorded'}"
+        return ""
+
+    def node(self, rank: int) -> NodeView:
+        return self.nodes.setdefault(rank, NodeView(rank))
+
+    def _metrics(self, event: MetricsRecorded, now: float) -> None:
+        r = event.record
+        if r.max_steps:
+            self.max_steps = r.max_steps
+        if r.eval_loss is not None:
+            self.eval_loss.append(r.eval_loss)
+        if r.kind != "train":
+            return
+        self.step = max(self.step, r.step)
+        if self.first_step_at is None:
+            self.first_step_at = (now, r.step)
+        if r.loss is not None:
+            self.loss.append(r.loss)
+        if r.lr is not None:
+            self.lr.append(r.lr)
+        if r.tokens_per_s is not None:
+            self.tokens_per_s = r.tokens_per_s
+            self.throughput.append(r.tokens_per_s)
+        if r.mfu is not None:
+            self.mfu = r.mfu
+        for mem in r.memory:
+            self.memory[mem.rank] = mem
+
+    def elapsed_s(self, now: float | None = None) -> float | None:
+        if self.started_at is None:
+            return None
+        return (self.ended_at or (time.time() if now is None else now)) - self.started_at
+
+    def eta_s(self, now: float | None = None) -> float | None:
+        """Remaining time from the step rate since the first reported step."""
+        if self.first_step_at is None or not self.max_steps or self.state.is_final:
+            return None
+        now = time.time() if now is None else now
+        t0, s0 = self.first_step_at
+        done = self.step - s0
+        if done <= 0 or now <= t0:
+            return None
+        return (self.max_steps - self.step) * (now - t0) / done
+
+    def first_error(self) -> tuple[int, int, str] | None:
+        """(node, line number, line) of the earliest-numbered error on any node."""
+        found = [(n.node_rank, *n.first_error) for n in self.nodes.values() if n.first_error]
+        return min(found, key=lambda f: (f[1], f[0])) if found else None
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"

@@ -1,0 +1,126 @@
+"""Rules that span fields of a workload, run once its shape is valid."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path as FsPath
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from launcher.workload.model import ENV_NAME, RESERVED_ENV, SECRET_REF, Workload
+from launcher.workload.topology import Finding, resolve_topology
+from trainer.config import TrainerConfig
+
+_SECRETISH = re.compile(r"(TOKEN|PASSWORD|PASSWD|SECRET|API_KEY|ACCESS_KEY|PRIVATE_KEY)", re.IGNORECASE)
+_METRIC_GROUPS = {"step", "max_steps", "loss", "lr", "eval_loss", "tokens_per_s", "grad_norm", "epoch"}
+
+
+def check_workload(w: Workload, base_dir: FsPath | None) -> list[Finding]:
+    """Every cross-field problem of a shape-valid workload. ``base_dir`` is the file's folder."""
+    topo = resolve_topology(w)
+    out = list(topo.findings)
+    out += _env_and_secrets(w)
+    out += _environment(w)
+    out += _misc(w, base_dir, topo.num_nodes)
+    return out
+
+
+def check_trainer(w: Workload, cfg: TrainerConfig) -> list[Finding]:
+    """Trainer settings that make no sense for this compute."""
+    topo = resolve_topology(w)
+    out: list[Finding] = []
+    p = ("parameters",)
+    if cfg.fsdp.sharding == "hybrid_shard" and topo.num_nodes == 1 and cfg.fsdp.replicate_degree is None:
+        out.append(Finding((*p, "fsdp", "sharding"), "warning",
+                           "hybrid_shard on one node shards like full_shard",
+                           "set fsdp.replicate_degree, or use full_shard"))
+    if cfg.fsdp.replicate_degree and topo.world_size % cfg.fsdp.replicate_degree:
+        out.append(Finding((*p, "fsdp", "replicate_degree"), "error",
+                           f"{topo.world_size} processes cannot form {cfg.fsdp.replicate_degree} equal replicas",
+                           "pick a divisor of the world size"))
+    if topo.kind == "cpu" and cfg.fsdp.mixed_precision == "bf16":
+        out.append(Finding((*p, "fsdp", "mixed_precision"), "warning",
+                           "bf16 mixed precision on CPU is slow and inexact", "use auto (fp32 on CPU)"))
+    if cfg.model.compile and topo.kind == "cpu":
+        out.append(Finding((*p, "model", "compile"), "warning",
+                           "torch.compile on CPU needs a C++ compiler on every node and compiles slowly"))
+    return out
+
+
+def _env_and_secrets(w: Workload) -> list[Finding]:
+    out: list[Finding] = []
+    for name, value in w.env_variables.items():
+        path = ("env_variables", name)
+        if not ENV_NAME.match(name):
+            out.append(Finding(path, "error", f"'{name}' is not a valid environment variable name",
+                               "letters, digits and '_', not starting with a digit"))
+        elif name in RESERVED_ENV:
+            out.append(Finding(path, "error", f"{name} is set by fsdp-tui on every node",
+                               "remove it; use compute.master_addr / master_port for the rendezvous"))
+        if "\x00" in value:
+            out.append(Finding(path, "error", "the value contains a NUL byte"))
+        elif _SECRETISH.search(name) and value:
+            out.append(Finding(path, "warning", f"{name} looks like a secret written in the file",
+                               f"move it to secrets: {name}: scope/key"))
+    for name, ref in w.secrets.items():
+        path = ("secrets", name)
+        if not ENV_NAME.match(name):
+            out.append(Finding(path, "error", f"'{name}' is not a valid environment variable name"))
+        elif name in RESERVED_ENV:
+            out.append(Finding(path, "error", f"{name} is set by fsdp-tui on every node"))
+        if name in w.env_variables:
+            out.append(Finding(path, "error", f"{name} is in both env_variables and secrets",
+                               "keep it in secrets only"))
+        if not SECRET_REF.match(ref):
+            out.append(Finding(path, "error", f"'{ref}' is not a secret reference",
+                               "write scope/key, e.g. my_scope/hf_token"))
+    return out
+
+
+def _environment(w: Workload) -> list[Finding]:
+    out: list[Finding] = []
+    python = w.environment.python
+    if not python.strip() or any(ch.isspace() for ch in python):
+        out.append(Finding(("environment", "python"), "error",
+                           "environment.python must be one interpreter path or name",
+                           "e.g. python3 or /opt/venv/bin/python"))
+    for i, req in enumerate(w.environment.dependencies):
+        try:
+            Requirement(req)
+        except InvalidRequirement as err:
+            out.append(Finding(("environment", "dependencies", i), "error",
+                               f"not a pip requirement: {str(err).splitlines()[0]}", "e.g. transformers>=4.45"))
+    return out
+
+
+def _misc(w: Workload, base_dir: FsPath | None, num_nodes: int) -> list[Finding]:
+    out: list[Finding] = []
+    if w.command is not None and not w.command.strip():
+        out.append(Finding(("command",), "error", "command is empty",
+                           "remove it to run the built-in trainer"))
+    try:
+        pattern = re.compile(w.metrics.pattern)
+    except re.error as err:
+        out.append(Finding(("metrics", "pattern"), "error", f"not a valid regex: {err}"))
+    else:
+        if "step" not in pattern.groupindex:
+            out.append(Finding(("metrics", "pattern"), "error", "the pattern needs a (?P<step>...) group"))
+        unknown = set(pattern.groupindex) - _METRIC_GROUPS
+        if unknown:
+            out.append(Finding(("metrics", "pattern"), "warning",
+                               f"groups {sorted(unknown)} are not metrics and are ignored",
+                               f"use {sorted(_METRIC_GROUPS)}"))
+    if w.code_source is not None and base_dir is not None:
+        root = (base_dir / w.code_source.snapshot.root_path).expanduser()
+        if not root.is_dir():
+            out.append(Finding(("code_source", "snapshot", "root_path"), "error",
+                               f"folder '{root}' does not exist", "paths are relative to the workload file"))
+    if w.command is not None and w.code_source is None and "CODE_SOURCE_PATH" in w.command:
+        out.append(Finding(("command",), "warning", "command uses $CODE_SOURCE_PATH but there is no code_source",
+                           "add code_source: {type: snapshot, snapshot: {root_path: .}}"))
+    if not w.compute.hosts and w.ssh != type(w.ssh)():
+        out.append(Finding(("ssh",), "warning", "ssh settings are unused: there are no compute.hosts"))
+    if num_nodes > 1 and w.compute.hosts and all(h == "localhost" for h in w.compute.hosts):
+        out.append(Finding(("compute", "hosts"), "warning", "every node is localhost (no SSH): "
+                           "the nodes share this machine"))
+    return out

@@ -1,0 +1,166 @@
+"""The workload file: a superset of the Databricks ``air`` workload YAML.
+
+Field shapes live here; rules that span fields live in :mod:`launcher.checks`, so that one pass
+reports every problem at once.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+EXPERIMENT_NAME = r"^[A-Za-z0-9_-]{1,100}$"
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SECRET_REF = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+DEFAULT_METRICS_PATTERN = (
+    r"(?i)\bstep[=:\s]+(?P<step>\d+)(?:\s*/\s*(?P<max_steps>\d+))?.*?\bloss[=:\s]+(?P<loss>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))"
+)
+"""Understands progress lines such as ``step=12/100 loss=1.2345`` (the ``air`` recipe's)."""
+# Variables the launcher sets on every node; a workload may not set them itself.
+RESERVED_ENV = (
+    "NUM_NODES", "NODE_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CODE_SOURCE_PATH",
+    "HYPERPARAMETERS_PATH", "FSDP_TUI_RUN_ID", "FSDP_TUI_METRICS_FILE",
+)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+
+class Compute(_Model):
+    """How many processes run, and on which machines."""
+
+    num_accelerators: int | None = Field(default=None, ge=1)
+    """Total GPUs (or CPU processes) over all nodes; a multiple of the per-node count."""
+    accelerator_type: str | None = None
+    """``GPU_<N>x<MODEL>`` as ``air`` writes it (``GPU_8xH100``: 8 per node), or ``CPU``."""
+    gpus_per_node: int | None = Field(default=None, ge=1)
+    """GPUs per node, when ``accelerator_type`` does not say."""
+    procs_per_node: int | None = Field(default=None, ge=1)
+    """Processes per node for CPU runs (gloo)."""
+    hosts: list[str] = Field(default_factory=list)
+    """SSH targets, one per node: ``alias``, ``user@host``, ``host:port`` or ``localhost``. None: this machine."""
+    master_addr: str | None = None
+    """Address of node 0 as the other nodes reach it (default: node 0's host)."""
+    master_port: int | None = Field(default=None, ge=1024, le=65535)
+    """Rendezvous port on node 0 (default 29500, checked free at launch)."""
+
+
+class Ssh(_Model):
+    """Connection settings applied on top of ``~/.ssh/config``. Host keys are always verified."""
+
+    user: str | None = None
+    """Login user for hosts that do not name one."""
+    port: int | None = Field(default=None, ge=1, le=65535)
+    """SSH port for hosts that do not name one."""
+    identity_file: str | None = None
+    """Private key file (``~`` expands)."""
+    proxy_jump: str | None = None
+    """Jump host, verified like any other host."""
+    known_hosts: str | None = None
+    """known_hosts file to verify against (default ``~/.ssh/known_hosts``)."""
+    connect_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    """Give up connecting to a node after this long."""
+    keepalive_interval_s: float = Field(default=15.0, gt=0, le=3600)
+    """Send an SSH keepalive this often, so dead connections are noticed."""
+    lost_after_s: float = Field(default=120.0, gt=0, le=86400)
+    """A node whose connection stays away this long is lost: the run fails, naming it."""
+    remote_root: str = Field(default="~/.fsdp-tui", min_length=1)
+    """Folder on every node for run directories (``runs/``) and dependency venvs (``venvs/``)."""
+
+
+class Environment(_Model):
+    """The Python environment on the nodes."""
+
+    version: str | int | None = None
+    """``air`` client image version; accepted for compatibility, not used."""
+    python: str = "python3"
+    """Interpreter on the nodes; its bin dir goes first on PATH."""
+    dependencies: list[str] = Field(default_factory=list)
+    """pip requirement strings installed into a venv on each node, cached by their hash."""
+
+
+class Snapshot(_Model):
+    root_path: str = "."
+    """Folder to upload, relative to the workload file."""
+    exclude: list[str] = Field(default_factory=lambda: [".git", "__pycache__", "*.pyc", ".venv"])
+    """Glob patterns left out of the upload."""
+
+
+class CodeSource(_Model):
+    """Code uploaded to every node; ``CODE_SOURCE_PATH`` points at it there."""
+
+    type: Literal["snapshot"] = "snapshot"
+    """Only ``snapshot`` (upload a local folder) is supported."""
+    snapshot: Snapshot = Field(default_factory=Snapshot)
+
+
+class Mlflow(_Model):
+    """Where the launcher logs this launch as one MLflow run."""
+
+    enabled: bool = True
+    """Log to MLflow at all."""
+    tracking_uri: str | None = None
+    """Tracking store (default: a local SQLite database in the data dir)."""
+    experiment: str | None = None
+    """MLflow experiment (default: ``experiment_name``)."""
+    run_name: str | None = None
+    """MLflow run name (default: the run id)."""
+
+
+class Metrics(_Model):
+    """How progress is read (from log lines, for scripts that do not use ``trainer.reporter``) and watched."""
+
+    pattern: str = DEFAULT_METRICS_PATTERN
+    """Regex for log lines with named groups: ``step`` (required), ``max_steps``, ``loss``, ``lr``,
+    ``eval_loss``, ``tokens_per_s``, ``grad_norm``."""
+    from_logs: bool = True
+    """Turn matching log lines of node 0 into metrics when no reporter file is written."""
+    stall_factor: float = Field(default=10.0, gt=1, le=1000)
+    """Flag the run as stalled when no step came for this many times its median step time..."""
+    stall_min_s: float = Field(default=120.0, gt=0, le=86400)
+    """...and at least this long (start-up, evaluation and checkpoints take longer than a step)."""
+
+
+class Workload(_Model):
+    """One workload file."""
+
+    experiment_name: str = Field(pattern=EXPERIMENT_NAME)
+    """Name of the experiment (also the MLflow experiment): letters, digits, ``_`` and ``-``."""
+    compute: Compute = Field(default_factory=Compute)
+    ssh: Ssh = Field(default_factory=Ssh)
+    environment: Environment = Field(default_factory=Environment)
+    code_source: CodeSource | None = None
+    command: str | None = None
+    """Shell text run once per node; omitted: the built-in trainer runs under ``torchrun``."""
+    env_variables: dict[str, str] = Field(
+        default_factory=dict,
+        json_schema_extra={"additionalProperties": {"type": ["string", "number"]}},
+    )
+    """Extra environment on every node (numbers are written as text)."""
+    secrets: dict[str, str] = Field(default_factory=dict)
+    """``NAME: scope/key``; values come from the local secret store, never from this file."""
+    max_retries: int = Field(default=0, ge=0, le=100)
+    """Relaunches after a failure (ours defaults to 0; ``air``'s to 3)."""
+    timeout_minutes: float | None = Field(default=None, gt=0)
+    """Stop the run after this long."""
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    """Written to a YAML file on each node (``HYPERPARAMETERS_PATH``); the built-in trainer's schema
+    applies when ``command`` is omitted."""
+    mlflow: Mlflow = Field(default_factory=Mlflow)
+    metrics: Metrics = Field(default_factory=Metrics)
+
+    @field_validator("env_variables", mode="before")
+    @classmethod
+    def _scalars_as_text(cls, value: Any) -> Any:
+        # `OMP_NUM_THREADS: 4` is what people write; environment values are text.
+        if isinstance(value, dict):
+            return {k: (str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
+                    for k, v in value.items()}
+        return value
+
+    @property
+    def uses_builtin_trainer(self) -> bool:
+        return self.command is None

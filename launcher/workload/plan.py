@@ -1,0 +1,238 @@
+"""What each node will run: host, rank, directory, environment and argv. Pure; touches no host."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import yaml
+
+from launcher.workload.hosts import HostTarget
+from launcher.workload.model import Workload
+from launcher.workload.topology import Topology, resolve_topology
+from trainer.protocol import METRICS_FILE_ENV, RUN_ID_ENV
+
+DEFAULT_NODE_ROOT = "~/.fsdp-tui/runs"
+DEFAULT_MASTER_PORT = 29500
+LOCAL_MASTER_ADDR = "127.0.0.1"
+# Paths relative to the node's run directory; the node agent makes them absolute there.
+DIR_ENV = {
+    "CODE_SOURCE_PATH": "code",
+    "HYPERPARAMETERS_PATH": "parameters.yaml",
+    METRICS_FILE_ENV: "metrics.jsonl",
+}
+TRAINER_PKG_DIR = "pkg"
+"""Where the launcher puts the ``trainer`` package on a node when the built-in trainer runs."""
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    node_rank: int
+    host: HostTarget | None
+    """``None``: this machine, no SSH."""
+    node_dir: str
+    """This node's run directory (may start with ``~/``); per node, as nodes may share a home."""
+    env: dict[str, str]
+    """Environment without secrets and without the path variables in ``dir_env``."""
+    dir_env: dict[str, str]
+    """Variables whose values are paths relative to ``node_dir``."""
+    argv: tuple[str, ...]
+
+    @property
+    def host_display(self) -> str:
+        return self.host.display if self.host is not None else "this machine"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    run_id: str
+    workload: Workload
+    topology: Topology
+    nodes: tuple[NodePlan, ...]
+    master_addr: str
+    master_port: int
+    parameters_yaml: str
+    code_root: Path | None
+    source_file: Path | None
+    secret_names: tuple[str, ...]
+    blockers: tuple[str, ...] = field(default=())
+    """Why this plan cannot run as it stands (e.g. an ``air`` file without hosts)."""
+    node_root: str = DEFAULT_NODE_ROOT
+    """The folder of run directories on the nodes (``<node_root>/<run_id>/node-<rank>``)."""
+    master_addr_is_alias: bool = False
+    """``master_addr`` is node 0's target as written (an ``~/.ssh/config`` alias, maybe): the backend
+    that reaches the nodes resolves it to the address they dial (:func:`with_rendezvous`)."""
+
+    @property
+    def venv_root(self) -> str:
+        """Where each node keeps the venvs of ``environment.dependencies``, one per hash, shared by runs."""
+        return f"{self.node_root.rsplit('/', 1)[0]}/venvs" if "/" in self.node_root else "venvs"
+
+    @property
+    def uses_builtin_trainer(self) -> bool:
+        return self.workload.uses_builtin_trainer
+
+
+def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = None,
+               master_port: int | None = None, node_root: str | None = None) -> RunPlan:
+    """The per-node plan for a valid workload. ``node_root`` defaults to ``runs/`` in ``ssh.remote_root``."""
+    topo = resolve_topology(workload)
+    blockers: list[str] = []
+    hosts: list[HostTarget | None] = list(topo.hosts) or [None]
+    if topo.num_nodes > 1 and not topo.hosts:
+        blockers.append(f"compute.hosts is missing: list {topo.num_nodes} SSH hosts (one per node) to run "
+                        "this outside Databricks")
+        hosts = [HostTarget(alias=f"<host of node {i}>", hostname=f"node{i}") for i in range(topo.num_nodes)]
+    master_addr = workload.compute.master_addr or _master_addr(hosts[0])
+    alias = workload.compute.master_addr is None and hosts[0] is not None and not hosts[0].is_local
+    port = master_port or workload.compute.master_port or DEFAULT_MASTER_PORT
+    root = (node_root or f"{workload.ssh.remote_root.rstrip('/')}/runs").rstrip("/")
+    code_root = None
+    if workload.code_source is not None:
+        base = source_file.parent if source_file is not None else Path.cwd()
+        code_root = (base / workload.code_source.snapshot.root_path).expanduser().resolve()
+    nodes = []
+    for rank, host in enumerate(hosts):
+        env = {
+            "NUM_NODES": str(topo.num_nodes),
+            "NODE_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(topo.procs_per_node),
+            "MASTER_ADDR": master_addr,
+            "MASTER_PORT": str(port),
+            RUN_ID_ENV: run_id,
+            **workload.env_variables,
+        }
+        dir_env = dict(DIR_ENV)
+        if workload.uses_builtin_trainer:
+            dir_env["PYTHONPATH"] = TRAINER_PKG_DIR
+        nodes.append(NodePlan(
+            node_rank=rank,
+            host=host,
+            node_dir=f"{root}/{run_id}/node-{rank}",
+            env=env,
+            dir_env=dir_env,
+            argv=_argv(workload, topo, rank, master_addr, port),
+        ))
+    return RunPlan(
+        run_id=run_id,
+        workload=workload,
+        topology=topo,
+        nodes=tuple(nodes),
+        master_addr=master_addr,
+        master_port=port,
+        parameters_yaml=yaml.safe_dump(workload.parameters, sort_keys=False, allow_unicode=True),
+        code_root=code_root,
+        source_file=source_file,
+        secret_names=tuple(workload.secrets),
+        blockers=tuple(blockers),
+        node_root=root,
+        master_addr_is_alias=alias,
+    )
+
+
+def with_rendezvous(plan: RunPlan, *, addr: str | None = None, port: int | None = None) -> RunPlan:
+    """The same plan with its rendezvous at ``addr``/``port`` (every node's ``MASTER_ADDR``/``MASTER_PORT``
+    and the built-in trainer's torchrun argv); what is not given stays."""
+    addr = addr or plan.master_addr
+    port = port or plan.master_port
+    flags = {"--master_addr=": addr, "--master_port=": str(port)}
+
+    def argv(node: NodePlan) -> tuple[str, ...]:
+        if not plan.uses_builtin_trainer:
+            return node.argv  # the command reads $MASTER_ADDR / $MASTER_PORT
+        return tuple(next((f + v for f, v in flags.items() if a.startswith(f)), a) for a in node.argv)
+
+    nodes = tuple(replace(n, env={**n.env, "MASTER_ADDR": addr, "MASTER_PORT": str(port)}, argv=argv(n))
+                  for n in plan.nodes)
+    return replace(plan, master_addr=addr, master_port=port, nodes=nodes,
+                   master_addr_is_alias=plan.master_addr_is_alias and addr == plan.master_addr)
+
+
+def with_master_port(plan: RunPlan, port: int) -> RunPlan:
+    """The same plan with its rendezvous on ``port``."""
+    return with_rendezvous(plan, port=port)
+
+
+def plan_to_json(plan: RunPlan) -> dict:
+    """What rebuilds the same plan later (:func:`plan_from_json`): the resolved workload and the choices
+    made at launch (node root, rendezvous)."""
+    return {"run_id": plan.run_id, "workload": plan.workload.model_dump(mode="json"),
+            "source_file": str(plan.source_file) if plan.source_file else None, "node_root": plan.node_root,
+            "master_addr": plan.master_addr, "master_port": plan.master_port,
+            "master_addr_is_alias": plan.master_addr_is_alias}
+
+
+def plan_from_json(data: dict) -> RunPlan:
+    workload = Workload.model_validate(data["workload"])
+    plan = build_plan(workload, run_id=data["run_id"],
+                      source_file=Path(data["source_file"]) if data.get("source_file") else None,
+                      node_root=data["node_root"])
+    plan = with_rendezvous(plan, addr=data["master_addr"], port=data["master_port"])
+    return replace(plan, master_addr_is_alias=bool(data.get("master_addr_is_alias")))
+
+
+def _master_addr(host: HostTarget | None) -> str:
+    """Node 0's address as written; an ``~/.ssh/config`` alias is resolved by the SSH backend."""
+    return LOCAL_MASTER_ADDR if host is None or host.is_local else host.hostname
+
+
+def _argv(w: Workload, topo: Topology, rank: int, master_addr: str, port: int) -> tuple[str, ...]:
+    if w.command is not None:
+        return ("bash", "-c", w.command)
+    return (
+        w.environment.python, "-m", "torch.distributed.run",
+        f"--nnodes={topo.num_nodes}",
+        f"--node_rank={rank}",
+        f"--nproc_per_node={topo.procs_per_node}",
+        f"--master_addr={master_addr}",
+        f"--master_port={port}",
+        "-m", "trainer", DIR_ENV["HYPERPARAMETERS_PATH"],
+    )
+
+
+SECRET_MASK = "******"
+
+
+def _shell_path(path: str) -> str:
+    """A path as a shell would take it when pasted: a leading ``~/`` stays outside the quotes (so it
+    expands), the rest quoted once."""
+    import shlex
+
+    if path.startswith("~/"):
+        return "~/" + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+def render_plan(plan: RunPlan) -> str:
+    """The dry-run text: per node its host, rank, directory, full environment (secrets masked), argv."""
+    import shlex
+
+    topo = plan.topology
+    lines = [
+        f"run {plan.run_id}: experiment '{plan.workload.experiment_name}'",
+        f"  {topo.num_nodes} node(s) x {topo.procs_per_node} process(es) ({topo.kind}"
+        + (f" {topo.gpu_model}" if topo.gpu_model else "") + f"), world size {topo.world_size}",
+        f"  rendezvous {plan.master_addr}:{plan.master_port}",
+        "  runs: " + ("the built-in trainer (torchrun -m trainer)" if plan.uses_builtin_trainer
+                      else "the workload's command"),
+    ]
+    if plan.code_root is not None:
+        lines.append(f"  code snapshot: {plan.code_root} -> <node dir>/code")
+    for blocker in plan.blockers:
+        lines.append(f"  cannot run yet: {blocker}")
+    for node in plan.nodes:
+        lines += ["", f"node {node.node_rank}: {node.host_display}", f"  directory: {_shell_path(node.node_dir)}",
+                  "  environment:"]
+        paths = {k: f"{node.node_dir}/{v}" for k, v in node.dir_env.items()}
+        env = {**node.env, **paths}
+        for name in sorted(env):
+            value = _shell_path(env[name]) if name in paths else shlex.quote(env[name])
+            lines.append(f"    {name}={value}")
+        for name in plan.secret_names:
+            lines.append(f"    {name}={SECRET_MASK}  (secret {plan.workload.secrets[name]})")
+        lines.append("  command:")
+        if node.argv[:2] == ("bash", "-c"):
+            lines += [f"    {line}" for line in node.argv[2].rstrip("\n").splitlines()]
+        else:
+            lines.append("    " + shlex.join(node.argv))
+    return "\n".join(lines) + "\n"

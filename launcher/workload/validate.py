@@ -1,0 +1,231 @@
+"""Validate a workload file: every problem at once, each at ``file:line:col`` with its dotted key."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from launcher.workload import checks, schema_walk
+from launcher.workload.model import Workload
+from launcher.workload.overrides import SOURCE as OVERRIDE_SOURCE
+from launcher.workload.overrides import AppliedOverride, apply_overrides
+from launcher.workload.problems import Problem, did_you_mean, format_path, has_errors
+from launcher.workload.topology import Finding
+from launcher.workload.yaml_loader import MAX_BYTES, LoadedYaml, decode, load_yaml
+from trainer.config import TrainerConfig
+
+YamlPath = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    """Problems sorted by position; ``workload`` is set when there is no error."""
+
+    problems: list[Problem]
+    workload: Workload | None = None
+    trainer_config: TrainerConfig | None = None
+    data: dict[str, Any] | None = None
+    overrides: list[AppliedOverride] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not has_errors(self.problems)
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.is_error]
+
+
+def validate_file(path: Path | str, overrides: Sequence[str] = ()) -> ValidationResult:
+    """Read and validate ``path``; unreadable files are a problem, not an exception."""
+    path = Path(path)
+    name = str(path)
+    try:
+        if path.stat().st_size > MAX_BYTES:
+            return ValidationResult([Problem(name, 1, 1, "", "error",
+                                             f"the file is larger than {MAX_BYTES // 1000} kB")])
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return ValidationResult([Problem(name, 1, 1, "", "error", "no such file")])
+    except IsADirectoryError:
+        return ValidationResult([Problem(name, 1, 1, "", "error", "this is a folder, not a workload file")])
+    except OSError as err:
+        return ValidationResult([Problem(name, 1, 1, "", "error", f"cannot read: {err.strerror}")])
+    text, problem = decode(raw, name)
+    if problem is not None:
+        return ValidationResult([problem])
+    return validate_text(text, name, overrides, base_dir=path.parent)
+
+
+def validate_text(text: str, filename: str = "<workload>", overrides: Sequence[str] = (),
+                  base_dir: Path | None = None) -> ValidationResult:
+    """Validate YAML text (the editor's buffer); ``base_dir`` resolves ``code_source`` paths."""
+    loaded = load_yaml(text, filename)
+    problems = list(loaded.problems)
+    if not isinstance(loaded.data, dict):
+        if not has_errors(problems):
+            problems.append(Problem(filename, *loaded.mark(()), "", "error",
+                                    "the file must be a mapping of keys (experiment_name: ..., compute: ...)"))
+        return ValidationResult(_sorted(problems))
+    data, applied, override_problems = apply_overrides(loaded.data, overrides)
+    problems += override_problems
+    locate = _Locator(filename, loaded, {o.path: o.index for o in applied})
+
+    workload: Workload | None = None
+    checked: Workload | None = None
+    try:
+        workload = checked = Workload.model_validate(data)
+    except ValidationError as err:
+        problems += _convert(err, Workload, data, (), locate)
+        checked = _valid_part(data, err)
+
+    trainer_cfg: TrainerConfig | None = None
+    if data.get("command") is None and isinstance(data.get("parameters", {}), dict):
+        try:
+            trainer_cfg = TrainerConfig.model_validate(data.get("parameters") or {})
+        except ValidationError as err:
+            problems += _convert(err, TrainerConfig, data.get("parameters") or {}, ("parameters",), locate)
+
+    if checked is not None:
+        findings = checks.check_workload(checked, base_dir)
+        if trainer_cfg is not None:
+            findings += checks.check_trainer(checked, trainer_cfg)
+        problems += [locate.finding(f) for f in findings]
+    ok = not has_errors(problems)
+    return ValidationResult(
+        _sorted(problems),
+        workload if ok else None,
+        trainer_cfg if ok else None,
+        data,
+        applied,
+    )
+
+
+def _valid_part(data: dict[str, Any], err: ValidationError) -> Workload | None:
+    """The workload without its invalid top-level keys, so cross-field rules still run on the rest."""
+    bad = {e["loc"][0] for e in err.errors() if e["loc"]}
+    pruned = {k: v for k, v in data.items() if k not in bad}
+    if "experiment_name" in bad:
+        pruned["experiment_name"] = "unnamed"
+    try:
+        return Workload.model_validate(pruned)
+    except ValidationError:
+        return None
+
+
+def _sorted(problems: list[Problem]) -> list[Problem]:
+    unique = list(dict.fromkeys(problems))
+    return sorted(unique, key=lambda p: (p.file == OVERRIDE_SOURCE, p.file, p.line, p.column, p.path))
+
+
+class _Locator:
+    """Turns a dotted path into a position: the YAML mark, or the ``--set`` that wrote it."""
+
+    def __init__(self, filename: str, loaded: LoadedYaml, override_index: dict[YamlPath, int]) -> None:
+        self.filename = filename
+        self.loaded = loaded
+        self.override_index = override_index
+
+    def at(self, path: YamlPath, *, key: bool = False) -> tuple[str, int, int]:
+        for cut in range(len(path), 0, -1):
+            if path[:cut] in self.override_index:
+                return OVERRIDE_SOURCE, self.override_index[path[:cut]], 1
+        return (self.filename, *self.loaded.mark(path, key=key))
+
+    def problem(self, path: YamlPath, severity: str, message: str, hint: str = "", *, key: bool = False,
+                at: YamlPath | None = None) -> Problem:
+        where = self.at(path if at is None else at, key=key)
+        return Problem(*where, format_path(path), severity, message, hint)  # type: ignore[arg-type]
+
+    def finding(self, f: Finding) -> Problem:
+        return self.problem(f.path, f.severity, f.message, f.hint, key=f.path[-1:] == ("compute",))
+
+
+_TYPE_WORDS = {
+    "dict_type": "expected a mapping (key: value lines)",
+    "list_type": "expected a list (lines starting with '- ')",
+    "string_type": "expected text",
+    "int_type": "expected a whole number",
+    "int_parsing": "expected a whole number",
+    "int_from_float": "expected a whole number",
+    "float_type": "expected a number",
+    "float_parsing": "expected a number",
+    "bool_type": "expected true or false",
+    "bool_parsing": "expected true or false",
+}
+
+
+def _convert(err: ValidationError, model: type[BaseModel], data: Any, prefix: YamlPath,
+             locate: _Locator) -> list[Problem]:
+    out: list[Problem] = []
+    seen: set[YamlPath] = set()
+    for e in err.errors():
+        path = prefix + _clean_loc(e["loc"], data)
+        kind = e["type"]
+        if kind != "extra_forbidden" and path in seen:
+            continue  # one message per key; unions report once per member
+        seen.add(path)
+        full = locate.loaded.data
+        if kind == "extra_forbidden":
+            allowed = schema_walk.keys_at(path[:-1], full)
+            name = str(path[-1])
+            out.append(locate.problem(path, "error", f"unknown key '{name}'",
+                                      did_you_mean(name, allowed) or _allowed(allowed), key=True))
+        elif kind == "missing":
+            out.append(locate.problem(path, "error", f"missing required key '{path[-1]}'",
+                                      _missing_hint(str(path[-1])), key=True, at=path[:-1]))
+        elif kind == "literal_error":
+            choices = tuple(re.findall(r"'([^']*)'", e.get("ctx", {}).get("expected", "")))
+            got = str(e.get("input"))
+            only = f"use '{choices[0]}'" if len(choices) == 1 else ""
+            out.append(locate.problem(path, "error", f"'{got}' is not one of {', '.join(choices)}",
+                                      did_you_mean(got, choices) or only))
+        elif kind == "string_pattern_mismatch" and path == ("experiment_name",):
+            out.append(locate.problem(path, "error",
+                                      f"'{e.get('input')}' is not a valid experiment name",
+                                      "1-100 letters, digits, '_' or '-'"))
+        else:
+            message = _TYPE_WORDS.get(kind, e["msg"].replace("Input should be", "must be"))
+            got = e.get("input")
+            if not isinstance(got, (dict, list)) and "got" not in message:
+                message += f", got {got!r}"
+            out.append(locate.problem(path, "error", message))
+    return out
+
+
+def _clean_loc(loc: tuple[Any, ...], data: Any) -> YamlPath:
+    """Drop pydantic's union-member tags (``str``, ``int``...) that are not keys of the data."""
+    out: list[str | int] = []
+    node = data
+    for part in loc:
+        present = (isinstance(node, list) and isinstance(part, int) and part < len(node)) or (
+            isinstance(node, dict) and part in node)
+        if present:
+            out.append(part)
+            node = node[part]
+        elif isinstance(node, dict) and isinstance(part, str) and part not in _UNION_TAGS \
+                and not re.search(r"[\[\]-]", part):
+            out.append(part)  # a missing key
+            node = None
+    return tuple(out)
+
+
+_UNION_TAGS = {"str", "int", "float", "bool", "list", "dict", "tuple", "none"}
+
+
+def _allowed(keys: tuple[str, ...]) -> str:
+    return f"allowed here: {', '.join(keys)}" if keys and len(keys) <= 12 else ""
+
+
+def _missing_hint(key: str) -> str:
+    return {
+        "experiment_name": "add 'experiment_name: my-run' at the top",
+        "model_name": "add parameters.model_name: a hub id or a local model folder",
+        "dataset_name": "add parameters.dataset_name: a hub dataset or a local json/jsonl/parquet file",
+        "output_dir": "add parameters.output_dir: where checkpoints go on the nodes",
+    }.get(key, "")

@@ -1,0 +1,208 @@
+"""Read YAML and remember where every key and value came from.
+
+PyYAML's ``safe_load`` forgets positions and silently keeps the last of two duplicate keys. We compose
+the node graph instead and build plain Python values ourselves, which gives us per-path line/column
+marks, duplicate-key errors naming both lines, and a node budget that stops alias bombs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from launcher.workload.problems import Problem, format_path
+
+MAX_BYTES = 1_000_000
+"""Workload files larger than this are refused (a workload is a few KiB)."""
+MAX_NODES = 200_000
+"""Values built from one document, aliases counted each time they are used (alias bombs)."""
+
+Path = tuple[str | int, ...]
+Mark = tuple[int, int]
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_PLAIN_TAGS = frozenset(
+    f"tag:yaml.org,2002:{name}"
+    for name in ("str", "int", "float", "bool", "null", "timestamp", "map", "seq", "binary", "merge")
+)
+
+
+@dataclass
+class LoadedYaml:
+    """The document as plain Python data, with 1-based (line, column) of each value and key."""
+
+    data: Any = None
+    value_marks: dict[Path, Mark] = field(default_factory=dict)
+    key_marks: dict[Path, Mark] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+    def mark(self, path: Path, *, key: bool = False) -> Mark:
+        """Best position for ``path``: the key or value itself, else its nearest located parent."""
+        marks = (self.key_marks, self.value_marks) if key else (self.value_marks, self.key_marks)
+        for cut in range(len(path), -1, -1):
+            for table in marks:
+                if path[:cut] in table:
+                    return table[path[:cut]]
+        return (1, 1)
+
+
+class _TooBig(Exception):
+    pass
+
+
+def decode(raw: bytes, filename: str) -> tuple[str | None, Problem | None]:
+    """UTF-8 text (a BOM is allowed), or a problem at the first undecodable byte."""
+    try:
+        return raw.decode("utf-8-sig"), None
+    except UnicodeDecodeError as err:
+        before = raw[: err.start]
+        line = before.count(b"\n") + 1
+        column = err.start - (before.rfind(b"\n") + 1) + 1
+        return None, Problem(
+            filename, line, column, "", "error",
+            f"the file is not valid UTF-8 (byte 0x{raw[err.start]:02x})",
+            "save it as UTF-8",
+        )
+
+
+def load_yaml(text: str, filename: str) -> LoadedYaml:
+    """Parse one YAML document; every failure becomes a :class:`Problem`, never an exception."""
+    out = LoadedYaml()
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
+        out.problems.append(Problem(filename, 1, 1, "", "error",
+                                    f"the file is larger than {MAX_BYTES // 1000} kB",
+                                    "a workload file is a few kB; keep data in separate files"))
+        return out
+    if not text.strip() or all(line.lstrip().startswith("#") or not line.strip() for line in text.splitlines()):
+        out.problems.append(Problem(filename, 1, 1, "", "error", "the file is empty",
+                                    "start with 'experiment_name: my-run'"))
+        return out
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as err:
+        out.problems.append(_syntax_problem(err, filename))
+        return out
+    except yaml.YAMLError as err:
+        out.problems.append(Problem(filename, 1, 1, "", "error", f"YAML error: {err}"))
+        return out
+    except RecursionError:
+        out.problems.append(Problem(filename, 1, 1, "", "error", "the document is nested too deeply"))
+        return out
+    if node is None:
+        out.problems.append(Problem(filename, 1, 1, "", "error", "the file is empty",
+                                    "start with 'experiment_name: my-run'"))
+        return out
+    builder = _Builder(filename, out)
+    try:
+        out.data = builder.build(node, ())
+    except _TooBig:
+        out.data = None
+        out.problems.append(Problem(filename, 1, 1, "", "error",
+                                    "the document expands to too many values (alias bomb?)",
+                                    "use fewer anchors and aliases"))
+    except RecursionError:
+        out.data = None
+        out.problems.append(Problem(filename, 1, 1, "", "error", "the document is nested too deeply"))
+    return out
+
+
+def _syntax_problem(err: yaml.MarkedYAMLError, filename: str) -> Problem:
+    mark = err.problem_mark or err.context_mark
+    # An unclosed quote or bracket is reported at the end of the file; where it opened is what helps.
+    if err.context_mark is not None and (
+        "quoted scalar" in (err.context or "") or "flow" in (err.context or "")
+    ):
+        mark = err.context_mark
+    message = " ".join(part for part in (err.context, err.problem) if part) or "invalid YAML"
+    hint = ""
+    if "'\\t'" in message or "\t" in (err.problem or ""):
+        message = "a tab character where YAML expects spaces"
+        hint = "indent with spaces, not tabs"
+    elif "quoted scalar" in message:
+        hint = "close the quote"
+    elif "mapping values are not allowed" in message:
+        hint = "put a space after ':' in 'key: value', or quote the value"
+    line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+    return Problem(filename, line, column, "", "error", f"YAML syntax: {message}", hint)
+
+
+class _Builder:
+    """Turns a composed node graph into dicts/lists/scalars, recording marks and duplicate keys."""
+
+    def __init__(self, filename: str, out: LoadedYaml) -> None:
+        self.filename = filename
+        self.out = out
+        self.budget = MAX_NODES
+        self.constructor = yaml.SafeLoader("")
+
+    def build(self, node: yaml.Node, path: Path) -> Any:
+        self.budget -= 1
+        if self.budget < 0:
+            raise _TooBig
+        self.out.value_marks.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
+        if node.tag not in _PLAIN_TAGS:
+            self._problem(node, path, f"unsupported value: the tag '{node.tag}' is not plain YAML",
+                          "use plain YAML scalars, lists and mappings")
+            if isinstance(node, yaml.ScalarNode):
+                return node.value
+            node = (yaml.SequenceNode("tag:yaml.org,2002:seq", node.value, node.start_mark, node.end_mark)
+                    if isinstance(node, yaml.SequenceNode)
+                    else yaml.MappingNode("tag:yaml.org,2002:map", node.value, node.start_mark, node.end_mark))
+        if isinstance(node, yaml.MappingNode):
+            return self._mapping(node, path)
+        if isinstance(node, yaml.SequenceNode):
+            return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+        try:
+            return self.constructor.construct_object(node, deep=True)
+        except yaml.YAMLError as err:
+            line, column = node.start_mark.line + 1, node.start_mark.column + 1
+            self.out.problems.append(Problem(self.filename, line, column, format_path(path), "error",
+                                             f"unsupported value: {getattr(err, 'problem', err)}",
+                                             "use plain YAML scalars, lists and mappings"))
+            return None
+
+    def _mapping(self, node: yaml.MappingNode, path: Path) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        seen: dict[str, int] = {}
+        merges: list[yaml.Node] = []
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                merges.append(value_node)
+                continue
+            key = self._key(key_node, path)
+            if key is None:
+                continue
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                self.out.problems.append(Problem(
+                    self.filename, line, key_node.start_mark.column + 1, format_path((*path, key)), "error",
+                    f"duplicate key '{key}' (first defined at line {seen[key]})",
+                    "remove one of them; YAML would silently keep only the last",
+                ))
+                continue
+            seen[key] = line
+            self.out.key_marks.setdefault((*path, key), (line, key_node.start_mark.column + 1))
+            result[key] = self.build(value_node, (*path, key))
+        for merge in merges:
+            sources = merge.value if isinstance(merge, yaml.SequenceNode) else [merge]
+            for source in sources:
+                if not isinstance(source, yaml.MappingNode):
+                    self._problem(source, path, "'<<' merges only mappings")
+                    continue
+                merged = self._mapping(source, path)
+                for key, value in merged.items():
+                    result.setdefault(key, value)
+        return result
+
+    def _key(self, key_node: yaml.Node, path: Path) -> str | None:
+        if isinstance(key_node, yaml.ScalarNode):
+            # The key's own text: 'on' stays "on" and '1' stays "1" instead of becoming True/1.
+            return str(key_node.value)
+        self._problem(key_node, path, "a key must be a plain name, not a list or mapping")
+        return None
+
+    def _problem(self, node: yaml.Node, path: Path, message: str, hint: str = "") -> None:
+        self.out.problems.append(Problem(self.filename, node.start_mark.line + 1, node.start_mark.column + 1,
+                                         format_path(path), "error", message, hint))

@@ -1,0 +1,180 @@
+"""A Backend in memory, scripted per node, for testing the run policy without processes or sockets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from launcher.backends.base import (
+    CheckpointListing,
+    ExportResult,
+    LinkState,
+    NodeError,
+    NodeInfo,
+    NodeLost,
+    NodeStatus,
+    PortClaim,
+    ScriptRun,
+    StackDump,
+    StopOutcome,
+)
+from launcher.events import GpuSample
+from launcher.workload.plan import RunPlan, render_plan
+
+
+@dataclass
+class FakeNode:
+    """One node's script: per attempt, how many status polls it runs, then its exit code."""
+
+    exits: dict[int, int | None] = field(default_factory=dict)
+    """attempt -> exit code; ``None``: it never exits by itself."""
+    polls_before_exit: int = 2
+    log: bytes = b""
+    metrics: bytes = b""
+    start_error: str | None = None
+    lost_after_polls: int | None = None
+    """Reads raise NodeLost from this poll on (after telling the watcher it reconnects, then is lost)."""
+    orphaned: bool = False
+    """Its job is recorded as running but nothing records it any more."""
+    absent: bool = False
+    """No job was ever started there (an adopted run whose launch was interrupted)."""
+    gpus: tuple[GpuSample, ...] = ()
+    hang_at_step: int | None = None
+    """Report one more training step per status poll until this step, then none (a hung rank)."""
+    # what happened
+    started: list[int] = field(default_factory=list)
+    stopped: int = 0
+    stopped_attempts: set[int] = field(default_factory=set)
+    """Attempts that ended because they were stopped while running."""
+    polls: int = 0
+    attempt: int | None = None
+    running: bool = False
+
+
+class FakeBackend:
+    def __init__(self, plan: RunPlan, nodes: list[FakeNode], *, port_free: bool = True,
+                 prepare_error: str | None = None, running_attempt: int | None = None,
+                 probe_facts: dict | None = None) -> None:
+        self.plan = plan
+        self.probe_facts = probe_facts
+        """What the doctor's probe finds on every node (``None``: the probe prints nothing)."""
+        self.nodes = nodes
+        self.port_free = port_free
+        self.prepare_error = prepare_error
+        self.prepared = False
+        self.on_link = None
+        self.calls: list[str] = []
+        if running_attempt is not None:  # adopted: the job runs already
+            for node in nodes:
+                if not node.absent:
+                    node.attempt, node.running = running_attempt, True
+
+    def node_info(self, rank: int) -> NodeInfo:
+        return NodeInfo(rank, f"node {rank} (fake)", "python3", True)
+
+    def render(self) -> str:
+        return render_plan(self.plan)
+
+    async def locate(self) -> RunPlan:
+        self.calls.append("locate")
+        return self.plan
+
+    def use_plan(self, plan: RunPlan) -> None:
+        self.plan = plan
+
+    async def prepare(self) -> None:
+        self.calls.append("prepare")
+        if self.prepare_error:
+            raise NodeError(self.prepare_error)
+        self.prepared = True
+
+    async def claim_port(self, port: int) -> PortClaim:
+        return PortClaim(True) if self.port_free else PortClaim(False, "Address already in use", port + 7)
+
+    async def start(self, secrets: dict[str, str], attempt: int) -> None:
+        self.calls.append(f"start {attempt}")
+        errors = []
+        for rank, node in enumerate(self.nodes):
+            if node.start_error:
+                errors.append(f"node {rank} (fake): {node.start_error}")
+                continue
+            node.started.append(attempt)
+            node.attempt, node.running, node.polls = attempt, True, 0
+        if errors:
+            raise NodeError("; ".join(errors))
+
+    async def status(self, rank: int) -> NodeStatus:
+        node = self.nodes[rank]
+        self._maybe_lose(rank)
+        if node.absent:
+            return NodeStatus(rank, "absent")
+        node.polls += 1
+        if node.orphaned:
+            return NodeStatus(rank, "running", node.attempt, supervisor_alive=False)
+        code = node.exits.get(node.attempt or 0, 0)
+        if node.running and code is not None and node.polls > node.polls_before_exit:
+            node.running = False
+        if node.running:
+            return NodeStatus(rank, "running", node.attempt, supervisor_alive=True)
+        return NodeStatus(rank, "exited", node.attempt, code if node.attempt not in node.stopped_attempts else -15,
+                          stopped=node.attempt in node.stopped_attempts)
+
+    def _maybe_lose(self, rank: int) -> None:
+        node = self.nodes[rank]
+        if node.lost_after_polls is not None and node.polls >= node.lost_after_polls:
+            if self.on_link:
+                self.on_link(rank, LinkState.RECONNECTING, "connection dropped; reconnecting")
+                self.on_link(rank, LinkState.LOST, f"node {rank} (fake): lost: no connection for 1 s")
+            raise NodeLost(f"node {rank} (fake): lost: no connection for 1 s")
+
+    async def read(self, rank: int, stream: str, offset: int, limit: int, wait_s: float = 0.0) -> bytes:
+        self._maybe_lose(rank)
+        node = self.nodes[rank]
+        data = node.log if stream == "log" else node.metrics
+        if stream == "metrics" and node.hang_at_step is not None:
+            from trainer.protocol import MetricRecord
+
+            steps = range(1, min(node.polls, node.hang_at_step) + 1)
+            data = "".join(MetricRecord(step=s, loss=1.0).to_json() + "\n" for s in steps).encode()
+        return data[offset:offset + limit]
+
+    async def stop(self, grace_s: float) -> tuple[StopOutcome, ...]:
+        self.calls.append("stop")
+        out = []
+        for rank, node in enumerate(self.nodes):
+            if node.lost_after_polls is not None and node.polls >= node.lost_after_polls:
+                out.append(StopOutcome(rank, f"node {rank} (fake)", False, error="lost"))
+                continue
+            node.stopped += 1
+            was = "running" if node.running else "exited"
+            if node.running:
+                node.stopped_attempts.add(node.attempt)
+            node.running = False
+            out.append(StopOutcome(rank, f"node {rank} (fake)", True, (), was, was == "running"))
+        return tuple(out)
+
+    async def gpus(self, rank: int) -> tuple[GpuSample, ...]:
+        return self.nodes[rank].gpus
+
+    async def run_script(self, rank: int, python: str, script: str, timeout_s: float) -> ScriptRun:
+        import json
+
+        from launcher.doctor.probe import MARKER
+
+        self.calls.append("probe")
+        out = "" if self.probe_facts is None else f"\n{MARKER}{json.dumps(self.probe_facts)}\n"
+        return ScriptRun(0, out, "")
+
+    async def stacks(self, rank: int) -> tuple[StackDump, ...]:
+        return (StackDump(100 + rank, rank, "py-spy", f"Thread {100 + rank}\n    hang_forever (train.py:7)"),)
+
+    async def checkpoints(self, output_dir: str) -> CheckpointListing:
+        return CheckpointListing(0, "node 0 (fake)", output_dir)
+
+    async def delete_checkpoint(self, output_dir: str, name: str) -> None:
+        pass
+
+    async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None) -> ExportResult:
+        return ExportResult(output_dir)
+
+    async def close(self) -> None:
+        pass

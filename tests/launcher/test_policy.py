@@ -1,0 +1,189 @@
+"""The run policy against a fake backend: retries, timeout, lost node, cancel, one failure stopping the
+others, adoption, ports. No processes, no sockets: each case runs in milliseconds."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from launcher.events import NodeState, RunState
+from launcher.runs.policy import RunPolicy, Settings
+from launcher.runs.records import Recorder
+from launcher.runs.store import RunStore
+from launcher.workload.plan import build_plan
+from launcher.workload.validate import validate_text
+from tests.launcher.fake_backend import FakeBackend, FakeNode
+
+FAST = {"poll_s": 0.001, "min_round_s": 0.0, "gpu_poll_s": 0.0, "stop_grace_s": 0.0}
+
+
+def _plan(num_nodes: int, master_port: int | None = None, gpus: bool = False):
+    hosts = ", ".join(f"h{i}" for i in range(num_nodes))
+    port = f", master_port: {master_port}" if master_port else ""
+    kind = ", accelerator_type: GPU_2xH100" if gpus else ""
+    text = f"experiment_name: fake\ncompute: {{hosts: [{hosts}]{port}{kind}}}\ncommand: run\n"
+    result = validate_text(text, "w.yaml")
+    assert result.ok, [p.format() for p in result.problems]
+    return build_plan(result.workload, run_id="run-fake", node_root="/nodes")
+
+
+@dataclass
+class Case:
+    name: str
+    nodes: list[FakeNode]
+    expect: RunState
+    settings: dict = field(default_factory=dict)
+    cancel_after_polls: int | None = None
+    adopted: bool = False
+    running_attempt: int | None = None
+    port_free: bool = True
+    master_port: int | None = None
+    prepare_error: str | None = None
+    probe_facts: dict | None = None
+    starts: list[str] | None = None
+    """The start calls the backend saw."""
+    node_states: dict[int, NodeState] | None = None
+    """Each node's last recorded state."""
+    detail: str = ""
+    """Words the run's last transition (or its triage) must contain."""
+    stopped: bool | None = None
+
+
+CASES = [
+    Case("every node exits 0", [FakeNode(), FakeNode()], RunState.SUCCEEDED, starts=["start 1"],
+         node_states={0: NodeState.EXITED, 1: NodeState.EXITED}, stopped=False),
+    Case("a failure on one node stops the others", [FakeNode(exits={1: None}), FakeNode(exits={1: 3})],
+         RunState.FAILED, node_states={0: NodeState.STOPPED, 1: NodeState.EXITED}, detail="node 1",
+         stopped=True),
+    Case("a retry after a failure succeeds", [FakeNode(exits={1: 1, 2: 0})], RunState.SUCCEEDED,
+         settings={"max_retries": 1}, starts=["start 1", "start 2"]),
+    Case("retries run out", [FakeNode(exits={1: 1, 2: 2})], RunState.FAILED, settings={"max_retries": 1},
+         starts=["start 1", "start 2"]),
+    Case("a timeout stops every node", [FakeNode(exits={1: None}), FakeNode(exits={1: None})],
+         RunState.TIMED_OUT, settings={"timeout_s": 0.05}, node_states={0: NodeState.STOPPED, 1: NodeState.STOPPED},
+         stopped=True),
+    Case("cancel stops every node", [FakeNode(exits={1: None}), FakeNode(exits={1: None})], RunState.CANCELLED,
+         cancel_after_polls=3, node_states={0: NodeState.STOPPED, 1: NodeState.STOPPED}, stopped=True),
+    Case("a lost node fails the run, named, and stays lost", [FakeNode(exits={1: None}),
+                                                               FakeNode(exits={1: None}, lost_after_polls=3)],
+         RunState.FAILED, node_states={0: NodeState.STOPPED, 1: NodeState.LOST}, detail="node 1 (fake): lost",
+         stopped=True),
+    Case("a node that cannot start fails the attempt and stops the others",
+         [FakeNode(), FakeNode(start_error="cannot start 'torchrun'")], RunState.FAILED,
+         detail="cannot start 'torchrun'", stopped=True),
+    Case("a node whose recorder died is a failed node", [FakeNode(exits={1: None}), FakeNode(orphaned=True)],
+         RunState.FAILED, detail="node 1", stopped=True),
+    Case("an adopted run is followed, not started again", [FakeNode(), FakeNode()], RunState.SUCCEEDED,
+         adopted=True, running_attempt=1, starts=[]),
+    Case("an adopted run that never started fails saying so", [FakeNode(absent=True)], RunState.FAILED,
+         adopted=True, running_attempt=1, starts=[], detail="interrupted before it started"),
+    Case("a taken default port moves", [FakeNode()], RunState.SUCCEEDED, port_free=False,
+         detail="rendezvous on port 29507 instead"),
+    Case("a taken chosen port stops the launch", [FakeNode()], RunState.FAILED, port_free=False,
+         master_port=29600, starts=[], detail="compute.master_port"),
+    Case("a workload that cannot run there is refused before it starts", [FakeNode(), FakeNode()],
+         RunState.FAILED, probe_facts={"python": {"version": [3, 11, 7]}, "gpus": {"smi": None, "names": []},
+                                       "packages": {"torch": {"version": "2.13.0+cpu", "import": "skipped"}},
+                                       "disk": {"path": "/n", "existing": "/", "free_bytes": 2**40}, "master": {}},
+         settings={}, starts=[], detail="GPU processes per node", stopped=False),
+    Case("a workload's own command is not refused for packages it may bring itself", [FakeNode()],
+         RunState.SUCCEEDED, probe_facts={"python": {"version": [3, 11, 7]}, "gpus": {"smi": "/x", "names": ["H100"] * 2},
+                                          "packages": {"torch": {"version": None}},
+                                          "disk": {"path": "/n", "existing": "/", "free_bytes": 2**40}, "master": {}},
+         starts=["start 1"]),
+    Case("--force starts it anyway", [FakeNode()], RunState.SUCCEEDED, settings={"preflight": False},
+         probe_facts={"python": {"version": [3, 11, 7]}, "gpus": {"smi": None, "names": []},
+                      "packages": {"torch": {"version": "2.13.0+cpu", "import": "skipped"}},
+                      "disk": {"path": "/n", "existing": "/", "free_bytes": 2**40}, "master": {}},
+         starts=["start 1"]),
+    Case("a node that cannot be prepared stops nothing", [FakeNode(), FakeNode()], RunState.FAILED,
+         prepare_error="node 1 (fake): cannot write /nodes: Permission denied", starts=[],
+         detail="Permission denied", stopped=False),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_policy(case: Case, tmp_path):
+    plan = _plan(len(case.nodes), case.master_port, gpus=case.probe_facts is not None)
+    store = RunStore(tmp_path)
+    store.create_run(plan, None, "experiment_name: fake\n")
+    rec = Recorder(store, plan.run_id, {n.node_rank: n.host_display for n in plan.nodes}, parse_logs=None)
+    backend = FakeBackend(plan, case.nodes, port_free=case.port_free, prepare_error=case.prepare_error,
+                          running_attempt=case.running_attempt, probe_facts=case.probe_facts)
+
+    def cancel() -> bool:
+        return case.cancel_after_polls is not None and case.nodes[0].polls >= case.cancel_after_polls
+
+    policy = RunPolicy(backend, rec, Settings(**{**FAST, **case.settings}), secrets=dict, cancel_requested=cancel)
+    backend.on_link = policy.on_link
+    outcome = asyncio.run(asyncio.wait_for(policy.run(adopted=case.adopted), 10))
+
+    assert outcome.state == case.expect
+    starts = [c for c in backend.calls if c.startswith("start")]
+    if case.starts is not None:
+        assert starts == case.starts
+    record = store.get_run(plan.run_id)
+    if case.node_states is not None:
+        assert {n.node_rank: n.state for n in record.nodes} == case.node_states
+    if case.detail:
+        said = " ".join(t[3] for t in record.transitions) + json.dumps(outcome.triage or {})
+        assert case.detail in said, said
+    if case.stopped is not None:
+        assert ("stop" in backend.calls) == case.stopped
+
+
+def test_node_output_is_mirrored_byte_for_byte_and_metrics_recorded(tmp_path):
+    from trainer.protocol import MetricRecord
+
+    plan = _plan(2)
+    store = RunStore(tmp_path)
+    store.create_run(plan, None, "x")
+    rec = Recorder(store, plan.run_id, {0: "h0", 1: "h1"}, parse_logs=None)
+    log0 = b"\x1b[31mred\x1b[0m line\r\nprogress 10%\rprogress 20%\n" + bytes(range(256)) + b"\npartial"
+    metrics = "".join(MetricRecord(step=s, loss=1.0 / s, max_steps=3).to_json() + "\n" for s in (1, 2, 3)).encode()
+    nodes = [FakeNode(log=log0, metrics=metrics), FakeNode(log=b"node 1\n")]
+    backend = FakeBackend(plan, nodes)
+    policy = RunPolicy(backend, rec, Settings(**FAST), secrets=dict, cancel_requested=lambda: False)
+    assert asyncio.run(policy.run()).state == RunState.SUCCEEDED
+    directory = tmp_path / "runs" / plan.run_id
+    assert (directory / "nodes" / "0.log").read_bytes() == log0
+    assert (directory / "nodes" / "1.log").read_bytes() == b"node 1\n"
+    assert (directory / "metrics.jsonl").read_bytes() == metrics
+    summary = store.get_run(plan.run_id).summary
+    assert summary.step == 3 and summary.max_steps == 3 and summary.last_loss == pytest.approx(1 / 3)
+
+
+def test_a_run_that_stops_stepping_is_flagged_stalled_and_its_stacks_are_kept(tmp_path):
+    plan = _plan(2)
+    store = RunStore(tmp_path)
+    store.create_run(plan, None, "x")
+    rec = Recorder(store, plan.run_id, {0: "h0", 1: "h1"}, parse_logs=None)
+    nodes = [FakeNode(exits={1: None}, hang_at_step=5), FakeNode(exits={1: None})]
+    backend = FakeBackend(plan, nodes)
+    asked = {"stacks": False}
+
+    def stacks_requested() -> bool:  # someone presses s once the run is flagged
+        if policy.stalled and not asked["stacks"]:
+            asked["stacks"] = True
+            return True
+        return False
+
+    def cancel() -> bool:
+        return asked["stacks"] and nodes[0].polls > 40
+
+    settings = Settings(**{**FAST, "poll_s": 0.01, "stall_factor": 3.0, "stall_min_s": 0.2})
+    policy = RunPolicy(backend, rec, settings, secrets=dict, cancel_requested=cancel,
+                       stacks_requested=stacks_requested)
+    outcome = asyncio.run(asyncio.wait_for(policy.run(), 20))
+    assert outcome.state == RunState.CANCELLED
+    assert outcome.triage["signature"] == "stalled" and "stalled at step 5" in outcome.triage["summary"]
+    details = [t[3] for t in store.get_run(plan.run_id).transitions]
+    assert any(d.startswith("stalled at step 5: no step for") for d in details), details
+    events = [json.loads(x) for x in (tmp_path / "runs" / plan.run_id / "events.jsonl").read_text().splitlines()]
+    dumps = [e for e in events if e["type"] == "StacksDumped"]
+    assert [d["node_rank"] for d in dumps] == [0, 1]
+    assert "hang_forever (train.py:7)" in Path(dumps[1]["path"]).read_text()

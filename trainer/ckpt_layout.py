@@ -1,0 +1,122 @@
+"""The checkpoint layout, stdlib only: used by the trainer, the launcher and the node agent.
+
+``<output_dir>/checkpoints/step-00000100/`` holds DCP's shard files, its ``.metadata`` (written last
+by DCP) and our ``meta.json`` (written after that). A folder is complete iff both exist and
+``meta.json`` parses; a save never reuses a folder (``step-00000100-1`` when the name is taken), and
+the newest complete checkpoint is never deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass
+
+META = "meta.json"
+DCP_META = ".metadata"
+CHECKPOINTS_DIR = "checkpoints"
+PREFIX = "step-"
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    step: int
+    path: str
+    complete: bool
+    size_bytes: int
+    mtime: float
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def step_name(step: int, n: int = 0) -> str:
+    """``step-00000100`` (``step-00000100-2`` for the second try of a taken name)."""
+    return f"{PREFIX}{step:08d}" + (f"-{n}" if n else "")
+
+
+def step_of_name(name: str) -> int | None:
+    """The step a folder name says, or ``None`` for a folder that is not a checkpoint."""
+    digits = name[len(PREFIX):].split("-")[0] if name.startswith(PREFIX) else ""
+    return int(digits) if digits.isdigit() else None
+
+
+def is_complete(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, DCP_META)) and os.path.isfile(os.path.join(path, META))
+
+
+_VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def expand_path(path: str, env: dict) -> str:
+    """``$NAME``/``${NAME}`` from ``env`` (unknown names stay as written), then ``~``: how a node's job
+    sees its ``output_dir`` (the trainer expands it in the job's environment)."""
+    def value(match: re.Match) -> str:
+        name = match.group(1) or match.group(2)
+        return env.get(name, match.group(0))
+
+    return os.path.expanduser(_VAR.sub(value, path))
+
+
+def checkpoints_root(output_dir: str) -> str:
+    return os.path.join(os.path.expanduser(output_dir), CHECKPOINTS_DIR)
+
+
+def list_checkpoints(root: str) -> list[CheckpointInfo]:
+    """Every ``step-*`` folder under ``root``, oldest first, with its size and newest file time."""
+    out = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return out
+    for name in names:
+        path = os.path.join(root, name)
+        step = step_of_name(name)
+        if step is None or not os.path.isdir(path):
+            continue
+        complete = is_complete(path)
+        if complete:
+            try:
+                with open(os.path.join(path, META), encoding="utf-8") as f:
+                    step = int(json.load(f).get("step", step))
+            except (OSError, ValueError, TypeError, AttributeError):
+                complete = False
+        size, mtime = _size_and_mtime(path)
+        out.append(CheckpointInfo(step, path, complete, size, mtime))
+    return sorted(out, key=lambda c: (c.step, c.name))
+
+
+def _size_and_mtime(path: str) -> tuple[int, float]:
+    size, mtime = 0, os.stat(path).st_mtime
+    for folder, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                st = os.stat(os.path.join(folder, name))
+            except OSError:
+                continue
+            size += st.st_size
+            mtime = max(mtime, st.st_mtime)
+    return size, mtime
+
+
+def newest_complete(ckpts: list[CheckpointInfo]) -> CheckpointInfo | None:
+    done = [c for c in ckpts if c.complete]
+    return done[-1] if done else None
+
+
+def deletable(ckpts: list[CheckpointInfo], target: CheckpointInfo) -> bool:
+    """Every checkpoint may go except the newest complete one."""
+    newest = newest_complete(ckpts)
+    return newest is None or target.path != newest.path
+
+
+def to_prune(ckpts: list[CheckpointInfo], keep_last: int) -> list[CheckpointInfo]:
+    """Complete checkpoints beyond the newest ``keep_last`` (never the newest complete one)."""
+    done = [c for c in ckpts if c.complete]
+    old = done[: max(0, len(done) - max(keep_last, 1))]
+    return [c for c in old if deletable(ckpts, c)]

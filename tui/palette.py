@@ -1,0 +1,57 @@
+"""The command palette (ctrl+p) finds things by name: runs (open, checkpoints, relaunch), workloads
+(edit, launch) and themes, next to Textual's own commands."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+
+@dataclass(frozen=True)
+class Entry:
+    text: str
+    """What is matched and shown."""
+    help: str
+    run: Callable[[], None]
+
+
+class FsdpCommands(Provider):
+    async def startup(self) -> None:
+        self.entries = await asyncio.to_thread(self._entries)
+
+    def _entries(self) -> list[Entry]:
+        from launcher.runs.store import RunStore
+        from tui.screens.home import find_workloads, folder_label
+
+        app = self.app
+        out: list[Entry] = []
+        for run in RunStore(app.home).list_runs(limit=200):
+            what = f"{run.experiment}, {run.state.value}"
+            out.append(Entry(f"open run {run.run_id}", f"the run monitor ({what})", partial(app.open_run, run.run_id)))
+            out.append(Entry(f"checkpoints of {run.run_id}", "list, resume from, export, delete",
+                             partial(app.open_checkpoints, run.run_id)))
+            out.append(Entry(f"relaunch {run.run_id}", f"what it ran, as a new run ({what})",
+                             partial(app.relaunch_run, run.run_id)))
+        for path in find_workloads(app.extra_workloads):
+            where = f"{folder_label(path.parent)}/{path.name}"
+            out.append(Entry(f"edit {where}", "open the workload in the editor", partial(app.open_editor, Path(path))))
+            out.append(Entry(f"launch {where}", "launch it now", partial(app.launch_workload, Path(path), [])))
+        for name in sorted(app.available_themes):
+            out.append(Entry(f"theme {name}", "switch the colours (it persists)", partial(setattr, app, "theme", name)))
+        return out
+
+    async def discover(self) -> Hits:
+        for entry in self.entries[:30]:
+            yield DiscoveryHit(entry.text, entry.run, help=entry.help)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for entry in self.entries:
+            score = matcher.match(entry.text)
+            if score > 0:
+                yield Hit(score, matcher.highlight(entry.text), entry.run, help=entry.help)
