@@ -73,5 +73,8 @@ async def open_ssh(host: HostTarget, ssh: Ssh, python: str, node_dir: str) -> Ch
     except (asyncssh.Error, OSError) as err:
         conn.close()
         raise ChannelDropped(f"{host.display}: cannot open a channel: {err}") from None
-    proc.stdin.write(bundle.boot_payload())
+    try:
+        proc.stdin.write(bundle.boot_payload())
+    except (asyncssh.Error, OSError):
+        pass  # the command already ended (a wrong python): its stderr, read at EOF, says why
     return SshChannel(conn, proc)
