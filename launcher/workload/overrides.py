@@ -61,8 +61,8 @@ def apply_overrides(
     applied: list[AppliedOverride] = []
     problems: list[Problem] = []
     for index, text in enumerate(overrides, start=1):
-        def problem(path: str, message: str, hint: str = "", *, index: int = index) -> None:
-            problems.append(Problem(SOURCE, index, 1, path, "error", message, hint))
+        def problem(path: str, message: str, hint: str = "", *, index: int = index, text: str = text) -> None:
+            problems.append(Problem(SOURCE, index, 1, path, "error", message, hint, origin=text))
 
         key, sep, raw_value = text.partition("=")
         path = parse_path(key.strip())

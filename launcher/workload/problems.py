@@ -21,19 +21,26 @@ class Problem:
     severity: Severity
     message: str
     hint: str = ""
+    origin: str = ""
+    """For a problem of a ``--set`` override: the override as typed (``line`` is its position)."""
 
     @property
     def is_error(self) -> bool:
         return self.severity == "error"
 
     def format(self) -> str:
-        """``file:line:col: severity: key.path: message (hint)`` as compilers print it."""
+        """``file:line:col: severity: key.path: message (hint)`` as compilers print it; a problem of an
+        override names the override (``--set a.b=1: error: ...``)."""
         where = f"{self.path}: " if self.path else ""
         hint = f" ({self.hint})" if self.hint else ""
-        return f"{self.file}:{self.line}:{self.column}: {self.severity}: {where}{self.message}{hint}"
+        place = f"{self.file} {self.origin}" if self.origin else f"{self.file}:{self.line}:{self.column}"
+        return f"{place}: {self.severity}: {where}{self.message}{hint}"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if not self.origin:
+            del out["origin"]
+        return out
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -16,7 +16,7 @@ from launcher.workload.overrides import SOURCE as OVERRIDE_SOURCE
 from launcher.workload.overrides import AppliedOverride, apply_overrides
 from launcher.workload.problems import Problem, did_you_mean, format_path, has_errors
 from launcher.workload.topology import Finding
-from launcher.workload.yaml_loader import MAX_BYTES, LoadedYaml, decode, load_yaml
+from launcher.workload.yaml_loader import LoadedYaml, decode, load_yaml, too_large
 from trainer.config import TrainerConfig
 
 YamlPath = tuple[str | int, ...]
@@ -46,9 +46,9 @@ def validate_file(path: Path | str, overrides: Sequence[str] = ()) -> Validation
     path = Path(path)
     name = str(path)
     try:
-        if path.stat().st_size > MAX_BYTES:
-            return ValidationResult([Problem(name, 1, 1, "", "error",
-                                             f"the file is larger than {MAX_BYTES // 1000} kB")])
+        big = too_large(name, path.stat().st_size)
+        if big is not None:
+            return ValidationResult([big])
         raw = path.read_bytes()
     except FileNotFoundError:
         return ValidationResult([Problem(name, 1, 1, "", "error", "no such file")])
@@ -74,7 +74,7 @@ def validate_text(text: str, filename: str = "<workload>", overrides: Sequence[s
         return ValidationResult(_sorted(problems))
     data, applied, override_problems = apply_overrides(loaded.data, overrides)
     problems += override_problems
-    locate = _Locator(filename, loaded, {o.path: o.index for o in applied})
+    locate = _Locator(filename, loaded, {o.path: o.index for o in applied}, list(overrides))
 
     workload: Workload | None = None
     checked: Workload | None = None
@@ -96,6 +96,11 @@ def validate_text(text: str, filename: str = "<workload>", overrides: Sequence[s
         if trainer_cfg is not None:
             findings += checks.check_trainer(checked, trainer_cfg)
         problems += [locate.finding(f) for f in findings]
+    if "compute" not in data and not has_errors(problems):
+        problems.append(locate.problem(("compute",), "warning",
+                                       "no compute section: this runs one process on this machine",
+                                       "add compute: with hosts: [...] and procs_per_node: N for SSH nodes "
+                                       "or more processes", at=()))
     ok = not has_errors(problems)
     return ValidationResult(
         _sorted(problems),
@@ -126,10 +131,12 @@ def _sorted(problems: list[Problem]) -> list[Problem]:
 class _Locator:
     """Turns a dotted path into a position: the YAML mark, or the ``--set`` that wrote it."""
 
-    def __init__(self, filename: str, loaded: LoadedYaml, override_index: dict[YamlPath, int]) -> None:
+    def __init__(self, filename: str, loaded: LoadedYaml, override_index: dict[YamlPath, int],
+                 override_texts: list[str]) -> None:
         self.filename = filename
         self.loaded = loaded
         self.override_index = override_index
+        self.override_texts = override_texts
 
     def at(self, path: YamlPath, *, key: bool = False) -> tuple[str, int, int]:
         for cut in range(len(path), 0, -1):
@@ -140,7 +147,8 @@ class _Locator:
     def problem(self, path: YamlPath, severity: str, message: str, hint: str = "", *, key: bool = False,
                 at: YamlPath | None = None) -> Problem:
         where = self.at(path if at is None else at, key=key)
-        return Problem(*where, format_path(path), severity, message, hint)  # type: ignore[arg-type]
+        origin = self.override_texts[where[1] - 1] if where[0] == OVERRIDE_SOURCE else ""
+        return Problem(*where, format_path(path), severity, message, hint, origin)  # type: ignore[arg-type]
 
     def finding(self, f: Finding) -> Problem:
         return self.problem(f.path, f.severity, f.message, f.hint, key=f.path[-1:] == ("compute",))

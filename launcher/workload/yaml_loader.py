@@ -7,6 +7,7 @@ marks, duplicate-key errors naming both lines, and a node budget that stops alia
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +16,25 @@ import yaml
 from launcher.workload.problems import Problem, format_path
 
 MAX_BYTES = 1_000_000
-"""Workload files larger than this are refused (a workload is a few KiB)."""
+"""Workload files larger than this are refused (a workload is a few KiB); ``FSDP_TUI_MAX_WORKLOAD_KB``
+raises the limit."""
+LIMIT_ENV = "FSDP_TUI_MAX_WORKLOAD_KB"
+
+
+def max_bytes() -> int:
+    """The size limit: ``$FSDP_TUI_MAX_WORKLOAD_KB`` kB when set to a whole number, else ``MAX_BYTES``."""
+    raw = os.environ.get(LIMIT_ENV, "")
+    return int(raw) * 1000 if raw.isdigit() and int(raw) > 0 else MAX_BYTES
+
+
+def too_large(filename: str, size: int) -> Problem | None:
+    """The problem of a file of ``size`` bytes over the limit, saying the limit and how to raise it."""
+    limit = max_bytes()
+    if size <= limit:
+        return None
+    return Problem(filename, 1, 1, "", "error",
+                   f"the file is {size / 1e6:.1f} MB; workload files are limited to {limit // 1000:,} kB",
+                   f"keep data in separate files, or raise the limit with {LIMIT_ENV}=<kB>")
 MAX_NODES = 200_000
 """Values built from one document, aliases counted each time they are used (alias bombs)."""
 
@@ -70,10 +89,9 @@ def decode(raw: bytes, filename: str) -> tuple[str | None, Problem | None]:
 def load_yaml(text: str, filename: str) -> LoadedYaml:
     """Parse one YAML document; every failure becomes a :class:`Problem`, never an exception."""
     out = LoadedYaml()
-    if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
-        out.problems.append(Problem(filename, 1, 1, "", "error",
-                                    f"the file is larger than {MAX_BYTES // 1000} kB",
-                                    "a workload file is a few kB; keep data in separate files"))
+    big = too_large(filename, len(text.encode("utf-8", "surrogatepass")))
+    if big is not None:
+        out.problems.append(big)
         return out
     if not text.strip() or all(line.lstrip().startswith("#") or not line.strip() for line in text.splitlines()):
         out.problems.append(Problem(filename, 1, 1, "", "error", "the file is empty",

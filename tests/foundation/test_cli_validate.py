@@ -58,7 +58,7 @@ def test_set_is_checked_and_reported(tmp_path):
     assert "parameters.max_steps: 100 -> 20" in out.stderr and "timeout_minutes: 120 -> 30" in out.stderr
     out = cli("validate", AIR, "--set", "compute.num_acelerators=8")
     assert out.returncode == 1
-    assert "--set:1:1: error: compute.num_acelerators: unknown key" in out.stdout
+    assert "--set compute.num_acelerators=8: error: compute.num_acelerators: unknown key" in out.stdout
     assert "did you mean 'num_accelerators'?" in out.stdout
 
 
