@@ -46,6 +46,17 @@ def peak_flops(d: Dist, override_tflops: float | None) -> float | None:
     return None
 
 
+def node_heartbeat(d: Dist, step: int, max_steps: int, tokens_per_s: float, memory: list[dict]) -> str:
+    """One line per step for a node other than node 0: its ranks, the step, throughput and memory."""
+    first = d.rank - d.local_rank
+    mine = [m for m in memory if m and first <= m["rank"] < first + d.local_world]
+    key = "allocated_gib" if mine and "allocated_gib" in mine[0] else "rss_gib"
+    peak = max((m.get(key) or 0.0 for m in mine), default=0.0)
+    label = "allocated" if key == "allocated_gib" else "rss"
+    return (f"node {first // d.local_world} ranks {first}-{first + d.local_world - 1}: step {step}/{max_steps} "
+            f"tok/s(all)={tokens_per_s:.0f} max {label}={peak:.2f} GiB")
+
+
 class MetricsLogger:
     """Collective calls happen on every rank; only rank 0 prints and writes."""
 
@@ -70,6 +81,8 @@ class MetricsLogger:
         dist.all_gather_object(memory, rank_memory(self.d))
         self.window_tokens, self.window_start = 0, time.perf_counter()
         if not self.d.is_main:
+            if self.d.local_rank == 0:  # the first rank of every other node: its pane shows the run is alive
+                print(node_heartbeat(self.d, step, self.max_steps, tokens_per_s, memory), flush=True)
             return
         mfu = (6 * self.num_params * tokens_per_s / (self.peak * self.d.world)) if self.peak else None
         record = MetricRecord(step=step, kind="train", max_steps=self.max_steps, epoch=round(epoch, 4),

@@ -91,6 +91,8 @@ parameters:
     assert [r["step"] for r in train] == list(range(1, 7)) and len(train[-1]["memory"]) == 4
     record = json.loads(ssh_cli(home, client, "runs", "--json").stdout)[0]
     assert record["state"] == "succeeded" and record["num_nodes"] == 2
+    node1 = (home / "runs" / run_id / "nodes" / "1.log").read_text()  # node 1's pane is alive every step
+    assert all(f"node 1 ranks 2-3: step {s}/6 " in node1 for s in range(1, 7)), node1[-2000:]
     node_out = started[0].home / f"out_{run_id}"
     assert not (Path.home() / f"out_{run_id}").exists()
     ckpt = json.loads(ssh_cli(home, client, "ckpt", run_id, "--json").stdout)
