@@ -108,6 +108,11 @@ def load_yaml(text: str, filename: str) -> LoadedYaml:
     return out
 
 
+_INDENT_WORDS = ("expected <block end>", "did not find expected key", "could not find expected ':'",
+                 "did not find expected '-'")
+"""PyYAML's words for a line indented more or less than its neighbours."""
+
+
 def _syntax_problem(err: yaml.MarkedYAMLError, filename: str) -> Problem:
     mark = err.problem_mark or err.context_mark
     # An unclosed quote or bracket is reported at the end of the file; where it opened is what helps.
@@ -123,7 +128,10 @@ def _syntax_problem(err: yaml.MarkedYAMLError, filename: str) -> Problem:
     elif "quoted scalar" in message:
         hint = "close the quote"
     elif "mapping values are not allowed" in message:
-        hint = "put a space after ':' in 'key: value', or quote the value"
+        hint = "put a space after ':' in 'key: value', or quote the value; or check the indentation"
+    elif any(words in message for words in _INDENT_WORDS):
+        hint = ("check the indentation: keys of one mapping start in the same column, "
+                "and a key's children are indented under it")
     line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
     return Problem(filename, line, column, "", "error", f"YAML syntax: {message}", hint)
 
