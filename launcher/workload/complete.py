@@ -79,7 +79,7 @@ def complete(text: str, row: int, col: int, sources: Sources = Sources()) -> Com
 
 
 def _finish(row: int, col: int, word: str, items: list[Completion]) -> Completions | None:
-    lowered = word.lower()
+    lowered = "" if re.fullmatch(r"<[^>]*>?", word) else word.lower()  # a template's blank: replace it
     first = [i for i in items if i.label.lower().startswith(lowered)]
     then = [i for i in items if lowered in i.label.lower() and i not in first]
     ranked = tuple((first + then)[:MAX_ITEMS])
@@ -91,7 +91,7 @@ def _finish(row: int, col: int, word: str, items: list[Completion]) -> Completio
 def _key_item(path: tuple[str, ...], key: str, data: dict | None) -> Completion:
     info = schema_walk.help_for(path, data)
     nested = info is not None and (info.type_name == "mapping" or _is_list(path, data))
-    summary = (info.description.split("\n")[0] if info else "")
+    summary = (info.description.split("\n")[0].replace("``", "") if info else "")
     if info is not None and not nested:
         summary = f"{info.type_name} = {info.default}" + (f". {summary}" if summary else "")
     return Completion(key, f"{key}:" if nested else f"{key}: ", summary)

@@ -4,6 +4,7 @@ in a worker, debounced."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,8 +148,9 @@ class EditorScreen(Screen):
         area = self.area
         area.replace(template.text, area.document.start, area.document.end)
         for row, line in enumerate(template.text.split("\n")):
-            if "<" in line and ">" in line and not line.lstrip().startswith("#"):
-                area.cursor_location = (row, line.index(">") + 1)
+            blank = re.search(r"<[^>#]+>", line.split("#", 1)[0])
+            if blank:
+                area.cursor_location = (row, blank.end())
                 break
         area.focus()
 
