@@ -93,7 +93,8 @@ def _key_item(path: tuple[str, ...], key: str, data: dict | None) -> Completion:
     nested = info is not None and (info.type_name == "mapping" or _is_list(path, data))
     summary = (info.description.split("\n")[0].replace("``", "") if info else "")
     if info is not None and not nested:
-        summary = f"{info.type_name} = {info.default}" + (f". {summary}" if summary else "")
+        typed = info.type_name if info.default == "None" else f"{info.type_name} = {info.default}"
+        summary = typed + (f". {summary}" if summary else "")
     return Completion(key, f"{key}:" if nested else f"{key}: ", summary)
 
 

@@ -153,10 +153,8 @@ class _Locator:
 
 NOTHING_TO_RUN = "nothing to run: add a `command:` to run your own script, or `parameters:` for the built-in trainer"
 NOTHING_TO_RUN_HINT = (
-    "your script: command: torchrun --nnodes=$NUM_NODES --node_rank=$NODE_RANK "
-    "--nproc_per_node=$LOCAL_WORLD_SIZE --master_addr=$MASTER_ADDR --master_port=$MASTER_PORT train.py"
-    "  |  the built-in trainer: parameters: {model_name: <hub id or folder>, "
-    "dataset_name: <hub dataset or file>, output_dir: checkpoints}"
+    "your script: 'command: torchrun train.py' (the templates show the multi-node flags); "
+    "the built-in trainer: 'parameters: {model_name: <hub id>, dataset_name: <dataset>, output_dir: checkpoints}'"
 )
 
 _TYPE_WORDS = {

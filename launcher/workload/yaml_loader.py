@@ -108,8 +108,7 @@ def load_yaml(text: str, filename: str) -> LoadedYaml:
     return out
 
 
-_INDENT_WORDS = ("expected <block end>", "did not find expected key", "could not find expected ':'",
-                 "did not find expected '-'")
+_INDENT_WORDS = ("expected <block end>", "did not find expected key", "did not find expected '-'")
 """PyYAML's words for a line indented more or less than its neighbours."""
 
 
@@ -129,6 +128,8 @@ def _syntax_problem(err: yaml.MarkedYAMLError, filename: str) -> Problem:
         hint = "close the quote"
     elif "mapping values are not allowed" in message:
         hint = "put a space after ':' in 'key: value', or quote the value; or check the indentation"
+    elif "could not find expected ':'" in message:
+        hint = "a key needs ':' after it ('key: value'); a line that continues a value is indented under it"
     elif any(words in message for words in _INDENT_WORDS):
         hint = ("check the indentation: keys of one mapping start in the same column, "
                 "and a key's children are indented under it")

@@ -71,6 +71,8 @@ class EditorScreen(Screen):
         self.timer: Timer | None = None
         self.problems: list[Problem] = []
         self.sources = Sources()
+        self.shown_version = 0
+        """The buffer version whose problems are shown (``version`` once validation caught up)."""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -190,6 +192,7 @@ class EditorScreen(Screen):
         if message.version != self.version:
             return  # an older buffer
         self.problems = message.problems
+        self.shown_version = message.version
         self.query_one(ProblemsList).show(message.problems, message.fixes)
         self.query_one("#plan", Static).update(message.plan_text)
         errors = sum(p.is_error for p in message.problems)
@@ -264,7 +267,8 @@ class EditorScreen(Screen):
             help_box.update("")
             return
         choices = f"  one of: {', '.join(info.choices)}" if info.choices else ""
-        help_box.update(f"{info.path}: {info.type_name} = {info.default}{choices}\n{info.description}")
+        text = f"{info.path}: {info.type_name} = {info.default}{choices}\n{info.description}"
+        help_box.update(text.replace("``", ""))
 
     def action_save(self) -> bool:
         text = self.area.text

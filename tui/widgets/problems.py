@@ -41,7 +41,7 @@ class ProblemsList(OptionList):
         self.problems = problems
         self.fixes = fixes
         self.clear_options()
-        self.add_options(Option(_prompt(p, f), id=str(i)) for i, (p, f) in enumerate(zip(problems, fixes)))
+        self.add_options(Option(_prompt(p, f), id=str(i)) for i, (p, f) in enumerate(zip(problems, fixes, strict=True)))
         if problems:
             self.highlighted = min(highlighted or 0, len(problems) - 1)
 
