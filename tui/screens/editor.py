@@ -72,6 +72,9 @@ class EditorScreen(Screen):
         self.problems: list[Problem] = []
         self.sources = Sources()
         self.shown_version = 0
+        self.shown_once = False
+        self.validations_shown = 0
+        self.shown_text: dict[str, str] = {}
         """The buffer version whose problems are shown (``version`` once validation caught up)."""
 
     def compose(self) -> ComposeResult:
@@ -191,15 +194,23 @@ class EditorScreen(Screen):
     def on_validated(self, message: Validated) -> None:
         if message.version != self.version:
             return  # an older buffer
-        self.problems = message.problems
         self.shown_version = message.version
-        self.query_one(ProblemsList).show(message.problems, message.fixes)
-        self.query_one("#plan", Static).update(message.plan_text)
+        self.validations_shown += 1
+        # Each update below re-lays out the screen: only what changed is updated, so typing stays quick.
+        if message.problems != self.problems or not self.shown_once:
+            self.problems = message.problems
+            self.query_one(ProblemsList).show(message.problems, message.fixes)
+        self.shown_once = True
+        self._update("#plan", message.plan_text)
         errors = sum(p.is_error for p in message.problems)
         warnings = len(message.problems) - errors
         state = "valid" if not errors else f"{errors} error(s)"
-        self.query_one("#status", Label).update(
-            f"{state}, {warnings} warning(s)  |  ctrl+space complete  ctrl+p problems (f: fix)")
+        self._update("#status", f"{state}, {warnings} warning(s)  |  ctrl+space complete  ctrl+p problems (f: fix)")
+
+    def _update(self, selector: str, text: str) -> None:
+        if self.shown_text.get(selector) != text:
+            self.shown_text[selector] = text
+            self.query_one(selector, Static).update(text)
 
     def on_problems_list_jump(self, message: ProblemsList.Jump) -> None:
         area = self.area
@@ -262,13 +273,12 @@ class EditorScreen(Screen):
             self.close_menu()
         path = key_path_at(area.text, event.selection.end[0])
         info = help_for(path, {"command": "x"} if "\ncommand:" in area.text else None) if path else None
-        help_box = self.query_one("#help", Static)
         if info is None:
-            help_box.update("")
+            self._update("#help", "")
             return
         choices = f"  one of: {', '.join(info.choices)}" if info.choices else ""
         text = f"{info.path}: {info.type_name} = {info.default}{choices}\n{info.description}"
-        help_box.update(text.replace("``", ""))
+        self._update("#help", text.replace("``", ""))
 
     def action_save(self) -> bool:
         text = self.area.text

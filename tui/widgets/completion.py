@@ -51,13 +51,11 @@ class CompletionMenu(OptionList):
         return self.has_class("-open")
 
     def open(self, completions: Completions, at: Offset) -> None:
+        if self.is_open and self.completions == completions:
+            return  # the same list: no new layout while typing
         self.completions = completions
         self.clear_options()
-        for item in completions.items:
-            label = Text(item.label, "bold")
-            if item.help:
-                label.append(f"  {item.help[:50]}", "dim")
-            self.add_option(Option(label))
+        self.add_options(Option(_label(item.label, item.help)) for item in completions.items)
         self.highlighted = 0
         self.absolute_offset = at
         self.add_class("-open")
@@ -65,6 +63,13 @@ class CompletionMenu(OptionList):
     def close(self) -> None:
         self.completions = None
         self.remove_class("-open")
+
+
+def _label(label: str, help: str) -> Text:
+    text = Text(label, "bold")
+    if help:
+        text.append(f"  {help[:50]}", "dim")
+    return text
 
 
 class WorkloadArea(TextArea):
