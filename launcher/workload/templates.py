@@ -96,8 +96,8 @@ code_source:
   snapshot:
     root_path: .                    # the folder, relative to this file; $CODE_SOURCE_PATH on the nodes
 
-# Run once per node; fsdp-tui sets NUM_NODES, NODE_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
-command: |
+# fsdp-tui sets NUM_NODES, NODE_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT on every node.
+command: |                          # shell text, run once per node
   cd "$CODE_SOURCE_PATH"
   torchrun --nnodes="$NUM_NODES" --node_rank="$NODE_RANK" \\
     --nproc_per_node="$LOCAL_WORLD_SIZE" \\
@@ -106,7 +106,7 @@ command: |
 
 # Free-form: written to $HYPERPARAMETERS_PATH (YAML) on each node for your script to read.
 parameters:
-  max_steps: 100
+  max_steps: 100                    # your script decides what these mean
 """
 
 BUILTIN = (
