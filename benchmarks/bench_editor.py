@@ -5,7 +5,7 @@ Types ``  seed: 7`` on a line inside ``parameters`` and deletes it again, over a
 keys, with a pause after each word long enough for validation to start; latency is from the key event
 (posted as a terminal's would be) to the first frame rendered after the buffer changed.
 
-    .venv/bin/python benchmarks/bench_editor.py [--seconds 30]
+    .venv/bin/python benchmarks/bench_editor.py [--seconds 30] [--bare]
 """
 
 from __future__ import annotations
@@ -51,62 +51,82 @@ env_variables:
     return "\n".join(lines) + "\n"
 
 
-async def measure(seconds: float) -> None:
-    from textual import events
+async def measure(seconds: float, bare: bool = False) -> None:
+    """Type in the editor (or, ``bare``, in a plain Textual code-editor ``TextArea`` holding the same
+    text: what Textual itself costs per key on this machine, with no completion and no validation)."""
+    from textual.app import App, ComposeResult
+    from textual.widgets import TextArea
 
     from tui.app import FsdpTuiApp
     from tui.screens.editor import EditorScreen
-    from tui.widgets.completion import WorkloadArea
+
+    class Bare(App):
+        def compose(self) -> ComposeResult:
+            yield TextArea.code_editor(text, language="yaml")
 
     text = workload_300_lines()
     assert len(text.splitlines()) == 300
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "w.yaml"
         path.write_text(text)
-        app = FsdpTuiApp(Path(tmp) / "home", workload=path)
-        latencies: list[float] = []
-        cpu_ms: list[float] = []
+        app = Bare() if bare else FsdpTuiApp(Path(tmp) / "home", workload=path)
         async with app.run_test(size=(160, 48)) as pilot:
-            while not (isinstance(app.screen, EditorScreen) and app.screen.shown_version):
-                await pilot.pause(0.05)
-            screen = app.screen
-            assert not [p for p in screen.problems if p.is_error], screen.problems
-            area = screen.query_one(WorkloadArea)
-            row = text.splitlines().index("") if "" in text.splitlines() else 15
-            area.cursor_location = (row, 0)
-            frames: list[float] = []
-            original = screen._compositor_refresh
+            if bare:
+                await pilot.pause(0.5)
+                shown = lambda: 0  # noqa: E731
+            else:
+                while not (isinstance(app.screen, EditorScreen) and app.screen.shown_version):
+                    await pilot.pause(0.05)
+                editor = app.screen
+                assert not [p for p in editor.problems if p.is_error], editor.problems
+                shown = lambda: editor.validations_shown  # noqa: E731
+            area = app.screen.query_one(TextArea)
+            area.focus()
+            before = shown()
+            latencies, cpu_ms, wall = await _type(app, area, text.splitlines().index(""), seconds)
+            validations = shown() - before
+    what = "bare TextArea" if bare else "editor"
+    print(f"{what}, 300-line workload, {wall:.0f} s of typing: {len(latencies)} keys, "
+          f"{validations} validations shown")
+    print(f"key-to-screen latency: {_spread(latencies)} (floor: p95 < 50 ms)")
+    print(f"process CPU from key to frame (both threads; what waiting for a loaded core adds is not in it): "
+          f"{_spread(cpu_ms)}")
 
-            def render_and_stamp() -> None:
-                original()
-                frames.append(time.perf_counter())
 
-            screen._compositor_refresh = render_and_stamp
-            shown = screen.validations_shown
-            t0 = time.perf_counter()
-            while time.perf_counter() - t0 < seconds:
-                keys = [(c, c if c != " " else "space") for c in WORD] + [("", "backspace")] * len(WORD)
-                for char, key in keys:
-                    before = area.document.text
-                    cpu0 = time.process_time()
-                    start = time.perf_counter()
-                    app.post_message(events.Key(key, char or None))
-                    while area.document.text == before:
-                        await asyncio.sleep(0.0005)
-                    changed = time.perf_counter()
-                    while not frames or frames[-1] < changed:
-                        await asyncio.sleep(0.0005)
-                    latencies.append((frames[-1] - start) * 1000)
-                    cpu_ms.append((time.process_time() - cpu0) * 1000)
-                    await asyncio.sleep(0.07)
-                    if key == "7" or (key == "backspace" and area.document.get_line(row) == ""):
-                        await asyncio.sleep(0.35)  # the debounce passes: validation runs under the next keys
-            wall = time.perf_counter() - t0
-            validations = screen.validations_shown - shown
-        print(f"300-line workload, {wall:.0f} s of typing: {len(latencies)} keys, {validations} validations shown")
-        print(f"key-to-screen latency: {_spread(latencies)} (floor: p95 < 50 ms)")
-        print(f"process CPU from key to frame (both threads; what waiting for a loaded core adds is not in it): "
-              f"{_spread(cpu_ms)}")
+async def _type(app, area, row: int, seconds: float) -> tuple[list[float], list[float], float]:
+    from textual import events
+
+    area.cursor_location = (row, 0)
+    screen = app.screen
+    frames: list[float] = []
+    original = screen._compositor_refresh
+
+    def render_and_stamp() -> None:
+        original()
+        frames.append(time.perf_counter())
+
+    screen._compositor_refresh = render_and_stamp
+    latencies: list[float] = []
+    cpu_ms: list[float] = []
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        keys = [(c, c if c != " " else "space") for c in WORD] + [("", "backspace")] * len(WORD)
+        for char, key in keys:
+            before = area.document.text
+            cpu0 = time.process_time()
+            start = time.perf_counter()
+            app.post_message(events.Key(key, char or None))
+            while area.document.text == before:
+                await asyncio.sleep(0.0005)
+            changed = time.perf_counter()
+            while not frames or frames[-1] < changed:
+                await asyncio.sleep(0.0005)
+            latencies.append((frames[-1] - start) * 1000)
+            cpu_ms.append((time.process_time() - cpu0) * 1000)
+            await asyncio.sleep(0.07)
+            if key == "7" or (key == "backspace" and area.document.get_line(row) == ""):
+                await asyncio.sleep(0.35)  # the debounce passes: validation runs under the next keys
+    return latencies, cpu_ms, time.perf_counter() - t0
 
 
 def _spread(values: list[float]) -> str:
@@ -118,8 +138,9 @@ def _spread(values: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--bare", action="store_true", help="a plain TextArea instead: Textual's own cost")
     args = parser.parse_args()
-    asyncio.run(measure(args.seconds))
+    asyncio.run(measure(args.seconds, args.bare))
 
 
 if __name__ == "__main__":

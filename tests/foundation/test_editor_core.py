@@ -13,9 +13,9 @@ from launcher.workload.templates import BUILTIN, is_blank, templates
 from launcher.workload.validate import validate_text
 
 
-def _labels(text: str, sources: Sources = Sources()) -> list[str]:
+def _labels(text: str, sources: Sources | None = None) -> list[str]:
     lines = text.split("\n")
-    found = complete(text, len(lines) - 1, len(lines[-1]), sources)
+    found = complete(text, len(lines) - 1, len(lines[-1]), sources or Sources())
     return [i.label for i in found.items] if found else []
 
 
