@@ -8,7 +8,6 @@ aliases for ``compute.hosts``, secret names for ``secrets``, folders for ``root_
 from __future__ import annotations
 
 import re
-import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -90,20 +89,12 @@ def _finish(row: int, col: int, word: str, items: list[Completion]) -> Completio
 
 def _key_item(path: tuple[str, ...], key: str, data: dict | None) -> Completion:
     info = schema_walk.help_for(path, data)
-    nested = info is not None and (info.type_name == "mapping" or _is_list(path, data))
+    nested = info is not None and (info.type_name == "mapping" or schema_walk.holds_many(path, data))
     summary = (info.description.split("\n")[0].replace("``", "") if info else "")
     if info is not None and not nested:
         typed = info.type_name if info.default == "None" else f"{info.type_name} = {info.default}"
         summary = typed + (f". {summary}" if summary else "")
     return Completion(key, f"{key}:" if nested else f"{key}: ", summary)
-
-
-def _is_list(path: tuple[str, ...], data: dict | None) -> bool:
-    _, field, status = schema_walk.resolve(path, data)
-    if status != "ok" or field is None:
-        return path == ("secrets",) or path == ("env_variables",)
-    inner = schema_walk._unwrap(field.annotation)
-    return typing.get_origin(inner) in (list, dict) or inner is dict
 
 
 def _values(path: tuple[str, ...], data: dict | None, sources: Sources, word: str,

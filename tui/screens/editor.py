@@ -248,6 +248,11 @@ class EditorScreen(Screen):
             {"up": menu.action_cursor_up, "down": menu.action_cursor_down,
              "pageup": menu.action_page_up, "pagedown": menu.action_page_down}[message.key]()
 
+    def on_option_list_option_selected(self, event: CompletionMenu.OptionSelected) -> None:
+        if event.option_list is self.menu:  # a click on a candidate
+            event.stop()
+            self.accept_completion()
+
     def accept_completion(self) -> None:
         menu, area = self.menu, self.area
         found = menu.completions

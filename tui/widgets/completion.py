@@ -102,5 +102,10 @@ class WorkloadArea(TextArea):
         if event.is_printable or event.key == "backspace":
             self.post_message(self.CompletionWanted(self, explicit=False))
 
+    def _on_blur(self, event: events.Blur) -> None:
+        if self.menu_open:
+            self.post_message(self.MenuKey("escape"))  # the menu follows the text's focus
+        super()._on_blur(event)
+
     def action_complete(self) -> None:
         self.post_message(self.CompletionWanted(self, explicit=True))
