@@ -12,7 +12,6 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.geometry import Offset
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
@@ -99,10 +98,6 @@ class EditorScreen(Screen):
     def area(self) -> WorkloadArea:
         return self.query_one(WorkloadArea)
 
-    @property
-    def menu(self) -> CompletionMenu:
-        return self.query_one(CompletionMenu)
-
     def on_mount(self) -> None:
         from launcher.workload.templates import is_blank
 
@@ -134,7 +129,7 @@ class EditorScreen(Screen):
         self.post_message(SourcesLoaded(sources))
 
     def on_sources_loaded(self, message: SourcesLoaded) -> None:
-        self.sources = message.sources
+        self.sources = self.area.sources = message.sources
 
     def action_templates(self) -> None:
         from launcher.workload.templates import templates
@@ -223,59 +218,15 @@ class EditorScreen(Screen):
         self.area.cursor_location = fix.start
         self.notify(f"fixed: {fix.title}")
 
-    def on_workload_area_completion_wanted(self, message: WorkloadArea.CompletionWanted) -> None:
-        from launcher.workload.complete import complete
-
-        area = self.area
-        row, col = area.cursor_location
-        found = complete(area.text, row, col, self.sources)
-        if found is None or (not message.explicit and found.start == col):
-            self.close_menu()
-            if message.explicit:
-                self.notify("nothing to complete here", timeout=2)
-            return
-        x, y = area.cursor_screen_offset
-        self.menu.open(found, Offset(max(0, x - (col - found.start)), y + 1))
-        area.menu_open = True
-
-    def on_workload_area_menu_key(self, message: WorkloadArea.MenuKey) -> None:
-        menu = self.menu
-        if message.key in ("tab", "enter"):
-            self.accept_completion()
-        elif message.key == "escape":
-            self.close_menu()
-        else:
-            {"up": menu.action_cursor_up, "down": menu.action_cursor_down,
-             "pageup": menu.action_page_up, "pagedown": menu.action_page_down}[message.key]()
-
     def on_option_list_option_selected(self, event: CompletionMenu.OptionSelected) -> None:
-        if event.option_list is self.menu:  # a click on a candidate
+        if event.option_list is self.query_one(CompletionMenu):  # a click on a candidate
             event.stop()
-            self.accept_completion()
-
-    def accept_completion(self) -> None:
-        menu, area = self.menu, self.area
-        found = menu.completions
-        if found is None or menu.highlighted is None:
-            self.close_menu()
-            return
-        item = found.items[menu.highlighted]
-        self.close_menu()
-        row, col = area.cursor_location
-        if row == found.row:
-            area.replace(item.insert, (row, found.start), (row, col))
-
-    def close_menu(self) -> None:
-        self.menu.close()
-        self.area.menu_open = False
+            self.area.accept_completion()
 
     def on_text_area_selection_changed(self, event: WorkloadArea.SelectionChanged) -> None:
         from launcher.workload.schema_walk import help_for
 
         area = self.area
-        found = self.menu.completions
-        if found is not None and (event.selection.end[0] != found.row or event.selection.end[1] < found.start):
-            self.close_menu()
         path = key_path_at(area.text, event.selection.end[0])
         info = help_for(path, {"command": "x"} if "\ncommand:" in area.text else None) if path else None
         if info is None:
@@ -308,7 +259,7 @@ class EditorScreen(Screen):
         self.query_one(ProblemsList).focus()
 
     def action_back(self) -> None:
-        if self.menu.is_open:
-            self.close_menu()
+        if self.query_one(CompletionMenu).is_open:
+            self.area.close_menu()
             return
         self.app.pop_screen()

@@ -7,17 +7,14 @@ key goes to the text as usual.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
 from textual.geometry import Offset
-from textual.message import Message
 from textual.widgets import OptionList, TextArea
 from textual.widgets.option_list import Option
 
-from launcher.workload.complete import Completions
+from launcher.workload.complete import Completions, Sources, complete
 
 MENU_KEYS = frozenset({"up", "down", "tab", "enter", "escape", "pageup", "pagedown"})
 
@@ -73,39 +70,77 @@ def _label(label: str, help: str) -> Text:
 
 
 class WorkloadArea(TextArea):
-    """The YAML editor: keys go to the completion menu while it is open."""
+    """The YAML editor, completing as it is typed into; keys go to the menu while it is open."""
 
     BINDINGS = [Binding("ctrl+space", "complete", "complete", show=False)]
 
-    @dataclass
-    class CompletionWanted(Message):
-        """Completion was asked for (``explicit``) or the user typed a character."""
-
-        area: WorkloadArea
-        explicit: bool
-
-    @dataclass
-    class MenuKey(Message):
-        key: str
-
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.menu_open = False
+        self.sources = Sources()
+        """Host aliases, secret names and folders; the screen fills them in once read."""
+
+    @property
+    def menu(self) -> CompletionMenu:
+        return self.screen.query_one(CompletionMenu)
 
     async def _on_key(self, event: events.Key) -> None:
-        if self.menu_open and event.key in MENU_KEYS:
+        if event.key in MENU_KEYS and self.menu.is_open:
             event.stop()
             event.prevent_default()
-            self.post_message(self.MenuKey(event.key))
+            self._menu_key(event.key)
             return
         await super()._on_key(event)
         if event.is_printable or event.key == "backspace":
-            self.post_message(self.CompletionWanted(self, explicit=False))
-
-    def _on_blur(self, event: events.Blur) -> None:
-        if self.menu_open:
-            self.post_message(self.MenuKey("escape"))  # the menu follows the text's focus
-        super()._on_blur(event)
+            self.complete_at_cursor(explicit=False)
 
     def action_complete(self) -> None:
-        self.post_message(self.CompletionWanted(self, explicit=True))
+        self.complete_at_cursor(explicit=True)
+
+    def complete_at_cursor(self, *, explicit: bool) -> None:
+        """Open (or refresh) the menu for the word before the cursor; typing opens it only inside a word."""
+        row, col = self.cursor_location
+        found = complete(self.text, row, col, self.sources)
+        if found is None or (not explicit and found.start == col):
+            self.close_menu()
+            if explicit:
+                self.notify("nothing to complete here", timeout=2)
+            return
+        x, y = self.cursor_screen_offset
+        self.menu.open(found, Offset(max(0, x - (col - found.start)), y + 1))
+
+    def _menu_key(self, key: str) -> None:
+        menu = self.menu
+        if key in ("tab", "enter"):
+            self.accept_completion()
+        elif key == "escape":
+            self.close_menu()
+        else:
+            {"up": menu.action_cursor_up, "down": menu.action_cursor_down,
+             "pageup": menu.action_page_up, "pagedown": menu.action_page_down}[key]()
+
+    def accept_completion(self) -> None:
+        """Replace the word before the cursor with the highlighted candidate."""
+        menu = self.menu
+        found = menu.completions
+        index = menu.highlighted
+        self.close_menu()
+        if found is None or index is None:
+            return
+        row, col = self.cursor_location
+        if row == found.row:
+            self.replace(found.items[index].insert, (row, found.start), (row, col))
+
+    def close_menu(self) -> None:
+        for menu in self.screen.query(CompletionMenu):  # none while the screen is being torn down
+            menu.close()
+
+    def on_text_area_selection_changed(self, event: TextArea.SelectionChanged) -> None:
+        menus = self.screen.query(CompletionMenu)
+        found = menus.first().completions if menus else None
+        end = event.selection.end
+        if found is not None and (end[0] != found.row or end[1] < found.start):
+            self.close_menu()  # the cursor left the word being completed
+
+    def _on_blur(self, event: events.Blur) -> None:
+        self.close_menu()  # the menu follows the text's focus
+        super()._on_blur(event)
