@@ -26,6 +26,11 @@ def config_home() -> Path:
     return Path(base) / "fsdp-tui"
 
 
+def ssh_config_path() -> Path:
+    """The OpenSSH client config: what the SSH backend resolves hosts with, the editor completes from."""
+    return Path.home() / ".ssh" / "config"
+
+
 def run_dir(home: Path, run_id: str) -> Path:
     """One run's local record: resolved workload, node log mirrors, metrics, events, triage."""
     return home / "runs" / run_id

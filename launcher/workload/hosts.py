@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 _NAME = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,252})$")
 _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
@@ -63,3 +64,22 @@ def _port(text: str) -> int:
     if not text.isdigit() or not 1 <= int(text) <= 65535:
         raise ValueError(f"port '{text}' must be a number from 1 to 65535")
     return int(text)
+
+
+def config_aliases(text: str) -> list[str]:
+    """Names a ``~/.ssh/config`` text declares with ``Host`` (patterns with ``*``, ``?`` or ``!`` left
+    out), in file order: what ``compute.hosts`` completes from."""
+    out: list[str] = []
+    for line in text.splitlines():
+        words = line.strip().replace("=", " ", 1).split()
+        if len(words) >= 2 and words[0].lower() == "host":
+            out += [w for w in words[1:] if not any(c in w for c in "*?!") and w not in out]
+    return out
+
+
+def read_config_aliases(path: Path) -> list[str]:
+    """:func:`config_aliases` of the file at ``path``; none when it cannot be read."""
+    try:
+        return config_aliases(path.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return []

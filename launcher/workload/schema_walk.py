@@ -103,6 +103,15 @@ def keys_at(path: Path, data: dict[str, Any] | None) -> tuple[str, ...]:
     return tuple(target.model_fields) if target is not None else ()
 
 
+def holds_many(path: Path, data: dict[str, Any] | None) -> bool:
+    """The key at ``path`` holds a list or a mapping (``compute.hosts``, ``env_variables``)."""
+    _, field, status = resolve(path, data)
+    if status != "ok" or field is None:
+        return False
+    inner = _unwrap(field.annotation)
+    return typing.get_origin(inner) in (list, tuple, dict) or inner is dict
+
+
 def literal_choices(field: FieldInfo | None) -> tuple[str, ...]:
     if field is None:
         return ()

@@ -73,6 +73,8 @@ def validate_text(text: str, filename: str = "<workload>", overrides: Sequence[s
                                     "the file must be a mapping of keys (experiment_name: ..., compute: ...)"))
         return ValidationResult(_sorted(problems))
     data, applied, override_problems = apply_overrides(loaded.data, overrides)
+    if "parameters" in data and data["parameters"] is None:
+        data = {**data, "parameters": {}}  # `parameters:` with nothing under it yet: being written
     problems += override_problems
     locate = _Locator(filename, loaded, {o.path: o.index for o in applied}, list(overrides))
 
@@ -85,11 +87,14 @@ def validate_text(text: str, filename: str = "<workload>", overrides: Sequence[s
         checked = _valid_part(data, err)
 
     trainer_cfg: TrainerConfig | None = None
-    if data.get("command") is None and isinstance(data.get("parameters", {}), dict):
+    if data.get("command") is None and "parameters" not in data:
+        # The built-in trainer's keys are asked for once the user writes `parameters`, not before.
+        problems.append(locate.problem((), "error", NOTHING_TO_RUN, NOTHING_TO_RUN_HINT))
+    elif data.get("command") is None and isinstance(data.get("parameters"), dict):
         try:
-            trainer_cfg = TrainerConfig.model_validate(data.get("parameters") or {})
+            trainer_cfg = TrainerConfig.model_validate(data["parameters"])
         except ValidationError as err:
-            problems += _convert(err, TrainerConfig, data.get("parameters") or {}, ("parameters",), locate)
+            problems += _convert(err, TrainerConfig, data["parameters"], ("parameters",), locate)
 
     if checked is not None:
         findings = checks.check_workload(checked, base_dir)
@@ -154,8 +159,17 @@ class _Locator:
         return self.problem(f.path, f.severity, f.message, f.hint, key=f.path[-1:] == ("compute",))
 
 
+NOTHING_TO_RUN = "nothing to run: add a `command:` to run your own script, or `parameters:` for the built-in trainer"
+NOTHING_TO_RUN_HINT = (
+    "your script: 'command: torchrun train.py' (the templates show the multi-node flags); "
+    "the built-in trainer: 'parameters: {model_name: <hub id>, dataset_name: <dataset>, output_dir: checkpoints}'"
+)
+
 _TYPE_WORDS = {
     "dict_type": "expected a mapping (key: value lines)",
+    "model_type": "expected a mapping (key: value lines)",
+    "model_attributes_type": "expected a mapping (key: value lines)",
+    "tuple_type": "expected a list (lines starting with '- ')",
     "list_type": "expected a list (lines starting with '- ')",
     "string_type": "expected text",
     "int_type": "expected a whole number",
@@ -198,12 +212,21 @@ def _convert(err: ValidationError, model: type[BaseModel], data: Any, prefix: Ya
                                       f"'{e.get('input')}' is not a valid experiment name",
                                       "1-100 letters, digits, '_' or '-'"))
         else:
-            message = _TYPE_WORDS.get(kind, e["msg"].replace("Input should be", "must be"))
+            message = _TYPE_WORDS.get(kind) or _plain(e["msg"])
             got = e.get("input")
             if not isinstance(got, (dict, list)) and "got" not in message:
                 message += f", got {got!r}"
             out.append(locate.problem(path, "error", message))
     return out
+
+
+def _plain(message: str) -> str:
+    """Pydantic's message in the words the rest of the problems use."""
+    message = re.sub(r"^(Value error|Assertion failed), ", "", message)
+    message = re.sub(r"a valid dictionary or instance of \w+", "a mapping (key: value lines)", message)
+    message = message.replace("Input should be", "must be").replace("Input should have", "must have")
+    message = message.replace("String should have", "must have").replace("List should have", "must have")
+    return message[:1].lower() + message[1:]
 
 
 def _clean_loc(loc: tuple[Any, ...], data: Any) -> YamlPath:

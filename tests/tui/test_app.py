@@ -16,7 +16,7 @@ from tui.app import FsdpTuiApp
 from tui.screens.editor import EditorScreen
 from tui.screens.home import HomeScreen
 from tui.screens.monitor import RunMonitorScreen
-from tui.widgets.problems import ProblemsTable
+from tui.widgets.problems import ProblemsList
 
 
 @pytest.fixture
@@ -43,9 +43,9 @@ async def test_editor_shows_problems_and_jumps_to_them(home, tmp_path):
     app = FsdpTuiApp(home, workload=bad)
     async with app.run_test(size=(140, 40)) as pilot:
         await _wait_for(pilot, lambda: isinstance(app.screen, EditorScreen) and app.screen.problems)
-        table = app.screen.query_one(ProblemsTable)
-        assert table.row_count == 1
-        assert "did you mean 'full_shard'" in str(table.get_row_at(0)[2])
+        table = app.screen.query_one(ProblemsList)
+        assert table.option_count == 1
+        assert "did you mean 'full_shard'" in str(table.get_option_at_index(0).prompt)
         table.focus()
         await pilot.press("enter")
         await pilot.pause()

@@ -94,7 +94,7 @@ async def test_filter_narrows_as_you_type_and_escape_clears_it(home):
         await pilot.press(*"lla")
         assert _tails(table) == ["c3d5", "a1f3"]
         assert set(_cells(table, "experiment")) == {"llama-sft"}
-        # "cancelled" types c, l, n and d: none of them compares, launches, clones or deletes.
+        # "cancelled" types c, l, n and d: none of them compares, launches, starts a workload or deletes.
         await pilot.press("space", *"cancelled")
         assert _tails(table) == ["c3d5"]
         assert _cells(table, "state") == ["cancelled"]

@@ -18,7 +18,8 @@ from tui.app import FsdpTuiApp
 from tui.screens.editor import EditorScreen
 from tui.screens.home import HomeScreen
 from tui.screens.monitor import RunMonitorScreen
-from tui.widgets.problems import ProblemsTable
+from tui.widgets.completion import CompletionMenu, WorkloadArea
+from tui.widgets.problems import ProblemsList
 
 SIZE = (120, 36)
 
@@ -58,10 +59,44 @@ def test_editor_with_problems(snap_compare, home, workdir):
     async def ready(pilot) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen) and len(app.screen.problems) == 3)
         # The problems list has the focus: the text's blinking cursor would be on or off at random.
-        app.screen.query_one(ProblemsTable).focus()
+        app.screen.query_one(ProblemsList).focus()
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=ready)
+
+
+EDITOR_SIZES = [(80, 24), (160, 48)]
+
+
+@pytest.mark.parametrize("size", EDITOR_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_editor_completion_open(snap_compare, home, workdir, size):
+    (workdir / "demo.yaml").write_text("experiment_name: demo\ncompute:\n  accelerator_type: CPU\n\ncommand: x\n")
+    app = FsdpTuiApp(home, workload=Path("demo.yaml"))
+
+    async def ready(pilot) -> None:
+        await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen) and app.screen.shown_version)
+        area = app.screen.query_one(WorkloadArea)
+        area.cursor_blink = False
+        area.cursor_location = (3, 0)
+        await pilot.press("space", "space", "p")
+        await wait_for(pilot, lambda: app.screen.query_one(CompletionMenu).is_open)
+        await wait_for(pilot, lambda: app.screen.shown_version == app.screen.version)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=ready)
+
+
+@pytest.mark.parametrize("size", EDITOR_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_editor_teaching_problem(snap_compare, home, workdir, size):
+    (workdir / "demo.yaml").write_text("experiment_name: demo\ncompute:\n  hots: [gpu-a]\n")
+    app = FsdpTuiApp(home, workload=Path("demo.yaml"))
+
+    async def ready(pilot) -> None:
+        await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen) and len(app.screen.problems) == 2)
+        app.screen.query_one(ProblemsList).focus()
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=ready)
 
 
 def _record_two_node_run(home: Path) -> str:

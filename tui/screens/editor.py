@@ -1,8 +1,10 @@
-"""The workload editor: YAML with highlighting, live problems, help for the key under the cursor,
-and the per-node plan preview. Validation runs in a worker, debounced."""
+"""The workload editor: YAML with highlighting, templates for a new file, completion, live problems
+with their fixes, help for the key under the cursor, and the per-node plan preview. Validation runs
+in a worker, debounced."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,12 +15,16 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Header, Input, Label, Static, TabbedContent, TabPane, TextArea
+from textual.widgets import Header, Input, Label, Static, TabbedContent, TabPane
 
+from launcher.workload.complete import Sources
 from launcher.workload.cursor import key_path_at
+from launcher.workload.fixes import Fix
 from launcher.workload.problems import Problem
+from launcher.workload.templates import Template
+from tui.widgets.completion import CompletionMenu, WorkloadArea
 from tui.widgets.footer import FitFooter
-from tui.widgets.problems import ProblemsTable
+from tui.widgets.problems import ProblemsList
 
 DEBOUNCE_S = 0.3
 
@@ -29,7 +35,13 @@ class Validated(Message):
 
     version: int
     problems: list[Problem]
+    fixes: list[Fix | None]
     plan_text: str
+
+
+@dataclass
+class SourcesLoaded(Message):
+    sources: Sources
 
 
 class EditorScreen(Screen):
@@ -47,6 +59,7 @@ class EditorScreen(Screen):
         Binding("ctrl+s", "save", "save"),
         Binding("ctrl+r", "launch", "launch"),
         Binding("ctrl+p", "focus_problems", "problems", show=False),
+        Binding("ctrl+t", "templates", "templates"),
         Binding("escape", "back", "back"),
     ]
 
@@ -56,16 +69,22 @@ class EditorScreen(Screen):
         self.version = 0
         self.timer: Timer | None = None
         self.problems: list[Problem] = []
+        self.sources = Sources()
+        self.shown_version = 0
+        self.shown_once = False
+        self.validations_shown = 0
+        self.shown_text: dict[str, str] = {}
+        """The buffer version whose problems are shown (``version`` once validation caught up)."""
 
     def compose(self) -> ComposeResult:
         yield Header()
         text = self.path.read_text(encoding="utf-8", errors="replace") if self.path.exists() else ""
         with Horizontal(id="main"):
-            yield TextArea.code_editor(text, language="yaml", id="yaml")
+            yield WorkloadArea.code_editor(text, language="yaml", id="yaml")
             with Vertical(id="side"):
                 with TabbedContent():
                     with TabPane("Problems", id="tab-problems"):
-                        yield ProblemsTable()
+                        yield ProblemsList()
                     with TabPane("Plan", id="tab-plan"):
                         yield Static("", id="plan")
                 yield Static("", id="help")
@@ -73,17 +92,73 @@ class EditorScreen(Screen):
                             id="overrides")
         yield Label("", id="status")
         yield FitFooter()
+        yield CompletionMenu()
+
+    @property
+    def area(self) -> WorkloadArea:
+        return self.query_one(WorkloadArea)
 
     def on_mount(self) -> None:
+        from launcher.workload.templates import is_blank
+
         self.title = f"fsdp-tui: {self.path}"
-        self.query_one(TextArea).focus()
+        self.area.focus()
+        self.load_sources()
         self.schedule()
+        if is_blank(self.area.text):
+            self.action_templates()
+
+    @work(thread=True, exclusive=True, group="sources")
+    def load_sources(self) -> None:
+        """Host aliases and secret names for completion, read once per editor, off the UI thread."""
+        from launcher.paths import ssh_config_path
+        from launcher.secrets import SecretStore
+        from launcher.workload.hosts import read_config_aliases
+
+        base = self.path.parent
+
+        def folders(prefix: str) -> list[str]:
+            head, _, _ = prefix.rpartition("/")
+            try:
+                found = sorted(p for p in (base / head).iterdir() if p.is_dir() and not p.name.startswith("."))
+            except OSError:
+                return []
+            return [f"{head}/{p.name}" if head else p.name for p in found][:40]
+
+        sources = Sources(read_config_aliases(ssh_config_path()), SecretStore(self.app.home).list(), folders)
+        self.post_message(SourcesLoaded(sources))
+
+    def on_sources_loaded(self, message: SourcesLoaded) -> None:
+        self.sources = self.area.sources = message.sources
+
+    def action_templates(self) -> None:
+        from launcher.workload.templates import templates
+        from tui.screens.templates import TemplateModal
+
+        def chosen(template: Template | None) -> None:
+            if template is not None:
+                self.use_template(template)
+
+        intro = (f"{self.path.name} is empty. Start from one of these (enter), or from nothing (escape); "
+                 "ctrl+t shows this list again.")
+        self.app.push_screen(TemplateModal(templates(), intro), chosen)
+
+    def use_template(self, template: Template) -> None:
+        """Put ``template`` in the buffer (undo brings the old text back), cursor on its first blank."""
+        area = self.area
+        area.replace(template.text, area.document.start, area.document.end)
+        for row, line in enumerate(template.text.split("\n")):
+            blank = re.search(r"<[^>#]+>", line.split("#", 1)[0])
+            if blank:
+                area.cursor_location = (row, blank.end())
+                break
+        area.focus()
 
     @property
     def overrides(self) -> list[str]:
         return self.query_one("#overrides", Input).value.split()
 
-    def on_text_area_changed(self, event: TextArea.Changed) -> None:
+    def on_text_area_changed(self, event: WorkloadArea.Changed) -> None:
         self.schedule()
 
     def on_input_changed(self, event: Input.Changed) -> None:
@@ -96,51 +171,77 @@ class EditorScreen(Screen):
         self.timer = self.set_timer(DEBOUNCE_S, self._validate_now)
 
     def _validate_now(self) -> None:
-        self.validate(self.query_one(TextArea).text, self.version, self.overrides)
+        self.validate(self.area.text, self.version, self.overrides)
 
     @work(thread=True, exclusive=True, group="validate")
     def validate(self, text: str, version: int, overrides: list[str]) -> None:
         from launcher.runs.launch import render_plan_text
+        from launcher.workload.fixes import fix_for
         from launcher.workload.load import plan_file
 
         planned = plan_file(self.path, overrides, home=self.app.home, run_id="<run-id>", text=text)
         plan_text = "fix the errors to see the plan"
         if planned.plan is not None:
             plan_text = render_plan_text(planned.plan)
-        self.post_message(Validated(version, planned.problems, plan_text))
+        fixes = [fix_for(p, text) if p.file != "--set" else None for p in planned.problems]
+        self.post_message(Validated(version, planned.problems, fixes, plan_text))
 
     def on_validated(self, message: Validated) -> None:
         if message.version != self.version:
             return  # an older buffer
-        self.problems = message.problems
-        self.query_one(ProblemsTable).show(message.problems)
-        self.query_one("#plan", Static).update(message.plan_text)
+        self.shown_version = message.version
+        self.validations_shown += 1
+        # Each update below re-lays out the screen: only what changed is updated, so typing stays quick.
+        if message.problems != self.problems or not self.shown_once:
+            self.problems = message.problems
+            self.query_one(ProblemsList).show(message.problems, message.fixes)
+        self.shown_once = True
+        self._update("#plan", message.plan_text)
         errors = sum(p.is_error for p in message.problems)
         warnings = len(message.problems) - errors
         state = "valid" if not errors else f"{errors} error(s)"
-        self.query_one("#status", Label).update(f"{state}, {warnings} warning(s)  |  ctrl+s save  ctrl+r launch")
+        self._update("#status", f"{state}, {warnings} warning(s)  |  ctrl+space complete  ctrl+p problems (f: fix)")
 
-    def on_problems_table_jump(self, message: ProblemsTable.Jump) -> None:
-        area = self.query_one(TextArea)
+    def _update(self, selector: str, text: str) -> None:
+        if self.shown_text.get(selector) != text:
+            self.shown_text[selector] = text
+            self.query_one(selector, Static).update(text)
+
+    def on_problems_list_jump(self, message: ProblemsList.Jump) -> None:
+        area = self.area
         area.cursor_location = (message.line - 1, message.column - 1)
         area.focus()
 
-    def on_text_area_selection_changed(self, event: TextArea.SelectionChanged) -> None:
+    def on_problems_list_fix_chosen(self, message: ProblemsList.FixChosen) -> None:
+        fix = message.fix
+        self.area.replace(fix.insert, fix.start, fix.end)
+        self.area.cursor_location = fix.start
+        self.notify(f"fixed: {fix.title}")
+
+    def on_option_list_option_selected(self, event: CompletionMenu.OptionSelected) -> None:
+        if event.option_list is self.query_one(CompletionMenu):  # a click on a candidate
+            event.stop()
+            self.area.accept_completion()
+
+    def on_text_area_selection_changed(self, event: WorkloadArea.SelectionChanged) -> None:
         from launcher.workload.schema_walk import help_for
 
-        area = self.query_one(TextArea)
+        area = self.area
         path = key_path_at(area.text, event.selection.end[0])
         info = help_for(path, {"command": "x"} if "\ncommand:" in area.text else None) if path else None
-        help_box = self.query_one("#help", Static)
         if info is None:
-            help_box.update("")
+            self._update("#help", "")
             return
         choices = f"  one of: {', '.join(info.choices)}" if info.choices else ""
-        help_box.update(f"{info.path}: {info.type_name} = {info.default}{choices}\n{info.description}")
+        text = f"{info.path}: {info.type_name} = {info.default}{choices}\n{info.description}"
+        self._update("#help", text.replace("``", ""))
 
     def action_save(self) -> bool:
+        text = self.area.text
+        if text and not text.endswith("\n"):
+            text += "\n"  # POSIX text files end with one; some tools drop a last line without it
         try:
-            self.path.write_text(self.query_one(TextArea).text, encoding="utf-8")
+            self.path.write_text(text, encoding="utf-8")
         except OSError as err:
             self.notify(f"cannot save {self.path}: {err.strerror}", severity="error")
             return False
@@ -155,7 +256,10 @@ class EditorScreen(Screen):
             self.app.launch_workload(self.path, self.overrides)
 
     def action_focus_problems(self) -> None:
-        self.query_one(ProblemsTable).focus()
+        self.query_one(ProblemsList).focus()
 
     def action_back(self) -> None:
+        if self.query_one(CompletionMenu).is_open:
+            self.area.close_menu()
+            return
         self.app.pop_screen()

@@ -52,7 +52,8 @@ class HomeScreen(Screen):
         Binding("d", "delete", "delete", tooltip="delete the run and its local record"),
         Binding("space", "mark", "mark", show=False),  # "space+c: compare" in the runs title
         Binding("c", "compare", "compare", tooltip="compare the two marked runs"),
-        Binding("n", "clone", "clone", tooltip="copy the run's workload and open it in the editor"),
+        Binding("n", "new", "new", tooltip="a new workload from a template, opened in the editor"),
+        Binding("y", "clone", "copy", tooltip="copy the run's workload and open it in the editor"),
         Binding("k", "checkpoints", "ckpts", tooltip="the run's checkpoints"),
         Binding("slash", "filter", "filter", key_display="/", tooltip="filter runs by id, experiment, state"),
         Binding("s", "sort", "sort", tooltip="sort runs by the next column (S: reverse the order)"),
@@ -209,6 +210,34 @@ class HomeScreen(Screen):
         run_id = self._selected("#runs")
         if run_id:
             self.app.push_screen(CheckpointsScreen(run_id))
+
+    def action_new(self) -> None:
+        """Pick a template, name the file (in the current folder), write it, open it in the editor."""
+        from launcher.workload.templates import Template, templates
+        from tui.screens.templates import FileNameModal, TemplateModal
+
+        folder = Path.cwd()
+
+        def named(target: Path | None, template: Template) -> None:
+            if target is None:
+                return
+            from launcher.workload.templates import write_template
+
+            try:
+                write_template(template, target)
+            except OSError as err:
+                self.notify(f"cannot write {target}: {err.strerror or err}", severity="error")
+                return
+            self.notify(f"wrote {target}")
+            self.query_one("#workloads", DataTable).add_row(target.name, folder_label(target.parent),
+                                                            key=str(target))
+            self.app.open_editor(target)
+
+        def chosen(template: Template | None) -> None:
+            if template is not None:
+                self.app.push_screen(FileNameModal(template, folder), lambda t: named(t, template))
+
+        self.app.push_screen(TemplateModal(templates(), "A new workload: start from"), chosen)
 
     def action_clone(self) -> None:
         """A copy of the run's workload next to the original, opened in the editor."""

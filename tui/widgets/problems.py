@@ -1,41 +1,77 @@
-"""The editor's problems list: sorted by line; selecting one jumps to it."""
+"""The editor's problems: sorted by line, each wrapped to the pane's width with its hint under it.
+Enter jumps to a problem; ``f`` applies its fix where one is mechanical."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rich.text import Text
+from textual.binding import Binding
 from textual.message import Message
-from textual.widgets import DataTable
+from textual.widgets import OptionList
+from textual.widgets.option_list import Option
 
+from launcher.workload.fixes import Fix
 from launcher.workload.problems import Problem
 
 
-class ProblemsTable(DataTable):
+class ProblemsList(OptionList):
     DEFAULT_CSS = """
-    ProblemsTable { height: 1fr; }
+    ProblemsList { height: 1fr; border: none; }
+    ProblemsList:focus { border: none; }
     """
+    BINDINGS = [Binding("f", "fix", "apply fix")]
 
     @dataclass
     class Jump(Message):
         line: int
         column: int
 
-    def on_mount(self) -> None:
-        self.cursor_type = "row"
-        # The message before the key path: a narrow side panel cuts off the last columns.
-        self.add_columns("line", "sev", "message", "key")
+    @dataclass
+    class FixChosen(Message):
+        fix: Fix
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
         self.problems: list[Problem] = []
+        self.fixes: list[Fix | None] = []
 
-    def show(self, problems: list[Problem]) -> None:
+    def show(self, problems: list[Problem], fixes: list[Fix | None]) -> None:
+        highlighted = self.highlighted
         self.problems = problems
-        self.clear()
-        for i, p in enumerate(problems):
-            where = f"{p.line}:{p.column}" if p.file != "--set" else f"--set {p.line}"
-            text = p.message + (f" ({p.hint})" if p.hint else "")
-            self.add_row(where, p.severity, text, p.path or "-", key=str(i))
+        self.fixes = fixes
+        self.clear_options()
+        self.add_options(Option(_prompt(p, f), id=str(i)) for i, (p, f) in enumerate(zip(problems, fixes, strict=True)))
+        if problems:
+            self.highlighted = min(highlighted or 0, len(problems) - 1)
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
-        p = self.problems[int(event.row_key.value)]
+        p = self.problems[event.option_index]
         if p.file != "--set":
             self.post_message(self.Jump(p.line, p.column))
+
+    def action_fix(self) -> None:
+        if self.highlighted is None or self.highlighted >= len(self.fixes):
+            return
+        fix = self.fixes[self.highlighted]
+        if fix is None:
+            self.notify("this one needs your judgement: no mechanical fix", severity="warning")
+            return
+        self.post_message(self.FixChosen(fix))
+
+
+def _prompt(p: Problem, fix: Fix | None) -> Text:
+    where = f"{p.line}:{p.column}" if p.file != "--set" else f"--set {p.line}"
+    style = "bold red" if p.is_error else "bold yellow"
+    text = Text.assemble((f"{where} ", "dim"), (p.severity, style), " ")
+    if p.path:
+        text.append(f"{p.path}: ", "bold")
+    text.append(p.message)
+    if p.hint:
+        text.append("\n")
+        text.append(p.hint, "italic")
+    if fix is not None:
+        text.append("\n")
+        text.append(f"f: {fix.title}", "bold green")
+    return text

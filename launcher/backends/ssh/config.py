@@ -8,6 +8,7 @@ import getpass
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.paths import ssh_config_path
 from launcher.workload.hosts import HostTarget
 from launcher.workload.model import Ssh
 
@@ -25,7 +26,7 @@ class ResolvedHost:
 
 
 def config_path() -> Path:
-    return Path.home() / ".ssh" / "config"
+    return ssh_config_path()
 
 
 def resolve(host: HostTarget, ssh: Ssh) -> ResolvedHost:

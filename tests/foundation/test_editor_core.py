@@ -1,0 +1,95 @@
+"""The editor's pure parts: completion at a cursor, mechanical fixes, templates, teaching problems."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from launcher.workload.complete import Sources, complete
+from launcher.workload.fixes import fix_for
+from launcher.workload.hosts import config_aliases
+from launcher.workload.templates import BUILTIN, is_blank, templates
+from launcher.workload.validate import validate_text
+
+
+def _labels(text: str, sources: Sources | None = None) -> list[str]:
+    lines = text.split("\n")
+    found = complete(text, len(lines) - 1, len(lines[-1]), sources or Sources())
+    return [i.label for i in found.items] if found else []
+
+
+@pytest.mark.parametrize("text, first", [
+    ("exp", "experiment_name"),
+    ("experiment_name: x\ncompute:\n  hos", "hosts"),
+    ("experiment_name: x\nparameters:\n  fsdp:\n    shar", "sharding"),
+    ("experiment_name: x\nparameters:\n  fsdp:\n    sharding: hy", "hybrid_shard"),
+    ("experiment_name: x\nparameters:\n  data:\n    format: ", "auto"),
+    ("experiment_name: x\nmlflow:\n  enabled: ", "true"),
+    ("experiment_name: x\ncompute:\n  hosts:\n    - g", "gpu-a"),
+    ("experiment_name: x\ncompute:\n  hosts:\n    - <host-0>", "gpu-a"),
+    ("experiment_name: x\nsecrets:\n  HF_TOKEN: ", "team/hf"),
+])
+def test_completion_offers_what_fits_the_cursor(text, first):
+    sources = Sources(hosts=["gpu-a", "gpu-b"], secrets=["team/hf"])
+    assert _labels(text, sources)[0] == first
+
+
+def test_completion_leaves_out_written_keys_and_comments():
+    assert "experiment_name" not in _labels("experiment_name: x\ne")
+    assert _labels("experiment_name: x\n# comp") == []
+    # With a `command`, parameters are free-form: no trainer keys.
+    assert _labels("experiment_name: x\ncommand: y\nparameters:\n  mo") == []
+
+
+def test_keys_with_children_complete_without_a_space():
+    found = complete("experiment_name: x\ncompute:\n  hos", 2, 5)
+    assert found is not None and found.start == 2 and found.items[0].insert == "hosts:"
+    assert complete("experiment_nam", 0, 14).items[0].insert == "experiment_name: "
+
+
+def test_fix_renames_a_misspelt_key_and_adds_a_missing_one():
+    text = "experiment_name: x\ncompute:\n  hots: [a]\ncommand: y\n"
+    (p,) = [p for p in validate_text(text).problems if "hots" in p.message]
+    assert fix_for(p, text).apply(text) == text.replace("hots", "hosts")
+    text = "experiment_name: x\nparameters:\n  model_name: m\n  dataset_name: d\n"
+    (p,) = validate_text(text).errors
+    fixed = fix_for(p, text).apply(text)
+    assert "  output_dir: checkpoints\n" in fixed and validate_text(fixed).ok
+    text = "compute: {}\ncommand: y"
+    (p,) = validate_text(text).errors
+    assert validate_text(fix_for(p, text).apply(text)).ok
+
+
+def test_missing_command_and_parameters_is_one_problem_without_pydantic_words():
+    result = validate_text("experiment_name: x\ncompute: 3\n")
+    assert [p.path for p in result.errors] == ["", "compute"]
+    assert "`command:`" in result.errors[0].message and "parameters:" in result.errors[0].hint
+    assert result.errors[1].message.startswith("expected a mapping")
+    # `parameters:` being written: now the built-in trainer's keys are asked for.
+    asked = validate_text("experiment_name: x\nparameters:\n").errors
+    assert sorted(p.path for p in asked) == ["parameters.dataset_name", "parameters.model_name",
+                                            "parameters.output_dir"]
+    for problem in asked + result.errors:
+        assert "Input should" not in problem.message and "instance of" not in problem.message
+
+
+def test_indentation_errors_say_so():
+    (p,) = validate_text("experiment_name: x\ncompute:\n    hosts: [a]\n  gpus_per_node: 1\ncommand: y\n").errors
+    assert "indentation" in p.hint
+
+
+def test_templates_validate_once_their_blanks_are_filled():
+    for t in templates():
+        text = t.text.replace("<host-0>", "gpu-a").replace("<host-1>", "gpu-b")
+        assert validate_text(text).ok, (t.key, validate_text(text).problems)
+    for t in BUILTIN:  # every key of the built-in templates carries a comment (list items excepted)
+        keys = [line for line in t.text.splitlines() if re.match(r"\s*[a-z_]+:", line)]
+        assert all("#" in line or line.rstrip().endswith(":") for line in keys), t.key
+    assert [t.title for t in BUILTIN][:2] == ["This machine, CPU demo", "N SSH hosts, built-in trainer"]
+    assert is_blank("# just a comment\n\n") and not is_blank("experiment_name: x")
+
+
+def test_ssh_config_aliases_leave_patterns_out():
+    text = "Host *\n  User me\nHost gpu-a gpu-b !bad\nHost=bastion\nMatch host x\nHost node-?\n"
+    assert config_aliases(text) == ["gpu-a", "gpu-b", "bastion"]
