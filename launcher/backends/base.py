@@ -154,6 +154,16 @@ class ExportResult:
     """Where it was copied on this machine, when asked."""
 
 
+@dataclass(frozen=True)
+class Reach:
+    """Whether a node answers, checked cheaply (connect and verify its host key; nothing runs there)."""
+
+    rank: int
+    label: str
+    ok: bool
+    detail: str
+
+
 class Backend(Protocol):
     """One run's machines. Calls about one node take its rank; fan-out calls answer for every node."""
 
@@ -194,6 +204,9 @@ class Backend(Protocol):
     async def stop(self, grace_s: float) -> tuple[StopOutcome, ...]:
         """SIGTERM, grace, SIGKILL and a sweep on every node at once; every node's outcome, never raising."""
         ...
+
+    async def reach(self, rank: int, timeout_s: float) -> Reach:
+        """Connect to the node and verify it as a launch would, starting nothing (the editor's glance)."""
 
     async def gpus(self, rank: int) -> tuple[GpuSample, ...]: ...
 

@@ -22,6 +22,7 @@ from launcher.backends.base import (
     NodeInfo,
     NodeStatus,
     PortClaim,
+    Reach,
     ScriptRun,
     StackDump,
     StopOutcome,
@@ -106,6 +107,21 @@ class AgentFleet:
     def use_plan(self, plan: RunPlan) -> None:
         """Carry on with ``plan`` (the same nodes; e.g. another rendezvous port)."""
         self.plan = plan
+
+    async def reach(self, rank: int, timeout_s: float) -> Reach:
+        node = self.plan.nodes[rank]
+        if _is_local(node):
+            return Reach(rank, self.label(rank), True, "this machine")
+        from launcher.backends.ssh.connect import SshError, connect
+
+        try:
+            conn = await asyncio.wait_for(connect(node.host, self.plan.workload.ssh), timeout_s)
+        except asyncio.TimeoutError:
+            return Reach(rank, self.label(rank), False, f"no answer within {timeout_s:.0f} s")
+        except SshError as err:
+            return Reach(rank, self.label(rank), False, str(err))
+        conn.close()
+        return Reach(rank, self.label(rank), True, "reachable, host key known")
 
     # -- fan-out helpers ---------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -18,6 +19,9 @@ from launcher.runs.records import EVENTS, OPTIONS, save_plan
 from launcher.runs.store import RunRecord, RunStore
 from launcher.workload.load import Planned, plan_file
 from launcher.workload.plan import RunPlan
+
+if TYPE_CHECKING:
+    from launcher.backends.base import Reach
 
 
 def create_run(plan: RunPlan, home: Path) -> Path:
@@ -131,6 +135,17 @@ def render_plan_text(plan: RunPlan) -> str:
     from launcher.backends.base import backend_for
 
     return backend_for(plan).render()
+
+
+async def reach_nodes(plan: RunPlan, timeout_s: float = 5.0) -> list[Reach]:
+    """Every node's answer to a cheap connect (host key verified), all at once; nothing starts there."""
+    from launcher.backends.base import backend_for
+
+    backend = backend_for(plan)
+    try:
+        return list(await asyncio.gather(*(backend.reach(n.node_rank, timeout_s) for n in plan.nodes)))
+    finally:
+        await backend.close()
 
 
 def is_owned(home: Path, run_id: str) -> bool:

@@ -507,3 +507,25 @@ command: python "$CODE_SOURCE_PATH/hello.py"
         assert lines == ["hello from 0"]
     finally:
         stop_hosts(started)
+
+
+async def test_the_editors_plan_tab_glances_at_each_host(home, tmp_path, hosts, monkeypatch):
+    """Reachable with a known key, or why not, beside each node; nothing starts on the hosts."""
+    from tests.tui.support import wait_for
+    from tui.app import FsdpTuiApp
+    from tui.screens.editor import EditorScreen
+
+    client, started = hosts
+    with (client / ".ssh" / "config").open("a") as f:
+        f.write("\nHost ghost\n  HostName 127.0.0.250\n  Port 1\n")
+    monkeypatch.setenv("HOME", str(client))
+    wl = write_workload(tmp_path, "experiment_name: glance\ncompute: {hosts: [node0, ghost]}\ncommand: echo hi\n")
+    app = FsdpTuiApp(home, workload=wl)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen))
+        reach = app.screen.query_one("#reach")
+        await wait_for(pilot, lambda: "node 1 (ghost)" in str(reach.render()), timeout=60)
+        text = str(reach.render())
+    assert "✓ node 0 (node0): reachable, host key known" in text, text
+    assert "✗ node 1 (ghost): " in text, text
+    assert not list((started[0].home).glob(".fsdp-tui/runs/*")), "a glance starts nothing on the node"

@@ -24,7 +24,8 @@ def ssh_home(tmp_path, monkeypatch):
     user = tmp_path / "user"
     (user / ".ssh").mkdir(parents=True)
     (user / ".ssh" / "config").write_text(
-        "Host *\n  ServerAliveInterval 30\n\nHost gpu-a\n  HostName 10.0.0.1\n\nHost gpu-b\n  HostName 10.0.0.2\n")
+        "Host *\n  ServerAliveInterval 30\n\nHost gpu-a\n  HostName 127.0.0.251\n  Port 1\n\n"
+        "Host gpu-b\n  HostName 127.0.0.252\n  Port 1\n")  # loopback, nothing listening
     monkeypatch.setenv("HOME", str(user))
     return user
 
@@ -59,6 +60,10 @@ async def test_new_file_from_ssh_template_filled_by_completion_validates(home, s
         assert [area.document.get_line(r).strip() for r in (row, row + 1)] == ["- gpu-a", "- gpu-b"]
         await wait_for(pilot, lambda: editor.version and not _errors(editor) and "valid" in str(
             editor.query_one("#status").render()))
+        # The Plan tab glances at the hosts named, off the UI thread: neither answers here.
+        reach = editor.query_one("#reach")
+        await wait_for(pilot, lambda: "✗ node 1 (gpu-b)" in str(reach.render()), timeout=30)
+        assert "✗ node 0 (gpu-a)" in str(reach.render())
 
 
 async def test_typing_hos_under_compute_completes_hosts(home, tmp_path):

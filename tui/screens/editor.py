@@ -37,6 +37,16 @@ class Validated(Message):
     problems: list[Problem]
     fixes: list[Fix | None]
     plan_text: str
+    plan: object = None
+    """The :class:`RunPlan` when the buffer is valid (the hosts' glance is checked from it)."""
+
+
+@dataclass
+class Reached(Message):
+    """Each node's answer to a cheap connect, for the hosts ``key`` names."""
+
+    key: tuple
+    lines: str
 
 
 @dataclass
@@ -58,7 +68,7 @@ class EditorScreen(Screen):
     BINDINGS = [
         Binding("ctrl+s", "save", "save"),
         Binding("ctrl+r", "launch", "launch"),
-        Binding("ctrl+p", "focus_problems", "problems", show=False),
+        Binding("f8", "focus_problems", "problems", show=False),
         Binding("ctrl+t", "templates", "templates"),
         Binding("escape", "back", "back"),
     ]
@@ -74,6 +84,8 @@ class EditorScreen(Screen):
         self.shown_once = False
         self.validations_shown = 0
         self.shown_text: dict[str, str] = {}
+        self.reach_key: tuple | None = None
+        """The hosts (and ssh settings) whose glance is shown or under way."""
         """The buffer version whose problems are shown (``version`` once validation caught up)."""
 
     def compose(self) -> ComposeResult:
@@ -86,6 +98,7 @@ class EditorScreen(Screen):
                     with TabPane("Problems", id="tab-problems"):
                         yield ProblemsList()
                     with TabPane("Plan", id="tab-plan"):
+                        yield Static("", id="reach")
                         yield Static("", id="plan")
                 yield Static("", id="help")
                 yield Input(placeholder="--set overrides, e.g. parameters.max_steps=20 (space separated)",
@@ -184,7 +197,7 @@ class EditorScreen(Screen):
         if planned.plan is not None:
             plan_text = render_plan_text(planned.plan)
         fixes = [fix_for(p, text) if p.file != "--set" else None for p in planned.problems]
-        self.post_message(Validated(version, planned.problems, fixes, plan_text))
+        self.post_message(Validated(version, planned.problems, fixes, plan_text, planned.plan))
 
     def on_validated(self, message: Validated) -> None:
         if message.version != self.version:
@@ -197,10 +210,40 @@ class EditorScreen(Screen):
             self.query_one(ProblemsList).show(message.problems, message.fixes)
         self.shown_once = True
         self._update("#plan", message.plan_text)
+        self._glance(message.plan)
         errors = sum(p.is_error for p in message.problems)
         warnings = len(message.problems) - errors
         state = "valid" if not errors else f"{errors} error(s)"
-        self._update("#status", f"{state}, {warnings} warning(s)  |  ctrl+space complete  ctrl+p problems (f: fix)")
+        self._update("#status", f"{state}, {warnings} warning(s)  |  ctrl+space complete  f8 problems (f: fix)")
+
+    def _glance(self, plan) -> None:
+        """Check the named hosts (reachable, key known) when they change; typing never waits for it."""
+        if plan is None:
+            return
+        remote = [n for n in plan.nodes if n.host is not None and not n.host.is_local]
+        key = (tuple(n.host_display for n in remote), plan.workload.ssh)
+        if key == self.reach_key:
+            return
+        self.reach_key = key
+        if not remote:
+            self._update("#reach", "")
+            return
+        self._update("#reach", "checking the hosts ...")
+        self.reach(plan, key)
+
+    @work(thread=True, exclusive=True, group="reach")
+    def reach(self, plan, key: tuple) -> None:
+        import asyncio
+
+        from launcher.runs.launch import reach_nodes
+
+        answers = asyncio.run(reach_nodes(plan))
+        lines = [f"{'✓' if a.ok else '✗'} {a.label}: {a.detail}" for a in answers]
+        self.post_message(Reached(key, "\n".join(lines) + "\n"))
+
+    def on_reached(self, message: Reached) -> None:
+        if message.key == self.reach_key:
+            self._update("#reach", message.lines)
 
     def _update(self, selector: str, text: str) -> None:
         if self.shown_text.get(selector) != text:
