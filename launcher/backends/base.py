@@ -191,8 +191,9 @@ class Backend(Protocol):
         """Bytes of a node's stream from ``offset``; with ``wait_s``, held until there are some or the job ended."""
         ...
 
-    async def stop(self, grace_s: float) -> tuple[StopOutcome, ...]:
-        """SIGTERM, grace, SIGKILL and a sweep on every node at once; every node's outcome, never raising."""
+    async def stop(self, grace_s: float, ranks: tuple[int, ...] | None = None) -> tuple[StopOutcome, ...]:
+        """SIGTERM, grace, SIGKILL and a sweep on every node (or those of ``ranks``) at once; every node's
+        outcome, never raising."""
         ...
 
     async def gpus(self, rank: int) -> tuple[GpuSample, ...]: ...

@@ -202,7 +202,7 @@ class AgentFleet:
 
     # -- stopping ----------------------------------------------------------------------------------
 
-    async def stop(self, grace_s: float) -> tuple[StopOutcome, ...]:
+    async def stop(self, grace_s: float, ranks: tuple[int, ...] | None = None) -> tuple[StopOutcome, ...]:
         async def one(rank: int) -> StopOutcome:
             try:
                 header, _ = await self.links[rank].call("stop", grace=grace_s)
@@ -211,7 +211,8 @@ class AgentFleet:
             return StopOutcome(rank, self.label(rank), bool(header.get("stopped")), tuple(header.get("left", ())),
                                header.get("was"), bool(header.get("found")))
 
-        return tuple(await asyncio.gather(*(one(n.node_rank) for n in self.plan.nodes)))
+        wanted = [n.node_rank for n in self.plan.nodes if ranks is None or n.node_rank in ranks]
+        return tuple(await asyncio.gather(*(one(rank) for rank in wanted)))
 
     # -- checkpoints (where rank 0 wrote them) ---------------------------------------------------
 

@@ -425,7 +425,8 @@ def test_a_chatty_login_before_the_agent_is_skipped(home, tmp_path, hosts):
 
 def test_a_node_away_past_the_window_is_lost_and_fails_the_run_naming_it(home, tmp_path, ns_hosts):
     """node1's sshd and its connections die and stay dead longer than ``ssh.lost_after_s``: node1 is LOST
-    (its record and its badge in the monitor), the run fails naming it, node0 is stopped."""
+    (its record and its badge in the monitor), the run fails naming it, node0 is stopped. Once node1 is
+    back, the next command stops the job still running there and says so."""
     import asyncio
     import signal
 
@@ -471,6 +472,21 @@ command: |
                 return str(pane.query_one(".badge").render())
 
         assert "lost" in asyncio.run(badge()).lower()
+
+        assert tagged(run_id)  # nothing could reach node1 to stop its job
+        started[1].restart()
+        deadline = time.monotonic() + 60
+        said = ""
+        while "lost during the run" not in said and time.monotonic() < deadline:
+            said = ssh_cli(home, client, "runs").stderr
+            time.sleep(1)
+        assert "node 1 (node1) (lost during the run): it is back; the run's processes still running there " \
+               "were stopped" in said, said
+        assert tagged(run_id) == []
+        again = ssh_cli(home, client, "runs")
+        assert "lost during the run" not in again.stderr  # told once
+        nodes = {n.node_rank: n for n in RunStore(home).get_run(run_id).nodes}
+        assert nodes[1].state.value == "lost" and "were stopped" in nodes[1].detail
     finally:
         proc.kill()
         owner = home / "runs" / run_id / "owner.lock"
