@@ -521,3 +521,67 @@ command: python "$CODE_SOURCE_PATH/hello.py"
         assert lines == ["hello from 0"]
     finally:
         stop_hosts(started)
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(") ", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
+def test_a_host_that_hangs_is_noticed_by_keepalive_and_lost(home, tmp_path, ns_hosts):
+    """node1's sshd, listener and connections, is stopped (not killed): its TCP connections stay up and
+    nothing answers. Keepalives (here every 1 s, 3 missed) notice it within seconds, not minutes; after
+    ``lost_after_s`` node1 is lost and the run fails saying for how long it had no connection."""
+    import os
+    import signal
+
+    client, started = ns_hosts
+    wl = write_workload(tmp_path, """experiment_name: ssh-hung
+compute: {hosts: [node0, node1]}
+ssh: {keepalive_interval_s: 1, keepalive_count_max: 3, connect_timeout_s: 2, lost_after_s: 5}
+command: |
+  while true; do echo "tick $NODE_RANK"; sleep 0.2; done
+""")
+    proc = subprocess.Popen([FSDP_TUI, "run", str(wl), "--json"], stdout=subprocess.PIPE, text=True,
+                            env=cli_env(home, HOME=str(client)), cwd=ROOT)
+    run_id = _until_both_tick(proc)
+    hung = _tree(started[1].proc.pid)
+    try:
+        began = time.monotonic()
+        for pid in hung:
+            os.kill(pid, signal.SIGSTOP)
+        noticed, rest = None, []
+        for line in proc.stdout:
+            event = json.loads(line)
+            rest.append(event)
+            if (noticed is None and event["type"] == "NodeStateChanged" and event["node_rank"] == 1
+                    and event["state"] == "reconnecting"):
+                noticed = time.monotonic() - began
+        assert proc.wait(timeout=90) == 1
+        assert noticed is not None and noticed < 20, noticed  # 3 s of keepalives, room for a busy machine
+        assert "node 1 (node1): lost: no connection for 5 s" in rest[-1]["triage"]["summary"], rest[-1]
+    finally:
+        for pid in hung:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        proc.kill()
+        owner = home / "runs" / run_id / "owner.lock"
+        if owner.exists() and owner.read_text().strip():
+            subprocess.run(["kill", "-9", owner.read_text().strip()], capture_output=True)
+        for pid in tagged(run_id):
+            subprocess.run(["kill", "-9", str(pid)])
