@@ -26,6 +26,11 @@ JobState = Literal["absent", "starting", "running", "exited"]
 class NodeError(RuntimeError):
     """A node could not be prepared, reached or asked; the message names the node and what to do."""
 
+    def __init__(self, message: str, node_rank: int | None = None) -> None:
+        super().__init__(message)
+        self.node_rank = node_rank
+        """The node, where the error is about one node."""
+
 
 class NodeLost(NodeError):
     """A node's connection stayed away past the reconnect window."""

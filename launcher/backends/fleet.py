@@ -117,7 +117,8 @@ class AgentFleet:
             if not isinstance(r, (NodeError, OSError)):
                 raise r
         if failed:
-            raise NodeError("; ".join(str(r) for r in failed))
+            rank = getattr(failed[0], "node_rank", None) if len(failed) == 1 else None
+            raise NodeError("; ".join(str(r) for r in failed), rank)
 
     # -- preparing and starting --------------------------------------------------------------------
 

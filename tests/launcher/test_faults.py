@@ -61,3 +61,17 @@ command: |
     finally:
         for pid in tagged(run_id):
             os.kill(pid, 9)
+
+
+def test_launching_onto_a_full_disk_names_the_node_and_the_disk_without_a_traceback(home, tmp_path, tiny_disk):
+    subprocess.run(["sh", "-c", f"head -c 4000000 /dev/zero > {tiny_disk / 'filler'}"], capture_output=True)
+    wl = write_workload(tmp_path, "experiment_name: disk-already-full\ncommand: echo never\n")
+    out = cli(home, "run", wl, "--json", timeout=120)
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    end = events(out.stdout)[-1]
+    assert end["type"] == "RunFinished" and end["state"] == "failed"
+    assert end["triage"]["signature"] == "no_space" and end["triage"]["node_rank"] == 0, end["triage"]
+    summary = end["triage"]["summary"]
+    assert summary.startswith("node 0 (this machine): ") and "no space left on device" in summary, summary
+    assert str(tiny_disk) in summary and "MiB free" in summary, summary
+    assert "Traceback" not in out.stdout + out.stderr
