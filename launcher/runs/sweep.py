@@ -34,6 +34,8 @@ def _read(directory: Path) -> dict:
 def due(home: Path, now: float | None = None) -> list[tuple[str, Path, list[int]]]:
     """Finished runs with lost nodes not swept yet (and not tried in the last ``RETRY_S``)."""
     now = time.time() if now is None else now
+    if not (Path(home) / "runs.db").exists():
+        return []  # no run yet: nothing to sweep, and no store to create
     store = RunStore(home)
     out = []
     for summary in store.list_runs(state=RunState.FAILED.value, limit=200):
