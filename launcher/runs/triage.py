@@ -6,6 +6,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from launcher.runs.display import sanitize_line
+
 # Checked in order; the first signature found in a node's log names the failure.
 SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("dependencies", re.compile(r"^fsdp-tui: .* for environment\.dependencies failed")),
@@ -81,7 +83,9 @@ def triage_run(logs: dict[int, str], exit_codes: dict[int, int | None]) -> Triag
             rank = root if root is not None else _rank_of(text, line)
             if found is None and (signal_name := _signal_of(exit_codes.get(node))):
                 kind, line = "killed", f"the job was killed by {signal_name} (not by fsdp-tui)"
-            return TriageReport(node, rank, exit_codes.get(node), kind, line_no, line.strip()[:300])
+            # The excerpt is job output shown wherever the triage is: made safe like every shown line.
+            excerpt = sanitize_line(line).strip()[:300]
+            return TriageReport(node, rank, exit_codes.get(node), kind, line_no, excerpt)
     return TriageReport(None, None, None, None, None, "")
 
 

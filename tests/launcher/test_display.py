@@ -73,3 +73,11 @@ def test_the_whole_hostile_log_through_the_splitter():
                max_size=60), st.booleans())
 def test_nothing_but_text_and_sgr_gets_through(line, keep_colour):
     assert reached_terminal_safely(sanitize_line(line, keep_colour), keep_colour)
+
+
+def test_a_triage_excerpt_is_shown_output_too():
+    from launcher.runs.triage import triage_run
+
+    report = triage_run({0: "RuntimeError: boom \x1b]2;PWNED\x1b\\\x1b[2J done\n"}, {0: 1})
+    assert report.signature == "python_error"
+    assert report.excerpt == "RuntimeError: boom  done" and reached_terminal_safely(report.summary)
