@@ -64,7 +64,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _count(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--tail takes a count of lines, 0 or more (got {text!r})") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"--tail takes a count of lines, 0 or more (got {value})")
     return value
