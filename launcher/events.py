@@ -78,7 +78,7 @@ class NodeStateChanged:
 
 @dataclass(frozen=True)
 class NodeLines:
-    """A batch of complete log lines from one node (ANSI codes already stripped)."""
+    """A batch of complete log lines from one node (sanitised for display: no control sequences)."""
 
     run_id: str
     node_rank: int

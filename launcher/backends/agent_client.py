@@ -39,6 +39,14 @@ class Channel(Protocol):
     def close(self) -> None: ...
 
 
+def last_words(stderr: str) -> str:
+    """What a failed command said, for a message: a Python traceback's last line, else the tail."""
+    if "Traceback (most recent call last)" in stderr:
+        lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith((" ", "\t"))]
+        return lines[-1][-600:] if lines else stderr[-600:]
+    return stderr[-600:]
+
+
 class ChannelDropped(ConnectionError):
     """The channel went away (connection reset, process ended): worth re-opening."""
 
@@ -121,7 +129,8 @@ class AgentLink:
         channel.close()
         if detail:  # the agent's command failed: retrying cannot help
             where = f" with {self.agent_label}" if self.agent_label else ""
-            raise AgentStartFailed(f"{self.label}: the agent could not start{where}: {detail[-600:]}")
+            raise AgentStartFailed(f"{self.label}: the agent could not start{where}: {last_words(detail)}",
+                                   self.rank)
         raise ChannelDropped(f"the agent's channel closed before it was ready ({banner[-200:]!r})")
 
     def _check_version(self, line: bytes, channel: Channel) -> None:

@@ -26,6 +26,11 @@ JobState = Literal["absent", "starting", "running", "exited"]
 class NodeError(RuntimeError):
     """A node could not be prepared, reached or asked; the message names the node and what to do."""
 
+    def __init__(self, message: str, node_rank: int | None = None) -> None:
+        super().__init__(message)
+        self.node_rank = node_rank
+        """The node, where the error is about one node."""
+
 
 class NodeLost(NodeError):
     """A node's connection stayed away past the reconnect window."""
@@ -201,8 +206,9 @@ class Backend(Protocol):
         """Bytes of a node's stream from ``offset``; with ``wait_s``, held until there are some or the job ended."""
         ...
 
-    async def stop(self, grace_s: float) -> tuple[StopOutcome, ...]:
-        """SIGTERM, grace, SIGKILL and a sweep on every node at once; every node's outcome, never raising."""
+    async def stop(self, grace_s: float, ranks: tuple[int, ...] | None = None) -> tuple[StopOutcome, ...]:
+        """SIGTERM, grace, SIGKILL and a sweep on every node (or those of ``ranks``) at once; every node's
+        outcome, never raising."""
         ...
 
     async def reach(self, rank: int, timeout_s: float) -> Reach:

@@ -18,16 +18,29 @@ AGENT_DIR = Path(__file__).with_name("agent")
 LAYOUT = Path(__file__).resolve().parents[2] / "trainer" / "ckpt_layout.py"
 PACKAGE = "fsdp_tui_agent"
 
-BOOT = """import os, sys
+BOOT = """import errno, os, shutil, sys
 d = os.path.expanduser(sys.argv[1])
-os.makedirs(d, exist_ok=True)
 i = sys.stdin.buffer
 z = i.read(int(i.readline()))
 p = os.path.join(d, "agent-%s.zip" % sys.argv[2])
 t = "%s.%d" % (p, os.getpid())
-with open(t, "wb") as f:
-    f.write(z)
-os.replace(t, p)
+try:
+    os.makedirs(d, exist_ok=True)
+    with open(t, "wb") as f:
+        f.write(z)
+    os.replace(t, p)
+except OSError as e:
+    if os.path.exists(t):
+        os.remove(t)
+    try:
+        e2 = d
+        while not os.path.isdir(e2):
+            e2 = os.path.dirname(e2)
+        free = ", %.1f MiB free there" % (shutil.disk_usage(e2).free / 2**20)
+    except OSError:
+        free = ""
+    why = "no space left on device" if e.errno in (errno.ENOSPC, errno.EDQUOT) else (e.strerror or str(e))
+    sys.exit("%s: cannot write %s%s" % (why, e.filename or d, free))
 sys.path.insert(0, p)
 from fsdp_tui_agent.serve import main
 main(d, i, p, sys.argv[2])

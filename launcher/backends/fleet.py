@@ -133,7 +133,8 @@ class AgentFleet:
             if not isinstance(r, (NodeError, OSError)):
                 raise r
         if failed:
-            raise NodeError("; ".join(str(r) for r in failed))
+            rank = getattr(failed[0], "node_rank", None) if len(failed) == 1 else None
+            raise NodeError("; ".join(str(r) for r in failed), rank)
 
     # -- preparing and starting --------------------------------------------------------------------
 
@@ -218,7 +219,7 @@ class AgentFleet:
 
     # -- stopping ----------------------------------------------------------------------------------
 
-    async def stop(self, grace_s: float) -> tuple[StopOutcome, ...]:
+    async def stop(self, grace_s: float, ranks: tuple[int, ...] | None = None) -> tuple[StopOutcome, ...]:
         async def one(rank: int) -> StopOutcome:
             try:
                 header, _ = await self.links[rank].call("stop", grace=grace_s)
@@ -227,7 +228,8 @@ class AgentFleet:
             return StopOutcome(rank, self.label(rank), bool(header.get("stopped")), tuple(header.get("left", ())),
                                header.get("was"), bool(header.get("found")))
 
-        return tuple(await asyncio.gather(*(one(n.node_rank) for n in self.plan.nodes)))
+        wanted = [n.node_rank for n in self.plan.nodes if ranks is None or n.node_rank in ranks]
+        return tuple(await asyncio.gather(*(one(rank) for rank in wanted)))
 
     # -- checkpoints (where rank 0 wrote them) ---------------------------------------------------
 

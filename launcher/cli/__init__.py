@@ -16,3 +16,12 @@ def find_run(command: str, prefix: str):
     except LookupError as err:
         print(f"fsdp-tui {command}: {err}", file=sys.stderr)
         return None
+
+
+def keep_colour() -> bool:
+    """Job output keeps its SGR colours on a terminal, unless ``NO_COLOR`` is set (no-color.org); every other
+    control sequence is always removed (:mod:`launcher.runs.display`)."""
+    import os
+    import sys
+
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")

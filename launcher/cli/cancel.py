@@ -25,7 +25,8 @@ def run(args: argparse.Namespace) -> int:
     store, run_id = found
     report = asyncio.run(cancel_run(store.home, run_id))
     if report.already_ended:
-        print(f"run {run_id} has already ended ({report.state.value}): nothing to cancel", file=sys.stderr)
+        why = f": {report.detail}" if report.detail else ""
+        print(f"run {run_id} has already ended ({report.state.value}){why}; nothing to cancel", file=sys.stderr)
         return 1
     if report.timed_out:
         print(f"run {run_id}: still {report.state.value} after waiting; its owner is stopping it "
@@ -35,6 +36,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"{line} (still alive after SIGKILL)", file=sys.stderr)
     for rank, host, state, detail in report.nodes:
         if state == "lost":
+            print(f"node {rank} ({host}): {detail}", file=sys.stderr)
+    for rank, host, state, detail in report.nodes:
+        if state == "exited" and detail:
             print(f"node {rank} ({host}): {detail}", file=sys.stderr)
     print(f"run {run_id}: {report.state.value} on {len(report.nodes)} node(s)")
     return 1 if report.leftovers else 0

@@ -1,4 +1,5 @@
-"""``fsdp-tui logs RUN [--node N] [--follow] [--tail N]``: a run's node logs from the local record."""
+"""``fsdp-tui logs RUN [--node N] [--follow] [--tail N]``: a run's node logs from the local record, made
+safe to show (the record keeps the node's bytes; the terminal gets no control sequence from a job)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import sys
 import time
 
-from launcher.cli import find_run
+from launcher.cli import find_run, keep_colour
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -14,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
     p.add_argument("--node", type=int, help="only this node (default: all, prefixed by node)")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing while the run is active")
-    p.add_argument("--tail", type=int, metavar="N", help="start with the last N lines")
+    p.add_argument("--tail", type=_count, metavar="N", help="start with the last N lines (0: none)")
     p.set_defaults(handler=run)
 
 
@@ -24,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     store, run_id = found
     from launcher.runs.launch import adopt_orphans_of
+    from launcher.runs.streams import LineSplitter
 
     adopt_orphans_of(store.home)
     record = store.get_run(run_id)
@@ -34,14 +36,16 @@ def run(args: argparse.Namespace) -> int:
             return 2
         ranks = [args.node]
     prefix = len(record.nodes) > 1 and args.node is None
+    colour = keep_colour()
+    splitters = {rank: LineSplitter(colour) for rank in ranks}
     offsets = {}
     for rank in ranks:
         path = record.directory / "nodes" / f"{rank}.log"
         data = path.read_bytes() if path.exists() else b""
         offsets[rank] = len(data)
-        lines = data.decode("utf-8", "replace").splitlines()
+        lines = splitters[rank].feed(data) + (splitters[rank].flush() if not args.follow else [])
         if args.tail is not None:
-            lines = lines[-args.tail:]
+            lines = lines[max(0, len(lines) - args.tail):]
         _write(lines, rank if prefix else None)
     while args.follow:
         active = not store.get_run(run_id).summary.state.is_final
@@ -50,13 +54,23 @@ def run(args: argparse.Namespace) -> int:
             with open(path, "rb") if path.exists() else open("/dev/null", "rb") as f:
                 f.seek(offsets[rank])
                 chunk = f.read()
-            end = chunk.rfind(b"\n") + 1
-            offsets[rank] += end
-            _write(chunk[:end].decode("utf-8", "replace").splitlines(), rank if prefix else None)
+            offsets[rank] += len(chunk)
+            lines = splitters[rank].feed(chunk) + (splitters[rank].flush() if not active else [])
+            _write(lines, rank if prefix else None)
         if not active:
             break
         time.sleep(0.3)
     return 0
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--tail takes a count of lines, 0 or more (got {text!r})") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"--tail takes a count of lines, 0 or more (got {value})")
+    return value
 
 
 def _write(lines: list[str], rank: int | None) -> None:

@@ -12,6 +12,8 @@ COMMANDS: tuple[str, ...] = ("validate", "schema", "run", "runs", "show", "logs"
                              "export", "stacks", "rm", "secrets", "trust", "doctor")
 ALIASES = {"resume": "relaunch"}
 """Commands that live in another command's module."""
+SWEEPING = frozenset({"run", "runs", "show", "logs", "doctor"})
+"""Commands that first sweep the nodes lost in earlier runs that are back (:mod:`launcher.runs.leftovers`)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        if args.command in SWEEPING:
+            _sweep_lost_nodes()
         return int(args.handler(args))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -54,3 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def _sweep_lost_nodes() -> None:
+    from launcher.paths import data_home
+    from launcher.runs.leftovers import sweep_lost_now
+
+    for line in sweep_lost_now(data_home()):
+        print(f"fsdp-tui: {line}", file=sys.stderr)

@@ -43,10 +43,11 @@ def watch(home: Path, run_id: str, *, json_events: bool, cancel_on_interrupt: bo
 
 
 async def _follow(home: Path, run_id: str, json_events: bool, num_nodes: int) -> int:
+    from launcher.cli import keep_colour
     from launcher.runs.follow import follow_run
 
     outcome = RunState.FAILED
-    async for event in follow_run(home, run_id, tail_bytes=None):
+    async for event in follow_run(home, run_id, tail_bytes=None, keep_colour=keep_colour() and not json_events):
         if json_events:
             print(json.dumps(event_to_dict(event)), flush=True)
         else:

@@ -39,9 +39,9 @@ REPLAY_TAIL_BYTES = 2 << 20
 class _Tail:
     """A growing file read from an offset, complete lines at a time."""
 
-    def __init__(self, path: Path, offset: int = 0) -> None:
+    def __init__(self, path: Path, offset: int = 0, keep_colour: bool = False) -> None:
         self.path, self.offset = path, offset
-        self.split = LineSplitter()
+        self.split = LineSplitter(keep_colour)
 
     def read(self, final: bool = False) -> list[str]:
         try:
@@ -82,8 +82,10 @@ def _tail_start(path: Path, tail_bytes: int | None) -> int:
 
 
 async def follow_run(home: Path, run_id: str, *, tail_bytes: int | None = REPLAY_TAIL_BYTES,
-                     adopt: bool = True, poll_s: float = POLL_S) -> AsyncIterator[RunEvent]:
-    """The run's events until it has finished (then :class:`RunFinished` last)."""
+                     adopt: bool = True, poll_s: float = POLL_S,
+                     keep_colour: bool = False) -> AsyncIterator[RunEvent]:
+    """The run's events until it has finished (then :class:`RunFinished` last). Log lines come sanitised
+    for display; ``keep_colour`` keeps their SGR colours (for a terminal, not for a ``Log`` pane)."""
     store = RunStore(home)
     record = await asyncio.to_thread(store.get_run, run_id)
     if record is None:
@@ -96,7 +98,7 @@ async def follow_run(home: Path, run_id: str, *, tail_bytes: int | None = REPLAY
     logs = {}
     for node in record.nodes:
         path = mirror_path(directory, node.node_rank)
-        logs[node.node_rank] = _Tail(path, _tail_start(path, tail_bytes))
+        logs[node.node_rank] = _Tail(path, _tail_start(path, tail_bytes), keep_colour)
         if logs[node.node_rank].offset:
             skipped = logs[node.node_rank].offset
             yield NodeLines(run_id, node.node_rank,

@@ -68,6 +68,8 @@ class CancelReport:
     nodes: tuple[tuple[int, str, str, str], ...]
     """(rank, host, node state, detail) of every node afterwards."""
     timed_out: bool = False
+    detail: str = ""
+    """What the run's last state change said (for a failed run: why it failed)."""
 
     @property
     def leftovers(self) -> list[str]:
@@ -96,7 +98,8 @@ async def cancel_run(home: Path, run_id: str, *, timeout_s: float = 120.0) -> Ca
 
 def _report(record: RunRecord, *, already_ended: bool, timed_out: bool = False) -> CancelReport:
     return CancelReport(record.summary.run_id, record.summary.state, already_ended,
-                        tuple((n.node_rank, n.host, n.state.value, n.detail) for n in record.nodes), timed_out)
+                        tuple((n.node_rank, n.host, n.state.value, n.detail) for n in record.nodes), timed_out,
+                        record.summary.detail)
 
 
 def relaunch_plan(home: Path, run_id: str, overrides: list[str] | tuple[str, ...] = ()) -> Planned:

@@ -3,6 +3,7 @@ serialised by :mod:`launcher.runs.tracking`'s lock (one writer per store at a ti
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterable
 from pathlib import Path
@@ -17,6 +18,17 @@ _MEMORY = ("allocated_gib", "reserved_gib", "peak_gib", "rss_gib")
 
 def default_tracking_uri(home: Path) -> str:
     return f"sqlite:///{Path(home) / 'mlflow.db'}"
+
+
+def check_sqlite(path: Path) -> None:
+    """Fail at once when a SQLite store cannot be opened: MLflow itself retries for ~100 s first."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=10)) as db:
+            db.execute("PRAGMA user_version").fetchone()
+    except sqlite3.Error as err:
+        raise RuntimeError(f"cannot open the tracking store {path}: {err}") from None
 
 
 def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -41,11 +53,17 @@ class MlflowSink:
         self.client = None
         self.run_id: str | None = None
 
-    def start(self, params: dict[str, Any], tags: dict[str, str] | None = None) -> str:
+    def _client(self):
         from mlflow import MlflowClient
+
+        if self.uri.startswith("sqlite:///"):
+            check_sqlite(Path(self.uri[len("sqlite:///"):]))
+        return MlflowClient(tracking_uri=self.uri)
+
+    def start(self, params: dict[str, Any], tags: dict[str, str] | None = None) -> str:
         from mlflow.entities import Param
 
-        self.client = MlflowClient(tracking_uri=self.uri)
+        self.client = self._client()
         exp = self.client.get_experiment_by_name(self.experiment)
         if exp is not None:
             exp_id = exp.experiment_id
@@ -62,9 +80,7 @@ class MlflowSink:
 
     def reopen(self, run_id: str) -> None:
         """Carry on writing an MLflow run started by an earlier owner of the same launch."""
-        from mlflow import MlflowClient
-
-        self.client = MlflowClient(tracking_uri=self.uri)
+        self.client = self._client()
         self.client.get_run(run_id)
         self.run_id = run_id
 

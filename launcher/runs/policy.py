@@ -18,7 +18,7 @@ from launcher.doctor.preflight import preflight
 from launcher.events import NodeState, RunState
 from launcher.runs.records import Recorder
 from launcher.runs.stall import StallWatch
-from launcher.runs.triage import triage_run
+from launcher.runs.triage import reason_signature, triage_run
 from launcher.workload.plan import RunPlan, with_rendezvous
 
 POLL_S = 0.2
@@ -54,6 +54,11 @@ class Outcome:
 class LaunchFailed(Exception):
     """The run cannot go on; ``str()`` says why in words a user can act on."""
 
+    def __init__(self, why: str, node_rank: int | None = None) -> None:
+        super().__init__(why)
+        self.node_rank = node_rank
+        """The node that failed, when it was one node."""
+
 
 class RunPolicy:
     def __init__(self, backend: Backend, rec: Recorder, settings: Settings, *,
@@ -78,6 +83,8 @@ class RunPolicy:
         """The node judged orphaned (recorded as running, nothing records it), as it was judged."""
         self.start_error: str | None = None
         """Why the last attempt could not start on every node."""
+        self.node_error: tuple[int, str] | None = None
+        """The first node whose agent said why its job ended (e.g. its disk filled): rank and words."""
         self.polled = asyncio.Event()
         self.unfollowing = asyncio.Event()
 
@@ -110,6 +117,8 @@ class RunPolicy:
                                    f"attempt {self.rec.attempt} of {self.settings.max_retries + 1}")
             if outcome.state == RunState.FAILED:
                 triage = self._triage()
+                if self.node_error is not None:
+                    triage = self._node_error_triage(triage)
                 if triage.get("signature") is None and self.start_error:
                     return await self._fail(self.start_error)
                 if self.stalled and triage.get("signature") in (None, "killed"):
@@ -119,15 +128,15 @@ class RunPolicy:
                 return Outcome(outcome.state, outcome.exit_code, self._stalled_triage())
             return outcome
         except (LaunchFailed, NodeError) as err:
-            return await self._fail(str(err))
+            return await self._fail(str(err), getattr(err, "node_rank", None))
 
-    async def _fail(self, why: str) -> Outcome:
+    async def _fail(self, why: str, node_rank: int | None = None) -> Outcome:
         """The run cannot go on: say why, and stop whatever had started."""
         self.rec.set_state(RunState.FAILED, why)
         if self.started:
             await self._stop_all()
-        triage = {"summary": why, "node_rank": None, "rank": None, "exit_code": None, "signature": "launch",
-                  "line_no": None, "excerpt": why}
+        triage = {"summary": why, "node_rank": node_rank, "rank": None, "exit_code": None,
+                  "signature": reason_signature(why), "line_no": None, "excerpt": why}
         for rank, detail in self.lost.items():
             triage.update(node_rank=rank, signature="lost", excerpt=detail)
             break
@@ -297,6 +306,8 @@ class RunPolicy:
         for rank, s in exited.items():
             self.exit_codes[rank] = s.exit_code
             self.rec.set_node(rank, NodeState.EXITED, s.exit_code, s.error)
+            if s.error and self.node_error is None:
+                self.node_error = (rank, s.error)
         if failed:
             await self._stop_all()
         await self._pump_all()
@@ -314,7 +325,7 @@ class RunPolicy:
         self.rec.set_node(s.rank, NodeState.EXITED, None, why)
         await self._stop_all()
         await self._pump_all()
-        raise LaunchFailed(f"node {s.rank} ({self.backend.plan.nodes[s.rank].host_display}): {why}")
+        raise LaunchFailed(f"node {s.rank} ({self.backend.plan.nodes[s.rank].host_display}): {why}", s.rank)
 
     # -- following the nodes -----------------------------------------------------------------------
 
@@ -380,6 +391,15 @@ class RunPolicy:
                 continue
             detail = f"processes left: {list(out.left)}" if out.left else out.error
             self.rec.set_node(out.rank, NodeState.STOPPED, detail=detail)
+
+    def _node_error_triage(self, from_logs: dict) -> dict:
+        """A node's agent saw the cause itself (its disk, not the job): that is the triage."""
+        rank, error = self.node_error
+        summary = f"node {rank} ({self.backend.plan.nodes[rank].host_display}): {error}"
+        triage = {**from_logs, "summary": summary, "node_rank": rank, "signature": reason_signature(error),
+                  "excerpt": error, "exit_code": self.exit_codes.get(rank)}
+        self.rec.write_triage(triage)
+        return triage
 
     def _triage(self) -> dict:
         report = triage_run(self.rec.node_logs(), dict(self.exit_codes)).to_dict()

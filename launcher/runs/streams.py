@@ -1,29 +1,51 @@
-"""Byte streams -> lines and metrics: partial lines kept, ANSI stripped, progress lines parsed."""
+"""Byte streams -> lines and metrics: partial lines kept, output made safe to show, progress lines parsed."""
 
 from __future__ import annotations
 
 import re
 
+from launcher.runs.display import sanitize_line
 from trainer.protocol import MetricRecord
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
+MAX_PENDING_BYTES = 1 << 20
+"""A partial line longer than this is shown as it is (cut for display) and the rest of it skipped: a job
+that never ends its line must not grow a follower without bound."""
 _FLOAT_GROUPS = ("loss", "lr", "eval_loss", "tokens_per_s", "grad_norm", "epoch")
 
 
 class LineSplitter:
-    """Feed bytes as they arrive; get back complete lines. A partial last line waits for its end."""
+    """Feed bytes as they arrive; get back complete lines, sanitised for display
+    (:func:`~launcher.runs.display.sanitize_line`). A partial last line waits for its end."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_colour: bool = False) -> None:
         self.rest = b""
+        self.keep_colour = keep_colour
+        self.skipping = False
+        """Inside an over-long line already shown: its bytes up to the next newline are dropped."""
 
     def feed(self, chunk: bytes) -> list[str]:
         data = self.rest + chunk
         *complete, self.rest = data.split(b"\n")
-        return [ANSI.sub("", line.decode("utf-8", "replace")) for line in complete]
+        if self.skipping and complete:
+            complete, self.skipping = complete[1:], False
+        elif self.skipping:
+            self.rest = b""
+        lines = [self._show(line) for line in complete]
+        if b"\r" in chunk:  # a redraw: only its last segment can ever be shown, the rest need not wait
+            redraw = self.rest.rfind(b"\r", 0, len(self.rest.rstrip(b"\r")))
+            if redraw > 0:
+                self.rest = self.rest[redraw:]
+        if len(self.rest) > MAX_PENDING_BYTES:
+            lines.append(self._show(self.rest))
+            self.rest, self.skipping = b"", True
+        return lines
 
     def flush(self) -> list[str]:
         rest, self.rest = self.rest, b""
-        return [ANSI.sub("", rest.decode("utf-8", "replace"))] if rest else []
+        return [self._show(rest)] if rest and not self.skipping else []
+
+    def _show(self, line: bytes) -> str:
+        return sanitize_line(line.decode("utf-8", "replace"), self.keep_colour)
 
 
 class LogMetrics:

@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import json
 import os
+import time
 from pathlib import Path
 from typing import Literal
 
@@ -22,6 +23,8 @@ from trainer.protocol import MetricRecord
 
 STATE_FILE = "mlflow.json"
 LOCK_FILE = "mlflow.lock"
+RETRY_S = 30.0
+"""After a failure, syncing waits this long before trying the store again (the run's end tries at once)."""
 
 
 @contextlib.contextmanager
@@ -50,6 +53,7 @@ class Tracker:
         self.error: str | None = None
         """The last failure, in words; ``None`` while tracking works."""
         self.pending: list[MetricRecord] = []
+        self.retry_at = 0.0
 
     def _load(self) -> dict:
         try:
@@ -73,6 +77,7 @@ class Tracker:
                 what(*args)
         except Exception as err:  # noqa: BLE001 - tracking is not the job: any failure is reported, not fatal
             self.error = f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
+            self.retry_at = time.monotonic() + RETRY_S
             return False
         self.error = None
         return True
@@ -90,6 +95,8 @@ class Tracker:
         """Log what ``all_records`` (every record of the run from ``source``) has beyond what is logged."""
         if self.sink is None:
             return True
+        if self.error is not None and time.monotonic() < self.retry_at:
+            return False
         if not self.opened and not self._guard(self._open):
             return False
         if self.state.get("source") != source:

@@ -6,9 +6,12 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from launcher.runs.display import sanitize_line
+
 # Checked in order; the first signature found in a node's log names the failure.
 SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("dependencies", re.compile(r"^fsdp-tui: .* for environment\.dependencies failed")),
+    ("no_space", re.compile(r"[Nn]o space left on device|ENOSPC|Disk quota exceeded")),
     ("oom", re.compile(r"CUDA out of memory|OutOfMemoryError|torch\.OutOfMemoryError|Cannot allocate memory")),
     ("nccl_timeout", re.compile(r"Watchdog caught collective operation timeout|NCCL.*[Tt]imeout|ProcessGroupNCCL.*timed out")),
     ("rendezvous_timeout", re.compile(r"RendezvousTimeoutError|The client socket has timed out|"
@@ -49,7 +52,7 @@ class TriageReport:
 
 
 # Every signature needs one of these words: a cheap test that lets ordinary lines skip the regexes.
-_KEYWORDS = ("environment.dependencies", "Error", "Exception", "memory", "imeout", "imed out", "Killed", "Signal", "exitcode")
+_KEYWORDS = ("environment.dependencies", "space", "ENOSPC", "quota", "Error", "Exception", "memory", "imeout", "imed out", "Killed", "Signal", "exitcode")
 
 
 def might_signal(text: str) -> bool:
@@ -80,7 +83,9 @@ def triage_run(logs: dict[int, str], exit_codes: dict[int, int | None]) -> Triag
             rank = root if root is not None else _rank_of(text, line)
             if found is None and (signal_name := _signal_of(exit_codes.get(node))):
                 kind, line = "killed", f"the job was killed by {signal_name} (not by fsdp-tui)"
-            return TriageReport(node, rank, exit_codes.get(node), kind, line_no, line.strip()[:300])
+            # The excerpt is job output shown wherever the triage is: made safe like every shown line.
+            excerpt = sanitize_line(line).strip()[:300]
+            return TriageReport(node, rank, exit_codes.get(node), kind, line_no, excerpt)
     return TriageReport(None, None, None, None, None, "")
 
 
@@ -129,3 +134,11 @@ def _signal_of(code: int | None) -> str | None:
         return signal.Signals(number).name if number else None
     except ValueError:
         return f"signal {number}"
+
+
+def reason_signature(why: str) -> str:
+    """The signature of a failure the launcher saw itself (not in a log): its words, or ``launch``."""
+    for kind in ("no_space",):
+        if dict(SIGNATURES)[kind].search(why):
+            return kind
+    return "launch"

@@ -63,8 +63,12 @@ class Ssh(_Model):
     """known_hosts file to verify against (default ``~/.ssh/known_hosts``)."""
     connect_timeout_s: float = Field(default=10.0, gt=0, le=600)
     """Give up connecting to a node after this long."""
-    keepalive_interval_s: float = Field(default=15.0, gt=0, le=3600)
+    keepalive_interval_s: float = Field(default=5.0, gt=0, le=3600)
     """Send an SSH keepalive this often, so dead connections are noticed."""
+    keepalive_count_max: int = Field(default=3, ge=1, le=100)
+    """Unanswered keepalives in a row after which a connection is dead: a host that hangs (its sshd stopped,
+    its network gone) is noticed after ``keepalive_interval_s * keepalive_count_max`` (15 s by default) and
+    reconnects start; ``lost_after_s`` later the node is lost."""
     lost_after_s: float = Field(default=120.0, gt=0, le=86400)
     """A node whose connection stays away this long is lost: the run fails, naming it."""
     remote_root: str = Field(default="~/.fsdp-tui", min_length=1)

@@ -137,7 +137,7 @@ class FakeBackend:
             data = "".join(MetricRecord(step=s, loss=1.0).to_json() + "\n" for s in steps).encode()
         return data[offset:offset + limit]
 
-    async def stop(self, grace_s: float) -> tuple[StopOutcome, ...]:
+    async def stop(self, grace_s: float, ranks: tuple[int, ...] | None = None) -> tuple[StopOutcome, ...]:
         self.calls.append("stop")
         out = []
         for rank, node in enumerate(self.nodes):

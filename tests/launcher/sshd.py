@@ -29,6 +29,22 @@ class TestHost:
     switch: Switch | None = None
     home: Path | None = None
     """The login's home on this host (sshd sets HOME there): tests never touch the real home."""
+    conf: Path | None = None
+
+    def restart(self) -> None:
+        """Start this host's sshd again (after a test killed it), with the same keys and address."""
+        enter = ["ip", "netns", "exec", self.netns] if self.netns else []
+        with open(str(self.conf) + ".log", "a") as log:
+            self.proc = subprocess.Popen([*enter, SSHD, "-D", "-e", "-f", str(self.conf)], stderr=log)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection((self.addr, self.port), timeout=1).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def known_hosts_line(self) -> str:
         name = self.addr if self.port == 22 else f"[{self.addr}]:{self.port}"
@@ -145,7 +161,7 @@ SetEnv HOME={remote_home}
         with open(tmp / f"sshd{i}.log", "w") as log:  # the child keeps its own copy of the descriptor
             enter = ["ip", "netns", "exec", ns] if ns else []  # it execs sshd: the same process
             proc = subprocess.Popen([*enter, SSHD, "-D", "-e", "-f", str(conf)], stderr=log)
-        hosts.append(TestHost(f"node{i}", addr, port, key, proc, ns, switch, remote_home))
+        hosts.append(TestHost(f"node{i}", addr, port, key, proc, ns, switch, remote_home, conf))
         config.append(f"Host node{i}\n  HostName {addr}\n  Port {port}\n  User root\n"
                       f"  IdentityFile {client / '.ssh' / 'id_ed25519'}\n")
     (client / ".ssh" / "config").write_text("\n".join(config))

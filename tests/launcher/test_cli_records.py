@@ -36,6 +36,10 @@ def test_runs_logs_and_unknown_run(tmp_path):
 
     tail = _cli(tmp_path, "logs", "r-ab", "--tail", "2")
     assert tail.returncode == 0 and tail.stdout.split() == ["second", "third"]
+    none = _cli(tmp_path, "logs", "r-ab", "--tail", "0")
+    assert none.returncode == 0 and none.stdout == ""
+    more = _cli(tmp_path, "logs", "r-ab", "--tail", "9")
+    assert more.returncode == 0 and more.stdout.split() == ["first", "second", "third"]
 
     missing = _cli(tmp_path, "logs", "zz")
     assert missing.returncode != 0 and "no run 'zz'" in missing.stderr and "Traceback" not in missing.stderr

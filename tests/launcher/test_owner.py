@@ -56,7 +56,8 @@ def _check_records_equal_the_nodes(home: Path, run_id: str) -> None:
         assert mirror.read_bytes() == (node_dir / name).read_bytes(), name
     state = json.loads((node_dir / "state.json").read_text())
     duration = record.summary.ended_at - record.summary.started_at
-    assert abs(duration - (state["ended_at"] - state["started_at"])) < 10, (duration, state)
+    # An adopted run's end is recorded when its adopter catches up: the commands' start-up on a busy machine.
+    assert abs(duration - (state["ended_at"] - state["started_at"])) < 45, (duration, state)
     events = [json.loads(x) for x in (record.directory / "events.jsonl").read_text().splitlines()]
     assert [e["type"] for e in events].count("RunFinished") == 1
 
@@ -97,7 +98,7 @@ def test_the_app_killed_mid_run_leaves_a_run_that_ends_and_records_itself(tmp_pa
     assert tagged(run_id) == []
 
 
-def test_a_killed_owner_is_adopted_by_the_next_command_and_catches_up_exactly(tmp_path):
+def test_a_killed_owner_is_adopted_by_exactly_one_of_two_commands_and_catches_up_exactly(tmp_path):
     home = tmp_path / "home"
     proc = subprocess.Popen([FSDP_TUI, "run", "sample_workloads/tiny_cpu.yaml", "--json",
                              "--set", f"parameters.max_steps={STEPS}",
@@ -113,11 +114,14 @@ def test_a_killed_owner_is_adopted_by_the_next_command_and_catches_up_exactly(tm
         _wait(lambda: json.loads((node_dir / "state.json").read_text()).get("state") == "exited", 300,
               "the job to end on the node")
         assert not RunStore(home).get_run(run_id).summary.state.is_final, "nobody recorded the end yet"
-        out = cli(home, "runs", "--json")  # lists runs: adopts the orphan
-        assert out.returncode == 0, out.stderr
+        # Two commands look at the same moment: both find the orphan, exactly one adopts it.
+        lookers = [subprocess.Popen([FSDP_TUI, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    env=cli_env(home), cwd=ROOT) for args in (("runs", "--json"), ("logs", run_id))]
+        for looker in lookers:
+            assert looker.wait(timeout=120) == 0, looker.stderr.read()
         _wait(lambda: _only_run(home).state.is_final, 120, "the adopted run to be caught up")
         _check_records_equal_the_nodes(home, run_id)
         transitions = [t[3] for t in RunStore(home).get_run(run_id).transitions]
-        assert any("re-attached" in t for t in transitions)
+        assert sum("re-attached" in t for t in transitions) == 1, transitions
     finally:
         proc.kill()

@@ -427,7 +427,8 @@ def test_a_chatty_login_before_the_agent_is_skipped(home, tmp_path, hosts):
 
 def test_a_node_away_past_the_window_is_lost_and_fails_the_run_naming_it(home, tmp_path, ns_hosts):
     """node1's sshd and its connections die and stay dead longer than ``ssh.lost_after_s``: node1 is LOST
-    (its record and its badge in the monitor), the run fails naming it, node0 is stopped."""
+    (its record and its badge in the monitor), the run fails naming it, node0 is stopped. Once node1 is
+    back, the next command stops the job still running there and says so."""
     import asyncio
     import signal
 
@@ -473,6 +474,21 @@ command: |
                 return str(pane.query_one(".badge").render())
 
         assert "lost" in asyncio.run(badge()).lower()
+
+        assert tagged(run_id)  # nothing could reach node1 to stop its job
+        started[1].restart()
+        deadline = time.monotonic() + 60
+        said = ""
+        while "lost during the run" not in said and time.monotonic() < deadline:
+            said = ssh_cli(home, client, "runs").stderr
+            time.sleep(1)
+        assert "node 1 (node1) (lost during the run): it is back; the run's processes still running there " \
+               "were stopped" in said, said
+        assert tagged(run_id) == []
+        again = ssh_cli(home, client, "runs")
+        assert "lost during the run" not in again.stderr  # told once
+        nodes = {n.node_rank: n for n in RunStore(home).get_run(run_id).nodes}
+        assert nodes[1].state.value == "lost" and "were stopped" in nodes[1].detail
     finally:
         proc.kill()
         owner = home / "runs" / run_id / "owner.lock"
@@ -529,3 +545,67 @@ async def test_the_editors_plan_tab_glances_at_each_host(home, tmp_path, hosts, 
     assert "✓ node 0 (node0): reachable, host key known" in text, text
     assert "✗ node 1 (ghost): " in text, text
     assert not list((started[0].home).glob(".fsdp-tui/runs/*")), "a glance starts nothing on the node"
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(") ", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
+def test_a_host_that_hangs_is_noticed_by_keepalive_and_lost(home, tmp_path, ns_hosts):
+    """node1's sshd, listener and connections, is stopped (not killed): its TCP connections stay up and
+    nothing answers. Keepalives (here every 1 s, 3 missed) notice it within seconds, not minutes; after
+    ``lost_after_s`` node1 is lost and the run fails saying for how long it had no connection."""
+    import os
+    import signal
+
+    client, started = ns_hosts
+    wl = write_workload(tmp_path, """experiment_name: ssh-hung
+compute: {hosts: [node0, node1]}
+ssh: {keepalive_interval_s: 1, keepalive_count_max: 3, connect_timeout_s: 2, lost_after_s: 5}
+command: |
+  while true; do echo "tick $NODE_RANK"; sleep 0.2; done
+""")
+    proc = subprocess.Popen([FSDP_TUI, "run", str(wl), "--json"], stdout=subprocess.PIPE, text=True,
+                            env=cli_env(home, HOME=str(client)), cwd=ROOT)
+    run_id = _until_both_tick(proc)
+    hung = _tree(started[1].proc.pid)
+    try:
+        began = time.monotonic()
+        for pid in hung:
+            os.kill(pid, signal.SIGSTOP)
+        noticed, rest = None, []
+        for line in proc.stdout:
+            event = json.loads(line)
+            rest.append(event)
+            if (noticed is None and event["type"] == "NodeStateChanged" and event["node_rank"] == 1
+                    and event["state"] == "reconnecting"):
+                noticed = time.monotonic() - began
+        assert proc.wait(timeout=90) == 1
+        assert noticed is not None and noticed < 20, noticed  # 3 s of keepalives, room for a busy machine
+        assert "node 1 (node1): lost: no connection for 5 s" in rest[-1]["triage"]["summary"], rest[-1]
+    finally:
+        for pid in hung:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        proc.kill()
+        owner = home / "runs" / run_id / "owner.lock"
+        if owner.exists() and owner.read_text().strip():
+            subprocess.run(["kill", "-9", owner.read_text().strip()], capture_output=True)
+        for pid in tagged(run_id):
+            subprocess.run(["kill", "-9", str(pid)])

@@ -91,6 +91,8 @@ class HomeScreen(Screen):
         self._update_title()
         self.action_reload()
         self.set_interval(2.0, self.action_reload)
+        self.sweep_lost_nodes()
+        self.set_interval(30.0, self.sweep_lost_nodes)
 
     def action_reload(self) -> None:
         self.load_runs()
@@ -107,6 +109,14 @@ class HomeScreen(Screen):
         adopt_orphans_of(self.app.home)  # a run whose owner died gets a new one, which catches it up
         runs = RunStore(self.app.home).list_runs()
         self.app.call_from_thread(self._show_runs, runs)
+
+    @work(thread=True, exclusive=True, group="home-sweep")
+    def sweep_lost_nodes(self) -> None:
+        """Nodes lost in earlier runs that answer again: their leftover processes are stopped; say so."""
+        from launcher.runs.leftovers import sweep_lost_now
+
+        for line in sweep_lost_now(self.app.home):
+            self.app.call_from_thread(self.app.notify, line, title="lost node swept", timeout=20)
 
     def _show_runs(self, runs: list[RunSummary]) -> None:
         table = self.runs_table

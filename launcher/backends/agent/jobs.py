@@ -9,6 +9,7 @@ what escaped the group (torchrun starts each worker in a session of its own).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -61,9 +62,22 @@ def job_env(node_dir: str, spec: dict) -> dict:
     return env
 
 
+LOW_SPACE_BYTES = 1 << 20
+"""Less free space than this where a dead supervisor kept its files: it died of a full disk."""
+
+
 def status(node_dir: str) -> dict:
     state = read_state(node_dir)
     state["supervisor_alive"] = alive(state.get("supervisor_pid"))
+    if state.get("state") in ("starting", "running") and not state["supervisor_alive"] and not state.get("error"):
+        # Its last words could not be written: the disk may say why.
+        try:
+            free = shutil.disk_usage(node_dir).free
+        except OSError:
+            free = None
+        if free is not None and free < LOW_SPACE_BYTES:
+            state["error"] = (f"no space left on device: {node_dir} has {free / 2**20:.1f} MiB free; the job "
+                              "was stopped because its output could not be recorded")
     return state
 
 
@@ -115,7 +129,8 @@ def _disk_words(path: str, err: OSError) -> str:
         room = f", {free / 2**20:.1f} MiB free there"
     except OSError:
         room = ""
-    return f"cannot write {path}: {err.strerror or err}{room}"
+    what = "no space left on device" if err.errno in (errno.ENOSPC, errno.EDQUOT) else (err.strerror or str(err))
+    return f"{what}: cannot write {path}{room}; the job was stopped"
 
 
 def _supervise(node_dir: str, spec: dict, agent_argv: list) -> int:

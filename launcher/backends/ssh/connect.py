@@ -81,7 +81,7 @@ def connect_options(host: HostTarget, ssh: Ssh) -> dict:
     options: dict = {
         "connect_timeout": ssh.connect_timeout_s,
         "keepalive_interval": ssh.keepalive_interval_s,
-        "keepalive_count_max": 3,
+        "keepalive_count_max": ssh.keepalive_count_max,
         "known_hosts": _known_hosts(_known_hosts_path(ssh)),
     }
     if host.user or ssh.user:

@@ -1,0 +1,109 @@
+"""Lost nodes, cleaned once they are back. A node lost during a run could not be told to stop: its job may
+still be running there. The next command that looks at runs (``runs``, ``show``, ``logs``, ``run``,
+``doctor``) or the app tries each such node again, briefly; once it answers, that run's processes there are
+stopped and swept, and the user is told once. A node still away is tried again 10 s later at the earliest
+(each try costs a command up to ``connect_timeout_s`` of 5 s)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+from launcher.events import NodeState, RunState
+from launcher.runs.records import load_plan
+from launcher.runs.store import RunStore
+
+SWEPT = "swept.json"
+"""In the run's folder: per lost node, whether it has been swept, when it was last tried, what was said."""
+RETRY_S = 10.0
+QUICK_SSH = {"connect_timeout_s": 5.0, "lost_after_s": 5.0}
+"""A sweep is an errand, not a run: a node still away is given up on quickly."""
+GRACE_S = 5.0
+
+
+def _read(directory: Path) -> dict:
+    try:
+        return json.loads((directory / SWEPT).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def due(home: Path, now: float | None = None) -> list[tuple[str, Path, list[int]]]:
+    """Finished runs with lost nodes not swept yet (and not tried in the last ``RETRY_S``)."""
+    now = time.time() if now is None else now
+    if not (Path(home) / "runs.db").exists():
+        return []  # no run yet: nothing to sweep, and no store to create
+    store = RunStore(home)
+    out = []
+    for summary in store.list_runs(state=RunState.FAILED.value, limit=200):
+        record = store.get_run(summary.run_id)
+        if record is None:
+            continue
+        lost = [n.node_rank for n in record.nodes if n.state == NodeState.LOST]
+        if not lost:
+            continue
+        seen = _read(record.directory)
+        ranks = [r for r in lost if not seen.get(str(r), {}).get("done")
+                 and now - seen.get(str(r), {}).get("tried_at", 0.0) >= RETRY_S]
+        if ranks:
+            out.append((summary.run_id, record.directory, ranks))
+    return out
+
+
+async def _sweep_run(home: Path, run_id: str, directory: Path, ranks: list[int]) -> list[str]:
+    from launcher.backends.base import backend_for
+
+    plan = load_plan(directory)
+    ssh = plan.workload.ssh.model_copy(update=QUICK_SSH)
+    plan = dataclasses.replace(plan, workload=plan.workload.model_copy(update={"ssh": ssh}))
+    backend = backend_for(plan)
+    seen = _read(directory)
+    said = []
+    try:
+        outcomes = await backend.stop(GRACE_S, ranks=tuple(ranks))
+    finally:
+        await backend.close()
+    store = RunStore(home)
+    for out in outcomes:
+        entry = seen.setdefault(str(out.rank), {})
+        entry["tried_at"] = time.time()
+        if out.error:
+            continue  # still away: tried again later, quietly
+        if out.left:
+            words = f"processes still alive after SIGKILL: {list(out.left)}"
+        elif out.found:
+            words = "it is back; the run's processes still running there were stopped"
+        else:
+            words = "it is back; nothing of the run was running there"
+        entry.update(done=True, said=words)
+        record = store.get_run(run_id)
+        before = next((n.detail for n in record.nodes if n.node_rank == out.rank), "") if record else ""
+        store.set_node(run_id, out.rank, NodeState.LOST, detail=f"{before}; {words}" if before else words)
+        said.append(f"run {run_id}, {out.label} (lost during the run): {words}")
+    tmp = directory / f".{SWEPT}.tmp"
+    tmp.write_text(json.dumps(seen))
+    tmp.replace(directory / SWEPT)
+    return said
+
+
+async def sweep_lost(home: Path) -> list[str]:
+    """Try every lost node that is due; what to tell the user about the ones that answered."""
+    work = await asyncio.to_thread(due, home)
+    results = await asyncio.gather(*(_sweep_run(home, *job) for job in work), return_exceptions=True)
+    said = []
+    for (run_id, _directory, _ranks), result in zip(work, results, strict=True):
+        if isinstance(result, BaseException):
+            said.append(f"run {run_id}: could not sweep its lost nodes: {type(result).__name__}: {result}")
+        else:
+            said += result
+    return said
+
+
+def sweep_lost_now(home: Path) -> list[str]:
+    """:func:`sweep_lost` from synchronous code (the commands, the app's thread workers)."""
+    if not due(home):
+        return []
+    return asyncio.run(sweep_lost(home))
