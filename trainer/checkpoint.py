@@ -49,7 +49,7 @@ class AppState(Stateful):
     def state_dict(self) -> dict[str, Any]:
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         return {"model": model_sd, "optim": optim_sd, "sched": self.scheduler.state_dict(),
-                "trainer": dict(self.trainer), "rng": torch.get_rng_state()}
+                "trainer": dict(self.trainer), "rng": torch.get_rng_state(), **_cuda_rng()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
@@ -57,6 +57,13 @@ class AppState(Stateful):
         self.scheduler.load_state_dict(state["sched"])
         self.trainer.update(state["trainer"])
         torch.set_rng_state(state["rng"])
+        if "cuda_rng" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state(state["cuda_rng"])
+
+
+def _cuda_rng() -> dict[str, torch.Tensor]:
+    """This rank's CUDA generator (dropout on the device), when there is one."""
+    return {"cuda_rng": torch.cuda.get_rng_state()} if torch.cuda.is_available() else {}
 
 
 class Checkpointer:

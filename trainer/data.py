@@ -123,38 +123,65 @@ class Tokenize:
 
 
 def pack(examples: list[Example], max_len: int, pad_id: int) -> list[dict[str, torch.Tensor]]:
-    """Greedy packing into full rows; each row holds input_ids, labels and restarting position_ids."""
-    rows: list[dict[str, torch.Tensor]] = []
-    ids: list[int] = []
-    labels: list[int] = []
-    pos: list[int] = []
-
-    def flush() -> None:
-        if not ids:
-            return
+    """First-fit-decreasing packing into ``max_len`` rows (fuller rows than greedy, fewer steps per
+    epoch); deterministic: ties keep the examples' order. Each row holds input_ids, labels and
+    position_ids that restart at every example."""
+    order = sorted(range(len(examples)), key=lambda i: -len(examples[i].input_ids))
+    bins: list[list[int]] = []
+    free = _FreeSpace(len(examples), max_len)
+    for i in order:
+        row = free.first_fit(len(examples[i].input_ids))
+        if row == len(bins):
+            bins.append([])
+        bins[row].append(i)
+    rows = []
+    for members in bins:
+        ids: list[int] = []
+        labels: list[int] = []
+        pos: list[int] = []
+        for i in sorted(members):
+            ids += examples[i].input_ids
+            labels += examples[i].labels
+            pos += range(len(examples[i].input_ids))
         pad = max_len - len(ids)
         rows.append({
             "input_ids": torch.tensor(ids + [pad_id] * pad),
             "labels": torch.tensor(labels + [IGNORE] * pad),
             "position_ids": torch.tensor(pos + list(range(pad))),
             "real_tokens": torch.tensor(len(ids)),
+            "lengths": torch.tensor([len(examples[i].input_ids) for i in sorted(members)]),
         })
-        ids.clear(), labels.clear(), pos.clear()
-
-    for ex in examples:
-        if len(ids) + len(ex.input_ids) > max_len:
-            flush()
-        ids += ex.input_ids
-        labels += ex.labels
-        pos += list(range(len(ex.input_ids)))
-    flush()
     return rows
+
+
+class _FreeSpace:
+    """Free space of up to ``count`` rows in a max-segment tree: the first row with room for an item
+    in O(log count)."""
+
+    def __init__(self, count: int, capacity: int) -> None:
+        self.size = 1
+        while self.size < max(count, 1):
+            self.size *= 2
+        self.tree = [capacity] * (2 * self.size)
+
+    def first_fit(self, length: int) -> int:
+        node = 1
+        while node < self.size:
+            node = 2 * node if self.tree[2 * node] >= length else 2 * node + 1
+        self.tree[node] -= length
+        row = node - self.size
+        node //= 2
+        while node:
+            self.tree[node] = max(self.tree[2 * node], self.tree[2 * node + 1])
+            node //= 2
+        return row
 
 
 def pad_rows(examples: list[Example], pad_id: int) -> list[dict[str, torch.Tensor]]:
     """One example per row (no packing); rows are padded per batch by :func:`collate`."""
     return [{"input_ids": torch.tensor(ex.input_ids), "labels": torch.tensor(ex.labels),
-             "position_ids": torch.arange(len(ex.input_ids)), "real_tokens": torch.tensor(len(ex.input_ids))}
+             "position_ids": torch.arange(len(ex.input_ids)), "real_tokens": torch.tensor(len(ex.input_ids)),
+             "lengths": torch.tensor([len(ex.input_ids)])}
             for ex in examples]
 
 
@@ -175,17 +202,8 @@ def collate(rows: list[dict[str, torch.Tensor]], pad_id: int) -> dict[str, torch
         positions[i, width - tail:] = torch.arange(tail)
     batch["position_ids"] = positions
     batch["real_tokens"] = torch.stack([r["real_tokens"] for r in rows]).sum()
+    batch["lengths"] = torch.cat([r["lengths"] for r in rows])
     return batch
-
-
-def segment_mask(position_ids: torch.Tensor) -> torch.Tensor:
-    """Boolean 4-D mask (B, 1, L, L), True where attention is allowed: causal within each example,
-    nothing across examples (an example starts where its position id is 0)."""
-    starts = (position_ids == 0).long().cumsum(-1)
-    same = starts.unsqueeze(-1) == starts.unsqueeze(-2)
-    length = position_ids.shape[-1]
-    causal = torch.tril(torch.ones(length, length, dtype=torch.bool, device=position_ids.device))
-    return (same & causal).unsqueeze(1)
 
 
 def needs_segment_mask(batch: dict[str, torch.Tensor]) -> bool:

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from trainer import train
+from trainer.attention import segment_mask
 from trainer.data import (
     IGNORE,
     Example,
@@ -15,7 +16,6 @@ from trainer.data import (
     needs_segment_mask,
     pack,
     pad_rows,
-    segment_mask,
 )
 
 
