@@ -131,7 +131,7 @@ def run(cfg) -> None:
         batches, state["epoch"], state["position"] = train.micro_batches(
             order, data.train_rows, state["epoch"], state["position"], accum, data.pad_id)
         loss, grad_norm, real, lr = train.train_step(net, opt, sched, batches, d.device, cfg.optim.max_grad_norm,
-                                                     d.world)
+                                                     d.world, ckpt.wait_staged)
         state["step"] += 1
         real_tokens += real
         log.add_batches(batches)
@@ -154,7 +154,7 @@ def run(cfg) -> None:
     run_eval(cfg.logging.eval_max_batches)
     if cfg.checkpoint.save_final:
         ckpt.save(app, state["step"])
-    ckpt.wait()
+    ckpt.close()
     if cfg.checkpoint.export_hf:
         out = checkpoint.export_hf(net, tok, Path(cfg.output_dir) / "hf" / f"step-{state['step']:08d}", d)
         if out is not None:

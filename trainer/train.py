@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -39,11 +40,13 @@ def loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, 
 
 
 def train_step(model, optimizer, scheduler, micro_batches: list[dict[str, torch.Tensor]], device,
-               max_grad_norm: float | None, world: int) -> tuple[float, float | None, int, float]:
+               max_grad_norm: float | None, world: int,
+               before_update: Callable[[], None] | None = None) -> tuple[float, float | None, int, float]:
     """One optimiser step over ``micro_batches``; returns (global mean loss, grad norm, real tokens here,
     the learning rate this step used).
 
-    Each rank scales its summed loss by world / global label count, so after FSDP averages gradients
+    ``before_update`` runs just before the optimiser changes the weights (an async checkpoint's copy
+    may still be reading them until then). Each rank scales its summed loss by world / global label count, so after FSDP averages gradients
     over ranks the step minimises the mean over every learned token of every rank and micro-step.
     """
     labels = [shifted_labels(b, device) for b in micro_batches]
@@ -63,6 +66,8 @@ def train_step(model, optimizer, scheduler, micro_batches: list[dict[str, torch.
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
         grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
     lr = scheduler.get_last_lr()[0]
+    if before_update is not None:
+        before_update()
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
