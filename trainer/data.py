@@ -89,6 +89,23 @@ class Tokenize:
         labels = ([IGNORE] * len(p_ids) if self.mask_prompt else list(p_ids)) + a_ids
         return self._cut(p_ids + a_ids, labels, prompt, answer)
 
+    def many(self, rows) -> list[Example]:
+        """Every row, with prompts and answers tokenized in two batched calls (the fast tokenizer's
+        per-call overhead dominates short examples); the same examples as calling once per row."""
+        if self.fmt in ("chat", "text"):
+            return [self(row) for row in rows]
+        pairs = [self._prompt_answer(row) for row in rows]
+        if not pairs:
+            return []
+        prompts = self.tok([p for p, _ in pairs], add_special_tokens=False)["input_ids"]
+        answers = self.tok([a + self.eos for _, a in pairs], add_special_tokens=False)["input_ids"]
+        out = []
+        for (prompt, answer), p_ids, a_ids in zip(pairs, prompts, answers, strict=True):
+            p_ids = self.bos + p_ids
+            labels = ([IGNORE] * len(p_ids) if self.mask_prompt else list(p_ids)) + a_ids
+            out.append(self._cut(p_ids + a_ids, labels, prompt, answer))
+        return out
+
     def _prompt_answer(self, row: dict[str, Any]) -> tuple[str, str]:
         if self.fmt == "alpaca":
             prompt = f"### Instruction:\n{row['instruction']}\n\n"

@@ -23,10 +23,10 @@ def build(cfg: TrainerConfig, tokenizer, packing: bool) -> RunData:
     train_raw, eval_raw = load_rows(cfg.dataset_name, cfg.data)
     fmt = cfg.data.format if cfg.data.format != "auto" else detect_format(list(train_raw.column_names))
     tokenize = Tokenize(tokenizer, fmt, cfg.max_seq_len, cfg.data.mask_prompt)
-    examples = [tokenize(row) for row in train_raw]
+    examples = tokenize.many(train_raw)
     examples = [ex for ex in examples if any(label != IGNORE for label in ex.labels[1:])]
     if eval_raw is not None:
-        eval_examples = [tokenize(row) for row in eval_raw]
+        eval_examples = tokenize.many(eval_raw)
     else:
         examples, eval_examples = _hold_out(examples, cfg.data.eval_fraction, cfg.seed)
     if cfg.data.max_examples:
