@@ -47,13 +47,13 @@ def _torchrun(args: list[str], env: dict, cwd: Path) -> tuple[str, float]:
 
 
 def long_examples(path: Path, count: int = 200, seed: int = 0) -> Path:
-    """Alpaca rows whose input is a list of 10-80 made-up words and whose answer is that list
-    reversed: a few hundred tokens each, of widely varying length."""
+    """Alpaca rows whose input is a list of 3-28 made-up words and whose answer is that list
+    reversed: 60 to 450 tokens each (alpaca-like), of widely varying length."""
     rng = random.Random(seed)
     letters = "abcdefghijklmnopqrstuvwxyz"
     with open(path, "w", encoding="utf-8") as f:
         for _ in range(count):
-            words = ["".join(rng.choice(letters) for _ in range(rng.randint(3, 8))) for _ in range(rng.randint(10, 80))]
+            words = ["".join(rng.choice(letters) for _ in range(rng.randint(3, 8))) for _ in range(rng.randint(3, 28))]
             f.write(json.dumps({"instruction": "Reverse the order of the words.", "input": " ".join(words),
                                 "output": " ".join(reversed(words))}) + "\n")
     return path

@@ -73,7 +73,8 @@ def run(cfg) -> None:
         model.apply_activation_checkpointing(net, cfg.model.activation_checkpointing)
         if cfg.model.compile:
             model.apply_compile(net)
-        return parallel.shard_model(net, cfg.fsdp.model_copy(update={"sharding": chosen[0].sharding}), d)
+        return parallel.shard_model(net, cfg.fsdp.model_copy(update={"sharding": chosen[0].sharding}), d,
+                                    chosen[0].per_block)
 
     net = model.build_model(cfg.model_name, cfg.model, hf_config, choice.hf_name, cfg.seed, parallel.param_device(
         cfg.fsdp, d), prepare)

@@ -7,6 +7,7 @@ the loss and never counted as a training token. With packing, several examples s
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +31,16 @@ class Example:
 
 
 def load_rows(name: str, cfg: DataConfig) -> tuple[Any, Any | None]:
-    """(train, eval-or-None) as ``datasets.Dataset`` objects, from a hub name, a file or a saved folder."""
-    import datasets
-
+    """(train, eval-or-None) as sequences of row dicts (``datasets.Dataset`` objects or lists), from a
+    hub name, a file or a saved folder. A local JSON Lines file is read directly: importing
+    ``datasets`` and converting to Arrow costs seconds of start-up for nothing."""
     source = resolve_dataset(name)
     path = Path(source).expanduser()
+    if path.is_file() and path.suffix.lower() == ".jsonl":
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()], None
+    import datasets
+
     if path.is_file():
         builder = _LOCAL_BUILDERS.get(path.suffix.lower())
         if builder is None:
@@ -50,6 +56,11 @@ def load_rows(name: str, cfg: DataConfig) -> tuple[Any, Any | None]:
     evaluation = datasets.load_dataset(source, data_files=cfg.data_files, split=cfg.eval_split) \
         if cfg.eval_split else None
     return train, evaluation
+
+
+def columns_of(rows) -> list[str]:
+    """Column names of a ``datasets.Dataset`` or of a list of row dicts (its first row)."""
+    return list(rows.column_names) if hasattr(rows, "column_names") else list(rows[0]) if rows else []
 
 
 def detect_format(columns: list[str]) -> str:

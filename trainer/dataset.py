@@ -7,7 +7,17 @@ from dataclasses import dataclass
 import torch
 
 from trainer.config import TrainerConfig
-from trainer.data import IGNORE, Example, Tokenize, collate, detect_format, load_rows, pack, pad_rows
+from trainer.data import (
+    IGNORE,
+    Example,
+    Tokenize,
+    collate,
+    columns_of,
+    detect_format,
+    load_rows,
+    pack,
+    pad_rows,
+)
 
 
 @dataclass
@@ -21,7 +31,7 @@ class RunData:
 def build(cfg: TrainerConfig, tokenizer, packing: bool) -> RunData:
     """Rows to train on (packed when ``packing``) and held-out rows to evaluate on."""
     train_raw, eval_raw = load_rows(cfg.dataset_name, cfg.data)
-    fmt = cfg.data.format if cfg.data.format != "auto" else detect_format(list(train_raw.column_names))
+    fmt = cfg.data.format if cfg.data.format != "auto" else detect_format(columns_of(train_raw))
     tokenize = Tokenize(tokenizer, fmt, cfg.max_seq_len, cfg.data.mask_prompt)
     examples = tokenize.many(train_raw)
     examples = [ex for ex in examples if any(label != IGNORE for label in ex.labels[1:])]

@@ -57,6 +57,9 @@ class Sharding:
     sharding: str
     note: str
     """The line that says what was chosen and why."""
+    per_block: bool = True
+    """Wrap each decoder block (gradients reduced block by block, overlapping backward); a small
+    replicated model is wrapped at the root only: one reduction per step instead of one per block."""
 
 
 def choose_sharding(cfg: FsdpConfig, num_params: int, d: Dist) -> Sharding:
@@ -71,7 +74,8 @@ def choose_sharding(cfg: FsdpConfig, num_params: int, d: Dist) -> Sharding:
         budget = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // max(1, d.local_world)
     choice = "no_shard" if d.world == 1 or need * 4 <= budget else "full_shard"
     return Sharding(choice, f"sharding: {choice} (auto: training state {need / 2**30:.2f} GiB, "
-                            f"{budget / 2**30:.0f} GiB per rank; set fsdp.sharding to override)")
+                            f"{budget / 2**30:.0f} GiB per rank; set fsdp.sharding to override)",
+                    per_block=choice != "no_shard")
 
 
 def param_device(cfg: FsdpConfig, d: Dist) -> torch.device:
@@ -79,7 +83,7 @@ def param_device(cfg: FsdpConfig, d: Dist) -> torch.device:
     return torch.device("cpu") if cfg.cpu_offload else d.device
 
 
-def shard_model(model: nn.Module, cfg: FsdpConfig, d: Dist) -> nn.Module:
+def shard_model(model: nn.Module, cfg: FsdpConfig, d: Dist, per_block: bool = True) -> nn.Module:
     """Apply FSDP2. The mesh is 1-D (shard over all ranks) or 2-D (replicate x shard) for HSDP/no_shard."""
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -101,8 +105,9 @@ def shard_model(model: nn.Module, cfg: FsdpConfig, d: Dist) -> nn.Module:
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
     elif kind == "cuda" and not any(p.is_meta for p in model.parameters()):
         model.to(d.device)
-    for block in decoder_blocks(model):
-        fully_shard(block, **kwargs)
+    if per_block:
+        for block in decoder_blocks(model):
+            fully_shard(block, **kwargs)
     fully_shard(model, **kwargs)
     return model
 
