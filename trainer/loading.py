@@ -54,9 +54,21 @@ def clean_name(name: str) -> str:
 
 
 def materialize(model: nn.Module, device: torch.device) -> None:
-    """Allocate the (sharded) parameters on ``device`` and keep the buffers' values."""
+    """Allocate the (sharded) parameters on ``device`` and keep the buffers' values and the ties
+    between parameters (``to_empty`` makes a new tensor per module: a tied output layer would come
+    back untied; FSDP keeps its own ties)."""
     buffers = {name: b.detach().clone() for name, b in model.named_buffers() if b.device.type != "meta"}
+    owners: dict[int, list[tuple[nn.Module, str]]] = {}
+    for module in model.modules():
+        for name, param in module._parameters.items():
+            if param is not None:
+                owners.setdefault(id(param), []).append((module, name))
     model.to_empty(device=device)
+    for group in owners.values():
+        first = group[0][0]._parameters[group[0][1]]
+        if len(group) > 1 and type(first) is nn.Parameter:
+            for module, name in group[1:]:
+                module._parameters[name] = first
     with torch.no_grad():
         for name, b in model.named_buffers():
             if name in buffers:

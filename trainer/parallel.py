@@ -59,7 +59,7 @@ class Sharding:
     """The line that says what was chosen and why."""
     per_block: bool = True
     """Wrap each decoder block (gradients reduced block by block, overlapping backward); a small
-    replicated model is wrapped at the root only: one reduction per step instead of one per block."""
+    replicated model is wrapped at the root only (on CPU in fp32: plain replication)."""
 
 
 def choose_sharding(cfg: FsdpConfig, num_params: int, d: Dist) -> Sharding:
@@ -88,6 +88,12 @@ def shard_model(model: nn.Module, cfg: FsdpConfig, d: Dist, per_block: bool = Tr
     from torch.distributed.device_mesh import init_device_mesh
 
     kind = d.device.type
+    if not per_block and kind == "cpu" and not _use_bf16(cfg, d) and not cfg.cpu_offload:
+        # Plain replication (DDP's bucketed all-reduce during backward, plain tensors): on CPU the
+        # per-step cost of a small model is the collectives and DTensor bookkeeping, not compute.
+        from torch.distributed._composable.replicate import replicate
+
+        return replicate(model)
     if cfg.sharding == "hybrid_shard":
         replicas = cfg.replicate_degree or d.num_nodes
         mesh = init_device_mesh(kind, (replicas, d.world // replicas), mesh_dim_names=("replicate", "shard"))
