@@ -36,9 +36,8 @@ def check_trainer(w: Workload, cfg: TrainerConfig, base_dir: FsPath | None = Non
         if refusal is None and cfg.model.attention == "flex" and topo.kind == "cpu":
             refusal = "flex attention has no backward pass on CPU"
         if refusal is not None:
-            out.append(Finding((*p, "data", "packing"), "error", f"packing: {refusal}",
-                               "set data.packing: false, or leave it out (packing is then on only where "
-                               "it is correct)"))
+            out.append(Finding((*p, "data", "packing"), "error", refusal,
+                               "set data.packing: false, or leave it out to pack only where it is correct"))
     if cfg.fsdp.sharding == "hybrid_shard" and topo.num_nodes == 1 and cfg.fsdp.replicate_degree is None:
         out.append(Finding((*p, "fsdp", "sharding"), "warning",
                            "hybrid_shard on one node shards like full_shard",
