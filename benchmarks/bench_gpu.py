@@ -6,8 +6,9 @@ trainer's own sharding, optimiser and loss. Reports tokens/s, MFU and peak memor
 Rows are whole 2048-token examples (causal attention: SDPA's flash kernel) unless ``--packed N`` packs
 examples of N tokens into each row, which needs the block-diagonal mask (SDPA's masked kernel).
 
-Needs CUDA (run it on the GPU machine); MFU uses 6 x parameters + attention FLOPs per token and the
-device's dense bf16 peak (floor: 35% on H100).
+Needs CUDA (run it on the GPU machine); MFU is the trainer's own (``trainer.metrics.train_flops``:
+6 x non-embedding parameters incl. the output layer + attention FLOPs from each example's length) over
+the device's dense bf16 peak (floor: 35% on H100).
 """
 
 from __future__ import annotations
@@ -48,17 +49,17 @@ def main() -> None:
     with torch.device("cuda"):
         net = LlamaForCausalLM._from_config(config, attn_implementation="sdpa", dtype=torch.float32)
     net.config.use_cache = False
-    num_params = sum(p.numel() for p in net.parameters())
+    shape = metrics.ModelShape.of(net)
     model.apply_activation_checkpointing(net, args.ac)
     if args.compile:
         model.apply_compile(net)
-    net = parallel.shard_model(net, FsdpConfig(), d)
+    net = parallel.shard_model(net, FsdpConfig(sharding="full_shard"), d)
     opt = optim.build_optimizer(net, 1e-4, OptimConfig(), d.device)
     sched = optim.build_scheduler(opt, args.steps + args.warmup, OptimConfig(schedule="constant"))
     ids = torch.randint(0, config.vocab_size, (args.batch, args.seq))
     positions = torch.arange(args.seq) % args.packed if args.packed else torch.arange(args.seq)
     batch = {"input_ids": ids, "labels": ids.clone(), "position_ids": positions.expand(args.batch, -1),
-             "real_tokens": torch.tensor(args.batch * args.seq)}
+             "real_tokens": torch.tensor(args.batch * args.seq), "lengths": torch.tensor([args.seq] * args.batch)}
     for _ in range(args.warmup):
         train.train_step(net, opt, sched, [batch], d.device, 1.0, d.world)
     torch.cuda.synchronize()
@@ -69,11 +70,11 @@ def main() -> None:
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     tokens_per_s = args.steps * args.batch * args.seq / seconds
-    attn = 12 * config.num_hidden_layers * config.hidden_size * args.seq  # per token, fwd+bwd
-    flops_per_token = 6 * num_params + attn
-    peak = metrics.peak_flops(d, None)
-    mfu = tokens_per_s * flops_per_token / peak if peak else float("nan")
-    print(f"{torch.cuda.get_device_name()} | {num_params / 1e9:.2f}B params | batch {args.batch} x seq {args.seq} | "
+    example = args.packed or args.seq
+    lengths = [example] * (args.batch * args.seq // example)
+    flops_per_s = args.steps * metrics.train_flops(shape, lengths) / seconds
+    mfu = metrics.mfu(flops_per_s, metrics.peak_flops(d, None)) or float("nan")
+    print(f"{torch.cuda.get_device_name()} | {shape.num_params / 1e9:.2f}B params | batch {args.batch} x seq {args.seq} | "
           f"ac {args.ac} | compile {args.compile} | {f'packed {args.packed}' if args.packed else 'unpacked'}")
     print(f"tokens/s {tokens_per_s:,.0f} | MFU {mfu:.1%} (floor 35%) | "
           f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")

@@ -39,10 +39,12 @@ def _expand(path: str | None) -> str | None:
 
 
 def run(cfg) -> None:
+    import time
+
     import torch
     import torch.distributed as dist
 
-    from trainer import assets, checkpoint, dataset, metrics, model, optim, parallel, train
+    from trainer import assets, attention, checkpoint, dataset, metrics, model, optim, parallel, train
     from trainer.data import GlobalOrder
 
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
@@ -50,16 +52,34 @@ def run(cfg) -> None:
     # Built-in assets are made before the process group exists: HF writes files only on rank 0 then.
     for name in (cfg.model_name, cfg.model.tokenizer or cfg.model_name):
         assets.resolve_model(name)
+    hf_config = model.hf_config(cfg.model_name, cfg.model)
+    device_kind = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        choice = attention.choose(cfg, hf_config.to_dict(),
+                                  *model.attention_support(hf_config, cfg.model_name, cfg.model),
+                                  torch.device(device_kind))
+    except attention.SettingError as err:
+        raise SystemExit(str(err)) from None
     d = parallel.init_distributed()
     torch.manual_seed(cfg.seed)
+    started = time.perf_counter()
     tok = model.load_tokenizer(cfg.model_name, cfg.model)
-    data = dataset.build(cfg, tok)
-    net = model.load_model(cfg.model_name, cfg.model, cfg.seed)
-    num_params = sum(p.numel() for p in net.parameters())
-    model.apply_activation_checkpointing(net, cfg.model.activation_checkpointing)
-    if cfg.model.compile:
-        model.apply_compile(net)
-    net = parallel.shard_model(net, cfg.fsdp, d)
+    data = dataset.build(cfg, tok, choice.packing)
+    data_s = time.perf_counter() - started
+    chosen: list = []
+
+    def prepare(net):
+        chosen.append(parallel.choose_sharding(cfg.fsdp, sum(p.numel() for p in net.parameters()), d))
+        model.apply_activation_checkpointing(net, cfg.model.activation_checkpointing)
+        if cfg.model.compile:
+            model.apply_compile(net)
+        return parallel.shard_model(net, cfg.fsdp.model_copy(update={"sharding": chosen[0].sharding}), d,
+                                    chosen[0].per_block)
+
+    net = model.build_model(cfg.model_name, cfg.model, hf_config, choice.hf_name, cfg.seed, parallel.param_device(
+        cfg.fsdp, d), prepare)
+    shape = metrics.ModelShape.of(net)
+    build_s = time.perf_counter() - started - data_s
 
     order = GlobalOrder(len(data.train_rows), d.world, d.rank, cfg.per_device_batch_size, cfg.seed,
                         cfg.data.shuffle)
@@ -67,7 +87,7 @@ def run(cfg) -> None:
     total = cfg.max_steps or max(1, order.batches_per_epoch * cfg.num_epochs // accum)
     opt = optim.build_optimizer(net, cfg.learning_rate, cfg.optim, d.device)
     sched = optim.build_scheduler(opt, total, cfg.optim)
-    state = {"step": 0, "epoch": 0, "position": 0, "per_global": order.per_global}
+    state = {"step": 0, "epoch": 0, "position": 0, "per_global": order.per_global, "total_steps": total}
     app = checkpoint.AppState(net, opt, sched, state)
     ckpt = checkpoint.Checkpointer(cfg.checkpoint, cfg.output_dir, d, {
         "model_name": cfg.model_name, "tokenizer": cfg.model.tokenizer or cfg.model_name,
@@ -78,56 +98,64 @@ def run(cfg) -> None:
         if state["per_global"] != order.per_global:
             state["position"] = GlobalOrder.rescale(state["position"], state["per_global"], order.per_global)
             state["per_global"] = order.per_global
+        if not cfg.max_steps and state.get("total_steps", total) != total:
+            # Another world size: the same share of the data done, the same point of the LR curve.
+            state["step"] = state["step"] * total // state["total_steps"]
+            optim.move_schedule(sched, state["step"])
+        state["total_steps"] = total
         if d.is_main:
             print(f"resumed from {resume} at step {state['step']}", flush=True)
 
-    log = metrics.MetricsLogger(d, num_params, total, metrics.peak_flops(d, cfg.logging.peak_tflops))
+    log = metrics.MetricsLogger(d, shape, total, metrics.peak_flops(d, cfg.logging.peak_tflops))
     if d.is_main:
-        print(f"training {cfg.model_name}: {num_params / 1e6:.2f}M params, {d.world} ranks, "
-              f"{len(data.train_rows)} rows ({data.fmt}{', packed' if cfg.data.packing else ''}), "
-              f"{total} steps", flush=True)
+        for note in (*choice.notes, chosen[0].note):
+            print(note, flush=True)
+        print(f"training {cfg.model_name}: {shape.num_params / 1e6:.2f}M params, {d.world} ranks, "
+              f"{len(data.train_rows)} rows ({data.fmt}{', packed' if choice.packing else ''}), "
+              f"{total} steps; start-up: data {data_s:.1f} s, model {build_s:.1f} s", flush=True)
 
-    def run_eval() -> None:
+    def run_eval(max_batches: int | None) -> None:
         if not data.eval_rows:
             return
+        start = time.perf_counter()
         batches = dataset.eval_batches(data.eval_rows, d.rank, d.world, cfg.per_device_batch_size, data.pad_id,
-                                       cfg.logging.eval_max_batches)
+                                       max_batches)
         loss, exact = train.evaluate(net, batches, d.device, with_exact_match=data.fmt == "squad")
-        log.eval(state["step"], loss, exact)
+        log.eval(state["step"], loss, exact, time.perf_counter() - start)
 
     if state["step"] == 0:
-        run_eval()
-    import time
-
-    loop_start, start_step, real_tokens = time.perf_counter(), state["step"], 0
+        run_eval(dataset.first_eval_batches(cfg.logging.eval_max_batches))
+    loop_start, start_step, real_tokens, excluded_before = time.perf_counter(), state["step"], 0, log.excluded_s
     while state["step"] < total:
         if not cfg.max_steps and state["epoch"] >= cfg.num_epochs:
             break
         batches, state["epoch"], state["position"] = train.micro_batches(
             order, data.train_rows, state["epoch"], state["position"], accum, data.pad_id)
-        loss, grad_norm, real = train.train_step(net, opt, sched, batches, d.device, cfg.optim.max_grad_norm,
-                                                 d.world)
+        loss, grad_norm, real, lr = train.train_step(net, opt, sched, batches, d.device, cfg.optim.max_grad_norm,
+                                                     d.world, ckpt.wait_staged)
         state["step"] += 1
         real_tokens += real
-        log.add_tokens(real)
+        log.add_batches(batches)
         step = state["step"]
         if step % cfg.logging.every_steps == 0 or step == total:
             epoch = state["epoch"] + state["position"] / max(1, order.batches_per_epoch)
-            log.train_step(step, epoch, loss, sched.get_last_lr()[0], grad_norm)
+            log.train_step(step, epoch, loss, lr, grad_norm)
         if cfg.logging.eval_every_steps and step % cfg.logging.eval_every_steps == 0 and step != total:
-            run_eval()
+            run_eval(cfg.logging.eval_max_batches)
         if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0 and step != total:
-            ckpt.save(app, step)
-    seconds = time.perf_counter() - loop_start
+            log.exclude(ckpt.save(app, step), "checkpoint")
+    excluded = log.excluded_s - excluded_before
+    seconds = time.perf_counter() - loop_start - excluded
     counted = torch.tensor([float(real_tokens)])
     dist.all_reduce(counted)
     if d.is_main:
         print(f"train_summary steps={state['step'] - start_step} real_tokens={int(counted.item())} "
-              f"seconds={seconds:.2f} tokens_per_s={counted.item() / max(seconds, 1e-9):.0f}", flush=True)
-    run_eval()
+              f"seconds={seconds:.2f} tokens_per_s={counted.item() / max(seconds, 1e-9):.0f} "
+              f"eval_and_checkpoint_s={excluded:.2f}", flush=True)
+    run_eval(cfg.logging.eval_max_batches)
     if cfg.checkpoint.save_final:
         ckpt.save(app, state["step"])
-    ckpt.wait()
+    ckpt.close()
     if cfg.checkpoint.export_hf:
         out = checkpoint.export_hf(net, tok, Path(cfg.output_dir) / "hf" / f"step-{state['step']:08d}", d)
         if out is not None:

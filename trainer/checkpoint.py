@@ -49,7 +49,7 @@ class AppState(Stateful):
     def state_dict(self) -> dict[str, Any]:
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         return {"model": model_sd, "optim": optim_sd, "sched": self.scheduler.state_dict(),
-                "trainer": dict(self.trainer), "rng": torch.get_rng_state()}
+                "trainer": dict(self.trainer), "rng": torch.get_rng_state(), **_cuda_rng()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
@@ -57,6 +57,13 @@ class AppState(Stateful):
         self.scheduler.load_state_dict(state["sched"])
         self.trainer.update(state["trainer"])
         torch.set_rng_state(state["rng"])
+        if "cuda_rng" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state(state["cuda_rng"])
+
+
+def _cuda_rng() -> dict[str, torch.Tensor]:
+    """This rank's CUDA generator (dropout on the device), when there is one."""
+    return {"cuda_rng": torch.cuda.get_rng_state()} if torch.cuda.is_available() else {}
 
 
 class Checkpointer:
@@ -66,7 +73,10 @@ class Checkpointer:
         self.staging = Path(cfg.staging_dir).expanduser() if cfg.staging_dir else None
         # Async saves run collectives from a background thread: give them their own group.
         self.group = dist.new_group(backend="gloo") if cfg.async_save else None
+        self.stager = _stager() if cfg.async_save else None
         self.pending: tuple[Any, Path, Path, int] | None = None
+        self.staged: Any = None
+        """Completes when the last async save's copy to host memory is done."""
 
     def resume_path(self) -> Path | None:
         """The checkpoint to resume from, decided by rank 0 and shared, so every rank agrees."""
@@ -102,15 +112,30 @@ class Checkpointer:
         target = self.root / name[0]
         write_dir = (self.staging / name[0]) if self.staging else target
         if self.cfg.async_save:
-            future = dcp.async_save({"app": state}, checkpoint_id=str(write_dir), process_group=self.group)
-            self.pending = (future, write_dir, target, step)
+            response = dcp.async_save({"app": state}, checkpoint_id=str(write_dir), process_group=self.group,
+                                      async_stager=self.stager)
+            self.staged = response.staging_completion
+            self.pending = (response.upload_completion, write_dir, target, step)
         else:
             dcp.save({"app": state}, checkpoint_id=str(write_dir))
             self._finalize(write_dir, target, step)
         return time.perf_counter() - start
 
+    def wait_staged(self) -> None:
+        """Block until the last async save has copied the state to host memory: call it before the
+        optimiser changes the weights (the copy overlaps the forward and backward before that)."""
+        if self.staged is not None:
+            self.staged.result()
+            self.staged = None
+
+    def close(self) -> None:
+        self.wait()
+        if self.stager is not None:
+            self.stager.close()
+
     def wait(self) -> None:
         """Finish an async save (collective: every rank calls it at the same point)."""
+        self.wait_staged()
         if self.pending is None:
             return
         future, write_dir, target, step = self.pending
@@ -149,6 +174,16 @@ class Checkpointer:
             return
         for old in ckpt_layout.to_prune(ckpt_layout.list_checkpoints(str(self.root)), self.cfg.keep_last):
             shutil.rmtree(old.path, ignore_errors=True)
+
+
+def _stager():
+    """One stager for the whole run: host buffers allocated at the first save and reused (pinned on
+    CUDA), the copy made on a side thread (and stream) so it overlaps the next step's compute."""
+    from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+    cuda = torch.cuda.is_available()
+    return DefaultStager(StagingOptions(use_pinned_memory=cuda, use_shared_memory=False, use_async_staging=True,
+                                        use_non_blocking_copy=cuda))
 
 
 def export_hf(model, tokenizer, out_dir: Path, d: Dist) -> Path | None:

@@ -26,8 +26,9 @@ class ModelConfig(_Section):
     """Tokenizer path or hub id; defaults to ``model_name``."""
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     """Parameter dtype of the sharded model: ``auto`` is fp32 (mixed precision does the rest)."""
-    attention: Literal["sdpa", "flex", "eager"] = "sdpa"
-    """Attention kernel; packing with ``sdpa`` uses per-example position ids and a block mask."""
+    attention: Literal["auto", "sdpa", "flex", "eager"] = "auto"
+    """Attention kernel; ``auto`` takes sdpa where the model supports it, else eager. Packed rows get
+    a boolean block mask (sdpa), an additive float mask (eager) or a ``BlockMask`` (flex, CUDA only)."""
     activation_checkpointing: Literal["off", "full", "selective"] = "off"
     """Recompute activations in backward: ``full`` per block, ``selective`` every other block."""
     compile: bool = False
@@ -45,8 +46,10 @@ class DataConfig(_Section):
     """Split of the dataset to train on."""
     data_files: str | list[str] | None = None
     """Extra ``data_files`` for ``datasets.load_dataset`` (hub datasets with several files)."""
-    packing: bool = True
-    """Pack examples into full ``max_seq_len`` rows, with no attention across example boundaries."""
+    packing: bool | None = None
+    """Pack examples into full ``max_seq_len`` rows, with no attention across example boundaries.
+    ``null`` packs wherever it is correct for the model (not for ALiBi models without position ids,
+    e.g. BLOOM); ``true`` for such a model is refused."""
     mask_prompt: bool = True
     """Leave prompt tokens out of the loss; only responses are learned."""
     eval_fraction: float = Field(default=0.05, ge=0.0, lt=1.0)
@@ -85,8 +88,10 @@ class OptimConfig(_Section):
 class FsdpConfig(_Section):
     """How parameters, gradients and optimiser state are sharded."""
 
-    sharding: Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"] = "full_shard"
-    """``full_shard`` (ZeRO-3), ``shard_grad_op`` (keep params after forward, ZeRO-2),
+    sharding: Literal["auto", "full_shard", "shard_grad_op", "hybrid_shard", "no_shard"] = "auto"
+    """``auto`` keeps a model whose weights, gradients and Adam state fit in a quarter of a rank's
+    memory whole on every rank (``no_shard``: fastest) and shards a larger one (``full_shard``);
+    ``full_shard`` (ZeRO-3), ``shard_grad_op`` (keep params after forward, ZeRO-2),
     ``hybrid_shard`` (shard within a node, replicate across nodes), ``no_shard`` (DDP-like)."""
     replicate_degree: int | None = Field(default=None, gt=0)
     """Replicas for ``hybrid_shard``; defaults to the number of nodes."""

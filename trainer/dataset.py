@@ -7,7 +7,17 @@ from dataclasses import dataclass
 import torch
 
 from trainer.config import TrainerConfig
-from trainer.data import IGNORE, Example, Tokenize, collate, detect_format, load_rows, pack, pad_rows
+from trainer.data import (
+    IGNORE,
+    Example,
+    Tokenize,
+    collate,
+    columns_of,
+    detect_format,
+    load_rows,
+    pack,
+    pad_rows,
+)
 
 
 @dataclass
@@ -18,14 +28,15 @@ class RunData:
     fmt: str
 
 
-def build(cfg: TrainerConfig, tokenizer) -> RunData:
+def build(cfg: TrainerConfig, tokenizer, packing: bool) -> RunData:
+    """Rows to train on (packed when ``packing``) and held-out rows to evaluate on."""
     train_raw, eval_raw = load_rows(cfg.dataset_name, cfg.data)
-    fmt = cfg.data.format if cfg.data.format != "auto" else detect_format(list(train_raw.column_names))
+    fmt = cfg.data.format if cfg.data.format != "auto" else detect_format(columns_of(train_raw))
     tokenize = Tokenize(tokenizer, fmt, cfg.max_seq_len, cfg.data.mask_prompt)
-    examples = [tokenize(row) for row in train_raw]
+    examples = tokenize.many(train_raw)
     examples = [ex for ex in examples if any(label != IGNORE for label in ex.labels[1:])]
     if eval_raw is not None:
-        eval_examples = [tokenize(row) for row in eval_raw]
+        eval_examples = tokenize.many(eval_raw)
     else:
         examples, eval_examples = _hold_out(examples, cfg.data.eval_fraction, cfg.seed)
     if cfg.data.max_examples:
@@ -33,7 +44,7 @@ def build(cfg: TrainerConfig, tokenizer) -> RunData:
     if cfg.logging.eval_max_batches is not None:
         eval_examples = eval_examples[: cfg.logging.eval_max_batches * cfg.per_device_batch_size * 64]
     pad_id = tokenizer.pad_token_id
-    rows = pack if cfg.data.packing else (lambda exs, _len, pad: pad_rows(exs, pad))
+    rows = pack if packing else (lambda exs, _len, pad: pad_rows(exs, pad))
     return RunData(rows(examples, cfg.max_seq_len, pad_id), pad_rows(eval_examples, pad_id), pad_id, fmt)
 
 
@@ -45,6 +56,15 @@ def _hold_out(examples: list[Example], fraction: float, seed: int) -> tuple[list
     held = set(perm[-k:])
     return ([ex for i, ex in enumerate(examples) if i not in held],
             [ex for i, ex in enumerate(examples) if i in held])
+
+
+FIRST_EVAL_BATCHES = 4
+
+
+def first_eval_batches(eval_max_batches: int | None) -> int:
+    """Batches of the step-0 evaluation: a bounded sample (a baseline, not a result), never more than
+    ``eval_max_batches``."""
+    return min(FIRST_EVAL_BATCHES, eval_max_batches or FIRST_EVAL_BATCHES)
 
 
 def eval_batches(rows: list[dict[str, torch.Tensor]], rank: int, world: int, batch: int, pad_id: int,

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from trainer.parallel import Dist
 from trainer.protocol import MetricRecord, RankMemory
 from trainer.reporter import Reporter
 
-# Dense bf16 peak TFLOP/s per device, for MFU.
-PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0, "L4": 121.0,
-               "B200": 2250.0}
+# Dense bf16 peak TFLOP/s per device, for MFU; the first key found in the device's name wins, so
+# the PCIe and NVL parts (lower clocks) come before the SXM one ("NVIDIA H100 80GB HBM3").
+PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H200": 989.0, "H100": 989.0, "GH200": 989.0,
+               "A100": 312.0, "L40S": 362.0, "A10G": 70.0, "A10": 125.0, "L4": 121.0, "B200": 2250.0}
 _GIB = 1024**3
 
 
@@ -32,6 +36,44 @@ def _rss_bytes() -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the FLOP count needs to know about a model."""
+
+    num_params: int
+    non_embedding_params: int
+    """Every parameter but the input embedding; the output layer counts even when tied to it."""
+    num_layers: int
+    attention_width: int
+    """Heads x head dimension of the queries."""
+
+    @classmethod
+    def of(cls, model: nn.Module) -> ModelShape:
+        config = model.config
+        total = sum(p.numel() for p in model.parameters())
+        embed = model.get_input_embeddings().weight
+        output = model.get_output_embeddings()
+        tied = output is not None and output.weight is embed
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        return cls(total, total - embed.numel() + (embed.numel() if tied else 0), config.num_hidden_layers,
+                   heads * head_dim)
+
+
+def train_flops(shape: ModelShape, example_lengths: Iterable[int]) -> float:
+    """FLOPs of forward + backward over examples of these lengths (torchtitan's convention):
+    6 x non-embedding parameters per token, plus attention's 12 x layers x width x the length of the
+    token's own example (packed examples do not attend to each other; no causal discount)."""
+    lengths = [int(n) for n in example_lengths]
+    return 6.0 * shape.non_embedding_params * sum(lengths) + \
+        12.0 * shape.num_layers * shape.attention_width * sum(n * n for n in lengths)
+
+
+def mfu(flops_per_s_per_device: float, peak: float | None) -> float | None:
+    """Model FLOPs utilisation: achieved over peak dense bf16 FLOP/s of one device."""
+    return flops_per_s_per_device / peak if peak else None
 
 
 def peak_flops(d: Dist, override_tflops: float | None) -> float | None:
@@ -60,46 +102,62 @@ def node_heartbeat(d: Dist, step: int, max_steps: int, tokens_per_s: float, memo
 class MetricsLogger:
     """Collective calls happen on every rank; only rank 0 prints and writes."""
 
-    def __init__(self, d: Dist, num_params: int, max_steps: int, peak: float | None) -> None:
+    def __init__(self, d: Dist, shape: ModelShape, max_steps: int, peak: float | None) -> None:
         self.d = d
-        self.num_params = num_params
+        self.shape = shape
         self.max_steps = max_steps
         self.peak = peak
         self.reporter = Reporter() if d.is_main else None
         self.window_tokens = 0
+        self.window_flops = 0.0
         self.window_start = time.perf_counter()
+        self.window_excluded = 0.0
+        self.excluded_s = 0.0
+        """Seconds of evaluation and checkpointing, left out of tokens/s."""
 
-    def add_tokens(self, count: int) -> None:
-        self.window_tokens += count
+    def add_batches(self, batches: list[dict[str, torch.Tensor]]) -> None:
+        for batch in batches:
+            self.window_tokens += int(batch["real_tokens"])
+            self.window_flops += train_flops(self.shape, batch["lengths"].tolist())
+
+    def exclude(self, seconds: float, what: str) -> None:
+        """Leave ``seconds`` of ``what`` (evaluation, checkpoint) out of the throughput."""
+        self.window_excluded += seconds
+        self.excluded_s += seconds
+        if self.d.is_main and what == "checkpoint":
+            print(f"checkpoint blocked training for {seconds:.2f} s", flush=True)
 
     def train_step(self, step: int, epoch: float, loss: float, lr: float, grad_norm: float | None) -> None:
-        t = torch.tensor([self.window_tokens], dtype=torch.float64)
+        t = torch.tensor([self.window_tokens, self.window_flops], dtype=torch.float64)
         dist.all_reduce(t)
-        elapsed = time.perf_counter() - self.window_start
-        tokens_per_s = t.item() / elapsed if elapsed > 0 else 0.0
+        elapsed = time.perf_counter() - self.window_start - self.window_excluded
+        tokens_per_s = t[0].item() / elapsed if elapsed > 0 else 0.0
+        mfu_value = mfu(t[1].item() / elapsed / self.d.world, self.peak) if elapsed > 0 else None
         memory = [None] * self.d.world
         dist.all_gather_object(memory, rank_memory(self.d))
-        self.window_tokens, self.window_start = 0, time.perf_counter()
+        self.window_tokens, self.window_flops, self.window_excluded = 0, 0.0, 0.0
+        self.window_start = time.perf_counter()
         if not self.d.is_main:
             if self.d.local_rank == 0:  # the first rank of every other node: its pane shows the run is alive
                 print(node_heartbeat(self.d, step, self.max_steps, tokens_per_s, memory), flush=True)
             return
-        mfu = (6 * self.num_params * tokens_per_s / (self.peak * self.d.world)) if self.peak else None
         record = MetricRecord(step=step, kind="train", max_steps=self.max_steps, epoch=round(epoch, 4),
-                              loss=loss, lr=lr, grad_norm=grad_norm, tokens_per_s=tokens_per_s, mfu=mfu,
+                              loss=loss, lr=lr, grad_norm=grad_norm, tokens_per_s=tokens_per_s, mfu=mfu_value,
                               time=time.time(), memory=tuple(RankMemory(**m) for m in memory))
         self.reporter.write(record)
-        mfu_text = f" mfu={mfu:.1%}" if mfu is not None else ""
+        mfu_text = f" mfu={mfu_value:.1%}" if mfu_value is not None else ""
         print(f"step={step}/{self.max_steps} loss={loss:.4f} lr={lr:.3g} tok/s={tokens_per_s:.0f}{mfu_text}",
               flush=True)
 
-    def eval(self, step: int, eval_loss: float, exact_match: float | None) -> None:
+    def eval(self, step: int, eval_loss: float, exact_match: float | None, seconds: float) -> None:
+        self.exclude(seconds, "eval")
         if not self.d.is_main:
             return
         self.reporter.write(MetricRecord(step=step, kind="eval", max_steps=self.max_steps, eval_loss=eval_loss,
-                                         eval_exact_match=exact_match, time=time.time()))
+                                         eval_exact_match=exact_match, time=time.time(),
+                                         extra={"eval_seconds": round(seconds, 3)}))
         em = f" exact_match={exact_match:.3f}" if exact_match is not None else ""
-        print(f"eval step={step} eval_loss={eval_loss:.4f}{em}", flush=True)
+        print(f"eval step={step} eval_loss={eval_loss:.4f}{em} seconds={seconds:.2f}", flush=True)
 
     def close(self) -> None:
         if self.reporter is not None:

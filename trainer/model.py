@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import torch
 from torch import nn
 
+from trainer import loading
 from trainer.assets import resolve_model
 from trainer.config import ModelConfig
+
+_DTYPES = {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def load_tokenizer(model_name: str, cfg: ModelConfig):
@@ -19,13 +25,69 @@ def load_tokenizer(model_name: str, cfg: ModelConfig):
     return tok
 
 
-def load_model(model_name: str, cfg: ModelConfig, seed: int) -> nn.Module:
-    """fp32 master weights unless ``dtype`` says otherwise; mixed precision is FSDP's job."""
+def hf_config(model_name: str, cfg: ModelConfig):
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(resolve_model(model_name), trust_remote_code=cfg.trust_remote_code)
+
+
+def attention_support(config, model_name: str, cfg: ModelConfig) -> tuple[bool, bool]:
+    """Whether the model's class has an sdpa and a flex attention implementation."""
+    from transformers import AutoModelForCausalLM
+
+    mapping = AutoModelForCausalLM._model_mapping
+    if type(config) in mapping:
+        cls = mapping[type(config)]
+        if isinstance(cls, (list, tuple)):
+            cls = cls[0]
+    else:
+        from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+        cls = get_class_from_dynamic_module(config.auto_map["AutoModelForCausalLM"], resolve_model(model_name))
+    return bool(getattr(cls, "_supports_sdpa", False)), bool(getattr(cls, "_supports_flex_attn", False))
+
+
+def build_model(model_name: str, cfg: ModelConfig, config, attn: str, seed: int, device: torch.device,
+                prepare: Callable[[nn.Module], nn.Module]) -> nn.Module:
+    """The model with its weights in place, built on the meta device and filled shard by shard.
+
+    ``prepare`` wraps and shards the weightless skeleton (activation checkpointing, compile, FSDP);
+    then each rank reads its shards from the safetensors, or rank 0 broadcasts a model it loads or
+    initialises (``from_scratch``, non-safetensors weights)."""
+    from transformers import AutoModelForCausalLM
+
+    with loading.parameters_on_meta():
+        model = AutoModelForCausalLM.from_config(config, attn_implementation=attn, dtype=_DTYPES[cfg.dtype],
+                                                 trust_remote_code=cfg.trust_remote_code)
+    model.config.use_cache = False
+    model = prepare(model)
+    loading.materialize(model, device)
+    if cfg.from_scratch or not loading.fill_from_safetensors(model, weights_folder(model_name)):
+        import torch.distributed as dist
+
+        full = load_model(model_name, cfg, seed, attn).state_dict() if dist.get_rank() == 0 else None
+        loading.fill_by_broadcast(model, full)
+    return model
+
+
+def weights_folder(model_name: str) -> Path:
+    """A local folder holding the model's weights: the folder itself, or the hub snapshot (downloaded
+    once per node into the Hugging Face cache)."""
+    path = Path(resolve_model(model_name)).expanduser()
+    if path.is_dir():
+        return path
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(model_name, allow_patterns=["*.json", "*.safetensors"]))
+
+
+def load_model(model_name: str, cfg: ModelConfig, seed: int, attn: str = "sdpa") -> nn.Module:
+    """The whole model on the host: fp32 master weights unless ``dtype`` says otherwise (mixed
+    precision is FSDP's job). ``attn`` is the Hugging Face implementation name."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     path = resolve_model(model_name)
-    dtype = {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.dtype]
-    attn = {"sdpa": "sdpa", "flex": "flex_attention", "eager": "eager"}[cfg.attention]
+    dtype = _DTYPES[cfg.dtype]
     if cfg.from_scratch:
         config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
         torch.manual_seed(seed)

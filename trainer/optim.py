@@ -32,3 +32,11 @@ def lr_factor(step: int, total: int, cfg: OptimConfig) -> float:
 
 def build_scheduler(optimizer, total_steps: int, cfg: OptimConfig):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, total_steps, cfg))
+
+
+def move_schedule(scheduler, step: int) -> None:
+    """Put the schedule at ``step`` (after a resume that rescaled the step count)."""
+    scheduler.last_epoch = step
+    for group, base in zip(scheduler.optimizer.param_groups, scheduler.base_lrs, strict=True):
+        group["lr"] = base * scheduler.lr_lambdas[0](step)
+    scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]

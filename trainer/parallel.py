@@ -52,11 +52,48 @@ def init_distributed() -> Dist:
                 int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size())), device)
 
 
-def shard_model(model: nn.Module, cfg: FsdpConfig, d: Dist) -> nn.Module:
+@dataclass(frozen=True)
+class Sharding:
+    sharding: str
+    note: str
+    """The line that says what was chosen and why."""
+    per_block: bool = True
+    """Wrap each decoder block (gradients reduced block by block, overlapping backward); a small
+    replicated model is wrapped at the root only (on CPU in fp32: plain replication)."""
+
+
+def choose_sharding(cfg: FsdpConfig, num_params: int, d: Dist) -> Sharding:
+    """``auto``: replicate a model whose training state (fp32 weights, gradients, two Adam moments:
+    16 bytes a parameter) fits in a quarter of a rank's memory, else shard it."""
+    if cfg.sharding != "auto":
+        return Sharding(cfg.sharding, f"sharding: {cfg.sharding}")
+    need = 16 * num_params
+    if d.device.type == "cuda":
+        budget = torch.cuda.get_device_properties(d.device).total_memory
+    else:
+        budget = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // max(1, d.local_world)
+    choice = "no_shard" if d.world == 1 or need * 4 <= budget else "full_shard"
+    return Sharding(choice, f"sharding: {choice} (auto: training state {need / 2**30:.2f} GiB, "
+                            f"{budget / 2**30:.0f} GiB per rank; set fsdp.sharding to override)",
+                    per_block=choice != "no_shard")
+
+
+def param_device(cfg: FsdpConfig, d: Dist) -> torch.device:
+    """Where sharded parameters live: the host with CPU offload, else the rank's device."""
+    return torch.device("cpu") if cfg.cpu_offload else d.device
+
+
+def shard_model(model: nn.Module, cfg: FsdpConfig, d: Dist, per_block: bool = True) -> nn.Module:
     """Apply FSDP2. The mesh is 1-D (shard over all ranks) or 2-D (replicate x shard) for HSDP/no_shard."""
     from torch.distributed.device_mesh import init_device_mesh
 
     kind = d.device.type
+    if not per_block and kind == "cpu" and not _use_bf16(cfg, d) and not cfg.cpu_offload:
+        # Plain replication (DDP's bucketed all-reduce during backward, plain tensors): on CPU the
+        # per-step cost of a small model is the collectives and DTensor bookkeeping, not compute.
+        from torch.distributed._composable.replicate import replicate
+
+        return replicate(model)
     if cfg.sharding == "hybrid_shard":
         replicas = cfg.replicate_degree or d.num_nodes
         mesh = init_device_mesh(kind, (replicas, d.world // replicas), mesh_dim_names=("replicate", "shard"))
@@ -72,10 +109,11 @@ def shard_model(model: nn.Module, cfg: FsdpConfig, d: Dist) -> nn.Module:
         )
     if cfg.cpu_offload:
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
-    elif kind == "cuda":
+    elif kind == "cuda" and not any(p.is_meta for p in model.parameters()):
         model.to(d.device)
-    for block in decoder_blocks(model):
-        fully_shard(block, **kwargs)
+    if per_block:
+        for block in decoder_blocks(model):
+            fully_shard(block, **kwargs)
     fully_shard(model, **kwargs)
     return model
 

@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer.data import IGNORE, collate, needs_segment_mask, segment_mask
+from trainer.attention import packed_mask
+from trainer.data import IGNORE, collate, needs_segment_mask
 
 
 def forward_logits(model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:
-    """Logits with a block-diagonal causal mask built from ``position_ids``, so packed examples never
-    attend to each other (an explicit mask: exact on every transformers version). A batch with no
-    learned token after a boundary needs only causal attention and passes no mask (flash kernel)."""
+    """Logits with a block-diagonal causal mask built from ``position_ids`` in the form the model's
+    attention implementation reads, so packed examples never attend to each other (an explicit mask:
+    exact on every transformers version). A batch with no learned token after a boundary needs only
+    causal attention and passes no mask (flash kernel)."""
     ids = batch["input_ids"].to(device)
     pos = batch["position_ids"].to(device)
-    mask = segment_mask(pos) if needs_segment_mask(batch) else None
+    mask = packed_mask(model.config._attn_implementation, pos) if needs_segment_mask(batch) else None
     return model(input_ids=ids, position_ids=pos, attention_mask=mask).logits
 
 
@@ -37,10 +40,13 @@ def loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, 
 
 
 def train_step(model, optimizer, scheduler, micro_batches: list[dict[str, torch.Tensor]], device,
-               max_grad_norm: float | None, world: int) -> tuple[float, float | None, int]:
-    """One optimiser step over ``micro_batches``; returns (global mean loss, grad norm, real tokens here).
+               max_grad_norm: float | None, world: int,
+               before_update: Callable[[], None] | None = None) -> tuple[float, float | None, int, float]:
+    """One optimiser step over ``micro_batches``; returns (global mean loss, grad norm, real tokens here,
+    the learning rate this step used).
 
-    Each rank scales its summed loss by world / global label count, so after FSDP averages gradients
+    ``before_update`` runs just before the optimiser changes the weights (an async checkpoint's copy
+    may still be reading them until then). Each rank scales its summed loss by world / global label count, so after FSDP averages gradients
     over ranks the step minimises the mean over every learned token of every rank and micro-step.
     """
     labels = [shifted_labels(b, device) for b in micro_batches]
@@ -48,7 +54,10 @@ def train_step(model, optimizer, scheduler, micro_batches: list[dict[str, torch.
     dist.all_reduce(count)
     global_count = max(count.item(), 1.0)
     summed = torch.zeros(1)
-    for batch, lab in zip(micro_batches, labels, strict=True):
+    can_defer = hasattr(model, "set_requires_gradient_sync")
+    for i, (batch, lab) in enumerate(zip(micro_batches, labels, strict=True)):
+        if can_defer:  # reduce gradients once, on the last micro-step
+            model.set_requires_gradient_sync(i == len(micro_batches) - 1)
         total, _ = loss_sum(forward_logits(model, batch, device), lab)
         (total * world / global_count).backward()
         summed += total.detach().float().cpu()
@@ -56,12 +65,15 @@ def train_step(model, optimizer, scheduler, micro_batches: list[dict[str, torch.
     if max_grad_norm is not None:
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
         grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+    lr = scheduler.get_last_lr()[0]
+    if before_update is not None:
+        before_update()
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     dist.all_reduce(summed)
     real = int(sum(int(b["real_tokens"]) for b in micro_batches))
-    return summed.item() / global_count, grad_norm, real
+    return summed.item() / global_count, grad_norm, real, lr
 
 
 @torch.no_grad()

@@ -10,6 +10,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from launcher.workload.model import ENV_NAME, RESERVED_ENV, SECRET_REF, Workload
 from launcher.workload.topology import Finding, resolve_topology
 from trainer.config import TrainerConfig
+from trainer.model_family import packing_refusal, read_config
 
 _SECRETISH = re.compile(r"(TOKEN|PASSWORD|PASSWD|SECRET|API_KEY|ACCESS_KEY|PRIVATE_KEY)", re.IGNORECASE)
 _METRIC_GROUPS = {"step", "max_steps", "loss", "lr", "eval_loss", "tokens_per_s", "grad_norm", "epoch"}
@@ -25,11 +26,18 @@ def check_workload(w: Workload, base_dir: FsPath | None) -> list[Finding]:
     return out
 
 
-def check_trainer(w: Workload, cfg: TrainerConfig) -> list[Finding]:
-    """Trainer settings that make no sense for this compute."""
+def check_trainer(w: Workload, cfg: TrainerConfig, base_dir: FsPath | None = None) -> list[Finding]:
+    """Trainer settings that make no sense for this compute or this model."""
     topo = resolve_topology(w)
     out: list[Finding] = []
     p = ("parameters",)
+    if cfg.data.packing:
+        refusal = packing_refusal(read_config(cfg.model_name, base_dir), cfg.model_name)
+        if refusal is None and cfg.model.attention == "flex" and topo.kind == "cpu":
+            refusal = "flex attention has no backward pass on CPU"
+        if refusal is not None:
+            out.append(Finding((*p, "data", "packing"), "error", refusal,
+                               "set data.packing: false, or leave it out to pack only where it is correct"))
     if cfg.fsdp.sharding == "hybrid_shard" and topo.num_nodes == 1 and cfg.fsdp.replicate_degree is None:
         out.append(Finding((*p, "fsdp", "sharding"), "warning",
                            "hybrid_shard on one node shards like full_shard",

@@ -99,7 +99,7 @@ def validate_text(text: str, filename: str = "<workload>", overrides: Sequence[s
     if checked is not None:
         findings = checks.check_workload(checked, base_dir)
         if trainer_cfg is not None:
-            findings += checks.check_trainer(checked, trainer_cfg)
+            findings += checks.check_trainer(checked, trainer_cfg, base_dir)
         problems += [locate.finding(f) for f in findings]
     if "compute" not in data and not has_errors(problems):
         problems.append(locate.problem(("compute",), "warning",

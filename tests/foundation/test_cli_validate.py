@@ -29,7 +29,7 @@ def test_errors_exit_one_in_compiler_format():
     out = cli("validate", AIR, bad)
     assert out.returncode == 1
     assert out.stdout.splitlines() == [
-        f"{bad}:7:15: error: parameters.fsdp.sharding: 'full_shrad' is not one of full_shard, "
+        f"{bad}:7:15: error: parameters.fsdp.sharding: 'full_shrad' is not one of auto, full_shard, "
         "shard_grad_op, hybrid_shard, no_shard (did you mean 'full_shard'?)"
     ]
 

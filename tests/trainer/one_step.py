@@ -31,7 +31,7 @@ t = Tokenize(tok, "alpaca", 64, True)
 packed = pack([t(r) for r in rows], 64, tok.pad_token_id)
 # The same global batch on every world size: rank r takes rows r, r+W, ... of the first 8.
 mine = [packed[i] for i in range(8) if i % d.world == d.rank]
-loss, _, _ = train.train_step(net, opt, sched, [collate(mine, tok.pad_token_id)], d.device, 1.0, d.world)
+loss, _, _, _ = train.train_step(net, opt, sched, [collate(mine, tok.pad_token_id)], d.device, 1.0, d.world)
 state = get_model_state_dict(net, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 if d.is_main:
     torch.save({"loss": loss, "params": state}, out)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from trainer import train
+from trainer.attention import segment_mask
 from trainer.data import (
     IGNORE,
     Example,
@@ -15,7 +16,6 @@ from trainer.data import (
     needs_segment_mask,
     pack,
     pad_rows,
-    segment_mask,
 )
 
 
@@ -120,3 +120,15 @@ def test_global_order_is_deterministic_and_resumable_across_world_sizes():
     four = [GlobalOrder(100, 4, r, 2, seed=3, shuffle=True) for r in range(4)]
     pos = GlobalOrder.rescale(5, two[0].per_global, four[0].per_global)
     assert [i for o in four for i in o.indices(0, pos)] == [i for o in two for i in o.indices(0, 5)]
+
+
+@pytest.mark.parametrize("fmt, mask", [("alpaca", True), ("alpaca", False), ("squad", True)])
+def test_batched_tokenization_gives_the_same_examples(tok, fmt, mask):
+    if fmt == "alpaca":
+        with open("trainer/data/tiny_alpaca.jsonl") as f:
+            rows = [json.loads(line) for line in f.readlines()[:20]]
+    else:
+        rows = [{"context": f"The sky is blue {i}.", "question": "What colour?", "answers": {"text": ["blue"]}}
+                for i in range(5)]
+    t = Tokenize(tok, fmt, 24, mask)
+    assert t.many(rows) == [t(r) for r in rows]

@@ -1,0 +1,47 @@
+"""Under torchrun: build MODEL_DIR's model on the meta device, shard it (full_shard) and fill the shards.
+Each rank writes its resident memory just before the build and its peak during it to OUT.rank<N>.json;
+with ``check``, rank 0 also compares the gathered weights with ``from_pretrained``'s."""
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+from trainer import model, parallel
+from trainer.config import FsdpConfig, ModelConfig
+
+
+def _status(field: str) -> int:
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise LookupError(field)
+
+
+model_dir, out, check = sys.argv[1], sys.argv[2], sys.argv[3] == "check"
+d = parallel.init_distributed()
+mcfg = ModelConfig()
+config = model.hf_config(model_dir, mcfg)
+dist.barrier()
+with open("/proc/self/clear_refs", "w") as f:  # restart the peak (VmHWM) from the current RSS
+    f.write("5")
+idle = _status("VmRSS")
+net = model.build_model(model_dir, mcfg, config, "sdpa", 0, d.device,
+                        lambda m: parallel.shard_model(m, FsdpConfig(sharding="full_shard"), d))
+peak = _status("VmHWM")
+local = sum(p.to_local().numel() * p.element_size() for p in net.parameters())
+with open(f"{out}.rank{d.rank}.json", "w") as f:
+    json.dump({"idle": idle, "peak": peak, "local_bytes": local}, f)
+if check:
+    state = get_model_state_dict(net, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if d.is_main:
+        ref = model.load_model(model_dir, mcfg, 0).state_dict()
+        same = all(torch.equal(state[k], ref[k]) for k in state)
+        with open(f"{out}.check.json", "w") as f:
+            json.dump({"keys_match": sorted(state) == sorted(k for k in ref if k in state), "same": same,
+                       "num_keys": len(state)}, f)
+dist.barrier()
+dist.destroy_process_group()

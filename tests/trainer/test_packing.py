@@ -1,0 +1,117 @@
+"""Packing is exact for every attention implementation that runs here: the gradients of a packed batch
+equal the summed gradients of its examples run one by one, and settings a model cannot take are refused
+or turned off with a reason."""
+
+import json
+
+import pytest
+import torch
+
+from trainer import attention, train
+from trainer.config import TrainerConfig
+from trainer.data import Tokenize, collate, pack, pad_rows
+
+
+@pytest.fixture(scope="module")
+def examples(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    with open("trainer/data/tiny_alpaca.jsonl") as f:
+        rows = [json.loads(line) for line in f.readlines()[:10]]
+    t = Tokenize(tok, "alpaca", 96, mask_prompt=False)
+    return [t(r) for r in rows], tok.pad_token_id
+
+
+def _model(model_dir, implementation: str):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=implementation,
+                                                 dtype=torch.float64)
+    model.config.use_cache = False
+    return model.train()
+
+
+def _grads(model, batches, pad_id) -> tuple[float, dict[str, torch.Tensor]]:
+    model.zero_grad(set_to_none=True)
+    loss = 0.0
+    for rows in batches:
+        batch = collate(rows, pad_id)
+        total, _ = train.loss_sum(train.forward_logits(model, batch, "cpu"), train.shifted_labels(batch, "cpu"))
+        total.backward()
+        loss += float(total.detach())
+    return loss, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+def test_packed_gradients_equal_one_by_one(tiny_model_dir, examples, implementation):
+    exs, pad_id = examples
+    packed = pack(exs, 256, pad_id)
+    assert len(packed) < len(exs) and max(len(r["lengths"]) for r in packed) >= 3
+    model = _model(tiny_model_dir, implementation)
+    loss_packed, grads_packed = _grads(model, [packed], pad_id)
+    loss_single, grads_single = _grads(model, [pad_rows([ex], pad_id) for ex in exs], pad_id)
+    assert loss_packed == pytest.approx(loss_single, rel=1e-6)  # the loss is summed in fp32
+    for name, grad in grads_single.items():
+        torch.testing.assert_close(grads_packed[name], grad, rtol=1e-9, atol=1e-12 * float(grad.abs().max()),
+                                   msg=name)
+
+
+def test_eager_mask_is_additive_and_closes_other_examples():
+    pos = torch.tensor([[0, 1, 2, 0, 1]])
+    mask = attention.additive_mask(pos)
+    assert mask.dtype == torch.float32
+    allowed = mask[0, 0] == 0
+    assert allowed.tolist() == [[True, False, False, False, False],
+                                [True, True, False, False, False],
+                                [True, True, True, False, False],
+                                [False, False, False, True, False],
+                                [False, False, False, True, True]]
+    assert torch.isfinite(mask).all() and float(mask.min()) == torch.finfo(torch.float32).min
+
+
+def _cfg(**over) -> TrainerConfig:
+    return TrainerConfig.model_validate({"model_name": "m", "dataset_name": "d", "output_dir": "o", **over})
+
+
+BLOOM = {"model_type": "bloom"}
+LLAMA = {"model_type": "llama"}
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize("params, config, sdpa, expected", [
+    ({}, LLAMA, True, ("sdpa", True, ("attention: sdpa",))),
+    ({}, BLOOM, False, ("eager", False, ("attention: eager (the model has no sdpa implementation)",
+                                         "packing: off (BLOOM uses ALiBi without position ids: packed examples "
+                                         "would attend to each other)"))),
+    ({"data": {"packing": False}}, BLOOM, False, ("eager", False, ("attention: eager (the model has no sdpa "
+                                                                  "implementation)",))),
+    ({"model": {"attention": "eager"}}, LLAMA, True, ("eager", True, ())),
+    ({"model": {"attention": "flex"}}, LLAMA, True, ("flex", False, ("packing: off (flex attention has no "
+                                                                    "backward pass on CPU)",))),
+])
+def test_defaults_fit_the_model(params, config, sdpa, expected):
+    choice = attention.choose(_cfg(**params), config, sdpa, True, CPU)
+    assert (choice.implementation, choice.packing, choice.notes) == expected
+
+
+@pytest.mark.parametrize("params, config, sdpa, key", [
+    ({"data": {"packing": True}}, BLOOM, False, "parameters.data.packing"),
+    ({"data": {"packing": True}, "model": {"attention": "flex"}}, LLAMA, True, "parameters.data.packing"),
+    ({"model": {"attention": "sdpa"}}, BLOOM, False, "parameters.model.attention"),
+])
+def test_settings_the_model_cannot_take_are_refused(params, config, sdpa, key):
+    with pytest.raises(attention.SettingError, match=key):
+        attention.choose(_cfg(**params), config, sdpa, True, CPU)
+
+
+def test_first_fit_decreasing_fills_rows_and_is_deterministic(examples):
+    from trainer.data import Example
+
+    lengths = [7, 3, 5, 2, 6, 4, 1, 8, 2, 5]
+    exs = [Example(list(range(1, n + 1)), list(range(1, n + 1))) for n in lengths]
+    rows = pack(exs, 10, 0)
+    assert sum(int(r["real_tokens"]) for r in rows) == sum(lengths)
+    assert len(rows) == 5  # 43 tokens in rows of 10: the fewest possible
+    again = pack(exs, 10, 0)
+    assert all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(rows, again, strict=True))
