@@ -53,7 +53,8 @@ async def test_editor_shows_problems_and_jumps_to_them(home, tmp_path):
         # Fix it in the buffer: the problem goes away after the debounce.
         area = app.screen.query_one(TextArea)
         area.text = area.text.replace("full_shrad", "full_shard")
-        await _wait_for(pilot, lambda: app.screen.problems == [])
+        await _wait_for(pilot, lambda: not any(p.is_error for p in app.screen.problems))
+        assert [p.path for p in app.screen.problems] == ["compute"]  # only the no-compute warning is left
         assert "valid" in str(app.screen.query_one("#status").render())
 
 
