@@ -25,8 +25,9 @@ class RunStats:
     state: str
     signature: str = ""
     """Why it failed (its triage summary), empty otherwise."""
-    num_nodes: int = 1
-    world_size: int = 1
+    num_nodes: int | None = 1
+    world_size: int | None = 1
+    """Processes in all (``None`` for a variant that never started)."""
     tokens_per_s: float | None = None
     mfu: float | None = None
     step_time_s: float | None = None
@@ -172,7 +173,7 @@ def sweep_stats(home: Path, record) -> list[RunStats]:
     rows = []
     for v in record.variants:
         if store.get_run(v.run_id) is None:
-            rows.append(RunStats(v.run_id, v.label, v.state, signature=v.detail))
+            rows.append(RunStats(v.run_id, v.label, v.state, signature=v.detail, num_nodes=None, world_size=None))
         else:
             rows.append(run_stats(home, v.run_id, v.label))
     return with_scaling(rows)

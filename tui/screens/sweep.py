@@ -40,7 +40,8 @@ class SweepScreen(Screen):
     compares any runs (with their workload diffs)."""
 
     DEFAULT_CSS = """
-    SweepScreen #sweep-title { padding: 0 1; background: $panel; width: 100%; text-style: bold; }
+    SweepScreen #sweep-title { padding: 0 1; background: $panel; width: 100%; height: 1; text-style: bold; }
+    SweepScreen #row-detail { padding: 0 1; height: auto; max-height: 3; color: $text-muted; }
     SweepScreen TabbedContent { height: 1fr; }
     SweepScreen TabPane { padding: 0; }
     SweepScreen PlotextPlot { height: 1fr; }
@@ -73,6 +74,7 @@ class SweepScreen(Screen):
         with TabbedContent(initial="table"):
             with TabPane("1 table", id="table"):
                 yield ComparisonTable(id="variants")
+                yield Label("", id="row-detail")
             with TabPane("2 loss", id="loss"):
                 yield LossCurves(id="loss-plot")
             with TabPane("3 tok/s", id="throughput"):
@@ -130,10 +132,17 @@ class SweepScreen(Screen):
     def _title(self) -> None:
         done = sum(r.state == "succeeded" for r in self.rows)
         if self.sweep_id:
-            head = f"Sweep {self.sweep_id}: {self.state}, {done}/{len(self.rows)} variants succeeded"
+            head = f"{self.sweep_id} {self.state}: {done}/{len(self.rows)} succeeded"
         else:
             head = f"{len(self.rows)} runs compared"
-        self.query_one("#sweep-title", Label).update(f"{head}  (sorted {self.table.describe_sort()})")
+        self.query_one("#sweep-title", Label).update(f"{head}, sorted {self.table.describe_sort()}")
+
+    def on_data_table_row_highlighted(self, event: ComparisonTable.RowHighlighted) -> None:
+        """The highlighted row's run and, for one that failed or was skipped, why in full."""
+        row = next((r for r in self.rows if r.run_id == event.row_key.value), None)
+        if row is not None:
+            why = f": {row.signature}" if row.signature else ""
+            self.query_one("#row-detail", Label).update(f"{row.run_id} {row.state}{why}")
 
     def action_sort(self) -> None:
         self.table.cycle_sort()

@@ -10,7 +10,10 @@ from launcher.runs.comparison import RunStats
 
 
 def short_label(stats: RunStats, width: int = 18) -> str:
-    text = stats.label or stats.run_id
+    """``sharding=full_shard cpu_offload=true`` -> ``full_shard cpu_offload=true``: the first value
+    without its key (the sweep's main axis), the rest as they are."""
+    first, _, rest = (stats.label or stats.run_id).partition(" ")
+    text = (first.split("=", 1)[-1] + (" " + rest if rest else "")).strip()
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -23,13 +26,14 @@ class LossCurves(PlotextPlot):
         plt.clear_figure()
         plt.title("training loss")
         plt.xlabel("step")
-        drawn = 0
+        self.labels: list[str] = []
+        """The legend of the lines drawn, one per run with a loss."""
         for r in rows:
             if r.losses:
                 steps, losses = zip(*r.losses, strict=True)
-                plt.plot(list(steps), list(losses), label=f"{r.run_id[-4:]} {short_label(r)}", marker="braille")
-                drawn += 1
-        if not drawn:
+                self.labels.append(f"{r.run_id[-4:]} {short_label(r)}")
+                plt.plot(list(steps), list(losses), label=self.labels[-1], marker="braille")
+        if not self.labels:
             plt.title("training loss: no run has reported one yet")
         self.refresh()
 
