@@ -13,9 +13,9 @@ import pytest
 
 from launcher.runs.comparison import sweep_stats
 from launcher.runs.comparison_format import render
+from launcher.runs.store import RunStore
 from launcher.runs.sweep_driver import driver_alive
 from launcher.runs.sweep_record import load_sweep
-from launcher.runs.store import RunStore
 from tests.launcher.conftest import FSDP_TUI, ROOT, cli, cli_env, tagged, write_workload
 
 pytestmark = pytest.mark.slow

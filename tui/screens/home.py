@@ -108,7 +108,6 @@ class HomeScreen(Screen):
     def load_runs(self) -> None:
         from launcher.runs.launch import adopt_orphans_of
         from launcher.runs.store import RunStore
-
         from launcher.runs.sweep_record import list_sweeps
 
         adopt_orphans_of(self.app.home)  # a run whose owner died gets a new one, which catches it up
