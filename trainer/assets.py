@@ -21,10 +21,10 @@ BUILTIN = "builtin:"
 ASSET_VERSION = "v1"
 DATA_DIR = Path(__file__).parent / "data"
 DATASETS = {"tiny-alpaca": DATA_DIR / "tiny_alpaca.jsonl"}
-MODELS = {"tiny-llama": (64, 192), "small-llama": (256, 768)}
-"""Built-in Llama-shaped models: (hidden size, MLP size); 4 blocks each. ``small-llama`` (~3.4M
-parameters) is large enough for sharding to show in each rank's memory on CPU, small enough for a
-CPU sweep of a few minutes."""
+MODELS = {"tiny-llama": (64, 192), "small-llama": (512, 1536)}
+"""Built-in Llama-shaped models: (hidden size, MLP size); 4 blocks each. ``small-llama`` (~13M
+parameters, ~200 MB of weights, gradients and Adam state) is large enough for sharding to show in each
+rank's memory on CPU above the noise of activations, small enough for a CPU sweep of a few minutes."""
 _DONE = ".fsdp-tui-complete"
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ '<|' + m['role'] + '|>\n' + m['content'] + eos_token + '\n' }}{% endfor %}"
