@@ -155,8 +155,38 @@ def with_scaling(rows: list[RunStats]) -> list[RunStats]:
 
 
 def compare_runs(home: Path, run_ids: list[str], labels: dict[str, str] | None = None) -> list[RunStats]:
-    labels = labels or {}
+    """Any runs side by side; each labelled by what its workload sets differently from the others'."""
+    if labels is None:
+        import yaml
+
+        store = RunStore(home)
+        workloads = {}
+        for run_id in run_ids:
+            record = store.get_run(run_id)
+            try:
+                workloads[run_id] = yaml.safe_load((record.directory / "workload.yaml").read_text()) or {}
+            except (OSError, AttributeError, yaml.YAMLError):
+                workloads[run_id] = {}
+        labels = varied_labels(workloads)
     return with_scaling([run_stats(home, run_id, labels.get(run_id, "")) for run_id in run_ids])
+
+
+def varied_labels(workloads: dict[str, dict]) -> dict[str, str]:
+    """``{run: "sharding=no_shard max_steps=20"}``: the keys whose values differ between the runs (their
+    last part), with each run's value; empty when all agree or there is one run."""
+    flat = {run_id: _flatten(w) for run_id, w in workloads.items()}
+    keys = list(dict.fromkeys(k for f in flat.values() for k in f))
+    varied = [k for k in keys if len({repr(f.get(k)) for f in flat.values()}) > 1]
+    return {run_id: " ".join(f"{k.rsplit('.', 1)[-1]}={f.get(k, '-')}" for k in varied)
+            for run_id, f in flat.items()}
+
+
+def _flatten(data: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        out.update(_flatten(value, name + ".") if isinstance(value, dict) else {name: value})
+    return out
 
 
 def _json(path: Path) -> dict | None:
