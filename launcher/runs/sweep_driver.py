@@ -35,6 +35,7 @@ from launcher.runs.sweep_record import (
 from launcher.workload.plan import RunPlan, plan_from_json
 
 POLL_S = 0.5
+SETTLE_S = 3.0
 LOG = "driver.log"
 
 
@@ -108,13 +109,25 @@ class Driver:
                 for v in pending:
                     self.set_variant(v.index, state="skipped", detail=why)
                 pending = []
-            while pending and len(live) < self.record.parallel and not cancel_requested(self.home, self.sweep_id):
+            while (pending and len(live) < self.record.parallel and not cancel_requested(self.home, self.sweep_id)
+                   and all(self._settled(run_id) for run_id in live.values())):
                 v = pending.pop(0)
                 live[v.index] = self._start(v.index, v.run_id, parent)
             if not live and not pending:
                 break
             await asyncio.sleep(POLL_S)
         return self._end(parent, stopping)
+
+    def _settled(self, run_id: str) -> bool:
+        """Whether a variant has been running a while (or ended): parallel variants start one after the
+        other, so each takes its rendezvous port before the next one looks for a free one."""
+        record = self.store.get_run(run_id)
+        if record is None:
+            return False
+        if record.summary.state.is_final:
+            return True
+        running = [at for at, state, _a, _d in record.transitions if state == RunState.RUNNING]
+        return bool(running) and time.time() - running[0] >= SETTLE_S
 
     def _start(self, index: int, run_id: str, parent: str | None) -> str:
         plan: RunPlan = plan_from_json(json.loads(Path(plan_path(self.home, self.sweep_id, index)).read_text()))

@@ -68,6 +68,7 @@ command: |
   while true; do echo tick $WHICH; sleep 0.2; done
 mlflow: {enabled: false}
 sweep:
+  parallel: 2
   grid:
     env_variables.WHICH: [one, two, three]
 """
@@ -88,16 +89,17 @@ async def test_cancel_from_the_app_leaves_no_process_and_starts_nothing_more(hom
         await wait_for(pilot, lambda: isinstance(app.screen, SweepScreen), timeout=60)
         screen = app.screen
         record = load_sweep(home, screen.sweep_id)
-        first = record.variants[0].run_id
-        await wait_for(pilot, lambda: len(tagged(first)) >= 2, timeout=120)
+        first, second = record.variants[0].run_id, record.variants[1].run_id
+        # Two at once (parallel: 2), the second started once the first runs: each has its own port.
+        await wait_for(pilot, lambda: len(tagged(first)) >= 2 and len(tagged(second)) >= 2, timeout=120)
         await pilot.press("x")
         await pilot.press("y")
         await wait_for(pilot, lambda: load_sweep(home, screen.sweep_id).is_final, timeout=120)
         record = load_sweep(home, screen.sweep_id)
         assert record.state == "cancelled"
-        assert [v.state for v in record.variants] == ["cancelled", "skipped", "skipped"]
-        assert tagged(first) == []
-        assert RunStore(home).get_run(record.variants[1].run_id) is None  # never started
+        assert [v.state for v in record.variants] == ["cancelled", "cancelled", "skipped"]
+        assert tagged(first) == [] and tagged(second) == []
+        assert RunStore(home).get_run(record.variants[2].run_id) is None  # never started
         await wait_for(pilot, lambda: not driver_alive(home, record.sweep_id), timeout=30)
         await wait_for(pilot, lambda: screen.state == "cancelled", timeout=30)
         assert "cancelled" in str(screen.query_one("#sweep-title").render())
