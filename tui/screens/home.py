@@ -43,8 +43,8 @@ class HomeScreen(Screen):
     HomeScreen Label.section { padding: 0 1; background: $panel; width: 100%; text-style: bold; }
     HomeScreen #workloads { height: 1fr; }
     HomeScreen #sweeps { height: auto; max-height: 6; }
-    HomeScreen #sweeps-title { display: none; }
-    HomeScreen.-has-sweeps #sweeps-title { display: block; }
+    HomeScreen #sweeps, HomeScreen #sweeps-title { display: none; }
+    HomeScreen.-has-sweeps #sweeps, HomeScreen.-has-sweeps #sweeps-title { display: block; }
     HomeScreen #filter-row { display: none; height: 1; }
     HomeScreen.-filtering #filter-row { display: block; }
     HomeScreen #filter-row Label { width: auto; padding: 0 1; color: $accent; text-style: bold; }
