@@ -15,9 +15,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from launcher.paths import data_home
+    from launcher.runs.sweep_driver import driver_alive
     from launcher.runs.sweep_record import list_sweeps
 
-    sweeps = list_sweeps(data_home())
+    home = data_home()
+    sweeps = list_sweeps(home)
     if args.json:
         print(json.dumps([s.to_dict() for s in sweeps], indent=2))
         return 0
@@ -29,5 +31,8 @@ def run(args: argparse.Namespace) -> int:
     for s in sweeps:
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.started_at)) if s.started_at else "-"
         done = sum(v.state == "succeeded" for v in s.variants)
-        print(f"{s.sweep_id:<{width}} {s.state:<10} {len(s.variants):>8} {done:>4} {started:<16}  {s.detail[:100]}")
+        detail = s.detail
+        if not s.is_final and s.started_at and not driver_alive(home, s.sweep_id):
+            detail = f"its driver is gone: end it with fsdp-tui sweep cancel {s.sweep_id}"
+        print(f"{s.sweep_id:<{width}} {s.state:<10} {len(s.variants):>8} {done:>4} {started:<16}  {detail[:100]}")
     return 0
