@@ -24,7 +24,7 @@ SAMPLE = ROOT / "sample_workloads" / "sharding_sweep_cpu.yaml"
 
 def test_a_cpu_sweep_compares_its_variants_and_a_failed_one_keeps_its_signature(home):
     # The sample's model and data at a few steps: an impossible batch first, then full_shard and no_shard.
-    over = ["--over", "parameters.per_device_batch_size=100000,8", "--over", "parameters.fsdp.sharding=full_shard,no_shard"]
+    over = ["--over", "parameters.per_device_batch_size=100000,2", "--over", "parameters.fsdp.sharding=full_shard,no_shard"]
     sets = ["--set", "parameters.max_steps=4", "--set", "parameters.logging.eval_every_steps=4"]
     stripped = SAMPLE.read_text().split("\nsweep:")[0]
     wl = write_workload(home.parent, stripped)
