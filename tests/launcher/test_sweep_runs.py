@@ -24,30 +24,30 @@ SAMPLE = ROOT / "sample_workloads" / "sharding_sweep_cpu.yaml"
 
 def test_a_cpu_sweep_compares_its_variants_and_a_failed_one_keeps_its_signature(home):
     # The sample's model and data at a few steps: an impossible batch first, then full_shard and no_shard.
-    over = ["--over", "parameters.per_device_batch_size=100000,2", "--over", "parameters.fsdp.sharding=full_shard,no_shard"]
-    sets = ["--set", "parameters.max_steps=4", "--set", "parameters.logging.eval_every_steps=4"]
-    stripped = SAMPLE.read_text().split("\nsweep:")[0]
-    wl = write_workload(home.parent, stripped)
-    proc = subprocess.run([FSDP_TUI, "sweep", str(wl), *over, *sets, "--json"], capture_output=True, text=True,
+    sweep = ("\nsweep:\n  variants:\n    - {parameters.per_device_batch_size: 100000}\n"
+             "    - {parameters.fsdp.sharding: full_shard}\n    - {parameters.fsdp.sharding: no_shard}\n")
+    wl = write_workload(home.parent, SAMPLE.read_text().split("\nsweep:")[0] + sweep)
+    sets = ["--set", "parameters.max_steps=3", "--set", "parameters.logging.eval_every_steps=3"]
+    proc = subprocess.run([FSDP_TUI, "sweep", str(wl), *sets, "--json"], capture_output=True, text=True,
                           timeout=900, env=cli_env(home), cwd=ROOT)
     lines = [json.loads(x) for x in proc.stdout.splitlines()]
     sweep_id = lines[0]["sweep_id"]
     assert lines[0]["event"] == "sweep_started" and all(x["sweep_id"] == sweep_id for x in lines)
     assert proc.returncode == 1, proc.stderr  # a variant failed
     record = load_sweep(home, sweep_id)
-    assert record.state == "failed" and record.detail == "2/4 variants succeeded"
-    assert [v.state for v in record.variants] == ["failed", "failed", "succeeded", "succeeded"]
+    assert record.state == "failed" and record.detail == "2/3 variants succeeded"
+    assert [v.state for v in record.variants] == ["failed", "succeeded", "succeeded"]
     rows = sweep_stats(home, record)
-    assert all("global batch" in r.signature for r in rows[:2]), [r.signature for r in rows]
-    full, none = rows[2], rows[3]
+    assert "global batch" in rows[0].signature, rows[0].signature
+    full, none = rows[1], rows[2]
     for r in (full, none):
-        assert r.tokens_per_s and r.step_time_s and r.final_loss and r.peak_gib and r.wall_s and r.steps == 4
+        assert r.tokens_per_s and r.step_time_s and r.final_loss and r.peak_gib and r.wall_s and r.steps == 3
     assert none.peak_gib > full.peak_gib  # no_shard holds whole parameters, grads and optimizer state per rank
     shown = cli(home, "sweep", "show", sweep_id, "--format", "csv")
     assert shown.stdout == render(rows, "csv")
     parsed = list(csv.DictReader(io.StringIO(shown.stdout)))
-    assert [float(p["peak_gib"]) for p in parsed[2:]] == [full.peak_gib, none.peak_gib]
-    # Each variant is an ordinary run, and MLflow has the sweep's run as the parent of the four.
+    assert [float(p["peak_gib"]) for p in parsed[1:]] == [full.peak_gib, none.peak_gib]
+    # Each variant is an ordinary run, and MLflow has the sweep's run as the parent of the three.
     assert {r.run_id for r in RunStore(home).list_runs()} == {v.run_id for v in record.variants}
     from mlflow import MlflowClient
 
