@@ -21,7 +21,7 @@ from pathlib import Path
 
 from launcher.events import RunState
 from launcher.runs.launch import cancel_run, start_run
-from launcher.runs.owner import ROOT
+from launcher.runs.owner import ROOT, adopt_orphans
 from launcher.runs.store import RunStore
 from launcher.runs.sweep_record import (
     LOCK,
@@ -36,6 +36,7 @@ from launcher.workload.plan import RunPlan, plan_from_json
 
 POLL_S = 0.5
 SETTLE_S = 3.0
+ADOPT_EVERY = 20
 LOG = "driver.log"
 
 
@@ -90,6 +91,7 @@ class Driver:
             self.save(mlflow_parent=parent)
         live: dict[int, str] = {}
         stopping = ""
+        rounds = 0
         while True:
             if cancel_requested(self.home, self.sweep_id) and stopping != "cancel":
                 stopping = "cancel"
@@ -115,6 +117,11 @@ class Driver:
                 live[v.index] = self._start(v.index, v.run_id, parent)
             if not live and not pending:
                 break
+            rounds += 1
+            if rounds % ADOPT_EVERY == 0:
+                active = set(self.store.active_runs())
+                # A live variant whose owner died gets a new one (as ``fsdp-tui runs`` would give it).
+                adopt_orphans(self.home, [r for r in live.values() if r in active])
             await asyncio.sleep(POLL_S)
         return self._end(parent, stopping)
 
