@@ -21,7 +21,10 @@ BUILTIN = "builtin:"
 ASSET_VERSION = "v1"
 DATA_DIR = Path(__file__).parent / "data"
 DATASETS = {"tiny-alpaca": DATA_DIR / "tiny_alpaca.jsonl"}
-MODELS = ("tiny-llama",)
+MODELS = {"tiny-llama": (64, 192), "small-llama": (512, 1536)}
+"""Built-in Llama-shaped models: (hidden size, MLP size); 4 blocks each. ``small-llama`` (~13M
+parameters, ~200 MB of weights, gradients and Adam state) is large enough for sharding to show in each
+rank's memory on CPU above the noise of activations, small enough for a CPU sweep of a few minutes."""
 _DONE = ".fsdp-tui-complete"
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ '<|' + m['role'] + '|>\n' + m['content'] + eos_token + '\n' }}{% endfor %}"
@@ -61,11 +64,11 @@ def resolve_model(name: str, root: Path | None = None) -> str:
         raise ValueError(f"unknown built-in model '{name}' (known: {', '.join(BUILTIN + k for k in MODELS)})")
     target = (root or cache_dir()) / f"{key}-{ASSET_VERSION}"
     if not (target / _DONE).exists():
-        build_tiny_llama(target)
+        build_tiny_llama(target, MODELS[key])
     return str(target)
 
 
-def build_tiny_llama(target: Path) -> Path:
+def build_tiny_llama(target: Path, size: tuple[int, int] = MODELS["tiny-llama"]) -> Path:
     """Build the model folder once: under a file lock (ranks start together), in a temp folder that
     is renamed into place with a completion marker written last."""
     import fcntl
@@ -83,7 +86,7 @@ def build_tiny_llama(target: Path) -> Path:
             hf_logging.disable_progress_bar()
             tokenizer = _train_tokenizer()
             tokenizer.save_pretrained(tmp)
-            _init_model(len(tokenizer), tokenizer).save_pretrained(tmp, safe_serialization=True)
+            _init_model(len(tokenizer), tokenizer, *size).save_pretrained(tmp, safe_serialization=True)
             (tmp / _DONE).write_text(ASSET_VERSION)
             tmp.chmod(0o755)
             tmp.rename(target)
@@ -121,12 +124,12 @@ def _train_tokenizer():
     return fast
 
 
-def _init_model(vocab_size: int, tokenizer):
+def _init_model(vocab_size: int, tokenizer, hidden: int = 64, intermediate: int = 192):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=vocab_size, hidden_size=64, intermediate_size=192, num_hidden_layers=4,
+        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=4,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False, rope_theta=10000.0,

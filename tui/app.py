@@ -189,9 +189,32 @@ class FsdpTuiApp(App):
         if planned.plan.blockers:
             self.notify("not launched: " + "; ".join(planned.plan.blockers), severity="error", timeout=10)
             return
+        if from_run is None and planned.plan.workload.sweep is not None:
+            await self._launch_sweep(path, overrides)
+            return
         run_id = await asyncio.to_thread(start_run, planned.plan, self.home)
         self.launched.append(run_id)
         self.open_run(run_id)
+
+    async def _launch_sweep(self, path: Path, overrides: list[str]) -> None:
+        """A workload with a ``sweep:`` section launches every variant (``fsdp-tui sweep FILE``)."""
+        import asyncio
+
+        from launcher.runs.sweeps import start_sweep
+        from launcher.workload.sweep import plan_sweep
+
+        plan = await asyncio.to_thread(plan_sweep, path, (), overrides, home=self.home)
+        if not plan.ok:
+            errors = [p for p in plan.problems if p.is_error]
+            self.notify(f"sweep not launched: {errors[0].format() if errors else 'no variants'}", severity="error",
+                        timeout=10)
+            return
+        self.open_sweep(await asyncio.to_thread(start_sweep, plan, self.home))
+
+    def open_sweep(self, sweep_id: str) -> None:
+        from tui.screens.sweep import SweepScreen
+
+        self.push_screen(SweepScreen(sweep_id=sweep_id))
 
 
 def run_app(*, workload: Path | None = None, run_id: str | None = None, theme: str | None = None,

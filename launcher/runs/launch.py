@@ -37,16 +37,17 @@ def create_run(plan: RunPlan, home: Path) -> Path:
     return directory
 
 
-def start_run(plan: RunPlan, home: Path, *, force: bool = False) -> str:
+def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str, str] | None = None) -> str:
     """Record the run and start its owner, detached: the run outlives this process and its terminal.
     The run's lock is taken before its record exists, so nobody can take the new run for an orphan.
-    ``force``: skip the cheap checks that refuse a launch that cannot run."""
+    ``force``: skip the cheap checks that refuse a launch that cannot run. ``tags``: extra MLflow tags
+    of the run (a sweep's variant names its sweep and its parent MLflow run)."""
     lock = OwnerLock(run_dir(home, plan.run_id))
     if not lock.acquire():
         raise RuntimeError(f"run {plan.run_id} exists already")
     try:
         create_run(plan, home)
-        (run_dir(home, plan.run_id) / OPTIONS).write_text(json.dumps({"force": force}))
+        (run_dir(home, plan.run_id) / OPTIONS).write_text(json.dumps({"force": force, "tags": tags or {}}))
         hand_over(lock, home, plan.run_id, adopt=False)
     finally:
         lock.release()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from launcher.runs.mlflow_sink import MlflowSink
+from launcher.runs.records import load_options
 from launcher.workload.plan import RunPlan
 from trainer.protocol import MetricRecord
 
@@ -86,7 +87,8 @@ class Tracker:
         if self.mlflow_run_id:
             self.sink.reopen(self.mlflow_run_id)
         else:
-            run_id = self.sink.start(self.plan.workload.parameters, {"fsdp_tui.run_id": self.plan.run_id})
+            tags = {**load_options(self.path.parent).get("tags", {}), "fsdp_tui.run_id": self.plan.run_id}
+            run_id = self.sink.start(self.plan.workload.parameters, tags)
             self.state.update(run_id=run_id, source="metrics", synced=0)
             self._save()
         self.opened = True

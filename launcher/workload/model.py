@@ -128,6 +128,19 @@ class Metrics(_Model):
     """...and at least this long (start-up, evaluation and checkpoints take longer than a step)."""
 
 
+class Sweep(_Model):
+    """Variants of this workload, each launched as a run of its own (``fsdp-tui sweep FILE``)."""
+
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    """Dotted key path (as for ``--set``) to the values to try; every combination is a variant."""
+    variants: list[dict[str, Any]] = Field(default_factory=list)
+    """Override sets (key path to value), one variant each; combined with every ``grid`` point."""
+    parallel: int = Field(default=1, ge=1, le=64)
+    """Variants running at once (each with its own nodes' worth of processes)."""
+    on_failure: Literal["continue", "stop"] = "continue"
+    """After a failed variant: go on with the rest, or skip them."""
+
+
 class Workload(_Model):
     """One workload file."""
 
@@ -155,6 +168,8 @@ class Workload(_Model):
     applies when ``command`` is omitted."""
     mlflow: Mlflow = Field(default_factory=Mlflow)
     metrics: Metrics = Field(default_factory=Metrics)
+    sweep: Sweep | None = None
+    """Variants to compare (``fsdp-tui sweep``); ``fsdp-tui run`` launches the workload as written."""
 
     @field_validator("env_variables", mode="before")
     @classmethod

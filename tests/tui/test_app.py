@@ -240,7 +240,8 @@ async def test_checkpoints_browser_lists_and_never_deletes_the_newest_complete(h
 
 
 async def test_compare_two_runs_shows_numbers_and_config_diff(home):
-    from tui.screens.compare import CompareScreen
+    from tui.screens.sweep import SweepScreen
+    from tui.widgets.comparison_table import ComparisonTable
 
     _record_run(home, "run-a", {0: ["a"], 1: ["a"]}, [{"step": 1, "loss": 2.0}], RunState.SUCCEEDED)
     _record_run(home, "run-b", {0: ["b"], 1: ["b"]}, [{"step": 1, "loss": 1.0}], RunState.FAILED)
@@ -249,11 +250,11 @@ async def test_compare_two_runs_shows_numbers_and_config_diff(home):
     app = FsdpTuiApp(home)
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.pause()
-        app.push_screen(CompareScreen("run-a", "run-b"))
-        await pilot.pause()
-        table = app.screen.query_one(DataTable)
-        rows = {str(table.get_row_at(i)[0]): table.get_row_at(i)[1:] for i in range(table.row_count)}
-        assert [str(x) for x in rows["state"]] == ["succeeded", "failed"]
+        app.push_screen(SweepScreen(run_ids=["run-a", "run-b"]))
+        await _wait_for(pilot, lambda: app.screen.loaded >= 1)
+        assert app.screen.query_one(ComparisonTable).row_count == 2
+        assert [(r.label, r.state, r.final_loss) for r in app.screen.rows] == [
+            ("command=x", "succeeded", 2.0), ("command=y", "failed", 1.0)]
         diff = app.screen.diff_text
         assert "-command: x" in diff and "+command: y" in diff
 

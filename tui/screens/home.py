@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Header, Input, Label
 from launcher.runs.store import RunSummary
 from tui.widgets.footer import FitFooter
 from tui.widgets.runs_table import RunsTable
+from tui.widgets.sweeps_table import SweepsTable
 
 SAMPLES_ROOT = Path(__file__).resolve().parents[2] / "sample_workloads"
 
@@ -41,6 +42,9 @@ class HomeScreen(Screen):
     DEFAULT_CSS = """
     HomeScreen Label.section { padding: 0 1; background: $panel; width: 100%; text-style: bold; }
     HomeScreen #workloads { height: 1fr; }
+    HomeScreen #sweeps { height: auto; max-height: 6; }
+    HomeScreen #sweeps, HomeScreen #sweeps-title { display: none; }
+    HomeScreen.-has-sweeps #sweeps, HomeScreen.-has-sweeps #sweeps-title { display: block; }
     HomeScreen #filter-row { display: none; height: 1; }
     HomeScreen.-filtering #filter-row { display: block; }
     HomeScreen #filter-row Label { width: auto; padding: 0 1; color: $accent; text-style: bold; }
@@ -51,7 +55,7 @@ class HomeScreen(Screen):
         Binding("l", "launch", "launch", tooltip="launch the workload, or what the run ran again"),
         Binding("d", "delete", "delete", tooltip="delete the run and its local record"),
         Binding("space", "mark", "mark", show=False),  # "space+c: compare" in the runs title
-        Binding("c", "compare", "compare", tooltip="compare the two marked runs"),
+        Binding("c", "compare", "compare", tooltip="compare the marked runs (table, loss curves, diffs)"),
         Binding("n", "new", "new", tooltip="a new workload from a template, opened in the editor"),
         Binding("y", "clone", "copy", tooltip="copy the run's workload and open it in the editor"),
         Binding("k", "checkpoints", "ckpts", tooltip="the run's checkpoints"),
@@ -75,6 +79,8 @@ class HomeScreen(Screen):
                 yield Input(placeholder="words in the id, experiment or state (enter: keep, escape: clear)",
                             id="run-filter", compact=True)
             yield RunsTable(id="runs")
+            yield Label("Sweeps  (enter: open)", id="sweeps-title", classes="section")
+            yield SweepsTable(id="sweeps")
         yield FitFooter()
 
     @property
@@ -105,12 +111,19 @@ class HomeScreen(Screen):
     def load_runs(self) -> None:
         from launcher.runs.launch import adopt_orphans_of
         from launcher.runs.store import RunStore
+        from launcher.runs.sweep_record import list_sweeps
 
         adopt_orphans_of(self.app.home)  # a run whose owner died gets a new one, which catches it up
         runs = RunStore(self.app.home).list_runs()
+        sweeps = list_sweeps(self.app.home)
         self.app.call_from_thread(self._show_runs, runs)
+        self.app.call_from_thread(self._show_sweeps, sweeps)
 
-    @work(thread=True, exclusive=True, group="home-sweep")
+    def _show_sweeps(self, sweeps) -> None:
+        self.query_one(SweepsTable).show(sweeps)
+        self.set_class(bool(sweeps), "-has-sweeps")
+
+    @work(thread=True, exclusive=True, group="home-leftovers")
     def sweep_lost_nodes(self) -> None:
         """Nodes lost in earlier runs that answer again: their leftover processes are stopped; say so."""
         from launcher.runs.leftovers import sweep_lost_now
@@ -130,7 +143,9 @@ class HomeScreen(Screen):
             text = ("Runs: none yet. Pick a workload above: enter edits it, l launches it "
                     "(the samples run on this machine, no GPU needed)")
         else:
-            text = f"Runs: {self.runs_table.describe()}  (enter: open, l: relaunch, space+c: compare)"
+            marked = len(self.app.marked_runs)
+            text = (f"Runs: {self.runs_table.describe()}  (enter: open, l: relaunch, space+c: compare"
+                    + (f", {marked} marked)" if marked else ")"))
         self.query_one("#runs-title", Label).update(text)
 
     def focus_runs(self) -> None:
@@ -184,7 +199,11 @@ class HomeScreen(Screen):
         return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
 
     def action_open(self) -> None:
-        if self.focused is self.query_one("#runs"):
+        if self.focused is self.query_one("#sweeps"):
+            sweep_id = self._selected("#sweeps")
+            if sweep_id:
+                self.app.open_sweep(sweep_id)
+        elif self.focused is self.query_one("#runs"):
             run_id = self._selected("#runs")
             if run_id:
                 self.app.open_run(run_id)
@@ -202,17 +221,18 @@ class HomeScreen(Screen):
             marked.remove(run_id)
         else:
             marked.append(run_id)
-            del marked[:-2]
-        self.notify(f"marked for compare: {', '.join(marked) or 'none'}")
+        self.runs_table.set_marked(set(marked))
+        self._update_title()
+        self.notify(f"marked for compare: {len(marked)} run(s)")
 
     def action_compare(self) -> None:
-        from tui.screens.compare import CompareScreen
+        from tui.screens.sweep import SweepScreen
 
         marked = self.app.marked_runs
-        if len(marked) != 2:
-            self.notify("mark two runs with space first", severity="warning")
+        if len(marked) < 2:
+            self.notify("mark two or more runs with space first", severity="warning")
             return
-        self.app.push_screen(CompareScreen(*marked))
+        self.app.push_screen(SweepScreen(run_ids=list(marked)))
 
     def action_checkpoints(self) -> None:
         from tui.screens.checkpoints import CheckpointsScreen
@@ -274,6 +294,8 @@ class HomeScreen(Screen):
         event.stop()
         if event.data_table.id == "runs":
             self.app.open_run(event.row_key.value)
+        elif event.data_table.id == "sweeps":
+            self.app.open_sweep(event.row_key.value)
         else:
             self.app.open_editor(Path(event.row_key.value))
 

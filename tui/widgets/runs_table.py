@@ -101,6 +101,12 @@ class RunsTable(DataTable):
         self.filter_text = ""
         self.sort_column: ColumnKey | None = None
         self.sort_reverse = False
+        self.marked: set[str] = set()
+        """Runs marked for a comparison: their id is shown with a dot."""
+
+    def set_marked(self, run_ids: set[str]) -> None:
+        self.marked = set(run_ids)
+        self._rebuild()
 
     def on_mount(self) -> None:
         self._rebuild()
@@ -165,6 +171,9 @@ class RunsTable(DataTable):
             column, reverse = self.sort_column, self.sort_reverse
             shown.sort(key=lambda run: sort_key(run, column, reverse), reverse=reverse)
         for run in shown:
-            self.add_row(*row_cells(run), key=run.run_id)
+            cells = row_cells(run)
+            if run.run_id in self.marked:
+                cells = (Text.assemble(("● ", "bold $accent"), cells[0]), *cells[1:])
+            self.add_row(*cells, key=run.run_id)
         if keep is not None and keep in self.rows:
             self.move_cursor(row=self.get_row_index(keep))

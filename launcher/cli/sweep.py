@@ -1,0 +1,161 @@
+"""``fsdp-tui sweep FILE [--over K=V1,V2]... [--set K=V]... [--dry-run | --watch | --json]``,
+``fsdp-tui sweep show SWEEP [--format table|csv|md|json]`` and ``fsdp-tui sweep cancel SWEEP``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from launcher.cli.validate import add_set_option
+
+EXIT_CODES = {"succeeded": 0, "failed": 1, "cancelled": 130}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="launch variants of a workload and compare them (or: sweep show/cancel SWEEP)",
+                       description="Launch every variant of a workload (its sweep: section, and --over axes) as "
+                       "a run of its own, tagged with the sweep, `parallel` at a time; the sweep is driven by a "
+                       "process of its own and outlives this command. Then: fsdp-tui sweep show SWEEP.")
+    p.add_argument("target", metavar="FILE | show | cancel")
+    p.add_argument("sweep_id", nargs="?", metavar="SWEEP", help="for show and cancel: the sweep's id (or its tail)")
+    p.add_argument("--over", action="append", default=[], metavar="KEY.PATH=V1,V2,...",
+                   help="one axis of the grid (repeatable): every combination is a variant")
+    add_set_option(p)
+    p.add_argument("--parallel", type=int, metavar="N", help="variants at once (default: the file's sweep.parallel)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="list every variant's overrides and plan; touch nothing")
+    mode.add_argument("--watch", action="store_true", help="follow the sweep (the default)")
+    mode.add_argument("--json", action="store_true", help="stream sweep events as JSON lines")
+    p.add_argument("--cancel-on-interrupt", action="store_true",
+                   help="Ctrl-C cancels the sweep (default: Ctrl-C detaches and the sweep goes on)")
+    p.add_argument("--format", choices=("table", "csv", "md", "json"), default="table", help="for show")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from launcher.paths import data_home
+
+    home = data_home()
+    if args.target in ("show", "cancel"):
+        if not args.sweep_id:
+            print(f"fsdp-tui sweep {args.target}: which sweep? (see fsdp-tui sweeps)", file=sys.stderr)
+            return 2
+        from launcher.runs.sweep_record import find_sweep
+
+        try:
+            sweep_id = find_sweep(home, args.sweep_id)
+        except LookupError as err:
+            print(f"fsdp-tui sweep {args.target}: {err}", file=sys.stderr)
+            return 1
+        return show(home, sweep_id, args.format) if args.target == "show" else cancel(home, sweep_id)
+    return launch(home, Path(args.target), args)
+
+
+def show(home: Path, sweep_id: str, form: str) -> int:
+    from launcher.runs.comparison import sweep_stats
+    from launcher.runs.comparison_format import render
+    from launcher.runs.sweep_record import load_sweep
+
+    record = load_sweep(home, sweep_id)
+    if form == "table":
+        print(f"sweep {record.sweep_id}: {record.state} ({record.detail or f'{len(record.variants)} variants'})")
+    sys.stdout.write(render(sweep_stats(home, record), form))
+    return 0
+
+
+def cancel(home: Path, sweep_id: str) -> int:
+    import asyncio
+
+    from launcher.runs.sweeps import cancel_sweep
+
+    record = asyncio.run(cancel_sweep(home, sweep_id))
+    for v in record.variants:
+        print(f"variant {v.index} {v.label}: {v.state}  {v.run_id}")
+    print(f"sweep {sweep_id}: {record.state}")
+    return 0 if record.is_final else 1
+
+
+def launch(home: Path, file: Path, args: argparse.Namespace) -> int:
+    from launcher.workload.sweep import plan_sweep
+
+    plan = plan_sweep(file, args.over, args.overrides, home=home)
+    for p in plan.problems:
+        print(p.format(), file=sys.stderr)
+    if not plan.ok:
+        print(f"{file}: sweep not launched: fix the errors above", file=sys.stderr)
+        return 1
+    if args.dry_run:
+        from launcher.runs.launch import render_plan_text
+
+        parallel = args.parallel or plan.spec.parallel
+        print(f"sweep of {file}: {len(plan.variants)} variants, {parallel} at a time, "
+              f"on failure: {plan.spec.on_failure}")
+        for v in plan.variants:
+            print(f"\n=== variant {v.index}: {v.label}")
+            for o in v.overrides:
+                print(f"--set {o}")
+            sys.stdout.write(render_plan_text(v.plan))
+        return 0
+    blocked = [(v, b) for v in plan.variants for b in v.plan.blockers]
+    for v, blocker in blocked:
+        print(f"{file}: variant {v.index} ({v.label}) cannot run: {blocker}", file=sys.stderr)
+    if blocked:
+        return 1
+    from launcher.runs.sweeps import start_sweep
+
+    sweep_id = start_sweep(plan, home, parallel=args.parallel)
+    if args.json:
+        print(json.dumps({"event": "sweep_started", "sweep_id": sweep_id, "variants": len(plan.variants)}), flush=True)
+    else:
+        print(sweep_id, flush=True)
+        how = "Ctrl-C cancels it" if args.cancel_on_interrupt else "Ctrl-C detaches; the sweep goes on"
+        print(f"sweep {sweep_id}: {len(plan.variants)} variants; {how}", file=sys.stderr)
+    try:
+        return follow(home, sweep_id, json_events=args.json)
+    except KeyboardInterrupt:
+        pass
+    if not args.cancel_on_interrupt:
+        print(f"\ndetached from sweep {sweep_id}: it goes on. See it: fsdp-tui sweep show {sweep_id}; "
+              f"stop it: fsdp-tui sweep cancel {sweep_id}", file=sys.stderr)
+        return 130
+    print(f"\ncancelling sweep {sweep_id} ...", file=sys.stderr)
+    return cancel(home, sweep_id) or 130
+
+
+def follow(home: Path, sweep_id: str, *, json_events: bool, poll_s: float = 0.5) -> int:
+    """Print each variant's changes of state until the sweep ends; the exit code is its outcome."""
+    from launcher.runs.launch import adopt_orphans_of
+    from launcher.runs.sweep_record import load_sweep
+
+    seen: dict[int, str] = {}
+    sweep_state = ""
+    rounds = 0
+    while True:
+        record = load_sweep(home, sweep_id)
+        for v in record.variants:
+            if seen.get(v.index) != v.state:
+                seen[v.index] = v.state
+                if json_events:
+                    print(json.dumps({"event": "variant", "sweep_id": sweep_id, "index": v.index, "label": v.label,
+                                      "run_id": v.run_id, "state": v.state, "detail": v.detail}), flush=True)
+                else:
+                    why = f": {v.detail}" if v.detail and v.state != "succeeded" else ""
+                    print(f"-- variant {v.index} ({v.label}) {v.state}  {v.run_id}{why}", file=sys.stderr)
+        if record.state != sweep_state:
+            sweep_state = record.state
+            if json_events:
+                print(json.dumps({"event": "sweep", "sweep_id": sweep_id, "state": record.state,
+                                  "detail": record.detail}), flush=True)
+        if record.is_final:
+            break
+        rounds += 1
+        if rounds % 20 == 0:
+            adopt_orphans_of(home)  # a variant whose owner died gets a new one
+        time.sleep(poll_s)
+    if not json_events:
+        print(f"-- sweep {sweep_id} {record.state}: {record.detail}", file=sys.stderr)
+        show(home, sweep_id, "table")
+    return EXIT_CODES.get(record.state, 1)
