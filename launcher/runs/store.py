@@ -78,6 +78,22 @@ class RunRecord:
     offsets: dict[tuple[int, str], int] = field(default_factory=dict)
 
 
+def _use_wal(db: sqlite3.Connection) -> None:
+    """WAL mode, which persists in the file. Switching needs the file to itself, and SQLite says "locked"
+    at once (no busy wait) while another connection opens it: a fresh data dir opened by two threads or
+    processes at the same moment. So: only when not yet WAL, and retried for a while."""
+    for attempt in range(100):
+        try:
+            if db.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+                return
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or attempt == 99:
+                raise
+            time.sleep(0.05)
+
+
 class RunStore:
     def __init__(self, home: Path) -> None:
         self.home = Path(home)
@@ -94,8 +110,8 @@ class RunStore:
         db = getattr(self._local, "db", None)
         if db is None:
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA busy_timeout=30000")
+            _use_wal(db)
             self._local.db = db
         return db
 
