@@ -27,9 +27,9 @@ experiment_name: bench-editor
 compute:
   accelerator_type: GPU_8xH100
   num_accelerators: 16
-  hosts:
-    - gpu-a
-    - gpu-b
+  hosts:  # loopback addresses: the Plan tab's glance at them stays on this machine
+    - 127.0.0.2
+    - 127.0.0.3
 environment:
   dependencies:
     - transformers>=4.45
