@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from launcher.runs.display import sanitize_line
+from launcher.runs.display import sanitize_line, show_lines
 from trainer.protocol import MetricRecord
 
 MAX_PENDING_BYTES = 1 << 20
@@ -30,7 +30,7 @@ class LineSplitter:
             complete, self.skipping = complete[1:], False
         elif self.skipping:
             self.rest = b""
-        lines = [self._show(line) for line in complete]
+        lines = show_lines(complete, self.keep_colour)
         if b"\r" in chunk:  # a redraw: only its last segment can ever be shown, the rest need not wait
             redraw = self.rest.rfind(b"\r", 0, len(self.rest.rstrip(b"\r")))
             if redraw > 0:

@@ -81,3 +81,19 @@ def test_a_triage_excerpt_is_shown_output_too():
     report = triage_run({0: "RuntimeError: boom \x1b]2;PWNED\x1b\\\x1b[2J done\n"}, {0: 1})
     assert report.signature == "python_error"
     assert report.excerpt == "RuntimeError: boom  done" and reached_terminal_safely(report.summary)
+
+
+def test_a_batch_of_lines_shows_exactly_as_line_by_line():
+    """The batch fast path (one decode, one check) gives what sanitizing each line gives."""
+    from launcher.runs.display import MAX_LINE_CHARS, sanitize_line, show_lines
+
+    batches = [
+        [b"plain", b"", b"caf\xc3\xa9 ok"],
+        [b"cut \xe2\x82", b"\xac after"],  # a UTF-8 sequence broken by the line end
+        [b"a" * (MAX_LINE_CHARS + 5), b"short"],
+        [b"title \x1b]2;PWNED\x1b\\ here", b"tab\there", b"bar 10%\r20%"],
+        [b"\xff\xfe invalid", b"c1 \xc2\x9b31m"],
+    ]
+    for raw in batches:
+        expected = [sanitize_line(line.decode("utf-8", "replace")) for line in raw]
+        assert show_lines(raw) == expected, raw
