@@ -17,31 +17,10 @@ from launcher.backends.base import Backend, LinkState, NodeError, NodeLost, Node
 from launcher.doctor.preflight import preflight
 from launcher.events import NodeState, RunState
 from launcher.runs.records import Recorder
+from launcher.runs.settings import READ_CHUNK, Settings
 from launcher.runs.stall import StallWatch
-from launcher.runs.triage import reason_signature, triage_run
+from launcher.runs.triage import node_error_report, reason_signature, stalled_report, triage_run
 from launcher.workload.plan import RunPlan, with_rendezvous
-
-POLL_S = 0.2
-"""How long a node holds a read back while it has no new output (its answer comes as soon as it has)."""
-MIN_ROUND_S = 0.05
-"""A follower's shortest round (read, status): a node printing without pause is read 20 times a second."""
-GPU_POLL_S = 5.0
-READ_CHUNK = 4 << 20
-STOP_GRACE_S = 10.0
-
-
-@dataclass(frozen=True)
-class Settings:
-    max_retries: int = 0
-    timeout_s: float | None = None
-    poll_s: float = POLL_S
-    min_round_s: float = MIN_ROUND_S
-    gpu_poll_s: float = GPU_POLL_S
-    stop_grace_s: float = STOP_GRACE_S
-    preflight: bool = True
-    """Run the doctor's cheap checks before starting; a certain failure stops the launch."""
-    stall_factor: float = 10.0
-    stall_min_s: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -268,8 +247,7 @@ class RunPolicy:
             await asyncio.to_thread(self.rec.save_stacks, rank, dumps)
 
     def _stalled_triage(self) -> dict:
-        report = {"node_rank": None, "rank": None, "exit_code": None, "signature": "stalled", "line_no": None,
-                  "excerpt": self.stalled, "summary": self.stalled}
+        report = stalled_report(self.stalled)
         self.rec.write_triage(report)
         return report
 
@@ -395,9 +373,8 @@ class RunPolicy:
     def _node_error_triage(self, from_logs: dict) -> dict:
         """A node's agent saw the cause itself (its disk, not the job): that is the triage."""
         rank, error = self.node_error
-        summary = f"node {rank} ({self.backend.plan.nodes[rank].host_display}): {error}"
-        triage = {**from_logs, "summary": summary, "node_rank": rank, "signature": reason_signature(error),
-                  "excerpt": error, "exit_code": self.exit_codes.get(rank)}
+        triage = node_error_report(from_logs, rank, self.backend.plan.nodes[rank].host_display, error,
+                                   self.exit_codes.get(rank))
         self.rec.write_triage(triage)
         return triage
 

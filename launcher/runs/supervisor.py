@@ -19,8 +19,9 @@ from launcher.backends.base import backend_for
 from launcher.events import RunState
 from launcher.paths import run_dir
 from launcher.runs.owner import OwnerLock, cancel_requested, take_stacks_request
-from launcher.runs.policy import LaunchFailed, Outcome, RunPolicy, Settings
+from launcher.runs.policy import LaunchFailed, Outcome, RunPolicy
 from launcher.runs.records import LOG_METRICS, METRICS, Recorder, load_options, load_plan, save_plan
+from launcher.runs.settings import Settings
 from launcher.runs.store import RunStore
 from launcher.runs.streams import LogMetrics
 from launcher.runs.tracking import Tracker

@@ -142,3 +142,15 @@ def reason_signature(why: str) -> str:
         if dict(SIGNATURES)[kind].search(why):
             return kind
     return "launch"
+
+
+def stalled_report(why: str) -> dict:
+    """The triage of a run stopped because its steps stalled (no rank or line to point at)."""
+    return {"node_rank": None, "rank": None, "exit_code": None, "signature": "stalled", "line_no": None,
+            "excerpt": why, "summary": why}
+
+
+def node_error_report(from_logs: dict, rank: int, host: str, error: str, exit_code: int | None) -> dict:
+    """The triage when a node's agent saw the cause itself (its disk, not the job)."""
+    return {**from_logs, "summary": f"node {rank} ({host}): {error}", "node_rank": rank,
+            "signature": reason_signature(error), "excerpt": error, "exit_code": exit_code}

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from launcher.events import NodeState, RunState
-from launcher.runs.policy import RunPolicy, Settings
+from launcher.runs.policy import RunPolicy
 from launcher.runs.records import Recorder
+from launcher.runs.settings import Settings
 from launcher.runs.store import RunStore
 from launcher.workload.plan import build_plan
 from launcher.workload.validate import validate_text

@@ -1,0 +1,27 @@
+"""How a run's owner paces itself: polling, stop grace, retries, timeout, stall detection."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+POLL_S = 0.2
+"""How long a node holds a read back while it has no new output (its answer comes as soon as it has)."""
+MIN_ROUND_S = 0.05
+"""A follower's shortest round (read, status): a node printing without pause is read 20 times a second."""
+GPU_POLL_S = 5.0
+READ_CHUNK = 4 << 20
+STOP_GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    max_retries: int = 0
+    timeout_s: float | None = None
+    poll_s: float = POLL_S
+    min_round_s: float = MIN_ROUND_S
+    gpu_poll_s: float = GPU_POLL_S
+    stop_grace_s: float = STOP_GRACE_S
+    preflight: bool = True
+    """Run the doctor's cheap checks before starting; a certain failure stops the launch."""
+    stall_factor: float = 10.0
+    stall_min_s: float = 120.0
