@@ -327,6 +327,13 @@ class RunPolicy:
         if resubmit and self.resubmits < self.settings.max_resubmits:
             return Outcome(RunState.RETRYING, why=f"the job stopped at its {resubmit} after saving a checkpoint; "
                                                   "resubmitted, it resumes from there")
+        if resubmit:
+            why = (f"the job stopped at its {resubmit} after saving a checkpoint, and {self.resubmits} "
+                   "resubmission(s) were all that compute.slurm.max_resubmits allows: resume it to go on")
+            triage = {"summary": why, "node_rank": None, "rank": None, "exit_code": None, "signature": "time_limit",
+                      "line_no": None, "excerpt": why}
+            self.rec.write_triage(triage)
+            return Outcome(RunState.TIMED_OUT, triage=triage)
         if not failed:
             return Outcome(RunState.SUCCEEDED, 0)
         return Outcome(RunState.FAILED, failed[min(failed)].exit_code)
