@@ -18,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,8 @@ class Cluster:
     partition: str = PARTITION
     login_alias: str = "login"
     login: TestHost | None = None
+    munge_dir: Path | None = None
+    """munged's socket, key and pid file (under /run: see _bring_up)."""
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     """Every daemon started, by name: munged, slurmctld, slurmd-NODE, sshd-login."""
 
@@ -134,14 +137,14 @@ def _free_tag() -> int:
     raise RuntimeError("no free bridge name for a slurm test cluster")
 
 
-def _slurm_conf(root: Path, ctl_addr: str, names: list[str], addrs: list[str], cpus: int) -> str:
+def _slurm_conf(root: Path, munge: Path, ctl_addr: str, names: list[str], addrs: list[str], cpus: int) -> str:
     nodes = "\n".join(f"NodeName={n} NodeAddr={a} CPUs={cpus} RealMemory=500 State=UNKNOWN"
                       for n, a in zip(names, addrs, strict=True))
     return f"""ClusterName=fsdptest
 SlurmctldHost={CTL_NAME}({ctl_addr})
 CommunicationParameters=NoCtldInAddrAny
 AuthType=auth/munge
-AuthInfo=socket={root}/munge/munge.socket.2
+AuthInfo=socket={munge}/munge.socket.2
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
@@ -233,9 +236,10 @@ def _bring_up(c: Cluster, tmp_path: Path) -> None:
     hosts.write_text("127.0.0.1 localhost\n::1 localhost\n" + f"{c.switch.gateway} {CTL_NAME}\n"
                      + "".join(f"{a} {n}\n" for n, a in zip(c.node_names, c.node_addrs, strict=True)))
 
-    munge = root / "munge"
-    munge.mkdir(mode=0o755)
-    munge.chmod(0o755)  # munged: "Socket is inaccessible" unless its folder is 0755
+    # munged: "Socket is inaccessible" unless the socket's folder is 0755 and every folder above it
+    # o+x; pytest's tmp_path root is 0700, so the socket lives in /run (a short path, too: sockets <108 chars).
+    munge = c.munge_dir = Path(tempfile.mkdtemp(prefix="fsl-munge-", dir="/run"))
+    munge.chmod(0o755)
     key = munge / "munge.key"
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)
@@ -248,7 +252,7 @@ def _bring_up(c: Cluster, tmp_path: Path) -> None:
     _wait("munged", socket_path.exists, c.procs["munged"], root / "munged.err")
 
     cpus = os.cpu_count() or 1
-    c.conf.write_text(_slurm_conf(root, c.switch.gateway, c.node_names, c.node_addrs, cpus))
+    c.conf.write_text(_slurm_conf(root, munge, c.switch.gateway, c.node_names, c.node_addrs, cpus))
     log = root / "slurmctld.log"
     c.procs["slurmctld"] = subprocess.Popen(
         _in_node(None, hosts, CTL_NAME, [_which("slurmctld"), "-D", "-f", str(c.conf)]),
@@ -337,3 +341,5 @@ def stop_cluster(cluster: Cluster, timeout: float = 5) -> None:
             _signal(pid, signal.SIGKILL)
         time.sleep(0.05)
     c.switch.remove()
+    if c.munge_dir is not None:
+        shutil.rmtree(c.munge_dir, ignore_errors=True)
