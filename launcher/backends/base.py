@@ -173,6 +173,17 @@ class Reach:
     detail: str
 
 
+@dataclass(frozen=True)
+class SchedulerCheck:
+    """One thing a scheduler's backend checked about where the run would go (SLURM: the partition, the
+    account and time limit through ``sbatch --test-only``, a probe job on the compute nodes)."""
+
+    name: str
+    status: Literal["ok", "warning", "error"]
+    detail: str
+    fix: str = ""
+
+
 class Backend(Protocol):
     """One run's machines. Calls about one node take its rank; fan-out calls answer for every node."""
 
@@ -231,6 +242,11 @@ class Backend(Protocol):
     async def delete_checkpoint(self, output_dir: str, name: str) -> None: ...
 
     async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None) -> ExportResult: ...
+
+    async def scheduler_checks(self, quick: bool) -> tuple[SchedulerCheck, ...]:
+        """What the scheduler says of this run before it is submitted (none without a scheduler).
+        ``quick``: only what a launch checks first (seconds, no job runs)."""
+        ...
 
     async def close(self) -> None: ...
 

@@ -23,6 +23,7 @@ from launcher.backends.base import (
     NodeStatus,
     PortClaim,
     Reach,
+    SchedulerCheck,
     ScriptRun,
     StackDump,
     StopOutcome,
@@ -273,6 +274,9 @@ class AgentFleet:
         if hashlib.sha256(data).hexdigest() != header["sha256"]:
             raise NodeError(f"{link.label}: the export's copy arrived damaged; try again")
         return await asyncio.to_thread(_unpack_here, data, to, link.label)
+
+    async def scheduler_checks(self, quick: bool) -> tuple[SchedulerCheck, ...]:
+        return ()  # nodes reached one by one: no scheduler to ask
 
     async def close(self) -> None:
         await asyncio.gather(*(link.close() for link in self.links), return_exceptions=True)

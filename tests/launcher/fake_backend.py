@@ -173,6 +173,9 @@ class FakeBackend:
         out = "" if self.probe_facts is None else f"\n{MARKER}{json.dumps(self.probe_facts)}\n"
         return ScriptRun(0, out, "")
 
+    async def scheduler_checks(self, quick: bool) -> tuple:
+        return ()
+
     async def stacks(self, rank: int) -> tuple[StackDump, ...]:
         return (StackDump(100 + rank, rank, "py-spy", f"Thread {100 + rank}\n    hang_forever (train.py:7)"),)
 

@@ -14,7 +14,7 @@ import asyncio
 import json
 import time
 
-from launcher.backends.base import NodeError, NodeStatus, PortClaim, StackDump, StopOutcome
+from launcher.backends.base import NodeError, NodeStatus, PortClaim, SchedulerCheck, StackDump, StopOutcome
 from launcher.backends.fleet import AgentFleet
 from launcher.backends.slurm.queue import QueueEntry, QueueError, QueueView
 from launcher.backends.slurm.script import batch_script, job_file, render_slurm
@@ -137,6 +137,18 @@ class SlurmBackend(AgentFleet):
         job_id = await self.job_id()
         return (StackDump(0, None, "none", "stack dumps of a SLURM job's processes are not taken yet: on the "
                           f"login node, `srun --overlap --jobid {job_id} py-spy dump --pid PID` does it by hand"),)
+
+    # -- checks -------------------------------------------------------------------------------------
+
+    async def scheduler_checks(self, quick: bool) -> tuple[SchedulerCheck, ...]:
+        """``sbatch --test-only`` of the attempt's script (partition, account, qos, time limit, node and
+        GPU counts as the scheduler sees them; nothing runs); more without ``quick`` (:mod:`.checks`)."""
+        from launcher.backends.slurm.checks import full_checks, test_only
+
+        first = await test_only(self)
+        if quick:
+            return (first,)
+        return (first, *await full_checks(self))
 
     # -- stopping -----------------------------------------------------------------------------------
 
