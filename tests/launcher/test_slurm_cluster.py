@@ -95,8 +95,8 @@ def test_stop_cluster_leaves_no_daemon_namespace_or_mount(tmp_path):
     except RuntimeError as err:
         pytest.skip(str(err))
     try:
-        job_id = cluster.run(["sbatch", "--parsable", str(write_script(cluster.job_dir, "left.sh", "srun sleep 300"))]
-                             ).stdout.strip()
+        script = write_script(cluster.job_dir, "left.sh", "srun sleep 300")
+        job_id = cluster.run(["sbatch", "--parsable", str(script)]).stdout.strip()
         deadline = time.monotonic() + 30
         while len(cluster.job_pids(job_id)) < 2:
             assert time.monotonic() < deadline
@@ -114,6 +114,7 @@ def test_stop_cluster_leaves_no_daemon_namespace_or_mount(tmp_path):
     assert not any(ns in netns for ns in cluster.switch.namespaces)
     assert not Path(f"/sys/class/net/{cluster.switch.bridge}").exists()
     assert str(tmp_path) not in Path("/proc/self/mounts").read_text()
+    assert not cluster.munge_dir.exists()
 
 
 def _comm(pid: int) -> str:
@@ -128,3 +129,29 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"
     except OSError:
         return False
+
+
+def test_a_bring_up_failing_half_way_stops_what_it_started(tmp_path, monkeypatch):
+    import tests.launcher.slurm_cluster as sc
+
+    made, popened = [], []
+    real_switch, real_daemon = sc.make_switch, sc._daemon
+    monkeypatch.setattr(sc, "make_switch", lambda *a, **kw: made.append(real_switch(*a, **kw)) or made[-1])
+    monkeypatch.setattr(sc, "_daemon", lambda *a: popened.append(real_daemon(*a)) or popened[-1])
+
+    def no_host_key(path):  # after munged, slurmctld and both slurmd started
+        raise RuntimeError("ssh-keygen failed (simulated)")
+
+    monkeypatch.setattr(sc, "keygen", no_host_key)
+    with pytest.raises(RuntimeError) as err:
+        sc.start_cluster(tmp_path)
+    if not popened:
+        pytest.skip(str(err.value))
+    assert "simulated" in str(err.value)
+    assert len(popened) == 4 and all(p.poll() is not None for p in popened)
+    socket_arg = next(a for a in popened[0].args if a.startswith("--socket="))
+    assert not Path(socket_arg.split("=", 1)[1]).parent.exists()  # munged's folder under /run
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(ns in netns for ns in made[0].namespaces)
+    assert not Path(f"/sys/class/net/{made[0].bridge}").exists()
+    assert str(tmp_path) not in Path("/proc/self/mounts").read_text()
