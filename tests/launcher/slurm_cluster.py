@@ -23,12 +23,23 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.launcher.sshd import (NS_PORT, SSHD, Switch, TestHost, keygen, make_client_home, make_switch,
-                                 ssh_config_entry, sshd_config)
+from tests.launcher.sshd import (
+    NS_PORT,
+    SSHD,
+    Switch,
+    TestHost,
+    keygen,
+    make_client_home,
+    make_switch,
+    ssh_config_entry,
+    sshd_config,
+)
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "nsenter", "unshare")
 PARTITION = "debug"
 CTL_NAME = "fsl-ctl"
+CTL_PORT = 6817
+"""slurmctld's port (Slurm's default), on the bridge's address only (NoCtldInAddrAny)."""
 SUBNET = "10.252"
 
 
@@ -62,7 +73,8 @@ class Cluster:
         env.update(SLURM_CONF=str(self.conf), **extra)
         return env
 
-    def run(self, argv: list[str], *, timeout: float = 30, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    def run(self, argv: list[str], *, timeout: float = 30, check: bool = True,
+            **kw) -> subprocess.CompletedProcess:
         """Run a slurm command here against this cluster; text output captured."""
         return subprocess.run(argv, env=self.env(), capture_output=True, text=True, timeout=timeout, check=check,
                               **kw)
@@ -142,6 +154,7 @@ def _slurm_conf(root: Path, munge: Path, ctl_addr: str, names: list[str], addrs:
                       for n, a in zip(names, addrs, strict=True))
     return f"""ClusterName=fsdptest
 SlurmctldHost={CTL_NAME}({ctl_addr})
+SlurmctldPort={CTL_PORT}
 CommunicationParameters=NoCtldInAddrAny
 AuthType=auth/munge
 AuthInfo=socket={munge}/munge.socket.2
@@ -164,6 +177,7 @@ AccountingStorageType=accounting_storage/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
 ReturnToService=2
 KillWait=2
 OverTimeLimit=0
@@ -178,19 +192,29 @@ def _in_node(ns: str, hosts: Path, hostname: str, argv: list[str]) -> list[str]:
     """argv run in network namespace ``ns`` (None: this machine's) with a UTS and mount namespace of its
     own: its hostname, and ``hosts`` over /etc/hosts (unshare makes the mount private: the host never sees it)."""
     enter = ["nsenter", f"--net=/run/netns/{ns}"] if ns else []
-    script = f'mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec "$@"'
+    script = 'mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec "$@"'
     return [*enter, "unshare", "--uts", "--mount", "sh", "-c", script, str(hosts), hostname, *argv]
 
 
-def _wait(what: str, ok, proc: subprocess.Popen | None, log: Path | None, timeout: float = 15) -> None:
+def _daemon(argv: list[str], log: Path) -> subprocess.Popen:
+    with open(log, "w") as err:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+
+
+def _tail(log: Path) -> str:
+    try:
+        return log.read_text(errors="replace")[-800:]
+    except OSError:
+        return ""
+
+
+def _wait(what: str, ok, proc: subprocess.Popen | None, log: Path, timeout: float = 15) -> None:
     deadline = time.monotonic() + timeout
     while not ok():
         if proc is not None and proc.poll() is not None:
-            tail = log.read_text()[-800:] if log and log.exists() else ""
-            raise RuntimeError(f"{what} exited ({proc.returncode}): {tail}")
+            raise RuntimeError(f"{what} exited ({proc.returncode}): {_tail(log)}")
         if time.monotonic() > deadline:
-            tail = log.read_text()[-800:] if log and log.exists() else ""
-            raise RuntimeError(f"{what} not up after {timeout}s: {tail}")
+            raise RuntimeError(f"{what} not up after {timeout}s: {_tail(log)}")
         time.sleep(0.03)
 
 
@@ -245,24 +269,20 @@ def _bring_up(c: Cluster, tmp_path: Path) -> None:
     key.chmod(0o400)
     socket_path = munge / "munge.socket.2"
     log = root / "munged.log"
-    c.procs["munged"] = subprocess.Popen(
-        [_which("munged"), "-F", f"--socket={socket_path}", f"--key-file={key}", f"--pid-file={munge}/munged.pid",
-         f"--log-file={log}", f"--seed-file={munge}/munged.seed"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(root / "munged.err", "w"))
+    c.procs["munged"] = _daemon([_which("munged"), "-F", f"--socket={socket_path}", f"--key-file={key}",
+                                 f"--pid-file={munge}/munged.pid", f"--log-file={log}",
+                                 f"--seed-file={munge}/munged.seed"], root / "munged.err")
     _wait("munged", socket_path.exists, c.procs["munged"], root / "munged.err")
 
-    cpus = os.cpu_count() or 1
-    c.conf.write_text(_slurm_conf(root, munge, c.switch.gateway, c.node_names, c.node_addrs, cpus))
-    log = root / "slurmctld.log"
-    c.procs["slurmctld"] = subprocess.Popen(
-        _in_node(None, hosts, CTL_NAME, [_which("slurmctld"), "-D", "-f", str(c.conf)]),
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(root / "slurmctld.err", "w"))
-    _wait("slurmctld", lambda: _port_open(c.switch.gateway, 6817), c.procs["slurmctld"], log)
+    c.conf.write_text(_slurm_conf(root, munge, c.switch.gateway, c.node_names, c.node_addrs, os.cpu_count() or 1))
+    slurmctld = [_which("slurmctld"), "-D", "-f", str(c.conf)]
+    c.procs["slurmctld"] = _daemon(_in_node(None, hosts, CTL_NAME, slurmctld), root / "slurmctld.err")
+    _wait("slurmctld", lambda: _port_open(c.switch.gateway, CTL_PORT), c.procs["slurmctld"],
+          root / "slurmctld.log")
 
+    slurmd = [_which("slurmd"), "-D", "-f", str(c.conf)]
     for n, ns in zip(c.node_names, c.switch.namespaces, strict=True):
-        c.procs[f"slurmd-{n}"] = subprocess.Popen(
-            _in_node(ns, hosts, n, [_which("slurmd"), "-D", "-f", str(c.conf)]),
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(root / f"slurmd-{n}.err", "w"))
+        c.procs[f"slurmd-{n}"] = _daemon(_in_node(ns, hosts, n, slurmd), root / f"slurmd-{n}.err")
 
     # The login node: an sshd in node 0's namespaces (its hostname, its /etc/hosts, its address).
     client, authorized = make_client_home(tmp_path)
@@ -273,23 +293,22 @@ def _bring_up(c: Cluster, tmp_path: Path) -> None:
                                      env={"HOME": str(c.login_home), "SLURM_CONF": str(c.conf)}))
 
     def nodes_idle() -> bool:
+        for n in c.node_names:
+            if c.procs[f"slurmd-{n}"].poll() is not None:
+                tail = "\n".join(_tail(root / f"slurmd-{n}{ext}") for ext in (".err", ".log"))
+                raise RuntimeError(f"slurmd on {n} exited: {tail}")
         states = c.node_states()
         return len(states) == len(c.node_names) and set(states.values()) == {"idle"}
 
     _wait("slurmd", nodes_idle, None, root / f"slurmd-{c.node_names[0]}.log")
-    for n in c.node_names:
-        p = c.procs[f"slurmd-{n}"]
-        if p.poll() is not None:
-            raise RuntimeError(f"slurmd {n} exited: {(root / f'slurmd-{n}.err').read_text()[-800:]}")
 
-    node0 = c.procs[f"slurmd-{c.node_names[0]}"].pid  # unshare and sh exec'd: this is slurmd itself
-    c.procs["sshd-login"] = subprocess.Popen(
-        ["nsenter", "-t", str(node0), "--net", "--uts", "--mount", SSHD, "-D", "-e", "-f", str(sshd_conf)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(root / "sshd-login.log", "w"))
+    node0 = c.procs[f"slurmd-{c.node_names[0]}"].pid  # nsenter, unshare and sh exec'd: this is slurmd
+    sshd = ["nsenter", "-t", str(node0), "--net", "--uts", "--mount", SSHD, "-D", "-e", "-f", str(sshd_conf)]
+    c.procs["sshd-login"] = _daemon(sshd, root / "sshd-login.log")
     c.login = TestHost(c.login_alias, c.node_addrs[0], NS_PORT, host_key, c.procs["sshd-login"], None, c.switch,
                        c.login_home, sshd_conf)
     (client / ".ssh" / "config").write_text(ssh_config_entry(c.login_alias, c.node_addrs[0], NS_PORT, client,
-                                                                       known_hosts_file=True))
+                                                             known_hosts_file=True))
     (client / ".ssh" / "known_hosts").write_text(c.login.known_hosts_line() + "\n")
     _wait("sshd on the login node", lambda: _port_open(c.node_addrs[0], NS_PORT), c.procs["sshd-login"],
           root / "sshd-login.log")

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # ~8 s: slurmctld schedules its first batch job ~3 s after it starts
+
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED"}
 
 
@@ -23,15 +25,25 @@ def job_state_over_ssh(cluster, job_id: str) -> str:
     return done.stdout.strip()
 
 
-def write_script(cluster, name: str, body: str) -> Path:
-    script = cluster.job_dir / name
-    script.write_text(f"#!/bin/sh\n#SBATCH --nodes=2 --ntasks-per-node=1\n#SBATCH --chdir={cluster.job_dir}\n"
-                      f"#SBATCH --output={cluster.job_dir}/%x-%j.out\n{body}\n")
+def write_script(folder: Path, name: str, body: str) -> Path:
+    folder.mkdir(exist_ok=True)
+    script = folder / name
+    script.write_text(f"#!/bin/sh\n#SBATCH --nodes=2 --ntasks-per-node=1\n#SBATCH --chdir={folder}\n"
+                      f"#SBATCH --output={folder}/%x-%j.out\n{body}\n")
     return script
 
 
-def test_two_node_job_submitted_over_ssh_runs_once_on_each_node(slurm):
-    script = write_script(slurm, "hosts.sh", f"""srun sh -c 'out={slurm.job_dir}/task-$SLURM_PROCID
+@pytest.fixture
+def idle_slurm(slurm_module):
+    """One cluster for the module's first two tests, from an empty queue (its first job waits ~3 s)."""
+    slurm_module.wait_idle()
+    return slurm_module
+
+
+def test_two_node_job_submitted_over_ssh_runs_once_on_each_node(idle_slurm):
+    slurm = idle_slurm
+    folder = slurm.job_dir / "hosts"
+    script = write_script(folder, "hosts.sh", f"""srun sh -c 'out={folder}/task-$SLURM_PROCID
 echo "$SLURM_NODEID $(hostname) $SLURM_CONF" > $out; getent hosts {" ".join(slurm.node_names)} | wc -l >> $out'""")
     done = ssh(slurm, f"sbatch --parsable {script}")
     assert done.returncode == 0, done.stderr
@@ -42,17 +54,18 @@ echo "$SLURM_NODEID $(hostname) $SLURM_CONF" > $out; getent hosts {" ".join(slur
     while (state := job_state_over_ssh(slurm, job_id)) in ACTIVE:
         assert time.monotonic() < deadline, f"job {job_id} still {state}"
         time.sleep(0.1)
-    assert state == "COMPLETED", (slurm.job_dir / f"hosts.sh-{job_id}.out").read_text()
+    assert state == "COMPLETED", (folder / f"hosts.sh-{job_id}.out").read_text()
 
-    tasks = sorted(p.read_text().split() for p in slurm.job_dir.glob("task-*"))
+    tasks = sorted(p.read_text().split() for p in folder.glob("task-*"))
     assert [t[0] for t in tasks] == ["0", "1"]  # SLURM_NODEID 0 and 1, each once
     assert sorted(t[1] for t in tasks) == sorted(slurm.node_names)
     assert {t[2] for t in tasks} == {str(slurm.conf)}  # the login's SLURM_CONF, carried into the job
     assert [t[3] for t in tasks] == [str(len(slurm.node_names))] * 2  # every node name resolves in a job
 
 
-def test_scancel_of_a_running_two_node_job_leaves_no_process_of_it(slurm):
-    script = write_script(slurm, "sleep.sh", "srun sleep 300")
+def test_scancel_of_a_running_two_node_job_leaves_no_process_of_it(idle_slurm):
+    slurm = idle_slurm
+    script = write_script(slurm.job_dir / "sleep", "sleep.sh", "srun sleep 300")
     job_id = slurm.run(["sbatch", "--parsable", str(script)]).stdout.strip().split(";")[0]
 
     def sleeps() -> list[int]:
@@ -82,8 +95,8 @@ def test_stop_cluster_leaves_no_daemon_namespace_or_mount(tmp_path):
     except RuntimeError as err:
         pytest.skip(str(err))
     try:
-        job_id = cluster.run(["sbatch", "--parsable", str(write_script(cluster, "left.sh", "srun sleep 300"))]
-                             ).stdout.strip()
+        script = write_script(cluster.job_dir, "left.sh", "srun sleep 300")
+        job_id = cluster.run(["sbatch", "--parsable", str(script)]).stdout.strip()
         deadline = time.monotonic() + 30
         while len(cluster.job_pids(job_id)) < 2:
             assert time.monotonic() < deadline
@@ -101,6 +114,7 @@ def test_stop_cluster_leaves_no_daemon_namespace_or_mount(tmp_path):
     assert not any(ns in netns for ns in cluster.switch.namespaces)
     assert not Path(f"/sys/class/net/{cluster.switch.bridge}").exists()
     assert str(tmp_path) not in Path("/proc/self/mounts").read_text()
+    assert not cluster.munge_dir.exists()
 
 
 def _comm(pid: int) -> str:
@@ -115,3 +129,29 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"
     except OSError:
         return False
+
+
+def test_a_bring_up_failing_half_way_stops_what_it_started(tmp_path, monkeypatch):
+    import tests.launcher.slurm_cluster as sc
+
+    made, popened = [], []
+    real_switch, real_daemon = sc.make_switch, sc._daemon
+    monkeypatch.setattr(sc, "make_switch", lambda *a, **kw: made.append(real_switch(*a, **kw)) or made[-1])
+    monkeypatch.setattr(sc, "_daemon", lambda *a: popened.append(real_daemon(*a)) or popened[-1])
+
+    def no_host_key(path):  # after munged, slurmctld and both slurmd started
+        raise RuntimeError("ssh-keygen failed (simulated)")
+
+    monkeypatch.setattr(sc, "keygen", no_host_key)
+    with pytest.raises(RuntimeError) as err:
+        sc.start_cluster(tmp_path)
+    if not popened:
+        pytest.skip(str(err.value))
+    assert "simulated" in str(err.value)
+    assert len(popened) == 4 and all(p.poll() is not None for p in popened)
+    socket_arg = next(a for a in popened[0].args if a.startswith("--socket="))
+    assert not Path(socket_arg.split("=", 1)[1]).parent.exists()  # munged's folder under /run
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(ns in netns for ns in made[0].namespaces)
+    assert not Path(f"/sys/class/net/{made[0].bridge}").exists()
+    assert str(tmp_path) not in Path("/proc/self/mounts").read_text()
