@@ -153,7 +153,8 @@ def supervise(node_dir: str, spec: dict, agent_argv: list) -> int:
         write_state(node_dir, state="exited", exit_code=1, ended_at=time.time(), error=_disk_words(log_path, err))
         return 1
     try:
-        proc = subprocess.Popen(argv, cwd=node_dir, env=job_env(node_dir, spec), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(argv, cwd=spec.get("cwd") or node_dir, env=job_env(node_dir, spec),
+                                stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as err:
         log.write(f"fsdp-tui agent: cannot start {spec['argv'][0]!r}: {err}\n".encode())

@@ -57,7 +57,10 @@ def node_spec(spec: dict, rank: int, master_addr: str, job_id: str) -> dict:
     if missing:
         raise ValueError(f"secrets {', '.join(missing)} did not reach the job's environment")
     secrets = {n: os.environ[n] for n in spec.get("secret_names", [])}
-    return {**spec, "env": env, "argv": argv, "secrets": secrets}
+    # Every node works in node 0's directory, as a batch job's tasks share one working directory: a
+    # relative output_dir is then one folder on the shared filesystem, where every rank's shards of a
+    # checkpoint belong together.
+    return {**spec, "env": env, "argv": argv, "secrets": secrets, "cwd": os.path.join(os.getcwd(), "node-0")}
 
 
 def _workers(run_id: str, rank: int) -> list:

@@ -86,6 +86,7 @@ def render_slurm(plan: RunPlan, python: str) -> str:
         f"  shipped to every node-<rank>/ there: {', '.join(shipped)}; node-0/agent.zip (the node task)",
         "  NODE_RANK comes from SLURM_NODEID, MASTER_ADDR is the first host of SLURM_JOB_NODELIST"
         + ("" if plan.workload.compute.master_port else ", MASTER_PORT is 20000 + job id mod 20000"),
+        "  every node works in node-0/ (one folder on the shared filesystem: a relative output_dir is shared)",
         "  secrets reach the job through sbatch's environment, never this script",
         "",
         f"batch script (node-0/{job_file(1, 'sbatch')}):",
