@@ -12,17 +12,15 @@ from __future__ import annotations
 import os
 import signal
 
-import torch
-import torch.distributed as dist
-
 from trainer.protocol import CHECKPOINT_SIGNAL_ENV
 
 SIGNAL = signal.SIGUSR1
 
 
 class StopSignal:
-    """Installs the handler at construction: early, so a signal during start-up (model build, data
-    loading) is kept for the first step boundary instead of killing the process (SIGUSR1's default)."""
+    """Installs the handler at construction: early (this module imports no torch), so a signal during
+    start-up (imports, model build, data loading) is kept for the first step boundary instead of killing
+    the process (SIGUSR1's default)."""
 
     def __init__(self) -> None:
         self.received = False
@@ -37,6 +35,9 @@ class StopSignal:
         """Whether any rank was signalled (collective: every rank calls it at each step boundary). A CPU
         scalar: gloo carries it on CPU and on GPU alike (the loop's other scalars go the same way), and it
         never waits on the device's queue of work."""
+        import torch
+        import torch.distributed as dist
+
         flag = torch.tensor([1 if self.received else 0], dtype=torch.int32)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())

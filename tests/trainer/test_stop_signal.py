@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -32,54 +33,89 @@ def _workers(parent: int) -> list[int]:
     return found
 
 
+def _catches_sigusr1(pid: int) -> bool:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGUSR1 - 1) & 1)
+    return False
+
+
+def _run_signalled(tmp: Path, params: dict, after_line: str | None) -> tuple[int, str]:
+    """Run the trainer with the variable set; SIGUSR1 to both workers once ``after_line`` starts a line,
+    or (``None``) as soon as both have installed the handler, still starting up. Its exit code and log."""
+    tmp.mkdir()
+    (tmp / "params.yaml").write_text(yaml.safe_dump(params))
+    env = {**trainer_env(tmp), CHECKPOINT_SIGNAL_ENV: "1"}
+    proc = subprocess.Popen(torchrun_argv(2, "-m", "trainer", str(tmp / "params.yaml")), cwd=tmp, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        if after_line is None:
+            deadline = time.monotonic() + 60
+            while not ((workers := _workers(proc.pid)) and len(workers) == 2
+                       and all(_catches_sigusr1(pid) for pid in workers)):
+                assert time.monotonic() < deadline and proc.poll() is None, "the workers never caught SIGUSR1"
+                time.sleep(0.01)
+        else:
+            for line in proc.stdout:
+                lines.append(line)
+                if line.startswith(after_line):
+                    break
+            workers = _workers(proc.pid)
+        assert len(workers) == 2, lines
+        for pid in workers:
+            os.kill(pid, signal.SIGUSR1)
+        lines += proc.stdout.readlines()
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (tmp / "stdout.txt").write_text("".join(lines))
+    return code, "".join(lines)
+
+
+def _stopped_at(log: str) -> int:
+    found = re.search(r"^checkpoint at step (\d+) on SIGUSR1 \(the job's time is nearly up\): stopping; "
+                      r"a resubmitted job resumes from it$", log, re.M)
+    assert found, log[-3000:]
+    return int(found.group(1))
+
+
+def _records(tmp: Path, kind: str) -> list[dict]:
+    records = [json.loads(x) for x in (tmp / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in records if r["kind"] == kind]
+
+
 @pytest.mark.slow
 def test_sigusr1_checkpoints_stops_cleanly_and_the_next_job_resumes(tmp_path, tiny_model_dir):
     out_dir = tmp_path / "out"
     params = tiny_params(out_dir, max_steps=2000, checkpoint={"async_save": True, "every_steps": None},
                          logging={"eval_every_steps": None, "eval_max_batches": 1})
-    first = tmp_path / "first"
-    first.mkdir()
-    (first / "params.yaml").write_text(yaml.safe_dump(params))
-    env = {**trainer_env(first), CHECKPOINT_SIGNAL_ENV: "1"}
-    proc = subprocess.Popen(torchrun_argv(2, "-m", "trainer", str(first / "params.yaml")), cwd=first, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    try:
-        for line in proc.stdout:
-            lines.append(line)
-            if line.startswith("step=3/"):
-                break
-        workers = _workers(proc.pid)
-        assert len(workers) == 2, lines
-        for pid in workers:
-            os.kill(pid, signal.SIGUSR1)
-        lines += proc.stdout.readlines()
-        assert proc.wait(timeout=120) == 0, "".join(lines[-40:])
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    log = "".join(lines)
-    (first / "stdout.txt").write_text(log)
-    found = re.search(r"^checkpoint at step (\d+) on SIGUSR1 \(the job's time is nearly up\): stopping; "
-                      r"a resubmitted job resumes from it$", log, re.M)
-    assert found, log[-3000:]
-    step = int(found.group(1))
+    code, log = _run_signalled(tmp_path / "first", params, "step=3/")
+    assert code == 0, log[-3000:]
+    step = _stopped_at(log)
     assert 3 <= step < 2000
     ckpts = ckpt_layout.list_checkpoints(str(out_dir / "checkpoints"))
     assert [(c.step, c.complete) for c in ckpts] == [(step, True)]
     assert not (out_dir / "hf").exists(), "no final export when stopped by the signal"
-    records = [json.loads(x) for x in (first / "metrics.jsonl").read_text().splitlines()]
-    assert records[-1]["kind"] == "signal_checkpoint" and records[-1]["step"] == step
-    assert max(r["step"] for r in records if r["kind"] == "train") == step
+    assert [r["step"] for r in _records(tmp_path / "first", "signal_checkpoint")] == [step]
+    assert max(r["step"] for r in _records(tmp_path / "first", "train")) == step
+
+    # Signalled while still starting up (resuming): honoured at the first step boundary, the step it
+    # resumed from, whose checkpoint is not saved again.
+    code, log = _run_signalled(tmp_path / "early", params, None)
+    assert code == 0, log[-3000:]
+    assert f"resumed from {ckpts[0].path} at step {step}" in log
+    assert _stopped_at(log) == step
+    assert ckpt_layout.list_checkpoints(str(out_dir / "checkpoints")) == ckpts
+    assert _records(tmp_path / "early", "train") == []
 
     params["max_steps"] = step + 2
     params["checkpoint"]["export_hf"] = False
-    second = run_trainer(tmp_path / "second", params)
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert f"resumed from {ckpts[0].path} at step {step}" in second.stdout
-    steps = [json.loads(x)["step"] for x in (tmp_path / "second" / "metrics.jsonl").read_text().splitlines()
-             if json.loads(x)["kind"] == "train"]
-    assert steps == [step + 1, step + 2]
+    last = run_trainer(tmp_path / "last", params)
+    assert last.returncode == 0, last.stderr[-3000:]
+    assert f"resumed from {ckpts[0].path} at step {step}" in last.stdout
+    assert [r["step"] for r in _records(tmp_path / "last", "train")] == [step + 1, step + 2]
 
 
 @pytest.mark.parametrize("value", [None, "1"])
