@@ -79,13 +79,17 @@ class NodeStatus:
     """The node-side process that records the job is there (it must be while the job runs)."""
     error: str = ""
     """Why the node could not record the job (e.g. its disk is full)."""
+    queued: str = ""
+    """Why the job waits in a scheduler's queue (``pending: Resources``); empty once it has its nodes."""
+    resubmit: str = ""
+    """Why the job ended early to go on in a new submission (``time limit``: it saved a checkpoint first)."""
 
     @classmethod
     def from_wire(cls, rank: int, data: dict) -> NodeStatus:
         state = data.get("state")
         return cls(rank, state if state in ("starting", "running", "exited") else "absent", data.get("attempt"),
                    data.get("exit_code"), bool(data.get("stopped")), bool(data.get("supervisor_alive")),
-                   data.get("error") or "")
+                   data.get("error") or "", resubmit=data.get("resubmit") or "")
 
     @property
     def orphaned(self) -> bool:
@@ -169,6 +173,17 @@ class Reach:
     detail: str
 
 
+@dataclass(frozen=True)
+class SchedulerCheck:
+    """One thing a scheduler's backend checked about where the run would go (SLURM: the partition, the
+    account and time limit through ``sbatch --test-only``, a probe job on the compute nodes)."""
+
+    name: str
+    status: Literal["ok", "warning", "error"]
+    detail: str
+    fix: str = ""
+
+
 class Backend(Protocol):
     """One run's machines. Calls about one node take its rank; fan-out calls answer for every node."""
 
@@ -228,13 +243,23 @@ class Backend(Protocol):
 
     async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None) -> ExportResult: ...
 
+    async def scheduler_checks(self, quick: bool) -> tuple[SchedulerCheck, ...]:
+        """What the scheduler says of this run before it is submitted (none without a scheduler).
+        ``quick``: only what a launch checks first (seconds, no job runs)."""
+        ...
+
     async def close(self) -> None: ...
 
 
 def backend_for(plan: RunPlan, *, on_link: LinkWatcher | None = None, agent_python: str | None = None) -> Backend:
-    """The backend that reaches ``plan``'s nodes: an agent per node over a local pipe or SSH.
+    """The backend that reaches ``plan``'s nodes: an agent per node over a local pipe or SSH, or a SLURM
+    job through its login node.
     ``agent_python``: start the agents with that interpreter instead of the workload's (the doctor's
     fallback when the workload's does not run)."""
+    if plan.workload.compute.slurm is not None:
+        from launcher.backends.slurm.backend import SlurmBackend
+
+        return SlurmBackend(plan, on_link=on_link, agent_python=agent_python)
     from launcher.backends.fleet import AgentFleet
 
     return AgentFleet(plan, on_link=on_link, agent_python=agent_python)

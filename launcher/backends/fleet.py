@@ -23,6 +23,7 @@ from launcher.backends.base import (
     NodeStatus,
     PortClaim,
     Reach,
+    SchedulerCheck,
     ScriptRun,
     StackDump,
     StopOutcome,
@@ -185,7 +186,7 @@ class AgentFleet:
         return {"argv": argv, "env": node.env, "dir_env": node.dir_env, "secrets": secrets, "python": python,
                 "attempt": attempt, "dependencies": list(self.plan.workload.environment.dependencies),
                 "venv_root": self.plan.venv_root,
-                "marker": f"{attempt} of {retries + 1}" if retries else None}
+                "marker": f"{attempt} of {retries + 1}" if retries else (str(attempt) if attempt > 1 else None)}
 
     async def start(self, secrets: dict[str, str], attempt: int) -> None:
         async def one(rank: int) -> None:
@@ -273,6 +274,9 @@ class AgentFleet:
         if hashlib.sha256(data).hexdigest() != header["sha256"]:
             raise NodeError(f"{link.label}: the export's copy arrived damaged; try again")
         return await asyncio.to_thread(_unpack_here, data, to, link.label)
+
+    async def scheduler_checks(self, quick: bool) -> tuple[SchedulerCheck, ...]:
+        return ()  # nodes reached one by one: no scheduler to ask
 
     async def close(self) -> None:
         await asyncio.gather(*(link.close() for link in self.links), return_exceptions=True)

@@ -55,5 +55,12 @@ async def preflight(backend: Backend) -> list[Refusal]:
         return [Refusal(info.label, c) for c in report.checks if c.status == "error" and c.name not in skipped]
 
 
+    if plan.topology.slurm:  # the login node is not where the job runs: ask the scheduler instead
+        try:
+            checks = await backend.scheduler_checks(quick=True)
+        except NodeError:
+            return []  # the launch itself reports an unreachable login node
+        label = backend.node_info(0).label
+        return [Refusal(label, Check(c.name, "error", c.detail, c.fix)) for c in checks if c.status == "error"]
     found = await asyncio.gather(*(one(n.node_rank) for n in plan.nodes))
     return [r for node in found for r in node]

@@ -28,6 +28,7 @@ class Outcome:
     state: RunState
     exit_code: int | None = None
     triage: dict | None = None
+    why: str = ""
 
 
 class LaunchFailed(Exception):
@@ -66,6 +67,11 @@ class RunPolicy:
         """The first node whose agent said why its job ended (e.g. its disk filled): rank and words."""
         self.polled = asyncio.Event()
         self.unfollowing = asyncio.Event()
+        self.resubmits = 0
+        self.deadline: float | None = None
+        """Attempts that went on in a new submission after a scheduler's time limit (not retries)."""
+        self.queued: str | None = None
+        """Why the attempt's job waits in the scheduler's queue, while it does."""
 
     # -- links: reconnects and losses surface as node states ---------------------------------------
 
@@ -89,11 +95,16 @@ class RunPolicy:
             while True:
                 outcome = await self._attempt(adopted)
                 adopted = False
-                if outcome.state != RunState.FAILED or self.rec.attempt > self.settings.max_retries:
+                if outcome.state == RunState.RETRYING:  # a scheduler's time limit: it goes on from a checkpoint
+                    self.resubmits += 1
+                    self.rec.attempt += 1
+                    self.rec.set_state(RunState.RETRYING, f"attempt {self.rec.attempt}: {outcome.why}")
+                    continue
+                if outcome.state != RunState.FAILED or self.rec.attempt - self.resubmits > self.settings.max_retries:
                     break
                 self.rec.attempt += 1
                 self.rec.set_state(RunState.RETRYING,
-                                   f"attempt {self.rec.attempt} of {self.settings.max_retries + 1}")
+                                   f"attempt {self.rec.attempt} of {self.settings.max_retries + 1 + self.resubmits}")
             if outcome.state == RunState.FAILED:
                 triage = self._triage()
                 if self.node_error is not None:
@@ -172,29 +183,34 @@ class RunPolicy:
                 await self._stop_all()
                 self.rec.set_state(RunState.FAILED, str(err))
                 return Outcome(RunState.FAILED)
-            for rank in self.ranks:
-                self.rec.set_node(rank, NodeState.RUNNING)
-            self.rec.set_state(RunState.RUNNING)
-        deadline = self.clock() + self.settings.timeout_s if self.settings.timeout_s else None
+            first = await self.backend.status(0)
+            if first.queued:
+                self._watch_queue({0: first})
+            else:
+                for rank in self.ranks:
+                    self.rec.set_node(rank, NodeState.RUNNING)
+                self.rec.set_state(RunState.RUNNING)
+        self.deadline = self.clock() + self.settings.timeout_s if self.settings.timeout_s else None
         self.unfollowing.clear()
         followers = [asyncio.create_task(self._follow(rank)) for rank in self.ranks]
         try:
-            outcome = await self._watch(followers, deadline)
+            outcome = await self._watch(followers)
         finally:
             self.unfollowing.set()
             await asyncio.gather(*followers, return_exceptions=True)
         return await self._end(outcome)
 
-    async def _watch(self, followers: list[asyncio.Task], deadline: float | None) -> str:
+    async def _watch(self, followers: list[asyncio.Task]) -> str:
         """Judge the nodes' latest statuses until the attempt ends; says how."""
         while True:
             for task in followers:
                 if task.done() and task.exception() is not None:
                     raise task.exception()  # a node was lost: the run fails and every node is stopped
+            self._watch_queue(self.statuses)
             self._watch_progress()
             if self.stacks_requested():
                 await self._dump_stacks()
-            verdict = self._judge(deadline)
+            verdict = self._judge(self.deadline)
             if verdict == "orphaned" and not await self._still_orphaned():
                 verdict = None
             if verdict is not None:
@@ -215,9 +231,27 @@ class RunPolicy:
                 return "orphaned"
         if len(exited) == len(self.ranks) or any(s.exit_code != 0 for s in exited.values()):
             return "exited"
-        if deadline is not None and self.clock() > deadline:
+        if deadline is not None and self.queued is None and self.clock() > deadline:
             return "timeout"
         return None
+
+    def _watch_queue(self, statuses: dict[int, NodeStatus]) -> None:
+        """A job waiting in a scheduler's queue is PENDING, with the scheduler's reason; once it has its
+        nodes it is RUNNING, and its timeout counts from then."""
+        queued = next((s.queued for s in statuses.values() if s.queued), None)
+        if queued and queued != self.queued:
+            if self.queued is None:
+                for rank in self.ranks:
+                    self.rec.set_node(rank, NodeState.PENDING, detail=queued)
+            self.queued = queued
+            self.rec.set_state(RunState.PENDING, f"queued ({queued})")
+        elif not queued and self.queued is not None and len(statuses) == len(self.ranks):
+            self.queued = None
+            for rank in self.ranks:
+                self.rec.set_node(rank, NodeState.RUNNING)
+            self.rec.set_state(RunState.RUNNING, "the job has its nodes")
+            if self.settings.timeout_s:
+                self.deadline = self.clock() + self.settings.timeout_s
 
     def _watch_progress(self) -> None:
         """Say once when the run stops making steps, and once when it starts again."""
@@ -286,9 +320,20 @@ class RunPolicy:
             self.rec.set_node(rank, NodeState.EXITED, s.exit_code, s.error)
             if s.error and self.node_error is None:
                 self.node_error = (rank, s.error)
-        if failed:
+        resubmit = next((s.resubmit for s in exited.values() if s.resubmit), "")
+        if failed or resubmit:
             await self._stop_all()
         await self._pump_all()
+        if resubmit and self.resubmits < self.settings.max_resubmits:
+            return Outcome(RunState.RETRYING, why=f"the job stopped at its {resubmit} after saving a checkpoint; "
+                                                  "resubmitted, it resumes from there")
+        if resubmit:
+            why = (f"the job stopped at its {resubmit} after saving a checkpoint, and {self.resubmits} "
+                   "resubmission(s) were all that compute.slurm.max_resubmits allows: resume it to go on")
+            triage = {"summary": why, "node_rank": None, "rank": None, "exit_code": None, "signature": "time_limit",
+                      "line_no": None, "excerpt": why}
+            self.rec.write_triage(triage)
+            return Outcome(RunState.TIMED_OUT, triage=triage)
         if not failed:
             return Outcome(RunState.SUCCEEDED, 0)
         return Outcome(RunState.FAILED, failed[min(failed)].exit_code)

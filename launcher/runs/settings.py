@@ -23,5 +23,7 @@ class Settings:
     stop_grace_s: float = STOP_GRACE_S
     preflight: bool = True
     """Run the doctor's cheap checks before starting; a certain failure stops the launch."""
+    max_resubmits: int = 0
+    """New submissions after a scheduler's time limit that left a checkpoint (SLURM), beside the retries."""
     stall_factor: float = 10.0
     stall_min_s: float = 120.0

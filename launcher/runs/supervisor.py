@@ -47,7 +47,8 @@ class Supervisor:
         self.backend = backend_for(plan, on_link=lambda *a: self.policy.on_link(*a))
         settings = Settings(max_retries=w.max_retries, timeout_s=w.timeout_minutes * 60 if w.timeout_minutes else None,
                             preflight=not load_options(self.dir).get("force", False),
-                            stall_factor=w.metrics.stall_factor, stall_min_s=w.metrics.stall_min_s)
+                            stall_factor=w.metrics.stall_factor, stall_min_s=w.metrics.stall_min_s,
+                            max_resubmits=w.compute.slurm.max_resubmits if w.compute.slurm else 0)
         self.policy = RunPolicy(self.backend, self.rec, settings, secrets=self.secrets,
                                 cancel_requested=lambda: cancel_requested(self.dir),
                                 stacks_requested=lambda: take_stacks_request(self.dir),

@@ -32,7 +32,10 @@ class Planned:
 
 def node_root_for(workload: Workload, home: Path) -> str:
     """Where the nodes keep run directories: ``<ssh.remote_root>/runs`` on SSH hosts, the data dir's
-    ``nodes/`` for a run on this machine."""
+    ``nodes/`` for a run on this machine, ``compute.slurm.job_dir`` (shared by the login and compute
+    nodes) for a SLURM job."""
+    if workload.compute.slurm is not None:
+        return workload.compute.slurm.job_dir.rstrip("/")
     if not all(parse_host(h).is_local for h in workload.compute.hosts):
         return f"{workload.ssh.remote_root.rstrip('/')}/runs"
     return str(Path(home) / LOCAL_NODES_DIR)

@@ -29,6 +29,41 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
 
 
+class Slurm(_Model):
+    """A SLURM cluster: one batch job per attempt, one task per node, submitted through the login node."""
+
+    login: str = "local"
+    """The login node as an SSH target (an ``~/.ssh/config`` alias, ``user@host``, ``host:port``), or
+    ``local`` when fsdp-tui runs on the login node itself."""
+    partition: str | None = None
+    """``--partition`` (default: the cluster's default partition)."""
+    account: str | None = None
+    """``--account`` to charge."""
+    qos: str | None = None
+    """``--qos``."""
+    time: str | int | None = None
+    """``--time``: minutes, or ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS`` (default:
+    ``timeout_minutes``, else the partition's limit)."""
+    nodes: int | None = Field(default=None, ge=1)
+    """``--nodes`` (default: from ``num_accelerators`` and the GPUs per node)."""
+    gpus_per_node: int | None = Field(default=None, ge=1)
+    """``--gpus-per-node`` (default: the GPUs per node of ``accelerator_type`` / ``gpus_per_node``)."""
+    constraint: str | None = None
+    """``--constraint``, e.g. ``a100&ib``."""
+    exclusive: bool = False
+    """``--exclusive``: no other job shares the nodes."""
+    extra_sbatch: list[str] = Field(default_factory=list)
+    """More ``#SBATCH`` lines as written after ``#SBATCH`` (``--mail-type=END``); options only, no shell."""
+    job_dir: str = Field(default="~/.fsdp-tui/slurm", min_length=1)
+    """A folder on the filesystem the login and compute nodes share: each run's code, parameters, logs
+    and metrics live in ``<job_dir>/<run id>/``."""
+    signal_lead_s: int = Field(default=120, ge=10, le=3600)
+    """Seconds before the time limit when the built-in trainer saves a checkpoint and stops, so the job
+    resubmitted after it resumes from there."""
+    max_resubmits: int = Field(default=10, ge=0, le=1000)
+    """Resubmissions after a time limit or preemption that left a checkpoint (not counted as retries)."""
+
+
 class Compute(_Model):
     """How many processes run, and on which machines."""
 
@@ -46,6 +81,8 @@ class Compute(_Model):
     """Address of node 0 as the other nodes reach it (default: node 0's host)."""
     master_port: int | None = Field(default=None, ge=1024, le=65535)
     """Rendezvous port on node 0 (default 29500, checked free at launch)."""
+    slurm: Slurm | None = None
+    """Submit to a SLURM cluster through its login node instead of reaching ``hosts`` over SSH."""
 
 
 class Ssh(_Model):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from launcher.workload.hosts import HostTarget
+from launcher.workload.hosts import HostTarget, parse_host
 from launcher.workload.model import Workload
 from launcher.workload.topology import Topology, resolve_topology
 from trainer.protocol import METRICS_FILE_ENV, RUN_ID_ENV
@@ -15,6 +15,8 @@ from trainer.protocol import METRICS_FILE_ENV, RUN_ID_ENV
 DEFAULT_NODE_ROOT = "~/.fsdp-tui/runs"
 DEFAULT_MASTER_PORT = 29500
 LOCAL_MASTER_ADDR = "127.0.0.1"
+SLURM_FIRST_NODE = "<first node of the SLURM job>"
+"""``MASTER_ADDR`` of a SLURM run until the job has its nodes: each node's task sets the real one."""
 # Paths relative to the node's run directory; the node agent makes them absolute there.
 DIR_ENV = {
     "CODE_SOURCE_PATH": "code",
@@ -37,9 +39,14 @@ class NodePlan:
     dir_env: dict[str, str]
     """Variables whose values are paths relative to ``node_dir``."""
     argv: tuple[str, ...]
+    display: str | None = None
+    """How the node is named when its host is not the machine it runs on (a SLURM node, reached through
+    the login node ``host``)."""
 
     @property
     def host_display(self) -> str:
+        if self.display is not None:
+            return self.display
         return self.host.display if self.host is not None else "this machine"
 
 
@@ -79,7 +86,11 @@ def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = No
     topo = resolve_topology(workload)
     blockers: list[str] = []
     hosts: list[HostTarget | None] = list(topo.hosts) or [None]
-    if topo.num_nodes > 1 and not topo.hosts:
+    slurm = workload.compute.slurm
+    if slurm is not None:
+        login = None if slurm.login == "local" else parse_host(slurm.login)
+        hosts = [login] * topo.num_nodes
+    elif topo.num_nodes > 1 and not topo.hosts:
         blockers.append(f"compute.hosts is missing: list {topo.num_nodes} SSH hosts (one per node) to run "
                         "this outside Databricks")
         hosts = [HostTarget(alias=f"<host of node {i}>", hostname=f"node{i}") for i in range(topo.num_nodes)]
@@ -87,6 +98,9 @@ def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = No
     alias = workload.compute.master_addr is None and hosts[0] is not None and not hosts[0].is_local
     port = master_port or workload.compute.master_port or DEFAULT_MASTER_PORT
     root = (node_root or f"{workload.ssh.remote_root.rstrip('/')}/runs").rstrip("/")
+    if slurm is not None:
+        master_addr, alias = SLURM_FIRST_NODE, False
+        root = (node_root or slurm.job_dir).rstrip("/")
     code_root = None
     if workload.code_source is not None:
         base = source_file.parent if source_file is not None else Path.cwd()
@@ -112,6 +126,8 @@ def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = No
             env=env,
             dir_env=dir_env,
             argv=_argv(workload, topo, rank, master_addr, port),
+            display=f"SLURM node {rank} via {hosts[rank].display if hosts[rank] else 'this machine'}"
+            if slurm is not None else None,
         ))
     return RunPlan(
         run_id=run_id,

@@ -31,10 +31,12 @@ class Topology:
     """One per node, or empty: this machine, no SSH."""
     gpu_model: str | None = None
     findings: tuple[Finding, ...] = field(default=())
+    slurm: bool = False
+    """The nodes come from a SLURM job (``compute.slurm``), not from ``hosts``."""
 
     @property
     def is_local(self) -> bool:
-        return not self.hosts
+        return not self.hosts and not self.slurm
 
     @property
     def world_size(self) -> int:
@@ -74,7 +76,7 @@ def resolve_topology(workload: Workload) -> Topology:
     if per_node is None:
         per_node = 1
 
-    num_nodes = max(len(c.hosts), 1)
+    num_nodes = max(len(c.hosts), 1) if c.slurm is None else (c.slurm.nodes or 1)
     if c.num_accelerators is not None:
         if c.num_accelerators % per_node:
             lower = max(per_node, c.num_accelerators - c.num_accelerators % per_node)
@@ -84,6 +86,12 @@ def resolve_topology(workload: Workload) -> Topology:
         else:
             num_nodes = c.num_accelerators // per_node
 
+    if c.slurm is not None:
+        from launcher.workload.slurm import findings as slurm_findings
+
+        findings += [Finding(path, sev, msg, hint or "") for path, sev, msg, hint in
+                     slurm_findings(workload, num_nodes, per_node, kind)]
+        return Topology(kind, per_node, num_nodes, (), model, tuple(findings), slurm=True)
     hosts = _hosts(c.hosts, findings)
     if c.hosts and len(c.hosts) != num_nodes:
         findings.append(Finding(("compute", "hosts"), "error",

@@ -48,6 +48,34 @@ def ns_hosts(tmp_path):
 
 
 @pytest.fixture
+def slurm(tmp_path):
+    """A real SLURM cluster: two compute nodes (fsl-n0, fsl-n1, each a network namespace of its own),
+    partition ``debug``, and a login node reached as ``login`` over SSH with the client HOME
+    (tests/launcher/slurm_cluster.py); skipped, with the reason, where it cannot be built."""
+    from tests.launcher.slurm_cluster import start_cluster, stop_cluster
+
+    try:
+        cluster = start_cluster(tmp_path)
+    except RuntimeError as err:
+        pytest.skip(str(err))
+    yield cluster
+    stop_cluster(cluster)
+
+
+@pytest.fixture(scope="module")
+def slurm_module(tmp_path_factory):
+    """The ``slurm`` cluster, one per test module: call ``wait_idle()`` to start from an empty queue."""
+    from tests.launcher.slurm_cluster import start_cluster, stop_cluster
+
+    try:
+        cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
+    except RuntimeError as err:
+        pytest.skip(str(err))
+    yield cluster
+    stop_cluster(cluster)
+
+
+@pytest.fixture
 def home(tmp_path) -> Path:
     h = tmp_path / "home"
     h.mkdir()

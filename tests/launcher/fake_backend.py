@@ -40,12 +40,17 @@ class FakeNode:
     gpus: tuple[GpuSample, ...] = ()
     hang_at_step: int | None = None
     """Report one more training step per status poll until this step, then none (a hung rank)."""
+    queued_polls: dict[int, int] = field(default_factory=dict)
+    """attempt -> status polls during which its job waits in a scheduler's queue (``pending: Resources``)."""
+    resubmit: dict[int, str] = field(default_factory=dict)
+    """attempt -> why its job stopped to go on in a new submission (a scheduler's time limit)."""
     # what happened
     started: list[int] = field(default_factory=list)
     stopped: int = 0
     stopped_attempts: set[int] = field(default_factory=set)
     """Attempts that ended because they were stopped while running."""
     polls: int = 0
+    queue_waits: dict[int, int] = field(default_factory=dict)
     attempt: int | None = None
     running: bool = False
 
@@ -110,13 +115,17 @@ class FakeBackend:
         node.polls += 1
         if node.orphaned:
             return NodeStatus(rank, "running", node.attempt, supervisor_alive=False)
+        if node.queue_waits.get(node.attempt or 0, 0) < node.queued_polls.get(node.attempt or 0, 0):
+            node.queue_waits[node.attempt] = node.queue_waits.get(node.attempt, 0) + 1
+            node.polls = 0  # its polls count from when it has its nodes
+            return NodeStatus(rank, "starting", node.attempt, supervisor_alive=True, queued="pending: Resources")
         code = node.exits.get(node.attempt or 0, 0)
         if node.running and code is not None and node.polls > node.polls_before_exit:
             node.running = False
         if node.running:
             return NodeStatus(rank, "running", node.attempt, supervisor_alive=True)
         return NodeStatus(rank, "exited", node.attempt, code if node.attempt not in node.stopped_attempts else -15,
-                          stopped=node.attempt in node.stopped_attempts)
+                          stopped=node.attempt in node.stopped_attempts, resubmit=node.resubmit.get(node.attempt, ""))
 
     def _maybe_lose(self, rank: int) -> None:
         node = self.nodes[rank]
@@ -163,6 +172,9 @@ class FakeBackend:
         self.calls.append("probe")
         out = "" if self.probe_facts is None else f"\n{MARKER}{json.dumps(self.probe_facts)}\n"
         return ScriptRun(0, out, "")
+
+    async def scheduler_checks(self, quick: bool) -> tuple:
+        return ()
 
     async def stacks(self, rank: int) -> tuple[StackDump, ...]:
         return (StackDump(100 + rank, rank, "py-spy", f"Thread {100 + rank}\n    hang_forever (train.py:7)"),)

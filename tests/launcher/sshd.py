@@ -87,21 +87,26 @@ class Switch:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
+    gateway: str = ""
+    """The bridge's own address: this machine, as the hosts on the switch reach it."""
+
     def veth(self, i: int) -> str:
         """The bridge's end of host ``i``'s link (the other end is that namespace's eth0)."""
-        return f"{self.bridge.replace('fsdpbr', 'fsdpv')}-{i}"
+        return f"{self.bridge.replace('br', 'v', 1)}-{i}"
 
 
-def make_switch(count: int) -> Switch:
-    """``count`` namespaces on a private /24 (10.251.N.0, N from this process id); RuntimeError if the
-    machine does not allow it (no ``ip``, no CAP_NET_ADMIN)."""
+def make_switch(count: int, *, name: str = "fsdp", subnet: str = "10.251", tag: int | None = None) -> Switch:
+    """``count`` namespaces on a private /24 (``subnet``.N.0, N from this process id unless ``tag`` is
+    given), named after ``name``; RuntimeError if the machine does not allow it (no ``ip``, no
+    CAP_NET_ADMIN)."""
     if shutil.which("ip") is None:
         raise RuntimeError("iproute2 is not installed (apt-get install iproute2)")
-    tag = os.getpid() % 250
-    switch = Switch(f"fsdpbr{tag}", [f"fsdp-{tag}-{i}" for i in range(count)],
-                    [f"10.251.{tag}.{i + 2}" for i in range(count)])
+    if tag is None:
+        tag = os.getpid() % 250
+    switch = Switch(f"{name}br{tag}", [f"{name}-{tag}-{i}" for i in range(count)],
+                    [f"{subnet}.{tag}.{i + 2}" for i in range(count)], f"{subnet}.{tag}.1")
     steps = [["ip", "link", "add", switch.bridge, "type", "bridge"],
-             ["ip", "addr", "add", f"10.251.{tag}.1/24", "dev", switch.bridge],
+             ["ip", "addr", "add", f"{switch.gateway}/24", "dev", switch.bridge],
              ["ip", "link", "set", switch.bridge, "up"]]
     for i, (ns, addr) in enumerate(zip(switch.namespaces, switch.addrs, strict=True)):
         veth = switch.veth(i)
@@ -120,18 +125,57 @@ def make_switch(count: int) -> Switch:
     return switch
 
 
-def start_hosts(tmp: Path, count: int, netns: bool = False, sftp: bool = True) -> tuple[Path, list[TestHost]]:
-    """Start ``count`` sshd hosts; returns the client HOME (with .ssh/config and known_hosts) and them.
-    ``sftp=False``: hosts without an SFTP subsystem, as some hardened servers are."""
+def make_client_home(tmp: Path) -> tuple[Path, Path]:
+    """A client HOME (``tmp/client-home``) with ~/.ssh and a key; returns it and an authorized_keys file
+    holding that key, for the servers."""
     if not os.path.exists(SSHD) or shutil.which("ssh-keygen") is None:
         raise RuntimeError("openssh-server is not installed (apt-get install openssh-server)")
-    switch = make_switch(count) if netns else None
     Path("/run/sshd").mkdir(exist_ok=True)
     client = tmp / "client-home"
     (client / ".ssh").mkdir(parents=True, mode=0o700)
     keygen(client / ".ssh" / "id_ed25519")
     authorized = tmp / "authorized_keys"
     authorized.write_text((client / ".ssh" / "id_ed25519.pub").read_text())
+    return client, authorized
+
+
+def sshd_config(addr: str, port: int, host_key: Path, authorized: Path, pid_file: Path, *, sftp: bool = True,
+                env: dict[str, str] | None = None) -> str:
+    """An sshd_config for a test host: key login as root only; ``env`` is set in every session."""
+    setenv = " ".join(f"{k}={v}" for k, v in (env or {}).items())
+    return f"""Port {port}
+ListenAddress {addr}
+HostKey {host_key}
+AuthorizedKeysFile {authorized}
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+StrictModes no
+UsePAM no
+PidFile {pid_file}
+{"Subsystem sftp internal-sftp" if sftp else ""}
+MaxStartups 100
+MaxSessions 50
+LogLevel ERROR
+{f"SetEnv {setenv}" if setenv else ""}
+"""
+
+
+def ssh_config_entry(alias: str, addr: str, port: int, client: Path, *, known_hosts_file: bool = False) -> str:
+    """The client's ~/.ssh/config entry naming a test host. ``known_hosts_file``: name the client HOME's
+    known_hosts too, for the ``ssh`` binary (it finds ~ from the passwd entry, not from ``$HOME``)."""
+    known = f"  UserKnownHostsFile {client / '.ssh' / 'known_hosts'}\n" if known_hosts_file else ""
+    return (f"Host {alias}\n  HostName {addr}\n  Port {port}\n  User root\n"
+            f"  IdentityFile {client / '.ssh' / 'id_ed25519'}\n{known}")
+
+
+def start_hosts(tmp: Path, count: int, netns: bool = False, sftp: bool = True) -> tuple[Path, list[TestHost]]:
+    """Start ``count`` sshd hosts; returns the client HOME (with .ssh/config and known_hosts) and them.
+    ``sftp=False``: hosts without an SFTP subsystem, as some hardened servers are."""
+    if not os.path.exists(SSHD) or shutil.which("ssh-keygen") is None:
+        raise RuntimeError("openssh-server is not installed (apt-get install openssh-server)")
+    switch = make_switch(count) if netns else None
+    client, authorized = make_client_home(tmp)
     remote_home = tmp / "remote-home"  # one home for every host, as an NFS-mounted home would be
     remote_home.mkdir()
     hosts, config = [], []
@@ -142,28 +186,13 @@ def start_hosts(tmp: Path, count: int, netns: bool = False, sftp: bool = True) -
         key = tmp / f"host{i}_ed25519"
         keygen(key)
         conf = tmp / f"sshd{i}.conf"
-        conf.write_text(f"""Port {port}
-ListenAddress {addr}
-HostKey {key}
-AuthorizedKeysFile {authorized}
-PermitRootLogin prohibit-password
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-StrictModes no
-UsePAM no
-PidFile {tmp}/sshd{i}.pid
-{"Subsystem sftp internal-sftp" if sftp else ""}
-MaxStartups 100
-MaxSessions 50
-LogLevel ERROR
-SetEnv HOME={remote_home}
-""")
+        conf.write_text(sshd_config(addr, port, key, authorized, tmp / f"sshd{i}.pid", sftp=sftp,
+                                    env={"HOME": str(remote_home)}))
         with open(tmp / f"sshd{i}.log", "w") as log:  # the child keeps its own copy of the descriptor
             enter = ["ip", "netns", "exec", ns] if ns else []  # it execs sshd: the same process
             proc = subprocess.Popen([*enter, SSHD, "-D", "-e", "-f", str(conf)], stderr=log)
         hosts.append(TestHost(f"node{i}", addr, port, key, proc, ns, switch, remote_home, conf))
-        config.append(f"Host node{i}\n  HostName {addr}\n  Port {port}\n  User root\n"
-                      f"  IdentityFile {client / '.ssh' / 'id_ed25519'}\n")
+        config.append(ssh_config_entry(f"node{i}", addr, port, client))
     (client / ".ssh" / "config").write_text("\n".join(config))
     (client / ".ssh" / "known_hosts").write_text("".join(h.known_hosts_line() + "\n" for h in hosts))
     for h in hosts:

@@ -101,6 +101,16 @@ CASES = [
                       "packages": {"torch": {"version": "2.13.0+cpu", "import": "skipped"}},
                       "disk": {"path": "/n", "existing": "/", "free_bytes": 2**40}, "master": {}},
          starts=["start 1"]),
+    Case("a job waiting in a scheduler's queue is pending with its reason, then runs", [FakeNode(
+         queued_polls={1: 3}), FakeNode(queued_polls={1: 3})], RunState.SUCCEEDED, starts=["start 1"],
+         detail="queued (pending: Resources)"),
+    Case("a job stopped at its time limit with a checkpoint is resubmitted, not counted as a retry",
+         [FakeNode(resubmit={1: "time limit"}), FakeNode(resubmit={1: "time limit"})], RunState.SUCCEEDED,
+         settings={"max_resubmits": 2}, starts=["start 1", "start 2"], detail="resubmitted, it resumes"),
+    Case("resubmissions run out: the run timed out, saying how to go on", [FakeNode(resubmit={1: "time limit",
+                                                                                  2: "time limit"})],
+         RunState.TIMED_OUT, settings={"max_resubmits": 1}, starts=["start 1", "start 2"],
+         detail="max_resubmits allows: resume it"),
     Case("a node that cannot be prepared stops nothing", [FakeNode(), FakeNode()], RunState.FAILED,
          prepare_error="node 1 (fake): cannot write /nodes: Permission denied", starts=[],
          detail="Permission denied", stopped=False),
@@ -188,3 +198,19 @@ def test_a_run_that_stops_stepping_is_flagged_stalled_and_its_stacks_are_kept(tm
     dumps = [e for e in events if e["type"] == "StacksDumped"]
     assert [d["node_rank"] for d in dumps] == [0, 1]
     assert "hang_forever (train.py:7)" in Path(dumps[1]["path"]).read_text()
+
+
+def test_a_queued_job_is_pending_then_running_and_its_timeout_counts_from_its_start(tmp_path):
+    plan = _plan(2)
+    store = RunStore(tmp_path)
+    store.create_run(plan, None, "x")
+    rec = Recorder(store, plan.run_id, {0: "h0", 1: "h1"}, parse_logs=None)
+    # Queued longer than the timeout: only time on the nodes counts, so it still succeeds.
+    nodes = [FakeNode(queued_polls={1: 30}, polls_before_exit=3), FakeNode(queued_polls={1: 30},
+                                                                           polls_before_exit=3)]
+    settings = Settings(**{**FAST, "poll_s": 0.01, "min_round_s": 0.01, "timeout_s": 0.25})
+    policy = RunPolicy(FakeBackend(plan, nodes), rec, settings, secrets=dict, cancel_requested=lambda: False)
+    assert asyncio.run(asyncio.wait_for(policy.run(), 10)).state == RunState.SUCCEEDED
+    states = [(t[1], t[3]) for t in store.get_run(plan.run_id).transitions]
+    pending = states.index(("pending", "queued (pending: Resources)"))
+    assert ("running", "the job has its nodes") in states[pending:], states

@@ -1,4 +1,5 @@
-"""``python agent.zip with-venv NODE_DIR``: the job's first step when it has dependencies.
+"""``python agent.zip with-venv NODE_DIR``: the job's first step when it has dependencies;
+``python agent.zip slurm-task ATTEMPT``: a SLURM job's task on each node (in the run directory).
 
 (The serve loop starts through the boot script instead, which installs the zip it reads from stdin.)
 """
@@ -13,7 +14,13 @@ def _main(argv: list) -> int:
         from .venv import with_venv
 
         return with_venv(argv[1])
-    print("usage: agent.zip with-venv NODE_DIR", file=sys.stderr)
+    if len(argv) == 2 and argv[0] == "slurm-task" and argv[1].isdigit():
+        import os
+
+        from .slurm_task import task
+
+        return task(int(argv[1]), os.path.abspath(sys.argv[0]))
+    print("usage: agent.zip with-venv NODE_DIR | agent.zip slurm-task ATTEMPT", file=sys.stderr)
     return 2
 
 

@@ -106,7 +106,7 @@ def start(node_dir: str, spec: dict, agent_argv: list) -> dict:
         for fd in (0, 1, 2):
             os.dup2(null, fd)
         try:
-            code = _supervise(node_dir, spec, agent_argv)
+            code = supervise(node_dir, spec, agent_argv)
         except BaseException:  # noqa: BLE001 - the supervisor must never leave "running" behind
             code = 1
         os._exit(code)
@@ -133,7 +133,7 @@ def _disk_words(path: str, err: OSError) -> str:
     return f"{what}: cannot write {path}{room}; the job was stopped"
 
 
-def _supervise(node_dir: str, spec: dict, agent_argv: list) -> int:
+def supervise(node_dir: str, spec: dict, agent_argv: list) -> int:
     secrets = [v.encode() for v in spec.get("secrets", {}).values() if v]
     log_path = os.path.join(node_dir, LOG)
     argv = spec["argv"]
@@ -169,13 +169,13 @@ def _supervise(node_dir: str, spec: dict, agent_argv: list) -> int:
             log.write(line)
         except OSError as err:  # a full or failing disk: the job cannot be recorded, so it stops
             error = _disk_words(log_path, err)
-            _signal_group(proc.pid, signal.SIGTERM)
+            signal_group(proc.pid, signal.SIGTERM)
             break
     if error is not None:
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            _signal_group(proc.pid, signal.SIGKILL)
+            signal_group(proc.pid, signal.SIGKILL)
     code = proc.wait()
     log.close()
     stopped = bool(read_state(node_dir).get("stopping"))
@@ -186,7 +186,7 @@ def _supervise(node_dir: str, spec: dict, agent_argv: list) -> int:
     return 0
 
 
-def _signal_group(pgid: int, sig: int) -> None:
+def signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
@@ -246,7 +246,7 @@ def stop(node_dir: str, grace_s: float = 10.0) -> dict:
     found = bool(targets) or bool(pgid and _group_alive(int(pgid)))
     for sig in (signal.SIGTERM, signal.SIGKILL):
         if pgid:
-            _signal_group(int(pgid), sig)
+            signal_group(int(pgid), sig)
         for pid in targets | tagged():
             try:
                 os.kill(pid, sig)

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from . import checkpoints, files, jobs, probes, wire
+from . import checkpoints, files, jobs, probes, scheduler, wire
 
 EXPORT_TIMEOUT_S = 3600.0
 
@@ -97,10 +97,15 @@ def _pack(node_dir, req, body):
     return {"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, b""
 
 
+def _slurm(node_dir, req, body):
+    return scheduler.run(node_dir, list(req["argv"]), body, bool(req.get("in_run_dir")),
+                         float(req.get("timeout", 60))), b""
+
+
 HANDLERS = {
     "status": _status, "read": _read, "write": _write, "put": _put, "unpack": _unpack, "stop": _stop,
     "gpus": _gpus, "port": _port, "run": _run, "stacks": _stacks, "ckpt_list": _ckpt_list, "ckpt_delete": _ckpt_delete,
-    "ckpt_export": _ckpt_export, "pack": _pack,
+    "ckpt_export": _ckpt_export, "pack": _pack, "slurm": _slurm,
 }
 
 

@@ -1,0 +1,132 @@
+"""``python node-0/agent.zip slurm-task ATTEMPT``: the one task per node of a SLURM job.
+
+``srun`` starts it in the run directory (on the filesystem the login and compute nodes share). It
+completes the node contract from what SLURM says (``NODE_RANK`` from ``SLURM_NODEID``, ``MASTER_ADDR``
+the first host of ``SLURM_JOB_NODELIST``), then supervises the job exactly as an SSH node's supervisor
+does: output to ``node-<rank>/node.log`` with secrets masked, the state in ``node-<rank>/state.json``.
+Secrets reach it through the job's environment (``sbatch`` exported them from the login node's agent),
+never through the batch script, a file or a command line.
+
+Near the time limit SLURM signals the batch shell, which leaves ``checkpoint-now.<attempt>`` here; the
+task passes SIGUSR1 to the built-in trainer's workers, which save a checkpoint and stop, and records
+``resubmit`` so the launcher submits the next job, which resumes from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from . import jobs, probes
+
+GPU_FILE = "gpus.json"
+GPU_EVERY_S = 5.0
+SIGNAL_POLL_S = 0.5
+JOB_SPEC = "job-{attempt}.json"
+CHECKPOINT_NOW = "checkpoint-now.{attempt}"
+
+
+def node_list() -> list:
+    """The job's hosts in order (``scontrol show hostnames``), falling back to this host alone."""
+    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST") or ""
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                             timeout=30, stdin=subprocess.DEVNULL)
+        hosts = out.stdout.split() if out.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired):
+        hosts = []
+    return hosts or [h for h in nodelist.split(",") if h] or [socket.gethostname()]
+
+
+def node_spec(spec: dict, rank: int, master_addr: str, job_id: str) -> dict:
+    """The job spec of node ``rank``: the node contract's variables and torchrun's flags filled in."""
+    port = spec["env"].get("MASTER_PORT", "29500")
+    if spec.get("port_from_job") and job_id.isdigit():
+        port = str(20000 + int(job_id) % 20000)  # two jobs sharing a first node do not collide
+    env = {**spec["env"], "NODE_RANK": str(rank), "MASTER_ADDR": master_addr, "MASTER_PORT": port}
+    flags = {"--node_rank=": str(rank), "--master_addr=": master_addr, "--master_port=": port}
+    argv = [next((f + v for f, v in flags.items() if a.startswith(f)), a) for a in spec["argv"]] \
+        if spec.get("builtin_trainer") else list(spec["argv"])
+    missing = [n for n in spec.get("secret_names", []) if n not in os.environ]
+    if missing:
+        raise ValueError(f"secrets {', '.join(missing)} did not reach the job's environment")
+    secrets = {n: os.environ[n] for n in spec.get("secret_names", [])}
+    return {**spec, "env": env, "argv": argv, "secrets": secrets}
+
+
+def _workers(run_id: str, rank: int) -> list:
+    """The trainer's worker processes on this node (they carry ``RANK``; torchrun does not)."""
+    out = []
+    for pid in jobs.tagged_pids(run_id, rank):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if any(v.startswith(b"RANK=") for v in f.read().split(b"\0")):
+                    out.append(pid)
+        except OSError:
+            continue
+    return out
+
+
+def _watch(node_dir: str, run_dir: str, spec: dict, rank: int, done: threading.Event) -> None:
+    """GPU samples to ``gpus.json`` (where ``nvidia-smi`` is) and checkpoint requests to the workers."""
+    flag = os.path.join(run_dir, CHECKPOINT_NOW.format(attempt=spec["attempt"]))
+    has_gpus = bool(probes.gpu_samples())
+    signalled, last_gpus = False, 0.0
+    while not done.wait(SIGNAL_POLL_S):
+        if not signalled and os.path.exists(flag):
+            signalled = True
+            if spec.get("builtin_trainer"):
+                for pid in _workers(spec["env"].get(jobs.RUN_ID_ENV, ""), rank):
+                    try:
+                        os.kill(pid, signal.SIGUSR1)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+                jobs.write_state(node_dir, resubmit="time limit")
+        if has_gpus and time.monotonic() - last_gpus > GPU_EVERY_S:
+            last_gpus = time.monotonic()
+            samples = probes.gpu_samples()
+            tmp = os.path.join(node_dir, f".{GPU_FILE}.tmp")
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({"at": time.time(), "gpus": samples}, f)
+            os.replace(tmp, os.path.join(node_dir, GPU_FILE))
+
+
+def task(attempt: int, agent_zip: str) -> int:
+    run_dir = os.getcwd()
+    rank = int(os.environ.get("SLURM_NODEID", "0"))
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    node_dir = os.path.join(run_dir, f"node-{rank}")
+    os.makedirs(node_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "node-0", JOB_SPEC.format(attempt=attempt)), encoding="utf-8") as f:
+        spec = json.load(f)
+    jobs.write_state(node_dir, state="starting", attempt=attempt, exit_code=None, stopped=False, stopping=False,
+                     error=None, resubmit=None, run_id=spec["env"].get(jobs.RUN_ID_ENV), node_rank=str(rank),
+                     host=socket.gethostname(), job_id=job_id)
+    try:
+        spec = node_spec(spec, rank, node_list()[0], job_id)
+    except ValueError as err:
+        jobs.write_state(node_dir, state="exited", exit_code=1, ended_at=time.time(), error=str(err))
+        return 1
+
+    def on_term(signum, frame):  # scancel or the time limit: the job's group ends, its output is kept
+        jobs.write_state(node_dir, stopping=True)
+        pgid = jobs.read_state(node_dir).get("pgid")
+        if pgid:
+            jobs.signal_group(int(pgid), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # meant for the workers, never for this task
+    done = threading.Event()
+    threading.Thread(target=_watch, args=(node_dir, run_dir, spec, rank, done), daemon=True).start()
+    try:
+        jobs.supervise(node_dir, spec, [sys.executable, agent_zip])
+    finally:
+        done.set()
+    code = jobs.read_state(node_dir).get("exit_code")
+    return code if isinstance(code, int) and 0 <= code < 256 else 1

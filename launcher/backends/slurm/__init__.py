@@ -1,0 +1,1 @@
+"""SLURM clusters, reached through their login node."""

@@ -1,0 +1,234 @@
+"""The SLURM backend: one batch job per attempt, submitted and watched through the cluster's login node.
+
+Every node of the run is reached through the login node's agent (over SSH, or a local pipe when this
+machine is the login node): each node's directory lives in ``<job_dir>/<run id>/node-<rank>`` on the
+filesystem the login and compute nodes share, so logs and metrics are read there at byte offsets,
+checkpoints listed there, exactly as for an SSH node. What only the scheduler knows (queued or running,
+why it waits, how it ended) comes from ``squeue``, asked at most once every few seconds per login node
+(:class:`~launcher.backends.slurm.queue.QueueView`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from launcher.backends.base import NodeError, NodeStatus, PortClaim, SchedulerCheck, StackDump, StopOutcome
+from launcher.backends.fleet import AgentFleet
+from launcher.backends.slurm.queue import QueueEntry, QueueError, QueueView
+from launcher.backends.slurm.script import batch_script, job_file, render_slurm
+from launcher.events import GpuSample
+from launcher.paths import data_home
+from launcher.workload.plan import RunPlan
+from trainer.protocol import CHECKPOINT_SIGNAL_ENV
+
+JOBS_FILE = "jobs.json"
+GPU_FILE = "gpus.json"
+GPU_STALE_S = 30.0
+STOP_POLL_S = 0.5
+STOP_EXTRA_S = 60.0
+"""How long past the grace a cancelled job may stay COMPLETING (SLURM's KillWait, slow nodes)."""
+
+
+class SlurmBackend(AgentFleet):
+    """The Backend for ``compute.slurm`` workloads."""
+
+    def __init__(self, plan: RunPlan, **kwargs) -> None:
+        super().__init__(plan, **kwargs)
+        login = plan.nodes[0].host
+        self.login_label = login.display if login is not None else "this machine"
+        self.queue = QueueView(login.alias if login is not None else "local", self.ask, data_home() / "slurm")
+        self.jobs: dict[int, str] = {}
+        """Job id by attempt."""
+        self.attempt: int | None = None
+        self.submitted_at = 0.0
+        self.cancelled: set[str] = set()
+
+    # -- the scheduler, through the login node's agent ----------------------------------------------
+
+    async def ask(self, argv: list[str], env: dict[str, str] | None = None, *, in_run_dir: bool = False,
+                  timeout_s: float = 60.0) -> tuple[int | None, str, str]:
+        body = json.dumps(env).encode("utf-8") if env else b""
+        header, _ = await self.links[0].call("slurm", body, argv=argv, in_run_dir=in_run_dir, timeout=timeout_s)
+        return header.get("exit_status"), header.get("stdout", ""), header.get("stderr", "")
+
+    # -- planning and starting ----------------------------------------------------------------------
+
+    def render(self) -> str:
+        return render_slurm(self.plan, self.python_of(self.plan.nodes[0]))
+
+    async def locate(self) -> RunPlan:
+        return self.plan  # node 0's address is known only once the job has its nodes
+
+    async def claim_port(self, port: int) -> PortClaim:
+        return PortClaim(True)  # chosen on the first node of each job (see the batch script)
+
+    async def prepare(self) -> None:
+        from launcher.backends.bundle import agent_zip
+
+        await super().prepare()
+        await self.links[0].call("write", agent_zip()[0], name="agent.zip")
+
+    async def start(self, secrets: dict[str, str], attempt: int) -> None:
+        plan = self.plan
+        spec = self.job_spec(plan.nodes[0], {}, attempt)  # the secrets go to sbatch's environment only
+        spec.update(secret_names=sorted(secrets), builtin_trainer=plan.uses_builtin_trainer,
+                    port_from_job=plan.workload.compute.master_port is None)
+        if plan.uses_builtin_trainer:
+            spec["env"] = {**spec["env"], CHECKPOINT_SIGNAL_ENV: "1"}
+        link = self.links[0]
+        await link.call("write", json.dumps(spec).encode("utf-8"), name=job_file(attempt, "json"))
+        script = batch_script(plan, attempt, self.python_of(plan.nodes[0]))
+        await link.call("write", script.encode("utf-8"), name=job_file(attempt, "sbatch"))
+        status, out, err = await self.ask(["sbatch", "--parsable", f"node-0/{job_file(attempt, 'sbatch')}"],
+                                          secrets, in_run_dir=True)
+        if status != 0 or not out.strip():
+            raise NodeError(f"sbatch on {self.login_label} refused the job: {(err or out).strip()[:500]} "
+                            f"(fsdp-tui doctor checks the partition, account and time limit)", 0)
+        job_id = out.strip().split(";")[0]
+        self.jobs[attempt] = job_id
+        self.attempt, self.submitted_at = attempt, time.time()
+        await link.call("write", json.dumps({str(a): j for a, j in self.jobs.items()}).encode(), name=JOBS_FILE)
+
+    async def job_id(self) -> str | None:
+        """The current attempt's job (after a restart of the owner: from the run directory's record)."""
+        if self.attempt is None:
+            _, data = await self.links[0].call("read", name=JOBS_FILE, offset=0, limit=1 << 20)
+            try:
+                self.jobs = {int(a): str(j) for a, j in json.loads(data or b"{}").items()}
+            except (ValueError, AttributeError):
+                self.jobs = {}
+            if not self.jobs:
+                return None
+            self.attempt = max(self.jobs)
+        return self.jobs.get(self.attempt)
+
+    # -- watching -----------------------------------------------------------------------------------
+
+    async def entry(self, job_id: str) -> QueueEntry | None:
+        try:
+            _, entries = await self.queue.snapshot(newer_than=self.submitted_at)
+        except QueueError as err:
+            raise NodeError(f"{self.login_label}: {err}") from None
+        return entries.get(job_id)
+
+    async def status(self, rank: int) -> NodeStatus:
+        header, _ = await self.links[rank].call("status")
+        node = NodeStatus.from_wire(rank, header)
+        job_id = await self.job_id()
+        if job_id is None:
+            return node
+        entry = await self.entry(job_id)
+        return judge(node, self.attempt, job_id, entry, job_id in self.cancelled)
+
+    async def gpus(self, rank: int) -> tuple[GpuSample, ...]:
+        """What the node's task sampled (``nvidia-smi`` on the compute node, every few seconds)."""
+        _, data = await self.links[rank].call("read", name=GPU_FILE, offset=0, limit=1 << 20)
+        try:
+            sample = json.loads(data) if data else {}
+        except ValueError:
+            return ()
+        if time.time() - float(sample.get("at", 0)) > GPU_STALE_S:
+            return ()
+        return tuple(GpuSample(**g) for g in sample.get("gpus", []))
+
+    async def stacks(self, rank: int) -> tuple[StackDump, ...]:
+        job_id = await self.job_id()
+        return (StackDump(0, None, "none", "stack dumps of a SLURM job's processes are not taken yet: on the "
+                          f"login node, `srun --overlap --jobid {job_id} py-spy dump --pid PID` does it by hand"),)
+
+    # -- checks -------------------------------------------------------------------------------------
+
+    async def scheduler_checks(self, quick: bool) -> tuple[SchedulerCheck, ...]:
+        """``sbatch --test-only`` of the attempt's script (partition, account, qos, time limit, node and
+        GPU counts as the scheduler sees them; nothing runs); more without ``quick`` (:mod:`.checks`)."""
+        from launcher.backends.slurm.checks import full_checks, test_only
+
+        first = await test_only(self)
+        if quick:
+            return (first,)
+        return (first, *await full_checks(self))
+
+    # -- stopping -----------------------------------------------------------------------------------
+
+    async def stop(self, grace_s: float, ranks: tuple[int, ...] | None = None) -> tuple[StopOutcome, ...]:
+        """``scancel`` the job (pending or running: a node that fails stops the whole job), then wait until
+        SLURM has it out of the queue: its nodes' processes are gone once it leaves COMPLETING."""
+        wanted = [n.node_rank for n in self.plan.nodes if ranks is None or n.node_rank in ranks]
+        try:
+            job_id = await self.job_id()
+        except NodeError as err:
+            return tuple(StopOutcome(r, self.label(r), False, error=str(err)) for r in wanted)
+        if job_id is None:
+            return tuple(StopOutcome(r, self.label(r), True, was="absent") for r in wanted)
+        self.cancelled.add(job_id)
+        try:
+            before = await self._job_now(job_id)
+            if before is not None and not before.ended:
+                status, out, err = await self.ask(["scancel", job_id])
+                if status != 0:
+                    raise NodeError(f"scancel {job_id} on {self.login_label}: {(err or out).strip()[:300]}")
+            after = await self._settled(job_id, grace_s + STOP_EXTRA_S)
+        except NodeError as err:
+            return tuple(StopOutcome(r, self.label(r), False, error=str(err)) for r in wanted)
+        was = "exited" if before is None or before.ended else before.state.lower()
+        if after is not None and not after.ended:
+            why = (f"SLURM job {job_id} is still {after.state} after {grace_s + STOP_EXTRA_S:.0f} s; "
+                   f"check `squeue -j {job_id}` on {self.login_label}")
+            return tuple(StopOutcome(r, self.label(r), False, was=was, found=True, error=why) for r in wanted)
+        found = before is not None and not before.ended
+        return tuple(StopOutcome(r, self.label(r), True, was=was, found=found) for r in wanted)
+
+    async def _job_now(self, job_id: str) -> QueueEntry | None:
+        """The job as ``squeue`` says it right now (not the shared view: a stop must not wait for it)."""
+        from launcher.backends.slurm.queue import parse_squeue
+
+        status, out, err = await self.ask(["squeue", "--noheader", "--states=all", f"--jobs={job_id}",
+                                           "--format=%i|%T|%r|%S|%N"])
+        if status != 0:
+            if "Invalid job id" in err:
+                return None  # long gone from the queue
+            raise NodeError(f"squeue on {self.login_label}: {(err or out).strip()[:300]}")
+        return parse_squeue(out).get(job_id)
+
+    async def _settled(self, job_id: str, within_s: float) -> QueueEntry | None:
+        deadline = time.monotonic() + within_s
+        while True:
+            entry = await self._job_now(job_id)
+            if entry is None or entry.ended or time.monotonic() > deadline:
+                return entry
+            await asyncio.sleep(STOP_POLL_S)
+
+
+def judge(node: NodeStatus, attempt: int | None, job_id: str, entry: QueueEntry | None,
+          cancelled_here: bool) -> NodeStatus:
+    """One node's status from its own record and the job's place in SLURM's queue."""
+    rank = node.rank
+    mine = node.attempt == attempt and node.state != "absent"
+    if entry is not None and entry.waiting:
+        return NodeStatus(rank, "starting", attempt, supervisor_alive=True,
+                          queued=f"{entry.state.lower()}: {entry.reason}" if entry.reason else entry.state.lower())
+    if entry is not None and entry.active:
+        if mine and node.state == "exited":
+            return _ended(node, None, cancelled_here)
+        return NodeStatus(rank, node.state if mine else "starting", attempt, supervisor_alive=True)
+    # The job has ended (or is long out of the queue).
+    if mine and node.state == "exited":
+        return _ended(node, entry, cancelled_here)
+    how = entry.ended_words() if entry is not None else "is no longer in the queue"
+    stopped = cancelled_here or (entry is not None and entry.state == "CANCELLED")
+    return NodeStatus(rank, "exited", attempt, exit_code=None, stopped=stopped,
+                      error=f"SLURM job {job_id} {how} before node {rank}'s task recorded an end "
+                            f"(see slurm-{job_id}.out in the run directory)",
+                      resubmit=node.resubmit if mine else "")
+
+
+def _ended(node: NodeStatus, entry: QueueEntry | None, cancelled_here: bool) -> NodeStatus:
+    state = entry.state if entry is not None else ""
+    stopped = cancelled_here or state == "CANCELLED"
+    error = node.error
+    if not error and state in ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY") and not node.resubmit:
+        error = f"the SLURM job {entry.ended_words()}"
+    return NodeStatus(node.rank, "exited", node.attempt, node.exit_code, stopped and not node.resubmit,
+                      supervisor_alive=False, error=error, resubmit=node.resubmit)

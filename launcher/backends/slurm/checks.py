@@ -1,0 +1,29 @@
+"""What the SLURM backend checks before a run is submitted: the quick check a launch makes (``sbatch
+--test-only``), and the doctor's fuller set."""
+
+from __future__ import annotations
+
+import shlex
+
+from launcher.backends.base import SchedulerCheck
+from launcher.backends.slurm.script import sbatch_options
+
+
+async def test_only(backend) -> SchedulerCheck:
+    """``sbatch --test-only`` with the run's options: SLURM says whether it would take the job (the
+    partition, account, qos, time limit, node and GPU counts), without queueing anything."""
+    opts = sbatch_options(backend.plan)
+    opts = [o for o in opts if not o.startswith(("--output=", "--signal="))]
+    status, out, err = await backend.ask(["sbatch", "--test-only", *opts, "--wrap=true"])
+    said = (err or out).strip().splitlines()
+    if status == 0:
+        return SchedulerCheck("sbatch --test-only", "ok", said[-1] if said else "the job would be accepted")
+    return SchedulerCheck("sbatch --test-only", "error", f"SLURM on {backend.login_label} would refuse the job: "
+                          + " ".join(said)[:400],
+                          "check compute.slurm (partition, account, qos, time, nodes, gpus_per_node) against "
+                          "`sinfo` and `sacctmgr show assoc user=$USER`; try by hand: sbatch --test-only "
+                          + shlex.join(opts) + " --wrap=true")
+
+
+async def full_checks(backend) -> tuple[SchedulerCheck, ...]:
+    return ()

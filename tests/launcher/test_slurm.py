@@ -1,0 +1,181 @@
+"""SLURM runs through a real 2-node cluster built on this machine (tests/launcher/slurm_cluster.py):
+munged, slurmctld, two slurmd in network namespaces, a login node over SSH. fsdp-tui reaches the
+cluster only through the login node, as a user's laptop would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.launcher.conftest import FSDP_TUI, ROOT, cli_env, events, tagged, write_workload
+
+pytestmark = pytest.mark.slow
+ASSETS = "/tmp/fsdp-tui-test-assets"
+
+
+def slurm_cli(home: Path, cluster, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([FSDP_TUI, *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          env=cli_env(home, HOME=str(cluster.client_home)), cwd=ROOT)
+
+
+def slurm_popen(home: Path, cluster, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([FSDP_TUI, *map(str, args)], stdout=subprocess.PIPE, text=True,
+                            env=cli_env(home, HOME=str(cluster.client_home)), cwd=ROOT)
+
+
+def workload(tmp: Path, cluster, body: str, *, slurm: str = "", procs: int = 1) -> Path:
+    return write_workload(tmp, f"""experiment_name: slurm-test
+compute:
+  accelerator_type: CPU
+  procs_per_node: {procs}
+  num_accelerators: {2 * procs}
+  slurm: {{login: {cluster.login_alias}, partition: {cluster.partition}, job_dir: {cluster.job_dir}{slurm}}}
+environment: {{python: {sys.executable}}}
+env_variables: {{OMP_NUM_THREADS: 1, GLOO_SOCKET_IFNAME: eth0, FSDP_TUI_ASSETS: {ASSETS}}}
+{body}""")
+
+
+TRAINER = """parameters:
+  model_name: builtin:tiny-llama
+  dataset_name: builtin:tiny-alpaca
+  output_dir: out
+  max_seq_len: 64
+  per_device_batch_size: 4
+  learning_rate: 0.003
+  max_steps: {steps}
+  model: {{from_scratch: true}}
+  logging: {{eval_max_batches: 1{eval}}}
+  checkpoint: {{every_steps: {every}, export_hf: false}}
+"""
+
+
+def node_file(cluster, run_id: str, rank: int, name: str) -> Path:
+    return Path(cluster.job_dir) / run_id / f"node-{rank}" / name
+
+
+def wait_state(home: Path, run_id: str, states: set[str], timeout: float = 120) -> dict:
+    from launcher.runs.store import RunStore
+
+    store = RunStore(home)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = store.get_run(run_id)
+        if record is not None and record.summary.state.value in states:
+            return {"state": record.summary.state.value, "transitions": record.transitions}
+        time.sleep(0.2)
+    raise AssertionError(f"{run_id} never reached {states}: {store.get_run(run_id).transitions[-5:]}")
+
+
+def first_event(proc: subprocess.Popen) -> str:
+    return json.loads(proc.stdout.readline())["run_id"]
+
+
+def test_air_style_script_on_two_slurm_nodes_every_line_mirrored_once(home, tmp_path, slurm):
+    wl = workload(tmp_path, slurm, f"""code_source: {{type: snapshot, snapshot: {{root_path: {ROOT / 'sample_workloads/byo_script'}}}}}
+command: |
+  cd "$CODE_SOURCE_PATH"
+  echo "node $NODE_RANK on $(hostname) of $NUM_NODES, rendezvous $MASTER_ADDR:$MASTER_PORT"
+  python -m torch.distributed.run --nnodes="$NUM_NODES" --node_rank="$NODE_RANK" \\
+    --nproc_per_node="$LOCAL_WORLD_SIZE" --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" train.py
+parameters: {{max_steps: 8}}
+""")
+    out = slurm_cli(home, slurm, "run", wl, "--json")
+    evs = events(out.stdout)
+    run_id = evs[0]["run_id"]
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert [e["record"]["step"] for e in evs if e["type"] == "MetricsRecorded"] == list(range(1, 9))
+    for rank, host in enumerate(slurm.node_names):
+        mirror = (home / "runs" / run_id / "nodes" / f"{rank}.log").read_bytes()
+        assert mirror == node_file(slurm, run_id, rank, "node.log").read_bytes()  # every line, once
+        assert f"node {rank} on {host} of 2, rendezvous {slurm.node_names[0]}:" in mirror.decode()
+    assert "World size=2" in (home / "runs" / run_id / "nodes" / "0.log").read_text()
+    assert tagged(run_id) == []
+
+
+def test_builtin_trainer_checkpoints_are_listed_and_resume_continues(home, tmp_path, slurm):
+    wl = workload(tmp_path, slurm, TRAINER.format(steps=6, every=3, eval=""))
+    out = slurm_cli(home, slurm, "run", wl, "--json")
+    evs = events(out.stdout)
+    run_id = evs[0]["run_id"]
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    train = [e["record"]["step"] for e in evs if e["type"] == "MetricsRecorded" and e["record"]["kind"] == "train"]
+    assert train == list(range(1, 7))
+    ckpt = json.loads(slurm_cli(home, slurm, "ckpt", run_id, "--json").stdout)
+    assert [(c["step"], c["complete"]) for c in ckpt] == [(3, True), (6, True)]
+    assert ckpt[0]["path"] == str(node_file(slurm, run_id, 0, "out") / "checkpoints" / "step-00000003")
+
+    resumed = slurm_cli(home, slurm, "resume", run_id, "--from", "3", "--json")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
+    revs = events(resumed.stdout)
+    steps = [e["record"]["step"] for e in revs if e["type"] == "MetricsRecorded" and e["record"]["kind"] == "train"]
+    assert steps == [4, 5, 6]
+    assert "resumed from" in (home / "runs" / revs[0]["run_id"] / "nodes" / "0.log").read_text()
+
+
+def test_cancel_while_pending_and_while_running_leaves_no_process(home, tmp_path, slurm):
+    slurm.wait_idle()
+    blocker = slurm.run(["sbatch", "--parsable", "--nodes=2", f"--chdir={slurm.job_dir}",
+                         "--wrap=sleep 300"]).stdout.strip()
+    wl = workload(tmp_path, slurm, "command: |\n  echo tick $NODE_RANK; sleep 300\n")
+    proc = slurm_popen(home, slurm, "run", wl, "--json")
+    run_id = first_event(proc)
+    pending = wait_state(home, run_id, {"pending"}, timeout=60)
+    assert any("queued (pending: Resources)" in t[3] for t in pending["transitions"]), pending
+    assert slurm_cli(home, slurm, "cancel", run_id).returncode == 0
+    assert proc.wait(timeout=60) == 130
+    assert wait_state(home, run_id, {"cancelled"})["state"] == "cancelled"
+    assert not [j for j, s in slurm.jobs().items() if j != blocker and s in ("PENDING", "RUNNING")]
+    slurm.run(["scancel", blocker])
+    slurm.wait_idle()
+
+    proc = slurm_popen(home, slurm, "run", wl, "--json")
+    run_id = first_event(proc)
+    deadline = time.monotonic() + 90
+    while len(tagged(run_id)) < 4 and time.monotonic() < deadline:  # each node: task, bash, sleep
+        time.sleep(0.2)
+    assert len(tagged(run_id)) >= 4
+    assert slurm_cli(home, slurm, "cancel", run_id).returncode == 0
+    assert tagged(run_id) == []
+    assert proc.wait(timeout=60) == 130
+    assert wait_state(home, run_id, {"cancelled"})["state"] == "cancelled"
+
+
+def test_a_job_failing_on_node_1_is_triaged_naming_node_1(home, tmp_path, slurm):
+    wl = workload(tmp_path, slurm, """command: |
+  if [ "$NODE_RANK" = 1 ]; then echo "RuntimeError: CUDA error: an illegal memory access"; exit 3; fi
+  sleep 120
+""")
+    out = slurm_cli(home, slurm, "run", wl, "--json")
+    evs = events(out.stdout)
+    run_id = evs[0]["run_id"]
+    assert out.returncode != 0
+    finished = evs[-1]
+    assert finished["type"] == "RunFinished" and finished["state"] == "failed", finished
+    triage = json.loads((home / "runs" / run_id / "triage.json").read_text())
+    assert triage["node_rank"] == 1, triage
+    assert tagged(run_id) == []
+
+
+def test_a_time_limit_checkpoints_on_the_signal_and_the_next_job_resumes(home, tmp_path, slurm):
+    """SLURM signals ahead of --time (its time-limit check runs every 30 s); the trainer saves and stops,
+    fsdp-tui submits the next job, which resumes from that checkpoint."""
+    wl = workload(tmp_path, slurm, TRAINER.format(steps=1_000_000, every=1_000_000, eval=""),
+                  slurm=", time: 1, signal_lead_s: 55, max_resubmits: 1")
+    out = slurm_cli(home, slurm, "run", wl, "--json", timeout=400)
+    evs = events(out.stdout)
+    run_id = evs[0]["run_id"]
+    finished = evs[-1]
+    assert finished["state"] == "timed_out", (finished, out.stdout[-2000:])
+    jobs = json.loads(node_file(slurm, run_id, 0, "jobs.json").read_text())
+    assert sorted(jobs) == ["1", "2"]
+    log = (home / "runs" / run_id / "nodes" / "0.log").read_text()
+    saved = [int(line.split("checkpoint at step ")[1].split()[0]) for line in log.splitlines()
+             if "checkpoint at step " in line and "SIGUSR1" in line]
+    assert len(saved) == 2 and saved[0] < saved[1], log[-3000:]
+    assert f"at step {saved[0]}" in log.split("=== fsdp-tui: attempt 2")[1].split("resumed from")[1].splitlines()[0]
+    assert tagged(run_id) == []

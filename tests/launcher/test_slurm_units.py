@@ -1,0 +1,139 @@
+"""compute.slurm without a cluster: validation, time limits, #SBATCH lines, the batch script (against a
+golden file), squeue's answers and how a node's status is judged from them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launcher.backends.base import NodeStatus
+from launcher.backends.slurm.backend import judge
+from launcher.backends.slurm.queue import parse_squeue
+from launcher.backends.slurm.script import render_slurm
+from launcher.workload.plan import build_plan
+from launcher.workload.slurm import sbatch_line_problem, time_minutes
+from launcher.workload.validate import validate_text
+
+GOLDEN = Path(__file__).with_name("golden") / "slurm_dry_run.txt"
+WORKLOAD = """\
+experiment_name: squad-560m
+compute:
+  num_accelerators: 16
+  accelerator_type: GPU_8xH100
+  slurm:
+    login: alice@login.cluster.example
+    partition: gpu
+    account: nlp
+    qos: high
+    time: "04:00:00"
+    constraint: h100&ib
+    exclusive: true
+    extra_sbatch: ["#SBATCH --mail-type=END", "--comment=squad"]
+    job_dir: /shared/alice/fsdp-tui
+environment:
+  python: /shared/alice/venv/bin/python
+env_variables:
+  NCCL_DEBUG: WARN
+secrets:
+  HF_TOKEN: hf/token
+parameters:
+  model_name: bigscience/bloom-560m
+  dataset_name: squad
+  output_dir: checkpoints
+"""
+
+
+def _plan(text: str = WORKLOAD):
+    result = validate_text(text, "w.yaml")
+    assert result.ok, [p.format() for p in result.problems]
+    return build_plan(result.workload, run_id="20261123-1200-squad-560m-abcd", node_root="/shared/alice/fsdp-tui")
+
+
+def test_the_dry_run_shows_the_exact_batch_script(request):
+    text = render_slurm(_plan(), "/shared/alice/venv/bin/python")
+    if request.config.getoption("--snapshot-update", default=False):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
+    assert "HF_TOKEN=******" in text and "#SBATCH --gpus-per-node=8" in text and "#SBATCH --nodes=2" in text
+
+
+@pytest.mark.parametrize("text,minutes", [("30", 30), (90, 90), ("10:30", 10.5), ("04:00:00", 240),
+                                          ("1-00", 1440), ("1-2:30", 1590), ("2-0:0:30", 2880.5)])
+def test_slurm_time_limits_read_as_slurm_does(text, minutes):
+    assert time_minutes(text) == pytest.approx(minutes)
+
+
+@pytest.mark.parametrize("text", ["1h", "1-2:3:4:5", "", "0", "-5", "12:aa"])
+def test_a_time_limit_slurm_would_refuse_is_named(text):
+    with pytest.raises(ValueError, match="SLURM time limit|no time"):
+        time_minutes(text)
+
+
+@pytest.mark.parametrize("line,problem", [
+    ("--mail-type=END", None), ("#SBATCH --mail-type=END", None), ("--gres=gpu:a100:8", None), ("-C a100", None),
+    ("--nodes=3", "set by fsdp-tui"), ("#SBATCH -o out.txt", "set by fsdp-tui"), ("--signal=USR1@60", "set by"),
+    ("--comment=$(rm -rf ~)", "shell characters"), ("--x=a; echo hi", "shell characters"),
+    ("mail-type=END", "one option"), ("--a --b", "one option"), ("--wrap='id'", "shell characters"),
+])
+def test_extra_sbatch_lines_are_options_without_shell(line, problem):
+    found = sbatch_line_problem(line)
+    assert (found is None) if problem is None else (problem in found), found
+
+
+def test_slurm_and_hosts_exclude_each_other_and_problems_name_their_line():
+    text = WORKLOAD.replace("  slurm:\n", "  hosts: [a, b]\n  slurm:\n").replace('"04:00:00"', '"4h"').replace(
+        "--comment=squad", "--nodes=4")
+    problems = {p.path: p for p in validate_text(text, "w.yaml").problems}
+    assert "exclude each other" in problems["compute.hosts"].message
+    assert problems["compute.slurm.time"].line == 11 and "4h" in problems["compute.slurm.time"].message
+    assert problems["compute.slurm.extra_sbatch[1]"].line == 14
+
+
+def test_nodes_follow_the_accelerators_and_a_mismatch_is_refused():
+    plan = _plan()
+    assert plan.topology.num_nodes == 2 and plan.topology.procs_per_node == 8 and not plan.topology.is_local
+    assert [n.node_dir for n in plan.nodes] == [f"/shared/alice/fsdp-tui/{plan.run_id}/node-{r}" for r in (0, 1)]
+    assert plan.nodes[1].host_display == "SLURM node 1 via alice@login.cluster.example"
+    problems = validate_text(WORKLOAD.replace("    partition: gpu\n", "    partition: gpu\n    nodes: 3\n"),
+                             "w.yaml").problems
+    assert any(p.path == "compute.slurm.nodes" and "make 2" in p.message for p in problems)
+
+
+SQUEUE = """\
+101|PENDING|Resources|N/A|
+102|PENDING|Priority|2026-11-23T12:00:00|
+103|RUNNING|None|2026-11-23T11:00:00|n0,n1
+104|TIMEOUT|TimeLimit|2026-11-23T10:00:00|n0,n1
+105_3|COMPLETED|None|2026-11-23T10:00:00|n0
+"""
+
+
+def test_squeue_answers_are_read_by_job_id():
+    jobs = parse_squeue(SQUEUE + "garbage line\n")
+    assert set(jobs) == {"101", "102", "103", "104", "105_3"}
+    assert jobs["101"].waiting and jobs["101"].reason == "Resources" and jobs["101"].start == ""
+    assert jobs["103"].active and jobs["103"].reason == "" and jobs["103"].nodes == "n0,n1"
+    assert jobs["104"].ended and jobs["104"].ended_words() == "reached its time limit"
+
+
+def test_a_node_is_judged_from_its_record_and_the_queue():
+    jobs = parse_squeue(SQUEUE)
+    absent = NodeStatus(1, "absent")
+    waiting = judge(absent, 1, "101", jobs["101"], False)
+    assert waiting.state == "starting" and waiting.queued == "pending: Resources" and not waiting.orphaned
+    starting = judge(absent, 1, "103", jobs["103"], False)
+    assert starting.state == "starting" and not starting.orphaned and not starting.queued
+    running = judge(NodeStatus(1, "running", 1, supervisor_alive=False), 1, "103", jobs["103"], False)
+    assert running.state == "running" and not running.orphaned
+    old_attempt = judge(NodeStatus(1, "exited", 1, 0), 2, "103", jobs["103"], False)
+    assert old_attempt.state == "starting" and old_attempt.attempt == 2
+    timed_out = judge(NodeStatus(1, "running", 1), 1, "104", jobs["104"], False)
+    assert timed_out.state == "exited" and "reached its time limit" in timed_out.error and "node 1" in timed_out.error
+    checkpointed = judge(NodeStatus(1, "exited", 1, 0, stopped=True, resubmit="time limit"), 1, "104",
+                         jobs["104"], False)
+    assert checkpointed.resubmit == "time limit" and not checkpointed.stopped and not checkpointed.error
+    cancelled = judge(NodeStatus(1, "exited", 1, -15, stopped=True), 1, "104", None, True)
+    assert cancelled.stopped
+    gone = judge(absent, 1, "999", None, False)
+    assert gone.state == "exited" and "no longer in the queue" in gone.error
