@@ -38,7 +38,8 @@ def _expand(path: str | None) -> str | None:
     return os.path.expanduser(os.path.expandvars(path)) if path else path
 
 
-def run(cfg) -> None:
+def run(cfg, stop=None) -> None:
+    """Train; ``stop`` (a :class:`trainer.stop_signal.StopSignal`) ends the run early with a checkpoint."""
     import time
 
     import torch
@@ -126,8 +127,12 @@ def run(cfg) -> None:
     if state["step"] == 0:
         run_eval(dataset.first_eval_batches(cfg.logging.eval_max_batches))
     loop_start, start_step, real_tokens, excluded_before = time.perf_counter(), state["step"], 0, log.excluded_s
+    stopped = False
     while state["step"] < total:
         if not cfg.max_steps and state["epoch"] >= cfg.num_epochs:
+            break
+        if stop is not None and stop.agreed():
+            stopped = True
             break
         batches, state["epoch"], state["position"] = train.micro_batches(
             order, data.train_rows, state["epoch"], state["position"], accum, data.pad_id)
@@ -152,11 +157,18 @@ def run(cfg) -> None:
         print(f"train_summary steps={state['step'] - start_step} real_tokens={int(counted.item())} "
               f"seconds={seconds:.2f} tokens_per_s={counted.item() / max(seconds, 1e-9):.0f} "
               f"eval_and_checkpoint_s={excluded:.2f}", flush=True)
-    run_eval(cfg.logging.eval_max_batches)
-    if cfg.checkpoint.save_final:
-        ckpt.save(app, state["step"])
-    ckpt.close()
-    if cfg.checkpoint.export_hf:
+    if stopped:  # the job's time is nearly up: a checkpoint to resume from, no final eval or export
+        ckpt.save_once(app, state["step"])
+    else:
+        run_eval(cfg.logging.eval_max_batches)
+        if cfg.checkpoint.save_final:
+            ckpt.save(app, state["step"])
+    ckpt.close()  # an async save is complete and finalised from here on
+    if stopped:
+        if d.is_main:
+            print(stop.stopping_line(state["step"]), flush=True)
+        log.signal_checkpoint(state["step"], stop.signal_name)
+    elif cfg.checkpoint.export_hf:
         out = checkpoint.export_hf(net, tok, Path(cfg.output_dir) / "hf" / f"step-{state['step']:08d}", d)
         if out is not None:
             print(f"exported Hugging Face model to {out}", flush=True)
@@ -171,8 +183,11 @@ def main(argv: list[str] | None = None) -> int:
 
     # Every thread's stack to the node's log on SIGUSR2: the launcher's stack dump where py-spy is missing.
     faulthandler.register(signal.SIGUSR2, all_threads=True)
+    from trainer import stop_signal
+
+    stop = stop_signal.install()  # before anything slow: a signal during start-up waits for the first step
     cfg = load_config(list(sys.argv[1:] if argv is None else argv))
-    run(cfg)
+    run(cfg, stop)
     return 0
 
 

@@ -77,6 +77,8 @@ class Checkpointer:
         self.pending: tuple[Any, Path, Path, int] | None = None
         self.staged: Any = None
         """Completes when the last async save's copy to host memory is done."""
+        self.saved_step: int | None = None
+        """The step of the checkpoint this run last saved or resumed from."""
 
     def resume_path(self) -> Path | None:
         """The checkpoint to resume from, decided by rank 0 and shared, so every rank agrees."""
@@ -100,6 +102,12 @@ class Checkpointer:
 
     def load(self, state: AppState, path: Path) -> None:
         dcp.load({"app": state}, checkpoint_id=str(path))
+        self.saved_step = state.trainer["step"]
+
+    def save_once(self, state: AppState, step: int) -> None:
+        """Save ``step`` unless this run already saved it (``every_steps``) or resumed from it."""
+        if self.saved_step != step:
+            self.save(state, step)
 
     def save(self, state: AppState, step: int) -> float:
         """Start a save of ``step``; returns the seconds training was blocked."""
@@ -109,6 +117,7 @@ class Checkpointer:
         if self.d.is_main:
             name[0] = self._free_name(step)
         dist.broadcast_object_list(name, src=0)
+        self.saved_step = step
         target = self.root / name[0]
         write_dir = (self.staging / name[0]) if self.staging else target
         if self.cfg.async_save:

@@ -159,6 +159,12 @@ class MetricsLogger:
         em = f" exact_match={exact_match:.3f}" if exact_match is not None else ""
         print(f"eval step={step} eval_loss={eval_loss:.4f}{em} seconds={seconds:.2f}", flush=True)
 
+    def signal_checkpoint(self, step: int, signal_name: str) -> None:
+        """The run saved ``step`` and stopped because the job's time is nearly up."""
+        if self.d.is_main:
+            self.reporter.write(MetricRecord(step=step, kind="signal_checkpoint", max_steps=self.max_steps,
+                                             time=time.time(), extra={"signal": signal_name}))
+
     def close(self) -> None:
         if self.reporter is not None:
             self.reporter.close()

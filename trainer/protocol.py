@@ -15,9 +15,12 @@ from typing import Any
 METRICS_FILE_ENV = "FSDP_TUI_METRICS_FILE"
 RUN_ID_ENV = "FSDP_TUI_RUN_ID"
 CHECKPOINT_SIGNAL_ENV = "FSDP_TUI_CHECKPOINT_ON_SIGNAL"
+"""Set to ``1`` by a backend that sends SIGUSR1 to the trainer's worker processes when the job's time is
+nearly up: the built-in trainer then saves a checkpoint at the next step boundary and exits 0."""
 
 _KIND_TRAIN = "train"
 _KIND_EVAL = "eval"
+_KIND_SIGNAL_CHECKPOINT = "signal_checkpoint"
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,8 @@ class RankMemory:
 
 @dataclass(frozen=True)
 class MetricRecord:
-    """One metrics line. ``kind`` is ``train`` (a step finished) or ``eval``."""
+    """One metrics line. ``kind`` is ``train`` (a step finished), ``eval``, or ``signal_checkpoint`` (the
+    trainer saved ``step`` on SIGUSR1 and stopped; ``extra`` names the signal)."""
 
     step: int
     kind: str = _KIND_TRAIN
