@@ -71,6 +71,20 @@ def wait_state(home: Path, run_id: str, states: set[str], timeout: float = 120) 
     raise AssertionError(f"{run_id} never reached {states}: {store.get_run(run_id).transitions[-5:]}")
 
 
+def wait_said(home: Path, run_id: str, words: str, timeout: float = 120) -> list:
+    """Until a state transition of the run says ``words``; its transitions."""
+    from launcher.runs.store import RunStore
+
+    store = RunStore(home)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = store.get_run(run_id)
+        if record is not None and any(words in t[3] for t in record.transitions):
+            return record.transitions
+        time.sleep(0.2)
+    raise AssertionError(f"{run_id} never said {words!r}: {store.get_run(run_id).transitions[-5:]}")
+
+
 def first_event(proc: subprocess.Popen) -> str:
     return json.loads(proc.stdout.readline())["run_id"]
 
@@ -119,13 +133,15 @@ def test_builtin_trainer_checkpoints_are_listed_and_resume_continues(home, tmp_p
 
 def test_cancel_while_pending_and_while_running_leaves_no_process(home, tmp_path, slurm):
     slurm.wait_idle()
-    blocker = slurm.run(["sbatch", "--parsable", "--nodes=2", f"--chdir={slurm.job_dir}",
-                         "--wrap=sleep 300"]).stdout.strip()
-    wl = workload(tmp_path, slurm, "command: |\n  echo tick $NODE_RANK; sleep 300\n")
+    blocker = slurm.run(["sbatch", "--parsable", "--nodes=2", "--exclusive", f"--chdir={slurm.job_dir}",
+                         "--wrap=sleep 300"]).stdout.strip()  # both nodes taken: ours has to wait
+    wl = workload(tmp_path, slurm, "command: |\n  echo tick $NODE_RANK; sleep 300 & wait\n")
     proc = slurm_popen(home, slurm, "run", wl, "--json")
     run_id = first_event(proc)
-    pending = wait_state(home, run_id, {"pending"}, timeout=60)
-    assert any("queued (pending: Resources)" in t[3] for t in pending["transitions"]), pending
+    said = wait_said(home, run_id, "queued (pending: Resources)", timeout=60)
+    assert said[-1][1] == "pending", said
+    time.sleep(2)
+    assert slurm_cli(home, slurm, "runs", "--json").stdout.count('"pending"') >= 1
     assert slurm_cli(home, slurm, "cancel", run_id).returncode == 0
     assert proc.wait(timeout=60) == 130
     assert wait_state(home, run_id, {"cancelled"})["state"] == "cancelled"
