@@ -14,7 +14,8 @@ def test_there_are_samples_for_every_seed():
     names = {p.relative_to(ROOT / "sample_workloads").as_posix() for p in SAMPLES}
     assert {"tiny_cpu.yaml", "air_llama31_8b_sft/train.yaml", "byo_script/workload.yaml",
             "torchtune_llama70b_2node.yaml", "bloom560m_squad_sharding.yaml",
-            "llama32_1b_squad_async_ckpt.yaml"} <= names
+            "llama32_1b_squad_async_ckpt.yaml", "slurm/torchtune_llama70b_2node.yaml",
+            "slurm/bloom560m_squad.yaml"} <= names
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)

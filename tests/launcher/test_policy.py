@@ -214,3 +214,6 @@ def test_a_queued_job_is_pending_then_running_and_its_timeout_counts_from_its_st
     states = [(t[1], t[3]) for t in store.get_run(plan.run_id).transitions]
     pending = states.index(("pending", "queued (pending: Resources)"))
     assert ("running", "the job has its nodes") in states[pending:], states
+    record = store.get_run(plan.run_id)
+    began = next(t[0] for t in record.transitions if t[3] == "the job has its nodes")
+    assert record.summary.started_at == began  # elapsed counts from the start, not the submission
