@@ -109,6 +109,35 @@ parameters:
   max_steps: 100                    # your script decides what these mean
 """
 
+SLURM_BUILTIN = """\
+# The built-in FSDP2 trainer on a SLURM cluster: one batch job, submitted through the login node.
+experiment_name: my-slurm-sft       # letters, digits, '_' and '-'; also the MLflow experiment
+
+compute:
+  accelerator_type: GPU_8xH100      # GPU_<N>x<MODEL>: N GPUs per node (--gpus-per-node)
+  num_accelerators: 16              # GPUs in all: nodes x GPUs per node (--nodes)
+  slurm:
+    login: <login-node>             # ~/.ssh/config alias or user@host; `local` on the login node itself
+    partition: <partition>          # `sinfo` lists them
+    time: "04:00:00"                # --time per job; near it the trainer checkpoints, a new job resumes
+    job_dir: ~/fsdp-tui-jobs        # a folder the login and compute nodes share
+
+environment:
+  python: python3                   # interpreter on the compute nodes (needs torch >= 2.6)
+
+# No `command:`, so the built-in trainer runs under torchrun with these parameters.
+parameters:
+  model_name: meta-llama/Llama-3.2-1B   # a hub id or a model folder the nodes can read
+  dataset_name: tatsu-lab/alpaca        # a hub dataset or a json/jsonl/parquet file
+  output_dir: checkpoints               # relative: in the run's folder under job_dir (shared)
+  max_seq_len: 1024                     # tokens per example
+  per_device_batch_size: 4              # examples per GPU per step
+  learning_rate: 0.00002                # peak learning rate
+  max_steps: 200                        # stop after this many optimizer steps
+  checkpoint:
+    every_steps: 100                    # save a checkpoint this often
+"""
+
 BUILTIN = (
     Template("local-cpu", "This machine, CPU demo",
              "the built-in trainer on a tiny model, 2 CPU processes here", LOCAL_CPU),
@@ -116,6 +145,8 @@ BUILTIN = (
              "FSDP2 fine-tuning of a hub model on your GPU machines", SSH_BUILTIN),
     Template("ssh-script", "Your train.py on SSH hosts",
              "an air-style script under torchrun, code uploaded from here", SSH_SCRIPT),
+    Template("slurm-builtin", "SLURM cluster, built-in trainer",
+             "a batch job through the login node; checkpoints ahead of the time limit", SLURM_BUILTIN),
 )
 
 

@@ -81,7 +81,7 @@ def test_indentation_errors_say_so():
 
 def test_templates_validate_once_their_blanks_are_filled():
     for t in templates():
-        text = t.text.replace("<host-0>", "gpu-a").replace("<host-1>", "gpu-b")
+        text = t.text.replace("<host-0>", "gpu-a").replace("<host-1>", "gpu-b").replace("<login-node>", "hpc")
         assert validate_text(text).ok, (t.key, validate_text(text).problems)
     for t in BUILTIN:  # every key of the built-in templates carries a comment (list items excepted)
         keys = [line for line in t.text.splitlines() if re.match(r"\s*[a-z_]+:", line)]
