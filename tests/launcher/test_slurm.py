@@ -195,3 +195,75 @@ def test_a_time_limit_checkpoints_on_the_signal_and_the_next_job_resumes(home, t
     assert len(saved) == 2 and saved[0] < saved[1], log[-3000:]
     assert f"at step {saved[0]}" in log.split("=== fsdp-tui: attempt 2")[1].split("resumed from")[1].splitlines()[0]
     assert tagged(run_id) == []
+
+
+HANG = """import time
+import torch
+import torch.distributed as dist
+
+
+def hang_forever():
+    while True:
+        time.sleep(3600)
+
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+for step in range(1, 1001):
+    if rank == 1 and step == 6:
+        hang_forever()
+    value = torch.ones(1)
+    dist.all_reduce(value)
+    time.sleep(0.1)
+    if rank == 0:
+        print(f"step={step}/1000 loss={1.0 / step:.4f}", flush=True)
+"""
+
+
+def test_a_hung_slurm_job_is_flagged_its_stacks_taken_and_a_dead_owner_replaced(home, tmp_path, slurm):
+    """Stall detection, stack dumps (py-spy on the compute node, asked through the shared directory) and
+    adoption after the owner process dies work for a SLURM run as for an SSH run."""
+    import os
+    import signal
+
+    from launcher.runs.store import RunStore
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "hang.py").write_text(HANG)
+    wl = workload(tmp_path, slurm, f"""code_source: {{type: snapshot, snapshot: {{root_path: {code}}}}}
+command: |
+  python -m torch.distributed.run --nnodes="$NUM_NODES" --node_rank="$NODE_RANK" --nproc_per_node=1 \\
+    --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" "$CODE_SOURCE_PATH/hang.py"
+metrics: {{stall_factor: 5, stall_min_s: 3}}
+""")
+    proc = slurm_popen(home, slurm, "run", wl, "--json")
+    run_id = first_event(proc)
+    try:
+        said = wait_said(home, run_id, "stalled at step 5: no step for", timeout=120)
+        assert said[-1][1] == "running"
+        dumps = slurm_cli(home, slurm, "stacks", run_id, timeout=120)
+        assert dumps.returncode == 0, dumps.stdout + dumps.stderr
+        assert "(py-spy)" in dumps.stdout and "hang_forever" in dumps.stdout and "all_reduce" in dumps.stdout
+
+        store = RunStore(home)
+        owner = store.get_run(run_id).launcher_pid
+        os.kill(owner, signal.SIGKILL)  # the run's owner dies; the job does not
+        proc.kill()
+        time.sleep(1)
+        assert len(tagged(run_id)) >= 2
+        listed = slurm_cli(home, slurm, "runs", "--json")  # adopts it
+        assert listed.returncode == 0, listed.stderr
+        deadline = time.monotonic() + 30
+        while store.get_run(run_id).launcher_pid in (None, owner) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert store.get_run(run_id).launcher_pid not in (None, owner)
+        assert slurm_cli(home, slurm, "cancel", run_id).returncode == 0
+        assert wait_state(home, run_id, {"cancelled"})["state"] == "cancelled"
+        assert tagged(run_id) == []
+        mirror = (home / "runs" / run_id / "nodes" / "0.log").read_bytes()
+        assert mirror == node_file(slurm, run_id, 0, "node.log").read_bytes()
+        steps = [line for line in mirror.decode().splitlines() if line.startswith("step=")]
+        assert steps == [f"step={s}/1000 loss={1.0 / s:.4f}" for s in range(1, 6)]
+    finally:
+        proc.kill()

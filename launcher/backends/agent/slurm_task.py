@@ -7,6 +7,9 @@ does: output to ``node-<rank>/node.log`` with secrets masked, the state in ``nod
 Secrets reach it through the job's environment (``sbatch`` exported them from the login node's agent),
 never through the batch script, a file or a command line.
 
+The launcher reaches only the shared files, so the task also answers through them: GPU samples
+(``gpus.json``) and stack dumps asked for in ``stacks-request`` (``stacks.json``).
+
 Near the time limit SLURM signals the batch shell, which leaves ``checkpoint-now.<attempt>`` here; the
 task passes SIGUSR1 to the built-in trainer's workers, which save a checkpoint and stop, and records
 ``resubmit`` so the launcher submits the next job, which resumes from it.
@@ -26,6 +29,8 @@ import time
 from . import jobs, probes
 
 GPU_FILE = "gpus.json"
+STACKS_REQUEST = "stacks-request"
+STACKS_FILE = "stacks.json"
 GPU_EVERY_S = 5.0
 SIGNAL_POLL_S = 0.5
 JOB_SPEC = "job-{attempt}.json"
@@ -76,12 +81,37 @@ def _workers(run_id: str, rank: int) -> list:
     return out
 
 
+def _write_json(node_dir: str, name: str, data: dict) -> None:
+    tmp = os.path.join(node_dir, f".{name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+    os.replace(tmp, os.path.join(node_dir, name))
+
+
+def _answer_stacks(node_dir: str, spec: dict, rank: int, seen: list) -> None:
+    """A stack dump asked for through ``stacks-request`` (the launcher cannot reach this node itself):
+    py-spy (or the trainer's faulthandler) on this node's processes of the job, into ``stacks.json``."""
+    try:
+        with open(os.path.join(node_dir, STACKS_REQUEST), encoding="utf-8") as f:
+            token = f.read().strip()
+    except OSError:
+        return
+    if not token or token in seen:
+        return
+    seen.append(token)
+    pids = jobs.tagged_pids(spec["env"].get(jobs.RUN_ID_ENV, ""), rank)
+    _write_json(node_dir, STACKS_FILE, {"request": token, "stacks": probes.stacks(pids, spec.get("python") or
+                                                                                    "python3")})
+
+
 def _watch(node_dir: str, run_dir: str, spec: dict, rank: int, done: threading.Event) -> None:
-    """GPU samples to ``gpus.json`` (where ``nvidia-smi`` is) and checkpoint requests to the workers."""
+    """GPU samples to ``gpus.json`` (where ``nvidia-smi`` is), checkpoint requests to the workers, stack
+    dumps on request."""
     flag = os.path.join(run_dir, CHECKPOINT_NOW.format(attempt=spec["attempt"]))
     has_gpus = bool(probes.gpu_samples())
-    signalled, last_gpus = False, 0.0
+    signalled, last_gpus, seen = False, 0.0, []
     while not done.wait(SIGNAL_POLL_S):
+        _answer_stacks(node_dir, spec, rank, seen)
         if not signalled and os.path.exists(flag):
             signalled = True
             if spec.get("builtin_trainer"):
@@ -93,11 +123,7 @@ def _watch(node_dir: str, run_dir: str, spec: dict, rank: int, done: threading.E
                 jobs.write_state(node_dir, resubmit="time limit")
         if has_gpus and time.monotonic() - last_gpus > GPU_EVERY_S:
             last_gpus = time.monotonic()
-            samples = probes.gpu_samples()
-            tmp = os.path.join(node_dir, f".{GPU_FILE}.tmp")
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({"at": time.time(), "gpus": samples}, f)
-            os.replace(tmp, os.path.join(node_dir, GPU_FILE))
+            _write_json(node_dir, GPU_FILE, {"at": time.time(), "gpus": probes.gpu_samples()})
 
 
 def task(attempt: int, agent_zip: str) -> int:

@@ -27,6 +27,9 @@ JOBS_FILE = "jobs.json"
 GPU_FILE = "gpus.json"
 GPU_STALE_S = 30.0
 STOP_POLL_S = 0.5
+STACKS_REQUEST = "stacks-request"
+STACKS_FILE = "stacks.json"
+STACKS_WAIT_S = 30.0
 STOP_EXTRA_S = 60.0
 """How long past the grace a cancelled job may stay COMPLETING (SLURM's KillWait, slow nodes)."""
 
@@ -44,6 +47,8 @@ class SlurmBackend(AgentFleet):
         self.attempt: int | None = None
         self.submitted_at = 0.0
         self.cancelled: set[str] = set()
+        self.accounted: dict[str, QueueEntry | None] = {}
+        """What ``sacct`` said of jobs no longer in the queue (asked once each)."""
 
     # -- the scheduler, through the login node's agent ----------------------------------------------
 
@@ -107,11 +112,28 @@ class SlurmBackend(AgentFleet):
     # -- watching -----------------------------------------------------------------------------------
 
     async def entry(self, job_id: str) -> QueueEntry | None:
+        """The job as SLURM knows it: from the queue while SLURM keeps it there (``MinJobAge``), then
+        from accounting (``sacct``) where it is on; ``None`` when neither knows it."""
         try:
             _, entries = await self.queue.snapshot(newer_than=self.submitted_at)
         except QueueError as err:
             raise NodeError(f"{self.login_label}: {err}") from None
-        return entries.get(job_id)
+        if job_id in entries:
+            return entries[job_id]
+        if job_id not in self.accounted:
+            self.accounted[job_id] = await self._sacct(job_id)
+        return self.accounted[job_id]
+
+    async def _sacct(self, job_id: str) -> QueueEntry | None:
+        status, out, _ = await self.ask(["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={job_id}",
+                                         "--format=JobID,State"])
+        if status != 0:
+            return None  # accounting is off: the node tasks' own records decide
+        for line in out.splitlines():
+            jid, _, state = line.partition("|")
+            if jid == job_id and state:
+                return QueueEntry(job_id, state.split()[0])
+        return None
 
     async def status(self, rank: int) -> NodeStatus:
         header, _ = await self.links[rank].call("status")
@@ -134,9 +156,23 @@ class SlurmBackend(AgentFleet):
         return tuple(GpuSample(**g) for g in sample.get("gpus", []))
 
     async def stacks(self, rank: int) -> tuple[StackDump, ...]:
-        job_id = await self.job_id()
-        return (StackDump(0, None, "none", "stack dumps of a SLURM job's processes are not taken yet: on the "
-                          f"login node, `srun --overlap --jobid {job_id} py-spy dump --pid PID` does it by hand"),)
+        """Asked of the node's task through the shared directory (``stacks-request``), which answers with
+        py-spy's dumps (or the trainer's faulthandler) in ``stacks.json``."""
+        token = f"{time.time():.6f}"
+        link = self.links[rank]
+        await link.call("write", token.encode(), name=STACKS_REQUEST)
+        deadline = time.monotonic() + STACKS_WAIT_S
+        while time.monotonic() < deadline:
+            _, data = await link.call("read", name=STACKS_FILE, offset=0, limit=16 << 20)
+            try:
+                answer = json.loads(data) if data else {}
+            except ValueError:
+                answer = {}  # being replaced: read again
+            if answer.get("request") == token:
+                return tuple(StackDump(s["pid"], s.get("rank"), s["how"], s["text"]) for s in answer["stacks"])
+            await asyncio.sleep(STOP_POLL_S)
+        raise NodeError(f"{self.label(rank)}: its SLURM task did not answer the stack dump within "
+                        f"{STACKS_WAIT_S:.0f} s (is the job running?)", rank)
 
     # -- checks -------------------------------------------------------------------------------------
 
