@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from launcher.backends.base import Backend, LinkState, NodeError, NodeLost, NodeStatus
 from launcher.doctor.preflight import preflight
 from launcher.events import NodeState, RunState
+from launcher.runs.following import NodeFollowing
 from launcher.runs.records import Recorder
-from launcher.runs.settings import READ_CHUNK, Settings
+from launcher.runs.settings import Settings
 from launcher.runs.stall import StallWatch
 from launcher.runs.triage import node_error_report, reason_signature, stalled_report, triage_run
 from launcher.workload.plan import RunPlan, with_rendezvous
@@ -40,7 +41,7 @@ class LaunchFailed(Exception):
         """The node that failed, when it was one node."""
 
 
-class RunPolicy:
+class RunPolicy(NodeFollowing):
     def __init__(self, backend: Backend, rec: Recorder, settings: Settings, *,
                  secrets: Callable[[], dict[str, str]], cancel_requested: Callable[[], bool],
                  stacks_requested: Callable[[], bool] = lambda: False,
@@ -349,58 +350,6 @@ class RunPolicy:
         await self._stop_all()
         await self._pump_all()
         raise LaunchFailed(f"node {s.rank} ({self.backend.plan.nodes[s.rank].host_display}): {why}", s.rank)
-
-    # -- following the nodes -----------------------------------------------------------------------
-
-    async def _follow(self, rank: int) -> None:
-        last_gpus = 0.0
-        try:
-            while not self.unfollowing.is_set():
-                began = self.clock()
-                await self._pump(rank, wait_s=self.settings.poll_s)  # a long poll: back as output appears
-                self.statuses[rank] = await self.backend.status(rank)
-                self.polled.set()
-                if self.clock() - last_gpus > self.settings.gpu_poll_s:
-                    await self._sample_gpus(rank)
-                    last_gpus = self.clock()
-                rest = self.settings.min_round_s - (self.clock() - began)  # busy output: batches, not lines
-                if rest > 0:
-                    try:
-                        await asyncio.wait_for(self.unfollowing.wait(), rest)
-                    except asyncio.TimeoutError:
-                        pass
-        except NodeLost as err:
-            self.lost[rank] = str(err)
-            raise
-
-    async def _pump_all(self) -> None:
-        await asyncio.gather(*(self._pump(rank) for rank in self.ranks if rank not in self.lost),
-                             return_exceptions=True)
-
-    async def _pump(self, rank: int, wait_s: float = 0.0) -> None:
-        while True:
-            chunk = await self.backend.read(rank, "log", self.rec.log_offset(rank), READ_CHUNK, wait_s)
-            wait_s = 0.0
-            await asyncio.to_thread(self.rec.append_log, rank, chunk)
-            if len(chunk) < READ_CHUNK:
-                break
-        if rank == 0:
-            while True:
-                chunk = await self.backend.read(0, "metrics", self.rec.metrics_offset(), READ_CHUNK)
-                await asyncio.to_thread(self.rec.append_metrics, chunk)
-                if len(chunk) < READ_CHUNK:
-                    break
-
-    async def _sample_gpus(self, rank: int) -> None:
-        """GPU telemetry from ``nvidia-smi`` where there is one (nothing on CPU-only nodes)."""
-        try:
-            samples = await self.backend.gpus(rank)
-        except NodeLost:
-            raise
-        except NodeError:
-            return
-        if samples:
-            self.rec.gpus(rank, samples)
 
     # -- stopping and triage -----------------------------------------------------------------------
 

@@ -1,0 +1,84 @@
+"""Following each node of a run's attempt on its own: its output into the records (a long poll), its
+status, its GPUs. A node that is reconnecting holds up only itself; a lost node ends its follower with
+:class:`~launcher.backends.base.NodeLost`, which the policy turns into a failed run naming it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from launcher.backends.base import Backend, NodeError, NodeLost, NodeStatus
+from launcher.runs.records import Recorder
+from launcher.runs.settings import READ_CHUNK, Settings
+
+
+class NodeFollowing:
+    """The run policy's half that reads the nodes (:class:`~launcher.runs.policy.RunPolicy` is the rest)."""
+
+    backend: Backend
+    rec: Recorder
+    settings: Settings
+    clock: Callable[[], float]
+    ranks: list[int]
+    statuses: dict[int, NodeStatus]
+    lost: dict[int, str]
+    polled: asyncio.Event
+    unfollowing: asyncio.Event
+
+    async def _follow(self, rank: int) -> None:
+        last_gpus = last_status = -float("inf")
+        try:
+            while not self.unfollowing.is_set():
+                began = self.clock()
+                got = await self._pump(rank, wait_s=self.settings.poll_s)  # a long poll: back as output appears
+                # While output flows the job is alive: its status is asked once a poll, not once a batch.
+                # A read that found nothing (the poll ran out, or the job ended) asks at once.
+                if not got or began - last_status >= self.settings.poll_s:
+                    self.statuses[rank] = await self.backend.status(rank)
+                    last_status = began
+                    self.polled.set()
+                if self.clock() - last_gpus > self.settings.gpu_poll_s:
+                    await self._sample_gpus(rank)
+                    last_gpus = self.clock()
+                rest = self.settings.min_round_s - (self.clock() - began)  # busy output: batches, not lines
+                if rest > 0:
+                    try:
+                        await asyncio.wait_for(self.unfollowing.wait(), rest)
+                    except asyncio.TimeoutError:
+                        pass
+        except NodeLost as err:
+            self.lost[rank] = str(err)
+            raise
+
+    async def _pump_all(self) -> None:
+        await asyncio.gather(*(self._pump(rank) for rank in self.ranks if rank not in self.lost),
+                             return_exceptions=True)
+
+    async def _pump(self, rank: int, wait_s: float = 0.0) -> int:
+        """Read a node's new output into the records; returns how many log bytes came."""
+        got = 0
+        while True:
+            chunk = await self.backend.read(rank, "log", self.rec.log_offset(rank), READ_CHUNK, wait_s)
+            wait_s = 0.0
+            got += len(chunk)
+            await asyncio.to_thread(self.rec.append_log, rank, chunk)
+            if len(chunk) < READ_CHUNK:
+                break
+        if rank == 0:
+            while True:
+                chunk = await self.backend.read(0, "metrics", self.rec.metrics_offset(), READ_CHUNK)
+                await asyncio.to_thread(self.rec.append_metrics, chunk)
+                if len(chunk) < READ_CHUNK:
+                    break
+        return got
+
+    async def _sample_gpus(self, rank: int) -> None:
+        """GPU telemetry from ``nvidia-smi`` where there is one (nothing on CPU-only nodes)."""
+        try:
+            samples = await self.backend.gpus(rank)
+        except NodeLost:
+            raise
+        except NodeError:
+            return
+        if samples:
+            self.rec.gpus(rank, samples)
