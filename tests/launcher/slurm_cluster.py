@@ -28,6 +28,9 @@ from tests.launcher.sshd import (NS_PORT, SSHD, Switch, TestHost, keygen, make_c
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "nsenter", "unshare")
 PARTITION = "debug"
+SHORT_PARTITION = "short"
+SHORT_MAX_TIME = 5
+"""A second partition on the same nodes whose MaxTime (minutes) a long job exceeds."""
 CTL_NAME = "fsl-ctl"
 SUBNET = "10.252"
 
@@ -48,6 +51,8 @@ class Cluster:
     node_addrs: list[str]
     switch: Switch
     partition: str = PARTITION
+    short_partition: str = SHORT_PARTITION
+    """Same nodes, MaxTime=``SHORT_MAX_TIME`` minutes."""
     login_alias: str = "login"
     login: TestHost | None = None
     munge_dir: Path | None = None
@@ -171,6 +176,7 @@ MinJobAge=300
 InactiveLimit=0
 {nodes}
 PartitionName={PARTITION} Nodes={",".join(names)} Default=YES MaxTime=INFINITE State=UP
+PartitionName={SHORT_PARTITION} Nodes={",".join(names)} Default=NO MaxTime={SHORT_MAX_TIME} State=UP
 """
 
 

@@ -1,0 +1,66 @@
+"""``fsdp-tui doctor`` for SLURM workloads against the real 2-node test cluster: the login node is reached,
+the scheduler is asked (sbatch --test-only, sinfo) and a short probe job runs on the compute nodes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.launcher.test_slurm import slurm_cli, workload
+
+pytestmark = pytest.mark.slow
+ACTIVE = "pending,running,completing,configuring,suspended"
+
+
+def doctor(home: Path, tmp: Path, cluster, slurm: str = "", body: str = "command: echo hi\n"):
+    cluster.wait_idle()
+    out = slurm_cli(home, cluster, "doctor", workload(tmp, cluster, body, slurm=slurm), "--json", timeout=240)
+    report = json.loads(out.stdout)
+    assert [n["label"] for n in report["nodes"]] == [f"SLURM via {cluster.login_alias}"]
+    return out.returncode, {c["name"]: c for c in report["nodes"][0]["checks"]}, report
+
+
+def test_a_good_slurm_workload_passes_every_check_and_leaves_no_job(home, tmp_path, slurm_module):
+    code, checks, report = doctor(home, tmp_path, slurm_module)
+    assert list(checks) == ["reachable", "sbatch --test-only", "partition", "nodes", "time limit", "probe job",
+                            "hostname", "python", "torch", "job_dir", "secrets"]
+    assert code == 0 and report["ok"], checks
+    assert {c["status"] for c in checks.values()} == {"ok"}, checks
+    assert checks["reachable"]["detail"] == "connected over SSH, host key verified"
+    assert checks["hostname"]["detail"] == ", ".join(slurm_module.node_names)
+    assert "debug (the default)" in checks["partition"]["detail"]
+    assert all(h in checks["job_dir"]["detail"] for h in slurm_module.node_names)
+    assert slurm_module.jobs(ACTIVE) == {}
+    assert not any(p.name.startswith("doctor-probe-") for p in (Path(slurm_module.job_dir) / "doctor").iterdir())
+
+
+def test_a_wrong_partition_says_did_you_mean_debug(home, tmp_path, slurm_module):
+    slurm_module.wait_idle()
+    wl = workload(tmp_path, slurm_module, "command: echo hi\n").read_text().replace(
+        f"partition: {slurm_module.partition}", "partition: debg")
+    path = tmp_path / "wrong.yaml"
+    path.write_text(wl)
+    out = slurm_cli(home, slurm_module, "doctor", path, "--json", timeout=240)
+    checks = {c["name"]: c for c in json.loads(out.stdout)["nodes"][0]["checks"]}
+    assert out.returncode == 1
+    assert checks["partition"]["status"] == "error" and "did you mean debug?" in checks["partition"]["fix"]
+    assert slurm_module.jobs(ACTIVE) == {}
+
+
+def test_a_time_limit_above_the_partitions_max_time_is_an_error(home, tmp_path, slurm_module):
+    from tests.launcher.slurm_cluster import SHORT_MAX_TIME
+
+    wl = workload(tmp_path, slurm_module, "command: echo hi\n", slurm=f", time: {SHORT_MAX_TIME + 10}")
+    path = tmp_path / "short.yaml"
+    path.write_text(wl.read_text().replace(f"partition: {slurm_module.partition}",
+                                           f"partition: {slurm_module.short_partition}"))
+    slurm_module.wait_idle()
+    out = slurm_cli(home, slurm_module, "doctor", path, "--json", timeout=240)
+    checks = {c["name"]: c for c in json.loads(out.stdout)["nodes"][0]["checks"]}
+    assert out.returncode == 1, checks
+    assert checks["time limit"]["status"] == "error"
+    assert f"MaxTime {SHORT_MAX_TIME}" in checks["time limit"]["detail"]
+    assert checks["probe job"]["status"] == "ok"  # the probe asks for 2 minutes: it runs there
+    assert slurm_module.jobs(ACTIVE) == {}
