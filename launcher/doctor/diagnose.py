@@ -126,12 +126,12 @@ async def _diagnose_scheduler(plan: RunPlan, *, home: Path | None) -> DoctorRepo
     were; it is reached (host key verified), then the scheduler's checks (``sbatch --test-only``, the
     partition from ``sinfo``, a short probe job on the compute nodes) make one report."""
     backend = backend_for(plan)
-    label = f"SLURM via {plan.nodes[0].host_display}"
+    login = plan.workload.compute.slurm.login
+    label = f"SLURM via {'this machine' if login == 'local' else login}"
     checks: list[Check] = []
     try:
         reach = await backend.reach(0, REACH_TIMEOUT_S)
         if not reach.ok:
-            login = plan.nodes[0].host_display
             checks.append(Check("reachable", "error", reach.detail,
                                 f"check that {login} is up and that `ssh {login}` works from here without a password"))
         else:

@@ -30,7 +30,7 @@ def test_a_good_slurm_workload_passes_every_check_and_leaves_no_job(home, tmp_pa
     assert {c["status"] for c in checks.values()} == {"ok"}, checks
     assert checks["reachable"]["detail"] == "connected over SSH, host key verified"
     assert checks["hostname"]["detail"] == ", ".join(slurm_module.node_names)
-    assert "debug (the default)" in checks["partition"]["detail"]
+    assert checks["partition"]["detail"] == "debug is up"
     assert all(h in checks["job_dir"]["detail"] for h in slurm_module.node_names)
     assert slurm_module.jobs(ACTIVE) == {}
     assert not any(p.name.startswith("doctor-probe-") for p in (Path(slurm_module.job_dir) / "doctor").iterdir())

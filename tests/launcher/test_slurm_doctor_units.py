@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.backends.slurm.partition import (Partition, gres_gpus, limit_minutes, parse_sinfo, partition_checks,
-                                               time_check)
+from launcher.backends.slurm.partition import (
+    Partition,
+    gres_gpus,
+    limit_minutes,
+    parse_sinfo,
+    partition_checks,
+    time_check,
+)
 from launcher.backends.slurm.probe_job import MARKER, node_checks, parse_srun, shared_check, srun_argv
 from tests.launcher.test_slurm_units import WORKLOAD, _plan
 
@@ -109,7 +115,7 @@ def test_node_checks_group_per_concern():
     plan = _plan()
     checks = by_name(node_checks(plan, "/venv/bin/python", {0: report("n0"), 1: report("n1", torch=None)},
                                  ["n0", "n1"]))
-    assert checks["python"].status == "ok" and "3.12.1 (/venv/bin/python) on n0, n1" == checks["python"].detail
+    assert checks["python"].status == "ok" and checks["python"].detail == "3.12.1 (/venv/bin/python) on n0, n1"
     assert checks["torch"].status == "error" and "n1: not installed" in checks["torch"].detail
     assert "pip install torch" in checks["torch"].fix
     assert {"transformers", "datasets", "pydantic", "yaml", "job_dir", "hostname"} <= set(checks)
