@@ -64,3 +64,38 @@ def test_a_time_limit_above_the_partitions_max_time_is_an_error(home, tmp_path, 
     assert f"MaxTime {SHORT_MAX_TIME}" in checks["time limit"]["detail"]
     assert checks["probe job"]["status"] == "ok"  # the probe asks for 2 minutes: it runs there
     assert slurm_module.jobs(ACTIVE) == {}
+
+
+def test_a_probe_job_that_waits_is_a_warning_with_the_reason_and_is_cancelled(home, tmp_path, slurm_module,
+                                                                              monkeypatch):
+    """Both nodes held by another job: the probe job waits, is cancelled past its time, and says why."""
+    import asyncio
+
+    from launcher.backends.base import backend_for
+    from launcher.backends.slurm import probe_job
+    from launcher.workload.load import plan_file
+
+    slurm_module.wait_idle()
+    blocker = slurm_module.run(["sbatch", "--parsable", "--nodes=2", "--exclusive", "--time=5",
+                                f"--partition={slurm_module.partition}", f"--chdir={tmp_path}",
+                                "--wrap=sleep 120"]).stdout.strip().split(";")[0]
+    try:
+        monkeypatch.setenv("HOME", str(slurm_module.client_home))
+        monkeypatch.setenv("FSDP_TUI_HOME", str(home))
+        monkeypatch.setattr(probe_job, "PENDING_S", 4.0)
+        plan = plan_file(workload(tmp_path, slurm_module, "command: echo hi\n"), home=home, run_id="doctor").plan
+
+        async def probe():
+            backend = backend_for(plan)
+            try:
+                return await probe_job.probe_checks(backend)
+            finally:
+                await backend.close()
+
+        checks = asyncio.run(probe())
+        assert [c.name for c in checks] == ["probe job"]
+        assert checks[0].status == "warning" and "still waiting after 4 s" in checks[0].detail, checks
+        assert "Resources" in checks[0].detail or "Priority" in checks[0].detail, checks
+        assert set(slurm_module.jobs(ACTIVE)) == {blocker}  # the probe job is gone, the blocker stays
+    finally:
+        slurm_module.run(["scancel", blocker], check=False)
