@@ -128,3 +128,63 @@ def test_the_probe_job_asks_for_the_runs_nodes_partition_and_gpus():
     assert argv[0] == "srun" and "--nodes=2" in argv and "--partition=gpu" in argv and "--account=nlp" in argv
     assert "--gpus-per-node=8" in argv and "--label" in argv and "--time=2" in argv
     assert argv[argv.index("-c") - 1] == "/venv/bin/python"
+
+
+class FakeScheduler:
+    """What the doctor asks of a SLURM backend, answered from here."""
+
+    def __init__(self, plan, reach_ok=True, checks=()):
+        from launcher.backends.base import NodeInfo, Reach
+
+        self.plan = plan
+        self._reach = Reach(0, "node 0", reach_ok, "connected" if reach_ok else "cannot connect: refused")
+        self._info = NodeInfo(0, "node 0", "python3", False)
+        self.checks = checks
+        self.asked = []
+        self.closed = False
+
+    def node_info(self, rank):
+        return self._info
+
+    async def reach(self, rank, timeout_s):
+        return self._reach
+
+    async def scheduler_checks(self, quick):
+        self.asked.append(quick)
+        return self.checks
+
+    async def close(self):
+        self.closed = True
+
+
+def test_the_doctor_reports_a_slurm_workload_as_one_node_via_the_login(monkeypatch, tmp_path):
+    import asyncio
+
+    from launcher.backends.base import SchedulerCheck
+    from launcher.doctor import diagnose as d
+
+    plan = _plan()
+    fake = FakeScheduler(plan, checks=(SchedulerCheck("sbatch --test-only", "ok", "fine"),
+                                       SchedulerCheck("time limit", "error", "too long", "shorten it")))
+    monkeypatch.setattr(d, "backend_for", lambda plan, **kw: fake)
+    report = asyncio.run(d.diagnose(plan, run_root=plan.node_root, home=tmp_path))
+    data = report.to_dict()
+    assert [n["label"] for n in data["nodes"]] == ["SLURM via alice@login.cluster.example"]
+    assert [c["name"] for c in data["nodes"][0]["checks"]] == ["reachable", "sbatch --test-only", "time limit",
+                                                               "secrets"]
+    assert data["nodes"][0]["checks"][0]["detail"] == "connected over SSH, host key verified"
+    assert not report.ok and fake.asked == [False] and fake.closed
+
+
+def test_an_unreachable_login_node_asks_the_scheduler_nothing(monkeypatch):
+    import asyncio
+
+    from launcher.doctor import diagnose as d
+
+    plan = _plan()
+    fake = FakeScheduler(plan, reach_ok=False)
+    monkeypatch.setattr(d, "backend_for", lambda plan, **kw: fake)
+    report = asyncio.run(d.diagnose(plan, run_root=plan.node_root))
+    checks = report.nodes[0].checks
+    assert [c.name for c in checks] == ["reachable"] and checks[0].status == "error"
+    assert "ssh alice@login.cluster.example" in checks[0].fix and fake.asked == []
