@@ -139,7 +139,18 @@ async def _diagnose_scheduler(plan: RunPlan, *, home: Path | None) -> DoctorRepo
             checks.append(Check("reachable", "ok", "this machine, no SSH" if local
                                 else "connected over SSH, host key verified"))
             try:
-                found = await backend.scheduler_checks(quick=False)
+                try:
+                    found = await backend.scheduler_checks(quick=False)
+                except AgentStartFailed as err:  # the workload's Python is not on the login node
+                    python = backend.node_info(0).python
+                    checks.append(Check("login python", "error", f"{python} does not start fsdp-tui's agent on the "
+                                        f"login node (a launch needs it there too): {err}; checked with "
+                                        f"{FALLBACK_PYTHON} there instead",
+                                        "set environment.python to an interpreter that the login and compute "
+                                        "nodes both have (a venv in a shared folder)"))
+                    await backend.close()
+                    backend = backend_for(plan, agent_python=FALLBACK_PYTHON)
+                    found = await backend.scheduler_checks(quick=False)
             except NodeError as err:
                 checks.append(Check("scheduler", "error", str(err), "check that SLURM's commands work on the login node"))
             else:

@@ -4,6 +4,7 @@ the scheduler is asked (sbatch --test-only, sinfo) and a short probe job runs on
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,17 @@ def test_a_probe_job_that_waits_is_a_warning_with_the_reason_and_is_cancelled(ho
         assert set(slurm_module.jobs(ACTIVE)) == {blocker}  # the probe job is gone, the blocker stays
     finally:
         slurm_module.run(["scancel", blocker], check=False)
+
+
+def test_a_python_the_nodes_lack_is_an_error_and_the_rest_is_still_checked(home, tmp_path, slurm_module):
+    slurm_module.wait_idle()
+    wl = workload(tmp_path, slurm_module, "command: echo hi\n")
+    path = tmp_path / "nopython.yaml"
+    path.write_text(wl.read_text().replace(f"python: {sys.executable}", "python: /nonexistent/bin/python3"))
+    out = slurm_cli(home, slurm_module, "doctor", path, "--json", timeout=240)
+    checks = {c["name"]: c for c in json.loads(out.stdout)["nodes"][0]["checks"]}
+    assert out.returncode == 1, checks
+    assert checks["login python"]["status"] == "error" and "/nonexistent/bin/python3" in checks["login python"]["detail"]
+    assert checks["partition"]["status"] == "ok" and checks["sbatch --test-only"]["status"] == "ok"
+    assert checks["probe job"]["status"] == "error" and "/nonexistent/bin/python3" in checks["probe job"]["fix"]
+    assert slurm_module.jobs(ACTIVE) == {}

@@ -188,3 +188,8 @@ def test_an_unreachable_login_node_asks_the_scheduler_nothing(monkeypatch):
     checks = report.nodes[0].checks
     assert [c.name for c in checks] == ["reachable"] and checks[0].status == "error"
     assert "ssh alice@login.cluster.example" in checks[0].fix and fake.asked == []
+
+
+def test_a_cpu_only_torch_is_an_error_for_a_gpu_workload():
+    checks = by_name(node_checks(_plan(), "p", {0: report("n0", torch="2.13.0+cpu")}, ["n0"]))
+    assert checks["torch"].status == "error" and "CUDA build" in checks["torch"].detail

@@ -151,6 +151,9 @@ def node_checks(plan, python: str, reports: dict[int, dict], listing: list[str] 
                 per.append((r["hostname"], "error", f"not installed for {python}",
                             f"install it on the compute nodes ({python} -m pip install {dist}), or set "
                             "environment.python to an interpreter that has it"))
+            elif dist == "torch" and plan.topology.kind == "gpu" and version.endswith("+cpu"):
+                per.append((r["hostname"], "error", f"{version}: a GPU workload needs a CUDA build",
+                            "install a CUDA build of torch for environment.python (see pytorch.org/get-started)"))
             else:
                 per.append((r["hostname"], "ok", version, ""))
         checks.append(_group("yaml" if dist == "pyyaml" else dist, per))
@@ -162,12 +165,13 @@ async def probe_checks(backend) -> list[SchedulerCheck]:
     """Run the probe job and judge what came back; no job is left in the queue."""
     plan = backend.plan
     python = backend.python_of(plan.nodes[0])
+    login_python = backend.agent_python or python  # the login agent's own (the doctor may fall back to python3)
     tag = uuid.uuid4().hex[:10]
     folder = f"{plan.node_root}/{plan.run_id}/doctor-probe-{tag}"
     name = f"fsdp-tui-doctor-{tag}"
     need = plan.topology.num_nodes
     try:
-        made = await backend.run_script(0, python, login_script(folder, "make"), 30)
+        made = await backend.run_script(0, login_python, login_script(folder, "make"), 30)
         if made.exit_status != 0:
             return [SchedulerCheck("job_dir", "error", f"cannot make {folder} on {backend.login_label}: "
                                    f"{made.stderr.strip()[-300:]}", "make compute.slurm.job_dir writable there")]
@@ -178,7 +182,7 @@ async def probe_checks(backend) -> list[SchedulerCheck]:
             waiting = next((line.split("|") for line in q.splitlines() if line.count("|") == 2), None)
     finally:
         await backend.ask(["scancel", f"--name={name}"])
-        ran = await backend.run_script(0, python, login_script(folder, "list"), 30)
+        ran = await backend.run_script(0, login_python, login_script(folder, "list"), 30)
     try:
         listing = json.loads(ran.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
