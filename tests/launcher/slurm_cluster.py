@@ -23,17 +23,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.launcher.sshd import (
-    NS_PORT,
-    SSHD,
-    Switch,
-    TestHost,
-    keygen,
-    make_client_home,
-    make_switch,
-    ssh_config_entry,
-    sshd_config,
-)
+from tests.launcher.sshd import (NS_PORT, SSHD, Switch, TestHost, keygen, make_client_home, make_switch,
+                                 ssh_config_entry, sshd_config)
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "nsenter", "unshare")
 PARTITION = "debug"
@@ -193,7 +184,7 @@ def _in_node(ns: str, hosts: Path, hostname: str, argv: list[str]) -> list[str]:
     """argv run in network namespace ``ns`` (None: this machine's) with a UTS and mount namespace of its
     own: its hostname, and ``hosts`` over /etc/hosts (unshare makes the mount private: the host never sees it)."""
     enter = ["nsenter", f"--net=/run/netns/{ns}"] if ns else []
-    script = 'mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec "$@"'
+    script = f'mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec "$@"'
     return [*enter, "unshare", "--uts", "--mount", "sh", "-c", script, str(hosts), hostname, *argv]
 
 
