@@ -15,7 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doctor", help="check every node of a workload before launching it",
                        description="Check every node of a workload in parallel: SSH with a verified host key, "
                        "Python, torch (and the built-in trainer's packages), GPUs against the workload, free "
-                       "disk, and the rendezvous address and port. Exit 0 when nothing is an error, 1 "
+                       "disk, and the rendezvous address and port. For a SLURM workload (compute.slurm): the login node, "
+                       "sbatch --test-only, the partition from sinfo (nodes, GPUs, time limit), and a short probe "
+                       "job on the compute nodes (Python, torch, a shared job_dir). Exit 0 when nothing is an error, 1 "
                        "otherwise, 2 when the workload itself is invalid.")
     p.add_argument("file", metavar="FILE", type=Path)
     add_set_option(p)

@@ -81,6 +81,8 @@ def secrets_check(plan: RunPlan, home: Path) -> Check:
 async def diagnose(plan: RunPlan, *, run_root: str, import_timeout_s: float = IMPORT_TIMEOUT_S,
                    home: Path | None = None) -> DoctorReport:
     """Probe every node at once and judge each; with ``home``, also that the secrets are found here."""
+    if plan.topology.slurm:
+        return await _diagnose_scheduler(plan, home=home)
     backend = backend_for(plan)
     fallback = backend_for(plan, agent_python=FALLBACK_PYTHON)
     await backend.locate()
@@ -114,3 +116,47 @@ async def diagnose(plan: RunPlan, *, run_root: str, import_timeout_s: float = IM
         first = reports[0]
         reports[0] = NodeReport(first.node_rank, first.label, (*first.checks, secrets_check(plan, home)), first.facts)
     return DoctorReport(tuple(reports))
+
+
+REACH_TIMEOUT_S = 30.0
+
+
+async def _diagnose_scheduler(plan: RunPlan, *, home: Path | None) -> DoctorReport:
+    """A SLURM workload: the login node is not where the job runs, so nothing is probed there as if it
+    were; it is reached (host key verified), then the scheduler's checks (``sbatch --test-only``, the
+    partition from ``sinfo``, a short probe job on the compute nodes) make one report."""
+    backend = backend_for(plan)
+    login = plan.workload.compute.slurm.login
+    label = f"SLURM via {'this machine' if login == 'local' else login}"
+    checks: list[Check] = []
+    try:
+        reach = await backend.reach(0, REACH_TIMEOUT_S)
+        if not reach.ok:
+            checks.append(Check("reachable", "error", reach.detail,
+                                f"check that {login} is up and that `ssh {login}` works from here without a password"))
+        else:
+            local = backend.node_info(0).local
+            checks.append(Check("reachable", "ok", "this machine, no SSH" if local
+                                else "connected over SSH, host key verified"))
+            try:
+                try:
+                    found = await backend.scheduler_checks(quick=False)
+                except AgentStartFailed as err:  # the workload's Python is not on the login node
+                    python = backend.node_info(0).python
+                    checks.append(Check("login python", "error", f"{python} does not start fsdp-tui's agent on the "
+                                        f"login node (a launch needs it there too): {err}; checked with "
+                                        f"{FALLBACK_PYTHON} there instead",
+                                        "set environment.python to an interpreter that the login and compute "
+                                        "nodes both have (a venv in a shared folder)"))
+                    await backend.close()
+                    backend = backend_for(plan, agent_python=FALLBACK_PYTHON)
+                    found = await backend.scheduler_checks(quick=False)
+            except NodeError as err:
+                checks.append(Check("scheduler", "error", str(err), "check that SLURM's commands work on the login node"))
+            else:
+                checks += [Check(c.name, c.status, c.detail, c.fix) for c in found]
+    finally:
+        await backend.close()
+    if home is not None:
+        checks.append(secrets_check(plan, home))
+    return DoctorReport((NodeReport(0, label, tuple(checks)),))

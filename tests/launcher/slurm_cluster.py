@@ -37,6 +37,9 @@ from tests.launcher.sshd import (
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "nsenter", "unshare")
 PARTITION = "debug"
+SHORT_PARTITION = "short"
+SHORT_MAX_TIME = 5
+"""A second partition on the same nodes whose MaxTime (minutes) a long job exceeds."""
 CTL_NAME = "fsl-ctl"
 CTL_PORT = 6817
 """slurmctld's port (Slurm's default), on the bridge's address only (NoCtldInAddrAny)."""
@@ -59,6 +62,8 @@ class Cluster:
     node_addrs: list[str]
     switch: Switch
     partition: str = PARTITION
+    short_partition: str = SHORT_PARTITION
+    """Same nodes, MaxTime=``SHORT_MAX_TIME`` minutes."""
     login_alias: str = "login"
     login: TestHost | None = None
     munge_dir: Path | None = None
@@ -185,6 +190,7 @@ MinJobAge=300
 InactiveLimit=0
 {nodes}
 PartitionName={PARTITION} Nodes={",".join(names)} Default=YES MaxTime=INFINITE State=UP
+PartitionName={SHORT_PARTITION} Nodes={",".join(names)} Default=NO MaxTime={SHORT_MAX_TIME} State=UP
 """
 
 

@@ -26,4 +26,9 @@ async def test_only(backend) -> SchedulerCheck:
 
 
 async def full_checks(backend) -> tuple[SchedulerCheck, ...]:
-    return ()
+    """After ``test_only``: the partition, its nodes, GPUs and time limit from ``sinfo``
+    (:mod:`.partition`), then a short probe job on the compute nodes (:mod:`.probe_job`)."""
+    from launcher.backends.slurm.partition import sinfo_checks
+    from launcher.backends.slurm.probe_job import safe_probe_checks
+
+    return (*await sinfo_checks(backend), *await safe_probe_checks(backend))
