@@ -126,6 +126,10 @@ def test_a_node_is_judged_from_its_record_and_the_queue():
     assert starting.state == "starting" and not starting.orphaned and not starting.queued
     running = judge(NodeStatus(1, "running", 1, supervisor_alive=False), 1, "103", jobs["103"], False)
     assert running.state == "running" and not running.orphaned
+    stale = judge(NodeStatus(1, "running", 1), 1, "101", jobs["101"], False)  # the queue view lags the node
+    assert stale.state == "running" and not stale.queued
+    done_early = judge(NodeStatus(1, "exited", 1, 0), 1, "101", jobs["101"], False)
+    assert done_early.state == "exited" and done_early.exit_code == 0 and not done_early.error
     old_attempt = judge(NodeStatus(1, "exited", 1, 0), 2, "103", jobs["103"], False)
     assert old_attempt.state == "starting" and old_attempt.attempt == 2
     timed_out = judge(NodeStatus(1, "running", 1), 1, "104", jobs["104"], False)

@@ -239,19 +239,21 @@ class SlurmBackend(AgentFleet):
 
 def judge(node: NodeStatus, attempt: int | None, job_id: str, entry: QueueEntry | None,
           cancelled_here: bool) -> NodeStatus:
-    """One node's status from its own record and the job's place in SLURM's queue."""
+    """One node's status from its own record and the job's place in SLURM's queue. The node's record of
+    this attempt is newer than any queue view (shared by every owner, a few seconds old): it wins."""
     rank = node.rank
     mine = node.attempt == attempt and node.state != "absent"
+    ended = entry is None or entry.ended
+    if mine and node.state == "exited":
+        return _ended(node, entry if entry is not None and entry.ended else None, cancelled_here)
+    if mine and not ended:
+        return NodeStatus(rank, node.state, attempt, supervisor_alive=True)
     if entry is not None and entry.waiting:
         return NodeStatus(rank, "starting", attempt, supervisor_alive=True,
                           queued=f"{entry.state.lower()}: {entry.reason}" if entry.reason else entry.state.lower())
     if entry is not None and entry.active:
-        if mine and node.state == "exited":
-            return _ended(node, None, cancelled_here)
-        return NodeStatus(rank, node.state if mine else "starting", attempt, supervisor_alive=True)
-    # The job has ended (or is long out of the queue).
-    if mine and node.state == "exited":
-        return _ended(node, entry, cancelled_here)
+        return NodeStatus(rank, "starting", attempt, supervisor_alive=True)
+    # The job has ended (or is long out of the queue) without this node's task recording an end.
     how = entry.ended_words() if entry is not None else "is no longer in the queue"
     stopped = cancelled_here or (entry is not None and entry.state == "CANCELLED")
     return NodeStatus(rank, "exited", attempt, exit_code=None, stopped=stopped,
