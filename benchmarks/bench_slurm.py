@@ -106,18 +106,19 @@ srun bash -c 'echo hello from $SLURM_NODEID'
                          text=True, check=True).stdout.strip().split(";")[0]
     tail = subprocess.Popen(cluster.ssh_argv("tail", "-n", "+1", "-F", str(out)), env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    waiter = subprocess.Popen(cluster.ssh_argv(f"while squeue -h --me -o %i | grep -qx {job}; do sleep 0.5; done"),
-                              env=env)
+    waiter = subprocess.Popen(cluster.ssh_argv(f"n=0; while squeue -h --me -o %i | grep -qx {job}; "
+                                               "do n=$((n+1)); sleep 0.5; done; echo $n"),
+                              env=env, stdout=subprocess.PIPE, text=True)
     lines = [tail.stdout.readline()]
     first = time.perf_counter() - start
     lines.append(tail.stdout.readline())
-    waiter.wait()
+    polls = int(waiter.communicate()[0].strip())
     total = time.perf_counter() - start
     tail.terminate()
     tail.wait()
     if sorted(x.strip() for x in lines) != ["hello from 0", "hello from 1"]:
         raise RuntimeError(f"by hand: unexpected output {lines}")
-    return first, total
+    return first, total, polls
 
 
 def latency(cluster, tmp: Path, repeat: int) -> None:
@@ -133,7 +134,8 @@ def latency(cluster, tmp: Path, repeat: int) -> None:
         cluster.wait_idle(60)
         hand.append(by_hand_once(cluster, i + 1))
         print(f"  rep {i + 1}: fsdp-tui first line {ours[-1][0]:.2f} s, end {ours[-1][1]:.2f} s; "
-              f"by hand first line {hand[-1][0]:.2f} s, end {hand[-1][1]:.2f} s", flush=True)
+              f"by hand first line {hand[-1][0]:.2f} s, end {hand[-1][1]:.2f} s "
+              f"(squeue listed the job at {hand[-1][2]} of its 0.5 s polls)", flush=True)
     for k, what in ((0, "submit to first log line"), (1, "end to end")):
         a, b = [r[k] for r in ours], [r[k] for r in hand]
         print(f"{what:25}: fsdp-tui median {statistics.median(a):.2f} s, p95 {p95(a):.2f} s; by hand median "
