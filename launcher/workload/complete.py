@@ -2,7 +2,7 @@
 ``fsdp-tui schema`` prints. Works on text that does not parse yet (only indentation is read).
 
 Keys valid at the cursor's path (with their one-line help), the allowed values of a field, host
-aliases for ``compute.hosts``, secret names for ``secrets``, folders for ``root_path``.
+aliases for ``compute.hosts`` and ``compute.slurm.login``, secret names for ``secrets``, folders for ``root_path``.
 """
 
 from __future__ import annotations
@@ -101,6 +101,9 @@ def _values(path: tuple[str, ...], data: dict | None, sources: Sources, word: st
             *, list_item: bool = False) -> list[Completion]:
     if path == ("compute", "hosts") and list_item:
         return [Completion(h, h, "from ~/.ssh/config") for h in sources.hosts]
+    if path == ("compute", "slurm", "login") and not list_item:
+        return [Completion("local", "local", "fsdp-tui runs on the login node")] + [
+            Completion(h, h, "from ~/.ssh/config") for h in sources.hosts]
     if len(path) == 2 and path[0] == "secrets":
         return [Completion(s, s, "in the local secret store") for s in sources.secrets]
     if path[-1:] == ("root_path",) and sources.folders is not None:

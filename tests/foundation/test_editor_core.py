@@ -28,6 +28,8 @@ def _labels(text: str, sources: Sources | None = None) -> list[str]:
     ("experiment_name: x\nmlflow:\n  enabled: ", "true"),
     ("experiment_name: x\ncompute:\n  hosts:\n    - g", "gpu-a"),
     ("experiment_name: x\ncompute:\n  hosts:\n    - <host-0>", "gpu-a"),
+    ("experiment_name: x\ncompute:\n  slurm:\n    login: g", "gpu-a"),
+    ("experiment_name: x\ncompute:\n  slurm:\n    parti", "partition"),
     ("experiment_name: x\nsecrets:\n  HF_TOKEN: ", "team/hf"),
 ])
 def test_completion_offers_what_fits_the_cursor(text, first):
