@@ -14,6 +14,7 @@ import asyncio
 import json
 import time
 
+from launcher.backends.agent.slurm_task import GPU_FILE, STACKS_FILE, STACKS_REQUEST
 from launcher.backends.base import NodeError, NodeStatus, PortClaim, SchedulerCheck, StackDump, StopOutcome
 from launcher.backends.fleet import AgentFleet
 from launcher.backends.slurm.queue import QueueEntry, QueueError, QueueView
@@ -24,11 +25,8 @@ from launcher.workload.plan import RunPlan
 from trainer.protocol import CHECKPOINT_SIGNAL_ENV
 
 JOBS_FILE = "jobs.json"
-GPU_FILE = "gpus.json"
 GPU_STALE_S = 30.0
 STOP_POLL_S = 0.5
-STACKS_REQUEST = "stacks-request"
-STACKS_FILE = "stacks.json"
 STACKS_WAIT_S = 30.0
 STOP_EXTRA_S = 60.0
 """How long past the grace a cancelled job may stay COMPLETING (SLURM's KillWait, slow nodes)."""
