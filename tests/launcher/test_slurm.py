@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.launcher.conftest import FSDP_TUI, ROOT, cli_env, events, tagged, write_workload
+from tests.launcher.test_stall import SCRIPT as HANG  # rank 1 hangs at step 6
 
 pytestmark = pytest.mark.slow
 ASSETS = "/tmp/fsdp-tui-test-assets"
@@ -197,27 +198,6 @@ def test_a_time_limit_checkpoints_on_the_signal_and_the_next_job_resumes(home, t
     assert tagged(run_id) == []
 
 
-HANG = """import time
-import torch
-import torch.distributed as dist
-
-
-def hang_forever():
-    while True:
-        time.sleep(3600)
-
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-for step in range(1, 1001):
-    if rank == 1 and step == 6:
-        hang_forever()
-    value = torch.ones(1)
-    dist.all_reduce(value)
-    time.sleep(0.1)
-    if rank == 0:
-        print(f"step={step}/1000 loss={1.0 / step:.4f}", flush=True)
-"""
 
 
 def test_a_hung_slurm_job_is_flagged_its_stacks_taken_and_a_dead_owner_replaced(home, tmp_path, slurm):
