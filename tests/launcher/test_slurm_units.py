@@ -3,6 +3,7 @@ golden file), squeue's answers and how a node's status is judged from them."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,33 @@ def test_a_node_is_judged_from_its_record_and_the_queue():
     assert cancelled.stopped
     gone = judge(absent, 1, "999", None, False)
     assert gone.state == "exited" and "no longer in the queue" in gone.error
+
+
+def test_a_slurm_node_task_samples_its_gpus_into_the_shared_directory(tmp_path, monkeypatch):
+    """The launcher cannot reach a compute node, so its task writes nvidia-smi's samples where the login
+    node reads them. nvidia-smi is a stand-in script here: this machine has no GPU."""
+    import json
+    import threading
+
+    from launcher.backends.agent import slurm_task
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho '0, NVIDIA H100 80GB HBM3, 1234, 81559, 97'\necho '1, NVIDIA H100 80GB HBM3, 10, 81559, 0'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    node_dir = tmp_path / "node-0"
+    node_dir.mkdir()
+    done = threading.Event()
+    spec = {"attempt": 1, "env": {"FSDP_TUI_RUN_ID": "r"}, "builtin_trainer": False}
+    watcher = threading.Thread(target=slurm_task._watch, args=(str(node_dir), str(tmp_path), spec, 0, done))
+    watcher.start()
+    deadline = time.monotonic() + 10
+    while not (node_dir / "gpus.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    done.set()
+    watcher.join()
+    gpus = json.loads((node_dir / "gpus.json").read_text())["gpus"]
+    assert [(g["index"], g["memory_used_mib"], g["utilization_pct"]) for g in gpus] == [(0, 1234.0, 97.0),
+                                                                                        (1, 10.0, 0.0)]
