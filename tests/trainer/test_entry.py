@@ -1,0 +1,63 @@
+"""The trainer's entry point: start-up without cyclic GC, and an exit that skips the interpreter's
+teardown but still runs every atexit handler and flushes output."""
+
+import gc
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from trainer.__main__ import _start_up_without_gc
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_gc_is_back_on_after_start_up_even_on_error():
+    assert gc.isenabled()
+    with _start_up_without_gc():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    try:
+        with _start_up_without_gc():
+            raise SystemExit("bad parameters")
+    except SystemExit:
+        pass
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with _start_up_without_gc():
+            pass
+        assert not gc.isenabled()  # left as the caller had it
+    finally:
+        gc.enable()
+
+
+def _exit_script(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "entry.py"
+    script.write_text(textwrap.dedent(f"""
+        import atexit, sys, threading, time
+        from pathlib import Path
+        from trainer.__main__ import _exit_without_teardown
+        out = Path({str(tmp_path)!r})
+        atexit.register(lambda: (out / "atexit").write_text("ran"))
+        sys.stdout.write("buffered, no newline")
+        {body}
+        _exit_without_teardown(3)
+    """))
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+
+
+def test_exit_runs_atexit_handlers_and_flushes(tmp_path):
+    done = _exit_script(tmp_path, "")
+    assert done.returncode == 3
+    assert done.stdout == "buffered, no newline"
+    assert (tmp_path / "atexit").read_text() == "ran"
+
+
+def test_exit_waits_for_a_running_non_daemon_thread(tmp_path):
+    body = "threading.Thread(target=lambda: (time.sleep(0.5), (out / 'thread').write_text('done'))).start()"
+    done = _exit_script(tmp_path, body)
+    assert done.returncode == 3
+    assert (tmp_path / "thread").read_text() == "done"
+    assert (tmp_path / "atexit").read_text() == "ran"
