@@ -135,7 +135,8 @@ class AgentFleet:
                 raise r
         if failed:
             rank = getattr(failed[0], "node_rank", None) if len(failed) == 1 else None
-            raise NodeError("; ".join(str(r) for r in failed), rank)
+            # Nodes reached through one machine (a SLURM login node) fail alike: each cause said once.
+            raise NodeError("; ".join(dict.fromkeys(str(r) for r in failed)), rank)
 
     # -- preparing and starting --------------------------------------------------------------------
 

@@ -172,3 +172,30 @@ def test_a_slurm_node_task_samples_its_gpus_into_the_shared_directory(tmp_path, 
     gpus = json.loads((node_dir / "gpus.json").read_text())["gpus"]
     assert [(g["index"], g["memory_used_mib"], g["utilization_pct"]) for g in gpus] == [(0, 1234.0, 97.0),
                                                                                         (1, 10.0, 0.0)]
+
+
+@pytest.mark.parametrize("status,err,words", [
+    (0, "sbatch: Job 7 to start at 2026-11-23T12:00:00 using 16 processors on nodes n[0-1] in partition gpu",
+     "to start at"),
+    (1, "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified",
+     "would refuse the job"),
+    (1, "sbatch: fatal: Could not establish a configuration source", "cannot reach a SLURM controller"),
+    (127, "sbatch: not found on this node's PATH (is this a SLURM login node?)", "must be a login node"),
+])
+def test_sbatch_test_only_tells_a_refused_job_from_a_login_without_slurm(status, err, words):
+    import asyncio
+
+    from launcher.backends.slurm.checks import test_only
+
+    class Login:
+        plan = _plan()
+        login_label = "alice@login"
+
+        async def ask(self, argv, env=None, **kw):
+            assert argv[:2] == ["sbatch", "--test-only"] and "--wrap=true" in argv
+            assert not any(a.startswith(("--output", "--signal")) for a in argv)
+            return status, "", err
+
+    check = asyncio.run(test_only(Login()))
+    assert check.status == ("ok" if status == 0 else "error")
+    assert words in check.detail + check.fix

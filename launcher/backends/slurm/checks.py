@@ -8,6 +8,10 @@ import shlex
 from launcher.backends.base import SchedulerCheck
 from launcher.backends.slurm.script import sbatch_options
 
+UNREACHABLE_CONTROLLER = ("configuration source", "Unable to contact slurm controller",
+                          "not found on this node's PATH", "Communication connection failure")
+"""What sbatch says when it cannot ask any controller (as opposed to refusing the job)."""
+
 
 async def test_only(backend) -> SchedulerCheck:
     """``sbatch --test-only`` with the run's options: SLURM says whether it would take the job (the
@@ -18,6 +22,12 @@ async def test_only(backend) -> SchedulerCheck:
     said = (err or out).strip().splitlines()
     if status == 0:
         return SchedulerCheck("sbatch --test-only", "ok", said[-1] if said else "the job would be accepted")
+    text = " ".join(said)
+    if status == 127 or any(w in text for w in UNREACHABLE_CONTROLLER):
+        return SchedulerCheck("sbatch --test-only", "error", f"SLURM's commands on {backend.login_label} cannot "
+                              f"reach a SLURM controller: {text[:300]}",
+                              f"check that `sinfo` works on {backend.login_label} as this user (SLURM_CONF, "
+                              "munge, the controller's address): compute.slurm.login must be a login node")
     return SchedulerCheck("sbatch --test-only", "error", f"SLURM on {backend.login_label} would refuse the job: "
                           + " ".join(said)[:400],
                           "check compute.slurm (partition, account, qos, time, nodes, gpus_per_node) against "
