@@ -257,3 +257,16 @@ metrics: {{stall_factor: 5, stall_min_s: 3}}
         assert steps == [f"step={s}/1000 loss={1.0 / s:.4f}" for s in range(1, 6)]
     finally:
         proc.kill()
+
+
+def test_fsdp_tui_on_the_login_node_itself(home, tmp_path, slurm):
+    """`login: local`: the scheduler's commands run here (SLURM_CONF from this environment), no SSH."""
+    wl = workload(tmp_path, slurm, "command: echo hello from $NODE_RANK on $(hostname)\n")
+    wl.write_text(wl.read_text().replace(f"login: {slurm.login_alias}", "login: local"))
+    out = subprocess.run([FSDP_TUI, "run", str(wl), "--json"], capture_output=True, text=True, timeout=300,
+                         env=cli_env(home, SLURM_CONF=str(slurm.conf)), cwd=ROOT)
+    evs = events(out.stdout)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    run_id = evs[0]["run_id"]
+    for rank, host in enumerate(slurm.node_names):
+        assert (home / "runs" / run_id / "nodes" / f"{rank}.log").read_text() == f"hello from {rank} on {host}\n"
