@@ -270,3 +270,21 @@ def test_fsdp_tui_on_the_login_node_itself(home, tmp_path, slurm):
     run_id = evs[0]["run_id"]
     for rank, host in enumerate(slurm.node_names):
         assert (home / "runs" / run_id / "nodes" / f"{rank}.log").read_text() == f"hello from {rank} on {host}\n"
+
+
+def test_an_scancel_from_elsewhere_is_a_cancelled_run(home, tmp_path, slurm):
+    wl = workload(tmp_path, slurm, "command: |\n  echo tick $NODE_RANK; sleep 300 & wait\n")
+    proc = slurm_popen(home, slurm, "run", wl, "--json")
+    run_id = first_event(proc)
+    try:
+        deadline = time.monotonic() + 90
+        while len(tagged(run_id)) < 4 and time.monotonic() < deadline:  # each node: bash, sleep
+            time.sleep(0.2)
+        jobs = node_file(slurm, run_id, 0, "jobs.json")
+        slurm.run(["scancel", json.loads(jobs.read_text())["1"]])
+        proc.communicate(timeout=90)
+        assert proc.returncode == 130
+    finally:
+        proc.kill()
+    assert wait_state(home, run_id, {"cancelled", "failed"})["state"] == "cancelled"
+    assert tagged(run_id) == []

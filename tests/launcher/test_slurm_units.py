@@ -131,6 +131,12 @@ def test_a_node_is_judged_from_its_record_and_the_queue():
     assert stale.state == "running" and not stale.queued
     done_early = judge(NodeStatus(1, "exited", 1, 0), 1, "101", jobs["101"], False)
     assert done_early.state == "exited" and done_early.exit_code == 0 and not done_early.error
+    signalled = NodeStatus(1, "exited", 1, -15, stopped=True)  # SIGTERM from SLURM: scancel or time limit?
+    assert judge(signalled, 1, "103", jobs["103"], False).state == "running"  # the queue will say
+    assert judge(signalled, 1, "103", jobs["103"], True).stopped  # our own cancel
+    assert judge(signalled, 1, "104", jobs["104"], False).error == "the SLURM job reached its time limit"
+    external = judge(signalled, 1, "104", parse_squeue("104|CANCELLED|None||n0\n")["104"], False)
+    assert external.state == "exited" and external.stopped
     old_attempt = judge(NodeStatus(1, "exited", 1, 0), 2, "103", jobs["103"], False)
     assert old_attempt.state == "starting" and old_attempt.attempt == 2
     timed_out = judge(NodeStatus(1, "running", 1), 1, "104", jobs["104"], False)

@@ -243,6 +243,10 @@ def judge(node: NodeStatus, attempt: int | None, job_id: str, entry: QueueEntry 
     mine = node.attempt == attempt and node.state != "absent"
     ended = entry is None or entry.ended
     if mine and node.state == "exited":
+        if node.stopped and not node.resubmit and not cancelled_here and not ended:
+            # Its task was sent SIGTERM by SLURM: an scancel from elsewhere or the time limit. The queue
+            # says which within seconds; until then the job counts as still running.
+            return NodeStatus(rank, "running", attempt, supervisor_alive=True)
         return _ended(node, entry if entry is not None and entry.ended else None, cancelled_here)
     if mine and not ended:
         return NodeStatus(rank, node.state, attempt, supervisor_alive=True)
