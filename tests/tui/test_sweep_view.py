@@ -68,8 +68,9 @@ async def test_marked_runs_open_the_comparison_with_their_diffs(home, workdir):
     record_sweep(home)
     app = FsdpTuiApp(home)
     async with app.run_test(size=(160, 48)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.runs_table.row_count == 4)
-        assert app.screen.has_class("-has-sweeps")
+        # The runs and the sweeps arrive one after the other from the same load.
+        await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.runs_table.row_count == 4
+                       and app.screen.has_class("-has-sweeps"))
         app.screen.runs_table.focus()
         for _ in range(3):
             await pilot.press("space", "down")
