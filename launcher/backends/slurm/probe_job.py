@@ -13,6 +13,7 @@ import re
 import uuid
 
 from launcher.backends.base import NodeError, SchedulerCheck
+from launcher.backends.slurm.script import placement_options
 
 PENDING_S = 60.0
 """How long the probe job may take in all, queueing included, before it is cancelled."""
@@ -66,17 +67,8 @@ def packages(plan) -> list[str]:
 
 
 def srun_argv(plan, python: str, folder: str, name: str) -> list[str]:
-    s = plan.workload.compute.slurm
-    topo = plan.topology
-    argv = ["srun", f"--job-name={name}", f"--nodes={topo.num_nodes}", "--ntasks-per-node=1", "--time=2",
-            "--label", "--chdir=/tmp"]
-    for opt, value in (("partition", s.partition), ("account", s.account), ("qos", s.qos),
-                       ("constraint", s.constraint)):
-        if value:
-            argv.append(f"--{opt}={value}")
-    gpus = s.gpus_per_node or (topo.procs_per_node if topo.kind == "gpu" else None)
-    if gpus:
-        argv.append(f"--gpus-per-node={gpus}")
+    argv = ["srun", f"--job-name={name}", f"--nodes={plan.topology.num_nodes}", "--ntasks-per-node=1",
+            "--time=2", "--label", "--chdir=/tmp", *placement_options(plan)]
     return [*argv, python, "-c", NODE_CODE, folder, json.dumps(packages(plan)), MARKER]
 
 

@@ -19,6 +19,19 @@ def job_file(attempt: int, suffix: str) -> str:
     return f"job-{attempt}.{suffix}"
 
 
+def placement_options(plan: RunPlan) -> list[str]:
+    """Where a job of this run may go: partition, account, qos, constraint, GPUs per node (the batch job
+    and the doctor's probe job alike)."""
+    s = plan.workload.compute.slurm
+    topo = plan.topology
+    opts = [f"--{name}={value}" for name, value in (("partition", s.partition), ("account", s.account),
+                                                     ("qos", s.qos), ("constraint", s.constraint)) if value]
+    gpus = s.gpus_per_node or (topo.procs_per_node if topo.kind == "gpu" else None)
+    if gpus:
+        opts.append(f"--gpus-per-node={gpus}")
+    return opts
+
+
 def sbatch_options(plan: RunPlan) -> list[str]:
     s = plan.workload.compute.slurm
     topo = plan.topology
@@ -29,13 +42,7 @@ def sbatch_options(plan: RunPlan) -> list[str]:
     limit = time_option(s, plan.workload.timeout_minutes)
     if limit:
         opts.append(f"--time={limit}")
-    for name, value in (("partition", s.partition), ("account", s.account), ("qos", s.qos),
-                        ("constraint", s.constraint)):
-        if value:
-            opts.append(f"--{name}={value}")
-    gpus = s.gpus_per_node or (topo.procs_per_node if topo.kind == "gpu" else None)
-    if gpus:
-        opts.append(f"--gpus-per-node={gpus}")
+    opts += placement_options(plan)
     if s.exclusive:
         opts.append("--exclusive")
     opts += [sbatch_option(line) for line in s.extra_sbatch]
