@@ -98,13 +98,23 @@ async def _type(app, area, row: int, seconds: float) -> tuple[list[float], list[
 
     area.cursor_location = (row, 0)
     screen = app.screen
-    frames: list[float] = []
-    original = screen._compositor_refresh
+    # Each frame is stamped with how many edits the buffer had when it was drawn, so that a key's latency
+    # ends at the first frame that shows its edit (a frame drawn before the poll below notices the change
+    # still counts: comparing clock times would wait for the next, unrelated frame).
+    edits = [0]
+    frames: list[tuple[float, int]] = []
+    original_edit, original_refresh = area.edit, screen._compositor_refresh
+
+    def edit_and_count(*args, **kwargs):
+        result = original_edit(*args, **kwargs)
+        edits[0] += 1
+        return result
 
     def render_and_stamp() -> None:
-        original()
-        frames.append(time.perf_counter())
+        original_refresh()
+        frames.append((time.perf_counter(), edits[0]))
 
+    area.edit = edit_and_count
     screen._compositor_refresh = render_and_stamp
     latencies: list[float] = []
     cpu_ms: list[float] = []
@@ -112,16 +122,14 @@ async def _type(app, area, row: int, seconds: float) -> tuple[list[float], list[
     while time.perf_counter() - t0 < seconds:
         keys = [(c, c if c != " " else "space") for c in WORD] + [("", "backspace")] * len(WORD)
         for char, key in keys:
-            before = area.document.text
+            edits_before = edits[0]
             cpu0 = time.process_time()
             start = time.perf_counter()
             app.post_message(events.Key(key, char or None))
-            while area.document.text == before:
+            while not frames or frames[-1][1] <= edits_before:
                 await asyncio.sleep(0.0005)
-            changed = time.perf_counter()
-            while not frames or frames[-1] < changed:
-                await asyncio.sleep(0.0005)
-            latencies.append((frames[-1] - start) * 1000)
+            shown = next(stamp for stamp, count in frames if count > edits_before)
+            latencies.append((shown - start) * 1000)
             cpu_ms.append((time.process_time() - cpu0) * 1000)
             await asyncio.sleep(0.07)
             if key == "7" or (key == "backspace" and area.document.get_line(row) == ""):

@@ -15,6 +15,7 @@ from textual.widgets import OptionList, TextArea
 from textual.widgets.option_list import Option
 
 from launcher.workload.complete import Completions, Sources, complete
+from tui.widgets.kept_lines import KeptLinesTextArea
 
 MENU_KEYS = frozenset({"up", "down", "tab", "enter", "escape", "pageup", "pagedown"})
 
@@ -69,7 +70,7 @@ def _label(label: str, help: str) -> Text:
     return text
 
 
-class WorkloadArea(TextArea):
+class WorkloadArea(KeptLinesTextArea):
     """The YAML editor, completing as it is typed into; keys go to the menu while it is open."""
 
     BINDINGS = [Binding("ctrl+space", "complete", "complete", show=False)]
@@ -78,6 +79,7 @@ class WorkloadArea(TextArea):
         super().__init__(*args, **kwargs)
         self.sources = Sources()
         """Host aliases, secret names and folders; the screen fills them in once read."""
+        self._completion_due = False
 
     @property
     def menu(self) -> CompletionMenu:
@@ -90,7 +92,15 @@ class WorkloadArea(TextArea):
             self._menu_key(event.key)
             return
         await super()._on_key(event)
-        if event.is_printable or event.key == "backspace":
+        if (event.is_printable or event.key == "backspace") and not self._completion_due:
+            # The typed character is drawn first; the menu follows in the next frame, once for a burst
+            # of keys (a new list re-lays out the screen, which would hold the character back).
+            self._completion_due = True
+            self.call_after_refresh(self._complete_while_typing)
+
+    def _complete_while_typing(self) -> None:
+        self._completion_due = False
+        if self.is_mounted and self.has_focus:
             self.complete_at_cursor(explicit=False)
 
     def action_complete(self) -> None:
