@@ -31,15 +31,23 @@ class AttentionChoice:
     packing: bool
     notes: tuple[str, ...]
     """One line per decision worth logging (what was chosen and why)."""
+    per_example: bool = False
+    """sdpa on packed rows called once per example (``trainer.packed_sdpa``) rather than through a mask."""
 
     @property
     def hf_name(self) -> str:
+        if self.per_example:
+            from trainer.packed_sdpa import NAME
+
+            return NAME
         return HF_NAMES[self.implementation]
 
 
 def choose(cfg: TrainerConfig, config: dict, supports_sdpa: bool, supports_flex: bool,
-           device: torch.device) -> AttentionChoice:
-    """Resolve ``model.attention`` and ``data.packing`` for this model and device, or refuse."""
+           device: torch.device, supports_backend: bool = False) -> AttentionChoice:
+    """Resolve ``model.attention`` and ``data.packing`` for this model and device, or refuse.
+    ``supports_backend``: the model's attention goes through Hugging Face's attention interface, so
+    packed rows on CPU can take sdpa once per example instead of the whole row under a mask."""
     notes = []
     impl = cfg.model.attention
     if impl == "auto":
@@ -62,7 +70,11 @@ def choose(cfg: TrainerConfig, config: dict, supports_sdpa: bool, supports_flex:
     elif packing and refusal is not None:
         raise SettingError(f"parameters.data.packing: {refusal}; set data.packing: false "
                            "(one example per row)")
-    return AttentionChoice(impl, packing, tuple(notes))
+    per_example = impl == "sdpa" and packing and device.type == "cpu" and supports_backend
+    if per_example:
+        notes.append("attention: sdpa once per packed example (CPU has no variable-length kernel; "
+                     "a mask would compute each whole row)")
+    return AttentionChoice(impl, packing, tuple(notes), per_example)
 
 
 def segment_ids(position_ids: torch.Tensor) -> torch.Tensor:

@@ -31,8 +31,9 @@ def hf_config(model_name: str, cfg: ModelConfig):
     return AutoConfig.from_pretrained(resolve_model(model_name), trust_remote_code=cfg.trust_remote_code)
 
 
-def attention_support(config, model_name: str, cfg: ModelConfig) -> tuple[bool, bool]:
-    """Whether the model's class has an sdpa and a flex attention implementation."""
+def attention_support(config, model_name: str, cfg: ModelConfig) -> tuple[bool, bool, bool]:
+    """Whether the model's class has an sdpa and a flex attention implementation, and whether its
+    attention goes through Hugging Face's attention interface (any registered function)."""
     from transformers import AutoModelForCausalLM
 
     mapping = AutoModelForCausalLM._model_mapping
@@ -44,7 +45,8 @@ def attention_support(config, model_name: str, cfg: ModelConfig) -> tuple[bool, 
         from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
         cls = get_class_from_dynamic_module(config.auto_map["AutoModelForCausalLM"], resolve_model(model_name))
-    return bool(getattr(cls, "_supports_sdpa", False)), bool(getattr(cls, "_supports_flex_attn", False))
+    return (bool(getattr(cls, "_supports_sdpa", False)), bool(getattr(cls, "_supports_flex_attn", False)),
+            bool(getattr(cls, "_supports_attention_backend", False)))
 
 
 def build_model(model_name: str, cfg: ModelConfig, config, attn: str, seed: int, device: torch.device,

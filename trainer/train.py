@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from trainer import packed_sdpa
 from trainer.attention import packed_mask
 from trainer.data import IGNORE, collate, needs_segment_mask
 
@@ -17,10 +18,15 @@ def forward_logits(model: nn.Module, batch: dict[str, torch.Tensor], device: tor
     """Logits with a block-diagonal causal mask built from ``position_ids`` in the form the model's
     attention implementation reads, so packed examples never attend to each other (an explicit mask:
     exact on every transformers version). A batch with no learned token after a boundary needs only
-    causal attention and passes no mask (flash kernel)."""
+    causal attention and passes no mask (flash kernel). With ``packed_sdpa`` there is no mask: each
+    example of each row is its own causal call."""
     ids = batch["input_ids"].to(device)
     pos = batch["position_ids"].to(device)
-    mask = packed_mask(model.config._attn_implementation, pos) if needs_segment_mask(batch) else None
+    implementation = model.config._attn_implementation
+    if implementation == packed_sdpa.NAME:  # each example its own causal call: no mask at all
+        with packed_sdpa.examples(batch["position_ids"]):
+            return model(input_ids=ids, position_ids=pos).logits
+    mask = packed_mask(implementation, pos) if needs_segment_mask(batch) else None
     return model(input_ids=ids, position_ids=pos, attention_mask=mask).logits
 
 

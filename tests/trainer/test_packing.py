@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from trainer import attention, train
+from trainer import attention, packed_sdpa, train
 from trainer.config import TrainerConfig
 from trainer.data import Tokenize, collate, pack, pad_rows
 
@@ -26,9 +26,11 @@ def examples(tiny_model_dir):
 def _model(model_dir, implementation: str):
     from transformers import AutoModelForCausalLM
 
+    packed_sdpa.register()
     model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=implementation,
                                                  dtype=torch.float64)
     model.config.use_cache = False
+    assert model.config._attn_implementation == implementation
     return model.train()
 
 
@@ -43,7 +45,7 @@ def _grads(model, batches, pad_id) -> tuple[float, dict[str, torch.Tensor]]:
     return loss, {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+@pytest.mark.parametrize("implementation", ["sdpa", "eager", packed_sdpa.NAME])
 def test_packed_gradients_equal_one_by_one(tiny_model_dir, examples, implementation):
     exs, pad_id = examples
     packed = pack(exs, 256, pad_id)
@@ -55,6 +57,22 @@ def test_packed_gradients_equal_one_by_one(tiny_model_dir, examples, implementat
     for name, grad in grads_single.items():
         torch.testing.assert_close(grads_packed[name], grad, rtol=1e-9, atol=1e-12 * float(grad.abs().max()),
                                    msg=name)
+
+
+def test_per_example_sdpa_finds_each_example_and_is_plain_sdpa_outside_a_packed_batch(tiny_model_dir):
+    pos = torch.tensor([[0, 1, 2, 0, 1, 0], [0, 1, 2, 3, 4, 5]])
+    assert packed_sdpa.spans(pos) == [[(0, 3), (3, 5), (5, 6)], [(0, 6)]]
+    assert packed_sdpa.spans(torch.tensor([[3, 4, 0, 1]])) == [[(0, 2), (2, 4)]]  # a row cut mid-example
+    model = _model(tiny_model_dir, packed_sdpa.NAME)
+    reference = _model(tiny_model_dir, "sdpa")
+    ids = torch.tensor([[5, 9, 13, 21, 7, 30]])
+    with torch.no_grad():  # without the examples' spans it is causal attention over the row
+        torch.testing.assert_close(model(input_ids=ids).logits, reference(input_ids=ids).logits)
+        pos = torch.tensor([[0, 1, 2, 0, 1, 2]])
+        with packed_sdpa.examples(pos):  # with them, the second example does not see the first
+            packed = model(input_ids=ids, position_ids=pos).logits
+        torch.testing.assert_close(packed[:, 3:], reference(input_ids=ids[:, 3:]).logits)
+        torch.testing.assert_close(packed[:, :3], reference(input_ids=ids[:, :3]).logits)
 
 
 def test_eager_mask_is_additive_and_closes_other_examples():
@@ -93,6 +111,21 @@ CPU = torch.device("cpu")
 def test_defaults_fit_the_model(params, config, sdpa, expected):
     choice = attention.choose(_cfg(**params), config, sdpa, True, CPU)
     assert (choice.implementation, choice.packing, choice.notes) == expected
+    assert not choice.per_example  # the model's attention does not go through HF's interface
+
+
+@pytest.mark.parametrize("params, device, per_example", [
+    ({}, CPU, True),
+    ({"model": {"attention": "sdpa"}}, CPU, True),
+    ({"data": {"packing": False}}, CPU, False),  # one example per row: the row is the example
+    ({"model": {"attention": "eager"}}, CPU, False),
+    ({}, torch.device("cuda"), False),  # GPUs keep their masked kernels (not measured per example here)
+])
+def test_packed_rows_on_cpu_take_sdpa_once_per_example(params, device, per_example):
+    choice = attention.choose(_cfg(**params), LLAMA, True, True, device, supports_backend=True)
+    assert choice.per_example is per_example
+    assert (choice.hf_name == packed_sdpa.NAME) is per_example
+    assert any("once per packed example" in note for note in choice.notes) is per_example
 
 
 @pytest.mark.parametrize("params, config, sdpa, key", [

@@ -1,0 +1,84 @@
+"""Packed rows on CPU without the square: scaled dot-product attention called once per example.
+
+A packed row holds several examples. Through the segment mask, SDPA's CPU kernel computes every query
+against every key of the row (512 x 512 for a row of three 170-token examples) and then masks most of
+it away; torch has no variable-length kernel on CPU. Here each example of each row is its own causal
+SDPA call on a slice of the row, so the work is the sum of the examples' own triangles, and the result
+is exactly what running the examples one by one gives. Registered with Hugging Face's attention
+interface, so any model whose attention goes through it (``_supports_attention_backend``) can use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+import torch
+import torch.nn.functional as F
+
+NAME = "fsdp_tui_per_example_sdpa"
+
+Spans = list[list[tuple[int, int]]]
+"""Per row, the (start, end) of each example."""
+
+_SPANS: ContextVar[Spans | None] = ContextVar("fsdp_tui_packed_spans", default=None)
+
+
+def spans(position_ids: torch.Tensor) -> Spans:
+    """Where each example of each row starts and ends (a new example starts at position id 0)."""
+    rows, length = position_ids.shape
+    starts = (position_ids == 0).nonzero().tolist()
+    by_row: list[list[int]] = [[0] for _ in range(rows)]
+    for row, col in starts:
+        if col:
+            by_row[row].append(col)
+    return [list(zip(cuts, cuts[1:] + [length], strict=True)) for cuts in by_row]
+
+
+@contextmanager
+def examples(position_ids: torch.Tensor) -> Iterator[None]:
+    """Attention inside this block sees the examples that ``position_ids`` delimits."""
+    token = _SPANS.set(spans(position_ids.cpu()))
+    try:
+        yield
+    finally:
+        _SPANS.reset(token)
+
+
+def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+              attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+              **kwargs) -> tuple[torch.Tensor, None]:
+    """Hugging Face's attention-function signature: (batch, heads, length, dim) in, (batch, length,
+    heads, dim) out. Outside ``examples`` (or given a mask) it is plain SDPA."""
+    row_spans = _SPANS.get()
+    if row_spans is None or attention_mask is not None or query.shape[2] != key.shape[2]:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, **kwargs)
+    gqa = key.shape[1] != query.shape[1]  # fewer key/value heads: the kernel shares them, no copies
+    rows = []
+    # split, not slices: each split's backward is one concatenation, where every slice's would fill a
+    # zero tensor the size of the whole input
+    for q, k, v, cuts in zip(query.split(1), key.split(1), value.split(1), row_spans, strict=True):
+        lengths = [end - start for start, end in cuts]
+        parts = [F.scaled_dot_product_attention(qe, ke, ve, dropout_p=dropout, scale=scaling, is_causal=True,
+                                                enable_gqa=gqa)
+                 for qe, ke, ve in zip(q.split(lengths, dim=2), k.split(lengths, dim=2), v.split(lengths, dim=2),
+                                       strict=True)]
+        rows.append(parts[0] if len(parts) == 1 else torch.cat(parts, dim=2))
+    return torch.cat(rows).transpose(1, 2).contiguous(), None
+
+
+def _no_mask(*args, **kwargs) -> None:
+    return None  # the examples come from the position ids; no 4-D mask is built
+
+
+def register() -> None:
+    """Make ``NAME`` an attention implementation Hugging Face models can be built with."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(NAME, attention)
+    AttentionMaskInterface.register(NAME, _no_mask)
