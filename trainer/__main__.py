@@ -85,12 +85,17 @@ def run(cfg, stop=None) -> None:
     tok = model.load_tokenizer(cfg.model_name, cfg.model)
     data = dataset.build(cfg, tok, choice.packing)
     data_s = time.perf_counter() - started
+    order = GlobalOrder(len(data.train_rows), d.world, d.rank, cfg.per_device_batch_size, cfg.seed,
+                        cfg.data.shuffle)
+    accum = cfg.gradient_accumulation_steps
+    total = cfg.max_steps or max(1, order.batches_per_epoch * cfg.num_epochs // accum)
+    compiled, compile_note = model.choose_compile(cfg.model.compile, d.device.type, total)
     chosen: list = []
 
     def prepare(net):
         chosen.append(parallel.choose_sharding(cfg.fsdp, sum(p.numel() for p in net.parameters()), d))
         model.apply_activation_checkpointing(net, cfg.model.activation_checkpointing)
-        if cfg.model.compile:
+        if compiled:
             model.apply_compile(net)
         return parallel.shard_model(net, cfg.fsdp.model_copy(update={"sharding": chosen[0].sharding}), d,
                                     chosen[0].per_block)
@@ -103,11 +108,6 @@ def run(cfg, stop=None) -> None:
         cfg.fsdp, d), prepare)
     shape = metrics.ModelShape.of(net)
     build_s = time.perf_counter() - started - data_s
-
-    order = GlobalOrder(len(data.train_rows), d.world, d.rank, cfg.per_device_batch_size, cfg.seed,
-                        cfg.data.shuffle)
-    accum = cfg.gradient_accumulation_steps
-    total = cfg.max_steps or max(1, order.batches_per_epoch * cfg.num_epochs // accum)
     opt = optim.build_optimizer(net, cfg.learning_rate, cfg.optim, d.device)
     sched = optim.build_scheduler(opt, total, cfg.optim)
     state = {"step": 0, "epoch": 0, "position": 0, "per_global": order.per_global, "total_steps": total}
@@ -131,8 +131,9 @@ def run(cfg, stop=None) -> None:
 
     log = metrics.MetricsLogger(d, shape, total, metrics.peak_flops(d, cfg.logging.peak_tflops))
     if d.is_main:
-        for note in (*choice.notes, chosen[0].note):
-            print(note, flush=True)
+        for note in (*choice.notes, chosen[0].note, compile_note):
+            if note:
+                print(note, flush=True)
         print(f"training {cfg.model_name}: {shape.num_params / 1e6:.2f}M params, {d.world} ranks, "
               f"{len(data.train_rows)} rows ({data.fmt}{', packed' if choice.packing else ''}), "
               f"{total} steps; start-up: data {data_s:.1f} s, model {build_s:.1f} s", flush=True)

@@ -70,7 +70,10 @@ def choose(cfg: TrainerConfig, config: dict, supports_sdpa: bool, supports_flex:
     elif packing and refusal is not None:
         raise SettingError(f"parameters.data.packing: {refusal}; set data.packing: false "
                            "(one example per row)")
-    per_example = impl == "sdpa" and packing and device.type == "cpu" and supports_backend
+    from trainer.packed_sdpa import MIN_ROW_LENGTH
+
+    per_example = (impl == "sdpa" and packing and device.type == "cpu" and supports_backend
+                   and cfg.max_seq_len >= MIN_ROW_LENGTH)
     if per_example:
         notes.append("attention: sdpa once per packed example (CPU has no variable-length kernel; "
                      "a mask would compute each whole row)")

@@ -28,11 +28,14 @@ class ModelConfig(_Section):
     """Parameter dtype of the sharded model: ``auto`` is fp32 (mixed precision does the rest)."""
     attention: Literal["auto", "sdpa", "flex", "eager"] = "auto"
     """Attention kernel; ``auto`` takes sdpa where the model supports it, else eager. Packed rows get
-    a boolean block mask (sdpa), an additive float mask (eager) or a ``BlockMask`` (flex, CUDA only)."""
+    a boolean block mask (sdpa), an additive float mask (eager) or a ``BlockMask`` (flex, CUDA only);
+    on CPU, rows of 256+ tokens take sdpa once per example instead (same result, less work)."""
     activation_checkpointing: Literal["off", "full", "selective"] = "off"
     """Recompute activations in backward: ``full`` per block, ``selective`` every other block."""
-    compile: bool = False
-    """Wrap each decoder block in ``torch.compile``."""
+    compile: bool | Literal["auto"] = "auto"
+    """Wrap each decoder block in ``torch.compile``. ``auto`` compiles on GPUs for runs of at least
+    500 optimiser steps (long enough for the one-off compile to pay back), never on CPU (a C++
+    compiler on every node, minutes of compiling for a small gain)."""
     trust_remote_code: bool = False
     """Allow model code from the model folder (only for models you trust)."""
 

@@ -125,6 +125,22 @@ def apply_activation_checkpointing(model: nn.Module, mode: str) -> None:
         setattr(parent, name, checkpoint_wrapper(block, preserve_rng_state=False))
 
 
+COMPILE_MIN_STEPS = 500
+"""``compile: auto`` compiles GPU runs of at least this many optimiser steps."""
+
+
+def choose_compile(setting: bool | str, device_type: str, total_steps: int) -> tuple[bool, str | None]:
+    """Whether to compile the decoder blocks, and a line saying why when ``auto`` decided."""
+    if setting != "auto":
+        return bool(setting), None
+    if device_type != "cuda":
+        return False, "compile: off (auto: CPU, where compiling takes longer than it saves)"
+    if total_steps < COMPILE_MIN_STEPS:
+        return False, (f"compile: off (auto: {total_steps} steps, fewer than {COMPILE_MIN_STEPS} to pay back "
+                       "compiling; set model.compile: true to override)")
+    return True, f"compile: on (auto: GPU, {total_steps} steps; set model.compile: false to override)"
+
+
 def apply_compile(model: nn.Module) -> None:
     for block in decoder_blocks(model):
         block.compile()

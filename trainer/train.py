@@ -23,9 +23,11 @@ def forward_logits(model: nn.Module, batch: dict[str, torch.Tensor], device: tor
     ids = batch["input_ids"].to(device)
     pos = batch["position_ids"].to(device)
     implementation = model.config._attn_implementation
-    if implementation == packed_sdpa.NAME:  # each example its own causal call: no mask at all
-        with packed_sdpa.examples(batch["position_ids"]):
-            return model(input_ids=ids, position_ids=pos).logits
+    if implementation == packed_sdpa.NAME:
+        if pos.shape[-1] >= packed_sdpa.MIN_ROW_LENGTH:  # each example its own causal call: no mask at all
+            with packed_sdpa.examples(batch["position_ids"]):
+                return model(input_ids=ids, position_ids=pos).logits
+        implementation = "sdpa"
     mask = packed_mask(implementation, pos) if needs_segment_mask(batch) else None
     return model(input_ids=ids, position_ids=pos, attention_mask=mask).logits
 

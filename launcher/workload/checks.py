@@ -49,7 +49,7 @@ def check_trainer(w: Workload, cfg: TrainerConfig, base_dir: FsPath | None = Non
     if topo.kind == "cpu" and cfg.fsdp.mixed_precision == "bf16":
         out.append(Finding((*p, "fsdp", "mixed_precision"), "warning",
                            "bf16 mixed precision on CPU is slow and inexact", "use auto (fp32 on CPU)"))
-    if cfg.model.compile and topo.kind == "cpu":
+    if cfg.model.compile is True and topo.kind == "cpu":
         out.append(Finding((*p, "model", "compile"), "warning",
                            "torch.compile on CPU needs a C++ compiler on every node and compiles slowly"))
     return out
