@@ -27,7 +27,10 @@ tiny Llama, 8 rows: 128 tokens in 4 examples 1.1-1.3x slower per example; 256 to
 Spans = list[list[tuple[int, int]]]
 """Per row, the (start, end) of each example."""
 
-_SPANS: ContextVar[Spans | None] = ContextVar("fsdp_tui_packed_spans", default=None)
+_ROWS: ContextVar[tuple[torch.Tensor, Spans] | None] = ContextVar("fsdp_tui_packed_rows", default=None)
+
+UNSUPPORTED = ("softcap", "s_aux", "position_bias")
+"""Attention extras the per-example path does not apply: such a layer goes through sdpa with the mask."""
 
 
 def spans(position_ids: torch.Tensor) -> Spans:
@@ -44,36 +47,57 @@ def spans(position_ids: torch.Tensor) -> Spans:
 @contextmanager
 def examples(position_ids: torch.Tensor) -> Iterator[None]:
     """Attention inside this block sees the examples that ``position_ids`` delimits."""
-    token = _SPANS.set(spans(position_ids.cpu()))
+    token = _ROWS.set((position_ids, spans(position_ids.cpu())))
     try:
         yield
     finally:
-        _SPANS.reset(token)
+        _ROWS.reset(token)
 
 
 def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
               attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
               **kwargs) -> tuple[torch.Tensor, None]:
     """Hugging Face's attention-function signature: (batch, heads, length, dim) in, (batch, length,
-    heads, dim) out. Outside ``examples`` (or given a mask) it is plain SDPA."""
-    row_spans = _SPANS.get()
-    if row_spans is None or attention_mask is not None or query.shape[2] != key.shape[2]:
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    heads, dim) out. Outside ``examples`` (or given a mask) it is plain SDPA; a layer with an extra
+    the per-example calls do not apply (``UNSUPPORTED``) gets plain SDPA with the examples' mask."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    rows = _ROWS.get()
+    if rows is None or attention_mask is not None or query.shape[2] != key.shape[2]:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, **kwargs)
+    position_ids, row_spans = rows
+    if any(kwargs.get(name) is not None for name in UNSUPPORTED):
+        from trainer.attention import segment_mask
+
+        mask = segment_mask(position_ids.to(query.device))
+        window = kwargs.get("sliding_window")
+        if window:
+            mask = mask & _band(mask.shape[-1], window, query.device)
+        return sdpa_attention_forward(module, query, key, value, mask, dropout=dropout, scaling=scaling, **kwargs)
+    window = kwargs.get("sliding_window") or None
     gqa = key.shape[1] != query.shape[1]  # fewer key/value heads: the kernel shares them, no copies
-    rows = []
+    parts = []
     # split, not slices: each split's backward is one concatenation, where every slice's would fill a
     # zero tensor the size of the whole input
     for q, k, v, cuts in zip(query.split(1), key.split(1), value.split(1), row_spans, strict=True):
         lengths = [end - start for start, end in cuts]
-        parts = [F.scaled_dot_product_attention(qe, ke, ve, dropout_p=dropout, scale=scaling, is_causal=True,
-                                                enable_gqa=gqa)
-                 for qe, ke, ve in zip(q.split(lengths, dim=2), k.split(lengths, dim=2), v.split(lengths, dim=2),
-                                       strict=True)]
-        rows.append(parts[0] if len(parts) == 1 else torch.cat(parts, dim=2))
-    return torch.cat(rows).transpose(1, 2).contiguous(), None
+        for qe, ke, ve in zip(q.split(lengths, dim=2), k.split(lengths, dim=2), v.split(lengths, dim=2),
+                              strict=True):
+            band = _band(qe.shape[2], window, qe.device) if window and qe.shape[2] > window else None
+            parts.append(F.scaled_dot_product_attention(qe, ke, ve, attn_mask=band, dropout_p=dropout, scale=scaling,
+                                                        is_causal=band is None, enable_gqa=gqa))
+    batch, heads, length, dim = query.shape
+    # one concatenation of every example in row order: (1, heads, rows x length, dim) -> (rows, length, ...)
+    out = torch.cat(parts, dim=2).transpose(1, 2).reshape(batch, length, heads, dim)
+    return out, None
+
+
+def _band(length: int, window: int, device: torch.device) -> torch.Tensor:
+    """Causal within a sliding window (Hugging Face's rule: a key is seen while q - k < window)."""
+    q = torch.arange(length, device=device).unsqueeze(-1)
+    k = torch.arange(length, device=device).unsqueeze(0)
+    return (k <= q) & (k > q - window)
 
 
 def _no_mask(*args, **kwargs) -> None:

@@ -45,12 +45,16 @@ def _grads(model, batches, pad_id) -> tuple[float, dict[str, torch.Tensor]]:
     return loss, {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("implementation", ["sdpa", "eager", packed_sdpa.NAME])
-def test_packed_gradients_equal_one_by_one(tiny_model_dir, examples, implementation):
+@pytest.mark.parametrize("implementation, row", [
+    ("sdpa", 256), ("eager", 256),
+    (packed_sdpa.NAME, 256),  # once per example
+    (packed_sdpa.NAME, 128),  # rows too short for that: the segment mask
+])
+def test_packed_gradients_equal_one_by_one(tiny_model_dir, examples, implementation, row):
     exs, pad_id = examples
-    packed = pack(exs, 256, pad_id)
-    assert len(packed) < len(exs) and max(len(r["lengths"]) for r in packed) >= 3
-    assert collate(packed, pad_id)["input_ids"].shape[1] >= packed_sdpa.MIN_ROW_LENGTH  # rows long enough
+    packed = pack(exs, row, pad_id)
+    assert len(packed) < len(exs) and max(len(r["lengths"]) for r in packed) >= 2
+    assert collate(packed, pad_id)["input_ids"].shape[1] == row
     model = _model(tiny_model_dir, implementation)
     loss_packed, grads_packed = _grads(model, [packed], pad_id)
     loss_single, grads_single = _grads(model, [pad_rows([ex], pad_id) for ex in exs], pad_id)
@@ -74,6 +78,45 @@ def test_per_example_sdpa_finds_each_example_and_is_plain_sdpa_outside_a_packed_
             packed = model(input_ids=ids, position_ids=pos).logits
         torch.testing.assert_close(packed[:, 3:], reference(input_ids=ids[:, 3:]).logits)
         torch.testing.assert_close(packed[:, :3], reference(input_ids=ids[:, :3]).logits)
+
+
+def test_per_example_sdpa_keeps_a_sliding_window_inside_each_example(examples):
+    """A Mistral-shaped model whose window (8) is shorter than the examples: packed per example equals
+    one by one (where the window cuts each example's attention the same way)."""
+    from transformers import AutoModelForCausalLM, MistralConfig
+
+    exs, pad_id = examples
+    packed_sdpa.register()
+    config = MistralConfig(vocab_size=320, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, sliding_window=8,
+                           max_position_embeddings=256)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=packed_sdpa.NAME, dtype=torch.float64)
+    model.config.use_cache = False
+    model.train()
+    packed = pack(exs, 256, pad_id)
+    assert max(max(r["lengths"]) for r in packed) > 8
+    loss_packed, grads_packed = _grads(model, [packed], pad_id)
+    model.config._attn_implementation = "sdpa"  # one by one through HF's own sliding-window mask
+    loss_single, grads_single = _grads(model, [pad_rows([ex], pad_id) for ex in exs], pad_id)
+    assert loss_packed == pytest.approx(loss_single, rel=1e-6)
+    for name, grad in grads_single.items():
+        torch.testing.assert_close(grads_packed[name], grad, rtol=1e-9, atol=1e-12 * float(grad.abs().max()),
+                                   msg=name)
+
+
+def test_per_example_sdpa_hands_extras_it_cannot_apply_to_sdpa_with_the_examples_mask():
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 6, 8, dtype=torch.float64) for _ in range(3))
+    bias = torch.randn(1, 4, 6, 6, dtype=torch.float64)
+    pos = torch.tensor([[0, 1, 2, 0, 1, 2], [0, 1, 2, 3, 0, 1]])
+    module = torch.nn.Module()
+    with packed_sdpa.examples(pos):
+        got, _ = packed_sdpa.attention(module, q, k, v, None, position_bias=bias)
+    want, _ = sdpa_attention_forward(module, q, k, v, attention.segment_mask(pos), position_bias=bias)
+    torch.testing.assert_close(got, want)
 
 
 def test_eager_mask_is_additive_and_closes_other_examples():
