@@ -214,7 +214,14 @@ def main(argv: list[str] | None = None) -> int:
     stop = stop_signal.install()  # before anything slow: a signal during start-up waits for the first step
     with _start_up_without_gc():
         cfg = load_config(list(sys.argv[1:] if argv is None else argv))
-    run(cfg, stop)
+    try:
+        run(cfg, stop)
+    except RuntimeError as err:
+        from trainer.packed_sdpa import NotRouted
+
+        if isinstance(err, NotRouted):  # found at the first forward pass, on every rank alike
+            raise SystemExit(str(err)) from None
+        raise
     return 0
 
 

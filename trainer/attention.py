@@ -72,11 +72,11 @@ def choose(cfg: TrainerConfig, config: dict, supports_sdpa: bool, supports_flex:
                            "(one example per row)")
     from trainer.packed_sdpa import MIN_ROW_LENGTH
 
-    per_example = (impl == "sdpa" and packing and device.type == "cpu" and supports_backend
-                   and cfg.max_seq_len >= MIN_ROW_LENGTH)
-    if per_example:
-        notes.append("attention: sdpa once per packed example (CPU has no variable-length kernel; "
-                     "a mask would compute each whole row)")
+    per_example = (cfg.model.attention == "auto" and impl == "sdpa" and packing and device.type == "cpu"
+                   and supports_backend and cfg.max_seq_len >= MIN_ROW_LENGTH)
+    if per_example:  # in place of auto's "attention: sdpa"
+        notes[0] = ("attention: sdpa once per packed example (CPU has no variable-length kernel; "
+                    "a mask would compute each whole row)")
     return AttentionChoice(impl, packing, tuple(notes), per_example)
 
 

@@ -29,7 +29,8 @@ class ModelConfig(_Section):
     attention: Literal["auto", "sdpa", "flex", "eager"] = "auto"
     """Attention kernel; ``auto`` takes sdpa where the model supports it, else eager. Packed rows get
     a boolean block mask (sdpa), an additive float mask (eager) or a ``BlockMask`` (flex, CUDA only);
-    on CPU, rows of 256+ tokens take sdpa once per example instead (same result, less work)."""
+    with ``auto`` on CPU, rows of 256+ tokens take sdpa once per example instead (same result, less
+    work; ``sdpa`` by name keeps the mask)."""
     activation_checkpointing: Literal["off", "full", "selective"] = "off"
     """Recompute activations in backward: ``full`` per block, ``selective`` every other block."""
     compile: bool | Literal["auto"] = "auto"

@@ -28,6 +28,12 @@ Spans = list[list[tuple[int, int]]]
 """Per row, the (start, end) of each example."""
 
 _ROWS: ContextVar[tuple[torch.Tensor, Spans] | None] = ContextVar("fsdp_tui_packed_rows", default=None)
+_calls = 0
+"""How many times a layer's attention came through here (a model that never does cannot be packed so)."""
+
+
+class NotRouted(RuntimeError):
+    """The model's attention did not come through Hugging Face's attention interface."""
 
 UNSUPPORTED = ("softcap", "s_aux", "position_bias")
 """Attention extras the per-example path does not apply: such a layer goes through sdpa with the mask."""
@@ -46,12 +52,19 @@ def spans(position_ids: torch.Tensor) -> Spans:
 
 @contextmanager
 def examples(position_ids: torch.Tensor) -> Iterator[None]:
-    """Attention inside this block sees the examples that ``position_ids`` delimits."""
+    """Attention inside this block sees the examples that ``position_ids`` delimits. A forward pass in
+    it that never reaches ``attention`` (a model's own attention code, not Hugging Face's interface)
+    raises ``NotRouted``: its examples would have attended to each other."""
     token = _ROWS.set((position_ids, spans(position_ids.cpu())))
+    before = _calls
     try:
         yield
     finally:
         _ROWS.reset(token)
+    if _calls == before:
+        raise NotRouted("parameters.model.attention: this model's attention does not go through Hugging "
+                        "Face's attention interface, so packed rows cannot be split per example; set "
+                        "model.attention: sdpa (packed rows through a mask) or data.packing: false")
 
 
 def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -62,6 +75,8 @@ def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, v
     the per-example calls do not apply (``UNSUPPORTED``) gets plain SDPA with the examples' mask."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    global _calls
+    _calls += 1
     rows = _ROWS.get()
     if rows is None or attention_mask is not None or query.shape[2] != key.shape[2]:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,

@@ -80,6 +80,13 @@ def test_per_example_sdpa_finds_each_example_and_is_plain_sdpa_outside_a_packed_
         torch.testing.assert_close(packed[:, :3], reference(input_ids=ids[:, :3]).logits)
 
 
+def test_a_model_whose_attention_does_not_come_through_the_interface_is_refused(tiny_model_dir):
+    model = _model(tiny_model_dir, "eager")  # its own attention code: the examples' spans are never read
+    pos = torch.tensor([[0, 1, 2, 0, 1, 2]])
+    with pytest.raises(packed_sdpa.NotRouted, match="model.attention: sdpa"), packed_sdpa.examples(pos):
+        model(input_ids=torch.tensor([[5, 9, 13, 21, 7, 30]]), position_ids=pos)
+
+
 def test_per_example_sdpa_keeps_a_sliding_window_inside_each_example(examples):
     """A Mistral-shaped model whose window (8) is shorter than the examples: packed per example equals
     one by one (where the window cuts each example's attention the same way)."""
@@ -160,7 +167,7 @@ def test_defaults_fit_the_model(params, config, sdpa, expected):
 
 @pytest.mark.parametrize("params, device, per_example", [
     ({}, CPU, True),
-    ({"model": {"attention": "sdpa"}}, CPU, True),
+    ({"model": {"attention": "sdpa"}}, CPU, False),  # asked for by name: sdpa with the mask
     ({"max_seq_len": 128}, CPU, False),  # short rows: cheaper through the mask
     ({"data": {"packing": False}}, CPU, False),  # one example per row: the row is the example
     ({"model": {"attention": "eager"}}, CPU, False),
