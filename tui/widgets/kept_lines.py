@@ -36,7 +36,8 @@ class KeptLinesTextArea(TextArea):
     def _build_highlight_map(self) -> None:
         edited = self._edited
         cache = getattr(self, "_line_cache", None)
-        if edited is None or cache is None or self.soft_wrap or edited[2] != self.document.line_count:
+        if (edited is None or cache is None or not isinstance(getattr(self, "_highlights", None), dict)
+                or self.soft_wrap or edited[2] != self.document.line_count):
             super()._build_highlight_map()
             self._order_highlights()
             return
@@ -47,10 +48,9 @@ class KeptLinesTextArea(TextArea):
         self._order_highlights()
         after = self._highlights
         for key, line in rendered:
-            row = key[ROW]
-            if line is None or len(key) <= ROW or top <= row <= bottom:
+            if line is None or len(key) <= ROW or top <= key[ROW] <= bottom:
                 continue
-            if before.get(row, []) != after.get(row, []):
+            if before.get(key[ROW], []) != after.get(key[ROW], []):
                 continue  # e.g. a quote opened above it: its colours change
             cache.set(key, line)
 
@@ -58,8 +58,8 @@ class KeptLinesTextArea(TextArea):
         """Put each row's highlights in the query's order (then by column), so that where two overlap
         (a mapping key is a string and a field) the same one wins after every edit: tree-sitter returns
         the captures in an order that can change from one parse to the next."""
-        query = self._highlight_query
-        if query is None:
+        query = getattr(self, "_highlight_query", None)
+        if query is None or not isinstance(getattr(self, "_highlights", None), dict):
             return
         rank = {query.capture_name(i): i for i in range(query.capture_count)}
         for spans in self._highlights.values():
