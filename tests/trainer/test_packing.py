@@ -87,6 +87,40 @@ def test_a_model_whose_attention_does_not_come_through_the_interface_is_refused(
         model(input_ids=torch.tensor([[5, 9, 13, 21, 7, 30]]), position_ids=pos)
 
 
+def _tiny(kind: str):
+    import transformers
+
+    common = {"vocab_size": 320, "num_hidden_layers": 2}
+    return {
+        "qwen2": lambda: transformers.Qwen2Config(hidden_size=32, intermediate_size=64, num_attention_heads=4,
+                                                  num_key_value_heads=2, **common),
+        "gpt_neox": lambda: transformers.GPTNeoXConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4,
+                                                       **common),
+        "phi3": lambda: transformers.Phi3Config(hidden_size=32, intermediate_size=64, num_attention_heads=4,
+                                                num_key_value_heads=2, pad_token_id=0, **common),
+        "gpt2": lambda: transformers.GPT2Config(vocab_size=320, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
+                                                embd_pdrop=0.0, attn_pdrop=0.0),  # absolute positions
+    }[kind]()
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "gpt_neox", "phi3", "gpt2"])
+def test_per_example_sdpa_is_exact_for_other_architectures(examples, kind):
+    from transformers import AutoModelForCausalLM
+
+    exs, pad_id = examples
+    packed_sdpa.register()
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(_tiny(kind), attn_implementation=packed_sdpa.NAME,
+                                             dtype=torch.float64).train()
+    model.config.use_cache = False
+    loss_packed, grads_packed = _grads(model, [pack(exs, 256, pad_id)], pad_id)
+    loss_single, grads_single = _grads(model, [pad_rows([ex], pad_id) for ex in exs], pad_id)
+    assert loss_packed == pytest.approx(loss_single, rel=1e-6)
+    for name, grad in grads_single.items():
+        torch.testing.assert_close(grads_packed[name], grad, rtol=1e-9, atol=1e-12 * float(grad.abs().max()),
+                                   msg=name)
+
+
 def test_per_example_sdpa_keeps_a_sliding_window_inside_each_example(examples):
     """A Mistral-shaped model whose window (8) is shorter than the examples: packed per example equals
     one by one (where the window cuts each example's attention the same way)."""
