@@ -35,6 +35,7 @@ _calls = 0
 class NotRouted(RuntimeError):
     """The model's attention did not come through Hugging Face's attention interface."""
 
+
 UNSUPPORTED = ("softcap", "s_aux", "position_bias")
 """Attention extras the per-example path does not apply: such a layer goes through sdpa with the mask."""
 
