@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 
@@ -18,18 +19,35 @@ def forward_logits(model: nn.Module, batch: dict[str, torch.Tensor], device: tor
     """Logits with a block-diagonal causal mask built from ``position_ids`` in the form the model's
     attention implementation reads, so packed examples never attend to each other (an explicit mask:
     exact on every transformers version). A batch with no learned token after a boundary needs only
-    causal attention and passes no mask (flash kernel). With ``packed_sdpa`` there is no mask: each
-    example of each row is its own causal call."""
+    causal attention and passes no mask (flash kernel). With ``packed_sdpa`` on rows long enough there
+    is no mask: each example of each row is its own causal call."""
     ids = batch["input_ids"].to(device)
     pos = batch["position_ids"].to(device)
+    if _per_example(model, batch):
+        with packed_sdpa.examples(batch["position_ids"]):
+            return model(input_ids=ids, position_ids=pos).logits
     implementation = model.config._attn_implementation
     if implementation == packed_sdpa.NAME:
-        if pos.shape[-1] >= packed_sdpa.MIN_ROW_LENGTH:  # each example its own causal call: no mask at all
-            with packed_sdpa.examples(batch["position_ids"]):
-                return model(input_ids=ids, position_ids=pos).logits
-        implementation = "sdpa"
+        implementation = "sdpa"  # rows too short to pay for a call per example: the mask
     mask = packed_mask(implementation, pos) if needs_segment_mask(batch) else None
     return model(input_ids=ids, position_ids=pos, attention_mask=mask).logits
+
+
+def micro_step(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor, device,
+               scale: float) -> torch.Tensor:
+    """Forward and backward of one micro-batch (its summed loss times ``scale``); the summed loss.
+    Blocks under activation checkpointing run their forward again during backward: per-example
+    attention keeps seeing this batch's examples until backward is done."""
+    rows = packed_sdpa.examples(batch["position_ids"]) if _per_example(model, batch) else contextlib.nullcontext()
+    with rows:
+        total, _ = loss_sum(forward_logits(model, batch, device), labels)
+        (total * scale).backward()
+    return total.detach()
+
+
+def _per_example(model: nn.Module, batch: dict[str, torch.Tensor]) -> bool:
+    return (model.config._attn_implementation == packed_sdpa.NAME
+            and batch["position_ids"].shape[-1] >= packed_sdpa.MIN_ROW_LENGTH)
 
 
 def shifted_labels(batch: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:
@@ -66,9 +84,7 @@ def train_step(model, optimizer, scheduler, micro_batches: list[dict[str, torch.
     for i, (batch, lab) in enumerate(zip(micro_batches, labels, strict=True)):
         if can_defer:  # reduce gradients once, on the last micro-step
             model.set_requires_gradient_sync(i == len(micro_batches) - 1)
-        total, _ = loss_sum(forward_logits(model, batch, device), lab)
-        (total * world / global_count).backward()
-        summed += total.detach().float().cpu()
+        summed += micro_step(model, batch, lab, device, world / global_count).float().cpu()
     grad_norm = None
     if max_grad_norm is not None:
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)

@@ -37,12 +37,11 @@ def _model(model_dir, implementation: str):
 def _grads(model, batches, pad_id) -> tuple[float, dict[str, torch.Tensor]]:
     model.zero_grad(set_to_none=True)
     loss = 0.0
-    for rows in batches:
+    for rows in batches:  # as the training step runs each micro-batch
         batch = collate(rows, pad_id)
-        total, _ = train.loss_sum(train.forward_logits(model, batch, "cpu"), train.shifted_labels(batch, "cpu"))
-        total.backward()
-        loss += float(total.detach())
-    return loss, {n: p.grad.clone() for n, p in model.named_parameters()}
+        loss += float(train.micro_step(model, batch, train.shifted_labels(batch, "cpu"), "cpu", 1.0))
+    # names as in the model without activation checkpointing's wrappers
+    return loss, {n.replace("._checkpoint_wrapped_module", ""): p.grad.clone() for n, p in model.named_parameters()}
 
 
 @pytest.mark.parametrize("implementation, row", [
@@ -59,6 +58,22 @@ def test_packed_gradients_equal_one_by_one(tiny_model_dir, examples, implementat
     loss_packed, grads_packed = _grads(model, [packed], pad_id)
     loss_single, grads_single = _grads(model, [pad_rows([ex], pad_id) for ex in exs], pad_id)
     assert loss_packed == pytest.approx(loss_single, rel=1e-6)  # the loss is summed in fp32
+    for name, grad in grads_single.items():
+        torch.testing.assert_close(grads_packed[name], grad, rtol=1e-9, atol=1e-12 * float(grad.abs().max()),
+                                   msg=name)
+
+
+def test_per_example_sdpa_recomputes_the_same_examples_under_activation_checkpointing(tiny_model_dir, examples):
+    """Checkpointed blocks run their forward again during backward, after the forward pass returned:
+    the recomputed attention must still see each example on its own."""
+    from trainer.model import apply_activation_checkpointing
+
+    exs, pad_id = examples
+    model = _model(tiny_model_dir, packed_sdpa.NAME)
+    loss_single, grads_single = _grads(model, [pad_rows([ex], pad_id) for ex in exs], pad_id)
+    apply_activation_checkpointing(model.model, "full")
+    loss_packed, grads_packed = _grads(model, [pack(exs, 256, pad_id)], pad_id)
+    assert loss_packed == pytest.approx(loss_single, rel=1e-6)
     for name, grad in grads_single.items():
         torch.testing.assert_close(grads_packed[name], grad, rtol=1e-9, atol=1e-12 * float(grad.abs().max()),
                                    msg=name)
