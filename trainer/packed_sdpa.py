@@ -20,9 +20,8 @@ import torch.nn.functional as F
 
 NAME = "fsdp_tui_per_example_sdpa"
 MIN_ROW_LENGTH = 256
-"""Shorter rows go through the mask: the per-call cost outweighs the saved work (measured on CPU with a
-tiny Llama, 8 rows: 128 tokens in 4 examples 1.1-1.3x slower per example; 256 tokens 1.1-1.4x faster;
-512 tokens in 3 examples 1.4x faster)."""
+"""Shorter rows go through the mask: the per-call cost outweighs the saved work
+(``benchmarks/bench_packed_attention.py``: rows of 128 tokens slower per example, 256 and 512 faster)."""
 
 Spans = list[list[tuple[int, int]]]
 """Per row, the (start, end) of each example."""
