@@ -66,6 +66,7 @@ def run(cfg, stop=None) -> None:
 
         from trainer import assets, attention, checkpoint, dataset, metrics, model, optim, parallel, train
         from trainer.data import GlobalOrder
+        from trainer.learned_logits import install as learned_logits_only
 
         os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
         os.environ.setdefault("TQDM_DISABLE", "1")  # progress bars are noise in node logs
@@ -106,6 +107,7 @@ def run(cfg, stop=None) -> None:
         packed_sdpa.register()
     net = model.build_model(cfg.model_name, cfg.model, hf_config, choice.hf_name, cfg.seed, parallel.param_device(
         cfg.fsdp, d), prepare)
+    learned_logits_only(net)  # the output layer runs on learned positions only
     shape = metrics.ModelShape.of(net)
     build_s = time.perf_counter() - started - data_s
     opt = optim.build_optimizer(net, cfg.learning_rate, cfg.optim, d.device)

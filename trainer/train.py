@@ -10,27 +10,33 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer import packed_sdpa
+from trainer import learned_logits, packed_sdpa
 from trainer.attention import packed_mask
 from trainer.data import IGNORE, collate, needs_segment_mask
 
 
-def forward_logits(model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:
+def forward_logits(model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device,
+                   keep: torch.Tensor | None = None) -> torch.Tensor:
     """Logits with a block-diagonal causal mask built from ``position_ids`` in the form the model's
     attention implementation reads, so packed examples never attend to each other (an explicit mask:
     exact on every transformers version). A batch with no learned token after a boundary needs only
     causal attention and passes no mask (flash kernel). With ``packed_sdpa`` on rows long enough there
-    is no mask: each example of each row is its own causal call."""
+    is no mask: each example of each row is its own causal call. With ``keep`` (flat positions, see
+    :func:`trainer.learned_logits.learned_positions`) only those positions' logits, ``[len(keep), vocab]``."""
     ids = batch["input_ids"].to(device)
     pos = batch["position_ids"].to(device)
     if _per_example(model, batch):
         with packed_sdpa.examples(batch["position_ids"]):
-            return model(input_ids=ids, position_ids=pos).logits
+            return _logits(model, keep, lambda: model(input_ids=ids, position_ids=pos).logits)
     implementation = model.config._attn_implementation
     if implementation == packed_sdpa.NAME:
         implementation = "sdpa"  # rows too short to pay for a call per example: the mask
     mask = packed_mask(implementation, pos) if needs_segment_mask(batch) else None
-    return model(input_ids=ids, position_ids=pos, attention_mask=mask).logits
+    return _logits(model, keep, lambda: model(input_ids=ids, position_ids=pos, attention_mask=mask).logits)
+
+
+def _logits(model: nn.Module, keep: torch.Tensor | None, forward) -> torch.Tensor:
+    return forward() if keep is None else learned_logits.logits_at(model, keep, forward)
 
 
 def micro_step(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor, device,
@@ -40,9 +46,18 @@ def micro_step(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.T
     attention keeps seeing this batch's examples until backward is done."""
     rows = packed_sdpa.examples(batch["position_ids"]) if _per_example(model, batch) else contextlib.nullcontext()
     with rows:
-        total, _ = loss_sum(forward_logits(model, batch, device), labels)
+        logits, targets = learned(model, batch, labels, device)
+        total = nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
         (total * scale).backward()
     return total.detach()
+
+
+def learned(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor,
+            device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logits of the learned positions only and their targets, row by row in order: the output
+    layer and the cross-entropy skip prompts, padding and each row's last position."""
+    keep = learned_logits.learned_positions(labels)
+    return forward_logits(model, batch, device, keep), labels[labels != IGNORE]
 
 
 def _per_example(model: nn.Module, batch: dict[str, torch.Tensor]) -> bool:
@@ -107,17 +122,17 @@ def evaluate(model, batches, device, with_exact_match: bool) -> tuple[float, flo
     model.eval()
     stats = torch.zeros(4, dtype=torch.float64)  # loss sum, tokens, exact answers, answers
     for batch in batches:
-        logits = forward_logits(model, batch, device)
         labels = shifted_labels(batch, device)
-        total, n = loss_sum(logits, labels)
-        stats[0] += float(total)
-        stats[1] += n
+        logits, targets = learned(model, batch, labels, device)
+        stats[0] += float(nn.functional.cross_entropy(logits.float(), targets, reduction="sum"))
+        stats[1] += targets.numel()
         if with_exact_match:
-            pred = logits[:, :-1].argmax(-1)
-            learned = labels != IGNORE
-            hit = ((pred == labels) | ~learned).all(-1) & learned.any(-1)
-            stats[2] += float(hit.sum())
-            stats[3] += float(learned.any(-1).sum())
+            row = (labels != IGNORE).nonzero()[:, 0]  # the row of each learned position
+            wrong = torch.zeros(labels.shape[0], device=row.device).index_add_(
+                0, row, (logits.argmax(-1) != targets).float())
+            answered = (labels != IGNORE).any(-1)
+            stats[2] += float((answered & (wrong == 0)).sum())
+            stats[3] += float(answered.sum())
     dist.all_reduce(stats)
     model.train()
     if stats[1] == 0:

@@ -1,0 +1,141 @@
+"""The output layer on learned positions only: the same loss, gradients and evaluation as full logits,
+for several output layers (untied, tied to the embeddings, soft-capped after the layer), and a correct
+fallback for a model whose output layer the selection cannot go through."""
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from trainer import learned_logits, train
+from trainer.data import IGNORE, Tokenize, collate, pack
+
+
+@pytest.fixture(scope="module")
+def batch(tiny_model_dir):
+    """Two packed rows of prompt-masked alpaca examples: about half their positions learn nothing."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    with open("trainer/data/tiny_alpaca.jsonl") as f:
+        rows = [json.loads(line) for line in f.readlines()[:8]]
+    t = Tokenize(tok, "alpaca", 96, mask_prompt=True)
+    out = collate(pack([t(r) for r in rows], 256, tok.pad_token_id), tok.pad_token_id)
+    learned = int((train.shifted_labels(out, "cpu") != IGNORE).sum())
+    assert 0 < learned < out["input_ids"].numel() * 0.6
+    return out
+
+
+def _tiny(kind: str):
+    import transformers
+
+    small = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "num_hidden_layers": 2, "vocab_size": 320}
+    configs = {
+        "llama": lambda: transformers.LlamaConfig(**small),
+        "llama tied": lambda: transformers.LlamaConfig(**small, tie_word_embeddings=True),
+        "gemma2 softcap": lambda: transformers.Gemma2Config(**small, head_dim=8, final_logit_softcapping=5.0,
+                                                            query_pre_attn_scalar=8),
+    }
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(configs[kind](), attn_implementation="eager", dtype=torch.float64)
+    model.config.use_cache = False
+    return model.train()
+
+
+def _loss_and_grads(model, batch) -> tuple[float, dict[str, torch.Tensor]]:
+    model.zero_grad(set_to_none=True)
+    loss = float(train.micro_step(model, batch, train.shifted_labels(batch, "cpu"), "cpu", 1.0))
+    return loss, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def _full_loss_and_grads(model, batch) -> tuple[float, dict[str, torch.Tensor]]:
+    """The reference: every position's logits, cross-entropy ignoring unlearned labels."""
+    model.zero_grad(set_to_none=True)
+    total, _ = train.loss_sum(train.forward_logits(model, batch, "cpu"), train.shifted_labels(batch, "cpu"))
+    total.backward()
+    return float(total.detach()), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("kind", ["llama", "llama tied", "gemma2 softcap"])
+def test_learned_positions_only_give_the_full_logits_loss_and_gradients(batch, kind):
+    model = _tiny(kind)
+    full_loss, full_grads = _full_loss_and_grads(model, batch)
+    assert learned_logits.install(model)
+    calls = []
+    model.get_output_embeddings().register_forward_hook(lambda m, a, out: calls.append(tuple(out.shape)))
+    loss, grads = _loss_and_grads(model, batch)
+    learned = int((train.shifted_labels(batch, "cpu") != IGNORE).sum())
+    assert calls == [(learned, 320)]  # the output layer ran once, on the learned positions only
+    assert loss == pytest.approx(full_loss, rel=1e-6)  # the loss is summed in fp32
+    for name, grad in full_grads.items():
+        torch.testing.assert_close(grads[name], grad, rtol=1e-9, atol=1e-12 * float(grad.abs().max()), msg=name)
+
+
+def test_evaluation_matches_full_logits(batch, monkeypatch):
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, "all_reduce", lambda t, *a, **k: t)  # one process: the sum is itself
+    model = _tiny("llama")
+    with torch.no_grad():
+        pred = train.forward_logits(model, batch, "cpu")[:, :-1].argmax(-1)
+    # the first row's answers become the model's own greedy predictions: that row is exactly right
+    batch = {**batch, "labels": batch["labels"].clone()}
+    learned = train.shifted_labels(batch, "cpu") != IGNORE
+    batch["labels"][0, 1:][learned[0]] = pred[0][learned[0]]
+    labels = train.shifted_labels(batch, "cpu")
+    with torch.no_grad():
+        total, count = train.loss_sum(train.forward_logits(model, batch, "cpu"), labels)
+    answered = ((pred == labels) | ~learned).all(-1) & learned.any(-1)
+    assert bool(answered[0]) and not bool(answered.all())
+    learned_logits.install(model)
+    loss, exact = train.evaluate(model, [batch], "cpu", with_exact_match=True)
+    assert loss == pytest.approx(float(total) / count, rel=1e-6)
+    assert exact == pytest.approx(float(answered.sum()) / float(learned.any(-1).sum()))
+
+
+def test_a_row_with_nothing_to_learn_costs_nothing_and_breaks_nothing(batch):
+    model = _tiny("llama")
+    learned_logits.install(model)
+    empty = {**batch, "labels": torch.full_like(batch["labels"], IGNORE)}
+    model.zero_grad(set_to_none=True)
+    loss = train.micro_step(model, empty, train.shifted_labels(empty, "cpu"), "cpu", 1.0)
+    assert float(loss) == 0.0
+    assert all(float(p.grad.abs().max()) == 0.0 for p in model.parameters() if p.grad is not None)
+
+
+class _HeadTwice(nn.Module):
+    """An output layer used twice in one forward (as a model with an extra prediction head might):
+    the selection cannot apply, the full logits are computed instead."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(320, 16)
+        self.head = nn.Linear(16, 320, bias=False)
+        self.config = type("C", (), {"_attn_implementation": "sdpa"})()
+
+    def get_output_embeddings(self):
+        return self.head
+
+    def forward(self, input_ids, position_ids, attention_mask=None):
+        h = self.embed(input_ids)
+        logits = self.head(h) + 0.5 * self.head(torch.tanh(h))
+        return type("Out", (), {"logits": logits})()
+
+
+def test_a_model_whose_output_layer_runs_twice_gets_its_full_logits_indexed(batch):
+    torch.manual_seed(0)
+    model = _HeadTwice()
+    ref_loss, ref_grads = _full_loss_and_grads(model, batch)
+    assert learned_logits.install(model)
+    loss, grads = _loss_and_grads(model, batch)
+    assert loss == pytest.approx(ref_loss, rel=1e-6)
+    for name, grad in ref_grads.items():
+        torch.testing.assert_close(grads[name], grad, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_a_model_without_an_output_layer_is_left_as_it_is():
+    assert learned_logits.install(nn.Linear(2, 2)) is False
