@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -97,12 +98,28 @@ class Checkpointer:
                     choice[0] = path
         dist.broadcast_object_list(choice, src=0)
         if isinstance(choice[0], Exception):
-            raise choice[0]
+            raise SystemExit(str(choice[0]))
         return choice[0]
 
     def load(self, state: AppState, path: Path) -> None:
-        dcp.load({"app": state}, checkpoint_id=str(path))
+        try:
+            dcp.load({"app": state}, checkpoint_id=str(path))
+        except (CheckpointException, ValueError, RuntimeError, KeyError) as err:
+            raise SystemExit(self._cannot_resume(path, err)) from None
         self.saved_step = state.trainer["step"]
+
+    def _cannot_resume(self, path: Path, err: BaseException) -> str:
+        """Why ``path`` does not fit this run (another model, another optimiser), and what to do."""
+        if isinstance(err, CheckpointException) and err.failures:
+            err = next(iter(err.failures.values()))[0]
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        try:
+            saved = json.loads((path / META).read_text()).get("model_name", "?")
+        except (OSError, ValueError):
+            saved = "?"
+        return (f"{path}: cannot resume from this checkpoint: {reason}. It was saved for model '{saved}'; "
+                f"this run trains '{self.meta.get('model_name', '?')}'. To start afresh, set "
+                f"parameters.checkpoint.resume: never or give the run another output_dir.")
 
     def save_once(self, state: AppState, step: int) -> None:
         """Save ``step`` unless this run already saved it (``every_steps``) or resumed from it."""
