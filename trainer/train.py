@@ -55,9 +55,11 @@ def micro_step(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.T
 def learned(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor,
             device) -> tuple[torch.Tensor, torch.Tensor]:
     """The logits of the learned positions only and their targets, row by row in order: the output
-    layer and the cross-entropy skip prompts, padding and each row's last position."""
-    keep = learned_logits.learned_positions(labels)
-    return forward_logits(model, batch, device, keep), labels[labels != IGNORE]
+    layer and the cross-entropy skip prompts, padding and each row's last position. The positions are
+    found from the labels in host memory (on a GPU that would wait for the device at every micro-step)."""
+    labels = labels.cpu()
+    keep = learned_logits.learned_positions(labels).to(device, non_blocking=True)
+    return forward_logits(model, batch, device, keep), labels[labels != IGNORE].to(device, non_blocking=True)
 
 
 def _per_example(model: nn.Module, batch: dict[str, torch.Tensor]) -> bool:
@@ -90,16 +92,16 @@ def train_step(model, optimizer, scheduler, micro_batches: list[dict[str, torch.
     may still be reading them until then). Each rank scales its summed loss by world / global label count, so after FSDP averages gradients
     over ranks the step minimises the mean over every learned token of every rank and micro-step.
     """
-    labels = [shifted_labels(b, device) for b in micro_batches]
+    labels = [shifted_labels(b, "cpu") for b in micro_batches]  # counted and indexed in host memory
     count = torch.tensor([float(sum(int((lab != IGNORE).sum()) for lab in labels))])
     dist.all_reduce(count)
     global_count = max(count.item(), 1.0)
-    summed = torch.zeros(1)
+    totals = []  # kept on the device until the step is done: no wait for it between micro-steps
     can_defer = hasattr(model, "set_requires_gradient_sync")
     for i, (batch, lab) in enumerate(zip(micro_batches, labels, strict=True)):
         if can_defer:  # reduce gradients once, on the last micro-step
             model.set_requires_gradient_sync(i == len(micro_batches) - 1)
-        summed += micro_step(model, batch, lab, device, world / global_count).float().cpu()
+        totals.append(micro_step(model, batch, lab, device, world / global_count).float())
     grad_norm = None
     if max_grad_norm is not None:
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
@@ -110,6 +112,7 @@ def train_step(model, optimizer, scheduler, micro_batches: list[dict[str, torch.
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
+    summed = torch.stack(totals).sum().reshape(1).cpu()
     dist.all_reduce(summed)
     real = int(sum(int(b["real_tokens"]) for b in micro_batches))
     return summed.item() / global_count, grad_norm, real, lr
@@ -122,14 +125,13 @@ def evaluate(model, batches, device, with_exact_match: bool) -> tuple[float, flo
     model.eval()
     stats = torch.zeros(4, dtype=torch.float64)  # loss sum, tokens, exact answers, answers
     for batch in batches:
-        labels = shifted_labels(batch, device)
+        labels = shifted_labels(batch, "cpu")
         logits, targets = learned(model, batch, labels, device)
         stats[0] += float(nn.functional.cross_entropy(logits.float(), targets, reduction="sum"))
         stats[1] += targets.numel()
         if with_exact_match:
             row = (labels != IGNORE).nonzero()[:, 0]  # the row of each learned position
-            wrong = torch.zeros(labels.shape[0], device=row.device).index_add_(
-                0, row, (logits.argmax(-1) != targets).float())
+            wrong = torch.zeros(labels.shape[0]).index_add_(0, row, (logits.argmax(-1) != targets).float().cpu())
             answered = (labels != IGNORE).any(-1)
             stats[2] += float((answered & (wrong == 0)).sum())
             stats[3] += float(answered.sum())
