@@ -139,3 +139,41 @@ def test_a_model_whose_output_layer_runs_twice_gets_its_full_logits_indexed(batc
 
 def test_a_model_without_an_output_layer_is_left_as_it_is():
     assert learned_logits.install(nn.Linear(2, 2)) is False
+
+
+def _other(kind: str):
+    import transformers
+
+    attn = {"hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 320}
+    return {
+        "qwen2": lambda: transformers.Qwen2Config(**attn, intermediate_size=64, num_key_value_heads=2),
+        "gpt_neox": lambda: transformers.GPTNeoXConfig(**attn, intermediate_size=64),
+        "phi3": lambda: transformers.Phi3Config(**attn, intermediate_size=64, num_key_value_heads=2, pad_token_id=0),
+        "gpt2": lambda: transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=320),
+        "bloom": lambda: transformers.BloomConfig(hidden_size=32, n_layer=2, n_head=4, vocab_size=320),
+        "opt": lambda: transformers.OPTConfig(**attn, ffn_dim=64, word_embed_proj_dim=32),
+        "falcon": lambda: transformers.FalconConfig(**attn),
+        "cohere (logit scale)": lambda: transformers.CohereConfig(**attn, intermediate_size=64, num_key_value_heads=2),
+    }[kind]()
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "gpt_neox", "phi3", "gpt2", "bloom", "opt", "falcon", "cohere (logit scale)"])
+def test_other_architectures_run_their_output_layer_once_on_learned_positions(kind):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(_other(kind), attn_implementation="eager").eval()  # no dropout
+    ids = torch.randint(3, 320, (2, 24), generator=torch.Generator().manual_seed(0))
+    labels_in = ids.clone()
+    labels_in[:, :10] = IGNORE
+    batch = {"input_ids": ids, "labels": labels_in, "position_ids": torch.arange(24).repeat(2, 1)}
+    labels = train.shifted_labels(batch, "cpu")
+    with torch.no_grad():
+        reference, count = train.loss_sum(train.forward_logits(model, batch, "cpu"), labels)
+        assert learned_logits.install(model)
+        calls = []
+        model.get_output_embeddings().register_forward_hook(lambda m, a, out: calls.append(tuple(out.shape)))
+        logits, targets = train.learned(model, batch, labels, "cpu")
+    assert calls == [(count, 320)]
+    loss = nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
+    assert float(loss) == pytest.approx(float(reference), rel=1e-6)
