@@ -5,20 +5,20 @@ The output layer and the cross-entropy over the vocabulary are most of a small m
 large share of a big one's on a 128k vocabulary; prompt-masked SFT data learns on about half its
 tokens. A forward pre-hook on the model's output embeddings (``get_output_embeddings()``, so the
 module tree, parameter names and checkpoints stay as they are) picks the learned rows of the hidden
-states, ``[batch, seq, hidden] -> [learned, hidden]``, while :func:`selecting` is active; the model
+states, ``[batch, seq, hidden] -> [learned, hidden]``, while :func:`logits_at` runs the forward; the model
 returns ``[learned, vocab]`` logits. Gradients are unchanged: the positions left out contribute
 nothing to the loss. A model whose forward does not pass through its output layer exactly once with
-``[batch, seq, hidden]`` states gets its full logits computed and indexed instead (correct, not faster).
+``[batch, seq, hidden]`` states, or that indexes the logits as ``[batch, seq, vocab]`` afterwards,
+gets its full logits computed and indexed from then on (correct, not faster).
 """
 
 from __future__ import annotations
-
-import contextlib
 
 import torch
 from torch import nn
 
 _HOOKED = "_fsdp_tui_learned_logits"
+_OFF = "_fsdp_tui_learned_logits_off"  # set on a model whose output layer the selection cannot go through
 _active: list[dict] = []  # the selection in force: {"keep": flat indices, "calls": how many times applied}
 
 
@@ -43,34 +43,29 @@ def learned_positions(labels: torch.Tensor) -> torch.Tensor:
 def logits_at(model: nn.Module, keep: torch.Tensor, forward) -> torch.Tensor:
     """``forward()`` (the model's forward, returning logits) with the output layer computed only at
     ``keep``: ``[len(keep), vocab]`` logits, in the order of ``keep``."""
-    state = {"keep": keep, "calls": 0}
+    state = {"keep": keep, "calls": 0, "head": None}
     _active.append(state)
     try:
         logits = forward()
+    except IndexError:  # the model indexes its logits as [batch, seq, vocab] after the output layer
+        if state["calls"] == 0:
+            raise
+        logits = None
     finally:
         _active.pop()
-    if state["calls"] == 1 and logits.dim() == 2 and logits.shape[0] == keep.numel():
+    if logits is not None and state["calls"] == 1 and logits.dim() == 2 and logits.shape[0] == keep.numel():
         return logits
-    if state["calls"] != 0:  # the output layer ran more than once, or its output was reshaped: do not trust it
-        with _disabled():
-            logits = forward()
+    if state["calls"] != 0:  # ran more than once, or its output was reshaped: full logits from now on
+        setattr(state["head"], _OFF, True)
+        logits = forward()
     return logits.reshape(-1, logits.shape[-1]).index_select(0, keep)
 
 
 def _pick_rows(module: nn.Module, args: tuple):
-    if not _active or not args or args[0].dim() != 3:
+    if not _active or not args or args[0].dim() != 3 or getattr(module, _OFF, False):
         return None
     state = _active[-1]
     state["calls"] += 1
+    state["head"] = module
     hidden = args[0]
     return (hidden.reshape(-1, hidden.shape[-1]).index_select(0, state["keep"].to(hidden.device)), *args[1:])
-
-
-@contextlib.contextmanager
-def _disabled():
-    saved = list(_active)
-    _active.clear()
-    try:
-        yield
-    finally:
-        _active.extend(saved)

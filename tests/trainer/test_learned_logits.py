@@ -137,6 +137,30 @@ def test_a_model_whose_output_layer_runs_twice_gets_its_full_logits_indexed(batc
         torch.testing.assert_close(grads[name], grad, rtol=1e-5, atol=1e-7, msg=name)
 
 
+class _IndexesLogits(_HeadTwice):
+    """A model that masks some vocabulary columns as ``logits[:, :, cols]`` after its output layer."""
+
+    def forward(self, input_ids, position_ids, attention_mask=None):
+        logits = self.head(self.embed(input_ids))
+        logits[:, :, :3] = -1e4
+        return type("Out", (), {"logits": logits})()
+
+
+def test_a_model_that_indexes_its_logits_by_position_falls_back_once_and_for_good(batch):
+    torch.manual_seed(0)
+    model = _IndexesLogits()
+    ref_loss, ref_grads = _full_loss_and_grads(model, batch)
+    assert learned_logits.install(model)
+    calls = []
+    model.head.register_forward_hook(lambda m, a, out: calls.append(out.dim()))
+    for _ in range(2):
+        loss, grads = _loss_and_grads(model, batch)
+        assert loss == pytest.approx(ref_loss, rel=1e-6)
+        for name, grad in ref_grads.items():
+            torch.testing.assert_close(grads[name], grad, rtol=1e-5, atol=1e-7, msg=name)
+    assert calls == [2, 3, 3]  # tried once with learned rows, then full logits on every step
+
+
 def test_a_model_without_an_output_layer_is_left_as_it_is():
     assert learned_logits.install(nn.Linear(2, 2)) is False
 
