@@ -60,6 +60,9 @@ def run(cfg, stop=None) -> None:
     """Train; ``stop`` (a :class:`trainer.stop_signal.StopSignal`) ends the run early with a checkpoint."""
     import time
 
+    # Progress bars are noise in node logs: off before tqdm and huggingface_hub read these at import.
+    for name in ("TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
+        os.environ.setdefault(name, "1")
     with _start_up_without_gc():
         import torch
         import torch.distributed as dist
@@ -68,8 +71,6 @@ def run(cfg, stop=None) -> None:
         from trainer.data import GlobalOrder
         from trainer.learned_logits import install as learned_logits_only
 
-        os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
-        os.environ.setdefault("TQDM_DISABLE", "1")  # progress bars are noise in node logs
         # Built-in assets are made before the process group exists: HF writes files only on rank 0 then.
         for name in (cfg.model_name, cfg.model.tokenizer or cfg.model_name):
             assets.resolve_model(name)

@@ -39,6 +39,8 @@ def test_demo_trains_loss_and_eval_loss_fall(demo_run):
     assert evals[-1] <= evals[0] * 0.7, evals
     assert all(r["tokens_per_s"] > 0 and len(r["memory"]) == 2 and r["memory"][1]["rss_gib"] > 0 for r in train)
     assert "step=40/40 loss=" in out.stdout
+    assert "exported Hugging Face model" in out.stdout
+    assert "Writing model shards" not in out.stdout + out.stderr  # no progress bars in node logs
 
 
 def test_checkpoints_are_complete_and_pruned(demo_run):
