@@ -1,6 +1,7 @@
 """Seed-000 recipe vs our trainer's defaults: same tiny model, same data, same 2 CPU processes, one epoch.
 
     .venv/bin/python benchmarks/bench_trainer_cpu.py [--sets short,long] [--models tiny,vocab32k|PATH]
+        [--data FILE.jsonl[:SEQ]]
 
 Two data sets: ``short`` is the shipped ``builtin:tiny-alpaca`` at max_seq_len 128; ``long`` is 200
 alpaca-format examples with long inputs and answers (made here, deterministic) at max_seq_len 512.
@@ -115,6 +116,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sets", default="short,long")
     parser.add_argument("--models", default="tiny,vocab32k")
+    parser.add_argument("--data", action="append", default=[], metavar="PATH[:SEQ]",
+                        help="an alpaca-format JSON Lines file to run as one more set (max_seq_len SEQ, "
+                             "default 512); with --sets '' it runs alone")
     args = parser.parse_args()
     from trainer.assets import resolve_dataset, resolve_model
 
@@ -124,10 +128,14 @@ def main() -> None:
         tmp = Path(tmp_name)
         sets = {"short": (resolve_dataset("builtin:tiny-alpaca"), 128),
                 "long": (str(long_examples(tmp / "long_alpaca.jsonl")), 512)}
+        for spec in args.data:
+            path, _, seq = spec.partition(":")
+            sets[Path(path).name] = (str(Path(path).resolve()), int(seq or 512))
+        names = [n for n in args.sets.split(",") if n] + [Path(spec.partition(":")[0]).name for spec in args.data]
         models = {"tiny": lambda: resolve_model("builtin:tiny-llama"), "vocab32k": lambda: vocab_model(tmp)}
         for model in args.models.split(","):
             model_dir = models[model]() if model in models else model
-            for name in args.sets.split(","):
+            for name in dict.fromkeys(names):
                 data, seq = sets[name]
                 results.append(report(run_set(name, model_dir, data, seq, env, tmp)))
     sys.exit(0 if all(results) else 1)

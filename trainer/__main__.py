@@ -87,8 +87,11 @@ def run(cfg, stop=None) -> None:
     tok = model.load_tokenizer(cfg.model_name, cfg.model)
     data = dataset.build(cfg, tok, choice.packing)
     data_s = time.perf_counter() - started
-    order = GlobalOrder(len(data.train_rows), d.world, d.rank, cfg.per_device_batch_size, cfg.seed,
-                        cfg.data.shuffle)
+    try:
+        order = GlobalOrder(len(data.train_rows), d.world, d.rank, cfg.per_device_batch_size, cfg.seed,
+                            cfg.data.shuffle)
+    except ValueError as err:  # too little data for one step: the same on every rank
+        raise SystemExit(f"{cfg.dataset_name}: {err}") from None
     accum = cfg.gradient_accumulation_steps
     total = cfg.max_steps or max(1, order.batches_per_epoch * cfg.num_epochs // accum)
     compiled, compile_note = model.choose_compile(cfg.model.compile, d.device.type, total)

@@ -258,8 +258,9 @@ class GlobalOrder:
         self.seed, self.shuffle = seed, shuffle
         self.per_global = world * batch
         if num_rows < self.per_global:
-            raise ValueError(f"{num_rows} training rows cannot fill one global batch of {self.per_global} "
-                             "(per_device_batch_size x processes): use more data or a smaller batch")
+            raise ValueError(f"parameters.per_device_batch_size: {num_rows} training rows cannot fill one global "
+                             f"batch of {self.per_global} ({batch} a process x {world} processes): use more "
+                             "data, a smaller per_device_batch_size or fewer processes")
 
     @property
     def batches_per_epoch(self) -> int:

@@ -1,5 +1,5 @@
-"""A checkpoint that does not fit the run (another model in the same output folder) is refused with the
-folder, the reason and what to do, on every rank, never a traceback."""
+"""Runs the trainer cannot do are refused on every rank with the file or key, the reason and what to do,
+never the trainer's traceback (torchrun prints its own for a failed child)."""
 
 import json
 import shutil
@@ -25,3 +25,17 @@ def test_resuming_another_models_checkpoint_names_the_folder_and_the_way_out(tmp
     assert "checkpoint.resume: never" in text
     # torchrun prints its own traceback for a failed child; the trainer's side has none
     assert "default_planner.py" not in text and "trainer/checkpoint.py" not in text, text[-3000:]
+
+
+def test_too_little_data_for_one_step_names_the_batch_size_and_the_way_out(tmp_path):
+    data = tmp_path / "six.jsonl"
+    with open("trainer/data/tiny_alpaca.jsonl") as f:
+        data.write_text("".join(f.readlines()[:6]))
+    out = run_trainer(tmp_path / "run", tiny_params(tmp_path / "out", dataset_name=str(data),
+                                                    data={"packing": False}), nproc=2)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0
+    # (one of the six rows is held out for evaluation)
+    assert f"{data}: parameters.per_device_batch_size: 5 training rows cannot fill one global batch of 16" in text
+    assert "a smaller per_device_batch_size or fewer processes" in text
+    assert "trainer/data.py" not in text and "trainer/__main__.py" not in text, text[-3000:]
