@@ -117,9 +117,9 @@ class Checkpointer:
             saved = json.loads((path / META).read_text()).get("model_name", "?")
         except (OSError, ValueError):
             saved = "?"
-        return (f"{path}: cannot resume from this checkpoint: {reason}. It was saved for model '{saved}'; "
-                f"this run trains '{self.meta.get('model_name', '?')}'. To start afresh, set "
-                f"parameters.checkpoint.resume: never or give the run another output_dir.")
+        return (f"{path}: parameters.checkpoint.resume: cannot resume from this checkpoint: {reason}. It was "
+                f"saved for model '{saved}'; this run trains '{self.meta.get('model_name', '?')}'. To start "
+                f"afresh, set checkpoint.resume: never or give the run another output_dir.")
 
     def save_once(self, state: AppState, step: int) -> None:
         """Save ``step`` unless this run already saved it (``every_steps``) or resumed from it."""

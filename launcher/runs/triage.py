@@ -16,6 +16,9 @@ SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("nccl_timeout", re.compile(r"Watchdog caught collective operation timeout|NCCL.*[Tt]imeout|ProcessGroupNCCL.*timed out")),
     ("rendezvous_timeout", re.compile(r"RendezvousTimeoutError|The client socket has timed out|"
                                       r"RendezvousConnectionError|Timed out waiting for .* rendezvous")),
+    # The trainer's refusals name the key (``FILE: parameters.KEY: what to do``) and carry no traceback;
+    # before Python errors, or torchrun's ``ChildFailedError:`` after them would name the failure.
+    ("settings", re.compile(r"^(?:\[rank\d+\]:\s*)?(?:\S+: )?parameters\.[A-Za-z_][\w.]*: (?:\S+ )+\S")),
     ("python_error", re.compile(r"^(?:\[rank\d+\]:\s*)?(\w+(?:\.\w+)*(?:Error|Exception)): (.*)$")),
     ("killed", re.compile(r"Signal (9|15) \(SIG(?:KILL|TERM)\)|exitcode\s*:\s*-(9|15)|\bKilled\b")),
 )
@@ -52,7 +55,7 @@ class TriageReport:
 
 
 # Every signature needs one of these words: a cheap test that lets ordinary lines skip the regexes.
-_KEYWORDS = ("environment.dependencies", "space", "ENOSPC", "quota", "Error", "Exception", "memory", "imeout", "imed out", "Killed", "Signal", "exitcode")
+_KEYWORDS = ("parameters.", "environment.dependencies", "space", "ENOSPC", "quota", "Error", "Exception", "memory", "imeout", "imed out", "Killed", "Signal", "exitcode")
 
 
 def might_signal(text: str) -> bool:

@@ -21,6 +21,10 @@ from trainer.protocol import MetricRecord, RankMemory
     ("fsdp-tui: pip install for environment.dependencies failed (exit 1); the job did not start", "dependencies"),
     ("Requirement already satisfied: environment.dependencies", None),
     ("step=3/10 loss=1.0", None),
+    ("[rank0]: /runs/a/params.yaml: parameters.learning_rate: Input should be greater than 0", "settings"),
+    ("parameters.data.packing: this model cannot take packed rows; set data.packing: false", "settings"),
+    ("/data/a.jsonl: parameters.per_device_batch_size: 5 training rows cannot fill one global batch", "settings"),
+    ("parameters.learning_rate: 0.001", None),  # a value echoed, not a refusal
 ])
 def test_classify_line(line, kind):
     sig = classify_line(line)
