@@ -68,6 +68,7 @@ def run(cfg, stop=None) -> None:
         import torch.distributed as dist
 
         from trainer import assets, attention, checkpoint, dataset, metrics, model, optim, parallel, train
+        from trainer.config import SettingError
         from trainer.data import GlobalOrder
         from trainer.learned_logits import install as learned_logits_only
 
@@ -76,11 +77,8 @@ def run(cfg, stop=None) -> None:
             assets.resolve_model(name)
         hf_config = model.hf_config(cfg.model_name, cfg.model)
         device_kind = "cuda" if torch.cuda.is_available() else "cpu"
-        try:
-            sdpa, flex, backend = model.attention_support(hf_config, cfg.model_name, cfg.model)
-            choice = attention.choose(cfg, hf_config.to_dict(), sdpa, flex, torch.device(device_kind), backend)
-        except attention.SettingError as err:
-            raise SystemExit(str(err)) from None
+        sdpa, flex, backend = model.attention_support(hf_config, cfg.model_name, cfg.model)
+        choice = attention.choose(cfg, hf_config.to_dict(), sdpa, flex, torch.device(device_kind), backend)
     d = parallel.init_distributed()
     torch.manual_seed(cfg.seed)
     started = time.perf_counter()
@@ -90,8 +88,8 @@ def run(cfg, stop=None) -> None:
     try:
         order = GlobalOrder(len(data.train_rows), d.world, d.rank, cfg.per_device_batch_size, cfg.seed,
                             cfg.data.shuffle)
-    except ValueError as err:  # too little data for one step: the same on every rank
-        raise SystemExit(f"{cfg.dataset_name}: {err}") from None
+    except SettingError as err:  # too little data for one step
+        raise SettingError(f"{cfg.dataset_name}: {err}") from None
     accum = cfg.gradient_accumulation_steps
     total = cfg.max_steps or max(1, order.batches_per_epoch * cfg.num_epochs // accum)
     compiled, compile_note = model.choose_compile(cfg.model.compile, d.device.type, total)
@@ -220,14 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     stop = stop_signal.install()  # before anything slow: a signal during start-up waits for the first step
     with _start_up_without_gc():
         cfg = load_config(list(sys.argv[1:] if argv is None else argv))
+    from trainer.config import SettingError  # imported by load_config
+
     try:
         run(cfg, stop)
-    except RuntimeError as err:
-        from trainer.packed_sdpa import NotRouted
-
-        if isinstance(err, NotRouted):  # found at the first forward pass, on every rank alike
-            raise SystemExit(str(err)) from None
-        raise
+    except SettingError as err:  # found alike on every rank (one at the first forward pass)
+        raise SystemExit(str(err)) from None
     return 0
 
 

@@ -14,14 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer.config import TrainerConfig
+from trainer.config import SettingError, TrainerConfig
 from trainer.model_family import packing_refusal
 
 HF_NAMES = {"sdpa": "sdpa", "eager": "eager", "flex": "flex_attention"}
-
-
-class SettingError(ValueError):
-    """A parameter the model at hand cannot take; the message names the dotted key."""
 
 
 @dataclass(frozen=True)

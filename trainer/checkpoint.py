@@ -28,7 +28,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 from trainer import ckpt_layout
 from trainer.ckpt_layout import DCP_META, META, is_complete
-from trainer.config import CheckpointConfig
+from trainer.config import CheckpointConfig, SettingError
 from trainer.parallel import Dist
 
 
@@ -92,20 +92,20 @@ class Checkpointer:
             else:
                 path = Path(self.cfg.resume).expanduser()
                 if not is_complete(path):
-                    choice[0] = ValueError(f"parameters.checkpoint.resume: '{path}' is not a complete checkpoint "
+                    choice[0] = SettingError(f"parameters.checkpoint.resume: '{path}' is not a complete checkpoint "
                                            f"(it needs {DCP_META} and {META})")
                 else:
                     choice[0] = path
         dist.broadcast_object_list(choice, src=0)
         if isinstance(choice[0], Exception):
-            raise SystemExit(str(choice[0]))
+            raise choice[0]
         return choice[0]
 
     def load(self, state: AppState, path: Path) -> None:
         try:
             dcp.load({"app": state}, checkpoint_id=str(path))
-        except (CheckpointException, ValueError, RuntimeError, KeyError) as err:
-            raise SystemExit(self._cannot_resume(path, err)) from None
+        except (CheckpointException, ValueError, KeyError) as err:
+            raise SettingError(self._cannot_resume(path, err)) from None
         self.saved_step = state.trainer["step"]
 
     def _cannot_resume(self, path: Path, err: BaseException) -> str:

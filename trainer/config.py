@@ -13,6 +13,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
+class SettingError(ValueError):
+    """A run the trainer refuses: the message names the dotted key (``parameters.x.y``), the file where
+    there is one, and what to do. The entry point turns it into a one-line exit on every rank."""
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from trainer.assets import resolve_dataset
-from trainer.config import DataConfig
+from trainer.config import DataConfig, SettingError
 
 IGNORE = -100
 _LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".arrow": "arrow", ".csv": "csv"}
@@ -258,7 +258,7 @@ class GlobalOrder:
         self.seed, self.shuffle = seed, shuffle
         self.per_global = world * batch
         if num_rows < self.per_global:
-            raise ValueError(f"parameters.per_device_batch_size: {num_rows} training rows cannot fill one global "
+            raise SettingError(f"parameters.per_device_batch_size: {num_rows} training rows cannot fill one global "
                              f"batch of {self.per_global} ({batch} a process x {world} processes): use more "
                              "data, a smaller per_device_batch_size or fewer processes")
 

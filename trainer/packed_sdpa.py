@@ -18,6 +18,8 @@ from contextvars import ContextVar
 import torch
 import torch.nn.functional as F
 
+from trainer.config import SettingError
+
 NAME = "fsdp_tui_per_example_sdpa"
 MIN_ROW_LENGTH = 256
 """Shorter rows go through the mask: the per-call cost outweighs the saved work
@@ -31,7 +33,7 @@ _calls = 0
 """How many times a layer's attention came through here (a model that never does cannot be packed so)."""
 
 
-class NotRouted(RuntimeError):
+class NotRouted(SettingError):
     """The model's attention did not come through Hugging Face's attention interface."""
 
 
