@@ -61,6 +61,21 @@ def tiny_params(output_dir: Path, **over) -> dict:
     return params
 
 
+def alpaca_examples(model_dir: Path, count: int, max_len: int, mask_prompt: bool) -> tuple[list[dict], int]:
+    """The first ``count`` shipped alpaca rows tokenized by the trainer's own code, and the pad id."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from trainer.data import Tokenize
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    with open(ROOT / "trainer/data/tiny_alpaca.jsonl") as f:
+        rows = [json.loads(line) for line in f.readlines()[:count]]
+    t = Tokenize(tok, "alpaca", max_len, mask_prompt=mask_prompt)
+    return [t(r) for r in rows], tok.pad_token_id
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     from trainer.assets import resolve_model

@@ -2,26 +2,20 @@
 for several output layers (untied, tied to the embeddings, soft-capped after the layer), and a correct
 fallback for a model whose output layer the selection cannot go through."""
 
-import json
-
 import pytest
 import torch
 from torch import nn
 
+from tests.trainer.conftest import alpaca_examples
 from trainer import learned_logits, train
-from trainer.data import IGNORE, Tokenize, collate, pack
+from trainer.data import IGNORE, collate, pack
 
 
 @pytest.fixture(scope="module")
 def batch(tiny_model_dir):
     """Two packed rows of prompt-masked alpaca examples: about half their positions learn nothing."""
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    with open("trainer/data/tiny_alpaca.jsonl") as f:
-        rows = [json.loads(line) for line in f.readlines()[:8]]
-    t = Tokenize(tok, "alpaca", 96, mask_prompt=True)
-    out = collate(pack([t(r) for r in rows], 256, tok.pad_token_id), tok.pad_token_id)
+    examples, pad_id = alpaca_examples(tiny_model_dir, 8, 96, mask_prompt=True)
+    out = collate(pack(examples, 256, pad_id), pad_id)
     learned = int((train.shifted_labels(out, "cpu") != IGNORE).sum())
     assert 0 < learned < out["input_ids"].numel() * 0.6
     return out
@@ -52,6 +46,15 @@ def _loss_and_grads(model, batch) -> tuple[float, dict[str, torch.Tensor]]:
     return loss, {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
+def _assert_same(got: tuple[float, dict], want: tuple[float, dict], rel: float, grad_rtol: float,
+                 grad_atol: float | None = None) -> None:
+    """Equal loss and gradients; ``grad_atol`` None: relative to each gradient's largest entry."""
+    assert got[0] == pytest.approx(want[0], rel=rel)
+    for name, grad in want[1].items():
+        atol = grad_atol if grad_atol is not None else 1e-12 * float(grad.abs().max())
+        torch.testing.assert_close(got[1][name], grad, rtol=grad_rtol, atol=atol, msg=name)
+
+
 def _full_loss_and_grads(model, batch) -> tuple[float, dict[str, torch.Tensor]]:
     """The reference: every position's logits, cross-entropy ignoring unlearned labels."""
     model.zero_grad(set_to_none=True)
@@ -63,16 +66,14 @@ def _full_loss_and_grads(model, batch) -> tuple[float, dict[str, torch.Tensor]]:
 @pytest.mark.parametrize("kind", ["llama", "llama tied", "gemma2 softcap"])
 def test_learned_positions_only_give_the_full_logits_loss_and_gradients(batch, kind):
     model = _tiny(kind)
-    full_loss, full_grads = _full_loss_and_grads(model, batch)
+    full = _full_loss_and_grads(model, batch)
     assert learned_logits.install(model)
     calls = []
     model.get_output_embeddings().register_forward_hook(lambda m, a, out: calls.append(tuple(out.shape)))
-    loss, grads = _loss_and_grads(model, batch)
+    got = _loss_and_grads(model, batch)
     learned = int((train.shifted_labels(batch, "cpu") != IGNORE).sum())
     assert calls == [(learned, 320)]  # the output layer ran once, on the learned positions only
-    assert loss == pytest.approx(full_loss, rel=1e-6)  # the loss is summed in fp32
-    for name, grad in full_grads.items():
-        torch.testing.assert_close(grads[name], grad, rtol=1e-9, atol=1e-12 * float(grad.abs().max()), msg=name)
+    _assert_same(got, full, rel=1e-6, grad_rtol=1e-9)  # the loss is summed in fp32
 
 
 def test_evaluation_matches_full_logits(batch, monkeypatch):
@@ -129,12 +130,9 @@ class _HeadTwice(nn.Module):
 def test_a_model_whose_output_layer_runs_twice_gets_its_full_logits_indexed(batch):
     torch.manual_seed(0)
     model = _HeadTwice()
-    ref_loss, ref_grads = _full_loss_and_grads(model, batch)
+    reference = _full_loss_and_grads(model, batch)
     assert learned_logits.install(model)
-    loss, grads = _loss_and_grads(model, batch)
-    assert loss == pytest.approx(ref_loss, rel=1e-6)
-    for name, grad in ref_grads.items():
-        torch.testing.assert_close(grads[name], grad, rtol=1e-5, atol=1e-7, msg=name)
+    _assert_same(_loss_and_grads(model, batch), reference, rel=1e-6, grad_rtol=1e-5, grad_atol=1e-7)
 
 
 class _IndexesLogits(_HeadTwice):
@@ -149,15 +147,12 @@ class _IndexesLogits(_HeadTwice):
 def test_a_model_that_indexes_its_logits_by_position_falls_back_once_and_for_good(batch):
     torch.manual_seed(0)
     model = _IndexesLogits()
-    ref_loss, ref_grads = _full_loss_and_grads(model, batch)
+    reference = _full_loss_and_grads(model, batch)
     assert learned_logits.install(model)
     calls = []
     model.head.register_forward_hook(lambda m, a, out: calls.append(out.dim()))
     for _ in range(2):
-        loss, grads = _loss_and_grads(model, batch)
-        assert loss == pytest.approx(ref_loss, rel=1e-6)
-        for name, grad in ref_grads.items():
-            torch.testing.assert_close(grads[name], grad, rtol=1e-5, atol=1e-7, msg=name)
+        _assert_same(_loss_and_grads(model, batch), reference, rel=1e-6, grad_rtol=1e-5, grad_atol=1e-7)
     assert calls == [2, 3, 3]  # tried once with learned rows, then full logits on every step
 
 

@@ -2,25 +2,18 @@
 equal the summed gradients of its examples run one by one, and settings a model cannot take are refused
 or turned off with a reason."""
 
-import json
-
 import pytest
 import torch
 
+from tests.trainer.conftest import alpaca_examples
 from trainer import attention, packed_sdpa, train
 from trainer.config import TrainerConfig
-from trainer.data import Tokenize, collate, pack, pad_rows
+from trainer.data import collate, pack, pad_rows
 
 
 @pytest.fixture(scope="module")
 def examples(tiny_model_dir):
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    with open("trainer/data/tiny_alpaca.jsonl") as f:
-        rows = [json.loads(line) for line in f.readlines()[:10]]
-    t = Tokenize(tok, "alpaca", 96, mask_prompt=False)
-    return [t(r) for r in rows], tok.pad_token_id
+    return alpaca_examples(tiny_model_dir, 10, 96, mask_prompt=False)
 
 
 def _model(model_dir, implementation: str):
