@@ -10,8 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from launcher.workload import checks, schema_walk
-from launcher.workload.model import Workload
+from launcher.workload import checks, schema_walk, sweep_check
+from launcher.workload.model import Sweep, Workload
 from launcher.workload.overrides import SOURCE as OVERRIDE_SOURCE
 from launcher.workload.overrides import AppliedOverride, apply_overrides
 from launcher.workload.problems import Problem, did_you_mean, format_path, has_errors
@@ -64,8 +64,13 @@ def validate_file(path: Path | str, overrides: Sequence[str] = ()) -> Validation
 
 def validate_text(text: str, filename: str = "<workload>", overrides: Sequence[str] = (),
                   base_dir: Path | None = None) -> ValidationResult:
-    """Validate YAML text (the editor's buffer); ``base_dir`` resolves ``code_source`` paths."""
-    loaded = load_yaml(text, filename)
+    """Validate YAML text (the editor's buffer); ``base_dir`` resolves ``code_source`` paths. A
+    ``sweep:`` section's variants are checked too, each problem at the sweep line that asked for it."""
+    return _validate_loaded(load_yaml(text, filename), filename, overrides, base_dir, with_sweep=True)
+
+
+def _validate_loaded(loaded: LoadedYaml, filename: str, overrides: Sequence[str], base_dir: Path | None,
+                     *, with_sweep: bool) -> ValidationResult:
     problems = list(loaded.problems)
     if not isinstance(loaded.data, dict):
         if not has_errors(problems):
@@ -106,6 +111,8 @@ def validate_text(text: str, filename: str = "<workload>", overrides: Sequence[s
                                        "no compute section: this runs one process on this machine",
                                        "add compute: with hosts: [...] and procs_per_node: N for SSH nodes "
                                        "or more processes", at=()))
+    if with_sweep:
+        problems += _sweep_problems(loaded, filename, overrides, base_dir, data, problems)
     ok = not has_errors(problems)
     return ValidationResult(
         _sorted(problems),
@@ -114,6 +121,33 @@ def validate_text(text: str, filename: str = "<workload>", overrides: Sequence[s
         data,
         applied,
     )
+
+
+def _sweep_problems(loaded: LoadedYaml, filename: str, overrides: Sequence[str], base_dir: Path | None,
+                    data: dict[str, Any], known: list[Problem]) -> list[Problem]:
+    """Each variant of a shape-valid ``sweep:`` section validated as ``fsdp-tui sweep`` will launch it."""
+    raw = data.get("sweep")
+    if not isinstance(raw, dict):
+        return []
+    try:
+        spec = Sweep.model_validate(raw)
+    except ValidationError:
+        return []  # the section's own shape problems are reported with the workload's
+    where = sweep_check.origins(loaded, filename, spec)
+    out = sweep_check.shape_problems(spec, where)
+    if not spec.grid and not spec.variants:
+        line, col = loaded.mark(("sweep",), key=True)
+        out.append(Problem(filename, line, col, "sweep", "warning", "the sweep has no grid and no variants",
+                           "add sweep.grid or sweep.variants, or give axes with fsdp-tui sweep --over"))
+    variants = [v for v in sweep_check.expand(spec, where) if v]
+    if not variants:
+        return out
+
+    def check(sets: Sequence[str]) -> list[Problem]:
+        extra = [*overrides, sweep_check.DROP_SWEEP, *sets]
+        return _validate_loaded(loaded, filename, extra, base_dir, with_sweep=False).problems
+
+    return out + sweep_check.variant_problems(variants, check, len(overrides) + 2, known)
 
 
 def _valid_part(data: dict[str, Any], err: ValidationError) -> Workload | None:
