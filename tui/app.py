@@ -192,7 +192,9 @@ class FsdpTuiApp(App):
         if from_run is None and planned.plan.workload.sweep is not None:
             await self._launch_sweep(path, overrides)
             return
-        run_id = await asyncio.to_thread(start_run, planned.plan, self.home)
+        run_id = await asyncio.to_thread(start_run, planned.plan, self.home, idempotent=from_run is None)
+        if run_id != planned.plan.run_id:
+            self.notify(f"idempotency_token was launched before as run {run_id}: not launched again", timeout=8)
         self.launched.append(run_id)
         self.open_run(run_id)
 

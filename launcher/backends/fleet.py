@@ -146,10 +146,13 @@ class AgentFleet:
             raise NodeError(f"code_source folder {plan.code_root} does not exist")
         trees: list[tuple[str, str, bytes]] = []  # (upload name, destination, tar bytes)
         if plan.code_root is not None:
-            from launcher.backends.agent.files import tar_bytes
+            from launcher.backends.snapshot_source import SnapshotError, pack
 
-            exclude = tuple(plan.workload.code_source.snapshot.exclude)
-            trees.append(("code.tar", "code", await asyncio.to_thread(tar_bytes, str(plan.code_root), ".", exclude)))
+            try:
+                code = await asyncio.to_thread(pack, plan.code_root, plan.workload.code_source.snapshot)
+            except SnapshotError as err:
+                raise NodeError(str(err)) from None
+            trees.append(("code.tar", "code", code))
         if plan.uses_builtin_trainer:
             from launcher.backends.agent.files import tar_bytes
 
@@ -185,7 +188,7 @@ class AgentFleet:
             argv[0] = python
         retries = self.plan.workload.max_retries
         return {"argv": argv, "env": node.env, "dir_env": node.dir_env, "secrets": secrets, "python": python,
-                "attempt": attempt, "dependencies": list(self.plan.workload.environment.dependencies),
+                "attempt": attempt, "dependencies": list(self.plan.dependencies),
                 "venv_root": self.plan.venv_root,
                 "marker": f"{attempt} of {retries + 1}" if retries else (str(attempt) if attempt > 1 else None)}
 

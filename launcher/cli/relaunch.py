@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"fsdp-tui {args.verb}: the recorded workload of {run_id} no longer validates (see above)",
               file=sys.stderr)
         return 1
-    new_id = start_run(planned.plan, store.home)
+    new_id = start_run(planned.plan, store.home, idempotent=False)
     if not args.json:
         print(new_id)
     if args.detach or not (args.watch or args.json):

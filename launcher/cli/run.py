@@ -64,5 +64,8 @@ def run(args: argparse.Namespace) -> int:
 
     home = data_home()
     run_id = start_run(plan, home, force=args.force)
+    if run_id != plan.run_id:
+        print(f"{args.file}: idempotency_token {plan.workload.idempotency_token!r} was launched before as run "
+              f"{run_id}: not launched again; following {run_id}", file=sys.stderr)
     return watch(home, run_id, json_events=args.json, cancel_on_interrupt=args.cancel_on_interrupt,
                  num_nodes=len(plan.nodes))

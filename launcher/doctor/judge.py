@@ -120,6 +120,8 @@ def evaluate(plan: RunPlan, node: NodePlan, probe: NodeProbe, *, node0_hostname:
         return NodeReport(node.node_rank, probe.label, tuple(checks))
     checks.append(_gpu_check(plan, facts.get("gpus", {}), host))
     checks.append(_disk_check(facts.get("disk", {}), host))
+    if plan.workload.environment.docker_image is not None:
+        checks.append(_container_check(plan, facts.get("containers", {}), host))
     if facts.get("output_dir") is not None:
         checks.append(_output_dir_check(facts["output_dir"], host))
     if node.node_rank == 0:
@@ -127,6 +129,15 @@ def evaluate(plan: RunPlan, node: NodePlan, probe: NodeProbe, *, node0_hostname:
     else:
         checks.append(_resolve_check(plan, facts.get("master", {}), host, facts.get("hostname"), node0_hostname))
     return NodeReport(node.node_rank, probe.label, tuple(checks), probe.facts)
+
+
+def _container_check(plan: RunPlan, runtimes: dict, host: str) -> Check:
+    image = plan.workload.environment.docker_image
+    found = [f"{name} ({path})" for name, path in runtimes.items() if path]
+    if found:
+        return Check("container", "ok", f"{', '.join(found)} runs {image.url if image else 'the image'}")
+    return Check("container", "error", "environment.docker_image: neither docker nor podman is on PATH",
+                 f"install docker or podman on {host}, or remove environment.docker_image")
 
 
 def _python_check(probe: NodeProbe, facts: dict, host: str) -> Check:

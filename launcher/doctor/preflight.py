@@ -34,7 +34,7 @@ async def preflight(backend: Backend) -> list[Refusal]:
     plan = backend.plan
     # A workload's own command may bring its own packages (a venv, a container): only the built-in
     # trainer's needs are certain, and environment.dependencies are installed by the job itself.
-    packages_matter = plan.uses_builtin_trainer and not plan.workload.environment.dependencies
+    packages_matter = plan.uses_builtin_trainer and not plan.dependencies
 
     async def one(rank: int) -> list[Refusal]:
         info = backend.node_info(rank)

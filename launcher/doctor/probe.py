@@ -188,5 +188,6 @@ def main(params_json):
                               params.get("node_dir") or params["run_root"])
                        if params.get("output_dir") else None),
         "master": _guard(_master, params["master_addr"], params["master_port"], params["bind"]),
+        "containers": {name: shutil.which(name) for name in ("docker", "podman")},
     }
     sys.stdout.write("\n" + MARKER + json.dumps(facts) + "\n")

@@ -37,11 +37,21 @@ def create_run(plan: RunPlan, home: Path) -> Path:
     return directory
 
 
-def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str, str] | None = None) -> str:
+def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str, str] | None = None,
+              idempotent: bool = True) -> str:
     """Record the run and start its owner, detached: the run outlives this process and its terminal.
     The run's lock is taken before its record exists, so nobody can take the new run for an orphan.
     ``force``: skip the cheap checks that refuse a launch that cannot run. ``tags``: extra MLflow tags
-    of the run (a sweep's variant names its sweep and its parent MLflow run)."""
+    of the run (a sweep's variant names its sweep and its parent MLflow run). With the workload's
+    ``idempotency_token`` (and ``idempotent``, the default: a relaunch is meant as a new run), a token
+    launched before answers with that run's id and nothing starts."""
+    token = plan.workload.idempotency_token
+    if token and idempotent:
+        from launcher.runs.idempotency import claim
+
+        earlier = claim(home, token, plan.run_id, tags)
+        if earlier is not None:
+            return earlier
     lock = OwnerLock(run_dir(home, plan.run_id))
     if not lock.acquire():
         raise RuntimeError(f"run {plan.run_id} exists already")

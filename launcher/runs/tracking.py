@@ -48,7 +48,7 @@ class Tracker:
         self.enabled = cfg.enabled
         self.home, self.plan, self.path = Path(home), plan, run_dir / STATE_FILE
         self.sink = MlflowSink(cfg.tracking_uri, cfg.experiment or plan.workload.experiment_name,
-                               cfg.run_name or plan.run_id, self.home) if cfg.enabled else None
+                               plan.workload.mlflow_name or plan.run_id, self.home) if cfg.enabled else None
         self.state = self._load()
         self.opened = False
         self.error: str | None = None

@@ -7,6 +7,7 @@ from pathlib import Path as FsPath
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from launcher.workload.air_rules import check_air
 from launcher.workload.model import ENV_NAME, RESERVED_ENV, SECRET_REF, Workload
 from launcher.workload.topology import Finding, resolve_topology
 from trainer.config import TrainerConfig
@@ -16,13 +17,17 @@ _SECRETISH = re.compile(r"(TOKEN|PASSWORD|PASSWD|SECRET|API_KEY|ACCESS_KEY|PRIVA
 _METRIC_GROUPS = {"step", "max_steps", "loss", "lr", "eval_loss", "tokens_per_s", "grad_norm", "epoch"}
 
 
-def check_workload(w: Workload, base_dir: FsPath | None) -> list[Finding]:
-    """Every cross-field problem of a shape-valid workload. ``base_dir`` is the file's folder."""
+def check_workload(w: Workload, base_dir: FsPath | None, written: frozenset[str] | None = None,
+                   source: FsPath | None = None) -> list[Finding]:
+    """Every cross-field problem of a shape-valid workload. ``base_dir`` is the file's folder, ``source``
+    the file; ``written`` the top-level keys of the file (some may have been left out of ``w`` for their
+    own errors)."""
     topo = resolve_topology(w)
     out = list(topo.findings)
     out += _env_and_secrets(w)
     out += _environment(w)
-    out += _misc(w, base_dir, topo.num_nodes)
+    out += _misc(w, base_dir, topo.num_nodes, written)
+    out += check_air(w, base_dir, source)
     return out
 
 
@@ -92,7 +97,8 @@ def _environment(w: Workload) -> list[Finding]:
         out.append(Finding(("environment", "python"), "error",
                            "environment.python must be one interpreter path or name",
                            "e.g. python3 or /opt/venv/bin/python"))
-    for i, req in enumerate(w.environment.dependencies):
+    deps = w.environment.dependencies
+    for i, req in enumerate(deps if isinstance(deps, list) else ()):
         try:
             Requirement(req)
         except InvalidRequirement as err:
@@ -101,7 +107,7 @@ def _environment(w: Workload) -> list[Finding]:
     return out
 
 
-def _misc(w: Workload, base_dir: FsPath | None, num_nodes: int) -> list[Finding]:
+def _misc(w: Workload, base_dir: FsPath | None, num_nodes: int, written: frozenset[str] | None) -> list[Finding]:
     out: list[Finding] = []
     if w.command is not None and not w.command.strip():
         out.append(Finding(("command",), "error", "command is empty",
@@ -123,7 +129,8 @@ def _misc(w: Workload, base_dir: FsPath | None, num_nodes: int) -> list[Finding]
         if not root.is_dir():
             out.append(Finding(("code_source", "snapshot", "root_path"), "error",
                                f"folder '{root}' does not exist", "paths are relative to the workload file"))
-    if w.command is not None and w.code_source is None and "CODE_SOURCE_PATH" in w.command:
+    if w.command is not None and w.code_source is None and "CODE_SOURCE_PATH" in w.command \
+            and "code_source" not in (written or ()):
         out.append(Finding(("command",), "warning", "command uses $CODE_SOURCE_PATH but there is no code_source",
                            "add code_source: {type: snapshot, snapshot: {root_path: .}}"))
     if not w.compute.hosts and w.ssh != type(w.ssh)():

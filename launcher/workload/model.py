@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from launcher.workload.air_fields import DockerImage, GitRef, Permission, Schedule
+
 EXPERIMENT_NAME = r"^[A-Za-z0-9_-]{1,100}$"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SECRET_REF = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
@@ -83,6 +85,10 @@ class Compute(_Model):
     """Rendezvous port on node 0 (default 29500, checked free at launch)."""
     slurm: Slurm | None = None
     """Submit to a SLURM cluster through its login node instead of reaching ``hosts`` over SSH."""
+    node_pool_id: str | None = None
+    """Databricks node pool (older ``air`` files); ignored here."""
+    pool_name: str | None = None
+    """Databricks node pool by name (older ``air`` files); ignored here."""
 
 
 class Ssh(_Model):
@@ -119,8 +125,11 @@ class Environment(_Model):
     """``air`` client image version; accepted for compatibility, not used."""
     python: str = "python3"
     """Interpreter on the nodes; its bin dir goes first on PATH."""
-    dependencies: list[str] = Field(default_factory=list)
-    """pip requirement strings installed into a venv on each node, cached by their hash."""
+    dependencies: list[str] | str = Field(default_factory=list)
+    """pip requirement strings installed into a venv on each node, cached by their hash; or the path of a
+    requirements file (relative to the workload file), read when the run is planned."""
+    docker_image: DockerImage | None = None
+    """Run the command inside this container image on every node (needs docker or podman there)."""
 
 
 class Snapshot(_Model):
@@ -128,6 +137,12 @@ class Snapshot(_Model):
     """Folder to upload, relative to the workload file."""
     exclude: list[str] = Field(default_factory=lambda: [".git", "__pycache__", "*.pyc", ".venv"])
     """Glob patterns left out of the upload."""
+    include_paths: list[str] | None = None
+    """Only these files and folders (relative to ``root_path``, no ``..``) are uploaded."""
+    git: GitRef | None = None
+    """Upload the folder as committed at ``branch`` or ``commit`` (reproducible from the commit)."""
+    remote_volume: str | None = None
+    """Databricks volume the archive is uploaded to (``/Volumes/...``); ignored here."""
 
 
 class CodeSource(_Model):
@@ -207,6 +222,23 @@ class Workload(_Model):
     metrics: Metrics = Field(default_factory=Metrics)
     sweep: Sweep | None = None
     """Variants to compare (``fsdp-tui sweep``); ``fsdp-tui run`` launches the workload as written."""
+    idempotency_token: str | None = None
+    """A second launch with the same token (up to 64 characters) answers with the first run instead of
+    launching again."""
+    mlflow_run_name: str | None = None
+    """The MLflow run's name (``air``'s spelling of ``mlflow.run_name``)."""
+    mlflow_experiment_directory: str | None = None
+    """Databricks workspace folder of the MLflow experiment (``/Workspace/...``); ignored here."""
+    mlflow_artifact_location: str | None = None
+    """Databricks location of MLflow artifacts (``dbfs:/...``); ignored here."""
+    permissions: list[Permission] | None = None
+    """Who may view or manage the Databricks run; ignored here."""
+    usage_policy_name: str | None = None
+    """Databricks usage policy to bill, by name; ignored here."""
+    usage_policy_id: str | None = None
+    """Databricks usage policy to bill, by id (a UUID); ignored here."""
+    schedule: Schedule | None = None
+    """A recurring launch as Databricks runs it; here validation prints the crontab line that would."""
 
     @field_validator("env_variables", mode="before")
     @classmethod
@@ -220,3 +252,8 @@ class Workload(_Model):
     @property
     def uses_builtin_trainer(self) -> bool:
         return self.command is None
+
+    @property
+    def mlflow_name(self) -> str | None:
+        """The MLflow run's name as written (``mlflow.run_name`` or ``air``'s ``mlflow_run_name``)."""
+        return self.mlflow.run_name or self.mlflow_run_name

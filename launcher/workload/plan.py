@@ -7,6 +7,8 @@ from pathlib import Path
 
 import yaml
 
+from launcher.workload.air_rules import read_dependencies
+from launcher.workload.container import container_script
 from launcher.workload.hosts import HostTarget, parse_host
 from launcher.workload.model import Workload
 from launcher.workload.topology import Topology, resolve_topology
@@ -66,6 +68,8 @@ class RunPlan:
     """Why this plan cannot run as it stands (e.g. an ``air`` file without hosts)."""
     node_root: str = DEFAULT_NODE_ROOT
     """The folder of run directories on the nodes (``<node_root>/<run_id>/node-<rank>``)."""
+    dependencies: tuple[str, ...] = ()
+    """``environment.dependencies`` as pip takes them (read from the requirements file when it names one)."""
     master_addr_is_alias: bool = False
     """``master_addr`` is node 0's target as written (an ``~/.ssh/config`` alias, maybe): the backend
     that reaches the nodes resolves it to the address they dial (:func:`with_rendezvous`)."""
@@ -101,9 +105,14 @@ def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = No
     if slurm is not None:
         master_addr, alias = SLURM_FIRST_NODE, False
         root = (node_root or slurm.job_dir).rstrip("/")
+    base = source_file.parent if source_file is not None else Path.cwd()
+    dependencies = workload.environment.dependencies
+    if isinstance(dependencies, str):
+        dependencies, problem = read_dependencies(dependencies, base)
+        if problem:
+            blockers.append(problem)
     code_root = None
     if workload.code_source is not None:
-        base = source_file.parent if source_file is not None else Path.cwd()
         code_root = (base / workload.code_source.snapshot.root_path).expanduser().resolve()
     nodes = []
     for rank, host in enumerate(hosts):
@@ -125,7 +134,7 @@ def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = No
             node_dir=f"{root}/{run_id}/node-{rank}",
             env=env,
             dir_env=dir_env,
-            argv=_argv(workload, topo, rank, master_addr, port),
+            argv=_argv(workload, topo, rank, master_addr, port, [*env, *dir_env, *workload.secrets]),
             display=f"SLURM node {rank} via {hosts[rank].display if hosts[rank] else 'this machine'}"
             if slurm is not None else None,
         ))
@@ -142,6 +151,7 @@ def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = No
         secret_names=tuple(workload.secrets),
         blockers=tuple(blockers),
         node_root=root,
+        dependencies=tuple(dependencies),
         master_addr_is_alias=alias,
     )
 
@@ -175,7 +185,7 @@ def plan_to_json(plan: RunPlan) -> dict:
     return {"run_id": plan.run_id, "workload": plan.workload.model_dump(mode="json"),
             "source_file": str(plan.source_file) if plan.source_file else None, "node_root": plan.node_root,
             "master_addr": plan.master_addr, "master_port": plan.master_port,
-            "master_addr_is_alias": plan.master_addr_is_alias}
+            "master_addr_is_alias": plan.master_addr_is_alias, "dependencies": list(plan.dependencies)}
 
 
 def plan_from_json(data: dict) -> RunPlan:
@@ -184,6 +194,9 @@ def plan_from_json(data: dict) -> RunPlan:
                       source_file=Path(data["source_file"]) if data.get("source_file") else None,
                       node_root=data["node_root"])
     plan = with_rendezvous(plan, addr=data["master_addr"], port=data["master_port"])
+    if "dependencies" in data:  # as the run had them, whatever its requirements file says today
+        plan = replace(plan, dependencies=tuple(data["dependencies"]),
+                       blockers=tuple(b for b in plan.blockers if "requirements file" not in b))
     return replace(plan, master_addr_is_alias=bool(data.get("master_addr_is_alias")))
 
 
@@ -192,7 +205,10 @@ def _master_addr(host: HostTarget | None) -> str:
     return LOCAL_MASTER_ADDR if host is None or host.is_local else host.hostname
 
 
-def _argv(w: Workload, topo: Topology, rank: int, master_addr: str, port: int) -> tuple[str, ...]:
+def _argv(w: Workload, topo: Topology, rank: int, master_addr: str, port: int,
+          env_names: list[str]) -> tuple[str, ...]:
+    if w.command is not None and w.environment.docker_image is not None:
+        return ("bash", "-c", container_script(w, [*env_names, METRICS_FILE_ENV], gpus=topo.kind == "gpu"))
     if w.command is not None:
         return ("bash", "-c", w.command)
     return (
@@ -233,7 +249,14 @@ def render_plan(plan: RunPlan) -> str:
                       else "the workload's command"),
     ]
     if plan.code_root is not None:
-        lines.append(f"  code snapshot: {plan.code_root} -> <node dir>/code")
+        snap = plan.workload.code_source.snapshot if plan.workload.code_source else None
+        revision = ""
+        if snap is not None and snap.git is not None:
+            revision = f" as committed at {'commit ' + snap.git.commit if snap.git.commit else 'branch ' + str(snap.git.branch)}"
+        only = f" (only {', '.join(snap.include_paths)})" if snap is not None and snap.include_paths else ""
+        lines.append(f"  code snapshot: {plan.code_root}{revision}{only} -> <node dir>/code")
+    if plan.dependencies:
+        lines.append(f"  dependencies: {' '.join(plan.dependencies)}")
     for blocker in plan.blockers:
         lines.append(f"  cannot run yet: {blocker}")
     for node in plan.nodes:

@@ -102,7 +102,8 @@ def _validate_loaded(loaded: LoadedYaml, filename: str, overrides: Sequence[str]
             problems += _convert(err, TrainerConfig, data["parameters"], ("parameters",), locate)
 
     if checked is not None:
-        findings = checks.check_workload(checked, base_dir)
+        source = base_dir / Path(filename).name if base_dir is not None else None
+        findings = checks.check_workload(checked, base_dir, frozenset(data), source)
         if trainer_cfg is not None:
             findings += checks.check_trainer(checked, trainer_cfg, base_dir)
         problems += [locate.finding(f) for f in findings]

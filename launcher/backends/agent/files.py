@@ -129,13 +129,21 @@ def _remove(path: str) -> None:
         pass
 
 
-def tar_bytes(root: str, arcname: str, exclude=()) -> bytes:
-    """A tar of ``root`` (as ``arcname``) without what ``exclude``'s globs match; used by the launcher."""
+def tar_bytes(root: str, arcname: str, exclude=(), include=()) -> bytes:
+    """A tar of ``root`` (as ``arcname``) without what ``exclude``'s globs match and, when ``include``
+    names paths relative to ``root``, with only those (and the folders above them); used by the launcher."""
     import fnmatch
+
+    def wanted(rel: str) -> bool:
+        return not include or rel in ("", ".") or any(
+            rel == p or rel.startswith(p + "/") or p.startswith(rel + "/") for p in include)
 
     def skip(info: tarfile.TarInfo):
         base = os.path.basename(info.name)
-        return None if any(fnmatch.fnmatch(base, pat) for pat in exclude) else info
+        rel = os.path.relpath(info.name, arcname) if info.name != arcname else ""
+        if any(fnmatch.fnmatch(base, pat) for pat in exclude) or not wanted(rel):
+            return None
+        return info
 
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
