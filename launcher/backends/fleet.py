@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -30,8 +31,8 @@ from launcher.backends.base import (
     Stream,
 )
 from launcher.events import GpuSample
+from launcher.untrusted import printable
 from launcher.workload.plan import TRAINER_PKG_DIR, NodePlan, RunPlan, render_plan, with_rendezvous
-from trainer.ckpt_layout import CheckpointInfo
 from trainer.protocol import RUN_ID_ENV
 
 DEFAULT_PYTHON = "python3"
@@ -243,8 +244,7 @@ class AgentFleet:
             header, _ = await self.links[0].call("ckpt_list", output_dir=output_dir, env=self._job_env())
         except NodeError as err:
             return CheckpointListing(0, self.label(0), output_dir, error=str(err))
-        ckpts = tuple(CheckpointInfo(**c) for c in header.get("checkpoints", []))
-        return CheckpointListing(0, self.label(0), header.get("root", output_dir), ckpts, bool(header.get("exists")))
+        return CheckpointListing.from_wire(0, self.label(0), output_dir, header)
 
     async def delete_checkpoint(self, output_dir: str, name: str) -> None:
         await self.links[0].call("ckpt_delete", output_dir=output_dir, env=self._job_env(), name=name)
@@ -284,19 +284,38 @@ class AgentFleet:
 
 
 def _unpack_here(data: bytes, to: Path, label: str) -> Path:
-    """A folder fetched from a node as a tar, into ``to`` (which must not exist yet)."""
+    """A folder fetched from a node as a tar, into ``to`` (which must not exist yet), by the agent's own
+    rule (:func:`~launcher.backends.agent.files.checked_members`): a tar with anything else in it (a link, a
+    hard link, a device, a path out of the folder, more bytes than it holds) is refused whole, naming the
+    node and the entries; nothing is written then."""
     import io
+    import shutil
     import tarfile
+    import tempfile
 
-    if to.exists():
+    from launcher.backends.agent.files import checked_members, extract
+
+    if os.path.lexists(to):
         raise NodeError(f"{to} exists: exports never overwrite, pick a new folder")
-    staging = to.with_name(f".{to.name}.partial")
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        members = tar.getmembers()
-        top = members[0].name.split("/")[0] if members else ""
-        if any(m.name.startswith("/") or ".." in m.name.split("/") for m in members):
-            raise NodeError(f"{label}: refusing an export with paths outside its folder")
-        tar.extractall(staging, members)
-    (staging / top).rename(to)
-    staging.rmdir()
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            members, refused = checked_members(tar, len(data))
+            tops = {m.name.replace("\\", "/").split("/")[0] for m in members}
+            if len(tops) > 1:
+                refused += sorted(tops)[1:]
+            if refused or not members:
+                shown = ", ".join(printable(name) for name in refused[:5]) + (" ..." if len(refused) > 5 else "")
+                raise NodeError(f"{label}: refusing the export's copy: {len(refused)} entries are not plain files "
+                                f"or folders inside one folder ({shown or 'it is empty'}); nothing was written "
+                                "here. Look at the export folder on that node: something other than the export "
+                                "wrote into it")
+            to.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".{to.name}.", suffix=".partial", dir=to.parent))
+            try:
+                extract(tar, members, str(staging))
+                (staging / tops.pop()).rename(to)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    except (tarfile.TarError, OSError) as err:
+        raise NodeError(f"{label}: the export's copy could not be unpacked into {to}: {printable(err)}") from None
     return to
