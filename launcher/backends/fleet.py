@@ -11,6 +11,8 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.backends.agent_client import AgentError, AgentLink
@@ -145,34 +147,26 @@ class AgentFleet:
         plan = self.plan
         if plan.code_root is not None and not plan.code_root.is_dir():
             raise NodeError(f"code_source folder {plan.code_root} does not exist")
-        trees: list[tuple[str, str, bytes]] = []  # (upload name, destination, tar bytes)
-        if plan.code_root is not None:
-            from launcher.backends.agent.files import tar_bytes
+        with tempfile.TemporaryDirectory(prefix="fsdp-tui-ship-") as tmp:
+            trees = await asyncio.to_thread(_write_trees, plan, Path(tmp))
 
-            exclude = tuple(plan.workload.code_source.snapshot.exclude)
-            trees.append(("code.tar", "code", await asyncio.to_thread(tar_bytes, str(plan.code_root), ".", exclude)))
-        if plan.uses_builtin_trainer:
-            from launcher.backends.agent.files import tar_bytes
+            async def one(rank: int) -> None:
+                link = self.links[rank]
+                await link.call("write", plan.parameters_yaml.encode("utf-8"), name="parameters.yaml")
+                for tree in trees:
+                    await self._upload(link, tree)
 
-            data = await asyncio.to_thread(tar_bytes, str(TRAINER_SOURCE), "trainer", TRAINER_EXCLUDE)
-            trees.append(("trainer.tar", TRAINER_PKG_DIR, data))
+            await self._every_node(one)
 
-        async def one(rank: int) -> None:
-            link = self.links[rank]
-            await link.call("write", plan.parameters_yaml.encode("utf-8"), name="parameters.yaml")
-            for name, dest, data in trees:
-                await self._upload(link, name, dest, data)
-
-        await self._every_node(one)
-
-    async def _upload(self, link: AgentLink, name: str, dest: str, data: bytes) -> None:
-        for offset in range(0, max(len(data), 1), UPLOAD_CHUNK):
-            await link.call("put", data[offset:offset + UPLOAD_CHUNK], name=name, offset=offset)
+    async def _upload(self, link: AgentLink, tree: _Tree) -> None:
+        """A tar from disk to a node, one chunk in memory at a time."""
+        for offset in range(0, max(tree.size, 1), UPLOAD_CHUNK):
+            chunk = await asyncio.to_thread(_chunk, tree.path, offset)
+            await link.call("put", chunk, name=tree.name, offset=offset)
         try:
-            await link.call("unpack", name=name, total=len(data), sha256=hashlib.sha256(data).hexdigest(),
-                            dest=dest)
+            await link.call("unpack", name=tree.name, total=tree.size, sha256=tree.sha256, dest=tree.dest)
         except AgentError as err:
-            raise NodeError(f"{err} (shipping {dest}/ to {link.label})") from None
+            raise NodeError(f"{err} (shipping {tree.dest}/ to {link.label})") from None
 
     async def claim_port(self, port: int) -> PortClaim:
         header, _ = await self.links[0].call("port", port=port)
@@ -281,6 +275,44 @@ class AgentFleet:
 
     async def close(self) -> None:
         await asyncio.gather(*(link.close() for link in self.links), return_exceptions=True)
+
+
+@dataclass(frozen=True)
+class _Tree:
+    """A folder to ship, as a tar file on this machine."""
+
+    name: str
+    dest: str
+    path: Path
+    size: int
+    sha256: str
+
+
+def _chunk(path: Path, offset: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(UPLOAD_CHUNK)
+
+
+def _write_trees(plan: RunPlan, tmp: Path) -> list[_Tree]:
+    """The code snapshot and the built-in trainer as tar files in ``tmp``, by the snapshot's rule."""
+    from launcher.workload.snapshot import SnapshotRefused, write_tar
+
+    wanted: list[tuple[str, str, Path, tuple[str, ...], str]] = []
+    if plan.code_root is not None:
+        wanted.append(("code.tar", "code", plan.code_root, tuple(plan.workload.code_source.snapshot.exclude), "."))
+    if plan.uses_builtin_trainer:
+        wanted.append(("trainer.tar", TRAINER_PKG_DIR, TRAINER_SOURCE, TRAINER_EXCLUDE, "trainer"))
+    trees = []
+    for name, dest, root, exclude, arcname in wanted:
+        try:
+            size, sha = write_tar(root, arcname, exclude, tmp / name)
+        except SnapshotRefused as err:
+            raise NodeError(f"code_source.snapshot.root_path ({root}): nothing was shipped: {err}") from None
+        except OSError as err:
+            raise NodeError(f"cannot pack {root} to ship it: {err}") from None
+        trees.append(_Tree(name, dest, tmp / name, size, sha))
+    return trees
 
 
 def _unpack_here(data: bytes, to: Path, label: str) -> Path:

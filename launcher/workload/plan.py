@@ -206,6 +206,16 @@ def _argv(w: Workload, topo: Topology, rank: int, master_addr: str, port: int) -
     )
 
 
+def _snapshot_size(plan: RunPlan) -> str:
+    from launcher.workload.snapshot import scan
+
+    if not plan.code_root.is_dir():
+        return ""
+    found = scan(plan.code_root, plan.workload.code_source.snapshot.exclude)
+    refused = f", {len(found.refused)} entries a node refuses" if found.refused else ""
+    return f" ({found.files} files, {found.total_bytes / 2**20:.1f} MiB{refused})"
+
+
 SECRET_MASK = "******"
 
 
@@ -233,7 +243,7 @@ def render_plan(plan: RunPlan) -> str:
                       else "the workload's command"),
     ]
     if plan.code_root is not None:
-        lines.append(f"  code snapshot: {plan.code_root} -> <node dir>/code")
+        lines.append(f"  code snapshot: {plan.code_root} -> <node dir>/code{_snapshot_size(plan)}")
     for blocker in plan.blockers:
         lines.append(f"  cannot run yet: {blocker}")
     for node in plan.nodes:

@@ -148,7 +148,8 @@ def _remove(path: str) -> None:
 
 
 def tar_bytes(root: str, arcname: str, exclude=()) -> bytes:
-    """A tar of ``root`` (as ``arcname``) without what ``exclude``'s globs match; used by the launcher."""
+    """A tar of ``root`` (as ``arcname``) without what ``exclude``'s globs match (an export's folder, packed to
+    be copied back); the launcher ships code by :mod:`launcher.workload.snapshot`'s rule instead."""
     import fnmatch
 
     def skip(info: tarfile.TarInfo):
