@@ -7,8 +7,12 @@ folder named with ``#`` and ``: ``."""
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
+import subprocess
+import time
 
-from tests.launcher.conftest import cli, write_workload
+from tests.launcher.conftest import FSDP_TUI, ROOT, cli, cli_env, write_workload
 from tests.launcher.hostile import reached_terminal_safely
 
 JOB = r'''
@@ -82,6 +86,9 @@ def test_a_hostile_job_reaches_no_terminal_and_resume_takes_the_exact_folder(tmp
     assert rows["step-00000006"] == rows["step-00000030"] == "link" and rows["c"] == "yes"
     assert "step-00000009-x" in listing and "step-00000011-a #b: c" in listing
 
+    if shutil.which("tmux"):
+        _titles_stay(home, run_id, tmp_path)
+
     resumed = cli(home, "resume", run_id, "--json", timeout=180)
     assert resumed.returncode == 0, resumed.stderr
     path = resumed.stderr.split("resuming from ", 1)[1].splitlines()[0]
@@ -89,3 +96,28 @@ def test_a_hostile_job_reaches_no_terminal_and_resume_takes_the_exact_folder(tmp
     new_id = next(r["run_id"] for r in json.loads(_here(capsys, "runs", "--json")[1]) if r["run_id"] != run_id)
     log = _here(capsys, "logs", new_id)[1]
     assert f"RESUME={path}\n" in log and "EXISTS=True" in log
+
+
+def _titles_stay(home, run_id: str, tmp_path) -> None:
+    """``show`` and ``ckpt`` in a real terminal (tmux): its title stays and its clipboard stays empty."""
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in cli_env(home).items() if k.startswith("FSDP_TUI_"))
+    server = f"fsdp-tui-node-{tmp_path.name[-12:]}"
+    cmd = (f"cd {shlex.quote(str(ROOT))} && {env} {FSDP_TUI} show {run_id}; {env} {FSDP_TUI} ckpt {run_id}; "
+           "echo DONE; sleep 60")
+    subprocess.run(["tmux", "-L", server, "-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "160", "-y", "45",
+                    cmd], check=True)
+    try:
+        for option in (("set-option", "-g", "set-clipboard", "on"), ("set-option", "-g", "allow-rename", "on"),
+                       ("select-pane", "-t", "t", "-T", "clean-title")):
+            subprocess.run(["tmux", "-L", server, *option], capture_output=True)
+        end = time.monotonic() + 120
+        while "DONE" not in subprocess.run(["tmux", "-L", server, "capture-pane", "-t", "t", "-p"],
+                                           capture_output=True, text=True).stdout:
+            assert time.monotonic() < end, "show and ckpt never finished in tmux"
+            time.sleep(0.3)
+        titles = subprocess.run(["tmux", "-L", server, "list-panes", "-a", "-F", "#{pane_title}|#{window_name}"],
+                                capture_output=True, text=True).stdout.split()
+        assert titles and all(t.startswith("clean-title|") and "PWNED" not in t for t in titles), titles
+        assert subprocess.run(["tmux", "-L", server, "list-buffers"], capture_output=True, text=True).stdout == ""
+    finally:
+        subprocess.run(["tmux", "-L", server, "kill-server"], capture_output=True)
