@@ -248,27 +248,40 @@ class AgentFleet:
         header, _ = await self.links[0].call(
             "ckpt_export", output_dir=output_dir, env=self._job_env(), name=name, python=self.python_of(node),
             pythonpath=TRAINER_PKG_DIR if self.plan.uses_builtin_trainer else "")
-        result = ExportResult(header["path"], tuple(header.get("files", ())))
+        path, files = header.get("path"), header.get("files")
+        if not isinstance(path, str) or not path:
+            raise NodeError(f"{self.label(0)}: the export answered without its folder; look at the node's log")
+        result = ExportResult(path, tuple(f for f in files if isinstance(f, str)) if isinstance(files, list) else ())
         if copy_to is None:
             return result
-        local = await self._fetch_tree(header["path"], Path(copy_to))
+        local = await self._fetch_tree(path, Path(copy_to))
         return ExportResult(result.path, result.files, str(local))
 
     async def _fetch_tree(self, remote: str, to: Path) -> Path:
-        """Copy a folder of node 0 to ``to`` here (a tar through the agent, hash-checked)."""
+        """Copy a folder of node 0 to ``to`` here: a tar through the agent, written to a file beside ``to``
+        as it arrives (never more than the size the node announced), hash-checked, then unpacked by the
+        agent's own rule."""
         link = self.links[0]
-        header, _ = await link.call("pack", path=remote, name=".download.tar")
-        chunks, offset = [], 0
-        while offset < header["size"]:
-            _, data = await link.call("read", name=".download.tar", offset=offset, limit=UPLOAD_CHUNK)
-            if not data:
-                raise NodeError(f"{link.label}: the export's copy ended at {offset} of {header['size']} bytes")
-            chunks.append(data)
-            offset += len(data)
-        data = b"".join(chunks)
-        if hashlib.sha256(data).hexdigest() != header["sha256"]:
-            raise NodeError(f"{link.label}: the export's copy arrived damaged; try again")
-        return await asyncio.to_thread(_unpack_here, data, to, link.label)
+        tar_path = await asyncio.to_thread(_download_file, to)
+        try:
+            header, _ = await link.call("pack", path=remote, name=".download.tar")
+            size, sha256 = header.get("size"), header.get("sha256")
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0 or not isinstance(sha256, str):
+                raise NodeError(f"{link.label}: the export's copy came without its size and hash; try again")
+            digest, offset = hashlib.sha256(), 0
+            while offset < size:
+                _, data = await link.call("read", name=".download.tar", offset=offset,
+                                          limit=min(UPLOAD_CHUNK, size - offset))
+                if not data:
+                    raise NodeError(f"{link.label}: the export's copy ended at {offset} of {size} bytes")
+                digest.update(data)
+                await asyncio.to_thread(_append, tar_path, data)
+                offset += len(data)
+            if digest.hexdigest() != sha256:
+                raise NodeError(f"{link.label}: the export's copy arrived damaged; try again")
+            return await asyncio.to_thread(_unpack_here, tar_path, to, link.label)
+        finally:
+            await asyncio.to_thread(tar_path.unlink, missing_ok=True)
 
     async def scheduler_checks(self, quick: bool) -> tuple[SchedulerCheck, ...]:
         return ()  # nodes reached one by one: no scheduler to ask
@@ -315,23 +328,39 @@ def _write_trees(plan: RunPlan, tmp: Path) -> list[_Tree]:
     return trees
 
 
-def _unpack_here(data: bytes, to: Path, label: str) -> Path:
+def _download_file(to: Path) -> Path:
+    """An empty file beside ``to`` for a download into it (``to`` must not exist: exports never overwrite)."""
+    if os.path.lexists(to):
+        raise NodeError(f"{to} exists: exports never overwrite, pick a new folder")
+    try:
+        to.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{to.name}.", suffix=".tar", dir=to.parent)
+    except OSError as err:
+        raise NodeError(f"cannot write beside {to}: {err.strerror or err}") from None
+    os.close(fd)
+    return Path(name)
+
+
+def _append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+
+
+def _unpack_here(tar_path: Path, to: Path, label: str) -> Path:
     """A folder fetched from a node as a tar, into ``to`` (which must not exist yet), by the agent's own
     rule (:func:`~launcher.backends.agent.files.checked_members`): a tar with anything else in it (a link, a
     hard link, a device, a path out of the folder, more bytes than it holds) is refused whole, naming the
     node and the entries; nothing is written then."""
-    import io
     import shutil
     import tarfile
-    import tempfile
 
     from launcher.backends.agent.files import checked_members, extract
 
     if os.path.lexists(to):
         raise NodeError(f"{to} exists: exports never overwrite, pick a new folder")
     try:
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            members, refused = checked_members(tar, len(data))
+        with tarfile.open(tar_path) as tar:
+            members, refused = checked_members(tar, tar_path.stat().st_size)
             tops = {m.name.replace("\\", "/").split("/")[0] for m in members}
             if len(tops) > 1:
                 refused += sorted(tops)[1:]

@@ -102,7 +102,9 @@ def unpack(node_dir: str, name: str, total: int, sha256: str, dest: str) -> int:
         with tarfile.open(path, "r") as tar:
             members, refused = checked_members(tar, total)
             if refused:
-                raise ValueError(f"upload {name}: refusing entry {refused[0]!r}")
+                shown = ", ".join(repr(r) for r in refused[:5]) + (" ..." if len(refused) > 5 else "")
+                raise ValueError(f"upload {name}: refusing {len(refused)} entries that are not plain files or "
+                                 f"folders inside it: {shown}; nothing was unpacked")
             extract(tar, members, staging)
             count = sum(m.isfile() for m in members)
         shutil.rmtree(target, ignore_errors=True)
