@@ -52,7 +52,7 @@ def test_plain_text_is_left_alone_and_long_replies_are_not_cut():
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=12)
+    max_leaves=6)
 _keys = st.sampled_from(["state", "attempt", "exit_code", "stopped", "supervisor_alive", "error", "resubmit",
                          "checkpoints", "root", "exists", "step", "path", "complete", "size_bytes", "mtime",
                          "link"])
