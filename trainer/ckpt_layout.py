@@ -4,6 +4,9 @@
 by DCP) and our ``meta.json`` (written after that). A folder is complete iff both exist and
 ``meta.json`` parses; a save never reuses a folder (``step-00000100-1`` when the name is taken), and
 the newest complete checkpoint is never deleted.
+
+Listing never follows a link: an entry that is a symbolic link (``step-00000006 -> /``) is listed as a link,
+never complete (so never resumable, never "the newest"), with no size, and nothing behind it is walked.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from dataclasses import asdict, dataclass
 
 META = "meta.json"
@@ -26,6 +30,8 @@ class CheckpointInfo:
     complete: bool
     size_bytes: int
     mtime: float
+    link: bool = False
+    """The entry is a symbolic link, not a folder: shown as such, never followed, never resumed from."""
 
     @property
     def name(self) -> str:
@@ -77,7 +83,14 @@ def list_checkpoints(root: str) -> list[CheckpointInfo]:
     for name in names:
         path = os.path.join(root, name)
         step = step_of_name(name)
-        if step is None or not os.path.isdir(path):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if step is None or not (stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            out.append(CheckpointInfo(step, path, False, 0, st.st_mtime, link=True))
             continue
         complete = is_complete(path)
         if complete:
@@ -92,11 +105,12 @@ def list_checkpoints(root: str) -> list[CheckpointInfo]:
 
 
 def _size_and_mtime(path: str) -> tuple[int, float]:
-    size, mtime = 0, os.stat(path).st_mtime
+    """Files under ``path`` by ``lstat``: a link inside a checkpoint counts as itself, not as its target."""
+    size, mtime = 0, os.lstat(path).st_mtime
     for folder, _dirs, files in os.walk(path):
         for name in files:
             try:
-                st = os.stat(os.path.join(folder, name))
+                st = os.lstat(os.path.join(folder, name))
             except OSError:
                 continue
             size += st.st_size

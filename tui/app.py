@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual.app import App
 from textual.binding import Binding
 from textual.theme import Theme
 
 from tui import settings
+
+if TYPE_CHECKING:
+    from launcher.workload.overrides import Override
 
 
 def _palette():
@@ -161,11 +165,11 @@ class FsdpTuiApp(App):
     def launch_workload(self, path: Path, overrides: list[str]) -> None:
         self.run_worker(self._launch(path, overrides), group="launch", exclusive=True)
 
-    def relaunch_run(self, run_id: str, overrides: list[str] | None = None) -> None:
+    def relaunch_run(self, run_id: str, overrides: list[Override] | None = None) -> None:
         """A new run doing what ``run_id`` did (its recorded workload), with ``overrides`` on top."""
         self.run_worker(self._launch(None, overrides or [], from_run=run_id), group="launch", exclusive=True)
 
-    async def _launch(self, path: Path | None, overrides: list[str], from_run: str | None = None) -> None:
+    async def _launch(self, path: Path | None, overrides: list[Override], from_run: str | None = None) -> None:
         import asyncio
 
         from launcher.runs.launch import relaunch_plan, start_run

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from launcher.backends.agent import wire
 from launcher.backends.base import AgentStartFailed, LinkState, LinkWatcher, NodeError, NodeLost
+from launcher.untrusted import clean_reply, printable
 
 BACKOFF_START_S = 0.5
 BACKOFF_MAX_S = 10.0
@@ -86,6 +87,7 @@ class AgentLink:
     async def call(self, op: str, body: bytes = b"", **fields) -> tuple[dict, bytes]:
         """One request; the agent's answer header and body. ``AgentError`` when it says the request failed."""
         header, data = await self._retrying(lambda: self._once({"op": op, **fields}, body))
+        header = clean_reply(header)  # a node's words enter here, once: printable from here on
         if not header.get("ok"):
             raise AgentError(f"{self.label}: {header.get('error') or 'the agent failed without saying why'}")
         return header, data
@@ -125,7 +127,7 @@ class AgentLink:
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as err:
             channel.close()
             raise ChannelDropped(str(err) or type(err).__name__) from None
-        detail = (await channel.stderr_tail(5.0)).strip()
+        detail = printable(await channel.stderr_tail(5.0), newlines=True).strip()
         channel.close()
         if detail:  # the agent's command failed: retrying cannot help
             where = f" with {self.agent_label}" if self.agent_label else ""
@@ -135,7 +137,7 @@ class AgentLink:
 
     def _check_version(self, line: bytes, channel: Channel) -> None:
         parts = line.decode(errors="replace").split()
-        version = parts[-2] if len(parts) >= 2 else ""
+        version = printable(parts[-2]) if len(parts) >= 2 else ""
         if version != str(wire.PROTOCOL):
             channel.close()
             raise NodeError(f"{self.label}: the agent speaks protocol {version or '?'}, this launcher "

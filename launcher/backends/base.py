@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from launcher.events import GpuSample
+from launcher.untrusted import printable
 from launcher.workload.plan import RunPlan
 from trainer.ckpt_layout import CheckpointInfo
 
@@ -85,16 +86,31 @@ class NodeStatus:
     """Why the job ended early to go on in a new submission (``time limit``: it saved a checkpoint first)."""
 
     @classmethod
-    def from_wire(cls, rank: int, data: dict) -> NodeStatus:
+    def from_wire(cls, rank: int, data: object) -> NodeStatus:
+        """A node's status reply (its ``state.json``, which the job itself could write): fields of the wrong
+        type read as absent, strings come out printable."""
+        data = data if isinstance(data, dict) else {}
         state = data.get("state")
-        return cls(rank, state if state in ("starting", "running", "exited") else "absent", data.get("attempt"),
-                   data.get("exit_code"), bool(data.get("stopped")), bool(data.get("supervisor_alive")),
-                   data.get("error") or "", resubmit=data.get("resubmit") or "")
+        return cls(rank, state if state in ("starting", "running", "exited") else "absent", _int(data.get("attempt")),
+                   _int(data.get("exit_code")), data.get("stopped") is True, data.get("supervisor_alive") is True,
+                   _text(data.get("error")), resubmit=_text(data.get("resubmit")))
 
     @property
     def orphaned(self) -> bool:
         """Recorded as running, but nothing on the node is recording it any more."""
         return self.state in ("starting", "running") and not self.supervisor_alive
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _number(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def _text(value: object) -> str:
+    return printable(value) if isinstance(value, str) else ""
 
 
 @dataclass(frozen=True)
@@ -152,6 +168,23 @@ class CheckpointListing:
     exists: bool = True
     error: str = ""
     """Why the node could not be asked (it is gone, say): never the same as "no checkpoints"."""
+
+    @classmethod
+    def from_wire(cls, rank: int, label: str, output_dir: str, data: object) -> CheckpointListing:
+        """A node's ``ckpt_list`` reply: entries that are not a checkpoint's shape are left out, names and
+        paths come out printable on one line (a name is shown, and passed back, as data)."""
+        data = data if isinstance(data, dict) else {}
+        entries = data.get("checkpoints")
+        ckpts = []
+        for c in entries if isinstance(entries, list) else ():
+            c = c if isinstance(c, dict) else {}
+            step, path = _int(c.get("step")), _text(c.get("path"))
+            if step is None or not path:
+                continue
+            ckpts.append(CheckpointInfo(step, path, c.get("complete") is True and c.get("link") is not True,
+                                        max(_int(c.get("size_bytes")) or 0, 0), _number(c.get("mtime")),
+                                        link=c.get("link") is True))
+        return cls(rank, label, _text(data.get("root")) or output_dir, tuple(ckpts), data.get("exists") is True)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.backends.agent_client import AgentError, AgentLink
@@ -30,8 +33,8 @@ from launcher.backends.base import (
     Stream,
 )
 from launcher.events import GpuSample
+from launcher.untrusted import printable
 from launcher.workload.plan import TRAINER_PKG_DIR, NodePlan, RunPlan, render_plan, with_rendezvous
-from trainer.ckpt_layout import CheckpointInfo
 from trainer.protocol import RUN_ID_ENV
 
 DEFAULT_PYTHON = "python3"
@@ -144,37 +147,26 @@ class AgentFleet:
         plan = self.plan
         if plan.code_root is not None and not plan.code_root.is_dir():
             raise NodeError(f"code_source folder {plan.code_root} does not exist")
-        trees: list[tuple[str, str, bytes]] = []  # (upload name, destination, tar bytes)
-        if plan.code_root is not None:
-            from launcher.backends.snapshot_source import SnapshotError, pack
+        with tempfile.TemporaryDirectory(prefix="fsdp-tui-ship-") as tmp:
+            trees = await asyncio.to_thread(_write_trees, plan, Path(tmp))
 
-            try:
-                code = await asyncio.to_thread(pack, plan.code_root, plan.workload.code_source.snapshot)
-            except SnapshotError as err:
-                raise NodeError(str(err)) from None
-            trees.append(("code.tar", "code", code))
-        if plan.uses_builtin_trainer:
-            from launcher.backends.agent.files import tar_bytes
+            async def one(rank: int) -> None:
+                link = self.links[rank]
+                await link.call("write", plan.parameters_yaml.encode("utf-8"), name="parameters.yaml")
+                for tree in trees:
+                    await self._upload(link, tree)
 
-            data = await asyncio.to_thread(tar_bytes, str(TRAINER_SOURCE), "trainer", TRAINER_EXCLUDE)
-            trees.append(("trainer.tar", TRAINER_PKG_DIR, data))
+            await self._every_node(one)
 
-        async def one(rank: int) -> None:
-            link = self.links[rank]
-            await link.call("write", plan.parameters_yaml.encode("utf-8"), name="parameters.yaml")
-            for name, dest, data in trees:
-                await self._upload(link, name, dest, data)
-
-        await self._every_node(one)
-
-    async def _upload(self, link: AgentLink, name: str, dest: str, data: bytes) -> None:
-        for offset in range(0, max(len(data), 1), UPLOAD_CHUNK):
-            await link.call("put", data[offset:offset + UPLOAD_CHUNK], name=name, offset=offset)
+    async def _upload(self, link: AgentLink, tree: _Tree) -> None:
+        """A tar from disk to a node, one chunk in memory at a time."""
+        for offset in range(0, max(tree.size, 1), UPLOAD_CHUNK):
+            chunk = await asyncio.to_thread(_chunk, tree.path, offset)
+            await link.call("put", chunk, name=tree.name, offset=offset)
         try:
-            await link.call("unpack", name=name, total=len(data), sha256=hashlib.sha256(data).hexdigest(),
-                            dest=dest)
+            await link.call("unpack", name=tree.name, total=tree.size, sha256=tree.sha256, dest=tree.dest)
         except AgentError as err:
-            raise NodeError(f"{err} (shipping {dest}/ to {link.label})") from None
+            raise NodeError(f"{err} (shipping {tree.dest}/ to {link.label})") from None
 
     async def claim_port(self, port: int) -> PortClaim:
         header, _ = await self.links[0].call("port", port=port)
@@ -246,8 +238,7 @@ class AgentFleet:
             header, _ = await self.links[0].call("ckpt_list", output_dir=output_dir, env=self._job_env())
         except NodeError as err:
             return CheckpointListing(0, self.label(0), output_dir, error=str(err))
-        ckpts = tuple(CheckpointInfo(**c) for c in header.get("checkpoints", []))
-        return CheckpointListing(0, self.label(0), header.get("root", output_dir), ckpts, bool(header.get("exists")))
+        return CheckpointListing.from_wire(0, self.label(0), output_dir, header)
 
     async def delete_checkpoint(self, output_dir: str, name: str) -> None:
         await self.links[0].call("ckpt_delete", output_dir=output_dir, env=self._job_env(), name=name)
@@ -257,27 +248,40 @@ class AgentFleet:
         header, _ = await self.links[0].call(
             "ckpt_export", output_dir=output_dir, env=self._job_env(), name=name, python=self.python_of(node),
             pythonpath=TRAINER_PKG_DIR if self.plan.uses_builtin_trainer else "")
-        result = ExportResult(header["path"], tuple(header.get("files", ())))
+        path, files = header.get("path"), header.get("files")
+        if not isinstance(path, str) or not path:
+            raise NodeError(f"{self.label(0)}: the export answered without its folder; look at the node's log")
+        result = ExportResult(path, tuple(f for f in files if isinstance(f, str)) if isinstance(files, list) else ())
         if copy_to is None:
             return result
-        local = await self._fetch_tree(header["path"], Path(copy_to))
+        local = await self._fetch_tree(path, Path(copy_to))
         return ExportResult(result.path, result.files, str(local))
 
     async def _fetch_tree(self, remote: str, to: Path) -> Path:
-        """Copy a folder of node 0 to ``to`` here (a tar through the agent, hash-checked)."""
+        """Copy a folder of node 0 to ``to`` here: a tar through the agent, written to a file beside ``to``
+        as it arrives (never more than the size the node announced), hash-checked, then unpacked by the
+        agent's own rule."""
         link = self.links[0]
-        header, _ = await link.call("pack", path=remote, name=".download.tar")
-        chunks, offset = [], 0
-        while offset < header["size"]:
-            _, data = await link.call("read", name=".download.tar", offset=offset, limit=UPLOAD_CHUNK)
-            if not data:
-                raise NodeError(f"{link.label}: the export's copy ended at {offset} of {header['size']} bytes")
-            chunks.append(data)
-            offset += len(data)
-        data = b"".join(chunks)
-        if hashlib.sha256(data).hexdigest() != header["sha256"]:
-            raise NodeError(f"{link.label}: the export's copy arrived damaged; try again")
-        return await asyncio.to_thread(_unpack_here, data, to, link.label)
+        tar_path = await asyncio.to_thread(_download_file, to)
+        try:
+            header, _ = await link.call("pack", path=remote, name=".download.tar")
+            size, sha256 = header.get("size"), header.get("sha256")
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0 or not isinstance(sha256, str):
+                raise NodeError(f"{link.label}: the export's copy came without its size and hash; try again")
+            digest, offset = hashlib.sha256(), 0
+            while offset < size:
+                _, data = await link.call("read", name=".download.tar", offset=offset,
+                                          limit=min(UPLOAD_CHUNK, size - offset))
+                if not data:
+                    raise NodeError(f"{link.label}: the export's copy ended at {offset} of {size} bytes")
+                digest.update(data)
+                await asyncio.to_thread(_append, tar_path, data)
+                offset += len(data)
+            if digest.hexdigest() != sha256:
+                raise NodeError(f"{link.label}: the export's copy arrived damaged; try again")
+            return await asyncio.to_thread(_unpack_here, tar_path, to, link.label)
+        finally:
+            await asyncio.to_thread(tar_path.unlink, missing_ok=True)
 
     async def scheduler_checks(self, quick: bool) -> tuple[SchedulerCheck, ...]:
         return ()  # nodes reached one by one: no scheduler to ask
@@ -286,20 +290,100 @@ class AgentFleet:
         await asyncio.gather(*(link.close() for link in self.links), return_exceptions=True)
 
 
-def _unpack_here(data: bytes, to: Path, label: str) -> Path:
-    """A folder fetched from a node as a tar, into ``to`` (which must not exist yet)."""
-    import io
+@dataclass(frozen=True)
+class _Tree:
+    """A folder to ship, as a tar file on this machine."""
+
+    name: str
+    dest: str
+    path: Path
+    size: int
+    sha256: str
+
+
+def _chunk(path: Path, offset: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(UPLOAD_CHUNK)
+
+
+def _write_trees(plan: RunPlan, tmp: Path) -> list[_Tree]:
+    """The code snapshot and the built-in trainer as tar files in ``tmp``, by the snapshot's rule."""
+    from launcher.workload.snapshot import SnapshotRefused, write_tar
+
+    from launcher.backends.snapshot_source import SnapshotError, source_root
+
+    wanted: list[tuple[str, str, Path, tuple[str, ...], str, tuple[str, ...]]] = []
+    if plan.code_root is not None:
+        snap = plan.workload.code_source.snapshot
+        try:
+            root = source_root(plan.code_root, snap, tmp)
+        except SnapshotError as err:
+            raise NodeError(f"{err}: nothing was shipped") from None
+        wanted.append(("code.tar", "code", root, tuple(snap.exclude), ".", tuple(snap.include_paths or ())))
+    if plan.uses_builtin_trainer:
+        wanted.append(("trainer.tar", TRAINER_PKG_DIR, TRAINER_SOURCE, TRAINER_EXCLUDE, "trainer", ()))
+    trees = []
+    for name, dest, root, exclude, arcname, include in wanted:
+        try:
+            size, sha = write_tar(root, arcname, exclude, tmp / name, include)
+        except SnapshotRefused as err:
+            raise NodeError(f"code_source.snapshot.root_path ({root}): nothing was shipped: {err}") from None
+        except OSError as err:
+            raise NodeError(f"cannot pack {root} to ship it: {err}") from None
+        trees.append(_Tree(name, dest, tmp / name, size, sha))
+    return trees
+
+
+def _download_file(to: Path) -> Path:
+    """An empty file beside ``to`` for a download into it (``to`` must not exist: exports never overwrite)."""
+    if os.path.lexists(to):
+        raise NodeError(f"{to} exists: exports never overwrite, pick a new folder")
+    try:
+        to.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{to.name}.", suffix=".tar", dir=to.parent)
+    except OSError as err:
+        raise NodeError(f"cannot write beside {to}: {err.strerror or err}") from None
+    os.close(fd)
+    return Path(name)
+
+
+def _append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+
+
+def _unpack_here(tar_path: Path, to: Path, label: str) -> Path:
+    """A folder fetched from a node as a tar, into ``to`` (which must not exist yet), by the agent's own
+    rule (:func:`~launcher.backends.agent.files.checked_members`): a tar with anything else in it (a link, a
+    hard link, a device, a path out of the folder, more bytes than it holds) is refused whole, naming the
+    node and the entries; nothing is written then."""
+    import shutil
     import tarfile
 
-    if to.exists():
+    from launcher.backends.agent.files import checked_members, extract
+
+    if os.path.lexists(to):
         raise NodeError(f"{to} exists: exports never overwrite, pick a new folder")
-    staging = to.with_name(f".{to.name}.partial")
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        members = tar.getmembers()
-        top = members[0].name.split("/")[0] if members else ""
-        if any(m.name.startswith("/") or ".." in m.name.split("/") for m in members):
-            raise NodeError(f"{label}: refusing an export with paths outside its folder")
-        tar.extractall(staging, members)
-    (staging / top).rename(to)
-    staging.rmdir()
+    try:
+        with tarfile.open(tar_path) as tar:
+            members, refused = checked_members(tar, tar_path.stat().st_size)
+            tops = {m.name.replace("\\", "/").split("/")[0] for m in members}
+            if len(tops) > 1:
+                refused += sorted(tops)[1:]
+            if refused or not members:
+                shown = ", ".join(printable(name) for name in refused[:5]) + (" ..." if len(refused) > 5 else "")
+                raise NodeError(f"{label}: refusing the export's copy: {len(refused)} entries are not plain files "
+                                f"or folders inside one folder ({shown or 'it is empty'}); nothing was written "
+                                "here. Look at the export folder on that node: something other than the export "
+                                "wrote into it")
+            to.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".{to.name}.", suffix=".partial", dir=to.parent))
+            try:
+                extract(tar, members, str(staging))
+                (staging / tops.pop()).rename(to)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    except (tarfile.TarError, OSError) as err:
+        raise NodeError(f"{label}: the export's copy could not be unpacked into {to}: {printable(err)}") from None
     return to

@@ -1,5 +1,5 @@
-"""What a code snapshot ships: the ``root_path`` folder as it is on disk, or as committed at a git branch or
-commit (``code_source.snapshot.git``), limited to ``include_paths`` when they are given."""
+"""Where a code snapshot's files come from: the ``root_path`` folder as it is on disk, or as committed at a
+git branch or commit (``code_source.snapshot.git``), which is exported to a temporary folder first."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import io
 import os
 import subprocess
 import tarfile
-import tempfile
 from pathlib import Path
 
 from launcher.workload.model import Snapshot
@@ -17,15 +16,19 @@ class SnapshotError(Exception):
     """The snapshot cannot be made as the workload asks (not a git clone, an unknown revision, ...)."""
 
 
-def pack(root: Path, snap: Snapshot) -> bytes:
-    """The tar a node unpacks as its ``code/`` folder."""
-    if snap.git is None:
-        return _tar(root, snap)
-    with tempfile.TemporaryDirectory(prefix="fsdp-tui-git-") as tmp:
-        export(root, snap.git.commit or snap.git.branch or "HEAD", Path(tmp))
-        return _tar(Path(tmp), snap)
-
-
+def source_root(root: Path, snap: Snapshot, tmp: Path) -> Path:
+    """The folder whose files ship: ``root`` itself, or its tree at ``snap.git``'s revision written
+    under ``tmp``; ``SnapshotError`` when an ``include_paths`` entry is not there."""
+    if snap.git is not None:
+        exported = tmp / "git-tree"
+        exported.mkdir()
+        export(root, snap.git.commit or snap.git.branch or "HEAD", exported)
+        root = exported
+    missing = [p for p in snap.include_paths or () if not os.path.lexists(root / p.strip().strip("/"))]
+    if missing:
+        raise SnapshotError(f"code_source.snapshot.include_paths: {', '.join(missing)} not found in {root}"
+                            + (" at that revision" if snap.git is not None else ""))
+    return root
 
 
 def export(root: Path, revision: str, dest: Path) -> None:
@@ -50,13 +53,3 @@ def export(root: Path, revision: str, dest: Path) -> None:
                             f"{done.stderr.decode(errors='replace').strip()}")
     with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
         tar.extractall(dest, filter="data")
-
-
-def _tar(root: Path, snap: Snapshot) -> bytes:
-    from launcher.backends.agent.files import tar_bytes
-
-    include = tuple(p.strip().strip("/") for p in snap.include_paths or ())
-    missing = [p for p in include if not os.path.lexists(root / p)]
-    if missing:
-        raise SnapshotError(f"code_source.snapshot.include_paths: {', '.join(missing)} not found in {root}")
-    return tar_bytes(str(root), ".", tuple(snap.exclude), include)

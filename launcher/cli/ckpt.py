@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from launcher.runs.checkpoints import NoOutputDir, list_checkpoints
+    from launcher.runs.checkpoints import NoOutputDir, completeness, list_checkpoints
 
     found = find_run("ckpt", args.run_id)
     if found is None:
@@ -50,5 +50,5 @@ def run(args: argparse.Namespace) -> int:
     for c in listing.checkpoints:
         age = time.time() - c.mtime
         age_text = f"{age / 3600:.1f}h" if age > 3600 else f"{age / 60:.0f}m"
-        print(f"{c.step:>8}  {'yes' if c.complete else 'NO':<9} {c.size_bytes / 2**20:>7.1f}M  {age_text:>8}  {c.name}")
+        print(f"{c.step:>8}  {completeness(c):<9} {c.size_bytes / 2**20:>7.1f}M  {age_text:>8}  {c.name}")
     return 0

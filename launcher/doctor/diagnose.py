@@ -11,6 +11,7 @@ from pathlib import Path
 
 from launcher.backends.base import AgentStartFailed, Backend, NodeError, ScriptRun, backend_for
 from launcher.doctor.judge import Check, DoctorReport, NodeProbe, NodeReport, evaluate, probe_packages
+from launcher.untrusted import clean_reply
 from launcher.workload.plan import RunPlan
 
 IMPORT_TIMEOUT_S = 120.0
@@ -29,7 +30,7 @@ def parse_probe_output(stdout: str) -> dict | None:
 
     for line in reversed(stdout.splitlines()):
         if line.startswith(MARKER):
-            return json.loads(line[len(MARKER):])
+            return clean_reply(json.loads(line[len(MARKER):]))  # a node's words: printable
     return None
 
 

@@ -9,10 +9,23 @@ from launcher.backends.base import Backend, CheckpointListing, ExportResult, Nod
 from launcher.paths import run_dir
 from launcher.runs.records import load_plan
 from launcher.runs.store import RunStore
+from launcher.workload.overrides import SetValue
 from trainer.ckpt_layout import CheckpointInfo, deletable, newest_complete
 
 __all__ = ["CheckpointInfo", "deletable", "newest_complete", "list_checkpoints", "delete_checkpoint",
-           "export_checkpoint", "NoOutputDir", "CheckpointError"]
+           "export_checkpoint", "NoOutputDir", "CheckpointError", "completeness", "resume_override"]
+
+
+def completeness(c: CheckpointInfo) -> str:
+    """The "complete" column: ``yes``, ``NO``, or ``link`` for an entry that is a symbolic link (never
+    followed, never resumed from)."""
+    return "link" if c.link else ("yes" if c.complete else "NO")
+
+
+def resume_override(path: str) -> SetValue:
+    """``parameters.checkpoint.resume`` set to ``path`` as data: a folder named ``a #b`` or ``a: b`` is that
+    folder, never YAML."""
+    return SetValue("parameters.checkpoint.resume", path)
 
 
 class CheckpointError(RuntimeError):

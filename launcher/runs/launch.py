@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +19,7 @@ from launcher.runs.owner import OwnerLock, adopt_orphans, hand_over, owned, requ
 from launcher.runs.records import EVENTS, OPTIONS, save_plan
 from launcher.runs.store import RunRecord, RunStore
 from launcher.workload.load import Planned, plan_file
+from launcher.workload.overrides import Override
 from launcher.workload.plan import RunPlan
 
 if TYPE_CHECKING:
@@ -113,7 +115,7 @@ def _report(record: RunRecord, *, already_ended: bool, timed_out: bool = False) 
                         record.summary.detail)
 
 
-def relaunch_plan(home: Path, run_id: str, overrides: list[str] | tuple[str, ...] = ()) -> Planned:
+def relaunch_plan(home: Path, run_id: str, overrides: Sequence[Override] = ()) -> Planned:
     """The plan of a new run doing what ``run_id`` did: its recorded workload (what ran, not the file as
     it is now), with ``overrides`` on top; code paths stay relative to the original file's folder."""
     record = RunStore(home).get_run(run_id)
@@ -125,10 +127,10 @@ def relaunch_plan(home: Path, run_id: str, overrides: list[str] | tuple[str, ...
 
 
 async def resume_plan(home: Path, run_id: str, step: int | None = None,
-                      overrides: list[str] | tuple[str, ...] = ()) -> tuple[Planned, str]:
+                      overrides: Sequence[Override] = ()) -> tuple[Planned, str]:
     """A relaunch of ``run_id`` resuming from its newest complete checkpoint (or the one of ``step``),
     found where rank 0 wrote it; returns the plan and the checkpoint's path on the node."""
-    from launcher.runs.checkpoints import list_checkpoints
+    from launcher.runs.checkpoints import list_checkpoints, resume_override
 
     listing = await list_checkpoints(home, run_id)
     if listing.error:
@@ -140,7 +142,7 @@ async def resume_plan(home: Path, run_id: str, step: int | None = None,
         raise LookupError(f"run {run_id} has no complete checkpoint {which} in {listing.label}: {listing.root} "
                           f"(complete ones: {have})")
     chosen = done[-1]
-    planned = relaunch_plan(home, run_id, [*overrides, f"parameters.checkpoint.resume={chosen.path}"])
+    planned = relaunch_plan(home, run_id, [*overrides, resume_override(chosen.path)])
     return planned, chosen.path
 
 

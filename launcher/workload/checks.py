@@ -129,6 +129,11 @@ def _misc(w: Workload, base_dir: FsPath | None, num_nodes: int, written: frozens
         if not root.is_dir():
             out.append(Finding(("code_source", "snapshot", "root_path"), "error",
                                f"folder '{root}' does not exist", "paths are relative to the workload file"))
+        elif w.code_source.snapshot.git is None:  # a commit's tree is checked when it is exported
+            include = w.code_source.snapshot.include_paths or []
+            out += [Finding(("code_source", "snapshot", "include_paths", i), "error", f"'{p}' is not in {root}")
+                    for i, p in enumerate(include) if p.strip() and not (root / p.strip().strip("/")).exists()]
+            out += _snapshot(root, w.code_source.snapshot.exclude, include)
     if w.command is not None and w.code_source is None and "CODE_SOURCE_PATH" in w.command \
             and "code_source" not in (written or ()):
         out.append(Finding(("command",), "warning", "command uses $CODE_SOURCE_PATH but there is no code_source",
@@ -138,4 +143,25 @@ def _misc(w: Workload, base_dir: FsPath | None, num_nodes: int, written: frozens
     if num_nodes > 1 and w.compute.hosts and all(h == "localhost" for h in w.compute.hosts):
         out.append(Finding(("compute", "hosts"), "warning", "every node is localhost (no SSH): "
                            "the nodes share this machine"))
+    return out
+
+
+def _snapshot(root: FsPath, exclude: list[str], include: list[str] | tuple[str, ...] = ()) -> list[Finding]:
+    """What a node would refuse of the snapshot (found here, before any upload), and its size."""
+    from launcher.workload import snapshot
+
+    where = ("code_source", "snapshot", "root_path")
+    found = snapshot.scan(root, exclude, include=include)
+    out = [Finding(where, "error", f"{r.rel}: a node refuses {r.what}", r.fix) for r in found.refused[:snapshot.SHOWN]]
+    if len(found.refused) > snapshot.SHOWN:
+        out.append(Finding(where, "error", f"and {len(found.refused) - snapshot.SHOWN} more entries a node refuses",
+                           "fsdp-tui validate lists the first ones: fix them and validate again"))
+    if found.total_bytes > snapshot.LARGE_SNAPSHOT_BYTES:
+        biggest = ", ".join(f"{rel} ({size / 2**20:.0f} MiB)" for rel, size in found.largest)
+        out.append(Finding(where, "warning", f"the snapshot is {found.total_bytes / 2**20:.0f} MiB in {found.files} "
+                           f"files, shipped to every node on every launch; the largest: {biggest}",
+                           "add data, checkpoints and outputs to code_source.snapshot.exclude"))
+    if not found.complete:
+        out.append(Finding(where, "warning", f"more than {snapshot.MAX_SCAN_ENTRIES} entries: only those were "
+                           "checked here (a launch checks all of them)", "exclude what the job does not need"))
     return out

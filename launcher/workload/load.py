@@ -10,6 +10,7 @@ from pathlib import Path
 from launcher.paths import new_run_id
 from launcher.workload.hosts import parse_host
 from launcher.workload.model import Workload
+from launcher.workload.overrides import Override
 from launcher.workload.plan import RunPlan, build_plan
 from launcher.workload.problems import Problem
 from launcher.workload.validate import ValidationResult, validate_file, validate_text
@@ -41,7 +42,7 @@ def node_root_for(workload: Workload, home: Path) -> str:
     return str(Path(home) / LOCAL_NODES_DIR)
 
 
-def plan_file(path: Path, overrides: Sequence[str] = (), *, home: Path, run_id: str | None = None,
+def plan_file(path: Path, overrides: Sequence[Override] = (), *, home: Path, run_id: str | None = None,
               text: str | None = None) -> Planned:
     """Validate ``path`` (or ``text``, the editor's unsaved buffer for it) with ``--set`` overrides and
     plan it. ``run_id`` defaults to a new one; nothing on any node is touched."""

@@ -27,6 +27,21 @@ RESERVED_ENV = (
 )
 
 
+_NOT_IN_SBATCH_VALUE = re.compile(r"[\s\x00-\x1f\x7f-\x9f]")
+
+
+def sbatch_value_problem(value: str) -> str | None:
+    """Why ``value`` cannot follow ``#SBATCH --name=`` (``None``: it can): one word, no whitespace or
+    control character (a newline would end the ``#SBATCH`` line and run the rest as a shell command)."""
+    if not value:
+        return "empty: leave the key out for the cluster's default"
+    bad = _NOT_IN_SBATCH_VALUE.search(value)
+    if bad:
+        return (f"{bad.group()!r} at position {bad.start() + 1}: a SLURM name is one word with no whitespace "
+                "or control characters (several partitions or features are separated by commas)")
+    return None
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
 
@@ -64,6 +79,16 @@ class Slurm(_Model):
     resubmitted after it resumes from there."""
     max_resubmits: int = Field(default=10, ge=0, le=1000)
     """Resubmissions after a time limit or preemption that left a checkpoint (not counted as retries)."""
+
+    @field_validator("partition", "account", "qos", "constraint")
+    @classmethod
+    def _one_word(cls, value: str | None) -> str | None:
+        # Each becomes `#SBATCH --name=value`: a newline there would end the line and start a shell command.
+        if value is not None:
+            why = sbatch_value_problem(value)
+            if why:
+                raise ValueError(why)
+        return value
 
 
 class Compute(_Model):

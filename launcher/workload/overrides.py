@@ -33,6 +33,23 @@ class AppliedOverride:
         return f"{format_path(self.path)}: {old} -> {_show(self.new)}"
 
 
+@dataclass(frozen=True)
+class SetValue:
+    """An override whose value is data, not YAML text: a path a node reported (``.../step-11-a #b``) is set
+    exactly, never parsed (``#`` would start a comment, ``: `` a mapping)."""
+
+    key: str
+    """The dotted key path, as ``--set`` writes it."""
+    value: Any
+
+    def __str__(self) -> str:
+        return f"{self.key}={_show(self.value)}"
+
+
+Override = str | SetValue
+"""``key.path=value`` text from the command line, or a :class:`SetValue` from the program itself."""
+
+
 def _show(value: Any) -> str:
     text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
     return text.removesuffix("\n...").removesuffix("...").strip()
@@ -54,17 +71,22 @@ def parse_path(text: str) -> tuple[str | int, ...] | None:
 
 
 def apply_overrides(
-    data: dict[str, Any], overrides: Sequence[str]
+    data: dict[str, Any], overrides: Sequence[Override]
 ) -> tuple[dict[str, Any], list[AppliedOverride], list[Problem]]:
     """Apply every ``key.path=value``; returns the new data, what changed, and problems (all of them)."""
     data = copy.deepcopy(data)
     applied: list[AppliedOverride] = []
     problems: list[Problem] = []
-    for index, text in enumerate(overrides, start=1):
+    for index, item in enumerate(overrides, start=1):
+        text = str(item)
+
         def problem(path: str, message: str, hint: str = "", *, index: int = index, text: str = text) -> None:
             problems.append(Problem(SOURCE, index, 1, path, "error", message, hint, origin=text))
 
-        key, sep, raw_value = text.partition("=")
+        if isinstance(item, SetValue):
+            key, sep, raw_value = item.key, "=", ""
+        else:
+            key, sep, raw_value = text.partition("=")
         path = parse_path(key.strip())
         if not sep or path is None:
             problem("", f"'{text}' is not key.path=value", "e.g. --set parameters.max_steps=20")
@@ -76,12 +98,15 @@ def apply_overrides(
             hint = did_you_mean(str(last), choices) if choices else ""
             problem(format_path(path), f"unknown key '{last}'", hint)
             continue
-        try:
-            value = yaml.safe_load(raw_value) if raw_value.strip() else ""
-        except yaml.YAMLError:
-            value = raw_value
-        if isinstance(value, str) and _FLOAT.fullmatch(value):
-            value = float(value)  # YAML 1.1 reads 1e-4 as text; people mean a number
+        if isinstance(item, SetValue):
+            value = item.value
+        else:
+            try:
+                value = yaml.safe_load(raw_value) if raw_value.strip() else ""
+            except yaml.YAMLError:
+                value = raw_value
+            if isinstance(value, str) and _FLOAT.fullmatch(value):
+                value = float(value)  # YAML 1.1 reads 1e-4 as text; people mean a number
         error = _assign(data, path, value, applied, index)
         if error:
             problem(format_path(path), error)

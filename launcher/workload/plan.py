@@ -222,6 +222,17 @@ def _argv(w: Workload, topo: Topology, rank: int, master_addr: str, port: int,
     )
 
 
+def _snapshot_size(plan: RunPlan) -> str:
+    from launcher.workload.snapshot import scan
+
+    if not plan.code_root.is_dir():
+        return ""
+    snap = plan.workload.code_source.snapshot
+    found = scan(plan.code_root, snap.exclude, include=snap.include_paths or ())
+    refused = f", {len(found.refused)} entries a node refuses" if found.refused else ""
+    return f" ({found.files} files, {found.total_bytes / 2**20:.1f} MiB{refused})"
+
+
 SECRET_MASK = "******"
 
 
@@ -254,7 +265,8 @@ def render_plan(plan: RunPlan) -> str:
         if snap is not None and snap.git is not None:
             revision = f" as committed at {'commit ' + snap.git.commit if snap.git.commit else 'branch ' + str(snap.git.branch)}"
         only = f" (only {', '.join(snap.include_paths)})" if snap is not None and snap.include_paths else ""
-        lines.append(f"  code snapshot: {plan.code_root}{revision}{only} -> <node dir>/code")
+        size = "" if revision else _snapshot_size(plan)
+        lines.append(f"  code snapshot: {plan.code_root}{revision}{only} -> <node dir>/code{size}")
     if plan.dependencies:
         lines.append(f"  dependencies: {' '.join(plan.dependencies)}")
     for blocker in plan.blockers:

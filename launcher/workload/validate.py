@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from launcher.workload import checks, schema_walk, sweep_check
 from launcher.workload.model import Sweep, Workload
 from launcher.workload.overrides import SOURCE as OVERRIDE_SOURCE
-from launcher.workload.overrides import AppliedOverride, apply_overrides
+from launcher.workload.overrides import AppliedOverride, Override, apply_overrides
 from launcher.workload.problems import Problem, did_you_mean, format_path, has_errors
 from launcher.workload.topology import Finding
 from launcher.workload.yaml_loader import LoadedYaml, decode, load_yaml, too_large
@@ -41,7 +41,7 @@ class ValidationResult:
         return [p for p in self.problems if p.is_error]
 
 
-def validate_file(path: Path | str, overrides: Sequence[str] = ()) -> ValidationResult:
+def validate_file(path: Path | str, overrides: Sequence[Override] = ()) -> ValidationResult:
     """Read and validate ``path``; unreadable files are a problem, not an exception."""
     path = Path(path)
     name = str(path)
@@ -62,7 +62,7 @@ def validate_file(path: Path | str, overrides: Sequence[str] = ()) -> Validation
     return validate_text(text, name, overrides, base_dir=path.parent)
 
 
-def validate_text(text: str, filename: str = "<workload>", overrides: Sequence[str] = (),
+def validate_text(text: str, filename: str = "<workload>", overrides: Sequence[Override] = (),
                   base_dir: Path | None = None) -> ValidationResult:
     """Validate YAML text (the editor's buffer); ``base_dir`` resolves ``code_source`` paths. A
     ``sweep:`` section's variants are checked too, each problem at the sweep line that asked for it."""
@@ -81,7 +81,7 @@ def _validate_loaded(loaded: LoadedYaml, filename: str, overrides: Sequence[str]
     if "parameters" in data and data["parameters"] is None:
         data = {**data, "parameters": {}}  # `parameters:` with nothing under it yet: being written
     problems += override_problems
-    locate = _Locator(filename, loaded, {o.path: o.index for o in applied}, list(overrides))
+    locate = _Locator(filename, loaded, {o.path: o.index for o in applied}, [str(o) for o in overrides])
 
     workload: Workload | None = None
     checked: Workload | None = None

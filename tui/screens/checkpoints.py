@@ -10,7 +10,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Label
 
-from launcher.runs.checkpoints import CheckpointInfo, deletable
+from launcher.runs.checkpoints import CheckpointInfo, completeness, deletable, resume_override
 from tui.widgets.footer import FitFooter
 
 
@@ -71,7 +71,7 @@ class CheckpointsScreen(Screen):
         for c in self.ckpts:
             age = now - c.mtime
             age_text = f"{age / 3600:.1f} h" if age > 3600 else f"{age / 60:.0f} min"
-            table.add_row(str(c.step), "yes" if c.complete else "NO", f"{c.size_bytes / 2**20:.1f} MiB", age_text,
+            table.add_row(str(c.step), completeness(c), f"{c.size_bytes / 2**20:.1f} MiB", age_text,
                           c.name, key=c.path)
 
     def selected(self) -> CheckpointInfo | None:
@@ -87,7 +87,7 @@ class CheckpointsScreen(Screen):
             self.notify("pick a complete checkpoint", severity="warning")
             return
         self.notify(f"resuming from {c.name} on the node that holds it")
-        self.app.relaunch_run(self.run_id, [f"parameters.checkpoint.resume={c.path}"])
+        self.app.relaunch_run(self.run_id, [resume_override(c.path)])
 
     def action_export(self) -> None:
         c = self.selected()

@@ -36,7 +36,10 @@ def delete(output_dir: str, env: dict, node_dir: str, name: str) -> dict:
     ckpts, target = _find(output_dir, env, node_dir, name)
     if not ckpt_layout.deletable(ckpts, target):
         raise ValueError(f"{target.path} is the newest complete checkpoint: it is kept (resume needs it)")
-    shutil.rmtree(target.path)
+    if target.link:
+        os.unlink(target.path)  # the link only, never what it points at
+    else:
+        shutil.rmtree(target.path)
     return {"deleted": target.path}
 
 

@@ -100,11 +100,12 @@ def unpack(node_dir: str, name: str, total: int, sha256: str, dest: str) -> int:
     count = 0
     try:
         with tarfile.open(path, "r") as tar:
-            members = tar.getmembers()
-            for m in members:
-                if m.name.startswith("/") or ".." in m.name.split("/") or not (m.isfile() or m.isdir()):
-                    raise ValueError(f"upload {name}: refusing entry {m.name!r}")
-            _extract(tar, members, staging)
+            members, refused = checked_members(tar, total)
+            if refused:
+                shown = ", ".join(repr(r) for r in refused[:5]) + (" ..." if len(refused) > 5 else "")
+                raise ValueError(f"upload {name}: refusing {len(refused)} entries that are not plain files or "
+                                 f"folders inside it: {shown}; nothing was unpacked")
+            extract(tar, members, staging)
             count = sum(m.isfile() for m in members)
         shutil.rmtree(target, ignore_errors=True)
         os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -115,7 +116,26 @@ def unpack(node_dir: str, name: str, total: int, sha256: str, dest: str) -> int:
     return count
 
 
-def _extract(tar: tarfile.TarFile, members: list, target: str) -> None:
+def checked_members(tar: tarfile.TarFile, max_bytes: int) -> tuple[list, list[str]]:
+    """The rule for every tar from the other side (an upload here, an export's copy on the launcher):
+    regular files and folders only (no link, hard link, device or FIFO), relative names that stay inside the
+    target, and files adding up to no more than ``max_bytes`` (the tar's own size: a sparse member that
+    would grow past it is refused). Returns the members and the names of those refused."""
+    members, refused, total = [], [], 0
+    for m in tar.getmembers():
+        parts = m.name.replace("\\", "/").split("/")
+        total += m.size if m.isfile() else 0
+        if (m.name.startswith("/") or ".." in parts or not (m.isfile() or m.isdir()) or m.issparse()
+                or total > max_bytes):
+            refused.append(m.name)
+        else:
+            members.append(m)
+    return members, refused
+
+
+def extract(tar: tarfile.TarFile, members: list, target: str) -> None:
+    """Members passed by :func:`checked_members` into ``target``, with ``filter="data"`` where Python has
+    it (it refuses again what would leave the target and drops set-id and device bits)."""
     if hasattr(tarfile, "data_filter"):
         tar.extractall(target, members=members, filter="data")
     else:  # Python < 3.12 without the backported filter: members were checked above
@@ -129,21 +149,14 @@ def _remove(path: str) -> None:
         pass
 
 
-def tar_bytes(root: str, arcname: str, exclude=(), include=()) -> bytes:
-    """A tar of ``root`` (as ``arcname``) without what ``exclude``'s globs match and, when ``include``
-    names paths relative to ``root``, with only those (and the folders above them); used by the launcher."""
+def tar_bytes(root: str, arcname: str, exclude=()) -> bytes:
+    """A tar of ``root`` (as ``arcname``) without what ``exclude``'s globs match (an export's folder, packed to
+    be copied back); the launcher ships code by :mod:`launcher.workload.snapshot`'s rule instead."""
     import fnmatch
-
-    def wanted(rel: str) -> bool:
-        return not include or rel in ("", ".") or any(
-            rel == p or rel.startswith(p + "/") or p.startswith(rel + "/") for p in include)
 
     def skip(info: tarfile.TarInfo):
         base = os.path.basename(info.name)
-        rel = os.path.relpath(info.name, arcname) if info.name != arcname else ""
-        if any(fnmatch.fnmatch(base, pat) for pat in exclude) or not wanted(rel):
-            return None
-        return info
+        return None if any(fnmatch.fnmatch(base, pat) for pat in exclude) else info
 
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:

@@ -21,6 +21,7 @@ from launcher.backends.slurm.queue import QueueEntry, QueueError, QueueView
 from launcher.backends.slurm.script import batch_script, job_file, render_slurm
 from launcher.events import GpuSample
 from launcher.paths import data_home
+from launcher.untrusted import clean_reply
 from launcher.workload.plan import RunPlan
 from trainer.protocol import CHECKPOINT_SIGNAL_ENV
 
@@ -146,7 +147,7 @@ class SlurmBackend(AgentFleet):
         """What the node's task sampled (``nvidia-smi`` on the compute node, every few seconds)."""
         _, data = await self.links[rank].call("read", name=GPU_FILE, offset=0, limit=1 << 20)
         try:
-            sample = json.loads(data) if data else {}
+            sample = clean_reply(json.loads(data)) if data else {}
         except ValueError:
             return ()
         if time.time() - float(sample.get("at", 0)) > GPU_STALE_S:
@@ -163,7 +164,7 @@ class SlurmBackend(AgentFleet):
         while time.monotonic() < deadline:
             _, data = await link.call("read", name=STACKS_FILE, offset=0, limit=16 << 20)
             try:
-                answer = json.loads(data) if data else {}
+                answer = clean_reply(json.loads(data)) if data else {}
             except ValueError:
                 answer = {}  # being replaced: read again
             if answer.get("request") == token:

@@ -14,6 +14,7 @@ import uuid
 
 from launcher.backends.base import NodeError, SchedulerCheck
 from launcher.backends.slurm.script import placement_options
+from launcher.untrusted import clean_reply
 
 PENDING_S = 60.0
 """How long the probe job may take in all, queueing included, before it is cancelled."""
@@ -79,7 +80,7 @@ def parse_srun(stdout: str) -> dict[int, dict]:
         m = re.match(r"^\s*(\d+): (.*)$", line)
         if m and m.group(2).startswith(MARKER):
             try:
-                found[int(m.group(1))] = json.loads(m.group(2)[len(MARKER):])
+                found[int(m.group(1))] = clean_reply(json.loads(m.group(2)[len(MARKER):]))
             except ValueError:
                 continue
     return found
@@ -176,7 +177,7 @@ async def probe_checks(backend) -> list[SchedulerCheck]:
         await backend.ask(["scancel", f"--name={name}"])
         ran = await backend.run_script(0, login_python, login_script(folder, "list"), 30)
     try:
-        listing = json.loads(ran.stdout.strip().splitlines()[-1])
+        listing = clean_reply(json.loads(ran.stdout.strip().splitlines()[-1]))
     except (ValueError, IndexError):
         listing = None
     if status is None:

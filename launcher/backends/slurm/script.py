@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 
+from launcher.workload.model import sbatch_value_problem
 from launcher.workload.plan import RunPlan, render_plan
 from launcher.workload.slurm import sbatch_option, time_option
 
@@ -24,8 +25,14 @@ def placement_options(plan: RunPlan) -> list[str]:
     and the doctor's probe job alike)."""
     s = plan.workload.compute.slurm
     topo = plan.topology
-    opts = [f"--{name}={value}" for name, value in (("partition", s.partition), ("account", s.account),
-                                                     ("qos", s.qos), ("constraint", s.constraint)) if value]
+    opts = []
+    for name, value in (("partition", s.partition), ("account", s.account), ("qos", s.qos),
+                        ("constraint", s.constraint)):
+        if value:
+            why = sbatch_value_problem(value)
+            if why:  # validation refuses it first; the one place that writes the line refuses again
+                raise ValueError(f"compute.slurm.{name}: {why}")
+            opts.append(f"--{name}={value}")
     gpus = s.gpus_per_node or (topo.procs_per_node if topo.kind == "gpu" else None)
     if gpus:
         opts.append(f"--gpus-per-node={gpus}")
