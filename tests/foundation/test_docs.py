@@ -60,15 +60,16 @@ def lines_of(text: str) -> list[Line]:
     return out
 
 
-def code_blocks(text: str) -> list[str]:
-    """The contents of every fenced code block, in order."""
-    blocks, current = [], None
+def code_blocks(text: str, language: str | None = None) -> list[str]:
+    """The contents of every fenced code block (of one ``language`` when given), in order."""
+    blocks, current, lang = [], None, ""
     for line in text.splitlines():
         if _FENCE.match(line):
             if current is None:
-                current = []
+                current, lang = [], line.strip().strip("`~").strip()
             else:
-                blocks.append("\n".join(current))
+                if language is None or lang == language:
+                    blocks.append("\n".join(current))
                 current = None
         elif current is not None:
             current.append(line)
@@ -176,6 +177,37 @@ def test_readme_two_commands_are_the_documented_ones():
     quick_start = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
     assert code_blocks(quick_start) == [DEMO, TEST_SUITE]
     assert (ROOT / ".ci/run").is_file() and (ROOT / "sample_workloads/tiny_cpu.yaml").is_file()
+
+
+def example_errors(fragment: str, folder: Path) -> list[str]:
+    """The errors of a workload example as the validator reports them, once given what a fragment leaves
+    out (an ``experiment_name``; a ``command`` when it runs neither one nor the trainer)."""
+    from launcher.workload.validate import validate_file
+
+    head = "" if re.search(r"^experiment_name:", fragment, re.M) else "experiment_name: docs-example\n"
+    if not re.search(r"^(command|parameters):", fragment, re.M):
+        head += "command: 'true'\n"
+    path = folder / "example.yaml"
+    path.write_text(head + fragment + "\n")
+    errors = [p.format() for p in validate_file(path).errors]
+    if not errors and re.search(r"^sweep:", fragment, re.M):
+        from launcher.workload.sweep import plan_sweep
+
+        errors = [p.format() for p in plan_sweep(path, home=folder).problems if p.is_error]
+    return errors
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_workload_example_validates(page: Path, tmp_path):
+    for block in code_blocks(page.read_text(), "yaml"):
+        assert not example_errors(block, tmp_path), block
+
+
+def test_a_wrong_workload_example_is_caught(tmp_path):
+    assert example_errors("compute:\n  hosts: [a, b]\n  procs_per_nod: 2", tmp_path)
+    assert not example_errors("compute:\n  hosts: [a, b]\n  procs_per_node: 2", tmp_path)
+    assert example_errors("sweep:\n  grid:\n    compute.procs_per_nod: [1, 2]", tmp_path)
+    assert not example_errors("sweep:\n  grid:\n    compute.procs_per_node: [1, 2]", tmp_path)
 
 
 # --- the command lines they show --------------------------------------------------------------------
