@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import re
 import shlex
@@ -208,6 +209,41 @@ def test_a_wrong_workload_example_is_caught(tmp_path):
     assert not example_errors("compute:\n  hosts: [a, b]\n  procs_per_node: 2", tmp_path)
     assert example_errors("sweep:\n  grid:\n    compute.procs_per_nod: [1, 2]", tmp_path)
     assert not example_errors("sweep:\n  grid:\n    compute.procs_per_node: [1, 2]", tmp_path)
+
+
+_TOP_FOLDERS = ("launcher", "trainer", "tui", "themes", "tests", "benchmarks", "sample_workloads", "docs", ".ci")
+_REPO_PATH = re.compile(r"^(?:" + "|".join(map(re.escape, _TOP_FOLDERS)) + r")(?:/[\w.-]+)*/?$")
+_MODULE = re.compile(r"^\w+\.py$")
+
+
+@functools.cache
+def _module_names(root: Path) -> frozenset[str]:
+    return frozenset(p.name for folder in _TOP_FOLDERS if (root / folder).is_dir() for p in (root / folder).rglob("*.py"))
+
+
+def stale_paths(text: str, root: Path = ROOT) -> list[str]:
+    """Repository paths (``launcher/backends/base.py``) and module names (``policy.py``) that a page
+    names in code spans and that do not exist (a module name: nowhere in the repository)."""
+    modules = _module_names(root)
+    out = []
+    for number, prose in paragraphs(text):
+        for m in _CODE_SPAN.finditer(prose):
+            name = m.group(2).strip()
+            missing_path = _REPO_PATH.match(name) and not (root / name).exists()
+            if missing_path or (_MODULE.match(name) and name not in modules):
+                out.append(f"{number}: {name}")
+    return out
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_file_and_module_named_exists(page: Path):
+    stale = stale_paths(page.read_text())
+    assert not stale, f"{page.relative_to(ROOT)} names what is not there:\n" + "\n".join(stale)
+
+
+def test_a_stale_path_is_caught():
+    assert stale_paths("See `launcher/no_such.py`, `no_such_module.py` and `launcher/cli/`.") == [
+        "1: launcher/no_such.py", "1: no_such_module.py"]
 
 
 # --- the command lines they show --------------------------------------------------------------------
