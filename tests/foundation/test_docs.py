@@ -342,11 +342,11 @@ def check_invocation(parser: argparse.ArgumentParser, args: list[str], helped: s
     args = list(args)
     top = parser._option_string_actions
     while args and args[0].startswith("-"):
-        flag = args.pop(0).split("=", 1)[0]
+        flag, with_value, _ = args.pop(0).partition("=")
         if flag not in top:
             return [f"no top-level option {flag}"]
-        if top[flag].nargs != 0 and top[flag].option_strings[0] not in ("--version", "--help") and args:
-            args.pop(0)
+        if top[flag].nargs != 0 and not with_value and args:
+            args.pop(0)  # its value: --theme NAME
     if not args or args[0].endswith((".yaml", ".yml")):
         return []  # the app, or the editor on a file
     command, rest = args[0], args[1:]
