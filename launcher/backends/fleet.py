@@ -309,9 +309,8 @@ def _chunk(path: Path, offset: int) -> bytes:
 
 def _write_trees(plan: RunPlan, tmp: Path) -> list[_Tree]:
     """The code snapshot and the built-in trainer as tar files in ``tmp``, by the snapshot's rule."""
-    from launcher.workload.snapshot import SnapshotRefused, write_tar
-
     from launcher.backends.snapshot_source import SnapshotError, source_root
+    from launcher.workload.snapshot import SnapshotRefused, write_tar
 
     wanted: list[tuple[str, str, Path, tuple[str, ...], str, tuple[str, ...]]] = []
     if plan.code_root is not None:
