@@ -1,0 +1,103 @@
+"""Runs a table of ssh_config cases as a user would: ``~`` is the passwd home (the test bind-mounts the
+client home over it in a mount namespace of this process alone), each case's config written to
+``~/.ssh/config``, then fsdp-tui's connect function (and, with ``reference``, OpenSSH's ``ssh`` on the same
+files) runs ``id -un; echo $SSH_CONNECTION`` on whatever it reached. Reads JSON on stdin, prints JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+PROBE = "id -un; echo $SSH_CONNECTION"
+
+
+def _reset(home: Path, files: dict[str, str], case: dict) -> None:
+    ssh_dir = home / ".ssh"
+    for stale in ("kh_scratch", "conf.d", "keys"):
+        path = ssh_dir / stale
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    for rel, text in {**files, **case.get("files", {})}.items():
+        path = home / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    for rel, src in case.get("copies", {}).items():
+        (home / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(home / src, home / rel)
+        os.chmod(home / rel, 0o600)
+    (ssh_dir / "config").write_text(case["config"])
+
+
+async def _ours(case: dict) -> dict:
+    from launcher.backends.ssh.connect import SshError, connect
+    from launcher.workload.hosts import parse_host
+    from launcher.workload.model import Ssh
+
+    try:
+        conn = await asyncio.wait_for(connect(parse_host(case["target"]), Ssh(**case.get("ssh", {}))), 60)
+    except SshError as err:
+        return {"ok": False, "message": str(err)}
+    except BaseException:  # the test fails on any of these: no traceback may reach a user
+        return {"ok": False, "traceback": traceback.format_exc()}
+    async with conn:
+        ran = await conn.run(PROBE, check=False)
+    return {"ok": True, "out": str(ran.stdout).split()}
+
+
+def _reference(case: dict) -> dict:
+    ssh = case.get("ssh", {})
+    args = ["/usr/bin/ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=20"]
+    args += ["-l", ssh["user"]] if "user" in ssh else []
+    args += ["-p", str(ssh["port"])] if "port" in ssh else []
+    args += ["-J", ssh["proxy_jump"]] if "proxy_jump" in ssh else []
+    done = subprocess.run([*args, case["target"], PROBE], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          timeout=90)
+    return {"ok": done.returncode == 0, "out": done.stdout.split(), "message": done.stderr.strip()[-300:]}
+
+
+def main() -> None:
+    request = json.load(sys.stdin)
+    home = Path.home()
+    agent_sock = home / ".ssh" / "agent.sock"
+    agent_sock.unlink(missing_ok=True)
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(agent_sock)], stdout=subprocess.DEVNULL)
+    results = {}
+    try:
+        for _ in range(200):
+            if agent_sock.exists():
+                break
+            time.sleep(0.05)
+        subprocess.run(["ssh-add", "-q", str(home / ".ssh" / "agentkey")], check=True,
+                       env={**os.environ, "SSH_AUTH_SOCK": str(agent_sock)}, capture_output=True)
+        for case in request["cases"]:
+            _reset(home, request["files"], case)
+            saved = dict(os.environ)
+            os.environ.pop("SSH_AUTH_SOCK", None)
+            os.environ.update({k: v.replace("{agent}", str(agent_sock)) for k, v in case.get("env", {}).items()})
+            try:
+                started = time.monotonic()
+                result = {"ours": asyncio.run(_ours(case))}
+                result["ours"]["seconds"] = round(time.monotonic() - started, 3)
+                if request["reference"]:
+                    _reset(home, request["files"], case)
+                    started = time.monotonic()
+                    result["ssh"] = _reference(case)
+                    result["ssh"]["seconds"] = round(time.monotonic() - started, 3)
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+            results[case["id"]] = result
+    finally:
+        agent.terminate()
+        agent.wait()
+    json.dump(results, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
