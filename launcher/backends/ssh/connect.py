@@ -192,7 +192,7 @@ async def _dial(resolved: ResolvedHost, ssh: Ssh, label: str, tunnel):
                        f"check the user and key (ssh {resolved.name} must work without a password)") from None
     except (asyncssh.Error, OSError, asyncio.TimeoutError, ValueError) as err:
         reason = str(err) or type(err).__name__
-        raise SshError(f"{label}: cannot connect to {resolved.hostname}:{resolved.port}: {reason}",
+        raise SshError(f"{label}: cannot connect: {reason} (dialling {resolved.hostname}:{resolved.port})",
                        transient=not isinstance(err, ValueError)) from None
 
 
