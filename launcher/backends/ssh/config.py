@@ -235,7 +235,7 @@ def _home_path(path: str) -> str:
     return path
 
 
-def _agent(value: str | None, tokens: Tokens) -> str | None:
+def agent_socket(value: str | None, tokens: Tokens) -> str | None:
     """``IdentityAgent``: ``none``, ``SSH_AUTH_SOCK`` (OpenSSH's special value), ``$VAR`` or a path."""
     if value is None or value == "SSH_AUTH_SOCK":
         return os.environ.get("SSH_AUTH_SOCK") or None
@@ -279,7 +279,7 @@ def _resolve_openssh(binary: str, name: str, user: str | None, port: int | None,
         missing_identity_files=tuple(p for p in identities if not Path(p).is_file()),
         identities_only=one("identitiesonly") == "yes",
         certificate_files=tuple(tokens.expand(p) for p in g.get("certificatefile", [])),
-        identity_agent=_agent(one("identityagent"), tokens),
+        identity_agent=agent_socket(one("identityagent"), tokens),
         proxy_jump=one("proxyjump") if one("proxyjump") not in (None, "none") else None,
         proxy_command=tokens.expand(command, path=False) if command and command != "none" else None,
         user_known_hosts=known, global_known_hosts=globals_, host_key_alias=one("hostkeyalias"),

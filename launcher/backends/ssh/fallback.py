@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from launcher.backends.ssh.config import (DEFAULT_PORT, ResolvedHost, SshConfigError, Tokens, _agent,
+from launcher.backends.ssh.config import (DEFAULT_PORT, ResolvedHost, SshConfigError, Tokens, agent_socket,
                                           local_user)
 
 NO_SSH = "OpenSSH's `ssh` is not installed here, so fsdp-tui reads the config with asyncssh's parser"
@@ -57,7 +57,7 @@ def resolve_with_asyncssh(name: str, user: str | None, port: int | None, jump: s
         missing_identity_files=tuple(p for p in identities if not Path(p).is_file()),
         identities_only=bool(get("IdentitiesOnly")),
         certificate_files=tuple(tokens.expand(str(p)) for p in get("CertificateFile") or ()),
-        identity_agent=_agent(get("IdentityAgent"), tokens),
+        identity_agent=agent_socket(get("IdentityAgent"), tokens),
         proxy_jump=proxy_jump if proxy_jump and proxy_jump != "none" else None,
         proxy_command=(" ".join(command) if isinstance(command, list) else command) if command and command != "none"
         else None,

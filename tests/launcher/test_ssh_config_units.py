@@ -1,0 +1,168 @@
+"""The SSH config policies, purely: tokens, the agent's special values, precedence between the workload's
+``ssh:`` and the config, known-hosts names (``HostKeyAlias``, ports), asyncssh's options from one resolution,
+and asyncssh's refusals as one line. The real sshds are in test_ssh_config_conformance.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launcher.backends.ssh.config import ResolvedHost, SshConfigError, Tokens, agent_socket
+from launcher.backends.ssh.connect import CIPHERS, connect_options, effective_timeouts, parse_jump
+from launcher.backends.ssh.fallback import _one_line, _refuse_unexpanded_exec
+from launcher.workload.model import Ssh
+
+
+def _host(**changes) -> ResolvedHost:
+    base = dict(name="t", hostname="10.0.0.5", port=22, user="root")
+    return ResolvedHost(**{**base, **changes})
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("~/.ssh/id_%r@%n", "{home}/.ssh/id_bob@t"),
+    ("%d/keys/%h_%p", "{home}/keys/10.0.0.5_2222"),
+    ("%%h", "%h"),
+    ("${FSDP_TEST_VAR}/x", "val/x"),
+    ("/abs/%k", "/abs/bee"),
+    ("~user/x", "~user/x"),  # another user's ~ is not ours to expand
+])
+def test_tokens_expand_as_openssh_with_home_from_the_environment(text, expected, monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("FSDP_TEST_VAR", "val")
+    tokens = Tokens("t", "10.0.0.5", 2222, "bob", "bee")
+    assert tokens.expand(text) == expected.format(home=tmp_path)
+
+
+@pytest.mark.parametrize("value, env, expected", [
+    ("SSH_AUTH_SOCK", {"SSH_AUTH_SOCK": "/run/agent"}, "/run/agent"),
+    ("SSH_AUTH_SOCK", {}, None),
+    ("none", {"SSH_AUTH_SOCK": "/run/agent"}, None),
+    (None, {"SSH_AUTH_SOCK": "/run/agent"}, "/run/agent"),
+    ("$MY_AGENT", {"MY_AGENT": "/tmp/a"}, "/tmp/a"),
+    ("~/.ssh/agent.sock", {}, "{home}/.ssh/agent.sock"),
+])
+def test_identity_agent_values(value, env, expected, monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("SSH_AUTH_SOCK", "MY_AGENT"):
+        monkeypatch.delenv(name, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    got = agent_socket(value, Tokens("t", "h", 22, "root"))
+    assert got == (expected.format(home=tmp_path) if expected else None)
+
+
+@pytest.mark.parametrize("workload, config, expected", [
+    ({}, {}, (10.0, 5.0, 3)),  # neither: the workload's defaults
+    ({}, {"connect_timeout_s": 7.0, "server_alive_interval_s": 30.0, "server_alive_count_max": 4}, (7.0, 30.0, 4)),
+    ({"connect_timeout_s": 3.0}, {"connect_timeout_s": 7.0}, (3.0, 5.0, 3)),  # set in the workload: it wins
+    ({"keepalive_interval_s": 2.0}, {"server_alive_interval_s": 30.0, "server_alive_count_max": 4}, (10.0, 2.0, 4)),
+    ({"keepalive_count_max": 9}, {"server_alive_interval_s": 30.0, "server_alive_count_max": 4}, (10.0, 30.0, 9)),
+    ({"keepalive_interval_s": 5.0}, {"server_alive_interval_s": 30.0}, (10.0, 5.0, 3)),  # set to the default: still set
+])
+def test_the_workload_wins_only_where_it_sets_a_value(workload, config, expected):
+    assert effective_timeouts(_host(**config), Ssh(**workload)) == expected
+
+
+@pytest.mark.parametrize("changes, key_name", [
+    ({}, "10.0.0.5"),
+    ({"port": 2222}, "[10.0.0.5]:2222"),
+    ({"port": 2222, "host_key_alias": "bee"}, "bee"),  # OpenSSH files an alias without its port
+])
+def test_known_hosts_name(changes, key_name):
+    assert _host(**changes).key_name == key_name
+
+
+def test_a_port_entry_never_stands_in_for_another_port_and_the_alias_is_looked_up(tmp_path):
+    """asyncssh's own lookup falls back to the port-less entry; OpenSSH does not (another sshd on that
+    machine would pass for this one)."""
+    from launcher.backends.ssh.hostkeys import trusted
+
+    keys = {}
+    for name in ("plain", "alias"):
+        import asyncssh
+
+        keys[name] = asyncssh.generate_private_key("ssh-ed25519").export_public_key("openssh").decode().strip()
+    known = tmp_path / "known_hosts"
+    known.write_text(f"10.0.0.5 {keys['plain']}\nbee {keys['alias']}\n")
+    ssh = Ssh(known_hosts=str(known))
+    assert len(trusted(_host(), ssh)[0]) == 1
+    assert trusted(_host(port=2222), ssh)[0] == []
+    found = trusted(_host(port=2222, host_key_alias="bee"), ssh)[0]
+    assert [k.export_public_key("openssh").decode().strip() for k in found] == [keys["alias"]]
+
+
+def test_options_come_from_the_resolution_alone(tmp_path):
+    key = tmp_path / "id_ed25519"
+    key.write_text("x")
+    (tmp_path / "id_ed25519.pub").write_text("x")
+    resolved = _host(port=2222, user="bob", identity_files=(str(key),), identities_only=True,
+                     identity_agent="/run/agent", proxy_command="nc 10.0.0.5 2222", host_key_alias="bee")
+    options = connect_options(resolved, Ssh(known_hosts=str(tmp_path / "none")))
+    assert options["config"] == [] and options["port"] == 2222 and options["username"] == "bob"
+    assert options["client_keys"] == [str(key)] and options["ignore_encrypted"] is True
+    assert options["agent_identities"] == [str(key) + ".pub"] and options["agent_path"] == "/run/agent"
+    assert options["proxy_command"] == "nc 10.0.0.5 2222"
+    assert options["encryption_algs"] == ",".join(CIPHERS)
+    jumped = connect_options(resolved.__class__(**{**resolved.__dict__, "proxy_jump": "a"}), Ssh())
+    assert "proxy_command" not in jumped
+
+
+@pytest.mark.parametrize("ciphers, expected", [
+    (("aes256-ctr", "no-such-cipher"), "aes256-ctr"),  # what asyncssh lacks is left out
+    (("+aes128-cbc",), "+aes128-cbc"),  # asyncssh applies +/-/^ to its own defaults
+])
+def test_the_configs_algorithms_win(ciphers, expected):
+    assert connect_options(_host(ciphers=ciphers), Ssh())["encryption_algs"] == expected
+
+
+def test_algorithms_asyncssh_lacks_entirely_are_a_one_line_refusal():
+    with pytest.raises(SshConfigError, match="none of the config's Ciphers"):
+        connect_options(_host(ciphers=("no-such-cipher",)), Ssh())
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("bastion", ("bastion", None, None)),
+    ("alice@bastion:2022", ("bastion", "alice", 2022)),
+    ("ssh://alice@bastion:2022", ("bastion", "alice", 2022)),
+])
+def test_jump_hops(spec, expected):
+    hop = parse_jump(spec)
+    assert (hop.hostname, hop.user, hop.port) == expected
+
+
+@pytest.mark.parametrize("message, words", [
+    ("/h/.ssh/config line 3: Invalid Port integer value: ssh", ["/h/.ssh/config line 3:", "write the number"]),
+    ("/h/.ssh/config line 7: No closing quotation", ["line 7:", "comment onto a line of its own"]),
+    ("/h/.ssh/config line 2: Unknown thing", ["line 2:", "remove or reword"]),
+])
+def test_asyncssh_refusals_are_one_line_naming_file_line_and_fix(message, words):
+    line = _one_line(message)
+    assert "\n" not in line and "openssh-client" in line and all(w in line for w in words)
+
+
+def test_match_exec_with_a_token_is_refused_by_the_fallback_even_in_an_include(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    ssh_dir = tmp_path / ".ssh"
+    (ssh_dir / "conf.d").mkdir(parents=True)
+    config = ssh_dir / "config"
+    config.write_text('Match exec "true"\n  Port 2\nInclude conf.d/*.conf\n')
+    _refuse_unexpanded_exec(config)
+    (ssh_dir / "conf.d" / "x.conf").write_text('Host a\n  User b\nMatch host *.corp !exec "nc -z %h %p"\n')
+    with pytest.raises(SshConfigError, match=r"x\.conf line 3: Match exec with a % token"):
+        _refuse_unexpanded_exec(config)
+
+
+def test_ssh_g_errors_are_one_line_naming_the_line(tmp_path, monkeypatch):
+    from launcher.backends.ssh.config import resolve, ssh_binary
+    from launcher.workload.hosts import parse_host
+
+    if ssh_binary() is None:
+        pytest.skip("no ssh client")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_text("Host t\n  HostName x\n  NoSuchOption yes\n")
+    with pytest.raises(SshConfigError) as err:
+        resolve(parse_host("t"), Ssh())
+    assert "line 3" in str(err.value) and "\n" not in str(err.value) and "ssh -G t" in str(err.value)
+    assert Path(tmp_path / ".ssh" / "config").read_text()  # untouched
