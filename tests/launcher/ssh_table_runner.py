@@ -39,8 +39,13 @@ async def _ours(case: dict) -> dict:
     from launcher.workload.hosts import parse_host
     from launcher.workload.model import Ssh
 
+    target, ssh = parse_host(case["target"]), Ssh(**case.get("ssh", {}))
     try:
-        conn = await asyncio.wait_for(connect(parse_host(case["target"]), Ssh(**case.get("ssh", {}))), 60)
+        if case.get("action") == "trust":  # as `fsdp-tui trust NAME --yes` does, then connect
+            from launcher.backends.ssh.connect import check_host_key, trust
+
+            trust(await check_host_key(target, ssh), ssh)
+        conn = await asyncio.wait_for(connect(target, ssh), 60)
     except SshError as err:
         return {"ok": False, "message": str(err)}
     except BaseException:  # the test fails on any of these: no traceback may reach a user
@@ -84,8 +89,11 @@ def main() -> None:
                 started = time.monotonic()
                 result = {"ours": asyncio.run(_ours(case))}
                 result["ours"]["seconds"] = round(time.monotonic() - started, 3)
+                scratch = home / ".ssh" / "kh_scratch"
+                result["ours"]["kh_scratch"] = scratch.read_text() if scratch.exists() else ""
                 if request["reference"]:
-                    _reset(home, request["files"], case)
+                    if case.get("action") != "trust":  # after a trust, ssh must accept what was written
+                        _reset(home, request["files"], case)
                     started = time.monotonic()
                     result["ssh"] = _reference(case)
                     result["ssh"]["seconds"] = round(time.monotonic() - started, 3)

@@ -303,8 +303,8 @@ def start_world(tmp: Path) -> SshWorld:
                     ["ip", "netns", "exec", ns, "sh", "-c", f'mount --bind "{passwd}" /etc/passwd && '
                      f'mount --bind "{group}" /etc/group && exec {SSHD} -D -e -f "{conf}"'], stderr=log)
             sshds[name] = TestHost(name, addr, port, key, proc, ns, switch, None, conf)
-        for name, host in sshds.items():
-            _wait_listening(host, switch)
+        for host in sshds.values():
+            _wait_listening(host)
     except BaseException:
         stop_hosts(list(sshds.values()))
         switch.remove()
@@ -316,7 +316,7 @@ def start_world(tmp: Path) -> SshWorld:
     return SshWorld(client, a, b, sshds, files, switch, known, shared)
 
 
-def _wait_listening(host: TestHost, switch: Switch) -> None:
+def _wait_listening(host: TestHost) -> None:
     """Poll until the sshd accepts connections (inside its namespace: some listen on its loopback)."""
     deadline = time.monotonic() + 15
     probe = f"import socket; socket.create_connection(('{host.addr}', {host.port}), timeout=1).close()"

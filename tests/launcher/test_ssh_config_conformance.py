@@ -93,6 +93,8 @@ CASES: list[tuple[str, str, str, tuple, dict]] = [
     ("workload_port_wins", A_T + "  Port 22\n", "t", ok("root", "{A}", 2222), {"ssh": {"port": 2222}}),
     ("workload_jump", "Host a\n  HostName {A}\nHost inner\n  HostName 127.0.0.1\n  Port 2022\n", "inner",
      ok("root", "127.0.0.1", 2022), {"ssh": {"proxy_jump": "a"}}),
+    ("trust_writes_the_first_user_file_under_the_alias", "Host t\n  HostName {B}\n  Port 2222\n  HostKeyAlias newbee\n"
+     "  UserKnownHostsFile ~/.ssh/kh_scratch ~/.ssh/known_hosts\n", "t", ok("root", "{B}", 2222), {"action": "trust"}),
     # Refusals, each with its one line:
     ("unknown_host_key", "Host t\n  HostName {B}\n  Port 2222\n", "t", refused("unknown host key"), {}),
     ("unknown_key_on_a_jump_hop", "Host inner\n  HostName 127.0.0.1\n  Port 2022\n  ProxyJump root@{B}:2222\n",
@@ -220,6 +222,9 @@ def test_every_config_reaches_what_ssh_reaches_and_refusals_are_one_line(world):
         problem = _judge(cid, expected, results[cid]["ours"])
         if problem:
             problems.append(problem)
+    written = results["trust_writes_the_first_user_file_under_the_alias"]["ours"]["kh_scratch"]
+    if not written.startswith("newbee ssh-ed25519 "):
+        problems.append(f"trust wrote {written!r} to the first UserKnownHostsFile")
     assert not problems, "\n".join(problems)
 
 

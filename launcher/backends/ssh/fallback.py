@@ -7,8 +7,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from launcher.backends.ssh.config import (DEFAULT_PORT, ResolvedHost, SshConfigError, Tokens, agent_socket,
-                                          local_user)
+from launcher.backends.ssh.config import (
+    DEFAULT_PORT,
+    ResolvedHost,
+    SshConfigError,
+    Tokens,
+    agent_socket,
+    local_user,
+)
 
 NO_SSH = "OpenSSH's `ssh` is not installed here, so fsdp-tui reads the config with asyncssh's parser"
 
