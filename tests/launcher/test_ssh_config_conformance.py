@@ -74,7 +74,7 @@ CASES: list[tuple[str, str, str, tuple, dict]] = [
     # What stopped or misrouted fsdp-tui before OpenSSH read the config for it:
     ("trailing_comment", "Host *\n  ServerAliveInterval 30 # keepalive\n" + A_T, "t", ok("root", "{A}", 22), {}),
     ("apostrophe_in_comment", "Host other\n  User bob # bob's\n" + A_T, "t", ok("root", "{A}", 22), {}),
-    ("match_exec_with_equals", A_T + 'Match exec "test %h = {A}"\n  Port 2222\n', "t", ok("root", "{A}", 2222), {}),
+    ("match_exec_with_equals", A_T + 'Match exec "test {A} = {A}"\n  Port 2222\n', "t", ok("root", "{A}", 2222), {}),
     ("port_service_name", A_T + "  Port ssh\n", "t", ok("root", "{A}", 22), {}),
     ("match_exec_with_token", A_T + 'Match exec "echo %n | grep -qx t"\n  Port 2222\n', "t",
      ok("root", "{A}", 2222), {}),
@@ -111,9 +111,9 @@ OURS_DIFFER = {
 """Where fsdp-tui refuses on purpose what ``ssh`` does: host keys are always verified."""
 
 WITHOUT_SSH = {
-    "trailing_comment": "line 2: ",
-    "apostrophe_in_comment": "line 2: ",
-    "match_exec_with_equals": "line 3: ",
+    "trailing_comment": "line 2: Extra data at end: # keepalive: move the comment onto a line of its own",
+    "apostrophe_in_comment": "line 2: No closing quotation: move the comment",
+    "match_exec_with_equals": "line 3: Invalid match condition",
     "port_service_name": "line 3: Invalid Port integer value: ssh",
     "match_exec_with_token": "line 3: Match exec with a % token",
 }

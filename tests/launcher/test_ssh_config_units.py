@@ -134,6 +134,8 @@ def test_jump_hops(spec, expected):
 @pytest.mark.parametrize("message, words", [
     ("/h/.ssh/config line 3: Invalid Port integer value: ssh", ["/h/.ssh/config line 3:", "write the number"]),
     ("/h/.ssh/config line 7: No closing quotation", ["line 7:", "comment onto a line of its own"]),
+    ("/h/.ssh/config line 4: Extra data at end: # x", ["line 4:", "comment onto a line of its own"]),
+    ("/h/.ssh/config line 5: Invalid match condition  a", ["line 5:", "put the command in a script"]),
     ("/h/.ssh/config line 2: Unknown thing", ["line 2:", "remove or reword"]),
 ])
 def test_asyncssh_refusals_are_one_line_naming_file_line_and_fix(message, words):

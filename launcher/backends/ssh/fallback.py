@@ -114,11 +114,14 @@ def _one_line(message: str) -> str:
     found = re.match(r"(?P<path>.+?) line (?P<line>\d+): (?P<reason>.*)", message)
     if not found:
         return f"{message} ({NO_SSH}): change the config so that asyncssh accepts it, or install openssh-client"
-    hint = "remove or reword that line"
     reason = found["reason"]
-    if "integer" in reason:
+    lowered = reason.lower()
+    hint = "remove or reword that line"
+    if "integer" in lowered:
         hint = "write the number (e.g. Port 22, not a service name)"
-    elif "quot" in reason.lower() or "=" in reason:
-        hint = "move the comment onto a line of its own, or drop the quote or '=' from it"
+    elif "extra data" in lowered or "quotation" in lowered:
+        hint = "move the comment onto a line of its own (asyncssh reads '#' after a value, and quotes in it)"
+    elif "match condition" in lowered:
+        hint = "asyncssh splits a Match line at '=': put the command in a script and run that"
     return (f"{found['path']} line {found['line']}: {reason}: {hint} ({NO_SSH}; "
             "installing openssh-client makes it read the config as ssh does)")
