@@ -24,9 +24,9 @@ def ok(user: str, server: str, port: int, client: str | None = None) -> tuple:
     return ("ok", user, server, port, client)
 
 
-def refused(reason: str) -> tuple:
-    """``ssh`` refuses; fsdp-tui too, with a line containing ``reason``."""
-    return ("refused", reason)
+def refused(*reasons: str) -> tuple:
+    """``ssh`` refuses; fsdp-tui too, with a line containing each of ``reasons``."""
+    return ("refused", *reasons)
 
 
 A_T = "Host t\n  HostName {A}\n"
@@ -98,7 +98,7 @@ CASES: list[tuple[str, str, str, tuple, dict]] = [
     # Refusals, each with its one line:
     ("unknown_host_key", "Host t\n  HostName {B}\n  Port 2222\n", "t", refused("unknown host key"), {}),
     ("unknown_key_on_a_jump_hop", "Host inner\n  HostName 127.0.0.1\n  Port 2022\n  ProxyJump root@{B}:2222\n",
-     "inner", refused("unknown host key"), {}),
+     "inner", refused("unknown host key SHA256:", "fsdp-tui trust root@[{B}]:2222"), {}),
     ("unknown_user", A_T + "  User ghost\n", "t", refused("permission denied"), {}),
     ("nothing_listening", A_T + "  Port 2999\n", "t", refused("cannot connect"), {}),
 ]
@@ -201,8 +201,8 @@ def _judge(case_id: str, expected: tuple, result: dict) -> str | None:
     if result["ok"]:
         return f"{case_id}: connected ({_landed(result)}) where a refusal was expected"
     message = result.get("message", "")
-    if expected[1].lower() not in message.lower() or "\n" in message or "Traceback" in message:
-        return f"{case_id}: refused with {message!r}, expected one line with {expected[1]!r}"
+    if any(r.lower() not in message.lower() for r in expected[1:]) or "\n" in message or "Traceback" in message:
+        return f"{case_id}: refused with {message!r}, expected one line with {expected[1:]!r}"
     return None
 
 

@@ -168,3 +168,12 @@ def test_ssh_g_errors_are_one_line_naming_the_line(tmp_path, monkeypatch):
         resolve(parse_host("t"), Ssh())
     assert "line 3" in str(err.value) and "\n" not in str(err.value) and "ssh -G t" in str(err.value)
     assert Path(tmp_path / ".ssh" / "config").read_text()  # untouched
+
+
+def test_a_broken_known_hosts_file_is_one_line_naming_it(tmp_path):
+    from launcher.backends.ssh.hostkeys import trusted
+
+    known = tmp_path / "known_hosts"
+    known.write_text("@bogus-marker host ssh-ed25519 AAAA\n")
+    with pytest.raises(SshConfigError, match=f"{known}: .*fix or remove that entry"):
+        trusted(_host(), Ssh(known_hosts=str(known)))

@@ -134,7 +134,7 @@ def _files_stamp() -> tuple:
     for folder in (config_path().parent, Path("/etc/ssh"), Path("/etc/ssh/ssh_config.d")):
         try:
             with os.scandir(folder) as entries:
-                stamps += sorted((e.name, e.stat().st_mtime_ns) for e in entries if e.is_file())
+                stamps += sorted((e.name, e.stat().st_mtime_ns, e.stat().st_size) for e in entries if e.is_file())
         except OSError:
             continue
     return tuple(stamps)

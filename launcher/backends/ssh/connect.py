@@ -125,7 +125,7 @@ async def _resolve(host: HostTarget, ssh: Ssh, *, hop: bool = False) -> Resolved
 async def connect(host: HostTarget, ssh: Ssh):
     """An open, host-key-verified connection, through every jump hop (each verified the same way)."""
     resolved = await _resolve(host, ssh)
-    return await _open(resolved, ssh, host.display, 0)
+    return await _open(resolved, ssh, host.display, 0, host.display)
 
 
 async def _chain(resolved: ResolvedHost, ssh: Ssh, label: str, depth: int) -> list:
@@ -143,10 +143,10 @@ async def _chain(resolved: ResolvedHost, ssh: Ssh, label: str, depth: int) -> li
                 raise SshError(f"{label}: {err}") from None
             hop_label = f"{label} (via jump host {spec})"
             if i == 0:
-                chain.append(await _open(hop, ssh, hop_label, depth + 1))
+                chain.append(await _open(hop, ssh, hop_label, depth + 1, spec))
             else:
                 chain.append(await _dial(replace(hop, proxy_jump=None, proxy_command=None), ssh, hop_label,
-                                         chain[-1]))
+                                         chain[-1], spec))
     except BaseException:
         for conn in chain:
             conn.close()
@@ -157,10 +157,10 @@ async def _chain(resolved: ResolvedHost, ssh: Ssh, label: str, depth: int) -> li
 _closers: set[asyncio.Task] = set()
 
 
-async def _open(resolved: ResolvedHost, ssh: Ssh, label: str, depth: int):
+async def _open(resolved: ResolvedHost, ssh: Ssh, label: str, depth: int, name: str):
     chain = await _chain(resolved, ssh, label, depth)
     try:
-        conn = await _dial(resolved, ssh, label, chain[-1] if chain else None)
+        conn = await _dial(resolved, ssh, label, chain[-1] if chain else None, name)
     except BaseException:
         for hop in chain:
             hop.close()
@@ -176,7 +176,8 @@ async def _open(resolved: ResolvedHost, ssh: Ssh, label: str, depth: int):
     return conn
 
 
-async def _dial(resolved: ResolvedHost, ssh: Ssh, label: str, tunnel):
+async def _dial(resolved: ResolvedHost, ssh: Ssh, label: str, tunnel, name: str):
+    """One connection (through ``tunnel``); ``name``: what ``fsdp-tui trust`` is told to resolve."""
     import asyncssh
 
     try:
@@ -186,7 +187,7 @@ async def _dial(resolved: ResolvedHost, ssh: Ssh, label: str, tunnel):
     try:
         return await asyncssh.connect(resolved.hostname, tunnel=tunnel or (), **options)
     except asyncssh.HostKeyNotVerifiable as err:
-        raise SshError(await _describe(resolved, ssh, label, tunnel, str(err))) from None
+        raise SshError(await _describe(resolved, ssh, label, tunnel, name, str(err))) from None
     except asyncssh.PermissionDenied:
         raise SshError(f"{label}: permission denied for {resolved.user}@{resolved.hostname}:{resolved.port}: "
                        f"check the user and key (ssh {resolved.name} must work without a password)") from None
@@ -209,16 +210,16 @@ async def _fetch_check(resolved: ResolvedHost, ssh: Ssh, tunnel) -> KeyCheck:
     return key_check(resolved, ssh, key)
 
 
-async def _describe(resolved: ResolvedHost, ssh: Ssh, label: str, tunnel, detail: str) -> str:
+async def _describe(resolved: ResolvedHost, ssh: Ssh, label: str, tunnel, name: str, detail: str) -> str:
     try:
         check = await _fetch_check(resolved, ssh, tunnel)
-    except (OSError, asyncio.TimeoutError, asyncssh_errors()) as err:
+    except (OSError, asyncio.TimeoutError, SshConfigError, asyncssh_errors()) as err:
         return f"{label}: host key not verifiable ({detail}); could not fetch it again: {err}"
-    return describe(label, check)
+    return describe(label, check, name)
 
 
-def describe(label: str, check: KeyCheck) -> str:
-    """One line: an unknown, revoked or CHANGED key, and what to do."""
+def describe(label: str, check: KeyCheck, name: str) -> str:
+    """One line: an unknown, revoked or CHANGED key, and what to do (``fsdp-tui trust name``)."""
     if check.revoked:
         return (f"{label}: host key {check.presented} is marked @revoked in {check.file}. Nothing was run. "
                 "Ask the machine's administrator for its new key")
@@ -226,9 +227,9 @@ def describe(label: str, check: KeyCheck) -> str:
         return (f"{label}: HOST KEY CHANGED: known_hosts has {', '.join(check.known)} for {check.known_hosts_name} "
                 f"but the server presents {check.presented}. Nothing was run. If the machine was really "
                 f"reinstalled, remove the old entry (ssh-keygen -R '{check.known_hosts_name}' -f {check.file}) "
-                f"and run: fsdp-tui trust {label.split(' ')[0]}")
+                f"and run: fsdp-tui trust {name}")
     return (f"{label}: unknown host key {check.presented} for {check.known_hosts_name}. Nothing was run. If "
-            f"that is the right machine, trust it on purpose: fsdp-tui trust {label.split(' ')[0]}")
+            f"that is the right machine, trust it on purpose: fsdp-tui trust {name}")
 
 
 async def check_host_key(host: HostTarget, ssh: Ssh) -> KeyCheck:
@@ -241,14 +242,6 @@ async def check_host_key(host: HostTarget, ssh: Ssh) -> KeyCheck:
     finally:
         for conn in reversed(chain):
             conn.close()
-
-
-async def describe_key_problem(host: HostTarget, ssh: Ssh, detail: str) -> str:
-    try:
-        check = await check_host_key(host, ssh)
-    except (OSError, asyncio.TimeoutError, SshError, asyncssh_errors()) as err:
-        return f"{host.display}: host key not verifiable ({detail}); could not fetch it again: {err}"
-    return describe(host.display, check)
 
 
 def asyncssh_errors() -> type[Exception]:

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.backends.ssh.config import ResolvedHost
+from launcher.backends.ssh.config import ResolvedHost, SshConfigError
 from launcher.workload.model import Ssh
 
 
@@ -93,7 +93,11 @@ def _known_hosts(path: Path):
 def _parsed(path: Path, mtime_ns: int, size: int):
     import asyncssh
 
-    return asyncssh.read_known_hosts(str(path))
+    try:
+        return asyncssh.read_known_hosts(str(path))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise SshConfigError(f"{path}: {err}: fix or remove that entry (ssh-keygen -l -f {path} lists the "
+                             "file's keys)") from None
 
 
 def key_check(resolved: ResolvedHost, ssh: Ssh, key) -> KeyCheck:
