@@ -55,15 +55,21 @@ async def _ours(case: dict) -> dict:
     return {"ok": True, "out": str(ran.stdout).split()}
 
 
-def _reference(case: dict) -> dict:
+def _start_reference(case: dict) -> subprocess.Popen:
+    """OpenSSH's ``ssh`` on the same files, the workload's user/port/jump given as a user would type them."""
     ssh = case.get("ssh", {})
     args = ["/usr/bin/ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=20"]
     args += ["-l", ssh["user"]] if "user" in ssh else []
     args += ["-p", str(ssh["port"])] if "port" in ssh else []
     args += ["-J", ssh["proxy_jump"]] if "proxy_jump" in ssh else []
-    done = subprocess.run([*args, case["target"], PROBE], capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                          timeout=90)
-    return {"ok": done.returncode == 0, "out": done.stdout.split(), "message": done.stderr.strip()[-300:]}
+    return subprocess.Popen([*args, case["target"], PROBE], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+
+
+def _reference_result(proc: subprocess.Popen, started: float) -> dict:
+    out, err = proc.communicate(timeout=90)
+    return {"ok": proc.returncode == 0, "out": out.split(), "message": err.strip()[-300:],
+            "seconds": round(time.monotonic() - started, 3)}
 
 
 def main() -> None:
@@ -74,29 +80,33 @@ def main() -> None:
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(agent_sock)], stdout=subprocess.DEVNULL)
     results = {}
     try:
-        for _ in range(200):
-            if agent_sock.exists():
-                break
+        deadline = time.monotonic() + 30
+        while subprocess.run(["ssh-add", "-q", str(home / ".ssh" / "agentkey")], capture_output=True,
+                             env={**os.environ, "SSH_AUTH_SOCK": str(agent_sock)}).returncode != 0:
+            if time.monotonic() > deadline:  # poll: the agent listens a moment after it starts
+                raise RuntimeError("ssh-agent did not start")
             time.sleep(0.05)
-        subprocess.run(["ssh-add", "-q", str(home / ".ssh" / "agentkey")], check=True,
-                       env={**os.environ, "SSH_AUTH_SOCK": str(agent_sock)}, capture_output=True)
         for case in request["cases"]:
             _reset(home, request["files"], case)
             saved = dict(os.environ)
             os.environ.pop("SSH_AUTH_SOCK", None)
             os.environ.update({k: v.replace("{agent}", str(agent_sock)) for k, v in case.get("env", {}).items()})
             try:
+                # ssh and fsdp-tui side by side on the same files, unless one of them writes some
+                together = request["reference"] and not case.get("alone")
                 started = time.monotonic()
+                reference = _start_reference(case) if together else None
                 result = {"ours": asyncio.run(_ours(case))}
                 result["ours"]["seconds"] = round(time.monotonic() - started, 3)
                 scratch = home / ".ssh" / "kh_scratch"
                 result["ours"]["kh_scratch"] = scratch.read_text() if scratch.exists() else ""
-                if request["reference"]:
+                if reference is not None:
+                    result["ssh"] = _reference_result(reference, started)
+                elif request["reference"]:
                     if case.get("action") != "trust":  # after a trust, ssh must accept what was written
                         _reset(home, request["files"], case)
                     started = time.monotonic()
-                    result["ssh"] = _reference(case)
-                    result["ssh"]["seconds"] = round(time.monotonic() - started, 3)
+                    result["ssh"] = _reference_result(_start_reference(case), started)
             finally:
                 os.environ.clear()
                 os.environ.update(saved)

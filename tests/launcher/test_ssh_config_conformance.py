@@ -94,11 +94,11 @@ CASES: list[tuple[str, str, str, tuple, dict]] = [
     ("workload_jump", "Host a\n  HostName {A}\nHost inner\n  HostName 127.0.0.1\n  Port 2022\n", "inner",
      ok("root", "127.0.0.1", 2022), {"ssh": {"proxy_jump": "a"}}),
     ("trust_writes_the_first_user_file_under_the_alias", "Host t\n  HostName {B}\n  Port 2222\n  HostKeyAlias newbee\n"
-     "  UserKnownHostsFile ~/.ssh/kh_scratch ~/.ssh/known_hosts\n", "t", ok("root", "{B}", 2222), {"action": "trust"}),
+     "  UserKnownHostsFile ~/.ssh/kh_scratch ~/.ssh/known_hosts\n", "t", ok("root", "{B}", 2222), {"action": "trust", "alone": True}),
     # Refusals, each with its one line:
     ("unknown_host_key", "Host t\n  HostName {B}\n  Port 2222\n", "t", refused("unknown host key"), {}),
     ("unknown_key_on_a_jump_hop", "Host inner\n  HostName 127.0.0.1\n  Port 2022\n  ProxyJump root@{B}:2222\n",
-     "inner", refused("unknown host key SHA256:", "fsdp-tui trust root@[{B}]:2222"), {}),
+     "inner", refused("unknown host key SHA256:", "fsdp-tui trust root@{B}:2222"), {}),
     ("unknown_user", A_T + "  User ghost\n", "t", refused("permission denied"), {}),
     ("nothing_listening", A_T + "  Port 2999\n", "t", refused("cannot connect"), {}),
 ]
@@ -208,7 +208,7 @@ def _judge(case_id: str, expected: tuple, result: dict) -> str | None:
 
 def test_every_config_reaches_what_ssh_reaches_and_refusals_are_one_line(world):
     assert len(CASES) + len(OURS_DIFFER) >= 31
-    differ = [(cid, config, target, ours, {}) for cid, (config, target, _, ours) in OURS_DIFFER.items()]
+    differ = [(cid, config, target, ours, {"alone": True}) for cid, (config, target, _, ours) in OURS_DIFFER.items()]
     table = CASES + differ
     results = _run_table(world, _request(world, table), reference=True)
     expected_ssh = {cid: exp for cid, _, _, exp, _ in CASES} | {cid: v[2] for cid, v in OURS_DIFFER.items()}

@@ -138,9 +138,12 @@ async def _chain(resolved: ResolvedHost, ssh: Ssh, label: str, depth: int) -> li
     try:
         for i, spec in enumerate(resolved.jump_hops):
             try:
-                hop = await _resolve(parse_jump(spec), ssh, hop=True)
+                target = parse_jump(spec)  # ssh -G's spelling ([addr]:port), said back as user@host:port
             except SshConfigError as err:
                 raise SshError(f"{label}: {err}") from None
+            address = f"[{target.hostname}]" if ":" in target.hostname else target.hostname
+            spec = (f"{target.user}@" if target.user else "") + address + (f":{target.port}" if target.port else "")
+            hop = await _resolve(target, ssh, hop=True)
             hop_label = f"{label} (via jump host {spec})"
             if i == 0:
                 chain.append(await _open(hop, ssh, hop_label, depth + 1, spec))
