@@ -124,11 +124,11 @@ async def diagnose(plan: RunPlan, *, run_root: str, import_timeout_s: float = IM
 
 async def _with_ssh_reports(plan: RunPlan, reports: list[NodeReport], local: list[bool]) -> list[NodeReport]:
     """Each SSH node's report with what its config resolved to (beside ``ssh -G``), right after "reachable"."""
-    from launcher.doctor.ssh_report import ssh_config_check
+    from launcher.backends.base import ssh_config_check
 
-    checks = await asyncio.gather(*(asyncio.to_thread(ssh_config_check, plan, n)
+    checks = await asyncio.gather(*(asyncio.to_thread(ssh_config_check, plan, n.node_rank)
                                     for n, is_local in zip(plan.nodes, local, strict=True) if not is_local))
-    found = iter(checks)
+    found = iter(Check(c.name, c.status, c.detail, c.fix) for c in checks)
     out = []
     for report, is_local in zip(reports, local, strict=True):
         if not is_local:

@@ -201,9 +201,13 @@ def test_gpu_workload_on_gpu_less_hosts_is_a_gpu_count_error(home, tmp_path, hos
 def test_unknown_host_key_is_reported_with_its_message_not_a_traceback(home, tmp_path, hosts):
     client, started = hosts
     (client / ".ssh" / "known_hosts").write_text(started[0].known_hosts_line() + "\n")  # node1 unknown
+    config = client / ".ssh" / "config"
+    config.write_text("Host node0\n  StrictHostKeyChecking accept-new\n" + config.read_text())
     out, report = doctor_json(home, ssh_workload(tmp_path, ["node0", "node1"]), client=client)
     assert out.returncode == 1
-    assert [n["status"] for n in report["nodes"]] == ["ok", "error"]
+    assert [n["status"] for n in report["nodes"]] == ["warning", "error"]
+    flagged = checks(report["nodes"][0])["ssh config"]
+    assert flagged["status"] == "warning" and "StrictHostKeyChecking accept-new is ignored on purpose" in flagged["detail"]
     reach = checks(report["nodes"][1])["reachable"]
     assert reach["status"] == "error" and "unknown host key SHA256:" in reach["detail"]
     assert "fsdp-tui trust node1" in reach["detail"]

@@ -4,7 +4,10 @@ difference flagged, so "it works with ssh but not here" is answered before a lau
 
 from __future__ import annotations
 
-from launcher.doctor.judge import Check
+from launcher.backends.base import SchedulerCheck as Check
+from launcher.backends.ssh.config import ResolvedHost, SshConfigError, resolve
+from launcher.backends.ssh.connect import effective_timeouts
+from launcher.backends.ssh.hostkeys import user_files
 from launcher.workload.hosts import HostTarget
 from launcher.workload.model import Ssh
 from launcher.workload.plan import NodePlan, RunPlan
@@ -15,10 +18,6 @@ IGNORED_STRICT = ("no", "off", "accept-new")
 def ssh_config_check(plan: RunPlan, node: NodePlan) -> Check:
     """One check: the resolution, its source, and what differs from plain ``ssh NAME``. Blocking (it runs
     ``ssh -G``): call it from a thread."""
-    from launcher.backends.ssh.config import SshConfigError, resolve
-    from launcher.backends.ssh.connect import effective_timeouts
-    from launcher.backends.ssh.hostkeys import user_files
-
     ssh = plan.workload.ssh
     name = node.host.hostname
     try:
@@ -48,10 +47,8 @@ def ssh_config_check(plan: RunPlan, node: NodePlan) -> Check:
                  "set the workload's ssh: values only where the config's must be overridden")
 
 
-def _differences(host: HostTarget, r, ssh: Ssh) -> list[str]:
+def _differences(host: HostTarget, r: ResolvedHost, ssh: Ssh) -> list[str]:
     """Where the workload's ``ssh:`` made fsdp-tui go elsewhere than ``ssh NAME`` alone would."""
-    from launcher.backends.ssh.config import SshConfigError, resolve
-
     if r.source != "ssh -G" or not (ssh.user or ssh.port or ssh.proxy_jump):
         return []
     try:
