@@ -177,3 +177,19 @@ def test_a_broken_known_hosts_file_is_one_line_naming_it(tmp_path):
     known.write_text("@bogus-marker host ssh-ed25519 AAAA\n")
     with pytest.raises(SshConfigError, match=f"{known}: .*fix or remove that entry"):
         trusted(_host(), Ssh(known_hosts=str(known)))
+
+
+def test_an_edit_to_an_included_file_is_read_at_once(tmp_path, monkeypatch):
+    from launcher.backends.ssh.config import resolve, ssh_binary
+    from launcher.workload.hosts import parse_host
+
+    if ssh_binary() is None:
+        pytest.skip("no ssh client")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    included = tmp_path / ".ssh" / "conf.d" / "t.conf"
+    included.parent.mkdir(parents=True)
+    (tmp_path / ".ssh" / "config").write_text(f"Include {included.parent}/*.conf\n")
+    included.write_text("Host t\n  Port 2201\n")
+    assert resolve(parse_host("t"), Ssh()).port == 2201
+    included.write_text("Host t\n  Port 22022\n")  # another size too: a coarse clock may give the same mtime
+    assert resolve(parse_host("t"), Ssh()).port == 22022

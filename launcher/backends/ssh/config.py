@@ -128,16 +128,28 @@ def _cached(key: tuple) -> ResolvedHost:
 
 
 def _files_stamp() -> tuple:
-    """Modification times of the files a config usually spreads over (``~/.ssh`` and ``/etc/ssh``, with
-    their ``Include``s), so an edit anywhere there is read at once."""
+    """Modification times and sizes of the files a config usually spreads over (``~/.ssh`` and its
+    folders, ``/etc/ssh``), so an edit there, an ``Include``d file's too, is read at once; an ``Include``
+    from elsewhere is read again within ``CACHE_TTL_S``."""
     stamps = []
-    for folder in (config_path().parent, Path("/etc/ssh"), Path("/etc/ssh/ssh_config.d")):
-        try:
-            with os.scandir(folder) as entries:
-                stamps += sorted((e.name, e.stat().st_mtime_ns, e.stat().st_size) for e in entries if e.is_file())
-        except OSError:
-            continue
+    for folder, depth in ((config_path().parent, 2), (Path("/etc/ssh"), 1)):
+        stamps += _stamps(folder, depth)
     return tuple(stamps)
+
+
+def _stamps(folder: Path, depth: int) -> list[tuple]:
+    found = []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.is_file():
+                    stat = entry.stat()
+                    found.append((entry.path, stat.st_mtime_ns, stat.st_size))
+                elif depth > 1 and entry.is_dir(follow_symlinks=False):
+                    found += _stamps(Path(entry.path), depth - 1)
+    except OSError:
+        pass
+    return sorted(found)
 
 
 def _passwd_home() -> str:
