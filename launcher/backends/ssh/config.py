@@ -185,12 +185,18 @@ def _ssh_g(binary: str, name: str, user: str | None, port: int | None, jump: str
     except subprocess.TimeoutExpired:
         raise SshConfigError(f"`ssh -G {name}` gave no answer within {SSH_G_TIMEOUT_S:g} s: a `Match exec` "
                              f"command in {config_path()} hangs; make it return quickly") from None
+    except OSError as err:
+        raise SshConfigError(f"{binary} does not run ({err}): reinstall openssh-client") from None
     if done.returncode != 0:
         lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip() and "Pseudo-terminal" not in ln]
         first = lines[0] if lines else f"exit status {done.returncode}"
         raise SshConfigError(f"{first}: fix that line (`ssh -G {name}` shows the same error)")
+    return _options(done.stdout)
+
+
+def _options(text: str) -> dict[str, list[str]]:
     values: dict[str, list[str]] = {}
-    for line in done.stdout.splitlines():
+    for line in text.splitlines():
         option, _, value = line.partition(" ")
         values.setdefault(option.lower(), []).append(value)
     return values
@@ -200,17 +206,9 @@ def _ssh_g(binary: str, name: str, user: str | None, port: int | None, jump: str
 def _openssh_defaults(binary: str) -> dict[str, list[str]]:
     """What ``ssh -G`` says with no config at all: a config's algorithm list is ours to follow only
     where it differs from these."""
-    return _ssh_g_plain(binary)
-
-
-def _ssh_g_plain(binary: str) -> dict[str, list[str]]:
     done = subprocess.run([binary, "-G", "-F", "none", "--", "defaults.invalid"], capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=SSH_G_TIMEOUT_S)
-    values: dict[str, list[str]] = {}
-    for line in done.stdout.splitlines():
-        option, _, value = line.partition(" ")
-        values.setdefault(option.lower(), []).append(value)
-    return values
+    return _options(done.stdout)
 
 
 @dataclass(frozen=True)
