@@ -86,7 +86,8 @@ class Compute(_Model):
 
 
 class Ssh(_Model):
-    """Connection settings applied on top of ``~/.ssh/config``. Host keys are always verified."""
+    """Connection settings on top of ``~/.ssh/config`` (which OpenSSH's ``ssh -G`` reads): each one wins over
+    the config only where it is set. Host keys are always verified."""
 
     user: str | None = None
     """Login user for hosts that do not name one."""
@@ -97,11 +98,13 @@ class Ssh(_Model):
     proxy_jump: str | None = None
     """Jump host, verified like any other host."""
     known_hosts: str | None = None
-    """known_hosts file to verify against (default ``~/.ssh/known_hosts``)."""
+    """known_hosts file to verify against and ``trust`` writes to (default: the config's
+    ``UserKnownHostsFile``, else ``~/.ssh/known_hosts``)."""
     connect_timeout_s: float = Field(default=10.0, gt=0, le=600)
-    """Give up connecting to a node after this long."""
+    """Give up connecting to a node after this long (not set: the config's ``ConnectTimeout``, else 10)."""
     keepalive_interval_s: float = Field(default=5.0, gt=0, le=3600)
-    """Send an SSH keepalive this often, so dead connections are noticed."""
+    """Send an SSH keepalive this often, so dead connections are noticed (not set: the config's
+    ``ServerAliveInterval``, else 5)."""
     keepalive_count_max: int = Field(default=3, ge=1, le=100)
     """Unanswered keepalives in a row after which a connection is dead: a host that hangs (its sshd stopped,
     its network gone) is noticed after ``keepalive_interval_s * keepalive_count_max`` (15 s by default) and
