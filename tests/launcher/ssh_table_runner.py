@@ -58,7 +58,7 @@ async def _ours(case: dict) -> dict:
 def _start_reference(case: dict) -> subprocess.Popen:
     """OpenSSH's ``ssh`` on the same files, the workload's user/port/jump given as a user would type them."""
     ssh = case.get("ssh", {})
-    args = ["/usr/bin/ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=20"]
+    args = [shutil.which("ssh") or "/usr/bin/ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=20"]
     args += ["-l", ssh["user"]] if "user" in ssh else []
     args += ["-p", str(ssh["port"])] if "port" in ssh else []
     args += ["-J", ssh["proxy_jump"]] if "proxy_jump" in ssh else []

@@ -193,3 +193,29 @@ def test_an_edit_to_an_included_file_is_read_at_once(tmp_path, monkeypatch):
     assert resolve(parse_host("t"), Ssh()).port == 2201
     included.write_text("Host t\n  Port 22022\n")  # another size too: a coarse clock may give the same mtime
     assert resolve(parse_host("t"), Ssh()).port == 22022
+
+
+@pytest.mark.parametrize("workload, config, status, words", [
+    ({}, {}, "ok", ["root@10.0.0.5:22 (read by ssh -G)", "no jump host", "the same as ssh -G"]),
+    ({"user": "alice"}, {"user": "alice"}, "warning", ["user alice (the workload's ssh.user) where ssh -G t says root"]),
+    ({"proxy_jump": "bastion"}, {"proxy_jump": "bastion"}, "warning", ["jump: bastion", "the workload's ssh.proxy_jump"]),
+    ({}, {"strict_host_key_checking": "no"}, "warning", ["StrictHostKeyChecking no is ignored on purpose"]),
+    ({}, {"source": "asyncssh"}, "warning", ["install openssh-client"]),
+    ({}, {"missing_identity_files": ("/h/.ssh/id_rsa",), "server_alive_interval_s": 30.0, "server_alive_count_max": 2},
+     "ok", ["skipped (missing): /h/.ssh/id_rsa", "keepalive 30s x2"]),
+])
+def test_the_doctors_ssh_row_flags_what_differs_from_ssh(workload, config, status, words, monkeypatch):
+    from types import SimpleNamespace
+
+    from launcher.backends.ssh import report
+    from launcher.workload.hosts import parse_host
+
+    def fake_resolve(host, ssh, hop=False):
+        # ssh -G with the workload's -l/-J gives `config`; the bare name gives the plain answer
+        return _host(**config) if ssh.user or ssh.proxy_jump or not workload else _host()
+
+    monkeypatch.setattr(report, "resolve", fake_resolve)
+    host = parse_host("t")
+    plan = SimpleNamespace(workload=SimpleNamespace(ssh=Ssh(**workload)))
+    check = report.ssh_config_check(plan, SimpleNamespace(host=host, host_display="t"))
+    assert check.status == status and all(w in check.detail for w in words), check.detail
