@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 EXPERIMENT_NAME = r"^[A-Za-z0-9_-]{1,100}$"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -113,6 +113,20 @@ class Ssh(_Model):
     """A node whose connection stays away this long is lost: the run fails, naming it."""
     remote_root: str = Field(default="~/.fsdp-tui", min_length=1)
     """Folder on every node for run directories (``runs/``) and dependency venvs (``venvs/``)."""
+
+    @model_serializer(mode="wrap")
+    def _unset_stays_unset(self, handler):
+        """A saved plan read back (a reattach, a relaunch) must leave unset what the workload left unset:
+        the config's ``ConnectTimeout``/``ServerAlive*`` apply exactly there."""
+        data = handler(self)
+        for name in CONFIG_DEFAULTED:
+            if name not in self.model_fields_set and isinstance(data, dict):
+                data.pop(name, None)
+        return data
+
+
+CONFIG_DEFAULTED = ("connect_timeout_s", "keepalive_interval_s", "keepalive_count_max")
+"""``Ssh`` keys the config supplies where the workload does not set them."""
 
 
 class Environment(_Model):

@@ -219,3 +219,11 @@ def test_the_doctors_ssh_row_flags_what_differs_from_ssh(workload, config, statu
     plan = SimpleNamespace(workload=SimpleNamespace(ssh=Ssh(**workload)))
     check = report.ssh_config_check(plan, SimpleNamespace(host=host, host_display="t"))
     assert check.status == status and all(w in check.detail for w in words), check.detail
+
+
+def test_a_saved_plan_read_back_keeps_unset_what_the_workload_left_unset():
+    again = Ssh.model_validate(Ssh(keepalive_count_max=4, user="bob").model_dump(mode="json"))
+    assert {"keepalive_count_max", "user"} <= again.model_fields_set
+    assert not {"keepalive_interval_s", "connect_timeout_s"} & again.model_fields_set
+    assert again.keepalive_interval_s == 5.0
+    assert effective_timeouts(_host(server_alive_interval_s=30.0, server_alive_count_max=2), again) == (10.0, 30.0, 4)
