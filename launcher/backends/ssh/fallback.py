@@ -5,6 +5,7 @@ into one line naming the file, the line and what to change. It differs from Open
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 from launcher.backends.ssh.config import (
@@ -65,7 +66,7 @@ def resolve_with_asyncssh(name: str, user: str | None, port: int | None, jump: s
         certificate_files=tuple(tokens.expand(str(p)) for p in get("CertificateFile") or ()),
         identity_agent=agent_socket(get("IdentityAgent"), tokens),
         proxy_jump=proxy_jump if proxy_jump and proxy_jump != "none" else None,
-        proxy_command=(" ".join(command) if isinstance(command, list) else command) if command and command != "none"
+        proxy_command=(shlex.join(command) if isinstance(command, list) else command) if command and command != "none"
         else None,
         user_known_hosts=tuple(tokens.expand(p) for p in known), global_known_hosts=tuple(tokens.expand(p) for p in globals_),
         host_key_alias=get("HostKeyAlias"),
