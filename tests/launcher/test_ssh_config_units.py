@@ -227,3 +227,50 @@ def test_a_saved_plan_read_back_keeps_unset_what_the_workload_left_unset():
     assert not {"keepalive_interval_s", "connect_timeout_s"} & again.model_fields_set
     assert again.keepalive_interval_s == 5.0
     assert effective_timeouts(_host(server_alive_interval_s=30.0, server_alive_count_max=2), again) == (10.0, 30.0, 4)
+
+
+async def test_every_jump_hop_gets_the_targets_keepalives_and_known_hosts(monkeypatch, tmp_path):
+    """``ProxyJump a,bob@b:2022``: a with its own config (its ProxyCommand), b through a with its config's
+    own jump ignored (as ``ssh -J``), the target through b; every hop with the workload's keepalive and
+    known_hosts file; the hops closed with the target."""
+    import asyncio
+
+    import asyncssh
+
+    from launcher.backends.ssh import connect as c
+    from launcher.workload.hosts import parse_host
+
+    resolutions = {"t": _host(hostname="10.0.0.9", proxy_jump="a,bob@b:2022"),
+                   "a": _host(name="a", hostname="10.0.0.1", proxy_command="nc 10.0.0.1 22"),
+                   "b": _host(name="b", hostname="10.0.0.2", port=2022, user="bob", proxy_jump="elsewhere")}
+    monkeypatch.setattr(c, "resolve", lambda host, ssh, hop=False: resolutions[host.hostname])
+    known = tmp_path / "known_hosts"
+    known.write_text("".join(f"{name} {asyncssh.generate_private_key('ssh-ed25519').export_public_key().decode()}"
+                             for name in ("10.0.0.1", "[10.0.0.2]:2022", "10.0.0.9")))
+
+    class Conn:
+        def __init__(self, host: str) -> None:
+            self.host, self.closed = host, asyncio.Event()
+
+        def close(self) -> None:
+            self.closed.set()
+
+        async def wait_closed(self) -> None:
+            await self.closed.wait()
+
+    calls, opened = [], []
+
+    async def fake_connect(host, tunnel=(), **options):
+        calls.append((host, tunnel.host if tunnel else None, options))
+        opened.append(Conn(host))
+        return opened[-1]
+
+    monkeypatch.setattr(asyncssh, "connect", fake_connect)
+    conn = await c.connect(parse_host("t"), Ssh(keepalive_interval_s=7, known_hosts=str(known)))
+    assert [(host, via) for host, via, _ in calls] == [("10.0.0.1", None), ("10.0.0.2", "10.0.0.1"),
+                                                       ("10.0.0.9", "10.0.0.2")]
+    assert all(o["keepalive_interval"] == 7 and len(o["known_hosts"][0]) == 1 for _, _, o in calls)
+    assert calls[0][2]["proxy_command"] == "nc 10.0.0.1 22" and "proxy_command" not in calls[1][2]
+    assert calls[1][2]["username"] == "bob" and calls[1][2]["port"] == 2022
+    conn.close()
+    await asyncio.wait_for(asyncio.gather(*(o.closed.wait() for o in opened)), 5)
