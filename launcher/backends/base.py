@@ -296,3 +296,12 @@ def backend_for(plan: RunPlan, *, on_link: LinkWatcher | None = None, agent_pyth
     from launcher.backends.fleet import AgentFleet
 
     return AgentFleet(plan, on_link=on_link, agent_python=agent_python)
+
+
+def ssh_config_check(plan: RunPlan, rank: int) -> SchedulerCheck:
+    """What ``~/.ssh/config`` resolved to for SSH node ``rank`` (user, address, port, keys, jump chain,
+    known-hosts file, keepalives) beside what ``ssh -G`` says, differences flagged: the doctor's SSH report.
+    Blocking (it runs ``ssh -G``): call it from a thread."""
+    from launcher.backends.ssh.report import ssh_config_check as check
+
+    return check(plan, plan.nodes[rank])

@@ -96,10 +96,14 @@ class AgentFleet:
     def _located(self) -> RunPlan:
         if not self.plan.master_addr_is_alias:
             return self.plan
-        from launcher.backends.ssh.config import resolve
+        from launcher.backends.ssh.config import SshConfigError, resolve
 
         node0 = self.plan.nodes[0]
-        return with_rendezvous(self.plan, addr=resolve(node0.host, self.plan.workload.ssh).hostname)
+        try:
+            addr = resolve(node0.host, self.plan.workload.ssh).hostname
+        except SshConfigError as err:
+            raise NodeError(f"{node0.host_display}: {err}", 0) from None
+        return with_rendezvous(self.plan, addr=addr)
 
     def render(self) -> str:
         return render_plan(self._located())

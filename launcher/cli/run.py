@@ -50,9 +50,14 @@ def run(args: argparse.Namespace) -> int:
     if plan is None:
         return 1
     if args.dry_run:
+        from launcher.backends.base import NodeError
         from launcher.runs.launch import render_plan_text
 
-        sys.stdout.write(render_plan_text(plan))
+        try:
+            sys.stdout.write(render_plan_text(plan))
+        except NodeError as err:
+            print(f"{args.file}: cannot plan: {err}", file=sys.stderr)
+            return 1
         return 0
     if plan.blockers:
         for blocker in plan.blockers:

@@ -8,7 +8,10 @@ import sys
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("trust", help="show a host's SSH key fingerprint and add it to known_hosts")
+    p = sub.add_parser("trust", help="show a host's SSH key fingerprint and add it to known_hosts",
+                       description="Resolve HOST as ssh does (~/.ssh/config read by `ssh -G`, jump hosts included), "
+                       "show the key it presents and, once confirmed, add it under its HostKeyAlias (else "
+                       "host or [host]:port) to the first UserKnownHostsFile.")
     p.add_argument("host", metavar="HOST[:PORT]")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.set_defaults(handler=run)
@@ -37,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if check.changed:
         print(f"{args.host}: known_hosts has {', '.join(check.known)}; the server now presents "
-              f"{check.presented}. Remove the old entry first (ssh-keygen -R '{check.known_hosts_name}').", file=sys.stderr)
+              f"{check.presented}. Remove the old entry first (ssh-keygen -R '{check.known_hosts_name}' -f {check.file}).",
+              file=sys.stderr)
         return 1
     print(f"{args.host} presents {check.presented}")
     if not args.yes:

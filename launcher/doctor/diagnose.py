@@ -86,7 +86,10 @@ async def diagnose(plan: RunPlan, *, run_root: str, import_timeout_s: float = IM
         return await _diagnose_scheduler(plan, home=home)
     backend = backend_for(plan)
     fallback = backend_for(plan, agent_python=FALLBACK_PYTHON)
-    await backend.locate()
+    try:
+        await backend.locate()
+    except NodeError:
+        pass  # node 0's config cannot be read: its SSH check below says so, on that node
     plan = backend.plan
 
     def params(rank: int) -> dict:
@@ -113,10 +116,27 @@ async def diagnose(plan: RunPlan, *, run_root: str, import_timeout_s: float = IM
         probes.append(result)
     node0 = probes[0].facts.get("hostname") if probes and probes[0].facts else None
     reports = [evaluate(plan, n, p, node0_hostname=node0) for n, p in zip(plan.nodes, probes, strict=True)]
+    reports = await _with_ssh_reports(plan, reports, [p.local for p in probes])
     if home is not None and reports:
         first = reports[0]
         reports[0] = NodeReport(first.node_rank, first.label, (*first.checks, secrets_check(plan, home)), first.facts)
     return DoctorReport(tuple(reports))
+
+
+async def _with_ssh_reports(plan: RunPlan, reports: list[NodeReport], local: list[bool]) -> list[NodeReport]:
+    """Each SSH node's report with what its config resolved to (beside ``ssh -G``), right after "reachable"."""
+    from launcher.backends.base import ssh_config_check
+
+    checks = await asyncio.gather(*(asyncio.to_thread(ssh_config_check, plan, n.node_rank)
+                                    for n, is_local in zip(plan.nodes, local, strict=True) if not is_local))
+    found = iter(Check(c.name, c.status, c.detail, c.fix) for c in checks)
+    out = []
+    for report, is_local in zip(reports, local, strict=True):
+        if not is_local:
+            report = NodeReport(report.node_rank, report.label, (report.checks[0], next(found), *report.checks[1:]),
+                                report.facts)
+        out.append(report)
+    return out
 
 
 REACH_TIMEOUT_S = 30.0

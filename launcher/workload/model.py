@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 from launcher.workload.air_fields import DockerImage, GitRef, Permission, Schedule
 
@@ -117,7 +117,8 @@ class Compute(_Model):
 
 
 class Ssh(_Model):
-    """Connection settings applied on top of ``~/.ssh/config``. Host keys are always verified."""
+    """Connection settings on top of ``~/.ssh/config`` (which OpenSSH's ``ssh -G`` reads): each one wins over
+    the config only where it is set. Host keys are always verified."""
 
     user: str | None = None
     """Login user for hosts that do not name one."""
@@ -128,11 +129,13 @@ class Ssh(_Model):
     proxy_jump: str | None = None
     """Jump host, verified like any other host."""
     known_hosts: str | None = None
-    """known_hosts file to verify against (default ``~/.ssh/known_hosts``)."""
+    """known_hosts file to verify against and ``trust`` writes to (default: the config's
+    ``UserKnownHostsFile``, else ``~/.ssh/known_hosts``)."""
     connect_timeout_s: float = Field(default=10.0, gt=0, le=600)
-    """Give up connecting to a node after this long."""
+    """Give up connecting to a node after this long (not set: the config's ``ConnectTimeout``, else 10)."""
     keepalive_interval_s: float = Field(default=5.0, gt=0, le=3600)
-    """Send an SSH keepalive this often, so dead connections are noticed."""
+    """Send an SSH keepalive this often, so dead connections are noticed (not set: the config's
+    ``ServerAliveInterval``, else 5)."""
     keepalive_count_max: int = Field(default=3, ge=1, le=100)
     """Unanswered keepalives in a row after which a connection is dead: a host that hangs (its sshd stopped,
     its network gone) is noticed after ``keepalive_interval_s * keepalive_count_max`` (15 s by default) and
@@ -141,6 +144,20 @@ class Ssh(_Model):
     """A node whose connection stays away this long is lost: the run fails, naming it."""
     remote_root: str = Field(default="~/.fsdp-tui", min_length=1)
     """Folder on every node for run directories (``runs/``) and dependency venvs (``venvs/``)."""
+
+    @model_serializer(mode="wrap")
+    def _unset_stays_unset(self, handler):
+        """A saved plan read back (a reattach, a relaunch) must leave unset what the workload left unset:
+        the config's ``ConnectTimeout``/``ServerAlive*`` apply exactly there."""
+        data = handler(self)
+        for name in CONFIG_DEFAULTED:
+            if name not in self.model_fields_set and isinstance(data, dict):
+                data.pop(name, None)
+        return data
+
+
+CONFIG_DEFAULTED = ("connect_timeout_s", "keepalive_interval_s", "keepalive_count_max")
+"""``Ssh`` keys the config supplies where the workload does not set them."""
 
 
 class Environment(_Model):

@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,3 +220,111 @@ def stop_hosts(hosts: list[TestHost]) -> None:
             h.proc.kill()
     if hosts and hosts[0].switch is not None:
         hosts[0].switch.remove()
+
+
+@dataclass
+class SshWorld:
+    """Namespace hosts for reading ssh_config as OpenSSH does: two hosts (``a``, ``b``), each with several
+    sshds, a second user ``alice``, a certificate-only sshd and one sshd reachable only through a jump."""
+
+    client: Path
+    """The client's ~ (``.ssh`` with keys, certificates, known_hosts files)."""
+    a: str
+    b: str
+    sshds: dict[str, TestHost]
+    files: dict[str, str]
+    """Client files (relative to ``client``) and their contents, rewritten before each case."""
+    switch: Switch
+    known: dict[str, str]
+    """Each sshd's known_hosts line, by name."""
+
+    shared: Path | None = None
+
+    def stop(self) -> None:
+        stop_hosts(list(self.sshds.values()))
+        self.switch.remove()
+        if self.shared is not None:
+            shutil.rmtree(self.shared, ignore_errors=True)
+
+
+def _host_key(tmp: Path, name: str) -> tuple[Path, str]:
+    key = tmp / f"hostkey-{name}"
+    keygen(key)
+    return key, " ".join(Path(str(key) + ".pub").read_text().split()[:2])
+
+
+def start_world(tmp: Path) -> SshWorld:
+    """Build the hosts once: on ``a``: :22, :2222 and :2022 on its own loopback (reached only through a
+    jump via ``a``); on ``b``: :22, :2200 (user certificates only) and :2222 (its key only in the extra
+    known-hosts file). Users root and alice (uid 4242, through a passwd file bind-mounted for the sshds).
+    RuntimeError where namespaces or sshd are not available."""
+    client, _ = make_client_home(tmp)
+    switch = make_switch(2, name="sshw", subnet="10.249")
+    a, b = switch.addrs
+    ssh_dir = client / ".ssh"
+    for name in ("agentkey", "alicekey", "certkey"):
+        keygen(ssh_dir / name)
+    keygen(tmp / "user-ca")
+    subprocess.run(["ssh-keygen", "-q", "-s", str(tmp / "user-ca"), "-I", "conformance", "-n", "root",
+                    str(ssh_dir / "certkey.pub")], check=True)
+    pub = {n: (ssh_dir / f"{n}.pub").read_text() for n in ("id_ed25519", "agentkey", "alicekey")}
+    # sshd reads a user's keys as that user: alice's must lie where she can reach them (not under pytest's
+    # 0700 folders); removed by ``stop``.
+    shared = Path(tempfile.mkdtemp(prefix="fsdp-sshworld-"))
+    shared.chmod(0o755)
+    keys = shared / "authorized"
+    keys.mkdir(mode=0o755)
+    (keys / "root").write_text(pub["id_ed25519"] + pub["agentkey"])
+    (keys / "alice").write_text(pub["agentkey"] + pub["alicekey"])
+    alice_home = shared / "alice-home"
+    alice_home.mkdir()
+    os.chown(alice_home, 4242, 4242)
+    passwd, group = tmp / "passwd", tmp / "group"
+    passwd.write_text(Path("/etc/passwd").read_text() + f"alice:x:4242:4242::{alice_home}:/bin/sh\n")
+    group.write_text(Path("/etc/group").read_text() + "alice:x:4242:\n")
+    layout = {"a22": (0, a, 22, ""), "a2222": (0, a, 2222, ""), "inner": (0, "127.0.0.1", 2022, ""),
+              "b22": (1, b, 22, ""), "b2222": (1, b, 2222, ""),
+              "b2200": (1, b, 2200, f"TrustedUserCAKeys {tmp / 'user-ca.pub'}\nAuthorizedPrincipalsFile none\n")}
+    sshds: dict[str, TestHost] = {}
+    known: dict[str, str] = {}
+    try:
+        for name, (ns_i, addr, port, extra) in layout.items():
+            key, line = _host_key(tmp, name)
+            known[name] = f"{addr if port == 22 else f'[{addr}]:{port}'} {line}"
+            conf = tmp / f"sshd-{name}.conf"
+            text = sshd_config(addr, port, key, keys / "%u", tmp / f"sshd-{name}.pid", env={"HOME": str(alice_home)})
+            if extra:
+                text = text.replace(f"AuthorizedKeysFile {keys / '%u'}", "AuthorizedKeysFile none") + extra
+            conf.write_text(text.replace("PermitRootLogin prohibit-password", "PermitRootLogin prohibit-password\n"
+                                         "AllowUsers root alice"))
+            ns = switch.namespaces[ns_i]
+            with open(str(conf) + ".log", "w") as log:
+                proc = subprocess.Popen(
+                    ["ip", "netns", "exec", ns, "sh", "-c", f'mount --bind "{passwd}" /etc/passwd && '
+                     f'mount --bind "{group}" /etc/group && exec {SSHD} -D -e -f "{conf}"'], stderr=log)
+            sshds[name] = TestHost(name, addr, port, key, proc, ns, switch, None, conf)
+        for host in sshds.values():
+            _wait_listening(host)
+    except BaseException:
+        stop_hosts(list(sshds.values()))
+        switch.remove()
+        shutil.rmtree(shared, ignore_errors=True)
+        raise
+    files = {".ssh/known_hosts": "".join(known[n] + "\n" for n in ("a22", "a2222", "inner", "b22", "b2200"))
+             + f"bee {known['b2222'].split(' ', 1)[1]}\n",
+             ".ssh/kh_extra": known["b2222"] + "\n"}
+    return SshWorld(client, a, b, sshds, files, switch, known, shared)
+
+
+def _wait_listening(host: TestHost) -> None:
+    """Poll until the sshd accepts connections (inside its namespace: some listen on its loopback)."""
+    deadline = time.monotonic() + 15
+    probe = f"import socket; socket.create_connection(('{host.addr}', {host.port}), timeout=1).close()"
+    while True:
+        done = subprocess.run(["ip", "netns", "exec", host.netns, "python3", "-c", probe], capture_output=True)
+        if done.returncode == 0:
+            return
+        if time.monotonic() > deadline or host.proc.poll() is not None:
+            raise RuntimeError(f"sshd {host.alias} on {host.addr}:{host.port} did not start: "
+                               f"{Path(str(host.conf) + '.log').read_text()[-500:]}")
+        time.sleep(0.05)

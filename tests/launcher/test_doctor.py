@@ -168,10 +168,11 @@ def test_dead_hosts_are_reported_beside_live_ones_within_one_connect_timeout(hom
         found = checks(node)
         assert found["reachable"]["detail"] == "connected over SSH, host key verified"
         assert found["torch"]["status"] == "ok"
+        assert found["ssh config"]["status"] == "ok" and "(read by ssh -G)" in found["ssh config"]["detail"]
     assert checks(report["nodes"][0])["rendezvous"]["status"] == "ok"
     assert checks(report["nodes"][1])["master_addr"]["detail"] == "127.0.0.2 resolves to 127.0.0.2"
     for node, name in zip(report["nodes"][2:], ["node2", "node3", "node4"], strict=True):
-        assert [c["name"] for c in node["checks"]] == ["reachable"]
+        assert [c["name"] for c in node["checks"]] == ["reachable", "ssh config"]
         reach = node["checks"][0]
         assert reach["detail"].startswith(f"{name}: cannot connect:") and f"`ssh {name}`" in reach["fix"]
         assert ("connect_timeout_s=4s" in reach["fix"]) == (name != "node2")
@@ -200,12 +201,16 @@ def test_gpu_workload_on_gpu_less_hosts_is_a_gpu_count_error(home, tmp_path, hos
 def test_unknown_host_key_is_reported_with_its_message_not_a_traceback(home, tmp_path, hosts):
     client, started = hosts
     (client / ".ssh" / "known_hosts").write_text(started[0].known_hosts_line() + "\n")  # node1 unknown
+    config = client / ".ssh" / "config"
+    config.write_text("Host node0\n  StrictHostKeyChecking accept-new\n" + config.read_text())
     out, report = doctor_json(home, ssh_workload(tmp_path, ["node0", "node1"]), client=client)
     assert out.returncode == 1
-    assert [n["status"] for n in report["nodes"]] == ["ok", "error"]
+    assert [n["status"] for n in report["nodes"]] == ["warning", "error"]
+    flagged = checks(report["nodes"][0])["ssh config"]
+    assert flagged["status"] == "warning" and "StrictHostKeyChecking accept-new is ignored on purpose" in flagged["detail"]
     reach = checks(report["nodes"][1])["reachable"]
     assert reach["status"] == "error" and "unknown host key SHA256:" in reach["detail"]
-    assert f"fsdp-tui trust {started[1].addr}:{started[1].port}" in reach["detail"]
+    assert "fsdp-tui trust node1" in reach["detail"]
 
 
 # -- judging, table-driven -------------------------------------------------------------------------

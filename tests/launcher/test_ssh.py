@@ -226,9 +226,9 @@ def test_unknown_host_key_stops_the_launch_and_trust_fixes_it(home, tmp_path, ho
     out = ssh_cli(home, client, "run", _one_node_workload(tmp_path), "--json")
     assert out.returncode == 1
     summary = events(out.stdout)[-1]["triage"]["summary"]
-    assert "unknown host key SHA256:" in summary and f"fsdp-tui trust {started[1].addr}:{started[1].port}" in summary
+    assert "unknown host key SHA256:" in summary and "fsdp-tui trust node1" in summary
     assert "Nothing was run" in summary
-    trusted = ssh_cli(home, client, "trust", f"{started[1].addr}:{started[1].port}", "--yes")
+    trusted = ssh_cli(home, client, "trust", "node1", "--yes")
     assert trusted.returncode == 0 and "SHA256:" in trusted.stdout
     out = ssh_cli(home, client, "run", _one_node_workload(tmp_path), "--json")
     assert out.returncode == 0, out.stdout[-2000:]
@@ -242,7 +242,7 @@ def test_a_fresh_laptop_without_known_hosts_gets_the_unknown_key_message_and_tru
     out = ssh_cli(home, client, "run", _one_node_workload(tmp_path), "--json")
     assert out.returncode == 1
     summary = events(out.stdout)[-1]["triage"]["summary"]
-    assert "unknown host key SHA256:" in summary and f"fsdp-tui trust {started[1].addr}:{started[1].port}" in summary
+    assert "unknown host key SHA256:" in summary and "fsdp-tui trust node1" in summary
     assert "No such file" not in summary
     doctor = json.loads(ssh_cli(home, client, "doctor", _one_node_workload(tmp_path), "--json").stdout)
     reach = doctor["nodes"][0]["checks"][0]
