@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from launcher.events import RunState, RunStateChanged, event_to_dict
+from launcher.events import RunState, RunStateChanged
 from launcher.paths import run_dir
 from launcher.runs.owner import OwnerLock, adopt_orphans, hand_over, owned, request_cancel, spawn_owner
-from launcher.runs.records import EVENTS, OPTIONS, save_plan
+from launcher.runs.records import EVENTS, OPTIONS, event_line, save_plan
+from launcher.runs.space import RecordUnwritable, shortage
 from launcher.runs.store import RunRecord, RunStore
 from launcher.workload.load import Planned, plan_file
 from launcher.workload.plan import RunPlan
@@ -30,10 +31,11 @@ def create_run(plan: RunPlan, home: Path) -> Path:
     resolved = yaml.safe_dump(plan.workload.model_dump(mode="json", exclude_none=True), sort_keys=False)
     directory = store.create_run(plan, plan.source_file, resolved)
     save_plan(directory, plan)
-    store.set_state(plan.run_id, RunState.PENDING, 1, "created")
+    now = time.time()
+    store.set_state(plan.run_id, RunState.PENDING, 1, "created", now)
     event = RunStateChanged(plan.run_id, RunState.PENDING, 1, "created")
     with open(directory / EVENTS, "a", encoding="utf-8") as f:
-        f.write(json.dumps(event_to_dict(event)) + "\n")
+        f.write(event_line(event, now) + "\n")
     return directory
 
 
@@ -41,7 +43,12 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
     """Record the run and start its owner, detached: the run outlives this process and its terminal.
     The run's lock is taken before its record exists, so nobody can take the new run for an orphan.
     ``force``: skip the cheap checks that refuse a launch that cannot run. ``tags``: extra MLflow tags
-    of the run (a sweep's variant names its sweep and its parent MLflow run)."""
+    of the run (a sweep's variant names its sweep and its parent MLflow run). A data dir below its floor
+    of free space refuses the launch at once (:class:`RecordUnwritable`): the record could not be kept."""
+    Path(home).mkdir(parents=True, exist_ok=True)
+    problem = shortage(Path(home))
+    if problem:
+        raise RecordUnwritable(f"not launched: {problem}")
     lock = OwnerLock(run_dir(home, plan.run_id))
     if not lock.acquire():
         raise RuntimeError(f"run {plan.run_id} exists already")

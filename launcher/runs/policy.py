@@ -19,6 +19,7 @@ from launcher.events import NodeState, RunState
 from launcher.runs.following import NodeFollowing
 from launcher.runs.records import Recorder
 from launcher.runs.settings import Settings
+from launcher.runs.space import RecordUnwritable
 from launcher.runs.stall import StallWatch
 from launcher.runs.triage import node_error_report, reason_signature, stalled_report, triage_run
 from launcher.workload.plan import RunPlan, with_rendezvous
@@ -118,7 +119,7 @@ class RunPolicy(NodeFollowing):
             if self.stalled and outcome.state in (RunState.CANCELLED, RunState.TIMED_OUT):
                 return Outcome(outcome.state, outcome.exit_code, self._stalled_triage())
             return outcome
-        except (LaunchFailed, NodeError) as err:
+        except (LaunchFailed, NodeError, RecordUnwritable) as err:
             return await self._fail(str(err), getattr(err, "node_rank", None))
 
     async def _fail(self, why: str, node_rank: int | None = None) -> Outcome:
@@ -207,6 +208,7 @@ class RunPolicy(NodeFollowing):
             for task in followers:
                 if task.done() and task.exception() is not None:
                     raise task.exception()  # a node was lost: the run fails and every node is stopped
+            self.rec.check_room()  # the operator's disk: stop while the run's end can still be written
             self._watch_queue(self.statuses)
             self._watch_progress()
             if self.stacks_requested():
