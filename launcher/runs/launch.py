@@ -48,7 +48,7 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
     Path(home).mkdir(parents=True, exist_ok=True)
     problem = shortage(Path(home))
     if problem:
-        raise RecordUnwritable(f"not launched: {problem}")
+        raise RecordUnwritable(f"not launched: {problem}, then launch again")
     lock = OwnerLock(run_dir(home, plan.run_id))
     if not lock.acquire():
         raise RuntimeError(f"run {plan.run_id} exists already")

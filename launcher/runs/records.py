@@ -160,7 +160,7 @@ class Recorder:
             raise RecordUnwritable(self.write_error)
         problem = self.space.check(more_bytes)
         if problem:
-            raise RecordUnwritable(problem)
+            raise RecordUnwritable(f"{problem}; the job was stopped")
 
     def _append_copy(self, path: Path, data: bytes) -> None:
         """Append to a byte-exact copy; a refused write is undone (the copy's size stays its offset)."""

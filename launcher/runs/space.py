@@ -56,7 +56,7 @@ def shortage(path: Path, need: int = 0) -> str | None:
         return None
     return (f"no space left on device for the run's record: {path} has {fmt_bytes(free)} free, below the "
             f"{fmt_bytes(floor)} fsdp-tui keeps free there; free some space on that disk (or point "
-            f"FSDP_TUI_HOME at a larger one), then launch again")
+            f"FSDP_TUI_HOME at a larger one)")
 
 
 def is_write_failure(err: BaseException) -> bool:

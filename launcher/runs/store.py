@@ -8,6 +8,7 @@ import shutil
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ CREATE TABLE IF NOT EXISTS offsets (
     PRIMARY KEY (run_id, node_rank, stream));
 """
 _TABLES = ("runs", "transitions", "nodes", "offsets")
+_NO_ROOM = ("disk i/o error", "disk is full", "readonly", "read-only", "unable to open")
 
 
 @dataclass(frozen=True)
@@ -143,8 +145,6 @@ class RunStore:
         self._local = threading.local()
         with self._db() as db:
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            if tables - set(_TABLES):
-                raise sqlite3.DatabaseError(f"file is not a run store (it holds tables {sorted(tables)})")
             if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION or tables != set(_TABLES):
                 db.executescript(_SCHEMA)
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -156,9 +156,26 @@ class RunStore:
         if db is None:
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             db.execute("PRAGMA busy_timeout=30000")
-            _use_wal(db)
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if tables - set(_TABLES):  # another program's database: never written into
+                db.close()
+                raise sqlite3.DatabaseError(f"file is not a run store (it holds tables {sorted(tables)})")
+            try:
+                _use_wal(db)
+            except sqlite3.OperationalError as err:
+                if not self.path.exists() or not any(w in str(err).lower() for w in _NO_ROOM):
+                    raise
+                db.close()
+                db = self._read_only()
             self._local.db = db
         return db
+
+    def _read_only(self) -> sqlite3.Connection:
+        """The store as it is on disk, for reading, when WAL's shared-memory file cannot be made (a full
+        or read-only disk, no writer attached): listing runs needs no room. Writes through it fail as
+        "readonly", which the recorder keeps for later like any refused write."""
+        uri = f"file:{urllib.parse.quote(str(self.path))}?immutable=1"
+        return sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None)
 
     @_guarded
     def create_run(self, plan, workload_path: Path | None, resolved_yaml: str) -> Path:
