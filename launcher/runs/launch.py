@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from launcher.events import RunState, RunStateChanged
 from launcher.paths import run_dir
 from launcher.runs.owner import OwnerLock, adopt_orphans, hand_over, owned, request_cancel, spawn_owner
 from launcher.runs.records import EVENTS, OPTIONS, event_line, save_plan
-from launcher.runs.space import RecordUnwritable, shortage
+from launcher.runs.space import RecordUnwritable, is_write_failure, shortage, write_failure
 from launcher.runs.store import RunRecord, RunStore
 from launcher.workload.load import Planned, plan_file
 from launcher.workload.plan import RunPlan
@@ -56,9 +57,28 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
         create_run(plan, home)
         (run_dir(home, plan.run_id) / OPTIONS).write_text(json.dumps({"force": force, "tags": tags or {}}))
         hand_over(lock, home, plan.run_id, adopt=False)
+    except (OSError, sqlite3.OperationalError) as err:
+        if not is_write_failure(err):
+            raise
+        _forget(home, plan.run_id)
+        raise RecordUnwritable(f"not launched: {write_failure(Path(home), err)}, then launch again") from None
     finally:
         lock.release()
     return plan.run_id
+
+
+def _forget(home: Path, run_id: str) -> None:
+    """What a refused launch had written of its run: nothing of it may look like a run later."""
+    import shutil
+
+    try:
+        store = RunStore(home)
+        if store.get_run(run_id) is not None:
+            store.set_state(run_id, RunState.FAILED, 1, "not launched: no room for its record")
+            store.delete_run(run_id)
+    except (LookupError, ValueError, sqlite3.Error):
+        pass  # the disk took none of it
+    shutil.rmtree(run_dir(home, run_id), ignore_errors=True)
 
 
 def adopt_orphans_of(home: Path) -> list[str]:

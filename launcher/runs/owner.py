@@ -93,13 +93,18 @@ def owner_note(home: Path, run_id: str) -> str:
 def owned(home: Path, run_id: str) -> bool:
     """Whether a live process owns the run right now."""
     _reap()
-    lock = OwnerLock(run_dir(home, run_id))
-    if not lock.path.exists():
+    path = run_dir(home, run_id) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
         return False
-    if lock.acquire():
-        lock.release()
-        return False
-    return True
+    try:  # asked without writing: the lock file keeps the last owner's words
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def live_owners(home: Path) -> list[tuple[str, int | None]]:

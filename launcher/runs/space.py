@@ -78,7 +78,7 @@ def write_failure(path: Path, err: BaseException) -> str:
     reason = (os.strerror(err.errno) if isinstance(err, OSError) and err.errno else str(err))
     if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT) or "full" in reason.lower():
         return (f"no space left on device for the run's record: {path} has {free} ({reason}); free some space "
-                "on that disk; the run's end is written once there is room")
+                "on that disk")
     return f"the run's record cannot be written in {path} ({reason}, {free}); the run was stopped"
 
 

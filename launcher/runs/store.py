@@ -116,6 +116,14 @@ def _guarded(method: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
+def _refuse_foreign(db: sqlite3.Connection) -> None:
+    """Another program's database is never written into (not even switched to WAL)."""
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if tables - set(_TABLES):
+        db.close()
+        raise sqlite3.DatabaseError(f"file is not a run store (it holds tables {sorted(tables)})")
+
+
 def _use_wal(db: sqlite3.Connection) -> None:
     """WAL mode, which persists in the file. Switching needs the file to itself, and SQLite says "locked"
     at once (no busy wait) while another connection opens it: a fresh data dir opened by two threads or
@@ -156,17 +164,15 @@ class RunStore:
         if db is None:
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             db.execute("PRAGMA busy_timeout=30000")
-            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            if tables - set(_TABLES):  # another program's database: never written into
-                db.close()
-                raise sqlite3.DatabaseError(f"file is not a run store (it holds tables {sorted(tables)})")
             try:
+                _refuse_foreign(db)
                 _use_wal(db)
             except sqlite3.OperationalError as err:
                 if not self.path.exists() or not any(w in str(err).lower() for w in _NO_ROOM):
                     raise
                 db.close()
                 db = self._read_only()
+                _refuse_foreign(db)
             self._local.db = db
         return db
 
