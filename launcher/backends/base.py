@@ -83,13 +83,17 @@ class NodeStatus:
     """Why the job waits in a scheduler's queue (``pending: Resources``); empty once it has its nodes."""
     resubmit: str = ""
     """Why the job ended early to go on in a new submission (``time limit``: it saved a checkpoint first)."""
+    ended_at: float | None = None
+    """When the job ended, by the node's clock (an owner that adopts a run after its end records that time)."""
 
     @classmethod
     def from_wire(cls, rank: int, data: dict) -> NodeStatus:
         state = data.get("state")
+        ended = data.get("ended_at")
         return cls(rank, state if state in ("starting", "running", "exited") else "absent", data.get("attempt"),
                    data.get("exit_code"), bool(data.get("stopped")), bool(data.get("supervisor_alive")),
-                   data.get("error") or "", resubmit=data.get("resubmit") or "")
+                   data.get("error") or "", resubmit=data.get("resubmit") or "",
+                   ended_at=float(ended) if isinstance(ended, (int, float)) else None)
 
     @property
     def orphaned(self) -> bool:

@@ -74,6 +74,9 @@ class RunPolicy(NodeFollowing):
         """Attempts that went on in a new submission after a scheduler's time limit (not retries)."""
         self.queued: str | None = None
         """Why the attempt's job waits in the scheduler's queue, while it does."""
+        self.ended_at: float | None = None
+        """When an adopted attempt's job had ended (by the nodes' clocks): the run's end, not the adoption."""
+        self.adopted_at: float | None = None
 
     # -- links: reconnects and losses surface as node states ---------------------------------------
 
@@ -172,6 +175,7 @@ class RunPolicy(NodeFollowing):
         self.statuses.clear()
         if adopted:
             self.started = True
+            self.adopted_at = time.time()
             self.rec.set_state(RunState.RUNNING, "re-attached: its previous owner stopped")
         else:
             self.rec.set_state(RunState.STARTING)
@@ -318,6 +322,9 @@ class RunPolicy(NodeFollowing):
             return await self._orphaned()
         exited = self._exited()
         failed = {r: s for r, s in exited.items() if s.exit_code != 0}
+        ends = [s.ended_at for s in exited.values() if s.ended_at is not None]
+        if self.adopted_at is not None and ends and len(ends) == len(exited) and max(ends) <= self.adopted_at:
+            self.ended_at = max(ends)  # it had ended before this owner came: that is when the run ended
         for rank, s in exited.items():
             self.exit_codes[rank] = s.exit_code
             self.rec.set_node(rank, NodeState.EXITED, s.exit_code, s.error)

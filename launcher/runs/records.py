@@ -262,9 +262,10 @@ class Recorder:
     def emit(self, event: RunEvent, at: float | None = None) -> None:
         self.write(_append_lines, self.dir / EVENTS, [event_line(event, at)])
 
-    def set_state(self, state: RunState, detail: str = "") -> None:
+    def set_state(self, state: RunState, detail: str = "", at: float | None = None) -> None:
+        """``at``: when it happened, when that was before now (a job that ended before its owner looked)."""
         self.last_state = state
-        now = time.time()
+        now = time.time() if at is None else at
         self.write(self.store.set_state, self.run_id, state, self.attempt, detail, now)
         self.emit(RunStateChanged(self.run_id, state, self.attempt, detail), now)
 
@@ -275,11 +276,12 @@ class Recorder:
     def gpus(self, rank: int, samples: tuple[GpuSample, ...]) -> None:
         self.emit(GpuTelemetry(self.run_id, rank, samples))
 
-    def finished(self, state: RunState, exit_code: int | None, triage: dict | None) -> None:
+    def finished(self, state: RunState, exit_code: int | None, triage: dict | None,
+                 at: float | None = None) -> None:
         record = self.store.get_run(self.run_id)
         if (record is None or not record.summary.state.is_final) and not (
                 self.unwritten and self.last_state is not None and self.last_state.is_final):
-            self.set_state(state, (triage or {}).get("summary", ""))
+            self.set_state(state, (triage or {}).get("summary", ""), at)
         self.emit(RunFinished(self.run_id, state, exit_code, triage))
 
     def save_stacks(self, rank: int, dumps) -> tuple[Path, str]:

@@ -130,7 +130,7 @@ class Supervisor:
         status = MLFLOW_STATUS.get(outcome.state, "FAILED")
         if not await asyncio.to_thread(self.tracker.finish, status, artifacts):
             self.rec.set_state(outcome.state, f"tracking (MLflow) failed: {self.tracker.error}")
-        self.rec.finished(outcome.state, outcome.exit_code, outcome.triage)
+        self.rec.finished(outcome.state, outcome.exit_code, outcome.triage, at=self.policy.ended_at)
         self.rec.write(self.store.set_launcher, self.run_id, None)
         await self.backend.close()
 
