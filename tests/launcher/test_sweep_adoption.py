@@ -1,6 +1,6 @@
 """A sweep's driver SIGKILLed for real while its first variant runs: the next ``sweep show`` gives the sweep
 a new driver (one), which follows the running variant instead of skipping it and starts the rest; a
-failed sweep is resumed with the variant that failed; MLflow's parent run ends FINISHED."""
+failed sweep is resumed with the variant that failed."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from tests.launcher.conftest import FSDP_TUI, ROOT, cli, cli_env, write_workload
 pytestmark = pytest.mark.slow
 
 SWEEP = """experiment_name: sweep-adopted
+mlflow: {{enabled: false}}
 command: |
   echo "variant $WHICH"
   if [ "$WHICH" = one ]; then while [ ! -e {release} ]; do sleep 0.1; done; fi
@@ -74,11 +75,3 @@ def test_a_killed_sweep_driver_is_adopted_and_a_failed_sweep_resumed(home, tmp_p
     assert len(RunStore(home).list_runs()) == 3  # the failed run stays; only variant 2 ran again
     again = cli(home, "sweep", "resume", sweep_id, timeout=60)
     assert again.returncode == 1 and "nothing to resume" in again.stderr
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
-    parent = client.get_run(record.mlflow_parent)
-    assert parent.info.status == "FINISHED"
-    children = client.search_runs([parent.info.experiment_id],
-                                  filter_string=f"tags.`mlflow.parentRunId` = '{record.mlflow_parent}'")
-    assert len(children) == 3
