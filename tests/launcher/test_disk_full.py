@@ -82,6 +82,8 @@ def test_the_data_dir_filling_up_stops_the_run_with_its_cause(small_disk, tmp_pa
     for args in (("runs",), ("show", run_id), ("logs", run_id, "--tail", "1")):
         answer = cli(home, *args, timeout=60, **env)
         assert answer.returncode == 0 and "Traceback" not in answer.stderr, (args, answer.stderr[-2000:])
+        if args == ("runs",):  # ended with the cause, or stopped and saying what its end waits for
+            assert "no space left on device" in answer.stdout, answer.stdout
     refused = cli(home, "run", wl, timeout=60, **env)
     assert refused.returncode == 1 and "not launched: no space left on device" in refused.stderr, refused.stderr
 
