@@ -151,7 +151,7 @@ def event_from_dict(data: dict[str, Any]) -> RunEvent | None:
     kind = _EVENT_TYPES.get(data.get("type", ""))
     if kind is None:
         return None
-    fields = {k: v for k, v in data.items() if k != "type"}
+    fields = {k: v for k, v in data.items() if k not in ("type", "at")}  # "at": when a record wrote it
     if kind is RunStateChanged:
         fields["state"] = RunState(fields["state"])
     elif kind is NodeStateChanged:

@@ -36,11 +36,13 @@ _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
 _MAX_PARSED = 1 << 20
 
 
-def sanitize_line(line: str, keep_colour: bool = False, cut: bool = True) -> str:
-    """One line of job output (no ``\\n``) as a terminal may safely show it; ``cut``: at ``MAX_LINE_CHARS``."""
+def sanitize_line(line: str, keep_colour: bool = False, cut: bool = True, line_chars: int | None = None) -> str:
+    """One line of job output (no ``\\n``) as a terminal may safely show it; ``cut``: at ``MAX_LINE_CHARS``.
+    ``line_chars``: the whole line's length when ``line`` is only its start (the note under a cut line
+    counts the line, not the part read)."""
+    total = len(line) if line_chars is None else line_chars
     if _CONTROLS.search(line) is None:
-        return _cut(line, len(line)) if cut else line
-    total = len(line)
+        return _cut(line, total) if cut else line
     if total > _MAX_PARSED:
         line = line[:_MAX_PARSED]
     segments: list[list[str]] = [[]]

@@ -146,16 +146,33 @@ class FsdpTuiApp(App):
             return
         self.push_screen(CheckpointsScreen(run_id))
 
+    def store_damaged(self, message: str) -> None:
+        """The run store cannot be read: say so in a screen (once), offer the repair, quit if declined."""
+        from tui.screens.store_damaged import StoreDamagedModal
+
+        if any(isinstance(screen, StoreDamagedModal) for screen in self.screen_stack):
+            return
+
+        def done(repaired: bool | None) -> None:
+            if not repaired:
+                self.exit(return_code=1, message=message)
+
+        self.push_screen(StoreDamagedModal(message), done)
+
     def open_editor(self, path: Path) -> None:
         from tui.screens.editor import EditorScreen
 
         self.push_screen(EditorScreen(path))
 
     def open_run(self, run_id: str) -> None:
-        from launcher.runs.store import RunStore
+        from launcher.runs.store import RunStore, StoreDamaged
         from tui.screens.monitor import RunMonitorScreen
 
-        record = RunStore(self.home).get_run(run_id)
+        try:
+            record = RunStore(self.home).get_run(run_id)
+        except StoreDamaged as err:
+            self.store_damaged(str(err))
+            return
         if record is None:
             self.notify(f"no run '{run_id}'", severity="error")
             return
@@ -196,7 +213,13 @@ class FsdpTuiApp(App):
         if from_run is None and planned.plan.workload.sweep is not None:
             await self._launch_sweep(path, overrides)
             return
-        run_id = await asyncio.to_thread(start_run, planned.plan, self.home, idempotent=from_run is None)
+        from launcher.runs.space import RecordUnwritable
+
+        try:
+            run_id = await asyncio.to_thread(start_run, planned.plan, self.home, idempotent=from_run is None)
+        except RecordUnwritable as err:
+            self.notify(str(err), severity="error", timeout=15)
+            return
         if run_id != planned.plan.run_id:
             self.notify(f"idempotency_token was launched before as run {run_id}: not launched again", timeout=8)
         self.launched.append(run_id)
@@ -238,11 +261,14 @@ def _say_what_goes_on(home: Path, run_ids: list[str]) -> None:
     """After the app closes: the runs it started that are still going, and how to get back to them."""
     import sys
 
-    from launcher.runs.store import RunStore
+    from launcher.runs.store import RunStore, StoreDamaged
 
-    store = RunStore(home)
-    for run_id in run_ids:
-        record = store.get_run(run_id)
+    try:
+        store = RunStore(home)
+        records = [store.get_run(run_id) for run_id in run_ids]
+    except StoreDamaged:
+        return  # the app said so already, and the exit message says it again
+    for run_id, record in zip(run_ids, records, strict=True):
         if record is not None and not record.summary.state.is_final:
             print(f"run {run_id} goes on ({record.summary.state.value}): reopen it with fsdp-tui (home screen), "
                   f"follow it with fsdp-tui logs {run_id} --follow, stop it with fsdp-tui cancel {run_id}",

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-_HEADLESS_RUN_FLAGS = {"--dry-run", "--watch", "--json", "-h", "--help"}
+_HEADLESS_RUN_FLAGS = {"--dry-run", "--watch", "--json", "--detach", "-h", "--help"}
 
 
 def _split_theme(argv: list[str]) -> tuple[str | None, list[str]]:

@@ -84,6 +84,8 @@ class NodeStatus:
     """Why the job waits in a scheduler's queue (``pending: Resources``); empty once it has its nodes."""
     resubmit: str = ""
     """Why the job ended early to go on in a new submission (``time limit``: it saved a checkpoint first)."""
+    ended_at: float | None = None
+    """When the job ended, by the node's clock (an owner that adopts a run after its end records that time)."""
 
     @classmethod
     def from_wire(cls, rank: int, data: object) -> NodeStatus:
@@ -91,9 +93,11 @@ class NodeStatus:
         type read as absent, strings come out printable."""
         data = data if isinstance(data, dict) else {}
         state = data.get("state")
+        ended = data.get("ended_at")
         return cls(rank, state if state in ("starting", "running", "exited") else "absent", _int(data.get("attempt")),
                    _int(data.get("exit_code")), data.get("stopped") is True, data.get("supervisor_alive") is True,
-                   _text(data.get("error")), resubmit=_text(data.get("resubmit")))
+                   _text(data.get("error")), resubmit=_text(data.get("resubmit")),
+                   ended_at=float(ended) if isinstance(ended, (int, float)) and not isinstance(ended, bool) else None)
 
     @property
     def orphaned(self) -> bool:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 # Each name is a module in launcher/cli with register(subparsers) and run(args) -> int.
 COMMANDS: tuple[str, ...] = ("validate", "schema", "run", "runs", "show", "logs", "cancel", "relaunch", "ckpt",
                              "export", "stacks", "rm", "secrets", "trust", "doctor", "sweep", "sweeps",
-                             "compare")
+                             "compare", "repair")
 ALIASES = {"resume": "relaunch"}
 """Commands that live in another command's module."""
 SWEEPING = frozenset({"run", "runs", "show", "logs", "doctor"})
@@ -46,10 +46,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    from launcher.runs.space import RecordUnwritable
+    from launcher.runs.store import StoreDamaged
+
     try:
         if args.command in SWEEPING:
             _sweep_lost_nodes()
         return int(args.handler(args))
+    except (StoreDamaged, RecordUnwritable) as err:
+        print(f"fsdp-tui {args.command}: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

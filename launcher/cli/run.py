@@ -1,4 +1,4 @@
-"""``fsdp-tui run FILE [--set k=v] [--dry-run | --watch | --json] [--cancel-on-interrupt]``."""
+"""``fsdp-tui run FILE [--set k=v] [--dry-run | --watch | --json | --detach] [--cancel-on-interrupt]``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="print each node's host, rank, directory, environment and command; touch nothing")
     mode.add_argument("--watch", action="store_true", help="stream every node's log lines and progress")
     mode.add_argument("--json", action="store_true", help="stream run events as JSON lines")
+    mode.add_argument("--detach", action="store_true", help="start it, print its id and return at once")
     p.add_argument("--force", action="store_true",
                    help="launch even when the cheap checks say it cannot run there (see fsdp-tui doctor)")
     p.add_argument("--cancel-on-interrupt", action="store_true",
@@ -72,5 +73,9 @@ def run(args: argparse.Namespace) -> int:
     if run_id != plan.run_id:
         print(f"{args.file}: idempotency_token {plan.workload.idempotency_token!r} was launched before as run "
               f"{run_id}: not launched again; following {run_id}", file=sys.stderr)
+    if args.detach:
+        print(run_id)
+        print(f"run {run_id} started; follow it: fsdp-tui logs {run_id} --follow", file=sys.stderr)
+        return 0
     return watch(home, run_id, json_events=args.json, cancel_on_interrupt=args.cancel_on_interrupt,
                  num_nodes=len(plan.nodes))

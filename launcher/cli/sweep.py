@@ -1,5 +1,6 @@
 """``fsdp-tui sweep FILE [--over K=V1,V2]... [--set K=V]... [--dry-run | --watch | --json]``,
-``fsdp-tui sweep show SWEEP [--format table|csv|md|json]`` and ``fsdp-tui sweep cancel SWEEP``."""
+``fsdp-tui sweep show SWEEP [--format table|csv|md|json]``, ``fsdp-tui sweep cancel SWEEP`` and
+``fsdp-tui sweep resume SWEEP``."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ EXIT_CODES = {"succeeded": 0, "failed": 1, "cancelled": 130}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sweep", help="launch variants of a workload and compare them (or: sweep show/cancel SWEEP)",
+    p = sub.add_parser("sweep", help="launch variants of a workload and compare them "
+                       "(or: sweep show/cancel/resume SWEEP)",
                        description="Launch every variant of a workload (its sweep: section, and --over axes) as "
                        "a run of its own, tagged with the sweep, `parallel` at a time; the sweep is driven by a "
                        "process of its own and outlives this command. Then: fsdp-tui sweep show SWEEP.")
-    p.add_argument("target", metavar="FILE | show | cancel")
-    p.add_argument("sweep_id", nargs="?", metavar="SWEEP", help="for show and cancel: the sweep's id (or its tail)")
+    p.add_argument("target", metavar="FILE | show | cancel | resume")
+    p.add_argument("sweep_id", nargs="?", metavar="SWEEP",
+                   help="for show, cancel and resume: the sweep's id (or its tail)")
     p.add_argument("--over", action="append", default=[], metavar="KEY.PATH=V1,V2,...",
                    help="one axis of the grid (repeatable): every combination is a variant")
     add_set_option(p)
@@ -39,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from launcher.paths import data_home
 
     home = data_home()
-    if args.target in ("show", "cancel"):
+    if args.target in ("show", "cancel", "resume"):
         if not args.sweep_id:
             print(f"fsdp-tui sweep {args.target}: which sweep? (see fsdp-tui sweeps)", file=sys.stderr)
             return 2
@@ -50,8 +53,35 @@ def run(args: argparse.Namespace) -> int:
         except LookupError as err:
             print(f"fsdp-tui sweep {args.target}: {err}", file=sys.stderr)
             return 1
-        return show(home, sweep_id, args.format) if args.target == "show" else cancel(home, sweep_id)
+        if args.target == "resume":
+            return resume(home, sweep_id, args)
+        if args.target == "show":
+            from launcher.runs.sweeps import adopt_sweeps
+
+            if adopt_sweeps(home, [sweep_id]):
+                print(f"fsdp-tui: sweep {sweep_id}: its driver had stopped; a new one goes on with it",
+                      file=sys.stderr)
+            return show(home, sweep_id, args.format)
+        return cancel(home, sweep_id)
     return launch(home, Path(args.target), args)
+
+
+def resume(home: Path, sweep_id: str, args: argparse.Namespace) -> int:
+    """The variants of an ended sweep that did not succeed, run again; then followed like a new sweep."""
+    from launcher.runs.sweeps import resume_sweep
+
+    try:
+        record = resume_sweep(home, sweep_id)
+    except ValueError as err:
+        print(f"fsdp-tui sweep resume: {err}", file=sys.stderr)
+        return 1
+    print(f"sweep {sweep_id}: {record.detail}", file=sys.stderr)
+    try:
+        return follow(home, sweep_id, json_events=args.json)
+    except KeyboardInterrupt:
+        print(f"\ndetached from sweep {sweep_id}: it goes on. See it: fsdp-tui sweep show {sweep_id}",
+              file=sys.stderr)
+        return 130
 
 
 def show(home: Path, sweep_id: str, form: str) -> int:
@@ -129,6 +159,7 @@ def follow(home: Path, sweep_id: str, *, json_events: bool, poll_s: float = 0.5)
     """Print each variant's changes of state until the sweep ends; the exit code is its outcome."""
     from launcher.runs.launch import adopt_orphans_of
     from launcher.runs.sweep_record import load_sweep
+    from launcher.runs.sweeps import adopt_sweeps
 
     seen: dict[int, str] = {}
     sweep_state = ""
@@ -152,6 +183,8 @@ def follow(home: Path, sweep_id: str, *, json_events: bool, poll_s: float = 0.5)
         if record.is_final:
             break
         rounds += 1
+        if rounds % 4 == 0:
+            adopt_sweeps(home, [sweep_id])  # a driver that died gets a successor
         if rounds % 20 == 0:
             adopt_orphans_of(home)  # a variant whose owner died gets a new one
         time.sleep(poll_s)

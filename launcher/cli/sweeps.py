@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 
@@ -17,8 +18,11 @@ def run(args: argparse.Namespace) -> int:
     from launcher.paths import data_home
     from launcher.runs.sweep_driver import driver_alive
     from launcher.runs.sweep_record import list_sweeps
+    from launcher.runs.sweeps import adopt_sweeps
 
     home = data_home()
+    for sweep_id in adopt_sweeps(home):
+        print(f"fsdp-tui: sweep {sweep_id}: its driver had stopped; a new one goes on with it", file=sys.stderr)
     sweeps = list_sweeps(home)
     if args.json:
         print(json.dumps([s.to_dict() for s in sweeps], indent=2))

@@ -26,8 +26,13 @@ def watch(home: Path, run_id: str, *, json_events: bool, cancel_on_interrupt: bo
     if not json_events:
         how = "Ctrl-C cancels it" if cancel_on_interrupt else "Ctrl-C detaches; the run goes on"
         print(f"run {run_id}: {num_nodes} node(s); {how}", file=sys.stderr)
+    from launcher.runs.follow import FollowGaveUp
+
     try:
         return asyncio.run(_follow(home, run_id, json_events, num_nodes))
+    except FollowGaveUp as err:
+        print(f"fsdp-tui: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         pass
     if not cancel_on_interrupt:

@@ -22,7 +22,8 @@ from launcher.events import (
     RunStateChanged,
     event_from_dict,
 )
-from launcher.runs.owner import owned, spawn_owner
+from launcher.paths import run_dir
+from launcher.runs.owner import LOG_FILE, owned, owner_note, spawn_owner
 from launcher.runs.records import EVENTS, LOG_METRICS, METRICS, file_size, mirror_path
 from launcher.runs.store import RunStore
 from launcher.runs.streams import LineSplitter
@@ -34,6 +35,40 @@ READ_CHUNK = 4 << 20
 BATCH_LINES = 2000
 REPLAY_TAIL_BYTES = 2 << 20
 """How much of each node's log a reopened run shows (the panes keep 20,000 lines anyway)."""
+MAX_OWNER_STARTS = 3
+"""Owners started in a row that each stopped at once: then the follower gives up and says why."""
+OWNER_SETTLED_S = 30.0
+
+
+class FollowGaveUp(Exception):
+    """Nothing can record the run (its owners cannot start, or the one alive cannot write): ``str()``
+    says why, with the owner's last words, and what to do."""
+
+
+def _owner_trouble(home: Path, run_id: str, starts: int) -> str | None:
+    """Why following ``run_id`` cannot go on, or ``None`` while an owner records it."""
+    if owned(home, run_id):
+        note = owner_note(home, run_id)
+        if note.startswith("waiting for room"):
+            return (f"run {run_id}: its owner stopped the job and cannot write the run's record: "
+                    f"{note.removeprefix('waiting for room: ')}. Its end is written as soon as there is room "
+                    f"(fsdp-tui runs shows it then)")
+        return None
+    if starts < MAX_OWNER_STARTS:
+        return None
+    last = owner_note(home, run_id).removeprefix("cannot start: ") or _last_line(run_dir(home, run_id) / LOG_FILE)
+    return (f"run {run_id}: nothing can record it: its owner was started {starts} times and stopped each time; "
+            f"the last one said: {last or '(nothing)'}. Fix that, then `fsdp-tui runs` adopts the run again")
+
+
+def _last_line(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, file_size(path) - 4096))
+            lines = [x for x in f.read().decode("utf-8", "replace").splitlines() if x.strip()]
+    except OSError:
+        return ""
+    return lines[-1].strip() if lines else ""
 
 
 class _Tail:
@@ -104,7 +139,7 @@ async def follow_run(home: Path, run_id: str, *, tail_bytes: int | None = REPLAY
             yield NodeLines(run_id, node.node_rank,
                             (f"··· {skipped:,} earlier bytes are in {path} (fsdp-tui logs {run_id})",), skipped)
     metrics = _MetricsTail(directory)
-    checked, finished, seen_finish = 0.0, None, False
+    checked, finished, seen_finish, starts, started_at = 0.0, None, False, 0, 0.0
     while True:
         for raw in await asyncio.to_thread(events.raw):
             event = _decode(raw)
@@ -123,8 +158,15 @@ async def follow_run(home: Path, run_id: str, *, tail_bytes: int | None = REPLAY
             if record is None or (record.summary.state.is_final and not seen_finish and not owned(home, run_id)):
                 finished = _synthesised_end(store, run_id, record)
                 continue
-            if adopt and not record.summary.state.is_final and not owned(home, run_id):
-                await asyncio.to_thread(spawn_owner, home, run_id, adopt=True)
+            if adopt and not record.summary.state.is_final:
+                trouble = await asyncio.to_thread(_owner_trouble, home, run_id, starts)
+                if trouble:
+                    raise FollowGaveUp(trouble)
+                if owned(home, run_id):
+                    if time.monotonic() - started_at > OWNER_SETTLED_S:
+                        starts = 0  # an owner that has lived a while counts as a good start
+                elif await asyncio.to_thread(spawn_owner, home, run_id, adopt=True) is not None:
+                    starts, started_at = starts + 1, time.monotonic()
         await asyncio.sleep(poll_s)
 
 

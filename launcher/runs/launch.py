@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,10 +14,11 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from launcher.events import RunState, RunStateChanged, event_to_dict
+from launcher.events import RunState, RunStateChanged
 from launcher.paths import run_dir
 from launcher.runs.owner import OwnerLock, adopt_orphans, hand_over, owned, request_cancel, spawn_owner
-from launcher.runs.records import EVENTS, OPTIONS, save_plan
+from launcher.runs.records import EVENTS, OPTIONS, event_line, save_plan
+from launcher.runs.space import RecordUnwritable, is_write_failure, shortage, write_failure
 from launcher.runs.store import RunRecord, RunStore
 from launcher.workload.load import Planned, plan_file
 from launcher.workload.overrides import Override
@@ -32,10 +34,11 @@ def create_run(plan: RunPlan, home: Path) -> Path:
     resolved = yaml.safe_dump(plan.workload.model_dump(mode="json", exclude_none=True), sort_keys=False)
     directory = store.create_run(plan, plan.source_file, resolved)
     save_plan(directory, plan)
-    store.set_state(plan.run_id, RunState.PENDING, 1, "created")
+    now = time.time()
+    store.set_state(plan.run_id, RunState.PENDING, 1, "created", now)
     event = RunStateChanged(plan.run_id, RunState.PENDING, 1, "created")
     with open(directory / EVENTS, "a", encoding="utf-8") as f:
-        f.write(json.dumps(event_to_dict(event)) + "\n")
+        f.write(event_line(event, now) + "\n")
     return directory
 
 
@@ -44,9 +47,14 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
     """Record the run and start its owner, detached: the run outlives this process and its terminal.
     The run's lock is taken before its record exists, so nobody can take the new run for an orphan.
     ``force``: skip the cheap checks that refuse a launch that cannot run. ``tags``: extra MLflow tags
-    of the run (a sweep's variant names its sweep and its parent MLflow run). With the workload's
-    ``idempotency_token`` (and ``idempotent``, the default: a relaunch is meant as a new run), a token
-    launched before answers with that run's id and nothing starts."""
+    of the run (a sweep's variant names its sweep and its parent MLflow run). A data dir below its floor
+    of free space refuses the launch at once (:class:`RecordUnwritable`): the record could not be kept.
+    With the workload's ``idempotency_token`` (and ``idempotent``, the default: a relaunch is meant as a
+    new run), a token launched before answers with that run's id and nothing starts."""
+    Path(home).mkdir(parents=True, exist_ok=True)
+    problem = shortage(Path(home))
+    if problem:
+        raise RecordUnwritable(f"not launched: {problem}, then launch again")
     token = plan.workload.idempotency_token
     if token and idempotent:
         from launcher.runs.idempotency import claim
@@ -61,9 +69,28 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
         create_run(plan, home)
         (run_dir(home, plan.run_id) / OPTIONS).write_text(json.dumps({"force": force, "tags": tags or {}}))
         hand_over(lock, home, plan.run_id, adopt=False)
+    except (OSError, sqlite3.OperationalError) as err:
+        if not is_write_failure(err):
+            raise
+        _forget(home, plan.run_id)
+        raise RecordUnwritable(f"not launched: {write_failure(Path(home), err)}, then launch again") from None
     finally:
         lock.release()
     return plan.run_id
+
+
+def _forget(home: Path, run_id: str) -> None:
+    """What a refused launch had written of its run: nothing of it may look like a run later."""
+    import shutil
+
+    try:
+        store = RunStore(home)
+        if store.get_run(run_id) is not None:
+            store.set_state(run_id, RunState.FAILED, 1, "not launched: no room for its record")
+            store.delete_run(run_id)
+    except (LookupError, ValueError, sqlite3.Error):
+        pass  # the disk took none of it
+    shutil.rmtree(run_dir(home, run_id), ignore_errors=True)
 
 
 def adopt_orphans_of(home: Path) -> list[str]:

@@ -62,8 +62,12 @@ async def _sweep_run(home: Path, run_id: str, directory: Path, ranks: list[int])
     backend = backend_for(plan)
     seen = _read(directory)
     said = []
+    caught: dict[int, int | str] = {}
     try:
         outcomes = await backend.stop(GRACE_S, ranks=tuple(ranks))
+        for out in outcomes:
+            if not out.error:
+                caught[out.rank] = await _catch_up(backend, directory, out.rank)
     finally:
         await backend.close()
     store = RunStore(home)
@@ -78,6 +82,11 @@ async def _sweep_run(home: Path, run_id: str, directory: Path, ranks: list[int])
             words = "it is back; the run's processes still running there were stopped"
         else:
             words = "it is back; nothing of the run was running there"
+        got = caught.get(out.rank, 0)
+        if isinstance(got, str):
+            words += f"; what it logged while away could not be read: {got}"
+        elif got:
+            words += f"; the {got:,} bytes it logged while away were added to the record"
         entry.update(done=True, said=words)
         record = store.get_run(run_id)
         before = next((n.detail for n in record.nodes if n.node_rank == out.rank), "") if record else ""
@@ -87,6 +96,35 @@ async def _sweep_run(home: Path, run_id: str, directory: Path, ranks: list[int])
     tmp.write_text(json.dumps(seen))
     tmp.replace(directory / SWEPT)
     return said
+
+
+async def _catch_up(backend, directory: Path, rank: int) -> int | str:
+    """The node's log (and node 0's metrics) past the record's copies, appended to them, so each copy
+    equals the node's file byte for byte again; how many log bytes came, or why none could."""
+    from launcher.backends.base import NodeError
+    from launcher.runs.records import METRICS, mirror_path
+    from launcher.runs.settings import READ_CHUNK
+
+    streams = [("log", mirror_path(directory, rank))] + ([("metrics", directory / METRICS)] if rank == 0 else [])
+    got = 0
+    try:
+        for stream, path in streams:
+            while True:
+                offset = path.stat().st_size if path.exists() else 0
+                chunk = await backend.read(rank, stream, offset, READ_CHUNK)
+                if chunk:
+                    await asyncio.to_thread(_append, path, chunk)
+                    got += len(chunk) if stream == "log" else 0
+                if len(chunk) < READ_CHUNK:
+                    break
+    except (NodeError, OSError) as err:
+        return str(err)
+    return got
+
+
+def _append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
 
 
 async def sweep_lost(home: Path) -> list[str]:

@@ -20,6 +20,8 @@ LOCK_FILE = "owner.lock"
 LOG_FILE = "supervisor.log"
 CANCEL_FILE = "cancel-requested"
 STACKS_FILE = "stacks-requested"
+NOTE_ROOM = 2048
+"""Bytes kept in the lock file for the owner's note (written in place: a full disk cannot refuse it)."""
 
 
 class OwnerLock:
@@ -38,8 +40,7 @@ class OwnerLock:
         except BlockingIOError:
             os.close(fd)
             return False
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        _write_pid(fd)
         self.fd = fd
         return True
 
@@ -48,10 +49,21 @@ class OwnerLock:
         """The lock its spawner took and handed over (the descriptor stays locked across exec)."""
         lock = cls(directory)
         lock.fd = fd
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        _write_pid(fd)
         return lock
+
+    def note(self, text: str) -> None:
+        """What the owner is stuck on, for followers to say (``owner_note``). Written over the room
+        reserved when the lock was taken, so it needs no free space on the disk."""
+        if self.fd is None:
+            return
+        line = f"{os.getpid()}\n".encode()
+        room = NOTE_ROOM - len(line)
+        data = text.encode()[:room - 1] + b"\n"
+        try:
+            os.pwrite(self.fd, data.ljust(room, b" "), len(line))
+        except OSError:
+            pass  # the lock holds without its words
 
     def release(self) -> None:
         if self.fd is not None:
@@ -59,15 +71,54 @@ class OwnerLock:
             self.fd = None
 
 
+def _write_pid(fd: int) -> None:
+    """The owner's pid on the first line, then room for a note (spaces, so it reads as the pid alone)."""
+    line = f"{os.getpid()}\n".encode()
+    try:  # written over the file's old bytes first: a full disk takes what needs no new room
+        os.pwrite(fd, (line + b" " * NOTE_ROOM)[:NOTE_ROOM], 0)
+        os.ftruncate(fd, NOTE_ROOM)
+    except OSError:
+        pass  # the lock holds without its words
+
+
+def owner_note(home: Path, run_id: str) -> str:
+    """What the run's live owner said it is stuck on (empty when nothing)."""
+    try:
+        text = (run_dir(home, run_id) / LOCK_FILE).read_text(errors="replace")
+    except OSError:
+        return ""
+    return text.partition("\n")[2].strip()
+
+
 def owned(home: Path, run_id: str) -> bool:
     """Whether a live process owns the run right now."""
-    lock = OwnerLock(run_dir(home, run_id))
-    if not lock.path.exists():
+    _reap()
+    path = run_dir(home, run_id) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
         return False
-    if lock.acquire():
-        lock.release()
-        return False
-    return True
+    try:  # asked without writing: the lock file keeps the last owner's words
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def live_owners(home: Path) -> list[tuple[str, int | None]]:
+    """Every run whose owner is alive now, with its pid as the lock file says."""
+    out = []
+    for lock_path in sorted((Path(home) / "runs").glob(f"*/{LOCK_FILE}")):
+        run_id = lock_path.parent.name
+        if owned(home, run_id):
+            try:
+                pid: int | None = int(lock_path.read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                pid = None
+            out.append((run_id, pid))
+    return out
 
 
 def spawn_owner(home: Path, run_id: str, *, adopt: bool) -> int | None:
@@ -98,7 +149,17 @@ def hand_over(lock: OwnerLock, home: Path, run_id: str, *, adopt: bool) -> int:
     with open(directory / LOG_FILE, "ab") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 start_new_session=True, env=env, pass_fds=(lock.fd,))
+    _STARTED.append(proc)
+    _reap()
     return proc.pid
+
+
+_STARTED: list[subprocess.Popen] = []
+"""Owners this process started: waited for once they end, so none stays a zombie while it lives on."""
+
+
+def _reap() -> None:
+    _STARTED[:] = [proc for proc in _STARTED if proc.poll() is None]
 
 
 def adopt_orphans(home: Path, run_ids: list[str]) -> list[str]:

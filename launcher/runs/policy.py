@@ -19,6 +19,7 @@ from launcher.events import NodeState, RunState
 from launcher.runs.following import NodeFollowing
 from launcher.runs.records import Recorder
 from launcher.runs.settings import Settings
+from launcher.runs.space import RecordUnwritable
 from launcher.runs.stall import StallWatch
 from launcher.runs.triage import node_error_report, reason_signature, stalled_report, triage_run
 from launcher.workload.plan import RunPlan, with_rendezvous
@@ -73,6 +74,9 @@ class RunPolicy(NodeFollowing):
         """Attempts that went on in a new submission after a scheduler's time limit (not retries)."""
         self.queued: str | None = None
         """Why the attempt's job waits in the scheduler's queue, while it does."""
+        self.ended_at: float | None = None
+        """When an adopted attempt's job had ended (by the nodes' clocks): the run's end, not the adoption."""
+        self.adopted_at: float | None = None
 
     # -- links: reconnects and losses surface as node states ---------------------------------------
 
@@ -118,7 +122,7 @@ class RunPolicy(NodeFollowing):
             if self.stalled and outcome.state in (RunState.CANCELLED, RunState.TIMED_OUT):
                 return Outcome(outcome.state, outcome.exit_code, self._stalled_triage())
             return outcome
-        except (LaunchFailed, NodeError) as err:
+        except (LaunchFailed, NodeError, RecordUnwritable) as err:
             return await self._fail(str(err), getattr(err, "node_rank", None))
 
     async def _fail(self, why: str, node_rank: int | None = None) -> Outcome:
@@ -171,6 +175,7 @@ class RunPolicy(NodeFollowing):
         self.statuses.clear()
         if adopted:
             self.started = True
+            self.adopted_at = time.time()
             self.rec.set_state(RunState.RUNNING, "re-attached: its previous owner stopped")
         else:
             self.rec.set_state(RunState.STARTING)
@@ -207,6 +212,7 @@ class RunPolicy(NodeFollowing):
             for task in followers:
                 if task.done() and task.exception() is not None:
                     raise task.exception()  # a node was lost: the run fails and every node is stopped
+            self.rec.check_room()  # the operator's disk: stop while the run's end can still be written
             self._watch_queue(self.statuses)
             self._watch_progress()
             if self.stacks_requested():
@@ -316,6 +322,9 @@ class RunPolicy(NodeFollowing):
             return await self._orphaned()
         exited = self._exited()
         failed = {r: s for r, s in exited.items() if s.exit_code != 0}
+        ends = [s.ended_at for s in exited.values() if s.ended_at is not None]
+        if self.adopted_at is not None and ends and len(ends) == len(exited) and max(ends) <= self.adopted_at:
+            self.ended_at = max(ends)  # it had ended before this owner came: that is when the run ended
         for rank, s in exited.items():
             self.exit_codes[rank] = s.exit_code
             self.rec.set_node(rank, NodeState.EXITED, s.exit_code, s.error)

@@ -10,10 +10,12 @@ to ``events.jsonl``, which followers replay.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from launcher.events import (
@@ -29,6 +31,7 @@ from launcher.events import (
     event_to_dict,
     last_attempt,
 )
+from launcher.runs.space import RecordUnwritable, SpaceWatch, is_write_failure, write_failure
 from launcher.runs.store import RunStore
 from launcher.runs.streams import LogMetrics
 from launcher.workload.plan import RunPlan, plan_from_json, plan_to_json
@@ -98,7 +101,20 @@ class Recorder:
         """The newest training step recorded (what the stall watch follows)."""
         self.new_records: list[MetricRecord] = []
         """Records not yet handed to the tracking sink (see :meth:`take_records`)."""
-        self._rebuild_log_metrics()
+        self.space = SpaceWatch(store.home)
+        self.unwritten: list[Callable[[], None]] = []
+        """State changes, events and summaries the disk refused, in order: written by :meth:`flush_unwritten`
+        once it can (nothing after the first refused write is written before it)."""
+        self.write_error: str | None = None
+        """Why the first refused write was refused (the disk's words and its free space)."""
+        self.last_state: RunState | None = None
+        """The last state this recorder set (written or still kept for later)."""
+        try:
+            self._rebuild_log_metrics()
+        except (OSError, sqlite3.OperationalError) as err:
+            if not is_write_failure(err):
+                raise
+            self.write_error = write_failure(store.home, err)
         self._refresh_summary(self.records())
 
     # -- offsets are the sizes of the copies -------------------------------------------------------
@@ -111,11 +127,62 @@ class Recorder:
 
     # -- node output -------------------------------------------------------------------------------
 
+    # -- writes the disk may refuse ----------------------------------------------------------------
+
+    def write(self, fn: Callable[..., None], *args: object) -> None:
+        """``fn(*args)`` now, or kept for later when the disk refuses it (or refused an earlier one)."""
+        if not self.unwritten:
+            try:
+                fn(*args)
+                return
+            except (OSError, sqlite3.OperationalError) as err:
+                if not is_write_failure(err):
+                    raise
+                self.write_error = self.write_error or write_failure(self.store.home, err)
+        self.unwritten.append(functools.partial(fn, *args))
+
+    def flush_unwritten(self) -> bool:
+        """Write what the disk refused, in order; whether all of it is written now."""
+        while self.unwritten:
+            try:
+                self.unwritten[0]()
+            except (OSError, sqlite3.OperationalError) as err:
+                if not is_write_failure(err):
+                    raise
+                return False
+            self.unwritten.pop(0)
+        return True
+
+    def check_room(self, more_bytes: int = 0) -> None:
+        """Raises :class:`RecordUnwritable` when the record cannot go on (a refused write, or the disk
+        below its floor): the run must stop while its end can still be written."""
+        if self.write_error:
+            raise RecordUnwritable(self.write_error)
+        problem = self.space.check(more_bytes)
+        if problem:
+            raise RecordUnwritable(f"{problem}; the job was stopped")
+
+    def _append_copy(self, path: Path, data: bytes) -> None:
+        """Append to a byte-exact copy; a refused write is undone (the copy's size stays its offset)."""
+        self.check_room(len(data))
+        with open(path, "ab") as f:
+            size = f.tell()
+            try:
+                f.write(data)
+                f.flush()
+            except OSError as err:
+                if not is_write_failure(err):
+                    raise
+                f.truncate(size)
+                self.write_error = write_failure(self.store.home, err)
+                raise RecordUnwritable(self.write_error) from None
+
+    # -- node output -------------------------------------------------------------------------------
+
     def append_log(self, rank: int, data: bytes) -> None:
         if not data:
             return
-        with open(mirror_path(self.dir, rank), "ab") as f:
-            f.write(data)
+        self._append_copy(mirror_path(self.dir, rank), data)
         if rank == 0 and self.parse_logs is not None and not self.reporter_seen:
             data, self.log_rest = self.log_rest + data, b""
             *lines, self.log_rest = data.split(b"\n")
@@ -128,14 +195,13 @@ class Recorder:
             if record is not None:
                 found.append(record)
         if found:
-            _append_lines(self.dir / LOG_METRICS, [r.to_json() for r in found])
+            self.write(_append_lines, self.dir / LOG_METRICS, [r.to_json() for r in found])
             self._took(found)
 
     def append_metrics(self, data: bytes) -> None:
         if not data:
             return
-        with open(self.dir / METRICS, "ab") as f:
-            f.write(data)
+        self._append_copy(self.dir / METRICS, data)
         data, self.metrics_rest = self.metrics_rest + data, b""
         *lines, self.metrics_rest = data.split(b"\n")
         records = [r for r in (MetricRecord.from_json(x.decode("utf-8", "replace")) for x in lines) if r is not None]
@@ -185,31 +251,37 @@ class Recorder:
             return
         train = [r for r in records if r.loss is not None and r.kind == "train"]
         evals = [r.eval_loss for r in records if r.eval_loss is not None]
-        self.store.record_metric_summary(
+        self.write(functools.partial(
+            self.store.record_metric_summary,
             self.run_id, last_loss=train[-1].loss if train else None,
             best_eval_loss=min(evals) if evals else None, step=max(r.step for r in records),
-            max_steps=next((r.max_steps for r in reversed(records) if r.max_steps), None))
+            max_steps=next((r.max_steps for r in reversed(records) if r.max_steps), None)))
 
     # -- states and events -------------------------------------------------------------------------
 
-    def emit(self, event: RunEvent) -> None:
-        _append_lines(self.dir / EVENTS, [json.dumps(event_to_dict(event))])
+    def emit(self, event: RunEvent, at: float | None = None) -> None:
+        self.write(_append_lines, self.dir / EVENTS, [event_line(event, at)])
 
-    def set_state(self, state: RunState, detail: str = "") -> None:
-        self.store.set_state(self.run_id, state, self.attempt, detail)
-        self.emit(RunStateChanged(self.run_id, state, self.attempt, detail))
+    def set_state(self, state: RunState, detail: str = "", at: float | None = None) -> None:
+        """``at``: when it happened, when that was before now (a job that ended before its owner looked)."""
+        self.last_state = state
+        now = time.time() if at is None else at
+        self.write(self.store.set_state, self.run_id, state, self.attempt, detail, now)
+        self.emit(RunStateChanged(self.run_id, state, self.attempt, detail), now)
 
     def set_node(self, rank: int, state: NodeState, code: int | None = None, detail: str = "") -> None:
-        self.store.set_node(self.run_id, rank, state, code, detail)
+        self.write(self.store.set_node, self.run_id, rank, state, code, detail)
         self.emit(NodeStateChanged(self.run_id, rank, self.hosts.get(rank, ""), state, code, detail))
 
     def gpus(self, rank: int, samples: tuple[GpuSample, ...]) -> None:
         self.emit(GpuTelemetry(self.run_id, rank, samples))
 
-    def finished(self, state: RunState, exit_code: int | None, triage: dict | None) -> None:
+    def finished(self, state: RunState, exit_code: int | None, triage: dict | None,
+                 at: float | None = None) -> None:
         record = self.store.get_run(self.run_id)
-        if record is None or not record.summary.state.is_final:
-            self.set_state(state, (triage or {}).get("summary", ""))
+        if (record is None or not record.summary.state.is_final) and not (
+                self.unwritten and self.last_state is not None and self.last_state.is_final):
+            self.set_state(state, (triage or {}).get("summary", ""), at)
         self.emit(RunFinished(self.run_id, state, exit_code, triage))
 
     def save_stacks(self, rank: int, dumps) -> tuple[Path, str]:
@@ -228,7 +300,7 @@ class Recorder:
         return path, summary
 
     def write_triage(self, report: dict) -> None:
-        (self.dir / "triage.json").write_text(json.dumps(report, indent=2))
+        self.write((self.dir / "triage.json").write_text, json.dumps(report, indent=2))
 
     def node_logs(self, max_bytes: int = 2_000_000) -> dict[int, str]:
         """Each node's log of the last attempt (what triage reads)."""
@@ -237,6 +309,12 @@ class Recorder:
             path = mirror_path(self.dir, rank)
             out[rank] = last_attempt(_tail_text(path, max_bytes)) if path.exists() else ""
         return out
+
+
+def event_line(event: RunEvent, at: float | None = None) -> str:
+    """One line of ``events.jsonl``: the event and when it happened (the run's folder keeps the times
+    of its state changes, so the store can be rebuilt from it)."""
+    return json.dumps({**event_to_dict(event), "at": time.time() if at is None else at})
 
 
 def read_records(path: Path) -> list[MetricRecord]:
@@ -260,5 +338,13 @@ def _tail_text(path: Path, max_bytes: int) -> str:
 
 
 def _append_lines(path: Path, lines: list[str]) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write("".join(x + "\n" for x in lines))
+    """Whole lines or nothing: a write the disk refused halfway is undone, so a later retry leaves no
+    torn line behind."""
+    with open(path, "ab") as f:
+        size = f.tell()
+        try:
+            f.write("".join(x + "\n" for x in lines).encode())
+            f.flush()
+        except OSError:
+            f.truncate(size)
+            raise

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import sqlite3
 import threading
 import time
+import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from launcher.events import NodeState, RunState
 from launcher.paths import run_dir
@@ -30,6 +33,8 @@ CREATE TABLE IF NOT EXISTS offsets (
     run_id TEXT NOT NULL, node_rank INTEGER NOT NULL, stream TEXT NOT NULL, offset INTEGER NOT NULL,
     PRIMARY KEY (run_id, node_rank, stream));
 """
+_TABLES = ("runs", "transitions", "nodes", "offsets")
+_NO_ROOM = ("disk i/o error", "disk is full", "readonly", "read-only", "unable to open")
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,47 @@ class RunRecord:
     offsets: dict[tuple[int, str], int] = field(default_factory=dict)
 
 
+class StoreDamaged(Exception):
+    """``runs.db`` cannot be read as a database (truncated, overwritten, a corrupt page, or not ours).
+    Nothing of the runs is lost with it: each run's folder holds its record, and the store is an index of
+    those folders that ``fsdp-tui repair`` rebuilds. ``str()`` is the paragraph a user sees."""
+
+    def __init__(self, path: Path, error: BaseException) -> None:
+        self.path, self.error = path, error
+        runs = path.parent / "runs"
+        super().__init__(
+            f"the run store {path} is damaged (SQLite says: {error}). Your runs are not lost: each one's "
+            f"workload, plan, events, logs and metrics are in {runs}/<run id>/. Run `fsdp-tui repair` to move "
+            f"the damaged file aside and rebuild the store from those folders.")
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _guarded(method: _F) -> _F:
+    """SQLite's "malformed" and "not a database" (``DatabaseError`` but not ``OperationalError``, which is
+    a locked or full disk) become :class:`StoreDamaged`, naming the file and the way out."""
+
+    @functools.wraps(method)
+    def wrapper(self: RunStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.OperationalError:
+            raise
+        except sqlite3.DatabaseError as err:
+            raise StoreDamaged(self.path, err) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _refuse_foreign(db: sqlite3.Connection) -> None:
+    """Another program's database is never written into (not even switched to WAL)."""
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if tables - set(_TABLES):
+        db.close()
+        raise sqlite3.DatabaseError(f"file is not a run store (it holds tables {sorted(tables)})")
+
+
 def _use_wal(db: sqlite3.Connection) -> None:
     """WAL mode, which persists in the file. Switching needs the file to itself, and SQLite says "locked"
     at once (no busy wait) while another connection opens it: a fresh data dir opened by two threads or
@@ -95,14 +141,21 @@ def _use_wal(db: sqlite3.Connection) -> None:
 
 
 class RunStore:
+    """The index of the runs in ``home/runs/``: summaries, state changes and node states, queried fast.
+    Each run's folder is the truth (:mod:`launcher.runs.rebuild` makes the index again from them).
+    Opening writes nothing unless the schema is missing, so reading commands work on a full disk."""
+
+    @_guarded
     def __init__(self, home: Path) -> None:
         self.home = Path(home)
         self.home.mkdir(parents=True, exist_ok=True)
         self.path = self.home / "runs.db"
         self._local = threading.local()
         with self._db() as db:
-            db.executescript(_SCHEMA)
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION or tables != set(_TABLES):
+                db.executescript(_SCHEMA)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _db(self) -> sqlite3.Connection:
         """This thread's connection, opened once (a launch writes node states and offsets often);
@@ -111,10 +164,26 @@ class RunStore:
         if db is None:
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             db.execute("PRAGMA busy_timeout=30000")
-            _use_wal(db)
+            try:
+                _refuse_foreign(db)
+                _use_wal(db)
+            except sqlite3.OperationalError as err:
+                if not self.path.exists() or not any(w in str(err).lower() for w in _NO_ROOM):
+                    raise
+                db.close()
+                db = self._read_only()
+                _refuse_foreign(db)
             self._local.db = db
         return db
 
+    def _read_only(self) -> sqlite3.Connection:
+        """The store as it is on disk, for reading, when WAL's shared-memory file cannot be made (a full
+        or read-only disk, no writer attached): listing runs needs no room. Writes through it fail as
+        "readonly", which the recorder keeps for later like any refused write."""
+        uri = f"file:{urllib.parse.quote(str(self.path))}?immutable=1"
+        return sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None)
+
+    @_guarded
     def create_run(self, plan, workload_path: Path | None, resolved_yaml: str) -> Path:
         directory = run_dir(self.home, plan.run_id)
         (directory / "nodes").mkdir(parents=True, exist_ok=True)
@@ -131,8 +200,33 @@ class RunStore:
                     plan.run_id, n.node_rank, n.host_display, n.node_dir, NodeState.PENDING.value, None, ""))
         return directory
 
-    def set_state(self, run_id: str, state: RunState, attempt: int, detail: str = "") -> None:
-        now = time.time()
+    @_guarded
+    def restore_run(self, summary: RunSummary, transitions: list[tuple[float, RunState, int, str]],
+                    nodes: list[NodeRecord], created_at: float) -> None:
+        """A run's index rows as read back from its folder (:mod:`launcher.runs.rebuild`), in one
+        transaction: a run is indexed whole or not at all."""
+        s = summary
+        db = self._db()
+        db.execute("BEGIN")
+        try:
+            db.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", (
+                s.run_id, s.experiment, s.state.value, s.attempt, s.num_nodes, json.dumps(list(s.hosts)),
+                s.started_at, s.ended_at, s.last_loss, s.best_eval_loss, s.step, s.max_steps, s.workload_path,
+                s.output_dir, None, created_at))
+            db.executemany("INSERT INTO transitions VALUES (?,?,?,?,?)",
+                           [(s.run_id, at, state.value, attempt, detail) for at, state, attempt, detail in transitions])
+            db.executemany("INSERT INTO nodes VALUES (?,?,?,?,?,?,?)", [
+                (s.run_id, n.node_rank, n.host, n.node_dir, n.state.value, n.exit_code, n.detail) for n in nodes])
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    @_guarded
+    def set_state(self, run_id: str, state: RunState, attempt: int, detail: str = "",
+                  at: float | None = None) -> None:
+        """``at``: when it happened (the time its event in the run's folder says too)."""
+        now = time.time() if at is None else at
         with self._db() as db:
             db.execute("INSERT INTO transitions VALUES (?,?,?,?,?)", (run_id, now, state.value, attempt, detail))
             db.execute("UPDATE runs SET state=?, attempt=? WHERE run_id=?", (state.value, attempt, run_id))
@@ -141,20 +235,24 @@ class RunStore:
             if state.is_final:
                 db.execute("UPDATE runs SET ended_at=? WHERE run_id=?", (now, run_id))
 
+    @_guarded
     def set_launcher(self, run_id: str, pid: int | None) -> None:
         with self._db() as db:
             db.execute("UPDATE runs SET launcher_pid=? WHERE run_id=?", (pid, run_id))
 
+    @_guarded
     def set_node(self, run_id: str, node_rank: int, state: NodeState, exit_code: int | None = None,
                  detail: str = "") -> None:
         with self._db() as db:
             db.execute("UPDATE nodes SET state=?, exit_code=?, detail=? WHERE run_id=? AND node_rank=?",
                        (state.value, exit_code, detail, run_id, node_rank))
 
+    @_guarded
     def save_offset(self, run_id: str, node_rank: int, stream: str, offset: int) -> None:
         with self._db() as db:
             db.execute("INSERT OR REPLACE INTO offsets VALUES (?,?,?,?)", (run_id, node_rank, stream, offset))
 
+    @_guarded
     def record_metric_summary(self, run_id: str, *, last_loss: float | None = None,
                               best_eval_loss: float | None = None, step: int | None = None,
                               max_steps: int | None = None) -> None:
@@ -165,6 +263,7 @@ class RunStore:
                        "WHERE run_id=?", (last_loss, step, max_steps, best_eval_loss, best_eval_loss,
                                           best_eval_loss, run_id))
 
+    @_guarded
     def list_runs(self, *, state: str | None = None, experiment: str | None = None,
                   limit: int | None = None) -> list[RunSummary]:
         """Newest first; ``state`` and ``experiment`` filter exactly, ``limit`` keeps the newest N."""
@@ -184,6 +283,7 @@ class RunStore:
     def active_runs(self) -> list[str]:
         return [r.run_id for r in self.list_runs() if not r.state.is_final]
 
+    @_guarded
     def get_run(self, run_id: str) -> RunRecord | None:
         with self._db() as db:
             row = db.execute(f"SELECT runs.*, {_LAST_DETAIL} FROM runs WHERE run_id=?", (run_id,)).fetchone()
@@ -203,6 +303,7 @@ class RunStore:
             offsets={(o[0], o[1]): o[2] for o in offs},
         )
 
+    @_guarded
     def find(self, prefix: str) -> str:
         """The run whose id starts with ``prefix`` (like git), or ends with it (the short id the app
         shows); ``LookupError`` says why not."""
@@ -221,6 +322,7 @@ class RunStore:
             raise LookupError(f"'{prefix}' matches {len(rows)} runs: {', '.join(r[0] for r in rows[:5])}")
         return rows[0][0]
 
+    @_guarded
     def delete_run(self, run_id: str) -> None:
         record = self.get_run(run_id)
         if record is None:

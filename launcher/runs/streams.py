@@ -8,8 +8,9 @@ from launcher.runs.display import sanitize_line, show_lines
 from trainer.protocol import MetricRecord
 
 MAX_PENDING_BYTES = 1 << 20
-"""A partial line longer than this is shown as it is (cut for display) and the rest of it skipped: a job
-that never ends its line must not grow a follower without bound."""
+"""A partial line longer than this keeps only its start (what display shows) and counts the rest until its
+end: a job that never ends its line must not grow a follower without bound."""
+LONG_HEAD_BYTES = 64 << 10
 _FLOAT_GROUPS = ("loss", "lr", "eval_loss", "tokens_per_s", "grad_norm", "epoch")
 
 
@@ -20,32 +21,47 @@ class LineSplitter:
     def __init__(self, keep_colour: bool = False) -> None:
         self.rest = b""
         self.keep_colour = keep_colour
-        self.skipping = False
-        """Inside an over-long line already shown: its bytes up to the next newline are dropped."""
+        self.long_head: bytes | None = None
+        """The start of an over-long line still arriving (its bytes past it are counted, not kept)."""
+        self.long_chars = 0
 
     def feed(self, chunk: bytes) -> list[str]:
+        lines: list[str] = []
+        if self.long_head is not None:
+            end = chunk.find(b"\n")
+            self.long_chars += _chars(chunk if end < 0 else chunk[:end])
+            if end < 0:
+                return []
+            lines.append(self._show_long())
+            chunk = chunk[end + 1:]
         data = self.rest + chunk
         *complete, self.rest = data.split(b"\n")
-        if self.skipping and complete:
-            complete, self.skipping = complete[1:], False
-        elif self.skipping:
-            self.rest = b""
-        lines = show_lines(complete, self.keep_colour)
+        lines += show_lines(complete, self.keep_colour)
         if b"\r" in chunk:  # a redraw: only its last segment can ever be shown, the rest need not wait
             redraw = self.rest.rfind(b"\r", 0, len(self.rest.rstrip(b"\r")))
             if redraw > 0:
                 self.rest = self.rest[redraw:]
         if len(self.rest) > MAX_PENDING_BYTES:
-            lines.append(self._show(self.rest))
-            self.rest, self.skipping = b"", True
+            self.long_head, self.long_chars, self.rest = self.rest[:LONG_HEAD_BYTES], _chars(self.rest), b""
         return lines
 
     def flush(self) -> list[str]:
+        if self.long_head is not None:
+            return [self._show_long()]
         rest, self.rest = self.rest, b""
-        return [self._show(rest)] if rest and not self.skipping else []
+        return [self._show(rest)] if rest else []
+
+    def _show_long(self) -> str:
+        head, self.long_head = self.long_head or b"", None
+        return sanitize_line(head.decode("utf-8", "replace"), self.keep_colour, line_chars=self.long_chars)
 
     def _show(self, line: bytes) -> str:
         return sanitize_line(line.decode("utf-8", "replace"), self.keep_colour)
+
+
+def _chars(data: bytes) -> int:
+    """Characters of ``data`` as shown (decoded as the display decodes it)."""
+    return len(data) if data.isascii() else len(data.decode("utf-8", "replace"))
 
 
 class LogMetrics:

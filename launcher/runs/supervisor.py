@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sqlite3
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 from launcher.backends.base import backend_for
@@ -22,19 +24,22 @@ from launcher.runs.owner import OwnerLock, cancel_requested, take_stacks_request
 from launcher.runs.policy import LaunchFailed, Outcome, RunPolicy
 from launcher.runs.records import LOG_METRICS, METRICS, Recorder, load_options, load_plan, save_plan
 from launcher.runs.settings import Settings
-from launcher.runs.store import RunStore
+from launcher.runs.store import RunStore, StoreDamaged
 from launcher.runs.streams import LogMetrics
 from launcher.runs.tracking import Tracker
 from launcher.secrets import MissingSecrets, SecretStore
 from launcher.workload.plan import RunPlan
 
 SYNC_EVERY_S = 2.0
+FLUSH_RETRY_S = 2.0
 MLFLOW_STATUS = {RunState.SUCCEEDED: "FINISHED", RunState.CANCELLED: "KILLED"}
 
 
 class Supervisor:
     def __init__(self, home: Path, run_id: str, plan: RunPlan, *, adopted: bool, restart: bool = False) -> None:
         self.home, self.run_id, self.plan, self.adopted, self.restart = home, run_id, plan, adopted, restart
+        self.lock_note: Callable[[str], None] = lambda text: None
+        """Tells followers what this owner is stuck on (:meth:`OwnerLock.note`)."""
         self.dir = run_dir(home, run_id)
         self.store = RunStore(home)
         record = self.store.get_run(run_id)
@@ -61,22 +66,43 @@ class Supervisor:
             raise LaunchFailed(str(err)) from None
 
     async def run(self) -> Outcome:
-        self.store.set_launcher(self.run_id, os.getpid())
+        self.rec.write(self.store.set_launcher, self.run_id, os.getpid())
         syncing = asyncio.create_task(self._sync_loop())
         try:
             outcome = await self.policy.run(adopted=self.adopted, restart=self.restart)
         except LaunchFailed as err:
             outcome = await self.policy._fail(str(err))
         except Exception as err:  # noqa: BLE001 - an owner's bug must still end the run and say where to look
-            (self.dir / "supervisor-error.txt").write_text(traceback.format_exc())
-            why = (f"the run's supervisor failed: {type(err).__name__}: {err} "
-                   f"(details in {self.dir / 'supervisor-error.txt'})")
-            await self.policy.stop_everything()
-            outcome = await self.policy._fail(why)
+            outcome = await self.policy._fail(self._bug(err))
         finally:
             syncing.cancel()
         await self._finish(outcome)
+        await self._write_the_rest()
         return outcome
+
+    def _bug(self, err: Exception) -> str:
+        """The words for an owner's own failure; the traceback goes to a file if the disk takes it."""
+        details = self.dir / "supervisor-error.txt"
+        try:
+            details.write_text(traceback.format_exc())
+            where = f"details in {details}"
+        except OSError as write_err:
+            where = f"the details could not be written to {details}: {write_err.strerror}"
+            _say(traceback.format_exc())
+        return f"the run's supervisor failed: {type(err).__name__}: {err} ({where})"
+
+    async def _write_the_rest(self) -> None:
+        """The records the disk refused, written once it takes them; until then this owner holds the run
+        (nobody else adopts it and loses the cause) and its lock says why it waits."""
+        said = False
+        while not self.rec.flush_unwritten():
+            if not said:
+                self.lock_note(f"waiting for room: {self.rec.write_error}")
+                _say(f"waiting to write the run's end: {self.rec.write_error}")
+                said = True
+            await asyncio.sleep(FLUSH_RETRY_S)
+        if said:
+            self.lock_note("")
 
     async def _sync_loop(self) -> None:
         while True:
@@ -97,16 +123,24 @@ class Supervisor:
             self.tracking_said = None
 
     async def _finish(self, outcome: Outcome) -> None:
-        save_plan(self.dir, self.backend.plan)
+        self.rec.write(save_plan, self.dir, self.backend.plan)
         await asyncio.to_thread(self._sync)
         artifacts = sorted((self.dir / "nodes").glob("*.log")) + [
             self.dir / "triage.json", self.dir / "workload.yaml", self.dir / METRICS, self.dir / LOG_METRICS]
         status = MLFLOW_STATUS.get(outcome.state, "FAILED")
         if not await asyncio.to_thread(self.tracker.finish, status, artifacts):
             self.rec.set_state(outcome.state, f"tracking (MLflow) failed: {self.tracker.error}")
-        self.rec.finished(outcome.state, outcome.exit_code, outcome.triage)
-        self.store.set_launcher(self.run_id, None)
+        self.rec.finished(outcome.state, outcome.exit_code, outcome.triage, at=self.policy.ended_at)
+        self.rec.write(self.store.set_launcher, self.run_id, None)
         await self.backend.close()
+
+
+def _say(text: str) -> None:
+    """A line in the owner's log (its stdout), unless the disk refuses it: the run matters more."""
+    try:
+        print(text, flush=True)
+    except OSError:
+        pass
 
 
 def _cannot_adopt(home: Path, record, err: Exception) -> None:
@@ -128,10 +162,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     directory = run_dir(args.home, args.run_id)
     if args.lock_fd is not None:
-        OwnerLock.inherited(directory, args.lock_fd)
-    elif not OwnerLock(directory).acquire():
-        return 0  # another process owns it: nothing to do
-    record = RunStore(args.home).get_run(args.run_id)
+        lock = OwnerLock.inherited(directory, args.lock_fd)
+    else:
+        lock = OwnerLock(directory)
+        if not lock.acquire():
+            return 0  # another process owns it: nothing to do
+    try:
+        record = RunStore(args.home).get_run(args.run_id)
+    except (StoreDamaged, sqlite3.OperationalError) as err:
+        why = f"cannot read the run store: {err}"
+        lock.note(f"cannot start: {why}")
+        _say(f"owner of {args.run_id}: {why}")
+        return 1
     if record is None or record.summary.state.is_final:
         return 0
     try:
@@ -141,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     restart = args.adopt and record.summary.state == RunState.RETRYING
     supervisor = Supervisor(args.home, args.run_id, plan, adopted=args.adopt and not restart, restart=restart)
-    print(f"owner of {args.run_id}: pid {os.getpid()}{' (adopted)' if args.adopt else ''}", flush=True)
+    supervisor.lock_note = lock.note
+    _say(f"owner of {args.run_id}: pid {os.getpid()}{' (adopted)' if args.adopt else ''}")
     asyncio.run(supervisor.run())
     return 0
 

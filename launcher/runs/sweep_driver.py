@@ -58,14 +58,31 @@ def driver_alive(home: Path, sweep_id: str) -> bool:
     return False
 
 
-def spawn_driver(home: Path, sweep_id: str) -> int:
-    """Start the driver in its own session, output to the sweep's ``driver.log``."""
-    env = {k: v for k, v in os.environ.items() if k not in ("FSDP_TUI_RUN_ID", "NODE_RANK")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    with open(sweep_dir(home, sweep_id) / LOG, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "launcher.runs.sweep_driver", "--home", str(home), sweep_id],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env)
-    return proc.pid
+def spawn_driver(home: Path, sweep_id: str) -> int | None:
+    """Take the sweep's lock and start its driver holding it, in its own session, output to the sweep's
+    ``driver.log``; ``None`` when a driver holds the lock already (of two callers at once, one starts it)."""
+    fd = os.open(sweep_dir(home, sweep_id) / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
+        env = {k: v for k, v in os.environ.items() if k not in ("FSDP_TUI_RUN_ID", "NODE_RANK")}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        argv = [sys.executable, "-m", "launcher.runs.sweep_driver", "--home", str(home), "--lock-fd", str(fd),
+                sweep_id]
+        with open(sweep_dir(home, sweep_id) / LOG, "ab") as log:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                    env=env, pass_fds=(fd,))
+        _STARTED.append(proc)
+        _STARTED[:] = [p for p in _STARTED if p.poll() is None]
+        return proc.pid
+    finally:
+        os.close(fd)  # the driver's descriptor keeps the lock
+
+
+_STARTED: list[subprocess.Popen] = []
+"""Drivers this process started: waited for once they end (no zombies while it lives on)."""
 
 
 class Driver:
@@ -85,11 +102,22 @@ class Driver:
         save_sweep(self.home, self.record)
 
     async def run(self) -> str:
-        self.save(state="running", started_at=time.time(), driver_pid=os.getpid())
-        parent = await asyncio.to_thread(self._open_parent)
-        if parent:
+        """The sweep to its end. A driver that takes over from a dead one (or resumes an ended sweep) goes
+        on from the record: variants recorded running, or whose run exists already, are followed, not
+        started again; the MLflow parent run is the same one."""
+        self.save(state="cancelling" if self.record.state == "cancelling" else "running",
+                  started_at=self.record.started_at or time.time(), driver_pid=os.getpid())
+        parent = self.record.mlflow_parent or await asyncio.to_thread(self._open_parent)
+        if parent and parent != self.record.mlflow_parent:
             self.save(mlflow_parent=parent)
         live: dict[int, str] = {}
+        for v in self.record.variants:
+            if v.state == "running" or (v.state == "pending" and self.store.get_run(v.run_id) is not None):
+                live[v.index] = v.run_id
+                if v.state == "pending":
+                    self.set_variant(v.index, state="running")
+        if live:
+            adopt_orphans(self.home, [r for r in live.values() if r in set(self.store.active_runs())])
         stopping = ""
         rounds = 0
         while True:
@@ -203,14 +231,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m launcher.runs.sweep_driver")
     parser.add_argument("--home", type=Path, required=True)
     parser.add_argument("sweep_id")
+    parser.add_argument("--lock-fd", type=int, help="the sweep's lock, taken by whoever started this process")
     args = parser.parse_args(argv)
-    path = sweep_dir(args.home, args.sweep_id) / LOCK
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        print(f"sweep {args.sweep_id} has a driver already", file=sys.stderr)
-        return 1
+    if args.lock_fd is None:
+        fd = os.open(sweep_dir(args.home, args.sweep_id) / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"sweep {args.sweep_id} has a driver already", file=sys.stderr)
+            return 1
+    if load_sweep(args.home, args.sweep_id).is_final:
+        return 0  # ended while this driver was being started
+    print(f"driver of {args.sweep_id}: pid {os.getpid()}", flush=True)
     driver = Driver(args.home, args.sweep_id)
     try:
         state = asyncio.run(driver.run())

@@ -1,4 +1,5 @@
-"""What the app and the CLI ask of sweeps: start one (its driver starts detached) and cancel one."""
+"""What the app and the CLI ask of sweeps: start one (its driver starts detached), adopt the ones whose
+driver died, cancel one, resume an ended one."""
 
 from __future__ import annotations
 
@@ -8,19 +9,26 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from launcher.paths import new_run_id
 from launcher.runs.launch import cancel_run
 from launcher.runs.store import RunStore
-from launcher.runs.sweep_driver import driver_alive, plan_path, spawn_driver
+from launcher.runs.sweep_driver import Driver, driver_alive, plan_path, spawn_driver
 from launcher.runs.sweep_record import (
+    CANCEL,
     SweepRecord,
     VariantRecord,
+    list_sweeps,
     load_sweep,
     new_sweep_id,
     request_cancel,
     save_sweep,
+    sweep_dir,
 )
-from launcher.workload.plan import plan_to_json
+from launcher.workload.plan import plan_from_json, plan_to_json
 from launcher.workload.sweep import SweepPlan
+
+STARTING_S = 10.0
+"""A sweep created this recently whose driver holds no lock yet is still starting it: not adopted."""
 
 
 def create_sweep(plan: SweepPlan, home: Path) -> SweepRecord:
@@ -45,6 +53,48 @@ def start_sweep(plan: SweepPlan, home: Path, *, parallel: int | None = None) -> 
     record = create_sweep(plan, home)
     spawn_driver(home, record.sweep_id)
     return record.sweep_id
+
+
+def adopt_sweeps(home: Path, sweep_ids: list[str] | None = None) -> list[str]:
+    """Every sweep not ended whose driver is gone gets a new one (exactly one: the lock decides), which
+    follows the variants already started and starts the rest; what ``sweeps``, ``sweep show``, the sweep
+    view and a sweep's watch call before showing it. Returns the sweeps adopted."""
+    records = list_sweeps(home) if sweep_ids is None else [load_sweep(home, i) for i in sweep_ids]
+    adopted = []
+    for record in records:
+        if record.is_final or driver_alive(home, record.sweep_id):
+            continue
+        if record.started_at is None and time.time() - record.created_at < STARTING_S:
+            continue
+        if spawn_driver(home, record.sweep_id) is not None:
+            adopted.append(record.sweep_id)
+    return adopted
+
+
+def resume_sweep(home: Path, sweep_id: str) -> SweepRecord:
+    """An ended sweep (cancelled or failed) goes on: every variant that has not succeeded runs again as a
+    new run (its earlier run stays, named in the variant's detail); the sweep's MLflow parent run is the
+    same. ``ValueError`` says why not."""
+    record = load_sweep(home, sweep_id)
+    if not record.is_final:
+        raise ValueError(f"sweep {sweep_id} is {record.state}: it is not over (fsdp-tui sweep show {sweep_id})")
+    again = [v for v in record.variants if v.state != "succeeded"]
+    if not again:
+        raise ValueError(f"sweep {sweep_id}: every variant succeeded, nothing to resume")
+    for v in again:
+        run_id = new_run_id(record.experiment)
+        path = plan_path(home, sweep_id, v.index)
+        data = json.loads(path.read_text())
+        data["run_id"] = run_id
+        path.write_text(json.dumps(plan_to_json(plan_from_json(data))))
+        record = record.with_variant(v.index, run_id=run_id, state="pending",
+                                     detail=f"resumed; earlier: {v.run_id} {v.state}")
+    (sweep_dir(home, sweep_id) / CANCEL).unlink(missing_ok=True)
+    record = replace(record, state="pending", ended_at=None, driver_pid=None,
+                     detail=f"resumed: {len(again)} of {len(record.variants)} variants run again")
+    save_sweep(home, record)
+    spawn_driver(home, sweep_id)
+    return record
 
 
 async def cancel_sweep(home: Path, sweep_id: str, *, timeout_s: float = 180.0) -> SweepRecord:
@@ -75,4 +125,7 @@ async def _end_orphan(home: Path, record: SweepRecord) -> SweepRecord:
         record = record.with_variant(v.index, state=state, detail="" if run else "the sweep was cancelled")
     record = replace(record, state="cancelled", ended_at=time.time())
     save_sweep(home, record)
+    if record.mlflow_parent:
+        await asyncio.to_thread(Driver(home, record.sweep_id)._close_parent, record.mlflow_parent, "KILLED")
+        record = load_sweep(home, record.sweep_id)
     return record

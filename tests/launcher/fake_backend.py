@@ -44,6 +44,8 @@ class FakeNode:
     """attempt -> status polls during which its job waits in a scheduler's queue (``pending: Resources``)."""
     resubmit: dict[int, str] = field(default_factory=dict)
     """attempt -> why its job stopped to go on in a new submission (a scheduler's time limit)."""
+    ended_at: float | None = None
+    """When its job ended, as its agent records it."""
     # what happened
     started: list[int] = field(default_factory=list)
     stopped: int = 0
@@ -125,7 +127,8 @@ class FakeBackend:
         if node.running:
             return NodeStatus(rank, "running", node.attempt, supervisor_alive=True)
         return NodeStatus(rank, "exited", node.attempt, code if node.attempt not in node.stopped_attempts else -15,
-                          stopped=node.attempt in node.stopped_attempts, resubmit=node.resubmit.get(node.attempt, ""))
+                          stopped=node.attempt in node.stopped_attempts, resubmit=node.resubmit.get(node.attempt, ""),
+                          ended_at=node.ended_at)
 
     def _maybe_lose(self, rank: int) -> None:
         node = self.nodes[rank]

@@ -87,3 +87,18 @@ def test_dry_run_paths_expand_when_pasted(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "  directory: ~/'my runs/runs/" in out.stdout
     assert "HYPERPARAMETERS_PATH=~/'my runs/runs/" in out.stdout and "'~/" not in out.stdout
+
+
+def test_run_detach_starts_the_run_and_returns_its_id(tmp_path):
+    from tui.cli import _HEADLESS_RUN_FLAGS
+
+    assert "--detach" in _HEADLESS_RUN_FLAGS  # in a terminal too: no app
+    wl = tmp_path / "wl.yaml"
+    wl.write_text("experiment_name: detached\nmlflow: {enabled: false}\ncommand: echo from the detached run\n")
+    home = tmp_path / "home"
+    started = _cli(home, "run", str(wl), "--detach")
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    assert f"run {run_id} started; follow it: fsdp-tui logs {run_id} --follow" in started.stderr
+    followed = _cli(home, "logs", run_id, "--follow")
+    assert followed.returncode == 0 and followed.stdout == "from the detached run\n"

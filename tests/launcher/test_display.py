@@ -50,8 +50,11 @@ def test_the_splitter_bounds_a_line_that_never_ends():
     for _ in range(12):
         out += s.feed(b"y" * (1 << 20))
     out += s.feed(b"tail\nnext\n")
-    assert len(out) == 2 and "more characters" in out[0] and out[1] == "next"
-    assert len(s.rest) <= MAX_PENDING_BYTES
+    assert len(out) == 2 and out[1] == "next"
+    assert out[0].endswith(f"({12 * (1 << 20) + 4 - MAX_LINE_CHARS:,} more characters in the node log)")  # the line
+    assert len(s.rest) <= MAX_PENDING_BYTES and s.long_head is None
+    s.feed(b"z" * (2 << 20) + b"\xc3\xa9" * 10)
+    assert s.flush()[0].endswith(f"({(2 << 20) + 10 - MAX_LINE_CHARS:,} more characters in the node log)")
 
 
 def test_the_splitter_keeps_only_the_last_redraw_of_an_endless_progress_bar():

@@ -147,6 +147,23 @@ def test_policy(case: Case, tmp_path):
         assert ("stop" in backend.calls) == case.stopped
 
 
+def test_a_run_adopted_after_its_job_ended_records_when_the_job_ended(tmp_path):
+    plan = _plan(2)
+    store = RunStore(tmp_path)
+    store.create_run(plan, None, "x")
+    rec = Recorder(store, plan.run_id, {0: "h0", 1: "h1"}, parse_logs=None)
+    nodes = [FakeNode(polls_before_exit=0, ended_at=1000.0), FakeNode(polls_before_exit=0, ended_at=1002.5)]
+    backend = FakeBackend(plan, nodes, running_attempt=1)
+    policy = RunPolicy(backend, rec, Settings(**FAST), secrets=dict, cancel_requested=lambda: False)
+    outcome = asyncio.run(policy.run(adopted=True))
+    assert outcome.state == RunState.SUCCEEDED and policy.ended_at == 1002.5
+    rec.finished(outcome.state, 0, None, at=policy.ended_at)
+    assert store.get_run(plan.run_id).summary.ended_at == 1002.5
+    live = RunPolicy(FakeBackend(plan, [FakeNode(), FakeNode()]), rec, Settings(**FAST), secrets=dict,
+                     cancel_requested=lambda: False)
+    assert asyncio.run(live.run()).state == RunState.SUCCEEDED and live.ended_at is None  # watched to its end
+
+
 def test_node_output_is_mirrored_byte_for_byte_and_metrics_recorded(tmp_path):
     from trainer.protocol import MetricRecord
 

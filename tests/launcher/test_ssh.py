@@ -485,6 +485,9 @@ command: |
         assert "node 1 (node1) (lost during the run): it is back; the run's processes still running there " \
                "were stopped" in said, said
         assert tagged(run_id) == []
+        assert "bytes it logged while away were added to the record" in said, said
+        node_log = next(started[1].home.glob(f".fsdp-tui/runs/{run_id}/node-1/node.log"))
+        assert (home / "runs" / run_id / "nodes" / "1.log").read_bytes() == node_log.read_bytes()
         again = ssh_cli(home, client, "runs")
         assert "lost during the run" not in again.stderr  # told once
         nodes = {n.node_rank: n for n in RunStore(home).get_run(run_id).nodes}

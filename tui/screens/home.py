@@ -110,11 +110,15 @@ class HomeScreen(Screen):
     @work(thread=True, exclusive=True, group="home-runs")
     def load_runs(self) -> None:
         from launcher.runs.launch import adopt_orphans_of
-        from launcher.runs.store import RunStore
+        from launcher.runs.store import RunStore, StoreDamaged
         from launcher.runs.sweep_record import list_sweeps
 
-        adopt_orphans_of(self.app.home)  # a run whose owner died gets a new one, which catches it up
-        runs = RunStore(self.app.home).list_runs()
+        try:
+            adopt_orphans_of(self.app.home)  # a run whose owner died gets a new one, which catches it up
+            runs = RunStore(self.app.home).list_runs()
+        except StoreDamaged as err:
+            self.app.call_from_thread(self.app.store_damaged, str(err))
+            return
         sweeps = list_sweeps(self.app.home)
         self.app.call_from_thread(self._show_runs, runs)
         self.app.call_from_thread(self._show_sweeps, sweeps)
@@ -127,8 +131,14 @@ class HomeScreen(Screen):
     def sweep_lost_nodes(self) -> None:
         """Nodes lost in earlier runs that answer again: their leftover processes are stopped; say so."""
         from launcher.runs.leftovers import sweep_lost_now
+        from launcher.runs.store import StoreDamaged
 
-        for line in sweep_lost_now(self.app.home):
+        try:
+            said = sweep_lost_now(self.app.home)
+        except StoreDamaged as err:
+            self.app.call_from_thread(self.app.store_damaged, str(err))
+            return
+        for line in said:
             self.app.call_from_thread(self.app.notify, line, title="lost node swept", timeout=20)
 
     def _show_runs(self, runs: list[RunSummary]) -> None:

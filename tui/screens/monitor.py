@@ -125,12 +125,15 @@ class RunMonitorScreen(Screen):
 
     @work(exclusive=True, group="run-events")
     async def consume(self) -> None:
-        from launcher.runs.follow import follow_run
+        from launcher.runs.follow import FollowGaveUp, follow_run
 
         events = self.events if self.events is not None else follow_run(self.app.home, self.run_id)
-        async for event in events:
-            self.on_run_event(event)
-            await asyncio.sleep(0)  # let key presses in between events of a burst
+        try:
+            async for event in events:
+                self.on_run_event(event)
+                await asyncio.sleep(0)  # let key presses in between events of a burst
+        except FollowGaveUp as err:
+            self.notify(str(err), title="nothing records this run", severity="error", timeout=30)
 
     def on_run_event(self, event: RunEvent) -> None:
         self.view.apply(event)

@@ -103,9 +103,11 @@ class SweepScreen(Screen):
     def reload(self) -> None:
         from launcher.runs.comparison import compare_runs, sweep_stats
         from launcher.runs.sweep_record import load_sweep
+        from launcher.runs.sweeps import adopt_sweeps
 
         home = self.app.home
         if self.sweep_id:
+            adopt_sweeps(home, [self.sweep_id])  # a sweep whose driver died gets a new one
             record = load_sweep(home, self.sweep_id)
             rows = sweep_stats(home, record)
             self.app.call_from_thread(self._show, rows, record.state, record.detail, None)

@@ -1,0 +1,69 @@
+"""What the app shows when the run store is damaged: the paragraph that names the file and the way out,
+and the repair itself when asked (the run folders are the truth; the store is rebuilt from them)."""
+
+from __future__ import annotations
+
+from textual import work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Static
+
+
+class StoreDamagedModal(ModalScreen[bool]):
+    """Dismissed with True once the store was rebuilt, False when the user leaves it damaged (quit)."""
+
+    DEFAULT_CSS = """
+    StoreDamagedModal { align: center middle; }
+    StoreDamagedModal > Vertical { width: 80%; max-width: 110; min-width: 40; height: auto; border: thick $error;
+                                   background: $surface; padding: 1 2; }
+    StoreDamagedModal .message { width: 100%; height: auto; }
+    StoreDamagedModal Horizontal { height: auto; align-horizontal: right; margin-top: 1; }
+    StoreDamagedModal Button { margin-left: 2; }
+    """
+    BINDINGS = [("r", "repair", "repair"), ("q,escape", "leave", "quit")]
+
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.message = message
+        self.repaired = False
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(self.message + "\n\nRepair now? (r: repair, q: quit and leave it as it is)",
+                         classes="message", id="store-message", markup=False)
+            with Horizontal():
+                yield Button("Quit", id="leave")
+                yield Button("Repair", id="repair", variant="warning")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "repair":
+            self.action_repair()
+        else:
+            self.action_leave()
+
+    def action_leave(self) -> None:
+        self.dismiss(self.repaired)
+
+    def action_repair(self) -> None:
+        if self.repaired:
+            self.dismiss(True)
+            return
+        self.query_one("#store-message", Static).update("Rebuilding the run store from the run folders ...")
+        self.repair()
+
+    @work(thread=True, exclusive=True, group="store-repair")
+    def repair(self) -> None:
+        from launcher.runs.owner import live_owners
+        from launcher.runs.rebuild import rebuild_store
+
+        owners = live_owners(self.app.home)
+        if owners:
+            named = ", ".join(f"{run_id} (pid {pid})" for run_id, pid in owners)
+            text = (f"Not now: the owners of {named} are still writing to the store. Let them end, then "
+                    "repair (fsdp-tui repair).")
+        else:
+            report = rebuild_store(self.app.home)
+            self.repaired = True
+            text = "\n".join(report.lines()) + "\n\nPress r or escape to go on."
+        self.app.call_from_thread(self.query_one("#store-message", Static).update, text)
