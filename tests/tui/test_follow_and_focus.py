@@ -1,0 +1,63 @@
+"""The real app under Pilot: the merged log view keeps following, the editor keeps keys and unsaved text."""
+
+from __future__ import annotations
+
+import asyncio
+
+from textual.widgets import TextArea
+
+from launcher.events import NodeLines
+from tests.tui.support import wait_for
+from tui.app import FsdpTuiApp
+from tui.screens.monitor import RunMonitorScreen
+
+
+async def _fed(queue: asyncio.Queue):
+    while True:
+        yield await queue.get()
+
+
+def _at_end(log) -> bool:
+    return log.line_count > 0 and log.scroll_y == log.max_scroll_y
+
+
+def _last(log) -> str:
+    return log.lines[-1] if log.line_count else ""
+
+
+async def test_the_merged_view_follows_through_follow_off_and_on_and_a_filter(home):
+    queue: asyncio.Queue = asyncio.Queue()
+    sent = [0]
+
+    def send(n: int) -> None:
+        for _ in range(n):
+            step = sent[0]
+            sent[0] += 1
+            queue.put_nowait(NodeLines("r", step % 2, (f"step={step}/400",), step))
+
+    app = FsdpTuiApp(home)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = RunMonitorScreen("r", 2, events=_fed(queue))
+        await app.push_screen(screen)
+        await pilot.press("m")
+        merged = screen.pane(-1).log
+        assert screen.focused is merged, "keys such as end go to the pane on screen"
+        send(120)
+        await wait_for(pilot, lambda: _last(merged) == "[1] step=119/400" and _at_end(merged))
+        await pilot.press("f")
+        send(60)
+        await wait_for(pilot, lambda: _last(merged) == "[1] step=179/400")
+        held = merged.scroll_y
+        assert held < merged.max_scroll_y, "following off keeps the view where it was"
+        await pilot.press("f")
+        await wait_for(pilot, lambda: _at_end(merged))
+        send(60)
+        await wait_for(pilot, lambda: _last(merged) == "[1] step=239/400" and _at_end(merged))
+        await pilot.press("slash", *"step=2", "enter")
+        await wait_for(pilot, lambda: all("step=2" in line for line in merged.lines))
+        send(40)
+        await wait_for(pilot, lambda: _last(merged) == "[1] step=279/400" and _at_end(merged))
+        assert screen.focused is merged
+        await pilot.press("m")
+        assert screen.focused is screen.pane(0).log
+        await wait_for(pilot, lambda: _last(screen.pane(0).log) == "step=278/400" and _at_end(screen.pane(0).log))
