@@ -91,6 +91,19 @@ class FsdpTuiApp(App):
         self.theme = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
         self.notify(f"theme: {self.theme}")
 
+    async def action_quit(self) -> None:
+        """Quit, but never past an editor with unsaved text without asking (save, discard or stay)."""
+        from tui.screens.editor import EditorScreen
+
+        unsaved = [s for s in self.screen_stack if isinstance(s, EditorScreen) and s.unsaved]
+        if not unsaved:
+            self.exit()
+            return
+        editor = unsaved[-1]
+        while self.screen is not editor:  # the question is asked over the text it is about
+            self.pop_screen()
+        editor.leave(lambda: self.call_later(self.action_quit))
+
     def action_home(self) -> None:
         while len(self.screen_stack) > 2:
             self.pop_screen()
@@ -110,7 +123,7 @@ class FsdpTuiApp(App):
             self.notify(str(err), severity="error", timeout=8)
             return
         if command.verb == "quit":
-            self.exit()
+            self.call_later(self.action_quit)
         elif command.verb in ("runs", "workloads"):
             from tui.screens.home import HomeScreen
 

@@ -61,3 +61,68 @@ async def test_the_merged_view_follows_through_follow_off_and_on_and_a_filter(ho
         await pilot.press("m")
         assert screen.focused is screen.pane(0).log
         await wait_for(pilot, lambda: _last(screen.pane(0).log) == "step=278/400" and _at_end(screen.pane(0).log))
+
+
+async def test_leaving_or_quitting_with_unsaved_text_asks_save_discard_or_stay(home, tmp_path):
+    from tui.screens.editor import EditorScreen
+    from tui.screens.home import HomeScreen
+    from tui.screens.templates import TemplateModal
+    from tui.screens.unsaved import UnsavedModal
+
+    new = tmp_path / "new.yaml"
+    app = FsdpTuiApp(home, workload=new)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, TemplateModal))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen) and app.screen.area.text)
+        editor = app.screen
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, UnsavedModal))
+        await pilot.press("escape")  # stay
+        await wait_for(pilot, lambda: app.screen is editor)
+        await pilot.press("ctrl+q")
+        await wait_for(pilot, lambda: isinstance(app.screen, UnsavedModal))
+        await pilot.press("d")  # discard: the app quits, nothing written
+        await wait_for(pilot, lambda: app._exit)
+    assert not new.exists()
+
+    app = FsdpTuiApp(home, workload=new)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, TemplateModal))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen) and app.screen.area.text)
+        text = app.screen.area.text
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, UnsavedModal))
+        await pilot.press("s")  # save, then leave the editor
+        await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen))
+        assert new.read_text().rstrip("\n") == text.rstrip("\n")
+        await pilot.press("q")  # nothing unsaved any more: quits at once
+        await wait_for(pilot, lambda: app._exit)
+
+
+async def test_f8_moves_to_the_problem_and_keys_stay_in_the_text(home, tmp_path):
+    import shutil
+
+    from tests.launcher.conftest import ROOT
+    from tui.screens.editor import EditorScreen
+
+    bad = tmp_path / "bad.yaml"
+    shutil.copy(ROOT / "tests/data/malformed/26_trainer_bad_enum.yaml", bad)
+    app = FsdpTuiApp(home, workload=bad)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen) and app.screen.problems)
+        area = app.screen.query_one(TextArea)
+        theme = app.theme
+        await pilot.press("f8")
+        assert area.cursor_location == (6, 14) and app.screen.focused is area
+        await pilot.press("t", "i")
+        assert area.document.get_line(6)[14:16] == "ti" and app.theme == theme
+        await pilot.press("ctrl+end")
+        assert area.cursor_location == area.document.end
+        await pilot.press("ctrl+shift+home")
+        assert area.selection.start == area.document.end and area.selection.end == (0, 0)
+        await pilot.press("ctrl+home")
+        assert area.cursor_location == (0, 0) and area.selection.is_empty
+        await pilot.press("ctrl+shift+end")
+        assert area.selected_text == area.text
