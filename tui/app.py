@@ -202,15 +202,19 @@ class FsdpTuiApp(App):
         if planned.plan.blockers:
             self.notify("not launched: " + "; ".join(planned.plan.blockers), severity="error", timeout=10)
             return
-        if from_run is None and planned.plan.workload.sweep is not None:
-            await self._launch_sweep(path, overrides)
-            return
         run_id = await asyncio.to_thread(start_run, planned.plan, self.home)
         self.launched.append(run_id)
         self.open_run(run_id)
+        if from_run is None and planned.plan.workload.sweep is not None:
+            from launcher.workload.sweep import SWEEP_NOT_RUN
+
+            self.notify(SWEEP_NOT_RUN.format(file=path.name) + " (here: w on the home screen)", timeout=10)
+
+    def launch_sweep(self, path: Path) -> None:
+        """Every variant of ``path``'s ``sweep:`` section (as ``fsdp-tui sweep FILE``), then the sweep's view."""
+        self.run_worker(self._launch_sweep(path, []), group="launch", exclusive=True)
 
     async def _launch_sweep(self, path: Path, overrides: list[str]) -> None:
-        """A workload with a ``sweep:`` section launches every variant (``fsdp-tui sweep FILE``)."""
         import asyncio
 
         from launcher.runs.sweeps import start_sweep

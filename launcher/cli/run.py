@@ -49,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
     plan = prepare(args.file, args.overrides)
     if plan is None:
         return 1
+    if plan.workload.sweep is not None:
+        from launcher.workload.sweep import SWEEP_NOT_RUN
+
+        print(SWEEP_NOT_RUN.format(file=args.file), file=sys.stderr)
     if args.dry_run:
         from launcher.runs.launch import render_plan_text
 

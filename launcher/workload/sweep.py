@@ -195,3 +195,8 @@ def _origins(file: Path, spec: Sweep) -> dict[tuple, Origin]:
         for key in entry:
             out[("variants", i, key)] = at(("sweep", "variants", i, key), key, is_key=True)
     return out
+
+
+SWEEP_NOT_RUN = ("{file} has a sweep: section: run launches the file as written, one run; "
+                 "fsdp-tui sweep {file} runs every variant")
+"""What ``run`` says (headless and in the app) when the file it launched has a sweep: one behaviour everywhere."""
