@@ -40,10 +40,12 @@ def _when(t: float | None) -> str:
 
 
 def _print(r: dict) -> None:
+    from launcher.runs.records import FORCED_NOTE
+
     out = sys.stdout.write
     out(f"run {r['run_id']}  ({r['experiment']})\n")
     why = (f": {r['detail']}" if r["detail"] and (r["state"] not in ("succeeded", "running")
-                                                 or r["detail"].startswith("stalled")) else "")
+                                                 or r["detail"].startswith(("stalled", FORCED_NOTE))) else "")
     out(f"  state     {r['state']}{why}\n")
     out(f"  attempt   {r['attempt']} of {r['max_attempts']}\n")
     out(f"  started   {_when(r['started_at'])}   ended {_when(r['ended_at'])}   duration {r['duration']}\n")

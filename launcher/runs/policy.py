@@ -139,11 +139,12 @@ class RunPolicy(NodeFollowing):
         self.secrets()  # a missing secret fails before anything is shipped
         await self.backend.locate()
         await self.backend.prepare()
-        if self.settings.preflight:
-            refusals = await preflight(self.backend)
-            if refusals:
-                raise LaunchFailed("not started, it cannot run there: " + "; ".join(map(str, refusals))
-                                   + " (fsdp-tui doctor shows every check; --force launches anyway)")
+        refusals = await preflight(self.backend)  # forced or not: a forced run records what it went past
+        if refusals and self.settings.preflight:
+            raise LaunchFailed("not started, it cannot run there: " + "; ".join(map(str, refusals))
+                               + " (fsdp-tui doctor shows every check; --force launches anyway)")
+        if refusals:
+            self.rec.note_forced([str(r) for r in refusals])
         await self._claim_port()
         self.on_plan(self.backend.plan)
 
