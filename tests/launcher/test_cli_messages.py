@@ -37,3 +37,23 @@ def test_sweep_and_relaunch_print_old_and_new_for_every_set(home):
     assert "--set command: python train.py -> echo again" in again.stderr, again.stderr
     assert again.returncode == 2 and "max_retries" in again.stderr  # nothing launched
     assert "started" not in again.stderr
+
+
+def test_rm_says_what_stays_and_files_removes_the_runs_folder_here(home):
+    from launcher.events import RunState
+    from tests.tui.support import RecordedRun, record
+
+    kept, gone = "20260301-0900-kept-a1f3", "20260301-1000-gone-b2c4"
+    for run_id in (kept, gone):
+        record(home, RecordedRun(run_id, "x", RunState.SUCCEEDED, 1, 0, 60))
+        outputs = home / "nodes" / run_id / "node-0" / "outputs"
+        outputs.mkdir(parents=True)
+        (outputs / "model.safetensors").write_bytes(b"\0" * (3 << 20))
+    out = cli(home, "rm", kept)
+    assert out.returncode == 0 and f"deleted {kept}" in out.stdout
+    assert f"fsdp-tui rm --files {kept}" in out.stderr and "(3.0 MiB" in out.stderr
+    assert "node 0 (gpu-a) stay there" in out.stderr  # the recorded run ran on a host elsewhere
+    assert (home / "nodes" / kept).is_dir()
+    out = cli(home, "rm", "--files", gone)
+    assert out.returncode == 0 and "removed its files here" in out.stdout and "3.0 MiB" in out.stdout
+    assert not (home / "nodes" / gone).exists() and (home / "nodes" / kept).is_dir()
