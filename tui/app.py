@@ -67,6 +67,8 @@ class FsdpTuiApp(App):
         specs, errors = discover(config_home() / "themes")
         for spec in specs:
             self.register_theme(Theme(name=spec.name, variables=spec.variables, **spec.fields))
+        self.own_themes = sorted(spec.name for spec in specs)
+        """fsdp-tui's themes and the user's: what ``t`` cycles through (Textual's own stay reachable by name)."""
         for error in errors:
             self.notify(f"theme skipped: {error}", severity="warning", timeout=8)
         saved = settings.load().get("theme")
@@ -87,7 +89,7 @@ class FsdpTuiApp(App):
             settings.save(theme=theme)
 
     def action_next_theme(self) -> None:
-        names = sorted(self.available_themes)
+        names = self.own_themes or sorted(self.available_themes)
         self.theme = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
         self.notify(f"theme: {self.theme}")
 

@@ -39,16 +39,17 @@ def test_sweep_and_relaunch_print_old_and_new_for_every_set(home):
     assert "started" not in again.stderr
 
 
-def test_rm_says_what_stays_and_files_removes_the_runs_folder_here(home):
+def test_show_rounds_losses_and_rm_says_what_stays_and_files_removes_the_runs_folder_here(home):
     from launcher.events import RunState
     from tests.tui.support import RecordedRun, record
 
     kept, gone = "20260301-0900-kept-a1f3", "20260301-1000-gone-b2c4"
     for run_id in (kept, gone):
-        record(home, RecordedRun(run_id, "x", RunState.SUCCEEDED, 1, 0, 60))
+        record(home, RecordedRun(run_id, "x", RunState.SUCCEEDED, 1, 0, 60, 1.23456789, None, 20, 20))
         outputs = home / "nodes" / run_id / "node-0" / "outputs"
         outputs.mkdir(parents=True)
         (outputs / "model.safetensors").write_bytes(b"\0" * (3 << 20))
+    assert "step 20/20  loss 1.2346  best eval -" in cli(home, "show", kept).stdout
     out = cli(home, "rm", kept)
     assert out.returncode == 0 and f"deleted {kept}" in out.stdout
     assert f"fsdp-tui rm --files {kept}" in out.stderr and "(3.0 MiB" in out.stderr
