@@ -55,6 +55,8 @@ class Case:
 
 
 CASES = [
+    Case("a cancel asked for while the nodes are prepared ends it before its job starts", [FakeNode()],
+         RunState.CANCELLED, cancel_after_polls=0, starts=[], stopped=False, detail="before its job started"),
     Case("every node exits 0", [FakeNode(), FakeNode()], RunState.SUCCEEDED, starts=["start 1"],
          node_states={0: NodeState.EXITED, 1: NodeState.EXITED}, stopped=False),
     Case("a failure on one node stops the others", [FakeNode(exits={1: None}), FakeNode(exits={1: 3})],
