@@ -27,6 +27,7 @@ def test_export_doctor_and_resume_end_without_a_traceback(home, tmp_path):
     text = text.replace("procs_per_node: 2", "procs_per_node: 1").replace("num_accelerators: 2", "num_accelerators: 1")
     text = text.replace("max_steps: 200", "max_steps: 2").replace("every_steps: 100", "every_steps: 2")
     text = text.replace("eval_every_steps: 25", "eval_every_steps: 1000")
+    text = text.replace("keep_last: 2", "keep_last: 2\n    export_hf: false")  # export is the command's job here
     workload = write_workload(tmp_path, text)
     # Two at a time, to keep the test short: doctor beside the run, export beside the resume.
     ran, doctor = _start(home, "run", workload, "--watch"), _start(home, "doctor", workload, "--json")
