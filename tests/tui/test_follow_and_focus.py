@@ -101,23 +101,24 @@ async def test_leaving_or_quitting_with_unsaved_text_asks_save_discard_or_stay(h
         await wait_for(pilot, lambda: app._exit)
 
 
-async def test_f8_moves_to_the_problem_and_keys_stay_in_the_text(home, tmp_path):
-    import shutil
-
-    from tests.launcher.conftest import ROOT
+async def test_a_fix_and_f8_leave_the_keys_in_the_text(home, tmp_path):
     from tui.screens.editor import EditorScreen
 
     bad = tmp_path / "bad.yaml"
-    shutil.copy(ROOT / "tests/data/malformed/26_trainer_bad_enum.yaml", bad)
+    bad.write_text("experiment_name: t\ncommand: echo hi\nmax_retrys: 1\n")
     app = FsdpTuiApp(home, workload=bad)
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen) and app.screen.problems)
         area = app.screen.query_one(TextArea)
         theme = app.theme
-        await pilot.press("f8")
-        assert area.cursor_location == (6, 14) and app.screen.focused is area
-        await pilot.press("t", "i")
-        assert area.document.get_line(6)[14:16] == "ti" and app.theme == theme
+        await pilot.press("shift+f8", "f")  # the problems list, then its fix: the text has the keys again
+        assert area.document.get_line(2) == "max_retries: 1" and app.screen.focused is area
+        await pilot.press("t", "i")  # typed into the text, not the theme key
+        assert area.document.get_line(2) == "timax_retries: 1" and app.theme == theme
+        await wait_for(pilot, lambda: any(p.is_error for p in app.screen.problems))
+        area.cursor_location = (0, 0)
+        await pilot.press("f8")  # the cursor to the problem; the text keeps the keys
+        assert area.cursor_location == (2, 0) and app.screen.focused is area
         await pilot.press("ctrl+end")
         assert area.cursor_location == area.document.end
         await pilot.press("ctrl+shift+home")
