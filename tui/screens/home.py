@@ -341,4 +341,9 @@ class HomeScreen(Screen):
                 self.notify(str(err), severity="error")
             self.action_reload()
 
-        self.app.push_screen(ConfirmModal(f"Delete run {run_id} and its local record?"), done)
+        from launcher.workload.load import LOCAL_NODES_DIR
+
+        files = self.app.home / LOCAL_NODES_DIR / run_id
+        stays = (f" Its files here stay: {files} (checkpoints, exports; fsdp-tui rm --files {run_id} removes them)."
+                 if files.is_dir() else "")
+        self.app.push_screen(ConfirmModal(f"Delete run {run_id} and its local record?{stays}"), done)
