@@ -86,12 +86,12 @@ class EditorScreen(Screen):
         self.validations_shown = 0
         self.shown_text: dict[str, str] = {}
         self.reach_key: tuple | None = None
+        """The hosts (and ssh settings) whose glance is shown or under way."""
+        """The buffer version whose problems are shown (``version`` once validation caught up)."""
         self.saved_text = ""
         """The text as it is in the file (read at start, written by save): anything else is unsaved."""
         self.discarded = False
         """The user chose to throw the unsaved text away (on the way out)."""
-        """The hosts (and ssh settings) whose glance is shown or under way."""
-        """The buffer version whose problems are shown (``version`` once validation caught up)."""
 
     def compose(self) -> ComposeResult:
         yield Header()
