@@ -85,7 +85,8 @@ class OptimConfig(_Section):
     fused: bool | None = None
     """Use the fused AdamW kernel; ``None`` picks it where the device supports it."""
     warmup_steps: int = Field(default=0, ge=0)
-    """Linear warmup from zero to ``learning_rate``."""
+    """Linear warmup over this many steps: the first runs at ``learning_rate / warmup_steps``, the last of
+    them at ``learning_rate``."""
     schedule: Literal["cosine", "linear", "constant"] = "cosine"
     """Decay after warmup."""
     min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)

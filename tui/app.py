@@ -71,6 +71,8 @@ class FsdpTuiApp(App):
         specs, errors = discover(config_home() / "themes")
         for spec in specs:
             self.register_theme(Theme(name=spec.name, variables=spec.variables, **spec.fields))
+        self.own_themes = sorted(spec.name for spec in specs)
+        """fsdp-tui's themes and the user's: what ``t`` cycles through (Textual's own stay reachable by name)."""
         for error in errors:
             self.notify(f"theme skipped: {error}", severity="warning", timeout=8)
         saved = settings.load().get("theme")
@@ -91,9 +93,22 @@ class FsdpTuiApp(App):
             settings.save(theme=theme)
 
     def action_next_theme(self) -> None:
-        names = sorted(self.available_themes)
+        names = self.own_themes or sorted(self.available_themes)
         self.theme = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
         self.notify(f"theme: {self.theme}")
+
+    async def action_quit(self) -> None:
+        """Quit, but never past an editor with unsaved text without asking (save, discard or stay)."""
+        from tui.screens.editor import EditorScreen
+
+        unsaved = [s for s in self.screen_stack if isinstance(s, EditorScreen) and s.unsaved]
+        if not unsaved:
+            self.exit()
+            return
+        editor = unsaved[-1]
+        while self.screen is not editor:  # the question is asked over the text it is about
+            self.pop_screen()
+        editor.leave(lambda: self.call_later(self.action_quit))
 
     def action_home(self) -> None:
         while len(self.screen_stack) > 2:
@@ -114,7 +129,7 @@ class FsdpTuiApp(App):
             self.notify(str(err), severity="error", timeout=8)
             return
         if command.verb == "quit":
-            self.exit()
+            self.call_later(self.action_quit)
         elif command.verb in ("runs", "workloads"):
             from tui.screens.home import HomeScreen
 
@@ -210,9 +225,6 @@ class FsdpTuiApp(App):
         if planned.plan.blockers:
             self.notify("not launched: " + "; ".join(planned.plan.blockers), severity="error", timeout=10)
             return
-        if from_run is None and planned.plan.workload.sweep is not None:
-            await self._launch_sweep(path, overrides)
-            return
         from launcher.runs.space import RecordUnwritable
 
         try:
@@ -224,9 +236,16 @@ class FsdpTuiApp(App):
             self.notify(f"idempotency_token was launched before as run {run_id}: not launched again", timeout=8)
         self.launched.append(run_id)
         self.open_run(run_id)
+        if from_run is None and planned.plan.workload.sweep is not None:
+            from launcher.workload.sweep import SWEEP_NOT_RUN
+
+            self.notify(SWEEP_NOT_RUN.format(file=path.name) + " (here: w on the home screen)", timeout=10)
+
+    def launch_sweep(self, path: Path) -> None:
+        """Every variant of ``path``'s ``sweep:`` section (as ``fsdp-tui sweep FILE``), then the sweep's view."""
+        self.run_worker(self._launch_sweep(path, []), group="launch", exclusive=True)
 
     async def _launch_sweep(self, path: Path, overrides: list[str]) -> None:
-        """A workload with a ``sweep:`` section launches every variant (``fsdp-tui sweep FILE``)."""
         import asyncio
 
         from launcher.runs.sweeps import start_sweep

@@ -39,6 +39,11 @@ class Channel(Protocol):
 
     def close(self) -> None: ...
 
+    async def wait_closed(self) -> None:
+        """Until what ``close`` started has ended (the agent's process reaped, the connection gone): a
+        process or transport left behind outlives the event loop and complains at exit."""
+        ...
+
 
 def last_words(stderr: str) -> str:
     """What a failed command said, for a message: a Python traceback's last line, else the tail."""
@@ -78,6 +83,8 @@ class AgentLink:
         self.lost: str | None = None
         """Why the node was declared lost; later calls then try once instead of for minutes."""
         self.state = LinkState.OK
+        self.closed: list[Channel] = []
+        """Channels closed along the way (dropped, refused), waited for at ``close``."""
 
     def _tell(self, state: LinkState, detail: str) -> None:
         self.state = state
@@ -125,10 +132,10 @@ class AgentLink:
                     return channel
                 banner = (banner + line)[-BANNER_BYTES:]
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as err:
-            channel.close()
+            self._close(channel)
             raise ChannelDropped(str(err) or type(err).__name__) from None
         detail = printable(await channel.stderr_tail(5.0), newlines=True).strip()
-        channel.close()
+        self._close(channel)
         if detail:  # the agent's command failed: retrying cannot help
             where = f" with {self.agent_label}" if self.agent_label else ""
             raise AgentStartFailed(f"{self.label}: the agent could not start{where}: {last_words(detail)}",
@@ -139,14 +146,18 @@ class AgentLink:
         parts = line.decode(errors="replace").split()
         version = printable(parts[-2]) if len(parts) >= 2 else ""
         if version != str(wire.PROTOCOL):
-            channel.close()
+            self._close(channel)
             raise NodeError(f"{self.label}: the agent speaks protocol {version or '?'}, this launcher "
                             f"{wire.PROTOCOL}; reinstall fsdp-tui here")
 
     def _drop(self) -> None:
         if self.channel is not None:
-            self.channel.close()
+            self._close(self.channel)
             self.channel = None
+
+    def _close(self, channel: Channel) -> None:
+        channel.close()
+        self.closed.append(channel)
 
     async def _retrying(self, call: Callable[[], Awaitable[tuple[dict, bytes]]]) -> tuple[dict, bytes]:
         """``await call()``, re-opening the channel with backoff while it keeps dropping."""
@@ -181,6 +192,8 @@ class AgentLink:
 
     async def close(self) -> None:
         self._drop()
+        closed, self.closed = self.closed, []
+        await asyncio.gather(*(channel.wait_closed() for channel in closed), return_exceptions=True)
 
 
 def _short(err: BaseException) -> str:

@@ -10,6 +10,8 @@ from launcher.backends import bundle
 from launcher.backends.agent_client import Channel
 
 STREAM_LIMIT = 64 << 20
+CLOSE_WAIT_S = 10.0
+"""How long a closed agent gets to finish its last answer and exit before it is killed."""
 
 
 class PipeChannel:
@@ -43,6 +45,18 @@ class PipeChannel:
                 self.proc.stdin.close()  # the agent's loop ends at end of input
             except (ConnectionError, RuntimeError):
                 pass
+
+    async def wait_closed(self) -> None:
+        """The agent ends at end of input; one that does not within ``CLOSE_WAIT_S`` is killed. Either way it
+        is reaped here, while the event loop still runs."""
+        try:
+            await asyncio.wait_for(self.proc.wait(), CLOSE_WAIT_S)
+        except asyncio.TimeoutError:
+            try:
+                self.proc.kill()
+            except ProcessLookupError:
+                pass
+            await self.proc.wait()
 
 
 async def open_local(node_dir: str, python: str | None = None) -> Channel:

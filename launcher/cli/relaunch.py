@@ -45,13 +45,15 @@ def run(args: argparse.Namespace) -> int:
     except LookupError as err:
         print(f"fsdp-tui {args.verb}: {err}", file=sys.stderr)
         return 1
+    for override in planned.result.overrides:
+        print(f"--set {override.describe()}", file=sys.stderr)
     for problem in planned.problems:
         if problem.is_error:
             print(problem.format(), file=sys.stderr)
     if planned.plan is None:
         print(f"fsdp-tui {args.verb}: the recorded workload of {run_id} no longer validates (see above)",
               file=sys.stderr)
-        return 1
+        return 2  # as run: nothing was launched
     new_id = start_run(planned.plan, store.home, idempotent=False)
     if not args.json:
         print(new_id)

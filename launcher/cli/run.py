@@ -41,15 +41,25 @@ def prepare(file: Path, overrides: list[str], *, quiet: bool = False):
     for p in planned.problems:
         if p.is_error or not quiet:
             print(p.format(), file=sys.stderr)
-    if planned.plan is None:
+    if planned.plan is None and not file.is_file():
+        print(f"{file}: not launched: there is no such file (check the path)", file=sys.stderr)
+    elif planned.plan is None:
         print(f"{file}: not launched: fix the errors above (fsdp-tui validate {file})", file=sys.stderr)
     return planned.plan
+
+
+INVALID = 2
+"""The exit status for a workload that cannot be launched as written (as ``doctor``'s): 1 means a run failed."""
 
 
 def run(args: argparse.Namespace) -> int:
     plan = prepare(args.file, args.overrides)
     if plan is None:
-        return 1
+        return INVALID
+    if plan.workload.sweep is not None:
+        from launcher.workload.sweep import SWEEP_NOT_RUN
+
+        print(SWEEP_NOT_RUN.format(file=args.file), file=sys.stderr)
     if args.dry_run:
         from launcher.backends.base import NodeError
         from launcher.runs.launch import render_plan_text
@@ -63,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if plan.blockers:
         for blocker in plan.blockers:
             print(f"{args.file}: cannot run: {blocker}", file=sys.stderr)
-        return 1
+        return INVALID
     from launcher.cli.watch import watch
     from launcher.paths import data_home
     from launcher.runs.launch import start_run

@@ -28,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from launcher.paths import data_home
     from launcher.runs.launch import adopt_orphans_of
     from launcher.runs.owner import owner_note
+    from launcher.runs.records import FORCED_NOTE
     from launcher.runs.store import RunStore
 
     home = data_home()
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         duration = f"{r.duration_s / 60:.1f}m" if r.duration_s is not None else "-"
         step = f"{r.step or 0}/{r.max_steps}" if r.max_steps else str(r.step or "-")
         why = r.detail if (r.state.value in ("failed", "timed_out", "cancelled")
-                           or r.detail.startswith("stalled")) and r.detail else ""
+                           or r.detail.startswith(("stalled", FORCED_NOTE))) and r.detail else ""
         if not r.state.is_final and owner_note(home, r.run_id).startswith("waiting for room"):
             why = "stopped; its end waits for room: " + owner_note(home, r.run_id).removeprefix("waiting for room: ")
         print(f"{r.run_id:<{width}} {r.state.value:<10} {r.num_nodes:>5} {started:<16} {duration:>8} {step:>9} "

@@ -39,18 +39,24 @@ def _when(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
 
 
+def _loss(value: float | None) -> str:
+    """Four decimals, as ``runs`` and the app show losses (``--json`` keeps the full float)."""
+    return "-" if value is None else f"{value:.4f}"
+
+
 def _print(r: dict) -> None:
+    from launcher.runs.records import FORCED_NOTE
+
     out = sys.stdout.write
     out(f"run {r['run_id']}  ({r['experiment']})\n")
     why = (f": {r['detail']}" if r["detail"] and (r["state"] not in ("succeeded", "running")
-                                                 or r["detail"].startswith("stalled")) else "")
+                                                 or r["detail"].startswith(("stalled", FORCED_NOTE))) else "")
     out(f"  state     {r['state']}{why}\n")
     out(f"  attempt   {r['attempt']} of {r['max_attempts']}\n")
     out(f"  started   {_when(r['started_at'])}   ended {_when(r['ended_at'])}   duration {r['duration']}\n")
     if r["step"] is not None:
         out(f"  progress  step {r['step']}{'/' + str(r['max_steps']) if r['max_steps'] else ''}"
-            f"  loss {r['last_loss'] if r['last_loss'] is not None else '-'}"
-            f"  best eval {r['best_eval_loss'] if r['best_eval_loss'] is not None else '-'}\n")
+            f"  loss {_loss(r['last_loss'])}  best eval {_loss(r['best_eval_loss'])}\n")
     if r["owner"]:
         out(f"  owner     {r['owner']}\n")
     out("  nodes\n")

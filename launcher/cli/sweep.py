@@ -112,11 +112,13 @@ def launch(home: Path, file: Path, args: argparse.Namespace) -> int:
     from launcher.workload.sweep import plan_sweep
 
     plan = plan_sweep(file, args.over, args.overrides, home=home)
+    for o in plan.base.result.overrides if plan.base is not None else ():
+        print(f"--set {o.describe()}", file=sys.stderr)  # what every variant starts from
     for p in plan.problems:
         print(p.format(), file=sys.stderr)
     if not plan.ok:
         print(f"{file}: sweep not launched: fix the errors above", file=sys.stderr)
-        return 1
+        return 2  # as run and doctor: the workload is invalid (1: a variant failed)
     if args.dry_run:
         from launcher.runs.launch import render_plan_text
 
@@ -133,7 +135,7 @@ def launch(home: Path, file: Path, args: argparse.Namespace) -> int:
     for v, blocker in blocked:
         print(f"{file}: variant {v.index} ({v.label}) cannot run: {blocker}", file=sys.stderr)
     if blocked:
-        return 1
+        return 2
     from launcher.runs.sweeps import start_sweep
 
     sweep_id = start_sweep(plan, home, parallel=args.parallel)

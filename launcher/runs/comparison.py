@@ -136,14 +136,18 @@ def run_stats(home: Path, run_id: str, label: str = "") -> RunStats:
 
 
 def with_scaling(rows: list[RunStats]) -> list[RunStats]:
-    """Speed-up and efficiency against the run with the fewest processes, when the runs differ in size."""
+    """Speed-up and efficiency against the run with the fewest processes, when the runs are a scaling
+    series: one run per size. Runs that differ in something else at the same size (a sharding sweep with
+    one larger variant) are not: a 'speed-up' between two strategies on the same processes says nothing
+    about scaling, so the columns stay empty."""
     from dataclasses import replace
 
-    sizes = {r.world_size for r in rows if r.tokens_per_s}
-    if len(sizes) < 2:
+    measured = [r.world_size for r in rows if r.tokens_per_s]
+    sizes = set(measured)
+    if len(sizes) < 2 or len(sizes) != len(measured):
         return rows
     smallest = min(sizes)
-    base = statistics.fmean(r.tokens_per_s for r in rows if r.world_size == smallest and r.tokens_per_s)
+    base = next(r.tokens_per_s for r in rows if r.world_size == smallest and r.tokens_per_s)
     out = []
     for r in rows:
         if r.tokens_per_s is None:

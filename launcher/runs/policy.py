@@ -97,6 +97,9 @@ class RunPolicy(NodeFollowing):
                 await self.backend.locate()
             elif not adopted:
                 await self._launch()
+                if self.cancel_requested():  # asked for while the nodes were prepared: nothing to stop yet
+                    self.rec.set_state(RunState.CANCELLED, "cancelled before its job started")
+                    return Outcome(RunState.CANCELLED)
             while True:
                 outcome = await self._attempt(adopted)
                 adopted = False
@@ -142,12 +145,17 @@ class RunPolicy(NodeFollowing):
         self.rec.set_state(RunState.PREFLIGHT, "preparing the nodes")
         self.secrets()  # a missing secret fails before anything is shipped
         await self.backend.locate()
+        if self.cancel_requested():
+            return
         await self.backend.prepare()
-        if self.settings.preflight:
-            refusals = await preflight(self.backend)
-            if refusals:
-                raise LaunchFailed("not started, it cannot run there: " + "; ".join(map(str, refusals))
-                                   + " (fsdp-tui doctor shows every check; --force launches anyway)")
+        if self.cancel_requested():
+            return
+        refusals = await preflight(self.backend)  # forced or not: a forced run records what it went past
+        if refusals and self.settings.preflight:
+            raise LaunchFailed("not started, it cannot run there: " + "; ".join(map(str, refusals))
+                               + " (fsdp-tui doctor shows every check; --force launches anyway)")
+        if refusals:
+            self.rec.note_forced([str(r) for r in refusals])
         await self._claim_port()
         self.on_plan(self.backend.plan)
 

@@ -40,6 +40,10 @@ from trainer.protocol import MetricRecord
 PLAN = "plan.json"
 OPTIONS = "options.json"
 """How the run was asked to launch (``force``: skip the preflight checks)."""
+FORCED = "forced.txt"
+"""What a run launched with ``--force`` was forced past (the checks that would have refused it)."""
+FORCED_NOTE = "launched with --force past: "
+"""How a forced run's state detail starts, even when it succeeds (``show`` and ``runs`` print it)."""
 EVENTS = "events.jsonl"
 METRICS = "metrics.jsonl"
 LOG_METRICS = "log-metrics.jsonl"
@@ -116,6 +120,11 @@ class Recorder:
                 raise
             self.write_error = write_failure(store.home, err)
         self._refresh_summary(self.records())
+        try:
+            self.forced = (self.dir / FORCED).read_text()
+        except OSError:
+            self.forced = ""
+        """What the run was forced past (empty: nothing), kept over a change of owner."""
 
     # -- offsets are the sizes of the copies -------------------------------------------------------
 
@@ -276,12 +285,19 @@ class Recorder:
     def gpus(self, rank: int, samples: tuple[GpuSample, ...]) -> None:
         self.emit(GpuTelemetry(self.run_id, rank, samples))
 
+    def note_forced(self, refusals: list[str]) -> None:
+        """A launch forced past the cheap checks: say so now and in the run's final state, even a success
+        (a GPU workload that trained on CPU succeeded, but not as asked)."""
+        self.forced = FORCED_NOTE + "; ".join(refusals)
+        (self.dir / FORCED).write_text(self.forced)
+        self.set_state(RunState.PREFLIGHT, self.forced)
+
     def finished(self, state: RunState, exit_code: int | None, triage: dict | None,
                  at: float | None = None) -> None:
         record = self.store.get_run(self.run_id)
         if (record is None or not record.summary.state.is_final) and not (
                 self.unwritten and self.last_state is not None and self.last_state.is_final):
-            self.set_state(state, (triage or {}).get("summary", ""), at)
+            self.set_state(state, (triage or {}).get("summary", "") or self.forced, at)
         self.emit(RunFinished(self.run_id, state, exit_code, triage))
 
     def save_stacks(self, rank: int, dumps) -> tuple[Path, str]:

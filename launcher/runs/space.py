@@ -55,7 +55,7 @@ def shortage(path: Path, need: int = 0) -> str | None:
     if free - need >= floor:
         return None
     return (f"no space left on device for the run's record: {path} has {fmt_bytes(free)} free, below the "
-            f"{fmt_bytes(floor)} fsdp-tui keeps free there; free some space on that disk (or point "
+            f"{fmt_bytes(floor)} kept free there; free some space on that disk (or point "
             f"FSDP_TUI_HOME at a larger one)")
 
 

@@ -134,7 +134,8 @@ def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = No
             node_dir=f"{root}/{run_id}/node-{rank}",
             env=env,
             dir_env=dir_env,
-            argv=_argv(workload, topo, rank, master_addr, port, [*env, *dir_env, *workload.secrets]),
+            argv=_argv(workload, topo, rank, master_addr, port, [*env, *dir_env, *workload.secrets],
+                       _local_python(workload) if slurm is None and (host is None or host.is_local) else None),
             display=f"SLURM node {rank} via {hosts[rank].display if hosts[rank] else 'this machine'}"
             if slurm is not None else None,
         ))
@@ -205,14 +206,22 @@ def _master_addr(host: HostTarget | None) -> str:
     return LOCAL_MASTER_ADDR if host is None or host.is_local else host.hostname
 
 
+def _local_python(w: Workload) -> str:
+    """On this machine the default ``python3`` is the interpreter fsdp-tui runs under (its venv, with torch),
+    as the launch uses it: the plan shows what will run."""
+    import sys
+
+    return sys.executable if w.environment.python == "python3" else w.environment.python
+
+
 def _argv(w: Workload, topo: Topology, rank: int, master_addr: str, port: int,
-          env_names: list[str]) -> tuple[str, ...]:
+          env_names: list[str], python: str | None = None) -> tuple[str, ...]:
     if w.command is not None and w.environment.docker_image is not None:
         return ("bash", "-c", container_script(w, [*env_names, METRICS_FILE_ENV], gpus=topo.kind == "gpu"))
     if w.command is not None:
         return ("bash", "-c", w.command)
     return (
-        w.environment.python, "-m", "torch.distributed.run",
+        python or w.environment.python, "-m", "torch.distributed.run",
         f"--nnodes={topo.num_nodes}",
         f"--node_rank={rank}",
         f"--nproc_per_node={topo.procs_per_node}",

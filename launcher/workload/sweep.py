@@ -131,3 +131,8 @@ def _loaded(file: Path) -> LoadedYaml | None:
         return load_yaml(file.read_text(), str(file))
     except (OSError, UnicodeDecodeError):
         return None
+
+
+SWEEP_NOT_RUN = ("{file} has a sweep: section: run launches the file as written, one run; "
+                 "fsdp-tui sweep {file} runs every variant")
+"""What ``run`` says (headless and in the app) when the file it launched has a sweep: one behaviour everywhere."""

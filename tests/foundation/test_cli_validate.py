@@ -112,6 +112,6 @@ def test_dry_run_prints_each_node_and_masks_secrets(tmp_path):
 def test_dry_run_of_invalid_file_fails_with_its_problems():
     bad = CORPUS / "14_not_a_multiple.yaml"
     out = cli("run", bad, "--dry-run")
-    assert out.returncode == 1
+    assert out.returncode == 2  # an invalid workload: as doctor says it
     assert f"{bad}:3:21: error: compute.num_accelerators" in out.stderr
     assert "Traceback" not in out.stderr

@@ -181,7 +181,7 @@ def test_every_command_line_the_docs_show_parses(parser):
     ("fsdp-tui new.yaml", ""),
     ("fsdp-tui runs --limit 5 | head", ""),
     ("fsdp-tui launch FILE", "no such command: launch"),
-    ("fsdp-tui run FILE --detach", "no option --detach"),
+    ("fsdp-tui run FILE --detached", "no option --detached"),
     ("fsdp-tui runs --lim 5", "no option --lim"),
     ("fsdp-tui sweep show SWEEP --format yaml", "invalid choice"),
     ("fsdp-tui runs --limit many", "invalid int value"),

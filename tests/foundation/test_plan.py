@@ -1,5 +1,6 @@
 """Per-node plans: environment, argv and directories for each kind of workload."""
 
+import sys
 from pathlib import Path
 
 from launcher.workload.plan import build_plan, render_plan, with_master_port
@@ -22,7 +23,7 @@ def test_local_cpu_trainer_plan():
     assert node.env["NUM_NODES"] == "1" and node.env["LOCAL_WORLD_SIZE"] == "2"
     assert node.env["FSDP_TUI_RUN_ID"] == "r1" and node.env["OMP_NUM_THREADS"] == "1"
     assert node.dir_env["PYTHONPATH"] == "pkg" and node.dir_env["HYPERPARAMETERS_PATH"] == "parameters.yaml"
-    assert node.argv[:3] == ("python3", "-m", "torch.distributed.run")
+    assert node.argv[:3] == (sys.executable, "-m", "torch.distributed.run")  # as a local launch runs it
     assert "--nproc_per_node=2" in node.argv and node.argv[-3:] == ("-m", "trainer", "parameters.yaml")
     assert plan.uses_builtin_trainer and "max_steps: 200" in plan.parameters_yaml
 

@@ -35,6 +35,19 @@ def test_scaling_is_against_the_fewest_processes():
     assert rows[1].speedup == pytest.approx(1.5) and rows[1].efficiency == pytest.approx(0.75)
 
 
+@pytest.mark.parametrize(("sizes", "scaled"), [
+    ((1, 2, 4), True),  # a scaling series
+    ((2, 2, 2, 2, 4), False),  # strategies on 2 processes, one variant on 4: not scaling
+    ((2, 2), False),  # nothing changes size
+    ((2, 4, 4), False),  # two runs at one size: which one scaled?
+])
+def test_speedup_only_for_a_scaling_series(sizes, scaled):
+    a = stats_from_records("a", "", "succeeded", [], world_size=1)
+    rows = with_scaling([a.__class__(**{**a.__dict__, "run_id": str(i), "world_size": n, "tokens_per_s": 100.0 + i})
+                         for i, n in enumerate(sizes)])
+    assert all((r.speedup is not None and r.efficiency is not None) == scaled for r in rows)
+
+
 def test_sweep_rows_csv_json_and_md_equal_the_records(home):
     sweep = record_sweep(home)
     rows = sweep_stats(home, sweep)

@@ -303,6 +303,12 @@ def test_a_workload_that_cannot_run_here_is_refused_before_it_starts(home, tmp_p
     forced = cli(home, "run", wl, "--json", "--force")
     assert forced.returncode == 0, forced.stdout[-2000:]
     assert [line for e in events(forced.stdout) if e["type"] == "NodeLines" for line in e["lines"]] == ["started"]
+    # It succeeded, but not as asked: its state says what it ran without, to the end.
+    said = [e["detail"] for e in events(forced.stdout) if e["type"] == "RunStateChanged"]
+    assert said[-1].startswith("launched with --force past: ") and "GPU processes per node" in said[-1], said
+    run_id = events(forced.stdout)[-1]["run_id"]
+    shown = cli(home, "show", run_id).stdout
+    assert "state     succeeded: launched with --force past: " in shown, shown
 
 
 def test_retried_attempts_are_told_apart_and_triage_speaks_of_the_last(home, tmp_path):

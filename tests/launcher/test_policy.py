@@ -55,6 +55,8 @@ class Case:
 
 
 CASES = [
+    Case("a cancel asked for while the nodes are prepared ends it before its job starts", [FakeNode()],
+         RunState.CANCELLED, cancel_after_polls=0, starts=[], stopped=False, detail="before its job started"),
     Case("every node exits 0", [FakeNode(), FakeNode()], RunState.SUCCEEDED, starts=["start 1"],
          node_states={0: NodeState.EXITED, 1: NodeState.EXITED}, stopped=False),
     Case("a failure on one node stops the others", [FakeNode(exits={1: None}), FakeNode(exits={1: 3})],
@@ -234,3 +236,22 @@ def test_a_queued_job_is_pending_then_running_and_its_timeout_counts_from_its_st
     record = store.get_run(plan.run_id)
     began = next(t[0] for t in record.transitions if t[3] == "the job has its nodes")
     assert record.summary.started_at == began  # elapsed counts from the start, not the submission
+
+
+def test_a_forced_run_says_what_it_ran_without_even_when_it_succeeds(tmp_path):
+    from launcher.runs.records import FORCED_NOTE
+
+    [forced] = [c for c in CASES if c.name == "--force starts it anyway"]
+    plan = _plan(1, gpus=True)
+    store = RunStore(tmp_path)
+    store.create_run(plan, None, "experiment_name: fake\n")
+    rec = Recorder(store, plan.run_id, {0: "h0"}, parse_logs=None)
+    backend = FakeBackend(plan, [FakeNode()], probe_facts=forced.probe_facts)
+    policy = RunPolicy(backend, rec, Settings(**{**FAST, "preflight": False}), secrets=dict, cancel_requested=bool)
+    outcome = asyncio.run(asyncio.wait_for(policy.run(adopted=False), 10))
+    rec.finished(outcome.state, outcome.exit_code, outcome.triage)
+    summary = store.get_run(plan.run_id).summary
+    assert summary.state == RunState.SUCCEEDED and summary.detail.startswith(FORCED_NOTE), summary.detail
+    assert "gpus" in summary.detail and "GPU" in summary.detail
+    # A new owner (the run adopted after its supervisor died) still knows it.
+    assert Recorder(store, plan.run_id, {0: "h0"}, parse_logs=None).forced == summary.detail

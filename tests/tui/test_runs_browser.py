@@ -243,3 +243,15 @@ def test_workload_folders_are_shown_relative_to_samples_cwd_or_home(tmp_path, mo
     assert folder_label(tmp_path) == "."
     assert folder_label(Path.home() / "w") == "~/w"
     assert folder_label(Path("/elsewhere/w")) == "/elsewhere/w"
+
+
+def test_the_current_folders_samples_are_listed_instead_of_the_shipped_ones(tmp_path, monkeypatch):
+    from tui.screens.home import SAMPLES_ROOT, find_workloads, folder_label
+
+    (tmp_path / "sample_workloads").mkdir()
+    (tmp_path / "sample_workloads" / "mine.yaml").write_text("experiment_name: mine\n")
+    monkeypatch.chdir(tmp_path)
+    found = find_workloads([])
+    assert found == [(tmp_path / "sample_workloads" / "mine.yaml").resolve()]
+    assert not any(p.is_relative_to(SAMPLES_ROOT) for p in found)
+    assert folder_label(found[0].parent) == "sample_workloads"

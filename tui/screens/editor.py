@@ -68,7 +68,8 @@ class EditorScreen(Screen):
     BINDINGS = [
         Binding("ctrl+s", "save", "save"),
         Binding("ctrl+r", "launch", "launch"),
-        Binding("f8", "focus_problems", "problems", show=False),
+        Binding("f8", "next_problem", "next problem", show=False),
+        Binding("shift+f8", "focus_problems", "problems list", show=False),
         Binding("ctrl+t", "templates", "templates"),
         Binding("escape", "back", "back"),
     ]
@@ -87,10 +88,15 @@ class EditorScreen(Screen):
         self.reach_key: tuple | None = None
         """The hosts (and ssh settings) whose glance is shown or under way."""
         """The buffer version whose problems are shown (``version`` once validation caught up)."""
+        self.saved_text = ""
+        """The text as it is in the file (read at start, written by save): anything else is unsaved."""
+        self.discarded = False
+        """The user chose to throw the unsaved text away (on the way out)."""
 
     def compose(self) -> ComposeResult:
         yield Header()
         text = self.path.read_text(encoding="utf-8", errors="replace") if self.path.exists() else ""
+        self.saved_text = text
         with Horizontal(id="main"):
             yield WorkloadArea.code_editor(text, language="yaml", id="yaml")
             with Vertical(id="side"):
@@ -214,7 +220,8 @@ class EditorScreen(Screen):
         errors = sum(p.is_error for p in message.problems)
         warnings = len(message.problems) - errors
         state = "valid" if not errors else f"{errors} error(s)"
-        self._update("#status", f"{state}, {warnings} warning(s)  |  ctrl+space complete  f8 problems (f: fix)")
+        self._update("#status", f"{state}, {warnings} warning(s)  |  ctrl+space complete  f8 next problem  "
+                     "shift+f8 problems list (f: fix)")
 
     def _glance(self, plan) -> None:
         """Check the named hosts (reachable, key known) when they change; typing never waits for it."""
@@ -259,7 +266,11 @@ class EditorScreen(Screen):
         fix = message.fix
         self.area.replace(fix.insert, fix.start, fix.end)
         self.area.cursor_location = fix.start
+        self.area.focus()  # what is typed next goes into the text, not to the list
         self.notify(f"fixed: {fix.title}")
+
+    def on_problems_list_leave(self, message: ProblemsList.Leave) -> None:
+        self.area.focus()
 
     def on_option_list_option_selected(self, event: CompletionMenu.OptionSelected) -> None:
         if event.option_list is self.query_one(CompletionMenu):  # a click on a candidate
@@ -279,12 +290,18 @@ class EditorScreen(Screen):
         text = f"{info.path}: {info.type_name} = {info.default}{choices}\n{info.description}"
         self._update("#help", text.replace("``", ""))
 
+    @property
+    def unsaved(self) -> bool:
+        """The buffer differs from the file (a template picked for a new file counts)."""
+        return not self.discarded and self.area.text.rstrip("\n") != self.saved_text.rstrip("\n")
+
     def action_save(self) -> bool:
         text = self.area.text
         if text and not text.endswith("\n"):
             text += "\n"  # POSIX text files end with one; some tools drop a last line without it
         try:
             self.path.write_text(text, encoding="utf-8")
+            self.saved_text = text
         except OSError as err:
             self.notify(f"cannot save {self.path}: {err.strerror}", severity="error")
             return False
@@ -298,6 +315,22 @@ class EditorScreen(Screen):
         if self.action_save():
             self.app.launch_workload(self.path, self.overrides)
 
+    def action_next_problem(self) -> None:
+        """The cursor to the next problem after it (from the top again after the last); the text keeps the
+        keys. The list highlights the problem; shift+f8 goes there to apply its fix."""
+        located = [(i, p) for i, p in enumerate(self.problems) if p.file != "--set" and p.line > 0]
+        if not located:
+            self.notify("no problem in the text")
+            return
+        here = self.area.cursor_location
+        after = [(i, p) for i, p in located if (p.line - 1, p.column - 1) > here]
+        index, problem = min(after or located, key=lambda ip: (ip[1].line, ip[1].column))
+        self.area.cursor_location = (problem.line - 1, problem.column - 1)
+        self.area.focus()
+        self.query_one(ProblemsList).highlighted = index
+        self.notify(f"{problem.line}:{problem.column} {problem.path + ': ' if problem.path else ''}{problem.message}",
+                    severity="error" if problem.is_error else "warning", timeout=4)
+
     def action_focus_problems(self) -> None:
         self.query_one(ProblemsList).focus()
 
@@ -305,4 +338,20 @@ class EditorScreen(Screen):
         if self.query_one(CompletionMenu).is_open:
             self.area.close_menu()
             return
-        self.app.pop_screen()
+        self.leave(self.app.pop_screen)
+
+    def leave(self, then) -> None:
+        """Call ``then`` unless the text has unsaved changes and the user chooses to stay (or the save fails)."""
+        from tui.screens.unsaved import UnsavedModal
+
+        if not self.unsaved:
+            then()
+            return
+
+        def chosen(choice: str | None) -> None:
+            if choice == "discard":
+                self.discarded = True
+            if choice == "discard" or (choice == "save" and self.action_save()):
+                then()
+
+        self.app.push_screen(UnsavedModal(self.path.name), chosen)

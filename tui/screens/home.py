@@ -19,9 +19,16 @@ from tui.widgets.sweeps_table import SweepsTable
 SAMPLES_ROOT = Path(__file__).resolve().parents[2] / "sample_workloads"
 
 
+def samples_root() -> Path:
+    """``./sample_workloads`` when the current folder has one (the files the README's commands name, maybe
+    edited), else the ones shipped with fsdp-tui."""
+    here = Path.cwd() / "sample_workloads"
+    return here if here.is_dir() else SAMPLES_ROOT
+
+
 def find_workloads(extra: list[Path]) -> list[Path]:
-    """Sample workloads shipped with fsdp-tui, plus YAML files in the current folder."""
-    root = SAMPLES_ROOT
+    """Sample workloads (see ``samples_root``), plus YAML files in the current folder."""
+    root = samples_root()
     found = sorted(root.rglob("*.yaml")) if root.is_dir() else []
     found += sorted(p for p in Path.cwd().glob("*.y*ml") if p.is_file())
     found += extra
@@ -30,7 +37,7 @@ def find_workloads(extra: list[Path]) -> list[Path]:
 
 def folder_label(folder: Path) -> str:
     """A short name for a workload's folder: under the shipped samples, the current folder or home."""
-    for base, prefix in ((SAMPLES_ROOT.parent, ""), (Path.cwd(), "./"), (Path.home(), "~/")):
+    for base, prefix in ((samples_root().parent, ""), (Path.cwd(), "./"), (Path.home(), "~/")):
         if folder == base:
             return prefix.rstrip("/") or "."
         if folder.is_relative_to(base):
@@ -52,7 +59,8 @@ class HomeScreen(Screen):
     BINDINGS = [
         Binding("enter", "open", "open", show=True),
         # Short names, and keys the section titles already explain left out: one footer line at 80 columns.
-        Binding("l", "launch", "launch", tooltip="launch the workload, or what the run ran again"),
+        Binding("l", "launch", "launch", tooltip="launch the workload as written, or what the run ran again"),
+        Binding("w", "sweep", "sweep", tooltip="launch every variant of the workload's sweep: section"),
         Binding("d", "delete", "delete", tooltip="delete the run and its local record"),
         Binding("space", "mark", "mark", show=False),  # "space+c: compare" in the runs title
         Binding("c", "compare", "compare", tooltip="compare the marked runs (table, loss curves, diffs)"),
@@ -71,7 +79,7 @@ class HomeScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Header()
         with Vertical():
-            yield Label("Workloads  (enter: edit, l: launch)", classes="section")
+            yield Label("Workloads  (enter: edit, l: launch, w: launch its sweep)", classes="section")
             yield DataTable(id="workloads", cursor_type="row")
             yield Label("Runs", id="runs-title", classes="section")
             with Horizontal(id="filter-row"):
@@ -319,6 +327,13 @@ class HomeScreen(Screen):
             if path:
                 self.app.launch_workload(Path(path), [])
 
+    def action_sweep(self) -> None:
+        path = self._selected("#workloads") if self.focused is self.query_one("#workloads") else None
+        if path is None:
+            self.notify("pick a workload with a sweep: section first", severity="warning")
+            return
+        self.app.launch_sweep(Path(path))
+
     def action_delete(self) -> None:
         run_id = self._selected("#runs")
         if run_id is None:
@@ -336,4 +351,9 @@ class HomeScreen(Screen):
                 self.notify(str(err), severity="error")
             self.action_reload()
 
-        self.app.push_screen(ConfirmModal(f"Delete run {run_id} and its local record?"), done)
+        from launcher.workload.load import LOCAL_NODES_DIR
+
+        files = self.app.home / LOCAL_NODES_DIR / run_id
+        stays = (f" Its files here stay: {files} (checkpoints, exports; fsdp-tui rm --files {run_id} removes them)."
+                 if files.is_dir() else "")
+        self.app.push_screen(ConfirmModal(f"Delete run {run_id} and its local record?{stays}"), done)

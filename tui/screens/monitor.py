@@ -213,6 +213,11 @@ class RunMonitorScreen(Screen):
         self.merged = merged
         self.query_one("#logs").display = not merged
         self.query_one("#merged").display = merged
+        self.focus_logs()
+
+    def focus_logs(self) -> None:
+        """Keys such as ``end`` and ``pageup`` go to a pane that is shown (never to a hidden one)."""
+        self.pane(-1 if self.merged else 0).log.focus()
 
     def action_follow(self) -> None:
         self.follow = not self.follow
@@ -239,7 +244,7 @@ class RunMonitorScreen(Screen):
         self._refilter(event.value)
         if not event.value:
             self._close_filter()
-        self.pane(0).log.focus()
+        self.focus_logs()
 
     def _close_filter(self) -> None:
         box = self.query_one("#filter", Input)
@@ -259,8 +264,10 @@ class RunMonitorScreen(Screen):
         pane = self.pane(rank)
         pane.flush()
         self.follow = False
-        pane.set_follow(False)
+        for other in self.query(NodeLog):
+            other.set_follow(False)
         pane.log.scroll_to(y=max(0, line_no - 2), animate=False)
+        pane.log.focus()
         self.notify(f"node {rank}, line {line_no + 1}: {line[:120]}", severity="warning")
 
     def action_relaunch(self) -> None:
@@ -305,6 +312,6 @@ class RunMonitorScreen(Screen):
     def action_back(self) -> None:
         if self.has_class("-filtering"):  # escape in the filter clears it; a second one leaves
             self._close_filter()
-            self.pane(0).log.focus()
+            self.focus_logs()
             return
         self.app.pop_screen()

@@ -115,7 +115,10 @@ class SweepScreen(Screen):
         from launcher.runs.store import RunStore
 
         store = RunStore(home)
-        texts = {r: (store.get_run(r).directory / "workload.yaml").read_text() for r in self.run_ids}
+        records = {r: store.get_run(r) for r in self.run_ids}
+        # Marked runs are shown in launch order (as the table's title says), whatever order they were marked in.
+        self.run_ids.sort(key=lambda r: (records[r].summary.started_at is None, records[r].summary.started_at or 0, r))
+        texts = {r: (records[r].directory / "workload.yaml").read_text() for r in self.run_ids}
         self.app.call_from_thread(self._show, compare_runs(home, self.run_ids), "", "", workload_diffs(texts))
 
     def _show(self, rows: list[RunStats], state: str, detail: str, diff: str | None) -> None:

@@ -73,7 +73,14 @@ def _label(label: str, help: str) -> Text:
 class WorkloadArea(KeptLinesTextArea):
     """The YAML editor, completing as it is typed into; keys go to the menu while it is open."""
 
-    BINDINGS = [Binding("ctrl+space", "complete", "complete", show=False)]
+    BINDINGS = [
+        Binding("ctrl+space", "complete", "complete", show=False),
+        # Document start and end, as in most editors (Textual's TextArea binds neither).
+        Binding("ctrl+home", "document_edge(False, False)", "start", show=False),
+        Binding("ctrl+end", "document_edge(True, False)", "end", show=False),
+        Binding("ctrl+shift+home", "document_edge(False, True)", "select to start", show=False),
+        Binding("ctrl+shift+end", "document_edge(True, True)", "select to end", show=False),
+    ]
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -91,6 +98,9 @@ class WorkloadArea(KeptLinesTextArea):
             event.prevent_default()
             self._menu_key(event.key)
             return
+        if event.key == "escape":
+            event.prevent_default()
+            return  # not TextArea's "focus the next widget": the screen's escape leaves (or asks first)
         await super()._on_key(event)
         if (event.is_printable or event.key == "backspace") and not self._completion_due:
             # The typed character is drawn first; the menu follows in the next frame, once for a burst
@@ -102,6 +112,11 @@ class WorkloadArea(KeptLinesTextArea):
         self._completion_due = False
         if self.is_mounted and self.has_focus:
             self.complete_at_cursor(explicit=False)
+
+    def action_document_edge(self, end: bool, select: bool) -> None:
+        """The cursor to the document's first or last character; ``select`` extends the selection there."""
+        self.close_menu()
+        self.move_cursor(self.document.end if end else self.document.start, select=select)
 
     def action_complete(self) -> None:
         self.complete_at_cursor(explicit=True)

@@ -44,6 +44,9 @@ class NodeLog(Vertical):
         self.state, self.exit_code, self.gpu_summary = NodeState.PENDING, None, ""
         self.marking = True
         """Mark error lines with ``!!``; off once the run is being stopped (a stop makes jobs print tracebacks)."""
+        self.follow = True
+        """Keep the newest line in view. ``Log``'s own auto-scroll only scrolls a log that is already at its end,
+        so once lines went past while following was off it would never catch up again: here following scrolls."""
 
     def compose(self) -> ComposeResult:
         yield Label(self._badge(NodeState.PENDING, None), classes="badge")
@@ -74,6 +77,7 @@ class NodeLog(Vertical):
             shown.insert(0, f"··· {skipped:,} lines not shown (fast output; all are in the node log)")
         if shown:
             self.log.write_lines(shown)
+            self._keep_end()
         return len(shown)
 
     @property
@@ -94,13 +98,26 @@ class NodeLog(Vertical):
         self.query_one(".badge", Label).update(self._badge(self.state, self.exit_code))
 
     def set_follow(self, follow: bool) -> None:
+        """Following on scrolls to the newest line at once (and with every batch after it); off leaves the
+        view where it is."""
+        self.follow = follow
         self.log.auto_scroll = follow
+        self._keep_end()
+
+    def on_resize(self) -> None:
+        """A pane shown again (or the terminal resized) is laid out after its lines were written."""
+        self.call_after_refresh(self._keep_end)
+
+    def _keep_end(self) -> None:
+        if self.follow:
+            self.log.scroll_end(animate=False, immediate=True, x_axis=False)
 
     def refilter(self, text: str) -> None:
         """Show only lines containing ``text`` (from the kept history)."""
         self.filter_text = text
         self.log.clear()
         self.log.write_lines([self._mark(line) for line in self.all_lines if self._wanted(line)])
+        self._keep_end()
 
     def _wanted(self, line: str) -> bool:
         return not self.filter_text or self.filter_text.lower() in line.lower()

@@ -20,7 +20,7 @@ class ProblemsList(OptionList):
     ProblemsList { height: 1fr; border: none; }
     ProblemsList:focus { border: none; }
     """
-    BINDINGS = [Binding("f", "fix", "apply fix")]
+    BINDINGS = [Binding("f", "fix", "apply fix"), Binding("escape", "leave", "back to the text")]
 
     @dataclass
     class Jump(Message):
@@ -30,6 +30,9 @@ class ProblemsList(OptionList):
     @dataclass
     class FixChosen(Message):
         fix: Fix
+
+    class Leave(Message):
+        """Escape: back to the text (a second escape leaves the editor)."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -50,6 +53,9 @@ class ProblemsList(OptionList):
         p = self.problems[event.option_index]
         if p.file != "--set":
             self.post_message(self.Jump(p.line, p.column))
+
+    def action_leave(self) -> None:
+        self.post_message(self.Leave())
 
     def action_fix(self) -> None:
         if self.highlighted is None or self.highlighted >= len(self.fixes):

@@ -12,6 +12,9 @@ from launcher.backends.ssh.connect import SshError, connect
 from launcher.workload.hosts import HostTarget
 from launcher.workload.model import Ssh
 
+CLOSE_WAIT_S = 5.0
+"""How long a closed connection gets to say goodbye before the launcher moves on."""
+
 
 class SshChannel:
     """asyncssh's process streams as a Channel; its errors become ``ConnectionError`` (a dropped channel)."""
@@ -56,6 +59,12 @@ class SshChannel:
     def close(self) -> None:
         self.proc.close()
         self.conn.close()
+
+    async def wait_closed(self) -> None:
+        try:
+            await asyncio.wait_for(self.conn.wait_closed(), CLOSE_WAIT_S)
+        except (asyncio.TimeoutError, OSError, self.errors):
+            pass
 
 
 async def open_ssh(host: HostTarget, ssh: Ssh, python: str, node_dir: str) -> Channel:

@@ -1,0 +1,129 @@
+"""The real app under Pilot: the merged log view keeps following, the editor keeps keys and unsaved text."""
+
+from __future__ import annotations
+
+import asyncio
+
+from textual.widgets import TextArea
+
+from launcher.events import NodeLines
+from tests.tui.support import wait_for
+from tui.app import FsdpTuiApp
+from tui.screens.monitor import RunMonitorScreen
+
+
+async def _fed(queue: asyncio.Queue):
+    while True:
+        yield await queue.get()
+
+
+def _at_end(log) -> bool:
+    return log.line_count > 0 and log.scroll_y == log.max_scroll_y
+
+
+def _last(log) -> str:
+    return log.lines[-1] if log.line_count else ""
+
+
+async def test_the_merged_view_follows_through_follow_off_and_on_and_a_filter(home):
+    queue: asyncio.Queue = asyncio.Queue()
+    sent = [0]
+
+    def send(n: int) -> None:
+        for _ in range(n):
+            step = sent[0]
+            sent[0] += 1
+            queue.put_nowait(NodeLines("r", step % 2, (f"step={step}/400",), step))
+
+    app = FsdpTuiApp(home)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = RunMonitorScreen("r", 2, events=_fed(queue))
+        await app.push_screen(screen)
+        await pilot.press("m")
+        merged = screen.pane(-1).log
+        assert screen.focused is merged, "keys such as end go to the pane on screen"
+        send(120)
+        await wait_for(pilot, lambda: _last(merged) == "[1] step=119/400" and _at_end(merged))
+        await pilot.press("f")
+        send(60)
+        await wait_for(pilot, lambda: _last(merged) == "[1] step=179/400")
+        held = merged.scroll_y
+        assert held < merged.max_scroll_y, "following off keeps the view where it was"
+        await pilot.press("f")
+        await wait_for(pilot, lambda: _at_end(merged))
+        send(60)
+        await wait_for(pilot, lambda: _last(merged) == "[1] step=239/400" and _at_end(merged))
+        await pilot.press("slash", *"step=2", "enter")
+        await wait_for(pilot, lambda: all("step=2" in line for line in merged.lines))
+        send(40)
+        await wait_for(pilot, lambda: _last(merged) == "[1] step=279/400" and _at_end(merged))
+        assert screen.focused is merged
+        await pilot.press("m")
+        assert screen.focused is screen.pane(0).log
+        await wait_for(pilot, lambda: _last(screen.pane(0).log) == "step=278/400" and _at_end(screen.pane(0).log))
+
+
+async def test_leaving_or_quitting_with_unsaved_text_asks_save_discard_or_stay(home, tmp_path):
+    from tui.screens.editor import EditorScreen
+    from tui.screens.home import HomeScreen
+    from tui.screens.templates import TemplateModal
+    from tui.screens.unsaved import UnsavedModal
+
+    new = tmp_path / "new.yaml"
+    app = FsdpTuiApp(home, workload=new)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, TemplateModal))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen) and app.screen.area.text)
+        editor = app.screen
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, UnsavedModal))
+        await pilot.press("escape")  # stay
+        await wait_for(pilot, lambda: app.screen is editor)
+        await pilot.press("ctrl+q")
+        await wait_for(pilot, lambda: isinstance(app.screen, UnsavedModal))
+        await pilot.press("d")  # discard: the app quits, nothing written
+        await wait_for(pilot, lambda: app._exit)
+    assert not new.exists()
+
+    app = FsdpTuiApp(home, workload=new)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, TemplateModal))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen) and app.screen.area.text)
+        text = app.screen.area.text
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, UnsavedModal))
+        await pilot.press("s")  # save, then leave the editor
+        await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen))
+        assert new.read_text().rstrip("\n") == text.rstrip("\n")
+        await pilot.press("q")  # nothing unsaved any more: quits at once
+        await wait_for(pilot, lambda: app._exit)
+
+
+async def test_a_fix_and_f8_leave_the_keys_in_the_text(home, tmp_path):
+    from tui.screens.editor import EditorScreen
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("experiment_name: t\ncommand: echo hi\nmax_retrys: 1\n")
+    app = FsdpTuiApp(home, workload=bad)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen) and app.screen.problems)
+        area = app.screen.query_one(TextArea)
+        theme = app.theme
+        await pilot.press("shift+f8", "f")  # the problems list, then its fix: the text has the keys again
+        assert area.document.get_line(2) == "max_retries: 1" and app.screen.focused is area
+        await pilot.press("t", "i")  # typed into the text, not the theme key
+        assert area.document.get_line(2) == "timax_retries: 1" and app.theme == theme
+        await wait_for(pilot, lambda: any(p.is_error for p in app.screen.problems))
+        area.cursor_location = (0, 0)
+        await pilot.press("f8")  # the cursor to the problem; the text keeps the keys
+        assert area.cursor_location == (2, 0) and app.screen.focused is area
+        await pilot.press("ctrl+end")
+        assert area.cursor_location == area.document.end
+        await pilot.press("ctrl+shift+home")
+        assert area.selection.start == area.document.end and area.selection.end == (0, 0)
+        await pilot.press("ctrl+home")
+        assert area.cursor_location == (0, 0) and area.selection.is_empty
+        await pilot.press("ctrl+shift+end")
+        assert area.selected_text == area.text
