@@ -70,6 +70,7 @@ class EditorScreen(Screen):
         Binding("ctrl+r", "launch", "launch"),
         Binding("f8", "focus_problems", "problems", show=False),
         Binding("ctrl+t", "templates", "templates"),
+        Binding("ctrl+n", "nettest", "nettest", tooltip="test the interconnect of these nodes (quick nettest)"),
         Binding("escape", "back", "back"),
     ]
 
@@ -297,6 +298,13 @@ class EditorScreen(Screen):
             return
         if self.action_save():
             self.app.launch_workload(self.path, self.overrides)
+
+    def action_nettest(self) -> None:
+        if any(p.is_error for p in self.problems):
+            self.notify("fix the errors first (see Problems)", severity="error")
+            return
+        if self.action_save():
+            self.app.open_nettest(self.path, overrides=self.overrides)
 
     def action_focus_problems(self) -> None:
         self.query_one(ProblemsList).focus()

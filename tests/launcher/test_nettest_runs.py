@@ -1,0 +1,95 @@
+"""``fsdp-tui nettest`` for real: torchrun with gloo on this machine, and on three SSH hosts in network
+namespaces whose links are shaped with ``tc`` (tbf), one of them to 1/5 of the others."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.launcher.conftest import FSDP_TUI, ROOT, cli, cli_env, tagged, write_workload
+
+pytestmark = pytest.mark.slow
+
+
+def test_local_two_processes_give_a_report_and_a_kept_record(home, tmp_path):
+    wl = write_workload(tmp_path, f"""experiment_name: nettest-local
+compute: {{accelerator_type: CPU, procs_per_node: 2}}
+environment: {{python: {sys.executable}}}
+env_variables: {{OMP_NUM_THREADS: 1}}
+command: "true"
+""")
+    out = cli(home, "nettest", wl, "--quick", "--max-size", "2", "--json", timeout=240)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    assert (data["backend"], data["nnodes"], data["local_world_size"]) == ("gloo", 1, 2)
+    figures = {(f["scope"], f["op"], f["bytes"]) for f in data["figures"]}
+    for scope in ("whole world", "inside node 0 (this machine)"):
+        for op in ("all_gather", "reduce_scatter", "all_reduce"):
+            assert {(scope, op, 1 << 20), (scope, op, 2 << 20)} <= figures
+    world_ag = [f for f in data["figures"] if f["scope"] == "whole world" and f["op"] == "all_gather"][-1]
+    assert world_ag["busbw"] == pytest.approx(world_ag["algbw"] / 2) and world_ag["busbw"] > 0
+    assert data["verdict"]["note"].startswith("one node") and data["pairs"] == []
+    assert tagged(data["run_id"]) == []
+
+    kept = json.loads(cli(home, "nettests", "--json").stdout)
+    assert [k["run_id"] for k in kept] == [data["run_id"]] and kept[0]["result"]["nnodes"] == 1
+    text = cli(home, "nettests").stdout
+    assert data["run_id"] in text and "one node" in text
+    runs = json.loads(cli(home, "runs", "--json").stdout)
+    assert runs[0]["run_id"] == data["run_id"] and runs[0]["experiment"] == "nettest-nettest-local"
+
+
+def shape(hosts, rates_mbit: list[int]) -> None:
+    """Both directions of each host's link: the bridge's end of its veth (into the host) and its eth0 (out)."""
+    for i, (h, rate) in enumerate(zip(hosts, rates_mbit, strict=True)):
+        tbf = ["root", "tbf", "rate", f"{rate}mbit", "burst", "32kb", "latency", "100ms"]
+        subprocess.run(["tc", "qdisc", "replace", "dev", h.switch.veth(i), *tbf], check=True)
+        subprocess.run(["ip", "netns", "exec", h.netns, "tc", "qdisc", "replace", "dev", "eth0", *tbf], check=True)
+
+
+def test_three_hosts_even_names_none_then_the_throttled_host_only(home, tmp_path):
+    from tests.launcher.sshd import start_hosts, stop_hosts
+
+    try:
+        client, hosts = start_hosts(tmp_path, 3, netns=True)
+    except RuntimeError as err:
+        pytest.skip(str(err))
+    try:
+        try:
+            shape(hosts, [200, 200, 200])
+        except subprocess.CalledProcessError as err:
+            pytest.skip(f"tc cannot shape links here: {err}")
+        wl = write_workload(tmp_path, f"""experiment_name: nettest-ssh
+compute: {{accelerator_type: CPU, procs_per_node: 1, hosts: [node0, node1, node2]}}
+environment: {{python: {sys.executable}}}
+env_variables: {{OMP_NUM_THREADS: 1, GLOO_SOCKET_IFNAME: eth0}}
+command: "true"
+""")
+
+        def nettest():
+            out = subprocess.run([FSDP_TUI, "nettest", str(wl), "--quick", "--max-size", "2", "--json"],
+                                 capture_output=True, text=True, timeout=300, env=cli_env(home, HOME=str(client)),
+                                 cwd=ROOT)
+            assert out.stdout.strip(), out.stderr[-3000:]
+            return out.returncode, json.loads(out.stdout)
+
+        code, even = nettest()
+        assert code == 0 and even["verdict"]["findings"] == [], even["pairs"]
+        assert [(p["a"], p["b"]) for p in even["pairs"]] == [(0, 1), (1, 2), (0, 2)]
+        assert "no slow node or link" in even["verdict"]["text"][0]
+        assert tagged(even["run_id"]) == []
+
+        shape(hosts, [200, 200, 40])
+        code, slow = nettest()
+        assert code == 1, slow
+        assert slow["verdict"]["slow_nodes"] == [{"node": 2, "host": "node2"}]
+        assert [f["kind"] for f in slow["verdict"]["findings"]] == ["node"]
+        finding = slow["verdict"]["findings"][0]
+        assert finding["ratio"] < 0.5  # 40 against 200 Mbit: about 0.2
+        assert slow["verdict"]["text"][0].startswith("slow node: node 2 (node2): ")
+        assert tagged(slow["run_id"]) == []
+    finally:
+        stop_hosts(hosts)
