@@ -125,7 +125,6 @@ def _run(args, torch, dist, device, deadline: Deadline) -> dict | None:
     rank, world = dist.get_rank(), dist.get_world_size()
     local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     nnodes = world // local
-    node = rank // local
     iters = args.iters or (3 if args.quick else 10)
     warmup = args.warmup or (1 if args.quick else 2)
     sizes = sizes_for(args.max_bytes, args.quick)

@@ -59,7 +59,7 @@ def test_three_hosts_even_names_none_then_the_throttled_host_only(home, tmp_path
         pytest.skip(str(err))
     try:
         try:
-            shape(hosts, [200, 200, 200])
+            shape(hosts, [400, 400, 400])
         except subprocess.CalledProcessError as err:
             pytest.skip(f"tc cannot shape links here: {err}")
         wl = write_workload(tmp_path, f"""experiment_name: nettest-ssh
@@ -70,7 +70,7 @@ command: "true"
 """)
 
         def nettest():
-            out = subprocess.run([FSDP_TUI, "nettest", str(wl), "--quick", "--max-size", "2", "--json"],
+            out = subprocess.run([FSDP_TUI, "nettest", str(wl), "--quick", "--max-size", "1", "--json"],
                                  capture_output=True, text=True, timeout=300, env=cli_env(home, HOME=str(client)),
                                  cwd=ROOT)
             assert out.stdout.strip(), out.stderr[-3000:]
@@ -82,13 +82,13 @@ command: "true"
         assert "no slow node or link" in even["verdict"]["text"][0]
         assert tagged(even["run_id"]) == []
 
-        shape(hosts, [200, 200, 40])
+        shape(hosts, [400, 400, 80])
         code, slow = nettest()
         assert code == 1, slow
         assert slow["verdict"]["slow_nodes"] == [{"node": 2, "host": "node2"}]
         assert [f["kind"] for f in slow["verdict"]["findings"]] == ["node"]
         finding = slow["verdict"]["findings"][0]
-        assert finding["ratio"] < 0.5  # 40 against 200 Mbit: about 0.2
+        assert finding["ratio"] < 0.5  # 80 against 400 Mbit: about 0.2
         assert slow["verdict"]["text"][0].startswith("slow node: node 2 (node2): ")
         assert tagged(slow["run_id"]) == []
     finally:
