@@ -134,8 +134,9 @@ def _run(args, torch, dist, device, deadline: Deadline) -> dict | None:
     deadline.enter("groups")
     t0 = time.monotonic()
     # Every rank creates every group, in the same order (the collectives' rule), even those it is not in.
+    # On one node the world is that node: it is measured once.
     node_groups = [dist.new_group(list(range(n * local, (n + 1) * local))) for n in range(nnodes)] \
-        if local > 1 else []
+        if local > 1 and nnodes > 1 else []
     inter = dist.new_group([n * local for n in range(nnodes)]) if nnodes > 1 else None
     pairs = ring_pairs(nnodes)
     pair_groups = [dist.new_group([a * local, b * local]) for _r, a, b in pairs]

@@ -34,6 +34,8 @@ def rows(m: Measured, nodes: tuple[str, ...]) -> list[Row]:
         label = scope_label(scope, nodes)
         if scope.name == "world" and m.nnodes > 1 and m.local_world_size == 1:
             label = "whole world = across nodes"
+        elif scope.name == "world" and m.nnodes == 1:
+            label = "whole world = inside node 0" + (f" ({nodes[0]})" if nodes else "")
         for f in scope.figures:
             out.append(Row(label, f.op, f.nbytes, f.median_s, f.spread, f.algbw, f.busbw))
     return out
