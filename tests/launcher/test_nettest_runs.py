@@ -4,8 +4,12 @@ namespaces whose links are shaped with ``tc`` (tbf), one of them to 1/5 of the o
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -40,6 +44,47 @@ command: "true"
     assert data["run_id"] in text and "one node" in text
     runs = json.loads(cli(home, "runs", "--json").stdout)
     assert runs[0]["run_id"] == data["run_id"] and runs[0]["experiment"] == "nettest-nettest-local"
+
+
+def nettest_worker(node_rank: int) -> int | None:
+    """The pid of a nettest worker process (not its torchrun) of node ``node_rank``, if one is running."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+            cmd = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"nettest.py" in cmd and b"torch.distributed.run" not in cmd and f"NODE_RANK={node_rank}".encode() in env \
+                and any(e.startswith(b"LOCAL_RANK=") for e in env):
+            return int(entry.name)
+    return None
+
+
+def test_a_node_down_mid_test_is_named_and_nothing_is_left_running(home, tmp_path):
+    """Two nodes on this machine (no SSH); node 1's worker is killed while the test runs."""
+    wl = write_workload(tmp_path, f"""experiment_name: nettest-down
+compute: {{accelerator_type: CPU, procs_per_node: 1, hosts: [localhost, localhost]}}
+environment: {{python: {sys.executable}}}
+env_variables: {{OMP_NUM_THREADS: 1}}
+command: "true"
+""")
+    proc = subprocess.Popen([FSDP_TUI, "nettest", str(wl), "--max-size", "64", "--phase-deadline", "60", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(home), cwd=ROOT)
+    deadline = time.monotonic() + 120
+    while (pid := nettest_worker(1)) is None:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 1, out + err
+    data = json.loads(out)
+    assert data["state"] == "failed" and any(p.startswith("node 1 (localhost): ") for p in data["problems"]), data
+    assert f"fsdp-tui logs {data['run_id']}" in data["problems"][-1]
+    assert tagged(data["run_id"]) == []
+    kept = json.loads(cli(home, "nettests", "--json").stdout)
+    assert kept[0]["run_id"] == data["run_id"] and kept[0]["problems"] == data["problems"]
 
 
 def shape(hosts, rates_mbit: list[int]) -> None:
