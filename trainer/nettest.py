@@ -22,6 +22,8 @@ from datetime import timedelta
 
 RESULT_MARK = "FSDP_TUI_NETTEST "
 """Rank 0 prints its result on one line after this mark, so it reaches the operator with the node's log."""
+HEALTH_MARK = "FSDP_TUI_NETTEST_HEALTH "
+"""Each node's first local rank prints its GPUs' health on one line after this mark (GPU nodes only)."""
 OPS = ("all_gather", "reduce_scatter", "all_reduce")
 MIB = 1 << 20
 
@@ -175,9 +177,19 @@ def _run(args, torch, dist, device, deadline: Deadline) -> dict | None:
         dist.barrier()
         phases[f"pairs round {rnd + 1}"] = time.monotonic() - t0
 
+    gemm = torch.zeros(world, dtype=torch.float64)
+    if device.type == "cuda":
+        deadline.enter("burn-in")
+        t0 = time.monotonic()
+        gemm[rank] = gemm_tflops(torch, device, 4096 if args.quick else 8192)
+        if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            print(HEALTH_MARK + json.dumps(gpu_health(), separators=(",", ":")), flush=True)
+        dist.barrier()
+        phases["burn-in"] = time.monotonic() - t0
+
     deadline.enter("collect")
-    dist.all_reduce(times)
-    dist.all_reduce(pair_times)
+    # NCCL reduces only tensors on the GPU: the bookkeeping travels there and back.
+    times, pair_times, gemm = (_reduced(dist, t, device) for t in (times, pair_times, gemm))
     if rank != 0:
         return None
     return {
@@ -194,6 +206,7 @@ def _run(args, torch, dist, device, deadline: Deadline) -> dict | None:
                    for s, (name, _g, members) in enumerate(scopes)],
         "pairs": [{"round": r, "a": a, "b": b, "bytes": pair_bytes, "times": [float(x) for x in pair_times[i]]}
                   for i, (r, a, b) in enumerate(pairs)],
+        "gemm_tflops": [round(float(x), 2) for x in gemm] if device.type == "cuda" else [],
         "phases": {k: round(v, 3) for k, v in phases.items()},
         "deadline_s": args.phase_deadline_s,
     }
@@ -225,9 +238,106 @@ def _time(torch, dist, device, op: str, nbytes: int, n: int, group, iters: int, 
         call()
         sync()
         out[i] = time.perf_counter() - t0
-    dist.all_reduce(out, op=dist.ReduceOp.MAX, group=group)
+    return _reduced(dist, out, device, dist.ReduceOp.MAX, group)
+
+
+def _reduced(dist, tensor, device, op=None, group=None):
+    """``tensor`` reduced over ``group`` (SUM unless ``op``), back on the CPU."""
+    on_device = tensor.to(device)
+    dist.all_reduce(on_device, op=op or dist.ReduceOp.SUM, group=group)
+    return on_device.cpu()
+
+
+
+def gemm_tflops(torch, device, n: int, iters: int = 10) -> float:
+    """Dense bf16 matmul TFLOP/s of this rank's GPU (an ``n`` x ``n`` square product, after warm-up)."""
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        a @ b
+    torch.cuda.synchronize(device)
+    return 2 * n**3 * iters / (time.perf_counter() - t0) / 1e12
+
+
+def _command(argv: list[str]) -> str:
+    """A command's output, or ``""`` where it cannot run or be read (no driver tools, no permission)."""
+    import subprocess
+
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def gpu_health() -> dict:
+    """This node's GPU health counters and kernel Xid lines, parsed here (a node's text stays here)."""
+    smi = _command(["nvidia-smi", "-q", "-d", "ECC,PAGE_RETIREMENT,ROW_REMAPPER"])
+    links = _command(["nvidia-smi", "nvlink", "-s"])
+    kernel = _command(["dmesg"])
+    return {"gpus": parse_smi_health(smi), "nvlink": parse_nvlink(links), "xid": parse_xid(kernel)[-20:],
+            "smi_readable": bool(smi), "kernel_log_readable": bool(kernel)}
+
+
+def parse_smi_health(text: str) -> list[dict]:
+    """Per GPU of ``nvidia-smi -q``: uncorrectable ECC errors (volatile, aggregate), pending page
+    retirement, remapped rows (correctable, uncorrectable, pending, failure). ``None`` where not reported."""
+    gpus: list[dict] = []
+    path: list[tuple[int, str]] = []
+    for line in text.splitlines():
+        if line.startswith("GPU "):
+            gpus.append({"bus_id": line[4:].strip(), "ecc_volatile_uncorrectable": None,
+                         "ecc_aggregate_uncorrectable": None, "retired_pending": None, "remapped_correctable": None,
+                         "remapped_uncorrectable": None, "remap_pending": None, "remap_failure": None})
+            path = []
+            continue
+        if not gpus or not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        key, sep, value = (part.strip() for part in line.partition(":"))
+        while path and path[-1][0] >= indent:
+            path.pop()
+        if not sep or not value:
+            path.append((indent, key))
+            continue
+        sections = [name for _i, name in path]
+        gpu = gpus[-1]
+        number = int(value) if value.isdigit() else None
+        if "ECC Errors" in sections and ("Uncorrectable" in key or key == "Double Bit ECC" or
+                                         (key == "Total" and "Double Bit" in sections)):
+            field = "ecc_volatile_uncorrectable" if "Volatile" in sections else "ecc_aggregate_uncorrectable"
+            if number is not None:
+                gpu[field] = (gpu[field] or 0) + number
+        elif "Retired Pages" in sections and key == "Pending Page Blacklist" and value != "N/A":
+            gpu["retired_pending"] = value == "Yes"
+        elif "Remapped Rows" in sections and len(sections) == 1:
+            field = {"Correctable Error": "remapped_correctable", "Uncorrectable Error": "remapped_uncorrectable",
+                     "Pending": "remap_pending", "Remapping Failure Occurred": "remap_failure"}.get(key)
+            if field and value != "N/A":
+                gpu[field] = number if field.startswith("remapped") else value == "Yes"
+    return gpus
+
+
+def parse_nvlink(text: str) -> dict:
+    """``nvidia-smi nvlink -s``: per GPU, how many links are up and how many are inactive."""
+    out: dict[str, dict] = {}
+    gpu = None
+    for line in text.splitlines():
+        if line.startswith("GPU "):
+            gpu = line.split(" (UUID")[0]
+            out[gpu] = {"up": 0, "inactive": 0}
+        elif gpu is not None and line.strip().startswith("Link ") and ":" in line:
+            state = line.split(":", 1)[1].strip()
+            out[gpu]["inactive" if "inactive" in state.lower() else "up"] += 1
     return out
 
+
+def parse_xid(text: str) -> list[str]:
+    """Kernel log lines of NVIDIA Xid events (``NVRM: Xid (PCI:...): 79, ...``)."""
+    return [line.strip()[:300] for line in text.splitlines() if "NVRM: Xid" in line]
 
 
 if __name__ == "__main__":

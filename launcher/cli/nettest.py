@@ -19,8 +19,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "backend the workload would use (NCCL on GPUs, gloo on CPU) that times all-gather, "
                        "reduce-scatter and all-reduce per message size inside each node, across nodes and over "
                        "the whole world, then pairs of nodes, and names a node or link much slower than the "
-                       "others. With --params, says what FSDP can expect at the measured bandwidth. "
-                       "Exit 0: measured, nothing slow; 1: a slow node or link, or no result; 2: bad input.")
+                       "others. On GPU nodes also a bf16 GEMM per GPU and the health counters of nvidia-smi. "
+                       "With --params, says what FSDP can expect at the measured bandwidth. "
+                       "Exit 0: measured, nothing slow; 1: a slow node, link or GPU, a health problem, or no "
+                       "result; 2: bad input.")
     p.add_argument("file", metavar="FILE", type=Path)
     add_set_option(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -58,15 +60,21 @@ def run(args: argparse.Namespace) -> int:
         for line in outcome.problems:
             print(f"fsdp-tui nettest: {line}", file=sys.stderr)
         return 1
-    return show(outcome.measured, outcome.nodes, outcome.run_id, plan, args, outcome.wall_s)
+    return show(outcome.measured, outcome.nodes, outcome.run_id, plan, args, outcome.wall_s, outcome.health)
 
 
-def show(measured, nodes, run_id: str, plan, args, wall_s: float | None = None) -> int:
-    from launcher.nettest.expect import expect, inputs_for
+def show(measured, nodes, run_id: str, plan, args, wall_s: float | None = None, health: dict | None = None) -> int:
+    from launcher.nettest.burnin import burnin_lines, health_problems, slow_gpus
+    from launcher.nettest.expect import expect, inputs_for, peak_for
     from launcher.nettest.figures import judge_pairs
     from launcher.nettest.report import to_dict
 
     verdict = judge_pairs(measured.pairs)
+    peak = getattr(args, "peak_tflops", None) or (
+        (peak_for(plan.topology.gpu_model) or 0) / 1e12 if plan is not None else None) or None
+    burnin = burnin_lines(list(measured.gemm_tflops), measured.local_world_size, health or {}, nodes, peak)
+    unhealthy = any(health_problems(h) for h in (health or {}).values())
+    slow_gpu = bool(slow_gpus(list(measured.gemm_tflops), measured.local_world_size))
     expectation = None
     if getattr(args, "params", None):
         expectation = expect(inputs_for(plan, int(args.params), peak_tflops=args.peak_tflops, mfu=args.mfu),
@@ -75,17 +83,20 @@ def show(measured, nodes, run_id: str, plan, args, wall_s: float | None = None) 
         data = {"run_id": run_id, **to_dict(measured, nodes, verdict)}
         if wall_s is not None:
             data["wall_s"] = round(wall_s, 2)
+        if burnin:
+            data["burn_in"] = {"gemm_tflops": list(measured.gemm_tflops), "text": burnin,
+                               "health": {str(k): v for k, v in (health or {}).items()}}
         if expectation is not None:
             data["fsdp"] = {"sharding": expectation.sharding, "bytes_per_rank": expectation.bytes_per_rank,
                             "comm_s": expectation.comm_s, "compute_s": expectation.compute_s,
                             "text": list(expectation.lines)}
         print(json.dumps(data, indent=2))
     else:
-        render(measured, nodes, run_id, verdict, expectation, wall_s)
-    return 1 if verdict.findings else 0
+        render(measured, nodes, run_id, verdict, expectation, wall_s, burnin)
+    return 1 if verdict.findings or unhealthy or slow_gpu else 0
 
 
-def render(measured, nodes, run_id, verdict, expectation, wall_s) -> None:
+def render(measured, nodes, run_id, verdict, expectation, wall_s, burnin=()) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -108,6 +119,10 @@ def render(measured, nodes, run_id, verdict, expectation, wall_s) -> None:
     style = "bold red" if verdict.findings else "green"
     for i, line in enumerate(verdict_lines(verdict, nodes)):
         console.print(f"[{style}]{line}[/]" if i < len(verdict.findings) or not verdict.findings else line)
+    if burnin:
+        console.print("[bold]GPU burn-in[/]")
+        for line in burnin:
+            console.print(f"  {line}", markup=False)
     if expectation is not None:
         console.print("[bold]what FSDP can expect[/]")
         for line in expectation.lines:

@@ -45,10 +45,14 @@ def run(args: argparse.Namespace) -> int:
             return 1
         from launcher.cli.nettest import render, show
 
+        health = {int(k): v for k, v in (r.get("health") or {}).items() if str(k).isdigit()}
         if args.json:
-            return show(measured, nodes, r["run_id"], None, args)
+            return show(measured, nodes, r["run_id"], None, args, health=health)
+        from launcher.nettest.burnin import burnin_lines
+
         verdict = judge_pairs(measured.pairs)
-        render(measured, nodes, r["run_id"], verdict, None, r.get("wall_s"))
+        render(measured, nodes, r["run_id"], verdict, None, r.get("wall_s"),
+               burnin_lines(list(measured.gemm_tflops), measured.local_world_size, health, nodes, None))
         return 0
     if args.json:
         print(json.dumps([{"run_id": r["run_id"], "started_at": r.get("started_at"), "nodes": list(nodes),

@@ -125,6 +125,8 @@ class Measured:
     scopes: tuple[Scope, ...]
     pairs: tuple[PairFigure, ...]
     phases: dict[str, float]
+    gemm_tflops: tuple[float, ...] = ()
+    """Each rank's GPU bf16 GEMM TFLOP/s (GPU nodes only)."""
 
     def scope(self, name: str) -> Scope | None:
         return next((s for s in self.scopes if s.name == name), None)
@@ -195,7 +197,8 @@ def decode(data: dict) -> Measured:
     return Measured(_text(data.get("backend"), "backend"), _text(data.get("device"), "device"),
                     _int(data.get("world_size"), "world_size"), _int(data.get("nnodes"), "nnodes"),
                     _int(data.get("local_world_size"), "local_world_size"), sizes,
-                    _int(data.get("iters"), "iters"), tuple(scopes), tuple(pairs), phases)
+                    _int(data.get("iters"), "iters"), tuple(scopes), tuple(pairs), phases,
+                    tuple(_num(t, "gemm_tflops") for t in data.get("gemm_tflops") or []))
 
 
 def judge_pairs(pairs: tuple[PairFigure, ...] | list[PairFigure], threshold: float = SLOW_RATIO) -> Verdict:

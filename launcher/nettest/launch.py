@@ -9,7 +9,7 @@ import json
 import shlex
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.nettest.figures import BadResult, Measured, decode
@@ -22,6 +22,8 @@ from launcher.workload.plan import RunPlan, build_plan
 NODE_SCRIPT = Path(__file__).resolve().parents[2] / "trainer" / "nettest.py"
 RESULT_MARK = "FSDP_TUI_NETTEST "
 """The mark before rank 0's result line (``trainer/nettest.py`` prints it)."""
+HEALTH_MARK = "FSDP_TUI_NETTEST_HEALTH "
+"""The mark before each GPU node's health line."""
 RECORDS = "nettests"
 MIB = 1 << 20
 DEFAULT_MAX_BYTES = 256 * MIB
@@ -50,6 +52,8 @@ class Outcome:
     """Why there is no result, node by node (empty when there is one)."""
     started_at: float
     wall_s: float
+    health: dict[int, dict] = field(default_factory=dict)
+    """Each GPU node's health report, by node rank (none on CPU nodes)."""
 
 
 def node_code(home: Path) -> Path:
@@ -145,7 +149,25 @@ def collect(home: Path, run_id: str, started_at: float) -> Outcome:
                                 + (f": {n.detail}" if n.detail else ""))
         problems.append(f"see its logs: fsdp-tui logs {run_id}")
     return Outcome(run_id, record.summary.state.value, measured, raw, nodes, tuple(problems), started_at,
-                   time.time() - started_at)
+                   time.time() - started_at, read_health(home, run_id, len(nodes)))
+
+
+def read_health(home: Path, run_id: str, num_nodes: int) -> dict[int, dict]:
+    """Each node's last health line from its log's local mirror (only GPU nodes print one)."""
+    out: dict[int, dict] = {}
+    for rank in range(num_nodes):
+        log = run_dir(home, run_id) / "nodes" / f"{rank}.log"
+        if not log.exists():
+            continue
+        for line in reversed(log.read_text(errors="replace").splitlines()):
+            if line.startswith(HEALTH_MARK):
+                try:
+                    data = json.loads(line[len(HEALTH_MARK):])
+                except ValueError:
+                    data = {"smi_readable": False}
+                out[rank] = data if isinstance(data, dict) else {"smi_readable": False}
+                break
+    return out
 
 
 def save_record(home: Path, outcome: Outcome, plan: RunPlan) -> Path:
@@ -155,7 +177,8 @@ def save_record(home: Path, outcome: Outcome, plan: RunPlan) -> Path:
     data = {"run_id": outcome.run_id, "state": outcome.state, "started_at": outcome.started_at,
             "wall_s": round(outcome.wall_s, 2), "nodes": list(outcome.nodes),
             "workload": str(plan.source_file) if plan.source_file else None,
-            "experiment": plan.workload.experiment_name, "result": outcome.raw, "problems": list(outcome.problems)}
+            "experiment": plan.workload.experiment_name, "result": outcome.raw, "problems": list(outcome.problems),
+            "health": {str(k): v for k, v in outcome.health.items()}}
     path = folder / f"{outcome.run_id}.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1))
