@@ -197,3 +197,25 @@ def list_records(home: Path) -> list[dict]:
         if isinstance(data, dict) and isinstance(data.get("run_id"), str):
             out.append(data)
     return sorted(out, key=lambda d: d.get("started_at") or 0, reverse=True)
+
+
+def newest_for(home: Path, hosts: list[str] | tuple[str, ...], *, besides: str = "") -> dict | None:
+    """The newest kept test with a result on exactly these nodes (in rank order), other than ``besides``,
+    summarised: id, date, the verdict's first line and the whole world's all-gather bus bandwidth."""
+    from launcher.nettest.figures import judge_pairs, rate
+    from launcher.nettest.report import verdict_lines
+
+    for record in list_records(home):
+        if record["run_id"] == besides or list(record.get("nodes") or []) != list(hosts):
+            continue
+        try:
+            measured = decode(record.get("result"))
+        except BadResult:
+            continue
+        world = measured.scope("world")
+        ag = world.largest("all_gather") if world else None
+        return {"run_id": record["run_id"], "started_at": record.get("started_at"),
+                "verdict": verdict_lines(judge_pairs(measured.pairs), tuple(record["nodes"]))[0],
+                "all_gather_busbw": ag.busbw if ag else None,
+                "summary": f"{rate(ag.busbw) if ag else '-'} all-gather bus bandwidth over the whole world"}
+    return None

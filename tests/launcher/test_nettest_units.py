@@ -184,3 +184,29 @@ parameters: {model_name: m, dataset_name: d, output_dir: o, max_seq_len: 512,
     assert RESULT_MARK == nettest.RESULT_MARK
     ins = inputs_for(plan, 10**9)
     assert (ins.sharding, ins.param_bytes, ins.tokens_per_rank, ins.peak_flops) == ("hybrid_shard", 4, 4 * 512, None)
+
+
+def test_show_links_a_run_to_the_newest_test_of_the_same_nodes(tmp_path, monkeypatch, capsys):
+    import json
+
+    from launcher.cli.main import main
+    from launcher.events import RunState
+    from launcher.runs.store import RunStore
+    from launcher.workload.plan import build_plan
+    from launcher.workload.validate import validate_file
+    from tests.launcher.conftest import ROOT
+
+    monkeypatch.setenv("FSDP_TUI_HOME", str(tmp_path))
+    plan = build_plan(validate_file(ROOT / "sample_workloads" / "tiny_cpu.yaml").workload, run_id="r-1")
+    RunStore(tmp_path).create_run(plan, None, "x: 1\n")
+    RunStore(tmp_path).set_state("r-1", RunState.SUCCEEDED, 1)
+    (tmp_path / "nettests").mkdir()
+    for run_id, started, nodes in [("t-old", 1.0, ["this machine"]), ("t-new", 2.0, ["this machine"]),
+                                   ("t-other", 3.0, ["elsewhere"])]:
+        (tmp_path / "nettests" / f"{run_id}.json").write_text(json.dumps(
+            {"run_id": run_id, "started_at": started, "nodes": nodes, "result": result(nnodes=1, local=2)}))
+    assert main(["show", "r-1"]) == 0
+    assert "network   newest test of these nodes: t-new (" in capsys.readouterr().out
+    assert main(["show", "r-1", "--json"]) == 0
+    linked = json.loads(capsys.readouterr().out)["nettest"]
+    assert linked["run_id"] == "t-new" and linked["verdict"].startswith("one node")
