@@ -138,3 +138,16 @@ command: "true"
         assert tagged(slow["run_id"]) == []
     finally:
         stop_hosts(hosts)
+
+
+def test_the_two_node_slurm_cluster_gives_the_same_report(home, tmp_path, slurm):
+    from tests.launcher.test_slurm import slurm_cli, workload
+
+    wl = workload(tmp_path, slurm, 'command: "true"\n')
+    out = slurm_cli(home, slurm, "nettest", wl, "--quick", "--max-size", "1", "--json")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    assert (data["backend"], data["nnodes"], data["local_world_size"]) == ("gloo", 2, 1)
+    assert {f["scope"] for f in data["figures"]} == {"whole world = across nodes"}
+    assert [(p["a"], p["b"]) for p in data["pairs"]] == [(0, 1)] and data["verdict"]["note"].startswith("two nodes")
+    assert data["nodes"][0].startswith("SLURM node 0 via ")
