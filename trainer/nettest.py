@@ -113,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nettest", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer sizes and iterations")
-    p.add_argument("--max-bytes", type=int, default=256 * MIB, help="the largest message (bytes)")
+    p.add_argument("--max-bytes", type=int, default=0, help="the largest message (bytes; default: one "
+                   "decoder block's all-gather where the model's config.json is readable here, else 256 MiB, "
+                   "64 MiB with --quick)")
     p.add_argument("--pair-bytes", type=int, default=0, help="the pairs' message (default: the largest)")
     p.add_argument("--iters", type=int, default=0, help="timed iterations per size (default 10, quick 3)")
     p.add_argument("--warmup", type=int, default=0, help="untimed iterations first (default 2, quick 1)")
@@ -129,7 +131,11 @@ def _run(args, torch, dist, device, deadline: Deadline) -> dict | None:
     nnodes = world // local
     iters = args.iters or (3 if args.quick else 10)
     warmup = args.warmup or (1 if args.quick else 2)
-    sizes = sizes_for(args.max_bytes, args.quick)
+    model = model_shape(os.environ.get("HYPERPARAMETERS_PATH", ""))
+    param_bytes = 2 if device.type == "cuda" else 4
+    max_bytes = args.max_bytes or (model["block_params"] * param_bytes if model else 0) or \
+        (64 if args.quick else 256) * MIB
+    sizes = sizes_for(max_bytes, args.quick)
     pair_bytes = args.pair_bytes or sizes[-1]
     phases: dict[str, float] = {}
 
@@ -199,7 +205,7 @@ def _run(args, torch, dist, device, deadline: Deadline) -> dict | None:
         "torch": torch.__version__,
         "host": platform.node(),
         "world_size": world, "nnodes": nnodes, "local_world_size": local,
-        "dtype": "float32", "iters": iters, "warmup": warmup, "sizes": sizes,
+        "dtype": "float32", "iters": iters, "warmup": warmup, "sizes": sizes, "model": model,
         "scopes": [{"name": name, "ranks": members,
                     "ops": {op: [[float(x) for x in times[s, o, z]] for z in range(len(sizes))]
                             for o, op in enumerate(OPS)}}
@@ -247,6 +253,51 @@ def _reduced(dist, tensor, device, op=None, group=None):
     dist.all_reduce(on_device, op=op or dist.ReduceOp.SUM, group=group)
     return on_device.cpu()
 
+
+
+def block_params(config: dict) -> tuple[int, int] | None:
+    """(parameters of one decoder block, of the whole model) from a Hugging Face ``config.json`` of a
+    Llama-shaped decoder (attention with grouped K/V heads, a gated MLP, two norms); ``None`` when the
+    config lacks the sizes."""
+    def num(*keys: str) -> int | None:
+        for key in keys:
+            value = config.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return None
+
+    hidden, layers = num("hidden_size", "n_embd", "d_model"), num("num_hidden_layers", "n_layer", "num_layers")
+    if hidden is None or layers is None:
+        return None
+    heads = num("num_attention_heads", "n_head") or 1
+    head_dim = num("head_dim") or hidden // heads
+    kv = num("num_key_value_heads") or heads
+    inner = num("intermediate_size", "n_inner", "ffn_dim") or 4 * hidden
+    attention = hidden * heads * head_dim * 2 + hidden * kv * head_dim * 2
+    block = attention + 3 * hidden * inner + 2 * hidden
+    vocab = num("vocab_size") or 0
+    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
+    return block, layers * block + embeddings + hidden
+
+
+def model_shape(params_path: str) -> dict | None:
+    """The workload's model, where its ``model_name`` is a folder with a ``config.json`` on this node."""
+    try:
+        import yaml
+
+        with open(params_path, encoding="utf-8") as f:
+            params = yaml.safe_load(f) or {}
+        name = os.path.expanduser(str(params.get("model_name") or ""))
+        if not name:
+            return None
+        with open(os.path.join(name, "config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+    except (ImportError, OSError, ValueError, AttributeError):
+        return None
+    sizes = block_params(config) if isinstance(config, dict) else None
+    if sizes is None:
+        return None
+    return {"name": os.path.basename(name.rstrip("/")), "block_params": sizes[0], "total_params": sizes[1]}
 
 
 def gemm_tflops(torch, device, n: int, iters: int = 10) -> float:

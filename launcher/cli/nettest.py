@@ -27,8 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_set_option(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quick", action="store_true", help="fewer sizes (up to 64 MiB) and iterations")
-    p.add_argument("--params", type=float, metavar="N", help="model parameters (e.g. 8e9) for the FSDP estimate")
-    p.add_argument("--max-size", type=float, metavar="MIB", help="the largest message in MiB (default 256, "
+    p.add_argument("--params", type=float, metavar="N", help="model parameters (e.g. 8e9) for the FSDP estimate "
+                   "(default: from the model's config.json where the nodes can read it)")
+    p.add_argument("--max-size", type=float, metavar="MIB", help="the largest message in MiB (default: one "
+                   "decoder block's all-gather where the model's config.json is readable on the nodes, else 256, "
                    "64 with --quick)")
     p.add_argument("--peak-tflops", type=float, metavar="T", help="one device's peak (default: by accelerator_type)")
     p.add_argument("--mfu", type=float, default=0.4, help="the compute side's MFU for the estimate (default 0.4)")
@@ -76,8 +78,9 @@ def show(measured, nodes, run_id: str, plan, args, wall_s: float | None = None, 
     unhealthy = any(health_problems(h) for h in (health or {}).values())
     slow_gpu = bool(slow_gpus(list(measured.gemm_tflops), measured.local_world_size))
     expectation = None
-    if getattr(args, "params", None):
-        expectation = expect(inputs_for(plan, int(args.params), peak_tflops=args.peak_tflops, mfu=args.mfu),
+    params = getattr(args, "params", None) or measured.model_params
+    if params and plan is not None:
+        expectation = expect(inputs_for(plan, int(params), peak_tflops=args.peak_tflops, mfu=args.mfu),
                              measured)
     if args.json:
         data = {"run_id": run_id, **to_dict(measured, nodes, verdict)}

@@ -127,6 +127,9 @@ class Measured:
     phases: dict[str, float]
     gemm_tflops: tuple[float, ...] = ()
     """Each rank's GPU bf16 GEMM TFLOP/s (GPU nodes only)."""
+    model_params: int | None = None
+    """The workload's model's parameters, where its config was readable on the nodes."""
+    block_params: int | None = None
 
     def scope(self, name: str) -> Scope | None:
         return next((s for s in self.scopes if s.name == name), None)
@@ -198,7 +201,14 @@ def decode(data: dict) -> Measured:
                     _int(data.get("world_size"), "world_size"), _int(data.get("nnodes"), "nnodes"),
                     _int(data.get("local_world_size"), "local_world_size"), sizes,
                     _int(data.get("iters"), "iters"), tuple(scopes), tuple(pairs), phases,
-                    tuple(_num(t, "gemm_tflops") for t in data.get("gemm_tflops") or []))
+                    tuple(_num(t, "gemm_tflops") for t in data.get("gemm_tflops") or []),
+                    *_model(data.get("model")))
+
+
+def _model(raw) -> tuple[int | None, int | None]:
+    if not isinstance(raw, dict):
+        return None, None
+    return _int(raw.get("total_params"), "model total_params"), _int(raw.get("block_params"), "model block_params")
 
 
 def judge_pairs(pairs: tuple[PairFigure, ...] | list[PairFigure], threshold: float = SLOW_RATIO) -> Verdict:

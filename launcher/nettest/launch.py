@@ -26,15 +26,14 @@ HEALTH_MARK = "FSDP_TUI_NETTEST_HEALTH "
 """The mark before each GPU node's health line."""
 RECORDS = "nettests"
 MIB = 1 << 20
-DEFAULT_MAX_BYTES = 256 * MIB
-QUICK_MAX_BYTES = 64 * MIB
 
 
 @dataclass(frozen=True)
 class Options:
     quick: bool = False
     max_bytes: int | None = None
-    """The largest message; default 256 MiB (64 MiB with ``quick``)."""
+    """The largest message; by default the node script takes one decoder block's all-gather where the
+    model's ``config.json`` is readable on the nodes, else 256 MiB (64 MiB with ``quick``)."""
     phase_deadline_s: float = 120.0
     """The most one phase (rendezvous, one scope, one round of pairs) may take before the job gives up."""
     cpu: bool = False
@@ -72,8 +71,9 @@ def node_command(plan: RunPlan, options: Options) -> str:
     """The shell text each node runs: torchrun over the rendezvous the plan gives, the node script."""
     env = plan.workload.environment
     python = "python" if env.dependencies else env.python
-    max_bytes = options.max_bytes or (QUICK_MAX_BYTES if options.quick else DEFAULT_MAX_BYTES)
-    flags = [f"--max-bytes={max_bytes}", f"--phase-deadline-s={options.phase_deadline_s:g}"]
+    flags = [f"--phase-deadline-s={options.phase_deadline_s:g}"]
+    if options.max_bytes:
+        flags.append(f"--max-bytes={options.max_bytes}")
     if options.quick:
         flags.append("--quick")
     if options.cpu:

@@ -210,3 +210,34 @@ def test_show_links_a_run_to_the_newest_test_of_the_same_nodes(tmp_path, monkeyp
     assert main(["show", "r-1", "--json"]) == 0
     linked = json.loads(capsys.readouterr().out)["nettest"]
     assert linked["run_id"] == "t-new" and linked["verdict"].startswith("one node")
+
+
+@pytest.mark.parametrize(("config", "block", "total"), [
+    # Llama-3.1-8B: 32 blocks of 218,112,000 parameters, untied 128,256 x 4096 embeddings: 8.03 B
+    ({"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+      "num_hidden_layers": 32, "vocab_size": 128256, "tie_word_embeddings": False}, 218_112_000, 8_030_261_248),
+    ({"hidden_size": 64, "num_hidden_layers": 2}, 64 * 64 * 4 + 3 * 64 * 256 + 128, None),
+    ({"hidden_size": 64}, None, None),
+])
+def test_a_decoder_blocks_parameters_from_its_config(config, block, total):
+    from trainer.nettest import block_params
+
+    got = block_params(config)
+    if block is None:
+        assert got is None
+    else:
+        assert got[0] == block and (total is None or got[1] == total)
+
+
+def test_the_node_reads_the_model_shape_where_its_config_is_there(tmp_path):
+    import json
+
+    from trainer.nettest import model_shape
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"hidden_size": 64, "num_hidden_layers": 2}))
+    params = tmp_path / "parameters.yaml"
+    params.write_text(f"model_name: {tmp_path / 'm'}\n")
+    assert model_shape(str(params))["block_params"] == 64 * 64 * 4 + 3 * 64 * 256 + 128
+    params.write_text("model_name: builtin:tiny-llama\n")
+    assert model_shape(str(params)) is None and model_shape(str(tmp_path / "none.yaml")) is None
