@@ -14,7 +14,7 @@ from pathlib import Path
 
 from launcher.nettest.figures import BadResult, Measured, decode
 from launcher.paths import new_run_id, run_dir
-from launcher.runs.launch import start_run
+from launcher.runs.launch import is_owned, start_run
 from launcher.runs.store import RunStore
 from launcher.workload.model import CodeSource, Mlflow, Snapshot
 from launcher.workload.plan import RunPlan, build_plan
@@ -25,6 +25,8 @@ RESULT_MARK = "FSDP_TUI_NETTEST "
 HEALTH_MARK = "FSDP_TUI_NETTEST_HEALTH "
 """The mark before each GPU node's health line."""
 RECORDS = "nettests"
+OWNER_GRACE_S = 60.0
+"""How long an ended test's owner may take to finish mirroring and reaping before the result is read."""
 MIB = 1 << 20
 
 
@@ -104,15 +106,19 @@ def run_nettest(plan: RunPlan, options: Options, home: Path, *, on_state=None, p
     started = time.time()
     run_id = start_run(test, home)
     store = RunStore(home)
-    last = None
+    last, final_since = None, None
     while True:
         record = store.get_run(run_id)
         if record is not None and record.summary.state != last:
             last = record.summary.state
             if on_state is not None:
                 on_state(last.value, record.summary.detail)
+        # The owner leaves once the nodes' logs are mirrored to the end and nothing runs on them: only
+        # then is rank 0's line surely here.
         if record is not None and record.summary.state.is_final:
-            break
+            final_since = final_since or time.monotonic()
+            if not is_owned(home, run_id) or time.monotonic() - final_since > OWNER_GRACE_S:
+                break
         time.sleep(poll_s)
     outcome = collect(home, run_id, started)
     save_record(home, outcome, plan)
