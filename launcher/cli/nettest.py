@@ -39,9 +39,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from launcher.cli.doctor import _plan
+def _plan(file: Path, overrides: list[str]):
+    """The plan to test, or ``None`` after printing why there is none."""
+    from launcher.paths import data_home
+    from launcher.workload.load import plan_file
 
+    if not file.exists():
+        print(f"fsdp-tui nettest: {file}: no such file", file=sys.stderr)
+        return None
+    planned = plan_file(file, overrides, home=data_home())
+    for o in planned.result.overrides:
+        print(f"--set {o.describe()}", file=sys.stderr)
+    for problem in planned.problems:
+        if problem.is_error:
+            print(problem.format(), file=sys.stderr)
+    if planned.plan is None:
+        print(f"{file}: not tested: fix the errors above (fsdp-tui validate {file})", file=sys.stderr)
+        return None
+    for blocker in planned.plan.blockers:
+        print(f"{file}: cannot test: {blocker}", file=sys.stderr)
+    return None if planned.plan.blockers else planned.plan
+
+
+def run(args: argparse.Namespace) -> int:
     if args.max_size is not None and args.max_size < 1:
         print("fsdp-tui nettest: --max-size is in MiB and at least 1", file=sys.stderr)
         return 2
@@ -109,8 +129,9 @@ def render(measured, nodes, run_id, verdict, expectation, wall_s, burnin=()) -> 
     console = Console(highlight=False)
     console.print(f"[bold]nettest {run_id}[/]: {headline(measured)}")
     table = Table(box=None, padding=(0, 1))
-    for col in ("scope", "collective", "size", "median", "spread", "algbw", "busbw"):
-        table.add_column(col, justify="left" if col in ("scope", "collective") else "right", no_wrap=True)
+    table.add_column("scope", overflow="fold")  # the one column that wraps on a narrow terminal
+    for col in ("collective", "size", "median", "spread", "algbw", "busbw"):
+        table.add_column(col, justify="left" if col == "collective" else "right", no_wrap=True)
     for r in rows(measured, nodes):
         table.add_row(r.scope, r.op.replace("_", "-"), size(r.nbytes), f"{r.median_s * 1e3:.2f} ms",
                       f"{r.spread:.0%}", rate(r.algbw), rate(r.busbw))
