@@ -105,6 +105,22 @@ def run_nettest(plan: RunPlan, options: Options, home: Path, *, on_state=None, p
     test = nettest_plan(plan, options, home)
     started = time.time()
     run_id = start_run(test, home)
+    try:
+        _wait(home, run_id, on_state, poll_s)
+    except KeyboardInterrupt:
+        # Nobody wants a test to go on alone: it is cancelled, and nothing stays on the nodes.
+        import asyncio
+
+        from launcher.runs.launch import cancel_run
+
+        asyncio.run(cancel_run(home, run_id))
+        raise
+    outcome = collect(home, run_id, started)
+    save_record(home, outcome, plan)
+    return outcome
+
+
+def _wait(home: Path, run_id: str, on_state, poll_s: float) -> None:
     store = RunStore(home)
     last, final_since = None, None
     while True:
@@ -118,11 +134,8 @@ def run_nettest(plan: RunPlan, options: Options, home: Path, *, on_state=None, p
         if record is not None and record.summary.state.is_final:
             final_since = final_since or time.monotonic()
             if not is_owned(home, run_id) or time.monotonic() - final_since > OWNER_GRACE_S:
-                break
+                return
         time.sleep(poll_s)
-    outcome = collect(home, run_id, started)
-    save_record(home, outcome, plan)
-    return outcome
 
 
 def collect(home: Path, run_id: str, started_at: float) -> Outcome:
