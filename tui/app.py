@@ -179,6 +179,12 @@ class FsdpTuiApp(App):
 
         self.push_screen(EditorScreen(path))
 
+    def open_nettest(self, path: Path | None, record: dict | None = None, overrides: list[str] | None = None) -> None:
+        """A quick interconnect test of the workload at ``path`` (with ``overrides``), or the kept test ``record``."""
+        from tui.screens.nettest import NettestScreen
+
+        self.push_screen(NettestScreen(path=path, record=record, overrides=overrides or []))
+
     def open_run(self, run_id: str) -> None:
         from launcher.runs.store import RunStore, StoreDamaged
         from tui.screens.monitor import RunMonitorScreen

@@ -41,6 +41,13 @@ class FsdpCommands(Provider):
             where = f"{folder_label(path.parent)}/{path.name}"
             out.append(Entry(f"edit {where}", "open the workload in the editor", partial(app.open_editor, Path(path))))
             out.append(Entry(f"launch {where}", "launch it now", partial(app.launch_workload, Path(path), [])))
+            out.append(Entry(f"test the interconnect of {where}", "a quick nettest on its nodes: bandwidths, "
+                             "the slow node", partial(app.open_nettest, Path(path))))
+        from launcher.nettest.launch import list_records
+
+        for record in list_records(app.home)[:50]:
+            out.append(Entry(f"nettest {record['run_id']}", f"a kept interconnect test ({len(record.get('nodes') or [])} "
+                             "node(s))", partial(app.open_nettest, None, record)))
         for name in sorted(app.available_themes):
             out.append(Entry(f"theme {name}", "switch the colours (it persists)", partial(setattr, app, "theme", name)))
         return out

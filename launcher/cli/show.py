@@ -28,6 +28,9 @@ def run(args: argparse.Namespace) -> int:
     store, run_id = found
     adopt_orphans_of(store.home)
     report = run_report(store.home, run_id)
+    from launcher.nettest.launch import newest_for
+
+    report["nettest"] = newest_for(store.home, [n["host"] for n in report["nodes"]], besides=run_id)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -65,6 +68,10 @@ def _print(r: dict) -> None:
         detail = f": {n['detail']}" if n["detail"] else ""
         out(f"    node {n['node_rank']}  {n['host']:<20} {n['state']}{code}{detail}\n")
         out(f"           its directory there: {n['node_dir']}\n")
+    if r.get("nettest"):
+        t = r["nettest"]
+        out(f"  network   newest test of these nodes: {t['run_id']} ({_when(t['started_at'])}): {t['summary']}; "
+            f"{t['verdict']}\n")
     if r["triage"]:
         out(f"  triage    {r['triage'].get('summary', '')}\n")
     if r["mlflow"]:

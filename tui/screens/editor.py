@@ -71,6 +71,7 @@ class EditorScreen(Screen):
         Binding("f8", "next_problem", "next problem", show=False),
         Binding("shift+f8", "focus_problems", "problems list", show=False),
         Binding("ctrl+t", "templates", "templates"),
+        Binding("ctrl+n", "nettest", "nettest", tooltip="test the interconnect of these nodes (quick nettest)"),
         Binding("escape", "back", "back"),
     ]
 
@@ -330,6 +331,13 @@ class EditorScreen(Screen):
         self.query_one(ProblemsList).highlighted = index
         self.notify(f"{problem.line}:{problem.column} {problem.path + ': ' if problem.path else ''}{problem.message}",
                     severity="error" if problem.is_error else "warning", timeout=4)
+
+    def action_nettest(self) -> None:
+        if any(p.is_error for p in self.problems):
+            self.notify("fix the errors first (see Problems)", severity="error")
+            return
+        if self.action_save():
+            self.app.open_nettest(self.path, overrides=self.overrides)
 
     def action_focus_problems(self) -> None:
         self.query_one(ProblemsList).focus()

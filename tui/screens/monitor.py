@@ -106,6 +106,20 @@ class RunMonitorScreen(Screen):
         self.set_interval(1 / LOG_HZ, self.flush_logs)
         self.set_interval(1 / DRAW_HZ, self.redraw)
         self.consume()
+        self.show_network()
+
+    @work(thread=True, group="network")
+    def show_network(self) -> None:
+        """The newest interconnect test of this run's nodes, in the header (``fsdp-tui nettest``)."""
+        from launcher.nettest.launch import newest_for
+        from launcher.runs.store import RunStore
+
+        record = RunStore(self.app.home).get_run(self.run_id)
+        hosts = [n.host for n in sorted(record.nodes, key=lambda n: n.node_rank)] if record else []
+        test = newest_for(self.app.home, hosts, besides=self.run_id) if hosts else None
+        if test is not None:
+            text = f"network ({test['run_id']}): {test['summary']}; {test['verdict'].split(' (')[0]}"
+            self.app.call_from_thread(setattr, self, "sub_title", text)
 
     def on_resize(self, event) -> None:
         self.query_one(MetricsPanel).set_class(event.size.height < SHORT_BELOW, "-short")

@@ -1,0 +1,141 @@
+"""The interconnect self-test against the link's own limit, on network-namespace SSH hosts with shaped links
+(tests/launcher/sshd.py; tc tbf on both ends of each host's veth), built by this script and removed at the end.
+
+1. Two hosts, every link at ``--rate`` Mbit: (a) a plain TCP stream from host 0 to host 1 (a 1 MiB-buffer
+   socket send loop for ``--tcp-s`` seconds, the receiver counts bytes), MB/s, and two such streams at
+   once, one each way (an all-gather's traffic), MB/s each way; (b) ``fsdp-tui nettest
+   --quick --max-size 64 --json`` on the same two hosts: the whole world's all-gather bus bandwidth at 64 MiB
+   (one rank per host, gloo). Printed: both and their ratio (issue floor 0.5x, goal 0.8x).
+2. Three hosts at ``--rate`` Mbit: ``fsdp-tui nettest --quick --max-size 1`` from the process start to its
+   verdict (issue floor: under 30 s), ``--repeat`` times, median and max.
+
+    .venv/bin/python benchmarks/bench_nettest.py [--rate 200] [--tcp-s 8] [--repeat 3]
+
+Needs root (network namespaces, tc) and openssh-server, as the tests do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+FSDP_TUI = str(Path(sys.executable).with_name("fsdp-tui"))
+RECEIVER = """import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((sys.argv[1], 5201)); s.listen(1)
+print("ready", flush=True)
+c, _ = s.accept(); n = 0; t0 = None
+while True:
+    b = c.recv(1 << 20)
+    if not b:
+        break
+    if t0 is None:
+        t0 = time.perf_counter()
+    n += len(b)
+print(n / (time.perf_counter() - t0), flush=True)
+"""
+SENDER = """import socket, sys, time
+c = socket.create_connection((sys.argv[1], 5201)); buf = b"x" * (1 << 20); end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
+    c.sendall(buf)
+c.close()
+"""
+
+
+def shape(hosts, rate: int, latency_ms: int) -> None:
+    for i, h in enumerate(hosts):
+        tbf = ["root", "tbf", "rate", f"{rate}mbit", "burst", "32kb", "latency", f"{latency_ms}ms"]
+        subprocess.run(["tc", "qdisc", "replace", "dev", h.switch.veth(i), *tbf], check=True)
+        subprocess.run(["ip", "netns", "exec", h.netns, "tc", "qdisc", "replace", "dev", "eth0", *tbf], check=True)
+
+
+def tcp_stream(hosts, seconds: float, both_ways: bool = False) -> float:
+    """Bytes per second of one TCP stream from host 0 to host 1 (``both_ways``: and one from host 1 to
+    host 0 at the same time, as an all-gather's traffic is; the mean of the two)."""
+    ends = [(hosts[0], hosts[1]), (hosts[1], hosts[0])][: 2 if both_ways else 1]
+    receivers = []
+    for _src, dst in ends:
+        recv = subprocess.Popen(["ip", "netns", "exec", dst.netns, sys.executable, "-c", RECEIVER, dst.addr],
+                                stdout=subprocess.PIPE, text=True)
+        assert recv.stdout.readline().strip() == "ready"
+        receivers.append(recv)
+    senders = [subprocess.Popen(["ip", "netns", "exec", src.netns, sys.executable, "-c", SENDER, dst.addr,
+                                 str(seconds)]) for src, dst in ends]
+    for s in senders:
+        s.wait()
+    return statistics.mean(float(r.stdout.readline()) for r in receivers)
+
+
+def nettest(home: Path, client: Path, workload: Path, *flags: str) -> tuple[float, dict]:
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(client),
+           "FSDP_TUI_HOME": str(home)}
+    t0 = time.perf_counter()
+    out = subprocess.run([FSDP_TUI, "nettest", str(workload), "--json", *flags], capture_output=True, text=True,
+                         env=env, cwd=ROOT, timeout=600)
+    wall = time.perf_counter() - t0
+    if not out.stdout.strip():
+        raise SystemExit(f"nettest gave no result: {out.stderr[-2000:]}")
+    return wall, json.loads(out.stdout)
+
+
+def workload(tmp: Path, n: int) -> Path:
+    path = tmp / f"nettest{n}.yaml"
+    hosts = ", ".join(f"node{i}" for i in range(n))
+    path.write_text(f"""experiment_name: bench-nettest
+compute: {{accelerator_type: CPU, procs_per_node: 1, hosts: [{hosts}]}}
+environment: {{python: {sys.executable}}}
+env_variables: {{OMP_NUM_THREADS: 1, GLOO_SOCKET_IFNAME: eth0}}
+command: "true"
+""")
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=int, default=200, help="every link's tbf rate, Mbit/s")
+    parser.add_argument("--latency-ms", type=int, default=100, help="tbf's queue limit, as latency (ms)")
+    parser.add_argument("--tcp-s", type=float, default=8.0)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    from tests.launcher.sshd import start_hosts, stop_hosts
+
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        client, hosts = start_hosts(tmp, 3, netns=True)
+        try:
+            shape(hosts, args.rate, args.latency_ms)
+            home = tmp / "home"
+            tcp = tcp_stream(hosts, args.tcp_s)
+            both = tcp_stream(hosts, args.tcp_s, both_ways=True)
+            _wall, two = nettest(home, client, workload(tmp, 2), "--quick", "--max-size", "64")
+            if "figures" not in two:
+                raise SystemExit(f"nettest gave no result: {two}")
+            ag = [f for f in two["figures"] if f["op"] == "all_gather"][-1]
+            print(f"links at {args.rate} Mbit (tbf, both ends, latency {args.latency_ms} ms), gloo, one rank per host")
+            print(f"TCP stream host0 -> host1 (1 MiB send loop, {args.tcp_s:g} s): {tcp / 1e6:.1f} MB/s")
+            print(f"TCP streams both ways at once (as an all-gather sends): {both / 1e6:.1f} MB/s each way")
+            print(f"nettest all-gather {ag['bytes'] >> 20} MiB, 2 hosts: busbw {ag['busbw'] / 1e6:.1f} MB/s "
+                  f"(algbw {ag['algbw'] / 1e6:.1f} MB/s, spread {ag['spread']:.0%}); "
+                  f"ratio busbw / TCP = {ag['busbw'] / tcp:.2f}x (floor 0.5x, goal 0.8x), "
+                  f"against both ways {ag['busbw'] / both:.2f}x")
+            walls = []
+            for _ in range(args.repeat):
+                wall, three = nettest(home, client, workload(tmp, 3), "--quick", "--max-size", "1")
+                assert three["verdict"]["findings"] == [], three["verdict"]
+                walls.append(wall)
+            print(f"3 hosts, --quick --max-size 1, start to verdict: median {statistics.median(walls):.1f} s, "
+                  f"max {max(walls):.1f} s over {len(walls)} (floor 30 s); the job's own phases: {three['phases_s']}")
+        finally:
+            stop_hosts(hosts)
+
+
+if __name__ == "__main__":
+    main()

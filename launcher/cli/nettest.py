@@ -1,0 +1,156 @@
+"""``fsdp-tui nettest FILE [--set k=v] [--json] [--quick] [--params N]``: measure the links a workload
+will use, name the slow node, and say what FSDP can expect."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from launcher.cli.validate import add_set_option
+
+MIB = 1 << 20
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("nettest", help="measure the workload's interconnect; name the slow node",
+                       description="Run a short torchrun job on exactly the nodes, processes per node and "
+                       "backend the workload would use (NCCL on GPUs, gloo on CPU) that times all-gather, "
+                       "reduce-scatter and all-reduce per message size inside each node, across nodes and over "
+                       "the whole world, then pairs of nodes, and names a node or link much slower than the "
+                       "others. On GPU nodes also a bf16 GEMM per GPU and the health counters of nvidia-smi. "
+                       "With --params, says what FSDP can expect at the measured bandwidth. "
+                       "Exit 0: measured, nothing slow; 1: a slow node, link or GPU, a health problem, or no "
+                       "result; 2: bad input.")
+    p.add_argument("file", metavar="FILE", type=Path)
+    add_set_option(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quick", action="store_true", help="fewer sizes (up to 64 MiB) and iterations")
+    p.add_argument("--params", type=float, metavar="N", help="model parameters (e.g. 8e9) for the FSDP estimate "
+                   "(default: from the model's config.json where the nodes can read it)")
+    p.add_argument("--max-size", type=float, metavar="MIB", help="the largest message in MiB (default: one "
+                   "decoder block's all-gather where the model's config.json is readable on the nodes, else 256, "
+                   "64 with --quick)")
+    p.add_argument("--peak-tflops", type=float, metavar="T", help="one device's peak (default: by accelerator_type)")
+    p.add_argument("--mfu", type=float, default=0.4, help="the compute side's MFU for the estimate (default 0.4)")
+    p.add_argument("--phase-deadline", type=float, default=120.0, metavar="S",
+                   help="the most one phase may take before the test gives up (default 120 s)")
+    p.set_defaults(handler=run)
+
+
+def _plan(file: Path, overrides: list[str]):
+    """The plan to test, or ``None`` after printing why there is none."""
+    from launcher.paths import data_home
+    from launcher.workload.load import plan_file
+
+    if not file.exists():
+        print(f"fsdp-tui nettest: {file}: no such file", file=sys.stderr)
+        return None
+    planned = plan_file(file, overrides, home=data_home())
+    for o in planned.result.overrides:
+        print(f"--set {o.describe()}", file=sys.stderr)
+    for problem in planned.problems:
+        if problem.is_error:
+            print(problem.format(), file=sys.stderr)
+    if planned.plan is None:
+        print(f"{file}: not tested: fix the errors above (fsdp-tui validate {file})", file=sys.stderr)
+        return None
+    for blocker in planned.plan.blockers:
+        print(f"{file}: cannot test: {blocker}", file=sys.stderr)
+    return None if planned.plan.blockers else planned.plan
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.max_size is not None and args.max_size < 1:
+        print("fsdp-tui nettest: --max-size is in MiB and at least 1", file=sys.stderr)
+        return 2
+    plan = _plan(args.file, args.overrides)
+    if plan is None:
+        return 2
+    from launcher.nettest.launch import Options, run_nettest
+    from launcher.paths import data_home
+
+    options = Options(quick=args.quick, max_bytes=int(args.max_size * MIB) if args.max_size else None,
+                      phase_deadline_s=args.phase_deadline)
+    print(f"nettest on {len(plan.nodes)} node(s) x {plan.topology.procs_per_node} process(es) ...", file=sys.stderr)
+    outcome = run_nettest(plan, options, data_home(),
+                          on_state=lambda state, detail: print(f"  {state} {detail}".rstrip(), file=sys.stderr))
+    if outcome.measured is None:
+        if args.json:
+            print(json.dumps({"run_id": outcome.run_id, "state": outcome.state, "problems": list(outcome.problems)}))
+        for line in outcome.problems:
+            print(f"fsdp-tui nettest: {line}", file=sys.stderr)
+        return 1
+    return show(outcome.measured, outcome.nodes, outcome.run_id, plan, args, outcome.wall_s, outcome.health)
+
+
+def show(measured, nodes, run_id: str, plan, args, wall_s: float | None = None, health: dict | None = None) -> int:
+    from launcher.nettest.burnin import burnin_lines, health_problems, slow_gpus
+    from launcher.nettest.expect import expect, inputs_for, peak_for
+    from launcher.nettest.figures import judge_pairs
+    from launcher.nettest.report import to_dict
+
+    verdict = judge_pairs(measured.pairs)
+    peak = getattr(args, "peak_tflops", None) or (
+        (peak_for(plan.topology.gpu_model) or 0) / 1e12 if plan is not None else None) or None
+    burnin = burnin_lines(list(measured.gemm_tflops), measured.local_world_size, health or {}, nodes, peak)
+    unhealthy = any(health_problems(h) for h in (health or {}).values())
+    slow_gpu = bool(slow_gpus(list(measured.gemm_tflops), measured.local_world_size))
+    expectation = None
+    params = getattr(args, "params", None) or measured.model_params
+    if params and plan is not None:
+        expectation = expect(inputs_for(plan, int(params), peak_tflops=args.peak_tflops, mfu=args.mfu),
+                             measured)
+    if args.json:
+        data = {"run_id": run_id, **to_dict(measured, nodes, verdict)}
+        if wall_s is not None:
+            data["wall_s"] = round(wall_s, 2)
+        if burnin:
+            data["burn_in"] = {"gemm_tflops": list(measured.gemm_tflops), "text": burnin,
+                               "health": {str(k): v for k, v in (health or {}).items()}}
+        if expectation is not None:
+            data["fsdp"] = {"sharding": expectation.sharding, "bytes_per_rank": expectation.bytes_per_rank,
+                            "comm_s": expectation.comm_s, "compute_s": expectation.compute_s,
+                            "text": list(expectation.lines)}
+        print(json.dumps(data, indent=2))
+    else:
+        render(measured, nodes, run_id, verdict, expectation, wall_s, burnin)
+    return 1 if verdict.findings or unhealthy or slow_gpu else 0
+
+
+def render(measured, nodes, run_id, verdict, expectation, wall_s, burnin=()) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from launcher.nettest.figures import rate, size
+    from launcher.nettest.report import headline, pair_lines, rows, verdict_lines
+
+    console = Console(highlight=False)
+    console.print(f"[bold]nettest {run_id}[/]: {headline(measured)}")
+    table = Table(box=None, padding=(0, 1))
+    table.add_column("scope", overflow="fold")  # the one column that wraps on a narrow terminal
+    for col in ("collective", "size", "median", "spread", "algbw", "busbw"):
+        table.add_column(col, justify="left" if col == "collective" else "right", no_wrap=True)
+    for r in rows(measured, nodes):
+        table.add_row(r.scope, r.op.replace("_", "-"), size(r.nbytes), f"{r.median_s * 1e3:.2f} ms",
+                      f"{r.spread:.0%}", rate(r.algbw), rate(r.busbw))
+    console.print(table)
+    if measured.pairs:
+        console.print("[bold]pairs of nodes[/] (one rank each, in parallel rounds)")
+        for line in pair_lines(measured, nodes):
+            console.print(f"  {line}")
+    style = "bold red" if verdict.findings else "green"
+    for i, line in enumerate(verdict_lines(verdict, nodes)):
+        console.print(f"[{style}]{line}[/]" if i < len(verdict.findings) or not verdict.findings else line)
+    if burnin:
+        console.print("[bold]GPU burn-in[/]")
+        for line in burnin:
+            console.print(f"  {line}", markup=False)
+    if expectation is not None:
+        console.print("[bold]what FSDP can expect[/]")
+        for line in expectation.lines:
+            console.print(f"  {line}")
+    if wall_s is not None:
+        console.print(f"[dim]took {wall_s:.1f} s from launch to verdict; kept as {run_id} "
+                      "(fsdp-tui nettests)[/]")

@@ -1,0 +1,253 @@
+"""From the raw times a nettest job measured to bandwidths and a verdict; pure, no I/O.
+
+Bandwidths follow nccl-tests (``doc/PERFORMANCE.md`` there): for a message of ``S`` bytes (the gathered
+output of an all-gather, the input of a reduce-scatter or all-reduce) taking ``t`` seconds on ``n``
+ranks, the algorithm bandwidth is ``S / t``, and the bus bandwidth, what each rank's link carried and
+therefore comparable across rank counts and with the link's own speed, is ``algbw * (n-1)/n`` for
+all-gather and reduce-scatter and ``algbw * 2(n-1)/n`` for all-reduce.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Literal
+
+OPS = ("all_gather", "reduce_scatter", "all_reduce")
+SLOW_RATIO = 0.5
+"""A node (or link) is named slow when its pairs' all-gather bus bandwidth is under this fraction of the
+median of the pairs it is not in: shared links and noisy hosts vary by tens of percent, a degraded link
+or a NIC that fell back to a slower mode by factors."""
+
+
+def bus_factor(op: str, n: int) -> float:
+    """busbw / algbw for ``op`` on ``n`` ranks (nccl-tests)."""
+    if n < 2:
+        return 0.0
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    return (n - 1) / n
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One collective at one size in one scope."""
+
+    op: str
+    nbytes: int
+    median_s: float
+    min_s: float
+    max_s: float
+    n: int
+
+    @property
+    def algbw(self) -> float:
+        """Bytes per second (median time)."""
+        return self.nbytes / self.median_s if self.median_s > 0 else 0.0
+
+    @property
+    def busbw(self) -> float:
+        return self.algbw * bus_factor(self.op, self.n)
+
+    @property
+    def spread(self) -> float:
+        """(slowest - fastest) / median iteration: how steady the figure is."""
+        return (self.max_s - self.min_s) / self.median_s if self.median_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Scope:
+    """A set of ranks measured together: the whole world, one rank per node, or one node's ranks."""
+
+    name: str
+    """``world``, ``across_nodes`` or ``node<N>``."""
+    ranks: tuple[int, ...]
+    figures: tuple[Figure, ...]
+
+    def largest(self, op: str) -> Figure | None:
+        """The figure of ``op`` at the largest size: the one that says what the link can carry."""
+        mine = [f for f in self.figures if f.op == op]
+        return max(mine, key=lambda f: f.nbytes) if mine else None
+
+
+@dataclass(frozen=True)
+class PairFigure:
+    a: int
+    b: int
+    round: int
+    nbytes: int
+    median_s: float
+
+    @property
+    def busbw(self) -> float:
+        return self.nbytes / self.median_s * bus_factor("all_gather", 2) if self.median_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A node whose every pair is slow, or one slow pair (a link)."""
+
+    kind: Literal["node", "link"]
+    nodes: tuple[int, ...]
+    busbw: float
+    """The best of its pairs (a node) or the pair's (a link), bytes/s."""
+    reference: float
+    """The median of the pairs it is not in, bytes/s."""
+
+    @property
+    def ratio(self) -> float:
+        return self.busbw / self.reference if self.reference > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    findings: tuple[Finding, ...]
+    note: str = ""
+    """Why no comparison could be made (a single pair), when so."""
+    threshold: float = SLOW_RATIO
+
+    @property
+    def slow_nodes(self) -> tuple[int, ...]:
+        return tuple(n for f in self.findings if f.kind == "node" for n in f.nodes)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A nettest job's result, decoded once where it enters (it comes from a node: untrusted)."""
+
+    backend: str
+    device: str
+    world_size: int
+    nnodes: int
+    local_world_size: int
+    sizes: tuple[int, ...]
+    iters: int
+    scopes: tuple[Scope, ...]
+    pairs: tuple[PairFigure, ...]
+    phases: dict[str, float]
+    gemm_tflops: tuple[float, ...] = ()
+    """Each rank's GPU bf16 GEMM TFLOP/s (GPU nodes only)."""
+    model_params: int | None = None
+    """The workload's model's parameters, where its config was readable on the nodes."""
+    block_params: int | None = None
+
+    def scope(self, name: str) -> Scope | None:
+        return next((s for s in self.scopes if s.name == name), None)
+
+    @property
+    def across(self) -> Scope | None:
+        """One rank per node: the inter-node figure (the world itself with one process per node)."""
+        if self.nnodes < 2:
+            return None
+        return self.scope("across_nodes") or (self.scope("world") if self.local_world_size == 1 else None)
+
+    @property
+    def inside(self) -> tuple[Scope, ...]:
+        return tuple(s for s in self.scopes if s.name.startswith("node"))
+
+
+class BadResult(ValueError):
+    """The result file is not what a nettest job writes."""
+
+
+def _num(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+        raise BadResult(f"{what}: not a non-negative number")
+    return float(value)
+
+
+def _int(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadResult(f"{what}: not a non-negative integer")
+    return value
+
+
+def _text(value, what: str) -> str:
+    if not isinstance(value, str):
+        raise BadResult(f"{what}: not text")
+    return "".join(ch for ch in value if ch.isprintable())[:200]
+
+
+def _stats(times: list, what: str) -> tuple[float, float, float]:
+    if not isinstance(times, list) or not times:
+        raise BadResult(f"{what}: no times")
+    values = [_num(t, what) for t in times]
+    return statistics.median(values), min(values), max(values)
+
+
+def decode(data: dict) -> Measured:
+    """Decode a nettest result (``trainer/nettest.py``); :class:`BadResult` names what is wrong."""
+    if not isinstance(data, dict) or data.get("version") != 1:
+        raise BadResult("not a nettest result (version 1)")
+    sizes = tuple(_int(s, "sizes") for s in data.get("sizes") or [])
+    scopes = []
+    for raw in data.get("scopes") or []:
+        name = _text(raw.get("name"), "scope name")
+        ranks = tuple(_int(r, f"{name} ranks") for r in raw.get("ranks") or [])
+        figures = []
+        for op in OPS:
+            per_size = (raw.get("ops") or {}).get(op) or []
+            for nbytes, times in zip(sizes, per_size, strict=False):
+                med, lo, hi = _stats(times, f"{name} {op}")
+                figures.append(Figure(op, nbytes, med, lo, hi, len(ranks)))
+        scopes.append(Scope(name, ranks, tuple(figures)))
+    pairs = []
+    for raw in data.get("pairs") or []:
+        med, _lo, _hi = _stats(raw.get("times"), "pair times")
+        pairs.append(PairFigure(_int(raw.get("a"), "pair a"), _int(raw.get("b"), "pair b"),
+                                _int(raw.get("round"), "pair round"), _int(raw.get("bytes"), "pair bytes"), med))
+    phases = {_text(k, "phase"): _num(v, "phase time") for k, v in (data.get("phases") or {}).items()}
+    return Measured(_text(data.get("backend"), "backend"), _text(data.get("device"), "device"),
+                    _int(data.get("world_size"), "world_size"), _int(data.get("nnodes"), "nnodes"),
+                    _int(data.get("local_world_size"), "local_world_size"), sizes,
+                    _int(data.get("iters"), "iters"), tuple(scopes), tuple(pairs), phases,
+                    tuple(_num(t, "gemm_tflops") for t in data.get("gemm_tflops") or []),
+                    *_model(data.get("model")))
+
+
+def _model(raw) -> tuple[int | None, int | None]:
+    if not isinstance(raw, dict):
+        return None, None
+    return _int(raw.get("total_params"), "model total_params"), _int(raw.get("block_params"), "model block_params")
+
+
+def judge_pairs(pairs: tuple[PairFigure, ...] | list[PairFigure], threshold: float = SLOW_RATIO) -> Verdict:
+    """Name the nodes whose every pair is slow against the median of the pairs they are not in, then the
+    single slow pairs (links) among the rest. An even network names nothing."""
+    if not pairs:
+        return Verdict((), "one node: no link between nodes to compare", threshold)
+    if len(pairs) == 1:
+        return Verdict((), "two nodes: one pair, nothing to compare it with (see its figure against the "
+                           "link's rated speed)", threshold)
+    nodes = sorted({n for p in pairs for n in (p.a, p.b)})
+    findings: list[Finding] = []
+    for node in nodes:
+        mine = [p.busbw for p in pairs if node in (p.a, p.b)]
+        others = [p.busbw for p in pairs if node not in (p.a, p.b)]
+        if not mine or not others:
+            continue
+        reference = statistics.median(others)
+        if max(mine) < threshold * reference:
+            findings.append(Finding("node", (node,), max(mine), reference))
+    named = {n for f in findings for n in f.nodes}
+    rest = [p for p in pairs if p.a not in named and p.b not in named]
+    for pair in rest:
+        others = [p.busbw for p in rest if p is not pair]
+        if others and pair.busbw < threshold * statistics.median(others):
+            findings.append(Finding("link", (pair.a, pair.b), pair.busbw, statistics.median(others)))
+    return Verdict(tuple(findings), "", threshold)
+
+
+def rate(bytes_per_s: float) -> str:
+    """A bandwidth in the unit people compare links in: decimal GB/s or MB/s (as nccl-tests prints GB/s)."""
+    if bytes_per_s >= 1e9:
+        return f"{bytes_per_s / 1e9:.2f} GB/s"
+    return f"{bytes_per_s / 1e6:.1f} MB/s"
+
+
+def size(nbytes: int) -> str:
+    if nbytes >= 1 << 30:
+        return f"{nbytes / (1 << 30):g} GiB"
+    if nbytes >= 1 << 20:
+        return f"{nbytes / (1 << 20):g} MiB"
+    return f"{nbytes / 1024:g} KiB"

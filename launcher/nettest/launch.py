@@ -1,0 +1,240 @@
+"""Run the interconnect self-test on a workload's own nodes: the workload launched as a run of its own
+with its command replaced by ``trainer/nettest.py`` under ``torchrun``, so the local, SSH and SLURM
+backends, logs, cancel and the reap of leftovers all work unchanged. Rank 0 prints its result into node
+0's log, which reaches this machine with the log; the result is kept as a record under the data dir."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from launcher.nettest.figures import BadResult, Measured, decode
+from launcher.paths import new_run_id, run_dir
+from launcher.runs.launch import is_owned, start_run
+from launcher.runs.store import RunStore
+from launcher.workload.model import CodeSource, Mlflow, Snapshot
+from launcher.workload.plan import RunPlan, build_plan
+
+NODE_SCRIPT = Path(__file__).resolve().parents[2] / "trainer" / "nettest.py"
+RESULT_MARK = "FSDP_TUI_NETTEST "
+"""The mark before rank 0's result line (``trainer/nettest.py`` prints it)."""
+HEALTH_MARK = "FSDP_TUI_NETTEST_HEALTH "
+"""The mark before each GPU node's health line."""
+RECORDS = "nettests"
+OWNER_GRACE_S = 60.0
+"""How long an ended test's owner may take to finish mirroring and reaping before the result is read."""
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Options:
+    quick: bool = False
+    max_bytes: int | None = None
+    """The largest message; by default the node script takes one decoder block's all-gather where the
+    model's ``config.json`` is readable on the nodes, else 256 MiB (64 MiB with ``quick``)."""
+    phase_deadline_s: float = 120.0
+    """The most one phase (rendezvous, one scope, one round of pairs) may take before the job gives up."""
+    cpu: bool = False
+
+
+@dataclass(frozen=True)
+class Outcome:
+    run_id: str
+    state: str
+    measured: Measured | None
+    raw: dict | None
+    nodes: tuple[str, ...]
+    """Each node's name, by node rank."""
+    problems: tuple[str, ...]
+    """Why there is no result, node by node (empty when there is one)."""
+    started_at: float
+    wall_s: float
+    health: dict[int, dict] = field(default_factory=dict)
+    """Each GPU node's health report, by node rank (none on CPU nodes)."""
+
+
+def node_code(home: Path) -> Path:
+    """The folder shipped as the test's code snapshot: the node script alone."""
+    code = home / RECORDS / "node-code"
+    code.mkdir(parents=True, exist_ok=True)
+    target = code / "nettest.py"
+    if not target.exists() or target.read_bytes() != NODE_SCRIPT.read_bytes():
+        tmp = code / "nettest.py.tmp"
+        shutil.copyfile(NODE_SCRIPT, tmp)
+        tmp.replace(target)
+    return code
+
+
+def node_command(plan: RunPlan, options: Options) -> str:
+    """The shell text each node runs: torchrun over the rendezvous the plan gives, the node script."""
+    env = plan.workload.environment
+    python = "python" if env.dependencies else env.python
+    flags = [f"--phase-deadline-s={options.phase_deadline_s:g}"]
+    if options.max_bytes:
+        flags.append(f"--max-bytes={options.max_bytes}")
+    if options.quick:
+        flags.append("--quick")
+    if options.cpu:
+        flags.append("--cpu")
+    return (f"exec {shlex.quote(python)} -m torch.distributed.run --nnodes=\"$NUM_NODES\" "
+            "--node_rank=\"$NODE_RANK\" --nproc_per_node=\"$LOCAL_WORLD_SIZE\" --master_addr=\"$MASTER_ADDR\" "
+            "--master_port=\"$MASTER_PORT\" \"$CODE_SOURCE_PATH/nettest.py\" "
+            + " ".join(flags) + " --out=\"$CODE_SOURCE_PATH/../nettest.json\"\n")
+
+
+def nettest_plan(plan: RunPlan, options: Options, home: Path) -> RunPlan:
+    """The workload's plan with its command replaced by the test: the same nodes, processes per node,
+    backend, interpreter and environment; no MLflow run, no retries, a time limit."""
+    w = plan.workload
+    name = f"nettest-{w.experiment_name}"[:100]
+    phases = 8 + (plan.topology.num_nodes > 1) * 3
+    limit_min = (phases * options.phase_deadline_s + 300) / 60
+    workload = w.model_copy(update={
+        "experiment_name": name, "command": node_command(plan, options),
+        "code_source": CodeSource(snapshot=Snapshot(root_path=str(node_code(home)))),
+        "mlflow": Mlflow(enabled=False), "sweep": None, "max_retries": 0, "timeout_minutes": limit_min})
+    return build_plan(workload, run_id=new_run_id(name), source_file=plan.source_file, node_root=plan.node_root)
+
+
+def run_nettest(plan: RunPlan, options: Options, home: Path, *, on_state=None, poll_s: float = 0.2) -> Outcome:
+    """Launch the test, wait for its run to end and read rank 0's result; the record is kept."""
+    test = nettest_plan(plan, options, home)
+    started = time.time()
+    run_id = start_run(test, home)
+    try:
+        _wait(home, run_id, on_state, poll_s)
+    except KeyboardInterrupt:
+        # Nobody wants a test to go on alone: it is cancelled, and nothing stays on the nodes.
+        import asyncio
+
+        from launcher.runs.launch import cancel_run
+
+        asyncio.run(cancel_run(home, run_id))
+        raise
+    outcome = collect(home, run_id, started)
+    save_record(home, outcome, plan)
+    return outcome
+
+
+def _wait(home: Path, run_id: str, on_state, poll_s: float) -> None:
+    store = RunStore(home)
+    last, final_since = None, None
+    while True:
+        record = store.get_run(run_id)
+        if record is not None and record.summary.state != last:
+            last = record.summary.state
+            if on_state is not None:
+                on_state(last.value, record.summary.detail)
+        # The owner leaves once the nodes' logs are mirrored to the end and nothing runs on them: only
+        # then is rank 0's line surely here.
+        if record is not None and record.summary.state.is_final:
+            final_since = final_since or time.monotonic()
+            if not is_owned(home, run_id) or time.monotonic() - final_since > OWNER_GRACE_S:
+                return
+        time.sleep(poll_s)
+
+
+def collect(home: Path, run_id: str, started_at: float) -> Outcome:
+    """The result of an ended test run: rank 0's line from node 0's log, or why there is none."""
+    record = RunStore(home).get_run(run_id)
+    nodes = tuple(n.host for n in sorted(record.nodes, key=lambda n: n.node_rank))
+    log = run_dir(home, run_id) / "nodes" / "0.log"
+    raw = None
+    text = log.read_text(errors="replace") if log.exists() else ""
+    for line in reversed(text.splitlines()):
+        if line.startswith(RESULT_MARK):
+            try:
+                raw = json.loads(line[len(RESULT_MARK):])
+            except ValueError:
+                raw = None
+            break
+    problems: list[str] = []
+    measured = None
+    if raw is not None:
+        try:
+            measured = decode(raw)
+        except BadResult as err:
+            problems.append(f"node 0 ({nodes[0] if nodes else '?'}): its result is not readable: {err}")
+            raw = None
+    if measured is None:
+        problems.append(f"the test run {run_id} {record.summary.state.value}: {record.summary.detail or 'no result'}")
+        for n in sorted(record.nodes, key=lambda n: n.node_rank):
+            if n.state.value != "succeeded":
+                problems.append(f"node {n.node_rank} ({n.host}): {n.state.value}"
+                                + (f": {n.detail}" if n.detail else ""))
+        problems.append(f"see its logs: fsdp-tui logs {run_id}")
+    return Outcome(run_id, record.summary.state.value, measured, raw, nodes, tuple(problems), started_at,
+                   time.time() - started_at, read_health(home, run_id, len(nodes)))
+
+
+def read_health(home: Path, run_id: str, num_nodes: int) -> dict[int, dict]:
+    """Each node's last health line from its log's local mirror (only GPU nodes print one)."""
+    out: dict[int, dict] = {}
+    for rank in range(num_nodes):
+        log = run_dir(home, run_id) / "nodes" / f"{rank}.log"
+        if not log.exists():
+            continue
+        for line in reversed(log.read_text(errors="replace").splitlines()):
+            if line.startswith(HEALTH_MARK):
+                try:
+                    data = json.loads(line[len(HEALTH_MARK):])
+                except ValueError:
+                    data = {"smi_readable": False}
+                out[rank] = data if isinstance(data, dict) else {"smi_readable": False}
+                break
+    return out
+
+
+def save_record(home: Path, outcome: Outcome, plan: RunPlan) -> Path:
+    """``<data dir>/nettests/<run id>.json``: nodes, workload, figures and date, comparable later."""
+    folder = home / RECORDS
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {"run_id": outcome.run_id, "state": outcome.state, "started_at": outcome.started_at,
+            "wall_s": round(outcome.wall_s, 2), "nodes": list(outcome.nodes),
+            "workload": str(plan.source_file) if plan.source_file else None,
+            "experiment": plan.workload.experiment_name, "result": outcome.raw, "problems": list(outcome.problems),
+            "health": {str(k): v for k, v in outcome.health.items()}}
+    path = folder / f"{outcome.run_id}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)
+    return path
+
+
+def list_records(home: Path) -> list[dict]:
+    """Every kept test, newest first; a file that does not parse is skipped."""
+    out = []
+    for path in (home / RECORDS).glob("*.json"):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("run_id"), str):
+            out.append(data)
+    return sorted(out, key=lambda d: d.get("started_at") or 0, reverse=True)
+
+
+def newest_for(home: Path, hosts: list[str] | tuple[str, ...], *, besides: str = "") -> dict | None:
+    """The newest kept test with a result on exactly these nodes (in rank order), other than ``besides``,
+    summarised: id, date, the verdict's first line and the whole world's all-gather bus bandwidth."""
+    from launcher.nettest.figures import judge_pairs, rate
+    from launcher.nettest.report import verdict_lines
+
+    for record in list_records(home):
+        if record["run_id"] == besides or list(record.get("nodes") or []) != list(hosts):
+            continue
+        try:
+            measured = decode(record.get("result"))
+        except BadResult:
+            continue
+        world = measured.scope("world")
+        ag = world.largest("all_gather") if world else None
+        return {"run_id": record["run_id"], "started_at": record.get("started_at"),
+                "verdict": verdict_lines(judge_pairs(measured.pairs), tuple(record["nodes"]))[0],
+                "all_gather_busbw": ag.busbw if ag else None,
+                "summary": f"{rate(ag.busbw) if ag else '-'} all-gather bus bandwidth over the whole world"}
+    return None

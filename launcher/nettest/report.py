@@ -1,0 +1,94 @@
+"""A measured test as rows and sentences, the same for the CLI, ``--json`` and the app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from launcher.nettest.figures import Measured, Scope, Verdict, judge_pairs, rate, size
+
+
+@dataclass(frozen=True)
+class Row:
+    scope: str
+    """``whole world``, ``across nodes`` or ``inside <node>``."""
+    op: str
+    nbytes: int
+    median_s: float
+    spread: float
+    algbw: float
+    busbw: float
+
+
+def scope_label(scope: Scope, nodes: tuple[str, ...]) -> str:
+    if scope.name == "world":
+        return "whole world"
+    if scope.name == "across_nodes":
+        return "across nodes"
+    index = int(scope.name[4:]) if scope.name[4:].isdigit() else -1
+    return f"inside node {index} ({nodes[index]})" if 0 <= index < len(nodes) else f"inside {scope.name}"
+
+
+def rows(m: Measured, nodes: tuple[str, ...]) -> list[Row]:
+    out = []
+    for scope in m.scopes:
+        label = scope_label(scope, nodes)
+        if scope.name == "world" and m.nnodes > 1 and m.local_world_size == 1:
+            label = "whole world = across nodes"
+        elif scope.name == "world" and m.nnodes == 1:
+            label = "whole world = inside node 0" + (f" ({nodes[0]})" if nodes else "")
+        for f in scope.figures:
+            out.append(Row(label, f.op, f.nbytes, f.median_s, f.spread, f.algbw, f.busbw))
+    return out
+
+
+def node_name(rank: int, nodes: tuple[str, ...]) -> str:
+    return f"node {rank} ({nodes[rank]})" if 0 <= rank < len(nodes) else f"node {rank}"
+
+
+def verdict_lines(verdict: Verdict, nodes: tuple[str, ...]) -> list[str]:
+    """The verdict in words, with the rule it applied."""
+    rule = (f"(a node is slow when all its pairs' all-gather bus bandwidth is under {verdict.threshold:.2f}x "
+            "the median of the pairs it is not in; a link, when one pair is)")
+    if verdict.note:
+        return [verdict.note]
+    if not verdict.findings:
+        return [f"no slow node or link {rule}"]
+    out = []
+    for f in verdict.findings:
+        who = node_name(f.nodes[0], nodes) if f.kind == "node" else \
+            f"the link {node_name(f.nodes[0], nodes)} - {node_name(f.nodes[1], nodes)}"
+        out.append(f"slow {f.kind}: {who}: {rate(f.busbw)} all-gather bus bandwidth against {rate(f.reference)} "
+                   f"for the other pairs ({f.ratio:.2f}x)")
+    return [*out, rule]
+
+
+def pair_lines(m: Measured, nodes: tuple[str, ...]) -> list[str]:
+    return [f"round {p.round + 1}: {node_name(p.a, nodes)} - {node_name(p.b, nodes)}: {rate(p.busbw)} "
+            f"({size(p.nbytes)} all-gather, median {p.median_s * 1e3:.1f} ms)" for p in m.pairs]
+
+
+def headline(m: Measured) -> str:
+    world = m.scope("world")
+    ag = world.largest("all_gather") if world else None
+    return (f"{m.nnodes} node(s) x {m.local_world_size} process(es), {m.backend} on {m.device}; whole world "
+            f"all-gather {rate(ag.busbw) if ag else '-'} bus bandwidth at {size(ag.nbytes) if ag else '-'}")
+
+
+def to_dict(m: Measured, nodes: tuple[str, ...], verdict: Verdict | None = None) -> dict:
+    """The figures for scripts (``--json``): bandwidths in bytes per second, times in seconds."""
+    verdict = verdict or judge_pairs(m.pairs)
+    return {
+        "backend": m.backend, "device": m.device, "nodes": list(nodes), "nnodes": m.nnodes,
+        "local_world_size": m.local_world_size, "world_size": m.world_size, "iters": m.iters,
+        "figures": [{"scope": r.scope, "op": r.op, "bytes": r.nbytes, "median_s": r.median_s,
+                     "spread": round(r.spread, 4), "algbw": r.algbw, "busbw": r.busbw} for r in rows(m, nodes)],
+        "pairs": [{"a": p.a, "b": p.b, "round": p.round, "bytes": p.nbytes, "median_s": p.median_s,
+                   "busbw": p.busbw} for p in m.pairs],
+        "verdict": {"threshold": verdict.threshold, "note": verdict.note,
+                    "slow_nodes": [{"node": n, "host": nodes[n] if n < len(nodes) else ""}
+                                   for n in verdict.slow_nodes],
+                    "findings": [{"kind": f.kind, "nodes": list(f.nodes), "busbw": f.busbw,
+                                  "reference": f.reference, "ratio": round(f.ratio, 3)} for f in verdict.findings],
+                    "text": verdict_lines(verdict, nodes)},
+        "phases_s": m.phases,
+    }

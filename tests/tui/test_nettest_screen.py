@@ -1,0 +1,52 @@
+"""A kept interconnect test found in the command palette and shown as a table, verdict and bars."""
+
+from __future__ import annotations
+
+import json
+
+from textual.command import CommandPalette
+from textual.widgets import DataTable, Static
+
+from launcher.events import RunState
+from tests.launcher.test_nettest_units import result
+from tests.tui.test_app import _wait_for
+from tui.app import FsdpTuiApp
+from tui.screens.nettest import NettestScreen
+
+
+async def test_a_kept_test_opens_from_the_palette_with_its_table_and_verdict(home):
+    (home / "nettests").mkdir(parents=True)
+    record = {"run_id": "20261125-0700-nettest-x-ab12", "state": "succeeded", "started_at": 1.0, "wall_s": 9.0,
+              "nodes": ["alpha", "beta", "gamma"], "result": result(nnodes=3, local=2), "problems": []}
+    (home / "nettests" / "20261125-0700-nettest-x-ab12.json").write_text(json.dumps(record))
+    app = FsdpTuiApp(home)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await pilot.pause()
+        await pilot.press("ctrl+p")
+        await _wait_for(pilot, lambda: isinstance(app.screen, CommandPalette))
+        await pilot.press(*"nettest 20261125-0700")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await _wait_for(pilot, lambda: isinstance(app.screen, NettestScreen)
+                        and app.screen.query_one(DataTable).row_count > 0)
+        screen = app.screen
+        # 3 ops x 1 size in: the world, across nodes, and inside each of the 3 nodes
+        assert screen.query_one(DataTable).row_count == 3 * 5
+        verdict = str(screen.query_one("#nettest-verdict", Static).render())
+        assert verdict.startswith("slow node: node 2 (gamma): ") and screen.query_one("#nettest-verdict").has_class("-slow")
+        assert len(screen.query("PlotextPlot")) == 2
+
+
+async def test_the_monitor_names_the_newest_test_of_its_nodes(home):
+    from tests.tui.test_app import _record_run
+    from tui.screens.monitor import RunMonitorScreen
+
+    _record_run(home, "run-net", {0: ["a"], 1: ["b"]}, [], RunState.SUCCEEDED)
+    (home / "nettests").mkdir(parents=True)
+    record = {"run_id": "t-net", "started_at": 1.0, "nodes": ["a", "b"], "result": result(nnodes=2, local=1)}
+    (home / "nettests" / "t-net.json").write_text(json.dumps(record))
+    app = FsdpTuiApp(home, run_id="run-net")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await _wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen) and app.screen.sub_title)
+        assert app.screen.sub_title.startswith("network (t-net): ")
+        assert app.screen.sub_title.endswith("two nodes: one pair, nothing to compare it with")

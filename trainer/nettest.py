@@ -1,0 +1,399 @@
+"""The interconnect self-test, node side: run under ``torchrun`` on a workload's own nodes, it times
+all-gather, reduce-scatter and all-reduce per message size inside each node, across nodes (one rank per
+node) and over the whole world, then pairs of nodes in parallel rounds, and rank 0 writes the raw times.
+
+Standard library and torch only (no launcher, no trainer imports): the launcher ships this one file in a
+code snapshot, so it also runs where the built-in trainer is not installed. Bandwidths and the verdict
+are computed on the operator's side from the raw times (``launcher.nettest``). NCCL on GPUs, gloo on CPU.
+
+    torchrun --nnodes=N --nproc_per_node=L ... nettest.py --quick --out result.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import threading
+import time
+from datetime import timedelta
+
+RESULT_MARK = "FSDP_TUI_NETTEST "
+"""Rank 0 prints its result on one line after this mark, so it reaches the operator with the node's log."""
+HEALTH_MARK = "FSDP_TUI_NETTEST_HEALTH "
+"""Each node's first local rank prints its GPUs' health on one line after this mark (GPU nodes only)."""
+OPS = ("all_gather", "reduce_scatter", "all_reduce")
+MIB = 1 << 20
+
+
+def sizes_for(max_bytes: int, quick: bool) -> list[int]:
+    """Message sizes from 1 MiB up to ``max_bytes``, x4 apart (x16 with ``quick``), the largest included."""
+    step = 16 if quick else 4
+    sizes, size = [], MIB
+    while size < max_bytes:
+        sizes.append(size)
+        size *= step
+    sizes.append(max(max_bytes, MIB))
+    return sorted(set(sizes))
+
+
+def ring_pairs(nnodes: int) -> list[tuple[int, int, int]]:
+    """``(round, a, b)``: each node with its ring neighbour, in at most three rounds where no node is in
+    two pairs at once (even pairs, odd pairs, and the pair closing an odd ring)."""
+    if nnodes < 2:
+        return []
+    if nnodes == 2:
+        return [(0, 0, 1)]
+    pairs = []
+    for i in range(nnodes):
+        a, b = i, (i + 1) % nnodes
+        rnd = 2 if (nnodes % 2 and i == nnodes - 1) else i % 2
+        pairs.append((rnd, min(a, b), max(a, b)))
+    return pairs
+
+
+class Deadline:
+    """Ends the whole process when a phase overruns, naming the phase: a dead peer never hangs a node."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.phase = "start"
+        self._timer: threading.Timer | None = None
+
+    def enter(self, phase: str) -> None:
+        self.phase = phase
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = threading.Timer(self.seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _expire(self) -> None:
+        print(f"nettest: phase '{self.phase}' ran past its deadline of {self.seconds:.0f} s "
+              "(a node or link stopped answering); giving up", file=sys.stderr, flush=True)
+        os._exit(3)
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    import torch
+    import torch.distributed as dist
+
+    deadline = Deadline(args.phase_deadline_s)
+    deadline.enter("rendezvous")
+    cuda = torch.cuda.is_available() and not args.cpu
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if cuda:
+        torch.cuda.set_device(local_rank)
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=args.phase_deadline_s))
+    try:
+        result = _run(args, torch, dist, device, deadline)
+    finally:
+        deadline.enter("shutdown")
+        dist.destroy_process_group()
+        deadline.cancel()
+    if result is not None:
+        text = json.dumps(result, separators=(",", ":"))
+        if args.out:
+            tmp = f"{args.out}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, args.out)
+        print(RESULT_MARK + text, flush=True)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nettest", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="fewer sizes and iterations")
+    p.add_argument("--max-bytes", type=int, default=0, help="the largest message (bytes; default: one "
+                   "decoder block's all-gather where the model's config.json is readable here, else 256 MiB, "
+                   "64 MiB with --quick)")
+    p.add_argument("--pair-bytes", type=int, default=0, help="the pairs' message (default: the largest)")
+    p.add_argument("--iters", type=int, default=0, help="timed iterations per size (default 10, quick 3)")
+    p.add_argument("--warmup", type=int, default=0, help="untimed iterations first (default 2, quick 1)")
+    p.add_argument("--phase-deadline-s", type=float, default=120.0, help="the most one phase may take")
+    p.add_argument("--cpu", action="store_true", help="gloo on CPU even where GPUs exist")
+    p.add_argument("--out", default="", help="also write the result (rank 0) to this file")
+    return p
+
+
+def _run(args, torch, dist, device, deadline: Deadline) -> dict | None:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    nnodes = world // local
+    iters = args.iters or (3 if args.quick else 10)
+    warmup = args.warmup or (1 if args.quick else 2)
+    model = model_shape(os.environ.get("HYPERPARAMETERS_PATH", ""))
+    param_bytes = 2 if device.type == "cuda" else 4
+    max_bytes = args.max_bytes or (model["block_params"] * param_bytes if model else 0) or \
+        (64 if args.quick else 256) * MIB
+    sizes = sizes_for(max_bytes, args.quick)
+    pair_bytes = args.pair_bytes or sizes[-1]
+    phases: dict[str, float] = {}
+
+    deadline.enter("groups")
+    t0 = time.monotonic()
+    # Every rank creates every group, in the same order (the collectives' rule), even those it is not in.
+    # On one node the world is that node: it is measured once.
+    node_groups = [dist.new_group(list(range(n * local, (n + 1) * local))) for n in range(nnodes)] \
+        if local > 1 and nnodes > 1 else []
+    inter = dist.new_group([n * local for n in range(nnodes)]) if nnodes > 1 else None
+    pairs = ring_pairs(nnodes)
+    pair_groups = [dist.new_group([a * local, b * local]) for _r, a, b in pairs]
+    phases["groups"] = time.monotonic() - t0
+
+    scopes: list[tuple[str, object, list[int]]] = [("world", None, list(range(world)))]
+    if inter is not None and local > 1:
+        scopes.append(("across_nodes", inter, [n * local for n in range(nnodes)]))
+    for n, g in enumerate(node_groups):
+        scopes.append((f"node{n}", g, list(range(n * local, (n + 1) * local))))
+
+    # Times are in one tensor that rank 0 fills in by a SUM over the world: no object collectives
+    # (they need numpy on every node). Slot [scope, op, size, iteration].
+    times = torch.zeros(len(scopes), len(OPS), len(sizes), iters, dtype=torch.float64)
+    # The nodes' own scopes share no rank: they run at once, as one phase.
+    phase_of = {name: ("inside nodes" if name.startswith("node") else name) for name, _g, _m in scopes}
+    for phase in dict.fromkeys(phase_of.values()):
+        deadline.enter(phase)
+        t0 = time.monotonic()
+        for s, (name, group, members) in enumerate(scopes):
+            if phase_of[name] != phase or rank not in members:
+                continue
+            for o, op in enumerate(OPS):
+                for z, nbytes in enumerate(sizes):
+                    got = _time(torch, dist, device, op, nbytes, len(members), group, iters, warmup)
+                    if rank == members[0]:
+                        times[s, o, z] = got
+        dist.barrier()
+        phases[phase] = time.monotonic() - t0
+
+    pair_times = torch.zeros(len(pairs), iters, dtype=torch.float64)
+    for rnd in sorted({p[0] for p in pairs}):
+        deadline.enter(f"pairs round {rnd + 1}")
+        t0 = time.monotonic()
+        for i, (r, a, b) in enumerate(pairs):
+            if r == rnd and rank in (a * local, b * local):
+                got = _time(torch, dist, device, "all_gather", pair_bytes, 2, pair_groups[i], iters, warmup)
+                if rank == a * local:
+                    pair_times[i] = got
+        dist.barrier()
+        phases[f"pairs round {rnd + 1}"] = time.monotonic() - t0
+
+    gemm = torch.zeros(world, dtype=torch.float64)
+    if device.type == "cuda":
+        deadline.enter("burn-in")
+        t0 = time.monotonic()
+        gemm[rank] = gemm_tflops(torch, device, 4096 if args.quick else 8192)
+        if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            print(HEALTH_MARK + json.dumps(gpu_health(), separators=(",", ":")), flush=True)
+        dist.barrier()
+        phases["burn-in"] = time.monotonic() - t0
+
+    deadline.enter("collect")
+    # NCCL reduces only tensors on the GPU: the bookkeeping travels there and back.
+    times, pair_times, gemm = (_reduced(dist, t, device) for t in (times, pair_times, gemm))
+    if rank != 0:
+        return None
+    return {
+        "version": 1,
+        "backend": dist.get_backend(),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "host": platform.node(),
+        "world_size": world, "nnodes": nnodes, "local_world_size": local,
+        "dtype": "float32", "iters": iters, "warmup": warmup, "sizes": sizes, "model": model,
+        "scopes": [{"name": name, "ranks": members,
+                    "ops": {op: [[float(x) for x in times[s, o, z]] for z in range(len(sizes))]
+                            for o, op in enumerate(OPS)}}
+                   for s, (name, _g, members) in enumerate(scopes)],
+        "pairs": [{"round": r, "a": a, "b": b, "bytes": pair_bytes, "times": [float(x) for x in pair_times[i]]}
+                  for i, (r, a, b) in enumerate(pairs)],
+        "gemm_tflops": [round(float(x), 2) for x in gemm] if device.type == "cuda" else [],
+        "phases": {k: round(v, 3) for k, v in phases.items()},
+        "deadline_s": args.phase_deadline_s,
+    }
+
+
+def _time(torch, dist, device, op: str, nbytes: int, n: int, group, iters: int, warmup: int):
+    """Seconds (a float64 tensor) per iteration of ``op`` on ``nbytes`` (the nccl-tests size: the gathered output of an
+    all-gather, the input of a reduce-scatter), the slowest member's time of each iteration."""
+    count = max(n, (nbytes // 4) // n * n)
+    full = torch.ones(count, dtype=torch.float32, device=device)
+    part = torch.ones(count // n, dtype=torch.float32, device=device)
+    if op == "all_gather":
+        def call():
+            dist.all_gather_into_tensor(full, part, group=group)
+    elif op == "reduce_scatter":
+        def call():
+            dist.reduce_scatter_tensor(part, full, group=group)
+    else:
+        def call():
+            dist.all_reduce(full, group=group)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for _ in range(warmup):
+        call()
+    sync()
+    out = torch.zeros(iters, dtype=torch.float64)
+    for i in range(iters):
+        dist.barrier(group=group)
+        t0 = time.perf_counter()
+        call()
+        sync()
+        out[i] = time.perf_counter() - t0
+    return _reduced(dist, out, device, dist.ReduceOp.MAX, group)
+
+
+def _reduced(dist, tensor, device, op=None, group=None):
+    """``tensor`` reduced over ``group`` (SUM unless ``op``), back on the CPU."""
+    on_device = tensor.to(device)
+    dist.all_reduce(on_device, op=op or dist.ReduceOp.SUM, group=group)
+    return on_device.cpu()
+
+
+
+def block_params(config: dict) -> tuple[int, int] | None:
+    """(parameters of one decoder block, of the whole model) from a Hugging Face ``config.json`` of a
+    Llama-shaped decoder (attention with grouped K/V heads, a gated MLP, two norms); ``None`` when the
+    config lacks the sizes."""
+    def num(*keys: str) -> int | None:
+        for key in keys:
+            value = config.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return None
+
+    hidden, layers = num("hidden_size", "n_embd", "d_model"), num("num_hidden_layers", "n_layer", "num_layers")
+    if hidden is None or layers is None:
+        return None
+    heads = num("num_attention_heads", "n_head") or 1
+    head_dim = num("head_dim") or hidden // heads
+    kv = num("num_key_value_heads") or heads
+    inner = num("intermediate_size", "n_inner", "ffn_dim") or 4 * hidden
+    attention = hidden * heads * head_dim * 2 + hidden * kv * head_dim * 2
+    block = attention + 3 * hidden * inner + 2 * hidden
+    vocab = num("vocab_size") or 0
+    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
+    return block, layers * block + embeddings + hidden
+
+
+def model_shape(params_path: str) -> dict | None:
+    """The workload's model, where its ``model_name`` is a folder with a ``config.json`` on this node."""
+    try:
+        import yaml
+
+        with open(params_path, encoding="utf-8") as f:
+            params = yaml.safe_load(f) or {}
+        name = os.path.expanduser(str(params.get("model_name") or ""))
+        if not name:
+            return None
+        with open(os.path.join(name, "config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+    except (ImportError, OSError, ValueError, AttributeError):
+        return None
+    sizes = block_params(config) if isinstance(config, dict) else None
+    if sizes is None:
+        return None
+    return {"name": os.path.basename(name.rstrip("/")), "block_params": sizes[0], "total_params": sizes[1]}
+
+
+def gemm_tflops(torch, device, n: int, iters: int = 10) -> float:
+    """Dense bf16 matmul TFLOP/s of this rank's GPU (an ``n`` x ``n`` square product, after warm-up)."""
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        a @ b
+    torch.cuda.synchronize(device)
+    return 2 * n**3 * iters / (time.perf_counter() - t0) / 1e12
+
+
+def _command(argv: list[str]) -> str:
+    """A command's output, or ``""`` where it cannot run or be read (no driver tools, no permission)."""
+    import subprocess
+
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def gpu_health() -> dict:
+    """This node's GPU health counters and kernel Xid lines, parsed here (a node's text stays here)."""
+    smi = _command(["nvidia-smi", "-q", "-d", "ECC,PAGE_RETIREMENT,ROW_REMAPPER"])
+    links = _command(["nvidia-smi", "nvlink", "-s"])
+    kernel = _command(["dmesg"])
+    return {"gpus": parse_smi_health(smi), "nvlink": parse_nvlink(links), "xid": parse_xid(kernel)[-20:],
+            "smi_readable": bool(smi), "kernel_log_readable": bool(kernel)}
+
+
+def parse_smi_health(text: str) -> list[dict]:
+    """Per GPU of ``nvidia-smi -q``: uncorrectable ECC errors (volatile, aggregate), pending page
+    retirement, remapped rows (correctable, uncorrectable, pending, failure). ``None`` where not reported."""
+    gpus: list[dict] = []
+    path: list[tuple[int, str]] = []
+    for line in text.splitlines():
+        if line.startswith("GPU "):
+            gpus.append({"bus_id": line[4:].strip(), "ecc_volatile_uncorrectable": None,
+                         "ecc_aggregate_uncorrectable": None, "retired_pending": None, "remapped_correctable": None,
+                         "remapped_uncorrectable": None, "remap_pending": None, "remap_failure": None})
+            path = []
+            continue
+        if not gpus or not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        key, sep, value = (part.strip() for part in line.partition(":"))
+        while path and path[-1][0] >= indent:
+            path.pop()
+        if not sep or not value:
+            path.append((indent, key))
+            continue
+        sections = [name for _i, name in path]
+        gpu = gpus[-1]
+        number = int(value) if value.isdigit() else None
+        if "ECC Errors" in sections and ("Uncorrectable" in key or key == "Double Bit ECC" or
+                                         (key == "Total" and "Double Bit" in sections)):
+            field = "ecc_volatile_uncorrectable" if "Volatile" in sections else "ecc_aggregate_uncorrectable"
+            if number is not None:
+                gpu[field] = (gpu[field] or 0) + number
+        elif "Retired Pages" in sections and key == "Pending Page Blacklist" and value != "N/A":
+            gpu["retired_pending"] = value == "Yes"
+        elif "Remapped Rows" in sections and len(sections) == 1:
+            field = {"Correctable Error": "remapped_correctable", "Uncorrectable Error": "remapped_uncorrectable",
+                     "Pending": "remap_pending", "Remapping Failure Occurred": "remap_failure"}.get(key)
+            if field and value != "N/A":
+                gpu[field] = number if field.startswith("remapped") else value == "Yes"
+    return gpus
+
+
+def parse_nvlink(text: str) -> dict:
+    """``nvidia-smi nvlink -s``: per GPU, how many links are up and how many are inactive."""
+    out: dict[str, dict] = {}
+    gpu = None
+    for line in text.splitlines():
+        if line.startswith("GPU "):
+            gpu = line.split(" (UUID")[0]
+            out[gpu] = {"up": 0, "inactive": 0}
+        elif gpu is not None and line.strip().startswith("Link ") and ":" in line:
+            state = line.split(":", 1)[1].strip()
+            out[gpu]["inactive" if "inactive" in state.lower() else "up"] += 1
+    return out
+
+
+def parse_xid(text: str) -> list[str]:
+    """Kernel log lines of NVIDIA Xid events (``NVRM: Xid (PCI:...): 79, ...``)."""
+    return [line.strip()[:300] for line in text.splitlines() if "NVRM: Xid" in line]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""The interconnect self-test in the app: runs ``nettest`` on a workload's nodes (or opens a kept test)
+and shows its table, the verdict and bars per size and per pair of nodes. The figures and the verdict
+come from :mod:`launcher.nettest`; this screen only shows them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Header, Label, Static
+
+from launcher.nettest.figures import Measured, judge_pairs, rate, size
+from launcher.nettest.report import headline, rows, verdict_lines
+from tui.widgets.footer import FitFooter
+
+
+@dataclass
+class Progress(Message):
+    text: str
+
+
+@dataclass
+class Done(Message):
+    run_id: str
+    measured: Measured | None
+    nodes: tuple[str, ...]
+    problems: tuple[str, ...]
+
+
+class NettestScreen(Screen):
+    """``NettestScreen(path=...)`` runs a quick test of that workload; ``NettestScreen(record=...)``
+    shows a kept one (``launcher.nettest.launch.list_records``)."""
+
+    DEFAULT_CSS = """
+    NettestScreen #nettest-title { padding: 0 1; background: $panel; width: 100%; height: 1; text-style: bold; }
+    NettestScreen #nettest-status { padding: 0 1; height: auto; color: $text-muted; }
+    NettestScreen #nettest-verdict { padding: 0 1; height: auto; }
+    NettestScreen #nettest-verdict.-slow { color: $error; }
+    NettestScreen DataTable { height: auto; max-height: 20; }
+    NettestScreen #nettest-plots { height: 16; }
+    NettestScreen PlotextPlot { width: 1fr; }
+    """
+    BINDINGS = [Binding("escape", "back", "back")]
+
+    def __init__(self, path: Path | None = None, record: dict | None = None, overrides: list[str] | None = None) -> None:
+        super().__init__()
+        self.path, self.record, self.overrides = path, record, list(overrides or [])
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Label("interconnect self-test", id="nettest-title")
+        with VerticalScroll():
+            yield Static("", id="nettest-status")
+            yield DataTable(id="nettest-table", zebra_stripes=True, cursor_type="row")
+            yield Static("", id="nettest-verdict")
+            yield Horizontal(id="nettest-plots")
+        yield FitFooter()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns("scope", "collective", "size", "median", "spread", "algbw", "busbw")
+        if self.record is not None:
+            self._show_record(self.record)
+        elif self.path is not None:
+            self.query_one("#nettest-title", Label).update(f"interconnect self-test: {self.path.name}")
+            self._status(f"starting a quick test on the nodes of {self.path} ...")
+            self.run_test(self.path)
+
+    def _status(self, text: str) -> None:
+        self.query_one("#nettest-status", Static).update(text)
+
+    def _show_record(self, record: dict) -> None:
+        from launcher.nettest.figures import BadResult, decode
+
+        nodes = tuple(str(n) for n in record.get("nodes") or [])
+        try:
+            measured = decode(record.get("result"))
+        except BadResult:
+            measured = None
+        self.post_message(Done(str(record.get("run_id")), measured, nodes,
+                               tuple(str(p) for p in record.get("problems") or ["no result"])))
+
+    @work(thread=True, exclusive=True, group="nettest")
+    def run_test(self, path: Path) -> None:
+        from launcher.nettest.launch import Options, run_nettest
+        from launcher.workload.load import plan_file
+
+        planned = plan_file(path, self.overrides, home=self.app.home)
+        plan = planned.plan
+        if plan is None or plan.blockers:
+            why = planned.result.errors[0].format() if plan is None and planned.result.errors else \
+                "; ".join(plan.blockers if plan else ["invalid workload"])
+            self.post_message(Done("", None, (), (f"not tested: {why}",)))
+            return
+        outcome = run_nettest(plan, Options(quick=True), self.app.home,
+                              on_state=lambda state, detail: self.post_message(Progress(f"{state} {detail}")))
+        self.post_message(Done(outcome.run_id, outcome.measured, outcome.nodes, outcome.problems))
+
+    @on(Progress)
+    def _progress(self, message: Progress) -> None:
+        self._status(f"test run: {message.text}")
+
+    @on(Done)
+    def _done(self, message: Done) -> None:
+        self.query_one("#nettest-title", Label).update(f"interconnect self-test {message.run_id}")
+        verdict_box = self.query_one("#nettest-verdict", Static)
+        if message.measured is None:
+            self._status("no result")
+            verdict_box.update("\n".join(message.problems))
+            verdict_box.add_class("-slow")
+            return
+        m = message.measured
+        self._status(headline(m))
+        table = self.query_one(DataTable)
+        table.clear()
+        for r in rows(m, message.nodes):
+            table.add_row(r.scope, r.op.replace("_", "-"), size(r.nbytes), f"{r.median_s * 1e3:.2f} ms",
+                          f"{r.spread:.0%}", rate(r.algbw), rate(r.busbw))
+        verdict = judge_pairs(m.pairs)
+        verdict_box.update("\n".join(verdict_lines(verdict, message.nodes)))
+        verdict_box.set_class(bool(verdict.findings), "-slow")
+        self._plots(m)
+
+    def _plots(self, m: Measured) -> None:
+        from textual_plotext import PlotextPlot
+
+        plots = self.query_one("#nettest-plots", Horizontal)
+        plots.remove_children()
+        by_size, by_pair = PlotextPlot(), PlotextPlot()
+        plots.mount(by_size, by_pair)
+        world = m.scope("world")
+        figures = [f for f in (world.figures if world else ()) if f.op == "all_gather"]
+        by_size.plt.title("whole world all-gather busbw (MB/s) per size")
+        if figures:
+            by_size.plt.bar([size(f.nbytes) for f in figures], [f.busbw / 1e6 for f in figures])
+        by_pair.plt.title("all-gather busbw (MB/s) per pair of nodes" if m.pairs else "one node: no pairs")
+        if m.pairs:
+            by_pair.plt.bar([f"{p.a}-{p.b}" for p in m.pairs], [p.busbw / 1e6 for p in m.pairs])
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
