@@ -13,14 +13,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from launcher.backends.base import Backend, LinkState, NodeError, NodeLost, NodeStatus
+from launcher.backends.base import Backend, LinkState, NodeError, NodeLost, NodeStatus, SchedulerCause
 from launcher.doctor.preflight import preflight
 from launcher.events import NodeState, RunState
 from launcher.runs.following import NodeFollowing
 from launcher.runs.records import Recorder
 from launcher.runs.settings import Settings
 from launcher.runs.stall import StallWatch
-from launcher.runs.triage import node_error_report, reason_signature, stalled_report, triage_run
+from launcher.runs.triage import (
+    node_error_report,
+    reason_signature,
+    scheduler_report,
+    stalled_report,
+    triage_run,
+)
 from launcher.workload.plan import RunPlan, with_rendezvous
 
 
@@ -110,6 +116,9 @@ class RunPolicy(NodeFollowing):
                 triage = self._triage()
                 if self.node_error is not None:
                     triage = self._node_error_triage(triage)
+                cause = await self.backend.scheduler_cause()
+                if cause is not None:
+                    triage = self._cause_triage(triage, cause)
                 if triage.get("signature") is None and self.start_error:
                     return await self._fail(self.start_error)
                 if self.stalled and triage.get("signature") in (None, "killed"):
@@ -223,6 +232,8 @@ class RunPolicy(NodeFollowing):
                 pass
 
     def _judge(self, deadline: float | None) -> str | None:
+        if any(s.requeued for s in self.statuses.values()):
+            return "requeued"
         exited = self._exited()
         if self.cancel_requested() or any(s.stopped for s in exited.values()):
             return "cancel"
@@ -241,9 +252,8 @@ class RunPolicy(NodeFollowing):
         nodes it is RUNNING, and its timeout counts from then."""
         queued = next((s.queued for s in statuses.values() if s.queued), None)
         if queued and queued != self.queued:
-            if self.queued is None:
-                for rank in self.ranks:
-                    self.rec.set_node(rank, NodeState.PENDING, detail=queued)
+            for rank in self.ranks:  # a new reason is every node's: the rows say the latest
+                self.rec.set_node(rank, NodeState.PENDING, detail=queued)
             self.queued = queued
             self.rec.set_state(RunState.PENDING, f"queued ({queued})")
         elif not queued and self.queued is not None and len(statuses) == len(self.ranks):
@@ -314,6 +324,8 @@ class RunPolicy(NodeFollowing):
             return Outcome(RunState.TIMED_OUT)
         if outcome == "orphaned":
             return await self._orphaned()
+        if outcome == "requeued":
+            return await self._requeued()
         exited = self._exited()
         failed = {r: s for r, s in exited.items() if s.exit_code != 0}
         for rank, s in exited.items():
@@ -338,6 +350,17 @@ class RunPolicy(NodeFollowing):
         if not failed:
             return Outcome(RunState.SUCCEEDED, 0)
         return Outcome(RunState.FAILED, failed[min(failed)].exit_code)
+
+    async def _requeued(self) -> Outcome:
+        """The scheduler put the job back into its queue: this attempt has ended (its output is read to
+        the end and kept), and the job's next run is the next attempt, not this one again."""
+        why = next(s.requeued for s in self.statuses.values() if s.requeued)
+        await self._pump_all()
+        for rank in self.ranks:
+            self.rec.set_node(rank, NodeState.EXITED, self.statuses.get(rank, NodeStatus(rank, "absent")).exit_code,
+                              why)
+        return Outcome(RunState.RETRYING, why=f"{why}; the job's next run is this attempt, resumed from the "
+                                              "newest complete checkpoint where there is one")
 
     async def _orphaned(self) -> Outcome:
         """A node records its job as running but nothing there records it any more (its disk filled,
@@ -369,6 +392,14 @@ class RunPolicy(NodeFollowing):
         rank, error = self.node_error
         triage = node_error_report(from_logs, rank, self.backend.plan.nodes[rank].host_display, error,
                                    self.exit_codes.get(rank))
+        self.rec.write_triage(triage)
+        return triage
+
+    def _cause_triage(self, from_logs: dict, cause: SchedulerCause) -> dict:
+        """The scheduler saw which node died first: that node is the root cause, in its words; what the
+        logs blamed on another node (a survivor's "connection closed by peer") is its consequence."""
+        host = self.backend.plan.nodes[cause.rank].host_display if cause.rank is not None else cause.host
+        triage = scheduler_report(from_logs, cause, host, self.exit_codes.get(cause.rank))
         self.rec.write_triage(triage)
         return triage
 

@@ -157,3 +157,19 @@ def node_error_report(from_logs: dict, rank: int, host: str, error: str, exit_co
     """The triage when a node's agent saw the cause itself (its disk, not the job)."""
     return {**from_logs, "summary": f"node {rank} ({host}): {error}", "node_rank": rank,
             "signature": reason_signature(error), "excerpt": error, "exit_code": exit_code}
+
+
+def scheduler_report(from_logs: dict, cause, host: str, exit_code: int | None) -> dict:
+    """The triage when the scheduler saw a node die (``cause``: a
+    :class:`~launcher.backends.base.SchedulerCause`). The node's own log line stays the excerpt when it
+    is the same node and tells more; else the scheduler's node is the root cause and what the logs blamed
+    is kept as its consequence."""
+    where = f"node {cause.rank} ({host})" if cause.rank is not None else host
+    if from_logs.get("node_rank") == cause.rank and from_logs.get("signature") not in (None, "launch"):
+        return {**from_logs, "scheduler": cause.words}
+    report = {"node_rank": cause.rank, "rank": None, "exit_code": exit_code, "signature": cause.signature,
+              "line_no": None, "excerpt": cause.words, "summary": f"{where}: {cause.words}",
+              "scheduler": cause.words}
+    if from_logs.get("summary") and from_logs.get("node_rank") != cause.rank:
+        report["consequence"] = from_logs["summary"]
+    return report

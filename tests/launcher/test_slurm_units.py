@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from launcher.backends.base import NodeStatus
-from launcher.backends.slurm.backend import judge
 from launcher.backends.slurm.queue import parse_squeue
 from launcher.backends.slurm.script import render_slurm
+from launcher.backends.slurm.verdict import judge
 from launcher.workload.plan import build_plan
 from launcher.workload.slurm import sbatch_line_problem, time_minutes
 from launcher.workload.validate import validate_text
