@@ -79,6 +79,8 @@ class RunPolicy(NodeFollowing):
         """Attempts that went on in a new submission after a scheduler's time limit (not retries)."""
         self.queued: str | None = None
         """Why the attempt's job waits in the scheduler's queue, while it does."""
+        self.reconnecting: set[int] = set()
+        """Nodes whose link is down right now: their steps cannot be seen, so no rank is called hung."""
 
     # -- links: reconnects and losses surface as node states ---------------------------------------
 
@@ -87,6 +89,10 @@ class RunPolicy(NodeFollowing):
                 LinkState.LOST: NodeState.LOST}[state]
         if state == LinkState.LOST:
             self.lost[rank] = detail
+        if state == LinkState.RECONNECTING:
+            self.reconnecting.add(rank)
+        else:
+            self.reconnecting.discard(rank)
         self.rec.set_node(rank, node, detail=detail)
 
     # -- the whole run -----------------------------------------------------------------------------
@@ -269,6 +275,8 @@ class RunPolicy(NodeFollowing):
         now = self.clock()
         if self.rec.last_train_step is not None:
             self.stall.saw_step(self.rec.last_train_step, now)
+        if self.reconnecting and self.stalled is None:
+            return  # steps not seen are not steps not made: a node's link is down
         stalled = self.stall.stalled_for(now) is not None
         if stalled and self.stalled is None:
             self.stalled = self.stall.describe(now)

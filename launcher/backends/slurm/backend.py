@@ -17,6 +17,8 @@ from dataclasses import replace
 
 from launcher.backends.agent.slurm_task import GPU_FILE, STACKS_FILE, STACKS_REQUEST
 from launcher.backends.base import (
+    LinkState,
+    LinkWatcher,
     NodeError,
     NodeStatus,
     PortClaim,
@@ -32,6 +34,7 @@ from launcher.backends.slurm.verdict import judge
 from launcher.events import GpuSample
 from launcher.paths import data_home
 from launcher.workload.plan import RunPlan
+from launcher.workload.slurm import time_minutes, time_option
 from trainer.protocol import CHECKPOINT_SIGNAL_ENV
 
 JOBS_FILE = "jobs.json"
@@ -43,11 +46,24 @@ STOP_EXTRA_S = 60.0
 """How long past the grace a cancelled job may stay COMPLETING (SLURM's KillWait, slow nodes)."""
 
 
+NO_LIMIT_WINDOW_S = 86400.0
+"""How long a lost login node is waited for when the job's time limit is the partition's (unknown here)."""
+
+
+def login_window_s(plan: RunPlan) -> float:
+    """How long the login node may stay away once a job runs: the job's own time limit (it may run that
+    long without us), never less than ``ssh.lost_after_s``."""
+    limit = time_option(plan.workload.compute.slurm, plan.workload.timeout_minutes)
+    job_s = time_minutes(limit) * 60 + STOP_EXTRA_S if limit else NO_LIMIT_WINDOW_S
+    return max(plan.workload.ssh.lost_after_s, job_s)
+
+
 class SlurmBackend(AgentFleet):
     """The Backend for ``compute.slurm`` workloads."""
 
-    def __init__(self, plan: RunPlan, **kwargs) -> None:
-        super().__init__(plan, **kwargs)
+    def __init__(self, plan: RunPlan, *, on_link: LinkWatcher | None = None, **kwargs) -> None:
+        self.watcher = on_link
+        super().__init__(plan, on_link=self._login_said if on_link is not None else None, **kwargs)
         login = plan.nodes[0].host
         self.login_label = login.display if login is not None else "this machine"
         self.queue = QueueView(login.alias if login is not None else "local", self.ask, data_home() / "slurm")
@@ -110,7 +126,23 @@ class SlurmBackend(AgentFleet):
                             f"(fsdp-tui doctor checks the partition, account and time limit)", 0)
         await self._follow_job(attempt, out.strip().split(";")[0])
 
+    def _login_said(self, rank: int, state: LinkState, detail: str) -> None:
+        """A lost login node is not a lost job: say so while reconnecting."""
+        if state == LinkState.RECONNECTING and self.jobs:
+            detail += (f"; the SLURM job may still be running: it is followed again when {self.login_label} "
+                       f"answers (for up to {self.links[rank].lost_after_s / 60:.0f} min, its time limit)")
+        self.watcher(rank, state, detail)
+
+    def _job_lives(self) -> None:
+        """From the submission on, the login link is kept trying until the job itself must have ended
+        (its time limit): the job runs on without the login, and is followed again, byte for byte from
+        job_dir, once the login answers."""
+        window = login_window_s(self.plan)
+        for link in self.links:
+            link.lost_after_s = max(link.lost_after_s, window)
+
     async def _follow_job(self, attempt: int, job_id: str) -> None:
+        self._job_lives()
         self.jobs[attempt] = job_id
         self.attempt, self.submitted_at = attempt, time.time()
         await self.links[0].call("write", json.dumps({str(a): j for a, j in self.jobs.items()}).encode(),
@@ -127,6 +159,7 @@ class SlurmBackend(AgentFleet):
             if not self.jobs:
                 return None
             self.attempt = max(self.jobs)
+            self._job_lives()
         return self.jobs.get(self.attempt)
 
     # -- watching -----------------------------------------------------------------------------------
