@@ -11,6 +11,7 @@ from launcher.runs.display import sanitize_line
 # Checked in order; the first signature found in a node's log names the failure.
 SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("dependencies", re.compile(r"^fsdp-tui: .* for environment\.dependencies failed")),
+    ("cannot_start", re.compile(r"^fsdp-tui agent: cannot start ")),
     ("no_space", re.compile(r"[Nn]o space left on device|ENOSPC|Disk quota exceeded")),
     ("oom", re.compile(r"CUDA out of memory|OutOfMemoryError|torch\.OutOfMemoryError|Cannot allocate memory")),
     ("nccl_timeout", re.compile(r"Watchdog caught collective operation timeout|NCCL.*[Tt]imeout|ProcessGroupNCCL.*timed out")),
@@ -55,7 +56,7 @@ class TriageReport:
 
 
 # Every signature needs one of these words: a cheap test that lets ordinary lines skip the regexes.
-_KEYWORDS = ("parameters.", "environment.dependencies", "space", "ENOSPC", "quota", "Error", "Exception", "memory", "imeout", "imed out", "Killed", "Signal", "exitcode")
+_KEYWORDS = ("cannot start", "parameters.", "environment.dependencies", "space", "ENOSPC", "quota", "Error", "Exception", "memory", "imeout", "imed out", "Killed", "Signal", "exitcode")
 
 
 def might_signal(text: str) -> bool:

@@ -27,6 +27,8 @@ JOB_SHAPE_OPTIONS = {
           "the run when what it depends on has ended",
     "--requeue": "set compute.slurm.requeue: true instead (a requeue is then a new attempt of the run)",
     "--no-requeue": "jobs are submitted --no-requeue already (compute.slurm.requeue: false, the default)",
+    "--export": "the job's environment comes from sbatch's (the node contract, and secrets, which are never "
+                "written to the script): use env_variables for more variables",
 }
 """Options that change what a job is (several jobs, a wait on another job, a restart under the same
 attempt): refused with the way to say it."""

@@ -165,6 +165,7 @@ def test_pending_wording_names_the_reason_once(line, words):
 @pytest.mark.parametrize("line,words", [
     ("--array=0-1", "sweep"), ("-a 0-3", "sweep"), ("--het-job", "homogeneous"), ("--dependency=afterok:4", "forever"),
     ("-d afterany:4", "forever"), ("--requeue", "compute.slurm.requeue: true"), ("--no-requeue", "already"),
+    ("--export=NONE", "secrets"),
 ])
 def test_options_that_change_what_a_job_is_are_refused_with_the_way_to_say_it(line, words):
     assert words in sbatch_line_problem(line)
@@ -195,3 +196,11 @@ def test_a_requeued_task_records_the_next_attempt_and_marks_it(tmp_path, monkeyp
     attempt, again = requeued_attempt(3, spec, str(tmp_path))
     assert attempt == 5 and again["attempt"] == 5 and again["marker"].startswith("5 (SLURM requeued job 41")
     assert not flag.exists()  # the cut-short run's time-limit flag does not signal this run
+
+
+def test_a_command_the_agent_cannot_start_is_its_own_signature():
+    from launcher.runs.triage import triage_run
+
+    log = "fsdp-tui agent: cannot start 'bash': [Errno 2] No such file or directory: 'bash'\n"
+    report = triage_run({0: log}, {0: 127})
+    assert report.signature == "cannot_start" and "cannot start 'bash'" in report.excerpt
