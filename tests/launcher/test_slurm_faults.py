@@ -156,12 +156,14 @@ def test_a_requeue_is_a_new_attempt_that_resumes_from_the_newest_checkpoint(home
     retrying = next(t for t in said if "requeued by SLURM" in t[3])
     assert retrying[1] == "retrying" and retrying[2] == 2, said[-3:]
     assert json.loads(node_file(slurm_module, run_id, 0, "jobs.json").read_text()) == {"1": job, "2": job}
+    assert "by an operator's scontrol requeue" in retrying[3]
     for rank in (0, 1):
         mirror = (home / "runs" / run_id / "nodes" / f"{rank}.log").read_bytes()
         assert mirror == node_file(slurm_module, run_id, rank, "node.log").read_bytes()  # every line once
-        first, marker, second = mirror.decode().partition("=== fsdp-tui: attempt 2 (SLURM requeued job")
-        assert marker and "=== fsdp-tui: attempt" not in first, mirror.decode()[-3000:]
-    assert "resumed from" in second
+        first, marker, second = mirror.decode().partition(f"=== fsdp-tui: attempt 2 (SLURM requeued job {job}")
+        assert marker and "=== fsdp-tui: attempt" not in first + second, mirror.decode()[-3000:]
+        if rank == 0:
+            assert "resumed from out/checkpoints/step-" in second
     evs = events(out)
     steps = [e["record"]["step"] for e in evs if e["type"] == "MetricsRecorded" and e["record"]["kind"] == "train"]
     cut = next(i for i in range(1, len(steps)) if steps[i] <= steps[i - 1])

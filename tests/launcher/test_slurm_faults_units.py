@@ -85,8 +85,8 @@ def test_the_first_failure_slurm_names_is_the_cause(text, kind, node, task, deta
 
 
 def test_the_requeue_reason_is_read_from_the_cut_short_run():
-    assert requeue_words(REQUEUED_BY_OPERATOR) == "by an operator (scontrol requeue)"
-    assert requeue_words(NODE_FAIL) == "after a node failure (NODE_FAIL) on n1"
+    assert requeue_words(REQUEUED_BY_OPERATOR) == "by an operator's scontrol requeue"
+    assert requeue_words(NODE_FAIL) == "after NODE_FAIL on n1"
     assert requeue_words(KILLED) == ""
 
 
@@ -204,3 +204,14 @@ def test_a_command_the_agent_cannot_start_is_its_own_signature():
     log = "fsdp-tui agent: cannot start 'bash': [Errno 2] No such file or directory: 'bash'\n"
     report = triage_run({0: log}, {0: 127})
     assert report.signature == "cannot_start" and "cannot start 'bash'" in report.excerpt
+
+
+@pytest.mark.parametrize("state,detail,shown", [
+    ("pending", "queued (pending: Resources)", True), ("failed", "node 1: killed", True),
+    ("running", "the job has its nodes", False), ("running", "stalled at step 5: no step for 30 s", True),
+    ("succeeded", "", False),
+])
+def test_runs_says_why_a_run_waits_in_the_queue(state, detail, shown):
+    from launcher.cli.runs import why_shown
+
+    assert why_shown(state, detail) == (detail if shown else "")

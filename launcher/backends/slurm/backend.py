@@ -228,8 +228,8 @@ class SlurmBackend(AgentFleet):
                 jid, state, nodes = (line.split("|") + ["", ""])[:3]
                 if jid == job_id and state.split()[0] in ("NODE_FAIL", "PREEMPTED", "REQUEUED"):
                     kind = state.split()[0]
-                    return {"NODE_FAIL": f"after a node failure (NODE_FAIL) on {nodes}",
-                            "PREEMPTED": "after a preemption", "REQUEUED": "by an operator (scontrol requeue)"}[kind]
+                    return {"NODE_FAIL": f"after NODE_FAIL on {nodes}", "PREEMPTED": "preempted",
+                            "REQUEUED": "by an operator's scontrol requeue"}[kind]
         return f"after a node failure, a preemption or scontrol requeue; `sacct -D -j {job_id}` says which"
 
     async def scheduler_cause(self) -> SchedulerCause | None:

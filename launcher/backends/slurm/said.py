@@ -22,8 +22,8 @@ _SETUP = re.compile(r"couldn't chdir|execve\(\)|No such file or directory|Permis
 DUE_TO = {"TIME LIMIT": "time_limit", "NODE FAILURE": "node_fail", "PREEMPTION": "preempted",
           "JOB REQUEUE": "requeue"}
 """``slurmstepd``'s ``DUE TO ...`` words and what they mean for the run."""
-REQUEUE_WORDS = {"requeue": "by an operator (scontrol requeue)", "node_fail": "after a node failure (NODE_FAIL)",
-                 "preempted": "after a preemption"}
+REQUEUE_WORDS = {"requeue": "by an operator's scontrol requeue", "node_fail": "after NODE_FAIL",
+                 "preempted": "preempted"}
 
 
 @dataclass(frozen=True)
