@@ -342,6 +342,11 @@ class RunPolicy(NodeFollowing):
             if s.error and self.node_error is None:
                 self.node_error = (rank, s.error)
         resubmit = next((s.resubmit for s in exited.values() if s.resubmit), "")
+        if failed:  # said before the stop, which may take a while (a scheduler's job completing)
+            dead = min(failed, key=lambda r: (failed[r].exit_code is not None, r))  # no recorded end: it died
+            code = failed[dead].exit_code
+            self.rec.set_state(RunState.RUNNING, f"stopping: node {dead} ({self.backend.plan.nodes[dead].host_display}) "
+                                                 + ("died" if code is None else f"exited with code {code}"))
         if failed or resubmit:
             await self._stop_all()
         await self._pump_all()
