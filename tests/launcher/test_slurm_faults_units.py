@@ -215,3 +215,18 @@ def test_runs_says_why_a_run_waits_in_the_queue(state, detail, shown):
     from launcher.cli.runs import why_shown
 
     assert why_shown(state, detail) == (detail if shown else "")
+
+
+@pytest.mark.parametrize("extra,window_s", [
+    (", time: 30", 30 * 60 + 60), ("", 24 * 3600), (", time: '1-00:00:00'", 24 * 3600 + 60),
+])
+def test_a_lost_login_is_waited_for_until_the_jobs_own_time_limit(extra, window_s):
+    from launcher.backends.slurm.backend import login_window_s
+    from launcher.workload.plan import build_plan
+
+    text = f"experiment_name: x\ncommand: run\ncompute:\n  num_accelerators: 2\n  slurm: {{login: a@b{extra}}}\n"
+    plan = build_plan(validate_text(text, "w.yaml").workload, run_id="r", node_root="/j")
+    assert login_window_s(plan) == window_s
+    timed = validate_text(text + "timeout_minutes: 10\nssh: {lost_after_s: 7200}\n", "w.yaml").workload
+    # timeout_minutes sets --time when slurm.time does not; lost_after_s is the least it waits
+    assert login_window_s(build_plan(timed, run_id="r", node_root="/j")) == (max(7200, window_s) if extra else 7200)
