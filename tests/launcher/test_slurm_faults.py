@@ -15,7 +15,6 @@ import pytest
 
 from tests.launcher.conftest import events, tagged
 from tests.launcher.test_slurm import (
-    TRAINER,
     first_event,
     node_file,
     slurm_cli,
@@ -109,66 +108,72 @@ def test_a_job_dir_one_node_cannot_see_fails_the_run_with_slurms_message(home, t
     assert tagged(run_id) == []
 
 
-def test_a_time_above_the_partitions_max_time_is_refused_and_a_forced_one_ends_at_once(home, tmp_path, slurm_module):
+def test_a_time_above_the_partitions_max_time_is_refused_at_launch_naming_the_limit(home, tmp_path, slurm_module):
+    """sbatch --test-only alone accepts it (EnforcePartLimits=NO): the launch's sinfo check refuses it
+    before anything is submitted. (A job forced past it ends at once on PartitionTimeLimit: see the
+    judge's table in test_slurm_faults_units.)"""
     from tests.launcher.slurm_cluster import SHORT_MAX_TIME
 
     slurm_module.wait_idle()
     wl = workload(tmp_path, slurm_module, "command: echo hi\n", slurm=f", time: {SHORT_MAX_TIME + 10}")
     wl.write_text(wl.read_text().replace(f"partition: {slurm_module.partition}",
                                          f"partition: {slurm_module.short_partition}"))
+    before = set(slurm_module.jobs("all"))
     refused = slurm_cli(home, slurm_module, "run", wl, "--json", timeout=120)
+    said = refused.stdout + refused.stderr
     assert refused.returncode != 0
-    assert "MaxTime" in refused.stdout + refused.stderr and "not started" in refused.stdout + refused.stderr
+    assert "not started" in said and f"partition {slurm_module.short_partition}'s MaxTime" in said, said[-2000:]
+    assert set(slurm_module.jobs("all")) == before  # nothing was submitted
 
-    started = time.monotonic()
-    forced = slurm_cli(home, slurm_module, "run", wl, "--json", "--force", timeout=120)
-    evs = events(forced.stdout)
-    assert forced.returncode != 0 and evs[-1]["state"] == "failed", forced.stdout[-2000:]
-    assert time.monotonic() - started < 60
-    triage = _triage(home, evs[0]["run_id"])
-    assert "PartitionTimeLimit" in triage["summary"] and "MaxTime" in triage["summary"], triage
-    assert slurm_module.jobs("pending,running") == {}
+
+# A script that checkpoints every 3 steps (one file per node, in the shared node-0 folder where every node
+# works) and resumes from there, as the built-in trainer does (its own resume is tested elsewhere).
+RESUMING = r"""command: |
+  start=$(cat ckpt-$NODE_RANK 2>/dev/null || echo 0)
+  if [ "$start" -gt 0 ]; then echo "resumed from step $start"; fi
+  for i in $(seq $((start + 1)) 12); do
+    echo "step $i of node $NODE_RANK"
+    if [ "$NODE_RANK" = 0 ]; then echo "{"step": $i, "loss": 1.0}" >> "$FSDP_TUI_METRICS_FILE"; fi
+    if [ $((i % 3)) = 0 ]; then echo $i > ckpt-$NODE_RANK; fi
+    sleep 0.5
+  done
+"""
 
 
 def test_a_requeue_is_a_new_attempt_that_resumes_from_the_newest_checkpoint(home, tmp_path, slurm_module):
     """compute.slurm.requeue: true; `scontrol requeue` mid-run. (SLURM holds a requeued job ~2 minutes
     (BeginTime); the test releases it at once with `scontrol update StartTime=now`.)"""
     slurm_module.wait_idle()
-    wl = workload(tmp_path, slurm_module, TRAINER.format(steps=14, every=3, eval=""), slurm=", requeue: true")
-    proc = slurm_popen(home, slurm_module, "run", wl, "--json")
+    proc = slurm_popen(home, slurm_module, "run", workload(tmp_path, slurm_module, RESUMING, slurm=", requeue: true"),
+                       "--json")
     try:
         run_id = first_event(proc)
         job = _job_of(slurm_module, run_id)
         metrics = node_file(slurm_module, run_id, 0, "metrics.jsonl")
-
-        def train_steps() -> list[int]:
-            text = metrics.read_text() if metrics.exists() else ""
-            return [r["step"] for r in map(json.loads, text.splitlines()) if r.get("kind") == "train"]
-
-        _wait("a checkpoint and a few steps", lambda: len(train_steps()) >= 5, timeout=180)
+        _wait("a checkpoint and a few steps", lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 5)
         slurm_module.run(["scontrol", "requeue", job])
         said = wait_said(home, run_id, "requeued by SLURM", timeout=90)
         slurm_module.run(["scontrol", "update", f"jobid={job}", "StartTime=now"])
-        out, _ = proc.communicate(timeout=300)
+        out, _ = proc.communicate(timeout=180)
         assert proc.returncode == 0, out[-3000:]
     finally:
         proc.kill()
     retrying = next(t for t in said if "requeued by SLURM" in t[3])
     assert retrying[1] == "retrying" and retrying[2] == 2, said[-3:]
-    assert json.loads(node_file(slurm_module, run_id, 0, "jobs.json").read_text()) == {"1": job, "2": job}
     assert "by an operator's scontrol requeue" in retrying[3]
+    assert json.loads(node_file(slurm_module, run_id, 0, "jobs.json").read_text()) == {"1": job, "2": job}
     for rank in (0, 1):
         mirror = (home / "runs" / run_id / "nodes" / f"{rank}.log").read_bytes()
         assert mirror == node_file(slurm_module, run_id, rank, "node.log").read_bytes()  # every line once
         first, marker, second = mirror.decode().partition(f"=== fsdp-tui: attempt 2 (SLURM requeued job {job}")
         assert marker and "=== fsdp-tui: attempt" not in first + second, mirror.decode()[-3000:]
-        if rank == 0:
-            assert "resumed from out/checkpoints/step-" in second
-    evs = events(out)
-    steps = [e["record"]["step"] for e in evs if e["type"] == "MetricsRecorded" and e["record"]["kind"] == "train"]
+        resumed = int(second.split("resumed from step ")[1].split()[0])
+        assert resumed % 3 == 0 and f"step {resumed + 1} of node {rank}" in second
+        assert second.count(f"step 12 of node {rank}") == 1 and "step 1 of" not in second
+    steps = [e["record"]["step"] for e in events(out) if e["type"] == "MetricsRecorded"]
     cut = next(i for i in range(1, len(steps)) if steps[i] <= steps[i - 1])
-    assert steps[:cut] == list(range(1, cut + 1)) and steps[cut] % 3 == 1  # resumed after a checkpoint
-    assert steps[cut:] == list(range(steps[cut], 15))
+    assert steps[:cut] == list(range(1, cut + 1)) and steps[cut:] == list(range(steps[cut], 13))
+    assert steps[cut] % 3 == 1  # the second attempt goes on after the newest checkpoint
     assert tagged(run_id) == []
 
 
@@ -204,13 +209,13 @@ def _login_up(cluster) -> None:
 
 
 def test_a_login_away_past_lost_after_s_is_not_the_job(home, tmp_path, slurm_module):
-    """ssh.lost_after_s: 3, the login away ~3 times as long: the run keeps reconnecting (the job may still
+    """ssh.lost_after_s: 1, the login away ~4 times as long: the run keeps reconnecting (the job may still
     be running), follows the job again when the login is back, and every line reaches the records."""
     from launcher.runs.store import RunStore
 
     slurm_module.wait_idle()
-    wl = workload(tmp_path, slurm_module, "ssh: {lost_after_s: 3, connect_timeout_s: 2}\ncommand: |\n"
-                  "  for i in $(seq 1 40); do echo \"line $i of node $NODE_RANK\"; sleep 0.5; done\n",
+    wl = workload(tmp_path, slurm_module, "ssh: {lost_after_s: 1, connect_timeout_s: 2}\ncommand: |\n"
+                  "  for i in $(seq 1 40); do echo \"line $i of node $NODE_RANK\"; sleep 0.3; done\n",
                   slurm=", time: 10")
     proc = slurm_popen(home, slurm_module, "run", wl, "--json")
     try:
@@ -223,7 +228,7 @@ def test_a_login_away_past_lost_after_s_is_not_the_job(home, tmp_path, slurm_mod
             rows = _wait("the nodes say the job may still be running", lambda: [
                 n for n in store.get_run(run_id).nodes
                 if n.state.value == "reconnecting" and "the SLURM job may still be running" in n.detail], timeout=60)
-            time.sleep(9)  # the login stays away past lost_after_s (3 s): nothing to poll for on our side
+            time.sleep(4)  # the login stays away past lost_after_s (1 s): nothing to poll for on our side
             assert store.get_run(run_id).summary.state.value == "running"
         finally:
             _login_up(slurm_module)

@@ -118,6 +118,9 @@ STOPPED = NodeStatus(0, "exited", 1, -15, stopped=True)
 @pytest.mark.parametrize("node,attempt,entry,cancelled,requeued", [
     (STOPPED, 1, "pending", False, True),  # SLURM stopped its task and the job waits again
     (STOPPED, 1, "requeued", False, True),
+    (NodeStatus(0, "exited", 1, -15), 1, "pending", False, True),  # the command died before the task recorded it
+    (NodeStatus(0, "exited", 1, 143), 1, "pending", False, True),
+    (NodeStatus(0, "exited", 1, 0), 1, "pending", False, False),  # a stale queue view of a quick job
     (NodeStatus(0, "starting", 2), 1, "running", False, True),  # the job's next run already recorded itself
     (STOPPED, 1, "pending", True, False),  # our own cancel
     (STOPPED, 1, "completing", False, False),  # an scancel from elsewhere or the time limit: the queue will say

@@ -25,7 +25,7 @@ def judge(node: NodeStatus, attempt: int | None, job_id: str, entry: QueueEntry 
     if requeued:
         return NodeStatus(rank, "exited", attempt, node.exit_code, supervisor_alive=False, requeued=requeued)
     if mine and node.state == "exited":
-        if node.stopped and not node.resubmit and not cancelled_here and not ended:
+        if _by_signal(node) and not node.resubmit and not cancelled_here and not ended:
             # Its task was sent SIGTERM by SLURM: an scancel from elsewhere or the time limit. The queue
             # says which within seconds; until then the job counts as still running.
             return NodeStatus(rank, "running", attempt, supervisor_alive=True)
@@ -64,9 +64,20 @@ def _requeued(node: NodeStatus, attempt: int | None, entry: QueueEntry | None, c
     if node.attempt > attempt:
         return "requeued by SLURM"
     back = entry is not None and (entry.waiting or entry.state.startswith("REQUEUE"))
-    if node.attempt == attempt and node.state == "exited" and node.stopped and not node.resubmit and back:
+    if node.attempt == attempt and node.state == "exited" and _by_signal(node) and not node.resubmit and back:
         return "requeued by SLURM"
     return ""
+
+
+SIGTERM_CODES = (-15, 143)
+"""How a command SIGTERMed by SLURM itself ends (directly, or a shell's 128 + 15)."""
+
+
+def _by_signal(node: NodeStatus) -> bool:
+    """Its task was stopped by SLURM's SIGTERM (an scancel, the time limit, a requeue). SLURM signals every
+    process of the step, so the command may end before the task has recorded the signal: its exit code
+    says it too."""
+    return node.stopped or node.exit_code in SIGTERM_CODES
 
 
 def queued_words(entry: QueueEntry) -> str:
