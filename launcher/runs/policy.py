@@ -79,6 +79,8 @@ class RunPolicy(NodeFollowing):
         """Attempts that went on in a new submission after a scheduler's time limit (not retries)."""
         self.queued: str | None = None
         """Why the attempt's job waits in the scheduler's queue, while it does."""
+        self.requeue_why = ""
+        """What the scheduler said when it put the attempt's job back into its queue."""
         self.reconnecting: set[int] = set()
         """Nodes whose link is down right now: their steps cannot be seen, so no rank is called hung."""
 
@@ -238,7 +240,9 @@ class RunPolicy(NodeFollowing):
                 pass
 
     def _judge(self, deadline: float | None) -> str | None:
-        if any(s.requeued for s in self.statuses.values()):
+        requeued = next((s.requeued for s in self.statuses.values() if s.requeued), "")
+        if requeued:
+            self.requeue_why = requeued  # the followers go on polling: keep the words as they were
             return "requeued"
         exited = self._exited()
         if self.cancel_requested() or any(s.stopped for s in exited.values()):
@@ -367,7 +371,7 @@ class RunPolicy(NodeFollowing):
     async def _requeued(self) -> Outcome:
         """The scheduler put the job back into its queue: this attempt has ended (its output is read to
         the end and kept), and the job's next run is the next attempt, not this one again."""
-        why = next(s.requeued for s in self.statuses.values() if s.requeued)
+        why = self.requeue_why
         await self._pump_all()
         for rank in self.ranks:
             self.rec.set_node(rank, NodeState.EXITED, self.statuses.get(rank, NodeStatus(rank, "absent")).exit_code,
