@@ -233,3 +233,34 @@ def test_a_lost_login_is_waited_for_until_the_jobs_own_time_limit(extra, window_
     timed = validate_text(text + "timeout_minutes: 10\nssh: {lost_after_s: 7200}\n", "w.yaml").workload
     # timeout_minutes sets --time when slurm.time does not; lost_after_s is the least it waits
     assert login_window_s(build_plan(timed, run_id="r", node_root="/j")) == (max(7200, window_s) if extra else 7200)
+
+
+@pytest.mark.parametrize("state,node_state,swept,refused", [
+    ("running", "running", False, "may still be running (the run is running)"),
+    ("failed", "lost", False, "login node was lost"),
+    ("failed", "lost", True, ""),
+    ("failed", "exited", False, ""),
+    ("succeeded", "exited", False, ""),
+])
+def test_relaunch_refuses_while_a_slurm_job_may_still_run(tmp_path, state, node_state, swept, refused):
+    import json
+
+    from launcher.cli.relaunch import job_may_live
+    from launcher.events import NodeState, RunState
+    from launcher.runs.leftovers import SWEPT
+    from launcher.runs.records import save_plan
+    from launcher.runs.store import NodeRecord, RunRecord
+    from launcher.workload.plan import build_plan
+
+    text = "experiment_name: x\ncommand: run\ncompute:\n  num_accelerators: 2\n  slurm: {login: a@b}\n"
+    save_plan(tmp_path, build_plan(validate_text(text, "w.yaml").workload, run_id="r1", node_root="/j"))
+    if swept:
+        (tmp_path / SWEPT).write_text(json.dumps({"1": {"done": True}}))
+
+    class Summary:
+        run_id = "r1"
+
+    Summary.state = RunState(state)
+    nodes = [NodeRecord(r, "h", "/j", NodeState(node_state if r == 1 else "exited"), None, "") for r in (0, 1)]
+    said = job_may_live(RunRecord(Summary(), [], nodes, tmp_path))
+    assert (refused in said and bool(said)) if refused else said == ""
