@@ -239,3 +239,26 @@ def test_a_queued_job_is_pending_then_running_and_its_timeout_counts_from_its_st
     record = store.get_run(plan.run_id)
     began = next(t[0] for t in record.transitions if t[3] == "the job has its nodes")
     assert record.summary.started_at == began  # elapsed counts from the start, not the submission
+
+
+def test_no_rank_is_called_hung_while_a_nodes_link_is_down(tmp_path):
+    """Steps not seen are not steps not made: while a node reconnects the stall watch waits."""
+    from launcher.backends.base import LinkState
+
+    plan = _plan(2)
+    store = RunStore(tmp_path)
+    store.create_run(plan, None, "x")
+    rec = Recorder(store, plan.run_id, {0: "h0", 1: "h1"}, parse_logs=None)
+    now = [0.0]
+    policy = RunPolicy(FakeBackend(plan, [FakeNode(), FakeNode()]), rec,
+                       Settings(**{**FAST, "stall_factor": 3.0, "stall_min_s": 1.0}), secrets=dict,
+                       cancel_requested=lambda: False, clock=lambda: now[0])
+    for step in range(1, 6):
+        policy.stall.saw_step(step, float(step))
+    now[0] = 60.0
+    policy.on_link(1, LinkState.RECONNECTING, "connection dropped; reconnecting")
+    policy._watch_progress()
+    assert policy.stalled is None
+    policy.on_link(1, LinkState.OK, "reconnected")
+    policy._watch_progress()
+    assert policy.stalled is not None and policy.stalled.startswith("stalled at step 5")
