@@ -347,7 +347,8 @@ class RunPolicy(NodeFollowing):
                 self.node_error = (rank, s.error)
         resubmit = next((s.resubmit for s in exited.values() if s.resubmit), "")
         if failed:  # said before the stop, which may take a while (a scheduler's job completing)
-            dead = min(failed, key=lambda r: (failed[r].exit_code is not None, r))  # no recorded end: it died
+            # No recorded end: it died; a SIGTERM (-15, 143) is more likely the stop of a survivor.
+            dead = min(failed, key=lambda r: (failed[r].exit_code is not None, failed[r].exit_code in (-15, 143), r))
             code = failed[dead].exit_code
             self.rec.set_state(RunState.RUNNING, f"stopping: node {dead} ({self.backend.plan.nodes[dead].host_display}) "
                                                  + ("died" if code is None else f"exited with code {code}"))

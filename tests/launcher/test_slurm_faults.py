@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher.runs.store import RunStore
 from tests.launcher.conftest import events, tagged
 from tests.launcher.test_slurm import (
     first_event,
@@ -82,6 +83,9 @@ def test_a_killed_node_is_named_with_slurms_line_and_requeue_is_refused_by_defau
     assert triage["node_rank"] == 1, triage
     assert f"srun: error: {slurm_module.node_names[1]}: task 1: Killed" in triage["summary"], triage
     assert triage["summary"].startswith(f"node 1 (SLURM node 1 via {slurm_module.login_alias})")
+    details = [t[3] for t in RunStore(home).get_run(run_id).transitions]
+    assert any(d.startswith("stopping: node 1 ") for d in details), details
+    assert not any("requeued" in d for d in details), details  # a job stopped within seconds is no requeue
     assert tagged(run_id) == []
 
 
@@ -214,8 +218,6 @@ def _login_up(cluster) -> None:
 def test_a_login_away_past_lost_after_s_is_not_the_job(home, tmp_path, slurm_module):
     """ssh.lost_after_s: 1, the login away ~4 times as long: the run keeps reconnecting (the job may still
     be running), follows the job again when the login is back, and every line reaches the records."""
-    from launcher.runs.store import RunStore
-
     slurm_module.wait_idle()
     wl = workload(tmp_path, slurm_module, "ssh: {lost_after_s: 1, connect_timeout_s: 2}\ncommand: |\n"
                   "  for i in $(seq 1 40); do echo \"line $i of node $NODE_RANK\"; sleep 0.3; done\n",

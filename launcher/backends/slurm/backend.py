@@ -200,6 +200,10 @@ class SlurmBackend(AgentFleet):
         since = self.active_since.get(f"{job_id}.{self.attempt}")
         judged = judge(node, self.attempt, job_id, entry, job_id in self.cancelled,
                        None if since is None else time.monotonic() - since)
+        if judged.requeued and node.attempt == self.attempt:
+            # The shared queue view may predate the job's start (a job stopped within seconds looks
+            # pending again): only squeue asked now, after the node's record, tells a requeue.
+            judged = judge(node, self.attempt, job_id, await self._job_now(job_id), job_id in self.cancelled)
         if judged.requeued:
             if self.requeued is None or self.requeued[0] != job_id:
                 self.requeued = (job_id, await self._requeue_words(job_id))
