@@ -340,6 +340,10 @@ class RunPolicy(NodeFollowing):
             return await self._requeued()
         exited = self._exited()
         failed = {r: s for r, s in exited.items() if s.exit_code != 0}
+        if failed:
+            await self._poll_the_others(exited)  # which node ended first is the run's first question
+            exited = self._exited()
+            failed = {r: s for r, s in exited.items() if s.exit_code != 0}
         for rank, s in exited.items():
             self.exit_codes[rank] = s.exit_code
             self.rec.set_node(rank, NodeState.EXITED, s.exit_code, s.error)
@@ -368,6 +372,16 @@ class RunPolicy(NodeFollowing):
         if not failed:
             return Outcome(RunState.SUCCEEDED, 0)
         return Outcome(RunState.FAILED, failed[min(failed)].exit_code)
+
+    async def _poll_the_others(self, exited: dict[int, NodeStatus]) -> None:
+        """Every node's status now, not as its follower last saw it: a node that died may not have been
+        polled since, while the survivor its scheduler stopped already says it ended."""
+        for rank in self.ranks:
+            if rank not in exited and rank not in self.lost:
+                try:
+                    self.statuses[rank] = await self.backend.status(rank)
+                except NodeError:
+                    continue
 
     async def _requeued(self) -> Outcome:
         """The scheduler put the job back into its queue: this attempt has ended (its output is read to

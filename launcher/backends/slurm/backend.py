@@ -74,6 +74,8 @@ class SlurmBackend(AgentFleet):
         self.cancelled: set[str] = set()
         self.accounted: dict[str, QueueEntry | None] = {}
         """What ``sacct`` said of jobs no longer in the queue (asked once each)."""
+        self.asked: dict[str, tuple[float, QueueEntry]] = {}
+        """What ``squeue -j`` said of a job when asked directly, and when (newer than the shared view)."""
         self.active_since: dict[str, float] = {}
         """When this owner first saw each job with its nodes (a task silent long after that could not start)."""
         self.requeued: tuple[str, str] | None = None
@@ -168,9 +170,12 @@ class SlurmBackend(AgentFleet):
         """The job as SLURM knows it: from the queue while SLURM keeps it there (``MinJobAge``), then
         from accounting (``sacct``) where it is on; ``None`` when neither knows it."""
         try:
-            _, entries = await self.queue.snapshot(newer_than=self.submitted_at)
+            taken, entries = await self.queue.snapshot(newer_than=self.submitted_at)
         except QueueError as err:
             raise NodeError(f"{self.login_label}: {err}") from None
+        asked = self.asked.get(job_id)
+        if asked is not None and asked[0] > taken:
+            return asked[1]  # newer than the shared view
         if job_id in entries:
             return entries[job_id]
         if job_id not in self.accounted:
@@ -203,7 +208,10 @@ class SlurmBackend(AgentFleet):
         if judged.requeued and node.attempt == self.attempt:
             # The shared queue view may predate the job's start (a job stopped within seconds looks
             # pending again): only squeue asked now, after the node's record, tells a requeue.
-            judged = judge(node, self.attempt, job_id, await self._job_now(job_id), job_id in self.cancelled)
+            now = await self._job_now(job_id)
+            if now is not None:
+                self.asked[job_id] = (time.time(), now)
+            judged = judge(node, self.attempt, job_id, now, job_id in self.cancelled)
         if judged.requeued:
             if self.requeued is None or self.requeued[0] != job_id:
                 self.requeued = (job_id, await self._requeue_words(job_id))
