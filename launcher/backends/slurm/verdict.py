@@ -26,8 +26,9 @@ def judge(node: NodeStatus, attempt: int | None, job_id: str, entry: QueueEntry 
         return NodeStatus(rank, "exited", attempt, node.exit_code, supervisor_alive=False, requeued=requeued)
     if mine and node.state == "exited":
         if _by_signal(node) and not node.resubmit and not cancelled_here and not ended:
-            # Its task was sent SIGTERM by SLURM: an scancel from elsewhere or the time limit. The queue
-            # says which within seconds; until then the job counts as still running.
+            # Its task was sent SIGTERM by SLURM: an scancel from elsewhere, the time limit, srun ending the
+            # job for another node, a requeue. The queue says which within seconds; until then the job
+            # counts as still running.
             return NodeStatus(rank, "running", attempt, supervisor_alive=True)
         return _ended(node, entry if entry is not None and entry.ended else None, cancelled_here)
     if mine and not ended:
