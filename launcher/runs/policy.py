@@ -377,7 +377,7 @@ class RunPolicy(NodeFollowing):
         """Every node's status now, not as its follower last saw it: a node that died may not have been
         polled since, while the survivor its scheduler stopped already says it ended."""
         for rank in self.ranks:
-            if rank not in exited and rank not in self.lost:
+            if rank not in exited and rank not in self.lost and rank not in self.reconnecting:
                 try:
                     self.statuses[rank] = await self.backend.status(rank)
                 except NodeError:
