@@ -86,6 +86,9 @@ class NodeStatus:
     """Why the job ended early to go on in a new submission (``time limit``: it saved a checkpoint first)."""
     ended_at: float | None = None
     """When the job ended, by the node's clock (an owner that adopts a run after its end records that time)."""
+    requeued: str = ""
+    """The scheduler put the attempt's job back into its queue (``requeued by SLURM (by an operator)``):
+    the attempt has ended and the job's next run is a new attempt."""
 
     @classmethod
     def from_wire(cls, rank: int, data: object) -> NodeStatus:
@@ -221,6 +224,20 @@ class SchedulerCheck:
     fix: str = ""
 
 
+@dataclass(frozen=True)
+class SchedulerCause:
+    """What a scheduler says ended an attempt's job: the node that went first, in the scheduler's own
+    words (SLURM: ``srun: error: n2: task 1: Killed``), ahead of anything the nodes' logs say."""
+
+    rank: int | None
+    """The node of the run, when the scheduler's words name one."""
+    host: str
+    signature: str
+    """``node_fail``, ``oom``, ``killed``, ``exited``, ``time_limit``, ``preempted``..."""
+    words: str
+    """The scheduler's line(s), with what else it knows (the node's state in ``sinfo``, ``sacct``'s steps)."""
+
+
 class Backend(Protocol):
     """One run's machines. Calls about one node take its rank; fan-out calls answer for every node."""
 
@@ -283,6 +300,11 @@ class Backend(Protocol):
     async def scheduler_checks(self, quick: bool) -> tuple[SchedulerCheck, ...]:
         """What the scheduler says of this run before it is submitted (none without a scheduler).
         ``quick``: only what a launch checks first (seconds, no job runs)."""
+        ...
+
+    async def scheduler_cause(self) -> SchedulerCause | None:
+        """After a failed attempt: which node the scheduler saw die first, and how (``None`` without a
+        scheduler, or when it said nothing)."""
         ...
 
     async def close(self) -> None: ...

@@ -220,6 +220,10 @@ class AgentFleet:
 
     # -- stopping ----------------------------------------------------------------------------------
 
+    async def scheduler_cause(self):
+        """No scheduler: the nodes' logs and exit codes are all there is."""
+        return None
+
     async def stop(self, grace_s: float, ranks: tuple[int, ...] | None = None) -> tuple[StopOutcome, ...]:
         async def one(rank: int) -> StopOutcome:
             try:

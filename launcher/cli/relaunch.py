@@ -27,6 +27,41 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.set_defaults(handler=run, verb=name)
 
 
+def job_may_live(record) -> str:
+    """Why a relaunch now would start a second SLURM job beside one that may still run (empty: it would
+    not). A SLURM run that has not ended, or one whose login node was lost, may have its job running."""
+    from launcher.events import NodeState
+    from launcher.runs.records import load_plan
+
+    if record is None:
+        return ""
+    try:
+        slurm = load_plan(record.directory).workload.compute.slurm
+    except (OSError, ValueError):
+        return ""  # no plan recorded (a run recorded before plans were kept): not a SLURM job of ours
+    if slurm is None:
+        return ""
+    if not record.summary.state.is_final:
+        return (f"its SLURM job may still be running (the run is {record.summary.state.value}); relaunching "
+                f"would start a second job beside it: fsdp-tui cancel {record.summary.run_id} first")
+    swept = _swept(record.directory)
+    if any(n.state == NodeState.LOST and not swept.get(str(n.node_rank), {}).get("done") for n in record.nodes):
+        return ("its login node was lost while the job ran, so the job may still be running; once the login "
+                "answers, the next fsdp-tui command (fsdp-tui runs) stops it, then relaunch")
+    return ""
+
+
+def _swept(directory) -> dict:
+    import json
+
+    from launcher.runs.leftovers import SWEPT
+
+    try:
+        return json.loads((directory / SWEPT).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -36,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
     if found is None:
         return 2
     store, run_id = found
+    alive = job_may_live(store.get_run(run_id))
+    if alive:
+        print(f"fsdp-tui {args.verb}: {run_id}: {alive}", file=sys.stderr)
+        return 1
     try:
         if args.verb == "resume":
             planned, path = asyncio.run(resume_plan(store.home, run_id, args.step, args.overrides))

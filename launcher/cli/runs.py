@@ -18,6 +18,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
+def why_shown(state: str, detail: str) -> str:
+    """The WHY column: why a run ended badly, is stalled, or waits in a scheduler's queue (its reason)."""
+    return detail if (state in ("failed", "timed_out", "cancelled", "pending") or detail.startswith("stalled")) else ""
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -50,8 +55,9 @@ def run(args: argparse.Namespace) -> int:
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at)) if r.started_at else "-"
         duration = f"{r.duration_s / 60:.1f}m" if r.duration_s is not None else "-"
         step = f"{r.step or 0}/{r.max_steps}" if r.max_steps else str(r.step or "-")
-        why = r.detail if (r.state.value in ("failed", "timed_out", "cancelled")
-                           or r.detail.startswith(("stalled", FORCED_NOTE))) and r.detail else ""
+        why = why_shown(r.state.value, r.detail)
+        if not why and r.detail.startswith(FORCED_NOTE):
+            why = r.detail
         if not r.state.is_final and owner_note(home, r.run_id).startswith("waiting for room"):
             why = "stopped; its end waits for room: " + owner_note(home, r.run_id).removeprefix("waiting for room: ")
         print(f"{r.run_id:<{width}} {r.state.value:<10} {r.num_nodes:>5} {started:<16} {duration:>8} {step:>9} "

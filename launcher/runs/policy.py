@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from launcher.backends.base import Backend, LinkState, NodeError, NodeLost, NodeStatus
+from launcher.backends.base import Backend, LinkState, NodeError, NodeLost, NodeStatus, SchedulerCause
 from launcher.doctor.preflight import preflight
 from launcher.events import NodeState, RunState
 from launcher.runs.following import NodeFollowing
@@ -21,7 +21,13 @@ from launcher.runs.records import Recorder
 from launcher.runs.settings import Settings
 from launcher.runs.space import RecordUnwritable
 from launcher.runs.stall import StallWatch
-from launcher.runs.triage import node_error_report, reason_signature, stalled_report, triage_run
+from launcher.runs.triage import (
+    node_error_report,
+    reason_signature,
+    scheduler_report,
+    stalled_report,
+    triage_run,
+)
 from launcher.workload.plan import RunPlan, with_rendezvous
 
 
@@ -77,6 +83,10 @@ class RunPolicy(NodeFollowing):
         self.ended_at: float | None = None
         """When an adopted attempt's job had ended (by the nodes' clocks): the run's end, not the adoption."""
         self.adopted_at: float | None = None
+        self.requeue_why = ""
+        """What the scheduler said when it put the attempt's job back into its queue."""
+        self.reconnecting: set[int] = set()
+        """Nodes whose link is down right now: their steps cannot be seen, so no rank is called hung."""
 
     # -- links: reconnects and losses surface as node states ---------------------------------------
 
@@ -85,6 +95,10 @@ class RunPolicy(NodeFollowing):
                 LinkState.LOST: NodeState.LOST}[state]
         if state == LinkState.LOST:
             self.lost[rank] = detail
+        if state == LinkState.RECONNECTING:
+            self.reconnecting.add(rank)
+        else:
+            self.reconnecting.discard(rank)
         self.rec.set_node(rank, node, detail=detail)
 
     # -- the whole run -----------------------------------------------------------------------------
@@ -117,6 +131,9 @@ class RunPolicy(NodeFollowing):
                 triage = self._triage()
                 if self.node_error is not None:
                     triage = self._node_error_triage(triage)
+                cause = await self.backend.scheduler_cause()
+                if cause is not None:
+                    triage = self._cause_triage(triage, cause)
                 if triage.get("signature") is None and self.start_error:
                     return await self._fail(self.start_error)
                 if self.stalled and triage.get("signature") in (None, "killed"):
@@ -237,6 +254,10 @@ class RunPolicy(NodeFollowing):
                 pass
 
     def _judge(self, deadline: float | None) -> str | None:
+        requeued = next((s.requeued for s in self.statuses.values() if s.requeued), "")
+        if requeued:
+            self.requeue_why = requeued  # the followers go on polling: keep the words as they were
+            return "requeued"
         exited = self._exited()
         if self.cancel_requested() or any(s.stopped for s in exited.values()):
             return "cancel"
@@ -255,9 +276,8 @@ class RunPolicy(NodeFollowing):
         nodes it is RUNNING, and its timeout counts from then."""
         queued = next((s.queued for s in statuses.values() if s.queued), None)
         if queued and queued != self.queued:
-            if self.queued is None:
-                for rank in self.ranks:
-                    self.rec.set_node(rank, NodeState.PENDING, detail=queued)
+            for rank in self.ranks:  # a new reason is every node's: the rows say the latest
+                self.rec.set_node(rank, NodeState.PENDING, detail=queued)
             self.queued = queued
             self.rec.set_state(RunState.PENDING, f"queued ({queued})")
         elif not queued and self.queued is not None and len(statuses) == len(self.ranks):
@@ -273,6 +293,8 @@ class RunPolicy(NodeFollowing):
         now = self.clock()
         if self.rec.last_train_step is not None:
             self.stall.saw_step(self.rec.last_train_step, now)
+        if self.reconnecting and self.stalled is None:
+            return  # steps not seen are not steps not made: a node's link is down
         stalled = self.stall.stalled_for(now) is not None
         if stalled and self.stalled is None:
             self.stalled = self.stall.describe(now)
@@ -328,8 +350,14 @@ class RunPolicy(NodeFollowing):
             return Outcome(RunState.TIMED_OUT)
         if outcome == "orphaned":
             return await self._orphaned()
+        if outcome == "requeued":
+            return await self._requeued()
         exited = self._exited()
         failed = {r: s for r, s in exited.items() if s.exit_code != 0}
+        if failed:
+            await self._poll_the_others(exited)  # which node ended first is the run's first question
+            exited = self._exited()
+            failed = {r: s for r, s in exited.items() if s.exit_code != 0}
         ends = [s.ended_at for s in exited.values() if s.ended_at is not None]
         if self.adopted_at is not None and ends and len(ends) == len(exited) and max(ends) <= self.adopted_at:
             self.ended_at = max(ends)  # it had ended before this owner came: that is when the run ended
@@ -339,6 +367,12 @@ class RunPolicy(NodeFollowing):
             if s.error and self.node_error is None:
                 self.node_error = (rank, s.error)
         resubmit = next((s.resubmit for s in exited.values() if s.resubmit), "")
+        if failed:  # said before the stop, which may take a while (a scheduler's job completing)
+            # No recorded end: it died; a SIGTERM (-15, 143) is more likely the stop of a survivor.
+            dead = min(failed, key=lambda r: (failed[r].exit_code is not None, failed[r].exit_code in (-15, 143), r))
+            code = failed[dead].exit_code
+            self.rec.set_state(RunState.RUNNING, f"stopping: node {dead} ({self.backend.plan.nodes[dead].host_display}) "
+                                                 + ("died" if code is None else f"exited with code {code}"))
         if failed or resubmit:
             await self._stop_all()
         await self._pump_all()
@@ -355,6 +389,27 @@ class RunPolicy(NodeFollowing):
         if not failed:
             return Outcome(RunState.SUCCEEDED, 0)
         return Outcome(RunState.FAILED, failed[min(failed)].exit_code)
+
+    async def _poll_the_others(self, exited: dict[int, NodeStatus]) -> None:
+        """Every node's status now, not as its follower last saw it: a node that died may not have been
+        polled since, while the survivor its scheduler stopped already says it ended."""
+        for rank in self.ranks:
+            if rank not in exited and rank not in self.lost and rank not in self.reconnecting:
+                try:
+                    self.statuses[rank] = await self.backend.status(rank)
+                except NodeError:
+                    continue
+
+    async def _requeued(self) -> Outcome:
+        """The scheduler put the job back into its queue: this attempt has ended (its output is read to
+        the end and kept), and the job's next run is the next attempt, not this one again."""
+        why = self.requeue_why
+        await self._pump_all()
+        for rank in self.ranks:
+            self.rec.set_node(rank, NodeState.EXITED, self.statuses.get(rank, NodeStatus(rank, "absent")).exit_code,
+                              why)
+        return Outcome(RunState.RETRYING, why=f"{why}; the job's next run is this attempt, resumed from the "
+                                              "newest complete checkpoint where there is one")
 
     async def _orphaned(self) -> Outcome:
         """A node records its job as running but nothing there records it any more (its disk filled,
@@ -386,6 +441,14 @@ class RunPolicy(NodeFollowing):
         rank, error = self.node_error
         triage = node_error_report(from_logs, rank, self.backend.plan.nodes[rank].host_display, error,
                                    self.exit_codes.get(rank))
+        self.rec.write_triage(triage)
+        return triage
+
+    def _cause_triage(self, from_logs: dict, cause: SchedulerCause) -> dict:
+        """The scheduler saw which node died first: that node is the root cause, in its words; what the
+        logs blamed on another node (a survivor's "connection closed by peer") is its consequence."""
+        host = self.backend.plan.nodes[cause.rank].host_display if cause.rank is not None else cause.host
+        triage = scheduler_report(from_logs, cause, host, self.exit_codes.get(cause.rank))
         self.rec.write_triage(triage)
         return triage
 

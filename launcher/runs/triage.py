@@ -11,6 +11,7 @@ from launcher.runs.display import sanitize_line
 # Checked in order; the first signature found in a node's log names the failure.
 SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("dependencies", re.compile(r"^fsdp-tui: .* for environment\.dependencies failed")),
+    ("cannot_start", re.compile(r"^fsdp-tui agent: cannot start ")),
     ("no_space", re.compile(r"[Nn]o space left on device|ENOSPC|Disk quota exceeded")),
     ("oom", re.compile(r"CUDA out of memory|OutOfMemoryError|torch\.OutOfMemoryError|Cannot allocate memory")),
     ("nccl_timeout", re.compile(r"Watchdog caught collective operation timeout|NCCL.*[Tt]imeout|ProcessGroupNCCL.*timed out")),
@@ -55,7 +56,7 @@ class TriageReport:
 
 
 # Every signature needs one of these words: a cheap test that lets ordinary lines skip the regexes.
-_KEYWORDS = ("parameters.", "environment.dependencies", "space", "ENOSPC", "quota", "Error", "Exception", "memory", "imeout", "imed out", "Killed", "Signal", "exitcode")
+_KEYWORDS = ("cannot start", "parameters.", "environment.dependencies", "space", "ENOSPC", "quota", "Error", "Exception", "memory", "imeout", "imed out", "Killed", "Signal", "exitcode")
 
 
 def might_signal(text: str) -> bool:
@@ -157,3 +158,19 @@ def node_error_report(from_logs: dict, rank: int, host: str, error: str, exit_co
     """The triage when a node's agent saw the cause itself (its disk, not the job)."""
     return {**from_logs, "summary": f"node {rank} ({host}): {error}", "node_rank": rank,
             "signature": reason_signature(error), "excerpt": error, "exit_code": exit_code}
+
+
+def scheduler_report(from_logs: dict, cause, host: str, exit_code: int | None) -> dict:
+    """The triage when the scheduler saw a node die (``cause``: a
+    :class:`~launcher.backends.base.SchedulerCause`). The node's own log line stays the excerpt when it
+    is the same node and tells more; else the scheduler's node is the root cause and what the logs blamed
+    is kept as its consequence."""
+    where = f"node {cause.rank} ({host})" if cause.rank is not None else host
+    if from_logs.get("node_rank") == cause.rank and from_logs.get("signature") not in (None, "launch"):
+        return {**from_logs, "scheduler": cause.words}
+    report = {"node_rank": cause.rank, "rank": None, "exit_code": exit_code, "signature": cause.signature,
+              "line_no": None, "excerpt": cause.words, "summary": f"{where}: {cause.words}",
+              "scheduler": cause.words}
+    if from_logs.get("summary") and from_logs.get("node_rank") != cause.rank:
+        report["consequence"] = from_logs["summary"]
+    return report

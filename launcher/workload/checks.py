@@ -138,7 +138,10 @@ def _misc(w: Workload, base_dir: FsPath | None, num_nodes: int, written: frozens
             and "code_source" not in (written or ()):
         out.append(Finding(("command",), "warning", "command uses $CODE_SOURCE_PATH but there is no code_source",
                            "add code_source: {type: snapshot, snapshot: {root_path: .}}"))
-    if not w.compute.hosts and w.ssh != type(w.ssh)():
+    if w.ssh != type(w.ssh)() and w.compute.slurm is not None and w.compute.slurm.login == "local":
+        out.append(Finding(("ssh",), "warning", "ssh settings are unused: compute.slurm.login is local (they "
+                           "govern the link to a login node)"))
+    elif w.ssh != type(w.ssh)() and not w.compute.hosts and w.compute.slurm is None:
         out.append(Finding(("ssh",), "warning", "ssh settings are unused: there are no compute.hosts"))
     if num_nodes > 1 and w.compute.hosts and all(h == "localhost" for h in w.compute.hosts):
         out.append(Finding(("compute", "hosts"), "warning", "every node is localhost (no SSH): "

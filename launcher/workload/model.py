@@ -79,6 +79,11 @@ class Slurm(_Model):
     resubmitted after it resumes from there."""
     max_resubmits: int = Field(default=10, ge=0, le=1000)
     """Resubmissions after a time limit or preemption that left a checkpoint (not counted as retries)."""
+    requeue: bool = False
+    """Let SLURM requeue the job (after NODE_FAIL, a preemption or ``scontrol requeue``). Off, jobs are
+    submitted ``--no-requeue``: a restarted job would otherwise run again under the same attempt. On, each
+    requeue is a new attempt of the run, kept apart, and the built-in trainer resumes from its newest
+    complete checkpoint."""
 
     @field_validator("partition", "account", "qos", "constraint")
     @classmethod

@@ -15,6 +15,23 @@ TIME_FORMS = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
 OWNED_OPTIONS = {"--nodes", "-N", "--ntasks", "-n", "--ntasks-per-node", "--output", "-o", "--error", "-e",
                  "--signal", "--job-name", "-J", "--chdir", "-D", "--parsable", "--wrap"}
 """Options the backend sets itself (the node contract depends on them): not accepted in ``extra_sbatch``."""
+JOB_SHAPE_OPTIONS = {
+    "--array": "an array job runs several jobs under one id that fsdp-tui would not follow: use a sweep "
+               "(sweep:) for variants, one run each",
+    "-a": "an array job runs several jobs under one id that fsdp-tui would not follow: use a sweep (sweep:) "
+          "for variants, one run each",
+    "--het-job": "a heterogeneous job breaks the one-task-per-node contract: one run is one homogeneous job",
+    "--dependency": "fsdp-tui submits each attempt itself and waits for it: a dependency could hold it "
+                    "forever; start the run when what it depends on has ended",
+    "-d": "fsdp-tui submits each attempt itself and waits for it: a dependency could hold it forever; start "
+          "the run when what it depends on has ended",
+    "--requeue": "set compute.slurm.requeue: true instead (a requeue is then a new attempt of the run)",
+    "--no-requeue": "jobs are submitted --no-requeue already (compute.slurm.requeue: false, the default)",
+    "--export": "the job's environment comes from sbatch's (the node contract, and secrets, which are never "
+                "written to the script): use env_variables for more variables",
+}
+"""Options that change what a job is (several jobs, a wait on another job, a restart under the same
+attempt): refused with the way to say it."""
 
 
 def time_minutes(value: str | int) -> float:
@@ -54,6 +71,8 @@ def sbatch_line_problem(line: str) -> str | None:
     if not _OPTION.match(text):
         return "expected one option such as --mail-type=END"
     name = re.split(r"[= ]", text, maxsplit=1)[0]
+    if name in JOB_SHAPE_OPTIONS:
+        return f"{name} is not accepted: {JOB_SHAPE_OPTIONS[name]}"
     if name in OWNED_OPTIONS:
         return f"{name} is set by fsdp-tui itself (one task per node, its own log files and signal)"
     return None

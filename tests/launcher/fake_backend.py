@@ -13,6 +13,7 @@ from launcher.backends.base import (
     NodeLost,
     NodeStatus,
     PortClaim,
+    SchedulerCause,
     ScriptRun,
     StackDump,
     StopOutcome,
@@ -46,6 +47,9 @@ class FakeNode:
     """attempt -> why its job stopped to go on in a new submission (a scheduler's time limit)."""
     ended_at: float | None = None
     """When its job ended, as its agent records it."""
+    requeued: dict[int, str] = field(default_factory=dict)
+    """attempt -> the scheduler's words when it puts that attempt's job back into its queue (after
+    ``polls_before_exit`` polls)."""
     # what happened
     started: list[int] = field(default_factory=list)
     stopped: int = 0
@@ -60,8 +64,10 @@ class FakeNode:
 class FakeBackend:
     def __init__(self, plan: RunPlan, nodes: list[FakeNode], *, port_free: bool = True,
                  prepare_error: str | None = None, running_attempt: int | None = None,
-                 probe_facts: dict | None = None) -> None:
+                 probe_facts: dict | None = None, cause: SchedulerCause | None = None) -> None:
         self.plan = plan
+        self.cause = cause
+        """What the scheduler says ended a failed attempt."""
         self.probe_facts = probe_facts
         """What the doctor's probe finds on every node (``None``: the probe prints nothing)."""
         self.nodes = nodes
@@ -121,6 +127,8 @@ class FakeBackend:
             node.queue_waits[node.attempt] = node.queue_waits.get(node.attempt, 0) + 1
             node.polls = 0  # its polls count from when it has its nodes
             return NodeStatus(rank, "starting", node.attempt, supervisor_alive=True, queued="pending: Resources")
+        if node.requeued.get(node.attempt or 0) and node.polls > node.polls_before_exit:
+            return NodeStatus(rank, "exited", node.attempt, -15, requeued=node.requeued[node.attempt])
         code = node.exits.get(node.attempt or 0, 0)
         if node.running and code is not None and node.polls > node.polls_before_exit:
             node.running = False
@@ -190,6 +198,9 @@ class FakeBackend:
 
     async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None) -> ExportResult:
         return ExportResult(output_dir)
+
+    async def scheduler_cause(self) -> SchedulerCause | None:
+        return self.cause
 
     async def close(self) -> None:
         pass

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher.backends.base import SchedulerCause
 from launcher.events import NodeState, RunState
 from launcher.runs.policy import RunPolicy
 from launcher.runs.records import Recorder
@@ -52,6 +53,10 @@ class Case:
     detail: str = ""
     """Words the run's last transition (or its triage) must contain."""
     stopped: bool | None = None
+    cause: SchedulerCause | None = None
+    """What the scheduler says ended a failed attempt."""
+    triage: dict | None = None
+    """Entries the run's triage must have."""
 
 
 CASES = [
@@ -60,8 +65,8 @@ CASES = [
     Case("every node exits 0", [FakeNode(), FakeNode()], RunState.SUCCEEDED, starts=["start 1"],
          node_states={0: NodeState.EXITED, 1: NodeState.EXITED}, stopped=False),
     Case("a failure on one node stops the others", [FakeNode(exits={1: None}), FakeNode(exits={1: 3})],
-         RunState.FAILED, node_states={0: NodeState.STOPPED, 1: NodeState.EXITED}, detail="node 1",
-         stopped=True),
+         RunState.FAILED, node_states={0: NodeState.STOPPED, 1: NodeState.EXITED},
+         detail="stopping: node 1 (h1) exited with code 3", stopped=True),
     Case("a retry after a failure succeeds", [FakeNode(exits={1: 1, 2: 0})], RunState.SUCCEEDED,
          settings={"max_retries": 1}, starts=["start 1", "start 2"]),
     Case("retries run out", [FakeNode(exits={1: 1, 2: 2})], RunState.FAILED, settings={"max_retries": 1},
@@ -113,6 +118,21 @@ CASES = [
                                                                                   2: "time limit"})],
          RunState.TIMED_OUT, settings={"max_resubmits": 1}, starts=["start 1", "start 2"],
          detail="max_resubmits allows: resume it"),
+    Case("a scheduler's requeue is a new attempt, not a retry, and nothing is stopped",
+         [FakeNode(requeued={1: "requeued by SLURM (by an operator)"}, exits={1: None, 2: 0}),
+          FakeNode(requeued={1: "requeued by SLURM (by an operator)"}, exits={1: None, 2: 0})], RunState.SUCCEEDED,
+         starts=["start 1", "start 2"], detail="attempt 2: requeued by SLURM (by an operator)", stopped=False),
+    Case("the node the scheduler saw die is the root cause, a survivor's error its consequence",
+         [FakeNode(exits={1: 1}, log=b"RuntimeError: Connection closed by peer [10.0.0.2]\n"),
+          FakeNode(exits={1: None})], RunState.FAILED,
+         cause=SchedulerCause(1, "n2", "killed", "srun: error: n2: task 1: Killed"),
+         triage={"node_rank": 1, "signature": "killed", "excerpt": "srun: error: n2: task 1: Killed"},
+         detail="node 0: python_error"),
+    Case("the scheduler's words on the node the log blames too keep the log's line",
+         [FakeNode(exits={1: None}), FakeNode(exits={1: 3}, log=b"ValueError: bad shape\n")], RunState.FAILED,
+         cause=SchedulerCause(1, "n2", "exited", "srun: error: n2: task 1: Exited with exit code 3"),
+         triage={"node_rank": 1, "signature": "python_error",
+                 "scheduler": "srun: error: n2: task 1: Exited with exit code 3"}),
     Case("a node that cannot be prepared stops nothing", [FakeNode(), FakeNode()], RunState.FAILED,
          prepare_error="node 1 (fake): cannot write /nodes: Permission denied", starts=[],
          detail="Permission denied", stopped=False),
@@ -126,7 +146,7 @@ def test_policy(case: Case, tmp_path):
     store.create_run(plan, None, "experiment_name: fake\n")
     rec = Recorder(store, plan.run_id, {n.node_rank: n.host_display for n in plan.nodes}, parse_logs=None)
     backend = FakeBackend(plan, case.nodes, port_free=case.port_free, prepare_error=case.prepare_error,
-                          running_attempt=case.running_attempt, probe_facts=case.probe_facts)
+                          running_attempt=case.running_attempt, probe_facts=case.probe_facts, cause=case.cause)
 
     def cancel() -> bool:
         return case.cancel_after_polls is not None and case.nodes[0].polls >= case.cancel_after_polls
@@ -147,6 +167,8 @@ def test_policy(case: Case, tmp_path):
         assert case.detail in said, said
     if case.stopped is not None:
         assert ("stop" in backend.calls) == case.stopped
+    if case.triage is not None:
+        assert {k: outcome.triage.get(k) for k in case.triage} == case.triage, outcome.triage
 
 
 def test_a_run_adopted_after_its_job_ended_records_when_the_job_ended(tmp_path):
@@ -255,3 +277,26 @@ def test_a_forced_run_says_what_it_ran_without_even_when_it_succeeds(tmp_path):
     assert "gpus" in summary.detail and "GPU" in summary.detail
     # A new owner (the run adopted after its supervisor died) still knows it.
     assert Recorder(store, plan.run_id, {0: "h0"}, parse_logs=None).forced == summary.detail
+
+
+def test_no_rank_is_called_hung_while_a_nodes_link_is_down(tmp_path):
+    """Steps not seen are not steps not made: while a node reconnects the stall watch waits."""
+    from launcher.backends.base import LinkState
+
+    plan = _plan(2)
+    store = RunStore(tmp_path)
+    store.create_run(plan, None, "x")
+    rec = Recorder(store, plan.run_id, {0: "h0", 1: "h1"}, parse_logs=None)
+    now = [0.0]
+    policy = RunPolicy(FakeBackend(plan, [FakeNode(), FakeNode()]), rec,
+                       Settings(**{**FAST, "stall_factor": 3.0, "stall_min_s": 1.0}), secrets=dict,
+                       cancel_requested=lambda: False, clock=lambda: now[0])
+    for step in range(1, 6):
+        policy.stall.saw_step(step, float(step))
+    now[0] = 60.0
+    policy.on_link(1, LinkState.RECONNECTING, "connection dropped; reconnecting")
+    policy._watch_progress()
+    assert policy.stalled is None
+    policy.on_link(1, LinkState.OK, "reconnected")
+    policy._watch_progress()
+    assert policy.stalled is not None and policy.stalled.startswith("stalled at step 5")

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from launcher.backends.base import NodeStatus
-from launcher.backends.slurm.backend import judge
 from launcher.backends.slurm.queue import parse_squeue
 from launcher.backends.slurm.script import render_slurm
+from launcher.backends.slurm.verdict import judge
 from launcher.workload.plan import build_plan
 from launcher.workload.slurm import sbatch_line_problem, time_minutes
 from launcher.workload.validate import validate_text
@@ -198,6 +198,9 @@ def test_sbatch_test_only_tells_a_refused_job_from_a_login_without_slurm(status,
         login_label = "alice@login"
 
         async def ask(self, argv, env=None, **kw):
+            if argv[0] == "sinfo":  # asked only when the job is refused: which nodes are down
+                assert status != 0
+                return 0, "n1|idle|none\nn2|down*|Not responding\n", ""
             assert argv[:2] == ["sbatch", "--test-only"] and "--wrap=true" in argv
             assert not any(a.startswith(("--output", "--signal")) for a in argv)
             return status, "", err
@@ -205,3 +208,5 @@ def test_sbatch_test_only_tells_a_refused_job_from_a_login_without_slurm(status,
     check = asyncio.run(test_only(Login()))
     assert check.status == ("ok" if status == 0 else "error")
     assert words in check.detail + check.fix
+    if words == "would refuse the job":
+        assert "(sinfo: n2 down, not responding: Not responding)" in check.detail

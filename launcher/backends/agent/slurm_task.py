@@ -107,7 +107,7 @@ def _answer_stacks(node_dir: str, spec: dict, rank: int, seen: list) -> None:
 def _watch(node_dir: str, run_dir: str, spec: dict, rank: int, done: threading.Event) -> None:
     """GPU samples to ``gpus.json`` (where ``nvidia-smi`` is), checkpoint requests to the workers, stack
     dumps on request."""
-    flag = os.path.join(run_dir, CHECKPOINT_NOW.format(attempt=spec["attempt"]))
+    flag = os.path.join(run_dir, CHECKPOINT_NOW.format(attempt=spec.get("flag_attempt", spec["attempt"])))
     has_gpus = bool(probes.gpu_samples())
     signalled, last_gpus, seen = False, 0.0, []
     while not done.wait(SIGNAL_POLL_S):
@@ -126,14 +126,33 @@ def _watch(node_dir: str, run_dir: str, spec: dict, rank: int, done: threading.E
             _write_json(node_dir, GPU_FILE, {"at": time.time(), "gpus": probes.gpu_samples()})
 
 
-def task(attempt: int, agent_zip: str) -> int:
+def requeued_attempt(submitted: int, spec: dict, run_dir: str) -> tuple[int, dict]:
+    """The attempt this run of the job is: SLURM counts its requeues in ``SLURM_RESTART_COUNT``, and each
+    is an attempt of its own (the launcher counts them alike), marked in the node's log as such."""
+    restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
+    restarts = int(restarts) if restarts.isdigit() else 0
+    if not restarts:
+        return submitted, spec
+    attempt = submitted + restarts
+    try:  # the cut-short run's time-limit flag must not signal this run
+        os.remove(os.path.join(run_dir, CHECKPOINT_NOW.format(attempt=submitted)))
+    except OSError:
+        pass
+    return attempt, {**spec, "attempt": attempt,
+                     "marker": f"{attempt} (SLURM requeued job {os.environ.get('SLURM_JOB_ID', '?')}, "
+                               f"restart {restarts})"}
+
+
+def task(submitted: int, agent_zip: str) -> int:
     run_dir = os.getcwd()
     rank = int(os.environ.get("SLURM_NODEID", "0"))
     job_id = os.environ.get("SLURM_JOB_ID", "")
     node_dir = os.path.join(run_dir, f"node-{rank}")
     os.makedirs(node_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "node-0", JOB_SPEC.format(attempt=attempt)), encoding="utf-8") as f:
+    with open(os.path.join(run_dir, "node-0", JOB_SPEC.format(attempt=submitted)), encoding="utf-8") as f:
         spec = json.load(f)
+    attempt, spec = requeued_attempt(submitted, spec, run_dir)
+    spec["flag_attempt"] = submitted
     jobs.write_state(node_dir, state="starting", attempt=attempt, exit_code=None, stopped=False, stopping=False,
                      error=None, resubmit=None, run_id=spec["env"].get(jobs.RUN_ID_ENV), node_rank=str(rank),
                      host=socket.gethostname(), job_id=job_id)

@@ -13,31 +13,58 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import replace
 
 from launcher.backends.agent.slurm_task import GPU_FILE, STACKS_FILE, STACKS_REQUEST
-from launcher.backends.base import NodeError, NodeStatus, PortClaim, SchedulerCheck, StackDump, StopOutcome
+from launcher.backends.base import (
+    LinkState,
+    LinkWatcher,
+    NodeError,
+    NodeStatus,
+    PortClaim,
+    SchedulerCause,
+    SchedulerCheck,
+    StackDump,
+    StopOutcome,
+)
 from launcher.backends.fleet import AgentFleet
 from launcher.backends.slurm.queue import QueueEntry, QueueError, QueueView
 from launcher.backends.slurm.script import batch_script, job_file, render_slurm
+from launcher.backends.slurm.verdict import judge
 from launcher.events import GpuSample
 from launcher.paths import data_home
 from launcher.untrusted import clean_reply
 from launcher.workload.plan import RunPlan
+from launcher.workload.slurm import time_minutes, time_option
 from trainer.protocol import CHECKPOINT_SIGNAL_ENV
 
 JOBS_FILE = "jobs.json"
 GPU_STALE_S = 30.0
 STOP_POLL_S = 0.5
 STACKS_WAIT_S = 30.0
+OUTPUT_LIMIT = 256 << 10
 STOP_EXTRA_S = 60.0
 """How long past the grace a cancelled job may stay COMPLETING (SLURM's KillWait, slow nodes)."""
+
+
+NO_LIMIT_WINDOW_S = 86400.0
+"""How long a lost login node is waited for when the job's time limit is the partition's (unknown here)."""
+
+
+def login_window_s(plan: RunPlan) -> float:
+    """How long the login node may stay away once a job runs: the job's own time limit (it may run that
+    long without us), never less than ``ssh.lost_after_s``."""
+    limit = time_option(plan.workload.compute.slurm, plan.workload.timeout_minutes)
+    job_s = time_minutes(limit) * 60 + STOP_EXTRA_S if limit else NO_LIMIT_WINDOW_S
+    return max(plan.workload.ssh.lost_after_s, job_s)
 
 
 class SlurmBackend(AgentFleet):
     """The Backend for ``compute.slurm`` workloads."""
 
-    def __init__(self, plan: RunPlan, **kwargs) -> None:
-        super().__init__(plan, **kwargs)
+    def __init__(self, plan: RunPlan, *, on_link: LinkWatcher | None = None, **kwargs) -> None:
+        self.watcher = on_link
+        super().__init__(plan, on_link=self._login_said if on_link is not None else None, **kwargs)
         login = plan.nodes[0].host
         self.login_label = login.display if login is not None else "this machine"
         self.queue = QueueView(login.alias if login is not None else "local", self.ask, data_home() / "slurm")
@@ -48,6 +75,12 @@ class SlurmBackend(AgentFleet):
         self.cancelled: set[str] = set()
         self.accounted: dict[str, QueueEntry | None] = {}
         """What ``sacct`` said of jobs no longer in the queue (asked once each)."""
+        self.asked: dict[str, tuple[float, QueueEntry]] = {}
+        """What ``squeue -j`` said of a job when asked directly, and when (newer than the shared view)."""
+        self.active_since: dict[str, float] = {}
+        """When this owner first saw each job with its nodes (a task silent long after that could not start)."""
+        self.requeued: tuple[str, str] | None = None
+        """The job SLURM put back into its queue, and why: the next attempt is its next run, not a new job."""
 
     # -- the scheduler, through the login node's agent ----------------------------------------------
 
@@ -75,6 +108,10 @@ class SlurmBackend(AgentFleet):
         await self.links[0].call("write", agent_zip()[0], name="agent.zip")
 
     async def start(self, secrets: dict[str, str], attempt: int) -> None:
+        if self.requeued is not None:  # SLURM runs the job again itself: that run is this attempt
+            job_id, self.requeued = self.requeued[0], None
+            await self._follow_job(attempt, job_id)
+            return
         plan = self.plan
         spec = self.job_spec(plan.nodes[0], {}, attempt)  # the secrets go to sbatch's environment only
         spec.update(secret_names=sorted(secrets), builtin_trainer=plan.uses_builtin_trainer,
@@ -90,10 +127,29 @@ class SlurmBackend(AgentFleet):
         if status != 0 or not out.strip():
             raise NodeError(f"sbatch on {self.login_label} refused the job: {(err or out).strip()[:500]} "
                             f"(fsdp-tui doctor checks the partition, account and time limit)", 0)
-        job_id = out.strip().split(";")[0]
+        await self._follow_job(attempt, out.strip().split(";")[0])
+
+    def _login_said(self, rank: int, state: LinkState, detail: str) -> None:
+        """A lost login node is not a lost job: say so while reconnecting."""
+        if state == LinkState.RECONNECTING and self.jobs:
+            detail += (f"; the SLURM job may still be running: it is followed again when {self.login_label} "
+                       f"answers (for up to {self.links[rank].lost_after_s / 60:.0f} min, its time limit)")
+        self.watcher(rank, state, detail)
+
+    def _job_lives(self) -> None:
+        """From the submission on, the login link is kept trying until the job itself must have ended
+        (its time limit): the job runs on without the login, and is followed again, byte for byte from
+        job_dir, once the login answers."""
+        window = login_window_s(self.plan)
+        for link in self.links:
+            link.lost_after_s = max(link.lost_after_s, window)
+
+    async def _follow_job(self, attempt: int, job_id: str) -> None:
+        self._job_lives()
         self.jobs[attempt] = job_id
         self.attempt, self.submitted_at = attempt, time.time()
-        await link.call("write", json.dumps({str(a): j for a, j in self.jobs.items()}).encode(), name=JOBS_FILE)
+        await self.links[0].call("write", json.dumps({str(a): j for a, j in self.jobs.items()}).encode(),
+                                 name=JOBS_FILE)
 
     async def job_id(self) -> str | None:
         """The current attempt's job (after a restart of the owner: from the run directory's record)."""
@@ -106,6 +162,7 @@ class SlurmBackend(AgentFleet):
             if not self.jobs:
                 return None
             self.attempt = max(self.jobs)
+            self._job_lives()
         return self.jobs.get(self.attempt)
 
     # -- watching -----------------------------------------------------------------------------------
@@ -114,9 +171,12 @@ class SlurmBackend(AgentFleet):
         """The job as SLURM knows it: from the queue while SLURM keeps it there (``MinJobAge``), then
         from accounting (``sacct``) where it is on; ``None`` when neither knows it."""
         try:
-            _, entries = await self.queue.snapshot(newer_than=self.submitted_at)
+            taken, entries = await self.queue.snapshot(newer_than=self.submitted_at)
         except QueueError as err:
             raise NodeError(f"{self.login_label}: {err}") from None
+        asked = self.asked.get(job_id)
+        if asked is not None and asked[0] > taken:
+            return asked[1]  # newer than the shared view
         if job_id in entries:
             return entries[job_id]
         if job_id not in self.accounted:
@@ -141,7 +201,82 @@ class SlurmBackend(AgentFleet):
         if job_id is None:
             return node
         entry = await self.entry(job_id)
-        return judge(node, self.attempt, job_id, entry, job_id in self.cancelled)
+        if entry is not None and entry.active:
+            self.active_since.setdefault(f"{job_id}.{self.attempt}", time.monotonic())
+        since = self.active_since.get(f"{job_id}.{self.attempt}")
+        judged = judge(node, self.attempt, job_id, entry, job_id in self.cancelled,
+                       None if since is None else time.monotonic() - since)
+        if judged.requeued and node.attempt == self.attempt:
+            # The shared queue view may predate the job's start (a job stopped within seconds looks
+            # pending again): only squeue asked now, after the node's record, tells a requeue.
+            now = await self._job_now(job_id)
+            if now is not None:
+                self.asked[job_id] = (time.time(), now)
+            judged = judge(node, self.attempt, job_id, now, job_id in self.cancelled)
+        if judged.requeued:
+            if self.requeued is None or self.requeued[0] != job_id:
+                self.requeued = (job_id, await self._requeue_words(job_id))
+            judged = replace(judged, requeued=f"requeued by SLURM ({self.requeued[1]})")
+        return judged
+
+    async def _batch_output(self, job_id: str) -> str:
+        """``node-0/slurm-<job>.out``: what ``srun`` and ``slurmstepd`` said (its first 256 KiB: the first
+        failure is what counts)."""
+        name = f"slurm-{job_id}.out"
+        _, data = await self.links[0].call("read", name=name, offset=0, limit=OUTPUT_LIMIT)
+        return data.decode("utf-8", "replace")
+
+    async def _requeue_words(self, job_id: str) -> str:
+        """Why SLURM requeued the job: the cut-short run's output says it (SLURM empties the file when the
+        job runs again), else accounting (``sacct --duplicates``), else SLURM's possible reasons."""
+        from launcher.backends.slurm.said import requeue_words
+
+        why = requeue_words(await self._batch_output(job_id))
+        if why:
+            return why
+        status, out, _ = await self.ask(["sacct", "--noheader", "--parsable2", "--duplicates", f"--jobs={job_id}",
+                                         "--format=JobID,State,NodeList"])
+        if status == 0:
+            for line in out.splitlines():
+                jid, state, nodes = (line.split("|") + ["", ""])[:3]
+                if jid == job_id and state.split()[0] in ("NODE_FAIL", "PREEMPTED", "REQUEUED"):
+                    kind = state.split()[0]
+                    return {"NODE_FAIL": f"after NODE_FAIL on {nodes}", "PREEMPTED": "preempted",
+                            "REQUEUED": "by an operator's scontrol requeue"}[kind]
+        return f"after a node failure, a preemption or scontrol requeue; `sacct -D -j {job_id}` says which"
+
+    async def scheduler_cause(self) -> SchedulerCause | None:
+        """SLURM's own words on the failed attempt's job: the first task ``srun`` saw die (or the node that
+        failed), the node's state in ``sinfo`` and the steps' exit codes in ``sacct`` where it is on."""
+        from launcher.backends.slurm.said import (
+            batch_output_cause,
+            dead_nodes,
+            parse_sacct_steps,
+            sacct_words,
+        )
+
+        job_id = self.jobs.get(self.attempt) if self.attempt is not None else None
+        if job_id is None:
+            return None
+        try:
+            cause = batch_output_cause(await self._batch_output(job_id))
+            if cause is None:
+                return None
+            words = cause.words()
+            status, out, _ = await self.ask(["sinfo", "--noheader", "-N", "-o", "%N|%T|%E"])
+            state = dead_nodes(out).get(cause.node) if status == 0 else None
+            if state:
+                words += f"; sinfo: {cause.node} {state}"
+            status, out, _ = await self.ask(["sacct", "--noheader", "--parsable2", f"--jobs={job_id}",
+                                             "--format=JobID,State,ExitCode,NodeList"])
+            steps = sacct_words(parse_sacct_steps(out)) if status == 0 else ""
+            if steps:
+                words += f"; sacct: {steps}"
+        except NodeError:
+            return None  # the login node is away: the logs' triage stands
+        num_nodes = len(self.plan.nodes)
+        rank = cause.task if cause.task is not None and cause.task < num_nodes else None
+        return SchedulerCause(rank, cause.node or self.login_label, cause.kind, words)
 
     async def gpus(self, rank: int) -> tuple[GpuSample, ...]:
         """What the node's task sampled (``nvidia-smi`` on the compute node, every few seconds)."""
@@ -177,12 +312,14 @@ class SlurmBackend(AgentFleet):
 
     async def scheduler_checks(self, quick: bool) -> tuple[SchedulerCheck, ...]:
         """``sbatch --test-only`` of the attempt's script (partition, account, qos, time limit, node and
-        GPU counts as the scheduler sees them; nothing runs); more without ``quick`` (:mod:`.checks`)."""
+        GPU counts as the scheduler sees them; nothing runs) and ``sinfo``'s partition, node count and
+        MaxTime; a probe job too without ``quick`` (:mod:`.checks`)."""
         from launcher.backends.slurm.checks import full_checks, test_only
+        from launcher.backends.slurm.partition import sinfo_checks
 
         first = await test_only(self)
-        if quick:
-            return (first,)
+        if quick:  # test-only accepts a time above MaxTime (EnforcePartLimits=NO): the job would pend forever
+            return (first, *await sinfo_checks(self))
         return (first, *await full_checks(self))
 
     # -- stopping -----------------------------------------------------------------------------------
@@ -234,42 +371,3 @@ class SlurmBackend(AgentFleet):
             if entry is None or entry.ended or time.monotonic() > deadline:
                 return entry
             await asyncio.sleep(STOP_POLL_S)
-
-
-def judge(node: NodeStatus, attempt: int | None, job_id: str, entry: QueueEntry | None,
-          cancelled_here: bool) -> NodeStatus:
-    """One node's status from its own record and the job's place in SLURM's queue. The node's record of
-    this attempt is newer than any queue view (shared by every owner, a few seconds old): it wins."""
-    rank = node.rank
-    mine = node.attempt == attempt and node.state != "absent"
-    ended = entry is None or entry.ended
-    if mine and node.state == "exited":
-        if node.stopped and not node.resubmit and not cancelled_here and not ended:
-            # Its task was sent SIGTERM by SLURM: an scancel from elsewhere or the time limit. The queue
-            # says which within seconds; until then the job counts as still running.
-            return NodeStatus(rank, "running", attempt, supervisor_alive=True)
-        return _ended(node, entry if entry is not None and entry.ended else None, cancelled_here)
-    if mine and not ended:
-        return NodeStatus(rank, node.state, attempt, supervisor_alive=True)
-    if entry is not None and entry.waiting:
-        return NodeStatus(rank, "starting", attempt, supervisor_alive=True,
-                          queued=f"{entry.state.lower()}: {entry.reason}" if entry.reason else entry.state.lower())
-    if entry is not None and entry.active:
-        return NodeStatus(rank, "starting", attempt, supervisor_alive=True)
-    # The job has ended (or is long out of the queue) without this node's task recording an end.
-    how = entry.ended_words() if entry is not None else "is no longer in the queue"
-    stopped = cancelled_here or (entry is not None and entry.state == "CANCELLED")
-    return NodeStatus(rank, "exited", attempt, exit_code=None, stopped=stopped,
-                      error=f"SLURM job {job_id} {how} before node {rank}'s task recorded an end "
-                            f"(see slurm-{job_id}.out in the run directory)",
-                      resubmit=node.resubmit if mine else "")
-
-
-def _ended(node: NodeStatus, entry: QueueEntry | None, cancelled_here: bool) -> NodeStatus:
-    state = entry.state if entry is not None else ""
-    stopped = cancelled_here or state == "CANCELLED"
-    error = node.error
-    if not error and state in ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY") and not node.resubmit:
-        error = f"the SLURM job {entry.ended_words()}"
-    return NodeStatus(node.rank, "exited", node.attempt, node.exit_code, stopped and not node.resubmit,
-                      supervisor_alive=False, error=error, resubmit=node.resubmit)

@@ -28,11 +28,21 @@ async def test_only(backend) -> SchedulerCheck:
                               f"reach a SLURM controller: {text[:300]}",
                               f"check that `sinfo` works on {backend.login_label} as this user (SLURM_CONF, "
                               "munge, the controller's address): compute.slurm.login must be a login node")
+    down = await _down_nodes(backend)
     return SchedulerCheck("sbatch --test-only", "error", f"SLURM on {backend.login_label} would refuse the job: "
-                          + " ".join(said)[:400],
+                          + " ".join(said)[:400] + (f" (sinfo: {down})" if down else ""),
                           "check compute.slurm (partition, account, qos, time, nodes, gpus_per_node) against "
                           "`sinfo` and `sacctmgr show assoc user=$USER`; try by hand: sbatch --test-only "
                           + shlex.join(opts) + " --wrap=true")
+
+
+async def _down_nodes(backend) -> str:
+    """The nodes ``sinfo`` says are down or not responding: often why a job that fits is refused."""
+    from launcher.backends.slurm.said import dead_nodes
+
+    status, out, _ = await backend.ask(["sinfo", "--noheader", "-N", "-o", "%N|%T|%E"])
+    found = dead_nodes(out) if status == 0 else {}
+    return "; ".join(f"{name} {state}" for name, state in sorted(found.items()))
 
 
 async def full_checks(backend) -> tuple[SchedulerCheck, ...]:

@@ -6,6 +6,7 @@ shared filesystem, so the job starts there on every node and everything is named
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from launcher.workload.model import sbatch_value_problem
@@ -13,6 +14,8 @@ from launcher.workload.plan import RunPlan, render_plan
 from launcher.workload.slurm import sbatch_option, time_option
 
 AGENT_ZIP = "node-0/agent.zip"
+JOB_PORT = "<20000+jobid%20000>"
+"""The rendezvous port as the dry run shows it: each job's own, from its id."""
 
 
 def job_file(attempt: int, suffix: str) -> str:
@@ -43,7 +46,7 @@ def sbatch_options(plan: RunPlan) -> list[str]:
     s = plan.workload.compute.slurm
     topo = plan.topology
     opts = [f"--job-name=fsdp-tui-{plan.run_id}", f"--nodes={topo.num_nodes}", "--ntasks-per-node=1",
-            "--output=slurm-%j.out"]
+            "--output=node-0/slurm-%j.out", "--requeue" if s.requeue else "--no-requeue"]
     if plan.uses_builtin_trainer:
         opts.append(f"--signal=B:USR1@{s.signal_lead_s}")
     limit = time_option(s, plan.workload.timeout_minutes)
@@ -72,7 +75,7 @@ def batch_script(plan: RunPlan, attempt: int, python: str) -> str:
         lines += ["# Near the time limit: the built-in trainer saves a checkpoint and stops; the next job resumes.",
                   f"trap 'touch checkpoint-now.{attempt}' USR1"]
     lines += [
-        f"srun --ntasks-per-node=1 --kill-on-bad-exit=0 {shlex.quote(python)} {AGENT_ZIP} slurm-task {attempt} &",
+        f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 {shlex.quote(python)} {AGENT_ZIP} slurm-task {attempt} &",
         "task=$!",
         "while true; do",
         '  wait "$task"; code=$?',
@@ -94,6 +97,9 @@ def render_slurm(plan: RunPlan, python: str) -> str:
     if plan.uses_builtin_trainer:
         shipped.append("pkg/trainer/ (the built-in trainer)")
     text = render_plan(plan)
+    if not plan.workload.compute.master_port:  # each job picks its own port (see the batch script)
+        text = re.sub(rf"(MASTER_PORT=|--master_port[= ]|rendezvous \S+:){plan.master_port}\b",
+                      lambda m: f"{m.group(1)}{JOB_PORT}", text)
     text += "\n".join([
         "",
         f"SLURM: submitted through {login} with `sbatch --parsable node-0/{job_file(1, 'sbatch')}` in {run_dir}",
