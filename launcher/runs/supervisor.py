@@ -18,6 +18,7 @@ from pathlib import Path
 from launcher.backends.base import backend_for
 from launcher.events import RunState
 from launcher.paths import run_dir
+from launcher.runs.notifying import newest_checkpoint, notify_run, notify_wanted
 from launcher.runs.owner import OwnerLock, cancel_requested, take_stacks_request
 from launcher.runs.policy import LaunchFailed, Outcome, RunPolicy
 from launcher.runs.records import LOG_METRICS, METRICS, Recorder, load_options, load_plan, save_plan
@@ -44,6 +45,7 @@ class Supervisor:
         self.rec.attempt = record.summary.attempt if record else 1
         self.tracker = Tracker(home, plan, self.dir)
         self.tracking_said: str | None = None
+        self.stall_told: str | None = None
         self.backend = backend_for(plan, on_link=lambda *a: self.policy.on_link(*a))
         settings = Settings(max_retries=w.max_retries, timeout_s=w.timeout_minutes * 60 if w.timeout_minutes else None,
                             preflight=not load_options(self.dir).get("force", False),
@@ -78,9 +80,23 @@ class Supervisor:
         await self._finish(outcome)
         return outcome
 
+    async def _notify(self, event: str) -> None:
+        """Tell the user (``notify:`` and the user settings); what happens is recorded, never raised."""
+        if not notify_wanted(self.plan.workload.notify, event):
+            return
+        record = self.store.get_run(self.run_id)
+        try:
+            ckpt = await newest_checkpoint(self.backend, record.summary.output_dir if record else None)
+            await asyncio.to_thread(notify_run, self.home, self.run_id, self.plan.workload.notify, event, ckpt)
+        except Exception:  # noqa: BLE001 - a notification never changes the run
+            print(f"notification failed:\n{traceback.format_exc()}", flush=True)
+
     async def _sync_loop(self) -> None:
         while True:
             await asyncio.to_thread(self._sync)
+            if self.policy.stalled and self.policy.stalled != self.stall_told:
+                self.stall_told = self.policy.stalled
+                await self._notify("stalled")
             await asyncio.sleep(SYNC_EVERY_S)
 
     def _sync(self) -> None:
@@ -105,6 +121,7 @@ class Supervisor:
         if not await asyncio.to_thread(self.tracker.finish, status, artifacts):
             self.rec.set_state(outcome.state, f"tracking (MLflow) failed: {self.tracker.error}")
         self.rec.finished(outcome.state, outcome.exit_code, outcome.triage)
+        await self._notify(outcome.state.value)
         self.store.set_launcher(self.run_id, None)
         await self.backend.close()
 

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from launcher.workload.notify import Notify
+
 EXPERIMENT_NAME = r"^[A-Za-z0-9_-]{1,100}$"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SECRET_REF = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
@@ -207,6 +209,9 @@ class Workload(_Model):
     metrics: Metrics = Field(default_factory=Metrics)
     sweep: Sweep | None = None
     """Variants to compare (``fsdp-tui sweep``); ``fsdp-tui run`` launches the workload as written."""
+
+    notify: Notify | None = None
+    """Who is told when the run ends, stalls or idles (default: the ``notify`` of the user settings)."""
 
     @field_validator("env_variables", mode="before")
     @classmethod

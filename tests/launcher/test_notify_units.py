@@ -1,0 +1,144 @@
+"""Notifications and usage as pure policy: the config's shape, the merge of settings and workload, the
+summary and its payloads, retries with backoff (a real failing command, a fake clock), GPU-hours."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from launcher.notify.deliver import deliver, label
+from launcher.notify.summary import CheckpointFact, RunFacts, body, build_summary, webhook_payload
+from launcher.runs.usage import attempt_spans, run_usage
+from launcher.runs.user_settings import Prices, SettingsError, UserSettings, effective_notify
+from launcher.secrets import SecretStore
+from launcher.workload.notify import Notify
+
+
+@pytest.mark.parametrize(("data", "error"), [
+    ({"webhooks": ["https://hooks.slack.com/services/T/B/X"]}, None),
+    ({"webhooks": ["secret:team/slack"]}, None),
+    ({"webhooks": ["hooks.slack.com/services/x"]}, "http(s)://"),
+    ({"webhooks": ["secret:nokey"]}, "secret:scope/key"),
+    ({"ntfy": "ftp://ntfy.sh/x"}, "http(s)://"),
+    ({"email": {"host": "smtp", "to": ["a@b.c"], "password": "hunter2"}}, "secret:scope/key"),
+    ({"email": {"host": "smtp", "to": []}}, "at least 1"),
+    ({"on": ["finished"]}, "succeeded"),
+    ({"webhook": ["https://x"]}, "Extra inputs"),
+])
+def test_notify_config_shapes(data, error):
+    if error is None:
+        assert Notify.model_validate(data).sinks == 1
+    else:
+        with pytest.raises(ValidationError, match=error.replace("(", r"\(").replace(")", r"\)")):
+            Notify.model_validate(data)
+
+
+@pytest.mark.parametrize(("settings", "workload", "expect"), [
+    (None, None, None),
+    ({"ntfy": "https://ntfy.sh/t"}, None, {"ntfy": "https://ntfy.sh/t", "on": 4}),
+    ({"ntfy": "https://ntfy.sh/t"}, {"on": ["failed"]}, {"ntfy": "https://ntfy.sh/t", "on": 1}),
+    ({"ntfy": "https://ntfy.sh/t"}, {"ntfy": "https://ntfy.sh/other"}, {"ntfy": "https://ntfy.sh/other", "on": 4}),
+    (None, {"on": ["failed"]}, None),  # states but no sink: nothing to send
+])
+def test_workload_keys_win_over_the_settings_key_by_key(settings, workload, expect):
+    got = effective_notify(Notify.model_validate(workload) if workload is not None else None,
+                           UserSettings(notify=settings))
+    if expect is None:
+        assert got is None
+    else:
+        assert got.ntfy == expect["ntfy"] and len(got.on) == expect["on"]
+
+
+def test_bad_settings_name_the_file_and_key():
+    with pytest.raises(SettingsError, match=r"settings.json: notify.ntfy: .*http"):
+        effective_notify(None, UserSettings(notify={"ntfy": "nope"}))
+
+
+FAILED = RunFacts(run_id="r1", experiment="sft", event="failed", detail="node 1 rank 3: oom", attempt=2,
+                  duration_s=3725, step=40, max_steps=100, last_loss=1.5, best_eval_loss=1.75,
+                  usage={"kind": "gpu", "hours": 16.0, "cost": 40.0, "currency": "USD"},
+                  checkpoint=CheckpointFact("step-00000030", 30, 600),
+                  triage={"node_rank": 1, "rank": 3, "exit_code": 1, "signature": "oom", "line_no": 17,
+                          "excerpt": "torch.OutOfMemoryError: CUDA out of memory", "summary": "x", "other": 1})
+
+
+def test_summary_has_what_the_user_acts_on():
+    s = build_summary(FAILED)
+    assert json.loads(json.dumps(s)) == s
+    assert s["triage"] == {"node_rank": 1, "rank": 3, "exit_code": 1, "signature": "oom", "line_no": 17,
+                           "excerpt": "torch.OutOfMemoryError: CUDA out of memory", "summary": "x"}
+    text = body(s)
+    for needed in ("failed after 1h02m (attempt 2)", "root cause: node 1 rank 3: oom (exit code 1)",
+                   "first error (log line 17): torch.OutOfMemoryError", "step 40/100  loss 1.5000  best eval 1.7500",
+                   "GPU-hours 16.00 (~40.00 USD)", "last safe step 30: checkpoint step-00000030, written 10m00s ago",
+                   "open it: fsdp-tui show r1"):
+        assert needed in text, (needed, text)
+    assert s["title"] == "fsdp-tui: sft FAILED (r1)"
+
+
+@pytest.mark.parametrize(("url", "keys"), [
+    ("https://hooks.slack.com/services/T/B/X", {"text"}),
+    ("https://discord.com/api/webhooks/1/abc", {"content", "username"}),
+    ("https://example.org/hook", {"text", "content", "fsdp_tui"}),
+])
+def test_webhook_payloads_suit_their_receiver(url, keys):
+    payload = webhook_payload(build_summary(FAILED), url)
+    assert set(payload) == keys
+    assert "FAILED" in (payload.get("text") or payload["content"])
+
+
+@pytest.mark.parametrize(("target", "shown"), [
+    ("https://hooks.slack.com/services/T/B/TOKEN", "webhook https://hooks.slack.com"),
+    ("http://127.0.0.1:8080/topic?auth=TOKEN", "webhook http://127.0.0.1:8080"),
+    ("secret:team/slack", "webhook secret:team/slack"),
+])
+def test_a_sink_is_named_without_its_token(target, shown):
+    assert label("webhook", target) == shown
+
+
+def test_a_failing_sink_is_retried_with_doubling_waits_and_recorded(tmp_path):
+    waits = []
+    notify = Notify(command="echo refused >&2; exit 3", retries=3, retry_backoff_s=0.5)
+    [d] = deliver(notify, build_summary(FAILED), SecretStore(tmp_path), sleep=waits.append)
+    assert (d.sink, d.ok, d.attempts, d.error) == ("command", False, 4, "it exited with code 3: refused")
+    assert waits == [0.5, 1.0, 2.0]
+
+
+def test_a_missing_secret_is_not_retried_and_says_how_to_set_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("FSDP_TUI_SECRET_TEAM_HOOK", raising=False)
+    waits = []
+    [d] = deliver(Notify(webhooks=["secret:team/hook"]), build_summary(FAILED), SecretStore(tmp_path),
+                  sleep=waits.append)
+    assert not d.ok and d.attempts == 1 and waits == []
+    assert "fsdp-tui secrets set team/hook" in d.error and d.sink == "webhook secret:team/hook"
+
+
+@pytest.mark.parametrize(("transitions", "ended", "spans"), [
+    # pending and preflight do not hold the nodes; running to the end does
+    ([(0, "pending", 1, ""), (5, "running", 1, ""), (65, "succeeded", 1, "")], 65, [60]),
+    # a retry: attempt 1 ran 10 s, attempt 2 from its own running to the end
+    ([(0, "pending", 1, ""), (2, "running", 1, ""), (12, "retrying", 2, ""), (20, "running", 2, ""),
+      (50, "failed", 2, "")], 50, [10, 30]),
+    # never ran
+    ([(0, "pending", 1, ""), (1, "failed", 1, "")], 1, [0]),
+    # still running: up to now (100)
+    ([(0, "running", 1, "")], None, [100]),
+])
+def test_attempt_spans(transitions, ended, spans):
+    assert attempt_spans(transitions, ended, now=100) == spans
+
+
+@pytest.mark.parametrize(("prices", "hosts", "cost"), [
+    (None, ["a", "b"], None),
+    (Prices(gpu_hour=2.0), ["a", "b"], 2 * 8 * 1.5 * 2.0),
+    (Prices(gpu_hour=2.0, by_accelerator={"H100": 3.0}), ["a", "b"], 2 * 8 * 1.5 * 3.0),
+    (Prices(by_host={"a": 1.0, "b": 3.0}), ["a", "b"], 8 * 1.5 * 1.0 + 8 * 1.5 * 3.0),
+    (Prices(by_host={"a": 1.0}), ["a", "b"], None),  # a node without a price: no total
+])
+def test_gpu_hours_are_nodes_times_gpus_times_wall_time(prices, hosts, cost):
+    u = run_usage(kind="gpu", procs_per_node=8, hosts=hosts, num_nodes=2, gpu_model="H100",
+                  spans_s=[3600, 1800], prices=prices)
+    assert u.hours == pytest.approx(2 * 8 * 1.5) and u.per_attempt == pytest.approx((16, 8))
+    assert (u.cost is None) == (cost is None) and (cost is None or u.cost == pytest.approx(cost))
