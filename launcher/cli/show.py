@@ -51,6 +51,12 @@ def _print(r: dict) -> None:
         out(f"  progress  step {r['step']}{'/' + str(r['max_steps']) if r['max_steps'] else ''}"
             f"  loss {r['last_loss'] if r['last_loss'] is not None else '-'}"
             f"  best eval {r['best_eval_loss'] if r['best_eval_loss'] is not None else '-'}\n")
+    if r.get("usage"):
+        u = r["usage"]
+        money = f"  ~{u['cost']:.2f} {u['currency']}" if u["cost"] is not None else ""
+        tries = (" (" + " + ".join(f"{h:.2f}" for h in u["per_attempt"]) + " by attempt)"
+                 if len(u["per_attempt"]) > 1 else "")
+        out(f"  usage     {u['hours']:.2f} {u['kind'].upper()}-hours{tries}{money}\n")
     if r["owner"]:
         out(f"  owner     {r['owner']}\n")
     out("  nodes\n")
@@ -61,6 +67,10 @@ def _print(r: dict) -> None:
         out(f"           its directory there: {n['node_dir']}\n")
     if r["triage"]:
         out(f"  triage    {r['triage'].get('summary', '')}\n")
+    for d in r.get("notifications", []):
+        tries = f" after {d['attempts']} tries" if d["attempts"] > 1 else ""
+        said = "sent" if d["ok"] else f"FAILED{tries}: {d['error']}"
+        out(f"  notified  {d['event']}: {d['sink']}: {said}{tries if d['ok'] else ''}\n")
     if r["mlflow"]:
         m = r["mlflow"]
         out(f"  mlflow    run {m['run_id']} in experiment {m['experiment']}\n")

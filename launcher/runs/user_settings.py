@@ -64,10 +64,11 @@ def load_user_settings(path: Path | None = None) -> UserSettings:
 
 
 def effective_notify(workload: Notify | None, settings: UserSettings) -> Notify | None:
-    """The settings' ``notify`` with the workload's keys on top (key by key); ``None``: nobody to tell."""
+    """The settings' ``notify`` with the workload's keys on top, key by key: each key the workload sets to
+    other than its default (a recorded plan has every key set); ``None``: nobody to tell."""
     base = dict(settings.notify or {})
     if workload is not None:
-        base.update(workload.model_dump(exclude_unset=True))
+        base.update(workload.model_dump(exclude_defaults=True))
     if not base:
         return None
     try:

@@ -43,8 +43,9 @@ def test_notify_config_shapes(data, error):
     (None, {"on": ["failed"]}, None),  # states but no sink: nothing to send
 ])
 def test_workload_keys_win_over_the_settings_key_by_key(settings, workload, expect):
-    got = effective_notify(Notify.model_validate(workload) if workload is not None else None,
-                           UserSettings(notify=settings))
+    # as the run's owner sees it: the plan recorded and read back, every key set
+    w = Notify.model_validate(Notify.model_validate(workload).model_dump()) if workload is not None else None
+    got = effective_notify(w, UserSettings(notify=settings))
     if expect is None:
         assert got is None
     else:
