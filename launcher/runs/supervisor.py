@@ -26,6 +26,7 @@ from launcher.runs.settings import Settings
 from launcher.runs.store import RunStore
 from launcher.runs.streams import LogMetrics
 from launcher.runs.tracking import Tracker
+from launcher.runs.usage import usage_totals
 from launcher.secrets import MissingSecrets, SecretStore
 from launcher.workload.plan import RunPlan
 
@@ -118,7 +119,8 @@ class Supervisor:
         artifacts = sorted((self.dir / "nodes").glob("*.log")) + [
             self.dir / "triage.json", self.dir / "workload.yaml", self.dir / METRICS, self.dir / LOG_METRICS]
         status = MLFLOW_STATUS.get(outcome.state, "FAILED")
-        if not await asyncio.to_thread(self.tracker.finish, status, artifacts):
+        totals = usage_totals(self.home, self.run_id)
+        if not await asyncio.to_thread(self.tracker.finish, status, artifacts, totals):
             self.rec.set_state(outcome.state, f"tracking (MLflow) failed: {self.tracker.error}")
         self.rec.finished(outcome.state, outcome.exit_code, outcome.triage)
         await self._notify(outcome.state.value)

@@ -92,3 +92,32 @@ def usage_of_record(record, workload_json: dict | None, prices: Prices | None, n
         return None
     return run_usage(kind=topo.kind, procs_per_node=topo.procs_per_node, hosts=list(s.hosts),
                      num_nodes=s.num_nodes, gpu_model=topo.gpu_model, spans_s=spans, prices=prices)
+
+
+def usage_totals(home, run_id: str) -> dict[str, float]:
+    """The MLflow metrics of a run's usage so far (``gpu_hours`` or ``cpu_hours``, and ``cost`` with a
+    price): what its owner logs as the run ends."""
+    import json
+    import time
+
+    from launcher.runs.store import RunStore
+    from launcher.runs.user_settings import SettingsError, load_user_settings
+
+    record = RunStore(home).get_run(run_id)
+    if record is None:
+        return {}
+    try:
+        prices = load_user_settings().prices
+    except SettingsError:
+        prices = None
+    try:
+        workload = json.loads((record.directory / "plan.json").read_text()).get("workload")
+    except (OSError, ValueError):
+        return {}
+    usage = usage_of_record(record, workload, prices, time.time())
+    if usage is None:
+        return {}
+    out = {f"{usage.kind}_hours": usage.hours}
+    if usage.cost is not None:
+        out["cost"] = usage.cost
+    return out

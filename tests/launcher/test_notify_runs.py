@@ -104,7 +104,10 @@ def test_runs_notify_every_sink_with_the_app_closed(home, tmp_path):
         assert d[f"email me@example.org via 127.0.0.1:{smtp.port}"]["ok"]
         down = d[f"webhook http://127.0.0.1:{refusing}"]
         assert not down["ok"] and down["attempts"] == 3 and "cannot reach it" in down["error"]
-    assert json.loads(cli(home, "runs", "--json").stdout)[0]["state"] == "succeeded"  # the refusal changed nothing
+    listing = {r["run_id"]: r for r in json.loads(cli(home, "runs", "--json").stdout)}
+    assert listing[ok_id]["state"] == "succeeded"  # the refused sink changed nothing
+    ok_run = listing[ok_id]  # CPU-hours: 1 node x 1 process x its wall time
+    assert ok_run["usage"]["hours"] == pytest.approx((ok_run["ended_at"] - ok_run["started_at"]) / 3600)
 
     hooks = {json.loads(body)["fsdp_tui"]["run_id"]: json.loads(body)["fsdp_tui"]
              for path, _, body in http.got if path == f"/hook/{TOKEN}"}

@@ -143,3 +143,49 @@ def test_gpu_hours_are_nodes_times_gpus_times_wall_time(prices, hosts, cost):
                   spans_s=[3600, 1800], prices=prices)
     assert u.hours == pytest.approx(2 * 8 * 1.5) and u.per_attempt == pytest.approx((16, 8))
     assert (u.cost is None) == (cost is None) and (cost is None or u.cost == pytest.approx(cost))
+
+
+def test_a_finished_gpu_runs_hours_from_its_record(tmp_path):
+    """GPU-hours of a stored 2-node x 8-GPU run (no GPU here: the counts are the record's, not measured)."""
+    import time as clock
+
+    from launcher.events import RunState
+    from launcher.runs.records import save_plan
+    from launcher.runs.store import RunStore
+    from launcher.runs.usage import usage_of_record
+    from launcher.workload.model import Workload
+    from launcher.workload.plan import build_plan, plan_to_json
+
+    w = Workload.model_validate({"experiment_name": "gpu", "compute": {
+        "accelerator_type": "GPU_8xH100", "num_accelerators": 16, "hosts": ["n1", "n2"]}})
+    plan = build_plan(w, run_id="r-gpu")
+    store = RunStore(tmp_path)
+    directory = store.create_run(plan, None, "")
+    save_plan(directory, plan)
+    for state in (RunState.PREFLIGHT, RunState.RUNNING, RunState.SUCCEEDED):
+        store.set_state("r-gpu", state, 1)
+        clock.sleep(0.05)
+    record = store.get_run("r-gpu")
+    u = usage_of_record(record, plan_to_json(plan)["workload"], Prices(by_accelerator={"H100": 2.0}),
+                        clock.time())
+    wall = record.summary.ended_at - record.summary.started_at
+    assert u.kind == "gpu" and u.hours == pytest.approx(2 * 8 * wall / 3600) and u.hours > 0
+    assert u.cost == pytest.approx(u.hours * 2.0)
+
+
+def test_notify_test_sends_a_sample_to_each_sink_and_says_what_happened(tmp_path):
+    from tests.launcher.conftest import cli, write_workload
+
+    home = tmp_path / "home"
+    home.mkdir()
+    nothing = cli(home, "notify", "test")
+    assert nothing.returncode == 2 and "no sink configured" in nothing.stderr
+    got = tmp_path / "got.json"
+    (home / "settings.json").write_text(json.dumps({"theme": "x", "notify": {"command": f"cat > {got}"}}))
+    wl = write_workload(tmp_path, "experiment_name: t\ncommand: 'true'\n"
+                                  "notify: {command: 'exit 4', retries: 1, retry_backoff_s: 0}\n")
+    sent = cli(home, "notify", "test")
+    assert sent.returncode == 0 and sent.stdout == "command: sent\n"
+    assert json.loads(got.read_text())["event"] == "test"
+    failed = cli(home, "notify", "test", wl)  # the workload's command wins over the settings'
+    assert failed.returncode == 1 and failed.stdout == "command: FAILED after 2 tries: it exited with code 4\n"
