@@ -28,11 +28,22 @@ def run(args: argparse.Namespace) -> int:
     store, run_id = found
     adopt_orphans_of(store.home)
     report = run_report(store.home, run_id)
+    report["last_safe_step"] = _safe_step(store.home, run_id)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
     _print(report)
     return 0
+
+
+def _safe_step(home, run_id: str) -> dict | None:
+    """The newest complete checkpoint, asked of the node that holds it (``None``: no output_dir)."""
+    import asyncio
+
+    from launcher.runs.safe_step import last_safe_step
+
+    safe = asyncio.run(last_safe_step(home, run_id))
+    return None if safe is None else {**safe.to_dict(), "text": safe.text()}
 
 
 def _when(t: float | None) -> str:
@@ -51,6 +62,8 @@ def _print(r: dict) -> None:
         out(f"  progress  step {r['step']}{'/' + str(r['max_steps']) if r['max_steps'] else ''}"
             f"  loss {r['last_loss'] if r['last_loss'] is not None else '-'}"
             f"  best eval {r['best_eval_loss'] if r['best_eval_loss'] is not None else '-'}\n")
+    if r.get("last_safe_step"):
+        out(f"  safe      {r['last_safe_step']['text']}\n")
     if r.get("usage"):
         u = r["usage"]
         money = f"  ~{u['cost']:.2f} {u['currency']}" if u["cost"] is not None else ""

@@ -56,17 +56,15 @@ def notify_wanted(workload_notify: Notify | None, event: str) -> bool:
 async def newest_checkpoint(backend, output_dir: str | None, timeout_s: float = 20.0) -> CheckpointFact | None:
     """The newest complete checkpoint under ``output_dir``, asked of the run's backend; ``None`` when there
     is none or the node does not answer in time (a notification never waits long for it)."""
+    from launcher.runs.safe_step import newest_fact
+
     if not output_dir:
         return None
     try:
         listing = await asyncio.wait_for(backend.checkpoints(output_dir), timeout_s)
     except Exception:  # noqa: BLE001 - a missing fact, never a failed notification
         return None
-    done = [c for c in listing.checkpoints if c.complete]
-    if not done:
-        return None
-    newest = max(done, key=lambda c: c.step)
-    return CheckpointFact(newest.name, newest.step, max(0.0, time.time() - newest.mtime))
+    return newest_fact(listing.checkpoints, time.time())
 
 
 def notify_run(home: Path, run_id: str, workload_notify: Notify | None, event: str,

@@ -79,8 +79,16 @@ def test_runs_notify_every_sink_with_the_app_closed(home, tmp_path):
         assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
         failed_id = events(out.stdout)[-1]["run_id"]
         (tmp_path / "ok").mkdir()
-        ok = write_workload(tmp_path / "ok", "experiment_name: notify-ok\nmlflow: {enabled: false}\nnotify: {on: [succeeded]}\n"
-                                             "command: echo step=3/3 loss=0.5\n")
+        ckpts = tmp_path / "out" / "checkpoints"
+        ok = write_workload(tmp_path / "ok", f"""experiment_name: notify-ok
+mlflow: {{enabled: false}}
+notify: {{on: [succeeded]}}
+parameters: {{output_dir: {tmp_path / 'out'}}}
+command: |
+  mkdir -p {ckpts}/step-00000002 {ckpts}/step-00000003
+  echo '{{"step": 2}}' > {ckpts}/step-00000002/meta.json && touch {ckpts}/step-00000002/.metadata
+  echo step=3/3 loss=0.5
+""")  # step 3 is incomplete: step 2 is the last safe one
         out2 = cli(home, "run", ok, "--json", **secret_env)
         assert out2.returncode == 0, out2.stdout[-2000:] + out2.stderr[-2000:]
         ok_id = events(out2.stdout)[-1]["run_id"]
@@ -117,6 +125,8 @@ def test_runs_notify_every_sink_with_the_app_closed(home, tmp_path):
     assert "ValueError: bad batch" in triage["excerpt"] and hooks[failed_id]["open"] == f"fsdp-tui show {failed_id}"
     assert hooks[ok_id]["event"] == "succeeded"
     assert hooks[ok_id]["usage"]["kind"] == "cpu" and hooks[ok_id]["usage"]["hours"] > 0
+    assert hooks[ok_id]["checkpoint"]["step"] == 2 and hooks[ok_id]["checkpoint"]["name"] == "step-00000002"
+    assert hooks[failed_id]["checkpoint"] is None
     ntfy = {headers["Title"]: body.decode() for path, headers, body in http.got if path == "/my-topic"}
     assert any("FAILED" in t for t in ntfy) and any("succeeded" in t for t in ntfy)
     assert any("root cause: node 0" in b for b in ntfy.values())
@@ -126,5 +136,7 @@ def test_runs_notify_every_sink_with_the_app_closed(home, tmp_path):
 
     shown = cli(home, "show", failed_id)
     assert f"webhook http://127.0.0.1:{refusing}: FAILED after 3 tries" in shown.stdout, shown.stdout
+    shown_ok = cli(home, "show", ok_id).stdout
+    assert "  safe      step 2 (step-00000002, written " in shown_ok and "CPU-hours" in shown_ok, shown_ok
     leaks = [p for p in home.rglob("*") if p.is_file() and TOKEN.encode() in p.read_bytes()]
     assert leaks == [] and TOKEN not in out.stdout + out.stderr + out2.stdout + shown.stdout

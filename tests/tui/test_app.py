@@ -237,6 +237,9 @@ async def test_checkpoints_browser_lists_and_never_deletes_the_newest_complete(h
         await pilot.press("y")
         await _wait_for(pilot, lambda: app.screen.query_one(DataTable).row_count == 2)
         assert not (out / "checkpoints" / "step-00000010").exists()
+        app.push_screen(RunMonitorScreen("run-ck", 1))  # its summary line says the last safe step
+        await _wait_for(pilot, lambda: any("safe step 20 (step-00000020, written " in str(label.render())
+                                           for label in app.screen.query("#summary")))
 
 
 async def test_compare_two_runs_shows_numbers_and_config_diff(home):

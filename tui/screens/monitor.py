@@ -39,6 +39,8 @@ PANE_MIN_ROWS = 9
 """A node pane shorter than this shows too few lines: the grid then scrolls (tab moves between panes)."""
 SHORT_BELOW = 32
 FILTER_DEBOUNCE_S = 0.15
+SAFE_STEP_EVERY_S = 30.0
+"""How often the monitor asks rank 0's node for the newest complete checkpoint (the last safe step)."""
 """Terminal rows under which the four sparklines share one row."""
 
 
@@ -80,6 +82,8 @@ class RunMonitorScreen(Screen):
         """What the why-line says (it is redrawn only when that changes)."""
         self.merged = False
         """The all-node view is shown instead of the per-node grid."""
+        self.safe_text = ""
+        """``safe step N (... ago)`` on the summary line, once the node has said."""
         self.recorded_end: float | None = None
         """When a reopened run ended, from its record; replaying its end must not restart the clock."""
         if recorded is not None:
@@ -106,6 +110,18 @@ class RunMonitorScreen(Screen):
         self.set_interval(1 / LOG_HZ, self.flush_logs)
         self.set_interval(1 / DRAW_HZ, self.redraw)
         self.consume()
+        if self.events is None:  # a recording handed in has no nodes to ask
+            self.refresh_safe_step()
+            self.set_interval(SAFE_STEP_EVERY_S, self.refresh_safe_step)
+
+    @work(exclusive=True, group="safe-step")
+    async def refresh_safe_step(self) -> None:
+        from launcher.runs.safe_step import last_safe_step
+
+        if self.safe_text and self.view.state.is_final:
+            return  # an ended run's checkpoints do not change by themselves
+        safe = await last_safe_step(self.app.home, self.run_id)
+        self.safe_text = "" if safe is None else f"  safe {safe.text()}"
 
     def on_resize(self, event) -> None:
         self.query_one(MetricsPanel).set_class(event.size.height < SHORT_BELOW, "-short")
@@ -169,7 +185,8 @@ class RunMonitorScreen(Screen):
         mfu = f"  MFU {v.mfu:.1%}" if v.mfu is not None else ""
         state = "STALLED" if v.stalled else v.state.value.upper()
         text = (f"{state}  attempt {v.attempt}  elapsed {fmt_duration(v.elapsed_s())}  "
-                f"ETA {fmt_duration(v.eta_s())}  step {step}  {tps}{mfu}  follow {'on' if self.follow else 'off'} (f)")
+                f"ETA {fmt_duration(v.eta_s())}  step {step}  {tps}{mfu}  follow {'on' if self.follow else 'off'} (f)"
+                f"{self.safe_text}")
         self.query_one("#summary", Label).update(text)
         said = v.why()
         if said != self.why_shown:

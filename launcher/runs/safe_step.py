@@ -1,0 +1,54 @@
+"""The last safe step: the newest complete checkpoint of a run (what a relaunch resumes from) and how long
+ago it was written, asked of the node that holds it. Shown by ``fsdp-tui show`` and the run monitor, and
+sent in notifications."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.notify.summary import CheckpointFact, fmt_age
+from launcher.runs.checkpoints import NoOutputDir, list_checkpoints
+
+
+@dataclass(frozen=True)
+class SafeStep:
+    found: CheckpointFact | None
+    why_not: str = ""
+    """Why there is no step to show: none complete yet, or the node could not be asked (and why)."""
+
+    def text(self) -> str:
+        if self.found is not None:
+            return f"step {self.found.step} ({self.found.name}, written {fmt_age(self.found.age_s)})"
+        return self.why_not
+
+    def to_dict(self) -> dict:
+        c = self.found
+        return {"step": c.step, "name": c.name, "age_s": c.age_s} if c else {"step": None, "why_not": self.why_not}
+
+
+def newest_fact(checkpoints, now: float) -> CheckpointFact | None:
+    """The complete checkpoint with the highest step (an incomplete one is never safe)."""
+    done = [c for c in checkpoints if c.complete]
+    if not done:
+        return None
+    newest = max(done, key=lambda c: c.step)
+    return CheckpointFact(newest.name, newest.step, max(0.0, now - newest.mtime))
+
+
+async def last_safe_step(home: Path, run_id: str, timeout_s: float = 15.0) -> SafeStep | None:
+    """``None`` for a run without ``parameters.output_dir`` (its script keeps its own checkpoints)."""
+    try:
+        listing = await asyncio.wait_for(list_checkpoints(home, run_id), timeout_s)
+    except NoOutputDir:
+        return None
+    except asyncio.TimeoutError:
+        return SafeStep(None, f"the node holding the checkpoints did not answer within {timeout_s:g}s")
+    except Exception as err:  # noqa: BLE001 - shown as what it is, never a traceback
+        return SafeStep(None, f"cannot list the checkpoints: {err}")
+    if listing.error:
+        return SafeStep(None, f"cannot list the checkpoints on {listing.label}: {listing.error}")
+    found = newest_fact(listing.checkpoints, time.time())
+    return SafeStep(found, "" if found else "no complete checkpoint yet")
