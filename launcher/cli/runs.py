@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         duration = f"{r.duration_s / 60:.1f}m" if r.duration_s is not None else "-"
         step = f"{r.step or 0}/{r.max_steps}" if r.max_steps else str(r.step or "-")
         why = r.detail if (r.state.value in ("failed", "timed_out", "cancelled")
-                           or r.detail.startswith("stalled")) and r.detail else ""
+                           or r.detail.startswith(("stalled", "idle GPUs"))) and r.detail else ""
         print(f"{r.run_id:<{width}} {r.state.value:<10} {r.num_nodes:>5} {started:<16} {duration:>8} {step:>9} "
               f"{_fmt(r.last_loss, '.4f'):>8} {_fmt(r.best_eval_loss, '.4f'):>8} {_usage_cell(usage[r.run_id]):>11}  {why[:100]}")
     return 0

@@ -54,7 +54,7 @@ def _print(r: dict) -> None:
     out = sys.stdout.write
     out(f"run {r['run_id']}  ({r['experiment']})\n")
     why = (f": {r['detail']}" if r["detail"] and (r["state"] not in ("succeeded", "running")
-                                                 or r["detail"].startswith("stalled")) else "")
+                                                 or r["detail"].startswith(("stalled", "idle GPUs"))) else "")
     out(f"  state     {r['state']}{why}\n")
     out(f"  attempt   {r['attempt']} of {r['max_attempts']}\n")
     out(f"  started   {_when(r['started_at'])}   ended {_when(r['ended_at'])}   duration {r['duration']}\n")

@@ -98,6 +98,8 @@ class Recorder:
         """The newest training step recorded (what the stall watch follows)."""
         self.new_records: list[MetricRecord] = []
         """Records not yet handed to the tracking sink (see :meth:`take_records`)."""
+        self.on_gpus = None
+        """Also called with ``(rank, samples, time)`` for each GPU sample (the owner's idle watch)."""
         self._rebuild_log_metrics()
         self._refresh_summary(self.records())
 
@@ -205,6 +207,8 @@ class Recorder:
 
     def gpus(self, rank: int, samples: tuple[GpuSample, ...]) -> None:
         self.emit(GpuTelemetry(self.run_id, rank, samples))
+        if self.on_gpus is not None:
+            self.on_gpus(rank, samples, time.time())
 
     def finished(self, state: RunState, exit_code: int | None, triage: dict | None) -> None:
         record = self.store.get_run(self.run_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import sys
 import traceback
@@ -18,8 +19,9 @@ from pathlib import Path
 from launcher.backends.base import backend_for
 from launcher.events import RunState
 from launcher.paths import run_dir
+from launcher.runs.idle import IdleGuard
 from launcher.runs.notifying import newest_checkpoint, notify_run, notify_wanted
-from launcher.runs.owner import OwnerLock, cancel_requested, take_stacks_request
+from launcher.runs.owner import OwnerLock, cancel_requested, request_cancel, take_stacks_request
 from launcher.runs.policy import LaunchFailed, Outcome, RunPolicy
 from launcher.runs.records import LOG_METRICS, METRICS, Recorder, load_options, load_plan, save_plan
 from launcher.runs.settings import Settings
@@ -47,6 +49,8 @@ class Supervisor:
         self.tracker = Tracker(home, plan, self.dir)
         self.tracking_said: str | None = None
         self.stall_told: str | None = None
+        self.idle = IdleGuard(w.metrics.idle_policy)
+        self.rec.on_gpus = self.idle.saw
         self.backend = backend_for(plan, on_link=lambda *a: self.policy.on_link(*a))
         settings = Settings(max_retries=w.max_retries, timeout_s=w.timeout_minutes * 60 if w.timeout_minutes else None,
                             preflight=not load_options(self.dir).get("force", False),
@@ -78,6 +82,8 @@ class Supervisor:
             outcome = await self.policy._fail(why)
         finally:
             syncing.cancel()
+        if self.idle.stopping and outcome.state == RunState.CANCELLED and not outcome.triage:
+            outcome = dataclasses.replace(outcome, triage={"summary": self.idle.flagged, "signature": "idle"})
         await self._finish(outcome)
         return outcome
 
@@ -92,12 +98,24 @@ class Supervisor:
         except Exception:  # noqa: BLE001 - a notification never changes the run
             print(f"notification failed:\n{traceback.format_exc()}", flush=True)
 
+    async def _watch_idle(self) -> None:
+        """``metrics.idle_policy``: say a run's GPUs sit idle, tell the user, stop it when asked to."""
+        record = self.store.get_run(self.run_id)
+        verdict = self.idle.check(record.summary.state if record else RunState.RUNNING)
+        if verdict.flag:
+            self.rec.set_state(RunState.RUNNING, verdict.flag)
+            if verdict.flag.startswith("idle"):
+                await self._notify("idle")
+        if verdict.stop:
+            request_cancel(self.home, self.run_id)
+
     async def _sync_loop(self) -> None:
         while True:
             await asyncio.to_thread(self._sync)
             if self.policy.stalled and self.policy.stalled != self.stall_told:
                 self.stall_told = self.policy.stalled
                 await self._notify("stalled")
+            await self._watch_idle()
             await asyncio.sleep(SYNC_EVERY_S)
 
     def _sync(self) -> None:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from launcher.workload.idle import IdlePolicy
 from launcher.workload.notify import Notify
 
 EXPERIMENT_NAME = r"^[A-Za-z0-9_-]{1,100}$"
@@ -165,6 +166,9 @@ class Metrics(_Model):
     """Flag the run as stalled when no step came for this many times its median step time..."""
     stall_min_s: float = Field(default=120.0, gt=0, le=86400)
     """...and at least this long (start-up, evaluation and checkpoints take longer than a step)."""
+
+    idle_policy: IdlePolicy = Field(default_factory=IdlePolicy)
+    """When GPUs that sit idle while the run runs are flagged, and whether the run is stopped then."""
 
 
 class Sweep(_Model):
