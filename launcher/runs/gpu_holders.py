@@ -48,12 +48,16 @@ for pid, run_id in tags.items():
             stopped.append(int(pid))
         except OSError:
             pass
+def alive(pid):  # a zombie holds no GPU memory any more
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 deadline = time.time() + 10
 for pid in stopped:
     while time.time() < deadline:
-        try:
-            os.kill(pid, 0)
-        except OSError:
+        if not alive(pid):
             break
         time.sleep(0.1)
     else:

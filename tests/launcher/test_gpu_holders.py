@@ -4,7 +4,6 @@ process (no GPU here: the stand-in is the only mocked part); ``--stop`` stops a 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 
@@ -54,12 +53,7 @@ def test_gpus_lists_a_leftover_of_an_ended_run_and_stops_it(home, tmp_path):
     (bin_dir / "nvidia-smi").chmod(0o755)
     path = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     try:
-        listed = cli(home, "gpus", "localhost", "--json", **path)
-        assert listed.returncode == 0, listed.stderr
-        [node] = json.loads(listed.stdout)
-        assert node["gpus"] == 2 and node["stopped"] == []
-        assert [(h["gpu"], h["pid"], h["run_id"]) for h in node["holders"]] == [(0, 1, None), (1, leftover.pid, "run-gone")]
-        stopped = cli(home, "gpus", "localhost", "--stop", **path).stdout
+        stopped = cli(home, "gpus", "localhost", "--stop", **path).stdout  # one call: list, stop, list again
         assert f"node 0 (localhost): stopped {leftover.pid}\n" in stopped, stopped
         # the stand-in still lists it: how a leftover is shown
         assert f"gpu 1  pid {leftover.pid}" in stopped and "run run-gone (cancelled: a leftover" in stopped
