@@ -64,6 +64,8 @@ def _print(r: dict) -> None:
             f"  best eval {r['best_eval_loss'] if r['best_eval_loss'] is not None else '-'}\n")
     if r.get("last_safe_step"):
         out(f"  safe      {r['last_safe_step']['text']}\n")
+    if r.get("lead_time"):
+        out(f"  lead time {r['lead_time']}\n")
     if r.get("usage"):
         u = r["usage"]
         money = f"  ~{u['cost']:.2f} {u['currency']}" if u["cost"] is not None else ""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from launcher.runs.notifying import read_deliveries
 from launcher.runs.owner import owned
+from launcher.runs.safe_step import lead_time_of_run
 from launcher.runs.store import RunStore
 from launcher.runs.tracking import STATE_FILE
 from launcher.runs.usage import usage_of_record
@@ -50,6 +51,7 @@ def run_report(home: Path, run_id: str) -> dict:
         "triage": triage, "mlflow": mlflow, "directory": str(directory), "workload_path": s.workload_path,
         "output_dir": s.output_dir, "next": next_steps,
         "usage": _usage(record, workload), "notifications": read_deliveries(directory),
+        "lead_time": lead_time_of_run(directory, workload),
     }
 
 

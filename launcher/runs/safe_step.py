@@ -5,6 +5,7 @@ sent in notifications."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,3 +53,41 @@ async def last_safe_step(home: Path, run_id: str, timeout_s: float = 15.0) -> Sa
         return SafeStep(None, f"cannot list the checkpoints on {listing.label}: {listing.error}")
     found = newest_fact(listing.checkpoints, time.time())
     return SafeStep(found, "" if found else "no complete checkpoint yet")
+
+
+_CHECKPOINT_TIME = re.compile(r"checkpoint blocked training for ([0-9]+(?:\.[0-9]+)?) s")
+LEAD_MARGIN = 0.8
+"""A checkpoint longer than this share of the lead time may not finish before the scheduler kills the job."""
+
+
+def checkpoint_seconds(log_text: str) -> list[float]:
+    """How long each checkpoint of the built-in trainer held training up (its own log lines)."""
+    return [float(m.group(1)) for m in _CHECKPOINT_TIME.finditer(log_text)]
+
+
+def lead_time_note(seconds: list[float], lead_s: int) -> str:
+    """A SLURM job is signalled ``signal_lead_s`` before its time limit to save and stop: say how that
+    compares with the checkpoints measured so far ("" before the first)."""
+    if not seconds:
+        return ""
+    longest = max(seconds)
+    note = (f"checkpoints took up to {longest:.0f}s; the time-limit signal comes {lead_s}s before the limit "
+            "(compute.slurm.signal_lead_s)")
+    if longest > LEAD_MARGIN * lead_s:
+        note += f": too close, raise it above {longest / LEAD_MARGIN:.0f}s or the last save may be cut off"
+    return note
+
+
+def lead_time_of_run(directory: Path, workload: dict) -> str:
+    """:func:`lead_time_note` for a SLURM run from node 0's log mirror; "" for other runs."""
+    slurm = (workload.get("compute") or {}).get("slurm")
+    if not slurm:
+        return ""
+    log = directory / "nodes" / "0.log"
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, log.stat().st_size - (4 << 20)))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return lead_time_note(checkpoint_seconds(text), int(slurm.get("signal_lead_s", 120)))

@@ -189,3 +189,28 @@ def test_notify_test_sends_a_sample_to_each_sink_and_says_what_happened(tmp_path
     assert json.loads(got.read_text())["event"] == "test"
     failed = cli(home, "notify", "test", wl)  # the workload's command wins over the settings'
     assert failed.returncode == 1 and failed.stdout == "command: FAILED after 2 tries: it exited with code 4\n"
+
+
+@pytest.mark.parametrize(("log", "lead", "says"), [
+    ("step=1\n", 120, ""),
+    ("checkpoint blocked training for 12.50 s\ncheckpoint blocked training for 30.01 s\n", 120,
+     "checkpoints took up to 30s; the time-limit signal comes 120s before the limit (compute.slurm.signal_lead_s)"),
+    ("checkpoint blocked training for 100.00 s\n", 120, "too close, raise it above 125s"),
+])
+def test_the_lead_time_against_the_measured_checkpoint_time(log, lead, says):
+    from launcher.runs.safe_step import checkpoint_seconds, lead_time_note
+
+    note = lead_time_note(checkpoint_seconds(log), lead)
+    assert (says in note) if says else note == ""
+
+
+def test_the_last_safe_step_is_the_newest_complete_checkpoint():
+    from launcher.runs.safe_step import SafeStep, newest_fact
+    from trainer.ckpt_layout import CheckpointInfo
+
+    ckpts = [CheckpointInfo(10, "/o/step-00000010", True, 1, 100.0), CheckpointInfo(30, "/o/step-00000030", False, 1, 300.0),
+             CheckpointInfo(20, "/o/step-00000020", True, 1, 200.0)]
+    fact = newest_fact(ckpts, now=260.0)
+    assert (fact.step, fact.name, fact.age_s) == (20, "step-00000020", 60.0)
+    assert SafeStep(fact).text() == "step 20 (step-00000020, written 1m00s ago)"
+    assert newest_fact(ckpts[1:2], now=0) is None
