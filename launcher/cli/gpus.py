@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
     from launcher.backends.base import backend_for
     from launcher.paths import data_home
-    from launcher.runs.gpu_holders import gpu_holders
+    from launcher.runs.gpu_holders import gpu_holders, holder_states, whose
     from launcher.runs.store import RunStore
 
     home = data_home()
@@ -55,12 +55,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     ranks = [n.node_rank for n in plan.nodes]
     nodes = asyncio.run(gpu_holders(backend_for(plan), ranks))
-    store = RunStore(home)
-    ended = {}
-    for h in (h for n in nodes for h in n.holders if h.run_id):
-        record = store.get_run(h.run_id)
-        ended[h.run_id] = (None if record is None else
-                           record.summary.state.value if record.summary.state.is_final else "")
+    ended = holder_states(RunStore(home), nodes)
     leftovers = [r for r, state in ended.items() if state]
     if args.stop and leftovers:
         nodes = asyncio.run(gpu_holders(backend_for(plan), ranks, stop=leftovers))
@@ -78,12 +73,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"{n.host}: {n.gpus} GPU(s), no process holds GPU memory")
         for h in n.holders:
             mem = f"{h.used_mib:.0f} MiB" if h.used_mib is not None else "? MiB"
-            whose = "not ours"
-            if h.run_id:
-                state = ended.get(h.run_id)
-                whose = (f"run {h.run_id} (not in this data dir)" if state is None
-                         else f"run {h.run_id} ({state}: a leftover, --stop stops it)" if state
-                         else f"run {h.run_id} (running)")
             gpu = h.gpu if h.gpu is not None else "?"
-            print(f"{n.host}  gpu {gpu}  pid {h.pid:<8} {mem:>10}  {h.process}  {whose}")
+            print(f"{n.host}  gpu {gpu}  pid {h.pid:<8} {mem:>10}  {h.process}  {whose(h, ended)}")
     return 1 if any(n.error for n in nodes) else 0

@@ -155,3 +155,41 @@ async def gpu_holders(backend: Backend, ranks: list[int], stop: list[str] = (), 
         return list(await asyncio.gather(*(_node(backend, r, list(stop), timeout_s) for r in ranks)))
     finally:
         await backend.close()
+
+
+async def run_gpu_holders(home, run_id: str, stop: bool = False) -> tuple[list[NodeHolders], dict[str, str | None]]:
+    """The GPU holders on a run's nodes (its recorded plan), and each holder run's state (``""``: live,
+    ``None``: not in this data dir). With ``stop``, the processes of our ended runs there are stopped."""
+    from launcher.backends.base import backend_for
+    from launcher.paths import run_dir
+    from launcher.runs.records import load_plan
+    from launcher.runs.store import RunStore
+
+    plan = load_plan(run_dir(home, run_id))
+    ranks = [n.node_rank for n in plan.nodes]
+    nodes = await gpu_holders(backend_for(plan), ranks)
+    states = holder_states(RunStore(home), nodes)
+    leftovers = [r for r, state in states.items() if state]
+    if stop and leftovers:
+        nodes = await gpu_holders(backend_for(plan), ranks, stop=leftovers)
+    return nodes, states
+
+
+def holder_states(store, nodes: list[NodeHolders]) -> dict[str, str | None]:
+    """Run id -> its final state (a leftover), ``""`` while it runs, ``None`` when this data dir has no such run."""
+    states: dict[str, str | None] = {}
+    for h in (h for n in nodes for h in n.holders if h.run_id):
+        record = store.get_run(h.run_id)
+        states[h.run_id] = (None if record is None else
+                            record.summary.state.value if record.summary.state.is_final else "")
+    return states
+
+
+def whose(holder: GpuHolder, states: dict[str, str | None]) -> str:
+    """Who a process belongs to, in words (the CLI and the app say the same)."""
+    if not holder.run_id:
+        return "not ours"
+    state = states.get(holder.run_id)
+    if state is None:
+        return f"run {holder.run_id} (not in this data dir)"
+    return f"run {holder.run_id} ({state}: a leftover, --stop stops it)" if state else f"run {holder.run_id} (running)"

@@ -64,6 +64,7 @@ class RunMonitorScreen(Screen):
         Binding("l", "relaunch", "relaunch", tooltip="Launch what this run ran again, as a new run"),
         Binding("k", "checkpoints", "ckpts", tooltip="This run's checkpoints: resume, export, delete"),
         Binding("s", "stacks", "stacks", show=False, tooltip="Every rank's stack on every node (a hung run)"),
+        Binding("g", "gpus", "gpus", show=False, tooltip="What holds GPU memory on the run's nodes (leftovers)"),
         Binding("escape", "back", "back"),
     ]
 
@@ -310,6 +311,11 @@ class RunMonitorScreen(Screen):
         dumps, self.stacks_wanted = self.stacks_wanted, None
         title = "; ".join(e.summary for e, _ in dumps) + f"  (kept in {Path(dumps[0][0].path).parent})"
         self.app.push_screen(StacksModal(title, "\n".join(t for _, t in dumps)))
+
+    def action_gpus(self) -> None:
+        from tui.screens.gpus import GpusScreen
+
+        self.app.push_screen(GpusScreen(self.run_id))
 
     def action_checkpoints(self) -> None:
         from tui.screens.checkpoints import CheckpointsScreen
