@@ -18,13 +18,13 @@ SECRET_PREFIX = "secret:"
 _SECRET = re.compile(r"^secret:[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
 
-def _url_or_secret(value: str, key: str) -> str:
+def _url_or_secret(value: str) -> str:
     if value.startswith(SECRET_PREFIX):
         if not _SECRET.match(value):
-            raise ValueError(f"'{value}' is not secret:scope/key")
+            raise ValueError("a secret reference is secret:scope/key")
         return value
     if not value.startswith(("http://", "https://")):
-        raise ValueError(f"{key} must be an http(s):// URL or secret:scope/key, not '{value[:40]}'")
+        raise ValueError("write an http(s):// URL, or secret:scope/key for a URL that is a credential")
     return value
 
 
@@ -85,12 +85,12 @@ class Notify(_Model):
     @field_validator("webhooks")
     @classmethod
     def _webhooks(cls, value: list[str]) -> list[str]:
-        return [_url_or_secret(v, "notify.webhooks") for v in value]
+        return [_url_or_secret(v) for v in value]
 
     @field_validator("ntfy")
     @classmethod
     def _ntfy(cls, value: str | None) -> str | None:
-        return None if value is None else _url_or_secret(value, "notify.ntfy")
+        return None if value is None else _url_or_secret(value)
 
     @property
     def sinks(self) -> int:

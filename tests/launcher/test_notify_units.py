@@ -52,6 +52,16 @@ def test_workload_keys_win_over_the_settings_key_by_key(settings, workload, expe
         assert got.ntfy == expect["ntfy"] and len(got.on) == expect["on"]
 
 
+def test_a_misshapen_credential_is_never_echoed(tmp_path):
+    from launcher.workload.validate import validate_text
+
+    text = ("experiment_name: x\ncommand: 'true'\nnotify:\n  webhooks: [hooks.slack.com/T0KEN]\n"
+            "  email: {host: h, to: [a@b.c], password: hunter2}\n")
+    problems = [p.format() for p in validate_text(text, "w.yaml").problems]
+    assert len(problems) == 2 and "notify.webhooks" in problems[0] and "notify.email.password" in problems[1]
+    assert not any("T0KEN" in p or "hunter2" in p for p in problems), problems
+
+
 def test_bad_settings_name_the_file_and_key():
     with pytest.raises(SettingsError, match=r"settings.json: notify.ntfy: .*http"):
         effective_notify(None, UserSettings(notify={"ntfy": "nope"}))
