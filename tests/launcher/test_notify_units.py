@@ -224,3 +224,30 @@ def test_the_last_safe_step_is_the_newest_complete_checkpoint():
     assert (fact.step, fact.name, fact.age_s) == (20, "step-00000020", 60.0)
     assert SafeStep(fact).text() == "step 20 (step-00000020, written 1m00s ago)"
     assert newest_fact(ckpts[1:2], now=0) is None
+
+
+def test_the_owner_sends_only_the_events_asked_for_and_records_each_delivery(tmp_path, monkeypatch):
+    from launcher.events import RunState
+    from launcher.runs.notifying import notify_run, notify_wanted, read_deliveries
+    from launcher.runs.records import save_plan
+    from launcher.runs.store import RunStore
+    from launcher.workload.model import Workload
+    from launcher.workload.plan import build_plan
+
+    monkeypatch.setenv("FSDP_TUI_HOME", str(tmp_path))
+    plan = build_plan(Workload.model_validate({"experiment_name": "st", "command": "true"}), run_id="r-st")
+    store = RunStore(tmp_path)
+    save_plan(store.create_run(plan, None, ""), plan)
+    store.set_state("r-st", RunState.RUNNING, 1, "stalled at step 5: no step for 20 min")
+    got = tmp_path / "got.json"
+    notify = Notify(on=["stalled"], command=f"cat > {got}")
+    assert not notify_wanted(notify, "succeeded") and notify_run(tmp_path, "r-st", notify, "succeeded") == []
+    assert not got.exists()
+    [d] = notify_run(tmp_path, "r-st", notify, "stalled")
+    summary = json.loads(got.read_text())
+    assert d.ok and summary["event"] == "stalled" and summary["detail"].startswith("stalled at step 5")
+    assert summary["title"] == "fsdp-tui: st is STALLED (r-st)" and summary["usage"]["kind"] == "cpu"
+    assert read_deliveries(store.home / "runs" / "r-st") == [d.to_dict()]
+    (tmp_path / "settings.json").write_text('{"notify": {"ntfy": "nope"}}')  # a bad setting is recorded, not raised
+    [bad] = notify_run(tmp_path, "r-st", None, "failed")
+    assert not bad.ok and "settings.json: notify.ntfy" in bad.error and "nothing was sent" in bad.error
