@@ -5,6 +5,7 @@ sent in notifications."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from dataclasses import dataclass
@@ -39,8 +40,36 @@ def newest_fact(checkpoints, now: float) -> CheckpointFact | None:
     return CheckpointFact(newest.name, newest.step, max(0.0, now - newest.mtime))
 
 
+RECORD = "safe-step.json"
+"""The newest complete checkpoint as the run's owner found it when the run ended."""
+
+
+def save_safe_step(directory: Path, fact: CheckpointFact, now: float) -> None:
+    data = {"name": fact.name, "step": fact.step, "written_at": now - (fact.age_s or 0.0)}
+    (directory / RECORD).write_text(json.dumps(data))
+
+
+def recorded_safe_step(directory: Path, now: float) -> SafeStep | None:
+    """What the owner recorded at the run's end (``None``: nothing recorded: none found, or the node did
+    not answer then)."""
+    try:
+        data = json.loads((directory / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return SafeStep(CheckpointFact(data["name"], data["step"], max(0.0, now - data["written_at"])))
+
+
 async def last_safe_step(home: Path, run_id: str, timeout_s: float = 15.0) -> SafeStep | None:
-    """``None`` for a run without ``parameters.output_dir`` (its script keeps its own checkpoints)."""
+    """``None`` for a run without ``parameters.output_dir`` (its script keeps its own checkpoints). An ended
+    run's comes from what its owner recorded (no node is asked); a live run's node is asked."""
+    from launcher.paths import run_dir
+    from launcher.runs.store import RunStore
+
+    record = RunStore(home).get_run(run_id)
+    if record is not None and record.summary.state.is_final and record.summary.output_dir:
+        recorded = recorded_safe_step(run_dir(home, run_id), time.time())
+        if recorded is not None:
+            return recorded
     try:
         listing = await asyncio.wait_for(list_checkpoints(home, run_id), timeout_s)
     except NoOutputDir:

@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from launcher.runs.notifying import newest_checkpoint, notify_run, notify_wanted
 from launcher.runs.owner import OwnerLock, cancel_requested, request_cancel, take_stacks_request
 from launcher.runs.policy import LaunchFailed, Outcome, RunPolicy
 from launcher.runs.records import LOG_METRICS, METRICS, Recorder, load_options, load_plan, save_plan
+from launcher.runs.safe_step import save_safe_step
 from launcher.runs.settings import Settings
 from launcher.runs.store import RunStore
 from launcher.runs.streams import LogMetrics
@@ -87,13 +89,14 @@ class Supervisor:
         await self._finish(outcome)
         return outcome
 
-    async def _notify(self, event: str) -> None:
+    async def _notify(self, event: str, ckpt=None) -> None:
         """Tell the user (``notify:`` and the user settings); what happens is recorded, never raised."""
         if not notify_wanted(self.plan.workload.notify, event):
             return
         record = self.store.get_run(self.run_id)
         try:
-            ckpt = await newest_checkpoint(self.backend, record.summary.output_dir if record else None)
+            if ckpt is None:
+                ckpt = await newest_checkpoint(self.backend, record.summary.output_dir if record else None)
             await asyncio.to_thread(notify_run, self.home, self.run_id, self.plan.workload.notify, event, ckpt)
         except Exception:  # noqa: BLE001 - a notification never changes the run
             print(f"notification failed:\n{traceback.format_exc()}", flush=True)
@@ -141,7 +144,10 @@ class Supervisor:
         if not await asyncio.to_thread(self.tracker.finish, status, artifacts, totals):
             self.rec.set_state(outcome.state, f"tracking (MLflow) failed: {self.tracker.error}")
         self.rec.finished(outcome.state, outcome.exit_code, outcome.triage)
-        await self._notify(outcome.state.value)
+        ckpt = await newest_checkpoint(self.backend, self.store.get_run(self.run_id).summary.output_dir)
+        if ckpt is not None:
+            save_safe_step(self.dir, ckpt, time.time())
+        await self._notify(outcome.state.value, ckpt)
         self.store.set_launcher(self.run_id, None)
         await self.backend.close()
 

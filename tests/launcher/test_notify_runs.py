@@ -136,7 +136,9 @@ command: |
 
     shown = cli(home, "show", failed_id)
     assert f"webhook http://127.0.0.1:{refusing}: FAILED after 3 tries" in shown.stdout, shown.stdout
-    shown_ok = cli(home, "show", ok_id).stdout
+    recorded = json.loads((home / "runs" / ok_id / "safe-step.json").read_text())
+    assert recorded["step"] == 2 and not (home / "runs" / failed_id / "safe-step.json").exists()
+    shown_ok = cli(home, "show", ok_id).stdout  # from the owner's record: no node is asked
     assert "  safe      step 2 (step-00000002, written " in shown_ok and "CPU-hours" in shown_ok, shown_ok
     leaks = [p for p in home.rglob("*") if p.is_file() and TOKEN.encode() in p.read_bytes()]
     assert leaks == [] and TOKEN not in out.stdout + out.stderr + out2.stdout + shown.stdout
