@@ -251,3 +251,41 @@ def test_the_owner_sends_only_the_events_asked_for_and_records_each_delivery(tmp
     (tmp_path / "settings.json").write_text('{"notify": {"ntfy": "nope"}}')  # a bad setting is recorded, not raised
     [bad] = notify_run(tmp_path, "r-st", None, "failed")
     assert not bad.ok and "settings.json: notify.ntfy" in bad.error and "nothing was sent" in bad.error
+
+
+def test_desktop_needs_notify_send_and_gets_title_and_body(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))  # no notify-send here
+    [missing] = deliver(Notify(desktop=True), build_summary(FAILED), SecretStore(tmp_path), sleep=lambda s: None)
+    assert not missing.ok and missing.attempts == 1 and "notify-send is not installed" in missing.error
+    args = tmp_path / "args"
+    (bin_dir / "notify-send").write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {args}\n")
+    (bin_dir / "notify-send").chmod(0o755)
+    [sent] = deliver(Notify(desktop=True), build_summary(FAILED), SecretStore(tmp_path))
+    said = args.read_text()
+    assert sent.ok and "--urgency=critical" in said and "fsdp-tui: sft FAILED (r1)" in said and "root cause" in said
+
+
+@pytest.mark.parametrize(("status", "attempts"), [(404, 1), (503, 3), (429, 3)])
+def test_a_receiver_that_refuses_for_good_is_not_retried(tmp_path, status, attempts):
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(status)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        [d] = deliver(Notify(webhooks=[f"http://127.0.0.1:{server.server_port}/x"], retries=2),
+                      build_summary(FAILED), SecretStore(tmp_path), sleep=lambda s: None)
+    finally:
+        server.shutdown()
+    assert not d.ok and d.attempts == attempts and d.error.startswith(f"the receiver answered HTTP {status}")
