@@ -27,6 +27,37 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _usages(store, runs) -> dict:
+    """Each run's GPU-hours (CPU-hours), from its record and recorded plan (:mod:`launcher.runs.usage`)."""
+    import time
+
+    from launcher.runs.usage import usage_of_record
+    from launcher.runs.user_settings import SettingsError, load_user_settings
+
+    try:
+        prices = load_user_settings().prices
+    except SettingsError:
+        prices = None
+    now, out = time.time(), {}
+    for r in runs:
+        record = store.get_run(r.run_id)
+        try:
+            plan = json.loads((record.directory / "plan.json").read_text()) if record else {}
+        except (OSError, ValueError):
+            plan = {}
+        out[r.run_id] = usage_of_record(record, plan.get("workload"), prices, now) if record else None
+    return out
+
+
+def _usage_cell(usage) -> str:
+    """``1.25 GPU-h`` (with a price: ``~3.10 USD``)."""
+    if usage is None:
+        return "-"
+    if usage.cost is not None:
+        return f"~{usage.cost:.2f} {usage.currency}"[:11]
+    return f"{usage.hours:.2f} {usage.kind.upper()}-h"
+
+
 def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
@@ -38,9 +69,12 @@ def run(args: argparse.Namespace) -> int:
 
     home = data_home()
     adopt_orphans_of(home)  # a run whose owner died gets a new one, which catches it up
-    runs = RunStore(home).list_runs(state=args.state, experiment=args.experiment, limit=args.limit)
+    store = RunStore(home)
+    runs = store.list_runs(state=args.state, experiment=args.experiment, limit=args.limit)
+    usage = _usages(store, runs)
     if args.json:
-        print(json.dumps([{**asdict(r), "state": r.state.value, "duration_s": r.duration_s} for r in runs],
+        print(json.dumps([{**asdict(r), "state": r.state.value, "duration_s": r.duration_s,
+                           "usage": usage[r.run_id].to_dict() if usage[r.run_id] else None} for r in runs],
                          indent=2))
         return 0
     if not runs:
@@ -50,16 +84,16 @@ def run(args: argparse.Namespace) -> int:
         return 0
     width = max(len(r.run_id) for r in runs)
     print(f"{'RUN':<{width}} {'STATE':<10} {'NODES':>5} {'STARTED':<16} {'DURATION':>8} {'STEP':>9} {'LOSS':>8} "
-          f"{'EVAL':>8}  WHY")
+          f"{'EVAL':>8} {'USAGE':>11}  WHY")
     for r in runs:
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at)) if r.started_at else "-"
         duration = f"{r.duration_s / 60:.1f}m" if r.duration_s is not None else "-"
         step = f"{r.step or 0}/{r.max_steps}" if r.max_steps else str(r.step or "-")
         why = why_shown(r.state.value, r.detail)
-        if not why and r.detail.startswith(FORCED_NOTE):
+        if not why and r.detail.startswith((FORCED_NOTE, "idle GPUs")):
             why = r.detail
         if not r.state.is_final and owner_note(home, r.run_id).startswith("waiting for room"):
             why = "stopped; its end waits for room: " + owner_note(home, r.run_id).removeprefix("waiting for room: ")
         print(f"{r.run_id:<{width}} {r.state.value:<10} {r.num_nodes:>5} {started:<16} {duration:>8} {step:>9} "
-              f"{_fmt(r.last_loss, '.4f'):>8} {_fmt(r.best_eval_loss, '.4f'):>8}  {why[:100]}")
+              f"{_fmt(r.last_loss, '.4f'):>8} {_fmt(r.best_eval_loss, '.4f'):>8} {_usage_cell(usage[r.run_id]):>11}  {why[:100]}")
     return 0

@@ -31,11 +31,22 @@ def run(args: argparse.Namespace) -> int:
     from launcher.nettest.launch import newest_for
 
     report["nettest"] = newest_for(store.home, [n["host"] for n in report["nodes"]], besides=run_id)
+    report["last_safe_step"] = _safe_step(store.home, run_id)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
     _print(report)
     return 0
+
+
+def _safe_step(home, run_id: str) -> dict | None:
+    """The newest complete checkpoint, asked of the node that holds it (``None``: no output_dir)."""
+    import asyncio
+
+    from launcher.runs.safe_step import last_safe_step
+
+    safe = asyncio.run(last_safe_step(home, run_id))
+    return None if safe is None else {**safe.to_dict(), "text": safe.text()}
 
 
 def _when(t: float | None) -> str:
@@ -53,13 +64,23 @@ def _print(r: dict) -> None:
     out = sys.stdout.write
     out(f"run {r['run_id']}  ({r['experiment']})\n")
     why = (f": {r['detail']}" if r["detail"] and (r["state"] not in ("succeeded", "running")
-                                                 or r["detail"].startswith(("stalled", FORCED_NOTE))) else "")
+                                                 or r["detail"].startswith(("stalled", FORCED_NOTE, "idle GPUs"))) else "")
     out(f"  state     {r['state']}{why}\n")
     out(f"  attempt   {r['attempt']} of {r['max_attempts']}\n")
     out(f"  started   {_when(r['started_at'])}   ended {_when(r['ended_at'])}   duration {r['duration']}\n")
     if r["step"] is not None:
         out(f"  progress  step {r['step']}{'/' + str(r['max_steps']) if r['max_steps'] else ''}"
             f"  loss {_loss(r['last_loss'])}  best eval {_loss(r['best_eval_loss'])}\n")
+    if r.get("last_safe_step"):
+        out(f"  safe      {r['last_safe_step']['text']}\n")
+    if r.get("lead_time"):
+        out(f"  lead time {r['lead_time']}\n")
+    if r.get("usage"):
+        u = r["usage"]
+        money = f"  ~{u['cost']:.2f} {u['currency']}" if u["cost"] is not None else ""
+        tries = (" (" + " + ".join(f"{h:.2f}" for h in u["per_attempt"]) + " by attempt)"
+                 if len(u["per_attempt"]) > 1 else "")
+        out(f"  usage     {u['hours']:.2f} {u['kind'].upper()}-hours{tries}{money}\n")
     if r["owner"]:
         out(f"  owner     {r['owner']}\n")
     out("  nodes\n")
@@ -74,6 +95,10 @@ def _print(r: dict) -> None:
             f"{t['verdict']}\n")
     if r["triage"]:
         out(f"  triage    {r['triage'].get('summary', '')}\n")
+    for d in r.get("notifications", []):
+        tries = f" after {d['attempts']} tries" if d["attempts"] > 1 else ""
+        said = "sent" if d["ok"] else f"FAILED{tries}: {d['error']}"
+        out(f"  notified  {d['event']}: {d['sink']}: {said}{tries if d['ok'] else ''}\n")
     if r["mlflow"]:
         m = r["mlflow"]
         out(f"  mlflow    run {m['run_id']} in experiment {m['experiment']}\n")

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from launcher.runs.records import LOG_METRICS, METRICS, PLAN, read_records
 from launcher.runs.store import RunStore
+from launcher.runs.usage import usage_of_record
 from trainer.protocol import MetricRecord
 
 
@@ -40,6 +42,8 @@ class RunStats:
     best_loss: float | None = None
     eval_loss: float | None = None
     wall_s: float | None = None
+    usage_h: float | None = None
+    """GPU-hours (CPU-hours for CPU runs): nodes x processes per node x wall time (:mod:`.usage`)."""
     steps: int | None = None
     speedup: float | None = None
     efficiency: float | None = None
@@ -68,7 +72,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("peak_gib", "peak GiB", ".3f", bars=True), Column("peak_spread_gib", "spread", ".3f"),
     Column("gpu_allocated_gib", "alloc GiB", ".2f"), Column("gpu_reserved_gib", "resv GiB", ".2f"),
     Column("rss_gib", "RSS GiB", ".3f"), Column("final_loss", "loss", ".4f"), Column("best_loss", "best", ".4f"),
-    Column("eval_loss", "eval", ".4f"), Column("wall_s", "wall s", ".1f"), Column("speedup", "speed-up", ".2f"),
+    Column("eval_loss", "eval", ".4f"), Column("wall_s", "wall s", ".1f"),
+    Column("usage_h", "GPU/CPU-h", ".3f"), Column("speedup", "speed-up", ".2f"),
     Column("efficiency", "eff.", ".0%"), Column("signature", "why"),
 )
 
@@ -129,10 +134,12 @@ def run_stats(home: Path, run_id: str, label: str = "") -> RunStats:
     triage = _json(directory / "triage.json") or {}
     s = record.summary
     failed = s.state.value in ("failed", "timed_out")
-    return stats_from_records(run_id, label or s.experiment, s.state.value, records,
-                              signature=(triage.get("summary") or s.detail) if failed else "",
-                              num_nodes=nodes, world_size=nodes * procs,
-                              wall_s=(s.ended_at - s.started_at) if s.started_at and s.ended_at else s.duration_s)
+    stats = stats_from_records(run_id, label or s.experiment, s.state.value, records,
+                               signature=(triage.get("summary") or s.detail) if failed else "",
+                               num_nodes=nodes, world_size=nodes * procs,
+                               wall_s=(s.ended_at - s.started_at) if s.started_at and s.ended_at else s.duration_s)
+    usage = usage_of_record(record, plan.get("workload"), None, time.time())
+    return replace(stats, usage_h=usage.hours) if usage else stats
 
 
 def with_scaling(rows: list[RunStats]) -> list[RunStats]:

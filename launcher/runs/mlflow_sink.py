@@ -98,7 +98,10 @@ class MlflowSink:
         for i in range(0, len(metrics), 1000):
             self.client.log_batch(self.run_id, metrics=metrics[i:i + 1000])
 
-    def finish(self, status: Literal["FINISHED", "FAILED", "KILLED"], artifacts: Iterable[Path]) -> None:
+    def finish(self, status: Literal["FINISHED", "FAILED", "KILLED"], artifacts: Iterable[Path],
+               totals: dict[str, float] | None = None) -> None:
+        for key, value in (totals or {}).items():
+            self.client.log_metric(self.run_id, key, value)
         for path in artifacts:
             if Path(path).is_file():
                 self.client.log_artifact(self.run_id, str(path))

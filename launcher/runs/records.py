@@ -105,6 +105,8 @@ class Recorder:
         """The newest training step recorded (what the stall watch follows)."""
         self.new_records: list[MetricRecord] = []
         """Records not yet handed to the tracking sink (see :meth:`take_records`)."""
+        self.on_gpus = None
+        """Also called with ``(rank, samples, time)`` for each GPU sample (the owner's idle watch)."""
         self.space = SpaceWatch(store.home)
         self.unwritten: list[Callable[[], None]] = []
         """State changes, events and summaries the disk refused, in order: written by :meth:`flush_unwritten`
@@ -284,6 +286,8 @@ class Recorder:
 
     def gpus(self, rank: int, samples: tuple[GpuSample, ...]) -> None:
         self.emit(GpuTelemetry(self.run_id, rank, samples))
+        if self.on_gpus is not None:
+            self.on_gpus(rank, samples, time.time())
 
     def note_forced(self, refusals: list[str]) -> None:
         """A launch forced past the cheap checks: say so now and in the run's final state, even a success

@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from launcher.runs.notifying import read_deliveries
 from launcher.runs.owner import owned
+from launcher.runs.safe_step import lead_time_of_run
 from launcher.runs.store import RunStore
 from launcher.runs.tracking import STATE_FILE
+from launcher.runs.usage import usage_of_record
+from launcher.runs.user_settings import SettingsError, load_user_settings
 from launcher.runs.view import fmt_duration
 
 
@@ -46,7 +50,21 @@ def run_report(home: Path, run_id: str) -> dict:
                    "detail": n.detail, "node_dir": n.node_dir} for n in record.nodes],
         "triage": triage, "mlflow": mlflow, "directory": str(directory), "workload_path": s.workload_path,
         "output_dir": s.output_dir, "next": next_steps,
+        "usage": _usage(record, workload), "notifications": read_deliveries(directory),
+        "lead_time": lead_time_of_run(directory, workload),
     }
+
+
+def _usage(record, workload: dict) -> dict | None:
+    """GPU-hours (CPU-hours) and, with prices in the settings, their cost."""
+    import time
+
+    try:
+        prices = load_user_settings().prices
+    except SettingsError:
+        prices = None
+    usage = usage_of_record(record, workload or None, prices, time.time())
+    return usage.to_dict() if usage else None
 
 
 def _json(path: Path) -> dict | None:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import sqlite3
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -20,13 +22,17 @@ from pathlib import Path
 from launcher.backends.base import backend_for
 from launcher.events import RunState
 from launcher.paths import run_dir
-from launcher.runs.owner import OwnerLock, cancel_requested, take_stacks_request
+from launcher.runs.idle import IdleGuard
+from launcher.runs.notifying import newest_checkpoint, notify_run, notify_wanted
+from launcher.runs.owner import OwnerLock, cancel_requested, request_cancel, take_stacks_request
 from launcher.runs.policy import LaunchFailed, Outcome, RunPolicy
 from launcher.runs.records import LOG_METRICS, METRICS, Recorder, load_options, load_plan, save_plan
+from launcher.runs.safe_step import save_safe_step
 from launcher.runs.settings import Settings
 from launcher.runs.store import RunStore, StoreDamaged
 from launcher.runs.streams import LogMetrics
 from launcher.runs.tracking import Tracker
+from launcher.runs.usage import usage_totals
 from launcher.secrets import MissingSecrets, SecretStore
 from launcher.workload.plan import RunPlan
 
@@ -49,6 +55,9 @@ class Supervisor:
         self.rec.attempt = record.summary.attempt if record else 1
         self.tracker = Tracker(home, plan, self.dir)
         self.tracking_said: str | None = None
+        self.stall_told: str | None = None
+        self.idle = IdleGuard(w.metrics.idle_policy)
+        self.rec.on_gpus = self.idle.saw
         self.backend = backend_for(plan, on_link=lambda *a: self.policy.on_link(*a))
         settings = Settings(max_retries=w.max_retries, timeout_s=w.timeout_minutes * 60 if w.timeout_minutes else None,
                             preflight=not load_options(self.dir).get("force", False),
@@ -76,6 +85,8 @@ class Supervisor:
             outcome = await self.policy._fail(self._bug(err))
         finally:
             syncing.cancel()
+        if self.idle.stopping and outcome.state == RunState.CANCELLED and not outcome.triage:
+            outcome = dataclasses.replace(outcome, triage={"summary": self.idle.flagged, "signature": "idle"})
         await self._finish(outcome)
         await self._write_the_rest()
         return outcome
@@ -104,9 +115,36 @@ class Supervisor:
         if said:
             self.lock_note("")
 
+    async def _notify(self, event: str, ckpt=None) -> None:
+        """Tell the user (``notify:`` and the user settings); what happens is recorded, never raised."""
+        if not notify_wanted(self.plan.workload.notify, event):
+            return
+        record = self.store.get_run(self.run_id)
+        try:
+            if ckpt is None:
+                ckpt = await newest_checkpoint(self.backend, record.summary.output_dir if record else None)
+            await asyncio.to_thread(notify_run, self.home, self.run_id, self.plan.workload.notify, event, ckpt)
+        except Exception:  # noqa: BLE001 - a notification never changes the run
+            print(f"notification failed:\n{traceback.format_exc()}", flush=True)
+
+    async def _watch_idle(self) -> None:
+        """``metrics.idle_policy``: say a run's GPUs sit idle, tell the user, stop it when asked to."""
+        record = self.store.get_run(self.run_id)
+        verdict = self.idle.check(record.summary.state if record else RunState.RUNNING)
+        if verdict.flag:
+            self.rec.set_state(RunState.RUNNING, verdict.flag)
+            if verdict.flag.startswith("idle"):
+                await self._notify("idle")
+        if verdict.stop:
+            request_cancel(self.home, self.run_id)
+
     async def _sync_loop(self) -> None:
         while True:
             await asyncio.to_thread(self._sync)
+            if self.policy.stalled and self.policy.stalled != self.stall_told:
+                self.stall_told = self.policy.stalled
+                await self._notify("stalled")
+            await self._watch_idle()
             await asyncio.sleep(SYNC_EVERY_S)
 
     def _sync(self) -> None:
@@ -128,9 +166,14 @@ class Supervisor:
         artifacts = sorted((self.dir / "nodes").glob("*.log")) + [
             self.dir / "triage.json", self.dir / "workload.yaml", self.dir / METRICS, self.dir / LOG_METRICS]
         status = MLFLOW_STATUS.get(outcome.state, "FAILED")
-        if not await asyncio.to_thread(self.tracker.finish, status, artifacts):
+        totals = usage_totals(self.home, self.run_id)
+        if not await asyncio.to_thread(self.tracker.finish, status, artifacts, totals):
             self.rec.set_state(outcome.state, f"tracking (MLflow) failed: {self.tracker.error}")
         self.rec.finished(outcome.state, outcome.exit_code, outcome.triage, at=self.policy.ended_at)
+        ckpt = await newest_checkpoint(self.backend, self.store.get_run(self.run_id).summary.output_dir)
+        if ckpt is not None:
+            save_safe_step(self.dir, ckpt, time.time())
+        await self._notify(outcome.state.value, ckpt)
         self.rec.write(self.store.set_launcher, self.run_id, None)
         await self.backend.close()
 

@@ -115,9 +115,11 @@ class Tracker:
 
         return self._guard(log)
 
-    def finish(self, status: Literal["FINISHED", "FAILED", "KILLED"], artifacts: list[Path]) -> bool:
+    def finish(self, status: Literal["FINISHED", "FAILED", "KILLED"], artifacts: list[Path],
+               totals: dict[str, float] | None = None) -> bool:
+        """End the MLflow run; ``totals`` (GPU-hours, cost) are logged as metrics once."""
         if self.sink is None:
             return True
         if not self.opened and not self._guard(self._open):
             return False
-        return self._guard(self.sink.finish, status, artifacts)
+        return self._guard(self.sink.finish, status, artifacts, totals)

@@ -109,8 +109,10 @@ class RunView:
     def why(self) -> str:
         """What a user should read first: why the run failed (its triage, else its last word), or that
         it is stalled; empty while all is well."""
-        if self.stalled:
+        if self.stalled or (self.state == RunState.RUNNING and self.detail.startswith("idle GPUs")):
             return self.detail
+        if self.state == RunState.CANCELLED and (self.triage or {}).get("signature") == "idle":
+            return f"cancelled: {self.triage['summary']}"
         if self.state in (RunState.FAILED, RunState.TIMED_OUT):
             summary = (self.triage or {}).get("summary")
             return f"{self.state.value}: {summary or self.detail or 'no reason was recorded'}"

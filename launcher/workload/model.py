@@ -12,6 +12,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 from launcher.workload.air_fields import DockerImage, GitRef, Permission, Schedule
+from launcher.workload.idle import IdlePolicy
+from launcher.workload.notify import Notify
 
 EXPERIMENT_NAME = r"^[A-Za-z0-9_-]{1,100}$"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -226,6 +228,9 @@ class Metrics(_Model):
     stall_min_s: float = Field(default=120.0, gt=0, le=86400)
     """...and at least this long (start-up, evaluation and checkpoints take longer than a step)."""
 
+    idle_policy: IdlePolicy = Field(default_factory=IdlePolicy)
+    """When GPUs that sit idle while the run runs are flagged, and whether the run is stopped then."""
+
 
 class Sweep(_Model):
     """Variants of this workload, each launched as a run of its own (``fsdp-tui sweep FILE``)."""
@@ -286,6 +291,9 @@ class Workload(_Model):
     """Databricks usage policy to bill, by id (a UUID); ignored here."""
     schedule: Schedule | None = None
     """A recurring launch as Databricks runs it; here validation prints the crontab line that would."""
+
+    notify: Notify | None = None
+    """Who is told when the run ends, stalls or idles (default: the ``notify`` of the user settings)."""
 
     @field_validator("env_variables", mode="before")
     @classmethod

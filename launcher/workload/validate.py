@@ -249,7 +249,8 @@ def _convert(err: ValidationError, model: type[BaseModel], data: Any, prefix: Ya
         else:
             message = _TYPE_WORDS.get(kind) or _plain(e["msg"])
             got = e.get("input")
-            if not isinstance(got, (dict, list)) and "got" not in message:
+            # A webhook URL or password is a credential: never echoed, even when it is the wrong shape.
+            if not isinstance(got, (dict, list)) and "got" not in message and path[:1] != ("notify",):
                 message += f", got {got!r}"
             out.append(locate.problem(path, "error", message))
     return out

@@ -18,7 +18,7 @@ def test_params_metrics_artifacts_and_status(tmp_path):
                      + [MetricRecord(step=3, kind="eval", eval_loss=0.5, time=1004.0)])
     artifact = tmp_path / "triage.json"
     artifact.write_text("{}")
-    sink.finish("FAILED", [artifact, tmp_path / "absent.json"])
+    sink.finish("FAILED", [artifact, tmp_path / "absent.json"], {"gpu_hours": 16.0, "cost": 40.0})
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     run = client.get_run(run_id)
@@ -27,5 +27,6 @@ def test_params_metrics_artifacts_and_status(tmp_path):
     assert len(run.data.params["long"]) <= 6000
     assert [(m.step, m.value) for m in client.get_metric_history(run_id, "loss")] == [(1, 2.0), (2, 1.0), (3, 0.0)]
     assert client.get_metric_history(run_id, "eval_loss")[0].value == 0.5
+    assert run.data.metrics["gpu_hours"] == 16.0 and run.data.metrics["cost"] == 40.0
     assert [a.path for a in client.list_artifacts(run_id)] == ["triage.json"]
     assert (tmp_path / "mlflow-artifacts").is_dir()

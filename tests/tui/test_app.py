@@ -240,6 +240,9 @@ async def test_checkpoints_browser_lists_and_never_deletes_the_newest_complete(h
         await pilot.press("y")
         await _wait_for(pilot, lambda: app.screen.query_one(DataTable).row_count == 2)
         assert not (out / "checkpoints" / "step-00000010").exists()
+        app.push_screen(RunMonitorScreen("run-ck", 1))  # its summary line says the last safe step
+        await _wait_for(pilot, lambda: any("safe step 20 (step-00000020, written " in str(label.render())
+                                           for label in app.screen.query("#summary")))
 
 
 async def test_compare_two_runs_shows_numbers_and_config_diff(home):
@@ -357,3 +360,47 @@ async def test_the_monitor_filter_applies_as_you_type_and_escape_clears_it(home)
         await pilot.press("escape")
         await _wait_for(pilot, lambda: screen.pane(0).log.line_count == 3)
         assert app.screen is screen and not screen.has_class("-filtering")
+
+
+def _tagged_sleep(run_id: str):
+    """A process that carries a run's tag, as a leftover of that run would."""
+    import os
+    import subprocess
+
+    return subprocess.Popen(["sleep", "120"], env={**os.environ, "FSDP_TUI_RUN_ID": run_id})
+
+
+async def test_gpus_screen_lists_a_leftover_and_x_stops_it(home, tmp_path, monkeypatch):
+    """No GPU here: a stand-in nvidia-smi prints recorded output naming a real process tagged with an ended run."""
+    import os
+
+    from launcher.runs.launch import create_run
+    from launcher.runs.store import RunStore
+    from launcher.workload.plan import build_plan
+    from launcher.workload.validate import validate_text
+    from tui.screens.gpus import GpusScreen
+
+    plan = build_plan(validate_text("experiment_name: g\ncommand: x\n", "w.yaml").workload, run_id="run-g",
+                      node_root=str(home / "nodes"))
+    create_run(plan, home)
+    RunStore(home).set_state("run-g", RunState.CANCELLED, 1)
+    leftover = _tagged_sleep("run-g")
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\ncase \"$1\" in\n  --query-gpu=*) echo '0, GPU-1, NVIDIA H100, 61234, 81559' ;;\n"
+                   f"  *) echo 'GPU-1, {leftover.pid}, python3, 61000' ;;\nesac\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
+    try:
+        app = FsdpTuiApp(home)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await pilot.pause()
+            app.push_screen(GpusScreen("run-g"))
+            await _wait_for(pilot, lambda: any(t.row_count == 1 for t in app.screen.query(DataTable)))
+            row = [str(c) for c in app.screen.query_one(DataTable).get_row_at(0)]
+            assert row[1:4] == ["0", str(leftover.pid), "61000 MiB"] and "cancelled: a leftover, x stops it" in row[5]
+            await pilot.press("x")
+            await _wait_for(pilot, lambda: f"stopped {leftover.pid}" in str(app.screen.query_one("#gpus-said").render()))
+        assert leftover.wait(timeout=30) is not None
+    finally:
+        leftover.kill()

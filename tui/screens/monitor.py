@@ -39,6 +39,8 @@ PANE_MIN_ROWS = 9
 """A node pane shorter than this shows too few lines: the grid then scrolls (tab moves between panes)."""
 SHORT_BELOW = 32
 FILTER_DEBOUNCE_S = 0.15
+SAFE_STEP_EVERY_S = 30.0
+"""How often the monitor asks rank 0's node for the newest complete checkpoint (the last safe step)."""
 """Terminal rows under which the four sparklines share one row."""
 
 
@@ -62,6 +64,7 @@ class RunMonitorScreen(Screen):
         Binding("l", "relaunch", "relaunch", tooltip="Launch what this run ran again, as a new run"),
         Binding("k", "checkpoints", "ckpts", tooltip="This run's checkpoints: resume, export, delete"),
         Binding("s", "stacks", "stacks", show=False, tooltip="Every rank's stack on every node (a hung run)"),
+        Binding("g", "gpus", "gpus", show=False, tooltip="What holds GPU memory on the run's nodes (leftovers)"),
         Binding("escape", "back", "back"),
     ]
 
@@ -80,6 +83,8 @@ class RunMonitorScreen(Screen):
         """What the why-line says (it is redrawn only when that changes)."""
         self.merged = False
         """The all-node view is shown instead of the per-node grid."""
+        self.safe_text = ""
+        """``safe step N (... ago)`` on the summary line, once the node has said."""
         self.recorded_end: float | None = None
         """When a reopened run ended, from its record; replaying its end must not restart the clock."""
         if recorded is not None:
@@ -107,6 +112,9 @@ class RunMonitorScreen(Screen):
         self.set_interval(1 / DRAW_HZ, self.redraw)
         self.consume()
         self.show_network()
+        if self.events is None:  # a recording handed in has no nodes to ask
+            self.refresh_safe_step()
+            self.set_interval(SAFE_STEP_EVERY_S, self.refresh_safe_step)
 
     @work(thread=True, group="network")
     def show_network(self) -> None:
@@ -120,6 +128,15 @@ class RunMonitorScreen(Screen):
         if test is not None:
             text = f"network ({test['run_id']}): {test['summary']}; {test['verdict'].split(' (')[0]}"
             self.app.call_from_thread(setattr, self, "sub_title", text)
+
+    @work(exclusive=True, group="safe-step")
+    async def refresh_safe_step(self) -> None:
+        from launcher.runs.safe_step import last_safe_step
+
+        if self.safe_text and self.view.state.is_final:
+            return  # an ended run's checkpoints do not change by themselves
+        safe = await last_safe_step(self.app.home, self.run_id)
+        self.safe_text = "" if safe is None else f"  safe {safe.text()}"
 
     def on_resize(self, event) -> None:
         self.query_one(MetricsPanel).set_class(event.size.height < SHORT_BELOW, "-short")
@@ -186,7 +203,8 @@ class RunMonitorScreen(Screen):
         mfu = f"  MFU {v.mfu:.1%}" if v.mfu is not None else ""
         state = "STALLED" if v.stalled else v.state.value.upper()
         text = (f"{state}  attempt {v.attempt}  elapsed {fmt_duration(v.elapsed_s())}  "
-                f"ETA {fmt_duration(v.eta_s())}  step {step}  {tps}{mfu}  follow {'on' if self.follow else 'off'} (f)")
+                f"ETA {fmt_duration(v.eta_s())}  step {step}  {tps}{mfu}  follow {'on' if self.follow else 'off'} (f)"
+                f"{self.safe_text}")
         self.query_one("#summary", Label).update(text)
         said = v.why()
         if said != self.why_shown:
@@ -317,6 +335,11 @@ class RunMonitorScreen(Screen):
         dumps, self.stacks_wanted = self.stacks_wanted, None
         title = "; ".join(e.summary for e, _ in dumps) + f"  (kept in {Path(dumps[0][0].path).parent})"
         self.app.push_screen(StacksModal(title, "\n".join(t for _, t in dumps)))
+
+    def action_gpus(self) -> None:
+        from tui.screens.gpus import GpusScreen
+
+        self.app.push_screen(GpusScreen(self.run_id))
 
     def action_checkpoints(self) -> None:
         from tui.screens.checkpoints import CheckpointsScreen

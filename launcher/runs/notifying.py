@@ -1,0 +1,111 @@
+"""The run's owner tells the user: at the end of a run and when it stalls, on the states they chose.
+
+Gathers the facts (store summary, triage, usage, newest complete checkpoint), builds the summary, hands
+it to :func:`launcher.notify.deliver.deliver` and keeps what happened to each sink in the run's
+``notifications.jsonl`` (shown by ``fsdp-tui show``). Nothing here can fail the run: a problem with the
+settings is recorded like a failed send."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from pathlib import Path
+
+from launcher.notify.deliver import Delivery, deliver
+from launcher.notify.summary import CheckpointFact, RunFacts, build_summary
+from launcher.paths import run_dir
+from launcher.runs.store import RunStore
+from launcher.runs.usage import usage_of_record
+from launcher.runs.user_settings import SettingsError, effective_notify, load_user_settings
+from launcher.secrets import SecretStore
+from launcher.workload.notify import Notify
+
+RECORD = "notifications.jsonl"
+
+
+def gather_facts(home: Path, run_id: str, event: str, checkpoint: CheckpointFact | None = None) -> RunFacts:
+    record = RunStore(home).get_run(run_id)
+    if record is None:
+        raise LookupError(f"no run '{run_id}'")
+    s = record.summary
+    directory = run_dir(home, run_id)
+    triage = _json(directory / "triage.json") if event != "succeeded" else None
+    try:
+        prices = load_user_settings().prices
+    except SettingsError:
+        prices = None
+    plan = _json(directory / "plan.json") or {}
+    usage = usage_of_record(record, plan.get("workload"), prices, time.time())
+    return RunFacts(run_id=run_id, experiment=s.experiment, event=event, detail=s.detail, attempt=s.attempt,
+                    duration_s=s.duration_s, step=s.step, max_steps=s.max_steps, last_loss=s.last_loss,
+                    best_eval_loss=s.best_eval_loss, usage=usage.to_dict() if usage else {},
+                    checkpoint=checkpoint, triage=triage, machine=socket.gethostname())
+
+
+def notify_wanted(workload_notify: Notify | None, event: str) -> bool:
+    """Whether ``event`` is to be sent (a settings problem counts: it is recorded where sends would be)."""
+    try:
+        notify = effective_notify(workload_notify, load_user_settings())
+    except SettingsError:
+        return True
+    return notify is not None and event in notify.on
+
+
+async def newest_checkpoint(backend, output_dir: str | None, timeout_s: float = 20.0) -> CheckpointFact | None:
+    """The newest complete checkpoint under ``output_dir``, asked of the run's backend; ``None`` when there
+    is none or the node does not answer in time (a notification never waits long for it)."""
+    from launcher.runs.safe_step import newest_fact
+
+    if not output_dir:
+        return None
+    try:
+        listing = await asyncio.wait_for(backend.checkpoints(output_dir), timeout_s)
+    except Exception:  # noqa: BLE001 - a missing fact, never a failed notification
+        return None
+    return newest_fact(listing.checkpoints, time.time())
+
+
+def notify_run(home: Path, run_id: str, workload_notify: Notify | None, event: str,
+               checkpoint: CheckpointFact | None = None) -> list[Delivery]:
+    """Send the run's summary for ``event`` to every configured sink when the user asked for that event;
+    records and returns what happened (empty: nothing configured, or not for this event)."""
+    try:
+        notify = effective_notify(workload_notify, load_user_settings())
+    except SettingsError as err:
+        done = [Delivery("settings", False, 0, f"{err}; nothing was sent", time.time(), event)]
+        record_deliveries(home, run_id, done)
+        return done
+    if notify is None or event not in notify.on:
+        return []
+    summary = build_summary(gather_facts(home, run_id, event, checkpoint))
+    done = deliver(notify, summary, SecretStore(home))
+    record_deliveries(home, run_id, done)
+    return done
+
+
+def record_deliveries(home: Path, run_id: str, done: list[Delivery]) -> None:
+    with open(run_dir(home, run_id) / RECORD, "a", encoding="utf-8") as f:
+        f.write("".join(json.dumps(d.to_dict()) + "\n" for d in done))
+
+
+def read_deliveries(directory: Path) -> list[dict]:
+    try:
+        lines = (directory / RECORD).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def _json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
