@@ -120,12 +120,23 @@ class MetricsLogger:
             self.window_tokens += int(batch["real_tokens"])
             self.window_flops += train_flops(self.shape, batch["lengths"].tolist())
 
-    def exclude(self, seconds: float, what: str) -> None:
-        """Leave ``seconds`` of ``what`` (evaluation, checkpoint) out of the throughput."""
+    def exclude(self, seconds: float) -> None:
+        """Leave ``seconds`` (evaluation, checkpoint) out of the throughput."""
         self.window_excluded += seconds
         self.excluded_s += seconds
-        if self.d.is_main and what == "checkpoint":
-            print(f"checkpoint blocked training for {seconds:.2f} s", flush=True)
+
+    def checkpoint_blocked(self, submit_s: float, staging_s: float | None = None) -> None:
+        """Say once how long a save blocked training: a synchronous save (``submit_s`` is all of it) or an
+        async one, whose submit and wait for its copy to host memory are both blocked time. The submit
+        was left out of the throughput when it happened; the wait is left out here."""
+        self.exclude(staging_s or 0.0)
+        if not self.d.is_main:
+            return
+        if staging_s is None:
+            print(f"checkpoint blocked training for {submit_s:.2f} s", flush=True)
+        else:
+            print(f"checkpoint blocked training for {submit_s + staging_s:.2f} s (submit {submit_s:.2f} s, "
+                  f"waiting for the copy to host memory {staging_s:.2f} s)", flush=True)
 
     def train_step(self, step: int, epoch: float, loss: float, lr: float, grad_norm: float | None) -> None:
         t = torch.tensor([self.window_tokens, self.window_flops], dtype=torch.float64)
@@ -150,7 +161,7 @@ class MetricsLogger:
               flush=True)
 
     def eval(self, step: int, eval_loss: float, exact_match: float | None, seconds: float) -> None:
-        self.exclude(seconds, "eval")
+        self.exclude(seconds)
         if not self.d.is_main:
             return
         self.reporter.write(MetricRecord(step=step, kind="eval", max_steps=self.max_steps, eval_loss=eval_loss,
