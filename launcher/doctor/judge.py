@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from launcher.workload.plan import NodePlan, RunPlan
+from launcher.workload.plan import IFACE_ENV, NodePlan, RunPlan
 
 Status = Literal["ok", "warning", "error"]
 STATUS_ORDER: dict[str, int] = {"ok": 0, "warning": 1, "error": 2}
@@ -126,6 +126,8 @@ def evaluate(plan: RunPlan, node: NodePlan, probe: NodeProbe, *, node0_hostname:
         checks.append(_port_check(plan, facts.get("master", {}), host))
     else:
         checks.append(_resolve_check(plan, facts.get("master", {}), host, facts.get("hostname"), node0_hostname))
+    if plan.topology.num_nodes > 1:
+        checks.append(_iface_check(plan, node, facts.get("interfaces", {}), host))
     return NodeReport(node.node_rank, probe.label, tuple(checks), probe.facts)
 
 
@@ -293,3 +295,30 @@ def _resolve_check(plan: RunPlan, master: dict, host: str, hostname: str | None,
                      f"({hostname}) it is not node 0 ({node0_hostname})",
                      "set compute.master_addr to node 0's address on the nodes' network")
     return Check("master_addr", "ok", f"{addr} resolves to {', '.join(addrs)}")
+
+
+def _iface_check(plan: RunPlan, node: NodePlan, found: dict, host: str) -> Check:
+    """The interface gloo and NCCL will use on this node: the one the workload names (it must exist
+    there), else the one that reaches MASTER_ADDR, which the node sets at the job's start."""
+    if "error" in found:
+        return Check("interface", "warning", f"could not list the interfaces: {found['error']}",
+                     f"set env_variables.GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME) to {host}'s interface on "
+                     "the nodes' network if the run hangs at its start")
+    named = {n: plan.workload.env_variables[n] for n in IFACE_ENV if n in plan.workload.env_variables}
+    names = found.get("names", [])
+    missing = {n: v for n, v in named.items() if names and v.split(",")[0].lstrip("^=") not in names}
+    if missing:
+        what = ", ".join(f"env_variables.{n}={v}" for n, v in missing.items())
+        return Check("interface", "error", f"{what}: no such interface on {host} (it has {', '.join(names)})",
+                     f"name the interface that reaches MASTER_ADDR {plan.master_addr} on {host}, or remove the "
+                     "variable: the launcher then sets it to that interface on each node")
+    route = found.get("route", {})
+    if not node.iface_env:
+        return Check("interface", "ok", ", ".join(f"{n}={v} (set by the workload)" for n, v in named.items()))
+    if not route.get("iface"):
+        return Check("interface", "error", f"no interface of {host} reaches MASTER_ADDR {plan.master_addr}: "
+                     f"{route.get('error', 'nothing found')}",
+                     f"set env_variables.GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME) to {host}'s interface on "
+                     "the nodes' network")
+    return Check("interface", "ok", f"{' and '.join(node.iface_env)}={route['iface']} ({route.get('local')}, "
+                 f"the interface that reaches MASTER_ADDR {plan.master_addr}; set by the launcher at the start)")
