@@ -58,8 +58,9 @@ class Sharding:
     note: str
     """The line that says what was chosen and why."""
     per_block: bool = True
-    """Wrap each decoder block (gradients reduced block by block, overlapping backward); a small
-    replicated model is wrapped at the root only (on CPU in fp32: plain replication)."""
+    """Wrap each decoder block: gradients reduced block by block, overlapping backward, and on a GPU the
+    bf16 copy of a block gathered only while it runs. Only a replicated model on CPU is wrapped at the
+    root (plain replication: there the collectives, not compute, are the step's cost)."""
 
 
 def choose_sharding(cfg: FsdpConfig, num_params: int, d: Dist) -> Sharding:
@@ -75,7 +76,7 @@ def choose_sharding(cfg: FsdpConfig, num_params: int, d: Dist) -> Sharding:
     choice = "no_shard" if d.world == 1 or need * 4 <= budget else "full_shard"
     return Sharding(choice, f"sharding: {choice} (auto: training state {need / 2**30:.2f} GiB, "
                             f"{budget / 2**30:.0f} GiB per rank; set fsdp.sharding to override)",
-                    per_block=choice != "no_shard")
+                    per_block=choice != "no_shard" or d.device.type == "cuda")
 
 
 def param_device(cfg: FsdpConfig, d: Dist) -> torch.device:
