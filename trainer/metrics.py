@@ -26,7 +26,8 @@ def rank_memory(d: Dist) -> dict:
         free, total = torch.cuda.mem_get_info(d.device)
         return {"rank": d.rank, "allocated_gib": torch.cuda.memory_allocated(d.device) / _GIB,
                 "reserved_gib": torch.cuda.memory_reserved(d.device) / _GIB,
-                "peak_gib": torch.cuda.max_memory_allocated(d.device) / _GIB, "total_gib": total / _GIB}
+                "peak_gib": torch.cuda.max_memory_allocated(d.device) / _GIB, "total_gib": total / _GIB,
+                "device_used_gib": (total - free) / _GIB}
     return {"rank": d.rank, "rss_gib": _rss_bytes() / _GIB}
 
 

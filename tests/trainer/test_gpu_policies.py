@@ -1,5 +1,5 @@
-"""``sharding: auto``: what it picks and how the model is wrapped, per device (a GPU's memory is mocked:
-no GPU here)."""
+"""What the trainer decides from a GPU's properties: ``sharding: auto`` and how the model is wrapped, the
+memory a gauge shows. The GPU is mocked (torch.cuda's queries answer fixed numbers): no GPU here."""
 
 from types import SimpleNamespace
 
@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from trainer.config import FsdpConfig
+from trainer.metrics import rank_memory
 from trainer.parallel import Dist, choose_sharding
+from trainer.protocol import RankMemory
 
 GIB = 2**30
 
@@ -31,3 +33,14 @@ def test_a_named_strategy_is_wrapped_per_block():
     d = Dist(rank=0, world=2, local_rank=0, local_world=2, device=torch.device("cpu"))
     chosen = choose_sharding(FsdpConfig(sharding="no_shard"), 1000, d)
     assert chosen.sharding == "no_shard" and chosen.per_block
+
+
+def test_the_gauge_reads_the_cards_used_memory_not_the_tensors_peak(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda _d: (50 * GIB, 80 * GIB))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda _d: 12 * GIB)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda _d: 20 * GIB)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda _d: 18 * GIB)
+    d = Dist(rank=3, world=8, local_rank=3, local_world=8, device=torch.device("cuda", 3))
+    mem = RankMemory(**rank_memory(d))
+    assert (mem.device_used_gib, mem.total_gib, mem.peak_gib, mem.reserved_gib) == (30.0, 80.0, 18.0, 20.0)
+    assert mem.used_gib == 30.0  # context, NCCL buffers and other processes count: they run out too
