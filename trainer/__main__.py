@@ -158,6 +158,7 @@ def run(cfg, stop=None) -> None:
     gc.freeze()
     loop_start, start_step, real_tokens, excluded_before = time.perf_counter(), state["step"], 0, log.excluded_s
     stopped = False
+    watch = model.CompileWatch() if compiled else None
 
     def staged() -> None:  # an async save's copy is done before the optimiser changes the weights
         blocked = ckpt.wait_staged()
@@ -176,6 +177,9 @@ def run(cfg, stop=None) -> None:
                                                      d.world, staged)
         state["step"] += 1
         real_tokens += real
+        news = watch.news(state["step"]) if watch is not None else None
+        if news and d.is_main:
+            print(news, flush=True)
         log.add_batches(batches)
         step = state["step"]
         if step % cfg.logging.every_steps == 0 or step == total:
