@@ -44,3 +44,26 @@ def test_the_gauge_reads_the_cards_used_memory_not_the_tensors_peak(monkeypatch)
     mem = RankMemory(**rank_memory(d))
     assert (mem.device_used_gib, mem.total_gib, mem.peak_gib, mem.reserved_gib) == (30.0, 80.0, 18.0, 20.0)
     assert mem.used_gib == 30.0  # context, NCCL buffers and other processes count: they run out too
+
+
+@pytest.mark.parametrize(("name", "tflops"), [
+    ("NVIDIA H100 80GB HBM3", 989.0),
+    ("NVIDIA H100 PCIe", 756.0),
+    ("NVIDIA H200", 989.0),
+    ("NVIDIA H200 NVL", 835.0),
+    ("NVIDIA GH200 480GB", 989.0),
+    ("NVIDIA L40", 181.0),
+    ("NVIDIA L40S", 362.0),
+    ("NVIDIA L4", 121.0),
+    ("NVIDIA A10G", 70.0),
+    ("NVIDIA A100-SXM4-80GB", 312.0),
+    ("NVIDIA H20", 148.0),
+    ("NVIDIA H800", 989.0),
+    ("NVIDIA A800-SXM4-80GB", 312.0),
+    ("NVIDIA H100 80GB HBM3 MIG 3g.40gb", 989.0 * 3 / 7),
+    ("Tesla T4", None),
+])
+def test_peak_flops_match_whole_model_names_and_mig_slices(name, tflops):
+    from trainer.metrics import peak_of
+
+    assert peak_of(name) == (None if tflops is None else pytest.approx(tflops * 1e12))
