@@ -68,8 +68,11 @@ def run(cfg, stop=None) -> None:
         import torch.distributed as dist
 
         from trainer import assets, attention, checkpoint, dataset, metrics, model, optim, parallel, train
-        from trainer.config import SettingError
+        from trainer.config import SettingError, torch_refusal
         from trainer.data import GlobalOrder
+
+        if torch_refusal(torch.__version__):
+            raise SettingError(torch_refusal(torch.__version__))
         from trainer.learned_logits import install as learned_logits_only
 
         # Built-in assets are made before the process group exists: HF writes files only on rank 0 then.

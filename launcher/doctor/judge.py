@@ -7,13 +7,14 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from launcher.workload.plan import IFACE_ENV, NodePlan, RunPlan
+from trainer.config import MIN_TORCH
 
 Status = Literal["ok", "warning", "error"]
 STATUS_ORDER: dict[str, int] = {"ok": 0, "warning": 1, "error": 2}
 
 MIN_PYTHON = (3, 10)
-MIN_TORCH_BUILTIN = (2, 6)
-"""The built-in trainer uses FSDP2 (``fully_shard``)."""
+MIN_TORCH_BUILTIN = MIN_TORCH
+"""The oldest torch the built-in trainer is verified on (it refuses older ones at start)."""
 LOW_DISK_GIB = 5.0
 
 TORCH = ("torch", "torch")
@@ -189,7 +190,8 @@ def _torch_check(plan: RunPlan, info: dict, gpu: bool, host: str, install: str) 
     detail = f"{version} ({f'CUDA {cuda}' if cuda else 'CPU-only build'})"
     if plan.uses_builtin_trainer and _version_tuple(version) < MIN_TORCH_BUILTIN:
         need = ".".join(map(str, MIN_TORCH_BUILTIN))
-        return Check("torch", "error", f"{detail}: the built-in trainer needs torch {need}+ (FSDP2)",
+        return Check("torch", "error", f"{detail}: the built-in trainer needs torch {need}+ (the oldest it is "
+                     "verified on)",
                      f"upgrade it on {host} ({install}>={need})")
     if gpu and not cuda:
         return Check("torch", "error", f"{detail}: a GPU workload needs a CUDA build",

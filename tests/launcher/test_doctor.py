@@ -303,7 +303,7 @@ def test_builtin_trainer_needs_fsdp2_torch_and_its_packages():
                                        "transformers": {"version": None}}})
     report = evaluate(plan, plan.nodes[0], NodeProbe("node 0", "/opt/py/bin/python", True, facts=facts))
     found = {c.name: c for c in report.checks}
-    assert found["torch"].status == "error" and "needs torch 2.6+" in found["torch"].detail
+    assert found["torch"].status == "error" and "needs torch 2.11+" in found["torch"].detail
     assert found["transformers"].detail == "not installed for /opt/py/bin/python"
     assert found["datasets"].status == "error"  # not reported at all by the probe: never silently ok
 
