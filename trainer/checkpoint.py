@@ -48,11 +48,15 @@ class AppState(Stateful):
 
     def __init__(self, model, optimizer, scheduler, trainer: dict[str, Any]) -> None:
         self.model, self.optimizer, self.scheduler, self.trainer = model, optimizer, scheduler, trainer
+        self.with_cuda_rng = True
+        """Off while loading a checkpoint saved without a CUDA generator (on CPU, or by an older trainer):
+        the state DCP loads into must not ask for what the checkpoint does not hold."""
 
     def state_dict(self) -> dict[str, Any]:
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         return {"model": model_sd, "optim": optim_sd, "sched": self.scheduler.state_dict(),
-                "trainer": dict(self.trainer), "rng": torch.get_rng_state(), **_cuda_rng()}
+                "trainer": dict(self.trainer), "rng": torch.get_rng_state(),
+                **(_cuda_rng() if self.with_cuda_rng else {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
@@ -62,6 +66,14 @@ class AppState(Stateful):
         torch.set_rng_state(state["rng"])
         if "cuda_rng" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state(state["cuda_rng"])
+
+
+def _holds(path: Path, key: str) -> bool:
+    """Whether the DCP checkpoint at ``path`` has an entry ``key`` (read from its metadata only)."""
+    try:
+        return key in dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    except (OSError, ValueError, EOFError):
+        return True  # unreadable metadata: the load itself says why
 
 
 def _cuda_rng() -> dict[str, torch.Tensor]:
@@ -106,10 +118,13 @@ class Checkpointer:
         return choice[0]
 
     def load(self, state: AppState, path: Path) -> None:
+        state.with_cuda_rng = _holds(path, "app.cuda_rng")  # a CPU run's checkpoint resumes on a GPU
         try:
             dcp.load({"app": state}, checkpoint_id=str(path))
         except (CheckpointException, ValueError, KeyError) as err:
             raise SettingError(self._cannot_resume(path, err)) from None
+        finally:
+            state.with_cuda_rng = True
         self.saved_step = state.trainer["step"]
 
     def _cannot_resume(self, path: Path, err: BaseException) -> str:
