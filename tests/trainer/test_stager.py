@@ -69,3 +69,22 @@ def test_a_run_long_stager_copies_three_saves_exactly_into_the_same_buffers(stag
             buffers = ptrs
     finally:
         stager.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_a_gpu_the_copy_is_pinned_reused_and_waits_for_the_compute_stream():
+    device = torch.device("cuda", torch.cuda.device_count() - 1)  # not GPU 0: the thread must stay here
+    torch.cuda.set_device(device)
+    stager = ReusingStager(device)
+    source = {"w": torch.zeros(4096, 1024, device=device)}
+    try:
+        ptrs = None
+        for step in (1, 2, 3):
+            source["w"].fill_(step)  # queued on the compute stream just before the save
+            copy = stager.stage(source).result()
+            assert copy["w"].is_pinned() and bool((copy["w"] == step).all())
+            assert ptrs is None or copy["w"].data_ptr() == ptrs
+            ptrs = copy["w"].data_ptr()
+    finally:
+        stager.close()
