@@ -308,7 +308,7 @@ def _iface_check(plan: RunPlan, node: NodePlan, found: dict, host: str) -> Check
                      "the nodes' network if the run hangs at its start")
     named = {n: plan.workload.env_variables[n] for n in IFACE_ENV if n in plan.workload.env_variables}
     names = found.get("names", [])
-    missing = {n: v for n, v in named.items() if names and v.split(",")[0].lstrip("^=") not in names}
+    missing = {n: v for n, v in named.items() if names and not _iface_exists(n, v, names)}
     if missing:
         what = ", ".join(f"env_variables.{n}={v}" for n, v in missing.items())
         return Check("interface", "error", f"{what}: no such interface on {host} (it has {', '.join(names)})",
@@ -324,3 +324,16 @@ def _iface_check(plan: RunPlan, node: NodePlan, found: dict, host: str) -> Check
                      "the nodes' network")
     return Check("interface", "ok", f"{' and '.join(node.iface_env)}={route['iface']} ({route.get('local')}, "
                  f"the interface that reaches MASTER_ADDR {plan.master_addr}; set by the launcher at the start)")
+
+
+def _iface_exists(variable: str, value: str, names: list[str]) -> bool:
+    """Whether ``value`` names interfaces of the node: gloo takes exact names (comma-separated); NCCL
+    takes prefixes, ``=name`` for an exact one and ``^...`` for exclusions (not judged)."""
+    if value.startswith("^"):
+        return True
+    for item in filter(None, value.split(",")):
+        exact = variable == "GLOO_SOCKET_IFNAME" or item.startswith("=")
+        item = item.lstrip("=")
+        if not any(n == item if exact else n.startswith(item) for n in names):
+            return False
+    return True

@@ -280,6 +280,10 @@ def test_evaluate_judges_probe_facts(rank, change, name, status, words):
     ("{GLOO_SOCKET_IFNAME: ib0}", "error", "env_variables.GLOO_SOCKET_IFNAME=ib0: no such interface on b"),
     ("{GLOO_SOCKET_IFNAME: eth0, NCCL_SOCKET_IFNAME: eth0}", "ok", "GLOO_SOCKET_IFNAME=eth0 (set by the workload)"),
     ("{GLOO_SOCKET_IFNAME: eth0}", "ok", "NCCL_SOCKET_IFNAME=eth0 ("),  # the one left unset is the node's
+    ("{GLOO_SOCKET_IFNAME: eth, NCCL_SOCKET_IFNAME: eth}", "error", "GLOO_SOCKET_IFNAME=eth: no such"),
+    ("{GLOO_SOCKET_IFNAME: eth0, NCCL_SOCKET_IFNAME: eth}", "ok", "set by the workload"),  # NCCL: a prefix
+    ("{GLOO_SOCKET_IFNAME: eth0, NCCL_SOCKET_IFNAME: '^docker,lo'}", "ok", "set by the workload"),
+    ("{GLOO_SOCKET_IFNAME: eth0, NCCL_SOCKET_IFNAME: '=eth'}", "error", "NCCL_SOCKET_IFNAME==eth: no such"),
 ])
 def test_an_interface_the_workload_names_must_exist_on_the_node(env, status, words):
     result = validate_text(f"experiment_name: t\ncompute: {GPU2}\ncommand: 'true'\nenv_variables: {env}\n")
