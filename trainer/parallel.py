@@ -42,6 +42,9 @@ def init_distributed() -> Dist:
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if cuda:
         torch.cuda.set_device(local_rank)
+        # fp32 matmuls (mixed_precision: fp32, fp32 parts of bf16 runs) on tensor cores, as TF32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     if not dist.is_initialized():
         if "RANK" not in os.environ:
             os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",

@@ -23,8 +23,8 @@ def forward_logits(model: nn.Module, batch: dict[str, torch.Tensor], device: tor
     causal attention and passes no mask (flash kernel). With ``packed_sdpa`` on rows long enough there
     is no mask: each example of each row is its own causal call. With ``keep`` (flat positions, see
     :func:`trainer.learned_logits.learned_positions`) only those positions' logits, ``[len(keep), vocab]``."""
-    ids = batch["input_ids"].to(device)
-    pos = batch["position_ids"].to(device)
+    ids = to_device(batch["input_ids"], device)
+    pos = to_device(batch["position_ids"], device)
     if _per_example(model, batch):
         with packed_sdpa.examples(batch["position_ids"]):
             return _logits(model, keep, lambda: model(input_ids=ids, position_ids=pos).logits)
@@ -33,6 +33,14 @@ def forward_logits(model: nn.Module, batch: dict[str, torch.Tensor], device: tor
         implementation = "sdpa"  # rows too short to pay for a call per example: the mask
     mask = packed_mask(implementation, pos) if needs_segment_mask(batch) else None
     return _logits(model, keep, lambda: model(input_ids=ids, position_ids=pos, attention_mask=mask).logits)
+
+
+def to_device(t: torch.Tensor, device) -> torch.Tensor:
+    """``t`` on ``device``; to a GPU from pinned memory without waiting (from pageable memory the copy
+    would wait for the device to finish its queued work at every micro-step)."""
+    if torch.device(device).type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def _logits(model: nn.Module, keep: torch.Tensor | None, forward) -> torch.Tensor:
