@@ -24,11 +24,11 @@ def _app(seed: int) -> AppState:
 def test_a_cpu_checkpoint_resumes_where_cuda_is_available(tmp_path: Path, monkeypatch):
     saved = _app(7)
     dcp.save({"app": saved}, checkpoint_id=str(tmp_path / "step-7"))
+    resumed = _app(1)  # (its optimiser step would ask a CUDA build's driver, were CUDA said to be there)
     set_cuda = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_rng_state", lambda: torch.zeros(16, dtype=torch.uint8))
     monkeypatch.setattr(torch.cuda, "set_rng_state", set_cuda.append)
-    resumed = _app(1)
     assert "cuda_rng" in resumed.state_dict()  # a GPU run saves its generator
     d = Dist(rank=0, world=1, local_rank=0, local_world=1, device=torch.device("cpu"))
     Checkpointer(CheckpointConfig(), str(tmp_path / "out"), d, {"model_name": "m"}).load(resumed, tmp_path / "step-7")
