@@ -68,8 +68,11 @@ def run(cfg, stop=None) -> None:
         import torch.distributed as dist
 
         from trainer import assets, attention, checkpoint, dataset, metrics, model, optim, parallel, train
-        from trainer.config import SettingError
+        from trainer.config import SettingError, torch_refusal
         from trainer.data import GlobalOrder
+
+        if torch_refusal(torch.__version__):
+            raise SettingError(torch_refusal(torch.__version__))
         from trainer.learned_logits import install as learned_logits_only
 
         # Built-in assets are made before the process group exists: HF writes files only on rank 0 then.
@@ -158,6 +161,13 @@ def run(cfg, stop=None) -> None:
     gc.freeze()
     loop_start, start_step, real_tokens, excluded_before = time.perf_counter(), state["step"], 0, log.excluded_s
     stopped = False
+    watch = model.CompileWatch() if compiled else None
+
+    def staged() -> None:  # an async save's copy is done before the optimiser changes the weights
+        blocked = ckpt.wait_staged()
+        if blocked is not None:
+            log.checkpoint_blocked(*blocked)
+
     while state["step"] < total:
         if not cfg.max_steps and state["epoch"] >= cfg.num_epochs:
             break
@@ -167,9 +177,12 @@ def run(cfg, stop=None) -> None:
         batches, state["epoch"], state["position"] = train.micro_batches(
             order, data.train_rows, state["epoch"], state["position"], accum, data.pad_id)
         loss, grad_norm, real, lr = train.train_step(net, opt, sched, batches, d.device, cfg.optim.max_grad_norm,
-                                                     d.world, ckpt.wait_staged)
+                                                     d.world, staged)
         state["step"] += 1
         real_tokens += real
+        news = watch.news(state["step"]) if watch is not None else None
+        if news and d.is_main:
+            print(news, flush=True)
         log.add_batches(batches)
         step = state["step"]
         if step % cfg.logging.every_steps == 0 or step == total:
@@ -178,7 +191,10 @@ def run(cfg, stop=None) -> None:
         if cfg.logging.eval_every_steps and step % cfg.logging.eval_every_steps == 0 and step != total:
             run_eval(cfg.logging.eval_max_batches)
         if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0 and step != total:
-            log.exclude(ckpt.save(app, step), "checkpoint")
+            submit_s = ckpt.save(app, step)
+            log.exclude(submit_s)
+            if not cfg.checkpoint.async_save:  # an async save is said with its wait, before the next update
+                log.checkpoint_blocked(submit_s)
     excluded = log.excluded_s - excluded_before
     seconds = time.perf_counter() - loop_start - excluded
     counted = torch.tensor([float(real_tokens)])

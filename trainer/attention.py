@@ -55,9 +55,10 @@ def choose(cfg: TrainerConfig, config: dict, supports_sdpa: bool, supports_flex:
     elif impl == "flex" and not supports_flex:
         raise SettingError("parameters.model.attention: this model has no flex implementation; "
                            "use auto, sdpa or eager")
+    if impl == "flex" and device.type != "cuda":  # else NotImplementedError at the first backward
+        raise SettingError("parameters.model.attention: flex attention trains on GPUs only (torch has no "
+                           "flex backward pass on CPU); use auto, sdpa or eager on this machine")
     refusal = packing_refusal(config, cfg.model_name)
-    if impl == "flex" and device.type != "cuda":
-        refusal = refusal or "flex attention has no backward pass on CPU"
     packing = cfg.data.packing
     if packing is None:
         packing = refusal is None

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.staging import AsyncStager
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -46,11 +48,15 @@ class AppState(Stateful):
 
     def __init__(self, model, optimizer, scheduler, trainer: dict[str, Any]) -> None:
         self.model, self.optimizer, self.scheduler, self.trainer = model, optimizer, scheduler, trainer
+        self.with_cuda_rng = True
+        """Off while loading a checkpoint saved without a CUDA generator (on CPU, or by an older trainer):
+        the state DCP loads into must not ask for what the checkpoint does not hold."""
 
     def state_dict(self) -> dict[str, Any]:
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         return {"model": model_sd, "optim": optim_sd, "sched": self.scheduler.state_dict(),
-                "trainer": dict(self.trainer), "rng": torch.get_rng_state(), **_cuda_rng()}
+                "trainer": dict(self.trainer), "rng": torch.get_rng_state(),
+                **(_cuda_rng() if self.with_cuda_rng else {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
@@ -60,6 +66,14 @@ class AppState(Stateful):
         torch.set_rng_state(state["rng"])
         if "cuda_rng" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state(state["cuda_rng"])
+
+
+def _holds(path: Path, key: str) -> bool:
+    """Whether the DCP checkpoint at ``path`` has an entry ``key`` (read from its metadata only)."""
+    try:
+        return key in dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    except (OSError, ValueError, EOFError):
+        return True  # unreadable metadata: the load itself says why
 
 
 def _cuda_rng() -> dict[str, torch.Tensor]:
@@ -74,10 +88,12 @@ class Checkpointer:
         self.staging = Path(cfg.staging_dir).expanduser() if cfg.staging_dir else None
         # Async saves run collectives from a background thread: give them their own group.
         self.group = dist.new_group(backend="gloo") if cfg.async_save else None
-        self.stager = _stager() if cfg.async_save else None
+        self.stager = ReusingStager(d.device) if cfg.async_save else None
         self.pending: tuple[Any, Path, Path, int] | None = None
         self.staged: Any = None
         """Completes when the last async save's copy to host memory is done."""
+        self.submit_s = 0.0
+        """How long the last async save's submit blocked training (its copy is waited for later)."""
         self.saved_step: int | None = None
         """The step of the checkpoint this run last saved or resumed from."""
 
@@ -102,10 +118,13 @@ class Checkpointer:
         return choice[0]
 
     def load(self, state: AppState, path: Path) -> None:
+        state.with_cuda_rng = _holds(path, "app.cuda_rng")  # a CPU run's checkpoint resumes on a GPU
         try:
             dcp.load({"app": state}, checkpoint_id=str(path))
         except (CheckpointException, ValueError, KeyError) as err:
             raise SettingError(self._cannot_resume(path, err)) from None
+        finally:
+            state.with_cuda_rng = True
         self.saved_step = state.trainer["step"]
 
     def _cannot_resume(self, path: Path, err: BaseException) -> str:
@@ -127,7 +146,8 @@ class Checkpointer:
             self.save(state, step)
 
     def save(self, state: AppState, step: int) -> float:
-        """Start a save of ``step``; returns the seconds training was blocked."""
+        """Start a save of ``step``; returns the seconds it blocked training here: the whole save when
+        synchronous, only the submit when async (the rest is :meth:`wait_staged`'s)."""
         start = time.perf_counter()
         self.wait()
         name = [None]
@@ -142,17 +162,23 @@ class Checkpointer:
                                       async_stager=self.stager)
             self.staged = response.staging_completion
             self.pending = (response.upload_completion, write_dir, target, step)
+            self.submit_s = time.perf_counter() - start
         else:
             dcp.save({"app": state}, checkpoint_id=str(write_dir))
             self._finalize(write_dir, target, step)
         return time.perf_counter() - start
 
-    def wait_staged(self) -> None:
+    def wait_staged(self) -> tuple[float, float] | None:
         """Block until the last async save has copied the state to host memory: call it before the
-        optimiser changes the weights (the copy overlaps the forward and backward before that)."""
-        if self.staged is not None:
-            self.staged.result()
-            self.staged = None
+        optimiser changes the weights (the copy overlaps the forward and backward before that).
+        Returns how long that save blocked training, (its submit, this wait) in seconds, or ``None``
+        when no copy was pending: both are checkpoint time, not training time."""
+        if self.staged is None:
+            return None
+        start = time.perf_counter()
+        self.staged.result()
+        self.staged = None
+        return self.submit_s, time.perf_counter() - start
 
     def close(self) -> None:
         self.wait()
@@ -202,14 +228,51 @@ class Checkpointer:
             shutil.rmtree(old.path, ignore_errors=True)
 
 
-def _stager():
-    """One stager for the whole run: host buffers allocated at the first save and reused (pinned on
-    CUDA), the copy made on a side thread (and stream) so it overlaps the next step's compute."""
-    from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+class ReusingStager(AsyncStager):
+    """Copies the state to host memory on a side thread, into host buffers allocated at the first save
+    and reused by every later one (pinned on CUDA), so the copy overlaps the next step's compute.
 
-    cuda = torch.cuda.is_available()
-    return DefaultStager(StagingOptions(use_pinned_memory=cuda, use_shared_memory=False, use_async_staging=True,
-                                        use_non_blocking_copy=cuda))
+    torch's ``DefaultStager`` does the same on 2.13+, but on 2.11 it closes its ``StateDictStager``
+    after every stage: that empties the copier's type table (the next save dies with ``KeyError:
+    <class 'type'>``) and drops the buffers. This one keeps its copier until :meth:`close`. On a GPU the
+    copy runs on its own stream, after the compute stream's work up to the save (an event), with the
+    thread on this rank's device (not a new context on GPU 0)."""
+
+    _synchronize_after_execute = False
+
+    def __init__(self, device: torch.device) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from torch.distributed.checkpoint._state_dict_stager import StateDictStager
+
+        self.cuda = device.type == "cuda"
+        self.copier = StateDictStager(pin_memory=self.cuda, share_memory=False)
+        if self.cuda:
+            self.stream = torch.cuda.Stream(device)
+            self.executor = ThreadPoolExecutor(1, initializer=torch.cuda.set_device, initargs=(device,))
+        else:
+            self.stream = None
+            self.executor = ThreadPoolExecutor(1)
+
+    def stage(self, state_dict: dict[str, Any]) -> Future:
+        ready = torch.cuda.current_stream().record_event() if self.cuda else None
+        return self.executor.submit(self._copy, state_dict, ready)
+
+    def _copy(self, state_dict: dict[str, Any], ready) -> dict[str, Any]:
+        if self.stream is None:
+            return self.copier.stage(state_dict, non_blocking=False)
+        self.stream.wait_event(ready)
+        with torch.cuda.stream(self.stream):
+            out = self.copier.stage(state_dict, non_blocking=True)
+        self.stream.synchronize()
+        return out
+
+    def synchronize_staging(self) -> None:
+        """Nothing here: the trainer waits for the copy's future before the optimiser step."""
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)
+        self.copier.close()
 
 
 def export_hf(model, tokenizer, out_dir: Path, d: Dist) -> Path | None:

@@ -18,6 +18,21 @@ class SettingError(ValueError):
     there is one, and what to do. The entry point turns it into a one-line exit on every rank."""
 
 
+MIN_TORCH = (2, 11)
+"""The oldest torch the trainer's tests pass on (``benchmarks/torch_versions.sh``; BENCHMARKS.md)."""
+
+
+def torch_refusal(version: str) -> str | None:
+    """Why the trainer will not run on torch ``version`` (e.g. ``2.10.0+cu128``), or ``None``."""
+    digits = [int("".join(c for c in part if c.isdigit()) or 0) for part in version.split("+")[0].split(".")[:2]]
+    if tuple(digits) >= MIN_TORCH:
+        return None
+    need = ".".join(map(str, MIN_TORCH))
+    return (f"torch {version}: the trainer is verified on torch {need} and later (FSDP2, async checkpoints); "
+            f"install a newer one on this node (pip install 'torch>={need}') or set environment.python to an "
+            "interpreter that has one")
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 

@@ -175,7 +175,7 @@ def pack(examples: list[Example], max_len: int, pad_id: int) -> list[dict[str, t
         rows.append({
             "input_ids": torch.tensor(ids + [pad_id] * pad),
             "labels": torch.tensor(labels + [IGNORE] * pad),
-            "position_ids": torch.tensor(pos + list(range(pad))),
+            "position_ids": torch.tensor(pos + list(range(pos[-1] + 1, pos[-1] + 1 + pad))),
             "real_tokens": torch.tensor(len(ids)),
             "lengths": torch.tensor([len(examples[i].input_ids) for i in sorted(members)]),
         })
@@ -214,7 +214,10 @@ def pad_rows(examples: list[Example], pad_id: int) -> list[dict[str, torch.Tenso
 
 
 def collate(rows: list[dict[str, torch.Tensor]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Stack rows, right-padding to the longest; padding gets label -100 and its own positions."""
+    """Stack rows, right-padding to the longest; padding gets label -100 and positions that continue
+    its row. A restart at 0 would read as one more packed example: transformers then builds a 4-D
+    mask for the whole batch (never the flash kernel) and checks it on the device at every forward.
+    Padding comes after every real token, so nothing real attends to it."""
     width = max(len(r["input_ids"]) for r in rows)
 
     def padded(key: str, fill: int) -> torch.Tensor:
@@ -226,8 +229,8 @@ def collate(rows: list[dict[str, torch.Tensor]], pad_id: int) -> dict[str, torch
     batch = {"input_ids": padded("input_ids", pad_id), "labels": padded("labels", IGNORE)}
     positions = padded("position_ids", 0)
     for i, r in enumerate(rows):
-        tail = width - len(r["position_ids"])
-        positions[i, width - tail:] = torch.arange(tail)
+        used = len(r["position_ids"])
+        positions[i, used:] = torch.arange(used, width) - used + int(r["position_ids"][-1]) + 1
     batch["position_ids"] = positions
     batch["real_tokens"] = torch.stack([r["real_tokens"] for r in rows]).sum()
     batch["lengths"] = torch.cat([r["lengths"] for r in rows])

@@ -14,10 +14,16 @@ from trainer.parallel import Dist
 from trainer.protocol import MetricRecord, RankMemory
 from trainer.reporter import Reporter
 
-# Dense bf16 peak TFLOP/s per device, for MFU; the first key found in the device's name wins, so
-# the PCIe and NVL parts (lower clocks) come before the SXM one ("NVIDIA H100 80GB HBM3").
-PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H200": 989.0, "H100": 989.0, "GH200": 989.0,
-               "A100": 312.0, "L40S": 362.0, "A10G": 70.0, "A10": 125.0, "L4": 121.0, "B200": 2250.0}
+# Dense bf16 peak TFLOP/s per device, for MFU. A name matches a model only as whole words ("L40" is not
+# "L4", "H200 NVL" is not "H200"); the first pattern that matches wins, so variants come first.
+PEAK_TFLOPS = (
+    (r"GH200", 989.0), (r"H200 NVL", 835.0), (r"H200", 989.0), (r"H100 PCIe", 756.0), (r"H100 NVL", 835.0),
+    (r"H100", 989.0), (r"H800 PCIe", 756.0), (r"H800", 989.0), (r"H20", 148.0), (r"A100", 312.0),
+    (r"A800", 312.0), (r"L40S", 362.0), (r"L40", 181.0), (r"L4", 121.0), (r"A10G", 70.0), (r"A10", 125.0),
+    (r"B200", 2250.0),
+)
+_MIG = r"MIG (\d+)g\."
+"""A MIG slice (``NVIDIA H100 80GB HBM3 MIG 3g.40gb``): N of the GPU's 7 compute slices."""
 _GIB = 1024**3
 
 
@@ -26,7 +32,8 @@ def rank_memory(d: Dist) -> dict:
         free, total = torch.cuda.mem_get_info(d.device)
         return {"rank": d.rank, "allocated_gib": torch.cuda.memory_allocated(d.device) / _GIB,
                 "reserved_gib": torch.cuda.memory_reserved(d.device) / _GIB,
-                "peak_gib": torch.cuda.max_memory_allocated(d.device) / _GIB, "total_gib": total / _GIB}
+                "peak_gib": torch.cuda.max_memory_allocated(d.device) / _GIB, "total_gib": total / _GIB,
+                "device_used_gib": (total - free) / _GIB}
     return {"rank": d.rank, "rss_gib": _rss_bytes() / _GIB}
 
 
@@ -81,10 +88,17 @@ def peak_flops(d: Dist, override_tflops: float | None) -> float | None:
         return override_tflops * 1e12
     if d.device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(d.device)
-    for key, tflops in PEAK_TFLOPS.items():
-        if key in name:
-            return tflops * 1e12
+    return peak_of(torch.cuda.get_device_name(d.device))
+
+
+def peak_of(name: str) -> float | None:
+    """Dense bf16 peak FLOP/s of the device called ``name`` (a MIG slice: its share), if known."""
+    import re
+
+    for pattern, tflops in PEAK_TFLOPS:
+        if re.search(rf"(?<![A-Za-z0-9]){pattern}(?![A-Za-z0-9])", name):
+            mig = re.search(_MIG, name)
+            return tflops * 1e12 * (int(mig.group(1)) / 7 if mig else 1)
     return None
 
 
@@ -120,12 +134,23 @@ class MetricsLogger:
             self.window_tokens += int(batch["real_tokens"])
             self.window_flops += train_flops(self.shape, batch["lengths"].tolist())
 
-    def exclude(self, seconds: float, what: str) -> None:
-        """Leave ``seconds`` of ``what`` (evaluation, checkpoint) out of the throughput."""
+    def exclude(self, seconds: float) -> None:
+        """Leave ``seconds`` (evaluation, checkpoint) out of the throughput."""
         self.window_excluded += seconds
         self.excluded_s += seconds
-        if self.d.is_main and what == "checkpoint":
-            print(f"checkpoint blocked training for {seconds:.2f} s", flush=True)
+
+    def checkpoint_blocked(self, submit_s: float, staging_s: float | None = None) -> None:
+        """Say once how long a save blocked training: a synchronous save (``submit_s`` is all of it) or an
+        async one, whose submit and wait for its copy to host memory are both blocked time. The submit
+        was left out of the throughput when it happened; the wait is left out here."""
+        self.exclude(staging_s or 0.0)
+        if not self.d.is_main:
+            return
+        if staging_s is None:
+            print(f"checkpoint blocked training for {submit_s:.2f} s", flush=True)
+        else:
+            print(f"checkpoint blocked training for {submit_s + staging_s:.2f} s (submit {submit_s:.2f} s, "
+                  f"waiting for the copy to host memory {staging_s:.2f} s)", flush=True)
 
     def train_step(self, step: int, epoch: float, loss: float, lr: float, grad_norm: float | None) -> None:
         t = torch.tensor([self.window_tokens, self.window_flops], dtype=torch.float64)
@@ -150,7 +175,7 @@ class MetricsLogger:
               flush=True)
 
     def eval(self, step: int, eval_loss: float, exact_match: float | None, seconds: float) -> None:
-        self.exclude(seconds, "eval")
+        self.exclude(seconds)
         if not self.d.is_main:
             return
         self.reporter.write(MetricRecord(step=step, kind="eval", max_steps=self.max_steps, eval_loss=eval_loss,

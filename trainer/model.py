@@ -141,9 +141,49 @@ def choose_compile(setting: bool | str, device_type: str, total_steps: int) -> t
     return True, f"compile: on (auto: GPU, {total_steps} steps; set model.compile: false to override)"
 
 
-def apply_compile(model: nn.Module) -> None:
+def apply_compile(model: nn.Module, backend: str = "inductor") -> None:
+    """Compile each decoder block with its sizes dynamic from the start: batches change sequence
+    length (and the last one its size), and a static first graph would be compiled again at the
+    first new size. The blocks share one code object, so every variant (mask or none, activation
+    recomputation) counts against one dynamo recompile limit, past which they run eagerly for the
+    rest of the run; evaluation therefore runs eagerly (:func:`trainer.train.evaluate`) and the
+    trainer logs every new graph (:class:`CompileWatch`)."""
     for block in decoder_blocks(model):
-        block.compile()
+        block.compile(backend=backend, dynamic=True)
+
+
+class CompileWatch:
+    """Counts the graphs dynamo has compiled, to say when a step compiled again and when the
+    recompile limit was reached (dynamo then says so once, in a warning that is easy to miss)."""
+
+    def __init__(self) -> None:
+        self.seen = self.graphs()
+
+    @staticmethod
+    def graphs() -> int:
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"])
+
+    @staticmethod
+    def limit() -> int:
+        import torch._dynamo.config as config
+
+        return int(getattr(config, "recompile_limit", None) or getattr(config, "cache_size_limit", 8))
+
+    def news(self, step: int) -> str | None:
+        """A line when graphs were compiled since the last call, else ``None``."""
+        now = self.graphs()
+        if now == self.seen:
+            return None
+        first, self.seen = self.seen == 0, now
+        line = f"compile: {now} graph{'s' if now != 1 else ''} compiled by step {step}"
+        if not first:
+            line += " (recompiled: a new shape or variant)"
+        if now >= self.limit():
+            line += (f"; dynamo's recompile limit is {self.limit()}: further variants run eagerly "
+                     "(TORCH_LOGS=recompiles says why each recompiled)")
+        return line
 
 
 def _parent_of(root: nn.Module, child: nn.Module) -> tuple[nn.Module, str]:

@@ -33,11 +33,18 @@ class RankMemory:
     peak_gib: float | None = None
     total_gib: float | None = None
     rss_gib: float | None = None
+    device_used_gib: float | None = None
+    """The card's memory in use (total - free): the allocator's tensors and reserve, the CUDA context,
+    NCCL's buffers and other processes. What runs out at an OOM; ``peak_gib`` is the tensors' part."""
 
     @property
     def used_gib(self) -> float | None:
-        """What a gauge shows: peak device memory on GPU, resident memory on CPU."""
-        return self.peak_gib if self.peak_gib is not None else self.rss_gib
+        """What a gauge shows: the card's used memory on GPU (peak tensors from an older trainer),
+        resident memory on CPU."""
+        for value in (self.device_used_gib, self.peak_gib, self.rss_gib):
+            if value is not None:
+                return value
+        return None
 
 
 @dataclass(frozen=True)

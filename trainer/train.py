@@ -23,8 +23,8 @@ def forward_logits(model: nn.Module, batch: dict[str, torch.Tensor], device: tor
     causal attention and passes no mask (flash kernel). With ``packed_sdpa`` on rows long enough there
     is no mask: each example of each row is its own causal call. With ``keep`` (flat positions, see
     :func:`trainer.learned_logits.learned_positions`) only those positions' logits, ``[len(keep), vocab]``."""
-    ids = batch["input_ids"].to(device)
-    pos = batch["position_ids"].to(device)
+    ids = to_device(batch["input_ids"], device)
+    pos = to_device(batch["position_ids"], device)
     if _per_example(model, batch):
         with packed_sdpa.examples(batch["position_ids"]):
             return _logits(model, keep, lambda: model(input_ids=ids, position_ids=pos).logits)
@@ -33,6 +33,14 @@ def forward_logits(model: nn.Module, batch: dict[str, torch.Tensor], device: tor
         implementation = "sdpa"  # rows too short to pay for a call per example: the mask
     mask = packed_mask(implementation, pos) if needs_segment_mask(batch) else None
     return _logits(model, keep, lambda: model(input_ids=ids, position_ids=pos, attention_mask=mask).logits)
+
+
+def to_device(t: torch.Tensor, device) -> torch.Tensor:
+    """``t`` on ``device``; to a GPU from pinned memory without waiting (from pageable memory the copy
+    would wait for the device to finish its queued work at every micro-step)."""
+    if torch.device(device).type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def _logits(model: nn.Module, keep: torch.Tensor | None, forward) -> torch.Tensor:
@@ -124,6 +132,19 @@ def evaluate(model, batches, device, with_exact_match: bool) -> tuple[float, flo
     greedy predictions equal to the whole answer) when asked."""
     model.eval()
     stats = torch.zeros(4, dtype=torch.float64)  # loss sum, tokens, exact answers, answers
+    # Eagerly: evaluation without gradients would be one more compiled variant of every block, counted
+    # against the recompile limit that training's own variants need.
+    with _eager():
+        _evaluate_batches(model, batches, device, with_exact_match, stats)
+    dist.all_reduce(stats)
+    model.train()
+    if stats[1] == 0:
+        return math.nan, None
+    exact = float(stats[2] / stats[3]) if with_exact_match and stats[3] > 0 else None
+    return float(stats[0] / stats[1]), exact
+
+
+def _evaluate_batches(model, batches, device, with_exact_match: bool, stats: torch.Tensor) -> None:
     for batch in batches:
         labels = shifted_labels(batch, "cpu")
         logits, targets = learned(model, batch, labels, device)
@@ -135,12 +156,12 @@ def evaluate(model, batches, device, with_exact_match: bool) -> tuple[float, flo
             answered = (labels != IGNORE).any(-1)
             stats[2] += float((answered & (wrong == 0)).sum())
             stats[3] += float(answered.sum())
-    dist.all_reduce(stats)
-    model.train()
-    if stats[1] == 0:
-        return math.nan, None
-    exact = float(stats[2] / stats[3]) if with_exact_match and stats[3] > 0 else None
-    return float(stats[0] / stats[1]), exact
+
+
+def _eager():
+    """Compiled blocks run eagerly inside (``torch.compiler.set_stance``, torch 2.6+)."""
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
 
 
 def micro_batches(order, rows, epoch: int, position: int, count: int, pad_id: int):

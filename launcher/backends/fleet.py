@@ -185,7 +185,7 @@ class AgentFleet:
         retries = self.plan.workload.max_retries
         return {"argv": argv, "env": node.env, "dir_env": node.dir_env, "secrets": secrets, "python": python,
                 "attempt": attempt, "dependencies": list(self.plan.dependencies),
-                "venv_root": self.plan.venv_root,
+                "venv_root": self.plan.venv_root, "iface_env": list(node.iface_env),
                 "marker": f"{attempt} of {retries + 1}" if retries else (str(attempt) if attempt > 1 else None)}
 
     async def start(self, secrets: dict[str, str], attempt: int) -> None:

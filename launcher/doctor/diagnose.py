@@ -18,11 +18,14 @@ IMPORT_TIMEOUT_S = 120.0
 """A cold ``import torch`` on a shared filesystem can take tens of seconds."""
 FALLBACK_PYTHON = "python3"
 PROBE_SOURCE = Path(__file__).with_name("probe.py")
+NETIF_SOURCE = Path(__file__).parents[1] / "backends" / "agent" / "netif.py"
+"""How a node finds the interface that reaches MASTER_ADDR: the same code as the agent's when it
+starts a job, sent as text ahead of the probe (the probe runs as one script)."""
 
 
 def probe_script(params: dict) -> str:
     """The probe's source plus the one call that runs it; the parameters ride inside the script."""
-    return PROBE_SOURCE.read_text() + f"\n\nmain({json.dumps(params)!r})\n"
+    return NETIF_SOURCE.read_text() + "\n\n" + PROBE_SOURCE.read_text() + f"\n\nmain({json.dumps(params)!r})\n"
 
 
 def parse_probe_output(stdout: str) -> dict | None:

@@ -6,14 +6,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from launcher.workload.plan import NodePlan, RunPlan
+from launcher.workload.plan import IFACE_ENV, NodePlan, RunPlan
+from trainer.config import MIN_TORCH
 
 Status = Literal["ok", "warning", "error"]
 STATUS_ORDER: dict[str, int] = {"ok": 0, "warning": 1, "error": 2}
 
 MIN_PYTHON = (3, 10)
-MIN_TORCH_BUILTIN = (2, 6)
-"""The built-in trainer uses FSDP2 (``fully_shard``)."""
+MIN_TORCH_BUILTIN = MIN_TORCH
+"""The oldest torch the built-in trainer is verified on (it refuses older ones at start)."""
 LOW_DISK_GIB = 5.0
 
 TORCH = ("torch", "torch")
@@ -128,6 +129,8 @@ def evaluate(plan: RunPlan, node: NodePlan, probe: NodeProbe, *, node0_hostname:
         checks.append(_port_check(plan, facts.get("master", {}), host))
     else:
         checks.append(_resolve_check(plan, facts.get("master", {}), host, facts.get("hostname"), node0_hostname))
+    if plan.topology.num_nodes > 1:
+        checks.append(_iface_check(plan, node, facts.get("interfaces", {}), host))
     return NodeReport(node.node_rank, probe.label, tuple(checks), probe.facts)
 
 
@@ -198,7 +201,8 @@ def _torch_check(plan: RunPlan, info: dict, gpu: bool, host: str, install: str) 
     detail = f"{version} ({f'CUDA {cuda}' if cuda else 'CPU-only build'})"
     if plan.uses_builtin_trainer and _version_tuple(version) < MIN_TORCH_BUILTIN:
         need = ".".join(map(str, MIN_TORCH_BUILTIN))
-        return Check("torch", "error", f"{detail}: the built-in trainer needs torch {need}+ (FSDP2)",
+        return Check("torch", "error", f"{detail}: the built-in trainer needs torch {need}+ (the oldest it is "
+                     "verified on)",
                      f"upgrade it on {host} ({install}>={need})")
     if gpu and not cuda:
         return Check("torch", "error", f"{detail}: a GPU workload needs a CUDA build",
@@ -304,3 +308,43 @@ def _resolve_check(plan: RunPlan, master: dict, host: str, hostname: str | None,
                      f"({hostname}) it is not node 0 ({node0_hostname})",
                      "set compute.master_addr to node 0's address on the nodes' network")
     return Check("master_addr", "ok", f"{addr} resolves to {', '.join(addrs)}")
+
+
+def _iface_check(plan: RunPlan, node: NodePlan, found: dict, host: str) -> Check:
+    """The interface gloo and NCCL will use on this node: the one the workload names (it must exist
+    there), else the one that reaches MASTER_ADDR, which the node sets at the job's start."""
+    if "error" in found:
+        return Check("interface", "warning", f"could not list the interfaces: {found['error']}",
+                     f"set env_variables.GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME) to {host}'s interface on "
+                     "the nodes' network if the run hangs at its start")
+    named = {n: plan.workload.env_variables[n] for n in IFACE_ENV if n in plan.workload.env_variables}
+    names = found.get("names", [])
+    missing = {n: v for n, v in named.items() if names and not _iface_exists(n, v, names)}
+    if missing:
+        what = ", ".join(f"env_variables.{n}={v}" for n, v in missing.items())
+        return Check("interface", "error", f"{what}: no such interface on {host} (it has {', '.join(names)})",
+                     f"name the interface that reaches MASTER_ADDR {plan.master_addr} on {host}, or remove the "
+                     "variable: the launcher then sets it to that interface on each node")
+    route = found.get("route", {})
+    if not node.iface_env:
+        return Check("interface", "ok", ", ".join(f"{n}={v} (set by the workload)" for n, v in named.items()))
+    if not route.get("iface"):
+        return Check("interface", "error", f"no interface of {host} reaches MASTER_ADDR {plan.master_addr}: "
+                     f"{route.get('error', 'nothing found')}",
+                     f"set env_variables.GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME) to {host}'s interface on "
+                     "the nodes' network")
+    return Check("interface", "ok", f"{' and '.join(node.iface_env)}={route['iface']} ({route.get('local')}, "
+                 f"the interface that reaches MASTER_ADDR {plan.master_addr}; set by the launcher at the start)")
+
+
+def _iface_exists(variable: str, value: str, names: list[str]) -> bool:
+    """Whether ``value`` names interfaces of the node: gloo takes exact names (comma-separated); NCCL
+    takes prefixes, ``=name`` for an exact one and ``^...`` for exclusions (not judged)."""
+    if value.startswith("^"):
+        return True
+    for item in filter(None, value.split(",")):
+        exact = variable == "GLOO_SOCKET_IFNAME" or item.startswith("=")
+        item = item.lstrip("=")
+        if not any(n == item if exact else n.startswith(item) for n in names):
+            return False
+    return True

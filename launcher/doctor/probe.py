@@ -1,7 +1,7 @@
 """The doctor's probe: runs on a node under the workload's Python and prints what it finds as JSON.
 
 Stdlib only, and nothing newer than Python 3.7 needs: the probe must report an interpreter that is too
-old rather than fail on it. The launcher sends this file on stdin (``PYTHON -``) with one
+old rather than fail on it. The launcher sends this file (after the agent's ``netif.py``) on stdin (``PYTHON -``) with one
 line appended that calls ``main`` with the parameters as a JSON string literal, so nothing travels on
 the command line. Each part catches its own failure and reports it, so one broken part never hides the
 others. The result is the last stdout line, after ``MARKER`` (shell start-up files may print first).
@@ -176,6 +176,12 @@ def _master(addr, port, bind):
     return out
 
 
+def _interfaces(addr, port):
+    """The interface that reaches MASTER_ADDR and every interface of this node (``netif.py``, sent
+    ahead of this file, defines both functions)."""
+    return {"route": route_interface(addr, port), "names": interface_names()}  # noqa: F821
+
+
 def main(params_json):
     params = json.loads(params_json)
     facts = {
@@ -189,5 +195,6 @@ def main(params_json):
                        if params.get("output_dir") else None),
         "master": _guard(_master, params["master_addr"], params["master_port"], params["bind"]),
         "containers": {name: shutil.which(name) for name in ("docker", "podman")},
+        "interfaces": _guard(_interfaces, params["master_addr"], params["master_port"]),
     }
     sys.stdout.write("\n" + MARKER + json.dumps(facts) + "\n")

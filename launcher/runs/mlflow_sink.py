@@ -12,7 +12,7 @@ from typing import Any, Literal
 from trainer.protocol import MetricRecord
 
 _METRICS = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu", "eval_loss", "eval_exact_match")
-_MEMORY = ("allocated_gib", "reserved_gib", "peak_gib", "rss_gib")
+_MEMORY = ("device_used_gib", "allocated_gib", "reserved_gib", "peak_gib", "rss_gib")
 """Per rank, as ``memory/rank<N>/<field>``: what the monitor's gauges show."""
 
 

@@ -25,6 +25,11 @@ DIR_ENV = {
     "HYPERPARAMETERS_PATH": "parameters.yaml",
     METRICS_FILE_ENV: "metrics.jsonl",
 }
+IFACE_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+"""Set on each node of a multi-node run to the interface that reaches ``MASTER_ADDR`` (found there by
+the agent) unless the workload sets them: gloo otherwise binds to the address of the hostname, which
+stock hosts files map to 127.0.1.1, and the job hangs at its first collective."""
+IFACE_PLACEHOLDER = "<the interface that reaches MASTER_ADDR, found on the node>"
 TRAINER_PKG_DIR = "pkg"
 """Where the launcher puts the ``trainer`` package on a node when the built-in trainer runs."""
 
@@ -41,6 +46,8 @@ class NodePlan:
     dir_env: dict[str, str]
     """Variables whose values are paths relative to ``node_dir``."""
     argv: tuple[str, ...]
+    iface_env: tuple[str, ...] = ()
+    """Variables the node sets to its interface that reaches ``MASTER_ADDR`` (see ``IFACE_ENV``)."""
     display: str | None = None
     """How the node is named when its host is not the machine it runs on (a SLURM node, reached through
     the login node ``host``)."""
@@ -114,6 +121,7 @@ def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = No
     code_root = None
     if workload.code_source is not None:
         code_root = (base / workload.code_source.snapshot.root_path).expanduser().resolve()
+    iface_env = tuple(n for n in IFACE_ENV if n not in workload.env_variables) if topo.num_nodes > 1 else ()
     nodes = []
     for rank, host in enumerate(hosts):
         env = {
@@ -134,8 +142,9 @@ def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = No
             node_dir=f"{root}/{run_id}/node-{rank}",
             env=env,
             dir_env=dir_env,
-            argv=_argv(workload, topo, rank, master_addr, port, [*env, *dir_env, *workload.secrets],
+            argv=_argv(workload, topo, rank, master_addr, port, [*env, *dir_env, *workload.secrets, *iface_env],
                        _local_python(workload) if slurm is None and (host is None or host.is_local) else None),
+            iface_env=iface_env,
             display=f"SLURM node {rank} via {hosts[rank].display if hosts[rank] else 'this machine'}"
             if slurm is not None else None,
         ))
@@ -288,6 +297,8 @@ def render_plan(plan: RunPlan) -> str:
         for name in sorted(env):
             value = _shell_path(env[name]) if name in paths else shlex.quote(env[name])
             lines.append(f"    {name}={value}")
+        for name in node.iface_env:
+            lines.append(f"    {name}={IFACE_PLACEHOLDER}")
         for name in plan.secret_names:
             lines.append(f"    {name}={SECRET_MASK}  (secret {plan.workload.secrets[name]})")
         lines.append("  command:")

@@ -230,7 +230,8 @@ GOOD = {"hostname": "gpu01", "python": {"version": [3, 11, 7], "executable": "/o
         "gpus": {"smi": "/usr/bin/nvidia-smi", "names": ["NVIDIA H100 80GB HBM3"] * 8},
         "disk": {"path": "/home/u/.fsdp-tui/runs", "existing": "/home/u", "free_bytes": 100 * 2**30,
                  "total_bytes": 500 * 2**30, "writable": True},
-        "master": {"addrs": ["10.0.0.11"]}}
+        "master": {"addrs": ["10.0.0.11"]},
+        "interfaces": {"route": {"iface": "eth0", "local": "10.0.0.11"}, "names": ["lo", "eth0"]}}
 GPU2 = "{accelerator_type: GPU_8xH100, num_accelerators: 16, hosts: [a, b], master_addr: 10.0.0.11}"
 
 
@@ -264,6 +265,11 @@ def _merge(base: dict, change: dict) -> dict:
      "does not resolve on b"),
     (1, {"hostname": "gpu02", "master": {"addrs": ["127.0.0.1"]}}, "master_addr", "error", "loopback"),
     (1, {"hostname": "gpu01", "master": {"addrs": ["127.0.0.1"]}}, "master_addr", "ok", "resolves to 127.0.0.1"),
+    (1, {}, "interface", "ok", "GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME=eth0 (10.0.0.11, the interface that "
+     "reaches MASTER_ADDR 10.0.0.11; set by the launcher"),
+    (1, {"interfaces": {"route": {"iface": None, "error": "no route to 10.0.0.11: Network is unreachable"}}},
+     "interface", "error", "no interface of b reaches MASTER_ADDR 10.0.0.11: no route"),
+    (1, {"interfaces": {"error": "OSError: boom"}}, "interface", "warning", "could not list the interfaces"),
 ])
 def test_evaluate_judges_probe_facts(rank, change, name, status, words):
     plan = _plan(GPU2)
@@ -275,13 +281,38 @@ def test_evaluate_judges_probe_facts(rank, change, name, status, words):
     assert (check.fix != "") == (status != "ok"), check
 
 
+@pytest.mark.parametrize(("env", "status", "words"), [
+    ("{GLOO_SOCKET_IFNAME: ib0}", "error", "env_variables.GLOO_SOCKET_IFNAME=ib0: no such interface on b"),
+    ("{GLOO_SOCKET_IFNAME: eth0, NCCL_SOCKET_IFNAME: eth0}", "ok", "GLOO_SOCKET_IFNAME=eth0 (set by the workload)"),
+    ("{GLOO_SOCKET_IFNAME: eth0}", "ok", "NCCL_SOCKET_IFNAME=eth0 ("),  # the one left unset is the node's
+    ("{GLOO_SOCKET_IFNAME: eth, NCCL_SOCKET_IFNAME: eth}", "error", "GLOO_SOCKET_IFNAME=eth: no such"),
+    ("{GLOO_SOCKET_IFNAME: eth0, NCCL_SOCKET_IFNAME: eth}", "ok", "set by the workload"),  # NCCL: a prefix
+    ("{GLOO_SOCKET_IFNAME: eth0, NCCL_SOCKET_IFNAME: '^docker,lo'}", "ok", "set by the workload"),
+    ("{GLOO_SOCKET_IFNAME: eth0, NCCL_SOCKET_IFNAME: '=eth'}", "error", "NCCL_SOCKET_IFNAME==eth: no such"),
+])
+def test_an_interface_the_workload_names_must_exist_on_the_node(env, status, words):
+    result = validate_text(f"experiment_name: t\ncompute: {GPU2}\ncommand: 'true'\nenv_variables: {env}\n")
+    plan = build_plan(result.workload, run_id="t")
+    assert plan.nodes[1].iface_env == tuple(n for n in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME") if n not in env)
+    report = evaluate(plan, plan.nodes[1], NodeProbe("node 1", "/opt/py/bin/python", local=False, facts=GOOD),
+                      node0_hostname="gpu01")
+    check = {c.name: c for c in report.checks}["interface"]
+    assert check.status == status and words in check.detail, check
+
+
+def test_one_node_runs_set_no_interface():
+    plan = _plan("{accelerator_type: CPU}", builtin=True)
+    assert plan.nodes[0].iface_env == () and "interface" not in {
+        c.name for c in evaluate(plan, plan.nodes[0], NodeProbe("n", "p", True, facts=GOOD)).checks}
+
+
 def test_builtin_trainer_needs_fsdp2_torch_and_its_packages():
     plan = _plan("{accelerator_type: CPU}", builtin=True)
     facts = _merge(GOOD, {"packages": {"torch": {"version": "2.4.1+cpu", "import": "ok", "cuda": None},
                                        "transformers": {"version": None}}})
     report = evaluate(plan, plan.nodes[0], NodeProbe("node 0", "/opt/py/bin/python", True, facts=facts))
     found = {c.name: c for c in report.checks}
-    assert found["torch"].status == "error" and "needs torch 2.6+" in found["torch"].detail
+    assert found["torch"].status == "error" and "needs torch 2.11+" in found["torch"].detail
     assert found["transformers"].detail == "not installed for /opt/py/bin/python"
     assert found["datasets"].status == "error"  # not reported at all by the probe: never silently ok
 

@@ -38,7 +38,14 @@ def gloo_iface(started) -> str:
 
 
 def test_air_style_script_on_two_ssh_nodes(home, tmp_path, ns_hosts):
+    """The workload names no interface for gloo: the hosts' hostname resolves to a loopback address
+    (as 127.0.1.1 on stock Debian/Ubuntu), so the run trains only because each node sets
+    GLOO_SOCKET_IFNAME to its interface that reaches MASTER_ADDR; the dry run says so and the doctor
+    names that interface per node."""
+    import socket
+
     client, started = ns_hosts
+    assert socket.gethostbyname(socket.gethostname()).startswith("127.")  # what makes gloo need it
     wl = write_workload(tmp_path, f"""experiment_name: ssh-byo
 compute: {{accelerator_type: CPU, procs_per_node: 1, hosts: [node0, node1]}}  # MASTER_ADDR from ~/.ssh/config
 environment: {{python: {sys.executable}}}
@@ -47,9 +54,16 @@ command: |
   cd "$CODE_SOURCE_PATH"
   python -m torch.distributed.run --nnodes="$NUM_NODES" --node_rank="$NODE_RANK" \\
     --nproc_per_node="$LOCAL_WORLD_SIZE" --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" train.py
-env_variables: {{OMP_NUM_THREADS: 1, GLOO_SOCKET_IFNAME: {gloo_iface(started)}}}
+env_variables: {{OMP_NUM_THREADS: 1}}
 parameters: {{max_steps: 8}}
 """)
+    dry = ssh_cli(home, client, "run", wl, "--dry-run").stdout
+    assert dry.count("GLOO_SOCKET_IFNAME=<the interface that reaches MASTER_ADDR, found on the node>") == 2, dry
+    doctor = ssh_cli(home, client, "doctor", wl, "--json")
+    iface = gloo_iface(started)
+    for node in json.loads(doctor.stdout)["nodes"]:
+        check = next(c for c in node["checks"] if c["name"] == "interface")
+        assert check["status"] == "ok" and f"NCCL_SOCKET_IFNAME={iface} (" in check["detail"], check
     out = ssh_cli(home, client, "run", wl, "--json")
     evs = events(out.stdout)
     run_id = evs[0]["run_id"]
@@ -58,7 +72,10 @@ parameters: {{max_steps: 8}}
     assert steps == list(range(1, 9))
     hosts_seen = {e["host"] for e in evs if e["type"] == "NodeStateChanged"}
     assert hosts_seen == {"node0", "node1"}
-    assert "World size=2" in (home / "runs" / run_id / "nodes" / "0.log").read_text()
+    logs = [(home / "runs" / run_id / "nodes" / f"{rank}.log").read_text() for rank in (0, 1)]
+    for log in logs:
+        assert f"GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME={iface} (the interface that reaches" in log, log[:2000]
+    assert "World size=2" in logs[0]
     assert tagged(run_id) == []
 
 

@@ -83,7 +83,10 @@ def test_run_view_tracks_progress_eta_memory_and_first_error():
                 now=100.0 + step)
     assert list(v.loss) == [4.0, 3.0, 2.0] and v.step == 3
     assert v.eta_s(now=103.0) == pytest.approx(8.0)
-    assert v.memory[0].used_gib == 3.0
+    assert v.memory[0].used_gib == 3.0  # an older trainer's record: its peak
+    card = RankMemory(0, allocated_gib=2.0, reserved_gib=4.0, peak_gib=3.0, total_gib=80.0, device_used_gib=7.5)
+    assert card.used_gib == 7.5  # the card's use (context, NCCL, other processes too), not the tensors' peak
+    assert RankMemory(0, rss_gib=1.5).used_gib == 1.5
     v.apply(NodeLines("r", 1, ("ok", "[rank2]: KeyError: 'x'"), 10))
     v.apply(NodeLines("r", 0, ("fine",) * 5 + ("RuntimeError: late",), 10))
     assert v.first_error() == (1, 1, "[rank2]: KeyError: 'x'")

@@ -29,3 +29,43 @@ def test_launcher_warns_only_for_an_explicit_compile_on_cpu(tmp_path, value, war
             f"  output_dir: out\n  model:\n    compile: {str(value).lower()}\n")
     problems = validate_text(text, str(tmp_path / "w.yaml")).problems
     assert any("model.compile" in p.format() for p in problems) is warned, [p.format() for p in problems]
+
+
+def test_compiled_blocks_stay_few_graphs_over_lengths_packing_batch_sizes_and_eval(tiny_model_dir, monkeypatch):
+    """The trainer's own compile path (``aot_eager`` for inductor: the same dynamo graphs and guards,
+    no code generation) under full activation checkpointing: new lengths, a packed batch (mask), another
+    batch size and an eval add at most the mask variant, far from dynamo's recompile limit."""
+    import torch
+    import torch.distributed as dist
+
+    from tests.trainer.conftest import alpaca_examples, free_port
+    from trainer import model, train
+    from trainer.config import ModelConfig
+    from trainer.data import collate, pack, pad_rows
+
+    torch._dynamo.reset()
+    net = model.load_model(str(tiny_model_dir), ModelConfig(from_scratch=True), seed=0)
+    model.apply_activation_checkpointing(net, "full")
+    model.apply_compile(net, backend="aot_eager")
+    watch = model.CompileWatch()
+    examples, pad = alpaca_examples(tiny_model_dir, 36, 128, mask_prompt=True)
+
+    def step(rows) -> None:
+        batch = collate(rows, pad)
+        train.micro_step(net, batch, train.shifted_labels(batch, "cpu"), "cpu", 1.0)
+
+    step(pad_rows(examples[0:4], pad))
+    assert watch.news(1).startswith("compile: 1 graph compiled by step 1")
+    step(pad_rows(examples[4:8], pad))  # other lengths
+    assert watch.news(2) is None
+    step(pack(examples[12:30], 128, pad)[:2])  # packed rows: a mask
+    step(pad_rows(examples[30:32], pad))  # another batch size
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        train.evaluate(net, [collate(pad_rows(examples[32:36], pad), pad)], "cpu", with_exact_match=False)
+    finally:
+        dist.destroy_process_group()
+    assert model.CompileWatch.graphs() <= 2 < model.CompileWatch.limit()
+    news = watch.news(5)
+    assert news is None or "recompiled" in news

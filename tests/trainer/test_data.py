@@ -72,7 +72,8 @@ def test_padding_is_never_learned_nor_counted(tok):
     assert int(batch["real_tokens"]) == 5
     rows = pack(exs, 8, tok.pad_token_id)
     assert len(rows) == 1 and rows[0]["labels"].tolist()[5:] == [IGNORE] * 3
-    assert rows[0]["position_ids"].tolist() == [0, 1, 2, 0, 1, 0, 1, 2]
+    assert rows[0]["position_ids"].tolist() == [0, 1, 2, 0, 1, 2, 3, 4]  # padding continues its row
+    assert batch["position_ids"].tolist() == [[0, 1, 2], [0, 1, 2]]
     assert int(rows[0]["real_tokens"]) == 5
 
 
@@ -132,3 +133,32 @@ def test_batched_tokenization_gives_the_same_examples(tok, fmt, mask):
                 for i in range(5)]
     t = Tokenize(tok, fmt, 24, mask)
     assert t.many(rows) == [t(r) for r in rows]
+
+
+def _layer_masks(model, batch) -> list:
+    """The ``attention_mask`` each decoder layer's attention receives for ``batch`` (the trainer's forward)."""
+    seen = []
+    use_cache, model.config.use_cache = model.config.use_cache, False  # as the trainer runs it
+    hooks = [layer.self_attn.register_forward_pre_hook(lambda _m, _a, kw: seen.append(kw.get("attention_mask")),
+                                                       with_kwargs=True) for layer in model.model.layers]
+    try:
+        with torch.no_grad():
+            train.forward_logits(model, batch, "cpu")
+    finally:
+        for hook in hooks:
+            hook.remove()
+        model.config.use_cache = use_cache
+    return seen
+
+
+def test_rows_of_unequal_length_reach_the_layers_without_a_mask(tok, model):
+    """Padding that continues its row's positions is no example boundary: transformers sees plain
+    causal rows (no 4-D mask: the flash kernel on a GPU, no device check per forward); packed rows,
+    padded too, still get their block mask."""
+    exs = [Example(list(range(1, 13)), [IGNORE] + list(range(2, 13))), Example(list(range(1, 8)), [IGNORE] * 7)]
+    exs[1].labels[3:] = exs[1].input_ids[3:]
+    padded = collate(pad_rows(exs, tok.pad_token_id), tok.pad_token_id)
+    masks = _layer_masks(model, padded)
+    assert len(masks) == len(model.model.layers) and all(m is None for m in masks), masks
+    packed = collate(pack([*exs, Example([1, 9, 8], [IGNORE, 9, 8])], 24, tok.pad_token_id), tok.pad_token_id)
+    assert all(m is not None for m in _layer_masks(model, packed))

@@ -198,8 +198,6 @@ CPU = torch.device("cpu")
     ({"data": {"packing": False}}, BLOOM, False, ("eager", False, ("attention: eager (the model has no sdpa "
                                                                   "implementation)",))),
     ({"model": {"attention": "eager"}}, LLAMA, True, ("eager", True, ())),
-    ({"model": {"attention": "flex"}}, LLAMA, True, ("flex", False, ("packing: off (flex attention has no "
-                                                                    "backward pass on CPU)",))),
 ])
 def test_defaults_fit_the_model(params, config, sdpa, expected):
     choice = attention.choose(_cfg(**params), config, sdpa, True, CPU)
@@ -224,7 +222,7 @@ def test_packed_rows_on_cpu_take_sdpa_once_per_example(params, device, per_examp
 
 @pytest.mark.parametrize("params, config, sdpa, key", [
     ({"data": {"packing": True}}, BLOOM, False, "parameters.data.packing"),
-    ({"data": {"packing": True}, "model": {"attention": "flex"}}, LLAMA, True, "parameters.data.packing"),
+    ({"model": {"attention": "flex"}}, LLAMA, True, "parameters.model.attention: flex attention trains on GPUs"),
     ({"model": {"attention": "sdpa"}}, BLOOM, False, "parameters.model.attention"),
 ])
 def test_settings_the_model_cannot_take_are_refused(params, config, sdpa, key):

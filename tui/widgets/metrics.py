@@ -106,3 +106,6 @@ class MetricsPanel(Vertical):
                 gauges.mount(existing[rank])
             if existing[rank].is_mounted:
                 existing[rank].show(mem.used_gib, mem.total_gib, rss=mem.peak_gib is None)
+                if mem.device_used_gib is not None:  # the card's use on the bar; the tensors' part here
+                    existing[rank].tooltip = (f"in use on the card {mem.device_used_gib:.1f} GiB; tensors: peak "
+                                              f"{mem.peak_gib or 0:.1f}, reserved {mem.reserved_gib or 0:.1f} GiB")

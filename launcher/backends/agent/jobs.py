@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+from .netif import fill_iface_env
+
 STATE = "state.json"
 LOG = "node.log"
 RUN_ID_ENV = "FSDP_TUI_RUN_ID"
@@ -152,8 +154,17 @@ def supervise(node_dir: str, spec: dict, agent_argv: list) -> int:
     except OSError as err:
         write_state(node_dir, state="exited", exit_code=1, ended_at=time.time(), error=_disk_words(log_path, err))
         return 1
+    env = job_env(node_dir, spec)
+    iface = fill_iface_env(env, spec.get("iface_env", ()))
+    if iface is not None:
+        names = " and ".join(n for n in spec["iface_env"] if env.get(n) == iface)
+        try:
+            log.write(f"fsdp-tui agent: {names}={iface} (the interface that reaches MASTER_ADDR "
+                      f"{env['MASTER_ADDR']})\n".encode())
+        except OSError:
+            pass  # the job's own output finds the full disk and says so
     try:
-        proc = subprocess.Popen(argv, cwd=spec.get("cwd") or node_dir, env=job_env(node_dir, spec),
+        proc = subprocess.Popen(argv, cwd=spec.get("cwd") or node_dir, env=env,
                                 stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as err:
