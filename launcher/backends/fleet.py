@@ -300,3 +300,8 @@ def _unpack_here(data: bytes, to: Path, label: str) -> Path:
     (staging / top).rename(to)
     staging.rmdir()
     return to
+
+
+def create_backend(plan: RunPlan, *, on_link: LinkWatcher | None = None, agent_python: str | None = None) -> AgentFleet:
+    """The registry's entry (:mod:`launcher.backends.registry`): an agent per node, over a local pipe or SSH."""
+    return AgentFleet(plan, on_link=on_link, agent_python=agent_python)

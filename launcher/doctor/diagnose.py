@@ -9,7 +9,8 @@ import json
 import sys
 from pathlib import Path
 
-from launcher.backends.base import AgentStartFailed, Backend, NodeError, ScriptRun, backend_for
+from launcher.backends.base import AgentStartFailed, Backend, NodeError, ScriptRun
+from launcher.backends.registry import backend_for
 from launcher.doctor.judge import Check, DoctorReport, NodeProbe, NodeReport, evaluate, probe_packages
 from launcher.workload.plan import RunPlan
 

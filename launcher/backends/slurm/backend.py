@@ -15,7 +15,15 @@ import json
 import time
 
 from launcher.backends.agent.slurm_task import GPU_FILE, STACKS_FILE, STACKS_REQUEST
-from launcher.backends.base import NodeError, NodeStatus, PortClaim, SchedulerCheck, StackDump, StopOutcome
+from launcher.backends.base import (
+    LinkWatcher,
+    NodeError,
+    NodeStatus,
+    PortClaim,
+    SchedulerCheck,
+    StackDump,
+    StopOutcome,
+)
 from launcher.backends.fleet import AgentFleet
 from launcher.backends.slurm.queue import QueueEntry, QueueError, QueueView
 from launcher.backends.slurm.script import batch_script, job_file, render_slurm
@@ -272,3 +280,8 @@ def _ended(node: NodeStatus, entry: QueueEntry | None, cancelled_here: bool) -> 
         error = f"the SLURM job {entry.ended_words()}"
     return NodeStatus(node.rank, "exited", node.attempt, node.exit_code, stopped and not node.resubmit,
                       supervisor_alive=False, error=error, resubmit=node.resubmit)
+
+
+def create_backend(plan: RunPlan, *, on_link: LinkWatcher | None = None, agent_python: str | None = None) -> SlurmBackend:
+    """The registry's entry (:mod:`launcher.backends.registry`): one SLURM job through the login node's agent."""
+    return SlurmBackend(plan, on_link=on_link, agent_python=agent_python)
