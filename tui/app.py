@@ -132,7 +132,7 @@ class FsdpTuiApp(App):
 
     def open_checkpoints(self, run_prefix: str) -> None:
         """The checkpoints of the run whose id is or starts with ``run_prefix``."""
-        from launcher.runs.store import RunStore
+        from launcher.runs.core.store import RunStore
         from tui.screens.checkpoints import CheckpointsScreen
 
         try:
@@ -148,7 +148,7 @@ class FsdpTuiApp(App):
         self.push_screen(EditorScreen(path))
 
     def open_run(self, run_id: str) -> None:
-        from launcher.runs.store import RunStore
+        from launcher.runs.core.store import RunStore
         from tui.screens.monitor import RunMonitorScreen
 
         record = RunStore(self.home).get_run(run_id)
@@ -200,7 +200,7 @@ class FsdpTuiApp(App):
         """A workload with a ``sweep:`` section launches every variant (``fsdp-tui sweep FILE``)."""
         import asyncio
 
-        from launcher.runs.sweeps import start_sweep
+        from launcher.runs.sweeps.control import start_sweep
         from launcher.workload.sweep import plan_sweep
 
         plan = await asyncio.to_thread(plan_sweep, path, (), overrides, home=self.home)
@@ -232,7 +232,7 @@ def _say_what_goes_on(home: Path, run_ids: list[str]) -> None:
     """After the app closes: the runs it started that are still going, and how to get back to them."""
     import sys
 
-    from launcher.runs.store import RunStore
+    from launcher.runs.core.store import RunStore
 
     store = RunStore(home)
     for run_id in run_ids:

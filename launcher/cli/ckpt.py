@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from launcher.runs.checkpoints import NoOutputDir, list_checkpoints
+    from launcher.runs.read.checkpoints import NoOutputDir, list_checkpoints
 
     found = find_run("ckpt", args.run_id)
     if found is None:

@@ -26,8 +26,8 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from launcher.paths import data_home
+    from launcher.runs.core.store import RunStore
     from launcher.runs.launch import adopt_orphans_of
-    from launcher.runs.store import RunStore
 
     home = data_home()
     adopt_orphans_of(home)  # a run whose owner died gets a new one, which catches it up

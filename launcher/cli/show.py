@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from launcher.runs.launch import adopt_orphans_of
-    from launcher.runs.report import run_report
+    from launcher.runs.read.report import run_report
 
     found = find_run("show", args.run_id)
     if found is None:

@@ -44,7 +44,7 @@ def watch(home: Path, run_id: str, *, json_events: bool, cancel_on_interrupt: bo
 
 async def _follow(home: Path, run_id: str, json_events: bool, num_nodes: int) -> int:
     from launcher.cli import keep_colour
-    from launcher.runs.follow import follow_run
+    from launcher.runs.read.follower import follow_run
 
     outcome = RunState.FAILED
     async for event in follow_run(home, run_id, tail_bytes=None, keep_colour=keep_colour() and not json_events):

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from launcher.events import NodeState, RunState
-from launcher.runs.records import load_plan
-from launcher.runs.store import RunStore
+from launcher.runs.core.layout import load_plan
+from launcher.runs.core.store import RunStore
 
 SWEPT = "swept.json"
 """In the run's folder: per lost node, whether it has been swept, when it was last tried, what was said."""
@@ -54,7 +54,7 @@ def due(home: Path, now: float | None = None) -> list[tuple[str, Path, list[int]
 
 
 async def _sweep_run(home: Path, run_id: str, directory: Path, ranks: list[int]) -> list[str]:
-    from launcher.backends.base import backend_for
+    from launcher.backends.registry import backend_for
 
     plan = load_plan(directory)
     ssh = plan.workload.ssh.model_copy(update=QUICK_SSH)

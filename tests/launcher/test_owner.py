@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from launcher.events import RunState
-from launcher.runs.store import RunStore
+from launcher.runs.core.store import RunStore
 from tests.launcher.conftest import FSDP_TUI, ROOT, cli, cli_env, tagged
 
 pytestmark = pytest.mark.slow

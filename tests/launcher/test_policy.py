@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from launcher.events import NodeState, RunState
-from launcher.runs.policy import RunPolicy
-from launcher.runs.records import Recorder
-from launcher.runs.settings import Settings
-from launcher.runs.store import RunStore
+from launcher.runs.core.store import RunStore
+from launcher.runs.owner.policy import RunPolicy
+from launcher.runs.owner.recorder import Recorder
+from launcher.runs.owner.settings import Settings
 from launcher.workload.plan import build_plan
 from launcher.workload.validate import validate_text
 from tests.launcher.fake_backend import FakeBackend, FakeNode

@@ -27,8 +27,8 @@ from launcher.events import (
     RunStateChanged,
     StacksDumped,
 )
-from launcher.runs.store import RunSummary
-from launcher.runs.view import RunView, fmt_duration
+from launcher.runs.core.store import RunSummary
+from launcher.runs.read.view import RunView, fmt_duration
 from tui.widgets.footer import FitFooter
 from tui.widgets.metrics import MetricsPanel
 from tui.widgets.node_log import NodeLog
@@ -125,7 +125,7 @@ class RunMonitorScreen(Screen):
 
     @work(exclusive=True, group="run-events")
     async def consume(self) -> None:
-        from launcher.runs.follow import follow_run
+        from launcher.runs.read.follower import follow_run
 
         events = self.events if self.events is not None else follow_run(self.app.home, self.run_id)
         async for event in events:
@@ -264,7 +264,7 @@ class RunMonitorScreen(Screen):
         self.app.relaunch_run(self.run_id)
 
     def action_stacks(self) -> None:
-        from launcher.runs.owner import request_stacks
+        from launcher.runs.core.ownership import request_stacks
 
         if self.view.state.is_final:
             self.notify("the run has ended: no process to look at")

@@ -88,7 +88,7 @@ def hand_over(lock: OwnerLock, home: Path, run_id: str, *, adopt: bool) -> int:
     cannot start a second owner. Secrets reach it through the environment it inherits, never its
     command line."""
     directory = run_dir(home, run_id)
-    argv = [sys.executable, "-m", "launcher.runs.supervisor", "--home", str(home), "--lock-fd", str(lock.fd),
+    argv = [sys.executable, "-m", "launcher.runs.owner.supervisor", "--home", str(home), "--lock-fd", str(lock.fd),
             run_id]
     if adopt:
         argv.append("--adopt")

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.runs.records import LOG_METRICS, METRICS, PLAN, read_records
-from launcher.runs.store import RunStore
+from launcher.runs.core.layout import LOG_METRICS, METRICS, PLAN, read_records
+from launcher.runs.core.store import RunStore
 from trainer.protocol import MetricRecord
 
 

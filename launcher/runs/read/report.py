@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from launcher.runs.owner import owned
-from launcher.runs.store import RunStore
-from launcher.runs.tracking import STATE_FILE
-from launcher.runs.view import fmt_duration
+from launcher.runs.core.layout import STATE_FILE
+from launcher.runs.core.ownership import owned
+from launcher.runs.core.store import RunStore
+from launcher.runs.read.view import fmt_duration
 
 
 def run_report(home: Path, run_id: str) -> dict:

@@ -8,10 +8,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from launcher.runs.core.store import RunStore
 from launcher.runs.launch import cancel_run
-from launcher.runs.store import RunStore
-from launcher.runs.sweep_driver import driver_alive, plan_path, spawn_driver
-from launcher.runs.sweep_record import (
+from launcher.runs.sweeps.driver import driver_alive, plan_path, spawn_driver
+from launcher.runs.sweeps.record import (
     SweepRecord,
     VariantRecord,
     load_sweep,
