@@ -144,16 +144,6 @@ def _which(name: str) -> str:
     return shutil.which(name) or f"/usr/sbin/{name}"
 
 
-def _free_tag() -> int:
-    """A /24 and names no other cluster on this machine holds (several may run at once)."""
-    start = os.getpid() % 250
-    for i in range(250):
-        tag = (start + i) % 250
-        if not os.path.exists(f"/sys/class/net/fslbr{tag}") and not os.path.exists(f"/run/netns/fsl-{tag}-0"):
-            return tag
-    raise RuntimeError("no free bridge name for a slurm test cluster")
-
-
 def _slurm_conf(root: Path, munge: Path, ctl_addr: str, names: list[str], addrs: list[str], cpus: int) -> str:
     nodes = "\n".join(f"NodeName={n} NodeAddr={a} CPUs={cpus} RealMemory=500 State=UNKNOWN"
                       for n, a in zip(names, addrs, strict=True))
@@ -240,8 +230,7 @@ def start_cluster(tmp_path: Path, *, nodes: int = 2) -> Cluster:
                            "--no-install-recommends slurmctld slurmd slurm-client munge")
     if os.geteuid() != 0:
         raise RuntimeError("a test slurm cluster needs root (namespaces, mounts, daemons)")
-    tag = _free_tag()
-    switch = make_switch(nodes, name="fsl", subnet=SUBNET, tag=tag)  # RuntimeError if not allowed
+    switch = make_switch(nodes, name="fsl", subnet=SUBNET)  # a free /24 of its own; RuntimeError if not allowed
     root = tmp_path / "slurm"
     names = [f"fsl-n{i}" for i in range(nodes)]
     cluster = Cluster(root=root, conf=root / "slurm.conf", job_dir=tmp_path / "jobs",
