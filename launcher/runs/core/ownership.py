@@ -15,7 +15,9 @@ from pathlib import Path
 
 from launcher.paths import run_dir
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
+"""The folder that holds the ``launcher`` package, put on a spawned owner's PYTHONPATH. Never ``launcher/``
+itself: its ``secrets.py`` would shadow the standard library's for the owner and every job it starts."""
 LOCK_FILE = "owner.lock"
 LOG_FILE = "supervisor.log"
 CANCEL_FILE = "cancel-requested"
