@@ -4,6 +4,7 @@ listing and export through the run's backend, and clone. A reader writes no reco
 live run without an owner starts one (:func:`launcher.runs.core.ownership.spawn_owner`) rather than
 writing itself.
 
-It may import ``launcher.runs.core`` and the Backend protocol; never ``launcher.runs.owner`` (the
-writers), the doors or the sweeps.
+It may import ``launcher.runs.core``, the Backend protocol and its registry (checkpoints are asked of the
+run's nodes), the workload, events and paths; never ``launcher.runs.owner`` (the writers), the doors or
+the sweeps.
 """
