@@ -157,7 +157,7 @@ CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation={root}/state
-SlurmdSpoolDir={root}/spool/%n
+SlurmdSpoolDir={munge}/spool/%n
 SlurmctldPidFile={root}/slurmctld.pid
 SlurmdPidFile={root}/slurmd-%n.pid
 SlurmctldLogFile={root}/slurmctld.log
@@ -246,10 +246,8 @@ def start_cluster(tmp_path: Path, *, nodes: int = 2) -> Cluster:
 
 def _bring_up(c: Cluster, tmp_path: Path) -> None:
     root = c.root
-    for d in (root / "state", root / "spool", c.job_dir, c.login_home):
+    for d in (root / "state", c.job_dir, c.login_home):
         d.mkdir(parents=True, exist_ok=True)
-    for n in c.node_names:
-        (root / "spool" / n).mkdir()
     c.job_dir.chmod(0o777)
     hosts = root / "hosts"
     hosts.write_text("127.0.0.1 localhost\n::1 localhost\n" + f"{c.switch.gateway} {CTL_NAME}\n"
@@ -259,6 +257,10 @@ def _bring_up(c: Cluster, tmp_path: Path) -> None:
     # o+x; pytest's tmp_path root is 0700, so the socket lives in /run (a short path, too: sockets <108 chars).
     munge = c.munge_dir = Path(tempfile.mkdtemp(prefix="fsl-munge-", dir="/run"))
     munge.chmod(0o755)
+    # slurmd's spool holds the job steps' sockets (``<spool>/<node>_<job>.<step>``, 108 chars at most): a
+    # pytest-xdist worker's tmp_path is too long for them, so the spool lives beside munge's socket.
+    for n in c.node_names:
+        (munge / "spool" / n).mkdir(parents=True)
     key = munge / "munge.key"
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)
