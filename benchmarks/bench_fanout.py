@@ -45,7 +45,7 @@ async def launch_once(hosts: list[str], node_root: Path, home: Path) -> tuple[fl
     """Seconds until every node's first line is mirrored, and until the run finished."""
     from launcher.paths import new_run_id
     from launcher.runs.launch import create_run
-    from launcher.runs.supervisor import Supervisor
+    from launcher.runs.owner.supervisor import Supervisor
     from launcher.workload.plan import build_plan
     from launcher.workload.validate import validate_text
 

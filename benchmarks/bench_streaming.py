@@ -18,9 +18,9 @@ from pathlib import Path
 
 async def run(nodes: int, lines: int) -> None:
     from launcher.paths import new_run_id
-    from launcher.runs.follow import follow_run
     from launcher.runs.launch import create_run
-    from launcher.runs.supervisor import Supervisor
+    from launcher.runs.owner.supervisor import Supervisor
+    from launcher.runs.read.follower import follow_run
     from launcher.workload.plan import build_plan
     from launcher.workload.validate import validate_text
 

@@ -57,7 +57,7 @@ class SyntheticHandle:
 async def load_test(seconds: float, rate: int, nodes: int) -> None:
     from textual import events
 
-    from launcher.runs.store import RunStore
+    from launcher.runs.core.store import RunStore
     from launcher.workload.plan import build_plan
     from launcher.workload.validate import validate_text
     from tui.app import FsdpTuiApp
@@ -69,7 +69,7 @@ async def load_test(seconds: float, rate: int, nodes: int) -> None:
         text = f"experiment_name: bench\ncompute: {{hosts: [{hosts}]}}\ncommand: x\n"
         plan = build_plan(validate_text(text, "b.yaml").workload, run_id="bench-run")
         RunStore(home).create_run(plan, None, text)
-        from launcher.runs.owner import OwnerLock
+        from launcher.runs.core.ownership import OwnerLock
 
         OwnerLock(home / "runs" / "bench-run").acquire()  # owned by this process: nothing adopts it
         handle = SyntheticHandle("bench-run", nodes, rate, seconds)

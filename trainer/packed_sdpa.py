@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from trainer.config import SettingError
+from trainer.packed_masks import segment_mask
 
 NAME = "fsdp_tui_per_example_sdpa"
 MIN_ROW_LENGTH = 256
@@ -85,8 +86,6 @@ def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, v
                                       scaling=scaling, **kwargs)
     position_ids, row_spans = rows
     if any(kwargs.get(name) is not None for name in UNSUPPORTED):
-        from trainer.attention import segment_mask
-
         mask = segment_mask(position_ids.to(query.device))
         window = kwargs.get("sliding_window")
         if window:

@@ -11,8 +11,8 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer import learned_logits, packed_sdpa
-from trainer.attention import packed_mask
 from trainer.data import IGNORE, collate, needs_segment_mask
+from trainer.packed_masks import packed_mask
 
 
 def forward_logits(model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device,

@@ -151,7 +151,7 @@ class FsdpTuiApp(App):
 
     def open_checkpoints(self, run_prefix: str) -> None:
         """The checkpoints of the run whose id is or starts with ``run_prefix``."""
-        from launcher.runs.store import RunStore
+        from launcher.runs.core.store import RunStore
         from tui.screens.checkpoints import CheckpointsScreen
 
         try:
@@ -186,7 +186,7 @@ class FsdpTuiApp(App):
         self.push_screen(NettestScreen(path=path, record=record, overrides=overrides or []))
 
     def open_run(self, run_id: str) -> None:
-        from launcher.runs.store import RunStore, StoreDamaged
+        from launcher.runs.core.store import RunStore, StoreDamaged
         from tui.screens.monitor import RunMonitorScreen
 
         try:
@@ -231,7 +231,7 @@ class FsdpTuiApp(App):
         if planned.plan.blockers:
             self.notify("not launched: " + "; ".join(planned.plan.blockers), severity="error", timeout=10)
             return
-        from launcher.runs.space import RecordUnwritable
+        from launcher.runs.core.space import RecordUnwritable
 
         try:
             run_id = await asyncio.to_thread(start_run, planned.plan, self.home, idempotent=from_run is None)
@@ -254,7 +254,7 @@ class FsdpTuiApp(App):
     async def _launch_sweep(self, path: Path, overrides: list[str]) -> None:
         import asyncio
 
-        from launcher.runs.sweeps import start_sweep
+        from launcher.runs.sweeps.control import start_sweep
         from launcher.workload.sweep import plan_sweep
 
         plan = await asyncio.to_thread(plan_sweep, path, (), overrides, home=self.home)
@@ -286,7 +286,7 @@ def _say_what_goes_on(home: Path, run_ids: list[str]) -> None:
     """After the app closes: the runs it started that are still going, and how to get back to them."""
     import sys
 
-    from launcher.runs.store import RunStore, StoreDamaged
+    from launcher.runs.core.store import RunStore, StoreDamaged
 
     try:
         store = RunStore(home)

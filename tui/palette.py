@@ -25,7 +25,7 @@ class FsdpCommands(Provider):
         self.entries = await asyncio.to_thread(self._entries)
 
     def _entries(self) -> list[Entry]:
-        from launcher.runs.store import RunStore
+        from launcher.runs.core.store import RunStore
         from tui.screens.home import find_workloads, folder_label
 
         app = self.app

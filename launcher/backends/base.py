@@ -4,7 +4,8 @@ The run policy, doctor, cancel, GPU samples and checkpoint operations ask this p
 "is this local or SSH?". A backend owns how nodes are reached (a local pipe, SSH, a SLURM login node),
 keeps reconnects inside itself and reports them as :class:`LinkState`, so a node that stays away is
 LOST and every caller hears the same words. Add a backend: a folder (or module) under
-``launcher/backends/`` with a class that satisfies :class:`Backend`, and one line in :func:`backend_for`.
+``launcher/backends/`` with a class that satisfies :class:`Backend`, named in :mod:`launcher.backends.registry`
+(this module imports no backend).
 """
 
 from __future__ import annotations
@@ -308,26 +309,3 @@ class Backend(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-def backend_for(plan: RunPlan, *, on_link: LinkWatcher | None = None, agent_python: str | None = None) -> Backend:
-    """The backend that reaches ``plan``'s nodes: an agent per node over a local pipe or SSH, or a SLURM
-    job through its login node.
-    ``agent_python``: start the agents with that interpreter instead of the workload's (the doctor's
-    fallback when the workload's does not run)."""
-    if plan.workload.compute.slurm is not None:
-        from launcher.backends.slurm.backend import SlurmBackend
-
-        return SlurmBackend(plan, on_link=on_link, agent_python=agent_python)
-    from launcher.backends.fleet import AgentFleet
-
-    return AgentFleet(plan, on_link=on_link, agent_python=agent_python)
-
-
-def ssh_config_check(plan: RunPlan, rank: int) -> SchedulerCheck:
-    """What ``~/.ssh/config`` resolved to for SSH node ``rank`` (user, address, port, keys, jump chain,
-    known-hosts file, keepalives) beside what ``ssh -G`` says, differences flagged: the doctor's SSH report.
-    Blocking (it runs ``ssh -G``): call it from a thread."""
-    from launcher.backends.ssh.report import ssh_config_check as check
-
-    return check(plan, plan.nodes[rank])

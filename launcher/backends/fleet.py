@@ -394,3 +394,8 @@ def _unpack_here(tar_path: Path, to: Path, label: str) -> Path:
     except (tarfile.TarError, OSError) as err:
         raise NodeError(f"{label}: the export's copy could not be unpacked into {to}: {printable(err)}") from None
     return to
+
+
+def create_backend(plan: RunPlan, *, on_link: LinkWatcher | None = None, agent_python: str | None = None) -> AgentFleet:
+    """The registry's entry (:mod:`launcher.backends.registry`): an agent per node, over a local pipe or SSH."""
+    return AgentFleet(plan, on_link=on_link, agent_python=agent_python)

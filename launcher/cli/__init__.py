@@ -8,7 +8,7 @@ def find_run(command: str, prefix: str):
     import sys
 
     from launcher.paths import data_home
-    from launcher.runs.store import RunStore
+    from launcher.runs.core.store import RunStore
 
     store = RunStore(data_home())
     try:
@@ -20,7 +20,7 @@ def find_run(command: str, prefix: str):
 
 def keep_colour() -> bool:
     """Job output keeps its SGR colours on a terminal, unless ``NO_COLOR`` is set (no-color.org); every other
-    control sequence is always removed (:mod:`launcher.runs.display`)."""
+    control sequence is always removed (:mod:`launcher.runs.core.display`)."""
     import os
     import sys
 

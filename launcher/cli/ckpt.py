@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from launcher.runs.checkpoints import NoOutputDir, completeness, list_checkpoints
+    from launcher.runs.core.checkpoints import NoOutputDir, completeness, list_checkpoints
 
     found = find_run("ckpt", args.run_id)
     if found is None:

@@ -15,9 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from launcher.paths import data_home
-    from launcher.runs.comparison import compare_runs
-    from launcher.runs.comparison_format import render
-    from launcher.runs.store import RunStore
+    from launcher.runs.core.store import RunStore
+    from launcher.runs.read.comparison import compare_runs
+    from launcher.runs.read.comparison_format import render
 
     home = data_home()
     store = RunStore(home)

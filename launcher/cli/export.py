@@ -21,7 +21,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from launcher.runs.checkpoints import CheckpointError, NoOutputDir, export_checkpoint, list_checkpoints
+    from launcher.runs.core.checkpoints import (
+        CheckpointError,
+        NoOutputDir,
+        export_checkpoint,
+        list_checkpoints,
+    )
 
     found = find_run("export", args.run_id)
     if found is None:

@@ -44,10 +44,10 @@ def _plan(targets: list[str], home: Path):
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from launcher.backends.base import backend_for
+    from launcher.backends.registry import backend_for
     from launcher.paths import data_home
+    from launcher.runs.core.store import RunStore
     from launcher.runs.gpu_holders import gpu_holders, holder_states, whose
-    from launcher.runs.store import RunStore
 
     home = data_home()
     plan = _plan(args.targets, home)

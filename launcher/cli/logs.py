@@ -24,8 +24,8 @@ def run(args: argparse.Namespace) -> int:
     if found is None:
         return 2
     store, run_id = found
+    from launcher.runs.core.streams import LineSplitter
     from launcher.runs.launch import adopt_orphans_of
-    from launcher.runs.streams import LineSplitter
 
     adopt_orphans_of(store.home)
     record = store.get_run(run_id)

@@ -46,8 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    from launcher.runs.space import RecordUnwritable
-    from launcher.runs.store import StoreDamaged
+    from launcher.runs.core.space import RecordUnwritable
+    from launcher.runs.core.store import StoreDamaged
 
     try:
         if args.command in SWEEPING:

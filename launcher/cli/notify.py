@@ -22,7 +22,12 @@ def run(args: argparse.Namespace) -> int:
     from launcher.notify.deliver import deliver
     from launcher.notify.summary import CheckpointFact, RunFacts, build_summary
     from launcher.paths import data_home
-    from launcher.runs.user_settings import SettingsError, effective_notify, load_user_settings, settings_file
+    from launcher.runs.core.user_settings import (
+        SettingsError,
+        effective_notify,
+        load_user_settings,
+        settings_file,
+    )
     from launcher.secrets import SecretStore
 
     workload_notify = None

@@ -31,7 +31,7 @@ def job_may_live(record) -> str:
     """Why a relaunch now would start a second SLURM job beside one that may still run (empty: it would
     not). A SLURM run that has not ended, or one whose login node was lost, may have its job running."""
     from launcher.events import NodeState
-    from launcher.runs.records import load_plan
+    from launcher.runs.core.layout import load_plan
 
     if record is None:
         return ""

@@ -14,8 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from launcher.paths import data_home
-    from launcher.runs.owner import live_owners
-    from launcher.runs.rebuild import check_store, rebuild_store
+    from launcher.runs.core.ownership import live_owners
+    from launcher.runs.core.rebuild import check_store, rebuild_store
 
     home = data_home()
     problem = check_store(home)

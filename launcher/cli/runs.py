@@ -28,11 +28,11 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def _usages(store, runs) -> dict:
-    """Each run's GPU-hours (CPU-hours), from its record and recorded plan (:mod:`launcher.runs.usage`)."""
+    """Each run's GPU-hours (CPU-hours), from its record and recorded plan (:mod:`launcher.runs.core.usage`)."""
     import time
 
-    from launcher.runs.usage import usage_of_record
-    from launcher.runs.user_settings import SettingsError, load_user_settings
+    from launcher.runs.core.usage import usage_of_record
+    from launcher.runs.core.user_settings import SettingsError, load_user_settings
 
     try:
         prices = load_user_settings().prices
@@ -62,10 +62,10 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from launcher.paths import data_home
+    from launcher.runs.core.ownership import owner_note
+    from launcher.runs.core.store import RunStore
     from launcher.runs.launch import adopt_orphans_of
-    from launcher.runs.owner import owner_note
-    from launcher.runs.records import FORCED_NOTE
-    from launcher.runs.store import RunStore
+    from launcher.runs.owner.recorder import FORCED_NOTE
 
     home = data_home()
     adopt_orphans_of(home)  # a run whose owner died gets a new one, which catches it up

@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from launcher.runs.launch import adopt_orphans_of
-    from launcher.runs.report import run_report
+    from launcher.runs.read.report import run_report
 
     found = find_run("show", args.run_id)
     if found is None:
@@ -43,7 +43,7 @@ def _safe_step(home, run_id: str) -> dict | None:
     """The newest complete checkpoint, asked of the node that holds it (``None``: no output_dir)."""
     import asyncio
 
-    from launcher.runs.safe_step import last_safe_step
+    from launcher.runs.core.safe_step import last_safe_step
 
     safe = asyncio.run(last_safe_step(home, run_id))
     return None if safe is None else {**safe.to_dict(), "text": safe.text()}
@@ -59,7 +59,7 @@ def _loss(value: float | None) -> str:
 
 
 def _print(r: dict) -> None:
-    from launcher.runs.records import FORCED_NOTE
+    from launcher.runs.owner.recorder import FORCED_NOTE
 
     out = sys.stdout.write
     out(f"run {r['run_id']}  ({r['experiment']})\n")

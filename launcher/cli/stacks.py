@@ -20,8 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from launcher.runs.core.ownership import request_stacks
     from launcher.runs.launch import adopt_orphans_of
-    from launcher.runs.owner import request_stacks
 
     found = find_run("stacks", args.run_id)
     if found is None:

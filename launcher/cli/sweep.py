@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.sweep_id:
             print(f"fsdp-tui sweep {args.target}: which sweep? (see fsdp-tui sweeps)", file=sys.stderr)
             return 2
-        from launcher.runs.sweep_record import find_sweep
+        from launcher.runs.sweeps.record import find_sweep
 
         try:
             sweep_id = find_sweep(home, args.sweep_id)
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         if args.target == "resume":
             return resume(home, sweep_id, args)
         if args.target == "show":
-            from launcher.runs.sweeps import adopt_sweeps
+            from launcher.runs.sweeps.control import adopt_sweeps
 
             if adopt_sweeps(home, [sweep_id]):
                 print(f"fsdp-tui: sweep {sweep_id}: its driver had stopped; a new one goes on with it",
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
 def resume(home: Path, sweep_id: str, args: argparse.Namespace) -> int:
     """The variants of an ended sweep that did not succeed, run again; then followed like a new sweep."""
-    from launcher.runs.sweeps import resume_sweep
+    from launcher.runs.sweeps.control import resume_sweep
 
     try:
         record = resume_sweep(home, sweep_id)
@@ -85,9 +85,9 @@ def resume(home: Path, sweep_id: str, args: argparse.Namespace) -> int:
 
 
 def show(home: Path, sweep_id: str, form: str) -> int:
-    from launcher.runs.comparison import sweep_stats
-    from launcher.runs.comparison_format import render
-    from launcher.runs.sweep_record import load_sweep
+    from launcher.runs.read.comparison import sweep_stats
+    from launcher.runs.read.comparison_format import render
+    from launcher.runs.sweeps.record import load_sweep
 
     record = load_sweep(home, sweep_id)
     if form == "table":
@@ -99,7 +99,7 @@ def show(home: Path, sweep_id: str, form: str) -> int:
 def cancel(home: Path, sweep_id: str) -> int:
     import asyncio
 
-    from launcher.runs.sweeps import cancel_sweep
+    from launcher.runs.sweeps.control import cancel_sweep
 
     record = asyncio.run(cancel_sweep(home, sweep_id))
     for v in record.variants:
@@ -136,7 +136,7 @@ def launch(home: Path, file: Path, args: argparse.Namespace) -> int:
         print(f"{file}: variant {v.index} ({v.label}) cannot run: {blocker}", file=sys.stderr)
     if blocked:
         return 2
-    from launcher.runs.sweeps import start_sweep
+    from launcher.runs.sweeps.control import start_sweep
 
     sweep_id = start_sweep(plan, home, parallel=args.parallel)
     if args.json:
@@ -160,8 +160,8 @@ def launch(home: Path, file: Path, args: argparse.Namespace) -> int:
 def follow(home: Path, sweep_id: str, *, json_events: bool, poll_s: float = 0.5) -> int:
     """Print each variant's changes of state until the sweep ends; the exit code is its outcome."""
     from launcher.runs.launch import adopt_orphans_of
-    from launcher.runs.sweep_record import load_sweep
-    from launcher.runs.sweeps import adopt_sweeps
+    from launcher.runs.sweeps.control import adopt_sweeps
+    from launcher.runs.sweeps.record import load_sweep
 
     seen: dict[int, str] = {}
     sweep_state = ""

@@ -16,9 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from launcher.paths import data_home
-    from launcher.runs.sweep_driver import driver_alive
-    from launcher.runs.sweep_record import list_sweeps
-    from launcher.runs.sweeps import adopt_sweeps
+    from launcher.runs.sweeps.control import adopt_sweeps
+    from launcher.runs.sweeps.driver import driver_alive
+    from launcher.runs.sweeps.record import list_sweeps
 
     home = data_home()
     for sweep_id in adopt_sweeps(home):

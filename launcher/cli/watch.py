@@ -26,7 +26,7 @@ def watch(home: Path, run_id: str, *, json_events: bool, cancel_on_interrupt: bo
     if not json_events:
         how = "Ctrl-C cancels it" if cancel_on_interrupt else "Ctrl-C detaches; the run goes on"
         print(f"run {run_id}: {num_nodes} node(s); {how}", file=sys.stderr)
-    from launcher.runs.follow import FollowGaveUp
+    from launcher.runs.read.follower import FollowGaveUp
 
     try:
         return asyncio.run(_follow(home, run_id, json_events, num_nodes))
@@ -49,7 +49,7 @@ def watch(home: Path, run_id: str, *, json_events: bool, cancel_on_interrupt: bo
 
 async def _follow(home: Path, run_id: str, json_events: bool, num_nodes: int) -> int:
     from launcher.cli import keep_colour
-    from launcher.runs.follow import follow_run
+    from launcher.runs.read.follower import follow_run
 
     outcome = RunState.FAILED
     async for event in follow_run(home, run_id, tail_bytes=None, keep_colour=keep_colour() and not json_events):

@@ -9,7 +9,8 @@ import json
 import sys
 from pathlib import Path
 
-from launcher.backends.base import AgentStartFailed, Backend, NodeError, ScriptRun, backend_for
+from launcher.backends.base import AgentStartFailed, Backend, NodeError, ScriptRun
+from launcher.backends.registry import backend_for
 from launcher.doctor.judge import Check, DoctorReport, NodeProbe, NodeReport, evaluate, probe_packages
 from launcher.untrusted import clean_reply
 from launcher.workload.plan import RunPlan
@@ -128,7 +129,7 @@ async def diagnose(plan: RunPlan, *, run_root: str, import_timeout_s: float = IM
 
 async def _with_ssh_reports(plan: RunPlan, reports: list[NodeReport], local: list[bool]) -> list[NodeReport]:
     """Each SSH node's report with what its config resolved to (beside ``ssh -G``), right after "reachable"."""
-    from launcher.backends.base import ssh_config_check
+    from launcher.backends.registry import ssh_config_check
 
     checks = await asyncio.gather(*(asyncio.to_thread(ssh_config_check, plan, n.node_rank)
                                     for n, is_local in zip(plan.nodes, local, strict=True) if not is_local))

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from launcher.nettest.figures import BadResult, Measured, decode
 from launcher.paths import new_run_id, run_dir
+from launcher.runs.core.store import RunStore
 from launcher.runs.launch import is_owned, start_run
-from launcher.runs.store import RunStore
 from launcher.workload.model import CodeSource, Mlflow, Snapshot
 from launcher.workload.plan import RunPlan, build_plan
 

@@ -160,10 +160,10 @@ async def gpu_holders(backend: Backend, ranks: list[int], stop: list[str] = (), 
 async def run_gpu_holders(home, run_id: str, stop: bool = False) -> tuple[list[NodeHolders], dict[str, str | None]]:
     """The GPU holders on a run's nodes (its recorded plan), and each holder run's state (``""``: live,
     ``None``: not in this data dir). With ``stop``, the processes of our ended runs there are stopped."""
-    from launcher.backends.base import backend_for
+    from launcher.backends.registry import backend_for
     from launcher.paths import run_dir
-    from launcher.runs.records import load_plan
-    from launcher.runs.store import RunStore
+    from launcher.runs.core.layout import load_plan
+    from launcher.runs.core.store import RunStore
 
     plan = load_plan(run_dir(home, run_id))
     ranks = [n.node_rank for n in plan.nodes]

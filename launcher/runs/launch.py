@@ -16,10 +16,18 @@ import yaml
 
 from launcher.events import RunState, RunStateChanged
 from launcher.paths import run_dir
-from launcher.runs.owner import OwnerLock, adopt_orphans, hand_over, owned, request_cancel, spawn_owner
-from launcher.runs.records import EVENTS, OPTIONS, event_line, save_plan
-from launcher.runs.space import RecordUnwritable, is_write_failure, shortage, write_failure
-from launcher.runs.store import RunRecord, RunStore
+from launcher.runs.core.layout import EVENTS, OPTIONS, save_plan
+from launcher.runs.core.ownership import (
+    OwnerLock,
+    adopt_orphans,
+    hand_over,
+    owned,
+    request_cancel,
+    spawn_owner,
+)
+from launcher.runs.core.space import RecordUnwritable, is_write_failure, shortage, write_failure
+from launcher.runs.core.store import RunRecord, RunStore
+from launcher.runs.owner.recorder import event_line
 from launcher.workload.load import Planned, plan_file
 from launcher.workload.overrides import Override
 from launcher.workload.plan import RunPlan
@@ -57,7 +65,7 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
         raise RecordUnwritable(f"not launched: {problem}, then launch again")
     token = plan.workload.idempotency_token
     if token and idempotent:
-        from launcher.runs.idempotency import claim
+        from launcher.runs.core.idempotency import claim
 
         earlier = claim(home, token, plan.run_id, tags)
         if earlier is not None:
@@ -157,7 +165,7 @@ async def resume_plan(home: Path, run_id: str, step: int | None = None,
                       overrides: Sequence[Override] = ()) -> tuple[Planned, str]:
     """A relaunch of ``run_id`` resuming from its newest complete checkpoint (or the one of ``step``),
     found where rank 0 wrote it; returns the plan and the checkpoint's path on the node."""
-    from launcher.runs.checkpoints import list_checkpoints, resume_override
+    from launcher.runs.core.checkpoints import list_checkpoints, resume_override
 
     listing = await list_checkpoints(home, run_id)
     if listing.error:
@@ -175,14 +183,14 @@ async def resume_plan(home: Path, run_id: str, step: int | None = None,
 
 def render_plan_text(plan: RunPlan) -> str:
     """The dry-run text, as the backend that will run it sees the plan."""
-    from launcher.backends.base import backend_for
+    from launcher.backends.registry import backend_for
 
     return backend_for(plan).render()
 
 
 async def reach_nodes(plan: RunPlan, timeout_s: float = 5.0) -> list[Reach]:
     """Every node's answer to a cheap connect (host key verified), all at once; nothing starts there."""
-    from launcher.backends.base import backend_for
+    from launcher.backends.registry import backend_for
 
     backend = backend_for(plan)
     try:

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from launcher.events import NodeState, RunState
-from launcher.runs.records import load_plan
-from launcher.runs.store import RunStore
+from launcher.runs.core.layout import load_plan
+from launcher.runs.core.store import RunStore
 
 SWEPT = "swept.json"
 """In the run's folder: per lost node, whether it has been swept, when it was last tried, what was said."""
@@ -54,7 +54,7 @@ def due(home: Path, now: float | None = None) -> list[tuple[str, Path, list[int]
 
 
 async def _sweep_run(home: Path, run_id: str, directory: Path, ranks: list[int]) -> list[str]:
-    from launcher.backends.base import backend_for
+    from launcher.backends.registry import backend_for
 
     plan = load_plan(directory)
     ssh = plan.workload.ssh.model_copy(update=QUICK_SSH)
@@ -102,8 +102,8 @@ async def _catch_up(backend, directory: Path, rank: int) -> int | str:
     """The node's log (and node 0's metrics) past the record's copies, appended to them, so each copy
     equals the node's file byte for byte again; how many log bytes came, or why none could."""
     from launcher.backends.base import NodeError
-    from launcher.runs.records import METRICS, mirror_path
-    from launcher.runs.settings import READ_CHUNK
+    from launcher.runs.core.layout import METRICS, mirror_path
+    from launcher.runs.owner.settings import READ_CHUNK
 
     streams = [("log", mirror_path(directory, rank))] + ([("metrics", directory / METRICS)] if rank == 0 else [])
     got = 0

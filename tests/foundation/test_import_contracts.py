@@ -28,13 +28,17 @@ def test_the_tree_keeps_every_contract():
     ("launcher/workload/model.py", "import asyncio", "the workload is pure"),
     ("launcher/workload/plan.py", "import subprocess", "the workload is pure"),
     ("launcher/backends/agent/jobs.py", "import launcher.events", "the node agent needs only"),
-    ("launcher/runs/policy.py", "import launcher.backends.ssh.connect", "runs and doctor ask the Backend"),
+    ("launcher/runs/owner/policy.py", "import launcher.backends.ssh.connect", "runs and doctor ask the Backend"),
     ("launcher/doctor/judge.py", "import launcher.backends.fleet", "runs and doctor ask the Backend"),
     ("tui/screens/home.py", "import launcher.backends.base", "the app sees workload, runs and events"),
     ("tui/app.py", "import launcher.cli.run", "the app sees workload, runs and events"),
-    ("launcher/workload/checks.py", "import launcher.runs.store", "launcher layers"),
-    ("launcher/backends/fleet.py", "import launcher.runs.records", "launcher layers"),
+    ("launcher/workload/checks.py", "import launcher.runs.core.store", "launcher layers"),
+    ("launcher/backends/fleet.py", "import launcher.runs.owner.recorder", "launcher layers"),
     ("trainer/data.py", "import launcher.paths", "the trainer runs on nodes"),
+    ("launcher/runs/read/view.py", "import launcher.runs.owner.recorder", "readers of a run's records never"),
+    ("launcher/runs/core/store.py", "import launcher.runs.read.view", "runs: one owner writes"),
+    ("launcher/backends/base.py", "import launcher.backends.fleet", "no import cycles"),
+    ("trainer/packed_masks.py", "import trainer.packed_sdpa", "no import cycles"),
 ])
 def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract):
     for name in ("launcher", "tui", "trainer", "themes"):
@@ -46,3 +50,45 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract
     assert out.returncode != 0, out.stdout[-2000:]
     broken = [x for x in out.stdout.splitlines() if x.rstrip().endswith("BROKEN")]
     assert any(contract in x for x in broken) or contract in out.stdout.split("Broken contracts")[-1], out.stdout
+
+
+def test_no_module_reaches_itself_through_its_imports():
+    """Every cycle, module by module (the acyclic contract sees cycles between siblings, not one through a
+    package's own ``__init__``): Tarjan's strongly connected components over grimp's graph."""
+    import grimp
+
+    graph = grimp.build_graph("launcher", "tui", "trainer", "themes", cache_dir=None)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+    for root in sorted(graph.modules):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            module, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    work.append((child, iter(sorted(graph.find_modules_directly_imported_by(child)))))
+                elif child in stack:
+                    low[module] = min(low[module], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[module])
+            if low[module] == index[module]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    component.append(member)
+                    if member == module:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    assert cycles == []

@@ -144,16 +144,6 @@ def _which(name: str) -> str:
     return shutil.which(name) or f"/usr/sbin/{name}"
 
 
-def _free_tag() -> int:
-    """A /24 and names no other cluster on this machine holds (several may run at once)."""
-    start = os.getpid() % 250
-    for i in range(250):
-        tag = (start + i) % 250
-        if not os.path.exists(f"/sys/class/net/fslbr{tag}") and not os.path.exists(f"/run/netns/fsl-{tag}-0"):
-            return tag
-    raise RuntimeError("no free bridge name for a slurm test cluster")
-
-
 def _slurm_conf(root: Path, munge: Path, ctl_addr: str, names: list[str], addrs: list[str], cpus: int) -> str:
     nodes = "\n".join(f"NodeName={n} NodeAddr={a} CPUs={cpus} RealMemory=500 State=UNKNOWN"
                       for n, a in zip(names, addrs, strict=True))
@@ -167,7 +157,7 @@ CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation={root}/state
-SlurmdSpoolDir={root}/spool/%n
+SlurmdSpoolDir={munge}/spool/%n
 SlurmctldPidFile={root}/slurmctld.pid
 SlurmdPidFile={root}/slurmd-%n.pid
 SlurmctldLogFile={root}/slurmctld.log
@@ -240,8 +230,7 @@ def start_cluster(tmp_path: Path, *, nodes: int = 2) -> Cluster:
                            "--no-install-recommends slurmctld slurmd slurm-client munge")
     if os.geteuid() != 0:
         raise RuntimeError("a test slurm cluster needs root (namespaces, mounts, daemons)")
-    tag = _free_tag()
-    switch = make_switch(nodes, name="fsl", subnet=SUBNET, tag=tag)  # RuntimeError if not allowed
+    switch = make_switch(nodes, name="fsl", subnet=SUBNET)  # a free /24 of its own; RuntimeError if not allowed
     root = tmp_path / "slurm"
     names = [f"fsl-n{i}" for i in range(nodes)]
     cluster = Cluster(root=root, conf=root / "slurm.conf", job_dir=tmp_path / "jobs",
@@ -257,10 +246,8 @@ def start_cluster(tmp_path: Path, *, nodes: int = 2) -> Cluster:
 
 def _bring_up(c: Cluster, tmp_path: Path) -> None:
     root = c.root
-    for d in (root / "state", root / "spool", c.job_dir, c.login_home):
+    for d in (root / "state", c.job_dir, c.login_home):
         d.mkdir(parents=True, exist_ok=True)
-    for n in c.node_names:
-        (root / "spool" / n).mkdir()
     c.job_dir.chmod(0o777)
     hosts = root / "hosts"
     hosts.write_text("127.0.0.1 localhost\n::1 localhost\n" + f"{c.switch.gateway} {CTL_NAME}\n"
@@ -270,6 +257,10 @@ def _bring_up(c: Cluster, tmp_path: Path) -> None:
     # o+x; pytest's tmp_path root is 0700, so the socket lives in /run (a short path, too: sockets <108 chars).
     munge = c.munge_dir = Path(tempfile.mkdtemp(prefix="fsl-munge-", dir="/run"))
     munge.chmod(0o755)
+    # slurmd's spool holds the job steps' sockets (``<spool>/<node>_<job>.<step>``, 108 chars at most): a
+    # pytest-xdist worker's tmp_path is too long for them, so the spool lives beside munge's socket.
+    for n in c.node_names:
+        (munge / "spool" / n).mkdir(parents=True)
     key = munge / "munge.key"
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)

@@ -97,18 +97,40 @@ class Switch:
 
 
 def make_switch(count: int, *, name: str = "fsdp", subnet: str = "10.251", tag: int | None = None) -> Switch:
-    """``count`` namespaces on a private /24 (``subnet``.N.0, N from this process id unless ``tag`` is
-    given), named after ``name``; RuntimeError if the machine does not allow it (no ``ip``, no
-    CAP_NET_ADMIN)."""
+    """``count`` namespaces on a private /24 (``subnet``.N.0), named after ``name``; RuntimeError if the
+    machine does not allow it (no ``ip``, no CAP_NET_ADMIN). Without ``tag``, N is the first one from this
+    process id on whose bridge nobody holds: creating the bridge is the claim, so tests running side by
+    side (pytest-xdist workers, several clusters) never share or remove each other's switch. With ``tag``,
+    whatever a killed run left under that tag is removed first."""
     if shutil.which("ip") is None:
         raise RuntimeError("iproute2 is not installed (apt-get install iproute2)")
-    if tag is None:
-        tag = os.getpid() % 250
-    switch = Switch(f"{name}br{tag}", [f"{name}-{tag}-{i}" for i in range(count)],
-                    [f"{subnet}.{tag}.{i + 2}" for i in range(count)], f"{subnet}.{tag}.1")
-    steps = [["ip", "link", "add", switch.bridge, "type", "bridge"],
-             ["ip", "addr", "add", f"{switch.gateway}/24", "dev", switch.bridge],
-             ["ip", "link", "set", switch.bridge, "up"]]
+    if tag is not None:
+        _switch(count, name, subnet, tag).remove()  # what a killed run may have left
+        return _bring_up_switch(_switch(count, name, subnet, tag))
+    start = os.getpid() % 250
+    for i in range(250):
+        candidate = (start + i) % 250
+        if os.path.exists(f"/run/netns/{name}-{candidate}-0"):
+            continue
+        switch = _switch(count, name, subnet, candidate)
+        claim = subprocess.run(["ip", "link", "add", switch.bridge, "type", "bridge"], capture_output=True, text=True)
+        if claim.returncode == 0:
+            return _bring_up_switch(switch, claimed=True)
+        if "exists" not in claim.stderr:
+            raise RuntimeError(f"network namespaces are not available here: ip link add {switch.bridge} type "
+                               f"bridge: {claim.stderr.strip()}")
+    raise RuntimeError(f"no free bridge name for {name} test hosts (250 in use)")
+
+
+def _switch(count: int, name: str, subnet: str, tag: int) -> Switch:
+    return Switch(f"{name}br{tag}", [f"{name}-{tag}-{i}" for i in range(count)],
+                  [f"{subnet}.{tag}.{i + 2}" for i in range(count)], f"{subnet}.{tag}.1")
+
+
+def _bring_up_switch(switch: Switch, claimed: bool = False) -> Switch:
+    steps = [] if claimed else [["ip", "link", "add", switch.bridge, "type", "bridge"]]
+    steps += [["ip", "addr", "add", f"{switch.gateway}/24", "dev", switch.bridge],
+              ["ip", "link", "set", switch.bridge, "up"]]
     for i, (ns, addr) in enumerate(zip(switch.namespaces, switch.addrs, strict=True)):
         veth = switch.veth(i)
         steps += [["ip", "netns", "add", ns],
@@ -117,7 +139,6 @@ def make_switch(count: int, *, name: str = "fsdp", subnet: str = "10.251", tag: 
                   ["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", NS_IFACE],
                   ["ip", "-n", ns, "link", "set", NS_IFACE, "up"],
                   ["ip", "-n", ns, "link", "set", "lo", "up"]]
-    switch.remove()  # what a killed run may have left
     for step in steps:
         done = subprocess.run(step, capture_output=True, text=True)
         if done.returncode != 0:

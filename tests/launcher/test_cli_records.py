@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from launcher.events import RunState
-from launcher.runs.store import RunStore
+from launcher.runs.core.store import RunStore
 from launcher.workload.plan import build_plan
 from launcher.workload.validate import validate_file
 

@@ -9,9 +9,9 @@ import statistics
 
 import pytest
 
-from launcher.runs.comparison import compare_runs, stats_from_records, sweep_stats, with_scaling
-from launcher.runs.comparison_format import render
-from launcher.runs.sweep_record import find_sweep, list_sweeps, load_sweep
+from launcher.runs.read.comparison import compare_runs, stats_from_records, sweep_stats, with_scaling
+from launcher.runs.read.comparison_format import render
+from launcher.runs.sweeps.record import find_sweep, list_sweeps, load_sweep
 from tests.launcher.conftest import cli
 from tests.tui.sweep_support import SWEEP_ID, VARIANTS, metrics, record_sweep, run_id
 from trainer.protocol import MetricRecord

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.runs.follow import MAX_OWNER_STARTS, _owner_trouble
-from launcher.runs.owner import OwnerLock
+from launcher.runs.core.ownership import OwnerLock
+from launcher.runs.read.follower import MAX_OWNER_STARTS, _owner_trouble
 from tests.launcher.conftest import cli, tagged, write_workload
 
 CHATTY = """experiment_name: chatty
@@ -103,10 +103,10 @@ def test_refused_writes_are_kept_in_order_and_written_once_there_is_room(small_d
     """The recorder on a real full disk (no floor): the mirror is never torn, the state changes and events
     the disk refused are written in order once a file is removed, and a launch is refused, leaving nothing."""
     from launcher.events import RunState
+    from launcher.runs.core.space import RecordUnwritable
+    from launcher.runs.core.store import RunStore
     from launcher.runs.launch import start_run
-    from launcher.runs.records import Recorder
-    from launcher.runs.space import RecordUnwritable
-    from launcher.runs.store import RunStore
+    from launcher.runs.owner.recorder import Recorder
     from launcher.workload.plan import build_plan
     from launcher.workload.validate import validate_text
 

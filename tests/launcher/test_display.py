@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.runs.display import MAX_LINE_CHARS, sanitize_line
-from launcher.runs.streams import MAX_PENDING_BYTES, LineSplitter
+from launcher.runs.core.display import MAX_LINE_CHARS, sanitize_line
+from launcher.runs.core.streams import MAX_PENDING_BYTES, LineSplitter
 from tests.launcher.hostile import CORPUS, hostile_log, reached_terminal_safely
 
 
@@ -79,7 +79,7 @@ def test_nothing_but_text_and_sgr_gets_through(line, keep_colour):
 
 
 def test_a_triage_excerpt_is_shown_output_too():
-    from launcher.runs.triage import triage_run
+    from launcher.runs.core.triage import triage_run
 
     report = triage_run({0: "RuntimeError: boom \x1b]2;PWNED\x1b\\\x1b[2J done\n"}, {0: 1})
     assert report.signature == "python_error"
@@ -88,7 +88,7 @@ def test_a_triage_excerpt_is_shown_output_too():
 
 def test_a_batch_of_lines_shows_exactly_as_line_by_line():
     """The batch fast path (one decode, one check) gives what sanitizing each line gives."""
-    from launcher.runs.display import MAX_LINE_CHARS, sanitize_line, show_lines
+    from launcher.runs.core.display import MAX_LINE_CHARS, sanitize_line, show_lines
 
     batches = [
         [b"plain", b"", b"caf\xc3\xa9 ok"],

@@ -33,7 +33,7 @@ def test_holders_are_matched_to_gpus_and_runs():
 @pytest.mark.slow
 def test_gpus_lists_a_leftover_of_an_ended_run_and_stops_it(home, tmp_path):
     from launcher.events import RunState
-    from launcher.runs.store import RunStore
+    from launcher.runs.core.store import RunStore
     from launcher.workload.model import Workload
     from launcher.workload.plan import build_plan
     from tests.launcher.conftest import cli

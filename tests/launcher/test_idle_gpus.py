@@ -10,7 +10,7 @@ import os
 import pytest
 
 from launcher.events import GpuSample, RunState
-from launcher.runs.idle import IdleGuard, IdleWatch
+from launcher.runs.owner.idle import IdleGuard, IdleWatch
 from launcher.workload.idle import IdlePolicy
 
 # `nvidia-smi --query-gpu=index,name,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits`

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from launcher.events import NodeState, RunState
+from launcher.runs.core.store import RunStore
 from launcher.runs.leftovers import RETRY_S, SWEPT, due
-from launcher.runs.store import RunStore
 from launcher.workload.plan import build_plan
 from launcher.workload.validate import validate_file
 from tests.launcher.conftest import ROOT

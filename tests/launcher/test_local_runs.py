@@ -281,7 +281,7 @@ def test_gpu_telemetry_from_nvidia_smi_reaches_the_events_and_the_view(home, tmp
          "utilization_pct": 0.0},
     ]
     from launcher.events import GpuSample, GpuTelemetry
-    from launcher.runs.view import RunView
+    from launcher.runs.read.view import RunView
 
     view = RunView("r")
     view.apply(GpuTelemetry("r", 0, tuple(GpuSample(**g) for g in telemetry[0]["gpus"])))

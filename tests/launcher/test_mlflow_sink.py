@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.runs.mlflow_sink import MlflowSink
+from launcher.runs.owner.mlflow_sink import MlflowSink
 from trainer.protocol import MetricRecord
 
 

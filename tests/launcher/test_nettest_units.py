@@ -191,7 +191,7 @@ def test_show_links_a_run_to_the_newest_test_of_the_same_nodes(tmp_path, monkeyp
 
     from launcher.cli.main import main
     from launcher.events import RunState
-    from launcher.runs.store import RunStore
+    from launcher.runs.core.store import RunStore
     from launcher.workload.plan import build_plan
     from launcher.workload.validate import validate_file
     from tests.launcher.conftest import ROOT

@@ -10,8 +10,8 @@ from pydantic import ValidationError
 
 from launcher.notify.deliver import deliver, label
 from launcher.notify.summary import CheckpointFact, RunFacts, body, build_summary, webhook_payload
-from launcher.runs.usage import attempt_spans, run_usage
-from launcher.runs.user_settings import Prices, SettingsError, UserSettings, effective_notify
+from launcher.runs.core.usage import attempt_spans, run_usage
+from launcher.runs.core.user_settings import Prices, SettingsError, UserSettings, effective_notify
 from launcher.secrets import SecretStore
 from launcher.workload.notify import Notify
 
@@ -160,9 +160,9 @@ def test_a_finished_gpu_runs_hours_from_its_record(tmp_path):
     import time as clock
 
     from launcher.events import RunState
-    from launcher.runs.records import save_plan
-    from launcher.runs.store import RunStore
-    from launcher.runs.usage import usage_of_record
+    from launcher.runs.core.layout import save_plan
+    from launcher.runs.core.store import RunStore
+    from launcher.runs.core.usage import usage_of_record
     from launcher.workload.model import Workload
     from launcher.workload.plan import build_plan, plan_to_json
 
@@ -208,14 +208,14 @@ def test_notify_test_sends_a_sample_to_each_sink_and_says_what_happened(tmp_path
     ("checkpoint blocked training for 100.00 s\n", 120, "too close, raise it above 125s"),
 ])
 def test_the_lead_time_against_the_measured_checkpoint_time(log, lead, says):
-    from launcher.runs.safe_step import checkpoint_seconds, lead_time_note
+    from launcher.runs.core.safe_step import checkpoint_seconds, lead_time_note
 
     note = lead_time_note(checkpoint_seconds(log), lead)
     assert (says in note) if says else note == ""
 
 
 def test_the_last_safe_step_is_the_newest_complete_checkpoint():
-    from launcher.runs.safe_step import SafeStep, newest_fact
+    from launcher.runs.core.safe_step import SafeStep, newest_fact
     from trainer.ckpt_layout import CheckpointInfo
 
     ckpts = [CheckpointInfo(10, "/o/step-00000010", True, 1, 100.0), CheckpointInfo(30, "/o/step-00000030", False, 1, 300.0),
@@ -228,9 +228,9 @@ def test_the_last_safe_step_is_the_newest_complete_checkpoint():
 
 def test_the_owner_sends_only_the_events_asked_for_and_records_each_delivery(tmp_path, monkeypatch):
     from launcher.events import RunState
-    from launcher.runs.notifying import notify_run, notify_wanted, read_deliveries
-    from launcher.runs.records import save_plan
-    from launcher.runs.store import RunStore
+    from launcher.runs.core.layout import save_plan
+    from launcher.runs.core.notifying import notify_run, notify_wanted, read_deliveries
+    from launcher.runs.core.store import RunStore
     from launcher.workload.model import Workload
     from launcher.workload.plan import build_plan
 

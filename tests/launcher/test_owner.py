@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from launcher.events import RunState
-from launcher.runs.store import RunStore
+from launcher.runs.core.store import RunStore
 from tests.launcher.conftest import FSDP_TUI, ROOT, cli, cli_env, tagged
 
 pytestmark = pytest.mark.slow
@@ -125,3 +125,12 @@ def test_a_killed_owner_is_adopted_by_exactly_one_of_two_commands_and_catches_up
         assert sum("re-attached" in t for t in transitions) == 1, transitions
     finally:
         proc.kill()
+
+
+def test_a_spawned_owner_imports_this_tree_and_nothing_inside_it_shadows_the_standard_library():
+    """The owner's PYTHONPATH is the folder above the ``launcher`` package (``launcher/secrets.py`` on the
+    path would hide the standard library's ``secrets`` from MLflow and from every job)."""
+    import launcher
+    from launcher.runs.core.ownership import ROOT
+
+    assert Path(launcher.__file__).resolve().parent.parent == ROOT

@@ -12,10 +12,10 @@ import pytest
 
 from launcher.backends.base import SchedulerCause
 from launcher.events import NodeState, RunState
-from launcher.runs.policy import RunPolicy
-from launcher.runs.records import Recorder
-from launcher.runs.settings import Settings
-from launcher.runs.store import RunStore
+from launcher.runs.core.store import RunStore
+from launcher.runs.owner.policy import RunPolicy
+from launcher.runs.owner.recorder import Recorder
+from launcher.runs.owner.settings import Settings
 from launcher.workload.plan import build_plan
 from launcher.workload.validate import validate_text
 from tests.launcher.fake_backend import FakeBackend, FakeNode
@@ -261,7 +261,7 @@ def test_a_queued_job_is_pending_then_running_and_its_timeout_counts_from_its_st
 
 
 def test_a_forced_run_says_what_it_ran_without_even_when_it_succeeds(tmp_path):
-    from launcher.runs.records import FORCED_NOTE
+    from launcher.runs.owner.recorder import FORCED_NOTE
 
     [forced] = [c for c in CASES if c.name == "--force starts it anyway"]
     plan = _plan(1, gpus=True)

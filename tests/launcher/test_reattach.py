@@ -36,7 +36,7 @@ command: |
     assert tagged(run_id), "the run must keep going without its launcher"
 
     monkeypatch.setenv("FSDP_TUI_HOME", str(home))
-    from launcher.runs.follow import follow_run
+    from launcher.runs.read.follower import follow_run
 
     async def follow() -> list:
         return [e async for e in follow_run(home, run_id)]

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from launcher.events import NodeState, RunState
+from launcher.runs.core.rebuild import check_store, read_run, rebuild_store
+from launcher.runs.core.store import RunStore, StoreDamaged
 from launcher.runs.launch import create_run
-from launcher.runs.rebuild import check_store, read_run, rebuild_store
-from launcher.runs.records import Recorder
-from launcher.runs.store import RunStore, StoreDamaged
+from launcher.runs.owner.recorder import Recorder
 from launcher.workload.plan import build_plan
 from launcher.workload.validate import validate_text
 from tests.launcher.conftest import FSDP_TUI, ROOT, cli_env

@@ -60,7 +60,7 @@ def node_file(cluster, run_id: str, rank: int, name: str) -> Path:
 
 
 def wait_state(home: Path, run_id: str, states: set[str], timeout: float = 120) -> dict:
-    from launcher.runs.store import RunStore
+    from launcher.runs.core.store import RunStore
 
     store = RunStore(home)
     deadline = time.monotonic() + timeout
@@ -74,7 +74,7 @@ def wait_state(home: Path, run_id: str, states: set[str], timeout: float = 120) 
 
 def wait_said(home: Path, run_id: str, words: str, timeout: float = 120) -> list:
     """Until a state transition of the run says ``words``; its transitions."""
-    from launcher.runs.store import RunStore
+    from launcher.runs.core.store import RunStore
 
     store = RunStore(home)
     deadline = time.monotonic() + timeout
@@ -216,7 +216,7 @@ def test_a_hung_slurm_job_is_flagged_its_stacks_taken_and_a_dead_owner_replaced(
     import os
     import signal
 
-    from launcher.runs.store import RunStore
+    from launcher.runs.core.store import RunStore
 
     code = tmp_path / "code"
     code.mkdir()

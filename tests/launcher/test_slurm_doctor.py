@@ -72,7 +72,7 @@ def test_a_probe_job_that_waits_is_a_warning_with_the_reason_and_is_cancelled(ho
     """Both nodes held by another job: the probe job waits, is cancelled past its time, and says why."""
     import asyncio
 
-    from launcher.backends.base import backend_for
+    from launcher.backends.registry import backend_for
     from launcher.backends.slurm import probe_job
     from launcher.workload.load import plan_file
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.runs.store import RunStore
+from launcher.runs.core.store import RunStore
 from tests.launcher.conftest import events, tagged
 from tests.launcher.test_slurm import (
     first_event,

@@ -202,7 +202,7 @@ def test_a_requeued_task_records_the_next_attempt_and_marks_it(tmp_path, monkeyp
 
 
 def test_a_command_the_agent_cannot_start_is_its_own_signature():
-    from launcher.runs.triage import triage_run
+    from launcher.runs.core.triage import triage_run
 
     log = "fsdp-tui agent: cannot start 'bash': [Errno 2] No such file or directory: 'bash'\n"
     report = triage_run({0: log}, {0: 127})
@@ -247,9 +247,9 @@ def test_relaunch_refuses_while_a_slurm_job_may_still_run(tmp_path, state, node_
 
     from launcher.cli.relaunch import job_may_live
     from launcher.events import NodeState, RunState
+    from launcher.runs.core.layout import save_plan
+    from launcher.runs.core.store import NodeRecord, RunRecord
     from launcher.runs.leftovers import SWEPT
-    from launcher.runs.records import save_plan
-    from launcher.runs.store import NodeRecord, RunRecord
     from launcher.workload.plan import build_plan
 
     text = "experiment_name: x\ncommand: run\ncompute:\n  num_accelerators: 2\n  slurm: {login: a@b}\n"

@@ -127,7 +127,7 @@ parameters:
     # Resume from the checkpoints screen: a new run continues at the saved step, on the nodes.
     import asyncio
 
-    from launcher.runs.store import RunStore
+    from launcher.runs.core.store import RunStore
     from tests.tui.support import wait_for
     from tui.app import FsdpTuiApp
     from tui.screens.checkpoints import CheckpointsScreen
@@ -473,7 +473,7 @@ command: |
         assert states[:1] == ["reconnecting"] and "lost" in states and states[-1] == "lost", states
         record = json.loads(ssh_cli(home, client, "runs", "--json").stdout)[0]
         assert record["state"] == "failed"
-        from launcher.runs.store import RunStore
+        from launcher.runs.core.store import RunStore
 
         nodes = {n.node_rank: n for n in RunStore(home).get_run(run_id).nodes}
         assert nodes[1].state.value == "lost" and nodes[0].state.value == "stopped"

@@ -10,7 +10,7 @@ import pytest
 
 from launcher.events import RunState
 from launcher.paths import new_run_id
-from launcher.runs.store import RunStore
+from launcher.runs.core.store import RunStore
 from launcher.workload.plan import build_plan
 from launcher.workload.validate import validate_file
 
@@ -20,7 +20,7 @@ WRITER = """
 import sys
 from pathlib import Path
 from launcher.events import RunState
-from launcher.runs.store import RunStore
+from launcher.runs.core.store import RunStore
 store = RunStore(Path(sys.argv[1]))
 run_id = sys.argv[2]
 store.set_state(run_id, RunState.RUNNING, 1)

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from launcher.runs.store import RunStore
-from launcher.runs.sweep_driver import driver_alive
-from launcher.runs.sweep_record import load_sweep
+from launcher.runs.core.store import RunStore
+from launcher.runs.sweeps.driver import driver_alive
+from launcher.runs.sweeps.record import load_sweep
 from tests.launcher.conftest import FSDP_TUI, ROOT, cli, cli_env, write_workload
 
 pytestmark = pytest.mark.slow

@@ -11,11 +11,11 @@ import subprocess
 
 import pytest
 
-from launcher.runs.comparison import sweep_stats
-from launcher.runs.comparison_format import render
-from launcher.runs.store import RunStore
-from launcher.runs.sweep_driver import driver_alive
-from launcher.runs.sweep_record import load_sweep
+from launcher.runs.core.store import RunStore
+from launcher.runs.read.comparison import sweep_stats
+from launcher.runs.read.comparison_format import render
+from launcher.runs.sweeps.driver import driver_alive
+from launcher.runs.sweeps.record import load_sweep
 from tests.launcher.conftest import FSDP_TUI, ROOT, cli, cli_env, tagged, write_workload
 
 pytestmark = pytest.mark.slow

@@ -5,9 +5,9 @@ import os
 import pytest
 
 from launcher.events import MetricsRecorded, NodeLines, RunState, RunStateChanged
-from launcher.runs.streams import LineSplitter, LogMetrics
-from launcher.runs.triage import classify_line, triage_run
-from launcher.runs.view import RunView
+from launcher.runs.core.streams import LineSplitter, LogMetrics
+from launcher.runs.core.triage import classify_line, triage_run
+from launcher.runs.read.view import RunView
 from launcher.workload.model import DEFAULT_METRICS_PATTERN
 from trainer.protocol import MetricRecord, RankMemory
 

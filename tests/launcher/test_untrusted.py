@@ -269,7 +269,7 @@ def test_an_agents_error_reaches_the_user_printable():
 
 
 def test_resume_sets_the_exact_folder_as_data(tmp_path):
-    from launcher.runs.checkpoints import resume_override
+    from launcher.runs.core.checkpoints import resume_override
     from launcher.workload.validate import validate_text
 
     path = "/runs/r1/out/checkpoints/step-00000011-a #b: c"

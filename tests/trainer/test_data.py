@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from trainer import train
-from trainer.attention import segment_mask
 from trainer.data import (
     IGNORE,
     Example,
@@ -17,6 +16,7 @@ from trainer.data import (
     pack,
     pad_rows,
 )
+from trainer.packed_masks import segment_mask
 
 
 @pytest.fixture(scope="module")

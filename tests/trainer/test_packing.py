@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.trainer.conftest import alpaca_examples
-from trainer import attention, packed_sdpa, train
+from trainer import attention, packed_masks, packed_sdpa, train
 from trainer.config import TrainerConfig
 from trainer.data import collate, pack, pad_rows
 
@@ -164,13 +164,13 @@ def test_per_example_sdpa_hands_extras_it_cannot_apply_to_sdpa_with_the_examples
     module = torch.nn.Module()
     with packed_sdpa.examples(pos):
         got, _ = packed_sdpa.attention(module, q, k, v, None, position_bias=bias)
-    want, _ = sdpa_attention_forward(module, q, k, v, attention.segment_mask(pos), position_bias=bias)
+    want, _ = sdpa_attention_forward(module, q, k, v, packed_masks.segment_mask(pos), position_bias=bias)
     torch.testing.assert_close(got, want)
 
 
 def test_eager_mask_is_additive_and_closes_other_examples():
     pos = torch.tensor([[0, 1, 2, 0, 1]])
-    mask = attention.additive_mask(pos)
+    mask = packed_masks.additive_mask(pos)
     assert mask.dtype == torch.float32
     allowed = mask[0, 0] == 0
     assert allowed.tolist() == [[True, False, False, False, False],

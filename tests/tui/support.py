@@ -51,7 +51,7 @@ def workload_text(experiment: str, num_nodes: int) -> str:
 def record(home: Path, run: RecordedRun, created_order: int = 0,
            node_lines: dict[int, list[str]] | None = None, metrics: list[dict] | None = None) -> Path:
     """Write ``run`` into the run store under ``home``; returns its record directory."""
-    from launcher.runs.store import RunStore
+    from launcher.runs.core.store import RunStore
     from launcher.workload.plan import build_plan
     from launcher.workload.validate import validate_text
 
@@ -91,7 +91,7 @@ _HELD = []
 def _owned_elsewhere(directory: Path) -> None:
     """A live run's owner is another process: hold its lock for the rest of the tests, so no screen
     adopts the recorded run (a real app would: it has no supervisor)."""
-    from launcher.runs.owner import OwnerLock
+    from launcher.runs.core.ownership import OwnerLock
 
     lock = OwnerLock(directory)
     assert lock.acquire()

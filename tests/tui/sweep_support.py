@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from launcher.events import RunState
-from launcher.runs.sweep_record import SweepRecord, VariantRecord, save_sweep
+from launcher.runs.sweeps.record import SweepRecord, VariantRecord, save_sweep
 from tests.tui.support import T0, RecordedRun, record
 
 SWEEP_ID = "sweep-20260301-0900-sharding-sweep-cpu-5a5a"

@@ -81,7 +81,7 @@ async def test_home_lists_samples_and_opens_the_editor(home):
 
 def _record_run(home: Path, run_id: str, lines: dict[int, list[str]], records: list[dict], state: RunState) -> None:
     """A finished run's local record, as the launcher writes it."""
-    from launcher.runs.store import RunStore
+    from launcher.runs.core.store import RunStore
     from launcher.workload.plan import build_plan
     from launcher.workload.validate import validate_text
 
@@ -209,8 +209,8 @@ def _fake_checkpoints(root: Path, steps: dict[int, bool]) -> None:
 
 
 async def test_checkpoints_browser_lists_and_never_deletes_the_newest_complete(home, tmp_path):
+    from launcher.runs.core.store import RunStore
     from launcher.runs.launch import create_run
-    from launcher.runs.store import RunStore
     from launcher.workload.plan import build_plan
     from launcher.workload.validate import validate_text
     from tui.screens.checkpoints import CheckpointsScreen
@@ -374,8 +374,8 @@ async def test_gpus_screen_lists_a_leftover_and_x_stops_it(home, tmp_path, monke
     """No GPU here: a stand-in nvidia-smi prints recorded output naming a real process tagged with an ended run."""
     import os
 
+    from launcher.runs.core.store import RunStore
     from launcher.runs.launch import create_run
-    from launcher.runs.store import RunStore
     from launcher.workload.plan import build_plan
     from launcher.workload.validate import validate_text
     from tui.screens.gpus import GpusScreen

@@ -23,8 +23,8 @@ def _complete(root: Path, name: str, step: int) -> None:
 
 
 async def test_hostile_checkpoint_names_links_and_resume_as_data(home, tmp_path, monkeypatch):
+    from launcher.runs.core.store import RunStore
     from launcher.runs.launch import create_run
-    from launcher.runs.store import RunStore
     from launcher.workload.overrides import SetValue
     from launcher.workload.plan import build_plan
     from launcher.workload.validate import validate_text

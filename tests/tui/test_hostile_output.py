@@ -65,7 +65,7 @@ command: |
         _tmux(server, "send-keys", "-t", "app", "q")
         _wait(server, "app", lambda t: "EXITED=" in t, timeout=30)
 
-        from launcher.runs.store import RunStore
+        from launcher.runs.core.store import RunStore
 
         [first] = RunStore(home).list_runs()
         mirror = (home / "runs" / first.run_id / "nodes" / "0.log").read_bytes()

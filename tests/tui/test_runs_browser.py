@@ -6,7 +6,7 @@ import pytest
 from textual.widgets import Input
 
 from launcher.events import RunState
-from launcher.runs.store import RunSummary
+from launcher.runs.core.store import RunSummary
 from tests.tui.support import BROWSER_RUNS, RecordedRun, record, record_all, wait_for
 from tui.app import FsdpTuiApp
 from tui.commands import Command, CommandError, parse_command

@@ -10,7 +10,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Label
 
-from launcher.runs.checkpoints import CheckpointInfo, completeness, deletable, resume_override
+from launcher.runs.core.checkpoints import CheckpointInfo, completeness, deletable, resume_override
 from tui.widgets.footer import FitFooter
 
 
@@ -44,7 +44,7 @@ class CheckpointsScreen(Screen):
 
     @work(exclusive=True, group="ckpt-list")
     async def reload(self) -> None:
-        from launcher.runs.checkpoints import NoOutputDir, list_checkpoints
+        from launcher.runs.core.checkpoints import NoOutputDir, list_checkpoints
 
         where = self.query_one("#where", Label)
         try:
@@ -98,7 +98,7 @@ class CheckpointsScreen(Screen):
 
     @work(exclusive=True, group="export")
     async def export(self, c: CheckpointInfo) -> None:
-        from launcher.runs.checkpoints import CheckpointError, export_checkpoint
+        from launcher.runs.core.checkpoints import CheckpointError, export_checkpoint
 
         self.notify(f"exporting {c.name} to a Hugging Face folder on the node ...")
         try:
@@ -126,7 +126,7 @@ class CheckpointsScreen(Screen):
 
     @work(exclusive=True, group="ckpt-delete")
     async def delete(self, c: CheckpointInfo) -> None:
-        from launcher.runs.checkpoints import CheckpointError, delete_checkpoint
+        from launcher.runs.core.checkpoints import CheckpointError, delete_checkpoint
 
         try:
             await delete_checkpoint(self.app.home, self.run_id, c.name)

@@ -11,7 +11,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Input, Label
 
-from launcher.runs.store import RunSummary
+from launcher.runs.core.store import RunSummary
 from tui.widgets.footer import FitFooter
 from tui.widgets.runs_table import RunsTable
 from tui.widgets.sweeps_table import SweepsTable
@@ -117,9 +117,9 @@ class HomeScreen(Screen):
 
     @work(thread=True, exclusive=True, group="home-runs")
     def load_runs(self) -> None:
+        from launcher.runs.core.store import RunStore, StoreDamaged
         from launcher.runs.launch import adopt_orphans_of
-        from launcher.runs.store import RunStore, StoreDamaged
-        from launcher.runs.sweep_record import list_sweeps
+        from launcher.runs.sweeps.record import list_sweeps
 
         try:
             adopt_orphans_of(self.app.home)  # a run whose owner died gets a new one, which catches it up
@@ -138,8 +138,8 @@ class HomeScreen(Screen):
     @work(thread=True, exclusive=True, group="home-leftovers")
     def sweep_lost_nodes(self) -> None:
         """Nodes lost in earlier runs that answer again: their leftover processes are stopped; say so."""
+        from launcher.runs.core.store import StoreDamaged
         from launcher.runs.leftovers import sweep_lost_now
-        from launcher.runs.store import StoreDamaged
 
         try:
             said = sweep_lost_now(self.app.home)
@@ -289,8 +289,8 @@ class HomeScreen(Screen):
 
     def action_clone(self) -> None:
         """A copy of the run's workload next to the original, opened in the editor."""
-        from launcher.runs.clone import clone_workload
-        from launcher.runs.store import RunStore
+        from launcher.runs.core.store import RunStore
+        from launcher.runs.read.clone import clone_workload
 
         run_id = self._selected("#runs")
         record = RunStore(self.app.home).get_run(run_id) if run_id else None
@@ -343,7 +343,7 @@ class HomeScreen(Screen):
         def done(yes: bool | None) -> None:
             if not yes:
                 return
-            from launcher.runs.store import RunStore
+            from launcher.runs.core.store import RunStore
 
             try:
                 RunStore(self.app.home).delete_run(run_id)

@@ -27,8 +27,8 @@ from launcher.events import (
     RunStateChanged,
     StacksDumped,
 )
-from launcher.runs.store import RunSummary
-from launcher.runs.view import RunView, fmt_duration
+from launcher.runs.core.store import RunSummary
+from launcher.runs.read.view import RunView, fmt_duration
 from tui.widgets.footer import FitFooter
 from tui.widgets.metrics import MetricsPanel
 from tui.widgets.node_log import NodeLog
@@ -120,7 +120,7 @@ class RunMonitorScreen(Screen):
     def show_network(self) -> None:
         """The newest interconnect test of this run's nodes, in the header (``fsdp-tui nettest``)."""
         from launcher.nettest.launch import newest_for
-        from launcher.runs.store import RunStore
+        from launcher.runs.core.store import RunStore
 
         record = RunStore(self.app.home).get_run(self.run_id)
         hosts = [n.host for n in sorted(record.nodes, key=lambda n: n.node_rank)] if record else []
@@ -131,7 +131,7 @@ class RunMonitorScreen(Screen):
 
     @work(exclusive=True, group="safe-step")
     async def refresh_safe_step(self) -> None:
-        from launcher.runs.safe_step import last_safe_step
+        from launcher.runs.core.safe_step import last_safe_step
 
         if self.safe_text and self.view.state.is_final:
             return  # an ended run's checkpoints do not change by themselves
@@ -156,7 +156,7 @@ class RunMonitorScreen(Screen):
 
     @work(exclusive=True, group="run-events")
     async def consume(self) -> None:
-        from launcher.runs.follow import FollowGaveUp, follow_run
+        from launcher.runs.read.follower import FollowGaveUp, follow_run
 
         events = self.events if self.events is not None else follow_run(self.app.home, self.run_id)
         try:
@@ -306,7 +306,7 @@ class RunMonitorScreen(Screen):
         self.app.relaunch_run(self.run_id)
 
     def action_stacks(self) -> None:
-        from launcher.runs.owner import request_stacks
+        from launcher.runs.core.ownership import request_stacks
 
         if self.view.state.is_final:
             self.notify("the run has ended: no process to look at")

@@ -54,8 +54,8 @@ class StoreDamagedModal(ModalScreen[bool]):
 
     @work(thread=True, exclusive=True, group="store-repair")
     def repair(self) -> None:
-        from launcher.runs.owner import live_owners
-        from launcher.runs.rebuild import rebuild_store
+        from launcher.runs.core.ownership import live_owners
+        from launcher.runs.core.rebuild import rebuild_store
 
         owners = live_owners(self.app.home)
         if owners:

@@ -1,6 +1,6 @@
 """A sweep (or any marked runs) side by side: one row per variant with its measured numbers, the loss
 curves overlaid, throughput and peak memory as bars; for marked runs, the workload diffs too. The
-numbers come from :mod:`launcher.runs.comparison`; this screen only shows them."""
+numbers come from :mod:`launcher.runs.read.comparison`; this screen only shows them."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Header, Label, Static, TabbedContent, TabPane
 
-from launcher.runs.comparison import RunStats
+from launcher.runs.read.comparison import RunStats
 from tui.widgets.comparison_plots import LossCurves, MetricBars
 from tui.widgets.comparison_table import ComparisonTable
 from tui.widgets.footer import FitFooter
@@ -101,9 +101,9 @@ class SweepScreen(Screen):
 
     @work(thread=True, exclusive=True, group="comparison")
     def reload(self) -> None:
-        from launcher.runs.comparison import compare_runs, sweep_stats
-        from launcher.runs.sweep_record import load_sweep
-        from launcher.runs.sweeps import adopt_sweeps
+        from launcher.runs.read.comparison import compare_runs, sweep_stats
+        from launcher.runs.sweeps.control import adopt_sweeps
+        from launcher.runs.sweeps.record import load_sweep
 
         home = self.app.home
         if self.sweep_id:
@@ -112,7 +112,7 @@ class SweepScreen(Screen):
             rows = sweep_stats(home, record)
             self.app.call_from_thread(self._show, rows, record.state, record.detail, None)
             return
-        from launcher.runs.store import RunStore
+        from launcher.runs.core.store import RunStore
 
         store = RunStore(home)
         records = {r: store.get_run(r) for r in self.run_ids}
@@ -183,7 +183,7 @@ class SweepScreen(Screen):
 
     @work(group="sweep-cancel")
     async def _cancel(self) -> None:
-        from launcher.runs.sweeps import cancel_sweep
+        from launcher.runs.sweeps.control import cancel_sweep
 
         self.notify(f"cancelling sweep {self.sweep_id} ...")
         record = await cancel_sweep(self.app.home, self.sweep_id)

@@ -10,7 +10,7 @@ from textual.containers import Vertical
 from textual.widgets import Label, Log
 
 from launcher.events import NodeState
-from launcher.runs.triage import classify_line, might_signal
+from launcher.runs.core.triage import classify_line, might_signal
 
 MAX_LINES = 20_000
 """Lines kept per pane (``Log`` keeps every line unless bounded)."""

@@ -14,8 +14,8 @@ from typing import Literal
 from rich.text import Text
 from textual.widgets import DataTable
 
-from launcher.runs.store import RunSummary
-from launcher.runs.view import fmt_duration
+from launcher.runs.core.store import RunSummary
+from launcher.runs.read.view import fmt_duration
 
 ColumnKey = Literal["id", "experiment", "state", "nodes", "start", "duration", "step", "loss", "eval"]
 

@@ -371,3 +371,8 @@ class SlurmBackend(AgentFleet):
             if entry is None or entry.ended or time.monotonic() > deadline:
                 return entry
             await asyncio.sleep(STOP_POLL_S)
+
+
+def create_backend(plan: RunPlan, *, on_link: LinkWatcher | None = None, agent_python: str | None = None) -> SlurmBackend:
+    """The registry's entry (:mod:`launcher.backends.registry`): one SLURM job through the login node's agent."""
+    return SlurmBackend(plan, on_link=on_link, agent_python=agent_python)

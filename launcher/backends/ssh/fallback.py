@@ -8,7 +8,7 @@ import re
 import shlex
 from pathlib import Path
 
-from launcher.backends.ssh.config import (
+from launcher.backends.ssh.common import (
     DEFAULT_PORT,
     ResolvedHost,
     SshConfigError,

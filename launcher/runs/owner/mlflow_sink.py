@@ -1,5 +1,5 @@
 """One MLflow run per launch, written by the run's owner only; every MLflow write of this data dir is
-serialised by :mod:`launcher.runs.tracking`'s lock (one writer per store at a time)."""
+serialised by :mod:`launcher.runs.owner.tracking`'s lock (one writer per store at a time)."""
 
 from __future__ import annotations
 

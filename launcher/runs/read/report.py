@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from launcher.runs.notifying import read_deliveries
-from launcher.runs.owner import owned
-from launcher.runs.safe_step import lead_time_of_run
-from launcher.runs.store import RunStore
-from launcher.runs.tracking import STATE_FILE
-from launcher.runs.usage import usage_of_record
-from launcher.runs.user_settings import SettingsError, load_user_settings
-from launcher.runs.view import fmt_duration
+from launcher.runs.core.layout import STATE_FILE
+from launcher.runs.core.notifying import read_deliveries
+from launcher.runs.core.ownership import owned
+from launcher.runs.core.safe_step import lead_time_of_run
+from launcher.runs.core.store import RunStore
+from launcher.runs.core.usage import usage_of_record
+from launcher.runs.core.user_settings import SettingsError, load_user_settings
+from launcher.runs.read.view import fmt_duration
 
 
 def run_report(home: Path, run_id: str) -> dict:

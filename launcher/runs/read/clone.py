@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launcher.runs.store import RunRecord
+from launcher.runs.core.store import RunRecord
 
 
 def clone_workload(record: RunRecord) -> Path:

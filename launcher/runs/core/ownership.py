@@ -15,7 +15,9 @@ from pathlib import Path
 
 from launcher.paths import run_dir
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
+"""The folder that holds the ``launcher`` package, put on a spawned owner's PYTHONPATH. Never ``launcher/``
+itself: its ``secrets.py`` would shadow the standard library's for the owner and every job it starts."""
 LOCK_FILE = "owner.lock"
 LOG_FILE = "supervisor.log"
 CANCEL_FILE = "cancel-requested"
@@ -139,7 +141,7 @@ def hand_over(lock: OwnerLock, home: Path, run_id: str, *, adopt: bool) -> int:
     cannot start a second owner. Secrets reach it through the environment it inherits, never its
     command line."""
     directory = run_dir(home, run_id)
-    argv = [sys.executable, "-m", "launcher.runs.supervisor", "--home", str(home), "--lock-fd", str(lock.fd),
+    argv = [sys.executable, "-m", "launcher.runs.owner.supervisor", "--home", str(home), "--lock-fd", str(lock.fd),
             run_id]
     if adopt:
         argv.append("--adopt")

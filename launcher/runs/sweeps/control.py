@@ -10,10 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from launcher.paths import new_run_id
+from launcher.runs.core.store import RunStore
 from launcher.runs.launch import cancel_run
-from launcher.runs.store import RunStore
-from launcher.runs.sweep_driver import Driver, driver_alive, plan_path, spawn_driver
-from launcher.runs.sweep_record import (
+from launcher.runs.sweeps.driver import Driver, driver_alive, plan_path, spawn_driver
+from launcher.runs.sweeps.record import (
     CANCEL,
     SweepRecord,
     VariantRecord,

@@ -17,12 +17,11 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from launcher.runs.mlflow_sink import MlflowSink
-from launcher.runs.records import load_options
+from launcher.runs.core.layout import STATE_FILE, load_options
+from launcher.runs.owner.mlflow_sink import MlflowSink
 from launcher.workload.plan import RunPlan
 from trainer.protocol import MetricRecord
 
-STATE_FILE = "mlflow.json"
 LOCK_FILE = "mlflow.lock"
 RETRY_S = 30.0
 """After a failure, syncing waits this long before trying the store again (the run's end tries at once)."""

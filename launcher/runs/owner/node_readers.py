@@ -8,12 +8,12 @@ import asyncio
 from collections.abc import Callable
 
 from launcher.backends.base import Backend, NodeError, NodeLost, NodeStatus
-from launcher.runs.records import Recorder
-from launcher.runs.settings import READ_CHUNK, Settings
+from launcher.runs.owner.recorder import Recorder
+from launcher.runs.owner.settings import READ_CHUNK, Settings
 
 
 class NodeFollowing:
-    """The run policy's half that reads the nodes (:class:`~launcher.runs.policy.RunPolicy` is the rest)."""
+    """The run policy's half that reads the nodes (:class:`~launcher.runs.owner.policy.RunPolicy` is the rest)."""
 
     backend: Backend
     rec: Recorder

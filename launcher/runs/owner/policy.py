@@ -1,7 +1,7 @@
 """The run policy: prepare, start, watch, retry, time out, cancel, and stop every node when one fails.
 
 It asks only the :class:`~launcher.backends.base.Backend` protocol and writes only through the
-:class:`~launcher.runs.records.Recorder`, so it is tested against a fake backend in milliseconds.
+:class:`~launcher.runs.owner.recorder.Recorder`, so it is tested against a fake backend in milliseconds.
 Each node is followed on its own (log, metrics on node 0, status, GPUs): a node that is reconnecting
 holds up only itself; a node whose link is lost fails the run, named.
 """
@@ -16,18 +16,18 @@ from dataclasses import dataclass
 from launcher.backends.base import Backend, LinkState, NodeError, NodeLost, NodeStatus, SchedulerCause
 from launcher.doctor.preflight import preflight
 from launcher.events import NodeState, RunState
-from launcher.runs.following import NodeFollowing
-from launcher.runs.records import Recorder
-from launcher.runs.settings import Settings
-from launcher.runs.space import RecordUnwritable
-from launcher.runs.stall import StallWatch
-from launcher.runs.triage import (
+from launcher.runs.core.space import RecordUnwritable
+from launcher.runs.core.triage import (
     node_error_report,
     reason_signature,
     scheduler_report,
     stalled_report,
     triage_run,
 )
+from launcher.runs.owner.node_readers import NodeFollowing
+from launcher.runs.owner.recorder import Recorder
+from launcher.runs.owner.settings import Settings
+from launcher.runs.owner.stall import StallWatch
 from launcher.workload.plan import RunPlan, with_rendezvous
 
 

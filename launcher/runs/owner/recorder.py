@@ -5,7 +5,8 @@ copies of the node's files: the size of the copy *is* the offset to read on from
 dies mid-write and the one that adopts the run continue exactly where the copy ends (no line lost, none
 twice). Metrics read from log lines (scripts without the reporter) go to ``log-metrics.jsonl``, which
 is derived from the mirror and rebuilt whole when a run is adopted. State changes go to the store and
-to ``events.jsonl``, which followers replay.
+to ``events.jsonl``, which followers replay. Where these files lie, and how a reader reads them, is
+:mod:`launcher.runs.core.layout`: readers never import this module.
 """
 
 from __future__ import annotations
@@ -28,54 +29,23 @@ from launcher.events import (
     RunState,
     RunStateChanged,
     StacksDumped,
-    event_to_dict,
     last_attempt,
 )
-from launcher.runs.space import RecordUnwritable, SpaceWatch, is_write_failure, write_failure
-from launcher.runs.store import RunStore
-from launcher.runs.streams import LogMetrics
-from launcher.workload.plan import RunPlan, plan_from_json, plan_to_json
+from launcher.runs.core.layout import (
+    EVENTS,
+    FORCED,
+    FORCED_NOTE,
+    LOG_METRICS,
+    METRICS,
+    event_line,
+    file_size,
+    mirror_path,
+    read_records,
+)
+from launcher.runs.core.space import RecordUnwritable, SpaceWatch, is_write_failure, write_failure
+from launcher.runs.core.store import RunStore
+from launcher.runs.core.streams import LogMetrics
 from trainer.protocol import MetricRecord
-
-PLAN = "plan.json"
-OPTIONS = "options.json"
-"""How the run was asked to launch (``force``: skip the preflight checks)."""
-FORCED = "forced.txt"
-"""What a run launched with ``--force`` was forced past (the checks that would have refused it)."""
-FORCED_NOTE = "launched with --force past: "
-"""How a forced run's state detail starts, even when it succeeds (``show`` and ``runs`` print it)."""
-EVENTS = "events.jsonl"
-METRICS = "metrics.jsonl"
-LOG_METRICS = "log-metrics.jsonl"
-
-
-def save_plan(directory: Path, plan: RunPlan) -> None:
-    """The plan a run's owner (and any later one) runs: the resolved workload and the launch's choices."""
-    tmp = directory / f".{PLAN}.tmp"
-    tmp.write_text(json.dumps(plan_to_json(plan)))
-    os.replace(tmp, directory / PLAN)
-
-
-def load_plan(directory: Path) -> RunPlan:
-    return plan_from_json(json.loads((directory / PLAN).read_text()))
-
-
-def load_options(directory: Path) -> dict:
-    try:
-        return json.loads((directory / OPTIONS).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def mirror_path(directory: Path, rank: int) -> Path:
-    return directory / "nodes" / f"{rank}.log"
-
-
-def file_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
 
 
 def _tail_after_newline(path: Path) -> bytes:
@@ -329,25 +299,6 @@ class Recorder:
             path = mirror_path(self.dir, rank)
             out[rank] = last_attempt(_tail_text(path, max_bytes)) if path.exists() else ""
         return out
-
-
-def event_line(event: RunEvent, at: float | None = None) -> str:
-    """One line of ``events.jsonl``: the event and when it happened (the run's folder keeps the times
-    of its state changes, so the store can be rebuilt from it)."""
-    return json.dumps({**event_to_dict(event), "at": time.time() if at is None else at})
-
-
-def read_records(path: Path) -> list[MetricRecord]:
-    if not path.exists():
-        return []
-    out = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if line.endswith("\n"):
-                record = MetricRecord.from_json(line)
-                if record is not None:
-                    out.append(record)
-    return out
 
 
 def _tail_text(path: Path, max_bytes: int) -> str:

@@ -18,8 +18,8 @@ from pathlib import Path
 import yaml
 
 from launcher.events import NodeState, RunState
-from launcher.runs.records import EVENTS, LOG_METRICS, METRICS, PLAN, read_records
-from launcher.runs.store import NodeRecord, RunStore, RunSummary, StoreDamaged
+from launcher.runs.core.layout import EVENTS, LOG_METRICS, METRICS, PLAN, read_records
+from launcher.runs.core.store import NodeRecord, RunStore, RunSummary, StoreDamaged
 
 STORE_FILES = ("runs.db", "runs.db-wal", "runs.db-shm")
 

@@ -8,7 +8,7 @@ import io
 import json
 from typing import Literal
 
-from launcher.runs.comparison import COLUMNS, Column, RunStats, fmt
+from launcher.runs.read.comparison import COLUMNS, Column, RunStats, fmt
 
 Format = Literal["table", "csv", "md", "json"]
 FORMATS: tuple[str, ...] = ("table", "csv", "md", "json")

@@ -1,4 +1,4 @@
-"""The run's owner: ``python -m launcher.runs.supervisor --home HOME RUN_ID [--adopt]``.
+"""The run's owner: ``python -m launcher.runs.owner.supervisor --home HOME RUN_ID [--adopt]``.
 
 Started detached by whoever launches the run (the app, ``run``, relaunch, resume) or adopts it (the
 next command that lists or opens runs, when the owner died). It takes the run's lock, runs the policy
@@ -19,20 +19,21 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from launcher.backends.base import backend_for
+from launcher.backends.registry import backend_for
 from launcher.events import RunState
 from launcher.paths import run_dir
-from launcher.runs.idle import IdleGuard
-from launcher.runs.notifying import newest_checkpoint, notify_run, notify_wanted
-from launcher.runs.owner import OwnerLock, cancel_requested, request_cancel, take_stacks_request
-from launcher.runs.policy import LaunchFailed, Outcome, RunPolicy
-from launcher.runs.records import LOG_METRICS, METRICS, Recorder, load_options, load_plan, save_plan
-from launcher.runs.safe_step import save_safe_step
-from launcher.runs.settings import Settings
-from launcher.runs.store import RunStore, StoreDamaged
-from launcher.runs.streams import LogMetrics
-from launcher.runs.tracking import Tracker
-from launcher.runs.usage import usage_totals
+from launcher.runs.core.layout import LOG_METRICS, METRICS, load_options, load_plan, save_plan
+from launcher.runs.core.notifying import newest_checkpoint, notify_run, notify_wanted
+from launcher.runs.core.ownership import OwnerLock, cancel_requested, request_cancel, take_stacks_request
+from launcher.runs.core.safe_step import save_safe_step
+from launcher.runs.core.store import RunStore, StoreDamaged
+from launcher.runs.core.streams import LogMetrics
+from launcher.runs.core.usage import usage_totals
+from launcher.runs.owner.idle import IdleGuard
+from launcher.runs.owner.policy import LaunchFailed, Outcome, RunPolicy
+from launcher.runs.owner.recorder import Recorder
+from launcher.runs.owner.settings import Settings
+from launcher.runs.owner.tracking import Tracker
 from launcher.secrets import MissingSecrets, SecretStore
 from launcher.workload.plan import RunPlan
 
@@ -197,7 +198,7 @@ def _cannot_adopt(home: Path, record, err: Exception) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m launcher.runs.supervisor")
+    parser = argparse.ArgumentParser(prog="python -m launcher.runs.owner.supervisor")
     parser.add_argument("--home", type=Path, required=True)
     parser.add_argument("run_id")
     parser.add_argument("--adopt", action="store_true")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from launcher.runs.display import sanitize_line, show_lines
+from launcher.runs.core.display import sanitize_line, show_lines
 from trainer.protocol import MetricRecord
 
 MAX_PENDING_BYTES = 1 << 20
@@ -16,7 +16,7 @@ _FLOAT_GROUPS = ("loss", "lr", "eval_loss", "tokens_per_s", "grad_norm", "epoch"
 
 class LineSplitter:
     """Feed bytes as they arrive; get back complete lines, sanitised for display
-    (:func:`~launcher.runs.display.sanitize_line`). A partial last line waits for its end."""
+    (:func:`~launcher.runs.core.display.sanitize_line`). A partial last line waits for its end."""
 
     def __init__(self, keep_colour: bool = False) -> None:
         self.rest = b""

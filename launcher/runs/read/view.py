@@ -18,7 +18,7 @@ from launcher.events import (
     RunState,
     RunStateChanged,
 )
-from launcher.runs.triage import classify_line, might_signal
+from launcher.runs.core.triage import classify_line, might_signal
 from trainer.protocol import RankMemory
 
 SERIES_LEN = 600

@@ -23,10 +23,10 @@ from launcher.events import (
     event_from_dict,
 )
 from launcher.paths import run_dir
-from launcher.runs.owner import LOG_FILE, owned, owner_note, spawn_owner
-from launcher.runs.records import EVENTS, LOG_METRICS, METRICS, file_size, mirror_path
-from launcher.runs.store import RunStore
-from launcher.runs.streams import LineSplitter
+from launcher.runs.core.layout import EVENTS, LOG_METRICS, METRICS, file_size, mirror_path
+from launcher.runs.core.ownership import LOG_FILE, owned, owner_note, spawn_owner
+from launcher.runs.core.store import RunStore
+from launcher.runs.core.streams import LineSplitter
 from trainer.protocol import MetricRecord
 
 POLL_S = 0.1

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from launcher.runs.user_settings import Prices
+from launcher.runs.core.user_settings import Prices
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def run_usage(*, kind: str, procs_per_node: int, hosts: list[str], num_nodes: in
 
 
 def usage_of_record(record, workload_json: dict | None, prices: Prices | None, now: float) -> Usage | None:
-    """A stored run's usage (``record`` a :class:`~launcher.runs.store.RunRecord`, the workload as its
+    """A stored run's usage (``record`` a :class:`~launcher.runs.core.store.RunRecord`, the workload as its
     plan recorded it); ``None`` for a run that never started or whose plan is not recorded."""
     from launcher.workload.model import Workload
     from launcher.workload.topology import resolve_topology
@@ -100,8 +100,8 @@ def usage_totals(home, run_id: str) -> dict[str, float]:
     import json
     import time
 
-    from launcher.runs.store import RunStore
-    from launcher.runs.user_settings import SettingsError, load_user_settings
+    from launcher.runs.core.store import RunStore
+    from launcher.runs.core.user_settings import SettingsError, load_user_settings
 
     record = RunStore(home).get_run(run_id)
     if record is None:

@@ -16,9 +16,9 @@ from pathlib import Path
 from launcher.notify.deliver import Delivery, deliver
 from launcher.notify.summary import CheckpointFact, RunFacts, build_summary
 from launcher.paths import run_dir
-from launcher.runs.store import RunStore
-from launcher.runs.usage import usage_of_record
-from launcher.runs.user_settings import SettingsError, effective_notify, load_user_settings
+from launcher.runs.core.store import RunStore
+from launcher.runs.core.usage import usage_of_record
+from launcher.runs.core.user_settings import SettingsError, effective_notify, load_user_settings
 from launcher.secrets import SecretStore
 from launcher.workload.notify import Notify
 
@@ -56,7 +56,7 @@ def notify_wanted(workload_notify: Notify | None, event: str) -> bool:
 async def newest_checkpoint(backend, output_dir: str | None, timeout_s: float = 20.0) -> CheckpointFact | None:
     """The newest complete checkpoint under ``output_dir``, asked of the run's backend; ``None`` when there
     is none or the node does not answer in time (a notification never waits long for it)."""
-    from launcher.runs.safe_step import newest_fact
+    from launcher.runs.core.safe_step import newest_fact
 
     if not output_dir:
         return None

@@ -6,7 +6,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from launcher.runs.display import sanitize_line
+from launcher.runs.core.display import sanitize_line
 
 # Checked in order; the first signature found in a node's log names the failure.
 SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (

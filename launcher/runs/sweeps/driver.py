@@ -3,7 +3,7 @@ supervisor, through the same :func:`start_run` as ``fsdp-tui run``), ``parallel`
 them in the run store, and ends the sweep. It holds ``driver.lock`` while it lives; it alone writes
 the sweep's record. Cancel: a ``cancel`` file, which it reads before every start.
 
-    python -m launcher.runs.sweep_driver --home HOME SWEEP_ID
+    python -m launcher.runs.sweeps.driver --home HOME SWEEP_ID
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import traceback
 from pathlib import Path
 
 from launcher.events import RunState
+from launcher.runs.core.ownership import ROOT, adopt_orphans
+from launcher.runs.core.store import RunStore
 from launcher.runs.launch import cancel_run, start_run
-from launcher.runs.owner import ROOT, adopt_orphans
-from launcher.runs.store import RunStore
-from launcher.runs.sweep_record import (
+from launcher.runs.sweeps.record import (
     LOCK,
     PARENT_TAG,
     SWEEP_TAG,
@@ -69,7 +69,7 @@ def spawn_driver(home: Path, sweep_id: str) -> int | None:
             return None
         env = {k: v for k, v in os.environ.items() if k not in ("FSDP_TUI_RUN_ID", "NODE_RANK")}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        argv = [sys.executable, "-m", "launcher.runs.sweep_driver", "--home", str(home), "--lock-fd", str(fd),
+        argv = [sys.executable, "-m", "launcher.runs.sweeps.driver", "--home", str(home), "--lock-fd", str(fd),
                 sweep_id]
         with open(sweep_dir(home, sweep_id) / LOG, "ab") as log:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
@@ -192,7 +192,7 @@ class Driver:
         return state
 
     def _mlflow(self):
-        from launcher.runs.mlflow_sink import MlflowSink
+        from launcher.runs.owner.mlflow_sink import MlflowSink
 
         plan = plan_from_json(json.loads(plan_path(self.home, self.sweep_id, 1).read_text()))
         cfg = plan.workload.mlflow
@@ -202,7 +202,7 @@ class Driver:
 
     def _open_parent(self) -> str | None:
         """The sweep's MLflow run, parent of the variants' runs; a failure is noted, never fatal."""
-        from launcher.runs.tracking import store_lock
+        from launcher.runs.owner.tracking import store_lock
 
         try:
             sink = self._mlflow()
@@ -216,7 +216,7 @@ class Driver:
             return None
 
     def _close_parent(self, parent: str, status: str) -> None:
-        from launcher.runs.tracking import store_lock
+        from launcher.runs.owner.tracking import store_lock
 
         try:
             sink = self._mlflow()
@@ -228,7 +228,7 @@ class Driver:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m launcher.runs.sweep_driver")
+    parser = argparse.ArgumentParser(prog="python -m launcher.runs.sweeps.driver")
     parser.add_argument("--home", type=Path, required=True)
     parser.add_argument("sweep_id")
     parser.add_argument("--lock-fd", type=int, help="the sweep's lock, taken by whoever started this process")

@@ -142,7 +142,7 @@ def _use_wal(db: sqlite3.Connection) -> None:
 
 class RunStore:
     """The index of the runs in ``home/runs/``: summaries, state changes and node states, queried fast.
-    Each run's folder is the truth (:mod:`launcher.runs.rebuild` makes the index again from them).
+    Each run's folder is the truth (:mod:`launcher.runs.core.rebuild` makes the index again from them).
     Opening writes nothing unless the schema is missing, so reading commands work on a full disk."""
 
     @_guarded
@@ -203,7 +203,7 @@ class RunStore:
     @_guarded
     def restore_run(self, summary: RunSummary, transitions: list[tuple[float, RunState, int, str]],
                     nodes: list[NodeRecord], created_at: float) -> None:
-        """A run's index rows as read back from its folder (:mod:`launcher.runs.rebuild`), in one
+        """A run's index rows as read back from its folder (:mod:`launcher.runs.core.rebuild`), in one
         transaction: a run is indexed whole or not at all."""
         s = summary
         db = self._db()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.notify.summary import CheckpointFact, fmt_age
-from launcher.runs.checkpoints import NoOutputDir, list_checkpoints
+from launcher.runs.core.checkpoints import NoOutputDir, list_checkpoints
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ async def last_safe_step(home: Path, run_id: str, timeout_s: float = 15.0) -> Sa
     """``None`` for a run without ``parameters.output_dir`` (its script keeps its own checkpoints). An ended
     run's comes from what its owner recorded (no node is asked); a live run's node is asked."""
     from launcher.paths import run_dir
-    from launcher.runs.store import RunStore
+    from launcher.runs.core.store import RunStore
 
     record = RunStore(home).get_run(run_id)
     if record is not None and record.summary.state.is_final and record.summary.output_dir:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launcher.backends.base import Backend, CheckpointListing, ExportResult, NodeError, backend_for
+from launcher.backends.base import Backend, CheckpointListing, ExportResult, NodeError
+from launcher.backends.registry import backend_for
 from launcher.paths import run_dir
-from launcher.runs.records import load_plan
-from launcher.runs.store import RunStore
+from launcher.runs.core.layout import load_plan
+from launcher.runs.core.store import RunStore
 from launcher.workload.overrides import SetValue
 from trainer.ckpt_layout import CheckpointInfo, deletable, newest_complete
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from launcher.runs.records import LOG_METRICS, METRICS, PLAN, read_records
-from launcher.runs.store import RunStore
-from launcher.runs.usage import usage_of_record
+from launcher.runs.core.layout import LOG_METRICS, METRICS, PLAN, read_records
+from launcher.runs.core.store import RunStore
+from launcher.runs.core.usage import usage_of_record
 from trainer.protocol import MetricRecord
 
 

@@ -1,0 +1,76 @@
+"""Where a run's record lies in its folder (``runs/<id>/``) and how its plain parts are read: the plan,
+the launch options, the node log mirrors, the metrics files. Both sides use it: the owner writes these
+files (:class:`~launcher.runs.owner.recorder.Recorder`), the launch writes the plan before the owner
+starts, and every reader finds them here, so a reader never needs the writer's module."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from launcher.events import RunEvent, event_to_dict
+from launcher.workload.plan import RunPlan, plan_from_json, plan_to_json
+from trainer.protocol import MetricRecord
+
+PLAN = "plan.json"
+OPTIONS = "options.json"
+"""How the run was asked to launch (``force``: skip the preflight checks)."""
+FORCED = "forced.txt"
+"""What a run launched with ``--force`` was forced past (the checks that would have refused it)."""
+FORCED_NOTE = "launched with --force past: "
+"""How a forced run's state detail starts, even when it succeeds (``show`` and ``runs`` print it)."""
+EVENTS = "events.jsonl"
+METRICS = "metrics.jsonl"
+LOG_METRICS = "log-metrics.jsonl"
+STATE_FILE = "mlflow.json"
+"""What the owner has logged to MLflow for the run (its MLflow run id, the last step sent)."""
+
+
+def save_plan(directory: Path, plan: RunPlan) -> None:
+    """The plan a run's owner (and any later one) runs: the resolved workload and the launch's choices."""
+    tmp = directory / f".{PLAN}.tmp"
+    tmp.write_text(json.dumps(plan_to_json(plan)))
+    os.replace(tmp, directory / PLAN)
+
+
+def load_plan(directory: Path) -> RunPlan:
+    return plan_from_json(json.loads((directory / PLAN).read_text()))
+
+
+def load_options(directory: Path) -> dict:
+    try:
+        return json.loads((directory / OPTIONS).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def mirror_path(directory: Path, rank: int) -> Path:
+    return directory / "nodes" / f"{rank}.log"
+
+
+def file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def event_line(event: RunEvent, at: float | None = None) -> str:
+    """One line of ``events.jsonl``: the event and when it happened (the run's folder keeps the times
+    of its state changes, so the store can be rebuilt from it)."""
+    return json.dumps({**event_to_dict(event), "at": time.time() if at is None else at})
+
+
+def read_records(path: Path) -> list[MetricRecord]:
+    if not path.exists():
+        return []
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.endswith("\n"):
+                record = MetricRecord.from_json(line)
+                if record is not None:
+                    out.append(record)
+    return out

@@ -1,0 +1,35 @@
+"""Running side by side (pytest-xdist, ``.ci/run``'s ``-n 2 --dist loadgroup``).
+
+Tests are handed out one by one to whichever worker is free, except those that share something costly
+or machine-wide, which stay together on one worker:
+
+- a test that uses a module-scoped fixture (a trained model, a SLURM cluster per module) joins its
+  module's group, so the fixture is built once, not once per worker (automatic, below);
+- a test that needs a machine-wide resource nobody else may touch meanwhile names it:
+  ``@pytest.mark.xdist_group("name")``; every test in that group runs on the same worker, one after
+  the other.
+
+Everything else is isolated by the fixtures: ``tmp_path`` homes, free ports, network namespaces and
+bridges claimed by name (``tests/launcher/sshd.py``), run ids in every process's environment.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+SHARED_SCOPES = ("module", "package", "class")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        for name in info.names_closure:
+            defs = info.name2fixturedefs.get(name) or ()
+            if any(d.scope in SHARED_SCOPES for d in defs):
+                item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+                break
