@@ -10,8 +10,8 @@ The rooms say that design (each ``__init__`` says what lives there and what it m
 - ``read/``: the readers of a run's records: the follower the app and ``watch`` use, the monitor's view,
   reports, comparisons, checkpoint listing, clone. Readers never import ``owner/``.
 - ``sweeps/``: a sweep's driver (a detached process that starts ordinary runs), its record, its control.
-- ``launch.py``, ``leftovers.py``: the doors the app and the CLI call: start, adopt, cancel a run; clean
-  nodes lost in earlier runs. They start an owner (``python -m launcher.runs.owner.supervisor``), never
+- ``launch.py``, ``leftovers.py``, ``gpu_holders.py``: the doors the app and the CLI call: start, adopt,
+  cancel a run; clean nodes lost in earlier runs; list and stop what holds GPU memory after our runs. They start an owner (``python -m launcher.runs.owner.supervisor``), never
   run one in-process.
 
 Import rules (``pyproject.toml``, checked by ``lint-imports``): sweeps > launch, leftovers > owner | read

@@ -1,6 +1,6 @@
 """The run's owner: the detached supervisor (``python -m launcher.runs.owner.supervisor``) and what only it
 runs: the run policy against the backend, following each node, writing the run's records (log mirrors,
-metrics, events, state), the stall watch and MLflow tracking. One owner per run holds its lock; nobody
+metrics, events, state), the stall and idle-GPU watches and MLflow tracking. One owner per run holds its lock; nobody
 else writes these records.
 
 It may import ``launcher.runs.core``, the Backend protocol and its registry (``launcher.backends.base``,
