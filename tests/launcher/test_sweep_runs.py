@@ -85,7 +85,7 @@ async def test_cancel_from_the_app_leaves_no_process_and_starts_nothing_more(hom
     app = FsdpTuiApp(home)
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen))
-        app.launch_workload(wl, [])
+        app.launch_sweep(wl)  # `w` on the home screen; `l` launches the file as written
         await wait_for(pilot, lambda: isinstance(app.screen, SweepScreen), timeout=60)
         screen = app.screen
         record = load_sweep(home, screen.sweep_id)

@@ -171,9 +171,13 @@ class Supervisor:
         if not await asyncio.to_thread(self.tracker.finish, status, artifacts, totals):
             self.rec.set_state(outcome.state, f"tracking (MLflow) failed: {self.tracker.error}")
         self.rec.finished(outcome.state, outcome.exit_code, outcome.triage, at=self.policy.ended_at)
-        ckpt = await newest_checkpoint(self.backend, self.store.get_run(self.run_id).summary.output_dir)
+        record = self.store.get_run(self.run_id)
+        ckpt = await newest_checkpoint(self.backend, record.summary.output_dir if record else None)
         if ckpt is not None:
-            save_safe_step(self.dir, ckpt, time.time())
+            try:
+                save_safe_step(self.dir, ckpt, time.time())
+            except OSError:
+                pass  # a full disk: `show` asks the nodes for the newest checkpoint instead
         await self._notify(outcome.state.value, ckpt)
         self.rec.write(self.store.set_launcher, self.run_id, None)
         await self.backend.close()
