@@ -68,7 +68,7 @@ class EditorScreen(Screen):
     BINDINGS = [
         Binding("ctrl+s", "save", "save"),
         Binding("ctrl+r", "launch", "launch"),
-        Binding("f8", "next_problem", "next problem", show=False),
+        Binding("f8", "next_problem", "next problem", tooltip="the cursor goes to it (shift+f8: the problems list)"),
         Binding("shift+f8", "focus_problems", "problems list", show=False),
         Binding("ctrl+t", "templates", "templates"),
         Binding("ctrl+n", "nettest", "nettest", tooltip="test the interconnect of these nodes (quick nettest)"),

@@ -62,8 +62,9 @@ class HomeScreen(Screen):
         Binding("l", "launch", "launch", tooltip="launch the workload as written, or what the run ran again"),
         Binding("w", "sweep", "sweep", tooltip="launch every variant of the workload's sweep: section"),
         Binding("d", "delete", "delete", tooltip="delete the run and its local record"),
-        Binding("space", "mark", "mark", show=False),  # "space+c: compare" in the runs title
-        Binding("c", "compare", "compare", tooltip="compare the marked runs (table, loss curves, diffs)"),
+        # "space+c: compare" in the runs title
+        Binding("space", "mark", "mark", show=False),
+        Binding("c", "compare", "compare", show=False, tooltip="compare the marked runs (table, loss curves, diffs)"),
         Binding("n", "new", "new", tooltip="a new workload from a template, opened in the editor"),
         Binding("y", "clone", "copy", tooltip="copy the run's workload and open it in the editor"),
         Binding("k", "checkpoints", "ckpts", tooltip="the run's checkpoints"),

@@ -20,7 +20,10 @@ class ProblemsList(OptionList):
     ProblemsList { height: 1fr; border: none; }
     ProblemsList:focus { border: none; }
     """
-    BINDINGS = [Binding("f", "fix", "apply fix"), Binding("escape", "leave", "back to the text")]
+    BINDINGS = [
+        Binding("f", "fix", "fix", tooltip="apply the problem's fix (undo reverts it)"),
+        Binding("escape", "leave", "back", tooltip="back to the text"),
+    ]
 
     @dataclass
     class Jump(Message):
