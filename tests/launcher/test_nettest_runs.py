@@ -15,7 +15,8 @@ import pytest
 
 from tests.launcher.conftest import FSDP_TUI, ROOT, cli, cli_env, tagged, write_workload
 
-pytestmark = pytest.mark.slow
+# One worker runs them one after the other: collectives timed on 2 cores need the cores.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("nettest")]
 
 
 def test_local_two_processes_give_a_report_and_a_kept_record(home, tmp_path):
@@ -46,8 +47,9 @@ command: "true"
     assert runs[0]["run_id"] == data["run_id"] and runs[0]["experiment"] == "nettest-nettest-local"
 
 
-def nettest_worker(node_rank: int) -> int | None:
-    """The pid of a nettest worker process (not its torchrun) of node ``node_rank``, if one is running."""
+def nettest_worker(node_rank: int, experiment: str = "nettest-down") -> int | None:
+    """The pid of a nettest worker process (not its torchrun) of node ``node_rank`` of this test's own run
+    (its run id names ``experiment``: other tests may run nettests beside it), if one is running."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -56,8 +58,9 @@ def nettest_worker(node_rank: int) -> int | None:
             cmd = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"nettest.py" in cmd and b"torch.distributed.run" not in cmd and f"NODE_RANK={node_rank}".encode() in env \
-                and any(e.startswith(b"LOCAL_RANK=") for e in env):
+        ours = any(e.startswith(b"FSDP_TUI_RUN_ID=") and f"-{experiment}-".encode() in e for e in env)
+        if ours and b"nettest.py" in cmd and b"torch.distributed.run" not in cmd \
+                and f"NODE_RANK={node_rank}".encode() in env and any(e.startswith(b"LOCAL_RANK=") for e in env):
             return int(entry.name)
     return None
 
