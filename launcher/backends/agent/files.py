@@ -138,8 +138,8 @@ def extract(tar: tarfile.TarFile, members: list, target: str) -> None:
     it (it refuses again what would leave the target and drops set-id and device bits)."""
     if hasattr(tarfile, "data_filter"):
         tar.extractall(target, members=members, filter="data")
-    else:  # Python < 3.12 without the backported filter: members were checked above
-        tar.extractall(target, members=members)
+    else:  # a Python without the backported filter (before 3.10.12 / 3.11.4)
+        tar.extractall(target, members=members)  # members were checked above, by checked_members
 
 
 def _remove(path: str) -> None:
