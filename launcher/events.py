@@ -109,6 +109,21 @@ class GpuTelemetry:
 
 
 @dataclass(frozen=True)
+class NodeUsage:
+    """What a node's job processes cost on that node, sampled by its agent (CPU-only nodes show this
+    where GPU nodes show :class:`GpuTelemetry`): the job's whole process tree, summed."""
+
+    run_id: str
+    node_rank: int
+    cpu_pct: float
+    """CPU time over the last sample interval, in percent of one core (400.0: four cores busy)."""
+    rss_mib: float
+    processes: int
+    sampled_at: float = 0.0
+    """When the node took the sample (the node's clock, seconds since the epoch); 0.0 when unknown."""
+
+
+@dataclass(frozen=True)
 class StacksDumped:
     """Every rank's stack on one node, taken on request (a hung run); the text is kept in ``path``."""
 
@@ -127,8 +142,8 @@ class RunFinished:
     triage: dict[str, Any] | None = field(default=None)
 
 
-RunEvent = (RunStateChanged | NodeStateChanged | NodeLines | MetricsRecorded | GpuTelemetry | StacksDumped
-            | RunFinished)
+RunEvent = (RunStateChanged | NodeStateChanged | NodeLines | MetricsRecorded | GpuTelemetry | NodeUsage
+            | StacksDumped | RunFinished)
 
 
 def event_to_dict(event: RunEvent) -> dict[str, Any]:
@@ -143,7 +158,7 @@ def event_to_dict(event: RunEvent) -> dict[str, Any]:
 
 
 _EVENT_TYPES = {cls.__name__: cls for cls in (RunStateChanged, NodeStateChanged, NodeLines, MetricsRecorded,
-                                              GpuTelemetry, StacksDumped, RunFinished)}
+                                              GpuTelemetry, NodeUsage, StacksDumped, RunFinished)}
 
 
 def event_from_dict(data: dict[str, Any]) -> RunEvent | None:
