@@ -30,6 +30,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 from trainer import ckpt_layout
 from trainer.ckpt_layout import DCP_META, META, is_complete
+from trainer.ckpt_write import RankDeviceWriter, tensor_bytes, writer_share
 from trainer.config import CheckpointConfig, SettingError
 from trainer.parallel import Dist
 
@@ -157,16 +158,23 @@ class Checkpointer:
         self.saved_step = step
         target = self.root / name[0]
         write_dir = (self.staging / name[0]) if self.staging else target
+        # Only what this rank writes: an async save stages it in host memory before DCP plans.
+        share = {"app": writer_share(state.state_dict(), self.d.rank, self.d.world)}
+        writer = self.writer(write_dir)
         if self.cfg.async_save:
-            response = dcp.async_save({"app": state}, checkpoint_id=str(write_dir), process_group=self.group,
-                                      async_stager=self.stager)
+            response = dcp.async_save(share, checkpoint_id=str(write_dir), storage_writer=writer,
+                                      process_group=self.group, async_stager=self.stager)
             self.staged = response.staging_completion
             self.pending = (response.upload_completion, write_dir, target, step)
             self.submit_s = time.perf_counter() - start
         else:
-            dcp.save({"app": state}, checkpoint_id=str(write_dir))
+            dcp.save(share, checkpoint_id=str(write_dir), storage_writer=writer)
             self._finalize(write_dir, target, step)
         return time.perf_counter() - start
+
+    def writer(self, write_dir: Path) -> RankDeviceWriter:
+        """DCP's file writer for ``write_dir``, writing from this rank's GPU in every thread."""
+        return RankDeviceWriter(str(write_dir), self.d.device)
 
     def wait_staged(self) -> tuple[float, float] | None:
         """Block until the last async save has copied the state to host memory: call it before the
@@ -246,6 +254,8 @@ class ReusingStager(AsyncStager):
         from torch.distributed.checkpoint._state_dict_stager import StateDictStager
 
         self.cuda = device.type == "cuda"
+        self.staged_bytes = 0
+        """The tensor bytes the last save copied to host memory on this rank."""
         self.copier = StateDictStager(pin_memory=self.cuda, share_memory=False)
         if self.cuda:
             self.stream = torch.cuda.Stream(device)
@@ -260,11 +270,13 @@ class ReusingStager(AsyncStager):
 
     def _copy(self, state_dict: dict[str, Any], ready) -> dict[str, Any]:
         if self.stream is None:
-            return self.copier.stage(state_dict, non_blocking=False)
-        self.stream.wait_event(ready)
-        with torch.cuda.stream(self.stream):
-            out = self.copier.stage(state_dict, non_blocking=True)
-        self.stream.synchronize()
+            out = self.copier.stage(state_dict, non_blocking=False)
+        else:
+            self.stream.wait_event(ready)
+            with torch.cuda.stream(self.stream):
+                out = self.copier.stage(state_dict, non_blocking=True)
+            self.stream.synchronize()
+        self.staged_bytes = tensor_bytes(out)
         return out
 
     def synchronize_staging(self) -> None:
