@@ -35,9 +35,21 @@ def additive_mask(position_ids: torch.Tensor, dtype: torch.dtype = torch.float32
     return out.masked_fill_(~allowed, torch.finfo(dtype).min)
 
 
+FLEX_BLOCK = 128
+"""The tile flex attention's kernels skip or compute whole (its default ``BLOCK_SIZE``)."""
+
+
 def block_mask(position_ids: torch.Tensor):
-    """The segment mask as flex attention's ``BlockMask`` (built on the rows' device)."""
-    from torch.nn.attention.flex_attention import create_block_mask
+    """The segment mask as flex attention's ``BlockMask`` (built on the rows' device), the same one
+    ``create_block_mask`` gives for it.
+
+    ``create_block_mask`` evaluates the mask for every (query, key) pair in eager mode: B x L x L
+    booleans and larger temporaries (GiBs at L = 16k) on the GPU at every step. Here each 128 x 128
+    tile is classified from the first and last example index in its query and key blocks (examples
+    are contiguous and their indices consecutive): a tile is empty above the diagonal or where the two
+    blocks share no example, full where both lie wholly inside one example below the diagonal, else
+    partial (the mask function decides per element). That takes B x (L / 128)^2 tiles."""
+    from torch.nn.attention.flex_attention import BlockMask
 
     seg = segment_ids(position_ids)
 
@@ -45,7 +57,31 @@ def block_mask(position_ids: torch.Tensor):
         return (seg[b, q] == seg[b, kv]) & (q >= kv)
 
     rows, length = position_ids.shape
-    return create_block_mask(same_example_causal, rows, None, length, length, device=position_ids.device)
+    blocks = -(-length // FLEX_BLOCK)
+    tail = blocks * FLEX_BLOCK - length
+    first = seg[:, ::FLEX_BLOCK]
+    last = torch.nn.functional.pad(seg, (0, tail), value=0)[:, FLEX_BLOCK - 1::FLEX_BLOCK]
+    last[:, -1] = seg[:, -1]
+    # [b, i, j]: query block i, key block j
+    below = torch.ones(blocks, blocks, dtype=torch.bool, device=seg.device).tril_()
+    share = (first.unsqueeze(2) <= last.unsqueeze(1)) & (first.unsqueeze(1) <= last.unsqueeze(2))
+    one = first == last
+    whole = torch.ones(blocks, dtype=torch.bool, device=seg.device)
+    whole[-1] = tail == 0
+    inside = (one & whole).unsqueeze(2) & (one & whole).unsqueeze(1) & (first.unsqueeze(2) == first.unsqueeze(1))
+    full = inside & below.tril(-1)
+    partial = share & below & ~full
+    return BlockMask.from_kv_blocks(*_ordered(partial), *_ordered(full), BLOCK_SIZE=(FLEX_BLOCK, FLEX_BLOCK),
+                                    mask_mod=same_example_causal, seq_lengths=(length, length))
+
+
+def _ordered(tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per query block, how many key blocks are set and their indices first (as flex reads them);
+    shaped (B, 1 head, blocks[, blocks])."""
+    dense = tiles.unsqueeze(1).to(torch.int32)
+    count = dense.sum(dim=-1).to(torch.int32)
+    order = torch.argsort(dense, dim=-1, descending=True, stable=True).to(torch.int32)
+    return count.contiguous(), order.contiguous()
 
 
 def packed_mask(implementation: str, position_ids: torch.Tensor):
