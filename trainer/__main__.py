@@ -111,7 +111,7 @@ def run(cfg, stop=None) -> None:
 
         packed_sdpa.register()
     net = model.build_model(cfg.model_name, cfg.model, hf_config, choice.hf_name, cfg.seed, parallel.param_device(
-        cfg.fsdp, d), prepare)
+        cfg.fsdp, d), prepare, buffer_device=d.device)
     learned_logits_only(net)  # the output layer runs on learned positions only
     shape = metrics.ModelShape.of(net)
     build_s = time.perf_counter() - started - data_s

@@ -75,6 +75,22 @@ def materialize(model: nn.Module, device: torch.device) -> None:
                 b.copy_(buffers[name])
 
 
+def move_buffers(model: nn.Module, device: torch.device) -> None:
+    """Put every buffer (rotary ``inv_freq``, ...) on ``device``, a buffer shared by modules still shared.
+
+    With CPU offload the parameters live on the host, but the buffers belong on the GPU that computes
+    with them, where FSDP2's ``CPUOffloadPolicy`` leaves them: :func:`materialize` puts them on the
+    host with the parameters (torch's full-state broadcast refuses a model on two devices), so they
+    move once the weights are in, instead of being copied to the GPU at every forward."""
+    placed: dict[int, torch.Tensor] = {}
+    for module in model.modules():
+        for name, buf in module._buffers.items():
+            if buf is not None and buf.device != device:
+                if id(buf) not in placed:
+                    placed[id(buf)] = buf.to(device)
+                module._buffers[name] = placed[id(buf)]
+
+
 class SafetensorsIndex:
     """Where each tensor of a folder's ``*.safetensors`` files lies: file, dtype, shape, byte range."""
 

@@ -50,8 +50,9 @@ def attention_support(config, model_name: str, cfg: ModelConfig) -> tuple[bool, 
 
 
 def build_model(model_name: str, cfg: ModelConfig, config, attn: str, seed: int, device: torch.device,
-                prepare: Callable[[nn.Module], nn.Module]) -> nn.Module:
-    """The model with its weights in place, built on the meta device and filled shard by shard.
+                prepare: Callable[[nn.Module], nn.Module], buffer_device: torch.device | None = None) -> nn.Module:
+    """The model with its weights in place, built on the meta device and filled shard by shard: its
+    parameters on ``device`` (the host with CPU offload), its buffers on ``buffer_device`` (the GPU).
 
     ``prepare`` wraps and shards the weightless skeleton (activation checkpointing, compile, FSDP);
     then each rank reads its shards from the safetensors, or rank 0 broadcasts a model it loads or
@@ -69,6 +70,7 @@ def build_model(model_name: str, cfg: ModelConfig, config, attn: str, seed: int,
 
         full = load_model(model_name, cfg, seed, attn).state_dict() if dist.get_rank() == 0 else None
         loading.fill_by_broadcast(model, full)
+    loading.move_buffers(model, buffer_device or device)
     return model
 
 
