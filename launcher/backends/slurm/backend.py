@@ -26,6 +26,7 @@ from launcher.backends.base import (
     SchedulerCheck,
     StackDump,
     StopOutcome,
+    UsageSample,
 )
 from launcher.backends.fleet import AgentFleet
 from launcher.backends.slurm.queue import QueueEntry, QueueError, QueueView
@@ -288,6 +289,10 @@ class SlurmBackend(AgentFleet):
         if time.time() - float(sample.get("at", 0)) > GPU_STALE_S:
             return ()
         return tuple(GpuSample(**g) for g in sample.get("gpus", []))
+
+    async def usage(self, rank: int) -> UsageSample | None:
+        """Not sampled on SLURM compute nodes yet: the node's task writes GPU samples only."""
+        return None
 
     async def stacks(self, rank: int) -> tuple[StackDump, ...]:
         """Asked of the node's task through the shared directory (``stacks-request``), which answers with

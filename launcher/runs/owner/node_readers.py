@@ -39,6 +39,7 @@ class NodeFollowing:
                     self.polled.set()
                 if self.clock() - last_gpus > self.settings.gpu_poll_s:
                     await self._sample_gpus(rank)
+                    await self._sample_usage(rank)
                     last_gpus = self.clock()
                 rest = self.settings.min_round_s - (self.clock() - began)  # busy output: batches, not lines
                 if rest > 0:
@@ -82,3 +83,14 @@ class NodeFollowing:
             return
         if samples:
             self.rec.gpus(rank, samples)
+
+    async def _sample_usage(self, rank: int) -> None:
+        """What the node's job costs there (CPU use, RSS, processes), at the GPU samples' pace."""
+        try:
+            sample = await self.backend.usage(rank)
+        except NodeLost:
+            raise
+        except NodeError:
+            return
+        if sample is not None:
+            self.rec.usage(rank, sample)
