@@ -138,3 +138,10 @@ WIDE = [
 @pytest.mark.parametrize("case", WIDE, ids=[c.name for c in WIDE])
 def test_the_run_policy_at_64_nodes(case, tmp_path):
     run_case(case, tmp_path)
+
+
+@pytest.mark.parametrize(("nodes", "factor"), [(1, 1.0), (2, 1.0), (16, 1.0), (32, 2.0), (64, 4.0), (128, 8.0)])
+def test_each_node_is_read_less_often_past_16_nodes(nodes, factor):
+    from launcher.runs.owner.settings import pace
+
+    assert pace(nodes) == factor
