@@ -4,6 +4,7 @@ one operator process. Longer figures (16, 32, 64 hosts) are benchmarks/bench_sca
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import threading
@@ -79,14 +80,28 @@ def _pids_of_node(run_id: str, rank: int) -> list[int]:
     return out
 
 
+def _owner_pid(run_id: str) -> int | None:
+    """The run's supervisor process (``python -m launcher.runs.owner.supervisor ... RUN``)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"launcher.runs.owner.supervisor" in argv and run_id.encode() in argv:
+                return int(entry.name)
+    return None
+
+
 def _show_nodes(home: Path, client: Path, run_id: str) -> subprocess.CompletedProcess:
     return subprocess.run([FSDP_TUI, "show", run_id, "--nodes", "--json"], capture_output=True, text=True,
                           timeout=120, env=cli_env(home, HOME=str(client)), cwd=ROOT)
 
 
-def test_a_job_on_32_ssh_hosts_runs_is_cancelled_and_the_silent_node_is_the_one_marked(home, tmp_path, hosts32):
-    """Launch and cancel are checked first; the overview's marks (``show --nodes``) last, from what was
-    seen while one node was silenced."""
+def test_a_job_on_32_ssh_hosts_runs_is_adopted_cancelled_and_the_silent_node_is_the_one_marked(home, tmp_path,
+                                                                                               hosts32):
+    """Launch, adoption after the owner is killed and cancel are checked first; the overview's marks
+    (``show --nodes``) last, from what was seen while one node was silenced."""
     client, started = hosts32
     names = ", ".join(h.alias for h in started)
     wl = write_workload(tmp_path, f"""experiment_name: scale32
@@ -131,6 +146,15 @@ command: |
         for pid in stopped:
             subprocess.run(["kill", "-CONT", str(pid)])
         stopped = []
+
+        # The run's owner killed: the follower starts another, which adopts the run and follows all 32 again.
+        owner = _owner_pid(run_id)
+        assert owner is not None, "no owner process found"
+        os.kill(owner, signal.SIGKILL)
+        before = len(reader.seen())
+        reader.until("every node's new lines under a new owner",
+                     lambda evs: _ranks(evs[before:], "NodeLines") == everyone, 120)
+        assert _owner_pid(run_id) not in (None, owner)
 
         start = time.monotonic()
         out = subprocess.run([FSDP_TUI, "cancel", run_id], capture_output=True, text=True, timeout=120,
