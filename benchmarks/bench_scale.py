@@ -13,7 +13,7 @@ Per host count it prints:
 
 The node side's work is not counted: every host shares this machine's cores.
 
-    .venv/bin/python benchmarks/bench_scale.py --hosts 16 32 64 [--stream-s 10] [--rate 50]
+    .venv/bin/python benchmarks/bench_scale.py --hosts 16 32 64 [--stream-s 10] [--rate 50] [--doctor]
 
 Needs root, iproute2 and openssh-server (``apt-get install openssh-server iproute2``).
 """
@@ -139,7 +139,7 @@ class Follower:
         return sum(len(e["lines"]) for _, e in self.seen() if e["type"] == "NodeLines")
 
 
-def measure(count: int, rate: float, stream_s: float, quiet_s: float) -> dict:
+def measure(count: int, rate: float, stream_s: float, quiet_s: float, doctor: bool = False) -> dict:
     from tests.launcher.sshd import start_hosts, stop_hosts
 
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp_name:
@@ -157,6 +157,15 @@ def measure(count: int, rate: float, stream_s: float, quiet_s: float) -> dict:
             wl.write_text(f"experiment_name: scale\ncompute: {{hosts: [{', '.join(aliases)}]}}\n"
                           f"mlflow: {{enabled: false}}\nenvironment: {{python: {sys.executable}}}\n"
                           f"command: {sys.executable} {tmp / 'printer.py'} {rate} {stream_s} {tmp / 'go'}\n")
+            doctor_s = None
+            if doctor:
+                start = time.perf_counter()
+                out = subprocess.run([FSDP_TUI, "doctor", str(wl), "--json"], capture_output=True, text=True,
+                                     env=env, cwd=ROOT, timeout=900)
+                doctor_s = time.perf_counter() - start
+                nodes = json.loads(out.stdout)["nodes"] if out.stdout.startswith("{") else []
+                if out.returncode != 0 or len(nodes) != count:
+                    raise RuntimeError(f"doctor failed (exit {out.returncode}): {out.stdout[-800:]}{out.stderr[-800:]}")
             run = Follower([FSDP_TUI, "run", str(wl), "--json"], env)
             run.wait_for(lambda evs: bool(evs), 60, "a run id")
             run_id = run.seen()[0][1]["run_id"]
@@ -207,7 +216,7 @@ def measure(count: int, rate: float, stream_s: float, quiet_s: float) -> dict:
         return ((b[0] - a[0]) - quiet_rate * stream_wall) / (streamed / 1000) * 1000
 
     return {
-        "hosts": count, "ssh_true_s": plain, "launch_s": launched, "cancel_s": cancelled,
+        "hosts": count, "ssh_true_s": plain, "doctor_s": doctor_s, "launch_s": launched, "cancel_s": cancelled,
         "owner_cpu_launch_per_node_ms": own_launch[0] / count * 1000,
         "follower_cpu_launch_per_node_ms": fol_launch[0] / count * 1000,
         "owner_cpu_per_1000_lines_ms": per(own_launch, own_stream, streamed / 1000) * 1000,
@@ -228,17 +237,20 @@ def main() -> None:
     p.add_argument("--rate", type=float, default=50.0, help="lines/s each node prints while streaming")
     p.add_argument("--stream-s", type=float, default=10.0, help="seconds each node prints")
     p.add_argument("--quiet-s", type=float, default=10.0, help="seconds of following a job that prints nothing")
+    p.add_argument("--doctor", action="store_true", help="also time fsdp-tui doctor on the same hosts")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     rows = []
     for count in args.hosts:
-        row = measure(count, args.rate, args.stream_s, args.quiet_s)
+        row = measure(count, args.rate, args.stream_s, args.quiet_s, args.doctor)
         rows.append(row)
         if args.json:
             print(json.dumps(row), flush=True)
         else:
             print(f"{count} hosts: ssh HOST true (parallel) {row['ssh_true_s']:.2f} s; launch to all running "
                   f"{row['launch_s']:.2f} s; cancel to nothing left {row['cancel_s']:.2f} s", flush=True)
+            if row["doctor_s"] is not None:
+                print(f"  fsdp-tui doctor on every host: {row['doctor_s']:.1f} s", flush=True)
             print(f"  owner: {row['owner_cpu_launch_per_node_ms']:.0f} ms CPU per node launched, "
                   f"{row['owner_cpu_per_1000_lines_ms']:.0f} ms per 1,000 lines "
                   f"({row['owner_cpu_per_1000_lines_above_quiet_ms']:.0f} above quiet; {row['lines_streamed']} "

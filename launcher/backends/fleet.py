@@ -89,7 +89,7 @@ class AgentFleet:
             python = self.agent_python or self.python_of(node)
 
             def opener():
-                return self.gate.through(lambda: open_ssh(node.host, ssh, python, node.node_dir))
+                return self.gate.through(lambda: open_ssh(node.host, ssh, python, node.node_dir), node.host.display)
             lost_after = ssh.lost_after_s
             agent = f"{python} in {node.node_dir}"
         return AgentLink(node.node_rank, self.label(node.node_rank), opener, lost_after_s=lost_after,
@@ -128,7 +128,7 @@ class AgentFleet:
 
         try:
             conn = await self.gate.through(lambda: asyncio.wait_for(connect(node.host, self.plan.workload.ssh),
-                                                                    timeout_s))
+                                                                    timeout_s), node.host.display)
         except asyncio.TimeoutError:
             return Reach(rank, self.label(rank), False, f"no answer within {timeout_s:.0f} s")
         except SshError as err:

@@ -18,8 +18,8 @@ from tests.launcher.test_policy import Case
 from tests.launcher.test_policy import test_policy as run_case
 
 
-def _ssh_plan(count: int):
-    hosts = ", ".join(f"h{i}" for i in range(count))
+def _ssh_plan(count: int, one_host: bool = False):
+    hosts = ", ".join("login" if one_host else f"h{i}" for i in range(count))
     result = validate_text(f"experiment_name: wide\ncompute: {{hosts: [{hosts}]}}\ncommand: run\n", "w.yaml")
     assert result.ok, [p.format() for p in result.problems]
     return build_plan(result.workload, run_id="run-wide", node_root="/nodes")
@@ -95,6 +95,26 @@ def test_agent_links_open_through_the_same_bound(monkeypatch):
 
     assert asyncio.run(open_all()) == [f"h{i}" for i in range(64)]
     assert fleet.gate.most == CONNECT_AT_ONCE
+
+
+def test_connections_to_one_host_open_at_most_8_at_once(monkeypatch):
+    """Every node reached through one machine (a SLURM login node): under OpenSSH's ``MaxStartups 10``."""
+    import launcher.backends.ssh.channel as channel_module
+    from launcher.backends.fleet import AgentFleet
+    from launcher.backends.ssh.pacing import PER_HOST_AT_ONCE
+
+    async def open_ssh(host, ssh, python, node_dir):
+        await asyncio.sleep(0.001)
+        return node_dir
+
+    monkeypatch.setattr(channel_module, "open_ssh", open_ssh)
+    fleet = AgentFleet(_ssh_plan(32, one_host=True))
+
+    async def open_all():
+        return await asyncio.gather(*(link.opener() for link in fleet.links))
+
+    assert len(set(asyncio.run(open_all()))) == 32
+    assert fleet.gate.most_to == {"login": PER_HOST_AT_ONCE} and fleet.gate.most == PER_HOST_AT_ONCE == 8
 
 
 def test_a_gate_used_from_a_second_event_loop_works_there():
