@@ -122,3 +122,72 @@ def test_the_owner_records_each_nodes_usage_and_none_where_a_node_has_no_figure(
     assert {e["node_rank"] for e in usage_events} == {0}
     first = usage_events[0]
     assert (first["cpu_pct"], first["rss_mib"], first["processes"], first["sampled_at"]) == (97.5, 310.0, 4, 1.7e9)
+
+
+def test_a_slurm_node_task_samples_its_jobs_usage_into_the_shared_directory(tmp_path, monkeypatch):
+    """The launcher cannot reach a compute node: its task writes the job's usage where the login node
+    reads it. The job here is a real tagged process on this machine."""
+    import subprocess
+    import threading
+    import time
+
+    from launcher.backends.agent import slurm_task
+
+    monkeypatch.setattr(slurm_task, "GPU_EVERY_S", 0.2)
+    monkeypatch.setattr(slurm_task, "SIGNAL_POLL_S", 0.05)
+    run_id = f"usage-{os.getpid()}-{time.time_ns()}"
+    job = subprocess.Popen(["sleep", "60"], env={**os.environ, "FSDP_TUI_RUN_ID": run_id, "NODE_RANK": "0"})
+    node_dir = tmp_path / "node-0"
+    node_dir.mkdir()
+    done = threading.Event()
+    spec = {"attempt": 1, "env": {"FSDP_TUI_RUN_ID": run_id}, "builtin_trainer": False}
+    watcher = threading.Thread(target=slurm_task._watch, args=(str(node_dir), str(tmp_path), spec, 0, done))
+    watcher.start()
+    sample, deadline = {}, time.monotonic() + 20
+    try:
+        while sample.get("cpu_pct") is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            try:
+                sample = json.loads((node_dir / slurm_task.USAGE_SAMPLE_FILE).read_text())
+            except (OSError, ValueError):
+                pass
+    finally:
+        done.set()
+        watcher.join()
+        job.kill()
+        job.wait()
+    assert sample.get("cpu_pct") is not None, sample  # the second sample: a CPU figure
+    assert sample["processes"] == 1 and 0 < sample["rss_mib"] < 100, sample
+    assert UsageSample.from_wire(sample) is not None
+
+
+class _Link:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    async def call(self, op: str, body: bytes = b"", **fields):
+        assert (op, fields["name"]) == ("read", "usage-sample.json")
+        return {"ok": True}, self.data
+
+
+@pytest.mark.parametrize(("written", "expect"), [
+    ({"cpu_pct": 12.5, "rss_mib": 40.0, "processes": 3, "age": 1.0}, (12.5, 40.0, 3)),
+    ({"cpu_pct": 12.5, "rss_mib": 40.0, "processes": 3, "age": 600.0}, None),   # the task stopped sampling
+    ({"cpu_pct": None, "rss_mib": 40.0, "processes": 3, "age": 1.0}, None),      # its first sample
+    ({"cpu_pct": "\x1b]52;c;evil\x07", "rss_mib": 40.0, "processes": 3, "age": 1.0}, None),
+    (b"not json", None),
+    (b"", None),
+])
+def test_the_slurm_backend_reads_the_tasks_usage_sample_cleaned_and_fresh(written, expect):
+    import time
+
+    from launcher.backends.slurm.backend import SlurmBackend
+    from tests.launcher.test_slurm_units import _plan as slurm_plan
+
+    if isinstance(written, dict):
+        age = written.pop("age")
+        written = json.dumps({**written, "at": time.time() - age}).encode()
+    backend = SlurmBackend(slurm_plan())
+    backend.links[0] = _Link(written)
+    got = asyncio.run(backend.usage(0))
+    assert (got is None) if expect is None else ((got.cpu_pct, got.rss_mib, got.processes) == expect)
