@@ -147,3 +147,35 @@ def clean_reply(value: object) -> object:
     if isinstance(value, list):
         return [clean_reply(v) for v in value]
     return value
+
+
+MAX_CPU_PCT = 100.0 * 4096
+"""More than 4,096 cores busy is no node's figure."""
+MAX_RSS_MIB = float(1 << 30)
+"""A PiB of resident memory is no node's figure."""
+MAX_PROCESSES = 1 << 22
+"""Linux's own ceiling on process ids."""
+
+
+def usage_figures(value: object) -> tuple[float, float, int, float] | None:
+    """A node's ``usage`` reply as ``(cpu_pct, rss_mib, processes, sampled_at)``, or ``None`` when any of it
+    is not a figure a node can have (text, a bool, NaN or infinity, negative, past the ceilings above) or
+    there is no CPU figure yet (the node's first sample): a node's numbers are untrusted like its text, and
+    a made-up figure shown beside real ones would point at the wrong node."""
+    if not isinstance(value, dict):
+        return None
+
+    def number(key: str, ceiling: float) -> float | None:
+        v = value.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return None
+        v = float(v)
+        return v if 0.0 <= v <= ceiling else None  # NaN fails both comparisons
+
+    cpu, rss, count = number("cpu_pct", MAX_CPU_PCT), number("rss_mib", MAX_RSS_MIB), value.get("processes")
+    if cpu is None or rss is None or isinstance(count, bool) or not isinstance(count, int):
+        return None
+    if not 0 <= count <= MAX_PROCESSES:
+        return None
+    at = number("at", 1e11)
+    return cpu, rss, count, at or 0.0

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from launcher.events import GpuSample
-from launcher.untrusted import printable
+from launcher.untrusted import printable, usage_figures
 from launcher.workload.plan import RunPlan
 from trainer.ckpt_layout import CheckpointInfo
 
@@ -205,6 +205,24 @@ class ExportResult:
 
 
 @dataclass(frozen=True)
+class UsageSample:
+    """What a node's job costs there now (its whole process tree), as the node sampled it."""
+
+    cpu_pct: float
+    """CPU time since the node's previous sample, in percent of one core."""
+    rss_mib: float
+    processes: int
+    sampled_at: float
+    """The node's clock; 0.0 when it did not say."""
+
+    @classmethod
+    def from_wire(cls, data: object) -> UsageSample | None:
+        """A node's ``usage`` reply; ``None`` when it holds no usable figure (see :func:`usage_figures`)."""
+        figures = usage_figures(data)
+        return None if figures is None else cls(*figures)
+
+
+@dataclass(frozen=True)
 class Reach:
     """Whether a node answers, checked cheaply (connect and verify its host key; nothing runs there)."""
 
@@ -285,6 +303,11 @@ class Backend(Protocol):
         """Connect to the node and verify it as a launch would, starting nothing (the editor's glance)."""
 
     async def gpus(self, rank: int) -> tuple[GpuSample, ...]: ...
+
+    async def usage(self, rank: int) -> UsageSample | None:
+        """The node's job's CPU use, RSS and process count; ``None`` until the node has two samples to
+        compare, or where the backend cannot tell."""
+        ...
 
     async def run_script(self, rank: int, python: str, script: str, timeout_s: float) -> ScriptRun: ...
 

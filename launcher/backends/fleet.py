@@ -31,7 +31,9 @@ from launcher.backends.base import (
     StackDump,
     StopOutcome,
     Stream,
+    UsageSample,
 )
+from launcher.backends.ssh.pacing import ConnectGate
 from launcher.events import GpuSample
 from launcher.untrusted import printable
 from launcher.workload.plan import TRAINER_PKG_DIR, NodePlan, RunPlan, render_plan, with_rendezvous
@@ -56,6 +58,8 @@ class AgentFleet:
         self.plan = plan
         self.on_link = on_link
         self.agent_python = agent_python
+        self.gate = ConnectGate()
+        """SSH connections this run's nodes open at once (a launch, a cancel, reconnects after a blip)."""
         self.links = [self._link(n) for n in plan.nodes]
 
     def python_of(self, node: NodePlan) -> str:
@@ -85,7 +89,7 @@ class AgentFleet:
             python = self.agent_python or self.python_of(node)
 
             def opener():
-                return open_ssh(node.host, ssh, python, node.node_dir)
+                return self.gate.through(lambda: open_ssh(node.host, ssh, python, node.node_dir), node.host.display)
             lost_after = ssh.lost_after_s
             agent = f"{python} in {node.node_dir}"
         return AgentLink(node.node_rank, self.label(node.node_rank), opener, lost_after_s=lost_after,
@@ -123,7 +127,8 @@ class AgentFleet:
         from launcher.backends.ssh.connect import SshError, connect
 
         try:
-            conn = await asyncio.wait_for(connect(node.host, self.plan.workload.ssh), timeout_s)
+            conn = await self.gate.through(lambda: asyncio.wait_for(connect(node.host, self.plan.workload.ssh),
+                                                                    timeout_s), node.host.display)
         except asyncio.TimeoutError:
             return Reach(rank, self.label(rank), False, f"no answer within {timeout_s:.0f} s")
         except SshError as err:
@@ -209,6 +214,13 @@ class AgentFleet:
     async def gpus(self, rank: int) -> tuple[GpuSample, ...]:
         header, _ = await self.links[rank].call("gpus")
         return tuple(GpuSample(**g) for g in header.get("gpus", []))
+
+    async def usage(self, rank: int) -> UsageSample | None:
+        try:
+            header, _ = await self.links[rank].call("usage")
+        except AgentError:
+            return None  # an agent that cannot sample (a node's /proc unreadable): no figure, not a failure
+        return UsageSample.from_wire(header.get("usage"))
 
     async def run_script(self, rank: int, python: str, script: str, timeout_s: float) -> ScriptRun:
         header, _ = await self.links[rank].call("run", script.encode("utf-8"), python=python, timeout=timeout_s)

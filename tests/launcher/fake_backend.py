@@ -17,6 +17,7 @@ from launcher.backends.base import (
     ScriptRun,
     StackDump,
     StopOutcome,
+    UsageSample,
 )
 from launcher.events import GpuSample
 from launcher.workload.plan import RunPlan, render_plan
@@ -39,6 +40,8 @@ class FakeNode:
     absent: bool = False
     """No job was ever started there (an adopted run whose launch was interrupted)."""
     gpus: tuple[GpuSample, ...] = ()
+    usage: UsageSample | None = None
+    """What its job costs, as its agent would sample it (``None``: no figure yet)."""
     hang_at_step: int | None = None
     """Report one more training step per status poll until this step, then none (a hung rank)."""
     queued_polls: dict[int, int] = field(default_factory=dict)
@@ -174,6 +177,9 @@ class FakeBackend:
 
     async def gpus(self, rank: int) -> tuple[GpuSample, ...]:
         return self.nodes[rank].gpus
+
+    async def usage(self, rank: int) -> UsageSample | None:
+        return self.nodes[rank].usage
 
     async def run_script(self, rank: int, python: str, script: str, timeout_s: float) -> ScriptRun:
         import json

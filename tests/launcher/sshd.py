@@ -83,10 +83,12 @@ class Switch:
     addrs: list[str]
 
     def remove(self) -> None:
-        for i, ns in enumerate(self.namespaces):
-            subprocess.run(["ip", "link", "del", self.veth(i)], capture_output=True)  # its peer goes with it
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+        """Every veth (its peer goes with it), namespace and the bridge, in one ``ip -force -batch``: what is
+        already gone is skipped, the rest still removed."""
+        lines = [f"link del {self.veth(i)}" for i in range(len(self.namespaces))]
+        lines += [f"netns del {ns}" for ns in self.namespaces] + [f"link del {self.bridge}"]
+        subprocess.run(["ip", "-force", "-batch", "-"], input="\n".join(lines) + "\n", capture_output=True,
+                       text=True)
 
     gateway: str = ""
     """The bridge's own address: this machine, as the hosts on the switch reach it."""
@@ -104,6 +106,8 @@ def make_switch(count: int, *, name: str = "fsdp", subnet: str = "10.251", tag: 
     whatever a killed run left under that tag is removed first."""
     if shutil.which("ip") is None:
         raise RuntimeError("iproute2 is not installed (apt-get install iproute2)")
+    if not 1 <= count <= 253:
+        raise ValueError(f"a switch holds 1 to 253 hosts (.2 to .254 of its /24), not {count}")
     if tag is not None:
         _switch(count, name, subnet, tag).remove()  # what a killed run may have left
         return _bring_up_switch(_switch(count, name, subnet, tag))
@@ -128,22 +132,29 @@ def _switch(count: int, name: str, subnet: str, tag: int) -> Switch:
 
 
 def _bring_up_switch(switch: Switch, claimed: bool = False) -> Switch:
-    steps = [] if claimed else [["ip", "link", "add", switch.bridge, "type", "bridge"]]
-    steps += [["ip", "addr", "add", f"{switch.gateway}/24", "dev", switch.bridge],
-              ["ip", "link", "set", switch.bridge, "up"]]
-    for i, (ns, addr) in enumerate(zip(switch.namespaces, switch.addrs, strict=True)):
-        veth = switch.veth(i)
-        steps += [["ip", "netns", "add", ns],
-                  ["ip", "link", "add", veth, "type", "veth", "peer", "name", NS_IFACE, "netns", ns],
-                  ["ip", "link", "set", veth, "master", switch.bridge, "up"],
-                  ["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", NS_IFACE],
-                  ["ip", "-n", ns, "link", "set", NS_IFACE, "up"],
-                  ["ip", "-n", ns, "link", "set", "lo", "up"]]
-    for step in steps:
-        done = subprocess.run(step, capture_output=True, text=True)
-        if done.returncode != 0:
-            switch.remove()
-            raise RuntimeError(f"network namespaces are not available here: {' '.join(step)}: {done.stderr.strip()}")
+    """The bridge, every namespace and its veth in one ``ip -batch`` here, then each namespace's own side
+    (address, links up) in one ``ip -n NS -batch`` per namespace, all at once: 64 hosts take a few dozen
+    ``ip`` processes, not hundreds one after the other."""
+    here = [] if claimed else [f"link add {switch.bridge} type bridge"]
+    here += [f"addr add {switch.gateway}/24 dev {switch.bridge}", f"link set {switch.bridge} up"]
+    for i, ns in enumerate(switch.namespaces):
+        here += [f"netns add {ns}", f"link add {switch.veth(i)} type veth peer name {NS_IFACE} netns {ns}",
+                 f"link set {switch.veth(i)} master {switch.bridge} up"]
+    done = subprocess.run(["ip", "-batch", "-"], input="\n".join(here) + "\n", capture_output=True, text=True)
+    if done.returncode != 0:
+        switch.remove()
+        raise RuntimeError(f"network namespaces are not available here: ip -batch: {done.stderr.strip()}")
+    inside = [(ns, subprocess.Popen(["ip", "-n", ns, "-batch", "-"], stdin=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    stdout=subprocess.DEVNULL, text=True))
+              for ns in switch.namespaces]
+    failed = []
+    for (ns, proc), addr in zip(inside, switch.addrs, strict=True):
+        _, err = proc.communicate(f"addr add {addr}/24 dev {NS_IFACE}\nlink set {NS_IFACE} up\nlink set lo up\n")
+        if proc.returncode != 0:
+            failed.append(f"{ns}: {err.strip()}")
+    if failed:
+        switch.remove()
+        raise RuntimeError(f"network namespaces are not available here: ip -n NS -batch: {failed[0]}")
     return switch
 
 
@@ -191,13 +202,22 @@ def ssh_config_entry(alias: str, addr: str, port: int, client: Path, *, known_ho
             f"  IdentityFile {client / '.ssh' / 'id_ed25519'}\n{known}")
 
 
-def start_hosts(tmp: Path, count: int, netns: bool = False, sftp: bool = True) -> tuple[Path, list[TestHost]]:
+def start_hosts(tmp: Path, count: int, netns: bool = False, sftp: bool = True,
+                shared_key: bool = False) -> tuple[Path, list[TestHost]]:
     """Start ``count`` sshd hosts; returns the client HOME (with .ssh/config and known_hosts) and them.
-    ``sftp=False``: hosts without an SFTP subsystem, as some hardened servers are."""
+    ``sftp=False``: hosts without an SFTP subsystem, as some hardened servers are. ``shared_key``: one host
+    key for every host (each known under its own address), for tests that do not care whose key is whose:
+    16-64 hosts start without a key generated each. The sshds start all at once and are waited for together."""
     if not os.path.exists(SSHD) or shutil.which("ssh-keygen") is None:
         raise RuntimeError("openssh-server is not installed (apt-get install openssh-server)")
     switch = make_switch(count) if netns else None
-    client, authorized = make_client_home(tmp)
+    try:
+        client, authorized = make_client_home(tmp)
+        keys = _host_keys(tmp, count, shared_key)
+    except BaseException:
+        if switch is not None:
+            switch.remove()
+        raise
     remote_home = tmp / "remote-home"  # one home for every host, as an NFS-mounted home would be
     remote_home.mkdir()
     hosts, config = [], []
@@ -205,40 +225,53 @@ def start_hosts(tmp: Path, count: int, netns: bool = False, sftp: bool = True) -
         ns = switch.namespaces[i] if switch else None
         addr = switch.addrs[i] if switch else f"127.0.0.{i + 2}"
         port = NS_PORT if switch else _free_port(addr)
-        key = tmp / f"host{i}_ed25519"
-        keygen(key)
         conf = tmp / f"sshd{i}.conf"
-        conf.write_text(sshd_config(addr, port, key, authorized, tmp / f"sshd{i}.pid", sftp=sftp,
+        conf.write_text(sshd_config(addr, port, keys[i], authorized, tmp / f"sshd{i}.pid", sftp=sftp,
                                     env={"HOME": str(remote_home)}))
-        with open(tmp / f"sshd{i}.log", "w") as log:  # the child keeps its own copy of the descriptor
+        with open(str(conf) + ".log", "w") as log:  # the child keeps its own copy of the descriptor
             enter = ["ip", "netns", "exec", ns] if ns else []  # it execs sshd: the same process
             proc = subprocess.Popen([*enter, SSHD, "-D", "-e", "-f", str(conf)], stderr=log)
-        hosts.append(TestHost(f"node{i}", addr, port, key, proc, ns, switch, remote_home, conf))
+        hosts.append(TestHost(f"node{i}", addr, port, keys[i], proc, ns, switch, remote_home, conf))
         config.append(ssh_config_entry(f"node{i}", addr, port, client))
     (client / ".ssh" / "config").write_text("\n".join(config))
     (client / ".ssh" / "known_hosts").write_text("".join(h.known_hosts_line() + "\n" for h in hosts))
-    for h in hosts:
-        deadline = time.monotonic() + 10
-        while True:
+    waiting = list(hosts)
+    deadline = time.monotonic() + 10 + count * 0.25  # many sshds starting at once share the cores
+    while waiting:
+        for h in list(waiting):
             try:
                 socket.create_connection((h.addr, h.port), timeout=1).close()
-                break
+                waiting.remove(h)
             except OSError:
                 if time.monotonic() > deadline or h.proc.poll() is not None:
                     stop_hosts(hosts)
                     raise RuntimeError(f"sshd on {h.addr}:{h.port} did not start: "
-                                       f"{(tmp / f'sshd{hosts.index(h)}.log').read_text()[-500:]}") from None
-                time.sleep(0.05)
+                                       f"{Path(str(h.conf) + '.log').read_text()[-500:]}") from None
+        if waiting:
+            time.sleep(0.05)
     return client, hosts
 
 
+def _host_keys(tmp: Path, count: int, shared: bool) -> list[Path]:
+    """A host key per host (generated side by side), or one for all of them."""
+    paths = [tmp / "host_ed25519"] * count if shared else [tmp / f"host{i}_ed25519" for i in range(count)]
+    gens = [subprocess.Popen(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)])
+            for path in dict.fromkeys(paths)]
+    if any(g.wait() != 0 for g in gens):
+        raise RuntimeError("ssh-keygen failed to make a host key")
+    return paths
+
+
 def stop_hosts(hosts: list[TestHost]) -> None:
+    """Every sshd (SIGTERM to all, then each waited for), then the switch: nothing is left behind."""
     for h in hosts:
         h.proc.terminate()
+    for h in hosts:
         try:
             h.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             h.proc.kill()
+            h.proc.wait()
     if hosts and hosts[0].switch is not None:
         hosts[0].switch.remove()
 

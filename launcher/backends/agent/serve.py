@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from . import checkpoints, files, jobs, probes, scheduler, wire
+from . import checkpoints, files, jobs, probes, scheduler, usage, wire
 
 EXPORT_TIMEOUT_S = 3600.0
 
@@ -53,6 +53,14 @@ def _stop(node_dir, req, body):
 
 def _gpus(node_dir, req, body):
     return {"gpus": probes.gpu_samples()}, b""
+
+
+def _usage(node_dir, req, body):
+    """The job's CPU use, RSS and process count (its tagged processes; none when no job ran here yet)."""
+    state = jobs.read_state(node_dir)
+    run_id, rank = state.get("run_id"), state.get("node_rank")
+    pids = jobs.tagged_pids(run_id, rank) if run_id else []
+    return {"usage": usage.usage(node_dir, pids)}, b""
 
 
 def _port(node_dir, req, body):
@@ -104,7 +112,7 @@ def _slurm(node_dir, req, body):
 
 HANDLERS = {
     "status": _status, "read": _read, "write": _write, "put": _put, "unpack": _unpack, "stop": _stop,
-    "gpus": _gpus, "port": _port, "run": _run, "stacks": _stacks, "ckpt_list": _ckpt_list, "ckpt_delete": _ckpt_delete,
+    "gpus": _gpus, "usage": _usage, "port": _port, "run": _run, "stacks": _stacks, "ckpt_list": _ckpt_list, "ckpt_delete": _ckpt_delete,
     "ckpt_export": _ckpt_export, "pack": _pack, "slurm": _slurm,
 }
 

@@ -26,9 +26,11 @@ import sys
 import threading
 import time
 
-from . import jobs, probes
+from . import jobs, probes, usage
 
 GPU_FILE = "gpus.json"
+USAGE_SAMPLE_FILE = "usage-sample.json"
+"""What the job costs on the node (CPU use, RSS, processes), sampled with the GPUs' cadence."""
 STACKS_REQUEST = "stacks-request"
 STACKS_FILE = "stacks.json"
 GPU_EVERY_S = 5.0
@@ -105,11 +107,12 @@ def _answer_stacks(node_dir: str, spec: dict, rank: int, seen: list) -> None:
 
 
 def _watch(node_dir: str, run_dir: str, spec: dict, rank: int, done: threading.Event) -> None:
-    """GPU samples to ``gpus.json`` (where ``nvidia-smi`` is), checkpoint requests to the workers, stack
-    dumps on request."""
+    """GPU samples to ``gpus.json`` (where ``nvidia-smi`` is), the job's CPU use and memory to
+    ``usage-sample.json``, checkpoint requests to the workers, stack dumps on request."""
     flag = os.path.join(run_dir, CHECKPOINT_NOW.format(attempt=spec.get("flag_attempt", spec["attempt"])))
     has_gpus = bool(probes.gpu_samples())
-    signalled, last_gpus, seen = False, 0.0, []
+    signalled, last_gpus, last_usage, seen = False, 0.0, 0.0, []
+    run_id = spec["env"].get(jobs.RUN_ID_ENV, "")
     while not done.wait(SIGNAL_POLL_S):
         _answer_stacks(node_dir, spec, rank, seen)
         if not signalled and os.path.exists(flag):
@@ -124,6 +127,10 @@ def _watch(node_dir: str, run_dir: str, spec: dict, rank: int, done: threading.E
         if has_gpus and time.monotonic() - last_gpus > GPU_EVERY_S:
             last_gpus = time.monotonic()
             _write_json(node_dir, GPU_FILE, {"at": time.time(), "gpus": probes.gpu_samples()})
+        if time.monotonic() - last_usage > GPU_EVERY_S:
+            last_usage = time.monotonic()
+            pids = jobs.tagged_pids(run_id, rank) if run_id else []
+            _write_json(node_dir, USAGE_SAMPLE_FILE, usage.usage(node_dir, pids))
 
 
 def requeued_attempt(submitted: int, spec: dict, run_dir: str) -> tuple[int, dict]:

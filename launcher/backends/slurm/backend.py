@@ -15,7 +15,7 @@ import json
 import time
 from dataclasses import replace
 
-from launcher.backends.agent.slurm_task import GPU_FILE, STACKS_FILE, STACKS_REQUEST
+from launcher.backends.agent.slurm_task import GPU_FILE, STACKS_FILE, STACKS_REQUEST, USAGE_SAMPLE_FILE
 from launcher.backends.base import (
     LinkState,
     LinkWatcher,
@@ -26,6 +26,7 @@ from launcher.backends.base import (
     SchedulerCheck,
     StackDump,
     StopOutcome,
+    UsageSample,
 )
 from launcher.backends.fleet import AgentFleet
 from launcher.backends.slurm.queue import QueueEntry, QueueError, QueueView
@@ -288,6 +289,17 @@ class SlurmBackend(AgentFleet):
         if time.time() - float(sample.get("at", 0)) > GPU_STALE_S:
             return ()
         return tuple(GpuSample(**g) for g in sample.get("gpus", []))
+
+    async def usage(self, rank: int) -> UsageSample | None:
+        """What the node's task sampled of its job (CPU use, RSS, processes, every few seconds)."""
+        _, data = await self.links[rank].call("read", name=USAGE_SAMPLE_FILE, offset=0, limit=1 << 16)
+        try:
+            sample = UsageSample.from_wire(json.loads(data)) if data else None
+        except ValueError:
+            return None
+        if sample is None or time.time() - sample.sampled_at > GPU_STALE_S:
+            return None
+        return sample
 
     async def stacks(self, rank: int) -> tuple[StackDump, ...]:
         """Asked of the node's task through the shared directory (``stacks-request``), which answers with

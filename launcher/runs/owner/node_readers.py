@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from launcher.backends.base import Backend, NodeError, NodeLost, NodeStatus
 from launcher.runs.owner.recorder import Recorder
-from launcher.runs.owner.settings import READ_CHUNK, Settings
+from launcher.runs.owner.settings import READ_CHUNK, Settings, pace
 
 
 class NodeFollowing:
@@ -27,20 +27,22 @@ class NodeFollowing:
 
     async def _follow(self, rank: int) -> None:
         last_gpus = last_status = -float("inf")
+        poll_s, min_round_s = (x * pace(len(self.ranks)) for x in (self.settings.poll_s, self.settings.min_round_s))
         try:
             while not self.unfollowing.is_set():
                 began = self.clock()
-                got = await self._pump(rank, wait_s=self.settings.poll_s)  # a long poll: back as output appears
+                got = await self._pump(rank, wait_s=poll_s)  # a long poll: back as output appears
                 # While output flows the job is alive: its status is asked once a poll, not once a batch.
                 # A read that found nothing (the poll ran out, or the job ended) asks at once.
-                if not got or began - last_status >= self.settings.poll_s:
+                if not got or began - last_status >= poll_s:
                     self.statuses[rank] = await self.backend.status(rank)
                     last_status = began
                     self.polled.set()
                 if self.clock() - last_gpus > self.settings.gpu_poll_s:
                     await self._sample_gpus(rank)
+                    await self._sample_usage(rank)
                     last_gpus = self.clock()
-                rest = self.settings.min_round_s - (self.clock() - began)  # busy output: batches, not lines
+                rest = min_round_s - (self.clock() - began)  # busy output: batches, not lines
                 if rest > 0:
                     try:
                         await asyncio.wait_for(self.unfollowing.wait(), rest)
@@ -82,3 +84,14 @@ class NodeFollowing:
             return
         if samples:
             self.rec.gpus(rank, samples)
+
+    async def _sample_usage(self, rank: int) -> None:
+        """What the node's job costs there (CPU use, RSS, processes), at the GPU samples' pace."""
+        try:
+            sample = await self.backend.usage(rank)
+        except NodeLost:
+            raise
+        except NodeError:
+            return
+        if sample is not None:
+            self.rec.usage(rank, sample)

@@ -19,11 +19,13 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from launcher.backends.base import UsageSample
 from launcher.events import (
     GpuSample,
     GpuTelemetry,
     NodeState,
     NodeStateChanged,
+    NodeUsage,
     RunEvent,
     RunFinished,
     RunState,
@@ -258,6 +260,9 @@ class Recorder:
         self.emit(GpuTelemetry(self.run_id, rank, samples))
         if self.on_gpus is not None:
             self.on_gpus(rank, samples, time.time())
+
+    def usage(self, rank: int, sample: UsageSample) -> None:
+        self.emit(NodeUsage(self.run_id, rank, sample.cpu_pct, sample.rss_mib, sample.processes, sample.sampled_at))
 
     def note_forced(self, refusals: list[str]) -> None:
         """A launch forced past the cheap checks: say so now and in the run's final state, even a success
