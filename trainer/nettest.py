@@ -2,8 +2,9 @@
 all-gather, reduce-scatter and all-reduce per message size inside each node, across nodes (one rank per
 node) and over the whole world, then pairs of nodes in parallel rounds, and rank 0 writes the raw times.
 
-Standard library and torch only (no launcher, no trainer imports): the launcher ships this one file in a
-code snapshot, so it also runs where the built-in trainer is not installed. Bandwidths and the verdict
+Standard library and torch only (no launcher, no trainer imports): the launcher ships this file and
+``nettest_pairs.py`` (which pairs to measure, the same rules as the verdict) in a code snapshot, so it also
+runs where the built-in trainer is not installed. Bandwidths and the verdict
 are computed on the operator's side from the raw times (``launcher.nettest``). NCCL on GPUs, gloo on CPU.
 
     torchrun --nnodes=N --nproc_per_node=L ... nettest.py --quick --out result.json
@@ -15,10 +16,18 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import threading
 import time
 from datetime import timedelta
+
+try:  # shipped beside this file on the nodes
+    import nettest_pairs as _pairs
+except ImportError:  # imported as part of the trainer package (the operator's side, tests)
+    from trainer import nettest_pairs as _pairs
+
+ring_pairs = _pairs.ring_pairs
 
 RESULT_MARK = "FSDP_TUI_NETTEST "
 """Rank 0 prints its result on one line after this mark, so it reaches the operator with the node's log."""
@@ -37,21 +46,6 @@ def sizes_for(max_bytes: int, quick: bool) -> list[int]:
         size *= step
     sizes.append(max(max_bytes, MIB))
     return sorted(set(sizes))
-
-
-def ring_pairs(nnodes: int) -> list[tuple[int, int, int]]:
-    """``(round, a, b)``: each node with its ring neighbour, in at most three rounds where no node is in
-    two pairs at once (even pairs, odd pairs, and the pair closing an odd ring)."""
-    if nnodes < 2:
-        return []
-    if nnodes == 2:
-        return [(0, 0, 1)]
-    pairs = []
-    for i in range(nnodes):
-        a, b = i, (i + 1) % nnodes
-        rnd = 2 if (nnodes % 2 and i == nnodes - 1) else i % 2
-        pairs.append((rnd, min(a, b), max(a, b)))
-    return pairs
 
 
 class Deadline:
@@ -146,8 +140,6 @@ def _run(args, torch, dist, device, deadline: Deadline) -> dict | None:
     node_groups = [dist.new_group(list(range(n * local, (n + 1) * local))) for n in range(nnodes)] \
         if local > 1 and nnodes > 1 else []
     inter = dist.new_group([n * local for n in range(nnodes)]) if nnodes > 1 else None
-    pairs = ring_pairs(nnodes)
-    pair_groups = [dist.new_group([a * local, b * local]) for _r, a, b in pairs]
     phases["groups"] = time.monotonic() - t0
 
     scopes: list[tuple[str, object, list[int]]] = [("world", None, list(range(world)))]
@@ -175,17 +167,30 @@ def _run(args, torch, dist, device, deadline: Deadline) -> dict | None:
         dist.barrier()
         phases[phase] = time.monotonic() - t0
 
-    pair_times = torch.zeros(len(pairs), iters, dtype=torch.float64)
-    for rnd in sorted({p[0] for p in pairs}):
-        deadline.enter(f"pairs round {rnd + 1}")
+    pair_times: dict[tuple[int, int], list[float]] = {}
+
+    def measure(rnd: int, stage: str, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], float]:
+        """One round of pairs at once; every rank gets every pair's times (to plan the next round alike)."""
+        name = f"{'tournament' if stage == 'tournament' else 'pairs'} round {rnd + 1}"
+        deadline.enter(name)
         t0 = time.monotonic()
-        for i, (r, a, b) in enumerate(pairs):
-            if r == rnd and rank in (a * local, b * local):
-                got = _time(torch, dist, device, "all_gather", pair_bytes, 2, pair_groups[i], iters, warmup)
+        groups = [dist.new_group([a * local, b * local]) for a, b in pairs]
+        got = torch.zeros(len(pairs), iters, dtype=torch.float64)
+        for i, (a, b) in enumerate(pairs):
+            if rank in (a * local, b * local):
+                took = _time(torch, dist, device, "all_gather", pair_bytes, 2, groups[i], iters, warmup)
                 if rank == a * local:
-                    pair_times[i] = got
-        dist.barrier()
-        phases[f"pairs round {rnd + 1}"] = time.monotonic() - t0
+                    got[i] = took
+        got = _reduced(dist, got, device)
+        phases[name] = time.monotonic() - t0
+        out = {}
+        for i, pair in enumerate(pairs):
+            pair_times[pair] = [float(x) for x in got[i]]
+            median = statistics.median(pair_times[pair])
+            out[pair] = pair_bytes / median * 0.5 if median > 0 else 0.0
+        return out
+
+    pairs = _pairs.run_rounds(nnodes, measure)
 
     gemm = torch.zeros(world, dtype=torch.float64)
     if device.type == "cuda":
@@ -199,7 +204,7 @@ def _run(args, torch, dist, device, deadline: Deadline) -> dict | None:
 
     deadline.enter("collect")
     # NCCL reduces only tensors on the GPU: the bookkeeping travels there and back.
-    times, pair_times, gemm = (_reduced(dist, t, device) for t in (times, pair_times, gemm))
+    times, gemm = (_reduced(dist, t, device) for t in (times, gemm))
     if rank != 0:
         return None
     return {
@@ -214,8 +219,8 @@ def _run(args, torch, dist, device, deadline: Deadline) -> dict | None:
                     "ops": {op: [[float(x) for x in times[s, o, z]] for z in range(len(sizes))]
                             for o, op in enumerate(OPS)}}
                    for s, (name, _g, members) in enumerate(scopes)],
-        "pairs": [{"round": r, "a": a, "b": b, "bytes": pair_bytes, "times": [float(x) for x in pair_times[i]]}
-                  for i, (r, a, b) in enumerate(pairs)],
+        "pairs": [{"round": r, "a": a, "b": b, "stage": stage, "bytes": pair_bytes, "times": pair_times[(a, b)]}
+                  for r, a, b, stage in pairs],
         "gemm_tflops": [round(float(x), 2) for x in gemm] if device.type == "cuda" else [],
         "phases": {k: round(v, 3) for k, v in phases.items()},
         "deadline_s": args.phase_deadline_s,

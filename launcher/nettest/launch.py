@@ -18,8 +18,11 @@ from launcher.runs.core.store import RunStore
 from launcher.runs.launch import is_owned, start_run
 from launcher.workload.model import CodeSource, Mlflow, Snapshot
 from launcher.workload.plan import RunPlan, build_plan
+from trainer.nettest_pairs import NEIGHBOUR_ROUNDS, TOURNAMENT_ROUNDS
 
 NODE_SCRIPT = Path(__file__).resolve().parents[2] / "trainer" / "nettest.py"
+NODE_FILES = (NODE_SCRIPT, NODE_SCRIPT.with_name("nettest_pairs.py"))
+"""What the nodes get: the script and the pairs' plan it imports."""
 RESULT_MARK = "FSDP_TUI_NETTEST "
 """The mark before rank 0's result line (``trainer/nettest.py`` prints it)."""
 HEALTH_MARK = "FSDP_TUI_NETTEST_HEALTH "
@@ -58,14 +61,15 @@ class Outcome:
 
 
 def node_code(home: Path) -> Path:
-    """The folder shipped as the test's code snapshot: the node script alone."""
+    """The folder shipped as the test's code snapshot: the node script and the module it imports."""
     code = home / RECORDS / "node-code"
     code.mkdir(parents=True, exist_ok=True)
-    target = code / "nettest.py"
-    if not target.exists() or target.read_bytes() != NODE_SCRIPT.read_bytes():
-        tmp = code / "nettest.py.tmp"
-        shutil.copyfile(NODE_SCRIPT, tmp)
-        tmp.replace(target)
+    for source in NODE_FILES:
+        target = code / source.name
+        if not target.exists() or target.read_bytes() != source.read_bytes():
+            tmp = code / f"{source.name}.tmp"
+            shutil.copyfile(source, tmp)
+            tmp.replace(target)
     return code
 
 
@@ -91,7 +95,7 @@ def nettest_plan(plan: RunPlan, options: Options, home: Path) -> RunPlan:
     backend, interpreter and environment; no MLflow run, no retries, a time limit."""
     w = plan.workload
     name = f"nettest-{w.experiment_name}"[:100]
-    phases = 8 + (plan.topology.num_nodes > 1) * 3
+    phases = 8 + (plan.topology.num_nodes > 1) * (NEIGHBOUR_ROUNDS + TOURNAMENT_ROUNDS)
     limit_min = (phases * options.phase_deadline_s + 300) / 60
     workload = w.model_copy(update={
         "experiment_name": name, "command": node_command(plan, options),

@@ -60,7 +60,7 @@ def test_verdict_words_name_the_host_figure_and_rule():
     verdict = judge_pairs(pairs_from({(0, 1): 50, (1, 2): 10, (0, 2): 10}))
     lines = verdict_lines(verdict, ("a", "b", "c"))
     assert lines[0] == ("slow node: node 2 (c): 10.0 MB/s all-gather bus bandwidth against 50.0 MB/s for the "
-                        "other pairs (0.20x)")
+                        "fast pairs (0.20x)")
     assert f"{SLOW_RATIO:.2f}x the median" in lines[-1]
     assert "no slow node" in verdict_lines(judge_pairs(pairs_from({(0, 1): 5, (1, 2): 5, (0, 2): 5})), ("a",) * 3)[0]
 
