@@ -9,7 +9,13 @@
 2. Three hosts at ``--rate`` Mbit: ``fsdp-tui nettest --quick --max-size 1`` from the process start to its
    verdict (issue floor: under 30 s), ``--repeat`` times, median and max.
 
+3. With ``--hosts N`` instead: N hosts (links unshaped unless ``--hosts-rate``), ``fsdp-tui nettest --quick``
+   as a user runs it (sizes 1, 16, 64 MiB), start to verdict, ``--repeat`` times, and where the time went:
+   the test run's own timeline (connect and ship, start the agents, the job, the end) and the job's phases
+   (importing torch, the rendezvous, each scope, each round of pairs).
+
     .venv/bin/python benchmarks/bench_nettest.py [--rate 200] [--tcp-s 8] [--repeat 3]
+    .venv/bin/python benchmarks/bench_nettest.py --hosts 16 [--hosts-rate 0] [--repeat 3]
 
 Needs root (network namespaces, tc) and openssh-server, as the tests do.
 """
@@ -86,6 +92,52 @@ def nettest(home: Path, client: Path, workload: Path, *flags: str) -> tuple[floa
     return wall, json.loads(out.stdout)
 
 
+def timeline(home: Path, run_id: str) -> dict[str, float]:
+    """Seconds between the test run's recorded states: what the operator's side spent where."""
+    import json as _json
+
+    at: dict[str, float] = {}
+    for line in (home / "runs" / run_id / "events.jsonl").read_text().splitlines():
+        event = _json.loads(line)
+        key = event.get("state") if event.get("type") == "RunStateChanged" else None
+        if key and key not in at:
+            at[key] = event["at"]
+        if event.get("type") == "NodeStateChanged" and event.get("state") == "exited":
+            at.setdefault("first node exited", event["at"])
+    names = [("pending", "preflight", "owner start"), ("preflight", "starting", "connect, ship, checks"),
+             ("starting", "running", "agents start torchrun"), ("running", "first node exited", "the job"),
+             ("first node exited", "succeeded", "the end")]
+    return {label: round(at[b] - at[a], 2) for a, b, label in names if a in at and b in at}
+
+
+def many_hosts(args) -> None:
+    """``--hosts N``: the quick test's start-to-verdict time on N hosts, and where it went."""
+    from tests.launcher.sshd import start_hosts, stop_hosts
+
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        t0 = time.perf_counter()
+        client, hosts = start_hosts(tmp, args.hosts, netns=True)
+        print(f"{args.hosts} namespace SSH hosts up in {time.perf_counter() - t0:.1f} s")
+        try:
+            if args.hosts_rate:
+                shape(hosts, args.hosts_rate, args.latency_ms)
+            home = tmp / "home"
+            walls = []
+            for _ in range(args.repeat):
+                wall, data = nettest(home, client, workload(tmp, args.hosts), "--quick")
+                if "figures" not in data:
+                    raise SystemExit(f"nettest gave no result: {data}")
+                walls.append(wall)
+                print(f"  {wall:.1f} s; the run: {timeline(home, data['run_id'])}; the job: {data['phases_s']}; "
+                      f"{len(data['pairs'])} pairs, {data['verdict']['text'][0][:60]}")
+            links = f"{args.hosts_rate} Mbit tbf" if args.hosts_rate else "unshaped veth"
+            print(f"{args.hosts} hosts ({links}), --quick, start to verdict: median {statistics.median(walls):.1f} s, "
+                  f"max {max(walls):.1f} s over {len(walls)} (goal: under 30 s)")
+        finally:
+            stop_hosts(hosts)
+
+
 def workload(tmp: Path, n: int) -> Path:
     path = tmp / f"nettest{n}.yaml"
     hosts = ", ".join(f"node{i}" for i in range(n))
@@ -104,7 +156,12 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=int, default=100, help="tbf's queue limit, as latency (ms)")
     parser.add_argument("--tcp-s", type=float, default=8.0)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--hosts", type=int, default=0, help="instead: time --quick on this many hosts")
+    parser.add_argument("--hosts-rate", type=int, default=0, help="with --hosts: shape every link (Mbit; 0: no)")
     args = parser.parse_args()
+    if args.hosts:
+        many_hosts(args)
+        return
     from tests.launcher.sshd import start_hosts, stop_hosts
 
     with tempfile.TemporaryDirectory() as tmp_name:

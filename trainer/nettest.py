@@ -8,6 +8,9 @@ runs where the built-in trainer is not installed. Bandwidths and the verdict
 are computed on the operator's side from the raw times (``launcher.nettest``). NCCL on GPUs, gloo on CPU.
 
     torchrun --nnodes=N --nproc_per_node=L ... nettest.py --quick --out result.json
+
+With one process per node it also runs without torchrun, from the environment torchrun would give
+(``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``): one process less to start per node.
 """
 
 from __future__ import annotations
@@ -29,12 +32,17 @@ except ImportError:  # imported as part of the trainer package (the operator's s
 
 ring_pairs = _pairs.ring_pairs
 
+STARTED = time.monotonic()
+"""When this process began, for the start-up phases (importing torch, the rendezvous) in the result."""
 RESULT_MARK = "FSDP_TUI_NETTEST "
 """Rank 0 prints its result on one line after this mark, so it reaches the operator with the node's log."""
 HEALTH_MARK = "FSDP_TUI_NETTEST_HEALTH "
 """Each node's first local rank prints its GPUs' health on one line after this mark (GPU nodes only)."""
 OPS = ("all_gather", "reduce_scatter", "all_reduce")
 MIB = 1 << 20
+QUICK_MAX_BYTES = 16 * MIB
+"""``--quick``'s largest message: large enough that a link's bandwidth, not its latency, shows (16 MiB take
+0.7 ms at 25 GB/s), small enough that 16 nodes answer in seconds."""
 
 
 def sizes_for(max_bytes: int, quick: bool) -> list[int]:
@@ -79,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
+    phases = {"import torch": time.monotonic() - STARTED}
     deadline = Deadline(args.phase_deadline_s)
     deadline.enter("rendezvous")
     cuda = torch.cuda.is_available() and not args.cpu
@@ -86,9 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     if cuda:
         torch.cuda.set_device(local_rank)
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    t0 = time.monotonic()
     dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=args.phase_deadline_s))
+    phases["rendezvous"] = time.monotonic() - t0
     try:
-        result = _run(args, torch, dist, device, deadline)
+        result = _run(args, torch, dist, device, deadline, phases)
     finally:
         deadline.enter("shutdown")
         dist.destroy_process_group()
@@ -108,8 +119,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nettest", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer sizes and iterations")
     p.add_argument("--max-bytes", type=int, default=0, help="the largest message (bytes; default: one "
-                   "decoder block's all-gather where the model's config.json is readable here, else 256 MiB, "
-                   "64 MiB with --quick)")
+                   "decoder block's all-gather where the model's config.json is readable here, else 256 MiB; "
+                   "16 MiB with --quick)")
     p.add_argument("--pair-bytes", type=int, default=0, help="the pairs' message (default: the largest)")
     p.add_argument("--iters", type=int, default=0, help="timed iterations per size (default 10, quick 3)")
     p.add_argument("--warmup", type=int, default=0, help="untimed iterations first (default 2, quick 1)")
@@ -119,7 +130,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _run(args, torch, dist, device, deadline: Deadline) -> dict | None:
+def _run(args, torch, dist, device, deadline: Deadline, phases: dict[str, float]) -> dict | None:
     rank, world = dist.get_rank(), dist.get_world_size()
     local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     nnodes = world // local
@@ -127,11 +138,10 @@ def _run(args, torch, dist, device, deadline: Deadline) -> dict | None:
     warmup = args.warmup or (1 if args.quick else 2)
     model = model_shape(os.environ.get("HYPERPARAMETERS_PATH", ""))
     param_bytes = 2 if device.type == "cuda" else 4
-    max_bytes = args.max_bytes or (model["block_params"] * param_bytes if model else 0) or \
-        (64 if args.quick else 256) * MIB
+    max_bytes = args.max_bytes or (QUICK_MAX_BYTES if args.quick else 0) or \
+        (model["block_params"] * param_bytes if model else 0) or 256 * MIB
     sizes = sizes_for(max_bytes, args.quick)
     pair_bytes = args.pair_bytes or sizes[-1]
-    phases: dict[str, float] = {}
 
     deadline.enter("groups")
     t0 = time.monotonic()

@@ -40,7 +40,7 @@ class Options:
     quick: bool = False
     max_bytes: int | None = None
     """The largest message; by default the node script takes one decoder block's all-gather where the
-    model's ``config.json`` is readable on the nodes, else 256 MiB (64 MiB with ``quick``)."""
+    model's ``config.json`` is readable on the nodes, else 256 MiB (``quick``: 16 MiB)."""
     phase_deadline_s: float = 120.0
     """The most one phase (rendezvous, one scope, one round of pairs) may take before the job gives up."""
     cpu: bool = False
@@ -96,7 +96,9 @@ def node_code(home: Path) -> Path:
 
 
 def node_command(plan: RunPlan, options: Options) -> str:
-    """The shell text each node runs: torchrun over the rendezvous the plan gives, the node script."""
+    """The shell text each node runs: the node script under torchrun over the rendezvous the plan gives;
+    with one process per node, the script alone with the variables torchrun would set (one process, and
+    one import of torch, less per node: the larger part of a quick test's time)."""
     env = plan.workload.environment
     python = "python" if env.dependencies else env.python
     flags = [f"--phase-deadline-s={options.phase_deadline_s:g}"]
@@ -106,10 +108,13 @@ def node_command(plan: RunPlan, options: Options) -> str:
         flags.append("--quick")
     if options.cpu:
         flags.append("--cpu")
+    script = "\"$CODE_SOURCE_PATH/nettest.py\" " + " ".join(flags) + " --out=\"$CODE_SOURCE_PATH/../nettest.json\"\n"
+    if plan.topology.procs_per_node == 1:
+        return ("export RANK=\"$NODE_RANK\" WORLD_SIZE=\"$NUM_NODES\" LOCAL_RANK=0\n"
+                f"exec {shlex.quote(python)} " + script)
     return (f"exec {shlex.quote(python)} -m torch.distributed.run --nnodes=\"$NUM_NODES\" "
             "--node_rank=\"$NODE_RANK\" --nproc_per_node=\"$LOCAL_WORLD_SIZE\" --master_addr=\"$MASTER_ADDR\" "
-            "--master_port=\"$MASTER_PORT\" \"$CODE_SOURCE_PATH/nettest.py\" "
-            + " ".join(flags) + " --out=\"$CODE_SOURCE_PATH/../nettest.json\"\n")
+            "--master_port=\"$MASTER_PORT\" " + script)
 
 
 def nettest_plan(plan: RunPlan, options: Options, home: Path) -> RunPlan:
