@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -92,18 +93,22 @@ def nettest(home: Path, client: Path, workload: Path, *flags: str) -> tuple[floa
     return wall, json.loads(out.stdout)
 
 
-def timeline(home: Path, run_id: str) -> dict[str, float]:
-    """Seconds between the test run's recorded states: what the operator's side spent where."""
-    import json as _json
-
+def _states_at(home: Path, run_id: str) -> dict[str, float]:
+    """When the test run first entered each state (and when its first node exited), epoch seconds."""
     at: dict[str, float] = {}
     for line in (home / "runs" / run_id / "events.jsonl").read_text().splitlines():
-        event = _json.loads(line)
+        event = json.loads(line)
         key = event.get("state") if event.get("type") == "RunStateChanged" else None
         if key and key not in at:
             at[key] = event["at"]
         if event.get("type") == "NodeStateChanged" and event.get("state") == "exited":
             at.setdefault("first node exited", event["at"])
+    return at
+
+
+def timeline(home: Path, run_id: str) -> dict[str, float]:
+    """Seconds between the test run's recorded states: what the operator's side spent where."""
+    at = _states_at(home, run_id)
     names = [("pending", "preflight", "owner start"), ("preflight", "starting", "connect, ship, checks"),
              ("starting", "running", "agents start torchrun"), ("running", "first node exited", "the job"),
              ("first node exited", "succeeded", "the end")]
@@ -125,11 +130,18 @@ def many_hosts(args) -> None:
             home = tmp / "home"
             walls = []
             for _ in range(args.repeat):
+                load = os.getloadavg()[0]
+                t_start = time.time()
                 wall, data = nettest(home, client, workload(tmp, args.hosts), "--quick")
                 if "figures" not in data:
                     raise SystemExit(f"nettest gave no result: {data}")
                 walls.append(wall)
-                print(f"  {wall:.1f} s; the run: {timeline(home, data['run_id'])}; the job: {data['phases_s']}; "
+                at = _states_at(home, data["run_id"])
+                outside = {"CLI start and connect phase": round(at["pending"] - t_start, 2),
+                           "of which connect": data.get("connect_s") and round(data["connect_s"], 2),
+                           "after the run": round(t_start + wall - at["succeeded"], 2)}
+                print(f"  {wall:.1f} s (load average {load:.1f} -> {os.getloadavg()[0]:.1f}); {outside}; "
+                      f"the run: {timeline(home, data['run_id'])}; the job: {data['phases_s']}; "
                       f"{len(data['pairs'])} pairs, {data['verdict']['text'][0][:60]}")
             links = f"{args.hosts_rate} Mbit tbf" if args.hosts_rate else "unshaped veth"
             print(f"{args.hosts} hosts ({links}), --quick, start to verdict: median {statistics.median(walls):.1f} s, "

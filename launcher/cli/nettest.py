@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     code = show(outcome.measured, outcome.nodes, outcome.run_id, plan, args, outcome.wall_s, outcome.health,
                 extra={"unreachable": list(outcome.unreachable), "problems": list(outcome.problems),
-                       "deadlines_s": limits})
+                       "deadlines_s": limits, "connect_s": outcome.connect_s})
     return 1 if outcome.unreachable else code
 
 

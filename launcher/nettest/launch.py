@@ -63,6 +63,8 @@ class Outcome:
     unreachable: tuple[str, ...] = ()
     """The workload's nodes that did not answer in the connect phase, each named with what to do; the test
     ran on the others (renumbered among themselves), where there were any."""
+    connect_s: float | None = None
+    """How long the connect phase took (SSH nodes only)."""
 
 
 def deadlines(plan: RunPlan, options: Options) -> dict[str, float]:
@@ -163,14 +165,16 @@ def run_nettest(plan: RunPlan, options: Options, home: Path, *, on_state=None, p
     result; the record is kept. A node that does not answer is named and left out; the others are tested."""
     started = time.time()
     unreachable: tuple[str, ...] = ()
+    connect_s = None
     if plan.workload.compute.slurm is None and plan.workload.compute.hosts:
         answers = reach(plan)
+        connect_s = time.time() - started
         unreachable = tuple(line for _rank, line in answers)
         down = {rank for rank, _line in answers}
         if None in down or len(down) == len(plan.nodes):
             return Outcome("", "not started", None, None, tuple(n.host_display for n in plan.nodes),
                            (*unreachable, "nothing was started: no node to test"), started,
-                           time.time() - started, unreachable=unreachable)
+                           time.time() - started, unreachable=unreachable, connect_s=connect_s)
         if down:
             plan = without_nodes(plan, down)
     test = nettest_plan(plan, options, home)
@@ -185,7 +189,7 @@ def run_nettest(plan: RunPlan, options: Options, home: Path, *, on_state=None, p
 
         asyncio.run(cancel_run(home, run_id))
         raise
-    outcome = collect(home, run_id, started)
+    outcome = replace(collect(home, run_id, started), connect_s=connect_s)
     if unreachable:
         outcome = replace(outcome, unreachable=unreachable,
                           problems=(*unreachable, f"the test ran on the {len(outcome.nodes)} other node(s), "
