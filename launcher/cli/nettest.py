@@ -26,12 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file", metavar="FILE", type=Path)
     add_set_option(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--quick", action="store_true", help="fewer sizes (up to 64 MiB) and iterations")
+    p.add_argument("--quick", action="store_true", help="fewer sizes (1 and 16 MiB) and iterations")
     p.add_argument("--params", type=float, metavar="N", help="model parameters (e.g. 8e9) for the FSDP estimate "
                    "(default: from the model's config.json where the nodes can read it)")
     p.add_argument("--max-size", type=float, metavar="MIB", help="the largest message in MiB (default: one "
-                   "decoder block's all-gather where the model's config.json is readable on the nodes, else 256, "
-                   "64 with --quick)")
+                   "decoder block's all-gather where the model's config.json is readable on the nodes, else 256; "
+                   "16 with --quick)")
     p.add_argument("--peak-tflops", type=float, metavar="T", help="one device's peak (default: by accelerator_type)")
     p.add_argument("--mfu", type=float, default=0.4, help="the compute side's MFU for the estimate (default 0.4)")
     p.add_argument("--phase-deadline", type=float, default=120.0, metavar="S",
