@@ -185,7 +185,7 @@ def _run(args, torch, dist, device, deadline: Deadline, phases: dict[str, float]
         dist.barrier()
         phases[phase] = time.monotonic() - t0
 
-    pair_times: dict[tuple[int, int], list[float]] = {}
+    pair_times: dict[tuple[int, int, int], list[float]] = {}
 
     def measure(rnd: int, stage: str, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], float]:
         """One round of pairs at once; every rank gets every pair's times (to plan the next round alike)."""
@@ -202,10 +202,10 @@ def _run(args, torch, dist, device, deadline: Deadline, phases: dict[str, float]
         got = _reduced(dist, got, device)
         phases[name] = time.monotonic() - t0
         out = {}
-        for i, pair in enumerate(pairs):
-            pair_times[pair] = [float(x) for x in got[i]]
-            median = statistics.median(pair_times[pair])
-            out[pair] = pair_bytes / median * 0.5 if median > 0 else 0.0
+        for i, (a, b) in enumerate(pairs):
+            pair_times[(rnd, a, b)] = [float(x) for x in got[i]]
+            median = statistics.median(pair_times[(rnd, a, b)])
+            out[(a, b)] = pair_bytes / median * 0.5 if median > 0 else 0.0
         return out
 
     pairs = _pairs.run_rounds(nnodes, measure)
@@ -238,7 +238,7 @@ def _run(args, torch, dist, device, deadline: Deadline, phases: dict[str, float]
                     "ops": {op: [[float(x) for x in times[s, o, z]] for z in range(len(sizes))]
                             for o, op in enumerate(OPS)}}
                    for s, (name, _g, members) in enumerate(scopes)],
-        "pairs": [{"round": r, "a": a, "b": b, "stage": stage, "bytes": pair_bytes, "times": pair_times[(a, b)]}
+        "pairs": [{"round": r, "a": a, "b": b, "stage": stage, "bytes": pair_bytes, "times": pair_times[(r, a, b)]}
                   for r, a, b, stage in pairs],
         "gemm_tflops": [round(float(x), 2) for x in gemm] if device.type == "cuda" else [],
         "phases": {k: round(v, 3) for k, v in phases.items()},

@@ -222,10 +222,13 @@ def judge_pairs(pairs: tuple[PairFigure, ...] | list[PairFigure], threshold: flo
     An even network names nothing."""
     if not pairs:
         return Verdict((), "one node: no link between nodes to compare", threshold)
-    if len(pairs) == 1:
+    if len({(p.a, p.b) for p in pairs}) == 1:
         return Verdict((), "two nodes: one pair, nothing to compare it with (see its figure against the "
                            "link's rated speed)", threshold)
-    figures = {(min(p.a, p.b), max(p.a, p.b)): p.busbw for p in pairs}
+    figures: dict[tuple[int, int], float] = {}
+    for p in pairs:  # a pair measured twice (a slow link, again): its better figure
+        key = (min(p.a, p.b), max(p.a, p.b))
+        figures[key] = max(figures.get(key, 0.0), p.busbw)
     st = _pairs.standing(figures, threshold)
 
     def best(node: int) -> float:

@@ -50,7 +50,7 @@ def verdict_lines(verdict: Verdict, nodes: tuple[str, ...]) -> list[str]:
     """The verdict in words, with the rule it applied."""
     rule = (f"(a pair is slow under {verdict.threshold:.2f}x the median of the fast pairs, those at "
             f"{verdict.threshold:.2f}x the fastest or more; a node is slow when all its pairs are, one of them "
-            "with a node that is fast elsewhere; a link, when one pair of two such nodes is)")
+            "with a node that is fast elsewhere; a link, when one pair of two such nodes is, measured twice)")
     if verdict.note:
         return [verdict.note]
     if not verdict.findings:
