@@ -2,11 +2,16 @@
 all-gather, reduce-scatter and all-reduce per message size inside each node, across nodes (one rank per
 node) and over the whole world, then pairs of nodes in parallel rounds, and rank 0 writes the raw times.
 
-Standard library and torch only (no launcher, no trainer imports): the launcher ships this one file in a
-code snapshot, so it also runs where the built-in trainer is not installed. Bandwidths and the verdict
+Standard library and torch only (no launcher, no trainer imports): the launcher ships this file and
+``nettest_pairs.py`` (which pairs to measure, the same rules as the verdict) and ``nettest_health.py`` (the GPU
+health counters) in a code snapshot, so it also
+runs where the built-in trainer is not installed. Bandwidths and the verdict
 are computed on the operator's side from the raw times (``launcher.nettest``). NCCL on GPUs, gloo on CPU.
 
     torchrun --nnodes=N --nproc_per_node=L ... nettest.py --quick --out result.json
+
+With one process per node it also runs without torchrun, from the environment torchrun would give
+(``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``): one process less to start per node.
 """
 
 from __future__ import annotations
@@ -15,17 +20,37 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import threading
 import time
 from datetime import timedelta
 
+try:  # shipped beside this file on the nodes
+    import nettest_health as _health
+    import nettest_pairs as _pairs
+except ImportError:  # imported as part of the trainer package (the operator's side, tests)
+    from trainer import nettest_health as _health
+    from trainer import nettest_pairs as _pairs
+
+gpu_health, parse_nvlink, parse_smi_health, parse_xid = (
+    _health.gpu_health, _health.parse_nvlink, _health.parse_smi_health, _health.parse_xid)
+
+ring_pairs = _pairs.ring_pairs
+
+STARTED = time.monotonic()
+"""When this process began, for the start-up phases (importing torch, the rendezvous) in the result."""
 RESULT_MARK = "FSDP_TUI_NETTEST "
 """Rank 0 prints its result on one line after this mark, so it reaches the operator with the node's log."""
 HEALTH_MARK = "FSDP_TUI_NETTEST_HEALTH "
 """Each node's first local rank prints its GPUs' health on one line after this mark (GPU nodes only)."""
 OPS = ("all_gather", "reduce_scatter", "all_reduce")
 MIB = 1 << 20
+GLOO_PIECES = 8
+GLOO_PIECE_MIN = 4 * MIB
+QUICK_MAX_BYTES = 16 * MIB
+"""``--quick``'s largest message: large enough that a link's bandwidth, not its latency, shows (16 MiB take
+0.7 ms at 25 GB/s), small enough that 16 nodes answer in seconds."""
 
 
 def sizes_for(max_bytes: int, quick: bool) -> list[int]:
@@ -37,21 +62,6 @@ def sizes_for(max_bytes: int, quick: bool) -> list[int]:
         size *= step
     sizes.append(max(max_bytes, MIB))
     return sorted(set(sizes))
-
-
-def ring_pairs(nnodes: int) -> list[tuple[int, int, int]]:
-    """``(round, a, b)``: each node with its ring neighbour, in at most three rounds where no node is in
-    two pairs at once (even pairs, odd pairs, and the pair closing an odd ring)."""
-    if nnodes < 2:
-        return []
-    if nnodes == 2:
-        return [(0, 0, 1)]
-    pairs = []
-    for i in range(nnodes):
-        a, b = i, (i + 1) % nnodes
-        rnd = 2 if (nnodes % 2 and i == nnodes - 1) else i % 2
-        pairs.append((rnd, min(a, b), max(a, b)))
-    return pairs
 
 
 class Deadline:
@@ -85,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
+    phases = {"import torch": time.monotonic() - STARTED}
     deadline = Deadline(args.phase_deadline_s)
     deadline.enter("rendezvous")
     cuda = torch.cuda.is_available() and not args.cpu
@@ -92,9 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     if cuda:
         torch.cuda.set_device(local_rank)
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    t0 = time.monotonic()
     dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=args.phase_deadline_s))
+    phases["rendezvous"] = time.monotonic() - t0
     try:
-        result = _run(args, torch, dist, device, deadline)
+        result = _run(args, torch, dist, device, deadline, phases)
     finally:
         deadline.enter("shutdown")
         dist.destroy_process_group()
@@ -114,8 +127,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nettest", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer sizes and iterations")
     p.add_argument("--max-bytes", type=int, default=0, help="the largest message (bytes; default: one "
-                   "decoder block's all-gather where the model's config.json is readable here, else 256 MiB, "
-                   "64 MiB with --quick)")
+                   "decoder block's all-gather where the model's config.json is readable here, else 256 MiB; "
+                   "16 MiB with --quick)")
     p.add_argument("--pair-bytes", type=int, default=0, help="the pairs' message (default: the largest)")
     p.add_argument("--iters", type=int, default=0, help="timed iterations per size (default 10, quick 3)")
     p.add_argument("--warmup", type=int, default=0, help="untimed iterations first (default 2, quick 1)")
@@ -125,7 +138,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _run(args, torch, dist, device, deadline: Deadline) -> dict | None:
+def _run(args, torch, dist, device, deadline: Deadline, phases: dict[str, float]) -> dict | None:
     rank, world = dist.get_rank(), dist.get_world_size()
     local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     nnodes = world // local
@@ -133,11 +146,10 @@ def _run(args, torch, dist, device, deadline: Deadline) -> dict | None:
     warmup = args.warmup or (1 if args.quick else 2)
     model = model_shape(os.environ.get("HYPERPARAMETERS_PATH", ""))
     param_bytes = 2 if device.type == "cuda" else 4
-    max_bytes = args.max_bytes or (model["block_params"] * param_bytes if model else 0) or \
-        (64 if args.quick else 256) * MIB
+    max_bytes = args.max_bytes or (QUICK_MAX_BYTES if args.quick else 0) or \
+        (model["block_params"] * param_bytes if model else 0) or 256 * MIB
     sizes = sizes_for(max_bytes, args.quick)
     pair_bytes = args.pair_bytes or sizes[-1]
-    phases: dict[str, float] = {}
 
     deadline.enter("groups")
     t0 = time.monotonic()
@@ -146,8 +158,6 @@ def _run(args, torch, dist, device, deadline: Deadline) -> dict | None:
     node_groups = [dist.new_group(list(range(n * local, (n + 1) * local))) for n in range(nnodes)] \
         if local > 1 and nnodes > 1 else []
     inter = dist.new_group([n * local for n in range(nnodes)]) if nnodes > 1 else None
-    pairs = ring_pairs(nnodes)
-    pair_groups = [dist.new_group([a * local, b * local]) for _r, a, b in pairs]
     phases["groups"] = time.monotonic() - t0
 
     scopes: list[tuple[str, object, list[int]]] = [("world", None, list(range(world)))]
@@ -175,17 +185,30 @@ def _run(args, torch, dist, device, deadline: Deadline) -> dict | None:
         dist.barrier()
         phases[phase] = time.monotonic() - t0
 
-    pair_times = torch.zeros(len(pairs), iters, dtype=torch.float64)
-    for rnd in sorted({p[0] for p in pairs}):
-        deadline.enter(f"pairs round {rnd + 1}")
+    pair_times: dict[tuple[int, int, int], list[float]] = {}
+
+    def measure(rnd: int, stage: str, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], float]:
+        """One round of pairs at once; every rank gets every pair's times (to plan the next round alike)."""
+        name = f"{'tournament' if stage == 'tournament' else 'pairs'} round {rnd + 1}"
+        deadline.enter(name)
         t0 = time.monotonic()
-        for i, (r, a, b) in enumerate(pairs):
-            if r == rnd and rank in (a * local, b * local):
-                got = _time(torch, dist, device, "all_gather", pair_bytes, 2, pair_groups[i], iters, warmup)
+        groups = [dist.new_group([a * local, b * local]) for a, b in pairs]
+        got = torch.zeros(len(pairs), iters, dtype=torch.float64)
+        for i, (a, b) in enumerate(pairs):
+            if rank in (a * local, b * local):
+                took = _time(torch, dist, device, "all_gather", pair_bytes, 2, groups[i], iters, warmup)
                 if rank == a * local:
-                    pair_times[i] = got
-        dist.barrier()
-        phases[f"pairs round {rnd + 1}"] = time.monotonic() - t0
+                    got[i] = took
+        got = _reduced(dist, got, device)
+        phases[name] = time.monotonic() - t0
+        out = {}
+        for i, (a, b) in enumerate(pairs):
+            pair_times[(rnd, a, b)] = [float(x) for x in got[i]]
+            median = statistics.median(pair_times[(rnd, a, b)])
+            out[(a, b)] = pair_bytes / median * 0.5 if median > 0 else 0.0
+        return out
+
+    pairs = _pairs.run_rounds(nnodes, measure)
 
     gemm = torch.zeros(world, dtype=torch.float64)
     if device.type == "cuda":
@@ -199,7 +222,7 @@ def _run(args, torch, dist, device, deadline: Deadline) -> dict | None:
 
     deadline.enter("collect")
     # NCCL reduces only tensors on the GPU: the bookkeeping travels there and back.
-    times, pair_times, gemm = (_reduced(dist, t, device) for t in (times, pair_times, gemm))
+    times, gemm = (_reduced(dist, t, device) for t in (times, gemm))
     if rank != 0:
         return None
     return {
@@ -210,33 +233,51 @@ def _run(args, torch, dist, device, deadline: Deadline) -> dict | None:
         "host": platform.node(),
         "world_size": world, "nnodes": nnodes, "local_world_size": local,
         "dtype": "float32", "iters": iters, "warmup": warmup, "sizes": sizes, "model": model,
+        "pieces": [pieces_for(z, dist.get_backend()) for z in sizes],
         "scopes": [{"name": name, "ranks": members,
                     "ops": {op: [[float(x) for x in times[s, o, z]] for z in range(len(sizes))]
                             for o, op in enumerate(OPS)}}
                    for s, (name, _g, members) in enumerate(scopes)],
-        "pairs": [{"round": r, "a": a, "b": b, "bytes": pair_bytes, "times": [float(x) for x in pair_times[i]]}
-                  for i, (r, a, b) in enumerate(pairs)],
+        "pairs": [{"round": r, "a": a, "b": b, "stage": stage, "bytes": pair_bytes, "times": pair_times[(r, a, b)]}
+                  for r, a, b, stage in pairs],
         "gemm_tflops": [round(float(x), 2) for x in gemm] if device.type == "cuda" else [],
         "phases": {k: round(v, 3) for k, v in phases.items()},
         "deadline_s": args.phase_deadline_s,
     }
 
 
+def pieces_for(nbytes: int, backend: str) -> int:
+    """How many collectives one message of ``nbytes`` is sent as, all in flight at once: on gloo up to
+    :data:`GLOO_PIECES` of at least :data:`GLOO_PIECE_MIN` bytes (one gloo collective leaves its connection
+    idle between its steps: on a 200 Mbit link one 64 MiB all-gather carried 0.55-0.59x of a TCP stream,
+    eight pieces at once 0.87x; FSDP too keeps more than one in flight, prefetching the next block's
+    all-gather); on NCCL one, as nccl-tests."""
+    if backend != "gloo":
+        return 1
+    return max(1, min(GLOO_PIECES, nbytes // GLOO_PIECE_MIN))
+
+
 def _time(torch, dist, device, op: str, nbytes: int, n: int, group, iters: int, warmup: int):
     """Seconds (a float64 tensor) per iteration of ``op`` on ``nbytes`` (the nccl-tests size: the gathered output of an
-    all-gather, the input of a reduce-scatter), the slowest member's time of each iteration."""
-    count = max(n, (nbytes // 4) // n * n)
-    full = torch.ones(count, dtype=torch.float32, device=device)
-    part = torch.ones(count // n, dtype=torch.float32, device=device)
+    all-gather, the input of a reduce-scatter), the slowest member's time of each iteration. The message
+    goes as :func:`pieces_for` collectives at once, each on its own slice of the buffers."""
+    k = pieces_for(nbytes, dist.get_backend())
+    count = max(n * k, (nbytes // 4) // (n * k) * (n * k))
+    full = torch.ones(k, count // k, dtype=torch.float32, device=device)
+    part = torch.ones(k, count // k // n, dtype=torch.float32, device=device)
     if op == "all_gather":
-        def call():
-            dist.all_gather_into_tensor(full, part, group=group)
+        def one(i):
+            return dist.all_gather_into_tensor(full[i], part[i], group=group, async_op=True)
     elif op == "reduce_scatter":
-        def call():
-            dist.reduce_scatter_tensor(part, full, group=group)
+        def one(i):
+            return dist.reduce_scatter_tensor(part[i], full[i], group=group, async_op=True)
     else:
-        def call():
-            dist.all_reduce(full, group=group)
+        def one(i):
+            return dist.all_reduce(full[i], group=group, async_op=True)
+
+    def call():
+        for work in [one(i) for i in range(k)]:
+            work.wait()
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for _ in range(warmup):
         call()
@@ -316,83 +357,6 @@ def gemm_tflops(torch, device, n: int, iters: int = 10) -> float:
         a @ b
     torch.cuda.synchronize(device)
     return 2 * n**3 * iters / (time.perf_counter() - t0) / 1e12
-
-
-def _command(argv: list[str]) -> str:
-    """A command's output, or ``""`` where it cannot run or be read (no driver tools, no permission)."""
-    import subprocess
-
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
-def gpu_health() -> dict:
-    """This node's GPU health counters and kernel Xid lines, parsed here (a node's text stays here)."""
-    smi = _command(["nvidia-smi", "-q", "-d", "ECC,PAGE_RETIREMENT,ROW_REMAPPER"])
-    links = _command(["nvidia-smi", "nvlink", "-s"])
-    kernel = _command(["dmesg"])
-    return {"gpus": parse_smi_health(smi), "nvlink": parse_nvlink(links), "xid": parse_xid(kernel)[-20:],
-            "smi_readable": bool(smi), "kernel_log_readable": bool(kernel)}
-
-
-def parse_smi_health(text: str) -> list[dict]:
-    """Per GPU of ``nvidia-smi -q``: uncorrectable ECC errors (volatile, aggregate), pending page
-    retirement, remapped rows (correctable, uncorrectable, pending, failure). ``None`` where not reported."""
-    gpus: list[dict] = []
-    path: list[tuple[int, str]] = []
-    for line in text.splitlines():
-        if line.startswith("GPU "):
-            gpus.append({"bus_id": line[4:].strip(), "ecc_volatile_uncorrectable": None,
-                         "ecc_aggregate_uncorrectable": None, "retired_pending": None, "remapped_correctable": None,
-                         "remapped_uncorrectable": None, "remap_pending": None, "remap_failure": None})
-            path = []
-            continue
-        if not gpus or not line.strip():
-            continue
-        indent = len(line) - len(line.lstrip())
-        key, sep, value = (part.strip() for part in line.partition(":"))
-        while path and path[-1][0] >= indent:
-            path.pop()
-        if not sep or not value:
-            path.append((indent, key))
-            continue
-        sections = [name for _i, name in path]
-        gpu = gpus[-1]
-        number = int(value) if value.isdigit() else None
-        if "ECC Errors" in sections and ("Uncorrectable" in key or key == "Double Bit ECC" or
-                                         (key == "Total" and "Double Bit" in sections)):
-            field = "ecc_volatile_uncorrectable" if "Volatile" in sections else "ecc_aggregate_uncorrectable"
-            if number is not None:
-                gpu[field] = (gpu[field] or 0) + number
-        elif "Retired Pages" in sections and key == "Pending Page Blacklist" and value != "N/A":
-            gpu["retired_pending"] = value == "Yes"
-        elif "Remapped Rows" in sections and len(sections) == 1:
-            field = {"Correctable Error": "remapped_correctable", "Uncorrectable Error": "remapped_uncorrectable",
-                     "Pending": "remap_pending", "Remapping Failure Occurred": "remap_failure"}.get(key)
-            if field and value != "N/A":
-                gpu[field] = number if field.startswith("remapped") else value == "Yes"
-    return gpus
-
-
-def parse_nvlink(text: str) -> dict:
-    """``nvidia-smi nvlink -s``: per GPU, how many links are up and how many are inactive."""
-    out: dict[str, dict] = {}
-    gpu = None
-    for line in text.splitlines():
-        if line.startswith("GPU "):
-            gpu = line.split(" (UUID")[0]
-            out[gpu] = {"up": 0, "inactive": 0}
-        elif gpu is not None and line.strip().startswith("Link ") and ":" in line:
-            state = line.split(":", 1)[1].strip()
-            out[gpu]["inactive" if "inactive" in state.lower() else "up"] += 1
-    return out
-
-
-def parse_xid(text: str) -> list[str]:
-    """Kernel log lines of NVIDIA Xid events (``NVRM: Xid (PCI:...): 79, ...``)."""
-    return [line.strip()[:300] for line in text.splitlines() if "NVRM: Xid" in line]
 
 
 if __name__ == "__main__":

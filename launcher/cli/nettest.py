@@ -26,12 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file", metavar="FILE", type=Path)
     add_set_option(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--quick", action="store_true", help="fewer sizes (up to 64 MiB) and iterations")
+    p.add_argument("--quick", action="store_true", help="fewer sizes (1 and 16 MiB) and iterations")
     p.add_argument("--params", type=float, metavar="N", help="model parameters (e.g. 8e9) for the FSDP estimate "
                    "(default: from the model's config.json where the nodes can read it)")
     p.add_argument("--max-size", type=float, metavar="MIB", help="the largest message in MiB (default: one "
-                   "decoder block's all-gather where the model's config.json is readable on the nodes, else 256, "
-                   "64 with --quick)")
+                   "decoder block's all-gather where the model's config.json is readable on the nodes, else 256; "
+                   "16 with --quick)")
     p.add_argument("--peak-tflops", type=float, metavar="T", help="one device's peak (default: by accelerator_type)")
     p.add_argument("--mfu", type=float, default=0.4, help="the compute side's MFU for the estimate (default 0.4)")
     p.add_argument("--phase-deadline", type=float, default=120.0, metavar="S",
@@ -68,24 +68,31 @@ def run(args: argparse.Namespace) -> int:
     plan = _plan(args.file, args.overrides)
     if plan is None:
         return 2
-    from launcher.nettest.launch import Options, run_nettest
+    from launcher.nettest.launch import Options, deadlines, run_nettest
     from launcher.paths import data_home
 
     options = Options(quick=args.quick, max_bytes=int(args.max_size * MIB) if args.max_size else None,
                       phase_deadline_s=args.phase_deadline)
-    print(f"nettest on {len(plan.nodes)} node(s) x {plan.topology.procs_per_node} process(es) ...", file=sys.stderr)
+    limits = deadlines(plan, options)
+    print(f"nettest on {len(plan.nodes)} node(s) x {plan.topology.procs_per_node} process(es); deadlines: "
+          + ", ".join(f"{name} {s:g} s" for name, s in limits.items()), file=sys.stderr)
     outcome = run_nettest(plan, options, data_home(),
                           on_state=lambda state, detail: print(f"  {state} {detail}".rstrip(), file=sys.stderr))
+    for line in outcome.problems if outcome.measured is None else outcome.unreachable:
+        print(f"fsdp-tui nettest: {line}", file=sys.stderr)
     if outcome.measured is None:
         if args.json:
-            print(json.dumps({"run_id": outcome.run_id, "state": outcome.state, "problems": list(outcome.problems)}))
-        for line in outcome.problems:
-            print(f"fsdp-tui nettest: {line}", file=sys.stderr)
+            print(json.dumps({"run_id": outcome.run_id, "state": outcome.state, "problems": list(outcome.problems),
+                              "unreachable": list(outcome.unreachable), "deadlines_s": limits}))
         return 1
-    return show(outcome.measured, outcome.nodes, outcome.run_id, plan, args, outcome.wall_s, outcome.health)
+    code = show(outcome.measured, outcome.nodes, outcome.run_id, plan, args, outcome.wall_s, outcome.health,
+                extra={"unreachable": list(outcome.unreachable), "problems": list(outcome.problems),
+                       "deadlines_s": limits, "connect_s": outcome.connect_s})
+    return 1 if outcome.unreachable else code
 
 
-def show(measured, nodes, run_id: str, plan, args, wall_s: float | None = None, health: dict | None = None) -> int:
+def show(measured, nodes, run_id: str, plan, args, wall_s: float | None = None, health: dict | None = None,
+         extra: dict | None = None) -> int:
     from launcher.nettest.burnin import burnin_lines, health_problems, slow_gpus
     from launcher.nettest.expect import expect, inputs_for, peak_for
     from launcher.nettest.figures import judge_pairs
@@ -103,7 +110,7 @@ def show(measured, nodes, run_id: str, plan, args, wall_s: float | None = None, 
         expectation = expect(inputs_for(plan, int(params), peak_tflops=args.peak_tflops, mfu=args.mfu),
                              measured)
     if args.json:
-        data = {"run_id": run_id, **to_dict(measured, nodes, verdict)}
+        data = {"run_id": run_id, **to_dict(measured, nodes, verdict), **(extra or {})}
         if wall_s is not None:
             data["wall_s"] = round(wall_s, 2)
         if burnin:

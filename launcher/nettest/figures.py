@@ -13,11 +13,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Literal
 
+from trainer import nettest_pairs as _pairs
+
 OPS = ("all_gather", "reduce_scatter", "all_reduce")
-SLOW_RATIO = 0.5
-"""A node (or link) is named slow when its pairs' all-gather bus bandwidth is under this fraction of the
-median of the pairs it is not in: shared links and noisy hosts vary by tens of percent, a degraded link
-or a NIC that fell back to a slower mode by factors."""
+SLOW_RATIO = _pairs.SLOW_RATIO
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -77,6 +76,8 @@ class PairFigure:
     round: int
     nbytes: int
     median_s: float
+    stage: str = "neighbours"
+    """``neighbours`` (each node with its ring neighbour) or ``tournament`` (suspects against fast nodes)."""
 
     @property
     def busbw(self) -> float:
@@ -85,14 +86,16 @@ class PairFigure:
 
 @dataclass(frozen=True)
 class Finding:
-    """A node whose every pair is slow, or one slow pair (a link)."""
+    """A node whose every pair is slow, one of them with a fast node; one slow pair between two fast
+    nodes (a link); or a node whose every pair is slow that never met a fast node within the rounds
+    (unconfirmed: it is slow, or it only ever met slow nodes)."""
 
-    kind: Literal["node", "link"]
+    kind: Literal["node", "link", "unconfirmed"]
     nodes: tuple[int, ...]
     busbw: float
     """The best of its pairs (a node) or the pair's (a link), bytes/s."""
     reference: float
-    """The median of the pairs it is not in, bytes/s."""
+    """The median of the fast pairs, bytes/s."""
 
     @property
     def ratio(self) -> float:
@@ -194,8 +197,10 @@ def decode(data: dict) -> Measured:
     pairs = []
     for raw in data.get("pairs") or []:
         med, _lo, _hi = _stats(raw.get("times"), "pair times")
+        stage = _text(raw.get("stage", "neighbours"), "pair stage")
         pairs.append(PairFigure(_int(raw.get("a"), "pair a"), _int(raw.get("b"), "pair b"),
-                                _int(raw.get("round"), "pair round"), _int(raw.get("bytes"), "pair bytes"), med))
+                                _int(raw.get("round"), "pair round"), _int(raw.get("bytes"), "pair bytes"), med,
+                                stage))
     phases = {_text(k, "phase"): _num(v, "phase time") for k, v in (data.get("phases") or {}).items()}
     return Measured(_text(data.get("backend"), "backend"), _text(data.get("device"), "device"),
                     _int(data.get("world_size"), "world_size"), _int(data.get("nnodes"), "nnodes"),
@@ -212,29 +217,26 @@ def _model(raw) -> tuple[int | None, int | None]:
 
 
 def judge_pairs(pairs: tuple[PairFigure, ...] | list[PairFigure], threshold: float = SLOW_RATIO) -> Verdict:
-    """Name the nodes whose every pair is slow against the median of the pairs they are not in, then the
-    single slow pairs (links) among the rest. An even network names nothing."""
+    """Name the slow nodes, then the slow links, then the nodes left unconfirmed, against the median of
+    the fast pairs (``trainer.nettest_pairs.standing``: the rules the tournament planned its rounds by).
+    An even network names nothing."""
     if not pairs:
         return Verdict((), "one node: no link between nodes to compare", threshold)
-    if len(pairs) == 1:
+    if len({(p.a, p.b) for p in pairs}) == 1:
         return Verdict((), "two nodes: one pair, nothing to compare it with (see its figure against the "
                            "link's rated speed)", threshold)
-    nodes = sorted({n for p in pairs for n in (p.a, p.b)})
-    findings: list[Finding] = []
-    for node in nodes:
-        mine = [p.busbw for p in pairs if node in (p.a, p.b)]
-        others = [p.busbw for p in pairs if node not in (p.a, p.b)]
-        if not mine or not others:
-            continue
-        reference = statistics.median(others)
-        if max(mine) < threshold * reference:
-            findings.append(Finding("node", (node,), max(mine), reference))
-    named = {n for f in findings for n in f.nodes}
-    rest = [p for p in pairs if p.a not in named and p.b not in named]
-    for pair in rest:
-        others = [p.busbw for p in rest if p is not pair]
-        if others and pair.busbw < threshold * statistics.median(others):
-            findings.append(Finding("link", (pair.a, pair.b), pair.busbw, statistics.median(others)))
+    figures: dict[tuple[int, int], float] = {}
+    for p in pairs:  # a pair measured twice (a slow link, again): its better figure
+        key = (min(p.a, p.b), max(p.a, p.b))
+        figures[key] = max(figures.get(key, 0.0), p.busbw)
+    st = _pairs.standing(figures, threshold)
+
+    def best(node: int) -> float:
+        return max(v for p, v in figures.items() if node in p)
+
+    findings = [Finding("node", (n,), best(n), st.reference) for n in sorted(st.slow)]
+    findings += [Finding("link", p, figures[p], st.reference) for p in st.links]
+    findings += [Finding("unconfirmed", (n,), best(n), st.reference) for n in sorted(st.open)]
     return Verdict(tuple(findings), "", threshold)
 
 

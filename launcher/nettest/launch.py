@@ -9,7 +9,7 @@ import json
 import shlex
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from launcher.nettest.figures import BadResult, Measured, decode
@@ -18,13 +18,18 @@ from launcher.runs.core.store import RunStore
 from launcher.runs.launch import is_owned, start_run
 from launcher.workload.model import CodeSource, Mlflow, Snapshot
 from launcher.workload.plan import RunPlan, build_plan
+from trainer.nettest_pairs import NEIGHBOUR_ROUNDS, TOURNAMENT_ROUNDS
 
 NODE_SCRIPT = Path(__file__).resolve().parents[2] / "trainer" / "nettest.py"
+NODE_FILES = (NODE_SCRIPT, NODE_SCRIPT.with_name("nettest_pairs.py"), NODE_SCRIPT.with_name("nettest_health.py"))
+"""What the nodes get: the script and the modules it imports (the pairs' plan, the GPU health)."""
 RESULT_MARK = "FSDP_TUI_NETTEST "
 """The mark before rank 0's result line (``trainer/nettest.py`` prints it)."""
 HEALTH_MARK = "FSDP_TUI_NETTEST_HEALTH "
 """The mark before each GPU node's health line."""
 RECORDS = "nettests"
+REACH_SLACK_S = 5.0
+"""The connect phase's deadline is the workload's ``ssh.connect_timeout_s`` plus this."""
 OWNER_GRACE_S = 60.0
 """How long an ended test's owner may take to finish mirroring and reaping before the result is read."""
 MIB = 1 << 20
@@ -35,7 +40,7 @@ class Options:
     quick: bool = False
     max_bytes: int | None = None
     """The largest message; by default the node script takes one decoder block's all-gather where the
-    model's ``config.json`` is readable on the nodes, else 256 MiB (64 MiB with ``quick``)."""
+    model's ``config.json`` is readable on the nodes, else 256 MiB (``quick``: 16 MiB)."""
     phase_deadline_s: float = 120.0
     """The most one phase (rendezvous, one scope, one round of pairs) may take before the job gives up."""
     cpu: bool = False
@@ -55,22 +60,47 @@ class Outcome:
     wall_s: float
     health: dict[int, dict] = field(default_factory=dict)
     """Each GPU node's health report, by node rank (none on CPU nodes)."""
+    unreachable: tuple[str, ...] = ()
+    """The workload's nodes that did not answer in the connect phase, each named with what to do; the test
+    ran on the others (renumbered among themselves), where there were any."""
+    connect_s: float | None = None
+    """How long the connect phase took (SSH nodes only)."""
+
+
+def deadlines(plan: RunPlan, options: Options) -> dict[str, float]:
+    """Each phase's deadline in seconds, as the test prints them: a node that stops answering ends the
+    phase it is in, never the test's patience."""
+    test = nettest_plan_limit_s(plan.topology.num_nodes, options)
+    return {"connect": reach_deadline_s(plan), "each measuring phase": options.phase_deadline_s, "whole test": test}
+
+
+def reach_deadline_s(plan: RunPlan) -> float:
+    return plan.workload.ssh.connect_timeout_s + REACH_SLACK_S
+
+
+def nettest_plan_limit_s(num_nodes: int, options: Options) -> float:
+    """The run's own time limit: every phase at its deadline, plus five minutes to start and stop."""
+    phases = 8 + (num_nodes > 1) * (NEIGHBOUR_ROUNDS + TOURNAMENT_ROUNDS)
+    return phases * options.phase_deadline_s + 300
 
 
 def node_code(home: Path) -> Path:
-    """The folder shipped as the test's code snapshot: the node script alone."""
+    """The folder shipped as the test's code snapshot: the node script and the module it imports."""
     code = home / RECORDS / "node-code"
     code.mkdir(parents=True, exist_ok=True)
-    target = code / "nettest.py"
-    if not target.exists() or target.read_bytes() != NODE_SCRIPT.read_bytes():
-        tmp = code / "nettest.py.tmp"
-        shutil.copyfile(NODE_SCRIPT, tmp)
-        tmp.replace(target)
+    for source in NODE_FILES:
+        target = code / source.name
+        if not target.exists() or target.read_bytes() != source.read_bytes():
+            tmp = code / f"{source.name}.tmp"
+            shutil.copyfile(source, tmp)
+            tmp.replace(target)
     return code
 
 
 def node_command(plan: RunPlan, options: Options) -> str:
-    """The shell text each node runs: torchrun over the rendezvous the plan gives, the node script."""
+    """The shell text each node runs: the node script under torchrun over the rendezvous the plan gives;
+    with one process per node, the script alone with the variables torchrun would set (one process, and
+    one import of torch, less per node: the larger part of a quick test's time)."""
     env = plan.workload.environment
     python = "python" if env.dependencies else env.python
     flags = [f"--phase-deadline-s={options.phase_deadline_s:g}"]
@@ -80,10 +110,13 @@ def node_command(plan: RunPlan, options: Options) -> str:
         flags.append("--quick")
     if options.cpu:
         flags.append("--cpu")
+    script = "\"$CODE_SOURCE_PATH/nettest.py\" " + " ".join(flags) + " --out=\"$CODE_SOURCE_PATH/../nettest.json\"\n"
+    if plan.topology.procs_per_node == 1:
+        return ("export RANK=\"$NODE_RANK\" WORLD_SIZE=\"$NUM_NODES\" LOCAL_RANK=0\n"
+                f"exec {shlex.quote(python)} " + script)
     return (f"exec {shlex.quote(python)} -m torch.distributed.run --nnodes=\"$NUM_NODES\" "
             "--node_rank=\"$NODE_RANK\" --nproc_per_node=\"$LOCAL_WORLD_SIZE\" --master_addr=\"$MASTER_ADDR\" "
-            "--master_port=\"$MASTER_PORT\" \"$CODE_SOURCE_PATH/nettest.py\" "
-            + " ".join(flags) + " --out=\"$CODE_SOURCE_PATH/../nettest.json\"\n")
+            "--master_port=\"$MASTER_PORT\" " + script)
 
 
 def nettest_plan(plan: RunPlan, options: Options, home: Path) -> RunPlan:
@@ -91,8 +124,7 @@ def nettest_plan(plan: RunPlan, options: Options, home: Path) -> RunPlan:
     backend, interpreter and environment; no MLflow run, no retries, a time limit."""
     w = plan.workload
     name = f"nettest-{w.experiment_name}"[:100]
-    phases = 8 + (plan.topology.num_nodes > 1) * 3
-    limit_min = (phases * options.phase_deadline_s + 300) / 60
+    limit_min = nettest_plan_limit_s(plan.topology.num_nodes, options) / 60
     workload = w.model_copy(update={
         "experiment_name": name, "command": node_command(plan, options),
         "code_source": CodeSource(snapshot=Snapshot(root_path=str(node_code(home)))),
@@ -100,10 +132,52 @@ def nettest_plan(plan: RunPlan, options: Options, home: Path) -> RunPlan:
     return build_plan(workload, run_id=new_run_id(name), source_file=plan.source_file, node_root=plan.node_root)
 
 
+def without_nodes(plan: RunPlan, ranks: set[int]) -> RunPlan:
+    """The plan on the other nodes only (the same processes per node, interpreter and environment)."""
+    c = plan.workload.compute
+    kept = [h for i, h in enumerate(c.hosts) if i not in ranks]
+    accelerators = c.num_accelerators // len(c.hosts) * len(kept) if c.num_accelerators and c.hosts else None
+    compute = c.model_copy(update={"hosts": kept, "num_accelerators": accelerators})
+    return build_plan(plan.workload.model_copy(update={"compute": compute}), run_id=plan.run_id,
+                      source_file=plan.source_file, node_root=plan.node_root)
+
+
+def reach(plan: RunPlan) -> list[tuple[int | None, str]]:
+    """The connect phase: every node at once, within :func:`reach_deadline_s`; each node that did not
+    answer (its rank; ``None``: all of them), named with what to do. Nothing starts on any node."""
+    import asyncio
+
+    from launcher.runs.launch import reach_nodes
+
+    limit = reach_deadline_s(plan)
+    try:
+        answers = asyncio.run(asyncio.wait_for(reach_nodes(plan, plan.workload.ssh.connect_timeout_s), limit))
+    except asyncio.TimeoutError:
+        return [(None, f"no node answered within the connect phase's deadline of {limit:g} s: check that the "
+                       "nodes are up and that ssh reaches them from here without a password")]
+    return [(a.rank, f"{a.label}: not reached within the connect phase ({limit:g} s): {a.detail}; check that it is up and "
+            f"that `ssh {plan.nodes[a.rank].host_display}` works from here without a password")
+            for a in answers if not a.ok]
+
+
 def run_nettest(plan: RunPlan, options: Options, home: Path, *, on_state=None, poll_s: float = 0.2) -> Outcome:
-    """Launch the test, wait for its run to end and read rank 0's result; the record is kept."""
-    test = nettest_plan(plan, options, home)
+    """Reach the nodes, launch the test on those that answered, wait for its run to end and read rank 0's
+    result; the record is kept. A node that does not answer is named and left out; the others are tested."""
     started = time.time()
+    unreachable: tuple[str, ...] = ()
+    connect_s = None
+    if plan.workload.compute.slurm is None and plan.workload.compute.hosts:
+        answers = reach(plan)
+        connect_s = time.time() - started
+        unreachable = tuple(line for _rank, line in answers)
+        down = {rank for rank, _line in answers}
+        if None in down or len(down) == len(plan.nodes):
+            return Outcome("", "not started", None, None, tuple(n.host_display for n in plan.nodes),
+                           (*unreachable, "nothing was started: no node to test"), started,
+                           time.time() - started, unreachable=unreachable, connect_s=connect_s)
+        if down:
+            plan = without_nodes(plan, down)
+    test = nettest_plan(plan, options, home)
     run_id = start_run(test, home)
     try:
         _wait(home, run_id, on_state, poll_s)
@@ -115,7 +189,11 @@ def run_nettest(plan: RunPlan, options: Options, home: Path, *, on_state=None, p
 
         asyncio.run(cancel_run(home, run_id))
         raise
-    outcome = collect(home, run_id, started)
+    outcome = replace(collect(home, run_id, started), connect_s=connect_s)
+    if unreachable:
+        outcome = replace(outcome, unreachable=unreachable,
+                          problems=(*unreachable, f"the test ran on the {len(outcome.nodes)} other node(s), "
+                                    "numbered among themselves", *outcome.problems))
     save_record(home, outcome, plan)
     return outcome
 
@@ -163,7 +241,10 @@ def collect(home: Path, run_id: str, started_at: float) -> Outcome:
     if measured is None:
         problems.append(f"the test run {run_id} {record.summary.state.value}: {record.summary.detail or 'no result'}")
         for n in sorted(record.nodes, key=lambda n: n.node_rank):
-            if n.state.value != "succeeded":
+            if n.state.value == "pending":
+                problems.append(f"node {n.node_rank} ({n.host}): not started: the test stopped before its job "
+                                "began (see above)")
+            elif n.state.value != "succeeded":
                 problems.append(f"node {n.node_rank} ({n.host}): {n.state.value}"
                                 + (f": {n.detail}" if n.detail else ""))
         problems.append(f"see its logs: fsdp-tui logs {run_id}")

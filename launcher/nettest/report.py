@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.nettest.figures import Measured, Scope, Verdict, judge_pairs, rate, size
+from trainer.nettest_pairs import TOURNAMENT_ROUNDS
 
 
 @dataclass(frozen=True)
@@ -47,24 +48,32 @@ def node_name(rank: int, nodes: tuple[str, ...]) -> str:
 
 def verdict_lines(verdict: Verdict, nodes: tuple[str, ...]) -> list[str]:
     """The verdict in words, with the rule it applied."""
-    rule = (f"(a node is slow when all its pairs' all-gather bus bandwidth is under {verdict.threshold:.2f}x "
-            "the median of the pairs it is not in; a link, when one pair is)")
+    rule = (f"(a pair is slow under {verdict.threshold:.2f}x the median of the fast pairs, those at "
+            f"{verdict.threshold:.2f}x the fastest or more; a node is slow when all its pairs are, one of them "
+            "with a node that is fast elsewhere; a link, when one pair of two such nodes is, measured twice)")
     if verdict.note:
         return [verdict.note]
     if not verdict.findings:
         return [f"no slow node or link {rule}"]
     out = []
     for f in verdict.findings:
+        figure = f"{rate(f.busbw)} all-gather bus bandwidth against {rate(f.reference)} for the fast pairs " \
+                 f"({f.ratio:.2f}x)"
+        if f.kind == "unconfirmed":
+            out.append(f"unconfirmed: {node_name(f.nodes[0], nodes)}: every pair slow ({figure}), but it never "
+                       f"met a fast node within the {TOURNAMENT_ROUNDS} tournament rounds: it is slow or only "
+                       "beside slow nodes; test it with a node you trust")
+            continue
         who = node_name(f.nodes[0], nodes) if f.kind == "node" else \
             f"the link {node_name(f.nodes[0], nodes)} - {node_name(f.nodes[1], nodes)}"
-        out.append(f"slow {f.kind}: {who}: {rate(f.busbw)} all-gather bus bandwidth against {rate(f.reference)} "
-                   f"for the other pairs ({f.ratio:.2f}x)")
+        out.append(f"slow {f.kind}: {who}: {figure}")
     return [*out, rule]
 
 
 def pair_lines(m: Measured, nodes: tuple[str, ...]) -> list[str]:
-    return [f"round {p.round + 1}: {node_name(p.a, nodes)} - {node_name(p.b, nodes)}: {rate(p.busbw)} "
-            f"({size(p.nbytes)} all-gather, median {p.median_s * 1e3:.1f} ms)" for p in m.pairs]
+    return [f"round {p.round + 1}{' (tournament)' if p.stage == 'tournament' else ''}: {node_name(p.a, nodes)} - "
+            f"{node_name(p.b, nodes)}: {rate(p.busbw)} ({size(p.nbytes)} all-gather, median {p.median_s * 1e3:.1f} ms)"
+            for p in m.pairs]
 
 
 def headline(m: Measured) -> str:
@@ -82,8 +91,8 @@ def to_dict(m: Measured, nodes: tuple[str, ...], verdict: Verdict | None = None)
         "local_world_size": m.local_world_size, "world_size": m.world_size, "iters": m.iters,
         "figures": [{"scope": r.scope, "op": r.op, "bytes": r.nbytes, "median_s": r.median_s,
                      "spread": round(r.spread, 4), "algbw": r.algbw, "busbw": r.busbw} for r in rows(m, nodes)],
-        "pairs": [{"a": p.a, "b": p.b, "round": p.round, "bytes": p.nbytes, "median_s": p.median_s,
-                   "busbw": p.busbw} for p in m.pairs],
+        "pairs": [{"a": p.a, "b": p.b, "round": p.round, "stage": p.stage, "bytes": p.nbytes,
+                   "median_s": p.median_s, "busbw": p.busbw} for p in m.pairs],
         "verdict": {"threshold": verdict.threshold, "note": verdict.note,
                     "slow_nodes": [{"node": n, "host": nodes[n] if n < len(nodes) else ""}
                                    for n in verdict.slow_nodes],

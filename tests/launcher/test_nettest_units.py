@@ -60,7 +60,7 @@ def test_verdict_words_name_the_host_figure_and_rule():
     verdict = judge_pairs(pairs_from({(0, 1): 50, (1, 2): 10, (0, 2): 10}))
     lines = verdict_lines(verdict, ("a", "b", "c"))
     assert lines[0] == ("slow node: node 2 (c): 10.0 MB/s all-gather bus bandwidth against 50.0 MB/s for the "
-                        "other pairs (0.20x)")
+                        "fast pairs (0.20x)")
     assert f"{SLOW_RATIO:.2f}x the median" in lines[-1]
     assert "no slow node" in verdict_lines(judge_pairs(pairs_from({(0, 1): 5, (1, 2): 5, (0, 2): 5})), ("a",) * 3)[0]
 
@@ -241,3 +241,13 @@ def test_the_node_reads_the_model_shape_where_its_config_is_there(tmp_path):
     assert model_shape(str(params))["block_params"] == 64 * 64 * 4 + 3 * 64 * 256 + 128
     params.write_text("model_name: builtin:tiny-llama\n")
     assert model_shape(str(params)) is None and model_shape(str(tmp_path / "none.yaml")) is None
+
+
+@pytest.mark.parametrize(("nbytes", "backend", "pieces"), [
+    (MIB, "gloo", 1), (4 * MIB, "gloo", 1), (8 * MIB, "gloo", 2), (16 * MIB, "gloo", 4), (64 * MIB, "gloo", 8),
+    (256 * MIB, "gloo", 8), (256 * MIB, "nccl", 1),
+])
+def test_gloo_messages_go_as_several_collectives_at_once_nccl_as_one(nbytes, backend, pieces):
+    from trainer.nettest import pieces_for
+
+    assert pieces_for(nbytes, backend) == pieces

@@ -123,8 +123,10 @@ class NettestScreen(Screen):
             table.add_row(r.scope, r.op.replace("_", "-"), size(r.nbytes), f"{r.median_s * 1e3:.2f} ms",
                           f"{r.spread:.0%}", rate(r.algbw), rate(r.busbw))
         verdict = judge_pairs(m.pairs)
-        verdict_box.update("\n".join(verdict_lines(verdict, message.nodes)))
-        verdict_box.set_class(bool(verdict.findings), "-slow")
+        # Nodes left out (not reached) come first: the figures below are of the others.
+        unreached = [p for p in message.problems if ": not reached within the connect phase" in p]
+        verdict_box.update("\n".join([*unreached, *verdict_lines(verdict, message.nodes)]))
+        verdict_box.set_class(bool(verdict.findings or unreached), "-slow")
         self._plots(m)
 
     def _plots(self, m: Measured) -> None:
