@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -113,6 +114,47 @@ def node_heartbeat(d: Dist, step: int, max_steps: int, tokens_per_s: float, memo
             f"tok/s(all)={tokens_per_s:.0f} max {label}={peak:.2f} GiB")
 
 
+class RankClock:
+    """The seconds this rank spends on the parts of a step it does alone (loading its micro-batches, the
+    optimiser's update of its shards). Everything else in an FSDP step waits in collectives for the slowest
+    rank, so every rank's wall-clock step is the same; these parts are where a slow rank shows. On a GPU the
+    update is timed with CUDA events (the device's time, read once per logging step, no extra sync)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.seconds = 0.0
+        self.events: list = []
+        self.steps = 0
+
+    @contextlib.contextmanager
+    def alone(self, on_device: bool = False) -> Iterator[None]:
+        if on_device and self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            self.events.append((start, end))
+            return
+        t = time.perf_counter()
+        yield
+        self.seconds += time.perf_counter() - t
+
+    def step_done(self) -> None:
+        self.steps += 1
+
+    def take(self) -> float | None:
+        """Seconds per step since the last call (``None`` before any step), and start again."""
+        if not self.steps:
+            return None
+        total = self.seconds
+        for start, end in self.events:
+            end.synchronize()
+            total += start.elapsed_time(end) / 1000
+        per_step = total / self.steps
+        self.seconds, self.events, self.steps = 0.0, [], 0
+        return per_step
+
+
 class MetricsLogger:
     """Collective calls happen on every rank; only rank 0 prints and writes."""
 
@@ -128,6 +170,7 @@ class MetricsLogger:
         self.window_excluded = 0.0
         self.excluded_s = 0.0
         """Seconds of evaluation and checkpointing, left out of tokens/s."""
+        self.clock = RankClock(d.device)
 
     def add_batches(self, batches: list[dict[str, torch.Tensor]]) -> None:
         for batch in batches:
@@ -159,7 +202,8 @@ class MetricsLogger:
         tokens_per_s = t[0].item() / elapsed if elapsed > 0 else 0.0
         mfu_value = mfu(t[1].item() / elapsed / self.d.world, self.peak) if elapsed > 0 else None
         memory = [None] * self.d.world
-        dist.all_gather_object(memory, rank_memory(self.d))
+        dist.all_gather_object(memory, {**rank_memory(self.d), "step_s": self.clock.take()})  # one gather: both
+        step_s = tuple(m.pop("step_s") for m in memory)
         self.window_tokens, self.window_flops, self.window_excluded = 0, 0.0, 0.0
         self.window_start = time.perf_counter()
         if not self.d.is_main:
@@ -168,7 +212,8 @@ class MetricsLogger:
             return
         record = MetricRecord(step=step, kind="train", max_steps=self.max_steps, epoch=round(epoch, 4),
                               loss=loss, lr=lr, grad_norm=grad_norm, tokens_per_s=tokens_per_s, mfu=mfu_value,
-                              time=time.time(), memory=tuple(RankMemory(**m) for m in memory))
+                              time=time.time(), memory=tuple(RankMemory(**m) for m in memory),
+                              rank_step_s=step_s)
         self.reporter.write(record)
         mfu_text = f" mfu={mfu_value:.1%}" if mfu_value is not None else ""
         print(f"step={step}/{self.max_steps} loss={loss:.4f} lr={lr:.3g} tok/s={tokens_per_s:.0f}{mfu_text}",
