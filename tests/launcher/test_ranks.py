@@ -112,3 +112,20 @@ def test_rank_step_s_round_trips_and_old_records_still_read():
     assert MetricRecord.from_dict(data).rank_step_s == (0.01, None, 0.03)
     assert "rank_step_s" not in json.loads(MetricRecord(step=2, loss=1.5).to_json())  # old readers see no new key
     assert MetricRecord.from_json('{"step": 1, "loss": 2.0}').rank_step_s == ()
+
+
+def test_show_names_the_slow_rank_in_text_json_and_the_triage(home):
+    from launcher.events import RunState
+    from tests.launcher.conftest import cli
+    from tests.tui.support import RecordedRun, record
+
+    run_id = "20260301-0900-slow-a1f3"
+    metrics = [json.loads(r.to_json()) for r in records(30, world=4, slow={3: (1.5, ALL)})]
+    directory = record(home, RecordedRun(run_id, "slow", RunState.FAILED, 2, 0, 60, 1.0, None, 30, 40),
+                       metrics=metrics)
+    (directory / "triage.json").write_text(json.dumps({"summary": "node 1 rank 3: python_error, exit code 1"}))
+    text = cli(home, "show", run_id).stdout
+    assert "  slow      rank 3 on node 1 +" in text and "over 20 steps" in text, text
+    shown = json.loads(cli(home, "show", run_id, "--json").stdout)
+    assert [s["rank"] for s in shown["ranks"]["slow"]] == [3] and shown["ranks"]["thresholds"]["window_steps"] == 20
+    assert shown["triage"]["slow_ranks"][0].startswith("rank 3 on node 1 +")
