@@ -65,7 +65,7 @@ class RunMonitorScreen(Screen):
         Binding("k", "checkpoints", "ckpts", tooltip="This run's checkpoints: resume, export, delete"),
         Binding("s", "stacks", "stacks", show=False, tooltip="Every rank's stack on every node (a hung run)"),
         Binding("g", "gpus", "gpus", show=False, tooltip="What holds GPU memory on the run's nodes (leftovers)"),
-        Binding("r", "ranks", "ranks", tooltip="Step time per rank over recent steps; the slow rank marked"),
+        Binding("r", "ranks", "ranks", show=False, tooltip="Step time per rank over recent steps; the slow rank marked"),
         Binding("escape", "back", "back"),
     ]
 
