@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -115,32 +116,47 @@ def node_heartbeat(d: Dist, step: int, max_steps: int, tokens_per_s: float, memo
 
 
 class RankClock:
-    """The seconds this rank spends on the parts of a step it does alone (loading its micro-batches, the
-    optimiser's update of its shards). Everything else in an FSDP step waits in collectives for the slowest
-    rank, so every rank's wall-clock step is the same; these parts are where a slow rank shows. On a GPU the
-    update is timed with CUDA events (the device's time, read once per logging step, no extra sync)."""
+    """How long this rank worked on a step, as opposed to waiting for the others. In an FSDP step every
+    rank waits for the slowest at each collective, so every rank's wall-clock step is the same; what tells
+    a slow rank apart is the time it spent working.
+
+    On CPU (Linux): the main thread's time on a CPU plus its time ready to run but not running
+    (``/proc/thread-self/schedstat``: a CPU quota's throttling and a busy machine's queue count, a wait in a
+    collective does not); two small reads a step. On a GPU: the optimiser's update of this rank's shards,
+    timed with CUDA events (the device's own speed; read once per logging step, no extra sync). Elsewhere:
+    the update's wall time."""
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
+        self.schedstat = not self.cuda and os.path.exists(_SCHEDSTAT)
         self.seconds = 0.0
         self.events: list = []
         self.steps = 0
 
     @contextlib.contextmanager
-    def alone(self, on_device: bool = False) -> Iterator[None]:
-        if on_device and self.cuda:
+    def step(self) -> Iterator[None]:
+        """Around one whole training step (its batches, forward, backward, update)."""
+        before = _busy_s() if self.schedstat else 0.0
+        yield
+        if self.schedstat:
+            self.seconds += _busy_s() - before
+        self.steps += 1
+
+    @contextlib.contextmanager
+    def update(self) -> Iterator[None]:
+        """Around the optimiser's update, which each rank does alone."""
+        if self.schedstat:
+            yield
+        elif self.cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             yield
             end.record()
             self.events.append((start, end))
-            return
-        t = time.perf_counter()
-        yield
-        self.seconds += time.perf_counter() - t
-
-    def step_done(self) -> None:
-        self.steps += 1
+        else:
+            t = time.perf_counter()
+            yield
+            self.seconds += time.perf_counter() - t
 
     def take(self) -> float | None:
         """Seconds per step since the last call (``None`` before any step), and start again."""
@@ -153,6 +169,16 @@ class RankClock:
         per_step = total / self.steps
         self.seconds, self.events, self.steps = 0.0, [], 0
         return per_step
+
+
+_SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def _busy_s() -> float:
+    """This thread's nanoseconds on a CPU and waiting for one, in seconds."""
+    with open(_SCHEDSTAT, encoding="ascii") as f:
+        on_cpu, waiting, _ = f.read().split()
+    return (int(on_cpu) + int(waiting)) / 1e9
 
 
 class MetricsLogger:

@@ -66,9 +66,9 @@ class MetricRecord:
     time: float | None = None
     memory: tuple[RankMemory, ...] = ()
     rank_step_s: tuple[float | None, ...] = ()
-    """Seconds each rank (indexed by global rank; node = rank // ranks per node) spent per step on the
-    work it does alone, averaged since the previous record: the part of a step that shows which rank is
-    slow, since every other part runs at the pace of the slowest rank (see docs/ranks.md)."""
+    """Seconds each rank (indexed by global rank; its node is rank // ranks per node) worked on a step, as
+    opposed to waiting for the others, averaged since the previous record: in an FSDP step every rank waits
+    for the slowest, so only this tells a slow rank apart (``trainer.metrics.RankClock``, docs/ranks.md)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:

@@ -119,7 +119,7 @@ def train_step(model, optimizer, scheduler, micro_batches: list[dict[str, torch.
     lr = scheduler.get_last_lr()[0]
     if before_update is not None:
         before_update()
-    with clock.alone(on_device=True) if clock is not None else contextlib.nullcontext():
+    with clock.update() if clock is not None else contextlib.nullcontext():
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
