@@ -278,7 +278,12 @@ class Recorder:
         """Keep a node's stack dumps with the run; returns the file and a one-line summary."""
         folder = self.dir / "stacks"
         folder.mkdir(exist_ok=True)
-        path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-node{rank}.txt"
+        stamp = time.strftime('%Y%m%d-%H%M%S')
+        path = folder / f"{stamp}-node{rank}.txt"
+        flights = [d for d in dumps if d.how == "flight-recorder"]
+        for d in flights:  # torch's recorder, kept as sent: its own analyser reads these too
+            (folder / f"{stamp}-node{rank}-rank{d.rank}-flight-recorder.json").write_text(d.text)
+        dumps = [d for d in dumps if d.how != "flight-recorder"]
         parts = []
         for d in dumps:
             who = f"rank {d.rank}" if d.rank is not None else "process"
@@ -286,6 +291,8 @@ class Recorder:
         path.write_text("\n".join(parts) if parts else f"node {rank}: no Python process of the run is running\n")
         hows = sorted({d.how for d in dumps})
         summary = f"node {rank}: {len(dumps)} process(es) ({', '.join(hows) or 'none running'})"
+        if flights:
+            summary += f", flight recorder of {len(flights)} rank(s)"
         self.emit(StacksDumped(self.run_id, rank, str(path), summary))
         return path, summary
 
