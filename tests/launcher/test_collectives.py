@@ -40,6 +40,7 @@ CASES = [
      "slow, or a rank is stuck inside it"),
     ("hostile names and fields", {0: dump(1, 2, op="gloo:\x1b[31mall_reduce; rm -rf /"), 1: dump(1, extra=[
         {"collective_seq_id": True, "profiling_name": "x"}, {"collective_seq_id": "9"}, "junk",
+        {"collective_seq_id": 8, "profiling_name": "x", "pg_id": "\x1b[2J"},
         {"collective_seq_id": 5, "profiling_name": "p2p", "is_p2p": True}])},
      "rank 1 (node 0) never entered 31mall_reducermrf #2; rank 0 (node 0) waits in it (flight recorder)"),
 ]

@@ -81,3 +81,13 @@ def test_no_dump_path_no_thread(monkeypatch):
     monkeypatch.delenv("TORCH_FR_DUMP_TEMP_FILE", raising=False)
     before = time.monotonic()
     assert flight.start(0) is False and time.monotonic() - before < 5
+
+
+def test_a_dump_keeps_the_newest_entries_only():
+    from trainer import flight
+
+    full = json.dumps({"version": "2.10", "entries": [{"collective_seq_id": i} for i in range(1, 601)]}).encode()
+    kept = json.loads(flight._newest(full))
+    assert [e["collective_seq_id"] for e in kept["entries"]] == list(range(101, 601)) and kept["version"] == "2.10"
+    small = json.dumps({"entries": [{"collective_seq_id": 1}]}).encode()
+    assert flight._newest(small) == small

@@ -14,7 +14,8 @@ WAIT_S = 5.0
 """How long dumps are waited for (the ranks look for a request every second)."""
 QUIET_S = 1.5
 """No new dump for this long after the first one: every rank of the node has answered."""
-MAX_BYTES = 4 << 20
+MAX_BYTES = 1 << 20
+"""A rank's dump is cut here (the trainer writes its newest 500 entries, ~300 KB)."""
 _DUMP = re.compile(re.escape(PREFIX) + r"(\d+)\.json$")
 
 

@@ -81,10 +81,15 @@ def _entries(text: str) -> list[tuple[str, int, str]] | None:
         if not isinstance(e, dict) or e.get("is_p2p") is True:
             continue
         seq, name, group = e.get("collective_seq_id"), e.get("profiling_name"), e.get("pg_id", 0)
-        if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0 and isinstance(name, str):
+        if _count(seq) and _count(group) is not None and isinstance(name, str):
             op = name.split(":", 1)[-1]
             out.append((str(group), seq, "".join(c for c in op if c.isalnum() or c == "_")[:40] or "collective"))
     return out
+
+
+def _count(value) -> int | None:
+    """A non-negative integer as sent, or ``None`` (JSON ``true`` is not a number here)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _ranks(ranks: tuple[int, ...], nodes: dict[int, int]) -> str:
