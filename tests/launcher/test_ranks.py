@@ -89,6 +89,7 @@ def test_the_heatmap_rows_and_what_is_left_out():
     assert report.steps == tuple(range(19, 31))
     row = report.rows[3]
     assert row.node == 1 and row.slow and row.last_s == pytest.approx(0.02)
+    assert report.node_step_s() == {0: pytest.approx(0.01), 1: pytest.approx(0.02)}
     assert all(x == pytest.approx(2.0) for x in row.ratios)  # twice the median rank's, at every step
     assert rank_report([MetricRecord(step=1, loss=1.0)], 2).says.startswith("no per-rank step times")
 

@@ -82,6 +82,14 @@ class RankReport:
             return f"no slow rank yet ({self.window_steps} of {WINDOW_STEPS} steps seen)"
         return f"no slow rank over the last {self.window_steps} steps"
 
+    def node_step_s(self) -> dict[int, float]:
+        """Each node's slowest rank's latest figure (a node overview's per-node column)."""
+        out: dict[int, float] = {}
+        for row in self.rows:
+            if row.node is not None and row.last_s is not None:
+                out[row.node] = max(out.get(row.node, 0.0), row.last_s)
+        return out
+
     def to_dict(self) -> dict:
         return {"slow": [s.to_dict() for s in self.slow], "window_steps": self.window_steps,
                 "thresholds": thresholds(), "says": self.says}
