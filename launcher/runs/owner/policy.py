@@ -310,16 +310,18 @@ class RunPolicy(NodeFollowing):
     async def _dump_stacks(self) -> None:
         """Every rank's stack on every reachable node, kept with the run and announced; with torch's
         flight recorder dumps, the collective a stalled run waits in and who never entered it."""
-        flights = []
-        for rank in self.ranks:
-            if rank in self.lost:
-                continue
+        async def of_node(rank: int):
             try:
-                dumps = await self.backend.stacks(rank)
-            except NodeLost:
-                raise
-            except NodeError as err:
-                self.rec.set_state(RunState.RUNNING, f"no stack dump from node {rank}: {err}")
+                return rank, await self.backend.stacks(rank)
+            except NodeError as err:  # NodeLost is one too: raised below, after the others answered
+                return rank, err
+
+        flights = []  # every node at once: each may wait seconds for py-spy and its ranks' dumps
+        for rank, dumps in await asyncio.gather(*(of_node(r) for r in self.ranks if r not in self.lost)):
+            if isinstance(dumps, NodeLost):
+                raise dumps
+            if isinstance(dumps, NodeError):
+                self.rec.set_state(RunState.RUNNING, f"no stack dump from node {rank}: {dumps}")
                 continue
             flights += [RankDump(rank, d.rank, d.text) for d in dumps if d.how == "flight-recorder" and d.rank is not None]
             await asyncio.to_thread(self.rec.save_stacks, rank, dumps)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from launcher.runs.core.layout import METRICS, STATE_FILE, read_records
+from launcher.runs.core.layout import METRICS, STATE_FILE
 from launcher.runs.core.notifying import read_deliveries
 from launcher.runs.core.ownership import owned
 from launcher.runs.core.safe_step import lead_time_of_run
@@ -32,7 +32,7 @@ def run_report(home: Path, run_id: str) -> dict:
         experiment = (workload.get("mlflow") or {}).get("experiment") or s.experiment
         mlflow = {"run_id": mlflow_state["run_id"], "experiment": experiment, "tracking_uri": uri,
                   "ui_command": f"mlflow ui --backend-store-uri {uri}"}
-    ranks = rank_report(read_records(directory / METRICS), len(record.nodes) or None).to_dict()
+    ranks = rank_report(_newest_records(directory / METRICS), len(record.nodes) or None).to_dict()
     if triage is not None and ranks["slow"]:  # a slow rank is worth reading beside why the run ended
         triage = {**triage, "slow_ranks": [r["says"] for r in ranks["slow"]]}
     live = not s.state.is_final
@@ -69,6 +69,26 @@ def _usage(record, workload: dict) -> dict | None:
         prices = None
     usage = usage_of_record(record, workload or None, prices, time.time())
     return usage.to_dict() if usage else None
+
+
+TAIL_BYTES = 8 << 20
+"""The end of the metrics file that the rank report reads: its window is the newest steps, and a long run
+of many ranks writes hundreds of MB of records."""
+
+
+def _newest_records(path: Path) -> list:
+    from trainer.protocol import MetricRecord
+
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - TAIL_BYTES))
+            chunk = f.read()
+    except OSError:
+        return []
+    lines = chunk.split(b"\n")
+    lines = lines[1:-1] if size > TAIL_BYTES else lines[:-1]  # a cut first line; an unfinished last one
+    return [r for line in lines if (r := MetricRecord.from_json(line.decode("utf-8", errors="replace")))]
 
 
 def _json(path: Path) -> dict | None:
