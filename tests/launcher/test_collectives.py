@@ -55,3 +55,26 @@ def test_the_stuck_collective_in_words(name, per_rank, says):
 @pytest.mark.parametrize("texts", [[], ["[]"], ['{"entries": "x"}'], ['{"version": "2.10"}']])
 def test_nothing_to_say_without_entries(texts):
     assert stuck_collectives([RankDump(0, r, t) for r, t in enumerate(texts)]) == []
+
+
+def test_a_nodes_dumps_are_kept_under_checked_names_only(tmp_path):
+    from launcher.backends.base import StackDump
+    from launcher.runs.core.store import RunStore
+    from launcher.runs.owner.recorder import Recorder
+    from tests.launcher.test_policy import _plan
+
+    plan = _plan(1)
+    store = RunStore(tmp_path)
+    store.create_run(plan, None, "x")
+    rec = Recorder(store, plan.run_id, {0: "h0"}, parse_logs=None)
+    path, summary = rec.save_stacks(0, (
+        StackDump(7, 0, "py-spy", "Thread 7\n    all_reduce (x.py:3)"),
+        StackDump(0, 0, "flight-recorder", dump(1, 2)),
+        StackDump(0, "../../escaped", "flight-recorder", dump(1)),  # a hostile node's rank
+        StackDump(0, True, "flight-recorder", dump(1)),
+    ))
+    kept = sorted(p.name for p in path.parent.iterdir())
+    assert len(kept) == 2 and kept[0].endswith("-node0-rank0-flight-recorder.json"), kept
+    assert not list(tmp_path.rglob("*escaped*"))
+    assert summary == "node 0: 1 process(es) (py-spy), flight recorder of 1 rank(s)"
+    assert "flight" not in path.read_text()

@@ -323,7 +323,8 @@ class RunPolicy(NodeFollowing):
             if isinstance(dumps, NodeError):
                 self.rec.set_state(RunState.RUNNING, f"no stack dump from node {rank}: {dumps}")
                 continue
-            flights += [RankDump(rank, d.rank, d.text) for d in dumps if d.how == "flight-recorder" and d.rank is not None]
+            flights += [RankDump(rank, d.rank, str(d.text)[:1 << 20]) for d in dumps
+                        if d.how == "flight-recorder" and type(d.rank) is int][:1024]  # a node's word, bounded
             await asyncio.to_thread(self.rec.save_stacks, rank, dumps)
         stuck = stuck_collectives(flights)
         if stuck and self.stalled is not None and "(flight recorder)" not in self.stalled:

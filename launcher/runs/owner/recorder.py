@@ -274,15 +274,19 @@ class Recorder:
             self.set_state(state, (triage or {}).get("summary", "") or self.forced, at)
         self.emit(RunFinished(self.run_id, state, exit_code, triage))
 
+    MAX_FLIGHT_DUMPS = 1024
+    MAX_FLIGHT_CHARS = 1 << 20
+    """What a node's flight recorder dumps may take of the record (the node's agent sends far less)."""
+
     def save_stacks(self, rank: int, dumps) -> tuple[Path, str]:
         """Keep a node's stack dumps with the run; returns the file and a one-line summary."""
         folder = self.dir / "stacks"
         folder.mkdir(exist_ok=True)
         stamp = time.strftime('%Y%m%d-%H%M%S')
         path = folder / f"{stamp}-node{rank}.txt"
-        flights = [d for d in dumps if d.how == "flight-recorder"]
-        for d in flights:  # torch's recorder, kept as sent: its own analyser reads these too
-            (folder / f"{stamp}-node{rank}-rank{d.rank}-flight-recorder.json").write_text(d.text)
+        flights = [d for d in dumps if d.how == "flight-recorder" and type(d.rank) is int and d.rank >= 0]  # names a file
+        for d in flights[:self.MAX_FLIGHT_DUMPS]:  # torch's recorder, kept as sent: its own analyser reads these too
+            (folder / f"{stamp}-node{rank}-rank{d.rank}-flight-recorder.json").write_text(str(d.text)[:self.MAX_FLIGHT_CHARS])
         dumps = [d for d in dumps if d.how != "flight-recorder"]
         parts = []
         for d in dumps:
