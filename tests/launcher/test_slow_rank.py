@@ -46,12 +46,18 @@ def slow_cgroup():
     (group / "cpu.cfs_period_us").write_text("100000")
     (group / "cpu.cfs_quota_us").write_text(str(QUOTA_US))
     yield group
-    for pid in (group / "cgroup.procs").read_text().split():
+    for _ in range(100):  # a process still exiting holds the group a moment
+        for pid in (group / "cgroup.procs").read_text().split():
+            try:
+                (CPU_CGROUPS / "cgroup.procs").write_text(pid)
+            except OSError:
+                pass  # it has exited meanwhile
         try:
-            (CPU_CGROUPS / "cgroup.procs").write_text(pid)
+            group.rmdir()
+            return
         except OSError:
-            pass  # it has exited meanwhile
-    group.rmdir()
+            time.sleep(0.1)
+    raise AssertionError(f"the test's cgroup {group} still holds {(group / 'cgroup.procs').read_text().split()}")
 
 
 def _node_processes(run_id: str, node_rank: int) -> list[int]:
