@@ -78,3 +78,39 @@ def test_a_nodes_dumps_are_kept_under_checked_names_only(tmp_path):
     assert not list(tmp_path.rglob("*escaped*"))
     assert summary == "node 0: 1 process(es) (py-spy), flight recorder of 1 rank(s)"
     assert "flight" not in path.read_text()
+
+
+def test_a_stall_takes_the_dumps_by_itself_and_names_the_collective(tmp_path):
+    """The run's owner against a fake backend: nobody presses s; the stall alone brings the stacks and the
+    flight recorder of both nodes (two ranks each), and rank 3 never entered all_reduce #6."""
+    import asyncio
+
+    from launcher.backends.base import StackDump
+    from launcher.runs.core.store import RunStore
+    from launcher.runs.owner.policy import RunPolicy
+    from launcher.runs.owner.recorder import Recorder
+    from launcher.runs.owner.settings import Settings
+    from tests.launcher.fake_backend import FakeBackend, FakeNode
+    from tests.launcher.test_policy import FAST, _plan
+
+    class Recorded(FakeBackend):
+        async def stacks(self, rank: int) -> tuple[StackDump, ...]:
+            ranks = (2 * rank, 2 * rank + 1)
+            return (*await super().stacks(rank),
+                    *(StackDump(0, r, "flight-recorder", dump(*range(1, 6 if r == 3 else 7))) for r in ranks))
+
+    plan = _plan(2)
+    store = RunStore(tmp_path)
+    store.create_run(plan, None, "x")
+    rec = Recorder(store, plan.run_id, {0: "h0", 1: "h1"}, parse_logs=None)
+    nodes = [FakeNode(exits={1: None}, hang_at_step=5), FakeNode(exits={1: None})]
+    settings = Settings(**{**FAST, "poll_s": 0.01, "stall_factor": 3.0, "stall_min_s": 0.2})
+    policy = RunPolicy(Recorded(plan, nodes), rec, settings, secrets=dict,
+                       cancel_requested=lambda: "(flight recorder)" in (policy.stalled or "") or nodes[0].polls > 2000)
+    outcome = asyncio.run(asyncio.wait_for(policy.run(), 30))
+    said = "rank 3 (node 1) never entered all_reduce #6; ranks 0, 1 (node 0), 2 (node 1) wait in it (flight recorder)"
+    assert said in outcome.triage["summary"], outcome.triage
+    details = [t[3] for t in store.get_run(plan.run_id).transitions]
+    assert any(d.startswith("stalled at step 5: no step for") and said in d and d.endswith("for every rank's stack")
+               for d in details), details
+    assert len(list((tmp_path / "runs" / plan.run_id / "stacks").glob("*-flight-recorder.json"))) == 4
