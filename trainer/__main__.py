@@ -174,10 +174,11 @@ def run(cfg, stop=None) -> None:
         if stop is not None and stop.agreed():
             stopped = True
             break
-        batches, state["epoch"], state["position"] = train.micro_batches(
-            order, data.train_rows, state["epoch"], state["position"], accum, data.pad_id)
-        loss, grad_norm, real, lr = train.train_step(net, opt, sched, batches, d.device, cfg.optim.max_grad_norm,
-                                                     d.world, staged)
+        with log.clock.step():
+            batches, state["epoch"], state["position"] = train.micro_batches(
+                order, data.train_rows, state["epoch"], state["position"], accum, data.pad_id)
+            loss, grad_norm, real, lr = train.train_step(net, opt, sched, batches, d.device,
+                                                         cfg.optim.max_grad_norm, d.world, staged, log.clock)
         state["step"] += 1
         real_tokens += real
         news = watch.news(state["step"]) if watch is not None else None

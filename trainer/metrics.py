@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -113,6 +115,72 @@ def node_heartbeat(d: Dist, step: int, max_steps: int, tokens_per_s: float, memo
             f"tok/s(all)={tokens_per_s:.0f} max {label}={peak:.2f} GiB")
 
 
+class RankClock:
+    """How long this rank worked on a step, as opposed to waiting for the others. In an FSDP step every
+    rank waits for the slowest at each collective, so every rank's wall-clock step is the same; what tells
+    a slow rank apart is the time it spent working.
+
+    On CPU (Linux): the main thread's time on a CPU plus its time ready to run but not running
+    (``/proc/thread-self/schedstat``: a CPU quota's throttling and a busy machine's queue count, a wait in a
+    collective does not); two small reads a step. On a GPU: the optimiser's update of this rank's shards,
+    timed with CUDA events (the device's own speed; read once per logging step, no extra sync). Elsewhere:
+    the update's wall time."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.schedstat = not self.cuda and os.path.exists(_SCHEDSTAT)
+        self.seconds = 0.0
+        self.events: list = []
+        self.steps = 0
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        """Around one whole training step (its batches, forward, backward, update)."""
+        before = _busy_s() if self.schedstat else 0.0
+        yield
+        if self.schedstat:
+            self.seconds += _busy_s() - before
+        self.steps += 1
+
+    @contextlib.contextmanager
+    def update(self) -> Iterator[None]:
+        """Around the optimiser's update, which each rank does alone."""
+        if self.schedstat:
+            yield
+        elif self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            self.events.append((start, end))
+        else:
+            t = time.perf_counter()
+            yield
+            self.seconds += time.perf_counter() - t
+
+    def take(self) -> float | None:
+        """Seconds per step since the last call (``None`` before any step), and start again."""
+        if not self.steps:
+            return None
+        total = self.seconds
+        for start, end in self.events:
+            end.synchronize()
+            total += start.elapsed_time(end) / 1000
+        per_step = total / self.steps
+        self.seconds, self.events, self.steps = 0.0, [], 0
+        return per_step
+
+
+_SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def _busy_s() -> float:
+    """This thread's nanoseconds on a CPU and waiting for one, in seconds."""
+    with open(_SCHEDSTAT, encoding="ascii") as f:
+        on_cpu, waiting, _ = f.read().split()
+    return (int(on_cpu) + int(waiting)) / 1e9
+
+
 class MetricsLogger:
     """Collective calls happen on every rank; only rank 0 prints and writes."""
 
@@ -128,6 +196,7 @@ class MetricsLogger:
         self.window_excluded = 0.0
         self.excluded_s = 0.0
         """Seconds of evaluation and checkpointing, left out of tokens/s."""
+        self.clock = RankClock(d.device)
 
     def add_batches(self, batches: list[dict[str, torch.Tensor]]) -> None:
         for batch in batches:
@@ -159,7 +228,8 @@ class MetricsLogger:
         tokens_per_s = t[0].item() / elapsed if elapsed > 0 else 0.0
         mfu_value = mfu(t[1].item() / elapsed / self.d.world, self.peak) if elapsed > 0 else None
         memory = [None] * self.d.world
-        dist.all_gather_object(memory, rank_memory(self.d))
+        dist.all_gather_object(memory, {**rank_memory(self.d), "step_s": self.clock.take()})  # one gather: both
+        step_s = tuple(m.pop("step_s") for m in memory)
         self.window_tokens, self.window_flops, self.window_excluded = 0, 0.0, 0.0
         self.window_start = time.perf_counter()
         if not self.d.is_main:
@@ -168,7 +238,8 @@ class MetricsLogger:
             return
         record = MetricRecord(step=step, kind="train", max_steps=self.max_steps, epoch=round(epoch, 4),
                               loss=loss, lr=lr, grad_norm=grad_norm, tokens_per_s=tokens_per_s, mfu=mfu_value,
-                              time=time.time(), memory=tuple(RankMemory(**m) for m in memory))
+                              time=time.time(), memory=tuple(RankMemory(**m) for m in memory),
+                              rank_step_s=step_s)
         self.reporter.write(record)
         mfu_text = f" mfu={mfu_value:.1%}" if mfu_value is not None else ""
         print(f"step={step}/{self.max_steps} loss={loss:.4f} lr={lr:.3g} tok/s={tokens_per_s:.0f}{mfu_text}",

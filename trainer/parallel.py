@@ -14,6 +14,7 @@ try:
 except ImportError:  # torch < 2.6
     from torch.distributed._composable.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
+from trainer import flight
 from trainer.config import FsdpConfig
 from trainer.model import decoder_blocks
 
@@ -50,6 +51,7 @@ def init_distributed() -> Dist:
             os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
                               MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29533"))
         dist.init_process_group(backend="cpu:gloo,cuda:nccl" if cuda else "gloo")
+    flight.start(dist.get_rank())  # the collectives each rank is in, dumped when a stalled run is looked at
     device = torch.device(f"cuda:{local_rank}") if cuda else torch.device("cpu")
     return Dist(dist.get_rank(), dist.get_world_size(), local_rank,
                 int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size())), device)

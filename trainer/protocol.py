@@ -65,6 +65,10 @@ class MetricRecord:
     eval_exact_match: float | None = None
     time: float | None = None
     memory: tuple[RankMemory, ...] = ()
+    rank_step_s: tuple[float | None, ...] = ()
+    """Seconds each rank (indexed by global rank; its node is rank // ranks per node) worked on a step, as
+    opposed to waiting for the others, averaged since the previous record: in an FSDP step every rank waits
+    for the slowest, so only this tells a slow rank apart (``trainer.metrics.RankClock``, docs/ranks.md)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -72,6 +76,8 @@ class MetricRecord:
         data = asdict(self)
         extra = data.pop("extra")
         data = {k: _finite(v) for k, v in data.items() if v is not None and v != ()}
+        if self.rank_step_s:
+            data["rank_step_s"] = [_finite(v) for v in self.rank_step_s]
         if self.memory:
             data["memory"] = [
                 {k: v for k, v in asdict(m).items() if v is not None} for m in self.memory
@@ -92,20 +98,29 @@ class MetricRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MetricRecord:
-        known = {f for f in cls.__dataclass_fields__ if f not in ("memory", "extra")}
+        known = {f for f in cls.__dataclass_fields__ if f not in ("memory", "rank_step_s", "extra")}
         kwargs: dict[str, Any] = {}
         extra: dict[str, Any] = {}
         for key, value in data.items():
             if key in known:
                 kwargs[key] = value
-            elif key != "memory":
+            elif key not in ("memory", "rank_step_s"):
                 extra[key] = value
         memory = tuple(
             RankMemory(**{k: v for k, v in m.items() if k in RankMemory.__dataclass_fields__})
             for m in data.get("memory") or ()
             if isinstance(m, dict) and isinstance(m.get("rank"), int)
         )
-        return cls(**kwargs, memory=memory, extra=extra)
+        return cls(**kwargs, memory=memory, rank_step_s=_seconds(data.get("rank_step_s")), extra=extra)
+
+
+def _seconds(value: Any) -> tuple[float | None, ...]:
+    """Per-rank seconds as sent: a list of numbers (``null`` for a rank that did not say); anything
+    else is dropped rather than trusted."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                 and v >= 0 else None for v in value)
 
 
 def _finite(value: Any) -> Any:

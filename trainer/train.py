@@ -92,12 +92,14 @@ def loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, 
 
 def train_step(model, optimizer, scheduler, micro_batches: list[dict[str, torch.Tensor]], device,
                max_grad_norm: float | None, world: int,
-               before_update: Callable[[], None] | None = None) -> tuple[float, float | None, int, float]:
+               before_update: Callable[[], None] | None = None,
+               clock=None) -> tuple[float, float | None, int, float]:
     """One optimiser step over ``micro_batches``; returns (global mean loss, grad norm, real tokens here,
     the learning rate this step used).
 
     ``before_update`` runs just before the optimiser changes the weights (an async checkpoint's copy
-    may still be reading them until then). Each rank scales its summed loss by world / global label count, so after FSDP averages gradients
+    may still be reading them until then); ``clock`` (a :class:`trainer.metrics.RankClock`) times the update,
+    which each rank does alone. Each rank scales its summed loss by world / global label count, so after FSDP averages gradients
     over ranks the step minimises the mean over every learned token of every rank and micro-step.
     """
     labels = [shifted_labels(b, "cpu") for b in micro_batches]  # counted and indexed in host memory
@@ -117,9 +119,10 @@ def train_step(model, optimizer, scheduler, micro_batches: list[dict[str, torch.
     lr = scheduler.get_last_lr()[0]
     if before_update is not None:
         before_update()
-    optimizer.step()
-    scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
+    with clock.update() if clock is not None else contextlib.nullcontext():
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
     summed = torch.stack(totals).sum().reshape(1).cpu()
     dist.all_reduce(summed)
     real = int(sum(int(b["real_tokens"]) for b in micro_batches))

@@ -160,9 +160,10 @@ class StackDump:
     pid: int
     rank: int | None
     """Its global rank (``RANK`` in its environment), when it is a worker."""
-    how: Literal["py-spy", "faulthandler", "none"]
+    how: Literal["py-spy", "faulthandler", "flight-recorder", "none"]
     text: str
-    """py-spy's dump; for ``faulthandler`` the dump is in the node's log; for ``none``, why not."""
+    """py-spy's dump; for ``faulthandler`` the dump is in the node's log; for ``flight-recorder``, torch's
+    recorder of the rank's collectives as JSON (``pid`` 0); for ``none``, why not."""
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,8 @@ def _print(r: dict) -> None:
         t = r["nettest"]
         out(f"  network   newest test of these nodes: {t['run_id']} ({_when(t['started_at'])}): {t['summary']}; "
             f"{t['verdict']}\n")
+    for slow in r["ranks"]["slow"]:
+        out(f"  slow      {slow['says']}\n")
     if r["triage"]:
         out(f"  triage    {r['triage'].get('summary', '')}\n")
     for d in r.get("notifications", []):

@@ -25,6 +25,11 @@ DIR_ENV = {
     "HYPERPARAMETERS_PATH": "parameters.yaml",
     METRICS_FILE_ENV: "metrics.jsonl",
 }
+FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}
+"""Torch's flight recorder on (gloo and NCCL): each process group keeps its last 2,000 collectives, a few
+hundred bytes each; on a stall their dumps name the rank that never entered a collective (docs/ranks.md)."""
+FLIGHT_RECORDER_DUMP = ("TORCH_FR_DUMP_TEMP_FILE", "flight-recorder-")
+"""Where dumps go, in the node's directory: NCCL's own on a watchdog timeout, the trainer's when asked."""
 IFACE_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 """Set on each node of a multi-node run to the interface that reaches ``MASTER_ADDR`` (found there by
 the agent) unless the workload sets them: gloo otherwise binds to the address of the hostname, which
@@ -131,9 +136,12 @@ def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = No
             "MASTER_ADDR": master_addr,
             "MASTER_PORT": str(port),
             RUN_ID_ENV: run_id,
+            **FLIGHT_RECORDER_ENV,
             **workload.env_variables,
         }
         dir_env = dict(DIR_ENV)
+        if FLIGHT_RECORDER_DUMP[0] not in workload.env_variables:
+            dir_env.setdefault(*FLIGHT_RECORDER_DUMP)
         if workload.uses_builtin_trainer:
             dir_env["PYTHONPATH"] = TRAINER_PKG_DIR
         nodes.append(NodePlan(

@@ -1,6 +1,7 @@
 """A silent hang, for real: two torchrun workers (gloo), rank 1 sleeps forever at step 5 while rank 0
-waits for it in all_reduce. The run is flagged stalled (events, runs, show, the monitor), every rank's
-stack is one key away (py-spy), and the run's triage says stalled."""
+waits for it in all_reduce. The run is flagged stalled (events, runs, show, the monitor), torch's flight
+recorder names the collective rank 1 never entered, every rank's stack is one key away (py-spy), and the
+run's triage says stalled."""
 
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ def hang_forever():
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
+from trainer.flight import start  # noqa: E402 (the collectives each rank is in, dumped on a stall)
+
+start(rank)
 for step in range(1, 1001):
     if rank == 1 and step == 6:
         hang_forever()
@@ -47,20 +51,25 @@ def test_a_hung_rank_is_flagged_and_its_stack_shown(home, tmp_path, monkeypatch)
 environment: {{python: {sys.executable}}}
 code_source: {{type: snapshot, snapshot: {{root_path: {code}}}}}
 command: python -m torch.distributed.run --nproc_per_node=2 --master_port="$MASTER_PORT" "$CODE_SOURCE_PATH/hang.py"
-env_variables: {{OMP_NUM_THREADS: 1}}
+env_variables: {{OMP_NUM_THREADS: 1, PYTHONPATH: {ROOT}}}
 metrics: {{stall_factor: 5, stall_min_s: 3}}
 """)
     proc = subprocess.Popen([FSDP_TUI, "run", str(wl), "--json"], stdout=subprocess.PIPE, text=True,
                             env=cli_env(home), cwd=ROOT)
-    run_id, stalled = None, None
+    run_id, stalled, collective = None, None, ""
     try:
         for line in proc.stdout:
             event = json.loads(line)
             run_id = event["run_id"]
             if event["type"] == "RunStateChanged" and event["detail"].startswith("stalled"):
-                stalled = event["detail"]
-                break
+                stalled = stalled or event["detail"]
+                if "(flight recorder)" in event["detail"]:  # the stacks and collectives, taken at once
+                    collective = event["detail"]
+                    break
         assert stalled and stalled.startswith("stalled at step 5: no step for"), stalled
+        assert "rank 1 (node 0) never entered all_reduce #6; rank 0 (node 0) waits in it" in collective
+        assert list((home / "runs" / run_id / "stacks").glob("*-node0-rank1-flight-recorder.json"))
+        assert "never entered all_reduce #6" in cli(home, "show", run_id).stdout
         assert "stalled at step 5" in cli(home, "show", run_id).stdout
         assert "stalled at step 5" in cli(home, "runs").stdout
 

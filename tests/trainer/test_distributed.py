@@ -38,6 +38,7 @@ def test_demo_trains_loss_and_eval_loss_fall(demo_run):
     assert train[-1]["loss"] < train[0]["loss"] * 0.75
     assert evals[-1] <= evals[0] * 0.7, evals
     assert all(r["tokens_per_s"] > 0 and len(r["memory"]) == 2 and r["memory"][1]["rss_gib"] > 0 for r in train)
+    assert all(len(r["rank_step_s"]) == 2 and all(s > 0 for s in r["rank_step_s"]) for r in train)  # each rank's own
     assert "step=40/40 loss=" in out.stdout
     assert "exported Hugging Face model" in out.stdout
     assert "Writing model shards" not in out.stdout + out.stderr  # no progress bars in node logs
@@ -199,6 +200,7 @@ def test_trains_on_gpu_with_nccl_and_bf16(tmp_path, tiny_model_dir):
     assert train[-1]["loss"] < train[0]["loss"]
     memory = train[-1]["memory"][0]
     assert memory["peak_gib"] > 0 and memory["device_used_gib"] > memory["reserved_gib"]  # + context, NCCL
+    assert all(s > 0 for s in train[-1]["rank_step_s"])  # the update timed with CUDA events
 
 
 def test_async_staged_checkpoints_then_resume_on_another_world_size(tmp_path, tiny_model_dir):

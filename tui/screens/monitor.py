@@ -65,6 +65,7 @@ class RunMonitorScreen(Screen):
         Binding("k", "checkpoints", "ckpts", tooltip="This run's checkpoints: resume, export, delete"),
         Binding("s", "stacks", "stacks", show=False, tooltip="Every rank's stack on every node (a hung run)"),
         Binding("g", "gpus", "gpus", show=False, tooltip="What holds GPU memory on the run's nodes (leftovers)"),
+        Binding("r", "ranks", "ranks", show=False, tooltip="Step time per rank over recent steps; the slow rank marked"),
         Binding("escape", "back", "back"),
     ]
 
@@ -340,6 +341,11 @@ class RunMonitorScreen(Screen):
         from tui.screens.gpus import GpusScreen
 
         self.app.push_screen(GpusScreen(self.run_id))
+
+    def action_ranks(self) -> None:
+        from tui.screens.ranks import RanksScreen
+
+        self.app.push_screen(RanksScreen(self.run_id, self.num_nodes))
 
     def action_checkpoints(self) -> None:
         from tui.screens.checkpoints import CheckpointsScreen

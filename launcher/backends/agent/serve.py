@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from . import checkpoints, files, jobs, probes, scheduler, usage, wire
+from . import checkpoints, files, flight, jobs, probes, scheduler, usage, wire
 
 EXPORT_TIMEOUT_S = 3600.0
 
@@ -75,7 +75,9 @@ def _stacks(node_dir, req, body):
     state = jobs.read_state(node_dir)
     run_id, rank = state.get("run_id"), state.get("node_rank")
     pids = jobs.tagged_pids(run_id, rank) if run_id else []
-    return {"stacks": probes.stacks(pids, str(req.get("python") or "python3"))}, b""
+    asked = flight.ask(node_dir) if run_id else None  # the ranks dump while py-spy looks at them
+    stacks = probes.stacks(pids, str(req.get("python") or "python3"))
+    return {"stacks": stacks + flight.collect(node_dir, asked)}, b""
 
 
 def _ckpt_list(node_dir, req, body):

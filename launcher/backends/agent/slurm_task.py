@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 
-from . import jobs, probes, usage
+from . import flight, jobs, probes, usage
 
 GPU_FILE = "gpus.json"
 USAGE_SAMPLE_FILE = "usage-sample.json"
@@ -102,8 +102,9 @@ def _answer_stacks(node_dir: str, spec: dict, rank: int, seen: list) -> None:
         return
     seen.append(token)
     pids = jobs.tagged_pids(spec["env"].get(jobs.RUN_ID_ENV, ""), rank)
-    _write_json(node_dir, STACKS_FILE, {"request": token, "stacks": probes.stacks(pids, spec.get("python") or
-                                                                                    "python3")})
+    asked = flight.ask(node_dir)
+    stacks = probes.stacks(pids, spec.get("python") or "python3")
+    _write_json(node_dir, STACKS_FILE, {"request": token, "stacks": stacks + flight.collect(node_dir, asked)})
 
 
 def _watch(node_dir: str, run_dir: str, spec: dict, rank: int, done: threading.Event) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from launcher.backends.base import Backend, LinkState, NodeError, NodeLost, NodeStatus, SchedulerCause
 from launcher.doctor.preflight import preflight
 from launcher.events import NodeState, RunState
+from launcher.runs.core.collectives import RankDump, stuck_collectives
 from launcher.runs.core.space import RecordUnwritable
 from launcher.runs.core.triage import (
     node_error_report,
@@ -59,6 +60,7 @@ class RunPolicy(NodeFollowing):
         self.stacks_requested = stacks_requested
         self.stall = StallWatch(settings.stall_factor, settings.stall_min_s)
         self.stalled: str | None = None
+        self.dump_on_stall = False
         """What the stall watch said, while the run is stalled."""
         """Told the plan once it is final (node 0's address resolved, the rendezvous port claimed)."""
         self.secrets, self.cancel_requested, self.clock = secrets, cancel_requested, clock
@@ -240,7 +242,8 @@ class RunPolicy(NodeFollowing):
             self.rec.check_room()  # the operator's disk: stop while the run's end can still be written
             self._watch_queue(self.statuses)
             self._watch_progress()
-            if self.stacks_requested():
+            if self.stacks_requested() or self.dump_on_stall:
+                self.dump_on_stall = False
                 await self._dump_stacks()
             verdict = self._judge(self.deadline)
             if verdict == "orphaned" and not await self._still_orphaned():
@@ -299,23 +302,35 @@ class RunPolicy(NodeFollowing):
         if stalled and self.stalled is None:
             self.stalled = self.stall.describe(now)
             self.rec.set_state(RunState.RUNNING, self.stalled)
+            self.dump_on_stall = True  # the watch loop takes every rank's stack and collective once
         elif not stalled and self.stalled is not None:
             self.stalled = None
             self.rec.set_state(RunState.RUNNING, f"steps advance again (step {self.stall.last_step})")
 
     async def _dump_stacks(self) -> None:
-        """Every rank's stack on every reachable node, kept with the run and announced."""
-        for rank in self.ranks:
-            if rank in self.lost:
-                continue
+        """Every rank's stack on every reachable node, kept with the run and announced; with torch's
+        flight recorder dumps, the collective a stalled run waits in and who never entered it."""
+        async def of_node(rank: int):
             try:
-                dumps = await self.backend.stacks(rank)
-            except NodeLost:
-                raise
-            except NodeError as err:
-                self.rec.set_state(RunState.RUNNING, f"no stack dump from node {rank}: {err}")
+                return rank, await self.backend.stacks(rank)
+            except NodeError as err:  # NodeLost is one too: raised below, after the others answered
+                return rank, err
+
+        flights = []  # every node at once: each may wait seconds for py-spy and its ranks' dumps
+        for rank, dumps in await asyncio.gather(*(of_node(r) for r in self.ranks if r not in self.lost)):
+            if isinstance(dumps, NodeLost):
+                raise dumps
+            if isinstance(dumps, NodeError):
+                self.rec.set_state(RunState.RUNNING, f"no stack dump from node {rank}: {dumps}")
                 continue
+            flights += [RankDump(rank, d.rank, str(d.text)[:1 << 20]) for d in dumps
+                        if d.how == "flight-recorder" and type(d.rank) is int][:1024]  # a node's word, bounded
             await asyncio.to_thread(self.rec.save_stacks, rank, dumps)
+        stuck = stuck_collectives(flights)
+        if stuck and self.stalled is not None and "(flight recorder)" not in self.stalled:
+            head, _, hint = self.stalled.partition("; every process may be waiting on one hung rank: ")
+            self.stalled = f"{head}; {stuck[0].says}" + (f"; {hint}" if hint else "")
+            self.rec.set_state(RunState.RUNNING, self.stalled)
 
     def _stalled_triage(self) -> dict:
         report = stalled_report(self.stalled)

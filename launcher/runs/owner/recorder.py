@@ -279,11 +279,20 @@ class Recorder:
             self.set_state(state, (triage or {}).get("summary", "") or self.forced, at)
         self.emit(RunFinished(self.run_id, state, exit_code, triage))
 
+    MAX_FLIGHT_DUMPS = 1024
+    MAX_FLIGHT_CHARS = 1 << 20
+    """What a node's flight recorder dumps may take of the record (the node's agent sends far less)."""
+
     def save_stacks(self, rank: int, dumps) -> tuple[Path, str]:
         """Keep a node's stack dumps with the run; returns the file and a one-line summary."""
         folder = self.dir / "stacks"
         folder.mkdir(exist_ok=True)
-        path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-node{rank}.txt"
+        stamp = time.strftime('%Y%m%d-%H%M%S')
+        path = folder / f"{stamp}-node{rank}.txt"
+        flights = [d for d in dumps if d.how == "flight-recorder" and type(d.rank) is int and d.rank >= 0]  # names a file
+        for d in flights[:self.MAX_FLIGHT_DUMPS]:  # torch's recorder, kept as sent: its own analyser reads these too
+            (folder / f"{stamp}-node{rank}-rank{d.rank}-flight-recorder.json").write_text(str(d.text)[:self.MAX_FLIGHT_CHARS])
+        dumps = [d for d in dumps if d.how != "flight-recorder"]
         parts = []
         for d in dumps:
             who = f"rank {d.rank}" if d.rank is not None else "process"
@@ -291,6 +300,8 @@ class Recorder:
         path.write_text("\n".join(parts) if parts else f"node {rank}: no Python process of the run is running\n")
         hows = sorted({d.how for d in dumps})
         summary = f"node {rank}: {len(dumps)} process(es) ({', '.join(hows) or 'none running'})"
+        if flights:
+            summary += f", flight recorder of {len(flights)} rank(s)"
         self.emit(StacksDumped(self.run_id, rank, str(path), summary))
         return path, summary
 

@@ -142,8 +142,9 @@ class Supervisor:
     async def _sync_loop(self) -> None:
         while True:
             await asyncio.to_thread(self._sync)
-            if self.policy.stalled and self.policy.stalled != self.stall_told:
-                self.stall_told = self.policy.stalled
+            stall = (self.policy.stalled or "").partition("; ")[0]  # the stall, not what was learnt of it since
+            if stall and stall != self.stall_told:
+                self.stall_told = stall
                 await self._notify("stalled")
             await self._watch_idle()
             await asyncio.sleep(SYNC_EVERY_S)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from launcher.runs.core.layout import STATE_FILE
+from launcher.runs.core.layout import METRICS, STATE_FILE
 from launcher.runs.core.notifying import read_deliveries
 from launcher.runs.core.ownership import owned
 from launcher.runs.core.safe_step import lead_time_of_run
 from launcher.runs.core.store import RunStore
 from launcher.runs.core.usage import usage_of_record
 from launcher.runs.core.user_settings import SettingsError, load_user_settings
+from launcher.runs.read.ranks import rank_report
 from launcher.runs.read.view import fmt_duration
 
 
@@ -31,6 +32,9 @@ def run_report(home: Path, run_id: str) -> dict:
         experiment = (workload.get("mlflow") or {}).get("experiment") or s.experiment
         mlflow = {"run_id": mlflow_state["run_id"], "experiment": experiment, "tracking_uri": uri,
                   "ui_command": f"mlflow ui --backend-store-uri {uri}"}
+    ranks = rank_report(_newest_records(directory / METRICS), len(record.nodes) or None).to_dict()
+    if triage is not None and ranks["slow"]:  # a slow rank is worth reading beside why the run ended
+        triage = {**triage, "slow_ranks": [r["says"] for r in ranks["slow"]]}
     live = not s.state.is_final
     next_steps = []
     if live:
@@ -51,7 +55,7 @@ def run_report(home: Path, run_id: str) -> dict:
         "triage": triage, "mlflow": mlflow, "directory": str(directory), "workload_path": s.workload_path,
         "output_dir": s.output_dir, "next": next_steps,
         "usage": _usage(record, workload), "notifications": read_deliveries(directory),
-        "lead_time": lead_time_of_run(directory, workload),
+        "lead_time": lead_time_of_run(directory, workload), "ranks": ranks,
     }
 
 
@@ -65,6 +69,26 @@ def _usage(record, workload: dict) -> dict | None:
         prices = None
     usage = usage_of_record(record, workload or None, prices, time.time())
     return usage.to_dict() if usage else None
+
+
+TAIL_BYTES = 8 << 20
+"""The end of the metrics file that the rank report reads: its window is the newest steps, and a long run
+of many ranks writes hundreds of MB of records."""
+
+
+def _newest_records(path: Path) -> list:
+    from trainer.protocol import MetricRecord
+
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - TAIL_BYTES))
+            chunk = f.read()
+    except OSError:
+        return []
+    lines = chunk.split(b"\n")
+    lines = lines[1:-1] if size > TAIL_BYTES else lines[:-1]  # a cut first line; an unfinished last one
+    return [r for line in lines if (r := MetricRecord.from_json(line.decode("utf-8", errors="replace")))]
 
 
 def _json(path: Path) -> dict | None:
