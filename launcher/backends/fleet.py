@@ -174,7 +174,8 @@ class AgentFleet:
 
     async def claim_port(self, port: int) -> PortClaim:
         header, _ = await self.links[0].call("port", port=port)
-        return PortClaim(bool(header.get("free", True)), header.get("reason", ""), header.get("suggest"))
+        return PortClaim(bool(header.get("free", True)), header.get("reason", ""), header.get("suggest"),
+                         header.get("port"))
 
     def job_spec(self, node: NodePlan, secrets: dict[str, str], attempt: int) -> dict:
         """What the agent's ``start`` gets in the request's body (never on a command line: it holds secrets)."""

@@ -178,9 +178,19 @@ class RunPolicy(NodeFollowing):
 
     async def _claim_port(self) -> None:
         """The default port, when taken, moves to a free one; a port the workload names is the user's
-        choice, so a taken one stops the launch."""
+        choice, so a taken one stops the launch.
+
+        A run on this machine alone takes a port the system picks instead of the default: two runs started
+        at once would both find the default free (checked now, bound later by torchrun), and the second
+        torchrun would join the first one's rendezvous or fail to bind it."""
         plan = self.backend.plan
         port = plan.master_port
+        pinned = plan.workload.compute.master_port is not None
+        if not pinned and all(self.backend.node_info(rank).local for rank in self.ranks):
+            claim = await self.backend.claim_port(0)
+            if claim.port:
+                self.backend.use_plan(with_rendezvous(plan, port=claim.port))
+                return
         claim = await self.backend.claim_port(port)
         if claim.free:
             return
