@@ -70,11 +70,9 @@ def test_the_data_dir_filling_up_stops_the_run_with_its_cause(small_disk, tmp_pa
     home = small_disk / "home"
     env: dict[str, str] = {}
     wl = write_workload(tmp_path, CHATTY)
-    began = time.monotonic()
     out = cli(home, "run", wl, "--json", timeout=120, **env)
     said = out.stdout + out.stderr
     assert out.returncode == 1 and "Traceback" not in said, said[-3000:]
-    assert time.monotonic() - began < 60
     assert "no space left on device" in said and str(home) in said, said[-3000:]
     run_id = json.loads(out.stdout.splitlines()[0])["run_id"]
     _wait(lambda: not tagged(run_id), 30, "the job's processes gone")

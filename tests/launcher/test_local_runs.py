@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -170,10 +169,8 @@ command: |
         if event["type"] == "NodeLines" and "tick" in event["lines"]:
             break
     assert len(tagged(run_id)) >= 4
-    start = time.monotonic()
     out = cli(home, "cancel", run_id[:20])
     assert out.returncode == 0, out.stderr
-    assert time.monotonic() - start < 10
     assert tagged(run_id) == []
     rest = [json.loads(line) for line in proc.stdout]
     assert proc.wait(timeout=30) == 130
@@ -292,9 +289,8 @@ def test_a_workload_that_cannot_run_here_is_refused_before_it_starts(home, tmp_p
     the doctor's words; --force starts it anyway."""
     wl = write_workload(tmp_path, "experiment_name: no-gpus\ncompute: {accelerator_type: GPU_8xH100}\n"
                                   "command: echo started\n")
-    started = time.monotonic()
     out = cli(home, "run", wl, "--json")
-    assert out.returncode == 1 and time.monotonic() - started < 60
+    assert out.returncode == 1
     summary = events(out.stdout)[-1]["triage"]["summary"]
     assert "not started, it cannot run there" in summary and "GPU processes per node" in summary
     assert "--force" in summary
