@@ -117,14 +117,17 @@ def test_rendezvous_port_in_use_is_an_error_with_a_free_one_to_try(home, tmp_pat
     assert f"--set compute.master_port={port + 1}" in rendezvous["fix"]
 
 
-def test_invalid_workload_prints_its_problems_and_exits_2(home, tmp_path):
+@pytest.mark.parametrize(("command", "not_done"), [("doctor", "not checked"), ("nettest", "not tested")])
+def test_invalid_workload_prints_its_problems_and_exits_2(home, tmp_path, command, not_done):
     wl = write_workload(tmp_path, "experiment_name: x\ncompute: {acelerator_type: CPU}\ncommand: true\n")
-    out = cli(home, "doctor", wl)
+    out = cli(home, command, wl, "--set", "max_retries=1")
     assert out.returncode == 2 and out.stdout == ""
+    assert "--set max_retries: <unset> -> 1" in out.stderr, out.stderr
     assert "compute.acelerator_type" in out.stderr and "did you mean 'accelerator_type'" in out.stderr
+    assert f"{wl}: {not_done}: fix the errors above (fsdp-tui validate {wl})" in out.stderr
     assert "Traceback" not in out.stderr
-    missing = cli(home, "doctor", tmp_path / "nope.yaml")
-    assert missing.returncode == 2 and "no such file" in missing.stderr
+    missing = cli(home, command, tmp_path / "nope.yaml")
+    assert missing.returncode == 2 and "no such file (check the path)" in missing.stderr
 
 
 # -- real sshd hosts ------------------------------------------------------------------------------
