@@ -142,6 +142,8 @@ class PortClaim:
     free: bool
     reason: str = ""
     suggest: int | None = None
+    port: int | None = None
+    """The port found free: the one asked for, or the one the system picked when asked for port 0."""
 
 
 @dataclass(frozen=True)
@@ -282,7 +284,7 @@ class Backend(Protocol):
         ...
 
     async def claim_port(self, port: int) -> PortClaim:
-        """Whether node 0 can bind the rendezvous port, and a free one if not."""
+        """Whether node 0 can bind the rendezvous port, and a free one if not; port 0: any free port."""
         ...
 
     async def start(self, secrets: dict[str, str], attempt: int) -> None:

@@ -9,10 +9,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.backends.agent_client import AgentError, AgentLink
@@ -33,18 +31,23 @@ from launcher.backends.base import (
     Stream,
     UsageSample,
 )
+from launcher.backends.shipping import (
+    UPLOAD_CHUNK,
+    Tree,
+    append,
+    download_file,
+    read_chunk,
+    unpack_here,
+    write_trees,
+)
 from launcher.backends.ssh.pacing import ConnectGate
 from launcher.events import GpuSample
-from launcher.untrusted import printable
 from launcher.workload.plan import TRAINER_PKG_DIR, NodePlan, RunPlan, render_plan, with_rendezvous
 from trainer.protocol import RUN_ID_ENV
 
 DEFAULT_PYTHON = "python3"
 LOCAL_LOST_AFTER_S = 5.0
 """A local agent that cannot be started again within this long is gone (its machine is this one)."""
-UPLOAD_CHUNK = 4 << 20
-TRAINER_SOURCE = Path(__file__).resolve().parents[2] / "trainer"
-TRAINER_EXCLUDE = ("__pycache__", "*.pyc")
 
 
 def _is_local(node: NodePlan) -> bool:
@@ -157,7 +160,7 @@ class AgentFleet:
         if plan.code_root is not None and not plan.code_root.is_dir():
             raise NodeError(f"code_source folder {plan.code_root} does not exist")
         with tempfile.TemporaryDirectory(prefix="fsdp-tui-ship-") as tmp:
-            trees = await asyncio.to_thread(_write_trees, plan, Path(tmp))
+            trees = await asyncio.to_thread(write_trees, plan, Path(tmp))
 
             async def one(rank: int) -> None:
                 link = self.links[rank]
@@ -167,10 +170,10 @@ class AgentFleet:
 
             await self._every_node(one)
 
-    async def _upload(self, link: AgentLink, tree: _Tree) -> None:
+    async def _upload(self, link: AgentLink, tree: Tree) -> None:
         """A tar from disk to a node, one chunk in memory at a time."""
         for offset in range(0, max(tree.size, 1), UPLOAD_CHUNK):
-            chunk = await asyncio.to_thread(_chunk, tree.path, offset)
+            chunk = await asyncio.to_thread(read_chunk, tree.path, offset)
             await link.call("put", chunk, name=tree.name, offset=offset)
         try:
             await link.call("unpack", name=tree.name, total=tree.size, sha256=tree.sha256, dest=tree.dest)
@@ -179,7 +182,8 @@ class AgentFleet:
 
     async def claim_port(self, port: int) -> PortClaim:
         header, _ = await self.links[0].call("port", port=port)
-        return PortClaim(bool(header.get("free", True)), header.get("reason", ""), header.get("suggest"))
+        return PortClaim(bool(header.get("free", True)), header.get("reason", ""), header.get("suggest"),
+                         header.get("port"))
 
     def job_spec(self, node: NodePlan, secrets: dict[str, str], attempt: int) -> dict:
         """What the agent's ``start`` gets in the request's body (never on a command line: it holds secrets)."""
@@ -282,7 +286,7 @@ class AgentFleet:
         as it arrives (never more than the size the node announced), hash-checked, then unpacked by the
         agent's own rule."""
         link = self.links[0]
-        tar_path = await asyncio.to_thread(_download_file, to)
+        tar_path = await asyncio.to_thread(download_file, to)
         try:
             header, _ = await link.call("pack", path=remote, name=".download.tar")
             size, sha256 = header.get("size"), header.get("sha256")
@@ -295,11 +299,11 @@ class AgentFleet:
                 if not data:
                     raise NodeError(f"{link.label}: the export's copy ended at {offset} of {size} bytes")
                 digest.update(data)
-                await asyncio.to_thread(_append, tar_path, data)
+                await asyncio.to_thread(append, tar_path, data)
                 offset += len(data)
             if digest.hexdigest() != sha256:
                 raise NodeError(f"{link.label}: the export's copy arrived damaged; try again")
-            return await asyncio.to_thread(_unpack_here, tar_path, to, link.label)
+            return await asyncio.to_thread(unpack_here, tar_path, to, link.label)
         finally:
             await asyncio.to_thread(tar_path.unlink, missing_ok=True)
 
@@ -308,104 +312,6 @@ class AgentFleet:
 
     async def close(self) -> None:
         await asyncio.gather(*(link.close() for link in self.links), return_exceptions=True)
-
-
-@dataclass(frozen=True)
-class _Tree:
-    """A folder to ship, as a tar file on this machine."""
-
-    name: str
-    dest: str
-    path: Path
-    size: int
-    sha256: str
-
-
-def _chunk(path: Path, offset: int) -> bytes:
-    with open(path, "rb") as f:
-        f.seek(offset)
-        return f.read(UPLOAD_CHUNK)
-
-
-def _write_trees(plan: RunPlan, tmp: Path) -> list[_Tree]:
-    """The code snapshot and the built-in trainer as tar files in ``tmp``, by the snapshot's rule."""
-    from launcher.backends.snapshot_source import SnapshotError, source_root
-    from launcher.workload.snapshot import SnapshotRefused, write_tar
-
-    wanted: list[tuple[str, str, Path, tuple[str, ...], str, tuple[str, ...]]] = []
-    if plan.code_root is not None:
-        snap = plan.workload.code_source.snapshot
-        try:
-            root = source_root(plan.code_root, snap, tmp)
-        except SnapshotError as err:
-            raise NodeError(f"{err}: nothing was shipped") from None
-        wanted.append(("code.tar", "code", root, tuple(snap.exclude), ".", tuple(snap.include_paths or ())))
-    if plan.uses_builtin_trainer:
-        wanted.append(("trainer.tar", TRAINER_PKG_DIR, TRAINER_SOURCE, TRAINER_EXCLUDE, "trainer", ()))
-    trees = []
-    for name, dest, root, exclude, arcname, include in wanted:
-        try:
-            size, sha = write_tar(root, arcname, exclude, tmp / name, include)
-        except SnapshotRefused as err:
-            raise NodeError(f"code_source.snapshot.root_path ({root}): nothing was shipped: {err}") from None
-        except OSError as err:
-            raise NodeError(f"cannot pack {root} to ship it: {err}") from None
-        trees.append(_Tree(name, dest, tmp / name, size, sha))
-    return trees
-
-
-def _download_file(to: Path) -> Path:
-    """An empty file beside ``to`` for a download into it (``to`` must not exist: exports never overwrite)."""
-    if os.path.lexists(to):
-        raise NodeError(f"{to} exists: exports never overwrite, pick a new folder")
-    try:
-        to.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{to.name}.", suffix=".tar", dir=to.parent)
-    except OSError as err:
-        raise NodeError(f"cannot write beside {to}: {err.strerror or err}") from None
-    os.close(fd)
-    return Path(name)
-
-
-def _append(path: Path, data: bytes) -> None:
-    with open(path, "ab") as f:
-        f.write(data)
-
-
-def _unpack_here(tar_path: Path, to: Path, label: str) -> Path:
-    """A folder fetched from a node as a tar, into ``to`` (which must not exist yet), by the agent's own
-    rule (:func:`~launcher.backends.agent.files.checked_members`): a tar with anything else in it (a link, a
-    hard link, a device, a path out of the folder, more bytes than it holds) is refused whole, naming the
-    node and the entries; nothing is written then."""
-    import shutil
-    import tarfile
-
-    from launcher.backends.agent.files import checked_members, extract
-
-    if os.path.lexists(to):
-        raise NodeError(f"{to} exists: exports never overwrite, pick a new folder")
-    try:
-        with tarfile.open(tar_path) as tar:
-            members, refused = checked_members(tar, tar_path.stat().st_size)
-            tops = {m.name.replace("\\", "/").split("/")[0] for m in members}
-            if len(tops) > 1:
-                refused += sorted(tops)[1:]
-            if refused or not members:
-                shown = ", ".join(printable(name) for name in refused[:5]) + (" ..." if len(refused) > 5 else "")
-                raise NodeError(f"{label}: refusing the export's copy: {len(refused)} entries are not plain files "
-                                f"or folders inside one folder ({shown or 'it is empty'}); nothing was written "
-                                "here. Look at the export folder on that node: something other than the export "
-                                "wrote into it")
-            to.parent.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=f".{to.name}.", suffix=".partial", dir=to.parent))
-            try:
-                extract(tar, members, str(staging))
-                (staging / tops.pop()).rename(to)
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
-    except (tarfile.TarError, OSError) as err:
-        raise NodeError(f"{label}: the export's copy could not be unpacked into {to}: {printable(err)}") from None
-    return to
 
 
 def create_backend(plan: RunPlan, *, on_link: LinkWatcher | None = None, agent_python: str | None = None) -> AgentFleet:

@@ -6,9 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from launcher.cli.planning import USAGE_ERROR, Verbs, plan_or_say
 from launcher.cli.validate import add_set_option
-
-USAGE_ERROR = 2
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,30 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def _plan(file: Path, overrides: list[str]):
-    """The plan to check, or ``None`` after printing why there is none."""
-    from launcher.paths import data_home
-    from launcher.workload.load import plan_file
-
-    if not file.exists():
-        print(f"fsdp-tui doctor: {file}: no such file", file=sys.stderr)
-        return None
-    planned = plan_file(file, overrides, home=data_home(), run_id="doctor")
-    for o in planned.result.overrides:
-        print(f"--set {o.describe()}", file=sys.stderr)
-    for problem in planned.problems:
-        if problem.is_error:
-            print(problem.format(), file=sys.stderr)
-    if planned.plan is None:
-        print(f"{file}: not checked: fix the errors above (fsdp-tui validate {file})", file=sys.stderr)
-        return None
-    for blocker in planned.plan.blockers:
-        print(f"{file}: cannot check: {blocker}", file=sys.stderr)
-    return None if planned.plan.blockers else planned.plan
-
-
 def run(args: argparse.Namespace) -> int:
-    plan = _plan(args.file, args.overrides)
+    plan = plan_or_say(args.file, args.overrides, Verbs("not checked", "cannot check"), run_id="doctor")
     if plan is None:
         return USAGE_ERROR
     import asyncio

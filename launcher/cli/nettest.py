@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from launcher.cli.planning import USAGE_ERROR, Verbs, plan_or_say
 from launcher.cli.validate import add_set_option
 
 MIB = 1 << 20
@@ -39,35 +40,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def _plan(file: Path, overrides: list[str]):
-    """The plan to test, or ``None`` after printing why there is none."""
-    from launcher.paths import data_home
-    from launcher.workload.load import plan_file
-
-    if not file.exists():
-        print(f"fsdp-tui nettest: {file}: no such file", file=sys.stderr)
-        return None
-    planned = plan_file(file, overrides, home=data_home())
-    for o in planned.result.overrides:
-        print(f"--set {o.describe()}", file=sys.stderr)
-    for problem in planned.problems:
-        if problem.is_error:
-            print(problem.format(), file=sys.stderr)
-    if planned.plan is None:
-        print(f"{file}: not tested: fix the errors above (fsdp-tui validate {file})", file=sys.stderr)
-        return None
-    for blocker in planned.plan.blockers:
-        print(f"{file}: cannot test: {blocker}", file=sys.stderr)
-    return None if planned.plan.blockers else planned.plan
-
-
 def run(args: argparse.Namespace) -> int:
     if args.max_size is not None and args.max_size < 1:
         print("fsdp-tui nettest: --max-size is in MiB and at least 1", file=sys.stderr)
-        return 2
-    plan = _plan(args.file, args.overrides)
+        return USAGE_ERROR
+    plan = plan_or_say(args.file, args.overrides, Verbs("not tested", "cannot test"))
     if plan is None:
-        return 2
+        return USAGE_ERROR
     from launcher.nettest.launch import Options, deadlines, run_nettest
     from launcher.paths import data_home
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from launcher.cli.planning import USAGE_ERROR, Verbs, plan_or_say
 from launcher.cli.validate import add_set_option
 
 
@@ -30,32 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def prepare(file: Path, overrides: list[str], *, quiet: bool = False):
-    """Validate and plan; prints problems to stderr. ``None`` when the workload has errors."""
-    from launcher.paths import data_home
-    from launcher.workload.load import plan_file
-
-    planned = plan_file(file, overrides, home=data_home())
-    for o in planned.result.overrides:
-        print(f"--set {o.describe()}", file=sys.stderr)
-    for p in planned.problems:
-        if p.is_error or not quiet:
-            print(p.format(), file=sys.stderr)
-    if planned.plan is None and not file.is_file():
-        print(f"{file}: not launched: there is no such file (check the path)", file=sys.stderr)
-    elif planned.plan is None:
-        print(f"{file}: not launched: fix the errors above (fsdp-tui validate {file})", file=sys.stderr)
-    return planned.plan
-
-
-INVALID = 2
-"""The exit status for a workload that cannot be launched as written (as ``doctor``'s): 1 means a run failed."""
-
-
 def run(args: argparse.Namespace) -> int:
-    plan = prepare(args.file, args.overrides)
+    plan = plan_or_say(args.file, args.overrides, Verbs("not launched", "cannot run"), quiet=False, blockers=False)
     if plan is None:
-        return INVALID
+        return USAGE_ERROR
     if plan.workload.sweep is not None:
         from launcher.workload.sweep import SWEEP_NOT_RUN
 
@@ -73,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if plan.blockers:
         for blocker in plan.blockers:
             print(f"{args.file}: cannot run: {blocker}", file=sys.stderr)
-        return INVALID
+        return USAGE_ERROR
     from launcher.cli.watch import watch
     from launcher.paths import data_home
     from launcher.runs.launch import start_run

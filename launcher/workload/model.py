@@ -114,7 +114,8 @@ class Compute(_Model):
     master_addr: str | None = None
     """Address of node 0 as the other nodes reach it (default: node 0's host)."""
     master_port: int | None = Field(default=None, ge=1024, le=65535)
-    """Rendezvous port on node 0 (default 29500, checked free at launch)."""
+    """Rendezvous port on node 0 (default 29500, checked free at launch; a run on this machine alone takes
+    a free port the system picks at launch, as two runs started at once would both find 29500 free)."""
     slurm: Slurm | None = None
     """Submit to a SLURM cluster through its login node instead of reaching ``hosts`` over SSH."""
     node_pool_id: str | None = None

@@ -8,17 +8,10 @@ from pathlib import Path
 import pytest
 
 from launcher.workload.sweep import parse_over, plan_sweep
+from tests.foundation.sweep_base import SWEEP_BASE
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE = """\
-experiment_name: sweep-test
-compute: {accelerator_type: CPU, procs_per_node: 2, num_accelerators: 2}
-parameters:
-  model_name: builtin:tiny-llama
-  dataset_name: builtin:tiny-alpaca
-  output_dir: outputs
-  max_steps: 4
-"""
+BASE = SWEEP_BASE
 
 
 def write(tmp_path: Path, sweep: str = "") -> Path:

@@ -13,18 +13,10 @@ import pytest
 from launcher.workload.load import plan_file
 from launcher.workload.sweep import plan_sweep
 from launcher.workload.validate import validate_file
+from tests.foundation.sweep_base import SWEEP_BASE
 
 FSDP_TUI = str(Path(sys.executable).with_name("fsdp-tui"))
-BASE = """\
-experiment_name: sweep-check
-compute: {accelerator_type: CPU, procs_per_node: 2, num_accelerators: 2}
-parameters:
-  model_name: builtin:tiny-llama
-  dataset_name: builtin:tiny-alpaca
-  output_dir: outputs
-  max_steps: 4
-sweep:
-"""
+BASE = SWEEP_BASE + "sweep:\n"
 
 # (the sweep section, the line and key path of the error, words of its message)
 CORPUS = {

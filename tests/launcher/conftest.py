@@ -113,6 +113,18 @@ def run_sampling_cmdlines(home: Path, workload: Path, timeout: float, **env: str
     return proc.wait(timeout=60), out, cmdlines
 
 
+def wait_until(predicate, timeout: float, what: str, every_s: float = 0.2):
+    """``predicate()``'s first true value, polled; fails naming ``what`` when none comes within ``timeout``
+    (generous: real parts share two cores)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(every_s)
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
 def events(stdout: str) -> list[dict]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 

@@ -85,7 +85,8 @@ class FakeBackend:
                     node.attempt, node.running = running_attempt, True
 
     def node_info(self, rank: int) -> NodeInfo:
-        return NodeInfo(rank, f"node {rank} (fake)", "python3", True)
+        host = self.plan.nodes[rank].host
+        return NodeInfo(rank, f"node {rank} (fake)", "python3", host is None or host.is_local)
 
     def render(self) -> str:
         return render_plan(self.plan)
@@ -104,7 +105,9 @@ class FakeBackend:
         self.prepared = True
 
     async def claim_port(self, port: int) -> PortClaim:
-        return PortClaim(True) if self.port_free else PortClaim(False, "Address already in use", port + 7)
+        if port == 0:
+            return PortClaim(True, port=41234)  # as the system picks one
+        return PortClaim(True, port=port) if self.port_free else PortClaim(False, "Address already in use", port + 7)
 
     async def start(self, secrets: dict[str, str], attempt: int) -> None:
         self.calls.append(f"start {attempt}")

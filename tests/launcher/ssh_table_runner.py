@@ -51,25 +51,52 @@ async def _ours(case: dict) -> dict:
     except BaseException:  # the test fails on any of these: no traceback may reach a user
         return {"ok": False, "traceback": traceback.format_exc()}
     async with conn:
-        ran = await conn.run(PROBE, check=False)
+        ran = await asyncio.wait_for(conn.run(PROBE, check=False), 60)
     return {"ok": True, "out": str(ran.stdout).split()}
 
 
-def _start_reference(case: dict) -> subprocess.Popen:
-    """OpenSSH's ``ssh`` on the same files, the workload's user/port/jump given as a user would type them."""
+REFERENCE_WAIT_S = 90
+REFERENCE_OPTIONS = ("BatchMode=yes", "ConnectTimeout=20", "ConnectionAttempts=1", "ServerAliveInterval=5",
+                     "ServerAliveCountMax=3", "GSSAPIAuthentication=no")
+"""Every wait of ``ssh`` bounded: the connect and the banner (ConnectTimeout), a session that stops
+answering (ServerAlive*); no Kerberos (the system's ``Host *`` turns GSSAPI on, and its name lookups can
+wait on a DNS server the test hosts cannot reach). None of them changes where ``ssh`` lands."""
+
+
+def _start_reference(case: dict, logs: Path) -> subprocess.Popen:
+    """OpenSSH's ``ssh`` on the same files, the workload's user/port/jump given as a user would type them.
+
+    Its output goes to files, not pipes: what it starts (a ProxyCommand relay, a ProxyJump hop) may hold
+    a pipe open after ``ssh`` has exited, and reading a pipe to its end would wait for those. It runs in a
+    session of its own, so whatever it leaves is ended with it (:func:`_reference_result`)."""
     ssh = case.get("ssh", {})
-    args = [shutil.which("ssh") or "/usr/bin/ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=20"]
+    args = [shutil.which("ssh") or "/usr/bin/ssh"]
+    for option in REFERENCE_OPTIONS:
+        args += ["-o", option]
     args += ["-l", ssh["user"]] if "user" in ssh else []
     args += ["-p", str(ssh["port"])] if "port" in ssh else []
     args += ["-J", ssh["proxy_jump"]] if "proxy_jump" in ssh else []
-    return subprocess.Popen([*args, case["target"], PROBE], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
+    with open(logs / "out", "w") as out, open(logs / "err", "w") as err:
+        return subprocess.Popen([*args, case["target"], PROBE], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
 
 
-def _reference_result(proc: subprocess.Popen, started: float) -> dict:
-    out, err = proc.communicate(timeout=90)
-    return {"ok": proc.returncode == 0, "out": out.split(), "message": err.strip()[-300:],
-            "seconds": round(time.monotonic() - started, 3)}
+def _reference_result(proc: subprocess.Popen, logs: Path, started: float) -> dict:
+    import signal
+
+    try:
+        proc.wait(timeout=REFERENCE_WAIT_S)
+        timed_out = ""
+    except subprocess.TimeoutExpired:
+        timed_out = f"ssh did not end within {REFERENCE_WAIT_S} s; "
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # ssh, if it still runs, and whatever it started
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    stdout, stderr = (logs / "out").read_text(errors="replace"), (logs / "err").read_text(errors="replace")
+    return {"ok": proc.returncode == 0 and not timed_out, "out": stdout.split(),
+            "message": timed_out + stderr.strip()[-300:], "seconds": round(time.monotonic() - started, 3)}
 
 
 def main() -> None:
@@ -78,6 +105,8 @@ def main() -> None:
     agent_sock = home / ".ssh" / "agent.sock"
     agent_sock.unlink(missing_ok=True)
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(agent_sock)], stdout=subprocess.DEVNULL)
+    logs = home / ".reference-ssh"  # its output, per case (see _start_reference)
+    logs.mkdir(exist_ok=True)
     results = {}
     try:
         deadline = time.monotonic() + 30
@@ -95,18 +124,18 @@ def main() -> None:
                 # ssh and fsdp-tui side by side on the same files, unless one of them writes some
                 together = request["reference"] and not case.get("alone")
                 started = time.monotonic()
-                reference = _start_reference(case) if together else None
+                reference = _start_reference(case, logs) if together else None
                 result = {"ours": asyncio.run(_ours(case))}
                 result["ours"]["seconds"] = round(time.monotonic() - started, 3)
                 scratch = home / ".ssh" / "kh_scratch"
                 result["ours"]["kh_scratch"] = scratch.read_text() if scratch.exists() else ""
                 if reference is not None:
-                    result["ssh"] = _reference_result(reference, started)
+                    result["ssh"] = _reference_result(reference, logs, started)
                 elif request["reference"]:
                     if case.get("action") != "trust":  # after a trust, ssh must accept what was written
                         _reset(home, request["files"], case)
                     started = time.monotonic()
-                    result["ssh"] = _reference_result(_start_reference(case), started)
+                    result["ssh"] = _reference_result(_start_reference(case, logs), logs, started)
             finally:
                 os.environ.clear()
                 os.environ.update(saved)

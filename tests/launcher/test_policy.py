@@ -300,3 +300,25 @@ def test_no_rank_is_called_hung_while_a_nodes_link_is_down(tmp_path):
     policy.on_link(1, LinkState.OK, "reconnected")
     policy._watch_progress()
     assert policy.stalled is not None and policy.stalled.startswith("stalled at step 5")
+
+
+@pytest.mark.parametrize(("compute", "port"), [
+    ("{procs_per_node: 2}", 41234),  # this machine alone: the port the system picks
+    ("{hosts: [localhost]}", 41234),
+    ("{procs_per_node: 2, master_port: 29600}", 29600),  # pinned by the workload
+    ("{hosts: [h0]}", 29500),  # another machine: the default, checked free there
+], ids=["this-machine", "localhost", "pinned", "ssh"])
+def test_the_rendezvous_port_a_run_takes(compute, port, tmp_path):
+    result = validate_text(f"experiment_name: fake\ncompute: {compute}\ncommand: run\n", "w.yaml")
+    assert result.ok, [p.format() for p in result.problems]
+    plan = build_plan(result.workload, run_id="run-fake", node_root="/nodes")
+    store = RunStore(tmp_path)
+    store.create_run(plan, None, "x")
+    rec = Recorder(store, plan.run_id, {0: "n0"}, parse_logs=None)
+    backend = FakeBackend(plan, [FakeNode()])
+    told = []
+    policy = RunPolicy(backend, rec, Settings(**FAST), secrets=dict, cancel_requested=lambda: False,
+                       on_plan=told.append)
+    assert asyncio.run(asyncio.wait_for(policy.run(), 10)).state == RunState.SUCCEEDED
+    [final] = told
+    assert final.master_port == port and final.nodes[0].env["MASTER_PORT"] == str(port)

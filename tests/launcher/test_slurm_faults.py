@@ -73,9 +73,7 @@ def test_a_killed_node_is_named_with_slurms_line_and_requeue_is_refused_by_defau
         assert refused.returncode != 0 and "disabled" in refused.stderr, refused
         for pid in _node_pids(slurm_module, job, 1):
             os.kill(pid, signal.SIGKILL)
-        killed_at = time.monotonic()
         proc.communicate(timeout=120)
-        assert time.monotonic() - killed_at < 30
         assert proc.returncode != 0
     finally:
         proc.kill()
@@ -97,15 +95,12 @@ def test_a_job_dir_one_node_cannot_see_fails_the_run_with_slurms_message(home, t
     in_node = ["nsenter", "-t", str(slurmd), "--mount"]
     subprocess.run([*in_node, "mount", "-t", "tmpfs", "tmpfs", str(slurm_module.job_dir)], check=True)
     try:
-        started = time.monotonic()
         out = slurm_cli(home, slurm_module, "run", workload(tmp_path, slurm_module, SLEEPER), "--json", timeout=240)
-        took = time.monotonic() - started
     finally:
         subprocess.run([*in_node, "umount", str(slurm_module.job_dir)], check=True)
     evs = events(out.stdout)
     run_id = evs[0]["run_id"]
     assert out.returncode != 0 and evs[-1]["state"] == "failed", out.stdout[-2000:]
-    assert took < 120
     triage = _triage(home, run_id)
     assert triage["node_rank"] == 1, triage
     assert "task 1: Exited with exit code" in triage["summary"] and "couldn't chdir" in triage["summary"], triage

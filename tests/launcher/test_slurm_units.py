@@ -131,6 +131,10 @@ def test_a_node_is_judged_from_its_record_and_the_queue():
     assert stale.state == "running" and not stale.queued
     done_early = judge(NodeStatus(1, "exited", 1, 0), 1, "101", jobs["101"], False)
     assert done_early.state == "exited" and done_early.exit_code == 0 and not done_early.error
+    # When the node's task recorded its end: an owner that adopts the run after the job ended says so.
+    for job in ("101", "104", "105_3"):
+        ended = judge(NodeStatus(1, "exited", 1, 0, ended_at=1000.5), 1, job, jobs[job], False)
+        assert ended.state == "exited" and ended.ended_at == 1000.5, (job, ended)
     signalled = NodeStatus(1, "exited", 1, -15, stopped=True)  # SIGTERM from SLURM: scancel or time limit?
     assert judge(signalled, 1, "103", jobs["103"], False).state == "running"  # the queue will say
     assert judge(signalled, 1, "103", jobs["103"], True).stopped  # our own cancel

@@ -68,3 +68,28 @@ def test_delete_refuses_an_active_run(tmp_path):
     store.set_state(run_id, RunState.FAILED, 1)
     store.delete_run(run_id)
     assert store.get_run(run_id) is None
+
+
+def test_a_reader_never_sees_a_final_state_without_its_end_time(tmp_path):
+    """Each statement of the writer is checked from another connection as it runs: the state and its
+    ``ended_at`` (and ``started_at``) change in one commit, never one after the other."""
+    store = RunStore(tmp_path)
+    run_id = new_run_id("tiny")
+    store.create_run(_plan(run_id), None, "")
+    seen = []
+
+    def look(statement: str) -> None:
+        reader = RunStore(tmp_path)  # its own connection, as another process reads the store
+        summary = reader.get_run(run_id).summary
+        seen.append((statement, summary.state, summary.started_at, summary.ended_at))
+
+    store._db().set_trace_callback(look)
+    store.set_state(run_id, RunState.RUNNING, 1)
+    store.set_state(run_id, RunState.SUCCEEDED, 1)
+    store._db().set_trace_callback(None)
+    assert len(seen) >= 4, seen
+    for statement, state, started_at, ended_at in seen:
+        assert (ended_at is not None) == state.is_final, (statement, state, ended_at)
+        assert (started_at is not None) == (state != RunState.PENDING), (statement, state, started_at)
+    summary = store.get_run(run_id).summary
+    assert summary.ended_at >= summary.started_at

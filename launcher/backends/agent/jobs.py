@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -96,9 +97,11 @@ def start(node_dir: str, spec: dict, agent_argv: list) -> dict:
     write_state(node_dir, state="starting", attempt=attempt, exit_code=None, stopped=False, stopping=False,
                 error=None, run_id=spec["env"].get(RUN_ID_ENV), node_rank=spec["env"].get("NODE_RANK"))
     read_end, write_end = os.pipe()
+    said_end, say_end = os.pipe()  # the supervisor's word on the start (see ``_wait_started``)
     pid = os.fork()
     if pid == 0:  # the supervisor: a new session, detached from the caller and its terminal
         os.close(write_end)
+        os.close(said_end)
         os.setsid()
         if os.fork():
             os._exit(0)
@@ -108,21 +111,57 @@ def start(node_dir: str, spec: dict, agent_argv: list) -> dict:
         for fd in (0, 1, 2):
             os.dup2(null, fd)
         try:
-            code = supervise(node_dir, spec, agent_argv)
+            code = supervise(node_dir, spec, agent_argv, say_end)
         except BaseException:  # noqa: BLE001 - the supervisor must never leave "running" behind
             code = 1
         os._exit(code)
     os.close(read_end)
+    os.close(say_end)
     with os.fdopen(write_end, "wb") as pipe:
         pipe.write(json.dumps(spec).encode("utf-8"))  # secrets travel through the pipe, not argv
     os.waitpid(pid, 0)
+    try:
+        return _wait_started(node_dir, attempt, said_end)
+    finally:
+        os.close(said_end)
+
+
+def _wait_started(node_dir: str, attempt: int, said_end: int) -> dict:
+    """The job's state once its supervisor recorded it as running (or exited). The supervisor closes its
+    end of ``said_end`` once it has, or writes why it could not (the disk filled as the job started) and
+    ends: that answer comes at once, not after the start timeout."""
     deadline = time.time() + START_TIMEOUT_S
+    said, listening = b"", True
     while time.time() < deadline:
         state = read_state(node_dir)
         if state.get("state") in ("running", "exited") and state.get("attempt") == attempt:
             return state
-        time.sleep(0.02)
+        if not listening:
+            time.sleep(0.02)
+            continue
+        if select.select([said_end], [], [], 0.02)[0]:
+            chunk = os.read(said_end, 4096)
+            said += chunk
+            if not chunk:  # the supervisor recorded the job, or ended without a word
+                listening = False
+                state = read_state(node_dir)
+                if state.get("state") in ("running", "exited") and state.get("attempt") == attempt:
+                    return state
+                why = said.decode("utf-8", "replace") or _no_record_words(node_dir)
+                return {**state, "state": "exited", "attempt": attempt, "error": why}
     return {**read_state(node_dir), "error": f"the job did not start within {START_TIMEOUT_S:.0f} s"}
+
+
+def _no_record_words(node_dir: str) -> str:
+    """Why a supervisor that ended without recording its job did, as far as the node can tell."""
+    try:
+        free = shutil.disk_usage(node_dir).free
+    except OSError:
+        free = None
+    if free is not None and free < LOW_SPACE_BYTES:
+        return (f"no space left on device: {node_dir} has {free / 2**20:.1f} MiB free; the job could not be "
+                "recorded, so it was not started")
+    return f"the job's supervisor ended before it recorded the job in {node_dir}"
 
 
 def _disk_words(path: str, err: OSError) -> str:
@@ -135,7 +174,23 @@ def _disk_words(path: str, err: OSError) -> str:
     return f"{what}: cannot write {path}{room}; the job was stopped"
 
 
-def supervise(node_dir: str, spec: dict, agent_argv: list) -> int:
+def _say(say_end: int | None, words: str) -> None:
+    """Tell ``start`` why the job could not be recorded as started (see ``_wait_started``)."""
+    if say_end is not None:
+        try:
+            os.write(say_end, words.encode("utf-8", "replace"))
+        except OSError:
+            pass
+
+
+def _done_saying(say_end: int | None) -> None:
+    if say_end is not None:
+        os.close(say_end)
+
+
+def supervise(node_dir: str, spec: dict, agent_argv: list, say_end: int | None = None) -> int:
+    """Run the job to its end and record it. ``say_end``: closed once the job is recorded as running, or
+    given the words of why it could not be."""
     secrets = [v.encode() for v in spec.get("secrets", {}).values() if v]
     log_path = os.path.join(node_dir, LOG)
     argv = spec["argv"]
@@ -152,7 +207,12 @@ def supervise(node_dir: str, spec: dict, agent_argv: list) -> int:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
             log.write(f"{ATTEMPT_MARKER}{spec['marker']}, started {stamp} ===\n".encode())
     except OSError as err:
-        write_state(node_dir, state="exited", exit_code=1, ended_at=time.time(), error=_disk_words(log_path, err))
+        words = _disk_words(log_path, err)
+        _say(say_end, words)
+        try:
+            write_state(node_dir, state="exited", exit_code=1, ended_at=time.time(), error=words)
+        except OSError:
+            pass  # start has the words already
         return 1
     env = job_env(node_dir, spec)
     iface = fill_iface_env(env, spec.get("iface_env", ()))
@@ -171,8 +231,20 @@ def supervise(node_dir: str, spec: dict, agent_argv: list) -> int:
         log.write(f"fsdp-tui agent: cannot start {spec['argv'][0]!r}: {err}\n".encode())
         write_state(node_dir, state="exited", exit_code=127, ended_at=time.time())
         return 127
-    write_state(node_dir, state="running", pid=proc.pid, pgid=proc.pid, supervisor_pid=os.getpid(),
-                started_at=time.time())
+    try:
+        write_state(node_dir, state="running", pid=proc.pid, pgid=proc.pid, supervisor_pid=os.getpid(),
+                    started_at=time.time())
+    except OSError as err:  # the disk filled as the job started: a job nobody can record does not run
+        signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+        words = _disk_words(os.path.join(node_dir, STATE), err)
+        _say(say_end, words)
+        try:
+            write_state(node_dir, state="exited", exit_code=1, ended_at=time.time(), error=words)
+        except OSError:
+            pass  # start has the words already
+        return 1
+    _done_saying(say_end)
     error = None
     for line in proc.stdout:
         for value in secrets:

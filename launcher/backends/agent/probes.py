@@ -34,6 +34,7 @@ def gpu_samples() -> list:
 
 def port_state(port: int) -> dict:
     """Whether ``port`` can be bound on every interface, as torchrun's TCPStore binds it, and a free one.
+    Port 0: the free port the system picks.
 
     SO_REUSEADDR as TCPStore sets it, so a port in TIME_WAIT counts as free."""
     def bind(p: int) -> int:
@@ -44,8 +45,7 @@ def port_state(port: int) -> dict:
             return s.getsockname()[1]
 
     try:
-        bind(port)
-        return {"free": True}
+        return {"free": True, "port": bind(port)}
     except OSError as err:
         return {"free": False, "reason": err.strerror or str(err), "suggest": bind(0)}
 

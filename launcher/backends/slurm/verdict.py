@@ -97,4 +97,4 @@ def _ended(node: NodeStatus, entry: QueueEntry | None, cancelled_here: bool) -> 
     if not error and state in ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY") and not node.resubmit:
         error = f"the SLURM job {entry.ended_words()}"
     return NodeStatus(node.rank, "exited", node.attempt, node.exit_code, stopped and not node.resubmit,
-                      supervisor_alive=False, error=error, resubmit=node.resubmit)
+                      supervisor_alive=False, error=error, resubmit=node.resubmit, ended_at=node.ended_at)

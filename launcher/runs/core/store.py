@@ -225,15 +225,24 @@ class RunStore:
     @_guarded
     def set_state(self, run_id: str, state: RunState, attempt: int, detail: str = "",
                   at: float | None = None) -> None:
-        """``at``: when it happened (the time its event in the run's folder says too)."""
+        """``at``: when it happened (the time its event in the run's folder says too).
+
+        One transaction: a reader never sees a final state without its ``ended_at`` (the connection
+        autocommits each statement otherwise)."""
         now = time.time() if at is None else at
-        with self._db() as db:
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
             db.execute("INSERT INTO transitions VALUES (?,?,?,?,?)", (run_id, now, state.value, attempt, detail))
-            db.execute("UPDATE runs SET state=?, attempt=? WHERE run_id=?", (state.value, attempt, run_id))
-            if state == RunState.RUNNING:
-                db.execute("UPDATE runs SET started_at=COALESCE(started_at, ?) WHERE run_id=?", (now, run_id))
-            if state.is_final:
-                db.execute("UPDATE runs SET ended_at=? WHERE run_id=?", (now, run_id))
+            db.execute("UPDATE runs SET state=?, attempt=?, "
+                       "started_at=CASE WHEN ? THEN COALESCE(started_at, ?) ELSE started_at END, "
+                       "ended_at=CASE WHEN ? THEN ? ELSE ended_at END WHERE run_id=?",
+                       (state.value, attempt, state == RunState.RUNNING, now, state.is_final, now, run_id))
+        except BaseException:
+            if db.in_transaction:  # a full disk may have rolled it back already
+                db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
 
     @_guarded
     def set_launcher(self, run_id: str, pid: int | None) -> None:

@@ -11,42 +11,21 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from launcher.backends.base import Backend, LinkState, NodeError, NodeLost, NodeStatus, SchedulerCause
+from launcher.backends.base import Backend, LinkState, NodeError, NodeLost, NodeStatus
 from launcher.doctor.preflight import preflight
 from launcher.events import NodeState, RunState
 from launcher.runs.core.collectives import RankDump, stuck_collectives
 from launcher.runs.core.space import RecordUnwritable
-from launcher.runs.core.triage import (
-    node_error_report,
-    reason_signature,
-    scheduler_report,
-    stalled_report,
-    triage_run,
-)
+from launcher.runs.core.triage import node_error_report, reason_signature, stalled_report, triage_run
 from launcher.runs.owner.node_readers import NodeFollowing
+from launcher.runs.owner.outcome import LaunchFailed, Outcome
 from launcher.runs.owner.recorder import Recorder
+from launcher.runs.owner.rendezvous import claim_port
+from launcher.runs.owner.scheduler import SchedulerVerdicts
 from launcher.runs.owner.settings import Settings
 from launcher.runs.owner.stall import StallWatch
-from launcher.workload.plan import RunPlan, with_rendezvous
-
-
-@dataclass(frozen=True)
-class Outcome:
-    state: RunState
-    exit_code: int | None = None
-    triage: dict | None = None
-    why: str = ""
-
-
-class LaunchFailed(Exception):
-    """The run cannot go on; ``str()`` says why in words a user can act on."""
-
-    def __init__(self, why: str, node_rank: int | None = None) -> None:
-        super().__init__(why)
-        self.node_rank = node_rank
-        """The node that failed, when it was one node."""
+from launcher.workload.plan import RunPlan
 
 
 class RunPolicy(NodeFollowing):
@@ -77,16 +56,14 @@ class RunPolicy(NodeFollowing):
         """The first node whose agent said why its job ended (e.g. its disk filled): rank and words."""
         self.polled = asyncio.Event()
         self.unfollowing = asyncio.Event()
-        self.resubmits = 0
         self.deadline: float | None = None
-        """Attempts that went on in a new submission after a scheduler's time limit (not retries)."""
-        self.queued: str | None = None
-        """Why the attempt's job waits in the scheduler's queue, while it does."""
+        """When the attempt times out (``timeout_minutes``), counted from when its job has its nodes."""
+        self.scheduler = SchedulerVerdicts(rec, self.ranks, lambda rank: backend.plan.nodes[rank].host_display,
+                                           settings.max_resubmits)
+        """Queue, requeue and time-limit verdicts, and the scheduler's root cause of a failure."""
         self.ended_at: float | None = None
         """When an adopted attempt's job had ended (by the nodes' clocks): the run's end, not the adoption."""
         self.adopted_at: float | None = None
-        self.requeue_why = ""
-        """What the scheduler said when it put the attempt's job back into its queue."""
         self.reconnecting: set[int] = set()
         """Nodes whose link is down right now: their steps cannot be seen, so no rank is called hung."""
 
@@ -120,22 +97,23 @@ class RunPolicy(NodeFollowing):
                 outcome = await self._attempt(adopted)
                 adopted = False
                 if outcome.state == RunState.RETRYING:  # a scheduler's time limit: it goes on from a checkpoint
-                    self.resubmits += 1
+                    self.scheduler.resubmits += 1
                     self.rec.attempt += 1
                     self.rec.set_state(RunState.RETRYING, f"attempt {self.rec.attempt}: {outcome.why}")
                     continue
-                if outcome.state != RunState.FAILED or self.rec.attempt - self.resubmits > self.settings.max_retries:
+                resubmits = self.scheduler.resubmits
+                if outcome.state != RunState.FAILED or self.rec.attempt - resubmits > self.settings.max_retries:
                     break
                 self.rec.attempt += 1
                 self.rec.set_state(RunState.RETRYING,
-                                   f"attempt {self.rec.attempt} of {self.settings.max_retries + 1 + self.resubmits}")
+                                   f"attempt {self.rec.attempt} of {self.settings.max_retries + 1 + resubmits}")
             if outcome.state == RunState.FAILED:
                 triage = self._triage()
                 if self.node_error is not None:
                     triage = self._node_error_triage(triage)
                 cause = await self.backend.scheduler_cause()
                 if cause is not None:
-                    triage = self._cause_triage(triage, cause)
+                    triage = self.scheduler.cause_triage(triage, cause, self.exit_codes)
                 if triage.get("signature") is None and self.start_error:
                     return await self._fail(self.start_error)
                 if self.stalled and triage.get("signature") in (None, "killed"):
@@ -175,25 +153,8 @@ class RunPolicy(NodeFollowing):
                                + " (fsdp-tui doctor shows every check; --force launches anyway)")
         if refusals:
             self.rec.note_forced([str(r) for r in refusals])
-        await self._claim_port()
+        await claim_port(self.backend, self.rec)
         self.on_plan(self.backend.plan)
-
-    async def _claim_port(self) -> None:
-        """The default port, when taken, moves to a free one; a port the workload names is the user's
-        choice, so a taken one stops the launch."""
-        plan = self.backend.plan
-        port = plan.master_port
-        claim = await self.backend.claim_port(port)
-        if claim.free:
-            return
-        first = f"node 0 ({plan.nodes[0].host_display})"
-        if plan.workload.compute.master_port is not None:
-            raise LaunchFailed(f"{first}: rendezvous port {port} (compute.master_port) is in use "
-                               f"({claim.reason or 'taken'}); pick a free one (--set compute.master_port="
-                               f"{claim.suggest}) or stop what holds it (ss -ltnp 'sport = :{port}')")
-        self.backend.use_plan(with_rendezvous(plan, port=claim.suggest))
-        self.rec.set_state(RunState.STARTING, f"port {port} is in use on {first}; rendezvous on port "
-                                              f"{claim.suggest} instead")
 
     # -- one attempt -------------------------------------------------------------------------------
 
@@ -257,9 +218,7 @@ class RunPolicy(NodeFollowing):
                 pass
 
     def _judge(self, deadline: float | None) -> str | None:
-        requeued = next((s.requeued for s in self.statuses.values() if s.requeued), "")
-        if requeued:
-            self.requeue_why = requeued  # the followers go on polling: keep the words as they were
+        if self.scheduler.requeued(self.statuses):
             return "requeued"
         exited = self._exited()
         if self.cancel_requested() or any(s.stopped for s in exited.values()):
@@ -270,26 +229,14 @@ class RunPolicy(NodeFollowing):
                 return "orphaned"
         if len(exited) == len(self.ranks) or any(s.exit_code != 0 for s in exited.values()):
             return "exited"
-        if deadline is not None and self.queued is None and self.clock() > deadline:
+        if deadline is not None and self.scheduler.queued is None and self.clock() > deadline:
             return "timeout"
         return None
 
     def _watch_queue(self, statuses: dict[int, NodeStatus]) -> None:
-        """A job waiting in a scheduler's queue is PENDING, with the scheduler's reason; once it has its
-        nodes it is RUNNING, and its timeout counts from then."""
-        queued = next((s.queued for s in statuses.values() if s.queued), None)
-        if queued and queued != self.queued:
-            for rank in self.ranks:  # a new reason is every node's: the rows say the latest
-                self.rec.set_node(rank, NodeState.PENDING, detail=queued)
-            self.queued = queued
-            self.rec.set_state(RunState.PENDING, f"queued ({queued})")
-        elif not queued and self.queued is not None and len(statuses) == len(self.ranks):
-            self.queued = None
-            for rank in self.ranks:
-                self.rec.set_node(rank, NodeState.RUNNING)
-            self.rec.set_state(RunState.RUNNING, "the job has its nodes")
-            if self.settings.timeout_s:
-                self.deadline = self.clock() + self.settings.timeout_s
+        """The scheduler's queue, said; the timeout counts from when the job has its nodes."""
+        if self.scheduler.watch_queue(statuses) and self.settings.timeout_s:
+            self.deadline = self.clock() + self.settings.timeout_s
 
     def _watch_progress(self) -> None:
         """Say once when the run stops making steps, and once when it starts again."""
@@ -391,16 +338,8 @@ class RunPolicy(NodeFollowing):
         if failed or resubmit:
             await self._stop_all()
         await self._pump_all()
-        if resubmit and self.resubmits < self.settings.max_resubmits:
-            return Outcome(RunState.RETRYING, why=f"the job stopped at its {resubmit} after saving a checkpoint; "
-                                                  "resubmitted, it resumes from there")
         if resubmit:
-            why = (f"the job stopped at its {resubmit} after saving a checkpoint, and {self.resubmits} "
-                   "resubmission(s) were all that compute.slurm.max_resubmits allows: resume it to go on")
-            triage = {"summary": why, "node_rank": None, "rank": None, "exit_code": None, "signature": "time_limit",
-                      "line_no": None, "excerpt": why}
-            self.rec.write_triage(triage)
-            return Outcome(RunState.TIMED_OUT, triage=triage)
+            return self.scheduler.resubmitted(resubmit)
         if not failed:
             return Outcome(RunState.SUCCEEDED, 0)
         return Outcome(RunState.FAILED, failed[min(failed)].exit_code)
@@ -416,15 +355,9 @@ class RunPolicy(NodeFollowing):
                     continue
 
     async def _requeued(self) -> Outcome:
-        """The scheduler put the job back into its queue: this attempt has ended (its output is read to
-        the end and kept), and the job's next run is the next attempt, not this one again."""
-        why = self.requeue_why
+        """The scheduler put the job back into its queue: this attempt's output is read to its end."""
         await self._pump_all()
-        for rank in self.ranks:
-            self.rec.set_node(rank, NodeState.EXITED, self.statuses.get(rank, NodeStatus(rank, "absent")).exit_code,
-                              why)
-        return Outcome(RunState.RETRYING, why=f"{why}; the job's next run is this attempt, resumed from the "
-                                              "newest complete checkpoint where there is one")
+        return self.scheduler.end_requeued(self.statuses)
 
     async def _orphaned(self) -> Outcome:
         """A node records its job as running but nothing there records it any more (its disk filled,
@@ -456,14 +389,6 @@ class RunPolicy(NodeFollowing):
         rank, error = self.node_error
         triage = node_error_report(from_logs, rank, self.backend.plan.nodes[rank].host_display, error,
                                    self.exit_codes.get(rank))
-        self.rec.write_triage(triage)
-        return triage
-
-    def _cause_triage(self, from_logs: dict, cause: SchedulerCause) -> dict:
-        """The scheduler saw which node died first: that node is the root cause, in its words; what the
-        logs blamed on another node (a survivor's "connection closed by peer") is its consequence."""
-        host = self.backend.plan.nodes[cause.rank].host_display if cause.rank is not None else cause.host
-        triage = scheduler_report(from_logs, cause, host, self.exit_codes.get(cause.rank))
         self.rec.write_triage(triage)
         return triage
 

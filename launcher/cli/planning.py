@@ -1,0 +1,49 @@
+"""A workload file planned for a command, or said why not: how ``run``, ``doctor`` and ``nettest`` turn
+FILE and its ``--set`` overrides into a plan, and what they print on the way (every override old -> new,
+the errors at their file:line, and what to do)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+USAGE_ERROR = 2
+"""The exit status for a workload that cannot be used as written: 1 means a run (or a check) failed."""
+
+
+@dataclass(frozen=True)
+class Verbs:
+    """How a command says it did nothing with the file, as in ``FILE: not checked: ...``."""
+
+    not_done: str
+    """For an invalid or missing file (``not launched``)."""
+    cannot: str
+    """For a plan with blockers (``cannot run``)."""
+
+
+def plan_or_say(file: Path, overrides: list[str], verbs: Verbs, *, run_id: str | None = None,
+                quiet: bool = True, blockers: bool = True):
+    """The plan of ``file``, or ``None`` after printing to stderr why there is none. ``quiet``: print only
+    the errors among the problems; ``blockers``: a plan that cannot run as it stands is none either
+    (``run --dry-run`` still shows such a plan)."""
+    from launcher.paths import data_home
+    from launcher.workload.load import plan_file
+
+    planned = plan_file(file, overrides, home=data_home(), run_id=run_id)
+    for o in planned.result.overrides:
+        print(f"--set {o.describe()}", file=sys.stderr)
+    for problem in planned.problems:
+        if problem.is_error or not quiet:
+            print(problem.format(), file=sys.stderr)
+    if planned.plan is None and not file.is_file():
+        print(f"{file}: {verbs.not_done}: there is no such file (check the path)", file=sys.stderr)
+        return None
+    if planned.plan is None:
+        print(f"{file}: {verbs.not_done}: fix the errors above (fsdp-tui validate {file})", file=sys.stderr)
+        return None
+    if not blockers:
+        return planned.plan
+    for blocker in planned.plan.blockers:
+        print(f"{file}: {verbs.cannot}: {blocker}", file=sys.stderr)
+    return None if planned.plan.blockers else planned.plan
