@@ -1,4 +1,6 @@
-"""The run monitor: header, sparklines, memory gauges and one log pane per node.
+"""The run monitor: header, sparklines, memory gauges and one log pane per node, or past the nodes whose
+panes fit, the node overview (one row per node, the odd node marked; ``o`` toggles, ``enter`` opens a
+node's pane alone).
 
 Run events arrive in an async worker and only update a :class:`RunView` and per-pane buffers; a
 10 Hz timer (``LOG_HZ``) writes log batches (one ``write_lines`` per visible pane) and a 2 Hz timer redraws
@@ -8,6 +10,7 @@ the costly widgets. Leaving the screen never stops the run.
 from __future__ import annotations
 
 import asyncio
+import time
 
 from textual import work
 from textual.app import ComposeResult
@@ -28,15 +31,20 @@ from launcher.events import (
     StacksDumped,
 )
 from launcher.runs.core.store import RunSummary
+from launcher.runs.read.nodes import node_rows
 from launcher.runs.read.view import RunView, fmt_duration
 from tui.widgets.footer import FitFooter
 from tui.widgets.metrics import MetricsPanel
 from tui.widgets.node_log import NodeLog
+from tui.widgets.node_overview import NodeOverview
 
 LOG_HZ = 10
 DRAW_HZ = 2
 PANE_MIN_ROWS = 9
 """A node pane shorter than this shows too few lines: the grid then scrolls (tab moves between panes)."""
+OVERVIEW_PAST = 8
+"""More nodes than this open on the node overview instead of the panes (so do more than 4 whose panes
+would be shorter than ``PANE_MIN_ROWS``); ``o`` switches either way at any count."""
 SHORT_BELOW = 32
 FILTER_DEBOUNCE_S = 0.15
 SAFE_STEP_EVERY_S = 30.0
@@ -52,12 +60,14 @@ class RunMonitorScreen(Screen):
     RunMonitorScreen #logs { grid-size: 2; grid-gutter: 0 1; height: 1fr; min-height: 8; overflow-y: auto; }
     RunMonitorScreen #logs.-one { grid-size: 1; }
     RunMonitorScreen #merged { height: 1fr; display: none; }
+    RunMonitorScreen #overview { display: none; }
     RunMonitorScreen #filter { display: none; height: 3; }
     RunMonitorScreen.-filtering #filter { display: block; }
     """
     BINDINGS = [
         Binding("c", "cancel", "cancel", tooltip="Cancel the run on every node (asks first)"),
         Binding("m", "merged", "merged", tooltip="All nodes' lines in one pane, or one pane per node"),
+        Binding("o", "overview", "overview", tooltip="Every node as one row (odd nodes marked), or the panes"),
         Binding("f", "follow", "follow", show=False),  # the summary line shows it: "follow on (f)"
         Binding("slash", "filter", "filter", tooltip="Show only lines containing a text"),
         Binding("e", "first_error", "error", tooltip="Jump to the first error on any node"),
@@ -83,6 +93,10 @@ class RunMonitorScreen(Screen):
         """What the why-line says (it is redrawn only when that changes)."""
         self.merged = False
         """The all-node view is shown instead of the per-node grid."""
+        self.overview: bool | None = None
+        """The node overview is shown instead of the panes (``None``: not chosen yet, the size decides)."""
+        self.alone: int | None = None
+        """The node whose pane is shown alone (opened from the overview with ``enter``)."""
         self.safe_text = ""
         """``safe step N (... ago)`` on the summary line, once the node has said."""
         self.recorded_end: float | None = None
@@ -102,12 +116,17 @@ class RunMonitorScreen(Screen):
                 yield NodeLog(rank, id=f"node-{rank}")
         with Vertical(id="merged"):
             yield NodeLog(-1, "all nodes", id="node-all")
+        yield NodeOverview(id="overview")
         yield FitFooter()
 
     def on_mount(self) -> None:
         self.title = f"fsdp-tui: {self.run_id}"
         self.query_one("#filter", Input).disabled = True  # keys go to the screen until "/" is pressed
-        self.pane(0).log.focus()
+        for rank in range(self.num_nodes):
+            self.view.node(rank)  # a node not heard from yet is a row too
+        if self.num_nodes > OVERVIEW_PAST:
+            self.show_overview(True, chosen=False)
+        self.focus_logs()
         self.set_interval(1 / LOG_HZ, self.flush_logs)
         self.set_interval(1 / DRAW_HZ, self.redraw)
         self.consume()
@@ -143,10 +162,15 @@ class RunMonitorScreen(Screen):
         self.call_after_refresh(self.fit_panes)
 
     def fit_panes(self) -> None:
-        """Panes share the grid's height while each keeps ``PANE_MIN_ROWS``; past that, the grid scrolls."""
+        """Panes share the grid's height while each keeps ``PANE_MIN_ROWS``; past that, the grid scrolls
+        (or, for more than 4 nodes and no choice made yet, the overview is shown)."""
         grid = self.query_one("#logs", Grid)
-        rows = -(-self.num_nodes // (1 if self.num_nodes == 1 else 2))
-        rows_css = "1fr" if grid.size.height >= rows * PANE_MIN_ROWS else str(PANE_MIN_ROWS)
+        shown = 1 if self.alone is not None else self.num_nodes
+        rows = -(-shown // (1 if shown == 1 else 2))
+        fits = grid.size.height >= rows * PANE_MIN_ROWS
+        if not fits and self.overview is None and self.num_nodes > 4 and grid.display:
+            self.show_overview(True, chosen=False)
+        rows_css = "1fr" if fits else str(PANE_MIN_ROWS)
         if str(grid.styles.grid_rows) != rows_css:
             grid.styles.grid_rows = rows_css
 
@@ -214,6 +238,8 @@ class RunMonitorScreen(Screen):
             why.set_class(bool(said), "-shown")
         with self.app.batch_update():
             self.query_one(MetricsPanel).refresh_from(v)
+            if self.overview_shown:
+                self.query_one(NodeOverview).show(node_rows(v, time.time()))
 
     def action_cancel(self) -> None:
         from tui.screens.confirm import ConfirmModal
@@ -241,15 +267,52 @@ class RunMonitorScreen(Screen):
         self.show_merged(not self.merged)
 
     def show_merged(self, merged: bool) -> None:
-        # Display set on the two containers only: a class on the screen would restyle every widget.
         self.merged = merged
-        self.query_one("#logs").display = not merged
-        self.query_one("#merged").display = merged
+        self._lay_out()
+
+    @property
+    def overview_shown(self) -> bool:
+        return bool(self.overview) and self.alone is None and not self.merged
+
+    def action_overview(self) -> None:
+        self.show_overview(not self.overview_shown)
+
+    def show_overview(self, on: bool, chosen: bool = True) -> None:
+        """The overview (``on``) or the panes; ``chosen``: the user asked, the size no longer decides."""
+        if chosen or self.overview is None:
+            self.overview = on
+        self.merged, self.alone = False, None
+        self._lay_out()
+        if on:
+            self.query_one(NodeOverview).show(node_rows(self.view, time.time()))
+
+    def on_node_overview_node_chosen(self, event: NodeOverview.NodeChosen) -> None:
+        """That node's pane alone, full size (``o`` or ``escape`` goes back to the overview)."""
+        if not 0 <= event.node_rank < self.num_nodes:
+            return
+        self.alone = event.node_rank
+        self._lay_out()
+
+    def _lay_out(self) -> None:
+        # Display set on the containers (and the panes shown alone) only: a class on the screen would
+        # restyle every widget.
+        overview = self.overview_shown
+        self.query_one("#logs").display = not self.merged and not overview
+        self.query_one("#merged").display = self.merged
+        self.query_one(NodeOverview).display = overview
+        grid = self.query_one("#logs", Grid)
+        grid.set_class(self.num_nodes == 1 or self.alone is not None, "-one")
+        for pane in grid.query(NodeLog):
+            pane.display = self.alone is None or pane.node_rank == self.alone
         self.focus_logs()
+        self.call_after_refresh(self.fit_panes)
 
     def focus_logs(self) -> None:
         """Keys such as ``end`` and ``pageup`` go to a pane that is shown (never to a hidden one)."""
-        self.pane(-1 if self.merged else 0).log.focus()
+        if self.overview_shown:
+            self.query_one(NodeOverview).table.focus()
+            return
+        self.pane(-1 if self.merged else self.alone or 0).log.focus()
 
     def action_follow(self) -> None:
         self.follow = not self.follow
@@ -263,12 +326,16 @@ class RunMonitorScreen(Screen):
         box.focus()
 
     def on_input_changed(self, event: Input.Changed) -> None:
-        """The filter applies as you type (each pane re-filters its kept lines, after a short pause)."""
+        """The filter applies as you type (each pane re-filters its kept lines, after a short pause; the
+        overview keeps the nodes whose host, state or mark contains the text)."""
         if self.filter_timer is not None:
             self.filter_timer.stop()
         self.filter_timer = self.set_timer(FILTER_DEBOUNCE_S, lambda: self._refilter(event.value))
 
     def _refilter(self, text: str) -> None:
+        if self.overview_shown:
+            self.query_one(NodeOverview).set_filter(text)
+            return
         for pane in self.query(NodeLog):
             pane.refilter(text)
 
@@ -292,7 +359,8 @@ class RunMonitorScreen(Screen):
             self.notify("no error signature in any node's log")
             return
         rank, line_no, line = found
-        self.show_merged(False)
+        self.merged, self.alone = False, rank if self.overview else None  # from the overview: that pane alone
+        self._lay_out()
         pane = self.pane(rank)
         pane.flush()
         self.follow = False
@@ -350,5 +418,8 @@ class RunMonitorScreen(Screen):
         if self.has_class("-filtering"):  # escape in the filter clears it; a second one leaves
             self._close_filter()
             self.focus_logs()
+            return
+        if self.alone is not None:  # a node opened from the overview: back to it
+            self.show_overview(True)
             return
         self.app.pop_screen()

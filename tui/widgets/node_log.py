@@ -82,7 +82,8 @@ class NodeLog(Vertical):
 
     @property
     def is_on_screen(self) -> bool:
-        return self.display and self.is_mounted and self.screen.is_current
+        # Its container hides it too (the grid behind the overview, the merged view behind the panes).
+        return self.display and self.is_mounted and self.parent.display and self.screen.is_current
 
     def set_state(self, state: NodeState, exit_code: int | None, host: str) -> None:
         self.host = host or self.host
