@@ -54,17 +54,17 @@ async def test_overview_sorts_filters_marks_and_opens_a_node(home):
         assert table.get_row_at(STARVED)[1].style == "bold red" and not table.get_row_at(0)[1].style
         assert "1 odd" in str(overview.query_one("#overview-says").render())
 
-        await pilot.press(*"t" * 7)  # node, host, state, exit, lines, lines/s, quiet -> CPU%
+        await pilot.press(*"n" * 7)  # node, host, state, exit, lines, lines/s, quiet -> CPU%
         assert overview.sort_column == 7
         assert _column(table, 0)[0] == str(STARVED), "the idle CPU first, ascending"
         await pilot.press("v")
         assert _column(table, 0)[-1] == str(STARVED)
-        await pilot.press(*"t" * 4)  # RSS, GPU%, GPU GiB, step
-        await pilot.press("t")  # odd: the marked node sorts by how many marks it has
+        await pilot.press(*"n" * 4)  # RSS, GPU%, GPU GiB, step
+        await pilot.press("n")  # odd: the marked node sorts by how many marks it has
         assert _column(table, 0)[0] == str(STARVED)
-        await pilot.press("t", "v")  # node again, ascending
+        await pilot.press("n", "v")  # node again, ascending
         assert _column(table, 0) == [str(n) for n in range(12)]
-        await pilot.press("t", "v")  # host, descending: text order
+        await pilot.press("n", "v")  # host, descending: text order
         assert _column(table, 1)[:3] == ["host-9", "host-8", "host-7"]
 
         await pilot.press("slash", *"host-1", "enter")

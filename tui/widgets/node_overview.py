@@ -75,7 +75,7 @@ class NodeOverview(Vertical):
     NodeOverview DataTable { height: 1fr; }
     """
     BINDINGS = [
-        Binding("t", "sort_next", "sort", tooltip="Sort by the next column"),
+        Binding("n", "sort_next", "sort", tooltip="Sort by the next column (click a title: by that one)"),
         Binding("v", "reverse", "reverse", tooltip="Reverse the order"),
         Binding("x", "odd_only", "odd only", tooltip="Show only the nodes marked odd, or every node"),
     ]
@@ -146,7 +146,7 @@ class NodeOverview(Vertical):
     def _say(self, total: int, shown: int, odd: int) -> None:
         arrow = "descending" if self.reverse else "ascending"
         parts = [f"{total} nodes", f"{odd} odd" if odd else "none odd",
-                 f"sorted by {COLUMNS[self.sort_column].title} {arrow} (t: next column, v: reverse)"]
+                 f"sorted by {COLUMNS[self.sort_column].title} {arrow} (n: next column, v: reverse)"]
         if self.filter_text or self.odd_only:
             what = " and ".join(p for p in (f"'{self.filter_text}'" if self.filter_text else "",
                                             "odd only" if self.odd_only else "") if p)
