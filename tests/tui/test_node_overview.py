@@ -44,7 +44,7 @@ async def test_overview_sorts_filters_marks_and_opens_a_node(home):
         overview = screen.query_one(NodeOverview)
         table = overview.table
         await wait_for(pilot, lambda: screen.overview_shown and table.row_count == 12
-                       and _column(table, 7)[STARVED] == "4")
+                       and _column(table, 7)[STARVED] == "4", timeout=120)
         assert not screen.query_one("#logs").display, "past 8 nodes the overview replaces the panes"
         assert screen.focused is table
         assert _column(table, 0) == [str(n) for n in range(12)]
@@ -94,7 +94,7 @@ async def test_few_nodes_keep_their_panes_and_o_opens_the_overview(home):
     async with app.run_test(size=(160, 50)) as pilot:
         screen = RunMonitorScreen("r", 2, events=_fed(run_events(2, starved=None)))
         await app.push_screen(screen)
-        await wait_for(pilot, lambda: screen.pane(1).log.line_count == 21)
+        await wait_for(pilot, lambda: screen.pane(1).log.line_count == 21, timeout=120)
         assert not screen.overview_shown
         await pilot.press("o")
         table = screen.query_one(NodeOverview).table
@@ -131,9 +131,14 @@ def test_overview_of_64_nodes_snapshot(snap_compare, home, monkeypatch):
         screen = RunMonitorScreen("r", 64, events=timed())
         await app.push_screen(screen)
         overview = screen.query_one(NodeOverview)
-        await wait_for(pilot, lambda: overview.table.row_count == 64 and screen.view.node(63).usage is not None)
+        await wait_for(pilot, lambda: overview.table.row_count == 64 and screen.view.node(63).usage is not None,
+                       timeout=120)
         overview.sort_by("odd", reverse=True)
+        last = ["63", "gpu-node-63", "running", "-", "63", "2.1", "0 s", "95", "2,189"]  # drawn after every event
         await wait_for(pilot, lambda: _column(overview.table, 0)[:3] == ["7", "21", "40"]
-                       and "elapsed 1:40" in str(screen.query_one("#summary").render()))
+                       and [str(c) for c in overview.table.get_row("63")[:9]] == last
+                       and "elapsed 1:40" in str(screen.query_one("#summary").render()), timeout=120)
+        overview.table.move_cursor(row=5, animate=False)  # on an even node: the odd rows show their colour
+        await pilot.pause()
 
     assert snap_compare(app, terminal_size=(160, 48), run_before=ready)
