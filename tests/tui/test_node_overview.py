@@ -77,14 +77,15 @@ async def test_overview_sorts_filters_marks_and_opens_a_node(home):
         await pilot.press("enter")
         await wait_for(pilot, lambda: screen.alone == STARVED)
         pane = screen.pane(STARVED)
-        assert pane.display and not screen.pane(0).display and not overview.display
-        await wait_for(pilot, lambda: pane.log.line_count == 20 + STARVED)
+        await wait_for(pilot, lambda: pane.is_on_screen and pane.log.line_count == 20 + STARVED)
+        assert not screen.pane(0).is_on_screen and not overview.display
         assert pane.log.lines[0] == f"node {STARVED} line 0" and screen.focused is pane.log
         await pilot.press("escape")
         assert screen.overview_shown and screen.focused is table and table.row_count == 1
         await pilot.press("x", "o")
         assert not screen.overview_shown and screen.query_one("#logs").display
-        assert all(screen.pane(n).display for n in range(12))
+        await wait_for(pilot, lambda: all(screen.pane(n).is_on_screen for n in range(12)))
+        await wait_for(pilot, lambda: screen.pane(11).log.line_count == 31)  # what it buffered unmounted
         await pilot.press("o")
         assert screen.overview_shown
 

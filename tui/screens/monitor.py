@@ -43,8 +43,8 @@ DRAW_HZ = 2
 PANE_MIN_ROWS = 9
 """A node pane shorter than this shows too few lines: the grid then scrolls (tab moves between panes)."""
 OVERVIEW_PAST = 8
-"""More nodes than this open on the node overview instead of the panes (so do more than 4 whose panes
-would be shorter than ``PANE_MIN_ROWS``); ``o`` switches either way at any count."""
+"""More nodes than this open on the node overview instead of the panes (up to this many, panes keep
+``PANE_MIN_ROWS`` each and the grid scrolls); ``o`` switches either way at any count."""
 SHORT_BELOW = 32
 FILTER_DEBOUNCE_S = 0.15
 SAFE_STEP_EVERY_S = 30.0
@@ -93,12 +93,16 @@ class RunMonitorScreen(Screen):
         """What the why-line says (it is redrawn only when that changes)."""
         self.merged = False
         """The all-node view is shown instead of the per-node grid."""
-        self.overview: bool | None = None
-        """The node overview is shown instead of the panes (``None``: not chosen yet, the size decides)."""
+        self.overview = False
+        """The node overview is shown instead of the panes (unless the merged view or one node's pane is)."""
         self.alone: int | None = None
         """The node whose pane is shown alone (opened from the overview with ``enter``)."""
         self.safe_text = ""
         """``safe step N (... ago)`` on the summary line, once the node has said."""
+        self.panes: dict[int, NodeLog] = {rank: NodeLog(rank, id=f"node-{rank}") for rank in range(num_nodes)}
+        """Each node's pane (-1: all nodes merged). Past ``OVERVIEW_PAST`` nodes a pane is mounted when first
+        shown: until then it only buffers (bounded), and the screen stays small."""
+        self.panes[-1] = NodeLog(-1, "all nodes", id="node-all")
         self.recorded_end: float | None = None
         """When a reopened run ended, from its record; replaying its end must not restart the clock."""
         if recorded is not None:
@@ -112,10 +116,10 @@ class RunMonitorScreen(Screen):
         yield MetricsPanel()
         yield Input(placeholder="show only lines containing...", id="filter")
         with Grid(id="logs", classes="-one" if self.num_nodes == 1 else ""):
-            for rank in range(self.num_nodes):
-                yield NodeLog(rank, id=f"node-{rank}")
+            if self.num_nodes <= OVERVIEW_PAST:
+                yield from (self.panes[rank] for rank in range(self.num_nodes))
         with Vertical(id="merged"):
-            yield NodeLog(-1, "all nodes", id="node-all")
+            yield self.panes[-1]
         yield NodeOverview(id="overview")
         yield FitFooter()
 
@@ -125,7 +129,7 @@ class RunMonitorScreen(Screen):
         for rank in range(self.num_nodes):
             self.view.node(rank)  # a node not heard from yet is a row too
         if self.num_nodes > OVERVIEW_PAST:
-            self.show_overview(True, chosen=False)
+            self.show_overview(True)
         self.focus_logs()
         self.set_interval(1 / LOG_HZ, self.flush_logs)
         self.set_interval(1 / DRAW_HZ, self.redraw)
@@ -162,21 +166,18 @@ class RunMonitorScreen(Screen):
         self.call_after_refresh(self.fit_panes)
 
     def fit_panes(self) -> None:
-        """Panes share the grid's height while each keeps ``PANE_MIN_ROWS``; past that, the grid scrolls
-        (or, for more than 4 nodes and no choice made yet, the overview is shown)."""
+        """Panes share the grid's height while each keeps ``PANE_MIN_ROWS``; past that, the grid scrolls."""
         grid = self.query_one("#logs", Grid)
         shown = 1 if self.alone is not None else self.num_nodes
         rows = -(-shown // (1 if shown == 1 else 2))
-        fits = grid.size.height >= rows * PANE_MIN_ROWS
-        if not fits and self.overview is None and self.num_nodes > 4 and grid.display:
-            self.show_overview(True, chosen=False)
-        rows_css = "1fr" if fits else str(PANE_MIN_ROWS)
+        rows_css = "1fr" if grid.size.height >= rows * PANE_MIN_ROWS else str(PANE_MIN_ROWS)
         if str(grid.styles.grid_rows) != rows_css:
             grid.styles.grid_rows = rows_css
 
     def pane(self, rank: int) -> NodeLog:
-        """Node ``rank``'s pane; -1 is the merged all-node view."""
-        return self.query_one("#node-all" if rank < 0 else f"#node-{rank}", NodeLog)
+        """Node ``rank``'s pane; -1 is the merged all-node view (kept at mount: no DOM query per batch,
+        and none that fails while the screen is being taken down)."""
+        return self.panes[rank]
 
     @work(exclusive=True, group="run-events")
     async def consume(self) -> None:
@@ -193,7 +194,7 @@ class RunMonitorScreen(Screen):
     def on_run_event(self, event: RunEvent) -> None:
         self.view.apply(event)
         if isinstance(event, RunStateChanged) and event.state in (RunState.CANCELLING, RunState.CANCELLED):
-            for pane in self.query(NodeLog):
+            for pane in self.panes.values():
                 pane.flush()  # what came before the stop is marked as usual
                 pane.marking = False
         if isinstance(event, NodeLines):
@@ -217,7 +218,7 @@ class RunMonitorScreen(Screen):
             pass
 
     def flush_logs(self) -> None:
-        for pane in self.query(NodeLog):
+        for pane in self.panes.values():
             pane.flush()
 
     def redraw(self) -> None:
@@ -277,10 +278,9 @@ class RunMonitorScreen(Screen):
     def action_overview(self) -> None:
         self.show_overview(not self.overview_shown)
 
-    def show_overview(self, on: bool, chosen: bool = True) -> None:
-        """The overview (``on``) or the panes; ``chosen``: the user asked, the size no longer decides."""
-        if chosen or self.overview is None:
-            self.overview = on
+    def show_overview(self, on: bool) -> None:
+        """The overview (``on``) or the panes."""
+        self.overview = on
         self.merged, self.alone = False, None
         self._lay_out()
         if on:
@@ -293,7 +293,7 @@ class RunMonitorScreen(Screen):
         self.alone = event.node_rank
         self._lay_out()
 
-    def _lay_out(self) -> None:
+    def _lay_out(self, then=None) -> None:
         # Display set on the containers (and the panes shown alone) only: a class on the screen would
         # restyle every widget.
         overview = self.overview_shown
@@ -301,11 +301,26 @@ class RunMonitorScreen(Screen):
         self.query_one("#merged").display = self.merged
         self.query_one(NodeOverview).display = overview
         grid = self.query_one("#logs", Grid)
-        grid.set_class(self.num_nodes == 1 or self.alone is not None, "-one")
-        for pane in grid.query(NodeLog):
-            pane.display = self.alone is None or pane.node_rank == self.alone
+        one = self.num_nodes == 1 or self.alone is not None
+        if grid.has_class("-one") != one:
+            grid.set_class(one, "-one")
+        for rank in range(self.num_nodes):
+            pane = self.panes[rank]
+            if pane.parent is not None and pane.display != (self.alone is None or rank == self.alone):
+                pane.display = not pane.display
+        shown = [self.alone] if self.alone is not None else range(self.num_nodes)
+        unmounted = [self.panes[rank] for rank in shown if self.panes[rank].parent is None] if grid.display else []
+        self.run_worker(self._settle(grid, unmounted, then), group="layout")
+
+    async def _settle(self, grid: Grid, unmounted: list[NodeLog], then) -> None:
+        """Mount the panes shown for the first time (in node order), then focus and fit what is shown."""
+        if unmounted:
+            await grid.mount(*unmounted)
+            grid.sort_children(key=lambda pane: pane.node_rank)
         self.focus_logs()
-        self.call_after_refresh(self.fit_panes)
+        self.fit_panes()
+        if then is not None:
+            then()
 
     def focus_logs(self) -> None:
         """Keys such as ``end`` and ``pageup`` go to a pane that is shown (never to a hidden one)."""
@@ -316,7 +331,7 @@ class RunMonitorScreen(Screen):
 
     def action_follow(self) -> None:
         self.follow = not self.follow
-        for pane in self.query(NodeLog):
+        for pane in self.panes.values():
             pane.set_follow(self.follow)
 
     def action_filter(self) -> None:
@@ -336,7 +351,7 @@ class RunMonitorScreen(Screen):
         if self.overview_shown:
             self.query_one(NodeOverview).set_filter(text)
             return
-        for pane in self.query(NodeLog):
+        for pane in self.panes.values():
             pane.refilter(text)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -360,15 +375,17 @@ class RunMonitorScreen(Screen):
             return
         rank, line_no, line = found
         self.merged, self.alone = False, rank if self.overview else None  # from the overview: that pane alone
-        self._lay_out()
+        self.follow = False
+        for other in self.panes.values():
+            other.set_follow(False)
+        self._lay_out(then=lambda: self._show_line(rank, line_no))  # once its pane is mounted and shown
+        self.notify(f"node {rank}, line {line_no + 1}: {line[:120]}", severity="warning")
+
+    def _show_line(self, rank: int, line_no: int) -> None:
         pane = self.pane(rank)
         pane.flush()
-        self.follow = False
-        for other in self.query(NodeLog):
-            other.set_follow(False)
         pane.log.scroll_to(y=max(0, line_no - 2), animate=False)
         pane.log.focus()
-        self.notify(f"node {rank}, line {line_no + 1}: {line[:120]}", severity="warning")
 
     def action_relaunch(self) -> None:
         self.app.relaunch_run(self.run_id)
