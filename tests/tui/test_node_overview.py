@@ -97,10 +97,18 @@ async def test_few_nodes_keep_their_panes_and_o_opens_the_overview(home):
         await app.push_screen(screen)
         await wait_for(pilot, lambda: screen.pane(1).log.line_count == 21, timeout=120)
         assert not screen.overview_shown
-        await pilot.press("o")
+        await wait_for(pilot, lambda: "merged" in [k.description for k in screen.query("FooterKey")])
+        await pilot.pause(0.5)  # the footer settles after the screen's first focus changes
+        footer_keys = list(screen.query("FooterKey"))
+        await pilot.press("m")  # focus moves from one log to another: the footer's keys stay as they are
+        await wait_for(pilot, lambda: screen.focused is screen.pane(-1).log)
+        await pilot.pause(0.2)
+        assert list(screen.query("FooterKey")) == footer_keys
+        await pilot.press("m", "o")
         table = screen.query_one(NodeOverview).table
         await wait_for(pilot, lambda: table.row_count == 2)
         assert _column(table, 12) == ["", ""], "two even nodes: nothing is odd"
+        await wait_for(pilot, lambda: "sort" in [k.description for k in screen.query("FooterKey")])
 
 
 def test_overview_of_64_nodes_snapshot(snap_compare, home, monkeypatch):
