@@ -87,6 +87,7 @@ class RunMonitorScreen(Screen):
         self.view = RunView(run_id)
         self.follow = True
         self.why_shown = ""
+        self.summary_shown = ""
         self.filter_timer = None
         self.stacks_wanted: list | None = None
         """Stack dumps received since ``s`` was pressed (``None``: none asked for)."""
@@ -230,7 +231,9 @@ class RunMonitorScreen(Screen):
         text = (f"{state}  attempt {v.attempt}  elapsed {fmt_duration(v.elapsed_s())}  "
                 f"ETA {fmt_duration(v.eta_s())}  step {step}  {tps}{mfu}  follow {'on' if self.follow else 'off'} (f)"
                 f"{self.safe_text}")
-        self.query_one("#summary", Label).update(text)
+        if text != self.summary_shown:  # an update lays the screen out again: only when it reads differently
+            self.summary_shown = text
+            self.query_one("#summary", Label).update(text)
         said = v.why()
         if said != self.why_shown:
             self.why_shown = said
