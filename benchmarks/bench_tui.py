@@ -108,7 +108,8 @@ async def load_test(seconds: float, rate: int, nodes: int) -> None:
             wall = time.perf_counter() - t0
             usage1 = resource.getrusage(resource.RUSAGE_SELF)
             shown = sum(p.log.line_count for p in screen.query("NodeLog"))
-            kept = sum(len(p.pending) + len(p.all_lines) for p in screen.query("NodeLog"))
+            panes = getattr(screen, "panes", None) or {i: p for i, p in enumerate(screen.query("NodeLog"))}
+            kept = sum(len(p.pending) + len(p.all_lines) for p in panes.values())  # mounted or not
         cpu = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
         latencies.sort()
         print(f"{nodes} nodes x {rate} lines/s for {wall:.0f} s: {handle.sent:,} lines sent "

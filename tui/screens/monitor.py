@@ -35,7 +35,7 @@ from launcher.runs.read.nodes import node_rows
 from launcher.runs.read.view import RunView, fmt_duration
 from tui.widgets.footer import FitFooter
 from tui.widgets.metrics import MetricsPanel
-from tui.widgets.node_log import NodeLog
+from tui.widgets.node_log import MAX_PENDING, NodeLog
 from tui.widgets.node_overview import NodeOverview
 
 LOG_HZ = 10
@@ -45,6 +45,9 @@ PANE_MIN_ROWS = 9
 OVERVIEW_PAST = 8
 """More nodes than this open on the node overview instead of the panes (up to this many, panes keep
 ``PANE_MIN_ROWS`` each and the grid scrolls); ``o`` switches either way at any count."""
+UNSEEN_LINES = 5_000
+"""Past ``OVERVIEW_PAST`` nodes, the newest lines a node's pane keeps until it is first shown (what it
+shows when opened; every line stays in the node's log): 64 nodes then hold ~1 MB each, not ~5 MB."""
 SHORT_BELOW = 32
 FILTER_DEBOUNCE_S = 0.15
 SAFE_STEP_EVERY_S = 30.0
@@ -100,7 +103,9 @@ class RunMonitorScreen(Screen):
         """The node whose pane is shown alone (opened from the overview with ``enter``)."""
         self.safe_text = ""
         """``safe step N (... ago)`` on the summary line, once the node has said."""
-        self.panes: dict[int, NodeLog] = {rank: NodeLog(rank, id=f"node-{rank}") for rank in range(num_nodes)}
+        unseen = UNSEEN_LINES if num_nodes > OVERVIEW_PAST else MAX_PENDING
+        self.panes: dict[int, NodeLog] = {rank: NodeLog(rank, max_pending=unseen, id=f"node-{rank}")
+                                          for rank in range(num_nodes)}
         """Each node's pane (-1: all nodes merged). Past ``OVERVIEW_PAST`` nodes a pane is mounted when first
         shown: until then it only buffers (bounded), and the screen stays small."""
         self.panes[-1] = NodeLog(-1, "all nodes", id="node-all")

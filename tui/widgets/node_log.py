@@ -36,11 +36,11 @@ class NodeLog(Vertical):
     NodeLog Log { height: 1fr; }
     """
 
-    def __init__(self, node_rank: int, host: str = "", **kwargs) -> None:
+    def __init__(self, node_rank: int, host: str = "", max_pending: int = MAX_PENDING, **kwargs) -> None:
         super().__init__(**kwargs)
         self.node_rank = node_rank
         self.host = host
-        self.pending: deque[str] = deque(maxlen=MAX_PENDING)
+        self.pending: deque[str] = deque(maxlen=max_pending)
         self.filter_text = ""
         self.seen_output = False
         self.all_lines: deque[str] = deque(maxlen=MAX_LINES)
