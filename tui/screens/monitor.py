@@ -284,6 +284,8 @@ class RunMonitorScreen(Screen):
         return bool(self.overview) and self.alone is None and not self.merged
 
     def action_overview(self) -> None:
+        if self.has_class("-filtering"):  # a filter applies to the view it was typed in: not carried over
+            self._close_filter()
         self.show_overview(not self.overview_shown)
 
     def show_overview(self, on: bool) -> None:
