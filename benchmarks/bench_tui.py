@@ -1,4 +1,4 @@
-"""The app under load: 8 node panes fed 5,000 lines/s each while keys are pressed.
+"""The app under load: N nodes (8 panes, or past 8 the node overview) streaming lines while keys are pressed.
 
 Reports p50/p95 key-to-screen latency (a key event posted as a terminal's would be, until the first
 frame rendered after its action ran),
@@ -6,6 +6,10 @@ the app's CPU use and peak memory; then the time from ``fsdp-tui`` start to its 
 real terminal (tmux), and whether torch was imported.
 
     .venv/bin/python benchmarks/bench_tui.py [--seconds 60] [--rate 5000] [--nodes 8]
+    .venv/bin/python benchmarks/bench_tui.py --nodes 8 64 --total-rate 50000 --seconds 30   (side by side)
+
+``--total-rate`` splits that many lines/s over the nodes (``--rate`` is per node). The key pressed is ``m``
+(the merged view and back: panes at 8 nodes, the overview at 64).
 """
 
 from __future__ import annotations
@@ -104,10 +108,13 @@ async def load_test(seconds: float, rate: int, nodes: int) -> None:
             wall = time.perf_counter() - t0
             usage1 = resource.getrusage(resource.RUSAGE_SELF)
             shown = sum(p.log.line_count for p in screen.query("NodeLog"))
+            panes = getattr(screen, "panes", None) or {i: p for i, p in enumerate(screen.query("NodeLog"))}
+            kept = sum(len(p.pending) + len(p.all_lines) for p in panes.values())  # mounted or not
         cpu = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
         latencies.sort()
-        print(f"{nodes} panes x {rate} lines/s for {wall:.0f} s: {handle.sent:,} lines sent "
-              f"({handle.sent / wall:,.0f}/s); lines currently in panes (bounded): {shown:,}")
+        print(f"{nodes} nodes x {rate} lines/s for {wall:.0f} s: {handle.sent:,} lines sent "
+              f"({handle.sent / wall:,.0f}/s); lines currently in panes (bounded): {shown:,}; "
+              f"kept in buffers: {kept:,}")
         print(f"key-to-screen latency over {len(latencies)} presses: p50 {statistics.median(latencies):.1f} ms, "
               f"p95 {latencies[int(len(latencies) * 0.95) - 1]:.1f} ms (floor < 100 ms)")
         print(f"app CPU: {cpu / wall:.0%} of one core (generator included); "
@@ -146,10 +153,15 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--seconds", type=float, default=60)
     p.add_argument("--rate", type=int, default=5000)
-    p.add_argument("--nodes", type=int, default=8)
+    p.add_argument("--total-rate", type=int, default=None, help="lines/s over all nodes (instead of --rate)")
+    p.add_argument("--nodes", type=int, nargs="+", default=[8])
+    p.add_argument("--no-start", action="store_true", help="skip the start-to-first-screen measurement")
     args = p.parse_args()
-    asyncio.run(load_test(args.seconds, args.rate, args.nodes))
-    first_screen()
+    for nodes in args.nodes:
+        rate = args.total_rate // nodes if args.total_rate else args.rate
+        asyncio.run(load_test(args.seconds, rate, nodes))
+    if not args.no_start:
+        first_screen()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """``fsdp-tui show RUN [--json]``: one run in words a user can act on: state and why, attempts, each
-node (host, state, exit code, detail), triage, its MLflow run and where its files are."""
+node (host, state, exit code, detail), triage, its MLflow run and where its files are. ``--nodes``: every
+node as one row of figures (the monitor's overview), the odd node marked."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("show", help="one run: state and why, nodes, triage, MLflow, where its files are")
     p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
     p.add_argument("--json", action="store_true", help="one JSON object")
+    p.add_argument("--nodes", action="store_true",
+                   help="every node as one row (state, lines/s, silence, CPU/RSS, GPU), the odd node marked")
     p.set_defaults(handler=run)
 
 
@@ -27,6 +30,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     store, run_id = found
     adopt_orphans_of(store.home)
+    if args.nodes:
+        return _nodes(store, run_id, args.json)
     report = run_report(store.home, run_id)
     from launcher.nettest.launch import newest_for
 
@@ -37,6 +42,35 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print(report)
     return 0
+
+
+def _nodes(store, run_id: str, as_json: bool) -> int:
+    from launcher.runs.read.nodes import THRESHOLDS
+    from launcher.runs.read.recorded_nodes import recorded_rows
+
+    rows = recorded_rows(store.get_run(run_id))
+    if as_json:
+        print(json.dumps({"run": run_id, "nodes": [r.to_dict() for r in rows], "thresholds": THRESHOLDS}, indent=2))
+        return 0
+    out = sys.stdout.write
+    out(f"run {run_id}: {len(rows)} node(s)\n")
+    out(f"  {'node':>4}  {'host':<20} {'state':<12} {'exit':>4} {'lines':>9} {'lines/s':>8} {'silent':>7} "
+        f"{'CPU%':>6} {'RSS MiB':>8} {'GPU%':>5} {'GPU GiB':>8} {'step':>6}  odd\n")
+    for r in rows:
+        out(f"  {r.node:>4}  {r.host[:20]:<20} {r.state:<12} {_dash(r.exit_code):>4} {r.lines:>9,} "
+            f"{r.lines_per_s:>8.1f} {_dash(r.last_output_age_s, '{:.0f} s'):>7} {_dash(r.cpu_pct, '{:.0f}'):>6} "
+            f"{_dash(r.rss_mib, '{:.0f}'):>8} {_dash(r.gpu_util_pct, '{:.0f}'):>5} "
+            f"{_dash(r.gpu_mem_used_gib, '{:.1f}'):>8} {_dash(r.step):>6}  {', '.join(m.what for m in r.odd)}\n")
+    odd = [r.odd_words() for r in rows if r.odd]
+    for words in odd:
+        out(f"  odd node  {words}\n")
+    if not odd:
+        out("  no node stands out from the others\n")
+    return 0
+
+
+def _dash(value, fmt: str = "{}") -> str:
+    return "-" if value is None else fmt.format(value)
 
 
 def _safe_step(home, run_id: str) -> dict | None:
@@ -97,6 +131,8 @@ def _print(r: dict) -> None:
         out(f"  slow      {slow['says']}\n")
     if r["triage"]:
         out(f"  triage    {r['triage'].get('summary', '')}\n")
+    for words in r.get("odd_nodes", []):
+        out(f"  odd node  {words}  (fsdp-tui show {r['run_id']} --nodes)\n")
     for d in r.get("notifications", []):
         tries = f" after {d['attempts']} tries" if d["attempts"] > 1 else ""
         said = "sent" if d["ok"] else f"FAILED{tries}: {d['error']}"

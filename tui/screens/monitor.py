@@ -1,4 +1,6 @@
-"""The run monitor: header, sparklines, memory gauges and one log pane per node.
+"""The run monitor: header, sparklines, memory gauges and one log pane per node, or past the nodes whose
+panes fit, the node overview (one row per node, the odd node marked; ``o`` toggles, ``enter`` opens a
+node's pane alone).
 
 Run events arrive in an async worker and only update a :class:`RunView` and per-pane buffers; a
 10 Hz timer (``LOG_HZ``) writes log batches (one ``write_lines`` per visible pane) and a 2 Hz timer redraws
@@ -8,6 +10,7 @@ the costly widgets. Leaving the screen never stops the run.
 from __future__ import annotations
 
 import asyncio
+import time
 
 from textual import work
 from textual.app import ComposeResult
@@ -28,15 +31,23 @@ from launcher.events import (
     StacksDumped,
 )
 from launcher.runs.core.store import RunSummary
+from launcher.runs.read.nodes import node_rows
 from launcher.runs.read.view import RunView, fmt_duration
 from tui.widgets.footer import FitFooter
 from tui.widgets.metrics import MetricsPanel
-from tui.widgets.node_log import NodeLog
+from tui.widgets.node_log import MAX_PENDING, NodeLog
+from tui.widgets.node_overview import NodeOverview
 
 LOG_HZ = 10
 DRAW_HZ = 2
 PANE_MIN_ROWS = 9
 """A node pane shorter than this shows too few lines: the grid then scrolls (tab moves between panes)."""
+OVERVIEW_PAST = 8
+"""More nodes than this open on the node overview instead of the panes (up to this many, panes keep
+``PANE_MIN_ROWS`` each and the grid scrolls); ``o`` switches either way at any count."""
+UNSEEN_LINES = 5_000
+"""Past ``OVERVIEW_PAST`` nodes, the newest lines a node's pane keeps until it is first shown (what it
+shows when opened; every line stays in the node's log): 64 nodes then hold ~1 MB each, not ~5 MB."""
 SHORT_BELOW = 32
 FILTER_DEBOUNCE_S = 0.15
 SAFE_STEP_EVERY_S = 30.0
@@ -52,12 +63,14 @@ class RunMonitorScreen(Screen):
     RunMonitorScreen #logs { grid-size: 2; grid-gutter: 0 1; height: 1fr; min-height: 8; overflow-y: auto; }
     RunMonitorScreen #logs.-one { grid-size: 1; }
     RunMonitorScreen #merged { height: 1fr; display: none; }
+    RunMonitorScreen #overview { display: none; }
     RunMonitorScreen #filter { display: none; height: 3; }
     RunMonitorScreen.-filtering #filter { display: block; }
     """
     BINDINGS = [
         Binding("c", "cancel", "cancel", tooltip="Cancel the run on every node (asks first)"),
         Binding("m", "merged", "merged", tooltip="All nodes' lines in one pane, or one pane per node"),
+        Binding("o", "overview", "overview", tooltip="Every node as one row (odd nodes marked), or the panes"),
         Binding("f", "follow", "follow", show=False),  # the summary line shows it: "follow on (f)"
         Binding("slash", "filter", "filter", tooltip="Show only lines containing a text"),
         Binding("e", "first_error", "error", tooltip="Jump to the first error on any node"),
@@ -78,14 +91,25 @@ class RunMonitorScreen(Screen):
         self.view = RunView(run_id)
         self.follow = True
         self.why_shown = ""
+        self.summary_shown = ""
         self.filter_timer = None
         self.stacks_wanted: list | None = None
         """Stack dumps received since ``s`` was pressed (``None``: none asked for)."""
         """What the why-line says (it is redrawn only when that changes)."""
         self.merged = False
         """The all-node view is shown instead of the per-node grid."""
+        self.overview = False
+        """The node overview is shown instead of the panes (unless the merged view or one node's pane is)."""
+        self.alone: int | None = None
+        """The node whose pane is shown alone (opened from the overview with ``enter``)."""
         self.safe_text = ""
         """``safe step N (... ago)`` on the summary line, once the node has said."""
+        unseen = UNSEEN_LINES if num_nodes > OVERVIEW_PAST else MAX_PENDING
+        self.panes: dict[int, NodeLog] = {rank: NodeLog(rank, max_pending=unseen, id=f"node-{rank}")
+                                          for rank in range(num_nodes)}
+        """Each node's pane (-1: all nodes merged). Past ``OVERVIEW_PAST`` nodes a pane is mounted when first
+        shown: until then it only buffers (bounded), and the screen stays small."""
+        self.panes[-1] = NodeLog(-1, "all nodes", id="node-all")
         self.recorded_end: float | None = None
         """When a reopened run ended, from its record; replaying its end must not restart the clock."""
         if recorded is not None:
@@ -99,16 +123,21 @@ class RunMonitorScreen(Screen):
         yield MetricsPanel()
         yield Input(placeholder="show only lines containing...", id="filter")
         with Grid(id="logs", classes="-one" if self.num_nodes == 1 else ""):
-            for rank in range(self.num_nodes):
-                yield NodeLog(rank, id=f"node-{rank}")
+            if self.num_nodes <= OVERVIEW_PAST:
+                yield from (self.panes[rank] for rank in range(self.num_nodes))
         with Vertical(id="merged"):
-            yield NodeLog(-1, "all nodes", id="node-all")
+            yield self.panes[-1]
+        yield NodeOverview(id="overview")
         yield FitFooter()
 
     def on_mount(self) -> None:
         self.title = f"fsdp-tui: {self.run_id}"
         self.query_one("#filter", Input).disabled = True  # keys go to the screen until "/" is pressed
-        self.pane(0).log.focus()
+        for rank in range(self.num_nodes):
+            self.view.node(rank)  # a node not heard from yet is a row too
+        if self.num_nodes > OVERVIEW_PAST:
+            self.show_overview(True)
+        self.focus_logs()
         self.set_interval(1 / LOG_HZ, self.flush_logs)
         self.set_interval(1 / DRAW_HZ, self.redraw)
         self.consume()
@@ -146,14 +175,16 @@ class RunMonitorScreen(Screen):
     def fit_panes(self) -> None:
         """Panes share the grid's height while each keeps ``PANE_MIN_ROWS``; past that, the grid scrolls."""
         grid = self.query_one("#logs", Grid)
-        rows = -(-self.num_nodes // (1 if self.num_nodes == 1 else 2))
+        shown = 1 if self.alone is not None else self.num_nodes
+        rows = -(-shown // (1 if shown == 1 else 2))
         rows_css = "1fr" if grid.size.height >= rows * PANE_MIN_ROWS else str(PANE_MIN_ROWS)
         if str(grid.styles.grid_rows) != rows_css:
             grid.styles.grid_rows = rows_css
 
     def pane(self, rank: int) -> NodeLog:
-        """Node ``rank``'s pane; -1 is the merged all-node view."""
-        return self.query_one("#node-all" if rank < 0 else f"#node-{rank}", NodeLog)
+        """Node ``rank``'s pane; -1 is the merged all-node view (kept at mount: no DOM query per batch,
+        and none that fails while the screen is being taken down)."""
+        return self.panes[rank]
 
     @work(exclusive=True, group="run-events")
     async def consume(self) -> None:
@@ -170,7 +201,7 @@ class RunMonitorScreen(Screen):
     def on_run_event(self, event: RunEvent) -> None:
         self.view.apply(event)
         if isinstance(event, RunStateChanged) and event.state in (RunState.CANCELLING, RunState.CANCELLED):
-            for pane in self.query(NodeLog):
+            for pane in self.panes.values():
                 pane.flush()  # what came before the stop is marked as usual
                 pane.marking = False
         if isinstance(event, NodeLines):
@@ -194,7 +225,7 @@ class RunMonitorScreen(Screen):
             pass
 
     def flush_logs(self) -> None:
-        for pane in self.query(NodeLog):
+        for pane in self.panes.values():
             pane.flush()
 
     def redraw(self) -> None:
@@ -206,7 +237,9 @@ class RunMonitorScreen(Screen):
         text = (f"{state}  attempt {v.attempt}  elapsed {fmt_duration(v.elapsed_s())}  "
                 f"ETA {fmt_duration(v.eta_s())}  step {step}  {tps}{mfu}  follow {'on' if self.follow else 'off'} (f)"
                 f"{self.safe_text}")
-        self.query_one("#summary", Label).update(text)
+        if text != self.summary_shown:  # an update lays the screen out again: only when it reads differently
+            self.summary_shown = text
+            self.query_one("#summary", Label).update(text)
         said = v.why()
         if said != self.why_shown:
             self.why_shown = said
@@ -215,6 +248,8 @@ class RunMonitorScreen(Screen):
             why.set_class(bool(said), "-shown")
         with self.app.batch_update():
             self.query_one(MetricsPanel).refresh_from(v)
+            if self.overview_shown:
+                self.query_one(NodeOverview).show(node_rows(v, time.time()))
 
     def action_cancel(self) -> None:
         from tui.screens.confirm import ConfirmModal
@@ -242,19 +277,72 @@ class RunMonitorScreen(Screen):
         self.show_merged(not self.merged)
 
     def show_merged(self, merged: bool) -> None:
-        # Display set on the two containers only: a class on the screen would restyle every widget.
         self.merged = merged
-        self.query_one("#logs").display = not merged
-        self.query_one("#merged").display = merged
+        self._lay_out()
+
+    @property
+    def overview_shown(self) -> bool:
+        return bool(self.overview) and self.alone is None and not self.merged
+
+    def action_overview(self) -> None:
+        if self.has_class("-filtering"):  # a filter applies to the view it was typed in: not carried over
+            self._close_filter()
+        self.show_overview(not self.overview_shown)
+
+    def show_overview(self, on: bool) -> None:
+        """The overview (``on``) or the panes."""
+        self.overview = on
+        self.merged, self.alone = False, None
+        self._lay_out()
+        if on:
+            self.query_one(NodeOverview).show(node_rows(self.view, time.time()))
+
+    def on_node_overview_node_chosen(self, event: NodeOverview.NodeChosen) -> None:
+        """That node's pane alone, full size (``o`` or ``escape`` goes back to the overview)."""
+        if not 0 <= event.node_rank < self.num_nodes:
+            return
+        self.alone = event.node_rank
+        self._lay_out()
+
+    def _lay_out(self, then=None) -> None:
+        # Display set on the containers (and the panes shown alone) only: a class on the screen would
+        # restyle every widget.
+        overview = self.overview_shown
+        self.query_one("#logs").display = not self.merged and not overview
+        self.query_one("#merged").display = self.merged
+        self.query_one(NodeOverview).display = overview
+        grid = self.query_one("#logs", Grid)
+        one = self.num_nodes == 1 or self.alone is not None
+        if grid.has_class("-one") != one:
+            grid.set_class(one, "-one")
+        for rank in range(self.num_nodes):
+            pane = self.panes[rank]
+            if pane.parent is not None and pane.display != (self.alone is None or rank == self.alone):
+                pane.display = not pane.display
+        shown = [self.alone] if self.alone is not None else range(self.num_nodes)
+        unmounted = [self.panes[rank] for rank in shown if self.panes[rank].parent is None] if grid.display else []
+        self.run_worker(self._settle(grid, unmounted, then), group="layout")
+
+    async def _settle(self, grid: Grid, unmounted: list[NodeLog], then) -> None:
+        """Mount the panes shown for the first time (in node order), then focus and fit what is shown."""
+        if unmounted:
+            await grid.mount(*unmounted)
+            grid.sort_children(key=lambda pane: pane.node_rank)
         self.focus_logs()
+        self.fit_panes()
+        if then is not None:
+            then()
 
     def focus_logs(self) -> None:
         """Keys such as ``end`` and ``pageup`` go to a pane that is shown (never to a hidden one)."""
-        self.pane(-1 if self.merged else 0).log.focus()
+        if self.overview_shown:
+            self.query_one(NodeOverview).table.focus()
+            return
+        self.pane(-1 if self.merged else self.alone or 0).log.focus()
 
     def action_follow(self) -> None:
         self.follow = not self.follow
-        for pane in self.query(NodeLog):
+        for pane in self.panes.values():
             pane.set_follow(self.follow)
 
     def action_filter(self) -> None:
@@ -264,13 +352,17 @@ class RunMonitorScreen(Screen):
         box.focus()
 
     def on_input_changed(self, event: Input.Changed) -> None:
-        """The filter applies as you type (each pane re-filters its kept lines, after a short pause)."""
+        """The filter applies as you type (each pane re-filters its kept lines, after a short pause; the
+        overview keeps the nodes whose host, state or mark contains the text)."""
         if self.filter_timer is not None:
             self.filter_timer.stop()
         self.filter_timer = self.set_timer(FILTER_DEBOUNCE_S, lambda: self._refilter(event.value))
 
     def _refilter(self, text: str) -> None:
-        for pane in self.query(NodeLog):
+        if self.overview_shown:
+            self.query_one(NodeOverview).set_filter(text)
+            return
+        for pane in self.panes.values():
             pane.refilter(text)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -293,15 +385,18 @@ class RunMonitorScreen(Screen):
             self.notify("no error signature in any node's log")
             return
         rank, line_no, line = found
-        self.show_merged(False)
+        self.merged, self.alone = False, rank if self.overview else None  # from the overview: that pane alone
+        self.follow = False
+        for other in self.panes.values():
+            other.set_follow(False)
+        self._lay_out(then=lambda: self._show_line(rank, line_no))  # once its pane is mounted and shown
+        self.notify(f"node {rank}, line {line_no + 1}: {line[:120]}", severity="warning")
+
+    def _show_line(self, rank: int, line_no: int) -> None:
         pane = self.pane(rank)
         pane.flush()
-        self.follow = False
-        for other in self.query(NodeLog):
-            other.set_follow(False)
         pane.log.scroll_to(y=max(0, line_no - 2), animate=False)
         pane.log.focus()
-        self.notify(f"node {rank}, line {line_no + 1}: {line[:120]}", severity="warning")
 
     def action_relaunch(self) -> None:
         self.app.relaunch_run(self.run_id)
@@ -356,5 +451,8 @@ class RunMonitorScreen(Screen):
         if self.has_class("-filtering"):  # escape in the filter clears it; a second one leaves
             self._close_filter()
             self.focus_logs()
+            return
+        if self.alone is not None:  # a node opened from the overview: back to it
+            self.show_overview(True)
             return
         self.app.pop_screen()

@@ -14,6 +14,18 @@ PALETTE_KEY_BELOW = 100
 class FitFooter(Footer):
     """A ``Footer`` that stays readable at 80 columns: compact, and without the palette key, when narrow."""
 
+    def bindings_changed(self, screen) -> None:
+        """Recompose only when what the footer would show has changed. Focus moving between two log panes
+        (``m`` in the monitor) changes nothing here, and a recompose restyles every key: on a busy monitor
+        that was most of a key press's time."""
+        if screen.app.app_focus and self.is_attached and screen is self.screen:
+            shown = tuple((key, b.action, b.description, b.show, enabled, tooltip)
+                          for key, (_node, b, enabled, tooltip) in screen.active_bindings.items())
+            if self._bindings_ready and shown == getattr(self, "_shown", None):
+                return
+            self._shown = shown
+        super().bindings_changed(screen)
+
     def on_resize(self, event: events.Resize) -> None:
         compact, palette = event.size.width < COMPACT_BELOW, event.size.width >= PALETTE_KEY_BELOW
         if (compact, palette) != (self.compact, self.show_command_palette):

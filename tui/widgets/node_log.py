@@ -14,15 +14,18 @@ from launcher.runs.core.triage import classify_line, might_signal
 
 MAX_LINES = 20_000
 """Lines kept per pane (``Log`` keeps every line unless bounded)."""
-MAX_PENDING = 50_000
-"""Lines buffered per pane between flushes or while hidden; older ones are dropped from the view."""
+MAX_PENDING = MAX_LINES
+"""Lines buffered per pane between flushes or while hidden (or not mounted yet: past 8 nodes a pane is
+mounted when first shown); older ones are dropped from the view. More than the pane keeps would never be
+shown, so this bounds a node's memory to about two panes' worth."""
 MAX_WRITE = 50
 """Lines written per pane per flush (10 Hz). Faster output shows its newest lines and says how many
 it skipped: nobody reads 5,000 lines a second, and every line stays in the node's log file."""
 
 
 class NodeLog(Vertical):
-    """One node: a state badge and its log. ``push`` only buffers; ``flush`` writes (the screen's timer)."""
+    """One node: a state badge and its log. ``push`` only buffers; ``flush`` writes (the screen's timer).
+    Every method works before the pane is mounted (it keeps the state and draws it when mounted)."""
 
     DEFAULT_CSS = """
     NodeLog { border: round $panel; height: 1fr; min-height: 6; }
@@ -33,11 +36,11 @@ class NodeLog(Vertical):
     NodeLog Log { height: 1fr; }
     """
 
-    def __init__(self, node_rank: int, host: str = "", **kwargs) -> None:
+    def __init__(self, node_rank: int, host: str = "", max_pending: int = MAX_PENDING, **kwargs) -> None:
         super().__init__(**kwargs)
         self.node_rank = node_rank
         self.host = host
-        self.pending: deque[str] = deque(maxlen=MAX_PENDING)
+        self.pending: deque[str] = deque(maxlen=max_pending)
         self.filter_text = ""
         self.seen_output = False
         self.all_lines: deque[str] = deque(maxlen=MAX_LINES)
@@ -49,8 +52,8 @@ class NodeLog(Vertical):
         so once lines went past while following was off it would never catch up again: here following scrolls."""
 
     def compose(self) -> ComposeResult:
-        yield Label(self._badge(NodeState.PENDING, None), classes="badge")
-        yield Log(max_lines=MAX_LINES, auto_scroll=True)
+        yield Label(self._badge(self.state, self.exit_code), classes="badge")
+        yield Log(max_lines=MAX_LINES, auto_scroll=self.follow)
 
     @property
     def log(self) -> Log:
@@ -82,12 +85,14 @@ class NodeLog(Vertical):
 
     @property
     def is_on_screen(self) -> bool:
-        return self.display and self.is_mounted and self.screen.is_current
+        # Its container hides it too (the grid behind the overview, the merged view behind the panes).
+        return self.is_mounted and self.display and self.parent.display and self.screen.is_current
 
     def set_state(self, state: NodeState, exit_code: int | None, host: str) -> None:
         self.host = host or self.host
         self.state, self.exit_code = state, exit_code
-        self.query_one(".badge", Label).update(self._badge(state, exit_code))
+        if self.is_mounted:
+            self.query_one(".badge", Label).update(self._badge(state, exit_code))
         self.set_class(state == NodeState.EXITED and exit_code not in (0, None), "-failed")
         self.set_class(state == NodeState.LOST, "-lost")
         self.set_class(state == NodeState.RECONNECTING, "-reconnecting")
@@ -95,14 +100,16 @@ class NodeLog(Vertical):
     def set_gpus(self, summary: str) -> None:
         """GPU utilisation and memory of this node, after its badge."""
         self.gpu_summary = summary
-        self.query_one(".badge", Label).update(self._badge(self.state, self.exit_code))
+        if self.is_mounted:
+            self.query_one(".badge", Label).update(self._badge(self.state, self.exit_code))
 
     def set_follow(self, follow: bool) -> None:
         """Following on scrolls to the newest line at once (and with every batch after it); off leaves the
         view where it is."""
         self.follow = follow
-        self.log.auto_scroll = follow
-        self._keep_end()
+        if self.is_mounted:
+            self.log.auto_scroll = follow
+            self._keep_end()
 
     def on_resize(self) -> None:
         """A pane shown again (or the terminal resized) is laid out after its lines were written."""
@@ -115,6 +122,8 @@ class NodeLog(Vertical):
     def refilter(self, text: str) -> None:
         """Show only lines containing ``text`` (from the kept history)."""
         self.filter_text = text
+        if not self.is_mounted:
+            return
         self.log.clear()
         self.log.write_lines([self._mark(line) for line in self.all_lines if self._wanted(line)])
         self._keep_end()

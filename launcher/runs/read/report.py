@@ -36,6 +36,9 @@ def run_report(home: Path, run_id: str) -> dict:
     if triage is not None and ranks["slow"]:  # a slow rank is worth reading beside why the run ended
         triage = {**triage, "slow_ranks": [r["says"] for r in ranks["slow"]]}
     live = not s.state.is_final
+    odd = _odd_nodes(record)
+    if triage is not None and odd:
+        triage = {**triage, "odd_nodes": odd}
     next_steps = []
     if live:
         next_steps += [f"fsdp-tui logs {run_id} --follow", f"fsdp-tui cancel {run_id}"]
@@ -56,7 +59,15 @@ def run_report(home: Path, run_id: str) -> dict:
         "output_dir": s.output_dir, "next": next_steps,
         "usage": _usage(record, workload), "notifications": read_deliveries(directory),
         "lead_time": lead_time_of_run(directory, workload), "ranks": ranks,
+        "odd_nodes": odd,
     }
+
+
+def _odd_nodes(record) -> list[str]:
+    """``node 3 (host-3): no output for 40 s (others: 1 s)`` for each node far from the others."""
+    from launcher.runs.read.recorded_nodes import recorded_rows
+
+    return [r.odd_words() for r in recorded_rows(record) if r.odd]
 
 
 def _usage(record, workload: dict) -> dict | None:

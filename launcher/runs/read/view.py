@@ -13,6 +13,7 @@ from launcher.events import (
     NodeLines,
     NodeState,
     NodeStateChanged,
+    NodeUsage,
     RunEvent,
     RunFinished,
     RunState,
@@ -22,6 +23,46 @@ from launcher.runs.core.triage import classify_line, might_signal
 from trainer.protocol import RankMemory
 
 SERIES_LEN = 600
+LINE_RATE_WINDOW_S = 30
+"""A node's lines/s counts its output over this many latest seconds (one counter a second: bounded)."""
+
+
+class LineRate:
+    """Lines per second over the last :data:`LINE_RATE_WINDOW_S` seconds, in one small counter per
+    second: a node streaming 5,000 lines/s for a day costs the same 30 counters as an idle one."""
+
+    __slots__ = ("buckets",)
+
+    def __init__(self) -> None:
+        self.buckets: deque[list[int]] = deque(maxlen=LINE_RATE_WINDOW_S)
+        """``[second, lines]`` pairs, oldest first."""
+
+    def add(self, at: float, lines: int) -> None:
+        second = int(at)
+        if self.buckets and self.buckets[-1][0] >= second:
+            self.buckets[-1][1] += lines  # a clock that steps back counts into the newest second
+        else:
+            self.buckets.append([second, lines])
+
+    def spread(self, start: float, end: float, lines: int) -> None:
+        """``lines`` written evenly from ``start`` to ``end`` (a record keeps no time per line: the
+        average is the best its readers can say)."""
+        if lines <= 0:
+            return
+        span = max(end - start, 1.0)
+        first = max(start, end - LINE_RATE_WINDOW_S)
+        second = int(first)
+        while second <= int(end):
+            self.add(second, round(lines * min(1.0, (min(second + 1, end) - max(second, first)) / span)))
+            second += 1
+
+    def per_s(self, now: float, since: float | None = None) -> float:
+        """The rate over the window ending at ``now``; over the time since ``since`` when that is shorter
+        (a node that began 5 s ago is not diluted by 25 s it did not exist)."""
+        start = now - LINE_RATE_WINDOW_S
+        total = sum(n for second, n in self.buckets if second + 1 > start and second <= now)
+        span = LINE_RATE_WINDOW_S if since is None else min(LINE_RATE_WINDOW_S, now - since)
+        return total / max(span, 1.0)
 
 
 @dataclass
@@ -37,6 +78,17 @@ class NodeView:
     """The line number where the node's last attempt began (its attempt marker)."""
     gpus: tuple = ()
     """The latest ``GpuSample`` of each GPU on the node (``nvidia-smi``); empty on CPU-only nodes."""
+    usage: NodeUsage | None = None
+    """The latest CPU/RSS sample of the node's job processes (what CPU-only nodes show)."""
+    running_since: float | None = None
+    """When the node was first seen running (its silence and line rate count from there)."""
+    ended_at: float | None = None
+    """When the node stopped (exited, lost, stopped): which node failed first."""
+    last_output_at: float | None = None
+    rate: LineRate = field(default_factory=LineRate)
+
+    def lines_per_s(self, now: float) -> float:
+        return self.rate.per_s(now, self.running_since)
 
     @property
     def gpu_summary(self) -> str:
@@ -79,6 +131,11 @@ class RunView:
         elif isinstance(event, NodeStateChanged):
             node = self.node(event.node_rank)
             node.host, node.state, node.exit_code = event.host, event.state, event.exit_code
+            if event.state == NodeState.RUNNING:
+                node.running_since = node.running_since or now
+                node.ended_at = None
+            elif event.state in (NodeState.EXITED, NodeState.LOST, NodeState.STOPPED) and node.ended_at is None:
+                node.ended_at = now
         elif isinstance(event, NodeLines):
             node = self.node(event.node_rank)
             text = "\n".join(event.lines)
@@ -95,10 +152,14 @@ class RunView:
                         node.first_error = (node.lines + i, line)
                         break
             node.lines += len(event.lines)
+            node.last_output_at = now
+            node.rate.add(now, len(event.lines))
         elif isinstance(event, MetricsRecorded):
             self._metrics(event, now)
         elif isinstance(event, GpuTelemetry):
             self.node(event.node_rank).gpus = event.gpus
+        elif isinstance(event, NodeUsage):
+            self.node(event.node_rank).usage = event
         elif isinstance(event, RunFinished):
             self.state, self.triage, self.ended_at = event.state, event.triage, now
 
