@@ -55,12 +55,12 @@ def _nodes(store, run_id: str, as_json: bool) -> int:
     out = sys.stdout.write
     out(f"run {run_id}: {len(rows)} node(s)\n")
     out(f"  {'node':>4}  {'host':<20} {'state':<12} {'exit':>4} {'lines':>9} {'lines/s':>8} {'silent':>7} "
-        f"{'CPU%':>6} {'RSS MiB':>8} {'GPU%':>5} {'GPU GiB':>8} {'step':>6}  odd\n")
+        f"{'CPU%':>6} {'RSS MiB':>8} {'GPU%':>5} {'GPU GiB':>8} {'step':>6} {'step s':>7}  odd\n")
     for r in rows:
         out(f"  {r.node:>4}  {r.host[:20]:<20} {r.state:<12} {_dash(r.exit_code):>4} {r.lines:>9,} "
             f"{r.lines_per_s:>8.1f} {_dash(r.last_output_age_s, '{:.0f} s'):>7} {_dash(r.cpu_pct, '{:.0f}'):>6} "
             f"{_dash(r.rss_mib, '{:.0f}'):>8} {_dash(r.gpu_util_pct, '{:.0f}'):>5} "
-            f"{_dash(r.gpu_mem_used_gib, '{:.1f}'):>8} {_dash(r.step):>6}  {', '.join(m.what for m in r.odd)}\n")
+            f"{_dash(r.gpu_mem_used_gib, '{:.1f}'):>8} {_dash(r.step):>6} {_dash(r.step_s, '{:.3f}'):>7}  {', '.join(m.what for m in r.odd)}\n")
     odd = [r.odd_words() for r in rows if r.odd]
     for words in odd:
         out(f"  odd node  {words}\n")

@@ -176,3 +176,15 @@ def test_the_line_rate_window_is_bounded_and_counts_recent_seconds_only():
     spread = LineRate()
     spread.spread(0.0, 1000.0, 10_000)  # a record: 10 lines/s on average
     assert spread.per_s(1000.0) == pytest.approx(10.0, rel=0.1)
+
+
+@pytest.mark.parametrize(("ranks", "nodes", "expected"), [
+    ((0.10, 0.12, 0.30, 0.11), 2, {0: 0.12, 1: 0.30}),  # two ranks a node: the node's slowest
+    ((0.10, None, 0.20), 3, {0: 0.10, 1: None, 2: 0.20}),  # a rank that sent no figure
+    ((0.10, 0.12, 0.30), 2, {0: None, 1: None}),  # ranks that do not divide over the nodes: not guessed
+    ((), 2, {0: None, 1: None}),  # a script that sends no per-rank times
+])
+def test_each_row_carries_its_nodes_slowest_rank_step(ranks, nodes, expected):
+    view = build([N() for _ in range(nodes)])
+    view.apply(MetricsRecorded("r", MetricRecord(step=5, loss=1.0, rank_step_s=ranks)), now=NOW)
+    assert {r.node: r.step_s for r in node_rows(view, NOW)} == expected

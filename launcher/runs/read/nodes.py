@@ -82,6 +82,8 @@ class NodeRow:
     gpu_mem_used_gib: float | None
     step: int | None
     """The last training step, on rank 0's node (the only one that reports metrics)."""
+    step_s: float | None = None
+    """The node's slowest rank's own work in the newest step (built-in trainer; ``docs/ranks.md``)."""
     odd: tuple[OddMark, ...] = ()
 
     def to_dict(self) -> dict:
@@ -116,6 +118,7 @@ def _row(n: NodeView, view: RunView, now: float) -> NodeRow:
         gpu_util_pct=round(sum(g.utilization_pct for g in gpus) / len(gpus), 1) if gpus else None,
         gpu_mem_used_gib=round(sum(g.memory_used_mib for g in gpus) / 1024, 2) if gpus else None,
         step=view.step if n.node_rank == 0 and view.first_step_at is not None else None,
+        step_s=None if (t := view.node_step_s(n.node_rank)) is None else round(t, 4),
     )
 
 

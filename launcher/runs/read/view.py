@@ -121,6 +121,8 @@ class RunView:
     nodes: dict[int, NodeView] = field(default_factory=dict)
     triage: dict | None = None
     first_step_at: tuple[float, int] | None = None
+    rank_step_s: tuple = ()
+    """Every rank's own work in the newest step that reported it (seconds, by global rank; built-in trainer)."""
 
     def apply(self, event: RunEvent, now: float | None = None) -> None:
         now = time.time() if now is None else now
@@ -202,6 +204,8 @@ class RunView:
             self.throughput.append(r.tokens_per_s)
         if r.mfu is not None:
             self.mfu = r.mfu
+        if r.rank_step_s:
+            self.rank_step_s = r.rank_step_s
         for mem in r.memory:
             self.memory[mem.rank] = mem
 
@@ -225,6 +229,16 @@ class RunView:
         """(node, line number, line) of the earliest-numbered error on any node."""
         found = [(n.node_rank, *n.first_error) for n in self.nodes.values() if n.first_error]
         return min(found, key=lambda f: (f[1], f[0])) if found else None
+
+    def node_step_s(self, node_rank: int) -> float | None:
+        """The slowest rank's own work in the newest step on that node (``None``: no per-rank times, or
+        ranks that do not divide evenly over the nodes)."""
+        world, nodes = len(self.rank_step_s), len(self.nodes)
+        if not world or not nodes or world % nodes:
+            return None
+        per_node = world // nodes
+        times = [t for t in self.rank_step_s[node_rank * per_node:(node_rank + 1) * per_node] if t is not None]
+        return max(times) if times else None
 
 
 def fmt_duration(seconds: float | None) -> str:
