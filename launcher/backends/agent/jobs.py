@@ -183,6 +183,18 @@ def _say(say_end: int | None, words: str) -> None:
             pass
 
 
+def _refuse_for_space(node_dir: str, path: str, err: OSError, say_end: int | None) -> int:
+    """A job that cannot be recorded (``path`` could not be written) does not run: say why to ``start``
+    and in the node's state where that can still be written; the exit status."""
+    words = _disk_words(path, err)
+    _say(say_end, words)
+    try:
+        write_state(node_dir, state="exited", exit_code=1, ended_at=time.time(), error=words)
+    except OSError:
+        pass  # start has the words already
+    return 1
+
+
 def _done_saying(say_end: int | None) -> None:
     if say_end is not None:
         os.close(say_end)
@@ -207,13 +219,7 @@ def supervise(node_dir: str, spec: dict, agent_argv: list, say_end: int | None =
             stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
             log.write(f"{ATTEMPT_MARKER}{spec['marker']}, started {stamp} ===\n".encode())
     except OSError as err:
-        words = _disk_words(log_path, err)
-        _say(say_end, words)
-        try:
-            write_state(node_dir, state="exited", exit_code=1, ended_at=time.time(), error=words)
-        except OSError:
-            pass  # start has the words already
-        return 1
+        return _refuse_for_space(node_dir, log_path, err, say_end)
     env = job_env(node_dir, spec)
     iface = fill_iface_env(env, spec.get("iface_env", ()))
     if iface is not None:
@@ -237,13 +243,7 @@ def supervise(node_dir: str, spec: dict, agent_argv: list, say_end: int | None =
     except OSError as err:  # the disk filled as the job started: a job nobody can record does not run
         signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
-        words = _disk_words(os.path.join(node_dir, STATE), err)
-        _say(say_end, words)
-        try:
-            write_state(node_dir, state="exited", exit_code=1, ended_at=time.time(), error=words)
-        except OSError:
-            pass  # start has the words already
-        return 1
+        return _refuse_for_space(node_dir, os.path.join(node_dir, STATE), err, say_end)
     _done_saying(say_end)
     error = None
     for line in proc.stdout:
