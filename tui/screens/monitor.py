@@ -31,7 +31,7 @@ from launcher.events import (
     StacksDumped,
 )
 from launcher.runs.core.store import RunSummary
-from launcher.runs.read.nodes import node_rows
+from launcher.runs.read.nodes import NodeRow, node_rows
 from launcher.runs.read.view import RunView, fmt_duration
 from tui.screens.monitor_views import PANE_MIN_ROWS as PANE_MIN_ROWS  # the grid's rule, named here too
 from tui.screens.monitor_views import MonitorViews
@@ -171,8 +171,8 @@ class RunMonitorScreen(MonitorViews, Screen):
         self.query_one(MetricsPanel).set_class(event.size.height < SHORT_BELOW, "-short")
         self.call_after_refresh(self.fit_panes)
 
-    def overview_rows(self) -> list:
-        """The overview's rows as of now."""
+    def overview_rows(self) -> list[NodeRow]:
+        """The overview's rows as of now (the clock read here, where tests can fix it)."""
         return node_rows(self.view, time.time())
 
     def pane(self, rank: int) -> NodeLog:
