@@ -151,3 +151,50 @@ def test_overview_of_64_nodes_snapshot(snap_compare, home, monkeypatch):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(160, 48), run_before=ready)
+
+
+async def test_overview_table_kept_lines_match_a_fresh_render():
+    """The table reuses a row's rendered line and cells while they read the same: after cells change, the
+    cursor moves and the focus leaves, every line drawn equals the same line rendered from scratch."""
+    from textual.app import App
+
+    from launcher.runs.read.nodes import NodeRow
+
+    def rows(lines: int) -> list[NodeRow]:
+        return [NodeRow(n, f"host-{n}", "running", None, lines + n, 1.5 * n, 0.0, 90.0, 900.0, None, None, None)
+                for n in range(12)]
+
+    class Bare(App):
+        def compose(self):
+            yield NodeOverview()
+
+    app = Bare()
+    async with app.run_test(size=(150, 20)) as pilot:
+        overview = app.query_one(NodeOverview)
+        table = overview.table
+        overview.show(rows(100))
+        await pilot.pause()
+
+        def drawn() -> list[list]:
+            return [list(table.render_line(y)) for y in range(table.size.height)]
+
+        def fresh() -> list[list]:
+            table._clear_caches()
+            return drawn()
+
+        first = drawn()
+        overview.show(rows(2_000))  # the lines column widens and changes on every row
+        await pilot.pause()
+        kept = drawn()
+        assert kept == fresh() and kept != first
+        assert "2,005" in "".join(seg.text for seg in kept[6])
+        table.move_cursor(row=3, animate=False)
+        await pilot.pause()
+        assert drawn() == fresh()
+        table.blur()
+        await pilot.pause()
+        kept = drawn()
+        assert kept == fresh()
+        overview.show(rows(2_000)[:5] + [rows(2_001)[5]] + rows(2_000)[6:])  # one cell of one row
+        await pilot.pause()
+        assert drawn() == fresh()

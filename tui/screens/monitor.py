@@ -31,8 +31,10 @@ from launcher.events import (
     StacksDumped,
 )
 from launcher.runs.core.store import RunSummary
-from launcher.runs.read.nodes import node_rows
+from launcher.runs.read.nodes import NodeRow, node_rows
 from launcher.runs.read.view import RunView, fmt_duration
+from tui.screens.monitor_views import PANE_MIN_ROWS as PANE_MIN_ROWS  # the grid's rule, named here too
+from tui.screens.monitor_views import MonitorViews
 from tui.widgets.footer import FitFooter
 from tui.widgets.metrics import MetricsPanel
 from tui.widgets.node_log import MAX_PENDING, NodeLog
@@ -40,8 +42,6 @@ from tui.widgets.node_overview import NodeOverview
 
 LOG_HZ = 10
 DRAW_HZ = 2
-PANE_MIN_ROWS = 9
-"""A node pane shorter than this shows too few lines: the grid then scrolls (tab moves between panes)."""
 OVERVIEW_PAST = 8
 """More nodes than this open on the node overview instead of the panes (up to this many, panes keep
 ``PANE_MIN_ROWS`` each and the grid scrolls); ``o`` switches either way at any count."""
@@ -49,13 +49,12 @@ UNSEEN_LINES = 5_000
 """Past ``OVERVIEW_PAST`` nodes, the newest lines a node's pane keeps until it is first shown (what it
 shows when opened; every line stays in the node's log): 64 nodes then hold ~1 MB each, not ~5 MB."""
 SHORT_BELOW = 32
-FILTER_DEBOUNCE_S = 0.15
+"""Terminal rows under which the four sparklines share one row."""
 SAFE_STEP_EVERY_S = 30.0
 """How often the monitor asks rank 0's node for the newest complete checkpoint (the last safe step)."""
-"""Terminal rows under which the four sparklines share one row."""
 
 
-class RunMonitorScreen(Screen):
+class RunMonitorScreen(MonitorViews, Screen):
     DEFAULT_CSS = """
     RunMonitorScreen #summary { height: 1; padding: 0 1; background: $panel; text-style: bold; }
     RunMonitorScreen #why { height: auto; max-height: 3; padding: 0 1; color: $error; display: none; }
@@ -172,14 +171,9 @@ class RunMonitorScreen(Screen):
         self.query_one(MetricsPanel).set_class(event.size.height < SHORT_BELOW, "-short")
         self.call_after_refresh(self.fit_panes)
 
-    def fit_panes(self) -> None:
-        """Panes share the grid's height while each keeps ``PANE_MIN_ROWS``; past that, the grid scrolls."""
-        grid = self.query_one("#logs", Grid)
-        shown = 1 if self.alone is not None else self.num_nodes
-        rows = -(-shown // (1 if shown == 1 else 2))
-        rows_css = "1fr" if grid.size.height >= rows * PANE_MIN_ROWS else str(PANE_MIN_ROWS)
-        if str(grid.styles.grid_rows) != rows_css:
-            grid.styles.grid_rows = rows_css
+    def overview_rows(self) -> list[NodeRow]:
+        """The overview's rows as of now (the clock read here, where tests can fix it)."""
+        return node_rows(self.view, time.time())
 
     def pane(self, rank: int) -> NodeLog:
         """Node ``rank``'s pane; -1 is the merged all-node view (kept at mount: no DOM query per batch,
@@ -249,7 +243,7 @@ class RunMonitorScreen(Screen):
         with self.app.batch_update():
             self.query_one(MetricsPanel).refresh_from(v)
             if self.overview_shown:
-                self.query_one(NodeOverview).show(node_rows(v, time.time()))
+                self.query_one(NodeOverview).show(self.overview_rows())
 
     def action_cancel(self) -> None:
         from tui.screens.confirm import ConfirmModal
@@ -273,111 +267,10 @@ class RunMonitorScreen(Screen):
         for line in report.leftovers:
             self.notify(f"{line} (still alive after SIGKILL)", severity="error", timeout=15)
 
-    def action_merged(self) -> None:
-        self.show_merged(not self.merged)
-
-    def show_merged(self, merged: bool) -> None:
-        self.merged = merged
-        self._lay_out()
-
-    @property
-    def overview_shown(self) -> bool:
-        return bool(self.overview) and self.alone is None and not self.merged
-
-    def action_overview(self) -> None:
-        if self.has_class("-filtering"):  # a filter applies to the view it was typed in: not carried over
-            self._close_filter()
-        self.show_overview(not self.overview_shown)
-
-    def show_overview(self, on: bool) -> None:
-        """The overview (``on``) or the panes."""
-        self.overview = on
-        self.merged, self.alone = False, None
-        self._lay_out()
-        if on:
-            self.query_one(NodeOverview).show(node_rows(self.view, time.time()))
-
-    def on_node_overview_node_chosen(self, event: NodeOverview.NodeChosen) -> None:
-        """That node's pane alone, full size (``o`` or ``escape`` goes back to the overview)."""
-        if not 0 <= event.node_rank < self.num_nodes:
-            return
-        self.alone = event.node_rank
-        self._lay_out()
-
-    def _lay_out(self, then=None) -> None:
-        # Display set on the containers (and the panes shown alone) only: a class on the screen would
-        # restyle every widget.
-        overview = self.overview_shown
-        self.query_one("#logs").display = not self.merged and not overview
-        self.query_one("#merged").display = self.merged
-        self.query_one(NodeOverview).display = overview
-        grid = self.query_one("#logs", Grid)
-        one = self.num_nodes == 1 or self.alone is not None
-        if grid.has_class("-one") != one:
-            grid.set_class(one, "-one")
-        for rank in range(self.num_nodes):
-            pane = self.panes[rank]
-            if pane.parent is not None and pane.display != (self.alone is None or rank == self.alone):
-                pane.display = not pane.display
-        shown = [self.alone] if self.alone is not None else range(self.num_nodes)
-        unmounted = [self.panes[rank] for rank in shown if self.panes[rank].parent is None] if grid.display else []
-        self.run_worker(self._settle(grid, unmounted, then), group="layout")
-
-    async def _settle(self, grid: Grid, unmounted: list[NodeLog], then) -> None:
-        """Mount the panes shown for the first time (in node order), then focus and fit what is shown."""
-        if unmounted:
-            await grid.mount(*unmounted)
-            grid.sort_children(key=lambda pane: pane.node_rank)
-        self.focus_logs()
-        self.fit_panes()
-        if then is not None:
-            then()
-
-    def focus_logs(self) -> None:
-        """Keys such as ``end`` and ``pageup`` go to a pane that is shown (never to a hidden one)."""
-        if self.overview_shown:
-            self.query_one(NodeOverview).table.focus()
-            return
-        self.pane(-1 if self.merged else self.alone or 0).log.focus()
-
     def action_follow(self) -> None:
         self.follow = not self.follow
         for pane in self.panes.values():
             pane.set_follow(self.follow)
-
-    def action_filter(self) -> None:
-        self.add_class("-filtering")
-        box = self.query_one("#filter", Input)
-        box.disabled = False
-        box.focus()
-
-    def on_input_changed(self, event: Input.Changed) -> None:
-        """The filter applies as you type (each pane re-filters its kept lines, after a short pause; the
-        overview keeps the nodes whose host, state or mark contains the text)."""
-        if self.filter_timer is not None:
-            self.filter_timer.stop()
-        self.filter_timer = self.set_timer(FILTER_DEBOUNCE_S, lambda: self._refilter(event.value))
-
-    def _refilter(self, text: str) -> None:
-        if self.overview_shown:
-            self.query_one(NodeOverview).set_filter(text)
-            return
-        for pane in self.panes.values():
-            pane.refilter(text)
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        self._refilter(event.value)
-        if not event.value:
-            self._close_filter()
-        self.focus_logs()
-
-    def _close_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        if box.value:
-            box.value = ""
-            self._refilter("")
-        self.remove_class("-filtering")
-        box.disabled = True
 
     def action_first_error(self) -> None:
         found = self.view.first_error()
