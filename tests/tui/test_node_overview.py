@@ -10,7 +10,9 @@ from launcher.events import NodeLines, NodeState, NodeStateChanged, NodeUsage, R
 from tests.tui.support import wait_for
 from tui.app import FsdpTuiApp
 from tui.screens.monitor import RunMonitorScreen
-from tui.widgets.node_overview import NodeOverview
+from tui.widgets.node_overview import COLUMNS, NodeOverview
+
+ODD = [c.title for c in COLUMNS].index("odd")
 
 STARVED = 5
 """The node whose CPU sits idle while the others work (a cgroup quota, say)."""
@@ -48,7 +50,7 @@ async def test_overview_sorts_filters_marks_and_opens_a_node(home):
         assert not screen.query_one("#logs").display, "past 8 nodes the overview replaces the panes"
         assert screen.focused is table
         assert _column(table, 0) == [str(n) for n in range(12)]
-        marks = _column(table, 12)
+        marks = _column(table, ODD)
         assert marks[STARVED] == "CPU 4% while the others work (others: 101%)"
         assert [m for i, m in enumerate(marks) if i != STARVED] == [""] * 11
         assert table.get_row_at(STARVED)[1].style == "bold red" and not table.get_row_at(0)[1].style
@@ -59,7 +61,7 @@ async def test_overview_sorts_filters_marks_and_opens_a_node(home):
         assert _column(table, 0)[0] == str(STARVED), "the idle CPU first, ascending"
         await pilot.press("v")
         assert _column(table, 0)[-1] == str(STARVED)
-        await pilot.press(*"n" * 4)  # RSS, GPU%, GPU GiB, step
+        await pilot.press(*"n" * 5)  # RSS, GPU%, GPU GiB, step, step s
         await pilot.press("n")  # odd: the marked node sorts by how many marks it has
         assert _column(table, 0)[0] == str(STARVED)
         await pilot.press("n", "v")  # node again, ascending
@@ -107,7 +109,7 @@ async def test_few_nodes_keep_their_panes_and_o_opens_the_overview(home):
         await pilot.press("m", "o")
         table = screen.query_one(NodeOverview).table
         await wait_for(pilot, lambda: table.row_count == 2)
-        assert _column(table, 12) == ["", ""], "two even nodes: nothing is odd"
+        assert _column(table, ODD) == ["", ""], "two even nodes: nothing is odd"
         await wait_for(pilot, lambda: "sort" in [k.description for k in screen.query("FooterKey")])
 
 

@@ -43,6 +43,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("GPU%", lambda r: _num(r.gpu_util_pct, "{:.0f}"), lambda r: r.gpu_util_pct),
     Column("GPU GiB", lambda r: _num(r.gpu_mem_used_gib, "{:.1f}"), lambda r: r.gpu_mem_used_gib),
     Column("step", lambda r: _num(r.step, "{}"), lambda r: r.step),
+    Column("step s", lambda r: _num(r.step_s, "{:.3f}"), lambda r: r.step_s),
     Column("odd", lambda r: "; ".join(m.says for m in r.odd), lambda r: len(r.odd)),
 )
 ODD_STYLE = "bold red"
