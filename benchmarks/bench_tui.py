@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+FRAME_DEADLINE_S = 10.0
+"""A key whose frame has not come by then means a stuck or crashed app, not a latency."""
 
 
 class SyntheticHandle:
@@ -102,6 +104,10 @@ async def load_test(seconds: float, rate: int, nodes: int) -> None:
                 start = time.perf_counter()
                 app.post_message(events.Key("m", "m"))  # as a terminal key press arrives
                 while not any(merged != before for _, merged in frames[drawn:]):
+                    if time.perf_counter() - start > FRAME_DEADLINE_S or not app.is_running:
+                        raise SystemExit(f"no frame with the toggled view {FRAME_DEADLINE_S:.0f} s after a key "
+                                         f"(the app {'is running' if app.is_running else 'has stopped'}): "
+                                         "no latency to report")
                     await asyncio.sleep(0.001)
                 latencies.append((next(t for t, merged in frames[drawn:] if merged != before) - start) * 1000)
                 await asyncio.sleep(0.25)
