@@ -32,6 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from tests.launcher.conftest import owner_pid, tagged  # noqa: E402  (this checkout's test helpers)
+
 FSDP_TUI = str(Path(sys.executable).with_name("fsdp-tui"))
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -62,33 +64,14 @@ def cost(pid: int) -> tuple[float, float, float]:
     return cpu, int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024
 
 
-def owner_pid(run_id: str, timeout: float = 30) -> int:
-    """The run's supervisor (``python -m launcher.runs.owner.supervisor ... RUN``)."""
+def wait_owner(run_id: str, timeout: float = 30) -> int:
+    """The run's supervisor, once it has started."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    argv = (entry / "cmdline").read_bytes().split(b"\0")
-                except OSError:
-                    continue
-                if b"launcher.runs.owner.supervisor" in argv and run_id.encode() in argv:
-                    return int(entry.name)
+    while (pid := owner_pid(run_id)) is None:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no owner process found for {run_id}")
         time.sleep(0.05)
-    raise RuntimeError(f"no owner process found for {run_id}")
-
-
-def tagged(run_id: str) -> list[int]:
-    needle = f"FSDP_TUI_RUN_ID={run_id}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if needle in (entry / "environ").read_bytes().split(b"\0"):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
+    return pid
 
 
 def ssh_true(client: Path, aliases: list[str]) -> float:
@@ -169,7 +152,7 @@ def measure(count: int, rate: float, stream_s: float, quiet_s: float, doctor: bo
             run = Follower([FSDP_TUI, "run", str(wl), "--json"], env)
             run.wait_for(lambda evs: bool(evs), 60, "a run id")
             run_id = run.seen()[0][1]["run_id"]
-            owner = owner_pid(run_id)
+            owner = wait_owner(run_id)
 
             def running(evs) -> bool:
                 return len({e["node_rank"] for _, e in evs if e["type"] == "NodeStateChanged"

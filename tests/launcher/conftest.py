@@ -135,6 +135,19 @@ def write_workload(tmp: Path, text: str) -> Path:
     return path
 
 
+def owner_pid(run_id: str) -> int | None:
+    """The run's supervisor process (``python -m launcher.runs.owner.supervisor ... RUN``), if one lives."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"launcher.runs.owner.supervisor" in argv and run_id.encode() in argv:
+                return int(entry.name)
+    return None
+
+
 def tagged(run_id: str) -> list[int]:
     """Live processes carrying the run's tag in their environment."""
     needle = f"FSDP_TUI_RUN_ID={run_id}".encode()

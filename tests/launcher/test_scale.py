@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launcher.conftest import FSDP_TUI, ROOT, cli_env, tagged, write_workload
+from tests.launcher.conftest import FSDP_TUI, ROOT, cli_env, owner_pid, tagged, write_workload
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("scale32")]
 
@@ -80,19 +80,6 @@ def _pids_of_node(run_id: str, rank: int) -> list[int]:
     return out
 
 
-def _owner_pid(run_id: str) -> int | None:
-    """The run's supervisor process (``python -m launcher.runs.owner.supervisor ... RUN``)."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"launcher.runs.owner.supervisor" in argv and run_id.encode() in argv:
-                return int(entry.name)
-    return None
-
-
 def _show_nodes(home: Path, client: Path, run_id: str) -> subprocess.CompletedProcess:
     return subprocess.run([FSDP_TUI, "show", run_id, "--nodes", "--json"], capture_output=True, text=True,
                           timeout=120, env=cli_env(home, HOME=str(client)), cwd=ROOT)
@@ -148,13 +135,13 @@ command: |
         stopped = []
 
         # The run's owner killed: the follower starts another, which adopts the run and follows all 32 again.
-        owner = _owner_pid(run_id)
+        owner = owner_pid(run_id)
         assert owner is not None, "no owner process found"
         os.kill(owner, signal.SIGKILL)
         before = len(reader.seen())
         reader.until("every node's new lines under a new owner",
                      lambda evs: _ranks(evs[before:], "NodeLines") == everyone, 120)
-        assert _owner_pid(run_id) not in (None, owner)
+        assert owner_pid(run_id) not in (None, owner)
 
         start = time.monotonic()
         out = subprocess.run([FSDP_TUI, "cancel", run_id], capture_output=True, text=True, timeout=120,
