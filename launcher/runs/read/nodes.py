@@ -149,20 +149,20 @@ def _slow(rate: float, median: float) -> tuple[str, str] | None:
     return None
 
 
-def _cpu(pct: float, median: float) -> tuple[str, str] | None:
-    if median >= CPU_WORK_PCT and pct <= IDLE_FRACTION * median:
-        return "cpu_idle", f"CPU {pct:.0f}% while the others work (others: {median:.0f}%)"
-    if pct >= CPU_BUSY_PCT and pct >= BUSY_FACTOR * median:
-        return "cpu_busy", f"CPU {pct:.0f}% while the others wait (others: {median:.0f}%)"
-    return None
+def _busy(kind: str, label: str, work_pct: float, busy_pct: float, busy_word: str = "") -> Judge:
+    """Idle while the others work (they use at least ``work_pct``), or busy (at least ``busy_pct``) while
+    they wait: the same rule for CPU and GPU, each with its own floors."""
+    def judge(pct: float, median: float) -> tuple[str, str] | None:
+        if median >= work_pct and pct <= IDLE_FRACTION * median:
+            return f"{kind}_idle", f"{label} {pct:.0f}%{busy_word} while the others work (others: {median:.0f}%)"
+        if pct >= busy_pct and pct >= BUSY_FACTOR * median:
+            return f"{kind}_busy", f"{label} {pct:.0f}%{busy_word} while the others wait (others: {median:.0f}%)"
+        return None
+    return judge
 
 
-def _gpu(pct: float, median: float) -> tuple[str, str] | None:
-    if median >= GPU_WORK_PCT and pct <= IDLE_FRACTION * median:
-        return "gpu_idle", f"GPU {pct:.0f}% busy while the others work (others: {median:.0f}%)"
-    if pct >= GPU_WORK_PCT and pct >= BUSY_FACTOR * median:
-        return "gpu_busy", f"GPU {pct:.0f}% busy while the others wait (others: {median:.0f}%)"
-    return None
+_cpu = _busy("cpu", "CPU", CPU_WORK_PCT, CPU_BUSY_PCT)
+_gpu = _busy("gpu", "GPU", GPU_WORK_PCT, GPU_WORK_PCT, " busy")
 
 
 def _memory(label: str, what: str) -> Judge:
