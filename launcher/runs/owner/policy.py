@@ -12,10 +12,10 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from launcher.backends.base import Backend, LinkState, NodeError, NodeLost, NodeStatus
+from launcher.backends.base import Backend, LinkState, NodeError, NodeStatus
 from launcher.doctor.preflight import preflight
 from launcher.events import NodeState, RunState
-from launcher.runs.core.collectives import RankDump, stuck_collectives
+from launcher.runs.core.collectives import stuck_collectives
 from launcher.runs.core.space import RecordUnwritable
 from launcher.runs.core.triage import node_error_report, reason_signature, stalled_report, triage_run
 from launcher.runs.owner.node_readers import NodeFollowing
@@ -24,6 +24,7 @@ from launcher.runs.owner.recorder import Recorder
 from launcher.runs.owner.rendezvous import claim_port
 from launcher.runs.owner.scheduler import SchedulerVerdicts
 from launcher.runs.owner.settings import Settings
+from launcher.runs.owner.stack_dumps import take_stacks
 from launcher.runs.owner.stall import StallWatch
 from launcher.workload.plan import RunPlan
 
@@ -257,22 +258,7 @@ class RunPolicy(NodeFollowing):
     async def _dump_stacks(self) -> None:
         """Every rank's stack on every reachable node, kept with the run and announced; with torch's
         flight recorder dumps, the collective a stalled run waits in and who never entered it."""
-        async def of_node(rank: int):
-            try:
-                return rank, await self.backend.stacks(rank)
-            except NodeError as err:  # NodeLost is one too: raised below, after the others answered
-                return rank, err
-
-        flights = []  # every node at once: each may wait seconds for py-spy and its ranks' dumps
-        for rank, dumps in await asyncio.gather(*(of_node(r) for r in self.ranks if r not in self.lost)):
-            if isinstance(dumps, NodeLost):
-                raise dumps
-            if isinstance(dumps, NodeError):
-                self.rec.set_state(RunState.RUNNING, f"no stack dump from node {rank}: {dumps}")
-                continue
-            flights += [RankDump(rank, d.rank, str(d.text)[:1 << 20]) for d in dumps
-                        if d.how == "flight-recorder" and type(d.rank) is int][:1024]  # a node's word, bounded
-            await asyncio.to_thread(self.rec.save_stacks, rank, dumps)
+        flights = await take_stacks(self.backend, self.rec, [r for r in self.ranks if r not in self.lost])
         stuck = stuck_collectives(flights)
         if stuck and self.stalled is not None and "(flight recorder)" not in self.stalled:
             head, _, hint = self.stalled.partition("; every process may be waiting on one hung rank: ")
