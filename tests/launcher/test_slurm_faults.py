@@ -153,6 +153,11 @@ def test_a_requeue_is_a_new_attempt_that_resumes_from_the_newest_checkpoint(home
         slurm_module.run(["scontrol", "requeue", job])
         said = wait_said(home, run_id, "requeued by SLURM", timeout=90)
         _wait("the job waits again", lambda: slurm_module.jobs().get(job) == "PENDING")  # not while COMPLETING
+        # slurmd revoked the job's credential when the cut-short run ended, to the second: a credential
+        # issued in that same second is refused ("Job N already killed, do not launch batch job") and
+        # the job FAILS, which SLURM's own BeginTime hold of a requeued job avoids. Release it in the
+        # next second, not the one the requeue ended in.
+        time.sleep(1.1 - time.time() % 1)
         slurm_module.run(["scontrol", "update", f"jobid={job}", "StartTime=now"])
         out, _ = proc.communicate(timeout=180)
         assert proc.returncode == 0, out[-3000:]

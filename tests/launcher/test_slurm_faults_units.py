@@ -15,6 +15,7 @@ from launcher.backends.slurm.said import (
     parse_sacct_steps,
     requeue_words,
     sacct_words,
+    this_runs_output,
 )
 from launcher.backends.slurm.verdict import START_BOUND_S, judge, queued_words
 from launcher.workload.slurm import sbatch_line_problem
@@ -88,6 +89,19 @@ def test_the_requeue_reason_is_read_from_the_cut_short_run():
     assert requeue_words(REQUEUED_BY_OPERATOR) == "by an operator's scontrol requeue"
     assert requeue_words(NODE_FAIL) == "after NODE_FAIL on n1"
     assert requeue_words(KILLED) == ""
+
+
+@pytest.mark.parametrize("text, requeued_run, kept", [
+    (REQUEUED_BY_OPERATOR, True, False),  # the batch script never started again: the cut-short run's words
+    (NODE_FAIL, True, False),
+    (KILLED, True, True),  # the new run's own output (SLURM emptied the file when it started)
+    (REQUEUED_BY_OPERATOR, False, True),  # a job's first run: its words are its own
+    ("", True, True),
+])
+def test_a_requeued_run_is_not_blamed_on_the_run_it_replaced(text, requeued_run, kept):
+    assert this_runs_output(text, requeued_run) == (text if kept else "")
+    if not kept:
+        assert batch_output_cause(this_runs_output(text, requeued_run)) is None
 
 
 def test_sinfo_names_the_nodes_that_stopped_responding():

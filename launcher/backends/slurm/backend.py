@@ -254,14 +254,22 @@ class SlurmBackend(AgentFleet):
             dead_nodes,
             parse_sacct_steps,
             sacct_words,
+            this_runs_output,
         )
 
         job_id = self.jobs.get(self.attempt) if self.attempt is not None else None
         if job_id is None:
             return None
+        requeued_run = self.jobs.get(self.attempt - 1) == job_id
         try:
-            cause = batch_output_cause(await self._batch_output(job_id))
+            said = await self._batch_output(job_id)
+            cause = batch_output_cause(this_runs_output(said, requeued_run))
             if cause is None:
+                if requeued_run and said and not this_runs_output(said, requeued_run):
+                    return SchedulerCause(None, self.login_label, "launch",
+                                          f"SLURM did not start job {job_id}'s batch script again after the "
+                                          f"requeue (slurmd refused the launch: `scontrol show job {job_id}` "
+                                          "and slurmd's log on the job's first node say why)")
                 return None
             words = cause.words()
             status, out, _ = await self.ask(["sinfo", "--noheader", "-N", "-o", "%N|%T|%E"])

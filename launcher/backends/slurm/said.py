@@ -88,6 +88,13 @@ def batch_output_cause(text: str) -> Cause | None:
     return task or stepd
 
 
+def this_runs_output(text: str, requeued_run: bool) -> str:
+    """What of ``slurm-<job>.out`` this run of the job wrote. SLURM empties the file when a requeued job's
+    batch script starts again, so a requeued run whose file still says why the job was requeued never
+    started (slurmd refused to launch it): none of that text is this run's."""
+    return "" if requeued_run and requeue_words(text) else text
+
+
 def requeue_words(text: str) -> str:
     """Why SLURM requeued the job, from the output of the run it cut short (``JOB REQUEUE``: an operator;
     ``NODE FAILURE``; ``PREEMPTION``); empty when it does not say."""
