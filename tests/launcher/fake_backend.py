@@ -69,6 +69,7 @@ class FakeBackend:
                  prepare_error: str | None = None, running_attempt: int | None = None,
                  probe_facts: dict | None = None, cause: SchedulerCause | None = None) -> None:
         self.plan = plan
+        self.status_calls = 0
         self.cause = cause
         """What the scheduler says ended a failed attempt."""
         self.probe_facts = probe_facts
@@ -111,17 +112,23 @@ class FakeBackend:
 
     async def start(self, secrets: dict[str, str], attempt: int) -> None:
         self.calls.append(f"start {attempt}")
-        errors = []
+        errors = {}
         for rank, node in enumerate(self.nodes):
             if node.start_error:
-                errors.append(f"node {rank} (fake): {node.start_error}")
+                errors[rank] = f"node {rank} (fake): {node.start_error}"
                 continue
             node.started.append(attempt)
             node.attempt, node.running, node.polls = attempt, True, 0
-        if errors:
-            raise NodeError("; ".join(errors))
+        if errors:  # as the fleet says it: the node, where only one failed
+            raise NodeError("; ".join(errors.values()), next(iter(errors)) if len(errors) == 1 else None)
+
+    def poll_clock(self, per_poll_s: float = 0.01):
+        """A clock for the policy that moves ``per_poll_s`` with each status poll, not with the machine's
+        load: time-bound policies (timeouts, stalls) judged the same on a busy machine."""
+        return lambda: self.status_calls * per_poll_s
 
     async def status(self, rank: int) -> NodeStatus:
+        self.status_calls += 1
         node = self.nodes[rank]
         self._maybe_lose(rank)
         if node.absent:

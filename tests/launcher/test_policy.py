@@ -229,7 +229,7 @@ def test_a_run_that_stops_stepping_is_flagged_stalled_and_its_stacks_are_kept(tm
 
     settings = Settings(**{**FAST, "poll_s": 0.01, "stall_factor": 3.0, "stall_min_s": 0.2})
     policy = RunPolicy(backend, rec, settings, secrets=dict, cancel_requested=cancel,
-                       stacks_requested=stacks_requested)
+                       stacks_requested=stacks_requested, clock=backend.poll_clock())
     outcome = asyncio.run(asyncio.wait_for(policy.run(), 20))
     assert outcome.state == RunState.CANCELLED
     assert outcome.triage["signature"] == "stalled" and "stalled at step 5" in outcome.triage["summary"]
@@ -250,7 +250,9 @@ def test_a_queued_job_is_pending_then_running_and_its_timeout_counts_from_its_st
     nodes = [FakeNode(queued_polls={1: 30}, polls_before_exit=3), FakeNode(queued_polls={1: 30},
                                                                            polls_before_exit=3)]
     settings = Settings(**{**FAST, "poll_s": 0.01, "min_round_s": 0.01, "timeout_s": 0.25})
-    policy = RunPolicy(FakeBackend(plan, nodes), rec, settings, secrets=dict, cancel_requested=lambda: False)
+    backend = FakeBackend(plan, nodes)  # 60 polls queued: 0.6 s on the policy's clock
+    policy = RunPolicy(backend, rec, settings, secrets=dict, cancel_requested=lambda: False,
+                       clock=backend.poll_clock())
     assert asyncio.run(asyncio.wait_for(policy.run(), 10)).state == RunState.SUCCEEDED
     states = [(t[1], t[3]) for t in store.get_run(plan.run_id).transitions]
     pending = states.index(("pending", "queued (pending: Resources)"))

@@ -151,7 +151,8 @@ WIDE = [
          node_states={**dict.fromkeys(range(64), NodeState.STOPPED), 9: NodeState.LOST},
          detail="node 9 (fake): lost", stopped=True),
     Case("one node of 64 that cannot start is named", _wide(64, node_50=FakeNode(start_error="no torchrun")),
-         RunState.FAILED, detail="node 50 (fake): no torchrun", stopped=True),
+         RunState.FAILED, detail="node 50 (fake): no torchrun", stopped=True,
+         triage={"node_rank": 50, "signature": "launch"}),
 ]
 
 

@@ -51,8 +51,8 @@ class RunPolicy(NodeFollowing):
         self.started = False
         self.orphan: NodeStatus | None = None
         """The node judged orphaned (recorded as running, nothing records it), as it was judged."""
-        self.start_error: str | None = None
-        """Why the last attempt could not start on every node."""
+        self.start_error: NodeError | None = None
+        """Why the last attempt could not start on every node (naming the node, where it was one)."""
         self.node_error: tuple[int, str] | None = None
         """The first node whose agent said why its job ended (e.g. its disk filled): rank and words."""
         self.polled = asyncio.Event()
@@ -116,7 +116,7 @@ class RunPolicy(NodeFollowing):
                 if cause is not None:
                     triage = self.scheduler.cause_triage(triage, cause, self.exit_codes)
                 if triage.get("signature") is None and self.start_error:
-                    return await self._fail(self.start_error)
+                    return await self._fail(str(self.start_error), self.start_error.node_rank)
                 if self.stalled and triage.get("signature") in (None, "killed"):
                     triage = self._stalled_triage()
                 return Outcome(outcome.state, outcome.exit_code, triage)
@@ -174,7 +174,7 @@ class RunPolicy(NodeFollowing):
             try:
                 await self.backend.start(self.secrets(), self.rec.attempt)
             except NodeError as err:
-                self.start_error = str(err)
+                self.start_error = err
                 await self._stop_all()
                 self.rec.set_state(RunState.FAILED, str(err))
                 return Outcome(RunState.FAILED)
