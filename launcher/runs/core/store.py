@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import shutil
@@ -176,6 +177,20 @@ class RunStore:
             self._local.db = db
         return db
 
+    @contextlib.contextmanager
+    def _transaction(self, begin: str = "BEGIN IMMEDIATE"):
+        """Several statements as one: a reader sees all of them or none (the connection autocommits
+        each statement otherwise)."""
+        db = self._db()
+        db.execute(begin)
+        try:
+            yield db
+        except BaseException:
+            if db.in_transaction:  # a full disk may have rolled it back already
+                db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
     def _read_only(self) -> sqlite3.Connection:
         """The store as it is on disk, for reading, when WAL's shared-memory file cannot be made (a full
         or read-only disk, no writer attached): listing runs needs no room. Writes through it fail as
@@ -189,7 +204,7 @@ class RunStore:
         (directory / "nodes").mkdir(parents=True, exist_ok=True)
         (directory / "workload.yaml").write_text(resolved_yaml)
         params = plan.workload.parameters
-        with self._db() as db:
+        with self._transaction() as db:  # never a run without its nodes
             db.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", (
                 plan.run_id, plan.workload.experiment_name, RunState.PENDING.value, 1, len(plan.nodes),
                 json.dumps([n.host_display for n in plan.nodes]), None, None, None, None, None,
@@ -206,9 +221,7 @@ class RunStore:
         """A run's index rows as read back from its folder (:mod:`launcher.runs.core.rebuild`), in one
         transaction: a run is indexed whole or not at all."""
         s = summary
-        db = self._db()
-        db.execute("BEGIN")
-        try:
+        with self._transaction("BEGIN") as db:
             db.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", (
                 s.run_id, s.experiment, s.state.value, s.attempt, s.num_nodes, json.dumps(list(s.hosts)),
                 s.started_at, s.ended_at, s.last_loss, s.best_eval_loss, s.step, s.max_steps, s.workload_path,
@@ -217,10 +230,6 @@ class RunStore:
                            [(s.run_id, at, state.value, attempt, detail) for at, state, attempt, detail in transitions])
             db.executemany("INSERT INTO nodes VALUES (?,?,?,?,?,?,?)", [
                 (s.run_id, n.node_rank, n.host, n.node_dir, n.state.value, n.exit_code, n.detail) for n in nodes])
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
 
     @_guarded
     def set_state(self, run_id: str, state: RunState, attempt: int, detail: str = "",
@@ -230,19 +239,12 @@ class RunStore:
         One transaction: a reader never sees a final state without its ``ended_at`` (the connection
         autocommits each statement otherwise)."""
         now = time.time() if at is None else at
-        db = self._db()
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction() as db:
             db.execute("INSERT INTO transitions VALUES (?,?,?,?,?)", (run_id, now, state.value, attempt, detail))
             db.execute("UPDATE runs SET state=?, attempt=?, "
                        "started_at=CASE WHEN ? THEN COALESCE(started_at, ?) ELSE started_at END, "
                        "ended_at=CASE WHEN ? THEN ? ELSE ended_at END WHERE run_id=?",
                        (state.value, attempt, state == RunState.RUNNING, now, state.is_final, now, run_id))
-        except BaseException:
-            if db.in_transaction:  # a full disk may have rolled it back already
-                db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
 
     @_guarded
     def set_launcher(self, run_id: str, pid: int | None) -> None:
