@@ -66,20 +66,21 @@ def recorded_rows(record: RunRecord) -> list[NodeRow]:
 
 
 def _events(path: Path):
-    """``(when, event)`` for each line of the events file that this version reads."""
+    """``(when, event)`` for each line of the events file that this version reads, a line at a time (a
+    long run's file holds hundreds of megabytes of samples)."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = f.readlines()
+        f = open(path, encoding="utf-8", errors="replace")
     except FileNotFoundError:
         return
-    for line in lines:
-        try:
-            data = json.loads(line)
-            event = event_from_dict(data)
-        except (ValueError, KeyError, TypeError):
-            continue
-        if event is not None:
-            yield float(data.get("at") or 0.0), event
+    with f:
+        for line in f:
+            try:
+                data = json.loads(line)
+                event = event_from_dict(data)
+            except (ValueError, KeyError, TypeError):
+                continue
+            if event is not None:
+                yield float(data.get("at") or 0.0), event
 
 
 def _count_lines(path: Path) -> int:
