@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from trainer import nettest_pairs as _pairs
+from trainer.nettest_budget import Cut
 
 OPS = ("all_gather", "reduce_scatter", "all_reduce")
 SLOW_RATIO = _pairs.SLOW_RATIO
@@ -133,6 +134,8 @@ class Measured:
     model_params: int | None = None
     """The workload's model's parameters, where its config was readable on the nodes."""
     block_params: int | None = None
+    cuts: tuple[Cut, ...] = ()
+    """The sizes ``--quick``'s time budget cut or skipped, with the figure it judged by."""
 
     def scope(self, name: str) -> Scope | None:
         return next((s for s in self.scopes if s.name == name), None)
@@ -187,10 +190,12 @@ def decode(data: dict) -> Measured:
     for raw in data.get("scopes") or []:
         name = _text(raw.get("name"), "scope name")
         ranks = tuple(_int(r, f"{name} ranks") for r in raw.get("ranks") or [])
+        # A scope's own sizes where the budget cut one (older results: the test's sizes).
+        own = sizes if "sizes" not in raw else tuple(_int(s, f"{name} sizes") for s in _list(raw["sizes"], name))
         figures = []
         for op in OPS:
             per_size = (raw.get("ops") or {}).get(op) or []
-            for nbytes, times in zip(sizes, per_size, strict=False):
+            for nbytes, times in zip(own, per_size, strict=False):
                 med, lo, hi = _stats(times, f"{name} {op}")
                 figures.append(Figure(op, nbytes, med, lo, hi, len(ranks)))
         scopes.append(Scope(name, ranks, tuple(figures)))
@@ -207,7 +212,21 @@ def decode(data: dict) -> Measured:
                     _int(data.get("local_world_size"), "local_world_size"), sizes,
                     _int(data.get("iters"), "iters"), tuple(scopes), tuple(pairs), phases,
                     tuple(_num(t, "gemm_tflops") for t in data.get("gemm_tflops") or []),
-                    *_model(data.get("model")))
+                    *_model(data.get("model")), tuple(_cut(c) for c in data.get("cuts") or []))
+
+
+def _list(value, what: str) -> list:
+    if not isinstance(value, list):
+        raise BadResult(f"{what}: not a list")
+    return value
+
+
+def _cut(raw) -> Cut:
+    if not isinstance(raw, dict):
+        raise BadResult("cuts: not a mapping")
+    return Cut(_text(raw.get("scope"), "cut scope"), _int(raw.get("size"), "cut size"), _int(raw.get("kept"), "cut kept"),
+               _num(raw.get("busbw"), "cut busbw"), _num(raw.get("predicted_s"), "cut predicted_s"),
+               _num(raw.get("budget_s"), "cut budget_s"))
 
 
 def _model(raw) -> tuple[int | None, int | None]:

@@ -76,6 +76,33 @@ def pair_lines(m: Measured, nodes: tuple[str, ...]) -> list[str]:
             for p in m.pairs]
 
 
+def cut_lines(m: Measured, nodes: tuple[str, ...]) -> list[str]:
+    """What ``--quick``'s time budget cut, each size with the figure it judged by and what it would have
+    cost (a warm-up and the fewest timed runs of each collective)."""
+    labels = {"world": "whole world", "across_nodes": "across nodes", "pairs": "pairs of nodes"}
+    out = []
+    for c in m.cuts:
+        index = int(c.scope[4:]) if c.scope.startswith("node") and c.scope[4:].isdigit() else -1
+        label = labels.get(c.scope) or (f"inside {node_name(index, nodes)}" if index >= 0 else c.scope)
+        what = f"cut to {size(c.kept)}" if c.kept else "skipped"
+        out.append(f"{label}: {size(c.size)} {what}: at {rate(c.busbw)} it would take {c.predicted_s:.1f} s, "
+                   f"over the {c.budget_s:.1f} s left of the phase's budget")
+    return out
+
+
+def pair_bars(m: Measured) -> list[tuple[str, float]]:
+    """One bar per pair of nodes, ``("a-b", busbw)``: a pair measured twice (a slow link, again) shows the
+    figure the verdict counts, its better one, and says so in its label."""
+    best: dict[tuple[int, int], float] = {}
+    times: dict[tuple[int, int], int] = {}
+    for p in m.pairs:
+        key = (min(p.a, p.b), max(p.a, p.b))
+        best[key] = max(best.get(key, 0.0), p.busbw)
+        times[key] = times.get(key, 0) + 1
+    return [(f"{a}-{b}" + (f" (best of {times[(a, b)]})" if times[(a, b)] > 1 else ""), bw)
+            for (a, b), bw in best.items()]
+
+
 def headline(m: Measured) -> str:
     world = m.scope("world")
     ag = world.largest("all_gather") if world else None
@@ -99,5 +126,7 @@ def to_dict(m: Measured, nodes: tuple[str, ...], verdict: Verdict | None = None)
                     "findings": [{"kind": f.kind, "nodes": list(f.nodes), "busbw": f.busbw,
                                   "reference": f.reference, "ratio": round(f.ratio, 3)} for f in verdict.findings],
                     "text": verdict_lines(verdict, nodes)},
+        "cuts": [{"scope": c.scope, "size": c.size, "kept": c.kept, "busbw": c.busbw, "predicted_s": c.predicted_s,
+                  "budget_s": c.budget_s, "text": line} for c, line in zip(m.cuts, cut_lines(m, nodes), strict=True)],
         "phases_s": m.phases,
     }
