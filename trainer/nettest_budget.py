@@ -45,7 +45,7 @@ class Budget:
     world_s: float = 3.0
     across_s: float = 2.0
     inside_s: float = 2.0
-    pair_round_s: float = 1.0
+    pair_round_s: float = 0.75
     """One round of pairs (its pairs run at once, each within this)."""
     collectives: Iterations = Iterations(warmup=1, min_timed=2, max_timed=5)
     """The table's figures: a median of 2 is enough to read a bandwidth from."""

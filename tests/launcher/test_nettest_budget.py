@@ -123,7 +123,7 @@ def test_latency_makes_the_estimate_pessimistic_never_optimistic():
 
 @pytest.mark.parametrize(("busbw", "planned", "chosen"), [
     (400e6, 16 * MIB, 16 * MIB),   # fast: as planned
-    (25e6, 16 * MIB, 8 * MIB),     # 200 Mbit: 16 MiB x 0.5 / 25 MB/s x 4 runs = 1.3 s > 1 s; 8 MiB 0.67 s
+    (25e6, 16 * MIB, 8 * MIB),     # 200 Mbit: 16 MiB x 0.5 / 25 MB/s x 4 runs = 1.3 s > 0.75 s; 8 MiB 0.67 s
     (0.5e6, 16 * MIB, MIB),        # very slow: never under the first size, the pairs are needed
     (0.0, 16 * MIB, 16 * MIB),     # nothing to judge by: as planned
 ])
