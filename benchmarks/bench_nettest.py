@@ -10,9 +10,10 @@
 2. Three hosts at ``--rate`` Mbit: ``fsdp-tui nettest --quick --max-size 1`` from the process start to its
    verdict (issue floor: under 30 s), ``--repeat`` times, median and max.
 3. With ``--hosts N`` instead: N hosts (links unshaped unless ``--hosts-rate``), ``fsdp-tui nettest --quick``
-   as a user runs it (sizes 1 and 16 MiB), start to verdict, ``--repeat`` times, and where the time went:
-   the test run's own timeline (connect and ship, start the agents, the job, the end) and the job's phases
-   (importing torch, the rendezvous, each scope, each round of pairs).
+   as a user runs it (sizes 1 and 16 MiB within the time budget), start to verdict, ``--repeat`` times, and
+   where the time went: the test run's own timeline (connect and ship, start the agents, the job, the end),
+   the job's phases (importing torch, the rendezvous, each scope, each round of pairs) and what the budget
+   cut.
 
     .venv/bin/python benchmarks/bench_nettest.py [--rate 200] [--tcp-s 8] [--repeat 3]
     .venv/bin/python benchmarks/bench_nettest.py --hosts 16 [--hosts-rate 0] [--repeat 3]
@@ -177,6 +178,8 @@ def many_hosts(args) -> None:
                 print(f"  {wall:.1f} s (load average {load:.1f} -> {os.getloadavg()[0]:.1f}); {outside}; "
                       f"the run: {timeline(home, data['run_id'])}; the job: {data['phases_s']}; "
                       f"{len(data['pairs'])} pairs, {data['verdict']['text'][0][:60]}")
+                for cut in data.get("cuts", []):
+                    print(f"    budget: {cut['text']}")
             links = f"{args.hosts_rate} Mbit tbf" if args.hosts_rate else "unshaped veth"
             print(f"{args.hosts} hosts ({links}), --quick, start to verdict: median {statistics.median(walls):.1f} s, "
                   f"max {max(walls):.1f} s over {len(walls)} (goal: under 30 s)")
