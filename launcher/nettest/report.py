@@ -85,8 +85,10 @@ def cut_lines(m: Measured, nodes: tuple[str, ...]) -> list[str]:
         index = int(c.scope[4:]) if c.scope.startswith("node") and c.scope[4:].isdigit() else -1
         label = labels.get(c.scope) or (f"inside {node_name(index, nodes)}" if index >= 0 else c.scope)
         what = f"cut to {size(c.kept)}" if c.kept else "skipped"
+        budget = f"a round's budget of {c.budget_s:.2f} s" if c.scope == "pairs" else \
+            f"the {c.budget_s:.1f} s left of the phase's budget"
         out.append(f"{label}: {size(c.size)} {what}: at {rate(c.busbw)} it would take {c.predicted_s:.1f} s, "
-                   f"over the {c.budget_s:.1f} s left of the phase's budget")
+                   f"over {budget}")
     return out
 
 

@@ -210,8 +210,8 @@ def test_a_cut_is_decoded_and_said_in_the_report():
     lines = cut_lines(m, ("a", "b", "c"))
     assert lines == ["whole world: 16 MiB skipped: at 25.0 MB/s it would take 9.1 s, over the 2.3 s left of the "
                      "phase's budget",
-                     "pairs of nodes: 16 MiB cut to 8 MiB: at 25.0 MB/s it would take 1.3 s, over the 1.0 s left "
-                     "of the phase's budget"]
+                     "pairs of nodes: 16 MiB cut to 8 MiB: at 25.0 MB/s it would take 1.3 s, over a round's "
+                     "budget of 1.00 s"]
     assert [c["text"] for c in to_dict(m, ("a", "b", "c"))["cuts"]] == lines
     assert cut_lines(decode(result()), ("a", "b", "c")) == []  # an older result: no cuts, its own sizes
 
