@@ -284,7 +284,7 @@ def _run(args, torch, dist, device, deadline: Deadline, phases: dict[str, float]
                    for s, (name, _g, members) in enumerate(scopes)],
         "pairs": [{"round": r, "a": a, "b": b, "stage": stage, "bytes": pair_bytes, "times": pair_times[(r, a, b)]}
                   for r, a, b, stage in pairs],
-        "budget": _budget_result(budget, it, pair_it) if budget is not None else None,
+        "budget": budget.to_dict() if budget is not None else None,
         "cuts": [c.to_dict() for c in [*scope_cuts, *([pair_cut] if pair_cut else [])]],
         "gemm_tflops": [round(float(x), 2) for x in gemm] if device.type == "cuda" else [],
         "phases": {k: round(v, 3) for k, v in phases.items()},
@@ -298,13 +298,6 @@ def _scope_result(name: str, members: list[int], times, counts, measured) -> dic
     return {"name": name, "ranks": members, "sizes": [int(measured[z]) for z in slots],
             "ops": {op: [[float(x) for x in times[o, z, :int(counts[o, z])]] for z in slots]
                     for o, op in enumerate(OPS)}}
-
-
-def _budget_result(budget: _budget.Budget, it: _budget.Iterations, pair_it: _budget.Iterations) -> dict:
-    return {"world_s": budget.world_s, "across_s": budget.across_s, "inside_s": budget.inside_s,
-            "pair_round_s": budget.pair_round_s,
-            "collectives": {"warmup": it.warmup, "min": it.min_timed, "max": it.max_timed},
-            "pairs": {"warmup": pair_it.warmup, "min": pair_it.min_timed, "max": pair_it.max_timed}}
 
 
 def pieces_for(nbytes: int, backend: str) -> int:

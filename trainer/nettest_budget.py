@@ -58,6 +58,13 @@ class Budget:
             return self.world_s
         return self.across_s if scope == "across_nodes" else self.inside_s
 
+    def to_dict(self) -> dict:
+        """As the result states it."""
+        return {"world_s": self.world_s, "across_s": self.across_s, "inside_s": self.inside_s,
+                "pair_round_s": self.pair_round_s,
+                **{name: {"warmup": it.warmup, "min": it.min_timed, "max": it.max_timed}
+                   for name, it in (("collectives", self.collectives), ("pairs", self.pairs))}}
+
 
 QUICK = Budget()
 
