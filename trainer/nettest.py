@@ -247,8 +247,7 @@ def _run(args, torch, dist, device, deadline: Deadline, phases: dict[str, float]
         out = {}
         for i, (a, b) in enumerate(pairs):
             pair_times[(rnd, a, b)] = [float(x) for x in got[i, :int(count[i])]]
-            median = statistics.median(pair_times[(rnd, a, b)])
-            out[(a, b)] = pair_bytes / median * 0.5 if median > 0 else 0.0
+            out[(a, b)] = _pairs.pair_figure(pair_bytes, pair_times[(rnd, a, b)])
         return out
 
     pairs = _pairs.run_rounds(nnodes, measure)

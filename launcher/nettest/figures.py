@@ -79,10 +79,16 @@ class PairFigure:
     median_s: float
     stage: str = "neighbours"
     """``neighbours`` (each node with its ring neighbour) or ``tournament`` (suspects against fast nodes)."""
+    best_s: float | None = None
+    """The fastest timed run (``None``: the median stands for it)."""
+    runs: int = 0
 
     @property
     def busbw(self) -> float:
-        return self.nbytes / self.median_s * bus_factor("all_gather", 2) if self.median_s > 0 else 0.0
+        """The pair's figure, from its fastest run (``trainer.nettest_pairs.pair_figure``): a link is never
+        faster than it is, while any run can be slowed by a process that waited for a core."""
+        fastest = self.best_s if self.best_s is not None else self.median_s
+        return self.nbytes / fastest * bus_factor("all_gather", 2) if fastest > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -201,11 +207,11 @@ def decode(data: dict) -> Measured:
         scopes.append(Scope(name, ranks, tuple(figures)))
     pairs = []
     for raw in data.get("pairs") or []:
-        med, _lo, _hi = _stats(raw.get("times"), "pair times")
+        med, lo, _hi = _stats(raw.get("times"), "pair times")
         stage = _text(raw.get("stage", "neighbours"), "pair stage")
         pairs.append(PairFigure(_int(raw.get("a"), "pair a"), _int(raw.get("b"), "pair b"),
                                 _int(raw.get("round"), "pair round"), _int(raw.get("bytes"), "pair bytes"), med,
-                                stage))
+                                stage, lo, len(raw["times"])))
     phases = {_text(k, "phase"): _num(v, "phase time") for k, v in (data.get("phases") or {}).items()}
     return Measured(_text(data.get("backend"), "backend"), _text(data.get("device"), "device"),
                     _int(data.get("world_size"), "world_size"), _int(data.get("nnodes"), "nnodes"),

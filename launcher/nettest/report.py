@@ -48,7 +48,8 @@ def node_name(rank: int, nodes: tuple[str, ...]) -> str:
 
 def verdict_lines(verdict: Verdict, nodes: tuple[str, ...]) -> list[str]:
     """The verdict in words, with the rule it applied."""
-    rule = (f"(a pair is slow under {verdict.threshold:.2f}x the median of the fast pairs, those at "
+    rule = (f"(a pair's figure is its fastest run; a pair is slow under {verdict.threshold:.2f}x the median "
+            f"of the fast pairs, those at "
             f"{verdict.threshold:.2f}x the fastest or more; a node is slow when all its pairs are, one of them "
             "with a node that is fast elsewhere; a link, when one pair of two such nodes is, measured twice)")
     if verdict.note:
@@ -72,7 +73,7 @@ def verdict_lines(verdict: Verdict, nodes: tuple[str, ...]) -> list[str]:
 
 def pair_lines(m: Measured, nodes: tuple[str, ...]) -> list[str]:
     return [f"round {p.round + 1}{' (tournament)' if p.stage == 'tournament' else ''}: {node_name(p.a, nodes)} - "
-            f"{node_name(p.b, nodes)}: {rate(p.busbw)} ({size(p.nbytes)} all-gather, median {p.median_s * 1e3:.1f} ms)"
+            f"{node_name(p.b, nodes)}: {rate(p.busbw)} ({size(p.nbytes)} all-gather, {_runs(p)})"
             for p in m.pairs]
 
 
@@ -105,6 +106,12 @@ def pair_bars(m: Measured) -> list[tuple[str, float]]:
             for (a, b), bw in best.items()]
 
 
+def _runs(p) -> str:
+    if p.best_s is None:
+        return f"median {p.median_s * 1e3:.1f} ms"
+    return f"fastest of {p.runs} runs {p.best_s * 1e3:.1f} ms, median {p.median_s * 1e3:.1f} ms"
+
+
 def headline(m: Measured) -> str:
     world = m.scope("world")
     ag = world.largest("all_gather") if world else None
@@ -121,7 +128,7 @@ def to_dict(m: Measured, nodes: tuple[str, ...], verdict: Verdict | None = None)
         "figures": [{"scope": r.scope, "op": r.op, "bytes": r.nbytes, "median_s": r.median_s,
                      "spread": round(r.spread, 4), "algbw": r.algbw, "busbw": r.busbw} for r in rows(m, nodes)],
         "pairs": [{"a": p.a, "b": p.b, "round": p.round, "stage": p.stage, "bytes": p.nbytes,
-                   "median_s": p.median_s, "busbw": p.busbw} for p in m.pairs],
+                   "median_s": p.median_s, "best_s": p.best_s, "runs": p.runs, "busbw": p.busbw} for p in m.pairs],
         "verdict": {"threshold": verdict.threshold, "note": verdict.note,
                     "slow_nodes": [{"node": n, "host": nodes[n] if n < len(nodes) else ""}
                                    for n in verdict.slow_nodes],
