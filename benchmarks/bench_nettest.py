@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -180,6 +181,10 @@ def many_hosts(args) -> None:
                       f"{len(data['pairs'])} pairs, {data['verdict']['text'][0][:60]}")
                 for cut in data.get("cuts", []):
                     print(f"    budget: {cut['text']}")
+            if args.keep:  # every run's raw result, to re-judge later (runs' times per pair)
+                args.keep.mkdir(parents=True, exist_ok=True)
+                for record in (home / "nettests").glob("*.json"):
+                    shutil.copy(record, args.keep)
             links = f"{args.hosts_rate} Mbit tbf" if args.hosts_rate else "unshaped veth"
             print(f"{args.hosts} hosts ({links}), --quick, start to verdict: median {statistics.median(walls):.1f} s, "
                   f"max {max(walls):.1f} s over {len(walls)} (goal: under 30 s)")
@@ -207,6 +212,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--hosts", type=int, default=0, help="instead: time --quick on this many hosts")
     parser.add_argument("--hosts-rate", type=int, default=0, help="with --hosts: shape every link (Mbit; 0: no)")
+    parser.add_argument("--keep", type=Path, help="with --hosts: copy each test's record (its raw times) here")
     args = parser.parse_args()
     if args.hosts:
         many_hosts(args)
