@@ -218,7 +218,7 @@ def _run(args, torch, dist, device, deadline: Deadline, phases: dict[str, float]
         phases[phase] = time.monotonic() - t0
 
     pair_bytes, pair_cut = args.pair_bytes or sizes[-1], None
-    if cut and nnodes > 1:
+    if cut and nnodes > 1 and not args.pair_bytes:
         # The world's largest all-gather says how fast the slowest link is (every rank took part).
         w = runs["world"]
         ag = statistics.median(w.times["all_gather"][-1])
