@@ -10,9 +10,10 @@
 2. Three hosts at ``--rate`` Mbit: ``fsdp-tui nettest --quick --max-size 1`` from the process start to its
    verdict (issue floor: under 30 s), ``--repeat`` times, median and max.
 3. With ``--hosts N`` instead: N hosts (links unshaped unless ``--hosts-rate``), ``fsdp-tui nettest --quick``
-   as a user runs it (sizes 1 and 16 MiB), start to verdict, ``--repeat`` times, and where the time went:
-   the test run's own timeline (connect and ship, start the agents, the job, the end) and the job's phases
-   (importing torch, the rendezvous, each scope, each round of pairs).
+   as a user runs it (sizes 1 and 16 MiB within the time budget), start to verdict, ``--repeat`` times, and
+   where the time went: the test run's own timeline (connect and ship, start the agents, the job, the end),
+   the job's phases (importing torch, the rendezvous, each scope, each round of pairs) and what the budget
+   cut.
 
     .venv/bin/python benchmarks/bench_nettest.py [--rate 200] [--tcp-s 8] [--repeat 3]
     .venv/bin/python benchmarks/bench_nettest.py --hosts 16 [--hosts-rate 0] [--repeat 3]
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -177,6 +179,12 @@ def many_hosts(args) -> None:
                 print(f"  {wall:.1f} s (load average {load:.1f} -> {os.getloadavg()[0]:.1f}); {outside}; "
                       f"the run: {timeline(home, data['run_id'])}; the job: {data['phases_s']}; "
                       f"{len(data['pairs'])} pairs, {data['verdict']['text'][0][:60]}")
+                for cut in data.get("cuts", []):
+                    print(f"    budget: {cut['text']}")
+            if args.keep:  # every run's raw result, to re-judge later (runs' times per pair)
+                args.keep.mkdir(parents=True, exist_ok=True)
+                for record in (home / "nettests").glob("*.json"):
+                    shutil.copy(record, args.keep)
             links = f"{args.hosts_rate} Mbit tbf" if args.hosts_rate else "unshaped veth"
             print(f"{args.hosts} hosts ({links}), --quick, start to verdict: median {statistics.median(walls):.1f} s, "
                   f"max {max(walls):.1f} s over {len(walls)} (goal: under 30 s)")
@@ -204,6 +212,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--hosts", type=int, default=0, help="instead: time --quick on this many hosts")
     parser.add_argument("--hosts-rate", type=int, default=0, help="with --hosts: shape every link (Mbit; 0: no)")
+    parser.add_argument("--keep", type=Path, help="with --hosts: copy each test's record (its raw times) here")
     args = parser.parse_args()
     if args.hosts:
         many_hosts(args)

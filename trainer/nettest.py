@@ -3,8 +3,8 @@ all-gather, reduce-scatter and all-reduce per message size inside each node, acr
 node) and over the whole world, then pairs of nodes in parallel rounds, and rank 0 writes the raw times.
 
 Standard library and torch only (no launcher, no trainer imports): the launcher ships this file and
-``nettest_pairs.py`` (which pairs to measure, the same rules as the verdict) and ``nettest_health.py`` (the GPU
-health counters) in a code snapshot, so it also
+``nettest_pairs.py`` (which pairs to measure, the same rules as the verdict), ``nettest_budget.py`` (the
+``--quick`` time budget) and ``nettest_health.py`` (the GPU health counters) in a code snapshot, so it also
 runs where the built-in trainer is not installed. Bandwidths and the verdict
 are computed on the operator's side from the raw times (``launcher.nettest``). NCCL on GPUs, gloo on CPU.
 
@@ -27,9 +27,11 @@ import time
 from datetime import timedelta
 
 try:  # shipped beside this file on the nodes
+    import nettest_budget as _budget
     import nettest_health as _health
     import nettest_pairs as _pairs
 except ImportError:  # imported as part of the trainer package (the operator's side, tests)
+    from trainer import nettest_budget as _budget
     from trainer import nettest_health as _health
     from trainer import nettest_pairs as _pairs
 
@@ -125,31 +127,42 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nettest", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="fewer sizes and iterations")
+    p.add_argument("--quick", action="store_true", help="fewer sizes, and a time budget per phase that bounds "
+                   "the iterations and cuts a size the links are too slow for (nettest_budget.py)")
     p.add_argument("--max-bytes", type=int, default=0, help="the largest message (bytes; default: one "
                    "decoder block's all-gather where the model's config.json is readable here, else 256 MiB; "
                    "16 MiB with --quick)")
     p.add_argument("--pair-bytes", type=int, default=0, help="the pairs' message (default: the largest)")
-    p.add_argument("--iters", type=int, default=0, help="timed iterations per size (default 10, quick 3)")
-    p.add_argument("--warmup", type=int, default=0, help="untimed iterations first (default 2, quick 1)")
+    p.add_argument("--iters", type=int, default=0, help="timed iterations per size (default 10; with --quick "
+                   "the budget decides)")
+    p.add_argument("--warmup", type=int, default=0, help="untimed iterations first (default 2; --quick 1)")
     p.add_argument("--phase-deadline-s", type=float, default=120.0, help="the most one phase may take")
     p.add_argument("--cpu", action="store_true", help="gloo on CPU even where GPUs exist")
     p.add_argument("--out", default="", help="also write the result (rank 0) to this file")
     return p
 
 
+def _iterations(args) -> tuple[_budget.Budget | None, _budget.Iterations, _budget.Iterations]:
+    """The budget (``--quick`` only) and the iterations of the collectives and of the pairs."""
+    if args.quick:
+        b = _budget.QUICK
+        return b, b.collectives, b.pairs
+    fixed = _budget.Iterations(args.warmup or 2, args.iters or 10, args.iters or 10)
+    return None, fixed, fixed
+
+
 def _run(args, torch, dist, device, deadline: Deadline, phases: dict[str, float]) -> dict | None:
     rank, world = dist.get_rank(), dist.get_world_size()
     local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     nnodes = world // local
-    iters = args.iters or (3 if args.quick else 10)
-    warmup = args.warmup or (1 if args.quick else 2)
+    budget, it, pair_it = _iterations(args)
     model = model_shape(os.environ.get("HYPERPARAMETERS_PATH", ""))
     param_bytes = 2 if device.type == "cuda" else 4
     max_bytes = args.max_bytes or (QUICK_MAX_BYTES if args.quick else 0) or \
         (model["block_params"] * param_bytes if model else 0) or 256 * MIB
     sizes = sizes_for(max_bytes, args.quick)
-    pair_bytes = args.pair_bytes or sizes[-1]
+    # Sizes asked for by name (--max-bytes) are measured as asked; the budget still bounds the iterations.
+    cut = budget is not None and not args.max_bytes
 
     deadline.enter("groups")
     t0 = time.monotonic()
@@ -166,9 +179,16 @@ def _run(args, torch, dist, device, deadline: Deadline, phases: dict[str, float]
     for n, g in enumerate(node_groups):
         scopes.append((f"node{n}", g, list(range(n * local, (n + 1) * local))))
 
-    # Times are in one tensor that rank 0 fills in by a SUM over the world: no object collectives
-    # (they need numpy on every node). Slot [scope, op, size, iteration].
-    times = torch.zeros(len(scopes), len(OPS), len(sizes), iters, dtype=torch.float64)
+    # Rank 0 learns every scope's figures from tensors it fills by a SUM over the world, each scope's
+    # first member writing its own: no object collectives (they need numpy on every node). The times:
+    # slot [scope, op, size, iteration]; how many iterations ran in each, the sizes measured (a cut size
+    # in place of the planned one, 0: none) and what was cut: (1, kept, busbw, predicted s, budget s).
+    shape = (len(scopes), len(OPS), len(sizes))
+    times = torch.zeros(*shape, it.max_timed, dtype=torch.float64)
+    counts = torch.zeros(*shape, dtype=torch.float64)
+    measured = torch.zeros(len(scopes), len(sizes), dtype=torch.float64)
+    cuts = torch.zeros(len(scopes), len(sizes), 5, dtype=torch.float64)
+    runs: dict[str, _budget.ScopeRun] = {}
     # The nodes' own scopes share no rank: they run at once, as one phase.
     phase_of = {name: ("inside nodes" if name.startswith("node") else name) for name, _g, _m in scopes}
     for phase in dict.fromkeys(phase_of.values()):
@@ -177,14 +197,33 @@ def _run(args, torch, dist, device, deadline: Deadline, phases: dict[str, float]
         for s, (name, group, members) in enumerate(scopes):
             if phase_of[name] != phase or rank not in members:
                 continue
-            for o, op in enumerate(OPS):
-                for z, nbytes in enumerate(sizes):
-                    got = _time(torch, dist, device, op, nbytes, len(members), group, iters, warmup)
-                    if rank == members[0]:
-                        times[s, o, z] = got
+
+            def run_for(op: str, nbytes: int, group=group, members=members):
+                return _runner(torch, dist, device, op, nbytes, len(members), group)
+
+            got = _budget.measure_scope(sizes, OPS, run_for, it, budget.scope_s(name) if cut else None,
+                                        name, len(members))
+            runs[name] = got
+            if rank != members[0]:
+                continue
+            for z, nbytes in enumerate(got.sizes):
+                measured[s, z] = nbytes
+                for o, op in enumerate(OPS):
+                    counts[s, o, z] = len(got.times[op][z])
+                    times[s, o, z, :len(got.times[op][z])] = torch.tensor(got.times[op][z], dtype=torch.float64)
+            for c in got.cuts:
+                cuts[s, sizes.index(c.size)] = torch.tensor([1, c.kept, c.busbw, c.predicted_s, c.budget_s],
+                                                            dtype=torch.float64)
         dist.barrier()
         phases[phase] = time.monotonic() - t0
 
+    pair_bytes, pair_cut = args.pair_bytes or sizes[-1], None
+    if cut and nnodes > 1 and not args.pair_bytes:
+        # The world's largest all-gather says how fast the slowest link is (every rank took part).
+        w = runs["world"]
+        ag = statistics.median(w.times["all_gather"][-1])
+        busbw = w.sizes[-1] / ag * _budget.bus_factor("all_gather", world) if ag > 0 else 0.0
+        pair_bytes, pair_cut = _budget.pair_size(pair_bytes, sizes[0], busbw, pair_it, budget.pair_round_s)
     pair_times: dict[tuple[int, int, int], list[float]] = {}
 
     def measure(rnd: int, stage: str, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], float]:
@@ -193,19 +232,22 @@ def _run(args, torch, dist, device, deadline: Deadline, phases: dict[str, float]
         deadline.enter(name)
         t0 = time.monotonic()
         groups = [dist.new_group([a * local, b * local]) for a, b in pairs]
-        got = torch.zeros(len(pairs), iters, dtype=torch.float64)
+        got = torch.zeros(len(pairs), pair_it.max_timed, dtype=torch.float64)
+        count = torch.zeros(len(pairs), dtype=torch.float64)
         for i, (a, b) in enumerate(pairs):
             if rank in (a * local, b * local):
-                took = _time(torch, dist, device, "all_gather", pair_bytes, 2, groups[i], iters, warmup)
+                run_once = _runner(torch, dist, device, "all_gather", pair_bytes, 2, groups[i])
+                took = _budget.timed_runs(run_once, pair_it, _budget.Clock(),
+                                          budget.pair_round_s if cut else float("inf"))
                 if rank == a * local:
-                    got[i] = took
-        got = _reduced(dist, got, device)
+                    got[i, :len(took)] = torch.tensor(took, dtype=torch.float64)
+                    count[i] = len(took)
+        got, count = _reduced(dist, got, device), _reduced(dist, count, device)
         phases[name] = time.monotonic() - t0
         out = {}
         for i, (a, b) in enumerate(pairs):
-            pair_times[(rnd, a, b)] = [float(x) for x in got[i]]
-            median = statistics.median(pair_times[(rnd, a, b)])
-            out[(a, b)] = pair_bytes / median * 0.5 if median > 0 else 0.0
+            pair_times[(rnd, a, b)] = [float(x) for x in got[i, :int(count[i])]]
+            out[(a, b)] = _pairs.pair_figure(pair_bytes, pair_times[(rnd, a, b)])
         return out
 
     pairs = _pairs.run_rounds(nnodes, measure)
@@ -222,9 +264,12 @@ def _run(args, torch, dist, device, deadline: Deadline, phases: dict[str, float]
 
     deadline.enter("collect")
     # NCCL reduces only tensors on the GPU: the bookkeeping travels there and back.
-    times, gemm = (_reduced(dist, t, device) for t in (times, gemm))
+    times, counts, measured, cuts, gemm = (_reduced(dist, t, device) for t in (times, counts, measured, cuts, gemm))
     if rank != 0:
         return None
+    scope_cuts = [_budget.Cut(name, sizes[z], int(cuts[s, z, 1]), float(cuts[s, z, 2]), float(cuts[s, z, 3]),
+                              float(cuts[s, z, 4]))
+                  for s, (name, _g, _m) in enumerate(scopes) for z in range(len(sizes)) if cuts[s, z, 0] > 0]
     return {
         "version": 1,
         "backend": dist.get_backend(),
@@ -232,18 +277,26 @@ def _run(args, torch, dist, device, deadline: Deadline, phases: dict[str, float]
         "torch": torch.__version__,
         "host": platform.node(),
         "world_size": world, "nnodes": nnodes, "local_world_size": local,
-        "dtype": "float32", "iters": iters, "warmup": warmup, "sizes": sizes, "model": model,
+        "dtype": "float32", "iters": it.max_timed, "warmup": it.warmup, "sizes": sizes, "model": model,
         "pieces": [pieces_for(z, dist.get_backend()) for z in sizes],
-        "scopes": [{"name": name, "ranks": members,
-                    "ops": {op: [[float(x) for x in times[s, o, z]] for z in range(len(sizes))]
-                            for o, op in enumerate(OPS)}}
+        "scopes": [_scope_result(name, members, times[s], counts[s], measured[s])
                    for s, (name, _g, members) in enumerate(scopes)],
         "pairs": [{"round": r, "a": a, "b": b, "stage": stage, "bytes": pair_bytes, "times": pair_times[(r, a, b)]}
                   for r, a, b, stage in pairs],
+        "budget": budget.to_dict() if budget is not None else None,
+        "cuts": [c.to_dict() for c in [*scope_cuts, *([pair_cut] if pair_cut else [])]],
         "gemm_tflops": [round(float(x), 2) for x in gemm] if device.type == "cuda" else [],
         "phases": {k: round(v, 3) for k, v in phases.items()},
         "deadline_s": args.phase_deadline_s,
     }
+
+
+def _scope_result(name: str, members: list[int], times, counts, measured) -> dict:
+    """One scope as the result holds it: its sizes (as measured) and, per op and size, the timed runs."""
+    slots = [z for z in range(measured.shape[0]) if measured[z] > 0]
+    return {"name": name, "ranks": members, "sizes": [int(measured[z]) for z in slots],
+            "ops": {op: [[float(x) for x in times[o, z, :int(counts[o, z])]] for z in slots]
+                    for o, op in enumerate(OPS)}}
 
 
 def pieces_for(nbytes: int, backend: str) -> int:
@@ -257,10 +310,12 @@ def pieces_for(nbytes: int, backend: str) -> int:
     return max(1, min(GLOO_PIECES, nbytes // GLOO_PIECE_MIN))
 
 
-def _time(torch, dist, device, op: str, nbytes: int, n: int, group, iters: int, warmup: int):
-    """Seconds (a float64 tensor) per iteration of ``op`` on ``nbytes`` (the nccl-tests size: the gathered output of an
-    all-gather, the input of a reduce-scatter), the slowest member's time of each iteration. The message
-    goes as :func:`pieces_for` collectives at once, each on its own slice of the buffers."""
+def _runner(torch, dist, device, op: str, nbytes: int, n: int, group):
+    """Sets one collective up and gives the function that runs it once: ``op`` on ``nbytes`` (the
+    nccl-tests size: the gathered output of an all-gather, the input of a reduce-scatter) over ``n``
+    ranks, as :func:`pieces_for` collectives at once, each on its own slice of the buffers. A run's
+    time is the slowest member's, agreed on by a MAX over the group after each run (which also lines the
+    members up for the next), so that every member decides alike whether to run once more."""
     k = pieces_for(nbytes, dist.get_backend())
     count = max(n * k, (nbytes // 4) // (n * k) * (n * k))
     full = torch.ones(k, count // k, dtype=torch.float32, device=device)
@@ -275,21 +330,20 @@ def _time(torch, dist, device, op: str, nbytes: int, n: int, group, iters: int, 
         def one(i):
             return dist.all_reduce(full[i], group=group, async_op=True)
 
-    def call():
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    took = torch.zeros(1, dtype=torch.float64, device=device)
+    dist.barrier(group=group)
+
+    def run_once() -> float:
+        t0 = time.perf_counter()
         for work in [one(i) for i in range(k)]:
             work.wait()
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for _ in range(warmup):
-        call()
-    sync()
-    out = torch.zeros(iters, dtype=torch.float64)
-    for i in range(iters):
-        dist.barrier(group=group)
-        t0 = time.perf_counter()
-        call()
         sync()
-        out[i] = time.perf_counter() - t0
-    return _reduced(dist, out, device, dist.ReduceOp.MAX, group)
+        took.fill_(time.perf_counter() - t0)
+        dist.all_reduce(took, op=dist.ReduceOp.MAX, group=group)
+        return float(took.item())
+
+    return run_once
 
 
 def _reduced(dist, tensor, device, op=None, group=None):
@@ -360,4 +414,9 @@ def gemm_tflops(torch, device, n: int, iters: int = 10) -> float:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The result is written and printed: leave without the interpreter's teardown, which with torch and
+    # gloo loaded took seconds here (3 s with 4 ranks, 9 s with 16 on 2 cores) after the work was done.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -30,6 +30,14 @@ TOURNAMENT_ROUNDS = 4
 Pair = tuple[int, int]
 
 
+def pair_figure(nbytes: int, times: list[float]) -> float:
+    """A pair's figure: the all-gather bus bandwidth of its fastest timed run. A link is never faster than
+    it is, while any one run can be slowed by a process that waited for a core (on 16 hosts sharing 2
+    cores the runs of one pair varied 5-10x); a slow link or node is slow in every run."""
+    fastest = min(times)
+    return nbytes / fastest * 0.5 if fastest > 0 else 0.0
+
+
 def ring_pairs(nnodes: int) -> list[tuple[int, int, int]]:
     """``(round, a, b)``: each node with its ring neighbour, in at most three rounds where no node is in
     two pairs at once (even pairs, odd pairs, and the pair closing an odd ring)."""

@@ -27,7 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file", metavar="FILE", type=Path)
     add_set_option(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--quick", action="store_true", help="fewer sizes (1 and 16 MiB) and iterations")
+    p.add_argument("--quick", action="store_true", help="seconds, not minutes: sizes 1 and 16 MiB, and a time "
+                   "budget per phase that bounds the iterations and cuts or skips 16 MiB on slow links (said "
+                   "in the report); a --max-size is measured as given")
     p.add_argument("--params", type=float, metavar="N", help="model parameters (e.g. 8e9) for the FSDP estimate "
                    "(default: from the model's config.json where the nodes can read it)")
     p.add_argument("--max-size", type=float, metavar="MIB", help="the largest message in MiB (default: one "
@@ -108,9 +110,10 @@ def show(measured, nodes, run_id: str, plan, args, wall_s: float | None = None, 
 def render(measured, nodes, run_id, verdict, expectation, wall_s, burnin=()) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from launcher.nettest.figures import rate, size
-    from launcher.nettest.report import headline, pair_lines, rows, verdict_lines
+    from launcher.nettest.report import cut_lines, headline, pair_lines, rows, verdict_lines
 
     console = Console(highlight=False)
     console.print(f"[bold]nettest {run_id}[/]: {headline(measured)}")
@@ -122,6 +125,8 @@ def render(measured, nodes, run_id, verdict, expectation, wall_s, burnin=()) -> 
         table.add_row(r.scope, r.op.replace("_", "-"), size(r.nbytes), f"{r.median_s * 1e3:.2f} ms",
                       f"{r.spread:.0%}", rate(r.algbw), rate(r.busbw))
     console.print(table)
+    for line in cut_lines(measured, nodes):
+        console.print(Text(f"budget: {line}", style="yellow"))
     if measured.pairs:
         console.print("[bold]pairs of nodes[/] (one rank each, in parallel rounds)")
         for line in pair_lines(measured, nodes):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from trainer import nettest_pairs as _pairs
+from trainer.nettest_budget import Cut
 
 OPS = ("all_gather", "reduce_scatter", "all_reduce")
 SLOW_RATIO = _pairs.SLOW_RATIO
@@ -78,10 +79,16 @@ class PairFigure:
     median_s: float
     stage: str = "neighbours"
     """``neighbours`` (each node with its ring neighbour) or ``tournament`` (suspects against fast nodes)."""
+    best_s: float | None = None
+    """The fastest timed run (``None``: the median stands for it)."""
+    runs: int = 0
 
     @property
     def busbw(self) -> float:
-        return self.nbytes / self.median_s * bus_factor("all_gather", 2) if self.median_s > 0 else 0.0
+        """The pair's figure, from its fastest run (``trainer.nettest_pairs.pair_figure``): a link is never
+        faster than it is, while any run can be slowed by a process that waited for a core."""
+        fastest = self.best_s if self.best_s is not None else self.median_s
+        return self.nbytes / fastest * bus_factor("all_gather", 2) if fastest > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -133,6 +140,8 @@ class Measured:
     model_params: int | None = None
     """The workload's model's parameters, where its config was readable on the nodes."""
     block_params: int | None = None
+    cuts: tuple[Cut, ...] = ()
+    """The sizes ``--quick``'s time budget cut or skipped, with the figure it judged by."""
 
     def scope(self, name: str) -> Scope | None:
         return next((s for s in self.scopes if s.name == name), None)
@@ -187,27 +196,43 @@ def decode(data: dict) -> Measured:
     for raw in data.get("scopes") or []:
         name = _text(raw.get("name"), "scope name")
         ranks = tuple(_int(r, f"{name} ranks") for r in raw.get("ranks") or [])
+        # A scope's own sizes where the budget cut one (older results: the test's sizes).
+        own = sizes if "sizes" not in raw else tuple(_int(s, f"{name} sizes") for s in _list(raw["sizes"], name))
         figures = []
         for op in OPS:
             per_size = (raw.get("ops") or {}).get(op) or []
-            for nbytes, times in zip(sizes, per_size, strict=False):
+            for nbytes, times in zip(own, per_size, strict=False):
                 med, lo, hi = _stats(times, f"{name} {op}")
                 figures.append(Figure(op, nbytes, med, lo, hi, len(ranks)))
         scopes.append(Scope(name, ranks, tuple(figures)))
     pairs = []
     for raw in data.get("pairs") or []:
-        med, _lo, _hi = _stats(raw.get("times"), "pair times")
+        med, lo, _hi = _stats(raw.get("times"), "pair times")
         stage = _text(raw.get("stage", "neighbours"), "pair stage")
         pairs.append(PairFigure(_int(raw.get("a"), "pair a"), _int(raw.get("b"), "pair b"),
                                 _int(raw.get("round"), "pair round"), _int(raw.get("bytes"), "pair bytes"), med,
-                                stage))
+                                stage, lo, len(raw["times"])))
     phases = {_text(k, "phase"): _num(v, "phase time") for k, v in (data.get("phases") or {}).items()}
     return Measured(_text(data.get("backend"), "backend"), _text(data.get("device"), "device"),
                     _int(data.get("world_size"), "world_size"), _int(data.get("nnodes"), "nnodes"),
                     _int(data.get("local_world_size"), "local_world_size"), sizes,
                     _int(data.get("iters"), "iters"), tuple(scopes), tuple(pairs), phases,
                     tuple(_num(t, "gemm_tflops") for t in data.get("gemm_tflops") or []),
-                    *_model(data.get("model")))
+                    *_model(data.get("model")), tuple(_cut(c) for c in data.get("cuts") or []))
+
+
+def _list(value, what: str) -> list:
+    if not isinstance(value, list):
+        raise BadResult(f"{what}: not a list")
+    return value
+
+
+def _cut(raw) -> Cut:
+    if not isinstance(raw, dict):
+        raise BadResult("cuts: not a mapping")
+    return Cut(_text(raw.get("scope"), "cut scope"), _int(raw.get("size"), "cut size"), _int(raw.get("kept"), "cut kept"),
+               _num(raw.get("busbw"), "cut busbw"), _num(raw.get("predicted_s"), "cut predicted_s"),
+               _num(raw.get("budget_s"), "cut budget_s"))
 
 
 def _model(raw) -> tuple[int | None, int | None]:

@@ -48,7 +48,8 @@ def node_name(rank: int, nodes: tuple[str, ...]) -> str:
 
 def verdict_lines(verdict: Verdict, nodes: tuple[str, ...]) -> list[str]:
     """The verdict in words, with the rule it applied."""
-    rule = (f"(a pair is slow under {verdict.threshold:.2f}x the median of the fast pairs, those at "
+    rule = (f"(a pair's figure is its fastest run; a pair is slow under {verdict.threshold:.2f}x the median "
+            f"of the fast pairs, those at "
             f"{verdict.threshold:.2f}x the fastest or more; a node is slow when all its pairs are, one of them "
             "with a node that is fast elsewhere; a link, when one pair of two such nodes is, measured twice)")
     if verdict.note:
@@ -72,8 +73,43 @@ def verdict_lines(verdict: Verdict, nodes: tuple[str, ...]) -> list[str]:
 
 def pair_lines(m: Measured, nodes: tuple[str, ...]) -> list[str]:
     return [f"round {p.round + 1}{' (tournament)' if p.stage == 'tournament' else ''}: {node_name(p.a, nodes)} - "
-            f"{node_name(p.b, nodes)}: {rate(p.busbw)} ({size(p.nbytes)} all-gather, median {p.median_s * 1e3:.1f} ms)"
+            f"{node_name(p.b, nodes)}: {rate(p.busbw)} ({size(p.nbytes)} all-gather, {_runs(p)})"
             for p in m.pairs]
+
+
+def cut_lines(m: Measured, nodes: tuple[str, ...]) -> list[str]:
+    """What ``--quick``'s time budget cut, each size with the figure it judged by and what it would have
+    cost (a warm-up and the fewest timed runs of each collective)."""
+    labels = {"world": "whole world", "across_nodes": "across nodes", "pairs": "pairs of nodes"}
+    out = []
+    for c in m.cuts:
+        index = int(c.scope[4:]) if c.scope.startswith("node") and c.scope[4:].isdigit() else -1
+        label = labels.get(c.scope) or (f"inside {node_name(index, nodes)}" if index >= 0 else c.scope)
+        what = f"cut to {size(c.kept)}" if c.kept else "skipped"
+        budget = f"a round's budget of {c.budget_s:.2f} s" if c.scope == "pairs" else \
+            f"the {c.budget_s:.1f} s left of the phase's budget"
+        out.append(f"{label}: {size(c.size)} {what}: at {rate(c.busbw)} it would take {c.predicted_s:.1f} s, "
+                   f"over {budget}")
+    return out
+
+
+def pair_bars(m: Measured) -> list[tuple[str, float]]:
+    """One bar per pair of nodes, ``("a-b", busbw)``: a pair measured twice (a slow link, again) shows the
+    figure the verdict counts, its better one, and says so in its label."""
+    best: dict[tuple[int, int], float] = {}
+    times: dict[tuple[int, int], int] = {}
+    for p in m.pairs:
+        key = (min(p.a, p.b), max(p.a, p.b))
+        best[key] = max(best.get(key, 0.0), p.busbw)
+        times[key] = times.get(key, 0) + 1
+    return [(f"{a}-{b}" + (f" (best of {times[(a, b)]})" if times[(a, b)] > 1 else ""), bw)
+            for (a, b), bw in best.items()]
+
+
+def _runs(p) -> str:
+    if p.best_s is None:
+        return f"median {p.median_s * 1e3:.1f} ms"
+    return f"fastest of {p.runs} runs {p.best_s * 1e3:.1f} ms, median {p.median_s * 1e3:.1f} ms"
 
 
 def headline(m: Measured) -> str:
@@ -92,12 +128,14 @@ def to_dict(m: Measured, nodes: tuple[str, ...], verdict: Verdict | None = None)
         "figures": [{"scope": r.scope, "op": r.op, "bytes": r.nbytes, "median_s": r.median_s,
                      "spread": round(r.spread, 4), "algbw": r.algbw, "busbw": r.busbw} for r in rows(m, nodes)],
         "pairs": [{"a": p.a, "b": p.b, "round": p.round, "stage": p.stage, "bytes": p.nbytes,
-                   "median_s": p.median_s, "busbw": p.busbw} for p in m.pairs],
+                   "median_s": p.median_s, "best_s": p.best_s, "runs": p.runs, "busbw": p.busbw} for p in m.pairs],
         "verdict": {"threshold": verdict.threshold, "note": verdict.note,
                     "slow_nodes": [{"node": n, "host": nodes[n] if n < len(nodes) else ""}
                                    for n in verdict.slow_nodes],
                     "findings": [{"kind": f.kind, "nodes": list(f.nodes), "busbw": f.busbw,
                                   "reference": f.reference, "ratio": round(f.ratio, 3)} for f in verdict.findings],
                     "text": verdict_lines(verdict, nodes)},
+        "cuts": [{"scope": c.scope, "size": c.size, "kept": c.kept, "busbw": c.busbw, "predicted_s": c.predicted_s,
+                  "budget_s": c.budget_s, "text": line} for c, line in zip(m.cuts, cut_lines(m, nodes), strict=True)],
         "phases_s": m.phases,
     }

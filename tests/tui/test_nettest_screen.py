@@ -50,3 +50,25 @@ async def test_the_monitor_names_the_newest_test_of_its_nodes(home):
         await _wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen) and app.screen.sub_title)
         assert app.screen.sub_title.startswith("network (t-net): ")
         assert app.screen.sub_title.endswith("two nodes: one pair, nothing to compare it with")
+
+
+async def test_a_pair_measured_twice_is_one_bar_with_the_figure_the_verdict_counts(home):
+    """(1, 2) slow in the neighbour round and measured again in the tournament: one bar, labelled; what
+    the time budget cut is said under the headline."""
+    raw = result(nnodes=3, local=1, pair_s=(0.1, 0.5, 0.1))
+    raw["pairs"].append({"round": 3, "a": 1, "b": 2, "stage": "tournament", "bytes": 4 << 20,
+                         "times": [0.4, 0.4, 0.4]})
+    raw["cuts"] = [{"scope": "world", "size": 16 << 20, "kept": 0, "busbw": 25e6, "predicted_s": 9.1, "budget_s": 2.3}]
+    record = {"run_id": "t-twice", "state": "succeeded", "started_at": 1.0, "nodes": ["a", "b", "c"], "result": raw}
+    app = FsdpTuiApp(home)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        app.push_screen(NettestScreen(record=record))
+        await _wait_for(pilot, lambda: isinstance(app.screen, NettestScreen) and len(app.screen.query("PlotextPlot")) == 2)
+        await pilot.pause()
+        by_pair = app.screen.query("PlotextPlot")[1]
+        drawn = str(by_pair.render())
+        assert drawn.count("1-2") == 1 and "1-2 (best of 2)" in drawn
+        assert drawn.count("0-1") == 1 and drawn.count("0-2") == 1
+        status = str(app.screen.query_one("#nettest-status", Static).render())
+        assert "budget: whole world: 16 MiB skipped: at 25.0 MB/s it would take 9.1 s" in status

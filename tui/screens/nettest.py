@@ -16,7 +16,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Header, Label, Static
 
 from launcher.nettest.figures import Measured, judge_pairs, rate, size
-from launcher.nettest.report import headline, rows, verdict_lines
+from launcher.nettest.report import cut_lines, headline, pair_bars, rows, verdict_lines
 from tui.widgets.footer import FitFooter
 
 
@@ -56,7 +56,7 @@ class NettestScreen(Screen):
         yield Header()
         yield Label("interconnect self-test", id="nettest-title")
         with VerticalScroll():
-            yield Static("", id="nettest-status")
+            yield Static("", id="nettest-status", markup=False)
             yield DataTable(id="nettest-table", zebra_stripes=True, cursor_type="row")
             yield Static("", id="nettest-verdict")
             yield Horizontal(id="nettest-plots")
@@ -116,7 +116,7 @@ class NettestScreen(Screen):
             verdict_box.add_class("-slow")
             return
         m = message.measured
-        self._status(headline(m))
+        self._status("\n".join([headline(m), *(f"budget: {line}" for line in cut_lines(m, message.nodes))]))
         table = self.query_one(DataTable)
         table.clear()
         for r in rows(m, message.nodes):
@@ -142,8 +142,9 @@ class NettestScreen(Screen):
         if figures:
             by_size.plt.bar([size(f.nbytes) for f in figures], [f.busbw / 1e6 for f in figures])
         by_pair.plt.title("all-gather busbw (MB/s) per pair of nodes" if m.pairs else "one node: no pairs")
-        if m.pairs:
-            by_pair.plt.bar([f"{p.a}-{p.b}" for p in m.pairs], [p.busbw / 1e6 for p in m.pairs])
+        bars = pair_bars(m)
+        if bars:
+            by_pair.plt.bar([label for label, _bw in bars], [bw / 1e6 for _label, bw in bars])
 
     def action_back(self) -> None:
         self.app.pop_screen()
