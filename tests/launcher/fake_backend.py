@@ -70,6 +70,7 @@ class FakeBackend:
                  probe_facts: dict | None = None, cause: SchedulerCause | None = None) -> None:
         self.plan = plan
         self.status_calls = 0
+        self.status_calls_of: dict[int, int] = {}
         self.cause = cause
         """What the scheduler says ended a failed attempt."""
         self.probe_facts = probe_facts
@@ -122,13 +123,17 @@ class FakeBackend:
         if errors:  # as the fleet says it: the node, where only one failed
             raise NodeError("; ".join(errors.values()), next(iter(errors)) if len(errors) == 1 else None)
 
-    def poll_clock(self, per_poll_s: float = 0.01):
-        """A clock for the policy that moves ``per_poll_s`` with each status poll, not with the machine's
-        load: time-bound policies (timeouts, stalls) judged the same on a busy machine."""
-        return lambda: self.status_calls * per_poll_s
+    def poll_clock(self, per_poll_s: float = 0.01, rank: int | None = None):
+        """A clock for the policy that moves ``per_poll_s`` with each status poll (of node ``rank`` only,
+        when given: the node whose script the test times), not with the machine's load: time-bound
+        policies (timeouts, stalls) judged the same on a busy machine."""
+        if rank is None:
+            return lambda: self.status_calls * per_poll_s
+        return lambda: self.status_calls_of.get(rank, 0) * per_poll_s
 
     async def status(self, rank: int) -> NodeStatus:
         self.status_calls += 1
+        self.status_calls_of[rank] = self.status_calls_of.get(rank, 0) + 1
         node = self.nodes[rank]
         self._maybe_lose(rank)
         if node.absent:
