@@ -105,7 +105,8 @@ def test_a_stall_takes_the_dumps_by_itself_and_names_the_collective(tmp_path):
     rec = Recorder(store, plan.run_id, {0: "h0", 1: "h1"}, parse_logs=None)
     nodes = [FakeNode(exits={1: None}, hang_at_step=5), FakeNode(exits={1: None})]
     settings = Settings(**{**FAST, "poll_s": 0.01, "stall_factor": 3.0, "stall_min_s": 0.2})
-    policy = RunPolicy(Recorded(plan, nodes), rec, settings, secrets=dict,
+    backend = Recorded(plan, nodes)  # time moves with node 0's polls, one step each (see test_policy)
+    policy = RunPolicy(backend, rec, settings, secrets=dict, clock=backend.poll_clock(rank=0),
                        cancel_requested=lambda: "(flight recorder)" in (policy.stalled or "") or nodes[0].polls > 2000)
     outcome = asyncio.run(asyncio.wait_for(policy.run(), 30))
     said = "rank 3 (node 1) never entered all_reduce #6; ranks 0, 1 (node 0), 2 (node 1) wait in it (flight recorder)"
