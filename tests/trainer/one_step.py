@@ -1,6 +1,11 @@
-"""Under torchrun: one optimiser step from a fixed init with a given sharding; rank 0 saves the
-loss and the full parameters after the step to OUT (used to check that strategies agree)."""
+"""Under torchrun: one optimiser step from a fixed init with each given sharding, one after the other in
+the same processes; rank 0 saves the loss and the full parameters after the step to
+``OUT_PREFIX-<sharding>-<offload>.pt`` (used to check that strategies agree).
 
+    one_step.py MODEL_DIR OUT_PREFIX SHARDING:OFFLOAD [SHARDING:OFFLOAD ...]
+"""
+
+import json
 import sys
 
 import torch
@@ -11,29 +16,31 @@ from trainer import model, optim, parallel, train
 from trainer.config import FsdpConfig, ModelConfig, OptimConfig
 from trainer.data import Tokenize, collate, pack
 
-model_dir, sharding, offload, out = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4]
+model_dir, prefix, configs = sys.argv[1], sys.argv[2], sys.argv[3:]
 d = parallel.init_distributed()
 mcfg = ModelConfig(from_scratch=True)
 tok = model.load_tokenizer(model_dir, mcfg)
-net = model.load_model(model_dir, mcfg, seed=0)
-fsdp = FsdpConfig(sharding=sharding, cpu_offload=offload, replicate_degree=2 if sharding == "hybrid_shard" else None)
-net = parallel.shard_model(net, fsdp, d)
-# Adam's first step is lr * sign(g) where |g| >> eps: rounding-level differences in near-zero gradients
-# (another reduction order) would flip whole updates. A large eps keeps the update proportional to
-# the gradient, so the comparison sees what sharding changes: the gradients and the step.
-opt = optim.build_optimizer(net, 1e-2, OptimConfig(eps=1e-3), d.device)
-sched = optim.build_scheduler(opt, 10, OptimConfig(schedule="constant"))
-import json  # noqa: E402
-
 with open("trainer/data/tiny_alpaca.jsonl") as f:
     rows = [json.loads(line) for line in f.readlines()[:64]]
 t = Tokenize(tok, "alpaca", 64, True)
 packed = pack([t(r) for r in rows], 64, tok.pad_token_id)
 # The same global batch on every world size: rank r takes rows r, r+W, ... of the first 8.
 mine = [packed[i] for i in range(8) if i % d.world == d.rank]
-loss, _, _, _ = train.train_step(net, opt, sched, [collate(mine, tok.pad_token_id)], d.device, 1.0, d.world)
-state = get_model_state_dict(net, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-if d.is_main:
-    torch.save({"loss": loss, "params": state}, out)
-dist.barrier()
+
+for config in configs:
+    sharding, offload = config.split(":")[0], config.split(":")[1] == "1"
+    net = model.load_model(model_dir, mcfg, seed=0)
+    fsdp = FsdpConfig(sharding=sharding, cpu_offload=offload,
+                      replicate_degree=2 if sharding == "hybrid_shard" else None)
+    net = parallel.shard_model(net, fsdp, d)
+    # Adam's first step is lr * sign(g) where |g| >> eps: rounding-level differences in near-zero
+    # gradients (another reduction order) would flip whole updates. A large eps keeps the update
+    # proportional to the gradient, so the comparison sees what sharding changes: the gradients and the step.
+    opt = optim.build_optimizer(net, 1e-2, OptimConfig(eps=1e-3), d.device)
+    sched = optim.build_scheduler(opt, 10, OptimConfig(schedule="constant"))
+    loss, _, _, _ = train.train_step(net, opt, sched, [collate(mine, tok.pad_token_id)], d.device, 1.0, d.world)
+    state = get_model_state_dict(net, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if d.is_main:
+        torch.save({"loss": loss, "params": state}, f"{prefix}-{sharding}-{int(offload)}.pt")
+    dist.barrier()
 dist.destroy_process_group()

@@ -99,23 +99,25 @@ def _kill_tagged(tag: str) -> list[int]:
     return pids
 
 
-def _one_step(tmp: Path, model_dir: Path, sharding: str, offload: bool, nproc: int) -> dict:
-    out_file = tmp / f"{sharding}-{int(offload)}-{nproc}.pt"
+def _one_step(tmp: Path, model_dir: Path, nproc: int, *configs: str) -> dict:
+    """``configs``: ``sharding:offload``, each one step in the same torchrun job of ``nproc`` ranks."""
+    prefix = tmp / f"w{nproc}"
     script = str(Path(__file__).with_name("one_step.py"))
-    out = subprocess.run(torchrun_argv(nproc, script, str(model_dir), sharding, "1" if offload else "0",
-                                       str(out_file)), cwd=ROOT, env=trainer_env(tmp), capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(torchrun_argv(nproc, script, str(model_dir), str(prefix), *configs), cwd=ROOT,
+                         env=trainer_env(tmp), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    return torch.load(out_file)
+    return {c: torch.load(f"{prefix}-{c.replace(':', '-')}.pt") for c in configs}
 
 
 def test_sharding_strategies_agree_after_one_step(tmp_path, tiny_model_dir):
+    two = _one_step(tmp_path, tiny_model_dir, 2, "no_shard:0", "full_shard:0", "shard_grad_op:0", "full_shard:1")
+    four = _one_step(tmp_path, tiny_model_dir, 4, "hybrid_shard:0")
     runs = {
-        "no_shard": _one_step(tmp_path, tiny_model_dir, "no_shard", False, 2),
-        "full_shard": _one_step(tmp_path, tiny_model_dir, "full_shard", False, 2),
-        "shard_grad_op": _one_step(tmp_path, tiny_model_dir, "shard_grad_op", False, 2),
-        "hybrid_shard 2x2": _one_step(tmp_path, tiny_model_dir, "hybrid_shard", False, 4),
-        "full_shard + offload": _one_step(tmp_path, tiny_model_dir, "full_shard", True, 2),
+        "no_shard": two["no_shard:0"],
+        "full_shard": two["full_shard:0"],
+        "shard_grad_op": two["shard_grad_op:0"],
+        "hybrid_shard 2x2": four["hybrid_shard:0"],
+        "full_shard + offload": two["full_shard:1"],
     }
     ref = runs.pop("no_shard")
     for name, run in runs.items():
