@@ -11,6 +11,7 @@ from rich.text import Text
 from textual._segment_tools import line_crop
 from textual.strip import Strip
 from textual.widgets import DataTable
+from textual.widgets.data_table import RowKey
 
 
 class RowTable(DataTable):
@@ -38,6 +39,9 @@ class RowTable(DataTable):
         self._kept_lines: dict[tuple, Strip] = {}
         self._looks: dict[tuple, tuple[Style, Style, Style]] = {}
         self._cell_styles: dict[tuple, tuple[Style, Style]] = {}
+        self._versions: dict[object, int] = {}
+        """Each row's version: a new one whenever a cell of it is written (its kept line's key)."""
+        self._version = 0
         super().__init__(**kwargs)
 
     def _render_line(self, y: int, x1: int, x2: int, base_style: Style) -> Strip:
@@ -51,16 +55,17 @@ class RowTable(DataTable):
         row_index = self._row_locations.get(row_key)
         cursor = self.show_cursor and self.cursor_coordinate.row == row_index
         hover = self.show_cursor and self._show_hover_cursor and self.hover_coordinate.row == row_index
-        cells = tuple(self._data[row_key].values())
-        look = (base_style, self.cursor_type, self.zebra_stripes, self.cell_padding, self._pseudo_class_state,
+        pad = self.cell_padding
+        look = (base_style, self.cursor_type, self.zebra_stripes, pad, self._pseudo_class_state,
                 self.app.theme, self.cursor_foreground_priority, self.cursor_background_priority)
-        widths = tuple(column.get_render_width(self) for column in self.ordered_columns)
-        key = (row_index, line_no, tuple((c.plain, str(c.style)) for c in cells), widths, x1, x2,
-               self.size.width, cursor, hover, look)
+        widths = tuple((c.content_width if c.auto_width else c.width) + 2 * pad for c in self.ordered_columns)
+        key = (self._versions.get(row_key), row_index, line_no, widths, x1, x2, self.size.width, cursor, hover,
+               look)
         strip = self._kept_lines.get(key)
         if strip is None:
             if len(self._kept_lines) >= self.KEPT_LINES:
                 self._kept_lines.clear()
+            cells = tuple(self._data[row_key].values())
             strip = self._plain_line(row_index, line_no, cells, widths, x1, x2, base_style, cursor, hover, look)
             if strip is None:
                 strip = super()._render_line(y, x1, x2, base_style)
@@ -136,6 +141,15 @@ class RowTable(DataTable):
         if room - len(text) + pad:
             line.append(Segment(" " * (room - len(text) + pad), blank))
         return line
+
+    def add_row(self, *cells, **kwargs) -> RowKey:
+        row_key = super().add_row(*cells, **kwargs)
+        self._versions[row_key] = self._version = self._version + 1
+        return row_key
+
+    def update_cell(self, row_key, column_key, value, *, update_width: bool = False) -> None:
+        super().update_cell(row_key, column_key, value, update_width=update_width)
+        self._versions[RowKey(row_key) if isinstance(row_key, str) else row_key] = self._version = self._version + 1
 
     def notify_style_update(self) -> None:
         self._looks.clear()
