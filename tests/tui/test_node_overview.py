@@ -258,3 +258,35 @@ async def test_overview_cells_drawn_as_segments_match_datatables_own():
                 RowTable.PLAIN = True
             assert "no output for 60 s" in "".join(ch for ch, _ in ours[3])
             assert ours == theirs
+
+
+async def test_overview_header_follows_columns_that_widen():
+    """A column widened after its header was drawn (DataTable measures cells when idle, and a frame may
+    come first) draws its header at the new width: DataTable keeps drawn lines by an update counter that
+    widening leaves alone, so the header kept its old widths while the rows below had the new ones (the
+    64-node snapshot differed now and then under load)."""
+    from textual.app import App
+
+    from launcher.runs.read.nodes import NodeRow
+
+    def rows(host: str) -> list[NodeRow]:
+        return [NodeRow(n, f"{host}{n}", "running", None, 10, 1.0, 0.0, 90.0, 900.0, None, None, None)
+                for n in range(3)]
+
+    class Bare(App):
+        def compose(self):
+            yield NodeOverview()
+
+    app = Bare()
+    async with app.run_test(size=(150, 10)) as pilot:
+        overview = app.query_one(NodeOverview)
+        table = overview.table
+        overview.show(rows("h"))
+        await pilot.pause()
+        overview.show(rows("a-much-longer-host-name-"))
+        table.render_line(0)  # a frame before the table measured its new cells
+        await pilot.pause()
+        header = list(table.render_line(0))
+        table._clear_caches()
+        assert header == list(table.render_line(0))
+        assert "".join(s.text for s in header).index("state") > len("a-much-longer-host-name-2")

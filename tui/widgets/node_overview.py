@@ -135,7 +135,10 @@ class NodeOverview(Vertical):
                 styled = self._styled(texts, node in odd)
                 for i, text in enumerate(texts):
                     if before is None or before[i] != text or i < 2:
-                        table.update_cell(str(node), str(i), styled[i])
+                        # DataTable measures an updated cell only when asked (then a narrower one
+                        # measures the whole column): ask when the text is wider than its column.
+                        wider = len(text) > table.ordered_columns[i].content_width
+                        table.update_cell(str(node), str(i), styled[i], update_width=wider)
                 self.shown[node] = texts
         self._say(len(rows), len(picked), sum(1 for r in rows if r.odd))
 

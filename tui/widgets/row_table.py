@@ -42,6 +42,7 @@ class RowTable(DataTable):
         self._versions: dict[object, int] = {}
         """Each row's version: a new one whenever a cell of it is written (its kept line's key)."""
         self._version = 0
+        self._widths_before: list[int] | None = None
         super().__init__(**kwargs)
 
     def _render_line(self, y: int, x1: int, x2: int, base_style: Style) -> Strip:
@@ -150,6 +151,26 @@ class RowTable(DataTable):
     def update_cell(self, row_key, column_key, value, *, update_width: bool = False) -> None:
         super().update_cell(row_key, column_key, value, update_width=update_width)
         self._versions[RowKey(row_key) if isinstance(row_key, str) else row_key] = self._version = self._version + 1
+
+    def _update_column_widths(self, updated_cells) -> None:
+        if self._widths_before is None:
+            self._widths_before = self._content_widths()
+        super()._update_column_widths(updated_cells)
+
+    def _update_dimensions(self, new_rows) -> None:
+        """Measuring cells (when idle) may widen columns after a frame drew the header: DataTable keeps
+        drawn lines by an update counter that this leaves alone, so the header kept its old widths."""
+        before = self._widths_before or self._content_widths()
+        self._widths_before = None
+        super()._update_dimensions(new_rows)
+        if self._content_widths() != before:
+            self._line_cache.clear()
+            self._row_render_cache.clear()
+            self._cell_render_cache.clear()
+            self.refresh()
+
+    def _content_widths(self) -> list[int]:
+        return [column.content_width for column in self.ordered_columns]
 
     def notify_style_update(self) -> None:
         self._looks.clear()
