@@ -13,7 +13,8 @@ was imported.
 every ``--gap`` seconds, cycle through a mix of what a user does while watching a run (``--keys`` to
 choose): past 8 nodes (the overview) moving in the table, opening a node's pane (``enter``), scrolling
 it with following off (``f``), back (``escape``), the merged view (``m``) and a page up in it; at 8
-nodes scrolling a pane, the next pane (``tab``), the merged view, the overview (``o``) and a node from it.
+nodes scrolling a pane, the next pane (``tab``), the merged view, the overview (``o``) and a node from
+it. Logs are scrolled with following off (a followed log goes back to its end with the next lines).
 Each key's frame is the first one drawn after what it changes changed: the view (``m``, ``o``,
 ``enter``, ``escape``, ``f``, ``tab``), the cursor of the focused table or the scroll position of the
 focused log (arrows, ``pageup``, ``pagedown``).
@@ -36,9 +37,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FRAME_DEADLINE_S = 10.0
 """A key whose frame has not come by then means a stuck or crashed app, not a latency."""
-OVERVIEW_KEYS = "down down up up enter f pageup pageup pagedown f escape m pageup m"
+OVERVIEW_KEYS = "down down up up enter f pageup pageup pagedown f escape m f pageup f m"
 """Past 8 nodes (the app opens on the overview): each cycle ends where it began."""
-PANES_KEYS = "f pageup pageup pagedown up down f tab m pageup m o down up enter escape o"
+PANES_KEYS = "f pageup pageup pagedown up down f tab m f pageup f m o down up enter escape o"
 """Up to 8 nodes (the app opens on the panes, the first one focused)."""
 
 
