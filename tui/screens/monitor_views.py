@@ -78,18 +78,7 @@ class MonitorViews:
                 pane.display = not pane.display
         shown = [self.alone] if self.alone is not None else range(self.num_nodes)
         unmounted = [self.panes[rank] for rank in shown if self.panes[rank].parent is None] if grid.display else []
-        if unmounted:
-            self.run_worker(self._settle(grid, unmounted, then), group="layout")
-            return
-        # Focus now, so that the frame this key causes is drawn focused (drawn once, not blurred and
-        # then again focused); sizes are known once that frame is laid out.
-        self.focus_logs()
-        self.call_after_refresh(self._fitted, then)
-
-    def _fitted(self, then) -> None:
-        self.fit_panes()
-        if then is not None:
-            then()
+        self.run_worker(self._settle(grid, unmounted, then), group="layout")
 
     async def _settle(self, grid: Grid, unmounted: list[NodeLog], then) -> None:
         """Mount the panes shown for the first time (in node order), then focus and fit what is shown."""
@@ -102,12 +91,11 @@ class MonitorViews:
             then()
 
     def focus_logs(self) -> None:
-        """Keys such as ``end`` and ``pageup`` go to a pane that is shown (never to a hidden one). Focus
-        moves at once (``Widget.focus`` waits for the next turn of the loop, after a frame may be drawn)."""
+        """Keys such as ``end`` and ``pageup`` go to a pane that is shown (never to a hidden one)."""
         if self.overview_shown:
-            self.set_focus(self.query_one(NodeOverview).table)
+            self.query_one(NodeOverview).table.focus()
             return
-        self.set_focus(self.pane(-1 if self.merged else self.alone or 0).log)
+        self.pane(-1 if self.merged else self.alone or 0).log.focus()
 
     def action_filter(self) -> None:
         self.add_class("-filtering")
