@@ -21,10 +21,10 @@ class RowTable(DataTable):
     counter), and draws each cell through Rich's ``Padding`` and ``Styled`` (~0.1 ms a cell here), so
     each 2 Hz update of a few figures, and every time the overview is shown again (focus restyles the
     table), drew all visible cells of all rows: 60 rows x 14 cells, 50-120 ms a frame that keys waited
-    behind. Here a row's line and each cell are kept by what they show (text, style, place, widths,
-    highlight, focus, theme), and a cell or row not kept is built from segments with the styles
-    DataTable would give it (a test compares both renderings). The header, and any table that is not
-    one plain line per row, is drawn by DataTable itself.
+    behind. Here a row's line is kept until a cell of that row is written (or its place, the widths, the
+    highlight, focus or theme change), each cell by its text and style, and a cell or row not kept is
+    built from segments with the styles DataTable would give it (a test compares both renderings). The
+    header, and any table that is not one plain line per row, is drawn by DataTable itself.
     """
 
     KEPT_CELLS = 8_000
