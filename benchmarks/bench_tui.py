@@ -1,21 +1,30 @@
 """The app under load: N nodes (8 panes, or past 8 the node overview) streaming lines while keys are pressed.
 
-Reports p50/p95 key-to-screen latency (a key event posted as a terminal's would be, until the first
-frame rendered after its action ran),
-the app's CPU use and peak memory; then the time from ``fsdp-tui`` start to its first screen in a
-real terminal (tmux), and whether torch was imported.
+Reports key-to-screen latency (a key event posted as a terminal's would be, until the first frame
+rendered with what the key changed), p50/p95 overall and per key, the app's CPU use and peak memory;
+then the time from ``fsdp-tui`` start to its first screen in a real terminal (tmux), and whether torch
+was imported.
 
     .venv/bin/python benchmarks/bench_tui.py [--seconds 60] [--rate 5000] [--nodes 8]
-    .venv/bin/python benchmarks/bench_tui.py --nodes 8 64 --total-rate 50000 --seconds 30   (side by side)
+    .venv/bin/python benchmarks/bench_tui.py --nodes 8 64 --total-rate 50000 --seconds 20 --no-start
+    .venv/bin/python benchmarks/bench_tui.py --nodes 64 --keys m        (only the view toggle, as before)
 
-``--total-rate`` splits that many lines/s over the nodes (``--rate`` is per node). The key pressed is ``m``
-(the merged view and back: panes at 8 nodes, the overview at 64).
+``--total-rate`` splits that many lines/s over the nodes (``--rate`` is per node). The keys pressed, one
+every ``--gap`` seconds, cycle through a mix of what a user does while watching a run (``--keys`` to
+choose): past 8 nodes (the overview) moving in the table, opening a node's pane (``enter``), scrolling
+it with following off (``f``), back (``escape``), the merged view (``m``) and a page up in it; at 8
+nodes scrolling a pane, the next pane (``tab``), the merged view, the overview (``o``) and a node from
+it. Logs are scrolled with following off (a followed log goes back to its end with the next lines).
+Each key's frame is the first one drawn after what it changes changed: the view (``m``, ``o``,
+``enter``, ``escape``, ``f``, ``tab``), the cursor of the focused table or the scroll position of the
+focused log (arrows, ``pageup``, ``pagedown``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import resource
 import shutil
 import statistics
@@ -28,6 +37,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FRAME_DEADLINE_S = 10.0
 """A key whose frame has not come by then means a stuck or crashed app, not a latency."""
+OVERVIEW_KEYS = "down down up up enter f pageup pageup pagedown f escape m f pageup f m"
+"""Past 8 nodes (the app opens on the overview): each cycle ends where it began."""
+PANES_KEYS = "f pageup pageup pagedown up down f tab m f pageup f m o down up enter escape o"
+"""Up to 8 nodes (the app opens on the panes, the first one focused)."""
 
 
 class SyntheticHandle:
@@ -60,7 +73,41 @@ class SyntheticHandle:
         pass
 
 
-async def load_test(seconds: float, rate: int, nodes: int) -> None:
+KEY_CHARACTERS = {"m": "m", "o": "o", "f": "f", "enter": "\r", "escape": "\x1b", "tab": "\t"}
+
+
+def what_changes(screen, key: str):
+    """(what the key changes, as a function of the screen; whether a value seen in a frame shows it).
+
+    Arrows and pages move the focused table's cursor or scroll the focused log, in their direction (a
+    followed log also scrolls by itself, down); every other key changes the view or the focus."""
+    from textual.widgets import DataTable
+
+    if key in ("up", "down", "pageup", "pagedown"):
+        widget = screen.focused
+        if isinstance(widget, DataTable):
+            def value():
+                return widget.cursor_row
+        else:
+            def value():
+                return widget.scroll_y
+        if key in ("up", "pageup"):
+            return value, lambda before, now: now < before
+        return value, lambda before, now: now > before
+
+    def view():
+        return screen.merged, screen.overview_shown, screen.alone, screen.follow, screen.focused
+
+    return view, lambda before, now: now != before
+
+
+def percentiles(ms: list[float]) -> str:
+    ms = sorted(ms)
+    return (f"p50 {statistics.median(ms):.1f} ms, p95 {ms[math.ceil(len(ms) * 0.95) - 1]:.1f} ms, "
+            f"max {ms[-1]:.1f} ms ({len(ms)})")
+
+
+async def load_test(seconds: float, rate: int, nodes: int, keys: str | None = None, gap: float = 0.25) -> None:
     from textual import events
 
     from launcher.runs.core.store import RunStore
@@ -81,48 +128,70 @@ async def load_test(seconds: float, rate: int, nodes: int) -> None:
         handle = SyntheticHandle("bench-run", nodes, rate, seconds)
         app = FsdpTuiApp(home)
         latencies = []
+        parts = []
+        """(key, its frame's layout and drawing in ms, the time from the key to that frame's start in ms)."""
         async with app.run_test(size=(250, 70)) as pilot:
             await pilot.pause()
             app.push_screen(RunMonitorScreen("bench-run", nodes, events=handle.events()))
             await pilot.pause(0.5)
             screen = app.screen
             # A frame is on screen when the compositor has rendered it: record when that happens, and
-            # which view it drew (a frame drawn before the poll below notices the toggle still counts).
-            frames: list[tuple[float, bool]] = []
-            original = screen._compositor_refresh
+            # what the key in flight changes as of that frame (a frame drawn before the poll below
+            # notices the change still counts).
+            frames: list[tuple[float, float, object]] = []  # (began, drawn, what the key changes)
+            probe = [lambda: None]
+            original, original_layout = screen._compositor_refresh, screen._refresh_layout
+            laid_out: list[float] = []  # when the layout pass of the frame being drawn began
 
             def render_and_stamp() -> None:
+                began = laid_out.pop() if laid_out else time.perf_counter()
                 original()
-                frames.append((time.perf_counter(), screen.merged))
+                frames.append((began, time.perf_counter(), probe[0]()))
 
-            screen._compositor_refresh = render_and_stamp
+            def lay_out_and_stamp(*args, **kwargs) -> None:
+                laid_out[:] = [time.perf_counter()]
+                original_layout(*args, **kwargs)
+                laid_out.clear()
+
+            screen._compositor_refresh, screen._refresh_layout = render_and_stamp, lay_out_and_stamp
+            cycle = (keys or (OVERVIEW_KEYS if nodes > 8 else PANES_KEYS)).split()
             usage0 = resource.getrusage(resource.RUSAGE_SELF)
             t0 = time.perf_counter()
+            pressed = 0
             while time.perf_counter() - t0 < seconds:
-                before = screen.merged
+                key = cycle[pressed % len(cycle)]
+                pressed += 1
+                probe[0], moved = what_changes(screen, key)
+                before = probe[0]()
                 drawn = len(frames)
                 start = time.perf_counter()
-                app.post_message(events.Key("m", "m"))  # as a terminal key press arrives
-                while not any(merged != before for _, merged in frames[drawn:]):
+                app.post_message(events.Key(key, KEY_CHARACTERS.get(key)))  # as a terminal key press arrives
+                while not any(moved(before, now) for _, _, now in frames[drawn:]):
                     if time.perf_counter() - start > FRAME_DEADLINE_S or not app.is_running:
-                        raise SystemExit(f"no frame with the toggled view {FRAME_DEADLINE_S:.0f} s after a key "
+                        raise SystemExit(f"no frame with what {key!r} changes {FRAME_DEADLINE_S:.0f} s after it "
                                          f"(the app {'is running' if app.is_running else 'has stopped'}): "
                                          "no latency to report")
                     await asyncio.sleep(0.001)
-                latencies.append((next(t for t, merged in frames[drawn:] if merged != before) - start) * 1000)
-                await asyncio.sleep(0.25)
+                began, at = next((b, t) for b, t, now in frames[drawn:] if moved(before, now))
+                latencies.append((key, (at - start) * 1000))
+                parts.append((key, (at - began) * 1000, (began - start) * 1000))
+                probe[0] = lambda: None
+                await asyncio.sleep(gap)
             wall = time.perf_counter() - t0
             usage1 = resource.getrusage(resource.RUSAGE_SELF)
             shown = sum(p.log.line_count for p in screen.query("NodeLog"))
             panes = getattr(screen, "panes", None) or {i: p for i, p in enumerate(screen.query("NodeLog"))}
             kept = sum(len(p.pending) + len(p.all_lines) for p in panes.values())  # mounted or not
         cpu = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
-        latencies.sort()
         print(f"{nodes} nodes x {rate} lines/s for {wall:.0f} s: {handle.sent:,} lines sent "
               f"({handle.sent / wall:,.0f}/s); lines currently in panes (bounded): {shown:,}; "
               f"kept in buffers: {kept:,}")
-        print(f"key-to-screen latency over {len(latencies)} presses: p50 {statistics.median(latencies):.1f} ms, "
-              f"p95 {latencies[int(len(latencies) * 0.95) - 1]:.1f} ms (floor < 100 ms)")
+        print(f"key-to-screen latency over {len(latencies)} presses: {percentiles([ms for _, ms in latencies])}")
+        for key in dict.fromkeys(k for k, _ in latencies):
+            frame = statistics.median(ms for k, ms, _ in parts if k == key)
+            wait = statistics.median(ms for k, _, ms in parts if k == key)
+            print(f"  {key:>9}: {percentiles([ms for k, ms in latencies if k == key])}; "
+                  f"median {wait:.1f} ms until its frame began, {frame:.1f} ms laying it out and drawing it")
         print(f"app CPU: {cpu / wall:.0%} of one core (generator included); "
               f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 
@@ -162,10 +231,13 @@ def main() -> None:
     p.add_argument("--total-rate", type=int, default=None, help="lines/s over all nodes (instead of --rate)")
     p.add_argument("--nodes", type=int, nargs="+", default=[8])
     p.add_argument("--no-start", action="store_true", help="skip the start-to-first-screen measurement")
+    p.add_argument("--keys", default=None, help="the keys pressed, in turn, space-separated (default: a mix, "
+                   "see the module's doc)")
+    p.add_argument("--gap", type=float, default=0.25, help="seconds between a key's frame and the next key")
     args = p.parse_args()
     for nodes in args.nodes:
         rate = args.total_rate // nodes if args.total_rate else args.rate
-        asyncio.run(load_test(args.seconds, rate, nodes))
+        asyncio.run(load_test(args.seconds, rate, nodes, args.keys, args.gap))
     if not args.no_start:
         first_screen()
 

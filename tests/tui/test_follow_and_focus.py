@@ -127,3 +127,18 @@ async def test_a_fix_and_f8_leave_the_keys_in_the_text(home, tmp_path):
         assert area.cursor_location == (0, 0) and area.selection.is_empty
         await pilot.press("ctrl+shift+end")
         assert area.selected_text == area.text
+
+
+
+async def test_f_says_follow_off_in_the_frame_it_causes(home, monkeypatch):
+    """``f`` shows "follow off" at once (not at the next 2 Hz redraw: here there is none), and on again."""
+    monkeypatch.setattr("tui.screens.monitor.DRAW_HZ", 0.001)  # no redraw during the test
+    app = FsdpTuiApp(home)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = RunMonitorScreen("r", 2, events=_fed(asyncio.Queue()))
+        await app.push_screen(screen)
+        summary = screen.query_one("#summary")
+        await pilot.press("f")
+        assert "follow off (f)" in str(summary.render())
+        await pilot.press("f")
+        assert "follow on (f)" in str(summary.render())

@@ -223,6 +223,20 @@ class RunMonitorScreen(MonitorViews, Screen):
             pane.flush()
 
     def redraw(self) -> None:
+        self.show_summary()
+        said = self.view.why()
+        if said != self.why_shown:
+            self.why_shown = said
+            why = self.query_one("#why", Static)
+            why.update(said)
+            why.set_class(bool(said), "-shown")
+        with self.app.batch_update():
+            self.query_one(MetricsPanel).refresh_from(self.view)
+            if self.overview_shown:
+                self.query_one(NodeOverview).show(self.overview_rows())
+
+    def show_summary(self) -> None:
+        """The summary line (state, step, ETA, follow), redrawn when it reads differently."""
         v = self.view
         step = f"{v.step}/{v.max_steps}" if v.max_steps else str(v.step)
         tps = f"{v.tokens_per_s:,.0f} tok/s" if v.tokens_per_s else "- tok/s"
@@ -234,16 +248,6 @@ class RunMonitorScreen(MonitorViews, Screen):
         if text != self.summary_shown:  # an update lays the screen out again: only when it reads differently
             self.summary_shown = text
             self.query_one("#summary", Label).update(text)
-        said = v.why()
-        if said != self.why_shown:
-            self.why_shown = said
-            why = self.query_one("#why", Static)
-            why.update(said)
-            why.set_class(bool(said), "-shown")
-        with self.app.batch_update():
-            self.query_one(MetricsPanel).refresh_from(v)
-            if self.overview_shown:
-                self.query_one(NodeOverview).show(self.overview_rows())
 
     def action_cancel(self) -> None:
         from tui.screens.confirm import ConfirmModal
@@ -271,6 +275,7 @@ class RunMonitorScreen(MonitorViews, Screen):
         self.follow = not self.follow
         for pane in self.panes.values():
             pane.set_follow(self.follow)
+        self.show_summary()  # "follow off (f)" in the frame this key causes, not at the next redraw
 
     def action_first_error(self) -> None:
         found = self.view.first_error()

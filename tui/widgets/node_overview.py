@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -16,6 +15,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Label
 
 from launcher.runs.read.nodes import NodeRow
+from tui.widgets.row_table import RowTable
 
 
 def _num(value: float | None, fmt: str) -> str:
@@ -66,76 +66,6 @@ def wanted(row: NodeRow, text: str, odd_only: bool) -> bool:
         return True
     hay = f"{row.node} {row.host} {row.state} " + " ".join(f"{m.what} {m.says}" for m in row.odd)
     return text.lower() in hay.lower()
-
-
-class RowTable(DataTable):
-    """A ``DataTable`` that re-renders a cell only when what it shows changed.
-
-    ``DataTable`` drops every rendered cell whenever any cell changes (its caches are keyed by an update
-    counter), so each 2 Hz update of a few figures re-rendered all visible cells of all rows: at 64 nodes
-    that took tens of milliseconds a frame, and keys waited behind it. Here a row's line and each cell's
-    lines are also kept
-    by its text, style, place, width, highlight, focus and theme; an unchanged cell is reused (cells are
-    plain ``Text`` with one style, as :class:`NodeOverview` writes them). Focus moving in or out (each
-    time the overview is shown) restyles the table, which drops DataTable's caches but not these.
-    """
-
-    KEPT_CELLS = 8_000
-    """Rendered cells kept (64 rows x 13 columns, a few highlight states each); past it they start over."""
-    KEPT_LINES = 1_000
-    """Rendered lines kept, likewise (one per row and highlight state)."""
-
-    def __init__(self, **kwargs) -> None:
-        self._kept_cells: dict[tuple, list] = {}  # before DataTable's init, which clears caches
-        self._kept_lines: dict[tuple, object] = {}
-        super().__init__(**kwargs)
-
-    def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
-                     cursor: bool = False, hover: bool = False):
-        if row_index < 0 or column_index < 0:  # the header: as DataTable draws it
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        cell = self._cell_at(row_index, column_index)
-        key = (row_index, column_index, cell.plain, str(cell.style), width, self.cell_padding, base_style,
-               cursor, hover, self.show_cursor, self._show_hover_cursor, self._pseudo_class_state,
-               self.app.theme)
-        lines = self._kept_cells.get(key)
-        if lines is None:
-            if len(self._kept_cells) >= self.KEPT_CELLS:
-                self._kept_cells.clear()
-            lines = self._kept_cells[key] = super()._render_cell(row_index, column_index, base_style, width,
-                                                                 cursor, hover)
-        return lines
-
-    def _render_line(self, y: int, x1: int, x2: int, base_style: Style):
-        """A table line, kept by what its row shows (DataTable keeps lines only until any cell changes)."""
-        if self.show_header and y < self.header_height:
-            return super()._render_line(y, x1, x2, base_style)
-        try:
-            row_key, line_no = self._get_offsets(y)
-        except LookupError:
-            return super()._render_line(y, x1, x2, base_style)
-        row_index = self._row_locations.get(row_key)
-        cursor, hover = self.cursor_coordinate.row == row_index, self.hover_coordinate.row == row_index
-        key = (row_index, line_no, tuple((c.plain, str(c.style)) for c in self._data[row_key].values()),
-               tuple(c.get_render_width(self) for c in self.ordered_columns), x1, x2, self.size.width,
-               base_style, cursor, hover, self.cursor_type, self.show_cursor, self._show_hover_cursor,
-               self.zebra_stripes, self._pseudo_class_state, self.app.theme)
-        strip = self._kept_lines.get(key)
-        if strip is None:
-            if len(self._kept_lines) >= self.KEPT_LINES:
-                self._kept_lines.clear()
-            strip = self._kept_lines[key] = super()._render_line(y, x1, x2, base_style)
-        return strip
-
-    def _cell_at(self, row_index: int, column_index: int) -> Text:
-        row_key = self._row_locations.get_key(row_index)
-        column_key = self._column_locations.get_key(column_index)
-        return self._data[row_key][column_key]
-
-    def _clear_caches(self) -> None:
-        self._kept_cells.clear()
-        self._kept_lines.clear()
-        super()._clear_caches()
 
 
 class NodeOverview(Vertical):
@@ -205,7 +135,10 @@ class NodeOverview(Vertical):
                 styled = self._styled(texts, node in odd)
                 for i, text in enumerate(texts):
                     if before is None or before[i] != text or i < 2:
-                        table.update_cell(str(node), str(i), styled[i])
+                        # DataTable measures an updated cell only when asked (then a narrower one
+                        # measures the whole column): ask when the text is wider than its column.
+                        wider = len(text) > table.ordered_columns[i].content_width
+                        table.update_cell(str(node), str(i), styled[i], update_width=wider)
                 self.shown[node] = texts
         self._say(len(rows), len(picked), sum(1 for r in rows if r.odd))
 
