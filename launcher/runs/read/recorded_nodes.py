@@ -68,11 +68,9 @@ def recorded_rows(record: RunRecord) -> list[NodeRow]:
 def _events(path: Path):
     """``(when, event)`` for each line of the events file that this version reads, a line at a time (a
     long run's file holds hundreds of megabytes of samples)."""
-    try:
-        f = open(path, encoding="utf-8", errors="replace")
-    except FileNotFoundError:
+    if not path.exists():
         return
-    with f:
+    with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             try:
                 data = json.loads(line)
