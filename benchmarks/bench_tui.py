@@ -108,6 +108,7 @@ def percentiles(ms: list[float]) -> str:
 
 
 async def load_test(seconds: float, rate: int, nodes: int, keys: str | None = None, gap: float = 0.25) -> None:
+    import tui  # noqa: F401, I001  (first, as the console script: the app's settings apply before Textual loads)
     from textual import events
 
     from launcher.runs.core.store import RunStore
