@@ -27,6 +27,26 @@ def run_events(nodes: int, starved: int | None = STARVED, lines: int = 20):
     return out
 
 
+def _rows(count: int, lines=lambda n: 100 + n, host: str = "host-", odd: dict | None = None):
+    """``count`` running nodes' rows for the overview alone (``lines``: node -> its line count; ``odd``:
+    node -> its marks)."""
+    from launcher.runs.read.nodes import NodeRow
+
+    return [NodeRow(n, f"{host}{n}", "running", None, lines(n), 1.5 * n, 0.0, 90.0, 900.0, None, None, None,
+                    odd=(odd or {}).get(n, ())) for n in range(count)]
+
+
+def _bare_overview():
+    """An app holding the overview and nothing else."""
+    from textual.app import App
+
+    class Bare(App):
+        def compose(self):
+            yield NodeOverview()
+
+    return Bare()
+
+
 async def _fed(events, queue: asyncio.Queue | None = None):
     for event in events:
         yield event
@@ -171,19 +191,10 @@ def test_overview_of_64_nodes_snapshot(snap_compare, home, monkeypatch):
 async def test_overview_table_kept_lines_match_a_fresh_render():
     """The table reuses a row's rendered line and cells while they read the same: after cells change, the
     cursor moves and the focus leaves, every line drawn equals the same line rendered from scratch."""
-    from textual.app import App
+    def rows(lines: int):
+        return _rows(12, lambda n: lines + n)
 
-    from launcher.runs.read.nodes import NodeRow
-
-    def rows(lines: int) -> list[NodeRow]:
-        return [NodeRow(n, f"host-{n}", "running", None, lines + n, 1.5 * n, 0.0, 90.0, 900.0, None, None, None)
-                for n in range(12)]
-
-    class Bare(App):
-        def compose(self):
-            yield NodeOverview()
-
-    app = Bare()
+    app = _bare_overview()
     async with app.run_test(size=(150, 20)) as pilot:
         overview = app.query_one(NodeOverview)
         table = overview.table
@@ -219,26 +230,18 @@ async def test_overview_cells_drawn_as_segments_match_datatables_own():
     """A cell built from segments looks exactly as DataTable's own rendering through Rich draws it:
     same characters, same styles, on odd (coloured) and even rows, under the cursor, with and without
     focus (it fails with the cursor's, the row's or the cell's own style left out)."""
-    from textual.app import App
-
-    from launcher.runs.read.nodes import NodeRow, OddMark
+    from launcher.runs.read.nodes import OddMark
     from tui.widgets.row_table import RowTable
 
-    def rows() -> list[NodeRow]:
-        odd = (OddMark("silent", 60.0, 0.0, "no output for 60 s (others: 0 s)"),)
-        return [NodeRow(n, f"host-{n}", "running", None, 100 + n, 1.5 * n, 0.0, 90.0, 900.0, None, None, None,
-                        odd=odd if n == 2 else ()) for n in range(6)]
+    def rows():
+        return _rows(6, odd={2: (OddMark("silent", 60.0, 0.0, "no output for 60 s (others: 0 s)"),)})
 
     def cells(table) -> list[list[tuple[str, object]]]:
         table._clear_caches()
         return [[(ch, seg.style) for seg in table.render_line(y) for ch in seg.text]
                 for y in range(table.size.height)]
 
-    class Bare(App):
-        def compose(self):
-            yield NodeOverview()
-
-    app = Bare()
+    app = _bare_overview()
     async with app.run_test(size=(150, 10)) as pilot:
         overview = app.query_one(NodeOverview)
         table = overview.table
@@ -265,19 +268,10 @@ async def test_overview_header_follows_columns_that_widen():
     come first) draws its header at the new width: DataTable keeps drawn lines by an update counter that
     widening leaves alone, so the header kept its old widths while the rows below had the new ones (the
     64-node snapshot differed now and then under load)."""
-    from textual.app import App
+    def rows(host: str):
+        return _rows(3, lambda n: 10, host=host)
 
-    from launcher.runs.read.nodes import NodeRow
-
-    def rows(host: str) -> list[NodeRow]:
-        return [NodeRow(n, f"{host}{n}", "running", None, 10, 1.0, 0.0, 90.0, 900.0, None, None, None)
-                for n in range(3)]
-
-    class Bare(App):
-        def compose(self):
-            yield NodeOverview()
-
-    app = Bare()
+    app = _bare_overview()
     async with app.run_test(size=(150, 10)) as pilot:
         overview = app.query_one(NodeOverview)
         table = overview.table
