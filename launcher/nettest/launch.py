@@ -21,7 +21,7 @@ from launcher.workload.plan import RunPlan, build_plan
 from trainer.nettest_pairs import NEIGHBOUR_ROUNDS, TOURNAMENT_ROUNDS
 
 NODE_SCRIPT = Path(__file__).resolve().parents[2] / "trainer" / "nettest.py"
-NODE_FILES = (NODE_SCRIPT, *(NODE_SCRIPT.with_name(f"nettest_{name}.py") for name in ("pairs", "budget", "health")))
+NODE_FILES = (NODE_SCRIPT, *(NODE_SCRIPT.with_name(f"nettest_{name}.py") for name in ("pairs", "budget", "health", "model")))
 """What the nodes get: the script and the modules it imports (the pairs' plan, the time budget, the GPU health)."""
 RESULT_MARK = "FSDP_TUI_NETTEST "
 """The mark before rank 0's result line (``trainer/nettest.py`` prints it)."""

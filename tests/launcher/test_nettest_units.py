@@ -220,7 +220,7 @@ def test_show_links_a_run_to_the_newest_test_of_the_same_nodes(tmp_path, monkeyp
     ({"hidden_size": 64}, None, None),
 ])
 def test_a_decoder_blocks_parameters_from_its_config(config, block, total):
-    from trainer.nettest import block_params
+    from trainer.nettest_model import block_params
 
     got = block_params(config)
     if block is None:
@@ -232,7 +232,7 @@ def test_a_decoder_blocks_parameters_from_its_config(config, block, total):
 def test_the_node_reads_the_model_shape_where_its_config_is_there(tmp_path):
     import json
 
-    from trainer.nettest import model_shape
+    from trainer.nettest_model import model_shape
 
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(json.dumps({"hidden_size": 64, "num_hidden_layers": 2}))
