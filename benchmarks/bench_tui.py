@@ -90,7 +90,7 @@ def what_changes(screen, key: str):
                 return widget.cursor_row
         else:
             def value():
-                return widget.scroll_y
+                return widget.view_y if hasattr(widget, "view_y") else widget.scroll_y  # a tree before LogView: Log
         if key in ("up", "pageup"):
             return value, lambda before, now: now < before
         return value, lambda before, now: now > before

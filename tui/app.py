@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from textual import events
 from textual.app import App
 from textual.binding import Binding
 from textual.theme import Theme
@@ -45,6 +47,18 @@ class FsdpTuiApp(App):
         self.marked_runs: list[str] = []
         self.launched: list[str] = []
         """Runs started from this app: on quit, the ones still live are named with how to get back."""
+        self.input_at = 0.0
+        """When the last key, click or wheel turn came (``time.monotonic()``)."""
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, (events.Key, events.MouseDown, events.MouseScrollDown, events.MouseScrollUp)):
+            self.input_at = time.monotonic()
+        await super().on_event(event)
+
+    def input_within(self, seconds: float) -> bool:
+        """Whether the user pressed a key (or clicked, or turned the wheel) in the last ``seconds``: a
+        screen's periodic redraws wait a moment then, so that what the user did is drawn first."""
+        return time.monotonic() - self.input_at < seconds
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         from themes import APP_VARIABLES

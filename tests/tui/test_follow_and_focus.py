@@ -18,7 +18,7 @@ async def _fed(queue: asyncio.Queue):
 
 
 def _at_end(log) -> bool:
-    return log.line_count > 0 and log.scroll_y == log.max_scroll_y
+    return log.line_count > 0 and log.view_y == log.max_view_y
 
 
 def _last(log) -> str:
@@ -47,8 +47,8 @@ async def test_the_merged_view_follows_through_follow_off_and_on_and_a_filter(ho
         await pilot.press("f")
         send(60)
         await wait_for(pilot, lambda: _last(merged) == "[1] step=179/400")
-        held = merged.scroll_y
-        assert held < merged.max_scroll_y, "following off keeps the view where it was"
+        held = merged.view_y
+        assert held < merged.max_view_y, "following off keeps the view where it was"
         await pilot.press("f")
         await wait_for(pilot, lambda: _at_end(merged))
         send(60)

@@ -50,17 +50,19 @@ UNSEEN_LINES = 5_000
 shows when opened; every line stays in the node's log): 64 nodes then hold ~1 MB each, not ~5 MB."""
 SHORT_BELOW = 32
 """Terminal rows under which the four sparklines share one row."""
+INPUT_FIRST_S = 0.1
+"""After a key (or a click, or the wheel), the panes' flush and the redraw wait this long, once: the frame
+the key causes is drawn first, not behind (or together with) a frame of new lines and figures."""
 SAFE_STEP_EVERY_S = 30.0
 """How often the monitor asks rank 0's node for the newest complete checkpoint (the last safe step)."""
 
 
 class RunMonitorScreen(MonitorViews, Screen):
     DEFAULT_CSS = """
-    RunMonitorScreen #summary { height: 1; padding: 0 1; background: $panel; text-style: bold; }
+    RunMonitorScreen #summary { height: 1; width: 1fr; padding: 0 1; background: $panel; text-style: bold; }
     RunMonitorScreen #why { height: auto; max-height: 3; padding: 0 1; color: $error; display: none; }
     RunMonitorScreen #why.-shown { display: block; }
     RunMonitorScreen #logs { grid-size: 2; grid-gutter: 0 1; height: 1fr; min-height: 8; overflow-y: auto; }
-    RunMonitorScreen #logs.-one { grid-size: 1; }
     RunMonitorScreen #merged { height: 1fr; display: none; }
     RunMonitorScreen #overview { display: none; }
     RunMonitorScreen #filter { display: none; height: 3; }
@@ -103,6 +105,8 @@ class RunMonitorScreen(MonitorViews, Screen):
         """The node whose pane is shown alone (opened from the overview with ``enter``)."""
         self.safe_text = ""
         """``safe step N (... ago)`` on the summary line, once the node has said."""
+        self.waited: set[str] = set()
+        """The periodic jobs that have let a key go first and are due at their next tick."""
         unseen = UNSEEN_LINES if num_nodes > OVERVIEW_PAST else MAX_PENDING
         self.panes: dict[int, NodeLog] = {rank: NodeLog(rank, max_pending=unseen, id=f"node-{rank}")
                                           for rank in range(num_nodes)}
@@ -121,7 +125,9 @@ class RunMonitorScreen(MonitorViews, Screen):
         yield Static("", id="why", markup=False)
         yield MetricsPanel()
         yield Input(placeholder="show only lines containing...", id="filter")
-        with Grid(id="logs", classes="-one" if self.num_nodes == 1 else ""):
+        grid = Grid(id="logs")
+        grid.styles.grid_size_columns = 1 if self.num_nodes == 1 else 2  # one column for a pane alone too
+        with grid:
             if self.num_nodes <= OVERVIEW_PAST:
                 yield from (self.panes[rank] for rank in range(self.num_nodes))
         with Vertical(id="merged"):
@@ -218,11 +224,25 @@ class RunMonitorScreen(MonitorViews, Screen):
         elif isinstance(event, MetricsRecorded):
             pass
 
+    def after_input(self, job: str) -> bool:
+        """Whether periodic ``job`` should let the user's last input be drawn first (then it waits until its
+        next tick, never twice in a row: new lines are at most one tick late)."""
+        if job not in self.waited and self.app.input_within(INPUT_FIRST_S):
+            self.waited.add(job)
+            return True
+        self.waited.discard(job)
+        return False
+
     def flush_logs(self) -> None:
+        if self.after_input("flush"):
+            return
         for pane in self.panes.values():
             pane.flush()
 
     def redraw(self) -> None:
+        if self.after_input("redraw"):
+            self.set_timer(INPUT_FIRST_S, self.redraw)  # not a whole 2 Hz tick late
+            return
         self.show_summary()
         said = self.view.why()
         if said != self.why_shown:
@@ -245,9 +265,9 @@ class RunMonitorScreen(MonitorViews, Screen):
         text = (f"{state}  attempt {v.attempt}  elapsed {fmt_duration(v.elapsed_s())}  "
                 f"ETA {fmt_duration(v.eta_s())}  step {step}  {tps}{mfu}  follow {'on' if self.follow else 'off'} (f)"
                 f"{self.safe_text}")
-        if text != self.summary_shown:  # an update lays the screen out again: only when it reads differently
+        if text != self.summary_shown:  # only when it reads differently; a fixed size: a repaint, no layout
             self.summary_shown = text
-            self.query_one("#summary", Label).update(text)
+            self.query_one("#summary", Label).update(text, layout=False)
 
     def action_cancel(self) -> None:
         from tui.screens.confirm import ConfirmModal
@@ -293,7 +313,7 @@ class RunMonitorScreen(MonitorViews, Screen):
     def _show_line(self, rank: int, line_no: int) -> None:
         pane = self.pane(rank)
         pane.flush()
-        pane.log.scroll_to(y=max(0, line_no - 2), animate=False)
+        pane.log.scroll_to_line(line_no - 2)
         pane.log.focus()
 
     def action_relaunch(self) -> None:

@@ -69,24 +69,30 @@ class MonitorViews:
         self.query_one("#merged").display = self.merged
         self.query_one(NodeOverview).display = overview
         grid = self.query_one("#logs", Grid)
-        one = self.num_nodes == 1 or self.alone is not None
-        if grid.has_class("-one") != one:
-            grid.set_class(one, "-one")
+        columns = 1 if self.num_nodes == 1 or self.alone is not None else 2
+        if grid.styles.grid_size_columns != columns:  # its own style: a class would restyle every pane in it
+            grid.styles.grid_size_columns = columns
         for rank in range(self.num_nodes):
             pane = self.panes[rank]
             if pane.parent is not None and pane.display != (self.alone is None or rank == self.alone):
                 pane.display = not pane.display
         shown = [self.alone] if self.alone is not None else range(self.num_nodes)
         unmounted = [self.panes[rank] for rank in shown if self.panes[rank].parent is None] if grid.display else []
-        self.run_worker(self._settle(grid, unmounted, then), group="layout")
+        if unmounted:
+            self.run_worker(self._settle(grid, unmounted, then), group="layout")
+        else:  # at once: the frame this switch causes shows the focus moved too
+            self._focus_and_fit(then)
 
     async def _settle(self, grid: Grid, unmounted: list[NodeLog], then) -> None:
         """Mount the panes shown for the first time (in node order), then focus and fit what is shown."""
-        if unmounted:
-            await grid.mount(*unmounted)
-            grid.sort_children(key=lambda pane: pane.node_rank)
+        await grid.mount(*unmounted)
+        grid.sort_children(key=lambda pane: pane.node_rank)
+        self._focus_and_fit(then)
+
+    def _focus_and_fit(self, then) -> None:
         self.focus_logs()
         self.fit_panes()
+        self.call_after_refresh(self.fit_panes)  # with the grid's height after this switch's layout
         if then is not None:
             then()
 

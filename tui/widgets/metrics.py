@@ -16,7 +16,7 @@ class MetricSpark(Vertical):
     DEFAULT_CSS = """
     MetricSpark { height: 4; border: round $panel; padding: 0 1; }
     MetricSpark Sparkline { height: 1fr; }
-    MetricSpark .title { height: 1; color: $text-muted; }
+    MetricSpark .title { height: 1; width: 1fr; color: $text-muted; }
     """
 
     def __init__(self, title: str, **kwargs) -> None:
@@ -37,7 +37,7 @@ class MetricSpark(Vertical):
         text = self.title_text
         if data:
             text += f"  last {format(data[-1], fmt)}  min {format(min(data), fmt)}"
-        self.query_one(".title", Label).update(text)
+        self.query_one(".title", Label).update(text, layout=False)  # a fixed size: a repaint is enough
 
 
 class MemoryGauge(Horizontal):
@@ -67,13 +67,13 @@ class MemoryGauge(Horizontal):
         if total_gib:
             frac = used_gib / total_gib
             bar.update(total=100, progress=min(100.0, 100 * frac))
-            label.update(f"rank {self.rank} {used_gib:5.1f}/{total_gib:.0f}G")
+            label.update(f"rank {self.rank} {used_gib:5.1f}/{total_gib:.0f}G", layout=False)  # width 22
             self.set_class(WARN_AT <= frac < CRIT_AT, "-warn")
             self.set_class(frac >= CRIT_AT, "-crit")
         else:  # resident memory on CPU: no limit to measure it against, so no bar that would read 0%
             bar.display = False
             label.styles.width = "1fr"
-            label.update(f"rank {self.rank}  {'resident ' if rss else ''}{used_gib:.2f} GiB")
+            label.update(f"rank {self.rank}  {'resident ' if rss else ''}{used_gib:.2f} GiB", layout=False)
 
 
 class MetricsPanel(Vertical):

@@ -7,13 +7,14 @@ from collections import deque
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Label, Log
+from textual.widgets import Label
 
 from launcher.events import NodeState
 from launcher.runs.core.triage import classify_line, might_signal
+from tui.widgets.log_view import LogView
 
 MAX_LINES = 20_000
-"""Lines kept per pane (``Log`` keeps every line unless bounded)."""
+"""Lines kept per pane."""
 MAX_PENDING = MAX_LINES
 """Lines buffered per pane between flushes or while hidden (or not mounted yet: past 8 nodes a pane is
 mounted when first shown); older ones are dropped from the view. More than the pane keeps would never be
@@ -33,7 +34,6 @@ class NodeLog(Vertical):
     NodeLog.-lost { border: round $error; }
     NodeLog.-reconnecting { border: round $warning; }
     NodeLog .badge { height: 1; padding: 0 1; background: $panel; width: 100%; }
-    NodeLog Log { height: 1fr; }
     """
 
     def __init__(self, node_rank: int, host: str = "", max_pending: int = MAX_PENDING, **kwargs) -> None:
@@ -48,16 +48,18 @@ class NodeLog(Vertical):
         self.marking = True
         """Mark error lines with ``!!``; off once the run is being stopped (a stop makes jobs print tracebacks)."""
         self.follow = True
-        """Keep the newest line in view. ``Log``'s own auto-scroll only scrolls a log that is already at its end,
+        """Keep the newest line in view. The log's own auto-scroll only scrolls a log that is already at its end,
         so once lines went past while following was off it would never catch up again: here following scrolls."""
+        self._lines_view = LogView(max_lines=MAX_LINES, auto_scroll=self.follow)
 
     def compose(self) -> ComposeResult:
         yield Label(self._badge(self.state, self.exit_code), classes="badge")
-        yield Log(max_lines=MAX_LINES, auto_scroll=self.follow)
+        yield self._lines_view
 
     @property
-    def log(self) -> Log:
-        return self.query_one(Log)
+    def log(self) -> LogView:
+        """The lines shown (kept: a flush needs no DOM query)."""
+        return self._lines_view
 
     def push(self, lines: tuple[str, ...] | list[str]) -> None:
         self.pending.extend(lines)
@@ -107,8 +109,8 @@ class NodeLog(Vertical):
         """Following on scrolls to the newest line at once (and with every batch after it); off leaves the
         view where it is."""
         self.follow = follow
+        self.log.auto_scroll = follow
         if self.is_mounted:
-            self.log.auto_scroll = follow
             self._keep_end()
 
     def on_resize(self) -> None:
@@ -117,7 +119,7 @@ class NodeLog(Vertical):
 
     def _keep_end(self) -> None:
         if self.follow:
-            self.log.scroll_end(animate=False, immediate=True, x_axis=False)
+            self.log.scroll_end()
 
     def refilter(self, text: str) -> None:
         """Show only lines containing ``text`` (from the kept history)."""
