@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.theme import Theme
 
 from tui import settings
+from tui.collector import IdleCollector
 
 if TYPE_CHECKING:
     from launcher.workload.overrides import Override
@@ -55,6 +56,9 @@ class FsdpTuiApp(App):
             self.input_at = time.monotonic()
         await super().on_event(event)
 
+    def on_unmount(self) -> None:
+        self.collector.stop()
+
     def input_within(self, seconds: float) -> bool:
         """Whether the user pressed a key (or clicked, or turned the wheel) in the last ``seconds``: a
         screen's periodic redraws wait a moment then, so that what the user did is drawn first."""
@@ -67,7 +71,8 @@ class FsdpTuiApp(App):
 
     def on_mount(self) -> None:
         self._register_themes()
-        self.call_after_refresh(_calm_garbage_collector)
+        self.collector = IdleCollector(self)
+        self.call_after_refresh(self.collector.start)  # once started: what start-up made is kept aside
         from tui.screens.home import HomeScreen
 
         self.push_screen(HomeScreen())
@@ -312,19 +317,4 @@ def _say_what_goes_on(home: Path, run_ids: list[str]) -> None:
             print(f"run {run_id} goes on ({record.summary.state.value}): reopen it with fsdp-tui (home screen), "
                   f"follow it with fsdp-tui logs {run_id} --follow, stop it with fsdp-tui cancel {run_id}",
                   file=sys.stderr)
-
-
-GC_THRESHOLDS = (5_000, 20, 100)
-"""Python's defaults (700, 10, 10) run a full collection about once a second while eight panes stream:
-up to 70 ms with every key press waiting behind it. Rendered strips and styles are freed by reference
-counting anyway; these thresholds leave full collections for the rare cycles."""
-
-
-def _calm_garbage_collector() -> None:
-    """Collect once, move what the started app holds out of the collector's way, then collect rarely."""
-    import gc
-
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
 

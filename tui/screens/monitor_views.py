@@ -24,10 +24,12 @@ class MonitorViews:
     def fit_panes(self) -> None:
         """Panes share the grid's height while each keeps ``PANE_MIN_ROWS``; past that, the grid scrolls."""
         grid = self.query_one("#logs", Grid)
+        if not grid.display or not grid.size.height:  # hidden, or shown again but not laid out yet (no size)
+            return
         shown = 1 if self.alone is not None else self.num_nodes
         rows = -(-shown // (1 if shown == 1 else 2))
         rows_css = "1fr" if grid.size.height >= rows * PANE_MIN_ROWS else str(PANE_MIN_ROWS)
-        if str(grid.styles.grid_rows) != rows_css:
+        if [str(row) for row in grid.styles.grid_rows or ()] != [rows_css]:  # setting it restyles every pane
             grid.styles.grid_rows = rows_css
 
     def action_merged(self) -> None:

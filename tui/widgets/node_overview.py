@@ -73,7 +73,7 @@ class NodeOverview(Vertical):
 
     DEFAULT_CSS = """
     NodeOverview { height: 1fr; }
-    NodeOverview #overview-says { height: 1; padding: 0 1; background: $panel; }
+    NodeOverview #overview-says { height: 1; width: 1fr; padding: 0 1; background: $panel; }
     NodeOverview DataTable { height: 1fr; }
     """
     BINDINGS = [
@@ -98,6 +98,7 @@ class NodeOverview(Vertical):
         self.shown: dict[int, tuple[str, ...]] = {}
         """Each shown row's cell texts, by node rank (only the ones that change are written)."""
         self.order: list[int] = []
+        self.says = ""
 
     def compose(self) -> ComposeResult:
         yield Label("", id="overview-says")
@@ -157,7 +158,10 @@ class NodeOverview(Vertical):
                                             "odd only" if self.odd_only else "") if p)
             parts.append(f"showing {shown} ({what})")
         parts.append("x: odd only  enter: its log  o: panes")
-        self.query_one("#overview-says", Label).update(Text("  ·  ".join(parts)))
+        says = "  ·  ".join(parts)
+        if says != self.says:  # a fixed size: a repaint, no layout, and only when it reads differently
+            self.says = says
+            self.query_one("#overview-says", Label).update(Text(says), layout=False)
 
     def chosen_node(self) -> int | None:
         table = self.table
