@@ -53,7 +53,11 @@ class MonitorViews:
         self.overview = on
         self.merged, self.alone = False, None
         self._lay_out()
-        if on:
+        if on:  # after the frame that shows it: that frame draws the rows as they were (kept), then these
+            self.call_after_refresh(self._refresh_overview)
+
+    def _refresh_overview(self) -> None:
+        if self.overview_shown:
             self.query_one(NodeOverview).show(self.overview_rows())
 
     def on_node_overview_node_chosen(self, event: NodeOverview.NodeChosen) -> None:

@@ -75,6 +75,7 @@ class NodeOverview(Vertical):
     NodeOverview { height: 1fr; }
     NodeOverview #overview-says { height: 1; width: 1fr; padding: 0 1; background: $panel; }
     NodeOverview DataTable { height: 1fr; }
+    NodeOverview DataTable:focus { background-tint: 0%; }  /* the cursor shows the focus: rows stay drawn */
     """
     BINDINGS = [
         Binding("n", "sort_next", "sort", tooltip="Sort by the next column (click a title: by that one)"),
@@ -108,8 +109,8 @@ class NodeOverview(Vertical):
         yield table
 
     @property
-    def table(self) -> DataTable:
-        return self.query_one(DataTable)
+    def table(self) -> RowTable:
+        return self.query_one(RowTable)
 
     def show(self, rows: list[NodeRow]) -> None:
         """Draw these rows (sorted and filtered as asked); a no-op for cells that read the same."""
@@ -129,18 +130,22 @@ class NodeOverview(Vertical):
             if chosen in order:
                 table.move_cursor(row=order.index(chosen), animate=False)
         else:
+            columns = table.ordered_columns
+            changes: dict[str, dict[str, Text]] = {}
+            wider: set[tuple[str, str]] = set()
             for node, texts in cells.items():
                 before = self.shown.get(node)
                 if before == texts:
                     continue
                 styled = self._styled(texts, node in odd)
-                for i, text in enumerate(texts):
-                    if before is None or before[i] != text or i < 2:
-                        # DataTable measures an updated cell only when asked (then a narrower one
-                        # measures the whole column): ask when the text is wider than its column.
-                        wider = len(text) > table.ordered_columns[i].content_width
-                        table.update_cell(str(node), str(i), styled[i], update_width=wider)
+                # The node and host cells always: their style says whether the node is odd.
+                changed = [i for i, text in enumerate(texts) if before is None or before[i] != text or i < 2]
+                changes[str(node)] = {str(i): styled[i] for i in changed}
+                # DataTable measures an updated cell only when asked (then a narrower one measures the
+                # whole column): ask when the text is wider than its column.
+                wider.update((str(node), str(i)) for i in changed if len(texts[i]) > columns[i].content_width)
                 self.shown[node] = texts
+            table.update_rows(changes, widen=wider)
         self._say(len(rows), len(picked), sum(1 for r in rows if r.odd))
 
     @staticmethod
