@@ -85,9 +85,10 @@ async def test_a_long_line_is_marked_and_right_shows_the_rest():
     app = OneLog(view)
     async with app.run_test(size=SIZE) as pilot:
         view.focus()
-        view.write_lines(["short", "x" * 30 + "0123456789ABCDEF", "tab\there", "bell\x07end"])
+        view.write_lines(["short", "x" * 30 + "0123456789ABCDEF", "tab\there", "bell\x07end", "", "two\nlines"])
         await pilot.pause()
         rows = shown(view)
+        assert rows[4:7] == ["", "two", "lines"], "an empty line is a line; a line with a newline is two"
         assert rows[0] == "short"
         assert rows[1] == "x" * 30 + "01234567" + CUT_MARK  # 38 cells of text and the mark
         assert rows[2] == "tab     here"

@@ -121,7 +121,7 @@ class LogView(Widget, can_focus=True):
 
     def write_lines(self, lines: Iterable[str]) -> LogView:
         follow = self.auto_scroll and self.at_end
-        new = [_shown(part) for line in lines for part in line.splitlines()]
+        new = [_shown(part) for line in lines for part in line.splitlines() or [""]]  # an empty line stays
         if not new:
             return self
         self._lines.extend(new)
