@@ -180,7 +180,8 @@ async def load_test(seconds: float, rate: int, nodes: int, keys: str | None = No
                 await asyncio.sleep(gap)
             wall = time.perf_counter() - t0
             usage1 = resource.getrusage(resource.RUSAGE_SELF)
-            shown = sum(p.log.line_count for p in screen.query("NodeLog"))
+            shown = sum(p.line_count if hasattr(p, "line_count") else p.log.line_count  # (a tree before LogView)
+                        for p in screen.query("NodeLog"))
             panes = getattr(screen, "panes", None) or {i: p for i, p in enumerate(screen.query("NodeLog"))}
             kept = sum(len(p.pending) + len(p.all_lines) for p in panes.values())  # mounted or not
         cpu = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)

@@ -49,6 +49,7 @@ class FsdpTuiApp(App):
         self.launched: list[str] = []
         """Runs started from this app: on quit, the ones still live are named with how to get back."""
         self.input_at = 0.0
+        self.collector = IdleCollector(self)
         """When the last key, click or wheel turn came (``time.monotonic()``)."""
 
     async def on_event(self, event: events.Event) -> None:
@@ -71,7 +72,6 @@ class FsdpTuiApp(App):
 
     def on_mount(self) -> None:
         self._register_themes()
-        self.collector = IdleCollector(self)
         self.call_after_refresh(self.collector.start)  # once started: what start-up made is kept aside
         from tui.screens.home import HomeScreen
 

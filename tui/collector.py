@@ -1,11 +1,16 @@
-"""Python's cyclic garbage collector, run between the user's keys instead of inside their frames.
+"""Python's cyclic garbage collector, run in small steps between the user's keys.
 
-While nodes stream, drawing allocates tens of thousands of short-lived objects a second. With automatic
-collection, a young-generation pass ran about once a second taking up to 20-27 ms, and a key whose frame it
-landed in waited for it (BENCHMARKS.md, the app under load). Nearly everything is freed by reference
-counting anyway; the collector is only needed for the rare cycles. So the app collects on a timer, when
-no key (or click, or wheel turn) came in the last moment, and still at least every few seconds while keys
-never stop (a key held down). Memory between collections grows by at most that long's cycles.
+While nodes stream, drawing allocates tens of thousands of objects a second, and many live a while
+(Textual keeps drawn lines, and each drawn line keeps what was cut from it). With automatic collection,
+every twentieth pass also went over everything that had lived a while: 17-27 ms, about once a second,
+and a key whose frame it landed in waited for it (BENCHMARKS.md, the app under load). Nearly everything is
+freed by reference counting anyway; the collector is needed only for the rare cycles. So while the app
+runs, automatic collection is off and a timer collects:
+
+- the youngest objects ten times a second, unless a key (or a click, or the wheel) came in the last
+  moment: a millisecond or two each, never inside a key's frame;
+- everything once nobody pressed anything for a second, at most every few seconds (the long pass, while
+  nobody waits for a frame), and anyway now and then while keys never stop (a key held down).
 """
 
 from __future__ import annotations
@@ -13,42 +18,49 @@ from __future__ import annotations
 import gc
 import time
 
-COLLECT_EVERY_S = 0.5
-"""How often the young generations are collected (the first two; what survives goes to the oldest)."""
-QUIET_S = 0.15
-"""No input for this long: a collection now delays no key's frame."""
-AT_LEAST_EVERY_S = 3.0
-"""Collected anyway after this long, even while keys keep coming."""
-MIDDLE_EVERY = 10
-"""Every this many collections (about every 5 s), the middle generation too."""
-FULL_EVERY = 120
-"""Every this many collections (about a minute), the oldest generation too."""
+TICK_S = 0.1
+"""How often the timer collects the youngest generation."""
+QUIET_S = 0.05
+"""No input for this long: the key's frame is drawn or on its way; a short collection delays nothing."""
+MIDDLE_EVERY_S = 1.0
+"""The middle generation too (what outlived a young collection: cycles among it are most of the garbage)
+this often, when no input came for ``MIDDLE_QUIET_S``."""
+MIDDLE_QUIET_S = 0.15
+IDLE_S = 1.0
+"""No input for this long: the user is reading, and the long pass can run."""
+FULL_EVERY_S = 10.0
+"""The long pass runs at most this often while idle..."""
+FULL_AT_LEAST_EVERY_S = 60.0
+"""...and at least this often (cycles made meanwhile wait for it)."""
 
 
 class IdleCollector:
     """Owns the collector while the app runs: ``start`` once mounted, ``stop`` when the app ends (the
-    collector is the process's: tests run many apps in one process)."""
+    collector is the process's: tests run many apps in one)."""
 
     def __init__(self, app) -> None:
         self.app = app
-        self.collected_at = time.monotonic()
-        self.collections = 0
+        self.full_at = self.middle_at = time.monotonic()
         self.timer = None
 
     def start(self) -> None:
         gc.collect()
         gc.freeze()  # what start-up allocated stays: no collection needs to look at it again
         gc.disable()
-        self.timer = self.app.set_interval(COLLECT_EVERY_S, self.tick)
+        self.full_at = self.middle_at = time.monotonic()
+        self.timer = self.app.set_interval(TICK_S, self.tick)
 
     def tick(self) -> None:
         now = time.monotonic()
-        if self.app.input_within(QUIET_S) and now - self.collected_at < AT_LEAST_EVERY_S:
-            return
-        self.collections += 1
-        n = self.collections
-        gc.collect(2 if n % FULL_EVERY == 0 else 1 if n % MIDDLE_EVERY == 0 else 0)
-        self.collected_at = time.monotonic()
+        since_full, since_middle = now - self.full_at, now - self.middle_at
+        if since_full >= FULL_AT_LEAST_EVERY_S or (since_full >= FULL_EVERY_S and not self.app.input_within(IDLE_S)):
+            gc.collect()
+            self.full_at = self.middle_at = time.monotonic()
+        elif since_middle >= MIDDLE_EVERY_S and not self.app.input_within(MIDDLE_QUIET_S):
+            gc.collect(1)
+            self.middle_at = time.monotonic()
+        elif not self.app.input_within(QUIET_S):
+            gc.collect(0)
 
     def stop(self) -> None:
         if self.timer is not None:

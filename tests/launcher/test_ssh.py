@@ -484,7 +484,7 @@ command: |
                                and app.screen.view.state.value == "failed")
                 pane = app.screen.pane(1)
                 await wait_for(pilot, lambda: pane.state is not None and pane.state.value == "lost")
-                return str(pane.query_one(".badge").render())
+                return pane.badge.plain
 
         assert "lost" in asyncio.run(badge()).lower()
 

@@ -109,8 +109,8 @@ async def test_monitor_replays_a_recorded_two_node_run(home):
         await _wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen)
                         and app.screen.view.state == RunState.FAILED and app.screen.view.step == 4)
         screen = app.screen
-        await _wait_for(pilot, lambda: screen.pane(0).log.line_count == 50 and screen.pane(1).log.line_count == 3)
-        assert "!! [rank1]: RuntimeError" in screen.pane(1).log.lines[1]
+        await _wait_for(pilot, lambda: screen.pane(0).line_count == 50 and screen.pane(1).line_count == 3)
+        assert "!! [rank1]: RuntimeError" in screen.pane(1).lines[1]
         assert screen.pane(1).has_class("-failed")
         await _wait_for(pilot, lambda: len(screen.query("MemoryGauge")) == 2)
         gauges = {g.rank: g for g in screen.query("MemoryGauge")}
@@ -121,9 +121,9 @@ async def test_monitor_replays_a_recorded_two_node_run(home):
         assert screen.follow is False
         await pilot.press("m")
         assert screen.merged and screen.query_one("#merged").display and not screen.query_one("#logs").display
-        await _wait_for(pilot, lambda: screen.pane(-1).log.line_count == 53)
+        await _wait_for(pilot, lambda: screen.pane(-1).line_count == 53)
         await pilot.press("m", "slash", *"NCCL", "enter")
-        await _wait_for(pilot, lambda: screen.pane(1).log.line_count == 1 and screen.pane(0).log.line_count == 0)
+        await _wait_for(pilot, lambda: screen.pane(1).line_count == 1 and screen.pane(0).line_count == 0)
 
 
 @pytest.mark.parametrize("size, scrolls", [((80, 24), True), ((250, 70), False)])
@@ -136,15 +136,15 @@ async def test_eight_node_panes_stay_readable_at_80x24_and_all_show_at_250x70(ho
     app = FsdpTuiApp(home, run_id=run.run_id)
     async with app.run_test(size=size) as pilot:
         await _wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen)
-                        and app.screen.pane(7).log.line_count == 40)
+                        and app.screen.pane(7).line_count == 40)
         screen = app.screen
         grid = screen.query_one("#logs")
         await _wait_for(pilot, lambda: (grid.max_scroll_y > 0) == scrolls)
         heights = [screen.pane(r).size.height for r in range(8)]
-        assert min(heights) >= PANE_MIN_ROWS - 2, heights  # inside the border: badge + at least 6 lines
+        assert min(heights) >= PANE_MIN_ROWS - 2, heights  # inside the border (its title the badge): 7 lines
         assert screen.query_one("MetricsPanel").has_class("-short") == (size[1] < 32)
         if scrolls:
-            screen.pane(7).log.focus()  # moving to a pane off screen scrolls the grid to it
+            screen.pane(7).focus()  # moving to a pane off screen scrolls the grid to it
             await _wait_for(pilot, lambda: grid.scroll_y > 0)
 
 
@@ -156,7 +156,7 @@ async def test_monitor_on_a_real_local_run_then_cancel(home, tmp_path):
     async with app.run_test(size=(140, 45)) as pilot:
         await _wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen) and app.screen.view.step >= 5)
         screen = app.screen
-        await _wait_for(pilot, lambda: screen.pane(0).log.line_count >= 5)
+        await _wait_for(pilot, lambda: screen.pane(0).line_count >= 5)
         assert len(screen.view.loss) >= 5
         await pilot.press("c")
         await pilot.press("y")
@@ -277,9 +277,9 @@ async def test_finished_run_with_a_1gb_log_opens_at_once(home):
     app = FsdpTuiApp(home, run_id="run-big")
     async with app.run_test(size=(140, 40)) as pilot:
         await _wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen)
-                        and app.screen.pane(0).log.line_count > 0, timeout=30)
-        await _wait_for(pilot, lambda: "tail line 99" in app.screen.pane(0).log.lines[-1], timeout=30)
-        assert "earlier bytes are in" in app.screen.pane(0).log.lines[0]  # the tail only, not the gigabyte
+                        and app.screen.pane(0).line_count > 0, timeout=30)
+        await _wait_for(pilot, lambda: "tail line 99" in app.screen.pane(0).lines[-1], timeout=30)
+        assert "earlier bytes are in" in app.screen.pane(0).lines[0]  # the tail only, not the gigabyte
 
 
 async def test_e_jumps_to_the_error_of_the_last_attempt(home):
@@ -290,7 +290,7 @@ async def test_e_jumps_to_the_error_of_the_last_attempt(home):
     app = FsdpTuiApp(home, run_id="run-retried")
     async with app.run_test(size=(140, 40)) as pilot:
         await _wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen)
-                        and app.screen.pane(0).log.line_count == 5)
+                        and app.screen.pane(0).line_count == 5)
         await pilot.press("e")
         await pilot.pause()
         said = [str(n.message) for n in app._notifications]
@@ -347,12 +347,12 @@ async def test_the_monitor_filter_applies_as_you_type_and_escape_clears_it(home)
     app = FsdpTuiApp(home, run_id="run-filter")
     async with app.run_test(size=(140, 40)) as pilot:
         await _wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen)
-                        and app.screen.pane(0).log.line_count == 3)
+                        and app.screen.pane(0).line_count == 3)
         screen = app.screen
         await pilot.press("slash", *"alpha")
-        await _wait_for(pilot, lambda: screen.pane(0).log.line_count == 2 and screen.pane(1).log.line_count == 0)
+        await _wait_for(pilot, lambda: screen.pane(0).line_count == 2 and screen.pane(1).line_count == 0)
         await pilot.press("escape")
-        await _wait_for(pilot, lambda: screen.pane(0).log.line_count == 3)
+        await _wait_for(pilot, lambda: screen.pane(0).line_count == 3)
         assert app.screen is screen and not screen.has_class("-filtering")
 
 

@@ -40,7 +40,7 @@ async def test_the_merged_view_follows_through_follow_off_and_on_and_a_filter(ho
         screen = RunMonitorScreen("r", 2, events=_fed(queue))
         await app.push_screen(screen)
         await pilot.press("m")
-        merged = screen.pane(-1).log
+        merged = screen.pane(-1)
         assert screen.focused is merged, "keys such as end go to the pane on screen"
         send(120)
         await wait_for(pilot, lambda: _last(merged) == "[1] step=119/400" and _at_end(merged))
@@ -59,8 +59,8 @@ async def test_the_merged_view_follows_through_follow_off_and_on_and_a_filter(ho
         await wait_for(pilot, lambda: _last(merged) == "[1] step=279/400" and _at_end(merged))
         assert screen.focused is merged
         await pilot.press("m")
-        assert screen.focused is screen.pane(0).log
-        await wait_for(pilot, lambda: _last(screen.pane(0).log) == "step=278/400" and _at_end(screen.pane(0).log))
+        assert screen.focused is screen.pane(0)
+        await wait_for(pilot, lambda: _last(screen.pane(0)) == "step=278/400" and _at_end(screen.pane(0)))
 
 
 async def test_leaving_or_quitting_with_unsaved_text_asks_save_discard_or_stay(home, tmp_path):

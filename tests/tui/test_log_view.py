@@ -41,6 +41,7 @@ async def test_it_follows_the_end_and_keys_scroll_it():
         await pilot.pause()
         assert shown(view)[:6] == ["line 0", "line 1", "line 2", "line 3", "line 4", ""]
         assert thumb_rows(view) == [], "every line fits: no thumb"
+        assert {list(view.render_line(y))[-1].style for y in range(12)} == {view.rich_style}, "nor a track"
         view.write_lines([f"line {i}" for i in range(5, 100)])
         await pilot.pause()
         assert shown(view)[-1] == "line 99" and view.at_end

@@ -100,15 +100,15 @@ async def test_overview_sorts_filters_marks_and_opens_a_node(home):
         await pilot.press("enter")
         await wait_for(pilot, lambda: screen.alone == STARVED)
         pane = screen.pane(STARVED)
-        await wait_for(pilot, lambda: pane.is_on_screen and pane.log.line_count == 20 + STARVED)
+        await wait_for(pilot, lambda: pane.is_on_screen and pane.line_count == 20 + STARVED)
         assert not screen.pane(0).is_on_screen and not overview.display
-        assert pane.log.lines[0] == f"node {STARVED} line 0" and screen.focused is pane.log
+        assert pane.lines[0] == f"node {STARVED} line 0" and screen.focused is pane
         await pilot.press("escape")
         assert screen.overview_shown and screen.focused is table and table.row_count == 1
         await pilot.press("x", "o")
         assert not screen.overview_shown and screen.query_one("#logs").display
         await wait_for(pilot, lambda: all(screen.pane(n).is_on_screen for n in range(12)))
-        await wait_for(pilot, lambda: screen.pane(11).log.line_count == 31)  # what it buffered unmounted
+        await wait_for(pilot, lambda: screen.pane(11).line_count == 31)  # what it buffered unmounted
         await pilot.press("o")
         assert screen.overview_shown
 
@@ -118,13 +118,13 @@ async def test_few_nodes_keep_their_panes_and_o_opens_the_overview(home):
     async with app.run_test(size=(160, 50)) as pilot:
         screen = RunMonitorScreen("r", 2, events=_fed(run_events(2, starved=None)))
         await app.push_screen(screen)
-        await wait_for(pilot, lambda: screen.pane(1).log.line_count == 21, timeout=120)
+        await wait_for(pilot, lambda: screen.pane(1).line_count == 21, timeout=120)
         assert not screen.overview_shown
         await wait_for(pilot, lambda: "merged" in [k.description for k in screen.query("FooterKey")])
         await pilot.pause(0.5)  # the footer settles after the screen's first focus changes
         footer_keys = list(screen.query("FooterKey"))
         await pilot.press("m")  # focus moves from one log to another: the footer's keys stay as they are
-        await wait_for(pilot, lambda: screen.focused is screen.pane(-1).log)
+        await wait_for(pilot, lambda: screen.focused is screen.pane(-1))
         await pilot.pause(0.2)
         assert list(screen.query("FooterKey")) == footer_keys
         await pilot.press("m", "o")

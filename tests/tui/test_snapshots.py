@@ -124,7 +124,7 @@ def test_monitor_of_a_recorded_two_node_run(snap_compare, home, workdir):
         def done() -> bool:
             screen = app.screen
             return (isinstance(screen, RunMonitorScreen) and screen.view.state == RunState.FAILED
-                    and screen.pane(0).log.line_count == 10 and screen.pane(1).log.line_count == 10
+                    and screen.pane(0).line_count == 10 and screen.pane(1).line_count == 10
                     and "elapsed 1:02:03" in str(screen.query_one("#summary").render())
                     and "last 1.9000" in str(screen.query_one("#spark-eval .title").render())
                     and [str(label.render()) for label in screen.query("MemoryGauge > Label")]

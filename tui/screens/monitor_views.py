@@ -107,7 +107,7 @@ class MonitorViews:
         if self.overview_shown:
             self.query_one(NodeOverview).table.focus()
             return
-        self.pane(-1 if self.merged else self.alone or 0).log.focus()
+        self.pane(-1 if self.merged else self.alone or 0).focus()
 
     def action_filter(self) -> None:
         self.add_class("-filtering")

@@ -228,13 +228,15 @@ class LogView(Widget, can_focus=True):
             segments = self._line_segments(index, width, text_style, chosen, selection)
         else:
             segments = [Segment(" " * width, text_style)]
+        if bar is None:  # every line fits: no scrollbar to draw
+            return Strip([*segments, Segment(" ", text_style)], width + 1)
         return Strip([*segments, thumb if bar[0] <= y < bar[1] else track], width + 1)
 
     def _drawing(self) -> tuple:
         """What every line of one drawing shares (Textual asks for the lines one at a time)."""
         height, total = self.size.height, len(self._lines)
         if total <= height or height <= 0:
-            bar = (0, 0)  # every line fits: no thumb
+            bar = None  # every line fits
         else:
             size = max(1, round(height * height / total))
             top = round((height - size) * self.view_y / max(1, total - height))

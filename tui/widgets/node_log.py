@@ -1,13 +1,15 @@
-"""Per-node log panes fed in batches: one ``write_lines`` per pane per flush, hidden panes buffered."""
+"""Per-node log panes fed in batches: one ``write_lines`` per pane per flush, hidden panes buffered.
+
+A pane is one widget: its lines (a :class:`LogView`) in a border whose title is the node's badge (node,
+host, state, GPU use). A pane made of a container, a badge label and a log was three widgets to lay out
+and draw each time the panes are shown again (BENCHMARKS.md, the app under load).
+"""
 
 from __future__ import annotations
 
 from collections import deque
 
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import Vertical
-from textual.widgets import Label
 
 from launcher.events import NodeState
 from launcher.runs.core.triage import classify_line, might_signal
@@ -24,20 +26,20 @@ MAX_WRITE = 50
 it skipped: nobody reads 5,000 lines a second, and every line stays in the node's log file."""
 
 
-class NodeLog(Vertical):
-    """One node: a state badge and its log. ``push`` only buffers; ``flush`` writes (the screen's timer).
-    Every method works before the pane is mounted (it keeps the state and draws it when mounted)."""
+class NodeLog(LogView):
+    """One node: its log, with its state in the border's title. ``push`` only buffers; ``flush`` writes
+    (the screen's timer). Every method works before the pane is mounted."""
 
     DEFAULT_CSS = """
-    NodeLog { border: round $panel; height: 1fr; min-height: 6; }
+    NodeLog { border: round $panel; border-title-color: $text; height: 1fr; min-height: 6; }
+    NodeLog:focus { border: round $accent; }
     NodeLog.-failed { border: round $error; }
     NodeLog.-lost { border: round $error; }
     NodeLog.-reconnecting { border: round $warning; }
-    NodeLog .badge { height: 1; padding: 0 1; background: $panel; width: 100%; }
     """
 
     def __init__(self, node_rank: int, host: str = "", max_pending: int = MAX_PENDING, **kwargs) -> None:
-        super().__init__(**kwargs)
+        super().__init__(max_lines=MAX_LINES, **kwargs)
         self.node_rank = node_rank
         self.host = host
         self.pending: deque[str] = deque(maxlen=max_pending)
@@ -50,16 +52,9 @@ class NodeLog(Vertical):
         self.follow = True
         """Keep the newest line in view. The log's own auto-scroll only scrolls a log that is already at its end,
         so once lines went past while following was off it would never catch up again: here following scrolls."""
-        self._lines_view = LogView(max_lines=MAX_LINES, auto_scroll=self.follow)
-
-    def compose(self) -> ComposeResult:
-        yield Label(self._badge(self.state, self.exit_code), classes="badge")
-        yield self._lines_view
-
-    @property
-    def log(self) -> LogView:
-        """The lines shown (kept: a flush needs no DOM query)."""
-        return self._lines_view
+        self.badge = Text()
+        """What the border's title says (a Text: a host or a state is never markup)."""
+        self._show_badge()
 
     def push(self, lines: tuple[str, ...] | list[str]) -> None:
         self.pending.extend(lines)
@@ -81,7 +76,7 @@ class NodeLog(Vertical):
         if skipped > 0:
             shown.insert(0, f"··· {skipped:,} lines not shown (fast output; all are in the node log)")
         if shown:
-            self.log.write_lines(shown)
+            self.write_lines(shown)
             self._keep_end()
         return len(shown)
 
@@ -93,8 +88,7 @@ class NodeLog(Vertical):
     def set_state(self, state: NodeState, exit_code: int | None, host: str) -> None:
         self.host = host or self.host
         self.state, self.exit_code = state, exit_code
-        if self.is_mounted:
-            self.query_one(".badge", Label).update(self._badge(state, exit_code))
+        self._show_badge()
         self.set_class(state == NodeState.EXITED and exit_code not in (0, None), "-failed")
         self.set_class(state == NodeState.LOST, "-lost")
         self.set_class(state == NodeState.RECONNECTING, "-reconnecting")
@@ -102,14 +96,13 @@ class NodeLog(Vertical):
     def set_gpus(self, summary: str) -> None:
         """GPU utilisation and memory of this node, after its badge."""
         self.gpu_summary = summary
-        if self.is_mounted:
-            self.query_one(".badge", Label).update(self._badge(self.state, self.exit_code))
+        self._show_badge()
 
     def set_follow(self, follow: bool) -> None:
         """Following on scrolls to the newest line at once (and with every batch after it); off leaves the
         view where it is."""
         self.follow = follow
-        self.log.auto_scroll = follow
+        self.auto_scroll = follow
         if self.is_mounted:
             self._keep_end()
 
@@ -119,31 +112,35 @@ class NodeLog(Vertical):
 
     def _keep_end(self) -> None:
         if self.follow:
-            self.log.scroll_end()
+            self.scroll_end()
 
     def refilter(self, text: str) -> None:
         """Show only lines containing ``text`` (from the kept history)."""
         self.filter_text = text
         if not self.is_mounted:
             return
-        self.log.clear()
-        self.log.write_lines([self._mark(line) for line in self.all_lines if self._wanted(line)])
+        self.clear()
+        self.write_lines([self._mark(line) for line in self.all_lines if self._wanted(line)])
         self._keep_end()
 
     def _wanted(self, line: str) -> bool:
         return not self.filter_text or self.filter_text.lower() in line.lower()
 
-    def _badge(self, state: NodeState, exit_code: int | None) -> Text:
-        """``node 1  gpu-b  LOST`` with the state coloured (a Text: a host or state is never markup)."""
+    def _show_badge(self) -> None:
+        """``node 1  gpu-b  LOST`` with the state coloured, in the border (a repaint of this pane only)."""
         if self.node_rank < 0:
-            return Text("all nodes, merged (m: one pane per node)", style="bold")
-        code = f" (exit {exit_code})" if exit_code is not None else ""
-        failed = state == NodeState.LOST or (state == NodeState.EXITED and exit_code not in (0, None))
-        style = "bold red" if failed else "yellow" if state == NodeState.RECONNECTING else "bold"
-        badge = Text.assemble(f"node {self.node_rank}  {self.host}  ", (f"{state.value}{code}", style))
-        if self.gpu_summary:
-            badge.append(f"  {self.gpu_summary}")
-        return badge
+            badge = Text("all nodes, merged (m: one pane per node)", style="bold")
+        else:
+            state, exit_code = self.state, self.exit_code
+            code = f" (exit {exit_code})" if exit_code is not None else ""
+            failed = state == NodeState.LOST or (state == NodeState.EXITED and exit_code not in (0, None))
+            style = "bold red" if failed else "yellow" if state == NodeState.RECONNECTING else "bold"
+            badge = Text.assemble(f"node {self.node_rank}  {self.host}  ", (f"{state.value}{code}", style))
+            if self.gpu_summary:
+                badge.append(f"  {self.gpu_summary}")
+        if badge != self.badge:
+            self.badge = badge
+            self.border_title = badge
 
     @staticmethod
     def _mark(line: str) -> str:

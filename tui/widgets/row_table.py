@@ -179,6 +179,12 @@ class RowTable(DataTable):
             line.append(Segment(" " * (room - len(text) + pad), blank))
         return line
 
+    def _set_hover_cursor(self, active: bool) -> None:
+        """DataTable repaints the hover row at every key (``enter`` too, a frame before the one the key
+        causes, which then waited for the next frame tick): only when the hover cursor comes or goes."""
+        if active != self._show_hover_cursor:
+            super()._set_hover_cursor(active)
+
     def add_row(self, *cells, **kwargs) -> RowKey:
         row_key = super().add_row(*cells, **kwargs)
         self._versions[row_key] = self._version = self._version + 1
