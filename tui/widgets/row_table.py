@@ -4,15 +4,29 @@ a few cells of every row changing twice a second)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual._segment_tools import line_crop
-from textual.geometry import Region
+from textual.geometry import Offset, Region
 from textual.strip import Strip
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist, CellKey, ColumnKey, RowKey
+
+
+class _Drawing(NamedTuple):
+    base_style: Style
+    scroll: Offset
+    fixed_height: int
+    header_height: int
+    width: int
+    cursor_row: int | None
+    hover_row: int | None
+    look: tuple
+    widths: tuple[int, ...]
 
 
 class RowTable(DataTable):
@@ -45,51 +59,70 @@ class RowTable(DataTable):
         """Each row's version: a new one whenever a cell of it is written (its kept line's key)."""
         self._version = 0
         self._widths_before: list[int] | None = None
-        self._drawing_style: Style | None = None
+        self._drawing: _Drawing | None = None
         super().__init__(**kwargs)
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        self._drawing_style = self.rich_style  # DataTable looks it up for every line (~0.1 ms each)
+        self._drawing = self._drawing_state()  # DataTable looks these up again for every line
         try:
             return super().render_lines(crop)
         finally:
-            self._drawing_style = None
+            self._drawing = None
 
-    def render_line(self, y: int) -> Strip:
-        """DataTable's ``render_line``, with the table's style looked up once per drawing."""
-        base_style = self._drawing_style or self.rich_style
-        scroll_x, scroll_y = self.scroll_offset
+    def _drawing_state(self) -> _Drawing:
+        """What every line of one drawing shares: the table's style (~0.1 ms to look up), its scroll, the
+        cursor's and hover's rows, the look and the columns' widths (a dozen reactive reads each)."""
+        base_style = self.rich_style
+        pad = self.cell_padding
         fixed_height = sum(self.get_row_height(self._row_locations.get_key(index)) for index in range(self.fixed_rows))
         if self.show_header:
             fixed_height += self.get_row_height(self._header_row_key)
-        if y >= fixed_height:
+        return _Drawing(
+            base_style=base_style,
+            scroll=self.scroll_offset,
+            fixed_height=fixed_height,
+            header_height=self.header_height if self.show_header else 0,
+            width=self.size.width,
+            cursor_row=self.cursor_coordinate.row if self.show_cursor else None,
+            hover_row=self.hover_coordinate.row if self.show_cursor and self._show_hover_cursor else None,
+            look=(base_style, self.cursor_type, self.zebra_stripes, pad, self._pseudo_class_state,
+                  self.app.theme, self.cursor_foreground_priority, self.cursor_background_priority),
+            widths=tuple((c.content_width if c.auto_width else c.width) + 2 * pad for c in self.ordered_columns),
+        )
+
+    def render_line(self, y: int) -> Strip:
+        """DataTable's ``render_line``, with what the lines of a drawing share looked up once."""
+        drawing = self._drawing or self._drawing_state()
+        scroll_x, scroll_y = drawing.scroll
+        if y >= drawing.fixed_height:
             y += scroll_y
-        return self._render_line(y, scroll_x, scroll_x + self.size.width, base_style)
+        return self._table_line(y, scroll_x, scroll_x + drawing.width, drawing)
 
     def _render_line(self, y: int, x1: int, x2: int, base_style: Style) -> Strip:
+        drawing = self._drawing or self._drawing_state()
+        return self._table_line(y, x1, x2, drawing._replace(base_style=base_style))
+
+    def _table_line(self, y: int, x1: int, x2: int, drawing: _Drawing) -> Strip:
         """A table line, kept by what its row shows (DataTable keeps lines only until any cell changes)."""
-        if self.show_header and y < self.header_height:
+        base_style = drawing.base_style
+        if y < drawing.header_height:
             return super()._render_line(y, x1, x2, base_style)
         try:
             row_key, line_no = self._get_offsets(y)
         except LookupError:
             return super()._render_line(y, x1, x2, base_style)
         row_index = self._row_locations.get(row_key)
-        cursor = self.show_cursor and self.cursor_coordinate.row == row_index
-        hover = self.show_cursor and self._show_hover_cursor and self.hover_coordinate.row == row_index
-        pad = self.cell_padding
-        look = (base_style, self.cursor_type, self.zebra_stripes, pad, self._pseudo_class_state,
-                self.app.theme, self.cursor_foreground_priority, self.cursor_background_priority)
+        look = drawing.look
         # Kept by the styles the row is drawn with, not by what they come from: the focus coming back
         # changes only the cursor's row (the table has no focus tint), not all 60 rows.
-        styles = self._look(row_index % 2, cursor, hover, look)
-        widths = tuple((c.content_width if c.auto_width else c.width) + 2 * pad for c in self.ordered_columns)
-        key = (self._versions.get(row_key), row_index, line_no, widths, x1, x2, self.size.width, base_style,
+        styles = self._look(row_index % 2, drawing.cursor_row == row_index, drawing.hover_row == row_index, look)
+        key = (self._versions.get(row_key), row_index, line_no, drawing.widths, x1, x2, drawing.width, base_style,
                styles, look[1:4])
         strip = self._kept_lines.get(key)
         if strip is None:
             cells = tuple(self._data[row_key].values())
-            strip = self._plain_line(row_index, line_no, cells, widths, x1, x2, base_style, styles)
+            strip = self._plain_line(row_index, line_no, cells, drawing.widths, x1, x2, drawing.width, base_style,
+                                     styles)
             if strip is None:  # drawn by DataTable: kept by everything that draws it
                 key += (look,)
                 strip = self._kept_lines.get(key) or super()._render_line(y, x1, x2, base_style)
@@ -99,7 +132,7 @@ class RowTable(DataTable):
         return strip
 
     def _plain_line(self, row_index: int, line_no: int, cells: tuple, widths: tuple[int, ...], x1: int, x2: int,
-                    base_style: Style, styles: tuple[Style, Style, Style]) -> Strip | None:
+                    table_width: int, base_style: Style, styles: tuple[Style, Style, Style]) -> Strip | None:
         """The row's line as DataTable's ``_render_line_in_row`` draws it (zebra row style, each cell padded,
         the cursor's and hover's styles on top, the row's style extended to the table's width); ``None``
         where that takes what only DataTable draws (fixed rows or columns, row labels, taller rows, a
@@ -120,9 +153,8 @@ class RowTable(DataTable):
                     return None
                 self._kept_cells[key] = line
             segments.extend(line)
-        width = self.size.width
         used = sum(widths)
-        remaining = max(0, width - used)
+        remaining = max(0, table_width - used)
         end_key = (extend_style, row_index)
         end_style = self._end_styles.get(end_key)
         if end_style is None:
@@ -131,9 +163,9 @@ class RowTable(DataTable):
             end_style = self._end_styles[end_key] = extend_style + Style.from_meta(
                 {"row": row_index, "column": 0, "out_of_bounds": True})
         segments.append(Segment(" " * remaining, end_style))
-        if x1 == 0 and used + remaining == width <= x2:  # the whole row, as wide as the table: nothing to cut
-            return Strip(segments, width)
-        return Strip(line_crop(segments, x1, x2, width)).adjust_cell_length(width, base_style)
+        if x1 == 0 and used + remaining == table_width <= x2:  # the whole row, as wide as the table: nothing to cut
+            return Strip(segments, table_width)
+        return Strip(line_crop(segments, x1, x2, table_width)).adjust_cell_length(table_width, base_style)
 
     def _look(self, odd: int, cursor: bool, hover: bool, look: tuple) -> tuple[Style, Style, Style]:
         """(the row's style, what goes over a cell's text and padding, the style past the last column):
