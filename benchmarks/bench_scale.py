@@ -9,11 +9,14 @@ Per host count it prints:
 - the operator side's cost: CPU seconds and RSS of the run's owner (the supervisor) and of the follower
   printing the events (``fsdp-tui run --json``, what the app's worker does for the monitor), per node
   launched, per node-second of following a quiet job, and per 1,000 lines streamed;
-- cancel to nothing left (``fsdp-tui cancel`` until no process of the run is on any host).
+- cancel to nothing left (``fsdp-tui cancel`` until no process of the run is on any host);
+- with ``--app``: the app itself on the run while the nodes stream (``benchmarks/bench_tui.py --run``: the
+  monitor as a user opens it, keys pressed, key-to-screen p50/p95), its CPU per 1,000 lines and peak RSS.
 
 The node side's work is not counted: every host shares this machine's cores.
 
     .venv/bin/python benchmarks/bench_scale.py --hosts 16 32 64 [--stream-s 10] [--rate 50] [--doctor]
+    .venv/bin/python benchmarks/bench_scale.py --hosts 64 --stream-s 40 --app
 
 Needs root, iproute2 and openssh-server (``apt-get install openssh-server iproute2``).
 """
@@ -122,7 +125,20 @@ class Follower:
         return sum(len(e["lines"]) for _, e in self.seen() if e["type"] == "NodeLines")
 
 
-def measure(count: int, rate: float, stream_s: float, quiet_s: float, doctor: bool = False) -> dict:
+APP_WARMUP_S = 8.0
+"""With ``--app``: seconds the app is given to start and open the run before keys are pressed; it presses
+them for the rest of the streaming time."""
+
+
+def app_watch(home: Path, run_id: str, seconds: float, env: dict[str, str]) -> subprocess.Popen:
+    """``bench_tui.py --run``: the app on this run, keys pressed for ``seconds``, one JSON line at the end."""
+    return subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "bench_tui.py"), "--run", run_id, "--home",
+                             str(home), "--seconds", str(seconds), "--json"], stdout=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT)
+
+
+def measure(count: int, rate: float, stream_s: float, quiet_s: float, doctor: bool = False,
+            app: bool = False) -> dict:
     from tests.launcher.sshd import start_hosts, stop_hosts
 
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp_name:
@@ -162,6 +178,9 @@ def measure(count: int, rate: float, stream_s: float, quiet_s: float, doctor: bo
             run.wait_for(lambda evs: sum(1 for _, e in evs if e["type"] == "NodeLines"
                                          for line in e["lines"] if line.endswith(" waiting")) == count,
                          120, "every node's first line")
+            watcher = app_watch(home, run_id, stream_s - APP_WARMUP_S, env) if app else None
+            if watcher is not None:
+                time.sleep(APP_WARMUP_S)
             own_launch, fol_launch = cost(owner), cost(run.proc.pid)
             lines0 = run.lines()
             (tmp / "go").touch()
@@ -171,6 +190,12 @@ def measure(count: int, rate: float, stream_s: float, quiet_s: float, doctor: bo
                 return sum(1 for _, e in evs if e["type"] == "NodeLines"
                            for line in e["lines"] if line.endswith("quiet now")) == count
 
+            app_row = None
+            if watcher is not None:
+                out_app, _ = watcher.communicate(timeout=stream_s * 4 + 120)
+                if watcher.returncode != 0 or not out_app.strip():
+                    raise RuntimeError(f"the app's measurement failed (exit {watcher.returncode}): {out_app[-800:]}")
+                app_row = json.loads(out_app.strip().splitlines()[-1])
             run.wait_for(quiet, stream_s * 4 + 120, "every node done printing")
             own_stream, fol_stream = cost(owner), cost(run.proc.pid)
             streamed, stream_wall = run.lines() - lines0, time.perf_counter() - go
@@ -210,7 +235,7 @@ def measure(count: int, rate: float, stream_s: float, quiet_s: float, doctor: bo
         "owner_cpu_quiet_per_node_s_ms": per(own_stream, own_quiet, count * quiet_s) * 1000,
         "follower_cpu_quiet_per_node_s_ms": per(fol_stream, fol_quiet, count * quiet_s) * 1000,
         "owner_rss_mib": own_quiet[1], "owner_peak_rss_mib": owner_peak, "follower_rss_mib": fol_quiet[1],
-        "lines_streamed": streamed,
+        "lines_streamed": streamed, "app": app_row,
     }
 
 
@@ -221,11 +246,13 @@ def main() -> None:
     p.add_argument("--stream-s", type=float, default=10.0, help="seconds each node prints")
     p.add_argument("--quiet-s", type=float, default=10.0, help="seconds of following a job that prints nothing")
     p.add_argument("--doctor", action="store_true", help="also time fsdp-tui doctor on the same hosts")
+    p.add_argument("--app", action="store_true", help="also the app on the run while it streams, keys pressed "
+                   f"(give --stream-s well above {APP_WARMUP_S:.0f} s)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     rows = []
     for count in args.hosts:
-        row = measure(count, args.rate, args.stream_s, args.quiet_s, args.doctor)
+        row = measure(count, args.rate, args.stream_s, args.quiet_s, args.doctor, args.app)
         rows.append(row)
         if args.json:
             print(json.dumps(row), flush=True)
@@ -245,6 +272,11 @@ def main() -> None:
                   f"({row['follower_cpu_per_1000_lines_above_quiet_ms']:.0f} above quiet), "
                   f"{row['follower_cpu_quiet_per_node_s_ms']:.2f} ms per node-second quiet; RSS "
                   f"{row['follower_rss_mib']:.0f} MiB", flush=True)
+            if (a := row["app"]) is not None:
+                print(f"  app (the monitor, keys pressed): key-to-screen p50 {a['p50_ms']:.1f} ms, p95 "
+                      f"{a['p95_ms']:.1f} ms, max {a['max_ms']:.1f} ms ({a['presses']} presses); "
+                      f"{a['cpu_s'] / a['wall_s']:.0%} of a core, {a['cpu_s'] / max(a['lines'], 1) * 1e6:.0f} ms CPU "  # frames of keys too
+                      f"per 1,000 lines ({a['lines']:,} lines seen), peak RSS {a['peak_rss_mib']:.0f} MiB", flush=True)
     if len(rows) >= 2:
         a, b = rows[0], rows[-1]
         slope = (b["owner_rss_mib"] - a["owner_rss_mib"]) / (b["hosts"] - a["hosts"])
