@@ -126,8 +126,8 @@ class Follower:
 
 
 APP_WARMUP_S = 8.0
-"""With ``--app``: seconds the app is given to start and open the run before keys are pressed; it presses
-them for the rest of the streaming time."""
+"""With ``--app``: seconds the app is given to start and open the run before the nodes stream; it presses
+keys from when each node has printed more than a pane shows for the rest of the streaming time."""
 
 
 def app_watch(home: Path, run_id: str, seconds: float, env: dict[str, str]) -> subprocess.Popen:
@@ -178,7 +178,7 @@ def measure(count: int, rate: float, stream_s: float, quiet_s: float, doctor: bo
             run.wait_for(lambda evs: sum(1 for _, e in evs if e["type"] == "NodeLines"
                                          for line in e["lines"] if line.endswith(" waiting")) == count,
                          120, "every node's first line")
-            watcher = app_watch(home, run_id, stream_s - APP_WARMUP_S, env) if app else None
+            watcher = app_watch(home, run_id, stream_s - 5, env) if app else None
             if watcher is not None:
                 time.sleep(APP_WARMUP_S)
             own_launch, fol_launch = cost(owner), cost(run.proc.pid)
@@ -194,7 +194,10 @@ def measure(count: int, rate: float, stream_s: float, quiet_s: float, doctor: bo
             if watcher is not None:
                 out_app, _ = watcher.communicate(timeout=stream_s * 4 + 120)
                 if watcher.returncode != 0 or not out_app.strip():
-                    raise RuntimeError(f"the app's measurement failed (exit {watcher.returncode}): {out_app[-800:]}")
+                    owner_log = home / "runs" / run_id / "supervisor.log"
+                    said = owner_log.read_text()[-1500:] if owner_log.exists() else "(no owner log)"
+                    raise RuntimeError(f"the app's measurement failed (exit {watcher.returncode}): {out_app[-800:]}"
+                                       f"\nthe owner's log: {said}")
                 app_row = json.loads(out_app.strip().splitlines()[-1])
             run.wait_for(quiet, stream_s * 4 + 120, "every node done printing")
             own_stream, fol_stream = cost(owner), cost(run.proc.pid)

@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SIZE = (250, 70)
+"""The terminal the app runs in (headless)."""
 FRAME_DEADLINE_S = 10.0
 """A key whose frame has not come by then means a stuck or crashed app, not a latency."""
 OVERVIEW_KEYS = "down down up up enter f pageup pageup pagedown f escape m f pageup f m"
@@ -221,7 +223,7 @@ async def load_test(seconds: float, rate: int, nodes: int, keys: str | None = No
         OwnerLock(home / "runs" / "bench-run").acquire()  # owned by this process: nothing adopts it
         handle = SyntheticHandle("bench-run", nodes, rate, seconds)
         app = FsdpTuiApp(home)
-        async with app.run_test(size=(250, 70)) as pilot:
+        async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
             app.push_screen(RunMonitorScreen("bench-run", nodes, events=handle.events()))
             await pilot.pause(0.5)
@@ -247,14 +249,18 @@ async def watch_run(home: Path, run_id: str, seconds: float, keys: str | None, g
     from tui.screens.monitor import RunMonitorScreen
 
     app = FsdpTuiApp(home, run_id=run_id)
-    async with app.run_test(size=(250, 70)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         deadline = time.perf_counter() + 60
         while not isinstance(app.screen, RunMonitorScreen):
             if time.perf_counter() > deadline:
                 raise SystemExit(f"the app did not open run {run_id} in 60 s")
             await pilot.pause(0.05)
         screen = app.screen
-        await pilot.pause(1.0)
+        # The keys scroll logs: wait until every node has printed more than a pane shows.
+        while min((node.lines for node in screen.view.nodes.values()), default=0) < 2 * SIZE[1]:
+            if time.perf_counter() > deadline:
+                raise SystemExit(f"the nodes of run {run_id} did not print {2 * SIZE[1]} lines each in 60 s")
+            await pilot.pause(0.1)
         lines0 = sum(node.lines for node in screen.view.nodes.values())
         pressed = await press_keys(app, screen, seconds, keys, screen.num_nodes, gap)
         lines = sum(node.lines for node in screen.view.nodes.values()) - lines0
