@@ -2,9 +2,10 @@
 panes fit, the node overview (one row per node, the odd node marked; ``o`` toggles, ``enter`` opens a
 node's pane alone).
 
-Run events arrive in an async worker and only update a :class:`RunView` and per-pane buffers; a
-10 Hz timer (``LOG_HZ``) writes log batches (one ``write_lines`` per visible pane) and a 2 Hz timer redraws
-the costly widgets. Leaving the screen never stops the run.
+Run events arrive in an async worker and only update a :class:`RunView` and per-pane buffers; a timer
+writes each visible pane's batch 10 times a second (``LOG_HZ``, half of the panes at each of 20 ticks) and
+a 2 Hz timer, between those ticks, redraws the costly widgets. Both wait a moment after a key, so the
+frame the key causes comes first. Leaving the screen never stops the run.
 """
 
 from __future__ import annotations
