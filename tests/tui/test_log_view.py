@@ -133,3 +133,33 @@ async def _layouts_while_writing(widget) -> int:
 async def test_lines_arriving_never_lay_the_screen_out():
     assert await _layouts_while_writing(LogView()) == 0
     assert await _layouts_while_writing(Log()) >= 10, "Textual's Log lays the screen out as it grows"
+
+
+async def test_the_wheel_scrolls_it_and_at_the_end_goes_on_to_what_holds_it():
+    from textual import events
+    from textual.containers import VerticalScroll
+
+    class InScroll(App):
+        def compose(self) -> ComposeResult:
+            with VerticalScroll():
+                yield LogView(id="log")
+                yield LogView(id="below")
+
+    app = InScroll()
+    async with app.run_test(size=SIZE) as pilot:
+        view = app.query_one("#log", LogView)
+        view.styles.height = SIZE[1] - 2
+        app.query_one("#below", LogView).styles.height = SIZE[1]  # so the holder can scroll too
+        view.write_lines([f"line {i}" for i in range(100)])
+        await pilot.pause()
+        holder = app.query_one(VerticalScroll)
+        assert view.at_end and holder.scroll_y == 0
+        await pilot._post_mouse_events([events.MouseScrollUp], view, offset=(3, 3))  # Pilot has no wheel
+        await pilot.pause()
+        assert view.view_y == view.max_view_y - 3 and holder.scroll_y == 0, "the log scrolled, not its holder"
+        await pilot._post_mouse_events([events.MouseScrollDown], view, offset=(3, 3))
+        await pilot.pause()
+        assert view.at_end and holder.scroll_y == 0
+        await pilot._post_mouse_events([events.MouseScrollDown], view, offset=(3, 3))
+        await pilot.pause()
+        assert view.at_end and holder.scroll_y > 0, "at its end, the wheel scrolls what holds it"
