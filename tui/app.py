@@ -49,8 +49,9 @@ class FsdpTuiApp(App):
         self.launched: list[str] = []
         """Runs started from this app: on quit, the ones still live are named with how to get back."""
         self.input_at = 0.0
-        self.collector = IdleCollector(self)
         """When the last key, click or wheel turn came (``time.monotonic()``)."""
+        self.collector = IdleCollector(self)
+        """Python's garbage collector, run between keys while the app runs."""
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, (events.Key, events.MouseDown, events.MouseScrollDown, events.MouseScrollUp)):

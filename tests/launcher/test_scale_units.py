@@ -51,8 +51,9 @@ class FakeConn:
 def test_the_editors_glance_opens_connections_bounded_and_a_dead_host_holds_up_only_itself(case, monkeypatch):
     """``reach`` (the editor's glance, ``launch``'s check) on every node at once: a dead host answers
     after its own timeout; every live host answered before that, whatever its place in the queue."""
-    import launcher.backends.ssh.channel  # noqa: F401  (before the patch: it binds ``connect`` by name when
-    # first imported, and building the fleet below would import it with the fake bound for good)
+    # The channel module first (before the patch): it binds ``connect`` by name when first imported, and
+    # building the fleet below would import it with the fake bound for good.
+    import launcher.backends.ssh.channel  # noqa: F401
     import launcher.backends.ssh.connect as connect_module
     from launcher.backends.fleet import AgentFleet
 

@@ -142,3 +142,46 @@ async def test_f_says_follow_off_in_the_frame_it_causes(home, monkeypatch):
         assert "follow off (f)" in str(summary.render())
         await pilot.press("f")
         assert "follow on (f)" in str(summary.render())
+
+
+async def test_new_lines_wait_once_after_a_key_then_come(home, monkeypatch):
+    """A key (or a click, or the wheel) is noted by the app; the panes' flush then lets the key's frame go
+    first: the tick after it waits, the next one writes (never two waits in a row, so while keys keep
+    coming each group of panes is still written every other tick); with no key, each tick writes."""
+    import tui.screens.monitor as monitor
+
+    monkeypatch.setattr(monitor, "LOG_HZ", 0.001)  # the test calls the flush itself
+    monkeypatch.setattr(monitor, "DRAW_HZ", 0.001)
+    queue: asyncio.Queue = asyncio.Queue()
+    app = FsdpTuiApp(home)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = RunMonitorScreen("r", 2, events=_fed(queue))
+        await app.push_screen(screen)
+        app.input_at = 0.0
+        await pilot.press("f", "f")
+        assert app.input_within(5.0), "a key press is noted"
+        for rank in (0, 1):
+            queue.put_nowait(NodeLines("r", rank, (f"node {rank} line",), 0))
+        await wait_for(pilot, lambda: screen.view.node(1).lines == 1)
+        panes = screen.pane(0), screen.pane(1)
+
+        def written() -> list[int]:
+            return [pane.line_count for pane in panes]
+
+        keys = [True]
+        monkeypatch.setattr(app, "input_within", lambda seconds: keys[0])  # a key just came, or none for long
+        screen.flush_logs()
+        assert written() == [0, 0], "the tick right after a key waits"
+        screen.flush_logs()
+        assert sorted(written()) == [0, 1], "the next one writes its group"
+        screen.flush_logs()
+        assert sorted(written()) == [0, 1], "still keys: that group's tick waits once"
+        screen.flush_logs()
+        assert written() == [1, 1]
+        keys[0] = False
+        for rank in (0, 1):
+            queue.put_nowait(NodeLines("r", rank, ("again",), 1))
+        await wait_for(pilot, lambda: all(len(pane.pending) == 1 for pane in panes))
+        screen.flush_logs()
+        screen.flush_logs()
+        assert written() == [2, 2], "no key: every tick writes"

@@ -3,6 +3,7 @@ that lines arriving or a scroll never lay the screen out again (Textual's ``Log`
 
 from __future__ import annotations
 
+import pytest
 from textual.app import App, ComposeResult
 from textual.geometry import Offset
 from textual.selection import Selection
@@ -98,16 +99,22 @@ async def test_a_long_line_is_marked_and_right_shows_the_rest():
         assert shown(view)[1] == "x" * 23 + "0123456789ABCDEF", "as far right as the widest line needs, no mark"
 
 
-async def test_clicking_the_scrollbar_jumps_there():
+@pytest.mark.parametrize("border", [False, True], ids=["bare", "in a border, as a node's pane"])
+async def test_clicking_the_scrollbar_jumps_there(border):
     view = LogView()
+    if border:
+        view.styles.border = ("round", "white")
     app = OneLog(view)
     async with app.run_test(size=SIZE) as pilot:
         view.write_lines([f"line {i}" for i in range(200)])
         await pilot.pause()
-        await pilot.click(LogView, offset=(SIZE[0] - 1, 0))
+        edge = 1 if border else 0  # the scrollbar is the content's last column, inside any border
+        await pilot.click(LogView, offset=(SIZE[0] - 1 - edge, edge))
         assert view.view_y == 0
-        await pilot.click(LogView, offset=(SIZE[0] - 1, SIZE[1] - 1))
+        await pilot.click(LogView, offset=(SIZE[0] - 1 - edge, SIZE[1] - 1 - edge))
         assert view.at_end
+        await pilot.click(LogView, offset=(SIZE[0] - 1 - edge - 5, edge))
+        assert view.at_end, "a click in the text is not a click in the scrollbar"
 
 
 async def _layouts_while_writing(widget) -> int:

@@ -188,8 +188,9 @@ class LogView(Widget, can_focus=True):
 
     def _on_click(self, event: events.Click) -> None:
         """A click in the scrollbar's column shows that part of the log."""
-        if event.x == self.size.width - 1 and self.size.height > 1 and self.max_view_y:
-            self.scroll_to_line(round(self.max_view_y * event.y / (self.size.height - 1)))
+        at = event.get_content_offset(self)  # inside any border (a node's pane has one)
+        if at is not None and at.x == self.size.width - 1 and self.size.height > 1 and self.max_view_y:
+            self.scroll_to_line(round(self.max_view_y * at.y / (self.size.height - 1)))
 
     def on_resize(self) -> None:
         self.view_y = min(self.view_y, self.max_view_y)

@@ -98,10 +98,6 @@ class RowTable(DataTable):
             y += scroll_y
         return self._table_line(y, scroll_x, scroll_x + drawing.width, drawing)
 
-    def _render_line(self, y: int, x1: int, x2: int, base_style: Style) -> Strip:
-        drawing = self._drawing or self._drawing_state()
-        return self._table_line(y, x1, x2, drawing._replace(base_style=base_style))
-
     def _table_line(self, y: int, x1: int, x2: int, drawing: _Drawing) -> Strip:
         """A table line, kept by what its row shows (DataTable keeps lines only until any cell changes)."""
         base_style = drawing.base_style
