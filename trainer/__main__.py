@@ -135,12 +135,22 @@ def run(cfg, stop=None) -> None:
         state["total_steps"] = total
         if d.is_main:
             print(f"resumed from {resume} at step {state['step']}", flush=True)
+        if state["step"] >= total:  # a finished run started again: its checkpoint and export are there
+            if d.is_main:
+                print(f"nothing to train: {resume} is step {state['step']} of {total}; nothing is written "
+                      "(raise max_steps or num_epochs to train further)", flush=True)
+            ckpt.close()
+            dist.barrier()
+            dist.destroy_process_group()
+            return
 
     log = metrics.MetricsLogger(d, shape, total, metrics.peak_flops(d, cfg.logging.peak_tflops))
     if d.is_main:
-        for note in (*choice.notes, chosen[0].note, compile_note):
+        for note in (*choice.notes, *data.notes, chosen[0].note, compile_note):
             if note:
                 print(note, flush=True)
+        print(f"data: {data.summary.words()}", flush=True)
+        log.data(data.summary)
         print(f"training {cfg.model_name}: {shape.num_params / 1e6:.2f}M params, {d.world} ranks, "
               f"{len(data.train_rows)} rows ({data.fmt}{', packed' if choice.packing else ''}), "
               f"{total} steps; start-up: data {data_s:.1f} s, model {build_s:.1f} s", flush=True)

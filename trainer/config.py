@@ -61,11 +61,32 @@ class ModelConfig(_Section):
     """Allow model code from the model folder (only for models you trust)."""
 
 
+class ChatFields(_Section):
+    """Where a chat row keeps its turns and what its speakers are called, when not the usual names."""
+
+    messages_field: str | None = None
+    """Column holding the list of turns; unset: ``messages`` (OpenAI style) or ``conversations``
+    (ShareGPT), whichever the data has."""
+    role_key: str | None = None
+    """Key of a turn's speaker; unset: ``role``, or ``from`` in ShareGPT turns."""
+    content_key: str | None = None
+    """Key of a turn's text; unset: ``content``, or ``value`` in ShareGPT turns."""
+    roles: dict[str, Literal["system", "user", "assistant", "tool"]] = {}
+    """Speaker names of your data mapped to the template's roles, beside the built-in ones (``human``:
+    user, ``gpt``/``model``/``bot``: assistant, ...), e.g. ``{customer: user, agent: assistant}``. Only
+    ``assistant`` turns are learned."""
+
+
 class DataConfig(_Section):
     """Which examples, in which format, and how they become sequences."""
 
     format: Literal["auto", "alpaca", "squad", "chat", "text"] = "auto"
-    """Example format; ``auto`` looks at the columns of the first example."""
+    """Example format; ``auto`` looks at the columns of the first example. ``chat`` reads OpenAI-style
+    ``messages`` and ShareGPT ``conversations`` (``data.chat`` maps other names)."""
+    chat: ChatFields = ChatFields()
+    chat_template: str | None = None
+    """Jinja chat template for chat data, instead of the tokenizer's: the template text itself, or a
+    file holding it (a path on the nodes; relative: in the run's folder, then in the code snapshot)."""
     split: str = "train"
     """Split of the dataset to train on."""
     data_files: str | list[str] | None = None

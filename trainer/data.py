@@ -7,19 +7,18 @@ the loss and never counted as a training token. With packing, several examples s
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from trainer.assets import resolve_dataset
-from trainer.config import DataConfig, SettingError
+from trainer import formats
+from trainer.chat import ChatTokens, TemplateRefused, choose_template
+from trainer.config import ChatFields, SettingError
+from trainer.data_files import Rows
 
 IGNORE = -100
-_LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".arrow": "arrow", ".csv": "csv"}
 
 
 @dataclass(frozen=True)
@@ -28,84 +27,60 @@ class Example:
     labels: list[int]
     prompt: str = ""
     answer: str = ""
+    lost: int = 0
+    """Tokens cut off at ``max_seq_len``."""
 
 
-def load_rows(name: str, cfg: DataConfig) -> tuple[Any, Any | None]:
-    """(train, eval-or-None) as sequences of row dicts (``datasets.Dataset`` objects or lists), from a
-    hub name, a file or a saved folder. A local JSON Lines file is read directly: importing
-    ``datasets`` and converting to Arrow costs seconds of start-up for nothing."""
-    source = resolve_dataset(name)
-    path = Path(source).expanduser()
-    if path.is_file() and path.suffix.lower() == ".jsonl":
-        with open(path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()], None
-    import datasets
-
-    if path.is_file():
-        builder = _LOCAL_BUILDERS.get(path.suffix.lower())
-        if builder is None:
-            raise ValueError(f"parameters.dataset_name: '{source}' is not json/jsonl/parquet/arrow/csv")
-        ds = datasets.load_dataset(builder, data_files=str(path), split="train")
-        return ds, None
-    if path.is_dir() and ((path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists()):
-        loaded = datasets.load_from_disk(str(path))
-        if isinstance(loaded, datasets.DatasetDict):
-            return loaded[cfg.split], loaded.get(cfg.eval_split) if cfg.eval_split else None
-        return loaded, None
-    train = datasets.load_dataset(source, data_files=cfg.data_files, split=cfg.split)
-    evaluation = datasets.load_dataset(source, data_files=cfg.data_files, split=cfg.eval_split) \
-        if cfg.eval_split else None
-    return train, evaluation
-
-
-def columns_of(rows) -> list[str]:
-    """Column names of a ``datasets.Dataset`` or of a list of row dicts (its first row)."""
-    return list(rows.column_names) if hasattr(rows, "column_names") else list(rows[0]) if rows else []
-
-
-def detect_format(columns: list[str]) -> str:
-    cols = set(columns)
-    if {"instruction", "output"} <= cols:
-        return "alpaca"
-    if {"context", "question", "answers"} <= cols:
-        return "squad"
-    if "messages" in cols:
-        return "chat"
-    if "text" in cols:
-        return "text"
-    raise ValueError(f"parameters.data.format: cannot tell the format from columns {sorted(cols)}; "
-                     "set data.format to alpaca, squad, chat or text")
+def _plain_fail(message: str) -> Exception:
+    return ValueError(message)
 
 
 class Tokenize:
-    """One raw row -> :class:`Example`, with prompt tokens masked when ``mask_prompt``."""
+    """One raw row -> :class:`Example`, with prompt tokens masked when ``mask_prompt``. Counts the
+    examples cut at ``max_seq_len`` in their ``lost`` tokens."""
 
-    def __init__(self, tokenizer, fmt: str, max_seq_len: int, mask_prompt: bool) -> None:
+    def __init__(self, tokenizer, fmt: str, max_seq_len: int, mask_prompt: bool, chat: ChatFields | None = None,
+                 template: str | None = None) -> None:
         self.tok = tokenizer
         self.fmt = fmt
         self.max_len = max_seq_len
         self.mask_prompt = mask_prompt
+        self.fields = chat or ChatFields()
         self.bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
         self.eos = tokenizer.eos_token or ""
+        self.chat = ChatTokens(tokenizer, template or choose_template(tokenizer, None, "").text, mask_prompt) \
+            if fmt == "chat" else None
 
-    def __call__(self, row: dict[str, Any]) -> Example:
-        if self.fmt == "chat":
-            return self._chat(row["messages"])
+    def __call__(self, row: dict[str, Any], fail=_plain_fail) -> Example:
+        if self.chat is not None:
+            messages = formats.conversation(row, self.fields, fail)
+            try:
+                ids, labels = self.chat(messages)
+            except TemplateRefused as err:
+                raise fail(str(err)) from None
+            return self._cut(ids, labels)
         if self.fmt == "text":
-            ids = self.bos + self._ids(row["text"] + self.eos)
+            ids = self.bos + self._ids(formats.text_of(row, fail) + self.eos)
             return self._cut(ids, list(ids))
-        prompt, answer = self._prompt_answer(row)
+        prompt, answer = formats.prompt_answer(self.fmt, row, fail)
         p_ids = self.bos + self._ids(prompt)
         a_ids = self._ids(answer + self.eos)
         labels = ([IGNORE] * len(p_ids) if self.mask_prompt else list(p_ids)) + a_ids
         return self._cut(p_ids + a_ids, labels, prompt, answer)
 
-    def many(self, rows) -> list[Example]:
+    def many(self, rows: Rows | list[dict[str, Any]]) -> list[Example]:
         """Every row, with prompts and answers tokenized in two batched calls (the fast tokenizer's
-        per-call overhead dominates short examples); the same examples as calling once per row."""
+        per-call overhead dominates short examples); the same examples as calling once per row. A bad
+        row stops it with a :class:`DataError` naming its line."""
+        if not isinstance(rows, Rows):
+            rows = Rows(rows, "<rows>")
+
+        def fail_at(i: int):
+            return lambda message: rows.error(i, message)
+
         if self.fmt in ("chat", "text"):
-            return [self(row) for row in rows]
-        pairs = [self._prompt_answer(row) for row in rows]
+            return [self(row, fail_at(i)) for i, row in enumerate(rows.items)]
+        pairs = [formats.prompt_answer(self.fmt, row, fail_at(i)) for i, row in enumerate(rows.items)]
         if not pairs:
             return []
         prompts = self.tok([p for p, _ in pairs], add_special_tokens=False)["input_ids"]
@@ -117,37 +92,12 @@ class Tokenize:
             out.append(self._cut(p_ids + a_ids, labels, prompt, answer))
         return out
 
-    def _prompt_answer(self, row: dict[str, Any]) -> tuple[str, str]:
-        if self.fmt == "alpaca":
-            prompt = f"### Instruction:\n{row['instruction']}\n\n"
-            if row.get("input"):
-                prompt += f"### Input:\n{row['input']}\n\n"
-            return prompt + "### Response:\n", str(row["output"])
-        answers = row["answers"]
-        text = answers["text"][0] if isinstance(answers, dict) else answers[0]
-        return f"Context: {row['context']}\nQuestion: {row['question']}\nAnswer: ", str(text)
-
-    def _chat(self, messages: list[dict[str, str]]) -> Example:
-        ids: list[int] = []
-        labels: list[int] = []
-        for i, message in enumerate(messages):
-            rendered = self._render(messages[: i + 1])
-            new = self._ids(rendered)[len(ids):] if rendered else []
-            learn = message["role"] == "assistant" or not self.mask_prompt
-            ids += new
-            labels += new if learn else [IGNORE] * len(new)
-        return self._cut(ids, labels)
-
-    def _render(self, messages: list[dict[str, str]]) -> str:
-        if getattr(self.tok, "chat_template", None):
-            return self.tok.apply_chat_template(messages, tokenize=False)
-        return "".join(f"{m['role']}: {m['content']}{self.eos}\n" for m in messages)
-
     def _ids(self, text: str) -> list[int]:
         return self.tok(text, add_special_tokens=False)["input_ids"]
 
     def _cut(self, ids: list[int], labels: list[int], prompt: str = "", answer: str = "") -> Example:
-        return Example(ids[: self.max_len], labels[: self.max_len], prompt, answer)
+        lost = max(0, len(ids) - self.max_len)
+        return Example(ids[: self.max_len], labels[: self.max_len], prompt, answer, lost)
 
 
 def pack(examples: list[Example], max_len: int, pad_id: int) -> list[dict[str, torch.Tensor]]:

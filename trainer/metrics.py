@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer.parallel import Dist
-from trainer.protocol import MetricRecord, RankMemory
+from trainer.protocol import DataSummary, MetricRecord, RankMemory
 from trainer.reporter import Reporter
 
 # Dense bf16 peak TFLOP/s per device, for MFU. A name matches a model only as whole words ("L40" is not
@@ -254,6 +254,11 @@ class MetricsLogger:
                                          extra={"eval_seconds": round(seconds, 3)}))
         em = f" exact_match={exact_match:.3f}" if exact_match is not None else ""
         print(f"eval step={step} eval_loss={eval_loss:.4f}{em} seconds={seconds:.2f}", flush=True)
+
+    def data(self, summary: DataSummary) -> None:
+        """What the run trains on (examples, those cut at ``max_seq_len``), once at start."""
+        if self.d.is_main:
+            self.reporter.write(summary.record())
 
     def signal_checkpoint(self, step: int, signal_name: str) -> None:
         """The run saved ``step`` and stopped because the job's time is nearly up."""

@@ -21,6 +21,7 @@ nearly up: the built-in trainer then saves a checkpoint at the next step boundar
 _KIND_TRAIN = "train"
 _KIND_EVAL = "eval"
 _KIND_SIGNAL_CHECKPOINT = "signal_checkpoint"
+KIND_DATA = "data"
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,44 @@ class MetricRecord:
             if isinstance(m, dict) and isinstance(m.get("rank"), int)
         )
         return cls(**kwargs, memory=memory, rank_step_s=_seconds(data.get("rank_step_s")), extra=extra)
+
+
+@dataclass(frozen=True)
+class DataSummary:
+    """What the run trains on, said once at start (a ``data`` record at step 0): how many examples, and
+    how many of them were cut at ``max_seq_len`` with how many tokens lost (``fsdp-tui show``)."""
+
+    examples: int
+    eval_examples: int
+    format: str
+    max_seq_len: int
+    truncated: int
+    """Training examples longer than ``max_seq_len``, cut to it."""
+    truncated_tokens: int
+    """Tokens those examples lost."""
+
+    def record(self) -> MetricRecord:
+        return MetricRecord(step=0, kind=KIND_DATA, extra=asdict(self))
+
+    @classmethod
+    def from_record(cls, record: MetricRecord) -> DataSummary | None:
+        """The summary a ``data`` record carries; ``None`` for any other record or a malformed one."""
+        if record.kind != KIND_DATA:
+            return None
+        values = {k: record.extra.get(k) for k in cls.__dataclass_fields__}
+        counts = [k for k in values if k != "format"]
+        if any(not isinstance(values[k], int) or isinstance(values[k], bool) or values[k] < 0 for k in counts) \
+                or not isinstance(values["format"], str) or not values["format"].isidentifier() \
+                or len(values["format"]) > 20:
+            return None
+        return cls(**values)
+
+    def words(self) -> str:
+        """``1200 examples (alpaca), 37 cut at max_seq_len 512 (5,120 tokens lost)``."""
+        cut = (f"{self.truncated} cut at max_seq_len {self.max_seq_len} ({self.truncated_tokens:,} tokens lost)"
+               if self.truncated else f"none cut at max_seq_len {self.max_seq_len}")
+        held = f" + {self.eval_examples} held out" if self.eval_examples else ""
+        return f"{self.examples} examples{held} ({self.format}), {cut}"
 
 
 def _seconds(value: Any) -> tuple[float | None, ...]:

@@ -244,6 +244,10 @@ class Sweep(_Model):
     """Variants running at once (each with its own nodes' worth of processes)."""
     on_failure: Literal["continue", "stop"] = "continue"
     """After a failed variant: go on with the rest, or skip them."""
+    share_output_dir: bool = False
+    """Let variants with the same fixed ``parameters.output_dir`` share it (each then resumes from the
+    newest checkpoint the others left there). Unset, each variant writes to ``<output_dir>/$FSDP_TUI_RUN_ID``
+    (a relative ``output_dir`` or one with ``$FSDP_TUI_RUN_ID`` is per run already)."""
 
 
 class Workload(_Model):

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from launcher.workload import sweep_outputs
 from launcher.workload.load import Planned, plan_file
 from launcher.workload.model import Sweep
 from launcher.workload.overrides import parse_path
@@ -41,10 +42,13 @@ class Variant:
     """1-based, in launch order."""
     settings: tuple[Setting, ...]
     plan: RunPlan | None = None
+    own_folder: tuple[str, ...] = ()
+    """The ``--set parameters.output_dir=...`` that gives this variant its own folder, when the variants
+    would share a fixed one (:mod:`launcher.workload.sweep_outputs`)."""
 
     @property
     def overrides(self) -> list[str]:
-        return [s.override for s in self.settings]
+        return [s.override for s in self.settings] + list(self.own_folder)
 
     @property
     def label(self) -> str:
@@ -114,11 +118,16 @@ def plan_sweep(file: Path, over: Sequence[str] = (), sets: Sequence[str] = (), *
         problems += variant_problems(expanded, check, len(sets) + 2, base.problems)
     if any(p.is_error for p in problems):
         return SweepPlan(file, tuple(sets), spec, (), problems, base)
+    data = base.result.data or {}
+    # said for every variant, --over axes included (the file's check knew only its own sweep section)
+    problems = [p for p in problems if not (p.path == sweep_outputs.KEY and p.severity == "warning")]
+    problems += sweep_outputs.problems(data, expanded, _loaded(file), str(file))
     variants = []
-    for index, settings in enumerate(expanded, start=1):
-        planned = plan_file(file, [*sets, DROP_SWEEP, *(s.override for s in settings)], home=home)
+    for index, (settings, own) in enumerate(zip(expanded, sweep_outputs.separate(data, expanded), strict=True),
+                                            start=1):
+        planned = plan_file(file, [*sets, DROP_SWEEP, *(s.override for s in settings), *own], home=home)
         problems += [p for p in planned.problems if p.is_error]
-        variants.append(Variant(index, settings, planned.plan))
+        variants.append(Variant(index, settings, planned.plan, own))
     if len(variants) == 1 and not variants[0].settings:
         problems.append(Problem(str(file), 1, 1, "sweep", "error", "nothing to sweep: no sweep.grid, "
                                 "sweep.variants or --over", "e.g. --over parameters.fsdp.sharding=full_shard,no_shard"))

@@ -139,7 +139,7 @@ def variant_problems(variants: Sequence[tuple[Setting, ...]], check: Check, firs
     groups = _by_key_where_values_agree(groups, axes)
     out = []
     for key, indices in groups.items():
-        which = f"variant {indices[0]}" if len(indices) == 1 else f"variants {_ranges(indices)}"
+        which = f"variant {indices[0]}" if len(indices) == 1 else f"variants {variant_list(indices)}"
         if key[0] == "":
             p = shapes[key]
             out.append(Problem(p.file, p.line, p.column, p.path, "error", f"{which}: {p.message}", p.hint,
@@ -182,7 +182,7 @@ def _setting_of(p: Problem, settings: tuple[Setting, ...], first: int) -> tuple[
     return near, False
 
 
-def _ranges(indices: list[int]) -> str:
+def variant_list(indices: list[int]) -> str:
     """``[1, 2, 3, 5]`` -> ``1-3, 5``."""
     out: list[str] = []
     start = prev = indices[0]

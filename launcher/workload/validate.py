@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from launcher.workload import checks, schema_walk, sweep_check
+from launcher.workload import checks, schema_walk, sweep_check, sweep_outputs
 from launcher.workload.model import Sweep, Workload
 from launcher.workload.overrides import SOURCE as OVERRIDE_SOURCE
 from launcher.workload.overrides import AppliedOverride, Override, apply_overrides
@@ -143,6 +143,7 @@ def _sweep_problems(loaded: LoadedYaml, filename: str, overrides: Sequence[str],
     variants = [v for v in sweep_check.expand(spec, where) if v]
     if not variants:
         return out
+    out += sweep_outputs.problems(data, variants, loaded, filename)
 
     def check(sets: Sequence[str]) -> list[Problem]:
         extra = [*overrides, sweep_check.DROP_SWEEP, *sets]
