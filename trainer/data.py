@@ -1,4 +1,4 @@
-"""Examples -> token rows: loading, formats, prompt masking, packing, and a resumable global order.
+"""Examples -> token rows: tokenizing each format, prompt masking, packing, and a resumable global order.
 
 Labels use -100 for every position that is not learned (prompts, padding), so padding is never in
 the loss and never counted as a training token. With packing, several examples share one

@@ -139,22 +139,27 @@ def _peek(name: str, _size: int, _mtime_ns: int) -> Peek:
     if not kind:
         return Peek("", (), problem=f"'{path.suffix or path.name}' is not a data file the trainer reads "
                     f"(use {', '.join(SUFFIXES)} or a folder saved by datasets)")
+    if kind in ("parquet", "arrow"):
+        return _peek_arrow(path, kind)
     try:
-        if kind in ("parquet", "arrow"):
-            return _peek_arrow(path, kind)
         with open(path, "rb") as f:
             head = f.read(PEEK_BYTES)
             whole = not f.read(1)
         if not whole:  # a character cut in two at the end is not bad UTF-8
             head = head[: len(head) - _cut_tail(head)]
         text = _decode(head, name)
-        rows = _text_rows(text, kind, name, limit=PEEK_ROWS, partial=not whole)
     except DataError as err:
-        return Peek(kind, (), problem=err.message if err.line is None else f"line {err.line}: {err.message}")
+        return Peek(kind, (), problem=f"line {err.line}: {err.message}")
     except OSError as err:
         return Peek(kind, (), problem=f"cannot read it: {err.strerror}")
-    if not len(rows):
-        return Peek(kind, (), problem="the file has no rows" if whole else "no complete row in its first MiB")
+    try:
+        rows = _text_rows(text, kind, name, limit=PEEK_ROWS, partial=not whole)
+    except DataError as err:
+        if not whole and kind == "json":
+            return Peek(kind, ())  # one large object cut at the first MiB: its columns are checked at run time
+        return Peek(kind, (), problem=err.message if err.line is None else f"line {err.line}: {err.message}")
+    if not len(rows):  # a first row longer than the part read says nothing about the file
+        return Peek(kind, (), problem="the file has no rows" if whole else None)
     columns: dict[str, None] = {}
     for item in rows.items:
         columns.update(dict.fromkeys(item))

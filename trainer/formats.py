@@ -136,7 +136,7 @@ def conversation(row: dict[str, Any], chat: ChatFields, fail: Fail) -> list[dict
             raise fail(f"'{field}' turn {number} has no '{role_key}' (its keys: {_listed(turn)}; "
                        "parameters.data.chat.role_key names another)")
         said = str(turn[role_key])
-        role = names.get(said.lower(), said if said in TEMPLATE_ROLES else None)
+        role = names.get(said.lower()) or (said.lower() if said.lower() in TEMPLATE_ROLES else None)
         if role is None:
             raise fail(f"'{field}' turn {number}: unknown role '{said}' (known: {', '.join(TEMPLATE_ROLES)}, "
                        f"{', '.join(ROLE_NAMES)}; map it with parameters.data.chat.roles, e.g. {{{said}: user}})")

@@ -105,6 +105,8 @@ def _print(r: dict) -> None:
     if r["step"] is not None:
         out(f"  progress  step {r['step']}{'/' + str(r['max_steps']) if r['max_steps'] else ''}"
             f"  loss {_loss(r['last_loss'])}  best eval {_loss(r['best_eval_loss'])}\n")
+    if r.get("data"):
+        out(f"  data      {r['data']['text']}\n")
     if r.get("last_safe_step"):
         out(f"  safe      {r['last_safe_step']['text']}\n")
     if r.get("lead_time"):

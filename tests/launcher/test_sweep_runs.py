@@ -23,26 +23,39 @@ SAMPLE = ROOT / "sample_workloads" / "sharding_sweep_cpu.yaml"
 
 
 def test_a_cpu_sweep_compares_its_variants_and_a_failed_one_keeps_its_signature(home):
-    # The sample's model and data at a few steps: an impossible batch first, then full_shard and no_shard.
-    sweep = ("\nsweep:\n  variants:\n    - {parameters.per_device_batch_size: 100000}\n"
+    # The sample's model and data at a few steps, every variant told to save into one fixed folder: a
+    # variant whose data fails past the rows validate reads, then full_shard and no_shard.
+    bad = home.parent / "late-gap.jsonl"
+    rows = (ROOT / "trainer/data/tiny_alpaca.jsonl").read_text().splitlines()[:25]
+    bad.write_text("\n".join(rows) + '\n{"instruction": "no answer here"}\n')
+    sweep = (f"\nsweep:\n  variants:\n    - {{parameters.dataset_name: {bad}}}\n"
              "    - {parameters.fsdp.sharding: full_shard}\n    - {parameters.fsdp.sharding: no_shard}\n")
     wl = write_workload(home.parent, SAMPLE.read_text().split("\nsweep:")[0] + sweep)
-    sets = ["--set", "parameters.max_steps=3", "--set", "parameters.logging.eval_every_steps=3"]
+    shared = home.parent / "shared"
+    sets = ["--set", "parameters.max_steps=3", "--set", "parameters.logging.eval_every_steps=3",
+            "--set", f"parameters.output_dir={shared}", "--set", "parameters.checkpoint.save_final=true"]
     proc = subprocess.run([FSDP_TUI, "sweep", str(wl), *sets, "--json"], capture_output=True, text=True,
                           timeout=900, env=cli_env(home), cwd=ROOT)
     lines = [json.loads(x) for x in proc.stdout.splitlines()]
     sweep_id = lines[0]["sweep_id"]
     assert lines[0]["event"] == "sweep_started" and all(x["sweep_id"] == sweep_id for x in lines)
     assert proc.returncode == 1, proc.stderr  # a variant failed
+    assert f"variants 1-3 would share output_dir '{shared}'" in proc.stderr
     record = load_sweep(home, sweep_id)
     assert record.state == "failed" and record.detail == "2/3 variants succeeded"
     assert [v.state for v in record.variants] == ["failed", "succeeded", "succeeded"]
     rows = sweep_stats(home, record)
-    assert "global batch" in rows[0].signature, rows[0].signature
+    assert f": data, exit code 1: {bad}:26: parameters.dataset_name: row has no 'output'" in rows[0].signature, \
+        rows[0].signature
     full, none = rows[1], rows[2]
     for r in (full, none):
         assert r.tokens_per_s and r.step_time_s and r.final_loss and r.peak_gib and r.wall_s and r.steps == 3
     assert none.peak_gib > full.peak_gib  # no_shard holds whole parameters, grads and optimizer state per rank
+    # Each variant saved into its own folder under the fixed one: neither resumed the other's checkpoint.
+    for v in record.variants[1:]:
+        assert [p.name for p in (shared / v.run_id / "checkpoints").iterdir()] == ["step-00000003"]
+    shown = cli(home, "show", record.variants[1].run_id).stdout
+    assert "  data      2280 examples + 120 held out (alpaca), none cut at max_seq_len 64\n" in shown, shown
     shown = cli(home, "sweep", "show", sweep_id, "--format", "csv")
     assert shown.stdout == render(rows, "csv")
     parsed = list(csv.DictReader(io.StringIO(shown.stdout)))

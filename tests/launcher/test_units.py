@@ -25,6 +25,11 @@ from trainer.protocol import MetricRecord, RankMemory
     ("parameters.data.packing: this model cannot take packed rows; set data.packing: false", "settings"),
     ("/data/a.jsonl: parameters.per_device_batch_size: 5 training rows cannot fill one global batch", "settings"),
     ("parameters.learning_rate: 0.001", None),  # a value echoed, not a refusal
+    # a problem in the data itself: the file and its line, the dataset_name key
+    ("/data/a.jsonl:7: parameters.dataset_name: row has no 'output'; the alpaca format needs instruction, output",
+     "data"),
+    ("[rank1]: /data/a.parquet: parameters.dataset_name: row 3: 'answers' is empty", "data"),
+    ("/data/a.jsonl: parameters.dataset_name: no such file on this node", "data"),
 ])
 def test_classify_line(line, kind):
     sig = classify_line(line)

@@ -151,17 +151,22 @@ def _one_mib_cut_in_a_character() -> bytes:
     return first + ('{"text": "' + "\u00e9" * PEEK_BYTES + '"}\n').encode()
 
 
-@pytest.mark.parametrize(("content", "columns", "problem"), [
-    (_jsonl(ALPACA * 40000), ("instruction", "input", "output"), None),  # only the first MiB is read
+@pytest.mark.parametrize(("name", "content", "columns", "problem"), [
+    ("d.jsonl", _jsonl(ALPACA * 40000), ("instruction", "input", "output"), None),  # only the first MiB is read
     # a character cut in two where the first MiB ends is not bad UTF-8; a bad byte within it is
-    (_one_mib_cut_in_a_character(), ("text",), None),
-    (b"\n".join([json.dumps(ALPACA[0]).encode()] * 3) + b"\n\xff\n", (),
+    ("d.jsonl", _one_mib_cut_in_a_character(), ("text",), None),
+    ("d.jsonl", b"\n".join([json.dumps(ALPACA[0]).encode()] * 3) + b"\n\xff\n", (),
      "line 4: not UTF-8 text: byte 0xff at column 1 (save the file as UTF-8)"),
-    (b'{"a": 1}\n{"a": \n', (), "line 2: not JSON: Expecting value (column 7)"),
-    (b"", (), "the file has no rows"),
-], ids=["first-mib-only", "character-cut-at-the-mib", "bad-byte-within", "bad-json", "empty"])
-def test_validate_peeks_at_the_first_rows_only(tmp_path, content, columns, problem):
-    path = tmp_path / "d.jsonl"
+    ("d.jsonl", b'{"a": 1}\n{"a": \n', (), "line 2: not JSON: Expecting value (column 7)"),
+    ("d.jsonl", b"", (), "the file has no rows"),
+    # what the first MiB cannot tell is left to the run: one long first row, one large object
+    ("d.jsonl", _jsonl([{"text": "x" * (1 << 21)}]), (), None),
+    ("d.json", json.dumps({"text": ["x"] * 400000}, indent=1).encode(), (), None),
+    ("d.json", json.dumps(ALPACA * 20000, indent=1).encode(), ("instruction", "input", "output"), None),
+], ids=["first-mib-only", "character-cut-at-the-mib", "bad-byte-within", "bad-json", "empty", "long-first-row",
+        "large-object", "large-array"])
+def test_validate_peeks_at_the_first_rows_only(tmp_path, name, content, columns, problem):
+    path = tmp_path / name
     path.write_bytes(content)
     found = peek(path)
     assert (found.columns, found.problem) == (columns, problem)

@@ -42,6 +42,22 @@ def test_demo_trains_loss_and_eval_loss_fall(demo_run):
     assert "step=40/40 loss=" in out.stdout
     assert "exported Hugging Face model" in out.stdout
     assert "Writing model shards" not in out.stdout + out.stderr  # no progress bars in node logs
+    # what it trains on, said once at start and recorded for `fsdp-tui show`
+    data = [r for r in records if r["kind"] == "data"]
+    assert len(data) == 1 and data[0]["step"] == 0 and data[0]["format"] == "alpaca"
+    assert data[0]["examples"] + data[0]["eval_examples"] == 2400 and data[0]["max_seq_len"] == 128
+    assert f"data: {data[0]['examples']} examples + {data[0]['eval_examples']} held out (alpaca), " in out.stdout
+
+
+def test_a_finished_run_started_again_trains_nothing_and_writes_nothing(demo_run, tmp_path):
+    tmp, _ = demo_run
+    before = sorted(p.relative_to(tmp / "out") for p in (tmp / "out").rglob("*"))
+    again = run_trainer(tmp_path, tiny_params(tmp / "out"), nproc=1)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"nothing to train: {tmp / 'out' / 'checkpoints' / 'step-00000040'} is step 40 of 40; nothing is " \
+           "written" in again.stdout
+    assert sorted(p.relative_to(tmp / "out") for p in (tmp / "out").rglob("*")) == before  # no step-40-1, no export
+    assert "train_summary" not in again.stdout and "exported" not in again.stdout
 
 
 def test_checkpoints_are_complete_and_pruned(demo_run):

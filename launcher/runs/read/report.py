@@ -59,7 +59,7 @@ def run_report(home: Path, run_id: str) -> dict:
         "output_dir": s.output_dir, "next": next_steps,
         "usage": _usage(record, workload), "notifications": read_deliveries(directory),
         "lead_time": lead_time_of_run(directory, workload), "ranks": ranks,
-        "odd_nodes": odd,
+        "odd_nodes": odd, "data": _data_summary(directory / METRICS),
     }
 
 
@@ -100,6 +100,30 @@ def _newest_records(path: Path) -> list:
     lines = chunk.split(b"\n")
     lines = lines[1:-1] if size > TAIL_BYTES else lines[:-1]  # a cut first line; an unfinished last one
     return [r for line in lines if (r := MetricRecord.from_json(line.decode("utf-8", errors="replace")))]
+
+
+HEAD_BYTES = 64 << 10
+"""The start of the metrics file, where the trainer's ``data`` record is (written before the first step)."""
+
+
+def _data_summary(path: Path) -> dict | None:
+    """What the run trained on, from its ``data`` record: examples, and how many were cut at
+    ``max_seq_len`` with how many tokens lost; ``None`` for a run without one (a user script)."""
+    from trainer.protocol import DataSummary, MetricRecord
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEAD_BYTES)
+    except OSError:
+        return None
+    for line in head.split(b"\n")[:-1]:
+        record = MetricRecord.from_json(line.decode("utf-8", errors="replace"))
+        summary = DataSummary.from_record(record) if record is not None else None
+        if summary is not None:
+            from dataclasses import asdict
+
+            return {**asdict(summary), "text": summary.words()}
+    return None
 
 
 def _json(path: Path) -> dict | None:
