@@ -38,7 +38,7 @@ def main() -> None:
 
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
     tok = AutoTokenizer.from_pretrained(resolve_model("builtin:tiny-llama"))
-    words = "the sum of two and three is five and four plus four is eight".split()
+    words = ["the", "sum", "of", "two", "and", "three", "is", "five", "and", "four", "plus", "four", "is", "eight"]
     conversations = [[{"role": "system", "content": "Answer briefly."}]
                      + [m for t in range(3) for m in (
                          {"role": "user", "content": " ".join(words[(i + t) % 7:(i + t) % 7 + 6]) + "?"},

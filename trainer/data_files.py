@@ -323,8 +323,10 @@ def _one_document(text: str, source: str, start: int) -> Rows | None:
     a key (``{"data": [...]}``); ``None`` when it is JSON Lines instead."""
     try:
         doc = json.loads(text)
-    except ValueError:
-        return None
+    except json.JSONDecodeError as err:
+        if err.msg == "Extra data":
+            return None  # one object per line
+        raise DataError(source, f"not JSON: {_json_words(err)}", line=err.lineno) from None
     if isinstance(doc, dict):
         lists = {k: v for k, v in doc.items() if isinstance(v, list)}
         if lists and len(lists) == len(doc) and len({len(v) for v in lists.values()}) == 1 \
