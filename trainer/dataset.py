@@ -109,8 +109,8 @@ def _hub_rows(source: str, cfg: DataConfig) -> tuple[Rows, Rows | None]:
             return Rows(datasets.load_dataset(source, data_files=cfg.data_files, split=name), f"{source} ({name})")
         except (FileNotFoundError, ValueError, ConnectionError) as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise DataError(source, f"not a local file or folder on this node, and datasets cannot load it as "
-                            f"a hub dataset: {first}") from None
+            raise DataError(source, f"datasets cannot load split '{name}' of it (a hub name: there is no such "
+                            f"local file or folder on this node): {first}") from None
 
     return split(cfg.split), split(cfg.eval_split) if cfg.eval_split else None
 
