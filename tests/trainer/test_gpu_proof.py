@@ -1,0 +1,140 @@
+"""``benchmarks/gpu_proof.py``, the script a GPU machine runs in its few minutes: its CPU dry run end to
+end (every step tiny: gloo, a two-block model, 1-3 steps), and how it keeps to its time (a step's
+limit, the run's budget, a command stopped with its children, a fault or a skip of one step)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+STEP_FILES = ["01-gpu-tests.json", "02-mfu.json", "03-checkpoint.json", "04-nettest.json", "05-lora.json",
+              "06-peers.json"]
+
+
+def _proof_module():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location("gpu_proof", ROOT / "benchmarks/gpu_proof.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["gpu_proof"] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def _ends(pid: int, within: float = 30.0) -> bool:
+    """Whether process ``pid`` is gone (or a zombie) within ``within`` seconds, polled."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] == "Z":
+                return True
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _has_lora() -> bool:
+    from trainer.config import TrainerConfig
+
+    return "lora" in TrainerConfig.model_fields
+
+
+@pytest.mark.slow
+def test_the_dry_run_runs_every_step_and_writes_its_json(tmp_path):
+    import torch
+
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    out = subprocess.run([sys.executable, "benchmarks/gpu_proof.py", "--dry-run", "--results", str(tmp_path),
+                          "--wheels", str(tmp_path / "no-wheels")], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["00-setup.json", *STEP_FILES, "proof.log"]
+    got = {name: json.loads((tmp_path / name).read_text()) for name in ["00-setup.json", *STEP_FILES]}
+    for name, record in got.items():
+        assert (record["device"], record["dry_run"], record["card"]) == ("cpu", True, "cpu"), name
+        assert record["env"]["torch"] == torch.__version__ and record["env"]["cuda_available"] is False, name
+        assert record["status"] in ("passed", "skipped"), (name, record.get("reason"), record.get("result"))
+
+    setup = got["00-setup.json"]["result"]
+    assert setup["installed"] == [] and setup["errors"] == [] and setup["fsdp_tui"].startswith("present")
+
+    tests = got["01-gpu-tests.json"]["result"]
+    assert len(tests["tests"]) >= 5 and tests["counts"]["skipped"] == len(tests["tests"])  # every one needs CUDA
+    assert {t["test"].split("::")[0] for t in tests["tests"]} >= {"tests.trainer.test_stager",
+                                                                  "tests.launcher.test_nettest_burnin"}
+    assert all(t["message"] for t in tests["tests"])
+
+    runs = got["02-mfu.json"]["result"]["runs"]
+    assert [r["packed"] for r in runs] == [0, 32] and all(r["tokens_per_s"] > 0 and r["mfu"] is None for r in runs)
+    assert all(r["memory"]["rss_gib"] > 0 and r["mfu_goal_met"] is None for r in runs)
+
+    ckpt = got["03-checkpoint.json"]["result"]
+    assert all(len(ckpt["runs_s"][k]) == 2 for k in ("async", "sync", "seed")) and ckpt["median_s"]["sync"] > 0
+    assert ckpt["async_over_sync"] > 0 and ckpt["goal_met"] is None
+
+    net = got["04-nettest.json"]["result"]
+    assert (net["backend"], net["nnodes"], net["world_size"]) == ("gloo", 1, 2) and net["figures"]
+
+    lora = got["05-lora.json"]
+    if _has_lora():
+        assert lora["status"] == "passed", lora
+        assert all(lora["result"]["runs"][v]["steps"] == 3 for v in ("full", "lora"))
+        assert lora["result"]["runs"]["qlora"]["status"] == "skipped"
+    else:
+        assert lora["status"] == "skipped" and lora["reason"].startswith("the trainer has no LoRA")
+    peers = got["06-peers.json"]
+    if not (ROOT / "benchmarks/bench_vs_peers.py").exists():
+        assert peers["status"] == "skipped" and "does not exist" in peers["reason"]
+    log = (tmp_path / "proof.log").read_text()
+    assert "==== step 6: peers" in log and "bench_gpu.py --json --tiny" in log
+    assert out.stdout.splitlines()[-1].startswith("card: cpu | torch ")
+
+
+def test_a_step_keeps_to_its_limit_and_the_budget_and_its_json_says_what_happened(tmp_path):
+    gp = _proof_module()
+    from gpu_proof_steps import Outcome, Skip, Step
+
+    proof = gp.Proof("dry", sys.executable, dict(os.environ), [tmp_path], tmp_path, time.monotonic() + 600)
+    seen = {}
+
+    def child_left_behind(p):
+        # A command past its limit: its output so far is kept, and its process group (a child too) ends.
+        call = p.call([sys.executable, "-c", "import subprocess, sys, time; c = subprocess.Popen([sys.executable, "
+                       "'-c', 'import time; time.sleep(600)']); print(c.pid, flush=True); time.sleep(600)"], limit=3)
+        seen["call"] = call
+        return Outcome("timeout" if call.timed_out else "passed", result={"pid": int(call.stdout.split()[0])})
+
+    def skip(p):
+        raise Skip("nothing to run here")
+
+    def broken(p):
+        return {}["missing"]
+
+    record = gp.run_step(proof, 1, Step("slow", "", {"dry": 30}, child_left_behind), True)
+    assert record["status"] == "timeout" and seen["call"].rc is None and record["limit_s"] == 30
+    assert _ends(record["result"]["pid"]), "the command's child outlived it"
+    assert json.loads((tmp_path / "01-slow.json").read_text())["status"] == "timeout"
+
+    assert gp.run_step(proof, 2, Step("skip", "", {"dry": 30}, skip), True)["reason"] == "nothing to run here"
+    fault = gp.run_step(proof, 3, Step("broken", "", {"dry": 30}, broken), True)
+    assert fault["status"] == "error" and "KeyError" in fault["reason"] and "traceback" in fault["result"]
+    assert gp.run_step(proof, 4, Step("other", "", {"dry": 30}, skip), False) is None
+    assert not (tmp_path / "04-other.json").exists()
+
+    proof.deadline = time.monotonic() + 10  # less than a step's minimum is left of the run's budget
+    late = gp.run_step(proof, 5, Step("late", "", {"dry": 30}, skip), True)
+    assert late["status"] == "skipped" and late["reason"].startswith("out of time")
+    assert "==== step 1: slow" in (tmp_path / "proof.log").read_text()
+    assert gp.BUDGET_S["full"] <= 540 and gp.BUDGET_S["quick"] <= 300  # 9 minutes; steps 1-3 in 5
