@@ -44,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -171,14 +172,12 @@ def setup(proof: Proof, wheels: Path | None, site: Path) -> dict:
     """Install what the node lacks: the carried wheels whose distribution is missing (``--no-deps``: the
     wheels are the whole set), then from the registries what is still missing, then ``fsdp-tui``."""
     report: dict = {"installed": [], "present": {}, "errors": []}
-    lacking = []
-    for wheel in sorted(wheels.glob("*.whl")) if wheels and wheels.is_dir() else []:
-        dist = _dist(wheel.name.split("-")[0])
-        version = installed(dist)
-        if version:
-            report["present"][dist] = version
-        else:
-            lacking.append(wheel)
+    carried = {_dist(w.name.split("-")[0]): w for w in sorted(wheels.glob("*.whl"))} if wheels and wheels.is_dir() else {}
+    lacking = [w for d, w in carried.items() if not installed(d)]
+    lacking += [carried[d] for d in _too_old(lacking, carried)]  # the node's is older than a new one needs
+    for dist in carried:
+        if carried[dist] not in lacking:
+            report["present"][dist] = installed(dist)
     pip = [proof.python, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--no-cache-dir",
            "--disable-pip-version-check", "--target", str(site)]
     if lacking:
@@ -197,6 +196,31 @@ def setup(proof: Proof, wheels: Path | None, site: Path) -> dict:
             f"from the registries: {', '.join(missing)}" + ("" if call.rc == 0 else f": {call.stderr[-800:]}"))
     report["fsdp_tui"] = _install_cli(proof)
     return report
+
+
+def _too_old(wheels: list[Path], carried: dict[str, Path]) -> list[str]:
+    """The carried distributions that the node has, but older than one of ``wheels`` requires (a
+    pydantic wheel needing a newer typing-extensions than the image's): installed too, they come first
+    on ``PYTHONPATH``."""
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:  # no way to read the needs: the wheels of missing packages only
+        return []
+    old = []
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as z:
+            meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+            lines = z.read(meta).decode("utf-8", "replace").splitlines()
+        for line in lines:
+            if not line.startswith("Requires-Dist:"):
+                continue
+            req = Requirement(line.split(":", 1)[1].strip())
+            dist, have = _dist(req.name), installed(_dist(req.name))
+            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue
+            if have and dist in carried and dist not in old and not req.specifier.contains(have, prereleases=True):
+                old.append(dist)
+    return old
 
 
 def _install_cli(proof: Proof) -> str:
@@ -224,8 +248,13 @@ info.update(torch=torch.__version__, cuda=torch.version.cuda, cuda_available=tor
 if torch.cuda.is_available():
     p = torch.cuda.get_device_properties(0)
     info.update(card=torch.cuda.get_device_name(0), gpus=torch.cuda.device_count(), capability=f"{p.major}.{p.minor}",
-                gpu_memory_gib=round(p.total_memory / 2**30, 1), cudnn=torch.backends.cudnn.version(),
-                nccl=".".join(map(str, torch.cuda.nccl.version())))
+                gpu_memory_gib=round(p.total_memory / 2**30, 1))
+    for key, read in (("cudnn", lambda: torch.backends.cudnn.version()), ("nccl", lambda: torch.cuda.nccl.version())):
+        try:  # a version that cannot be read is said so; the card is what decides the mode
+            v = read()
+            info[key] = ".".join(map(str, v)) if isinstance(v, tuple) else v
+        except Exception as err:
+            info[key] = f"unreadable: {err}"
 for dist in ("transformers", "peft", "bitsandbytes", "triton", "pydantic", "textual", "asyncssh"):
     try:
         info[dist] = m.version(dist)

@@ -138,3 +138,102 @@ def test_a_step_keeps_to_its_limit_and_the_budget_and_its_json_says_what_happene
     assert late["status"] == "skipped" and late["reason"].startswith("out of time")
     assert "==== step 1: slow" in (tmp_path / "proof.log").read_text()
     assert gp.BUDGET_S["full"] <= 540 and gp.BUDGET_S["quick"] <= 300  # 9 minutes; steps 1-3 in 5
+
+
+class _FakeGpu:
+    """A proof on a GPU, mocked (this machine has none): each command's argv is kept and answered with
+    what the real command prints there (a benchmark's JSON line, nettest's JSON, the trainer's metrics
+    file), so the branches only a GPU takes build their commands and read their output under test."""
+
+    def __init__(self, mode: str, tmp: Path, answer):
+        self.mode, self.dry, self.python, self.tmp = mode, False, sys.executable, tmp
+        self.info = {"card": "NVIDIA H100 80GB HBM3", "gpus": 1, "bitsandbytes": "0.50.2"}
+        self.argvs, self.answer = [], answer
+
+    def call(self, argv, limit=None, env=None, cwd=None):
+        from gpu_proof import Call
+
+        self.argvs.append(argv)
+        rc, stdout = self.answer(argv, env or {})
+        return Call(argv, rc, stdout, "", 1.0)
+
+
+def _bench_line(**fields) -> str:
+    return json.dumps(fields)
+
+
+def test_the_gpu_branches_build_their_commands_and_read_their_output(tmp_path, monkeypatch):
+    _proof_module()
+    import gpu_proof_steps as steps
+
+    mfu_lines = "\n".join(_bench_line(bench="gpu", rows=rows, packed=packed, tokens_per_s=tps, mfu=mfu)
+                          for rows, packed, tps, mfu in (("whole examples", 0, 55000.0, 0.47),
+                                                         ("4 packed examples of 512", 512, 41000.0, 0.35)))
+    proof = _FakeGpu("full", tmp_path, lambda argv, env: (0, "warm-up line\n" + mfu_lines))
+    got = steps.mfu(proof)
+    assert got.status == "passed" and [r["mfu_goal_met"] for r in got.result["runs"]] == [True, False]
+    argv = proof.argvs[-1]
+    assert {"--compile", "--json"} <= set(argv) and argv[argv.index("--batch") + 1] == "8"
+    assert argv[argv.index("--packed") + 1:argv.index("--packed") + 3] == ["0", "512"]
+    quick = _FakeGpu("quick", tmp_path, lambda argv, env: (0, mfu_lines.splitlines()[0]))
+    got = steps.mfu(quick)  # cut short after the whole rows: what it measured is kept
+    assert got.status == "failed" and got.reason == "1 of 2 row kinds measured" and len(got.result["runs"]) == 1
+    assert quick.argvs[-1][quick.argvs[-1].index("--steps") + 1] == "10"
+
+    ckpt = _bench_line(bench="checkpoint", params=334e6, async_over_sync=0.05,
+                       median_s={"async": 0.4, "sync": 8.0, "seed": 0.7})
+    got = steps.checkpoint(_FakeGpu("full", tmp_path, lambda argv, env: (0, ckpt)))
+    assert got.status == "passed" and got.result["goal_met"] is True and "(0.05x)" in got.summary
+
+    report = {"backend": "nccl", "world_size": 1, "figures": [{"op": "all_gather", "bytes": 64 << 20, "busbw": 0.0}],
+              "burn_in": {"gemm_tflops": [702.5], "health": {"0": {"gpus": []}}}}
+    for rc, data, status, reason in ((0, report, "passed", None),
+                                     (0, {**report, "burn_in": None}, "failed", "no burn-in GEMM figure"),
+                                     (1, report, "failed", "exit 1: ")):
+        net = _FakeGpu("full", tmp_path, lambda argv, env, rc=rc, data=data: (rc, json.dumps(data)))
+        got = steps.nettest(net)
+        assert got.status == status and (got.reason or "").startswith(reason or ""), got
+        assert "accelerator_type: GPU_1xH100" in (tmp_path / "nettest.yaml").read_text()
+        assert net.argvs[-1][1:3] == ["nettest", str(tmp_path / "nettest.yaml")]
+    assert "GEMM 702 TFLOP/s" in steps.nettest(_FakeGpu("full", tmp_path, lambda a, e: (0, json.dumps(report)))).summary
+
+    def trainer(argv, env):
+        if argv[1] == "-c":
+            return 0, '{"lora": true, "quantize": true}'
+        if "trainer" in argv:
+            params = Path(argv[-1]).read_text()
+            peak = 30.0 if "lora:" not in params else 12.0 if "nf4" not in params else 6.0
+            Path(env["FSDP_TUI_METRICS_FILE"]).write_text("".join(json.dumps(
+                {"kind": "train", "step": s, "loss": 11.0 - s, "tokens_per_s": 30000.0 + 1000 * s,
+                 "memory": [{"peak_gib": peak}]}) + "\n" for s in range(1, 6)))
+        return 0, ""
+
+    lora = _FakeGpu("full", tmp_path, trainer)
+    got = steps.lora(lora)
+    runs = got.result["runs"]
+    assert got.status == "passed" and [runs[v]["status"] for v in ("full", "lora", "qlora")] == ["passed"] * 3
+    assert runs["qlora"]["params"]["lora"]["quantize"] == "nf4" and runs["full"]["params"]["max_seq_len"] == 2048
+    assert (runs["lora"]["memory_vs_full"], runs["qlora"]["memory_vs_full"]) == (0.4, 0.2)
+    assert runs["full"]["tokens_per_s"] == 34000.0  # median of the steps after the first two
+    assert lora.argvs[1][-1] == "1b"  # the model folder at the 1B shape
+    (tmp_path / "again").mkdir()
+    without = _FakeGpu("full", tmp_path / "again", trainer)
+    without.info["bitsandbytes"] = None  # not carried: QLoRA says so, LoRA still runs
+    runs = steps.lora(without).result["runs"]
+    assert runs["qlora"]["status"] == "skipped" and "bitsandbytes is not installed" in runs["qlora"]["reason"]
+    assert runs["lora"]["status"] == "passed"
+
+    script = tmp_path / "bench_vs_peers.py"
+    script.write_text("")
+    monkeypatch.setattr(steps, "PEERS", script)
+    monkeypatch.setattr(steps, "ROOT", tmp_path)
+
+    def peers(argv, env):
+        if "--help" in argv:
+            return 0, "usage: bench_vs_peers.py [--gpu] [--json FILE]"
+        Path(argv[argv.index("--json") + 1]).write_text('{"ours_over_hf": 1.9}')
+        return 0, "ours / HF Trainer: 1.9x"
+
+    peer = _FakeGpu("full", tmp_path, peers)
+    got = steps.peers(peer)
+    assert got.status == "passed" and got.result["json"] == {"ours_over_hf": 1.9} and "--gpu" in peer.argvs[-1]
