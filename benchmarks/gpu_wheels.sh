@@ -9,6 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=${1:-.whl}
 pyver=${2:-3.12}
+mkdir -p "$dest"
+rm -f "$dest"/*.whl  # one version of each: an older download left here would be carried too
 plat=(--only-binary=:all: --python-version "$pyver" --implementation cp --platform manylinux_2_28_x86_64
       --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64
       --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
