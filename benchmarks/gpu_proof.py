@@ -319,6 +319,13 @@ def run_step(proof: Proof, index: int, step, selected: bool) -> dict | None:
     return record
 
 
+def chosen(index: int, name: str, only: str, mode: str) -> bool:
+    """Whether step ``index`` runs: named (by number or name) in ``--only`` or no ``--only``; ``--quick``
+    runs steps 1-3 alone."""
+    wanted = {w.strip() for w in only.split(",") if w.strip()}
+    return (not wanted or str(index) in wanted or name in wanted) and (mode != "quick" or index <= 3)
+
+
 def _interrupted(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -370,12 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     proof.outs = outs
     proof.write("00-setup.json", _record(proof, 0, "setup", status="passed" if not report["errors"] else "failed",
                                          seconds=round(time.monotonic() - start, 1), result=report))
-    wanted = {w.strip() for w in args.only.split(",") if w.strip()}
     rows = []
     for index, step in enumerate(STEPS, 1):
-        selected = (not wanted or str(index) in wanted or step.name in wanted) and (
-            proof.mode != "quick" or index <= 3)
-        record = run_step(proof, index, step, selected)
+        record = run_step(proof, index, step, chosen(index, step.name, args.only, proof.mode))
         if record is not None:
             line = f"{index} {step.name:<10} {record['status']:<8} {record.get('seconds', 0):>6.1f} s  " + (
                 record.get("summary") or record.get("reason") or "")

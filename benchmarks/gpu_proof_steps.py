@@ -87,13 +87,14 @@ def gpu_tests(proof) -> Outcome:
                           "seconds": None, "message": None})
     else:
         for case in ET.parse(junit).iter("testcase"):
-            outcome, message = "passed", None
+            outcome, message, detail = "passed", None, None
             for kind in ("failure", "error", "skipped"):
                 node = case.find(kind)
                 if node is not None:
                     outcome, message = {"failure": "failed"}.get(kind, kind), (node.get("message") or "")[:600]
+                    detail = (node.text or "")[-2500:] if kind != "skipped" else None
             tests.append({"test": f"{case.get('classname')}::{case.get('name')}", "outcome": outcome,
-                          "seconds": float(case.get("time") or 0), "message": message})
+                          "seconds": float(case.get("time") or 0), "message": message, "detail": detail})
     counts = {k: sum(t["outcome"] == k for t in tests) for k in ("passed", "failed", "error", "skipped")}
     ok = call.rc in (0, 5) and not counts["failed"] and not counts["error"] and bool(tests)
     status = "timeout" if call.timed_out else "passed" if ok else "failed"

@@ -138,6 +138,10 @@ def test_a_step_keeps_to_its_limit_and_the_budget_and_its_json_says_what_happene
     assert late["status"] == "skipped" and late["reason"].startswith("out of time")
     assert "==== step 1: slow" in (tmp_path / "proof.log").read_text()
     assert gp.BUDGET_S["full"] <= 540 and gp.BUDGET_S["quick"] <= 300  # 9 minutes; steps 1-3 in 5
+    names = [s.name for s in gp.STEPS]
+    for only, mode, runs in (("", "full", [1, 2, 3, 4, 5, 6]), ("", "quick", [1, 2, 3]), ("", "dry", [1, 2, 3, 4, 5, 6]),
+                             ("2, nettest", "full", [2, 4]), ("4", "quick", []), ("lora", "dry", [5])):
+        assert [i for i, n in enumerate(names, 1) if gp.chosen(i, n, only, mode)] == runs, (only, mode)
 
 
 class _FakeGpu:
