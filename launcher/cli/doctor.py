@@ -21,6 +21,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file", metavar="FILE", type=Path)
     add_set_option(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--estimate", action="store_true",
+                   help="then time the workload's first steps on its nodes (a probe run, cancelled after "
+                   "--probe-steps or --probe-budget) and estimate the whole run: wall time, GPU-hours, cost")
+    p.add_argument("--probe-steps", type=int, default=20, metavar="N", help="steps the probe times (default 20)")
+    p.add_argument("--probe-budget", type=float, default=600.0, metavar="SECONDS",
+                   help="the most the probe may take, start-up included (default 600)")
     p.set_defaults(handler=run)
 
 
@@ -34,14 +40,65 @@ def run(args: argparse.Namespace) -> int:
     from launcher.paths import data_home
 
     report = asyncio.run(diagnose(plan, run_root=plan.node_root, home=data_home()))
+    probed = None
+    if args.estimate and report.ok:
+        probed = _probe(plan, args)
     if args.json:
         import json
 
-        json.dump(report.to_dict(), sys.stdout, indent=2)
+        data = report.to_dict()
+        if args.estimate:
+            data["estimate"] = _probe_dict(probed)
+        json.dump(data, sys.stdout, indent=2)
         print()
     else:
         render(report)
-    return 0 if report.ok else 1
+        if args.estimate:
+            _say_estimate(probed, args.file)
+    if not report.ok:
+        return 1
+    return 0 if not args.estimate or (probed is not None and probed.estimate is not None) else 1
+
+
+def _probe(plan, args):
+    """Time the workload's first steps on its nodes (``launcher.runs.probe``); progress on stderr."""
+    import asyncio
+
+    from launcher.paths import data_home
+    from launcher.runs.probe import run_probe
+
+    said = [-1]
+
+    def progress(steps: int, elapsed_s: float) -> None:
+        if steps != said[0] and not args.json:
+            said[0] = steps
+            print(f"probe: {steps} step(s) after {elapsed_s:.0f} s", file=sys.stderr)
+
+    if args.probe_steps < 2 or args.probe_budget <= 0:
+        print(f"{args.file}: not probed: --probe-steps needs 2 or more, --probe-budget more than 0", file=sys.stderr)
+        return None
+    return asyncio.run(run_probe(data_home(), plan, steps=args.probe_steps, budget_s=args.probe_budget,
+                                 on_progress=progress))
+
+
+def _probe_dict(probed) -> dict | None:
+    if probed is None:
+        return None
+    return {"probe_run": probed.run_id, "steps": probed.steps, "elapsed_s": probed.elapsed_s,
+            "estimate": probed.estimate.to_dict() if probed.estimate else None, "why": probed.why}
+
+
+def _say_estimate(probed, file) -> None:
+    if probed is None:
+        print(f"{file}: no estimate: the checks above must pass first")
+        return
+    print(f"probe run {probed.run_id}: {probed.steps} step(s) in {probed.elapsed_s:.0f} s, {probed.state}")
+    if probed.estimate is None:
+        print(f"{file}: no estimate: {probed.why}")
+        return
+    print("\n".join(probed.estimate.lines()))
+    print(f"kept: `fsdp-tui run {file} --dry-run` and the editor estimate from it; each run compares its "
+          "real wall time with its estimate at the end")
 
 
 STYLES = {"ok": "green", "warning": "yellow", "error": "bold red"}

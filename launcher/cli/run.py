@@ -41,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
         print(SWEEP_NOT_RUN.format(file=args.file), file=sys.stderr)
     if args.dry_run:
         from launcher.backends.base import NodeError
+        from launcher.paths import data_home
+        from launcher.runs.core.estimates import estimate_lines
         from launcher.runs.launch import render_plan_text
 
         try:
@@ -48,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
         except NodeError as err:
             print(f"{args.file}: cannot plan: {err}", file=sys.stderr)
             return 1
+        print()
+        print("\n".join(estimate_lines(data_home(), plan, str(args.file))))
         return 0
     if plan.blockers:
         for blocker in plan.blockers:

@@ -76,6 +76,7 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
     try:
         create_run(plan, home)
         (run_dir(home, plan.run_id) / OPTIONS).write_text(json.dumps({"force": force, "tags": tags or {}}))
+        _keep_estimate(home, plan)
         hand_over(lock, home, plan.run_id, adopt=False)
     except (OSError, sqlite3.OperationalError) as err:
         if not is_write_failure(err):
@@ -85,6 +86,19 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
     finally:
         lock.release()
     return plan.run_id
+
+
+def _keep_estimate(home: Path, plan: RunPlan) -> None:
+    """The run's cost as estimated at its launch, kept so its owner compares it with the real one at the
+    end (docs/estimate.md); a launch never fails for it."""
+    from launcher.runs.core.estimates import estimate_plan, keep_estimate
+
+    try:
+        est = estimate_plan(home, plan, exclude=plan.run_id)
+        if est is not None:
+            keep_estimate(run_dir(home, plan.run_id), est)
+    except (OSError, ValueError, sqlite3.Error):
+        pass
 
 
 def _forget(home: Path, run_id: str) -> None:

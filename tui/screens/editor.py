@@ -202,7 +202,10 @@ class EditorScreen(Screen):
         planned = plan_file(self.path, overrides, home=self.app.home, run_id="<run-id>", text=text)
         plan_text = "fix the errors to see the plan"
         if planned.plan is not None:
-            plan_text = render_plan_text(planned.plan)
+            from launcher.runs.core.estimates import estimate_lines
+
+            plan_text = render_plan_text(planned.plan) + "\n" + "\n".join(
+                estimate_lines(self.app.home, planned.plan, self.path.name)) + "\n"
         fixes = [fix_for(p, text) if p.file != "--set" else None for p in planned.problems]
         self.post_message(Validated(version, planned.problems, fixes, plan_text, planned.plan))
 

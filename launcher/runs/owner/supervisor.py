@@ -22,6 +22,7 @@ from pathlib import Path
 from launcher.backends.registry import backend_for
 from launcher.events import RunState
 from launcher.paths import run_dir
+from launcher.runs.core.estimates import settle
 from launcher.runs.core.layout import LOG_METRICS, METRICS, load_options, load_plan, save_plan
 from launcher.runs.core.notifying import newest_checkpoint, notify_run, notify_wanted
 from launcher.runs.core.ownership import OwnerLock, cancel_requested, request_cancel, take_stacks_request
@@ -173,6 +174,11 @@ class Supervisor:
             self.rec.set_state(outcome.state, f"tracking (MLflow) failed: {self.tracker.error}")
         self.rec.finished(outcome.state, outcome.exit_code, outcome.triage, at=self.policy.ended_at)
         record = self.store.get_run(self.run_id)
+        if record is not None:
+            try:
+                settle(self.dir, record)  # the real figure beside the launch's estimate, for later ones
+            except OSError:
+                pass
         ckpt = await newest_checkpoint(self.backend, record.summary.output_dir if record else None)
         if ckpt is not None:
             try:

@@ -1,0 +1,189 @@
+"""Estimates read from and kept in the run store: the history of a workload (its runs and probes with
+the same :func:`~launcher.runs.core.estimate.fingerprint`), the estimate a launch keeps in its run
+folder (``estimate.json``), and the real figure its owner writes beside it at the end.
+
+Both sides use it: the launch and the readers (``run --dry-run``, the editor, ``doctor --estimate``)
+estimate; the owner settles. Nothing here raises for a missing or unreadable record: an estimate is
+advice, never a reason for a launch to fail."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.runs.core.estimate import (
+    RATIO_RUNS,
+    Estimate,
+    Timing,
+    estimate,
+    fingerprint,
+    real_vs_estimate,
+    steps_to_run,
+    timing_of,
+)
+from launcher.runs.core.layout import LOG_METRICS, METRICS, PLAN, load_options, read_records
+from launcher.runs.core.store import RunRecord, RunStore
+from launcher.workload.plan import RunPlan
+
+ESTIMATE = "estimate.json"
+"""In a run's folder: the estimate made at its launch and, once it ended, the real figure beside it."""
+PROBE_TAG = "fsdp_tui.probe"
+"""The launch tag (``options.json``) that marks a run as an estimate's probe."""
+HISTORY_RUNS = 30
+"""How many of an experiment's newest runs are read for its history."""
+
+
+@dataclass(frozen=True)
+class History:
+    """What the store knows of a workload's pace."""
+
+    timing: Timing | None
+    """The newest timing of a run (or probe) of the same fingerprint."""
+    source_parameters: dict[str, Any]
+    end_tail_s: float | None
+    """The end of the newest finished run of it (for an estimate from a probe)."""
+    ratios: tuple[float, ...]
+    """Real over estimated wall time of its last runs that kept both, newest first."""
+
+
+def _workload_of(record: RunRecord) -> dict[str, Any] | None:
+    try:
+        return json.loads((record.directory / PLAN).read_text())["workload"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _created_at(record: RunRecord) -> float | None:
+    return record.transitions[0][0] if record.transitions else record.summary.started_at
+
+
+def is_probe(record: RunRecord) -> bool:
+    return load_options(record.directory).get("tags", {}).get(PROBE_TAG) == "1"
+
+
+def run_timing(record: RunRecord) -> Timing | None:
+    """A stored run's timing from its metrics records (the reporter's, else those read from its log)."""
+    created = _created_at(record)
+    if created is None:
+        return None
+    records = read_records(record.directory / METRICS) or read_records(record.directory / LOG_METRICS)
+    s = record.summary
+    finished = s.state.value == "succeeded" and s.ended_at is not None
+    return timing_of(s.run_id, records, created, s.ended_at, probe=is_probe(record), finished=finished)
+
+
+def read_kept(directory: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((directory / ESTIMATE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def history(home: Path, workload: dict[str, Any], *, exclude: str | None = None) -> History:
+    """The newest measurements of runs of the same workload (any state: a failed run's steps count)."""
+    store = RunStore(home)
+    wanted = fingerprint(workload)
+    timing, params, tail, ratios = None, {}, None, []
+    for summary in store.list_runs(experiment=workload.get("experiment_name"), limit=HISTORY_RUNS):
+        if summary.run_id == exclude or not summary.state.is_final:
+            continue
+        record = store.get_run(summary.run_id)
+        theirs = _workload_of(record) if record is not None else None
+        if theirs is None or fingerprint(theirs) != wanted:
+            continue
+        kept = read_kept(record.directory)
+        ratio = (kept or {}).get("real", {}).get("ratio")
+        if isinstance(ratio, (int, float)) and ratio > 0 and len(ratios) < RATIO_RUNS:
+            ratios.append(float(ratio))
+        if timing is not None and tail is not None:
+            continue
+        found = run_timing(record)
+        if found is None:
+            continue
+        if timing is None:
+            timing, params = found, theirs.get("parameters") or {}
+        if tail is None and found.tail_s is not None:
+            tail = found.tail_s
+    return History(timing, params, tail, tuple(ratios))
+
+
+def estimate_plan(home: Path, plan: RunPlan, *, exclude: str | None = None) -> Estimate | None:
+    """The estimate of ``plan`` from its workload's history; ``None`` when nothing was measured yet (or
+    its number of steps cannot be known)."""
+    workload = plan.workload.model_dump(mode="json")
+    past = history(home, workload, exclude=exclude)
+    if past.timing is None:
+        return None
+    steps = steps_to_run(plan.workload.parameters, past.timing, past.source_parameters)
+    if steps is None:
+        return None
+    topo = plan.topology
+    price, currency = _price(plan)
+    every = (plan.workload.parameters.get("logging") or {}).get("eval_every_steps") \
+        if plan.uses_builtin_trainer else None
+    return estimate(timing=past.timing, steps=steps, eval_every=every if isinstance(every, int) else None,
+                    end_tail_s=past.end_tail_s, unit=topo.kind.upper(), workers=topo.world_size,
+                    ratios=past.ratios, price=price, currency=currency, fingerprint_=fingerprint(workload))
+
+
+def _price(plan: RunPlan) -> tuple[float | None, str]:
+    """Per GPU-hour (CPU-hour) from the user's price settings, as ``show`` prices a run's usage."""
+    from launcher.runs.core.usage import price_per_hour
+    from launcher.runs.core.user_settings import SettingsError, load_user_settings
+
+    try:
+        prices = load_user_settings().prices
+    except SettingsError:
+        return None, ""
+    if prices is None:
+        return None, ""
+    topo = plan.topology
+    hosts = [h.display for h in topo.hosts] or [None]
+    rates = [price_per_hour(prices, topo.kind, topo.gpu_model, h) for h in hosts]
+    if any(r is None for r in rates):
+        return None, ""
+    return sum(rates) / len(rates), prices.currency
+
+
+def estimate_lines(home: Path, plan: RunPlan, file: str = "FILE") -> list[str]:
+    """What a dry run and the editor say of a plan's cost (or how to measure it; ``file`` as the user
+    names the workload)."""
+    try:
+        est = estimate_plan(home, plan)
+    except (OSError, ValueError):
+        est = None
+    if est is not None:
+        return est.lines()
+    return [f"estimate: nothing measured yet for this workload: `fsdp-tui doctor {file} --estimate` times its "
+            "first steps on its nodes (or launch it once)"]
+
+
+def keep_estimate(directory: Path, est: Estimate) -> None:
+    """The launch's estimate, in the run's folder."""
+    _write(directory, {"estimate": est.to_dict()})
+
+
+def settle(directory: Path, record: RunRecord) -> dict[str, Any] | None:
+    """At a run's end: its real wall time and steps beside the estimate it launched with (kept in the
+    folder for later estimates); ``None`` when it launched without one."""
+    kept = read_kept(directory)
+    if kept is None or "estimate" not in kept or record.summary.ended_at is None:
+        return None
+    created = _created_at(record)
+    if created is None:
+        return None
+    est = Estimate.from_dict(kept["estimate"])
+    real = real_vs_estimate(est, record.summary.ended_at - created, record.summary.step,
+                            record.summary.state.value == "succeeded")
+    _write(directory, {**kept, "real": real})
+    return real
+
+
+def _write(directory: Path, data: dict[str, Any]) -> None:
+    tmp = directory / f".{ESTIMATE}.tmp"
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, directory / ESTIMATE)
