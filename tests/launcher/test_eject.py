@@ -203,3 +203,36 @@ def test_eject_cli_writes_the_file_and_says_what_is_lost(tmp_path, capsys):
     assert out.read_text() == first  # the same workload ejects to the same text
     assert main(["eject", str(tmp_path / "missing.yaml"), "--to", "jobset"]) == 2
     assert "missing.yaml: not ejected: there is no such file" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_ejected_skypilot_task_trains_the_demo_as_skypilot_runs_it(tmp_path):
+    """SkyPilot's part done by hand on this machine, one node: ``file_mounts`` (the trainer package),
+    ``envs`` exported, ``SKYPILOT_NODE_RANK`` / ``SKYPILOT_NODE_IPS`` set, then ``run`` in bash. The node
+    script gives the built-in trainer the node contract, and it trains (2 gloo processes, 3 steps)."""
+    import os
+    import socket
+    import sys
+
+    from trainer.protocol import MetricRecord
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    plan = _plan(ROOT / "sample_workloads/tiny_cpu.yaml", tmp_path, [
+        "parameters.max_steps=3", "parameters.checkpoint.export_hf=false", f"environment.python={sys.executable}", f"compute.master_port={port}"])
+    task = yaml.safe_load(eject(plan, "skypilot").text)
+    home = tmp_path / "node"
+    (home / "fsdp-tui-pkg").mkdir(parents=True)
+    for remote, local in task["file_mounts"].items():
+        (home / remote.removeprefix("~/")).symlink_to(local)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FSDP_TUI_", "SKYPILOT_"))}
+    env.update(task["envs"], HOME=str(home), SKYPILOT_NODE_RANK="0", SKYPILOT_NODE_IPS="127.0.0.1\n",
+               FSDP_TUI_ASSETS=os.environ.get("FSDP_TUI_TEST_ASSETS", "/tmp/fsdp-tui-test-assets"))
+    done = subprocess.run(["bash", "-c", task["run"]], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = home / "fsdp-tui-run"
+    assert yaml.safe_load((run_dir / "parameters.yaml").read_text()) == plan.workload.parameters
+    records = [MetricRecord.from_json(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r.step for r in records if r.kind == "train"] == [1, 2, 3]
+    assert any((run_dir / "outputs").rglob(".metadata"))  # the final checkpoint, in the relative output_dir

@@ -11,6 +11,7 @@ to ``events.jsonl``, which followers replay. Where these files lie, and how a re
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -173,10 +174,12 @@ class Recorder:
 
     def _log_lines(self, lines: Iterable[bytes]) -> None:
         found = []
+        now = time.time()
         for raw in lines:
             record = self.parse_logs.parse(raw.decode("utf-8", "replace"))
             if record is not None:
-                found.append(record)
+                # When it was read: a log line has no time of its own, and the estimate times steps by it.
+                found.append(record if record.time is not None else dataclasses.replace(record, time=now))
         if found:
             self.write(_append_lines, self.dir / LOG_METRICS, [r.to_json() for r in found])
             self._took(found)
@@ -217,6 +220,8 @@ class Recorder:
             return
         mirror = mirror_path(self.dir, 0)
         found: list[str] = []
+        # The times the records were read at, kept: a log line has none of its own.
+        before = read_records(target)
         if mirror.exists():
             with open(mirror, "rb") as f:
                 data = f.read()
@@ -224,6 +229,9 @@ class Recorder:
             for raw in lines:
                 record = self.parse_logs.parse(raw.decode("utf-8", "replace"))
                 if record is not None:
+                    i = len(found)
+                    if i < len(before) and before[i].step == record.step and record.time is None:
+                        record = dataclasses.replace(record, time=before[i].time)
                     found.append(record.to_json())
         tmp = target.with_suffix(".tmp")
         tmp.write_text("".join(x + "\n" for x in found))
