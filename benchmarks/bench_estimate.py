@@ -47,14 +47,12 @@ def cli(home: Path, *args: str) -> subprocess.CompletedProcess:
 
 def dry_run_wall(home: Path, file: str, sets: list[str]) -> tuple[float | None, str]:
     out = cli(home, "run", file, "--dry-run", *sets).stdout
-    lines = [line for line in out.splitlines() if line.startswith(("estimate:", "  "))][-6:]
-    m = re.search(r"estimate: (?:(\d+)h(\d+)m|(\d+)m(\d+)s) wall", out)
+    said = out.rstrip("\n").split("\n\n")[-1]  # the estimate's block, after the plan
+    m = re.search(r"estimate: (?:(\d+)h(\d+)m|(\d+)m(\d+)s) wall", said)
     if not m:
-        return None, "\n".join(lines)
+        return None, said
     h, hm, m_, s = (int(g) if g else 0 for g in m.groups())
-    return h * 3600 + hm * 60 + m_ * 60 + s, "\n".join(line for line in out.splitlines()
-                                                      if line.startswith("estimate:") or "measured by" in line
-                                                      or line.startswith("  x"))
+    return h * 3600 + hm * 60 + m_ * 60 + s, said
 
 
 def one_run(home: Path, file: str, sets: list[str]) -> dict:

@@ -111,6 +111,8 @@ def _print(r: dict) -> None:
         out(f"  safe      {r['last_safe_step']['text']}\n")
     if r.get("lead_time"):
         out(f"  lead time {r['lead_time']}\n")
+    if (r.get("estimate") or {}).get("estimate"):
+        out(f"  estimate  {_estimate_words(r['estimate'])}\n")
     if r.get("usage"):
         u = r["usage"]
         money = f"  ~{u['cost']:.2f} {u['currency']}" if u["cost"] is not None else ""
@@ -149,3 +151,15 @@ def _print(r: dict) -> None:
         out(f"  workload  {r['workload_path']}\n")
     for line in r["next"]:
         out(f"  next      {line}\n")
+
+
+def _estimate_words(kept: dict) -> str:
+    """The launch's estimate and, once the run ended, the real wall time against it (docs/estimate.md)."""
+    from launcher.runs.read.view import fmt_duration
+
+    est, real = kept["estimate"], kept.get("real")
+    words = (f"{fmt_duration(est['wall_s'])} ({fmt_duration(est['low_s'])} to {fmt_duration(est['high_s'])}) "
+             f"from {est.get('source', '?')}")
+    if real and real.get("error") is not None:
+        words += f"; real {fmt_duration(real['real_wall_s'])} ({real['error']:+.0%})"
+    return words

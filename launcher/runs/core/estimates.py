@@ -46,7 +46,8 @@ class History:
     end_tail_s: float | None
     """The end of the newest finished run of it (for an estimate from a probe)."""
     ratios: tuple[float, ...]
-    """Real over estimated wall time of its last runs that kept both, newest first."""
+    """Real over estimated wall time of its last runs that kept both, newest first, of estimates made
+    from the same kind of measurement as ``timing`` (a probe, or a whole run)."""
 
 
 def _workload_of(record: RunRecord) -> dict[str, Any] | None:
@@ -87,7 +88,8 @@ def history(home: Path, workload: dict[str, Any], *, exclude: str | None = None)
     """The newest measurements of runs of the same workload (any state: a failed run's steps count)."""
     store = RunStore(home)
     wanted = fingerprint(workload)
-    timing, params, tail, ratios = None, {}, None, []
+    timing, params, tail = None, {}, None
+    ratios: list[tuple[bool, float]] = []
     for summary in store.list_runs(experiment=workload.get("experiment_name"), limit=HISTORY_RUNS):
         if summary.run_id == exclude or not summary.state.is_final:
             continue
@@ -95,10 +97,10 @@ def history(home: Path, workload: dict[str, Any], *, exclude: str | None = None)
         theirs = _workload_of(record) if record is not None else None
         if theirs is None or fingerprint(theirs) != wanted:
             continue
-        kept = read_kept(record.directory)
-        ratio = (kept or {}).get("real", {}).get("ratio")
-        if isinstance(ratio, (int, float)) and ratio > 0 and len(ratios) < RATIO_RUNS:
-            ratios.append(float(ratio))
+        kept = read_kept(record.directory) or {}
+        ratio = (kept.get("real") or {}).get("ratio")
+        if isinstance(ratio, (int, float)) and ratio > 0:
+            ratios.append((str((kept.get("estimate") or {}).get("source", "")).startswith("probe"), float(ratio)))
         if timing is not None and tail is not None:
             continue
         found = run_timing(record)
@@ -108,7 +110,10 @@ def history(home: Path, workload: dict[str, Any], *, exclude: str | None = None)
             timing, params = found, theirs.get("parameters") or {}
         if tail is None and found.tail_s is not None:
             tail = found.tail_s
-    return History(timing, params, tail, tuple(ratios))
+    # A ratio corrects estimates of its own kind: one from a probe (whose end and load were not the
+    # run's) says nothing of an estimate from a whole run, and the other way round.
+    same = tuple(r for probe, r in ratios if timing is not None and probe == timing.probe)[:RATIO_RUNS]
+    return History(timing, params, tail, same)
 
 
 def estimate_plan(home: Path, plan: RunPlan, *, exclude: str | None = None) -> Estimate | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from launcher.runs.core.estimates import read_kept
 from launcher.runs.core.layout import METRICS, STATE_FILE
 from launcher.runs.core.notifying import read_deliveries
 from launcher.runs.core.ownership import owned
@@ -57,7 +58,8 @@ def run_report(home: Path, run_id: str) -> dict:
                    "detail": n.detail, "node_dir": n.node_dir} for n in record.nodes],
         "triage": triage, "mlflow": mlflow, "directory": str(directory), "workload_path": s.workload_path,
         "output_dir": s.output_dir, "next": next_steps,
-        "usage": _usage(record, workload), "notifications": read_deliveries(directory),
+        "usage": _usage(record, workload), "estimate": read_kept(directory),
+        "notifications": read_deliveries(directory),
         "lead_time": lead_time_of_run(directory, workload), "ranks": ranks,
         "odd_nodes": odd, "data": _data_summary(directory / METRICS),
     }
