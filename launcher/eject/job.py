@@ -36,6 +36,7 @@ ALWAYS_LOST = (
     "the flight recorder dumps' collection and the stall's stack dumps",
 )
 """What no other engine gives: fsdp-tui's own side of a run."""
+SWEEP_LOST = "sweep: the workload is ejected as written, without its variants; eject one with its keys as --set"
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ class Job:
     master_port: int
     source: str
     """The workload file (or ``the workload``), for the header."""
+    sweep: bool = False
+    """The workload has variants (``sweep:``), which are not ejected."""
 
     @property
     def builtin_trainer(self) -> bool:
@@ -110,7 +113,7 @@ def job_of(plan: RunPlan) -> Job:
         timeout_s=round(w.timeout_minutes * 60) if w.timeout_minutes else None,
         output_dir=str(output_dir) if output_dir is not None else None, code_root=plan.code_root, image=image,
         hosts=tuple(w.compute.hosts), master_port=w.compute.master_port or DEFAULT_PORT,
-        source=str(plan.source_file) if plan.source_file else "the workload",
+        source=str(plan.source_file) if plan.source_file else "the workload", sweep=w.sweep is not None,
     )
 
 
@@ -164,6 +167,8 @@ def node_script(job: Job, words: NodeWords) -> str:
 def common_lost(job: Job, *, pin_hint: str = "pin them with its own node selection if they matter") -> list[str]:
     """What the engines that start their own nodes lose of ``job`` besides :data:`ALWAYS_LOST`."""
     lost = list(ALWAYS_LOST)
+    if job.sweep:
+        lost.append(SWEEP_LOST)
     if job.hosts:
         lost.append(f"compute.hosts ({', '.join(job.hosts)}): the engine picks the nodes; {pin_hint}")
     if job.num_nodes > 1 and not any(n in job.env for n in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from launcher.backends.slurm.script import AGENT_ZIP, batch_script, job_file
-from launcher.eject.job import ALWAYS_LOST
+from launcher.eject.job import ALWAYS_LOST, SWEEP_LOST
 from launcher.workload.model import Slurm
 from launcher.workload.plan import RunPlan, build_plan
 
@@ -48,6 +48,8 @@ def lost(original: RunPlan, plan: RunPlan) -> list[str]:
         where = f"compute.hosts ({', '.join(w.compute.hosts)})" if w.compute.hosts else "this machine"
         out.insert(0, f"{where} become the nodes SLURM gives (compute.slurm with its defaults: login on this "
                       "machine, the default partition); pin nodes with compute.slurm.extra_sbatch: --nodelist=...")
+    if w.sweep is not None:
+        out.append(SWEEP_LOST)
     if w.max_retries or plan.uses_builtin_trainer:
         out.append("retries and resubmissions after a time limit are submitted by fsdp-tui's run owner: a bare "
                    "sbatch runs one attempt")

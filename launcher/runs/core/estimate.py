@@ -187,9 +187,10 @@ def steps_to_run(parameters: dict[str, Any], timing: Timing, source_parameters: 
 
 def estimate(*, timing: Timing, steps: int, eval_every: int | None, end_tail_s: float | None, unit: str,
              workers: int, ratios: Sequence[float], price: float | None, currency: str,
-             fingerprint_: str = "") -> Estimate:
+             fingerprint_: str = "", unmeasured: Sequence[str] = ()) -> Estimate:
     """Wall time = start-up + steps x step time + evaluations + the end, then x the median past ratio.
-    ``workers``: GPUs (CPU processes) over all nodes; ``price``: per GPU-hour (CPU-hour) when known."""
+    ``workers``: GPUs (CPU processes) over all nodes; ``price``: per GPU-hour (CPU-hour) when known;
+    ``unmeasured``: what the caller knows the measurement left out."""
     step = timing.loop_s_per_step
     median = statistics.median(timing.step_s)
     low_step = step * (_quantile(timing.step_s, 0.1) / median) if median else step
@@ -197,7 +198,7 @@ def estimate(*, timing: Timing, steps: int, eval_every: int | None, end_tail_s: 
     to_go = max(0, steps - timing.first_step)
     periodic = max(0, steps - 1) // eval_every - max(0, timing.first_step - 1) // eval_every if eval_every else 0
     eval_s = timing.eval_s or 0.0
-    unmeasured = []
+    unmeasured = list(unmeasured)
     tail = timing.tail_s if timing.tail_s is not None else end_tail_s
     # A finished run's end holds its last evaluation; a probe's estimate counts it apart.
     evals = periodic + (1 if timing.tail_s is None else 0)

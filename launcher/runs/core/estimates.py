@@ -8,6 +8,7 @@ advice, never a reason for a launch to fail."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -70,10 +71,26 @@ def run_timing(record: RunRecord) -> Timing | None:
     created = _created_at(record)
     if created is None:
         return None
-    records = read_records(record.directory / METRICS) or read_records(record.directory / LOG_METRICS)
     s = record.summary
-    finished = s.state.value == "succeeded" and s.ended_at is not None
-    return timing_of(s.run_id, records, created, s.ended_at, probe=is_probe(record), finished=finished)
+    sizes = tuple(_size(record.directory / name) for name in (METRICS, LOG_METRICS))
+    return _timing(str(record.directory), s.run_id, created, s.ended_at, s.state.value, is_probe(record), sizes)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+@functools.lru_cache(maxsize=64)
+def _timing(directory: str, run_id: str, created: float, ended_at: float | None, state: str, probe: bool,
+            sizes: tuple[int, int]) -> Timing | None:
+    """Read once per run and size: the editor estimates at every pause in typing, and a long run's
+    metrics file is large. ``sizes`` is part of the key only."""
+    records = read_records(Path(directory) / METRICS) or read_records(Path(directory) / LOG_METRICS)
+    finished = state == "succeeded" and ended_at is not None
+    return timing_of(run_id, records, created, ended_at, probe=probe, finished=finished)
 
 
 def read_kept(directory: Path) -> dict[str, Any] | None:
@@ -128,11 +145,16 @@ def estimate_plan(home: Path, plan: RunPlan, *, exclude: str | None = None) -> E
         return None
     topo = plan.topology
     price, currency = _price(plan)
-    every = (plan.workload.parameters.get("logging") or {}).get("eval_every_steps") \
-        if plan.uses_builtin_trainer else None
+    params = plan.workload.parameters
+    every = (params.get("logging") or {}).get("eval_every_steps") if plan.uses_builtin_trainer else None
+    saves = (params.get("checkpoint") or {}).get("every_steps") if plan.uses_builtin_trainer else None
+    unmeasured = []
+    if past.timing.probe and isinstance(saves, int) and steps > saves:
+        unmeasured.append(f"{(steps - 1) // saves} checkpoint save(s) (a probe saves none)")
     return estimate(timing=past.timing, steps=steps, eval_every=every if isinstance(every, int) else None,
                     end_tail_s=past.end_tail_s, unit=topo.kind.upper(), workers=topo.world_size,
-                    ratios=past.ratios, price=price, currency=currency, fingerprint_=fingerprint(workload))
+                    ratios=past.ratios, price=price, currency=currency, fingerprint_=fingerprint(workload),
+                    unmeasured=unmeasured)
 
 
 def _price(plan: RunPlan) -> tuple[float | None, str]:
