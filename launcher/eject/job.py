@@ -156,6 +156,7 @@ def node_script(job: Job, words: NodeWords) -> str:
     if words.install and job.dependencies:
         lines.append(f"{q(job.python)} -m pip install --quiet " + " ".join(q(d) for d in job.dependencies))
     if job.command is not None:
+        lines.append("set +eu  # the command runs as fsdp-tui runs it: bash -c, no -e, no -u")
         lines.append(job.command.rstrip("\n"))
     else:
         lines.append(f"exec {q(job.python)} -m torch.distributed.run --nnodes=\"$NUM_NODES\" "

@@ -240,10 +240,16 @@ def check_invocation(parser: argparse.ArgumentParser, args: list[str], helped: s
         base, _ = _positionals(commands[command], shown)
     except AssertionError as err:
         return [*problems, f"fsdp-tui {command}: {err}"]
+    # A required option (``eject --to``) goes with every parse; each other flag is tried on its own.
+    needed = [t for action, name, value in flags if action.required
+              for t in [name] + ([_sample_value(action, value)] if action.nargs != 0 else [])]
+    base = [*base, *needed]
     code, text = _parse(parser, [command, *base])
     if code is not None:
         problems.append(f"fsdp-tui {command} {' '.join(base)}: {text.strip()}")
     for action, name, value in flags:
+        if action.required:
+            continue
         argv = [command, *base, name] + ([_sample_value(action, value)] if action.nargs != 0 else [])
         code, text = _parse(parser, argv)
         exits = isinstance(action, (argparse._HelpAction, argparse._VersionAction))  # prints, exits 0
