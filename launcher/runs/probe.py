@@ -5,8 +5,8 @@ The probe is an ordinary run of the workload (its own owner, its record in the s
 probe), started as it would be launched, so its start-up is the real one: shipping, environment, model
 and data. It is cancelled once it has made enough steps or its time budget is spent. The built-in
 trainer saves and exports nothing in a probe and never resumes (a probe's checkpoint must never become
-the run's); no MLflow run is logged for it. Its timing then serves every later estimate of the workload,
-as any run's does."""
+the run's); no MLflow run is logged and no notification sent for it. Its timing then serves every later
+estimate of the workload, as any run's does."""
 
 from __future__ import annotations
 

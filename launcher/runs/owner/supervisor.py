@@ -22,7 +22,7 @@ from pathlib import Path
 from launcher.backends.registry import backend_for
 from launcher.events import RunState
 from launcher.paths import run_dir
-from launcher.runs.core.estimates import settle
+from launcher.runs.core.estimates import PROBE_TAG, settle
 from launcher.runs.core.layout import LOG_METRICS, METRICS, load_options, load_plan, save_plan
 from launcher.runs.core.notifying import newest_checkpoint, notify_run, notify_wanted
 from launcher.runs.core.ownership import OwnerLock, cancel_requested, request_cancel, take_stacks_request
@@ -118,7 +118,10 @@ class Supervisor:
             self.lock_note("")
 
     async def _notify(self, event: str, ckpt=None) -> None:
-        """Tell the user (``notify:`` and the user settings); what happens is recorded, never raised."""
+        """Tell the user (``notify:`` and the user settings); what happens is recorded, never raised. A
+        probe (``doctor --estimate``) tells nobody: it is cancelled on purpose."""
+        if load_options(self.dir).get("tags", {}).get(PROBE_TAG) == "1":
+            return
         if not notify_wanted(self.plan.workload.notify, event):
             return
         record = self.store.get_run(self.run_id)
