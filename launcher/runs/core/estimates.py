@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,13 +27,14 @@ from launcher.runs.core.estimate import (
     timing_of,
 )
 from launcher.runs.core.layout import LOG_METRICS, METRICS, PLAN, load_options, read_records
-from launcher.runs.core.store import RunRecord, RunStore
+from launcher.runs.core.store import RunRecord, RunStore, StoreDamaged
 from launcher.workload.plan import RunPlan
 
 ESTIMATE = "estimate.json"
 """In a run's folder: the estimate made at its launch and, once it ended, the real figure beside it."""
 PROBE_TAG = "fsdp_tui.probe"
 """The launch tag (``options.json``) that marks a run as an estimate's probe."""
+STORE_FILE = "runs.db"
 HISTORY_RUNS = 30
 """How many of an experiment's newest runs are read for its history."""
 
@@ -103,6 +105,8 @@ def read_kept(directory: Path) -> dict[str, Any] | None:
 
 def history(home: Path, workload: dict[str, Any], *, exclude: str | None = None) -> History:
     """The newest measurements of runs of the same workload (any state: a failed run's steps count)."""
+    if not (Path(home) / STORE_FILE).exists():
+        return History(None, {}, None, ())  # no run yet: a dry run creates no store
     store = RunStore(home)
     wanted = fingerprint(workload)
     timing, params, tail = None, {}, None
@@ -181,8 +185,8 @@ def estimate_lines(home: Path, plan: RunPlan, file: str = "FILE") -> list[str]:
     names the workload)."""
     try:
         est = estimate_plan(home, plan)
-    except (OSError, ValueError):
-        est = None
+    except (OSError, ValueError, sqlite3.Error, StoreDamaged):
+        est = None  # advice only: a damaged store is said by the commands that read runs
     if est is not None:
         return est.lines()
     return [f"estimate: nothing measured yet for this workload: `fsdp-tui doctor {file} --estimate` times its "
