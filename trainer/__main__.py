@@ -67,7 +67,7 @@ def run(cfg, stop=None) -> None:
         import torch
         import torch.distributed as dist
 
-        from trainer import assets, attention, checkpoint, dataset, metrics, model, optim, parallel, train
+        from trainer import assets, attention, checkpoint, dataset, lora, metrics, model, optim, parallel, samples, train
         from trainer.config import SettingError, torch_refusal
         from trainer.data import GlobalOrder
 
@@ -97,9 +97,12 @@ def run(cfg, stop=None) -> None:
     total = cfg.max_steps or max(1, order.batches_per_epoch * cfg.num_epochs // accum)
     compiled, compile_note = model.choose_compile(cfg.model.compile, d.device.type, total)
     chosen: list = []
+    adapters = lora.Adapters(cfg.lora, cfg.seed, cfg.model_name) if cfg.lora is not None else None
 
     def prepare(net):
-        chosen.append(parallel.choose_sharding(cfg.fsdp, sum(p.numel() for p in net.parameters()), d))
+        if adapters is not None:
+            net = adapters.apply(net)
+        chosen.append(parallel.choose_sharding(cfg.fsdp, lora.state_params(net), d))
         model.apply_activation_checkpointing(net, cfg.model.activation_checkpointing)
         if compiled:
             model.apply_compile(net)
@@ -111,17 +114,17 @@ def run(cfg, stop=None) -> None:
 
         packed_sdpa.register()
     net = model.build_model(cfg.model_name, cfg.model, hf_config, choice.hf_name, cfg.seed, parallel.param_device(
-        cfg.fsdp, d), prepare, buffer_device=d.device)
+        cfg.fsdp, d), prepare, buffer_device=d.device, adapters=adapters)
     learned_logits_only(net)  # the output layer runs on learned positions only
     shape = metrics.ModelShape.of(net)
     build_s = time.perf_counter() - started - data_s
     opt = optim.build_optimizer(net, cfg.learning_rate, cfg.optim, d.device)
     sched = optim.build_scheduler(opt, total, cfg.optim)
     state = {"step": 0, "epoch": 0, "position": 0, "per_global": order.per_global, "total_steps": total}
-    app = checkpoint.AppState(net, opt, sched, state)
+    app = checkpoint.AppState(net, opt, sched, state, lora.state_dict_options() if adapters else None)
     ckpt = checkpoint.Checkpointer(cfg.checkpoint, cfg.output_dir, d, {
         "model_name": cfg.model_name, "tokenizer": cfg.model.tokenizer or cfg.model_name,
-        "run_id": os.environ.get(RUN_ID_ENV, "")})
+        "run_id": os.environ.get(RUN_ID_ENV, ""), **lora.checkpoint_meta(cfg)})
     resume = ckpt.resume_path()
     if resume is not None:
         ckpt.load(app, resume)
@@ -146,7 +149,7 @@ def run(cfg, stop=None) -> None:
 
     log = metrics.MetricsLogger(d, shape, total, metrics.peak_flops(d, cfg.logging.peak_tflops))
     if d.is_main:
-        for note in (*choice.notes, *data.notes, chosen[0].note, compile_note):
+        for note in (*choice.notes, *data.notes, chosen[0].note, compile_note, adapters and adapters.summary(net)):
             if note:
                 print(note, flush=True)
         print(f"data: {data.summary.words()}", flush=True)
@@ -164,8 +167,15 @@ def run(cfg, stop=None) -> None:
         loss, exact = train.evaluate(net, batches, d.device, with_exact_match=data.fmt == "squad")
         log.eval(state["step"], loss, exact, time.perf_counter() - start)
 
+    sampler = samples.build(cfg, tok, data, d, hf_config)
+
+    def run_samples() -> None:
+        if sampler is not None and sampler.due(state["step"], total):
+            log.exclude(sampler.run(net, state["step"]))
+
     if state["step"] == 0:
         run_eval(dataset.first_eval_batches(cfg.logging.eval_max_batches))
+        run_samples()
     # What start-up built lives for the whole run: collections during training skip it (unfrozen, the
     # first full collection walked it inside the first step: +0.3 s of a 0.3 s step, tiny model).
     gc.freeze()
@@ -201,6 +211,8 @@ def run(cfg, stop=None) -> None:
             log.train_step(step, epoch, loss, lr, grad_norm)
         if cfg.logging.eval_every_steps and step % cfg.logging.eval_every_steps == 0 and step != total:
             run_eval(cfg.logging.eval_max_batches)
+        if step != total:
+            run_samples()
         if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0 and step != total:
             submit_s = ckpt.save(app, step)
             log.exclude(submit_s)
@@ -218,6 +230,7 @@ def run(cfg, stop=None) -> None:
         ckpt.save_once(app, state["step"])
     else:
         run_eval(cfg.logging.eval_max_batches)
+        run_samples()
         if cfg.checkpoint.save_final:
             ckpt.save(app, state["step"])
     ckpt.close()  # an async save is complete and finalised from here on
@@ -225,6 +238,10 @@ def run(cfg, stop=None) -> None:
         if d.is_main:
             print(stop.stopping_line(state["step"]), flush=True)
         log.signal_checkpoint(state["step"], stop.signal_name)
+    elif adapters is not None and (cfg.checkpoint.export_hf or cfg.checkpoint.export_merged):
+        from trainer import lora_export
+
+        lora_export.export_in_job(net, tok, cfg, Path(cfg.output_dir) / "hf" / f"step-{state['step']:08d}", d)
     elif cfg.checkpoint.export_hf:
         out = checkpoint.export_hf(net, tok, Path(cfg.output_dir) / "hf" / f"step-{state['step']:08d}", d)
         if out is not None:

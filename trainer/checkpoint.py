@@ -47,21 +47,24 @@ def newest_complete(root: Path) -> Path | None:
 class AppState(Stateful):
     """Model, optimiser, scheduler and trainer position, as DCP saves and restores them."""
 
-    def __init__(self, model, optimizer, scheduler, trainer: dict[str, Any]) -> None:
+    def __init__(self, model, optimizer, scheduler, trainer: dict[str, Any],
+                 options: StateDictOptions | None = None) -> None:
         self.model, self.optimizer, self.scheduler, self.trainer = model, optimizer, scheduler, trainer
+        self.options = options
+        """What of the model is saved and restored (LoRA: the trainable weights only)."""
         self.with_cuda_rng = True
         """Off while loading a checkpoint saved without a CUDA generator (on CPU, or by an older trainer):
         the state DCP loads into must not ask for what the checkpoint does not hold."""
 
     def state_dict(self) -> dict[str, Any]:
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self.options)
         return {"model": model_sd, "optim": optim_sd, "sched": self.scheduler.state_dict(),
                 "trainer": dict(self.trainer), "rng": torch.get_rng_state(),
                 **(_cuda_rng() if self.with_cuda_rng else {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optim"])
+                       optim_state_dict=state["optim"], options=self.options)
         self.scheduler.load_state_dict(state["sched"])
         self.trainer.update(state["trainer"])
         torch.set_rng_state(state["rng"])

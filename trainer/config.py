@@ -165,7 +165,37 @@ class CheckpointConfig(_Section):
     resume: str = "auto"
     """``auto`` (newest complete checkpoint in ``output_dir``), ``never``, or a checkpoint path."""
     export_hf: bool = True
-    """Write a consolidated Hugging Face folder (safetensors + tokenizer) at the end."""
+    """Write a consolidated Hugging Face folder (safetensors + tokenizer) at the end; with ``lora``, the
+    adapter in PEFT's format (``adapter_config.json`` + ``adapter_model.safetensors``)."""
+    export_merged: bool = False
+    """With ``lora``: also write the base model with the adapter merged into its weights, a folder
+    ``AutoModelForCausalLM.from_pretrained`` loads (written shard by shard from the base's files)."""
+
+
+class SamplesConfig(_Section):
+    """Generation samples: rank 0 keeps the answers, every rank takes part in each forward."""
+
+    prompts: list[str] = []
+    """Prompts to answer, written as an instruction (rendered as the dataset's format renders a
+    prompt: the alpaca template, or the chat template's user turn)."""
+    eval_rows: int | None = Field(default=None, gt=0, le=64)
+    """Also answer the prompts of this many rows of the evaluation split (their answers in the data are
+    shown beside the model's)."""
+    every_steps: int | None = Field(default=None, gt=0)
+    """Generate every N optimiser steps (``null``: before training and at the end only)."""
+    max_new_tokens: int = Field(default=32, gt=0, le=1024)
+    """Tokens generated per answer (fewer when the model ends its answer)."""
+    greedy: bool = True
+    """The most likely token each time; ``false`` samples with ``temperature`` (seeded: the same
+    answers on a rerun)."""
+    temperature: float = Field(default=1.0, gt=0.0)
+    """Softmax temperature when ``greedy`` is false."""
+
+    @model_validator(mode="after")
+    def _some(self) -> SamplesConfig:
+        if not self.prompts and not self.eval_rows:
+            raise ValueError("give prompts (a list of strings) or eval_rows (how many evaluation rows)")
+        return self
 
 
 class LoggingConfig(_Section):
@@ -179,6 +209,28 @@ class LoggingConfig(_Section):
     """Cap evaluation at this many batches per rank."""
     peak_tflops: float | None = Field(default=None, gt=0.0)
     """Peak dense bf16 TFLOP/s per device for MFU, when the device is not recognised."""
+    samples: SamplesConfig | None = None
+    """What the model says as it learns: answers to a few prompts, generated at a cadence and kept
+    with the run (the monitor's samples pane, ``fsdp-tui show RUN --samples``, MLflow)."""
+
+
+class LoraConfig(_Section):
+    """LoRA adapters through PEFT (its own names): the base model stays frozen and sharded, only the
+    adapters (and ``modules_to_save``) train, get gradients, optimiser state and checkpoints."""
+
+    r: int = Field(default=8, gt=0)
+    """Rank of each adapter (PEFT's ``r``)."""
+    alpha: float = Field(default=16.0, gt=0.0)
+    """Scaling numerator: the adapter's output is scaled by ``alpha / r`` (PEFT's ``lora_alpha``)."""
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    """Dropout on the adapter's input (PEFT's ``lora_dropout``)."""
+    target_modules: list[str] | Literal["all-linear"] = "all-linear"
+    """Module names to adapt, matched as PEFT matches them (``q_proj`` is every module whose name ends
+    in ``.q_proj``), or ``all-linear``: every linear layer but the output layer."""
+    modules_to_save: list[str] | None = None
+    """Modules trained in full beside the adapters (e.g. ``lm_head``, ``embed_tokens``)."""
+    quantize: Literal["nf4"] | None = None
+    """``nf4``: load the frozen base in 4-bit through bitsandbytes (QLoRA); needs CUDA on every node."""
 
 
 class TrainerConfig(_Section):
@@ -210,9 +262,16 @@ class TrainerConfig(_Section):
     fsdp: FsdpConfig = FsdpConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     logging: LoggingConfig = LoggingConfig()
+    lora: LoraConfig | None = None
+    """Train LoRA adapters instead of every weight (``null``: full fine-tuning)."""
 
     @model_validator(mode="after")
     def _check(self) -> TrainerConfig:
         if self.checkpoint.resume not in ("auto", "never") and not self.checkpoint.resume.strip():
             raise ValueError("checkpoint.resume must be auto, never or a checkpoint path")
+        if self.lora is not None and self.model.from_scratch:
+            raise ValueError("lora: LoRA adapts a pretrained model's frozen weights and model.from_scratch has "
+                             "none; remove lora, or set model.from_scratch: false")
+        if self.checkpoint.export_merged and self.lora is None:
+            raise ValueError("checkpoint.export_merged merges LoRA adapters: set lora, or remove export_merged")
         return self

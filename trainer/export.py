@@ -1,6 +1,9 @@
 """Use a DCP checkpoint outside the distributed job: load it in one plain process, or export it.
 
-    python -m trainer.export CHECKPOINT_DIR OUT_DIR
+    python -m trainer.export CHECKPOINT_DIR OUT_DIR [--merged]
+
+A LoRA run's checkpoint holds the adapter only: it is exported in PEFT's format, and with ``--merged``
+also merged into the base (``OUT_DIR-merged``), a folder ``from_pretrained`` loads.
 """
 
 from __future__ import annotations
@@ -31,12 +34,20 @@ def load_for_inference(checkpoint: str | Path):
 
 
 def main(argv: list[str]) -> int:
+    merged = "--merged" in argv
+    argv = [a for a in argv if a != "--merged"]
     if len(argv) != 2:
-        print("usage: python -m trainer.export CHECKPOINT_DIR OUT_DIR", file=sys.stderr)
+        print("usage: python -m trainer.export CHECKPOINT_DIR OUT_DIR [--merged]", file=sys.stderr)
         return 2
     out = Path(argv[1]).expanduser()
     if out.exists():
         print(f"{out} exists: pick a new folder (exports never overwrite)", file=sys.stderr)
+        return 1
+    if _is_adapter(Path(argv[0]).expanduser()):
+        return _export_adapter(Path(argv[0]).expanduser(), out, merged)
+    if merged:
+        print(f"{argv[0]} is a full fine-tune's checkpoint: its export is the whole model already (no "
+              "adapter to merge); leave out --merged", file=sys.stderr)
         return 1
     try:
         model, tokenizer = load_for_inference(argv[0])
@@ -46,6 +57,35 @@ def main(argv: list[str]) -> int:
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     print(f"exported {argv[0]} -> {out}")
+    return 0
+
+
+def _is_adapter(path: Path) -> bool:
+    """Whether the checkpoint at ``path`` holds a LoRA adapter only (its ``meta.json`` says so)."""
+    from trainer.ckpt_layout import META
+
+    try:
+        return "lora" in json.loads((path / META).read_text())
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def _export_adapter(checkpoint: Path, out: Path, merged: bool) -> int:
+    from trainer.ckpt_layout import is_complete
+    from trainer.config import LoraConfig, ModelConfig
+    from trainer.lora_export import MERGED_SUFFIX, load_adapter, write_adapter, write_merged
+    from trainer.model import load_tokenizer
+
+    if not is_complete(checkpoint):
+        print(f"cannot export: {checkpoint} is not a complete checkpoint", file=sys.stderr)
+        return 1
+    meta, state = load_adapter(checkpoint)
+    cfg = LoraConfig.model_validate(meta["lora"])
+    tok = load_tokenizer(meta["tokenizer"], ModelConfig())
+    print(f"exported {checkpoint} -> {write_adapter(state, cfg, meta['model_name'], False, out, tok)} (LoRA adapter)")
+    if merged:
+        target = out.with_name(out.name + MERGED_SUFFIX)
+        print(f"exported {checkpoint} -> {write_merged(state, cfg, meta['model_name'], False, target, tok)} (merged)")
     return 0
 
 

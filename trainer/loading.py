@@ -16,7 +16,7 @@ import contextlib
 import json
 import math
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -134,27 +134,31 @@ class SafetensorsIndex:
             out.copy_(target)
 
 
-def fill_from_safetensors(model: nn.Module, folder: Path) -> bool:
+def fill_from_safetensors(model: nn.Module, folder: Path,
+                          names: Callable[[str], str | None] = clean_name) -> bool:
     """Read this rank's rows of every parameter and persistent buffer; ``False`` (nothing read) when
-    the folder has no safetensors or a parameter is missing from them."""
+    the folder has no safetensors or a parameter is missing from them. ``names`` gives the weights'
+    name of a parameter (``None``: not in the weights, e.g. a LoRA adapter, filled by the caller)."""
     index = SafetensorsIndex(folder)
     prefix = getattr(model, "base_model_prefix", "")
-    params = [(clean_name(n), p) for n, p in model.named_parameters()]
+    params = [(names(n), p) for n, p in model.named_parameters()]
+    params = [(name, p) for name, p in params if name is not None]
     keys = {name: index.find(name, prefix) for name, _ in params}
     if not index.entries or None in keys.values():
         return False
     with torch.no_grad():
         for name, param in params:
-            local, first_row = _local_part(param)
+            local, first_row = local_part(param)
             index.read_rows(keys[name], first_row, local)
         for name, buf in model.named_buffers():
-            key = index.find(clean_name(name), prefix)
+            weights_name = names(name)
+            key = index.find(weights_name, prefix) if weights_name is not None else None
             if key is not None:
                 index.read_rows(key, 0, buf)
     return True
 
 
-def _local_part(param: torch.Tensor) -> tuple[torch.Tensor, int]:
+def local_part(param: torch.Tensor) -> tuple[torch.Tensor, int]:
     """This rank's piece of a parameter and its first global row (FSDP shards along dim 0)."""
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset

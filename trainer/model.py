@@ -50,13 +50,16 @@ def attention_support(config, model_name: str, cfg: ModelConfig) -> tuple[bool, 
 
 
 def build_model(model_name: str, cfg: ModelConfig, config, attn: str, seed: int, device: torch.device,
-                prepare: Callable[[nn.Module], nn.Module], buffer_device: torch.device | None = None) -> nn.Module:
+                prepare: Callable[[nn.Module], nn.Module], buffer_device: torch.device | None = None,
+                adapters=None) -> nn.Module:
     """The model with its weights in place, built on the meta device and filled shard by shard: its
     parameters on ``device`` (the host with CPU offload), its buffers on ``buffer_device`` (the GPU).
 
     ``prepare`` wraps and shards the weightless skeleton (activation checkpointing, compile, FSDP);
     then each rank reads its shards from the safetensors, or rank 0 broadcasts a model it loads or
-    initialises (``from_scratch``, non-safetensors weights)."""
+    initialises (``from_scratch``, non-safetensors weights). With ``adapters`` (a
+    :class:`trainer.lora.Adapters` that ``prepare`` applied) the base weights are read under their base
+    names and the adapters take PEFT's initial values."""
     from transformers import AutoModelForCausalLM
 
     with loading.parameters_on_meta():
@@ -65,11 +68,16 @@ def build_model(model_name: str, cfg: ModelConfig, config, attn: str, seed: int,
     model.config.use_cache = False
     model = prepare(model)
     loading.materialize(model, device)
-    if cfg.from_scratch or not loading.fill_from_safetensors(model, weights_folder(model_name)):
+    names = loading.clean_name if adapters is None else adapters.base_name
+    if cfg.from_scratch or not loading.fill_from_safetensors(model, weights_folder(model_name), names):
         import torch.distributed as dist
 
         full = load_model(model_name, cfg, seed, attn).state_dict() if dist.get_rank() == 0 else None
+        if adapters is not None and full is not None:
+            full = adapters.full_state(full, model)
         loading.fill_by_broadcast(model, full)
+    elif adapters is not None:
+        adapters.fill(model)
     loading.move_buffers(model, buffer_device or device)
     return model
 
