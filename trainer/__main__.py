@@ -121,7 +121,7 @@ def run(cfg, stop=None) -> None:
     opt = optim.build_optimizer(net, cfg.learning_rate, cfg.optim, d.device)
     sched = optim.build_scheduler(opt, total, cfg.optim)
     state = {"step": 0, "epoch": 0, "position": 0, "per_global": order.per_global, "total_steps": total}
-    app = checkpoint.AppState(net, opt, sched, state, lora.state_dict_options() if adapters else None)
+    app = lora.AdapterState(net, opt, sched, state) if adapters else checkpoint.AppState(net, opt, sched, state)
     ckpt = checkpoint.Checkpointer(cfg.checkpoint, cfg.output_dir, d, {
         "model_name": cfg.model_name, "tokenizer": cfg.model.tokenizer or cfg.model_name,
         "run_id": os.environ.get(RUN_ID_ENV, ""), **lora.checkpoint_meta(cfg)})

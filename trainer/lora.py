@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainer.checkpoint import AppState
 from trainer.config import LoraConfig, SettingError
 from trainer.loading import clean_name
 
@@ -185,6 +186,22 @@ def state_dict_options():
     from torch.distributed.checkpoint.state_dict import StateDictOptions
 
     return StateDictOptions(ignore_frozen_params=True, strict=False)
+
+
+class AdapterState(AppState):
+    """A LoRA run's checkpointed state: the trainable weights (adapters, ``modules_to_save``) and their
+    optimiser state, the schedule, the trainer's position and RNG; never the frozen base. torch's
+    ``ignore_frozen_params`` misses a frozen weight reached under a second name (a tied output layer:
+    the whole embedding), so the model's entries are also kept to the trainable parameters' names."""
+
+    def __init__(self, model: nn.Module, optimizer, scheduler, trainer: dict[str, Any]) -> None:
+        super().__init__(model, optimizer, scheduler, trainer, state_dict_options())
+        self.trainable = {clean_name(n) for n, p in model.named_parameters() if p.requires_grad}
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["model"] = {k: v for k, v in state["model"].items() if clean_name(k) in self.trainable}
+        return state
 
 
 def state_params(model: nn.Module) -> int:

@@ -143,8 +143,8 @@ def eos_ids(tok, config) -> set[int]:
 
 
 def _line(text: str, width: int) -> str:
-    flat = " ".join(text.split())
-    return repr(flat if len(flat) <= width else flat[: width - 1] + "…")
+    flat = text.replace("\n", "\\n")
+    return "'" + (flat if len(flat) <= width else flat[: width - 1] + "…") + "'"
 
 
 def build(cfg, tok, data, d: Dist, hf_config) -> Sampler | None:

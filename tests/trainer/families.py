@@ -1,0 +1,36 @@
+"""Tiny random models of several families, saved as plain Hugging Face folders (``save_pretrained``) with
+the built-in tokenizer: the trainer loads them exactly as it loads a user's model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def family_config(kind: str, vocab_size: int):
+    import transformers
+
+    attn = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": vocab_size}
+    return {
+        "qwen2": lambda: transformers.Qwen2Config(**attn, intermediate_size=64, num_key_value_heads=2,
+                                                  tie_word_embeddings=True),
+        "mistral": lambda: transformers.MistralConfig(**attn, intermediate_size=64, num_key_value_heads=2,
+                                                      sliding_window=16),
+        "phi3": lambda: transformers.Phi3Config(**attn, intermediate_size=64, num_key_value_heads=2, pad_token_id=0),
+        "gpt_neox": lambda: transformers.GPTNeoXConfig(**attn, intermediate_size=64),
+        "gpt2": lambda: transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=vocab_size, n_positions=256),
+        "llama": lambda: transformers.LlamaConfig(**attn, intermediate_size=64, num_key_value_heads=2),
+    }[kind]()
+
+
+def save_family(kind: str, folder: Path, tokenizer_dir: Path, seed: int = 0) -> Path:
+    """A random ``kind`` model and the tokenizer of ``tokenizer_dir``, saved in ``folder``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    config = family_config(kind, len(tok))
+    config.bos_token_id, config.eos_token_id = tok.bos_token_id, tok.eos_token_id
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
