@@ -67,7 +67,19 @@ def run(cfg, stop=None) -> None:
         import torch
         import torch.distributed as dist
 
-        from trainer import assets, attention, checkpoint, dataset, lora, metrics, model, optim, parallel, samples, train
+        from trainer import (
+            assets,
+            attention,
+            checkpoint,
+            dataset,
+            lora,
+            metrics,
+            model,
+            optim,
+            parallel,
+            samples,
+            train,
+        )
         from trainer.config import SettingError, torch_refusal
         from trainer.data import GlobalOrder
 

@@ -32,6 +32,13 @@ class CheckpointInfo:
     mtime: float
     link: bool = False
     """The entry is a symbolic link, not a folder: shown as such, never followed, never resumed from."""
+    adapter: bool = False
+    """A LoRA run's checkpoint: the adapters (and ``modules_to_save``) only, the base read from the model."""
+
+    @property
+    def kind(self) -> str:
+        """``adapter`` or ``full``, as listings show it."""
+        return "adapter" if self.adapter else "full"
 
     @property
     def name(self) -> str:
@@ -92,15 +99,16 @@ def list_checkpoints(root: str) -> list[CheckpointInfo]:
         if stat.S_ISLNK(st.st_mode):
             out.append(CheckpointInfo(step, path, False, 0, st.st_mtime, link=True))
             continue
-        complete = is_complete(path)
+        complete, adapter = is_complete(path), False
         if complete:
             try:
                 with open(os.path.join(path, META), encoding="utf-8") as f:
-                    step = int(json.load(f).get("step", step))
+                    meta = json.load(f)
+                step, adapter = int(meta.get("step", step)), "lora" in meta
             except (OSError, ValueError, TypeError, AttributeError):
                 complete = False
         size, mtime = _size_and_mtime(path)
-        out.append(CheckpointInfo(step, path, complete, size, mtime))
+        out.append(CheckpointInfo(step, path, complete, size, mtime, adapter=adapter))
     return sorted(out, key=lambda c: (c.step, c.name))
 
 

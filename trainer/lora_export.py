@@ -122,7 +122,7 @@ def write_merged(state: dict[str, torch.Tensor], cfg: LoraConfig, model_name: st
             tensors = {}
             with safe_open(str(path), framework="pt") as f:
                 metadata = f.metadata() or {"format": "pt"}
-                for key in f.keys():
+                for key in f.keys():  # noqa: SIM118 - safe_open is not iterable
                     tensors[key] = _merged(f.get_tensor(key), by_key.get(key))
             save_file(tensors, str(tmp / path.name), metadata=metadata)
             del tensors  # one file of the model in memory at a time

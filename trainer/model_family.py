@@ -19,12 +19,19 @@ _NO_POSITION_IDS = {"bloom": "BLOOM", "mpt": "MPT"}
 def read_config(model_name: str, base_dir: Path | None = None) -> dict[str, Any] | None:
     """The model's ``config.json`` as a dict: from a local folder (relative to ``base_dir`` when given),
     else from the Hugging Face cache of a hub id; ``None`` when neither has it (not an error here)."""
+    folder = model_folder(model_name, base_dir)
+    return _load(folder / "config.json") if folder is not None else None
+
+
+def model_folder(model_name: str, base_dir: Path | None = None) -> Path | None:
+    """The folder holding the model's ``config.json``: a local folder (relative to ``base_dir`` when
+    given), else the Hugging Face cache's snapshot of a hub id; ``None`` when neither has it."""
     candidates = [Path(os.path.expanduser(model_name))]
     if base_dir is not None:
         candidates.append(base_dir / os.path.expanduser(model_name))
     for folder in candidates:
         if (folder / "config.json").is_file():
-            return _load(folder / "config.json")
+            return folder
     if model_name.count("/") == 1 and not model_name.startswith((".", "/", "~")):
         hub = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface"))
                    / "hub").expanduser()
@@ -32,7 +39,7 @@ def read_config(model_name: str, base_dir: Path | None = None) -> dict[str, Any]
         if snapshots.is_dir():
             for snap in sorted(snapshots.iterdir()):
                 if (snap / "config.json").is_file():
-                    return _load(snap / "config.json")
+                    return snap
     return None
 
 

@@ -20,8 +20,8 @@ from launcher.untrusted import printable, usage_figures
 from launcher.workload.plan import RunPlan
 from trainer.ckpt_layout import CheckpointInfo
 
-Stream = Literal["log", "metrics"]
-STREAM_FILES: dict[str, str] = {"log": "node.log", "metrics": "metrics.jsonl"}
+Stream = Literal["log", "metrics", "samples"]
+STREAM_FILES: dict[str, str] = {"log": "node.log", "metrics": "metrics.jsonl", "samples": "samples.jsonl"}
 JobState = Literal["absent", "starting", "running", "exited"]
 
 
@@ -194,7 +194,7 @@ class CheckpointListing:
                 continue
             ckpts.append(CheckpointInfo(step, path, c.get("complete") is True and c.get("link") is not True,
                                         max(_int(c.get("size_bytes")) or 0, 0), _number(c.get("mtime")),
-                                        link=c.get("link") is True))
+                                        link=c.get("link") is True, adapter=c.get("adapter") is True))
         return cls(rank, label, _text(data.get("root")) or output_dir, tuple(ckpts), data.get("exists") is True)
 
 
@@ -205,6 +205,11 @@ class ExportResult:
     files: tuple[str, ...] = field(default=())
     local_copy: str | None = None
     """Where it was copied on this machine, when asked."""
+    merged: str | None = None
+    """A LoRA checkpoint exported ``merged``: the folder of the base with the adapter merged (``path`` holds
+    the adapter in PEFT's format)."""
+    merged_copy: str | None = None
+    """Where the merged folder was copied on this machine, when asked."""
 
 
 @dataclass(frozen=True)
@@ -322,7 +327,8 @@ class Backend(Protocol):
 
     async def delete_checkpoint(self, output_dir: str, name: str) -> None: ...
 
-    async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None) -> ExportResult: ...
+    async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None,
+                                merged: bool = False) -> ExportResult: ...
 
     async def scheduler_checks(self, quick: bool) -> tuple[SchedulerCheck, ...]:
         """What the scheduler says of this run before it is submitted (none without a scheduler).

@@ -11,6 +11,7 @@ import hashlib
 import json
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from launcher.backends.agent_client import AgentError, AgentLink
@@ -267,19 +268,24 @@ class AgentFleet:
     async def delete_checkpoint(self, output_dir: str, name: str) -> None:
         await self.links[0].call("ckpt_delete", output_dir=output_dir, env=self._job_env(), name=name)
 
-    async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None) -> ExportResult:
+    async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None,
+                                merged: bool = False) -> ExportResult:
         node = self.plan.nodes[0]
         header, _ = await self.links[0].call(
             "ckpt_export", output_dir=output_dir, env=self._job_env(), name=name, python=self.python_of(node),
-            pythonpath=TRAINER_PKG_DIR if self.plan.uses_builtin_trainer else "")
-        path, files = header.get("path"), header.get("files")
+            pythonpath=TRAINER_PKG_DIR if self.plan.uses_builtin_trainer else "", merged=merged)
+        path, files, merged_path = header.get("path"), header.get("files"), header.get("merged")
         if not isinstance(path, str) or not path:
             raise NodeError(f"{self.label(0)}: the export answered without its folder; look at the node's log")
-        result = ExportResult(path, tuple(f for f in files if isinstance(f, str)) if isinstance(files, list) else ())
+        result = ExportResult(path, tuple(f for f in files if isinstance(f, str)) if isinstance(files, list) else (),
+                              merged=merged_path if isinstance(merged_path, str) and merged_path else None)
         if copy_to is None:
             return result
         local = await self._fetch_tree(path, Path(copy_to))
-        return ExportResult(result.path, result.files, str(local))
+        merged_copy = None
+        if result.merged is not None:
+            merged_copy = str(await self._fetch_tree(result.merged, Path(copy_to + "-merged")))
+        return replace(result, local_copy=str(local), merged_copy=merged_copy)
 
     async def _fetch_tree(self, remote: str, to: Path) -> Path:
         """Copy a folder of node 0 to ``to`` here: a tar through the agent, written to a file beside ``to``

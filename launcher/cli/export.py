@@ -15,6 +15,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
     p.add_argument("--step", type=int, help="the checkpoint of this step (default: the newest complete one)")
     p.add_argument("--to", type=Path, metavar="DIR", help="also copy the folder here (a new folder)")
+    p.add_argument("--merged", action="store_true",
+                   help="a LoRA checkpoint: also the base model with the adapter merged (DIR-merged with --to)")
     p.set_defaults(handler=run)
 
 
@@ -50,13 +52,26 @@ def run(args: argparse.Namespace) -> int:
               f"in {listing.label}: {listing.root} (complete: {have})", file=sys.stderr)
         return 1
     chosen = done[-1]
-    print(f"exporting {chosen.name} on {listing.label} ...", file=sys.stderr)
+    if args.merged and not chosen.adapter:
+        print(f"fsdp-tui export: {chosen.name} is a full fine-tune's checkpoint: its export is the whole model "
+              "already; leave out --merged", file=sys.stderr)
+        return 1
+    if args.merged and args.to is not None and Path(f"{args.to}-merged").exists():
+        print(f"fsdp-tui export: {args.to}-merged exists: exports never overwrite, pick a new folder", file=sys.stderr)
+        return 1
+    what = "LoRA adapter" + (" and merged model" if args.merged else "") if chosen.adapter else "model"
+    print(f"exporting {chosen.name} ({what}) on {listing.label} ...", file=sys.stderr)
     try:
-        result = asyncio.run(export_checkpoint(store.home, run_id, chosen.name, args.to.resolve() if args.to else None))
+        result = asyncio.run(export_checkpoint(store.home, run_id, chosen.name, args.to.resolve() if args.to else None,
+                                               merged=args.merged))
     except CheckpointError as err:
         print(f"fsdp-tui export: {err}", file=sys.stderr)
         return 1
-    print(f"{listing.label}: {result.path}")
+    print(f"{listing.label}: {result.path}" + ("  (LoRA adapter, PEFT format)" if chosen.adapter else ""))
+    if result.merged:
+        print(f"{listing.label}: {result.merged}  (merged model)")
     if result.local_copy:
         print(f"here: {result.local_copy}")
+    if result.merged_copy:
+        print(f"here: {result.merged_copy}")
     return 0

@@ -18,6 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.add_argument("--nodes", action="store_true",
                    help="every node as one row (state, lines/s, silence, CPU/RSS, GPU), the odd node marked")
+    p.add_argument("--samples", action="store_true",
+                   help="what the model answered as it learned: each prompt with its answer per step")
     p.set_defaults(handler=run)
 
 
@@ -32,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
     adopt_orphans_of(store.home)
     if args.nodes:
         return _nodes(store, run_id, args.json)
+    if args.samples:
+        return _samples(store, run_id, args.json)
     report = run_report(store.home, run_id)
     from launcher.nettest.launch import newest_for
 
@@ -66,6 +70,27 @@ def _nodes(store, run_id: str, as_json: bool) -> int:
         out(f"  odd node  {words}\n")
     if not odd:
         out("  no node stands out from the others\n")
+    return 0
+
+
+def _samples(store, run_id: str, as_json: bool) -> int:
+    from dataclasses import asdict
+
+    from launcher.runs.core.samples import read_samples
+    from launcher.runs.read.samples_view import history_lines
+
+    record = store.get_run(run_id)
+    sets = read_samples(record.directory)
+    if as_json:
+        print(json.dumps({"run": run_id, "samples": [asdict(s) for s in sets]}, indent=2, ensure_ascii=False))
+        return 0
+    if not sets:
+        print(f"run {run_id}: no samples (set parameters.logging.samples to see what the model answers as it learns)")
+        return 0
+    steps = ", ".join(str(s.step) for s in sets)
+    print(f"run {run_id}: answers at step{'s' if len(sets) > 1 else ''} {steps}")
+    for line in history_lines(sets):
+        print(line)
     return 0
 
 

@@ -1,5 +1,5 @@
 """``fsdp-tui sweep FILE [--over K=V1,V2]... [--set K=V]... [--dry-run | --watch | --json]``,
-``fsdp-tui sweep show SWEEP [--format table|csv|md|json]``, ``fsdp-tui sweep cancel SWEEP`` and
+``fsdp-tui sweep show SWEEP [--format table|csv|md|json] [--samples I,J [--step N]]``, ``fsdp-tui sweep cancel SWEEP`` and
 ``fsdp-tui sweep resume SWEEP``."""
 
 from __future__ import annotations
@@ -35,6 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cancel-on-interrupt", action="store_true",
                    help="Ctrl-C cancels the sweep (default: Ctrl-C detaches and the sweep goes on)")
     p.add_argument("--format", choices=("table", "csv", "md", "json"), default="table", help="for show")
+    p.add_argument("--samples", nargs="?", const="1,2", metavar="I,J",
+                   help="for show: variants I and J's answers side by side (logging.samples; default: 1,2)")
+    p.add_argument("--step", type=int, metavar="N",
+                   help="for show --samples: the answers sampled at step N (default: each variant's newest)")
     p.set_defaults(handler=run)
 
 
@@ -61,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
             if adopt_sweeps(home, [sweep_id]):
                 print(f"fsdp-tui: sweep {sweep_id}: its driver had stopped; a new one goes on with it",
                       file=sys.stderr)
+            if args.samples is not None:
+                return show_samples(home, sweep_id, args.samples, args.step)
             return show(home, sweep_id, args.format)
         return cancel(home, sweep_id)
     return launch(home, Path(args.target), args)
@@ -93,6 +99,43 @@ def show(home: Path, sweep_id: str, form: str) -> int:
     if form == "table":
         print(f"sweep {record.sweep_id}: {record.state} ({record.detail or f'{len(record.variants)} variants'})")
     sys.stdout.write(render(sweep_stats(home, record), form))
+    return 0
+
+
+def show_samples(home: Path, sweep_id: str, which: str, step: int | None) -> int:
+    """Two variants' answers to the same prompts, side by side (at ``step``, else each one's newest)."""
+    from launcher.runs.core.samples import read_samples
+    from launcher.runs.core.store import RunStore
+    from launcher.runs.read.samples_view import side_by_side_at, side_lines
+    from launcher.runs.sweeps.record import load_sweep
+
+    record = load_sweep(home, sweep_id)
+    try:
+        picked = [int(x) for x in which.split(",")]
+        if len(picked) != 2 or not all(1 <= i <= len(record.variants) for i in picked):
+            raise ValueError
+    except ValueError:
+        print(f"fsdp-tui sweep show --samples: give two variant numbers from 1 to {len(record.variants)}, e.g. 1,2",
+              file=sys.stderr)
+        return 2
+    store = RunStore(home)
+    variants = [record.variants[i - 1] for i in picked]
+    sets = []
+    for v in variants:
+        run = store.get_run(v.run_id)
+        sets.append(read_samples(run.directory) if run is not None else [])
+    newest = [s[-1].step if s else 0 for s in sets]
+    steps = [step, step] if step is not None else newest
+    left, right, pairs = side_by_side_at(sets[0], steps[0], sets[1], steps[1])
+    labels = [f"{i}: {v.label} ({f'step {s.step}' if s else 'no samples'})"
+              for i, v, s in zip(picked, variants, (left, right), strict=True)]
+    print(f"sweep {record.sweep_id}: the answers of variants {picked[0]} and {picked[1]}"
+          + (f" at step {step} (or the newest before it)" if step is not None else ", each at its newest step"))
+    if not pairs:
+        print("no samples in either variant (set parameters.logging.samples)")
+        return 0
+    for line in side_lines(pairs, labels[0], labels[1]):
+        print(line)
     return 0
 
 

@@ -102,10 +102,11 @@ async def _catch_up(backend, directory: Path, rank: int) -> int | str:
     """The node's log (and node 0's metrics) past the record's copies, appended to them, so each copy
     equals the node's file byte for byte again; how many log bytes came, or why none could."""
     from launcher.backends.base import NodeError
-    from launcher.runs.core.layout import METRICS, mirror_path
+    from launcher.runs.core.layout import METRICS, SAMPLES, mirror_path
     from launcher.runs.owner.settings import READ_CHUNK
 
-    streams = [("log", mirror_path(directory, rank))] + ([("metrics", directory / METRICS)] if rank == 0 else [])
+    streams = [("log", mirror_path(directory, rank))] + (
+        [("metrics", directory / METRICS), ("samples", directory / SAMPLES)] if rank == 0 else [])
     got = 0
     try:
         for stream, path in streams:

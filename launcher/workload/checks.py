@@ -9,6 +9,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from launcher.workload.air_rules import check_air
 from launcher.workload.data_check import check_data
+from launcher.workload.lora_checks import lora_findings
 from launcher.workload.model import ENV_NAME, RESERVED_ENV, SECRET_REF, Workload
 from launcher.workload.topology import Finding, resolve_topology
 from trainer.config import TrainerConfig
@@ -59,7 +60,7 @@ def check_trainer(w: Workload, cfg: TrainerConfig, base_dir: FsPath | None = Non
         out.append(Finding((*p, "model", "compile"), "warning",
                            "torch.compile on CPU needs a C++ compiler on every node and compiles slowly"))
     out += check_data(w, cfg, base_dir, topo.is_local or (not topo.slurm and all(h.is_local for h in topo.hosts)))
-    return out
+    return out + lora_findings(cfg, topo.kind, base_dir)
 
 
 def _env_and_secrets(w: Workload) -> list[Finding]:

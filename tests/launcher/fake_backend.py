@@ -32,6 +32,7 @@ class FakeNode:
     polls_before_exit: int = 2
     log: bytes = b""
     metrics: bytes = b""
+    samples: bytes = b""
     start_error: str | None = None
     lost_after_polls: int | None = None
     """Reads raise NodeLost from this poll on (after telling the watcher it reconnects, then is lost)."""
@@ -167,7 +168,7 @@ class FakeBackend:
     async def read(self, rank: int, stream: str, offset: int, limit: int, wait_s: float = 0.0) -> bytes:
         self._maybe_lose(rank)
         node = self.nodes[rank]
-        data = node.log if stream == "log" else node.metrics
+        data = {"log": node.log, "metrics": node.metrics, "samples": node.samples}[stream]
         if stream == "metrics" and node.hang_at_step is not None:
             from trainer.protocol import MetricRecord
 
@@ -217,7 +218,8 @@ class FakeBackend:
     async def delete_checkpoint(self, output_dir: str, name: str) -> None:
         pass
 
-    async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None) -> ExportResult:
+    async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None,
+                                merged: bool = False) -> ExportResult:
         return ExportResult(output_dir)
 
     async def scheduler_cause(self) -> SchedulerCause | None:

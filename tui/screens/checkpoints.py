@@ -1,4 +1,5 @@
-"""A run's checkpoints: step, complete or not, size, age; resume from one, export one, delete one."""
+"""A run's checkpoints: step, complete or not, kind (full, or a LoRA run's adapters), size, age; resume from
+one, export one (a LoRA adapter, or merged), delete one, and two checkpoints' answers side by side."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ class CheckpointsScreen(Screen):
     BINDINGS = [
         Binding("r", "resume", "resume from"),
         Binding("x", "export", "export to HF"),
+        Binding("X", "export_merged", "export merged", show=False,
+                tooltip="A LoRA checkpoint: the adapter and the base model with it merged"),
+        Binding("v", "versus", "answers side by side",
+                tooltip="Mark a checkpoint, then v on another: the samples at both steps side by side"),
         Binding("d", "delete", "delete"),
         Binding("escape", "back", "back"),
     ]
@@ -29,6 +34,8 @@ class CheckpointsScreen(Screen):
         super().__init__()
         self.run_id = run_id
         self.ckpts: list[CheckpointInfo] = []
+        self.marked: CheckpointInfo | None = None
+        """The checkpoint whose answers the next ``v`` puts beside the selected one's."""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -38,7 +45,7 @@ class CheckpointsScreen(Screen):
 
     def on_mount(self) -> None:
         self.title = f"checkpoints of {self.run_id}"
-        self.query_one(DataTable).add_columns("step", "complete", "size", "age", "name")
+        self.query_one(DataTable).add_columns("step", "complete", "kind", "size", "age", "name")
         self.query_one("#where", Label).update("asking the node that holds them ...")
         self.reload()
 
@@ -71,8 +78,9 @@ class CheckpointsScreen(Screen):
         for c in self.ckpts:
             age = now - c.mtime
             age_text = f"{age / 3600:.1f} h" if age > 3600 else f"{age / 60:.0f} min"
-            table.add_row(str(c.step), completeness(c), f"{c.size_bytes / 2**20:.1f} MiB", age_text,
-                          c.name, key=c.path)
+            mark = " (marked)" if self.marked is not None and self.marked.path == c.path else ""
+            table.add_row(str(c.step), completeness(c), c.kind, f"{c.size_bytes / 2**20:.1f} MiB", age_text,
+                          c.name + mark, key=c.path)
 
     def selected(self) -> CheckpointInfo | None:
         table = self.query_one(DataTable)
@@ -89,24 +97,47 @@ class CheckpointsScreen(Screen):
         self.notify(f"resuming from {c.name} on the node that holds it")
         self.app.relaunch_run(self.run_id, [resume_override(c.path)])
 
-    def action_export(self) -> None:
+    def action_export(self, merged: bool = False) -> None:
         c = self.selected()
         if c is None or not c.complete:
             self.notify("pick a complete checkpoint", severity="warning")
             return
-        self.export(c)
+        if merged and not c.adapter:
+            self.notify("a full fine-tune's checkpoint exports the whole model already: press x",
+                        severity="warning")
+            return
+        self.export(c, merged)
+
+    def action_export_merged(self) -> None:
+        self.action_export(merged=True)
 
     @work(exclusive=True, group="export")
-    async def export(self, c: CheckpointInfo) -> None:
+    async def export(self, c: CheckpointInfo, merged: bool = False) -> None:
         from launcher.runs.core.checkpoints import CheckpointError, export_checkpoint
 
-        self.notify(f"exporting {c.name} to a Hugging Face folder on the node ...")
+        what = "the LoRA adapter" + (" and the merged model" if merged else "") if c.adapter else \
+            "a Hugging Face folder"
+        self.notify(f"exporting {c.name} ({what}) on the node ...")
         try:
-            result = await export_checkpoint(self.app.home, self.run_id, c.name)
+            result = await export_checkpoint(self.app.home, self.run_id, c.name, merged=merged)
         except CheckpointError as err:
             self.notify(f"export failed: {err}", severity="error", timeout=10)
             return
-        self.notify(f"exported to {result.path}")
+        self.notify(f"exported to {result.path}" + (f" and {result.merged}" if result.merged else ""))
+
+    def action_versus(self) -> None:
+        from tui.screens.samples import SamplesScreen
+
+        c = self.selected()
+        if c is None:
+            return
+        if self.marked is None or self.marked.path == c.path:
+            self.marked = None if self.marked is not None else c
+            self.notify(f"{c.name} marked: v on another checkpoint puts their answers side by side"
+                        if self.marked else "unmarked")
+            self._show()
+            return
+        self.app.push_screen(SamplesScreen(self.run_id, (self.marked.step, c.step)))
 
     def action_delete(self) -> None:
         from tui.screens.confirm import ConfirmModal

@@ -85,6 +85,8 @@ class RunMonitorScreen(MonitorViews, Screen):
         Binding("s", "stacks", "stacks", show=False, tooltip="Every rank's stack on every node (a hung run)"),
         Binding("g", "gpus", "gpus", show=False, tooltip="What holds GPU memory on the run's nodes (leftovers)"),
         Binding("r", "ranks", "ranks", show=False, tooltip="Step time per rank over recent steps; the slow rank marked"),
+        Binding("a", "samples", "samples", show=False,
+                tooltip="What the model answers as it learns: each prompt with its answer per step"),
         Binding("escape", "back", "back"),
     ]
 
@@ -370,6 +372,11 @@ class RunMonitorScreen(MonitorViews, Screen):
         from tui.screens.ranks import RanksScreen
 
         self.app.push_screen(RanksScreen(self.run_id, self.num_nodes))
+
+    def action_samples(self) -> None:
+        from tui.screens.samples import SamplesScreen
+
+        self.app.push_screen(SamplesScreen(self.run_id))
 
     def action_checkpoints(self) -> None:
         from tui.screens.checkpoints import CheckpointsScreen

@@ -44,20 +44,22 @@ def delete(output_dir: str, env: dict, node_dir: str, name: str) -> dict:
 
 
 def export(output_dir: str, env: dict, node_dir: str, name: str, python: str, pythonpath: str,
-           timeout_s: float) -> dict:
-    """``python -m trainer.export`` on this node into ``<output_dir>/hf/export-<name>`` (a new folder)."""
+           timeout_s: float, merged: bool = False) -> dict:
+    """``python -m trainer.export`` on this node into ``<output_dir>/hf/export-<name>`` (a new folder); with
+    ``merged`` (a LoRA checkpoint), also the base with the adapter merged, beside it (``...-merged``)."""
     _ckpts, target = _find(output_dir, env, node_dir, name)
     if not target.complete:
         raise ValueError(f"{target.path} is not complete (no DCP .metadata or meta.json): pick a complete one")
     base = os.path.join(os.path.dirname(os.path.dirname(target.path)), "hf")
     out, n = os.path.join(base, f"export-{name}"), 1
-    while os.path.exists(out):
+    while os.path.exists(out) or os.path.exists(out + "-merged"):
         out, n = os.path.join(base, f"export-{name}-{n}"), n + 1
     run_env = dict(os.environ)
     if pythonpath:
         run_env["PYTHONPATH"] = pythonpath + (os.pathsep + run_env["PYTHONPATH"] if run_env.get("PYTHONPATH") else "")
     try:
-        done = subprocess.run([python, "-m", "trainer.export", target.path, out], capture_output=True,
+        done = subprocess.run([python, "-m", "trainer.export", target.path, out, *(["--merged"] if merged else [])],
+                              capture_output=True,
                               text=True, timeout=timeout_s, env=run_env, stdin=subprocess.DEVNULL)
     except OSError as err:
         raise ValueError(f"cannot run {python}: {err.strerror or err}") from None
@@ -67,4 +69,4 @@ def export(output_dir: str, env: dict, node_dir: str, name: str, python: str, py
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
         raise ValueError(f"the export failed (exit {done.returncode}): {' / '.join(tail)}")
     files = sorted(os.listdir(out)) if os.path.isdir(out) else []
-    return {"path": out, "files": files}
+    return {"path": out, "files": files, **({"merged": out + "-merged"} if os.path.isdir(out + "-merged") else {})}

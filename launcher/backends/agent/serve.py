@@ -91,7 +91,8 @@ def _ckpt_delete(node_dir, req, body):
 def _ckpt_export(node_dir, req, body):
     pythonpath = os.path.join(node_dir, str(req["pythonpath"])) if req.get("pythonpath") else ""
     return checkpoints.export(str(req["output_dir"]), dict(req.get("env", {})), node_dir, str(req["name"]),
-                              str(req["python"]), pythonpath, float(req.get("timeout", EXPORT_TIMEOUT_S))), b""
+                              str(req["python"]), pythonpath, float(req.get("timeout", EXPORT_TIMEOUT_S)),
+                              req.get("merged") is True), b""
 
 
 def _pack(node_dir, req, body):

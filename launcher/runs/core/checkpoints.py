@@ -64,11 +64,13 @@ async def delete_checkpoint(home: Path, run_id: str, name: str) -> None:
         await backend.close()
 
 
-async def export_checkpoint(home: Path, run_id: str, name: str, copy_to: Path | None = None) -> ExportResult:
-    """A Hugging Face folder written on the node (where torch is); with ``copy_to``, copied here too."""
+async def export_checkpoint(home: Path, run_id: str, name: str, copy_to: Path | None = None,
+                            merged: bool = False) -> ExportResult:
+    """A Hugging Face folder written on the node (where torch is); with ``copy_to``, copied here too.
+    A LoRA checkpoint exports its adapter in PEFT's format, and with ``merged`` also the merged model."""
     backend, output_dir = _backend(home, run_id)
     try:
-        return await backend.export_checkpoint(output_dir, name, str(copy_to) if copy_to else None)
+        return await backend.export_checkpoint(output_dir, name, str(copy_to) if copy_to else None, merged)
     except NodeError as err:
         raise CheckpointError(str(err)) from None
     finally:

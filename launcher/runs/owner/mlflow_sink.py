@@ -16,6 +16,10 @@ _MEMORY = ("device_used_gib", "allocated_gib", "reserved_gib", "peak_gib", "rss_
 """Per rank, as ``memory/rank<N>/<field>``: what the monitor's gauges show."""
 
 
+SAMPLES_TABLE = "samples.json"
+"""The MLflow table of a run's generation samples (``logging.samples``)."""
+
+
 def default_tracking_uri(home: Path) -> str:
     return f"sqlite:///{Path(home) / 'mlflow.db'}"
 
@@ -97,6 +101,16 @@ class MlflowSink:
                     metrics.append(Metric(name, float(value), stamp, r.step))
         for i in range(0, len(metrics), 1000):
             self.client.log_batch(self.run_id, metrics=metrics[i:i + 1000])
+
+    def log_samples(self, sets) -> None:
+        """New steps' answers (:class:`trainer.samples_wire.SampleSet`, already clean) appended to the run's
+        ``samples.json`` table (MLflow's ``log_table``: one row per step and prompt)."""
+        rows = [(found.step, s.prompt, s.answer, s.reference or "") for found in sets for s in found.samples]
+        if not rows:
+            return
+        step, prompt, answer, reference = (list(column) for column in zip(*rows, strict=True))
+        self.client.log_table(self.run_id, {"step": step, "prompt": prompt, "answer": answer,
+                                            "reference": reference}, SAMPLES_TABLE)
 
     def finish(self, status: Literal["FINISHED", "FAILED", "KILLED"], artifacts: Iterable[Path],
                totals: dict[str, float] | None = None) -> None:

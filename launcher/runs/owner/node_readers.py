@@ -72,6 +72,11 @@ class NodeFollowing:
                 await asyncio.to_thread(self.rec.append_metrics, chunk)
                 if len(chunk) < READ_CHUNK:
                     break
+            while True:
+                chunk = await self.backend.read(0, "samples", self.rec.samples_offset(), READ_CHUNK)
+                await asyncio.to_thread(self.rec.append_samples, chunk)
+                if len(chunk) < READ_CHUNK:
+                    break
         return got
 
     async def _sample_gpus(self, rank: int) -> None:

@@ -40,6 +40,7 @@ from launcher.runs.core.layout import (
     FORCED_NOTE,
     LOG_METRICS,
     METRICS,
+    SAMPLES,
     event_line,
     file_size,
     mirror_path,
@@ -108,6 +109,9 @@ class Recorder:
 
     def metrics_offset(self) -> int:
         return file_size(self.dir / METRICS)
+
+    def samples_offset(self) -> int:
+        return file_size(self.dir / SAMPLES)
 
     # -- node output -------------------------------------------------------------------------------
 
@@ -196,6 +200,11 @@ class Recorder:
                 self.reporter_seen = True  # the script reports: its log lines are not metrics
                 self.new_records.clear()
             self._took(records)
+
+    def append_samples(self, data: bytes) -> None:
+        """Node 0's samples file, copied byte for byte (read back through :mod:`launcher.runs.core.samples`)."""
+        if data:
+            self._append_copy(self.dir / SAMPLES, data)
 
     def _took(self, records: list[MetricRecord]) -> None:
         self.new_records.extend(records)

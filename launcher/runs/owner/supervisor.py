@@ -27,6 +27,7 @@ from launcher.runs.core.layout import LOG_METRICS, METRICS, load_options, load_p
 from launcher.runs.core.notifying import newest_checkpoint, notify_run, notify_wanted
 from launcher.runs.core.ownership import OwnerLock, cancel_requested, request_cancel, take_stacks_request
 from launcher.runs.core.safe_step import save_safe_step
+from launcher.runs.core.samples import read_samples
 from launcher.runs.core.store import RunStore, StoreDamaged
 from launcher.runs.core.streams import LogMetrics
 from launcher.runs.core.usage import usage_totals
@@ -158,6 +159,7 @@ class Supervisor:
         self.rec.take_records()
         source = "metrics" if self.rec.reporter_seen else "log-metrics"
         ok = self.tracker.sync(self.rec.records(), source)
+        ok = ok and self.tracker.sync_samples(read_samples(self.dir))
         if not ok and self.tracker.error != self.tracking_said:
             self.tracking_said = self.tracker.error
             record = self.store.get_run(self.run_id)

@@ -114,6 +114,23 @@ class Tracker:
 
         return self._guard(log)
 
+    def sync_samples(self, sets: list) -> bool:
+        """Append the samples steps beyond those logged to the MLflow run's table (``sets``: every step's
+        answers, clean, oldest first); the count logged is kept with the rest of ``mlflow.json``."""
+        if self.sink is None or not self.opened:
+            return True
+        logged = int(self.state.get("samples_synced", 0))
+        todo = sets[logged:]
+        if not todo:
+            return True
+
+        def log() -> None:
+            self.sink.log_samples(todo)
+            self.state["samples_synced"] = logged + len(todo)
+            self._save()
+
+        return self._guard(log)
+
     def finish(self, status: Literal["FINISHED", "FAILED", "KILLED"], artifacts: list[Path],
                totals: dict[str, float] | None = None) -> bool:
         """End the MLflow run; ``totals`` (GPU-hours, cost) are logged as metrics once."""
