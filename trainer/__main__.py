@@ -85,6 +85,10 @@ def run(cfg, stop=None) -> None:
 
         if torch_refusal(torch.__version__):
             raise SettingError(torch_refusal(torch.__version__))
+        from trainer import qlora
+
+        if qlora.refusal(cfg, torch.cuda.is_available()):
+            raise SettingError(qlora.refusal(cfg, torch.cuda.is_available()))
         from trainer.learned_logits import install as learned_logits_only
 
         # Built-in assets are made before the process group exists: HF writes files only on rank 0 then.
@@ -125,8 +129,11 @@ def run(cfg, stop=None) -> None:
         from trainer import packed_sdpa
 
         packed_sdpa.register()
-    net = model.build_model(cfg.model_name, cfg.model, hf_config, choice.hf_name, cfg.seed, parallel.param_device(
-        cfg.fsdp, d), prepare, buffer_device=d.device, adapters=adapters)
+    if cfg.lora is not None and cfg.lora.quantize is not None:
+        net = qlora.build(cfg, choice.hf_name, d, prepare, adapters)
+    else:
+        net = model.build_model(cfg.model_name, cfg.model, hf_config, choice.hf_name, cfg.seed,
+                                parallel.param_device(cfg.fsdp, d), prepare, buffer_device=d.device, adapters=adapters)
     learned_logits_only(net)  # the output layer runs on learned positions only
     shape = metrics.ModelShape.of(net)
     build_s = time.perf_counter() - started - data_s

@@ -69,3 +69,16 @@ def test_problems_point_at_the_sweep_line_or_the_over(tmp_path, sweep, over, whe
 
 def test_parse_over_reads_yaml_scalars():
     assert parse_over(1, "a.b=1,2.5,true,x") == ("a.b", [1, 2.5, True, "x"])
+
+
+def test_full_fine_tuning_against_lora_and_lora_settings_sweep_as_any_key(tmp_path):
+    path = write(tmp_path, "sweep:\n  variants:\n    - {parameters.lora: null}\n    - {parameters.lora.r: 8}\n"
+                 "    - {parameters.lora.r: 16, parameters.lora.target_modules: [q_proj, v_proj]}\n"
+                 "    - {parameters.lora.target_modules: all-linear, parameters.lora.alpha: 32}\n")
+    plan = plan_sweep(path, home=tmp_path)
+    assert plan.ok, [p.format() for p in plan.problems]
+    assert [v.plan.workload.parameters.get("lora") for v in plan.variants] == [
+        None, {"r": 8}, {"r": 16, "target_modules": ["q_proj", "v_proj"]},
+        {"target_modules": "all-linear", "alpha": 32}]
+    bad = plan_sweep(write(tmp_path, "sweep:\n  grid:\n    parameters.lora.rank: [4, 8]\n"), home=tmp_path)
+    assert not bad.ok and "rank" in bad.problems[0].format() and ":10:" in bad.problems[0].format()

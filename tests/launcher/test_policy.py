@@ -197,7 +197,8 @@ def test_node_output_is_mirrored_byte_for_byte_and_metrics_recorded(tmp_path):
     rec = Recorder(store, plan.run_id, {0: "h0", 1: "h1"}, parse_logs=None)
     log0 = b"\x1b[31mred\x1b[0m line\r\nprogress 10%\rprogress 20%\n" + bytes(range(256)) + b"\npartial"
     metrics = "".join(MetricRecord(step=s, loss=1.0 / s, max_steps=3).to_json() + "\n" for s in (1, 2, 3)).encode()
-    nodes = [FakeNode(log=log0, metrics=metrics), FakeNode(log=b"node 1\n")]
+    samples = b'{"step":0,"samples":[{"prompt":"hi","answer":"\\u001b]0;owned\\u0007yes"}]}\n{"step":5'
+    nodes = [FakeNode(log=log0, metrics=metrics, samples=samples), FakeNode(log=b"node 1\n")]
     backend = FakeBackend(plan, nodes)
     policy = RunPolicy(backend, rec, Settings(**FAST), secrets=dict, cancel_requested=lambda: False)
     assert asyncio.run(policy.run()).state == RunState.SUCCEEDED
@@ -205,6 +206,10 @@ def test_node_output_is_mirrored_byte_for_byte_and_metrics_recorded(tmp_path):
     assert (directory / "nodes" / "0.log").read_bytes() == log0
     assert (directory / "nodes" / "1.log").read_bytes() == b"node 1\n"
     assert (directory / "metrics.jsonl").read_bytes() == metrics
+    assert (directory / "samples.jsonl").read_bytes() == samples  # as the node wrote it, torn line and all
+    from launcher.runs.core.samples import read_samples
+
+    assert [(s.step, s.samples[0].answer) for s in read_samples(directory)] == [(0, "yes")]  # decoded once, clean
     summary = store.get_run(plan.run_id).summary
     assert summary.step == 3 and summary.max_steps == 3 and summary.last_loss == pytest.approx(1 / 3)
 

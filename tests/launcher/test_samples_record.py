@@ -1,0 +1,88 @@
+"""A run's samples as its readers get them: the MLflow table the owner appends to (real SQLite store),
+``show --samples`` and ``sweep show --samples`` from the real console script on recorded runs, and the pure
+views (each prompt per step; two sides by prompt)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher.runs.core.samples import at_step, read_samples
+from launcher.runs.read.samples_view import by_prompt, side_by_side
+from trainer.samples_wire import Sample, SampleSet
+
+ROOT = Path(__file__).resolve().parents[2]
+FSDP_TUI = str(Path(sys.executable).with_name("fsdp-tui"))
+
+
+def _line(step: int, *answers: str) -> str:
+    prompts = ("Add 2 + 3.", "Reverse: abc")
+    return json.dumps({"step": step, "samples": [{"prompt": p, "answer": a, **({"reference": "cba"} if i else {})}
+                                                 for i, (p, a) in enumerate(zip(prompts, answers, strict=True))]}) + "\n"
+
+
+def test_views_by_prompt_and_side_by_side():
+    sets = [SampleSet(4, (Sample("p", "b"), Sample("q", "y", "ref"))), SampleSet(0, (Sample("p", "a"),))]
+    assert [(h.prompt, h.reference, h.answers) for h in by_prompt(sets)] == [
+        ("p", None, ((0, "a"), (4, "b"))), ("q", "ref", ((4, "y"),))]
+    assert at_step(sets, 3).step == 0 and at_step(sets, 9).step == 4 and at_step(sets[1:], -1) is None
+    pairs = side_by_side(sets[1], sets[0])
+    assert [(p.prompt, p.left, p.right, p.reference) for p in pairs] == [("p", "a", "b", None), ("q", None, "y", "ref")]
+
+
+@pytest.mark.slow
+def test_the_owner_appends_each_new_step_to_one_mlflow_table(tmp_path):
+    from mlflow import MlflowClient
+
+    from launcher.runs.owner.mlflow_sink import SAMPLES_TABLE, MlflowSink
+
+    sink = MlflowSink(None, "exp-s", "run-s", tmp_path)
+    run_id = sink.start({"lr": 1})
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "samples.jsonl").write_text(_line(0, "\x1b[2Jzz", "zz") + _line(4, "5", "cab"))
+    sink.log_samples(read_samples(tmp_path / "r"))
+    sink.log_samples([SampleSet(8, (Sample("Add 2 + 3.", "5"),))])
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    table = json.loads(Path(client.download_artifacts(run_id, SAMPLES_TABLE, str(tmp_path / "dl"))).read_text())
+    assert table["columns"] == ["step", "prompt", "answer", "reference"]
+    assert table["data"] == [[0, "Add 2 + 3.", "zz", ""], [0, "Reverse: abc", "zz", "cba"],
+                             [4, "Add 2 + 3.", "5", ""], [4, "Reverse: abc", "cab", "cba"], [8, "Add 2 + 3.", "5", ""]]
+
+
+def test_show_samples_and_sweep_show_samples(tmp_path):
+    from launcher.events import RunState
+    from launcher.runs.sweeps.record import SweepRecord, VariantRecord, save_sweep
+    from tests.tui.support import RecordedRun, record
+
+    lines = {"run-a": _line(0, "x", "y") + _line(10, "5", "cba"), "run-b": _line(0, "x", "y") + _line(10, "6", "cba")}
+    for i, (rid, text) in enumerate(lines.items()):
+        directory = record(tmp_path, RecordedRun(rid, "lora", RunState.SUCCEEDED, 1, i, 30, 1.0, None, 10, 10))
+        (directory / "samples.jsonl").write_text(text + '{"step": 20, "samp')  # a torn line is not read
+    record(tmp_path, RecordedRun("run-none", "lora", RunState.SUCCEEDED, 1, 9, 30))
+    env = {**os.environ, "FSDP_TUI_HOME": str(tmp_path)}
+
+    def cli(*args: str) -> str:
+        done = subprocess.run([FSDP_TUI, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    shown = cli("show", "run-a", "--samples").splitlines()
+    assert shown == ["run run-a: answers at steps 0, 10", "prompt 1: Add 2 + 3.", "      step 0  x", "     step 10  5",
+                     "prompt 2: Reverse: abc", "        data  cba", "      step 0  y", "     step 10  cba"]
+    assert json.loads(cli("show", "run-a", "--samples", "--json"))["samples"][1]["step"] == 10
+    assert "no samples" in cli("show", "run-none", "--samples")
+    variants = [VariantRecord(i, f"lora.r={r}", {"parameters.lora.r": r}, [f"parameters.lora.r={r}"], rid, "succeeded")
+                for i, (r, rid) in enumerate(((4, "run-a"), (8, "run-b")), 1)]
+    save_sweep(tmp_path, SweepRecord("sweep-lora-1", "lora", "w.yaml", [], 1, "continue", variants, state="succeeded"))
+    side = cli("sweep", "show", "sweep-lora-1", "--samples").splitlines()
+    assert side[0].startswith("sweep sweep-lora-1: the answers of variants 1 and 2, each at its newest step")
+    assert side[1].startswith("1: lora.r=4 (step 10)") and "2: lora.r=8 (step 10)" in side[1]
+    assert side[2] == "prompt 1: Add 2 + 3." and side[3].split() == ["5", "|", "6"]
+    assert side[6].split() == ["cba", "=", "cba"]
+    early = cli("sweep", "show", "sweep-lora-1", "--samples", "2,1", "--step", "3").splitlines()
+    assert "at step 3" in early[0] and early[3].split() == ["x", "=", "x"]
