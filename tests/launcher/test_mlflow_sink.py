@@ -1,6 +1,10 @@
-"""MlflowSink against a real SQLite tracking store: params, metric history, artifacts, final status."""
+"""MlflowSink against a real SQLite tracking store: params, metric history, the samples table, artifacts,
+final status."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +20,10 @@ def test_params_metrics_artifacts_and_status(tmp_path):
     run_id = sink.start({"model": {"name": "tiny", "lr": 0.001}, "long": "x" * 9000})
     sink.log_records([MetricRecord(step=s, max_steps=3, loss=3.0 - s, lr=1e-3, time=1000.0 + s) for s in (1, 2, 3)]
                      + [MetricRecord(step=3, kind="eval", eval_loss=0.5, time=1004.0)])
+    from trainer.samples_wire import Sample, SampleSet
+
+    sink.log_samples([SampleSet(0, (Sample("Add 2 + 3.", "zz"), Sample("Reverse: abc", "zz", "cba")))])
+    sink.log_samples([SampleSet(4, (Sample("Add 2 + 3.", "5"),))])  # appended to the same table
     artifact = tmp_path / "triage.json"
     artifact.write_text("{}")
     sink.finish("FAILED", [artifact, tmp_path / "absent.json"], {"gpu_hours": 16.0, "cost": 40.0})
@@ -28,5 +36,8 @@ def test_params_metrics_artifacts_and_status(tmp_path):
     assert [(m.step, m.value) for m in client.get_metric_history(run_id, "loss")] == [(1, 2.0), (2, 1.0), (3, 0.0)]
     assert client.get_metric_history(run_id, "eval_loss")[0].value == 0.5
     assert run.data.metrics["gpu_hours"] == 16.0 and run.data.metrics["cost"] == 40.0
-    assert [a.path for a in client.list_artifacts(run_id)] == ["triage.json"]
+    assert [a.path for a in client.list_artifacts(run_id)] == ["samples.json", "triage.json"]
+    table = json.loads(Path(client.download_artifacts(run_id, "samples.json", str(tmp_path / "dl"))).read_text())
+    assert table["columns"] == ["step", "prompt", "answer", "reference"]
+    assert table["data"] == [[0, "Add 2 + 3.", "zz", ""], [0, "Reverse: abc", "zz", "cba"], [4, "Add 2 + 3.", "5", ""]]
     assert (tmp_path / "mlflow-artifacts").is_dir()

@@ -1,5 +1,4 @@
-"""A run's samples as its readers get them: the MLflow table the owner appends to (real SQLite store),
-``show --samples`` and ``sweep show --samples`` from the real console script on recorded runs, and the pure
+"""A run's samples as its readers get them: ``show --samples`` and ``sweep show --samples`` from the real console script on recorded runs, and the pure
 views (each prompt per step; two sides by prompt)."""
 
 from __future__ import annotations
@@ -10,9 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from launcher.runs.core.samples import at_step, read_samples
+from launcher.runs.core.samples import at_step
 from launcher.runs.read.samples_view import by_prompt, side_by_side
 from trainer.samples_wire import Sample, SampleSet
 
@@ -33,25 +30,6 @@ def test_views_by_prompt_and_side_by_side():
     assert at_step(sets, 3).step == 0 and at_step(sets, 9).step == 4 and at_step(sets[1:], -1) is None
     pairs = side_by_side(sets[1], sets[0])
     assert [(p.prompt, p.left, p.right, p.reference) for p in pairs] == [("p", "a", "b", None), ("q", None, "y", "ref")]
-
-
-@pytest.mark.slow
-def test_the_owner_appends_each_new_step_to_one_mlflow_table(tmp_path):
-    from mlflow import MlflowClient
-
-    from launcher.runs.owner.mlflow_sink import SAMPLES_TABLE, MlflowSink
-
-    sink = MlflowSink(None, "exp-s", "run-s", tmp_path)
-    run_id = sink.start({"lr": 1})
-    (tmp_path / "r").mkdir()
-    (tmp_path / "r" / "samples.jsonl").write_text(_line(0, "\x1b[2Jzz", "zz") + _line(4, "5", "cab"))
-    sink.log_samples(read_samples(tmp_path / "r"))
-    sink.log_samples([SampleSet(8, (Sample("Add 2 + 3.", "5"),))])
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    table = json.loads(Path(client.download_artifacts(run_id, SAMPLES_TABLE, str(tmp_path / "dl"))).read_text())
-    assert table["columns"] == ["step", "prompt", "answer", "reference"]
-    assert table["data"] == [[0, "Add 2 + 3.", "zz", ""], [0, "Reverse: abc", "zz", "cba"],
-                             [4, "Add 2 + 3.", "5", ""], [4, "Reverse: abc", "cab", "cba"], [8, "Add 2 + 3.", "5", ""]]
 
 
 def test_show_samples_and_sweep_show_samples(tmp_path):

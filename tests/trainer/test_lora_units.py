@@ -157,3 +157,20 @@ def test_validate_names_a_missing_target_at_its_line_and_refuses_nf4_on_cpu(fold
     assert len(problems) == 2, [p.format() for p in problems]
     missing = next(p for p in problems if p.path.endswith("[1]"))
     assert "no layer named 'q_proj'" in missing.message and "qkv_proj" in missing.hint
+
+
+@pytest.mark.parametrize(("over", "cuda", "words"), [
+    ({}, False, "parameters.lora.quantize: nf4 runs through bitsandbytes on CUDA and this node's torch has no CUDA"),
+    ({}, True, "parameters.lora.quantize: nf4 needs bitsandbytes on every node: add 'bitsandbytes>=0.50,<1'"),
+    ({"lora": None}, False, None),
+])
+def test_nf4_is_refused_in_one_line_where_the_node_cannot(over, cuda, words):
+    """What a node says at start (here: no CUDA; bitsandbytes is not installed on the machines that run this)."""
+    pytest.importorskip("torch")
+    from trainer.qlora import refusal
+
+    if cuda and __import__("importlib").util.find_spec("bitsandbytes") is not None:
+        pytest.skip("bitsandbytes is installed here")
+    cfg = TrainerConfig.model_validate({**BASE, "lora": {"quantize": "nf4"}, **over})
+    said = refusal(cfg, cuda=cuda)
+    assert said == words if words is None else said.startswith(words) and "\n" not in said
