@@ -95,3 +95,13 @@ def test_templates_validate_once_their_blanks_are_filled():
 def test_ssh_config_aliases_leave_patterns_out():
     text = "Host *\n  User me\nHost gpu-a gpu-b !bad\nHost=bastion\nMatch host x\nHost node-?\n"
     assert config_aliases(text) == ["gpu-a", "gpu-b", "bastion"]
+
+
+def test_the_lora_and_samples_sections_complete_with_their_help():
+    from launcher.workload.complete import complete
+
+    lora = complete("experiment_name: x\nparameters:\n  model_name: m\n  lora:\n    \n", 4, 4)
+    assert [i.label for i in lora.items] == ["r", "alpha", "dropout", "target_modules", "modules_to_save", "quantize"]
+    assert "PEFT's r" in lora.items[0].help and "all-linear" in lora.items[3].help
+    samples = complete("experiment_name: x\nparameters:\n  logging:\n    samples:\n      \n", 4, 6)
+    assert [i.label for i in samples.items][:3] == ["prompts", "eval_rows", "every_steps"]

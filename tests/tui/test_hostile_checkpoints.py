@@ -49,8 +49,9 @@ async def test_hostile_checkpoint_names_links_and_resume_as_data(home, tmp_path,
         table = app.screen.query_one(DataTable)
         await wait_for(pilot, lambda: table.row_count == 3)
         rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(3)]
-        assert [(r[0], r[1], r[4]) for r in rows] == [
-            ("6", "link", "step-00000006"), ("9", "yes", "step-00000009-x"), ("11", "yes", "step-00000011-a #b: c")]
+        assert [(r[0], r[1], r[2], r[5]) for r in rows] == [
+            ("6", "link", "full", "step-00000006"), ("9", "yes", "full", "step-00000009-x"),
+            ("11", "yes", "full", "step-00000011-a #b: c")]
         assert all(reached_terminal_safely(cell) for r in rows for cell in r)
         table.move_cursor(row=0)
         await pilot.press("r")

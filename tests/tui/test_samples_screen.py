@@ -71,3 +71,45 @@ async def test_two_checkpoints_answers_side_by_side(home):
         assert lines[1] == "prompt 1: Add the two numbers."
         assert lines[2].split() == ["cab", "=", "cab"]
         assert "checkpoint 5: step 4" in str(app.screen.query_one("#samples-said", Label).render())
+
+
+async def test_the_checkpoints_screen_shows_adapter_checkpoints_and_two_steps_answers_side_by_side(home, tmp_path):
+    from textual.widgets import DataTable
+
+    from launcher.runs.core.store import RunStore
+    from launcher.runs.launch import create_run
+    from launcher.workload.plan import build_plan
+    from launcher.workload.validate import validate_text
+    from tui.screens.checkpoints import CheckpointsScreen
+
+    out = tmp_path / "out"
+    text = f"experiment_name: ck\ncommand: x\nparameters: {{output_dir: '{out}'}}\n"
+    plan = build_plan(validate_text(text, "w.yaml").workload, run_id="run-lora", node_root=str(home / "nodes"))
+    directory = create_run(plan, home)
+    RunStore(home).set_state("run-lora", RunState.SUCCEEDED, 1)
+    (directory / "samples.jsonl").write_text(_line(0, "zzz") + _line(10, "cab") + _line(20, "5"))
+    for step in (10, 20):
+        d = out / "checkpoints" / f"step-{step:08d}"
+        d.mkdir(parents=True)
+        (d / "__0_0.distcp").write_bytes(b"x" * 3 * 2**20)
+        (d / ".metadata").write_bytes(b"m")
+        (d / "meta.json").write_text(json.dumps({"step": step, "lora": {"r": 8}}))
+    app = FsdpTuiApp(home)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause()
+        app.push_screen(CheckpointsScreen("run-lora"))
+        await pilot.pause()
+        table = app.screen.query_one(DataTable)
+        await _until(pilot, lambda: table.row_count == 2)  # listed by the node's agent
+        assert [[str(c) for c in table.get_row_at(i)][:4] for i in range(2)] == [
+            ["10", "yes", "adapter", "3.0 MiB"], ["20", "yes", "adapter", "3.0 MiB"]]
+        table.move_cursor(row=0)
+        await pilot.press("v")
+        await pilot.pause()
+        table.move_cursor(row=1)
+        await pilot.press("v")
+        await pilot.pause()
+        assert isinstance(app.screen, SamplesScreen) and app.screen.steps == (10, 20)
+        log = app.screen.query_one(Log)
+        await _until(pilot, lambda: log.line_count >= 3)
+        assert list(log.lines)[2].split() == ["cab", "|", "5"]
