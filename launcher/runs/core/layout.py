@@ -65,6 +65,20 @@ def event_line(event: RunEvent, at: float | None = None) -> str:
     return json.dumps({**event_to_dict(event), "at": time.time() if at is None else at})
 
 
+def last_lines(path: Path, max_bytes: int) -> list[bytes]:
+    """The complete lines (no ``\n``) in the last ``max_bytes`` of ``path``: a line cut by the window and one
+    still being written are left out; none when the file cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - max_bytes))
+            chunk = f.read()
+    except OSError:
+        return []
+    lines = chunk.split(b"\n")
+    return lines[1:-1] if size > max_bytes else lines[:-1]
+
+
 def read_records(path: Path) -> list[MetricRecord]:
     if not path.exists():
         return []

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from launcher.runs.core.layout import SAMPLES
+from launcher.runs.core.layout import SAMPLES, last_lines
 from launcher.untrusted import printable
 from trainer.samples_wire import Sample, SampleSet
 
@@ -22,18 +22,8 @@ MAX_READ_BYTES = 32 << 20
 
 def read_samples(directory: Path) -> list[SampleSet]:
     """Every complete samples line of the run's record, oldest first (a torn last line is left out)."""
-    path = Path(directory) / SAMPLES
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, 2)
-            f.seek(max(0, size - MAX_READ_BYTES))
-            chunk = f.read()
-    except OSError:
-        return []
-    lines = chunk.split(b"\n")
-    lines = lines[1:-1] if size > MAX_READ_BYTES else lines[:-1]
     out = []
-    for line in lines:
+    for line in last_lines(Path(directory) / SAMPLES, MAX_READ_BYTES):
         found = SampleSet.from_json(line.decode("utf-8", errors="replace"))
         if found is not None:
             out.append(_clean(found))

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from launcher.runs.core.estimates import read_kept
-from launcher.runs.core.layout import METRICS, STATE_FILE
+from launcher.runs.core.layout import METRICS, STATE_FILE, last_lines
 from launcher.runs.core.notifying import read_deliveries
 from launcher.runs.core.ownership import owned
 from launcher.runs.core.safe_step import lead_time_of_run
@@ -92,16 +92,8 @@ of many ranks writes hundreds of MB of records."""
 def _newest_records(path: Path) -> list:
     from trainer.protocol import MetricRecord
 
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, 2)
-            f.seek(max(0, size - TAIL_BYTES))
-            chunk = f.read()
-    except OSError:
-        return []
-    lines = chunk.split(b"\n")
-    lines = lines[1:-1] if size > TAIL_BYTES else lines[:-1]  # a cut first line; an unfinished last one
-    return [r for line in lines if (r := MetricRecord.from_json(line.decode("utf-8", errors="replace")))]
+    return [r for line in last_lines(path, TAIL_BYTES)
+            if (r := MetricRecord.from_json(line.decode("utf-8", errors="replace")))]
 
 
 HEAD_BYTES = 64 << 10
