@@ -23,8 +23,17 @@ BUILTIN_TRAINER_PACKAGES = (("transformers", "transformers"), ("datasets", "data
 """(distribution, module) pairs the built-in trainer imports on a node, besides torch."""
 
 
+LORA_PACKAGES = (("peft", "peft"),)
+"""What ``parameters.lora`` imports besides (``lora.quantize`` also bitsandbytes)."""
+
+
 def probe_packages(plan: RunPlan) -> list[tuple[str, str]]:
-    return [TORCH, *(BUILTIN_TRAINER_PACKAGES if plan.uses_builtin_trainer else ())]
+    if not plan.uses_builtin_trainer:
+        return [TORCH]
+    lora = (plan.workload.parameters or {}).get("lora")
+    extra = [*LORA_PACKAGES, *([("bitsandbytes", "bitsandbytes")] if lora.get("quantize") else [])] \
+        if isinstance(lora, dict) else []
+    return [TORCH, *BUILTIN_TRAINER_PACKAGES, *extra]
 
 
 @dataclass(frozen=True)

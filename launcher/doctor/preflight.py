@@ -16,7 +16,7 @@ from launcher.doctor.judge import Check, NodeProbe, evaluate, probe_packages
 QUICK_TIMEOUT_S = 30.0
 SKIPPED = {"reachable", "hostname", "rendezvous"}
 """Checks a launch does itself (it is connected; a taken default port moves to a free one)."""
-PACKAGE_CHECKS = {"torch", "transformers", "datasets", "pydantic", "yaml"}
+PACKAGE_CHECKS = {"torch", "transformers", "datasets", "pydantic", "yaml", "peft", "bitsandbytes"}
 
 
 @dataclass(frozen=True)
