@@ -148,7 +148,7 @@ class Adapters:
         """The PEFT model's full state from the base model's (rank 0, when it broadcasts the weights):
         base weights under their PEFT names, the adapters' initial values beside them."""
         out = {}
-        for name, _ in [*model.named_parameters(), *model.named_buffers()]:
+        for name in model.state_dict(keep_vars=True):  # every name, a tied weight's second one too
             clean = clean_name(name)
             if clean in self.initial:
                 out[clean] = self.initial[clean]

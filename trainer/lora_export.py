@@ -117,6 +117,10 @@ def write_merged(state: dict[str, torch.Tensor], cfg: LoraConfig, model_name: st
         index = SafetensorsIndex(folder)
         prefix = getattr(model.get_base_model(), "base_model_prefix", "")
         by_key = {key: owner for name, owner in owners.items() if (key := index.find(name, prefix)) is not None}
+        # A trained copy of a weight the files hold once under another name (a tied output layer): written
+        # under its own name, in the last file, and the tie undone in the config.
+        untied = {name: owner for name, owner in owners.items()
+                  if isinstance(owner, torch.Tensor) and index.find(name, prefix) is None}
         tmp.mkdir(parents=True)
         for path in files:
             tensors = {}
@@ -124,15 +128,31 @@ def write_merged(state: dict[str, torch.Tensor], cfg: LoraConfig, model_name: st
                 metadata = f.metadata() or {"format": "pt"}
                 for key in f.keys():  # noqa: SIM118 - safe_open is not iterable
                     tensors[key] = _merged(f.get_tensor(key), by_key.get(key))
+            if path == files[-1]:
+                tensors.update({name: t.contiguous() for name, t in untied.items()})
             save_file(tensors, str(tmp / path.name), metadata=metadata)
             del tensors  # one file of the model in memory at a time
         for extra in folder.iterdir():
             if extra.is_file() and extra.suffix == ".json" and not extra.name.startswith("adapter_"):
                 shutil.copy2(extra, tmp / extra.name)
+        if untied:
+            _untie(tmp, sorted(untied), files[-1].name)
         if tok is not None:
             tok.save_pretrained(tmp)
 
     return _new_folder(out_dir, write)
+
+
+def _untie(folder: Path, names: list[str], last_file: str) -> None:
+    """The merged folder's config without tied embeddings, and its index (if any) naming the new weights."""
+    config = json.loads((folder / "config.json").read_text())
+    config["tie_word_embeddings"] = False
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        data = json.loads(index.read_text())
+        data.setdefault("weight_map", {}).update({name: last_file for name in names})
+        index.write_text(json.dumps(data, indent=2))
 
 
 def _merge_owners(model: nn.Module) -> dict[str, object]:

@@ -51,7 +51,8 @@ def test_settings_lora_and_samples_refuse(params, words):
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory, tiny_model_dir) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("families")
-    return {kind: save_family(kind, tmp / kind, tiny_model_dir) for kind in ("gpt2", "phi3", "gpt_neox", "llama")}
+    return {kind: save_family(kind, tmp / kind, tiny_model_dir)
+            for kind in ("gpt2", "phi3", "gpt_neox", "llama", "qwen2")}
 
 
 def _skeleton(cfg: LoraConfig, folder: Path):
@@ -95,6 +96,7 @@ def _meta_base(folder: Path):
     ("phi3", "all-linear", ["lm_head"]),  # fused qkv_proj and gate_up_proj
     ("gpt_neox", ["query_key_value", "dense_4h_to_h"], ["embed_in"]),  # a trained copy of the input embedding
     ("llama", ["q_proj", "embed_tokens"], None),  # an embedding adapted too
+    ("qwen2", ["q_proj"], ["lm_head"]),  # a trained copy of a tied output layer
 ])
 def test_exports_give_the_peft_models_logits(folders, tmp_path, kind, targets, kept):
     from peft import PeftModel, get_peft_model
