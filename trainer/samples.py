@@ -35,12 +35,13 @@ class Prompt:
     """The data's own answer (eval rows)."""
 
 
-def render(text: str, tok, fmt: str, max_seq_len: int) -> list[int]:
-    """``text`` as the model sees a prompt of this format: the chat template's user turn with the
-    assistant's turn opened, the alpaca template, or the text itself."""
-    if fmt == "chat" and getattr(tok, "chat_template", None):
-        rendered = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                           add_generation_prompt=True)
+def render(text: str, tok, fmt: str, max_seq_len: int, chat_template: str | None = None) -> list[int]:
+    """``text`` as the model sees a prompt of this format: the run's chat template (``chat_template``,
+    the one its data is rendered with) on the user's turn with the assistant's turn opened, the alpaca
+    template, or the text itself."""
+    if fmt == "chat" and chat_template:
+        rendered = tok.apply_chat_template([{"role": "user", "content": text}], chat_template=chat_template,
+                                           tokenize=False, add_generation_prompt=True)
         return tok(rendered, add_special_tokens=False)["input_ids"]
     if fmt == "alpaca":
         example = Tokenize(tok, fmt, max_seq_len, mask_prompt=True)({"instruction": text, "output": ""})
@@ -54,10 +55,10 @@ def _first_learned(labels: list[int]) -> int:
 
 
 def prompts_of(cfg: SamplesConfig, tok, fmt: str, eval_rows: list[dict[str, torch.Tensor]],
-               max_seq_len: int) -> list[Prompt]:
+               max_seq_len: int, chat_template: str | None = None) -> list[Prompt]:
     """The configured prompts, then the prompts of the first ``eval_rows`` evaluation rows (split
     where the data's answer starts: the first learned token)."""
-    out = [Prompt(text, render(text, tok, fmt, max_seq_len)) for text in cfg.prompts]
+    out = [Prompt(text, render(text, tok, fmt, max_seq_len, chat_template)) for text in cfg.prompts]
     if cfg.eval_rows:
         rows = [r for r in eval_rows if 0 < _first_learned(r["labels"].tolist()) < len(r["labels"])]
         if not rows:
@@ -151,5 +152,10 @@ def build(cfg, tok, data, d: Dist, hf_config) -> Sampler | None:
     """The run's sampler, or ``None`` without ``logging.samples``."""
     if cfg.logging.samples is None:
         return None
-    prompts = prompts_of(cfg.logging.samples, tok, data.fmt, data.eval_rows, cfg.max_seq_len)
+    template = None
+    if data.fmt == "chat":
+        from trainer.chat import choose_template
+
+        template = choose_template(tok, cfg.data.chat_template, cfg.model.tokenizer or cfg.model_name).text
+    prompts = prompts_of(cfg.logging.samples, tok, data.fmt, data.eval_rows, cfg.max_seq_len, template)
     return Sampler(cfg.logging.samples, tok, prompts, d, cfg.seed, cfg.max_seq_len, eos_ids(tok, hf_config))

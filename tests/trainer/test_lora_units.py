@@ -176,3 +176,17 @@ def test_nf4_is_refused_in_one_line_where_the_node_cannot(over, cuda, words):
     cfg = TrainerConfig.model_validate({**BASE, "lora": {"quantize": "nf4"}, **over})
     said = refusal(cfg, cuda=cuda)
     assert said == words if words is None else said.startswith(words) and "\n" not in said
+
+
+def test_a_samples_prompt_is_rendered_as_the_data_renders_a_prompt(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from trainer.chat import choose_template
+    from trainer.samples import render
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    template = choose_template(tok, None, "builtin:tiny-llama").text
+    assert tok.decode(render("Say hi.", tok, "chat", 64, template)) == "<|user|>\nSay hi.</s>\n<|assistant|>\n"
+    assert tok.decode(render("Say hi.", tok, "alpaca", 64)) == "<s>### Instruction:\nSay hi.\n\n### Response:\n"
+    assert tok.decode(render("Say hi.", tok, "text", 64)) == "<s> Say hi." or \
+        tok.decode(render("Say hi.", tok, "text", 64)).endswith("Say hi.")
