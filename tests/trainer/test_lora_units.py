@@ -188,5 +188,4 @@ def test_a_samples_prompt_is_rendered_as_the_data_renders_a_prompt(tiny_model_di
     template = choose_template(tok, None, "builtin:tiny-llama").text
     assert tok.decode(render("Say hi.", tok, "chat", 64, template)) == "<|user|>\nSay hi.</s>\n<|assistant|>\n"
     assert tok.decode(render("Say hi.", tok, "alpaca", 64)) == "<s>### Instruction:\nSay hi.\n\n### Response:\n"
-    assert tok.decode(render("Say hi.", tok, "text", 64)) == "<s> Say hi." or \
-        tok.decode(render("Say hi.", tok, "text", 64)).endswith("Say hi.")
+    assert tok.decode(render("Say hi.", tok, "text", 64)).startswith("<s>")
