@@ -195,6 +195,7 @@ def run(cfg, stop=None) -> None:
     if state["step"] == 0:
         run_eval(dataset.first_eval_batches(cfg.logging.eval_max_batches))
         run_samples()
+    learned = train.learned_counts(data.train_rows)  # each global batch's loss denominator, counted here
     # What start-up built lives for the whole run: collections during training skip it (unfrozen, the
     # first full collection walked it inside the first step: +0.3 s of a 0.3 s step, tiny model).
     gc.freeze()
@@ -214,12 +215,12 @@ def run(cfg, stop=None) -> None:
             stopped = True
             break
         with log.clock.step():
-            batches, state["epoch"], state["position"] = train.micro_batches(
-                order, data.train_rows, state["epoch"], state["position"], accum, data.pad_id)
-            loss, grad_norm, real, lr = train.train_step(net, opt, sched, batches, d.device,
-                                                         cfg.optim.max_grad_norm, d.world, staged, log.clock)
+            batches, state["epoch"], state["position"], count = train.micro_batches(
+                order, data.train_rows, state["epoch"], state["position"], accum, data.pad_id, learned)
+            result = train.train_step(net, opt, sched, batches, d.device, cfg.optim.max_grad_norm, d.world,
+                                      staged, log.clock, count)
         state["step"] += 1
-        real_tokens += real
+        real_tokens += result.real_tokens
         news = watch.news(state["step"]) if watch is not None else None
         if news and d.is_main:
             print(news, flush=True)
@@ -227,7 +228,7 @@ def run(cfg, stop=None) -> None:
         step = state["step"]
         if step % cfg.logging.every_steps == 0 or step == total:
             epoch = state["epoch"] + state["position"] / max(1, order.batches_per_epoch)
-            log.train_step(step, epoch, loss, lr, grad_norm)
+            log.train_step(step, epoch, result.loss_sum, result.count, result.lr, result.grad_norm)
         if cfg.logging.eval_every_steps and step % cfg.logging.eval_every_steps == 0 and step != total:
             run_eval(cfg.logging.eval_max_batches)
         if step != total:

@@ -210,6 +210,7 @@ class GlobalOrder:
         self.num_rows, self.world, self.rank, self.batch = num_rows, world, rank, batch
         self.seed, self.shuffle = seed, shuffle
         self.per_global = world * batch
+        self._cached: tuple[int, list[int]] | None = None
         if num_rows < self.per_global:
             raise SettingError(f"parameters.per_device_batch_size: {num_rows} training rows cannot fill one global "
                              f"batch of {self.per_global} ({batch} a process x {world} processes): use more "
@@ -224,11 +225,20 @@ class GlobalOrder:
         start = global_batch * self.per_global + self.rank * self.batch
         return perm[start: start + self.batch]
 
+    def global_indices(self, epoch: int, global_batch: int) -> list[int]:
+        """The rows of every rank in global micro-batch ``global_batch`` (this rank's among them)."""
+        return self._perm(epoch)[global_batch * self.per_global: (global_batch + 1) * self.per_global]
+
     def _perm(self, epoch: int) -> list[int]:
+        if self._cached is not None and self._cached[0] == epoch:  # asked at every micro-step
+            return self._cached[1]
         if not self.shuffle:
-            return list(range(self.num_rows))
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        return torch.randperm(self.num_rows, generator=g).tolist()
+            perm = list(range(self.num_rows))
+        else:
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            perm = torch.randperm(self.num_rows, generator=g).tolist()
+        self._cached = (epoch, perm)
+        return perm
 
     @staticmethod
     def rescale(position: int, old_per_global: int, new_per_global: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from collections.abc import Iterable, Iterator
@@ -221,25 +222,37 @@ class MetricsLogger:
             print(f"checkpoint blocked training for {submit_s + staging_s:.2f} s (submit {submit_s:.2f} s, "
                   f"waiting for the copy to host memory {staging_s:.2f} s)", flush=True)
 
-    def train_step(self, step: int, epoch: float, loss: float, lr: float, grad_norm: float | None) -> None:
-        t = torch.tensor([self.window_tokens, self.window_flops], dtype=torch.float64)
-        dist.all_reduce(t)
+    def train_step(self, step: int, epoch: float, loss_sum: torch.Tensor, count: float, lr: float,
+                   grad_norm: torch.Tensor | None) -> None:
+        """Log step ``step``: its global mean loss (``loss_sum``, this rank's summed loss, over ``count``
+        learned tokens of all ranks), throughput and each rank's memory and step time, gathered in one
+        collective (each rank's figures as one row of floats)."""
+        mine = rank_memory(self.d)
+        keys = [k for k in mine if k != "rank"]
+        step_s = self.clock.take()
+        row = torch.tensor([self.window_tokens, self.window_flops, float(loss_sum),
+                            math.nan if step_s is None else step_s, *(mine[k] for k in keys)], dtype=torch.float64)
+        rows = [torch.empty_like(row) for _ in range(self.d.world)]
+        dist.all_gather(rows, row)
+        table = torch.stack(rows)
+        tokens, flops, loss_total = table[:, :3].sum(0).tolist()
+        loss = loss_total / count
+        memory = [{"rank": r, **dict(zip(keys, values[4:].tolist(), strict=True))} for r, values in enumerate(table)]
+        step_times = tuple(None if math.isnan(x) else x for x in table[:, 3].tolist())
         elapsed = time.perf_counter() - self.window_start - self.window_excluded
-        tokens_per_s = t[0].item() / elapsed if elapsed > 0 else 0.0
-        mfu_value = mfu(t[1].item() / elapsed / self.d.world, self.peak) if elapsed > 0 else None
-        memory = [None] * self.d.world
-        dist.all_gather_object(memory, {**rank_memory(self.d), "step_s": self.clock.take()})  # one gather: both
-        step_s = tuple(m.pop("step_s") for m in memory)
+        tokens_per_s = tokens / elapsed if elapsed > 0 else 0.0
+        mfu_value = mfu(flops / elapsed / self.d.world, self.peak) if elapsed > 0 else None
         self.window_tokens, self.window_flops, self.window_excluded = 0, 0.0, 0.0
         self.window_start = time.perf_counter()
         if not self.d.is_main:
             if self.d.local_rank == 0:  # the first rank of every other node: its pane shows the run is alive
                 print(node_heartbeat(self.d, step, self.max_steps, tokens_per_s, memory), flush=True)
             return
+        norm = float(grad_norm) if grad_norm is not None else None
         record = MetricRecord(step=step, kind="train", max_steps=self.max_steps, epoch=round(epoch, 4),
-                              loss=loss, lr=lr, grad_norm=grad_norm, tokens_per_s=tokens_per_s, mfu=mfu_value,
+                              loss=loss, lr=lr, grad_norm=norm, tokens_per_s=tokens_per_s, mfu=mfu_value,
                               time=time.time(), memory=tuple(RankMemory(**m) for m in memory),
-                              rank_step_s=step_s)
+                              rank_step_s=step_times)
         self.reporter.write(record)
         mfu_text = f" mfu={mfu_value:.1%}" if mfu_value is not None else ""
         print(f"step={step}/{self.max_steps} loss={loss:.4f} lr={lr:.3g} tok/s={tokens_per_s:.0f}{mfu_text}",

@@ -72,7 +72,9 @@ def choose_sharding(cfg: FsdpConfig, num_params: int, d: Dist) -> Sharding:
     """``auto``: replicate a model whose training state (fp32 weights, gradients, two Adam moments:
     16 bytes a parameter) fits in a quarter of a rank's memory, else shard it."""
     if cfg.sharding != "auto":
-        return Sharding(cfg.sharding, f"sharding: {cfg.sharding}")
+        # A replicated model on CPU is plain replication, whether named or chosen (see ``per_block``).
+        return Sharding(cfg.sharding, f"sharding: {cfg.sharding}",
+                        per_block=cfg.sharding != "no_shard" or d.device.type == "cuda")
     need = 16 * num_params
     if d.device.type == "cuda":
         budget = torch.cuda.get_device_properties(d.device).total_memory
@@ -118,10 +120,40 @@ def shard_model(model: nn.Module, cfg: FsdpConfig, d: Dist, per_block: bool = Tr
     elif kind == "cuda" and not any(p.is_meta for p in model.parameters()):
         model.to(d.device)
     if per_block:
-        for block in decoder_blocks(model):
-            fully_shard(block, **kwargs)
-    fully_shard(model, **kwargs)
+        for group in block_groups(decoder_blocks(model), _unit_bytes(cfg, d)):
+            fully_shard(group if len(group) > 1 else group[0], **kwargs)
+    # The root is needed again as soon as backward starts: kept gathered (torch's own default for a root)
+    fully_shard(model, **{**kwargs, "reshard_after_forward": False})
     return model
+
+
+UNIT_BYTES = 25 * 2**20
+"""The least an FSDP unit gathers and reduces at once, as DDP's default bucket (``bucket_cap_mb``): blocks
+smaller than this are wrapped together. Each unit costs a collective (two with resharding) in forward and
+one in backward, whatever its size: for small blocks the step's time is those collectives' latency and
+FSDP's bookkeeping, not their bytes (on CPU a 0.1M-parameter model's step was half FSDP's per-block work).
+A block this size or larger (every block of a 1B model in bf16) is still its own unit."""
+
+
+def block_groups(blocks: list[nn.Module], unit_bytes: int) -> list[list[nn.Module]]:
+    """Consecutive blocks in groups of at least ``unit_bytes`` of parameters; blocks left after the last
+    full group stay out (the root's unit holds them), as does everything when all blocks are smaller."""
+    groups: list[list[nn.Module]] = []
+    current: list[nn.Module] = []
+    size = 0
+    for block in blocks:
+        current.append(block)
+        size += sum(p.numel() * p.element_size() for p in block.parameters())
+        if size >= unit_bytes:
+            groups.append(current)
+            current, size = [], 0
+    return groups
+
+
+def _unit_bytes(cfg: FsdpConfig, d: Dist) -> int:
+    """``UNIT_BYTES`` in the parameters' stored dtype (fp32 on a meta-built model); with bf16 compute the
+    gather moves half of that, so a unit holds twice the parameters."""
+    return UNIT_BYTES * (2 if _use_bf16(cfg, d) else 1)
 
 
 def _use_bf16(cfg: FsdpConfig, d: Dist) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -90,32 +91,58 @@ def loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, 
     return total, int((labels != IGNORE).sum())
 
 
+@dataclass(frozen=True)
+class StepResult:
+    """What one optimiser step leaves for logging, kept where it was computed: reading it on the host
+    (and summing the loss over ranks) is a wait for the device and a collective, done only on the steps
+    that are logged."""
+
+    loss_sum: torch.Tensor
+    """This rank's summed loss over its micro-steps (a scalar on the device)."""
+    count: float
+    """Learned tokens over every rank and micro-step: the global mean loss is the ranks' sum over this."""
+    grad_norm: torch.Tensor | None
+    """The gradients' total norm before clipping (the same on every rank), ``None`` without clipping."""
+    real_tokens: int
+    """Real (non-pad) tokens this rank trained on."""
+    lr: float
+    """The learning rate this step used."""
+
+    def mean_loss(self) -> float:
+        """The global mean loss (a collective: every rank calls it)."""
+        summed = self.loss_sum.detach().reshape(1).to("cpu", torch.float64)
+        dist.all_reduce(summed)
+        return summed.item() / self.count
+
+
 def train_step(model, optimizer, scheduler, micro_batches: list[dict[str, torch.Tensor]], device,
                max_grad_norm: float | None, world: int,
                before_update: Callable[[], None] | None = None,
-               clock=None) -> tuple[float, float | None, int, float]:
-    """One optimiser step over ``micro_batches``; returns (global mean loss, grad norm, real tokens here,
-    the learning rate this step used).
+               clock=None, global_count: float | None = None) -> StepResult:
+    """One optimiser step over ``micro_batches``; ``global_count`` is the learned tokens of the whole
+    global batch (every rank's micro-batches) where the caller knows it (:func:`micro_batches`), else it
+    is summed over the ranks here, a collective.
 
     ``before_update`` runs just before the optimiser changes the weights (an async checkpoint's copy
     may still be reading them until then); ``clock`` (a :class:`trainer.metrics.RankClock`) times the update,
     which each rank does alone. Each rank scales its summed loss by world / global label count, so after FSDP averages gradients
-    over ranks the step minimises the mean over every learned token of every rank and micro-step.
+    over ranks the step minimises the mean over every learned token of every rank and micro-step. The
+    step has no collective of its own beyond the gradients' reduction (and the norm's under sharding):
+    the label count is known beforehand, the loss stays on each rank until it is logged.
     """
     labels = [shifted_labels(b, "cpu") for b in micro_batches]  # counted and indexed in host memory
-    count = torch.tensor([float(sum(int((lab != IGNORE).sum()) for lab in labels))])
-    dist.all_reduce(count)
-    global_count = max(count.item(), 1.0)
+    if global_count is None:
+        count = torch.tensor([float(sum(int((lab != IGNORE).sum()) for lab in labels))])
+        dist.all_reduce(count)
+        global_count = count.item()
+    global_count = max(global_count, 1.0)
     totals = []  # kept on the device until the step is done: no wait for it between micro-steps
     can_defer = hasattr(model, "set_requires_gradient_sync")
     for i, (batch, lab) in enumerate(zip(micro_batches, labels, strict=True)):
         if can_defer:  # reduce gradients once, on the last micro-step
             model.set_requires_gradient_sync(i == len(micro_batches) - 1)
         totals.append(micro_step(model, batch, lab, device, world / global_count).float())
-    grad_norm = None
-    if max_grad_norm is not None:
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-        grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+    grad_norm = clip_grad_norm(model, max_grad_norm) if max_grad_norm is not None else None
     lr = scheduler.get_last_lr()[0]
     if before_update is not None:
         before_update()
@@ -123,10 +150,51 @@ def train_step(model, optimizer, scheduler, micro_batches: list[dict[str, torch.
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-    summed = torch.stack(totals).sum().reshape(1).cpu()
-    dist.all_reduce(summed)
     real = int(sum(int(b["real_tokens"]) for b in micro_batches))
-    return summed.item() / global_count, grad_norm, real, lr
+    return StepResult(torch.stack(totals).sum(), global_count, grad_norm, real, lr)
+
+
+def clip_grad_norm(model: nn.Module, max_norm: float) -> torch.Tensor:
+    """Clip the gradients to ``max_norm`` in total (as ``clip_grad_norm_``); their norm before clipping,
+    on the device. Sharded gradients are read as this rank's shards: the sum of their squares is reduced
+    over the ranks that hold different shards, the step's one collective for the norm (through DTensor,
+    ``clip_grad_norm_`` cost a dispatch per gradient and reduced the norm twice, once more to read it); a
+    replicated model's norm needs none."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    group = _shard_group(grads)
+    if group is False:  # gradients this path does not read (mixed meshes, several sharded dims)
+        total = torch.nn.utils.get_total_norm(grads, foreach=True)
+        total = total.full_tensor() if hasattr(total, "full_tensor") else total
+        torch.nn.utils.clip_grads_with_norm_([p for p in model.parameters() if p.grad is not None], max_norm,
+                                             total, foreach=True)
+        return total
+    local = [g.to_local() if hasattr(g, "to_local") else g for g in grads]
+    norms = torch.stack(torch._foreach_norm(local))
+    if group is None:
+        total = torch.linalg.vector_norm(norms)
+    else:
+        squares = norms.square().sum()
+        dist.all_reduce(squares, group=group)
+        total = squares.sqrt()
+    torch._foreach_mul_(local, (max_norm / (total + 1e-6)).clamp(max=1.0))
+    return total
+
+
+def _shard_group(grads: list[torch.Tensor]):
+    """The process group over which gradients are sharded (``None``: none, they are whole on every rank;
+    ``False``: not one this can read: several meshes or sharded dims, or shards off the mesh's device)."""
+    if not grads or not hasattr(grads[0], "device_mesh"):
+        return None if not any(hasattr(g, "device_mesh") for g in grads) else False
+    mesh, placements = grads[0].device_mesh, grads[0].placements
+    if any(getattr(g, "device_mesh", None) is not mesh or g.placements != placements
+           or g.device.type != mesh.device_type for g in grads):
+        return False
+    dims = [i for i, p in enumerate(placements) if p.is_shard()]
+    if len(dims) > 1:
+        return False
+    if not dims or mesh.size(dims[0]) == 1:
+        return None
+    return mesh.get_group(dims[0])
 
 
 @torch.no_grad()
@@ -167,12 +235,24 @@ def _eager():
     return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
 
 
-def micro_batches(order, rows, epoch: int, position: int, count: int, pad_id: int):
-    """``count`` micro-batches starting at (epoch, position), rolling into the next epoch if needed."""
+def learned_counts(rows: list[dict[str, torch.Tensor]]) -> list[int]:
+    """Each row's learned tokens (labels the loss counts, as :func:`shifted_labels` leaves them): every
+    rank holds every row, so any rank can count a whole global batch's without asking the others."""
+    return [int(((row["labels"][1:] != IGNORE) & (row["position_ids"][1:] != 0)).sum()) for row in rows]
+
+
+def micro_batches(order, rows, epoch: int, position: int, count: int, pad_id: int,
+                  learned: list[int] | None = None):
+    """``count`` micro-batches starting at (epoch, position), rolling into the next epoch if needed; the
+    new (epoch, position); and with ``learned`` (:func:`learned_counts`) the learned tokens of all ranks'
+    rows in these global micro-batches (the loss's denominator), else ``None``."""
     out = []
+    total = 0
     for _ in range(count):
         if position >= order.batches_per_epoch:
             epoch, position = epoch + 1, 0
         out.append(collate([rows[i] for i in order.indices(epoch, position)], pad_id))
+        if learned is not None:
+            total += sum(learned[i] for i in order.global_indices(epoch, position))
         position += 1
-    return out, epoch, position
+    return out, epoch, position, (float(total) if learned is not None else None)

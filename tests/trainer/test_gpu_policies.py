@@ -29,10 +29,17 @@ def test_auto_sharding_wraps_blocks_on_every_gpu_choice(monkeypatch, device, wor
     assert chosen.note.startswith(f"sharding: {sharding} (auto: ")
 
 
-def test_a_named_strategy_is_wrapped_per_block():
-    d = Dist(rank=0, world=2, local_rank=0, local_world=2, device=torch.device("cpu"))
-    chosen = choose_sharding(FsdpConfig(sharding="no_shard"), 1000, d)
-    assert chosen.sharding == "no_shard" and chosen.per_block
+@pytest.mark.parametrize(("device", "sharding", "per_block"), [
+    ("cpu", "no_shard", False),  # named or chosen, a replicated model on CPU is plain replication
+    ("cuda", "no_shard", True),
+    ("cpu", "full_shard", True),
+    ("cpu", "shard_grad_op", True),
+    ("cuda", "hybrid_shard", True),
+])
+def test_a_named_strategy_is_wrapped_per_block_except_replication_on_cpu(device, sharding, per_block):
+    d = Dist(rank=0, world=2, local_rank=0, local_world=2, device=torch.device(device))
+    chosen = choose_sharding(FsdpConfig(sharding=sharding), 1000, d)
+    assert (chosen.sharding, chosen.per_block, chosen.note) == (sharding, per_block, f"sharding: {sharding}")
 
 
 def test_the_gauge_reads_the_cards_used_memory_not_the_tensors_peak(monkeypatch):

@@ -1,0 +1,47 @@
+"""Our trainer and Hugging Face ``Trainer`` compute the same loss, step by step, on the same tokens: the same
+model folder, the same 400 examples in the same order (2 CPU ranks x 4 examples x 50 steps), prompt
+masked, constant learning rate, AdamW, clip 1.0, fp32, sdpa. ``Trainer`` runs as a user runs it under
+torchrun (accelerate: DDP on CPU), through ``benchmarks/peers_worker.py`` (the comparison's own worker)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from tests.trainer.conftest import ROOT, run_trainer, torchrun_argv, trainer_env
+
+STEPS, WORLD, BATCH = 50, 2, 4
+
+
+@pytest.mark.slow
+def test_the_loss_equals_hugging_face_trainers_at_every_step_of_50(tmp_path, tiny_model_dir):
+    pytest.importorskip("accelerate", reason="Trainer needs accelerate (the test extra installs it)")
+    data = tmp_path / "data.jsonl"
+    lines = (ROOT / "trainer/data/tiny_alpaca.jsonl").read_text().splitlines()[: STEPS * WORLD * BATCH]
+    data.write_text("\n".join(lines) + "\n")
+    settings = {"side": "hf", "model": str(tiny_model_dir), "data": str(data), "out": str(tmp_path / "hf"),
+                "seq": 128, "batch": BATCH, "lr": 1e-3, "epochs": 1, "max_grad_norm": 1.0, "bf16": False}
+    hf = subprocess.run(torchrun_argv(WORLD, str(ROOT / "benchmarks/peers_worker.py"), json.dumps(settings)),
+                        cwd=tmp_path, env=trainer_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert hf.returncode == 0, hf.stderr[-3000:]
+    theirs = json.loads(next(ln for ln in hf.stdout.splitlines() if ln.startswith("PEERS_RESULT ")).split(" ", 1)[1])
+    assert theirs["distributed"] == "MULTI_CPU" and theirs["torch_module"] == "DistributedDataParallel"
+
+    for sharding in ("no_shard", "full_shard"):
+        run = tmp_path / sharding
+        params = {"model_name": str(tiny_model_dir), "dataset_name": str(data), "output_dir": str(run / "out"),
+                  "max_seq_len": 128, "per_device_batch_size": BATCH, "learning_rate": 1e-3, "num_epochs": 1,
+                  "data": {"format": "alpaca", "packing": False, "shuffle": False, "eval_fraction": 0.0},
+                  "optim": {"schedule": "constant", "max_grad_norm": 1.0},
+                  "fsdp": {"sharding": sharding}, "checkpoint": {"save_final": False, "export_hf": False}}
+        out = run_trainer(run, params)
+        assert out.returncode == 0, out.stderr[-3000:]
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        ours = [r["loss"] for r in records if r["kind"] == "train"]
+        assert len(ours) == len(theirs["losses"]) == STEPS, sharding
+        worst = max(abs(a - b) for a, b in zip(ours, theirs["losses"], strict=True))
+        assert worst <= 1e-5, (sharding, worst, ours[:3], theirs["losses"][:3])
+        assert f"real_tokens={theirs['real_tokens']} " in out.stdout, sharding
+        assert ours[-1] < ours[0] - 0.5, sharding  # it learned: the comparison is not of two idle models
