@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SIDES = ("ours-no_shard", "ours-full_shard", "hf", "trl", "trl-packed", "ours-packed")
 SIZES = {"small": {"hidden": 48, "intermediate": 128, "layers": 2, "heads": 4},
          "large": {"hidden": 384, "intermediate": 1024, "layers": 6, "heads": 6}}
-STEPS = {"small": 100, "large": 30}
+STEPS = {"small": 100, "large": 20}
 """Optimiser steps of an unpacked run (one epoch of ``steps x world x batch`` examples)."""
 GOALS = (("ours-no_shard", "hf", 1.2, "no_shard vs Trainer (DDP)"),
          ("ours-full_shard", "hf", 1.0, "full_shard vs Trainer (DDP)"),
@@ -285,16 +285,20 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="a Hugging Face Llama-like folder to run instead of --sizes")
     parser.add_argument("--data", type=Path, help="an alpaca JSON Lines file instead of the made-up examples "
                                                   "(its first steps x processes x batch rows)")
-    parser.add_argument("--steps", type=int, help="optimiser steps of an unpacked run (default: small 100, large 30)")
+    parser.add_argument("--steps", type=int, help="optimiser steps of an unpacked run (default: small 100, large 20)")
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--batch", type=int, default=4, help="examples a process per step")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, help="rounds of every side (default 2; 1 with --gpu)")
     parser.add_argument("--sides", default=",".join(SIDES))
     parser.add_argument("--gpu", action="store_true", help="on this node's GPUs: one process each, NCCL, bf16")
     parser.add_argument("--json", type=Path, help="write every run and ratio here")
     parser.add_argument("--keep", type=Path, help="work here (kept) instead of a temporary folder")
     args = parser.parse_args()
+    args.repeats = args.repeats or (1 if args.gpu else 2)
     sides = [s for s in args.sides.split(",") if s]
+    unknown = [s for s in sides if s not in SIDES]
+    if unknown:
+        parser.error(f"--sides: unknown {', '.join(unknown)} (known: {', '.join(SIDES)})")
     tmp = args.keep or Path(tempfile.mkdtemp(prefix="bench-peers-"))
     tmp.mkdir(parents=True, exist_ok=True)
     bench = Bench(args, tmp)
@@ -326,6 +330,9 @@ def main() -> None:
     results = report(runs, sizes, args, bench.nproc)
     results["load_end"] = os.getloadavg()
     print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    summary = [f"{size} {label} {r['median']:.2f}x" for size, got in results["sizes"].items()
+               for label, r in got["ratios"].items()]
+    print("summary: " + ("; ".join(summary) if summary else "no ratio (a side of each pair was skipped)"))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

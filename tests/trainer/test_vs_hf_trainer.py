@@ -17,7 +17,6 @@ STEPS, WORLD, BATCH = 50, 2, 4
 
 @pytest.mark.slow
 def test_the_loss_equals_hugging_face_trainers_at_every_step_of_50(tmp_path, tiny_model_dir):
-    pytest.importorskip("accelerate", reason="Trainer needs accelerate (the test extra installs it)")
     data = tmp_path / "data.jsonl"
     lines = (ROOT / "trainer/data/tiny_alpaca.jsonl").read_text().splitlines()[: STEPS * WORLD * BATCH]
     data.write_text("\n".join(lines) + "\n")
