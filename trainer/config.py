@@ -119,7 +119,7 @@ class OptimConfig(_Section):
     eps: float = Field(default=1e-8, gt=0.0)
     """AdamW epsilon."""
     fused: bool | None = None
-    """Use the fused AdamW kernel; ``None`` picks it where the device supports it."""
+    """Use the fused AdamW kernel; left unset, it is used where the device supports it."""
     warmup_steps: int = Field(default=0, ge=0)
     """Linear warmup over this many steps: the first runs at ``learning_rate / warmup_steps``, the last of
     them at ``learning_rate``."""

@@ -43,6 +43,7 @@ from launcher.backends.shipping import (
 )
 from launcher.backends.ssh.pacing import ConnectGate
 from launcher.events import GpuSample
+from launcher.words import plural
 from launcher.workload.plan import TRAINER_PKG_DIR, NodePlan, RunPlan, render_plan, with_rendezvous
 from trainer.protocol import RUN_ID_ENV
 
@@ -303,7 +304,7 @@ class AgentFleet:
                 _, data = await link.call("read", name=".download.tar", offset=offset,
                                           limit=min(UPLOAD_CHUNK, size - offset))
                 if not data:
-                    raise NodeError(f"{link.label}: the export's copy ended at {offset} of {size} bytes")
+                    raise NodeError(f"{link.label}: the export's copy ended at {offset:,} of {plural(size, 'byte')}")
                 digest.update(data)
                 await asyncio.to_thread(append, tar_path, data)
                 offset += len(data)

@@ -10,6 +10,7 @@ import sys
 import time
 
 from launcher.cli import find_run
+from launcher.words import plural
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,8 +58,8 @@ def _nodes(store, run_id: str, as_json: bool) -> int:
         print(json.dumps({"run": run_id, "nodes": [r.to_dict() for r in rows], "thresholds": THRESHOLDS}, indent=2))
         return 0
     out = sys.stdout.write
-    out(f"run {run_id}: {len(rows)} node(s)\n")
-    out(f"  {'node':>4}  {'host':<20} {'state':<12} {'exit':>4} {'lines':>9} {'lines/s':>8} {'silent':>7} "
+    out(f"run {run_id}: {plural(len(rows), 'node')}\n")
+    out(f"  {'node':>4}  {'host':<20} {'state':<12} {'exit':>4} {'lines':>9} {'lines/s':>8} {'quiet':>7} "
         f"{'CPU%':>6} {'RSS MiB':>8} {'GPU%':>5} {'GPU GiB':>8} {'step':>6} {'step s':>7}  odd\n")
     for r in rows:
         out(f"  {r.node:>4}  {r.host[:20]:<20} {r.state:<12} {_dash(r.exit_code):>4} {r.lines:>9,} "

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from launcher.words import plural
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check workload files; print every problem at file:line:col",
@@ -47,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         errors = sum(p.is_error for p in problems)
         warnings = len(problems) - errors
         if not problems:
-            print(f"ok: {len(args.files)} file(s) valid", file=sys.stderr)
+            print(f"ok: {plural(len(args.files), 'file')} valid", file=sys.stderr)
         else:
-            print(f"{errors} error(s), {warnings} warning(s)", file=sys.stderr)
+            print(f"{plural(errors, 'error')}, {plural(warnings, 'warning')}", file=sys.stderr)
     return 1 if any(p.is_error for p in problems) else 0

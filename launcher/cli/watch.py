@@ -17,6 +17,7 @@ from launcher.events import (
     RunStateChanged,
     event_to_dict,
 )
+from launcher.words import plural
 
 EXIT_CODES = {RunState.SUCCEEDED: 0, RunState.FAILED: 1, RunState.CANCELLED: 130, RunState.TIMED_OUT: 124}
 DETACHED = 130
@@ -25,7 +26,7 @@ DETACHED = 130
 def watch(home: Path, run_id: str, *, json_events: bool, cancel_on_interrupt: bool, num_nodes: int) -> int:
     if not json_events:
         how = "Ctrl-C cancels it" if cancel_on_interrupt else "Ctrl-C detaches; the run goes on"
-        print(f"run {run_id}: {num_nodes} node(s); {how}", file=sys.stderr)
+        print(f"run {run_id}: {plural(num_nodes, 'node')}; {how}", file=sys.stderr)
     from launcher.runs.read.follower import FollowGaveUp
 
     try:

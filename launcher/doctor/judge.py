@@ -147,7 +147,7 @@ def _container_check(plan: RunPlan, runtimes: dict, host: str) -> Check:
     image = plan.workload.environment.docker_image
     found = [f"{name} ({path})" for name, path in runtimes.items() if path]
     if found:
-        return Check("container", "ok", f"{', '.join(found)} runs {image.url if image else 'the image'}")
+        return Check("container", "ok", f"{' and '.join(found)} {'run' if len(found) > 1 else 'runs'} {image.url if image else 'the image'}")
     return Check("container", "error", "environment.docker_image: neither docker nor podman is on PATH",
                  f"install docker or podman on {host}, or remove environment.docker_image")
 

@@ -16,6 +16,7 @@ from launcher.nettest.figures import BadResult, Measured, decode
 from launcher.paths import new_run_id, run_dir
 from launcher.runs.core.store import RunStore
 from launcher.runs.launch import is_owned, start_run
+from launcher.words import plural
 from launcher.workload.model import CodeSource, Mlflow, Snapshot
 from launcher.workload.plan import RunPlan, build_plan
 from trainer.nettest_pairs import NEIGHBOUR_ROUNDS, TOURNAMENT_ROUNDS
@@ -192,7 +193,7 @@ def run_nettest(plan: RunPlan, options: Options, home: Path, *, on_state=None, p
     outcome = replace(collect(home, run_id, started), connect_s=connect_s)
     if unreachable:
         outcome = replace(outcome, unreachable=unreachable,
-                          problems=(*unreachable, f"the test ran on the {len(outcome.nodes)} other node(s), "
+                          problems=(*unreachable, f"the test ran on the other {plural(len(outcome.nodes), 'node')}, "
                                     "numbered among themselves", *outcome.problems))
     save_record(home, outcome, plan)
     return outcome

@@ -7,6 +7,7 @@ from pathlib import Path as FsPath
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from launcher.words import plural
 from launcher.workload.air_rules import check_air
 from launcher.workload.data_check import check_data
 from launcher.workload.lora_checks import lora_findings
@@ -51,7 +52,7 @@ def check_trainer(w: Workload, cfg: TrainerConfig, base_dir: FsPath | None = Non
                            "set fsdp.replicate_degree, or use full_shard"))
     if cfg.fsdp.replicate_degree and topo.world_size % cfg.fsdp.replicate_degree:
         out.append(Finding((*p, "fsdp", "replicate_degree"), "error",
-                           f"{topo.world_size} processes cannot form {cfg.fsdp.replicate_degree} equal replicas",
+                           f"{plural(topo.world_size, 'process')} cannot form {cfg.fsdp.replicate_degree} equal replicas",
                            "pick a divisor of the world size"))
     if topo.kind == "cpu" and cfg.fsdp.mixed_precision == "bf16":
         out.append(Finding((*p, "fsdp", "mixed_precision"), "warning",
@@ -164,10 +165,10 @@ def _snapshot(root: FsPath, exclude: list[str], include: list[str] | tuple[str, 
                            "fsdp-tui validate lists the first ones: fix them and validate again"))
     if found.total_bytes > snapshot.LARGE_SNAPSHOT_BYTES:
         biggest = ", ".join(f"{rel} ({size / 2**20:.0f} MiB)" for rel, size in found.largest)
-        out.append(Finding(where, "warning", f"the snapshot is {found.total_bytes / 2**20:.0f} MiB in {found.files} "
-                           f"files, shipped to every node on every launch; the largest: {biggest}",
+        out.append(Finding(where, "warning", f"the snapshot is {found.total_bytes / 2**20:.0f} MiB in "
+                           f"{plural(found.files, 'file')}, shipped to every node on every launch; the largest: {biggest}",
                            "add data, checkpoints and outputs to code_source.snapshot.exclude"))
     if not found.complete:
-        out.append(Finding(where, "warning", f"more than {snapshot.MAX_SCAN_ENTRIES} entries: only those were "
+        out.append(Finding(where, "warning", f"more than {plural(snapshot.MAX_SCAN_ENTRIES, 'entry')}: only those were "
                            "checked here (a launch checks all of them)", "exclude what the job does not need"))
     return out

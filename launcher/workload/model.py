@@ -110,7 +110,7 @@ class Compute(_Model):
     procs_per_node: int | None = Field(default=None, ge=1)
     """Processes per node for CPU runs (gloo)."""
     hosts: list[str] = Field(default_factory=list)
-    """SSH targets, one per node: ``alias``, ``user@host``, ``host:port`` or ``localhost``. None: this machine."""
+    """SSH targets, one per node: ``alias``, ``user@host``, ``host:port`` or ``localhost``. Left out: this machine, no SSH."""
     master_addr: str | None = None
     """Address of node 0 as the other nodes reach it (default: node 0's host)."""
     master_port: int | None = Field(default=None, ge=1024, le=65535)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 
+from launcher.words import plural
 from launcher.workload.air_rules import read_dependencies
 from launcher.workload.container import container_script
 from launcher.workload.hosts import HostTarget, parse_host
@@ -255,8 +256,8 @@ def _snapshot_size(plan: RunPlan) -> str:
         return ""
     snap = plan.workload.code_source.snapshot
     found = scan(plan.code_root, snap.exclude, include=snap.include_paths or ())
-    refused = f", {len(found.refused)} entries a node refuses" if found.refused else ""
-    return f" ({found.files} files, {found.total_bytes / 2**20:.1f} MiB{refused})"
+    refused = f", {plural(len(found.refused), 'entry')} a node refuses" if found.refused else ""
+    return f" ({plural(found.files, 'file')}, {found.total_bytes / 2**20:.1f} MiB{refused})"
 
 
 SECRET_MASK = "******"
@@ -279,7 +280,7 @@ def render_plan(plan: RunPlan) -> str:
     topo = plan.topology
     lines = [
         f"run {plan.run_id}: experiment '{plan.workload.experiment_name}'",
-        f"  {topo.num_nodes} node(s) x {topo.procs_per_node} process(es) ({topo.kind}"
+        f"  {plural(topo.num_nodes, 'node')} x {plural(topo.procs_per_node, 'process')} ({topo.kind}"
         + (f" {topo.gpu_model}" if topo.gpu_model else "") + f"), world size {topo.world_size}",
         f"  rendezvous {plan.master_addr}:{plan.master_port}",
         "  runs: " + ("the built-in trainer (torchrun -m trainer)" if plan.uses_builtin_trainer

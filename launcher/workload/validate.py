@@ -198,7 +198,7 @@ class _Locator:
 NOTHING_TO_RUN = "nothing to run: add a `command:` to run your own script, or `parameters:` for the built-in trainer"
 NOTHING_TO_RUN_HINT = (
     "your script: 'command: torchrun train.py' (the templates show the multi-node flags); "
-    "the built-in trainer: 'parameters: {model_name: <hub id>, dataset_name: <dataset>, output_dir: checkpoints}'"
+    "the built-in trainer: 'parameters: {model_name: <hub id>, dataset_name: <dataset>, output_dir: outputs}'"
 )
 
 _TYPE_WORDS = {
@@ -218,6 +218,23 @@ _TYPE_WORDS = {
 }
 
 
+def _mapping_at(data: Any, path: YamlPath) -> dict:
+    for part in path:
+        data = data.get(part) if isinstance(data, dict) else data[part] if isinstance(data, list) and isinstance(
+            part, int) and part < len(data) else None
+    return data if isinstance(data, dict) else {}
+
+
+def _unknown_hint(name: str, allowed: tuple[str, ...], siblings: dict) -> str:
+    """"did you mean 'max_steps'?" for a misspelt key, unless 'max_steps' is written beside it: then
+    renaming would make a duplicate key, and the user decides which of the two to keep."""
+    hint = did_you_mean(name, allowed)
+    meant = re.fullmatch(r"did you mean '([^']+)'\?", hint)
+    if meant and meant.group(1) in siblings:
+        return f"'{meant.group(1)}' is set beside it: remove the one you do not want"
+    return hint or _allowed(allowed)
+
+
 def _convert(err: ValidationError, model: type[BaseModel], data: Any, prefix: YamlPath,
              locate: _Locator) -> list[Problem]:
     out: list[Problem] = []
@@ -233,7 +250,7 @@ def _convert(err: ValidationError, model: type[BaseModel], data: Any, prefix: Ya
             allowed = schema_walk.keys_at(path[:-1], full)
             name = str(path[-1])
             out.append(locate.problem(path, "error", f"unknown key '{name}'",
-                                      did_you_mean(name, allowed) or _allowed(allowed), key=True))
+                                      _unknown_hint(name, allowed, _mapping_at(full, path[:-1])), key=True))
         elif kind == "missing":
             out.append(locate.problem(path, "error", f"missing required key '{path[-1]}'",
                                       _missing_hint(str(path[-1])), key=True, at=path[:-1]))

@@ -9,6 +9,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Label
 
+from launcher.words import plural
 from tui.widgets.footer import FitFooter
 
 
@@ -71,7 +72,7 @@ class GpusScreen(Screen):
             if n.stopped:
                 lines.append(f"{n.host}: stopped {', '.join(map(str, n.stopped))}")
             if not n.holders:
-                lines.append(f"{n.host}: {n.gpus} GPU(s), no process holds GPU memory")
+                lines.append(f"{n.host}: {plural(n.gpus, 'GPU')}, no process holds GPU memory")
             for h in n.holders:
                 mem = f"{h.used_mib:.0f} MiB" if h.used_mib is not None else "?"
                 table.add_row(n.host, "?" if h.gpu is None else str(h.gpu), str(h.pid), mem, h.process,

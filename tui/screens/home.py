@@ -12,6 +12,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Header, Input, Label
 
 from launcher.runs.core.store import RunSummary
+from launcher.words import plural
 from tui.widgets.footer import FitFooter
 from tui.widgets.runs_table import RunsTable
 from tui.widgets.sweeps_table import SweepsTable
@@ -242,7 +243,7 @@ class HomeScreen(Screen):
             marked.append(run_id)
         self.runs_table.set_marked(set(marked))
         self._update_title()
-        self.notify(f"marked for compare: {len(marked)} run(s)")
+        self.notify(f"marked for compare: {plural(len(marked), 'run')}")
 
     def action_compare(self) -> None:
         from tui.screens.sweep import SweepScreen

@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Header, Label, Static, TabbedContent, TabPane
 
 from launcher.runs.read.comparison import RunStats
+from launcher.words import plural
 from tui.widgets.comparison_plots import LossCurves, MetricBars
 from tui.widgets.comparison_table import ComparisonTable
 from tui.widgets.footer import FitFooter
@@ -139,7 +140,7 @@ class SweepScreen(Screen):
         if self.sweep_id:
             head = f"{self.sweep_id} {self.state}: {done}/{len(self.rows)} succeeded"
         else:
-            head = f"{len(self.rows)} runs compared"
+            head = f"{plural(len(self.rows), 'run')} compared"
         self.query_one("#sweep-title", Label).update(f"{head}, sorted {self.table.describe_sort()}")
 
     def on_data_table_row_highlighted(self, event: ComparisonTable.RowHighlighted) -> None:

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from launcher.events import NodeState
 from launcher.runs.core.triage import classify_line, might_signal
+from launcher.words import plural
 from tui.widgets.log_view import LogView
 
 MAX_LINES = 20_000
@@ -74,7 +75,7 @@ class NodeLog(LogView):
         tail = wanted[-limit:]
         shown = [self._mark(line) for line in tail] if self.marking and might_signal("\n".join(tail)) else tail
         if skipped > 0:
-            shown.insert(0, f"··· {skipped:,} lines not shown (fast output; all are in the node log)")
+            shown.insert(0, f"··· {plural(skipped, 'line')} not shown (fast output; all are in the node log)")
         if shown:
             self.write_lines(shown)
             self._keep_end()

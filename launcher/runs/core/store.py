@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from launcher.events import NodeState, RunState
 from launcher.paths import run_dir
+from launcher.words import plural
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -330,7 +331,7 @@ class RunStore:
         if not rows:
             raise LookupError(f"no run '{prefix}' (see fsdp-tui runs)")
         if len(rows) > 1:
-            raise LookupError(f"'{prefix}' matches {len(rows)} runs: {', '.join(r[0] for r in rows[:5])}")
+            raise LookupError(f"'{prefix}' matches {plural(len(rows), 'run')}: {', '.join(r[0] for r in rows[:5])}")
         return rows[0][0]
 
     @_guarded

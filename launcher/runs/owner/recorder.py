@@ -49,6 +49,7 @@ from launcher.runs.core.layout import (
 from launcher.runs.core.space import RecordUnwritable, SpaceWatch, is_write_failure, write_failure
 from launcher.runs.core.store import RunStore
 from launcher.runs.core.streams import LogMetrics
+from launcher.words import plural
 from trainer.protocol import MetricRecord
 
 
@@ -318,7 +319,7 @@ class Recorder:
         hows = sorted({d.how for d in dumps})
         summary = f"node {rank}: {len(dumps)} process(es) ({', '.join(hows) or 'none running'})"
         if flights:
-            summary += f", flight recorder of {len(flights)} rank(s)"
+            summary += f", flight recorder of {plural(len(flights), 'rank')}"
         self.emit(StacksDumped(self.run_id, rank, str(path), summary))
         return path, summary
 

@@ -32,6 +32,7 @@ from launcher.runs.sweeps.record import (
     save_sweep,
     sweep_dir,
 )
+from launcher.words import plural
 from launcher.workload.plan import RunPlan, plan_from_json
 
 POLL_S = 0.5
@@ -186,7 +187,7 @@ class Driver:
         else:
             state = "failed"
         done = sum(s == "succeeded" for s in states)
-        self.save(state=state, ended_at=time.time(), detail=f"{done}/{len(states)} variants succeeded")
+        self.save(state=state, ended_at=time.time(), detail=f"{done}/{plural(len(states), 'variant')} succeeded")
         if parent:
             self._close_parent(parent, {"succeeded": "FINISHED", "failed": "FAILED"}.get(state, "KILLED"))
         return state
