@@ -33,7 +33,15 @@ class FsdpTuiApp(App):
         Binding("h", "home", "home", show=False),
         Binding("colon", "command_bar", "command", key_display=":",
                 tooltip=":runs  :workloads  :ckpt RUN  :theme NAME  :q"),
+        # Escape closes the Keys panel (ctrl+p -> Keys) before any screen sees it; without the panel the
+        # binding stands aside (check_action) and escape goes where it always goes.
+        Binding("escape", "hide_help_panel", "close keys", show=False, priority=True),
     ]
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "hide_help_panel":
+            return bool(self.screen.query("HelpPanel"))
+        return True
 
     def __init__(self, home: Path, theme: str | None = None, workload: Path | None = None,
                  run_id: str | None = None, launch: bool = False, overrides: list[str] | None = None) -> None:
