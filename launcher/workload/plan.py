@@ -26,9 +26,11 @@ DIR_ENV = {
     "HYPERPARAMETERS_PATH": "parameters.yaml",
     METRICS_FILE_ENV: "metrics.jsonl",
 }
-FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}
+FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": "2000"}
 """Torch's flight recorder on (gloo and NCCL): each process group keeps its last 2,000 collectives, a few
-hundred bytes each; on a stall their dumps name the rank that never entered a collective (docs/ranks.md)."""
+hundred bytes each; on a stall their dumps name the rank that never entered a collective (docs/ranks.md).
+Only the new name: every supported torch reads it, and setting the old ``TORCH_NCCL_TRACE_BUFFER_SIZE``
+as well makes every rank print a deprecation warning."""
 FLIGHT_RECORDER_DUMP = ("TORCH_FR_DUMP_TEMP_FILE", "flight-recorder-")
 """Where dumps go, in the node's directory: NCCL's own on a watchdog timeout, the trainer's when asked."""
 IFACE_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")

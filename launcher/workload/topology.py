@@ -97,7 +97,7 @@ def resolve_topology(workload: Workload) -> Topology:
     if c.hosts and len(c.hosts) != num_nodes:
         findings.append(Finding(("compute", "hosts"), "error",
                                 f"{plural(len(c.hosts), 'host')} for {plural(num_nodes, 'node')} "
-                                f"({c.num_accelerators} accelerators / {per_node} per node)",
+                                f"({plural(c.num_accelerators, 'accelerator')} / {per_node} per node)",
                                 "list one host per node"))
     if not c.hosts and num_nodes > 1:
         findings.append(Finding(("compute",), "warning",

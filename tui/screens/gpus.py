@@ -78,4 +78,4 @@ class GpusScreen(Screen):
                 table.add_row(n.host, "?" if h.gpu is None else str(h.gpu), str(h.pid), mem, h.process,
                               whose(h, states).replace(", --stop stops it", ", x stops it"))
         self.leftovers = sum(1 for n in nodes for h in n.holders if h.run_id and states.get(h.run_id))
-        said.update("\n".join(lines) or f"{table.row_count} process(es) hold GPU memory")
+        said.update("\n".join(lines) or f"{plural(table.row_count, 'process')} {'holds' if table.row_count == 1 else 'hold'} GPU memory")

@@ -87,7 +87,7 @@ def unpack(node_dir: str, name: str, total: int, sha256: str, dest: str) -> int:
     path = os.path.join(node_dir, UPLOAD_PREFIX + _plain(name))
     got = size(path)
     if got != total:
-        raise ValueError(f"upload {name}: {got} of {total} bytes arrived")
+        raise ValueError(f"upload {name}: {got} of its {total} B arrived")
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
