@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NOUNS = ("node", "run", "rank", "file", "line", "step", "checkpoint", "variant", "process", "GPU", "error", "warning",
          "problem", "sweep", "host", "attempt", "folder", "entry", "byte", "time", "test", "value", "secret", "job",
          "row", "token", "replica", "resubmission", "export", "dump", "accelerator", "link")
-COUNTED = re.compile(r"^ (%s)(s|es|ies)\b(?!/)" % "|".join(NOUNS))
+ANY_NOUN = "|".join(NOUNS)
+COUNTED = re.compile(rf"^ ({ANY_NOUN})(s|es|ies)\b(?!/)")
 """A literal that starts with a plural noun (``" nodes x"``), not a rate (``" lines/s"``)."""
 BY_HAND = re.compile(r"\w\((s|es|ies)\)")
 NOT_COUNTS = {
@@ -42,7 +43,7 @@ def test_no_message_counts_by_hand():
     wrong = []
     for rel, line, node in _messages():
         parts = node.values
-        for before, after in zip(parts, parts[1:]):
+        for before, after in zip(parts, parts[1:], strict=False):
             if (isinstance(before, ast.FormattedValue) and isinstance(after, ast.Constant)
                     and isinstance(after.value, str) and COUNTED.match(after.value)
                     and (rel, ast.unparse(before.value)) not in NOT_COUNTS):
@@ -57,7 +58,7 @@ def test_the_docs_count_as_the_messages_do():
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     wrong = [f"{p.name}:{i}: {line.strip()[:80]}" for p in pages
              for i, line in enumerate(p.read_text("utf-8").splitlines(), 1)
-             if BY_HAND.search(line.replace("http(s)", "")) or re.search(r"\b1 (%s)s\b" % "|".join(NOUNS), line)]
+             if BY_HAND.search(line.replace("http(s)", "")) or re.search(rf"\b1 ({ANY_NOUN})s\b", line)]
     assert not wrong, "\n".join(wrong)
 
 
