@@ -259,6 +259,12 @@ class FsdpTuiApp(App):
         if planned.plan.blockers:
             self.notify("not launched: " + "; ".join(planned.plan.blockers), severity="error", timeout=10)
             return
+        from launcher.runs.launch import launch_refusals
+
+        refusals = await asyncio.to_thread(lambda: asyncio.run(launch_refusals(planned.plan, self.home)))
+        if refusals:  # a missing secret, an unknown host key, no torch there: said now, no failed run left
+            self.notify("not launched: " + "; ".join(refusals), severity="error", timeout=20)
+            return
         from launcher.runs.core.space import RecordUnwritable
 
         try:

@@ -238,6 +238,9 @@ class Reach:
     label: str
     ok: bool
     detail: str
+    blocker: bool = False
+    """Not reached for a reason only the user can change (an unknown or changed host key, a refused key,
+    a bad config line), as opposed to a node that may still answer: a launch stops before it starts."""
 
 
 @dataclass(frozen=True)

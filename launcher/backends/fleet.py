@@ -44,7 +44,15 @@ from launcher.backends.shipping import (
 from launcher.backends.ssh.pacing import ConnectGate
 from launcher.events import GpuSample
 from launcher.words import plural
-from launcher.workload.plan import TRAINER_PKG_DIR, NodePlan, RunPlan, render_plan, with_rendezvous
+from launcher.workload.plan import (
+    RANK_TAG_ENV,
+    RANK_TAG_TEMPLATE,
+    TRAINER_PKG_DIR,
+    NodePlan,
+    RunPlan,
+    render_plan,
+    with_rendezvous,
+)
 from trainer.protocol import RUN_ID_ENV
 
 DEFAULT_PYTHON = "python3"
@@ -137,7 +145,7 @@ class AgentFleet:
         except asyncio.TimeoutError:
             return Reach(rank, self.label(rank), False, f"no answer within {timeout_s:.0f} s")
         except SshError as err:
-            return Reach(rank, self.label(rank), False, str(err))
+            return Reach(rank, self.label(rank), False, str(err), blocker=not err.transient)
         conn.close()
         return Reach(rank, self.label(rank), True, "reachable, host key known")
 
@@ -197,6 +205,7 @@ class AgentFleet:
         return {"argv": argv, "env": node.env, "dir_env": node.dir_env, "secrets": secrets, "python": python,
                 "attempt": attempt, "dependencies": list(self.plan.dependencies),
                 "venv_root": self.plan.venv_root, "iface_env": list(node.iface_env),
+                "rank_tag": {RANK_TAG_ENV: RANK_TAG_TEMPLATE} if node.rank_tag else {},
                 "marker": f"{attempt} of {retries + 1}" if retries else (str(attempt) if attempt > 1 else None)}
 
     async def start(self, secrets: dict[str, str], attempt: int) -> None:

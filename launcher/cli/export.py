@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     store, run_id = found
     if args.to is not None and args.to.exists():
         print(f"fsdp-tui export: {args.to} exists: exports never overwrite, pick a new folder", file=sys.stderr)
-        return 1
+        return 2
     try:
         listing = asyncio.run(list_checkpoints(store.home, run_id))
     except NoOutputDir as err:

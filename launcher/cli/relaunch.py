@@ -93,6 +93,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"fsdp-tui {args.verb}: the recorded workload of {run_id} no longer validates (see above)",
               file=sys.stderr)
         return 2  # as run: nothing was launched
+    from launcher.cli.run import refused
+
+    if refused(f"fsdp-tui {args.verb} {run_id}", planned.plan, store.home, force=False):
+        return 2  # as run: nothing was launched
     new_id = start_run(planned.plan, store.home, idempotent=False)
     if not args.json:
         print(new_id)

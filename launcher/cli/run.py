@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(render_plan_text(plan))
         except NodeError as err:
             print(f"{args.file}: cannot plan: {err}", file=sys.stderr)
-            return 1
+            return USAGE_ERROR
         print()
         print("\n".join(estimate_lines(data_home(), plan, str(args.file))))
         return 0
@@ -62,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
     from launcher.runs.launch import start_run
 
     home = data_home()
+    if refused(args.file, plan, home, force=args.force):
+        return USAGE_ERROR
     run_id = start_run(plan, home, force=args.force)
     if run_id != plan.run_id:
         print(f"{args.file}: idempotency_token {plan.workload.idempotency_token!r} was launched before as run "
@@ -72,3 +74,20 @@ def run(args: argparse.Namespace) -> int:
         return 0
     return watch(home, run_id, json_events=args.json, cancel_on_interrupt=args.cancel_on_interrupt,
                  num_nodes=len(plan.nodes))
+
+
+def refused(source, plan, home, *, force: bool) -> bool:
+    """Say (on stderr) why ``plan`` cannot start, before anything of it is recorded: a missing secret, an
+    unknown host key, and (unless ``force``) what the cheap checks refuse. ``True``: nothing was launched."""
+    import asyncio
+
+    from launcher.runs.launch import check_room, launch_refusals
+
+    check_room(home)  # a data dir with no room says so first: the launch would stop there anyway
+    said = asyncio.run(launch_refusals(plan, home, force=force))
+    for line in said:
+        print(f"{source}: cannot run: {line}", file=sys.stderr)
+    if said:
+        print(f"{source}: nothing was launched" + ("" if force else
+              " (--force launches past the cheap checks, not past a secret or a host key)"), file=sys.stderr)
+    return bool(said)

@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.add_argument("--nodes", action="store_true",
-                   help="every node as one row (state, lines/s, silence, CPU/RSS, GPU), the odd node marked")
+                   help="every node as one row (state, lines/s, how long quiet, CPU/RSS, GPU), the odd node marked")
     p.add_argument("--samples", action="store_true",
                    help="what the model answered as it learned: each prompt with its answer per step")
     p.set_defaults(handler=run)

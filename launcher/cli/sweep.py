@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
             sweep_id = find_sweep(home, args.sweep_id)
         except LookupError as err:
             print(f"fsdp-tui sweep {args.target}: {err}", file=sys.stderr)
-            return 1
+            return 2
         if args.target == "resume":
             return resume(home, sweep_id, args)
         if args.target == "show":

@@ -59,10 +59,7 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
     of free space refuses the launch at once (:class:`RecordUnwritable`): the record could not be kept.
     With the workload's ``idempotency_token`` (and ``idempotent``, the default: a relaunch is meant as a
     new run), a token launched before answers with that run's id and nothing starts."""
-    Path(home).mkdir(parents=True, exist_ok=True)
-    problem = shortage(Path(home))
-    if problem:
-        raise RecordUnwritable(f"not launched: {problem}, then launch again")
+    check_room(home)
     token = plan.workload.idempotency_token
     if token and idempotent:
         from launcher.runs.core.idempotency import claim
@@ -99,6 +96,15 @@ def _keep_estimate(home: Path, plan: RunPlan) -> None:
             keep_estimate(run_dir(home, plan.run_id), est)
     except (OSError, ValueError, sqlite3.Error):
         pass
+
+
+def check_room(home: Path) -> None:
+    """:class:`RecordUnwritable` when the data dir is below its floor of free space: a run's record could
+    not be kept, so nothing is launched."""
+    Path(home).mkdir(parents=True, exist_ok=True)
+    problem = shortage(Path(home))
+    if problem:
+        raise RecordUnwritable(f"not launched: {problem}, then launch again")
 
 
 def _forget(home: Path, run_id: str) -> None:
@@ -211,6 +217,33 @@ async def reach_nodes(plan: RunPlan, timeout_s: float = 5.0) -> list[Reach]:
         return list(await asyncio.gather(*(backend.reach(n.node_rank, timeout_s) for n in plan.nodes)))
     finally:
         await backend.close()
+
+
+async def launch_refusals(plan: RunPlan, home: Path, *, force: bool = False) -> list[str]:
+    """Why ``plan`` cannot start, found before anything of it is recorded: a secret with no value here, a
+    node refused for a reason only the user can change (an unknown or changed host key, a refused key), and,
+    unless ``force``, the cheap checks every launch runs (no torch where the built-in trainer runs, fewer
+    GPUs than processes, an unwritable ``output_dir``). Empty: launch. A node that does not answer yet is
+    no refusal: the run's owner waits for it as for any dropped connection."""
+    from launcher.backends.registry import backend_for
+    from launcher.doctor.preflight import preflight
+    from launcher.secrets import MissingSecrets, SecretStore
+
+    said: list[str] = []
+    try:
+        SecretStore(home).resolve(plan.workload.secrets)
+    except MissingSecrets as err:
+        said.append(str(err))
+    backend = backend_for(plan)
+    try:
+        reached = await asyncio.gather(*(backend.reach(n.node_rank, plan.workload.ssh.connect_timeout_s)
+                                         for n in plan.nodes))
+        said += [r.detail for r in reached if not r.ok and r.blocker]
+        if not force and all(r.ok for r in reached):
+            said += [str(refusal) for refusal in await preflight(backend)]
+    finally:
+        await backend.close()
+    return said
 
 
 def is_owned(home: Path, run_id: str) -> bool:

@@ -38,6 +38,22 @@ IFACE_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 the agent) unless the workload sets them: gloo otherwise binds to the address of the hostname, which
 stock hosts files map to 127.0.1.1, and the job hangs at its first collective."""
 IFACE_PLACEHOLDER = "<the interface that reaches MASTER_ADDR, found on the node>"
+RANK_TAG_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+"""torchrun starts each line it tees to the node's log with this (``$rank``: the worker's global rank). The
+node's agent sets it to ``RANK_TAG_TEMPLATE``, an escape sequence no terminal shows, so the log
+reads as before and every line still says which rank wrote it: ``fsdp-tui logs RUN --rank R``, the node
+pane's rank picker. A workload that sets it keeps its own (and its lines carry no rank)."""
+RANK_TAG_TEMPLATE = "\x1b_fsdp-tui rank=${rank}\x1b\\"
+"""An APC string (ESC _ ... ESC backslash): terminals ignore it and the display's sanitizer drops it, so a
+tagged line shows as the job wrote it (``launcher.runs.core.display`` reads the rank back)."""
+RANK_TAG_PLACEHOLDER = "<each line's rank, as a tag no terminal shows>"
+TEE_ENV = {"PET_TEE": "3", "PYTHONUNBUFFERED": "1"}
+"""torchrun tees every worker's stdout and stderr (``--tee 3``, through its ``PET_`` variables, so a
+workload's own ``torchrun`` line gets it too) into files under ``PET_LOG_DIR`` and on to the node's log,
+tagged by rank; unbuffered, so a teed line reaches the log when it is written, not 8 KiB later."""
+TEE_DIR = ("PET_LOG_DIR", "ranks")
+"""Where torchrun keeps those per-rank files: the run directory (the agent removes them when the job ends:
+they hold the job's bytes unmasked, and the node's log has every line)."""
 TRAINER_PKG_DIR = "pkg"
 """Where the launcher puts the ``trainer`` package on a node when the built-in trainer runs."""
 
@@ -56,6 +72,8 @@ class NodePlan:
     argv: tuple[str, ...]
     iface_env: tuple[str, ...] = ()
     """Variables the node sets to its interface that reaches ``MASTER_ADDR`` (see ``IFACE_ENV``)."""
+    rank_tag: bool = False
+    """The node's agent sets ``RANK_TAG_ENV`` (the workload does not)."""
     display: str | None = None
     """How the node is named when its host is not the machine it runs on (a SLURM node, reached through
     the login node ``host``)."""
@@ -140,11 +158,14 @@ def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = No
             "MASTER_PORT": str(port),
             RUN_ID_ENV: run_id,
             **FLIGHT_RECORDER_ENV,
+            **TEE_ENV,
             **workload.env_variables,
         }
         dir_env = dict(DIR_ENV)
-        if FLIGHT_RECORDER_DUMP[0] not in workload.env_variables:
-            dir_env.setdefault(*FLIGHT_RECORDER_DUMP)
+        for name, value in (FLIGHT_RECORDER_DUMP, TEE_DIR):
+            if name not in workload.env_variables:
+                dir_env.setdefault(name, value)
+        rank_tag = RANK_TAG_ENV not in workload.env_variables
         if workload.uses_builtin_trainer:
             dir_env["PYTHONPATH"] = TRAINER_PKG_DIR
         nodes.append(NodePlan(
@@ -153,9 +174,11 @@ def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = No
             node_dir=f"{root}/{run_id}/node-{rank}",
             env=env,
             dir_env=dir_env,
-            argv=_argv(workload, topo, rank, master_addr, port, [*env, *dir_env, *workload.secrets, *iface_env],
+            argv=_argv(workload, topo, rank, master_addr, port,
+                       [*env, *dir_env, *workload.secrets, *iface_env, *([RANK_TAG_ENV] if rank_tag else [])],
                        _local_python(workload) if slurm is None and (host is None or host.is_local) else None),
             iface_env=iface_env,
+            rank_tag=rank_tag,
             display=f"SLURM node {rank} via {hosts[rank].display if hosts[rank] else 'this machine'}"
             if slurm is not None else None,
         ))
@@ -310,6 +333,8 @@ def render_plan(plan: RunPlan) -> str:
             lines.append(f"    {name}={value}")
         for name in node.iface_env:
             lines.append(f"    {name}={IFACE_PLACEHOLDER}")
+        if node.rank_tag:
+            lines.append(f"    {RANK_TAG_ENV}={RANK_TAG_PLACEHOLDER}")
         for name in plan.secret_names:
             lines.append(f"    {name}={SECRET_MASK}  (secret {plan.workload.secrets[name]})")
         lines.append("  command:")

@@ -87,6 +87,7 @@ class RunMonitorScreen(MonitorViews, Screen):
         Binding("r", "ranks", "ranks", show=False, tooltip="Step time per rank over recent steps; the slow rank marked"),
         Binding("a", "samples", "samples", show=False,
                 tooltip="What the model answers as it learns: each prompt with its answer per step"),
+        Binding("p", "pick_rank", "rank", show=False, tooltip="Only one rank's lines in this node's pane (torchrun's ranks)"),
         Binding("escape", "back", "back"),
     ]
 
@@ -217,9 +218,9 @@ class RunMonitorScreen(MonitorViews, Screen):
                 pane.marking = False
         if isinstance(event, NodeLines):
             if 0 <= event.node_rank < self.num_nodes:
-                self.pane(event.node_rank).push(event.lines)
+                self.pane(event.node_rank).push(event.lines, event.ranks)
             prefix = f"[{event.node_rank}] "
-            self.pane(-1).push([prefix + line for line in event.lines])
+            self.pane(-1).push([prefix + line for line in event.lines], event.ranks)
         elif isinstance(event, NodeStateChanged) and 0 <= event.node_rank < self.num_nodes:
             self.pane(event.node_rank).set_state(event.state, event.exit_code, event.host)
         elif isinstance(event, GpuTelemetry) and 0 <= event.node_rank < self.num_nodes:
@@ -377,6 +378,23 @@ class RunMonitorScreen(MonitorViews, Screen):
         from tui.screens.samples import SamplesScreen
 
         self.app.push_screen(SamplesScreen(self.run_id))
+
+    def action_pick_rank(self) -> None:
+        """A list of the ranks whose lines the pane with the keys has seen; the one picked is shown alone."""
+        from tui.screens.rank_picker import RankPickerModal
+
+        pane = self.focused if isinstance(self.focused, NodeLog) else self.pane(self.alone if self.alone is not None else 0)
+        if not pane.ranks_seen:
+            self.notify("no line of this pane says its rank: ranks come from torchrun (the built-in trainer, or a "
+                        "command that runs torchrun without its own TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)")
+            return
+
+        def picked(choice: int | None | str) -> None:
+            if choice != "keep":
+                pane.pick_rank(choice)
+
+        where = "all nodes" if pane.node_rank < 0 else f"node {pane.node_rank}"
+        self.app.push_screen(RankPickerModal(where, sorted(pane.ranks_seen), pane.rank_filter), picked)
 
     def action_checkpoints(self) -> None:
         from tui.screens.checkpoints import CheckpointsScreen

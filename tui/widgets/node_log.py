@@ -44,9 +44,15 @@ class NodeLog(LogView):
         self.node_rank = node_rank
         self.host = host
         self.pending: deque[str] = deque(maxlen=max_pending)
+        self.pending_ranks: deque[int | None] = deque(maxlen=max_pending)
+        """The rank that wrote each pending line (torchrun's tag; ``None``: untagged), beside ``pending``."""
         self.filter_text = ""
+        self.rank_filter: int | None = None
+        """Only the lines this rank wrote (the rank picker); ``None``: every line."""
+        self.ranks_seen: set[int] = set()
         self.seen_output = False
         self.all_lines: deque[str] = deque(maxlen=MAX_LINES)
+        self.all_ranks: deque[int | None] = deque(maxlen=MAX_LINES)
         self.state, self.exit_code, self.gpu_summary = NodeState.PENDING, None, ""
         self.marking = True
         """Mark error lines with ``!!``; off once the run is being stopped (a stop makes jobs print tracebacks)."""
@@ -57,17 +63,25 @@ class NodeLog(LogView):
         """What the border's title says (a Text: a host or a state is never markup)."""
         self._show_badge()
 
-    def push(self, lines: tuple[str, ...] | list[str]) -> None:
+    def push(self, lines: tuple[str, ...] | list[str], ranks: tuple[int | None, ...] = ()) -> None:
         self.pending.extend(lines)
+        if ranks:
+            self.pending_ranks.extend(ranks)
+            self.ranks_seen.update(r for r in ranks if r is not None)
+        else:
+            self.pending_ranks.extend([None] * len(lines))
 
     def flush(self) -> int:
         """Write what is buffered if the pane is on screen; returns how many lines were written."""
         if not self.pending or not self.is_on_screen:
             return 0
-        lines = list(self.pending)
+        lines, ranks = list(self.pending), list(self.pending_ranks)
         self.pending.clear()
+        self.pending_ranks.clear()
         self.all_lines.extend(lines)
-        wanted = [line for line in lines if self._wanted(line)] if self.filter_text else lines
+        self.all_ranks.extend(ranks)
+        filtered = self.filter_text or self.rank_filter is not None
+        wanted = [line for line, rank in zip(lines, ranks, strict=True) if self._wanted(line, rank)] if filtered else lines
         # The first batch is history (a reopened run): all of it. After that, live output is capped.
         limit = MAX_LINES if not self.seen_output else MAX_WRITE
         self.seen_output = True
@@ -118,13 +132,25 @@ class NodeLog(LogView):
     def refilter(self, text: str) -> None:
         """Show only lines containing ``text`` (from the kept history)."""
         self.filter_text = text
+        self._rewrite()
+
+    def pick_rank(self, rank: int | None) -> None:
+        """Show only the lines ``rank`` wrote (``None``: every line), from the kept history."""
+        self.rank_filter = rank
+        self._show_badge()
+        self._rewrite()
+
+    def _rewrite(self) -> None:
         if not self.is_mounted:
             return
         self.clear()
-        self.write_lines([self._mark(line) for line in self.all_lines if self._wanted(line)])
+        self.write_lines([self._mark(line) for line, rank in zip(self.all_lines, self.all_ranks, strict=True)
+                          if self._wanted(line, rank)])
         self._keep_end()
 
-    def _wanted(self, line: str) -> bool:
+    def _wanted(self, line: str, rank: int | None = None) -> bool:
+        if self.rank_filter is not None and rank != self.rank_filter:
+            return False
         return not self.filter_text or self.filter_text.lower() in line.lower()
 
     def _show_badge(self) -> None:
@@ -139,6 +165,8 @@ class NodeLog(LogView):
             badge = Text.assemble(f"node {self.node_rank}  {self.host}  ", (f"{state.value}{code}", style))
             if self.gpu_summary:
                 badge.append(f"  {self.gpu_summary}")
+            if self.rank_filter is not None:
+                badge.append(f"  rank {self.rank_filter} only (p)", "bold")
         if badge != self.badge:
             self.badge = badge
             self.border_title = badge

@@ -23,6 +23,8 @@ from .netif import fill_iface_env
 
 STATE = "state.json"
 LOG = "node.log"
+TEE_DIR = "ranks"
+"""Where torchrun tees each rank's output when the launcher asked for it (``PET_LOG_DIR``, the plan's ``TEE_DIR``)."""
 RUN_ID_ENV = "FSDP_TUI_RUN_ID"
 MASK = "******"
 START_TIMEOUT_S = 30.0
@@ -59,6 +61,8 @@ def job_env(node_dir: str, spec: dict) -> dict:
         # A search path the node already sets (e.g. PYTHONPATH to site packages) stays, after ours.
         env[name] = path + os.pathsep + env[name] if name.endswith("PATH") and env.get(name) else path
     env.update(spec.get("secrets", {}))
+    for name, value in (spec.get("rank_tag") or {}).items():
+        env.setdefault(name, value)  # torchrun's line prefix: each line says its rank (the node's own stays)
     python = spec.get("python")
     if python and os.sep in python:
         env["PATH"] = os.path.dirname(os.path.abspath(os.path.expanduser(python))) + os.pathsep + env.get("PATH", "")
@@ -262,6 +266,9 @@ def supervise(node_dir: str, spec: dict, agent_argv: list, say_end: int | None =
             signal_group(proc.pid, signal.SIGKILL)
     code = proc.wait()
     log.close()
+    if (spec.get("dir_env") or {}).get("PET_LOG_DIR") == TEE_DIR:
+        # torchrun's per-rank copies of what the log has, tagged and masked: they would keep secrets unmasked.
+        shutil.rmtree(os.path.join(node_dir, TEE_DIR), ignore_errors=True)
     stopped = bool(read_state(node_dir).get("stopping"))
     try:
         write_state(node_dir, state="exited", exit_code=code, ended_at=time.time(), stopped=stopped, error=error)
