@@ -84,9 +84,6 @@ class NodeLines:
     node_rank: int
     lines: tuple[str, ...]
     end_offset: int
-    ranks: tuple[int | None, ...] = ()
-    """The rank each line was tagged with (torchrun's tee): empty when none was (a job that is no
-    torchrun, a workload that sets its own line prefix)."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +177,6 @@ def event_from_dict(data: dict[str, Any]) -> RunEvent | None:
         fields["gpus"] = tuple(GpuSample(**g) for g in fields.get("gpus", ()))
     elif kind is NodeLines:
         fields["lines"] = tuple(fields["lines"])
-        fields["ranks"] = tuple(fields.get("ranks", ()))
     elif kind is MetricsRecorded:
         fields["record"] = MetricRecord.from_dict(fields["record"])
     return kind(**fields)

@@ -36,7 +36,16 @@ def rank_memory(d: Dist) -> dict:
                 "reserved_gib": torch.cuda.memory_reserved(d.device) / _GIB,
                 "peak_gib": torch.cuda.max_memory_allocated(d.device) / _GIB, "total_gib": total / _GIB,
                 "device_used_gib": (total - free) / _GIB}
-    return {"rank": d.rank, "rss_gib": _rss_bytes() / _GIB}
+    ram = _ram_bytes()
+    return {"rank": d.rank, "rss_gib": _rss_bytes() / _GIB, **({"total_gib": ram / _GIB} if ram else {})}
+
+
+def _ram_bytes() -> int:
+    """The node's RAM (what a CPU rank's resident memory is measured against: the monitor's gauge)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
 
 
 def _rss_bytes() -> int:

@@ -213,6 +213,25 @@ class ExportResult:
 
 
 @dataclass(frozen=True)
+class RemovedFiles:
+    """What removing a run's directory on one node did. Never raised: a node that cannot be reached, or
+    whose job still runs, says so in ``error``."""
+
+    rank: int
+    label: str
+    path: str
+    bytes: int = 0
+    files: int = 0
+    error: str = ""
+
+    @classmethod
+    def from_wire(cls, rank: int, label: str, path: str, data: object) -> RemovedFiles:
+        data = data if isinstance(data, dict) else {}
+        return cls(rank, label, _text(data.get("path")) or path, max(_int(data.get("bytes")) or 0, 0),
+                   max(_int(data.get("files")) or 0, 0))
+
+
+@dataclass(frozen=True)
 class UsageSample:
     """What a node's job costs there now (its whole process tree), as the node sampled it."""
 
@@ -305,6 +324,10 @@ class Backend(Protocol):
         """Bytes of a node's stream from ``offset``; with ``wait_s``, held until there are some or the job ended."""
         ...
 
+    async def read_rank(self, rank: int, global_rank: int, offset: int, limit: int) -> bytes:
+        """Bytes of one rank's own output (``rank-<R>.log`` in node ``rank``'s run directory) from ``offset``."""
+        ...
+
     async def stop(self, grace_s: float, ranks: tuple[int, ...] | None = None) -> tuple[StopOutcome, ...]:
         """SIGTERM, grace, SIGKILL and a sweep on every node (or those of ``ranks``) at once; every node's
         outcome, never raising."""
@@ -332,6 +355,10 @@ class Backend(Protocol):
 
     async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None,
                                 merged: bool = False) -> ExportResult: ...
+
+    async def remove_files(self, rank: int) -> RemovedFiles:
+        """Remove the run's directory on that node (refused while its job runs there); never raising."""
+        ...
 
     async def scheduler_checks(self, quick: bool) -> tuple[SchedulerCheck, ...]:
         """What the scheduler says of this run before it is submitted (none without a scheduler).

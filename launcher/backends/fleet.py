@@ -25,6 +25,7 @@ from launcher.backends.base import (
     NodeStatus,
     PortClaim,
     Reach,
+    RemovedFiles,
     SchedulerCheck,
     ScriptRun,
     StackDump,
@@ -226,6 +227,10 @@ class AgentFleet:
                                               wait=wait_s)
         return data
 
+    async def read_rank(self, rank: int, global_rank: int, offset: int, limit: int) -> bytes:
+        _, data = await self.links[rank].call("read", name=f"rank-{int(global_rank)}.log", offset=offset, limit=limit)
+        return data
+
     async def gpus(self, rank: int) -> tuple[GpuSample, ...]:
         header, _ = await self.links[rank].call("gpus")
         return tuple(GpuSample(**g) for g in header.get("gpus", []))
@@ -322,6 +327,14 @@ class AgentFleet:
             return await asyncio.to_thread(unpack_here, tar_path, to, link.label)
         finally:
             await asyncio.to_thread(tar_path.unlink, missing_ok=True)
+
+    async def remove_files(self, rank: int) -> RemovedFiles:
+        node = self.plan.nodes[rank]
+        try:
+            header, _ = await self.links[rank].call("remove")
+        except (NodeError, AgentError) as err:
+            return RemovedFiles(rank, self.label(rank), node.node_dir, error=str(err))
+        return RemovedFiles.from_wire(rank, self.label(rank), node.node_dir, header)
 
     async def scheduler_checks(self, quick: bool) -> tuple[SchedulerCheck, ...]:
         return ()  # nodes reached one by one: no scheduler to ask

@@ -235,12 +235,13 @@ command: |
             assert canary.encode() not in path.read_bytes(), path
 
 
-def test_missing_secret_fails_with_how_to_set_it(home, tmp_path):
+def test_missing_secret_launches_nothing_and_says_how_to_set_it(home, tmp_path):
     wl = write_workload(tmp_path, "experiment_name: nosecret\nsecrets: {TOK: s/k}\ncommand: echo hi\n")
     out = cli(home, "run", wl, "--json")
-    assert out.returncode == 1
-    end = events(out.stdout)[-1]
-    assert "fsdp-tui secrets set s/k" in end["triage"]["summary"]
+    assert out.returncode == 2 and out.stdout == "", out.stdout  # as docs/commands.md says: nothing launched
+    assert "cannot run: no value for secret s/k" in out.stderr and "fsdp-tui secrets set s/k" in out.stderr
+    assert "nothing was launched" in out.stderr
+    assert json.loads(cli(home, "runs", "--json").stdout) == []  # no failed run left in the list
 
 
 def test_fast_output_larger_than_a_read_is_mirrored_without_loss(home, tmp_path):

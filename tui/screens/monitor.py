@@ -218,9 +218,9 @@ class RunMonitorScreen(MonitorViews, Screen):
                 pane.marking = False
         if isinstance(event, NodeLines):
             if 0 <= event.node_rank < self.num_nodes:
-                self.pane(event.node_rank).push(event.lines, event.ranks)
+                self.pane(event.node_rank).push(event.lines)
             prefix = f"[{event.node_rank}] "
-            self.pane(-1).push([prefix + line for line in event.lines], event.ranks)
+            self.pane(-1).push([prefix + line for line in event.lines])
         elif isinstance(event, NodeStateChanged) and 0 <= event.node_rank < self.num_nodes:
             self.pane(event.node_rank).set_state(event.state, event.exit_code, event.host)
         elif isinstance(event, GpuTelemetry) and 0 <= event.node_rank < self.num_nodes:
@@ -273,6 +273,9 @@ class RunMonitorScreen(MonitorViews, Screen):
         """The summary line (state, step, ETA, follow), redrawn when it reads differently."""
         v = self.view
         step = f"{v.step}/{v.max_steps}" if v.max_steps else str(v.step)
+        if v.first_step_at is None and not v.state.is_final:
+            quiet = not any(n.lines for n in v.nodes.values())
+            step = "- (starting: no line yet)" if quiet else "- (no step reported yet)"
         tps = f"{v.tokens_per_s:,.0f} tok/s" if v.tokens_per_s else "- tok/s"
         mfu = f"  MFU {v.mfu:.1%}" if v.mfu is not None else ""
         state = "STALLED" if v.stalled else v.state.value.upper()
@@ -379,22 +382,26 @@ class RunMonitorScreen(MonitorViews, Screen):
 
         self.app.push_screen(SamplesScreen(self.run_id))
 
-    def action_pick_rank(self) -> None:
-        """A list of the ranks whose lines the pane with the keys has seen; the one picked is shown alone."""
+    @work(exclusive=True, group="rank-picker")
+    async def action_pick_rank(self) -> None:
+        """The ranks of the node whose pane has the keys (node 0 elsewhere); the one picked opens alone,
+        read from its node."""
+        from launcher.runs.read.rank_log import ranks_of_node
+        from tui.screens.rank_log import RankLogModal
         from tui.screens.rank_picker import RankPickerModal
 
-        pane = self.focused if isinstance(self.focused, NodeLog) else self.pane(self.alone if self.alone is not None else 0)
-        if not pane.ranks_seen:
-            self.notify("no line of this pane says its rank: ranks come from torchrun (the built-in trainer, or a "
-                        "command that runs torchrun without its own TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)")
+        pane = self.focused if isinstance(self.focused, NodeLog) and self.focused.node_rank >= 0 else None
+        node = pane.node_rank if pane is not None else (self.alone if self.alone is not None else 0)
+        ranks = await asyncio.to_thread(ranks_of_node, self.app.home, self.run_id, node)
+        if not ranks:
+            self.notify("this run's ranks are not known (no plan on record)")
             return
 
-        def picked(choice: int | None | str) -> None:
-            if choice != "keep":
-                pane.pick_rank(choice)
+        def picked(rank: int | None) -> None:
+            if rank is not None:
+                self.app.push_screen(RankLogModal(self.run_id, rank))
 
-        where = "all nodes" if pane.node_rank < 0 else f"node {pane.node_rank}"
-        self.app.push_screen(RankPickerModal(where, sorted(pane.ranks_seen), pane.rank_filter), picked)
+        self.app.push_screen(RankPickerModal(f"node {node}", ranks), picked)
 
     def action_checkpoints(self) -> None:
         from tui.screens.checkpoints import CheckpointsScreen

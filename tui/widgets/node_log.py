@@ -44,15 +44,9 @@ class NodeLog(LogView):
         self.node_rank = node_rank
         self.host = host
         self.pending: deque[str] = deque(maxlen=max_pending)
-        self.pending_ranks: deque[int | None] = deque(maxlen=max_pending)
-        """The rank that wrote each pending line (torchrun's tag; ``None``: untagged), beside ``pending``."""
         self.filter_text = ""
-        self.rank_filter: int | None = None
-        """Only the lines this rank wrote (the rank picker); ``None``: every line."""
-        self.ranks_seen: set[int] = set()
         self.seen_output = False
         self.all_lines: deque[str] = deque(maxlen=MAX_LINES)
-        self.all_ranks: deque[int | None] = deque(maxlen=MAX_LINES)
         self.state, self.exit_code, self.gpu_summary = NodeState.PENDING, None, ""
         self.marking = True
         """Mark error lines with ``!!``; off once the run is being stopped (a stop makes jobs print tracebacks)."""
@@ -62,26 +56,21 @@ class NodeLog(LogView):
         self.badge = Text()
         """What the border's title says (a Text: a host or a state is never markup)."""
         self._show_badge()
+        self._show_waiting()
 
-    def push(self, lines: tuple[str, ...] | list[str], ranks: tuple[int | None, ...] = ()) -> None:
+    def push(self, lines: tuple[str, ...] | list[str]) -> None:
         self.pending.extend(lines)
-        if ranks:
-            self.pending_ranks.extend(ranks)
-            self.ranks_seen.update(r for r in ranks if r is not None)
-        else:
-            self.pending_ranks.extend([None] * len(lines))
 
     def flush(self) -> int:
         """Write what is buffered if the pane is on screen; returns how many lines were written."""
         if not self.pending or not self.is_on_screen:
             return 0
-        lines, ranks = list(self.pending), list(self.pending_ranks)
+        lines = list(self.pending)
         self.pending.clear()
-        self.pending_ranks.clear()
         self.all_lines.extend(lines)
-        self.all_ranks.extend(ranks)
-        filtered = self.filter_text or self.rank_filter is not None
-        wanted = [line for line, rank in zip(lines, ranks, strict=True) if self._wanted(line, rank)] if filtered else lines
+        if self.border_subtitle:
+            self.border_subtitle = ""  # the first line: nothing to wait for any more
+        wanted = [line for line in lines if self._wanted(line)] if self.filter_text else lines
         # The first batch is history (a reopened run): all of it. After that, live output is capped.
         limit = MAX_LINES if not self.seen_output else MAX_WRITE
         self.seen_output = True
@@ -107,6 +96,7 @@ class NodeLog(LogView):
         self.set_class(state == NodeState.EXITED and exit_code not in (0, None), "-failed")
         self.set_class(state == NodeState.LOST, "-lost")
         self.set_class(state == NodeState.RECONNECTING, "-reconnecting")
+        self._show_waiting()
 
     def set_gpus(self, summary: str) -> None:
         """GPU utilisation and memory of this node, after its badge."""
@@ -132,25 +122,13 @@ class NodeLog(LogView):
     def refilter(self, text: str) -> None:
         """Show only lines containing ``text`` (from the kept history)."""
         self.filter_text = text
-        self._rewrite()
-
-    def pick_rank(self, rank: int | None) -> None:
-        """Show only the lines ``rank`` wrote (``None``: every line), from the kept history."""
-        self.rank_filter = rank
-        self._show_badge()
-        self._rewrite()
-
-    def _rewrite(self) -> None:
         if not self.is_mounted:
             return
         self.clear()
-        self.write_lines([self._mark(line) for line, rank in zip(self.all_lines, self.all_ranks, strict=True)
-                          if self._wanted(line, rank)])
+        self.write_lines([self._mark(line) for line in self.all_lines if self._wanted(line)])
         self._keep_end()
 
-    def _wanted(self, line: str, rank: int | None = None) -> bool:
-        if self.rank_filter is not None and rank != self.rank_filter:
-            return False
+    def _wanted(self, line: str) -> bool:
         return not self.filter_text or self.filter_text.lower() in line.lower()
 
     def _show_badge(self) -> None:
@@ -165,11 +143,21 @@ class NodeLog(LogView):
             badge = Text.assemble(f"node {self.node_rank}  {self.host}  ", (f"{state.value}{code}", style))
             if self.gpu_summary:
                 badge.append(f"  {self.gpu_summary}")
-            if self.rank_filter is not None:
-                badge.append(f"  rank {self.rank_filter} only (p)", "bold")
         if badge != self.badge:
             self.badge = badge
             self.border_title = badge
+
+    def _show_waiting(self) -> None:
+        """Until the node's first line, the border says what the node is doing (a blank pane says nothing)."""
+        if self.all_lines or self.pending:
+            return
+        if self.node_rank < 0 or self.state in (NodeState.PENDING, NodeState.STARTING):
+            words = "waiting for the first line: preparing the node, starting the job"
+        elif self.state in (NodeState.RUNNING, NodeState.RECONNECTING):
+            words = "running, no line yet: starting torch and the model can take a few seconds"
+        else:
+            words = "no output"
+        self.border_subtitle = words
 
     @staticmethod
     def _mark(line: str) -> str:

@@ -20,6 +20,7 @@ import sys
 import time
 
 from .netif import fill_iface_env
+from .ranklogs import RankFiles
 
 STATE = "state.json"
 LOG = "node.log"
@@ -217,13 +218,17 @@ def supervise(node_dir: str, spec: dict, agent_argv: list, say_end: int | None =
 
         write_venv_spec(node_dir, spec)
         argv = [*agent_argv, "with-venv", node_dir]
+    marker = b""
     try:
         log = open(log_path, "ab", buffering=0)  # noqa: SIM115
         if spec.get("marker"):
             stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-            log.write(f"{ATTEMPT_MARKER}{spec['marker']}, started {stamp} ===\n".encode())
+            marker = f"{ATTEMPT_MARKER}{spec['marker']}, started {stamp} ===\n".encode()
+            log.write(marker)
     except OSError as err:
         return _refuse_for_space(node_dir, log_path, err, say_end)
+    template = next(iter((spec.get("rank_tag") or {}).values()), None)
+    ranks = RankFiles(node_dir, template, marker) if template else None
     env = job_env(node_dir, spec)
     iface = fill_iface_env(env, spec.get("iface_env", ()))
     if iface is not None:
@@ -254,6 +259,8 @@ def supervise(node_dir: str, spec: dict, agent_argv: list, say_end: int | None =
         for value in secrets:
             line = line.replace(value, MASK.encode())
         try:
+            if ranks is not None:
+                line = ranks.split(line)  # each rank's part into its own file; the log as the job wrote it
             log.write(line)
         except OSError as err:  # a full or failing disk: the job cannot be recorded, so it stops
             error = _disk_words(log_path, err)
@@ -266,6 +273,8 @@ def supervise(node_dir: str, spec: dict, agent_argv: list, say_end: int | None =
             signal_group(proc.pid, signal.SIGKILL)
     code = proc.wait()
     log.close()
+    if ranks is not None:
+        ranks.close()
     if (spec.get("dir_env") or {}).get("PET_LOG_DIR") == TEE_DIR:
         # torchrun's per-rank copies of what the log has, tagged and masked: they would keep secrets unmasked.
         shutil.rmtree(os.path.join(node_dir, TEE_DIR), ignore_errors=True)

@@ -108,6 +108,10 @@ def _pack(node_dir, req, body):
     return {"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, b""
 
 
+def _remove(node_dir, req, body):
+    return files.remove_run_dir(node_dir), b""
+
+
 def _slurm(node_dir, req, body):
     return scheduler.run(node_dir, list(req["argv"]), body, bool(req.get("in_run_dir")),
                          float(req.get("timeout", 60))), b""
@@ -116,7 +120,7 @@ def _slurm(node_dir, req, body):
 HANDLERS = {
     "status": _status, "read": _read, "write": _write, "put": _put, "unpack": _unpack, "stop": _stop,
     "gpus": _gpus, "usage": _usage, "port": _port, "run": _run, "stacks": _stacks, "ckpt_list": _ckpt_list, "ckpt_delete": _ckpt_delete,
-    "ckpt_export": _ckpt_export, "pack": _pack, "slurm": _slurm,
+    "ckpt_export": _ckpt_export, "pack": _pack, "slurm": _slurm, "remove": _remove,
 }
 
 

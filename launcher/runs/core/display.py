@@ -21,17 +21,6 @@ def sanitize_lines(lines: list[str], keep_colour: bool = False) -> list[str]:
 
 
 _CONTROLS_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
-RANK_TAG = re.compile("\x1b_fsdp-tui rank=(\\d{1,7})\x1b\\\\")
-"""torchrun's tag before each line a rank wrote (``launcher.workload.plan.RANK_TAG_TEMPLATE``)."""
-
-
-def rank_of(raw: bytes) -> int | None:
-    """The rank whose tag starts (or first appears in) a line of job output; ``None``: an untagged line
-    (torchrun's own, the agent's, a job that is no torchrun)."""
-    if b"\x1b_" not in raw:
-        return None
-    found = RANK_TAG.search(raw.decode("utf-8", "replace"))
-    return int(found.group(1)) if found else None
 
 
 def show_lines(raw: list[bytes], keep_colour: bool = False) -> list[str]:
@@ -40,8 +29,6 @@ def show_lines(raw: list[bytes], keep_colour: bool = False) -> list[str]:
     if not raw:
         return []
     text = b"\n".join(raw).decode("utf-8", "replace")  # "\n" is never inside a UTF-8 sequence: same decode
-    if "\x1b_" in text:
-        text = RANK_TAG.sub("", text)  # the sanitizer would drop them too, one line at a time
     lines = text.split("\n")
     if _CONTROLS_BUT_NEWLINE.search(text) is None:
         if len(text) <= MAX_LINE_CHARS or max(map(len, lines)) <= MAX_LINE_CHARS:

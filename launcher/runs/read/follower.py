@@ -78,10 +78,8 @@ class _Tail:
     def __init__(self, path: Path, offset: int = 0, keep_colour: bool = False) -> None:
         self.path, self.offset = path, offset
         self.split = LineSplitter(keep_colour)
-        self.ranks: list[int | None] = []
 
     def read(self, final: bool = False) -> list[str]:
-        """New complete lines; ``ranks`` then holds the rank tag of each (``None``: untagged)."""
         try:
             with open(self.path, "rb") as f:
                 f.seek(self.offset)
@@ -90,10 +88,8 @@ class _Tail:
             chunk = b""
         self.offset += len(chunk)
         lines = self.split.feed(chunk)
-        self.ranks = list(self.split.ranks)
         if final and len(chunk) < READ_CHUNK:
             lines += self.split.flush()
-            self.ranks += self.split.ranks
         return lines
 
     def raw(self) -> list[bytes]:
@@ -206,10 +202,8 @@ def _new_output(run_id: str, logs: dict[int, _Tail], metrics: _MetricsTail, fina
     for rank, tail in logs.items():
         while True:
             lines = tail.read(final)
-            ranks = tail.ranks if any(r is not None for r in tail.ranks) else []
             for i in range(0, len(lines), BATCH_LINES):
-                out.append(NodeLines(run_id, rank, tuple(lines[i:i + BATCH_LINES]), tail.offset,
-                                     tuple(ranks[i:i + BATCH_LINES])))
+                out.append(NodeLines(run_id, rank, tuple(lines[i:i + BATCH_LINES]), tail.offset))
             if not lines or tail.offset >= file_size(tail.path):
                 break
     out += [MetricsRecorded(run_id, r) for r in metrics.records()]
