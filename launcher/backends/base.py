@@ -210,6 +210,8 @@ class ExportResult:
     the adapter in PEFT's format)."""
     merged_copy: str | None = None
     """Where the merged folder was copied on this machine, when asked."""
+    reused: bool = False
+    """The trainer had exported this step itself: that folder is the export (nothing was written)."""
 
 
 @dataclass(frozen=True)

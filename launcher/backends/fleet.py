@@ -293,7 +293,8 @@ class AgentFleet:
         if not isinstance(path, str) or not path:
             raise NodeError(f"{self.label(0)}: the export answered without its folder; look at the node's log")
         result = ExportResult(path, tuple(f for f in files if isinstance(f, str)) if isinstance(files, list) else (),
-                              merged=merged_path if isinstance(merged_path, str) and merged_path else None)
+                              merged=merged_path if isinstance(merged_path, str) and merged_path else None,
+                              reused=header.get("reused") is True)
         if copy_to is None:
             return result
         local = await self._fetch_tree(path, Path(copy_to))

@@ -133,6 +133,11 @@ def _print(r: dict) -> None:
             f"  loss {_loss(r['last_loss'])}  best eval {_loss(r['best_eval_loss'])}\n")
     if r.get("data"):
         out(f"  data      {r['data']['text']}\n")
+    if r.get("resumed_from"):
+        f = r["resumed_from"]
+        step = f"step {f['step']} of " if f["step"] is not None else ""
+        source = f"{step}run {f['run_id']}" if f["run_id"] else f"{step}a checkpoint"
+        out(f"  resumed   from {source}: {f['path']}\n")
     if r.get("last_safe_step"):
         out(f"  safe      {r['last_safe_step']['text']}\n")
     if r.get("lead_time"):

@@ -316,6 +316,9 @@ def render_plan(plan: RunPlan) -> str:
         revision = ""
         if snap is not None and snap.git is not None:
             revision = f" as committed at {'commit ' + snap.git.commit if snap.git.commit else 'branch ' + str(snap.git.branch)}"
+            if snap.git.remote not in (False, "", None):
+                where = snap.git.remote if isinstance(snap.git.remote, str) else "its remote"
+                revision += f" on {where} (fetched at launch)"
         only = f" (only {', '.join(snap.include_paths)})" if snap is not None and snap.include_paths else ""
         size = "" if revision else _snapshot_size(plan)
         lines.append(f"  code snapshot: {plan.code_root}{revision}{only} -> <node dir>/code{size}")

@@ -123,7 +123,8 @@ class CheckpointsScreen(Screen):
         except CheckpointError as err:
             self.notify(f"export failed: {err}", severity="error", timeout=10)
             return
-        self.notify(f"exported to {result.path}" + (f" and {result.merged}" if result.merged else ""))
+        self.notify(f"the trainer's own export of {c.name}: {result.path}" if result.reused
+                    else f"exported to {result.path}" + (f" and {result.merged}" if result.merged else ""))
 
     def action_versus(self) -> None:
         from tui.screens.samples import SamplesScreen

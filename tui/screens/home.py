@@ -28,12 +28,14 @@ def samples_root() -> Path:
 
 
 def find_workloads(extra: list[Path]) -> list[Path]:
-    """Sample workloads (see ``samples_root``), plus YAML files in the current folder."""
+    """Sample workloads (see ``samples_root``), plus YAML files in the current folder, in the order the
+    table shows them: by folder as it is shown, then by file name."""
     root = samples_root()
-    found = sorted(root.rglob("*.yaml")) if root.is_dir() else []
-    found += sorted(p for p in Path.cwd().glob("*.y*ml") if p.is_file())
+    found = list(root.rglob("*.yaml")) if root.is_dir() else []
+    found += [p for p in Path.cwd().glob("*.y*ml") if p.is_file()]
     found += extra
-    return list(dict.fromkeys(p.resolve() for p in found))
+    unique = dict.fromkeys(p.resolve() for p in found)
+    return sorted(unique, key=lambda p: (folder_label(p.parent).lower(), p.name.lower()))
 
 
 def folder_label(folder: Path) -> str:

@@ -74,7 +74,7 @@ class SweepScreen(Screen):
         yield Label("", id="sweep-title")
         with TabbedContent(initial="table"):
             with TabPane("1 table", id="table"):
-                yield ComparisonTable(id="variants")
+                yield ComparisonTable(run_ids=not self.sweep_id, id="variants")
                 yield Label("", id="row-detail")
             with TabPane("2 loss", id="loss"):
                 yield LossCurves(id="loss-plot")
@@ -169,6 +169,13 @@ class SweepScreen(Screen):
             run_id = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
             if any(r.run_id == run_id and r.state not in ("pending", "skipped") for r in self.rows):
                 self.app.open_run(run_id)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "cancel":
+            return bool(self.sweep_id)  # marked runs are no sweep: nothing to cancel, no key in the footer
+        if action == "tab" and parameters == ("diff",):
+            return not self.sweep_id
+        return True
 
     def action_cancel(self) -> None:
         if not self.sweep_id or self.state in ("succeeded", "failed", "cancelled"):

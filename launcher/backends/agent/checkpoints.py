@@ -46,11 +46,17 @@ def delete(output_dir: str, env: dict, node_dir: str, name: str) -> dict:
 def export(output_dir: str, env: dict, node_dir: str, name: str, python: str, pythonpath: str,
            timeout_s: float, merged: bool = False) -> dict:
     """``python -m trainer.export`` on this node into ``<output_dir>/hf/export-<name>`` (a new folder); with
-    ``merged`` (a LoRA checkpoint), also the base with the adapter merged, beside it (``...-merged``)."""
+    ``merged`` (a LoRA checkpoint), also the base with the adapter merged, beside it (``...-merged``). Unless
+    the trainer exported that step itself (``<output_dir>/hf/<name>``, written whole by a rename) and no
+    merged copy is asked for: that folder is the answer, marked ``reused``, and nothing is written twice."""
     _ckpts, target = _find(output_dir, env, node_dir, name)
     if not target.complete:
         raise ValueError(f"{target.path} is not complete (no DCP .metadata or meta.json): pick a complete one")
     base = os.path.join(os.path.dirname(os.path.dirname(target.path)), "hf")
+    own = os.path.join(base, name)
+    if not merged and os.path.isfile(os.path.join(own, "config.json")) and any(
+            f.endswith(".safetensors") for f in os.listdir(own)):
+        return {"path": own, "files": sorted(os.listdir(own)), "reused": True}
     out, n = os.path.join(base, f"export-{name}"), 1
     while os.path.exists(out) or os.path.exists(out + "-merged"):
         out, n = os.path.join(base, f"export-{name}-{n}"), n + 1

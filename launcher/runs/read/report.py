@@ -62,7 +62,21 @@ def run_report(home: Path, run_id: str) -> dict:
         "notifications": read_deliveries(directory),
         "lead_time": lead_time_of_run(directory, workload), "ranks": ranks,
         "odd_nodes": odd, "data": _data_summary(directory / METRICS),
+        "resumed_from": _resumed_from(home, workload, run_id),
     }
+
+
+def _resumed_from(home: Path, workload: dict, run_id: str) -> dict | None:
+    """The checkpoint this run started from (``parameters.checkpoint.resume``: ``resume`` and the
+    checkpoints screen set it) and, when its path names one, the run that wrote it."""
+    import re
+
+    path = ((workload.get("parameters") or {}).get("checkpoint") or {}).get("resume")
+    if not isinstance(path, str) or not path:
+        return None
+    step = re.search(r"step-0*(\d+)", path)
+    runs = [r.run_id for r in RunStore(home).list_runs(limit=1000) if r.run_id != run_id and r.run_id in path]
+    return {"path": path, "step": int(step.group(1)) if step else None, "run_id": max(runs, key=len) if runs else None}
 
 
 def _odd_nodes(record) -> list[str]:
