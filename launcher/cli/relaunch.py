@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     alive = job_may_live(store.get_run(run_id))
     if alive:
         print(f"fsdp-tui {args.verb}: {run_id}: {alive}", file=sys.stderr)
-        return 1
+        return 2  # as run: nothing was launched
     try:
         if args.verb == "resume":
             planned, path = asyncio.run(resume_plan(store.home, run_id, args.step, args.overrides))
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
             planned = relaunch_plan(store.home, run_id, args.overrides)
     except LookupError as err:
         print(f"fsdp-tui {args.verb}: {err}", file=sys.stderr)
-        return 1
+        return 2  # as run: nothing was launched
     for override in planned.result.overrides:
         print(f"--set {override.describe()}", file=sys.stderr)
     for problem in planned.problems:

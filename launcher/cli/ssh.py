@@ -21,8 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "used. After --, a command to run there instead of a shell. For a run on this machine, "
                        "a shell in the node's folder here.")
     p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
-    p.add_argument("node", metavar="NODE", type=int, nargs="?", default=0, help="the node's rank (default 0)")
-    p.add_argument("command", metavar="-- COMMAND", nargs=argparse.REMAINDER, help="run this instead of a shell")
+    p.add_argument("node", metavar="NODE", nargs="?", help="the node's rank (default 0)")
+    p.add_argument("remote_command", metavar="-- COMMAND", nargs=argparse.REMAINDER,
+                   help="run this instead of a shell")
     p.set_defaults(handler=run)
 
 
@@ -39,11 +40,17 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError, KeyError) as err:
         print(f"fsdp-tui ssh: run {run_id} has no plan on record ({err}): its nodes are not known", file=sys.stderr)
         return 2
-    if not 0 <= args.node < len(plan.nodes):
+    command = args.remote_command[1:] if args.remote_command[:1] == ["--"] else args.remote_command
+    rank = 0
+    if args.node is not None and args.node.isdigit():
+        rank = int(args.node)
+    elif args.node is not None:  # `fsdp-tui ssh RUN -- COMMAND`: argparse took the command's first word
+        command = [args.node, *command]
+    if not 0 <= rank < len(plan.nodes):
         print(f"fsdp-tui ssh: run {run_id} has nodes 0-{len(plan.nodes) - 1}", file=sys.stderr)
         return 2
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    node = plan.nodes[args.node]
+    args.node = rank
+    node = plan.nodes[rank]
     if plan.workload.compute.slurm is not None:
         print(f"fsdp-tui ssh: node {args.node} ran on a compute node of the SLURM job; this is the login node "
               f"{node.host.display if node.host else '(this machine)'}, in the node's folder on the shared disk "

@@ -114,7 +114,8 @@ def evaluate(plan: RunPlan, node: NodePlan, probe: NodeProbe, *, node0_hostname:
     if probe.reach_error is not None:
         fix = ""
         if "cannot connect" in probe.reach_error or "connection lost" in probe.reach_error:
-            fix = f"check that {host} is up and that `ssh {host}` works from here without a password"
+            ssh = node.host.ssh_words if node.host is not None else f"ssh {host}"
+            fix = f"check that {host} is up and that `{ssh}` works from here without a password"
             if "TimeoutError" in probe.reach_error:
                 fix += f" (no answer within ssh.connect_timeout_s={plan.workload.ssh.connect_timeout_s:g}s)"
         return NodeReport(node.node_rank, probe.label, (Check("reachable", "error", probe.reach_error, fix),))

@@ -157,7 +157,7 @@ def reach(plan: RunPlan) -> list[tuple[int | None, str]]:
         return [(None, f"no node answered within the connect phase's deadline of {limit:g} s: check that the "
                        "nodes are up and that ssh reaches them from here without a password")]
     return [(a.rank, f"{a.label}: not reached within the connect phase ({limit:g} s): {a.detail}; check that it is up and "
-            f"that `ssh {plan.nodes[a.rank].host_display}` works from here without a password")
+            f"that `{_ssh_words(plan.nodes[a.rank])}` works from here without a password")
             for a in answers if not a.ok]
 
 
@@ -320,3 +320,7 @@ def newest_for(home: Path, hosts: list[str] | tuple[str, ...], *, besides: str =
                 "all_gather_busbw": ag.busbw if ag else None,
                 "summary": f"{rate(ag.busbw) if ag else '-'} all-gather bus bandwidth over the whole world"}
     return None
+
+
+def _ssh_words(node) -> str:
+    return node.host.ssh_words if node.host is not None else "ssh localhost"

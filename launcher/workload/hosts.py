@@ -25,6 +25,14 @@ class HostTarget:
         return self.alias
 
     @property
+    def ssh_words(self) -> str:
+        """How ``ssh`` is told to reach this target on a command line (``host:port`` is not ssh's syntax):
+        ``ssh -p 2222 me@gpu-a`` (what the workload's ``ssh:`` section adds is not said)."""
+        port = f"-p {self.port} " if self.port else ""
+        user = f"{self.user}@" if self.user else ""
+        return f"ssh {port}{user}{self.hostname}"
+
+    @property
     def is_local(self) -> bool:
         """``localhost`` without a user or port means this machine, with no SSH."""
         return self.hostname in LOCAL_NAMES and self.user is None and self.port is None

@@ -287,15 +287,14 @@ def test_gpu_telemetry_from_nvidia_smi_reaches_the_events_and_the_view(home, tmp
 
 def test_a_workload_that_cannot_run_here_is_refused_before_it_starts(home, tmp_path):
     """Eight GPU processes per node on a machine without GPUs or a CUDA torch: refused in seconds with
-    the doctor's words; --force starts it anyway."""
+    the doctor's words, before anything is recorded (exit 2, no failed run left); --force starts it anyway."""
     wl = write_workload(tmp_path, "experiment_name: no-gpus\ncompute: {accelerator_type: GPU_8xH100}\n"
                                   "command: echo started\n")
     out = cli(home, "run", wl, "--json")
-    assert out.returncode == 1
-    summary = events(out.stdout)[-1]["triage"]["summary"]
-    assert "not started, it cannot run there" in summary and "GPU processes per node" in summary
-    assert "--force" in summary
-    assert not [line for e in events(out.stdout) if e["type"] == "NodeLines" for line in e["lines"]]
+    assert out.returncode == 2 and out.stdout == "", out.stdout
+    assert "cannot run: node 0 (this machine): " in out.stderr and "GPU processes per node" in out.stderr
+    assert "--force launches past the cheap checks" in out.stderr
+    assert json.loads(cli(home, "runs", "--json").stdout) == []
     forced = cli(home, "run", wl, "--json", "--force")
     assert forced.returncode == 0, forced.stdout[-2000:]
     assert [line for e in events(forced.stdout) if e["type"] == "NodeLines" for line in e["lines"]] == ["started"]
