@@ -238,9 +238,18 @@ async def launch_refusals(plan: RunPlan, home: Path, *, force: bool = False) -> 
     try:
         reached = await asyncio.gather(*(backend.reach(n.node_rank, plan.workload.ssh.connect_timeout_s)
                                          for n in plan.nodes))
-        said += [r.detail for r in reached if not r.ok and r.blocker]
+        for r in reached:
+            if not r.ok and r.blocker:  # "node 1 (gpu-b): unknown host key ...", the node named once
+                said.append(f"{r.label}: {r.detail.removeprefix(plan.nodes[r.rank].host_display + ': ')}")
         if not force and all(r.ok for r in reached):
-            said += [str(refusal) for refusal in await preflight(backend)]
+            from launcher.backends.base import NodeError
+
+            try:
+                await backend.locate()  # MASTER_ADDR as the nodes dial it (an ~/.ssh/config alias resolved), as the owner does
+            except NodeError as err:
+                said.append(str(err))
+            else:
+                said += [str(refusal) for refusal in await preflight(backend)]
     finally:
         await backend.close()
     return said
