@@ -72,7 +72,7 @@ class EditorScreen(Screen):
         Binding("f8", "next_problem", "next problem", tooltip="the cursor goes to it (shift+f8: the problems list)"),
         Binding("shift+f8", "focus_problems", "problems list", show=False),
         Binding("ctrl+t", "templates", "templates"),
-        Binding("f2", "other_tab", "plan/problems", tooltip="the Plan tab (each node's command) or the Problems tab"),
+        Binding("f2", "other_tab", "plan", tooltip="the Plan tab (each node's command) or the Problems tab"),
         Binding("ctrl+n", "nettest", "nettest", tooltip="test the interconnect of these nodes (quick nettest)"),
         Binding("escape", "back", "back"),
     ]

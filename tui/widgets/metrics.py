@@ -73,8 +73,9 @@ class MemoryGauge(Horizontal):
         if total_gib:
             frac = used_gib / total_gib
             bar.update(total=100, progress=min(100.0, 100 * frac))
-            kind = "RSS " if rss else ""  # resident memory against the node's RAM on CPU; the card's on GPU
-            label.update(f"rank {self.rank} {kind}{used_gib:.1f}/{total_gib:.0f}G", layout=False)  # width 22
+            # Resident memory against the node's RAM on CPU; the card's memory on GPU. Width 22.
+            used = f"RSS {used_gib:.1f}" if rss else f"{used_gib:5.1f}"
+            label.update(f"rank {self.rank} {used}/{total_gib:.0f}G", layout=False)
             self.set_class(WARN_AT <= frac < CRIT_AT, "-warn")
             self.set_class(frac >= CRIT_AT, "-crit")
         else:  # resident memory on CPU: no limit to measure it against, so no bar that would read 0%
