@@ -191,8 +191,9 @@ def scenarios() -> list[tuple[str, int, Callable[[World], int]]]:
         return lambda w: w.cli(*args, **kw)[0]
 
     def run_ok(w):
-        code = w.cli("run", w.file("ok.yaml", OK), "--watch")[0]
+        code, _, said = w.cli("run", w.file("ok.yaml", OK), "--watch")
         w.ids["ok"] = w.newest()
+        w.ids["said"] = said
         return code
 
     def run_fails(w):
@@ -253,6 +254,16 @@ def scenarios() -> list[tuple[str, int, Callable[[World], int]]]:
         (w.tmp / "there").mkdir(exist_ok=True)
         return w.cli("export", w.ids["ok"], "--to", w.tmp / "there")[0]
 
+    def resumed(w):
+        code, out, _ = w.cli("resume", w.ids["ok"])
+        w.ids["resumed"] = out.split()[0]
+        return code
+
+    def exported(w):
+        code, out, err = w.cli("export", w.ids["ok"])
+        w.ids["export_said"] = out + err
+        return code
+
     def missing(name):
         return lambda w: w.cli(name, "nosuch-run")[0]
 
@@ -275,13 +286,13 @@ def scenarios() -> list[tuple[str, int, Callable[[World], int]]]:
         ("ckpt", 0, lambda w: w.cli("ckpt", w.ids["ok"])[0]),
         ("ckpt", 1, lambda w: w.cli("ckpt", w.ids["nowhere"])[0]),
         ("ckpt", 2, missing("ckpt")),
-        ("export", 0, lambda w: w.cli("export", w.ids["ok"])[0]),
+        ("export", 0, exported),
         ("export", 1, lambda w: w.cli("export", w.ids["fails"])[0]),
         ("export", 2, export_to_existing),
         ("relaunch", 0, lambda w: w.cli("relaunch", w.ids["ok"])[0]),
         ("relaunch", 1, lambda w: w.cli("relaunch", w.ids["fails"], "--watch")[0]),
         ("relaunch", 2, missing("relaunch")),
-        ("resume", 0, lambda w: w.cli("resume", w.ids["ok"])[0]),
+        ("resume", 0, resumed),
         ("resume", 2, lambda w: w.cli("resume", w.ids["fails"])[0]),
         ("ssh", 0, lambda w: w.cli("ssh", w.ids["ok"], "--", "true")[0]),
         ("clean", 0, cleaned),
@@ -351,3 +362,16 @@ def test_every_documented_exit_code_is_what_the_cli_gives(world):
         if got != code:
             wrong.append(f"fsdp-tui {command}: documented {code} ({documented[(command, code)]}), got {got}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_what_the_walk_was_told(world):
+    """Words the walk's commands printed: a followed run's end said once; an export of a step the trainer
+    exported itself reuses that folder; show names the run and step a resumed run started from."""
+    if "said" not in world.ids:
+        pytest.skip("the walk did not run in this session")
+    ends = [line for line in world.ids["said"].splitlines() if line.startswith("-- run ") and "succeeded" in line]
+    assert len(ends) == 1, world.ids["said"]
+    assert "the trainer exported step-00000005 itself" in world.ids["export_said"]
+    assert f"node-0/outputs/hf/step-00000005\n" in world.ids["export_said"]
+    shown = world.cli("show", world.ids["resumed"])[1]
+    assert f"resumed   from step 5 of run {world.ids['ok']}: " in shown, shown
