@@ -372,6 +372,6 @@ def test_what_the_walk_was_told(world):
     ends = [line for line in world.ids["said"].splitlines() if line.startswith("-- run ") and "succeeded" in line]
     assert len(ends) == 1, world.ids["said"]
     assert "the trainer exported step-00000005 itself" in world.ids["export_said"]
-    assert f"node-0/outputs/hf/step-00000005\n" in world.ids["export_said"]
+    assert "node-0/outputs/hf/step-00000005\n" in world.ids["export_said"]
     shown = world.cli("show", world.ids["resumed"])[1]
     assert f"resumed   from step 5 of run {world.ids['ok']}: " in shown, shown
