@@ -13,6 +13,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Label
 
+from launcher.words import plural
 from tui.widgets.log_view import LogView
 
 POLL_S = 0.5
@@ -66,7 +67,7 @@ class RankLogModal(ModalScreen[None]):
                     view.write_lines(lines)
                     self.lines_shown += len(lines)
                 said = "following" if not final else "the run has ended"
-                title.update(f"{log.label}: {self.lines_shown:,} lines ({said}; esc: back)"
+                title.update(f"{log.label}: {plural(self.lines_shown, 'line')} ({said}; esc: back)"
                              if self.lines_shown else
                              f"{log.label}: nothing of its own yet ({said}; each rank's lines are kept apart for "
                              "jobs under torchrun; esc: back)")
