@@ -86,6 +86,10 @@ def _write(lines: list[str], rank: int | None) -> None:
     sys.stdout.flush()
 
 
+NOTHING_OF_ITS_OWN = ("each rank's lines are kept apart when the job runs under torchrun, and the built-in "
+                      "trainer prints from rank 0 (the others print only their warnings and errors)")
+
+
 def _rank(store, run_id: str, args: argparse.Namespace) -> int:
     """One rank's own lines, from the node that ran it; with ``--follow``, until the run ends."""
     import asyncio
@@ -120,8 +124,7 @@ def _rank(store, run_id: str, args: argparse.Namespace) -> int:
         finally:
             await log.close()
         if not shown and args.tail != 0:
-            print(f"fsdp-tui logs: {log.label} wrote nothing that was kept apart: each rank's own lines are kept "
-                  "for jobs under torchrun (the built-in trainer, or a command that runs torchrun)", file=sys.stderr)
+            print(f"fsdp-tui logs: {log.label} wrote nothing of its own (yet): {NOTHING_OF_ITS_OWN}", file=sys.stderr)
         return 0
 
     return asyncio.run(follow())

@@ -69,8 +69,8 @@ class RankLogModal(ModalScreen[None]):
                 said = "following" if not final else "the run has ended"
                 title.update(f"{log.label}: {plural(self.lines_shown, 'line')} ({said}; esc: back)"
                              if self.lines_shown else
-                             f"{log.label}: nothing of its own yet ({said}; each rank's lines are kept apart for "
-                             "jobs under torchrun; esc: back)")
+                             f"{log.label}: nothing of its own yet ({said}; each rank's lines are kept apart when "
+                             "the job runs under torchrun, and the built-in trainer prints from rank 0; esc: back)")
                 if final:
                     return
                 await asyncio.sleep(POLL_S)
