@@ -259,7 +259,7 @@ def supervise(node_dir: str, spec: dict, agent_argv: list, say_end: int | None =
         for value in secrets:
             line = line.replace(value, MASK.encode())
         try:
-            if ranks is not None:
+            if ranks is not None and b"\x1b_" in line:
                 line = ranks.split(line)  # each rank's part into its own file; the log as the job wrote it
             log.write(line)
         except OSError as err:  # a full or failing disk: the job cannot be recorded, so it stops
