@@ -264,6 +264,19 @@ def scenarios() -> list[tuple[str, int, Callable[[World], int]]]:
         w.ids["export_said"] = out + err
         return code
 
+    def not_launched(w):
+        """A missing file, a secret with no value, no torch for the built-in trainer: 2 each, nothing left."""
+        notorch = w.file("notorch.yaml", "experiment_name: notorch\nmlflow: {enabled: false}\n"
+                                        "environment: {python: /usr/bin/python3}\ncompute: {accelerator_type: CPU}\n"
+                                        "parameters: {model_name: builtin:tiny-llama, dataset_name: "
+                                        "builtin:tiny-alpaca, output_dir: outputs}\n")
+        nosecret = w.file("nosecret.yaml", "experiment_name: nosecret\nsecrets: {T: team/none}\ncommand: 'true'\n")
+        before = w.cli("runs", "--json")[1]
+        codes = {w.cli("run", "no-such-file.yaml")[0], w.cli("run", nosecret, "--watch")[0]}
+        if subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True).returncode != 0:
+            codes.add(w.cli("run", notorch, "--watch")[0])
+        return codes.pop() if len(codes) == 1 and w.cli("runs", "--json")[1] == before else -1
+
     def missing(name):
         return lambda w: w.cli(name, "nosuch-run")[0]
 
@@ -275,7 +288,7 @@ def scenarios() -> list[tuple[str, int, Callable[[World], int]]]:
         ("run", 0, run_ok),
         ("run", 1, run_fails),
         ("run", 124, lambda w: w.cli("run", w.file("slow.yaml", SLOW), "--watch")[0]),
-        ("run", 2, c("run", "no-such-file.yaml")),
+        ("run", 2, not_launched),
         ("run", 130, run_live),
         ("runs", 0, c("runs")),
         ("show", 0, lambda w: w.cli("show", w.ids["ok"])[0]),

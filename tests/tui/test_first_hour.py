@@ -214,3 +214,36 @@ async def test_g_on_a_machine_without_gpus_says_so_in_words(home, monkeypatch):
                        timeout=60)
         said = str(app.screen.query_one("#gpus-said").render())
         assert "Errno" not in said and "nvidia-smi is not on this node" in said
+
+
+async def test_p_picks_a_rank_of_the_pane_and_shows_its_own_lines_from_the_node(home):
+    from launcher.runs.core.store import RunStore
+    from launcher.runs.launch import create_run
+    from launcher.workload.plan import build_plan
+    from launcher.workload.validate import validate_text
+    from tui.screens.rank_log import RankLogModal
+    from tui.screens.rank_picker import RankPickerModal
+
+    text = "experiment_name: r\ncompute: {accelerator_type: CPU, procs_per_node: 2}\ncommand: x\n"
+    plan = build_plan(validate_text(text, "w.yaml").workload, run_id="run-ranks", node_root=str(home / "nodes"))
+    directory = create_run(plan, home)
+    (directory / "nodes" / "0.log").write_text("hello from rank 0\nhello from rank 1\n")
+    RunStore(home).set_state("run-ranks", RunState.RUNNING, 1)
+    RunStore(home).set_state("run-ranks", RunState.SUCCEEDED, 1)
+    node_dir = Path(plan.nodes[0].node_dir)
+    node_dir.mkdir(parents=True)
+    (node_dir / "rank-1.log").write_text("hello from rank 1\nrank 1's own warning\n")  # as the node's agent keeps it
+    app = FsdpTuiApp(home, run_id="run-ranks")
+    async with app.run_test(size=(150, 45)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen) and app.screen.pane(0).line_count == 2)
+        await pilot.press("p")
+        await wait_for(pilot, lambda: isinstance(app.screen, RankPickerModal))
+        assert app.screen.ranks == [0, 1]
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, RankLogModal) and app.screen.lines_shown == 2, timeout=60)
+        view = app.screen.query_one("#rank-lines")
+        assert list(view.lines) == ["hello from rank 1", "rank 1's own warning"]
+        assert "rank 1 on node 0 (this machine): 2 lines (the run has ended" in str(
+            app.screen.query_one("#rank-title").render())
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen))
