@@ -35,6 +35,11 @@ def _record_run(home: Path, run_id: str, lines: dict[int, list[str]], records: l
         store.set_state(run_id, state, 1)
 
 
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
 async def _palette(pilot, words: str) -> None:
     await pilot.press("ctrl+p")
     await pilot.press(*words)
@@ -230,9 +235,7 @@ async def test_p_picks_a_rank_of_the_pane_and_shows_its_own_lines_from_the_node(
     (directory / "nodes" / "0.log").write_text("hello from rank 0\nhello from rank 1\n")
     RunStore(home).set_state("run-ranks", RunState.RUNNING, 1)
     RunStore(home).set_state("run-ranks", RunState.SUCCEEDED, 1)
-    node_dir = Path(plan.nodes[0].node_dir)
-    node_dir.mkdir(parents=True)
-    (node_dir / "rank-1.log").write_text("hello from rank 1\nrank 1's own warning\n")  # as the node's agent keeps it
+    _write(Path(plan.nodes[0].node_dir) / "rank-1.log", "hello from rank 1\nrank 1's own warning\n")  # as the agent keeps it
     app = FsdpTuiApp(home, run_id="run-ranks")
     async with app.run_test(size=(150, 45)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen) and app.screen.pane(0).line_count == 2)
