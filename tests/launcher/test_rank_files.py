@@ -36,3 +36,26 @@ def test_a_tag_the_job_forges_names_no_file_outside_the_run_directory(tmp_path):
     assert files.split(forged) == forged  # not a rank: the line stays as it is, no file
     files.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_environment_a_node_gets_makes_no_rank_warn(tmp_path):
+    """The flight recorder on by its current name only: a process group made with what every node gets
+    prints no deprecation warning (the old name beside it made every rank print one)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from launcher.workload.plan import build_plan
+    from launcher.workload.validate import validate_text
+
+    plan = build_plan(validate_text("experiment_name: w\ncommand: x\n", "w.yaml").workload, run_id="r")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, **plan.nodes[0].env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0",
+           "WORLD_SIZE": "1", "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "fr-")}
+    script = "import torch.distributed as d; d.init_process_group('gloo'); d.barrier(); d.destroy_process_group()"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "TORCH_FR_BUFFER_SIZE" in plan.nodes[0].env and "deprecated" not in done.stderr, done.stderr
