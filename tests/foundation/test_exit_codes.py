@@ -350,6 +350,10 @@ def scenarios() -> list[tuple[str, int, Callable[[World], int]]]:
         ("notify", 1, lambda w: w.cli("notify", "test", w.file(
             "loud.yaml", "experiment_name: t\ncommand: 'true'\nnotify: {command: 'exit 4', retries: 0}\n"))[0]),
         ("notify", 2, lambda w: w.cli("notify", "test", w.file("invalid.yaml", INVALID))[0]),
+        ("eject", 0, lambda w: w.cli("eject", w.file("ok.yaml", OK), "--to", "skypilot")[0]),
+        ("eject", 1, lambda w: w.cli("eject", w.file("ok.yaml", OK), "--to", "skypilot", "-o",
+                                     w.tmp / "no" / "such" / "dir" / "task.yaml")[0]),
+        ("eject", 2, lambda w: w.cli("eject", w.file("invalid.yaml", INVALID), "--to", "skypilot")[0]),
         ("gpus", 0, smi),
         ("gpus", 1, c("gpus", NOWHERE)),
         ("gpus", 2, lambda w: w.cli("gpus", w.file("invalid.yaml", INVALID))[0]),
