@@ -32,12 +32,17 @@ def load_config(argv: list[str]):
         lines = [f"{path}: parameters.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()]
         raise SystemExit("\n".join(lines)) from None
     # $FSDP_TUI_RUN_ID and ~ in paths: one output folder per run, shared by its retries.
-    ckpt = cfg.checkpoint.model_copy(update={"staging_dir": _expand(cfg.checkpoint.staging_dir)})
+    resume = cfg.checkpoint.resume
+    ckpt = cfg.checkpoint.model_copy(update={"staging_dir": _expand(cfg.checkpoint.staging_dir),
+                                             "resume": resume if resume in ("auto", "never") else _expand(resume)})
     return cfg.model_copy(update={"output_dir": _expand(cfg.output_dir), "checkpoint": ckpt})
 
 
 def _expand(path: str | None) -> str | None:
-    return os.path.expanduser(os.path.expandvars(path)) if path else path
+    """``$NAME`` and ``~`` as the job sees them; ``file://`` is a path, another URL stays one."""
+    from trainer.ckpt_layout import expand_path
+
+    return expand_path(path, dict(os.environ)) if path else path
 
 
 @contextlib.contextmanager
@@ -262,7 +267,7 @@ def run(cfg, stop=None) -> None:
 
         lora_export.export_in_job(net, tok, cfg, Path(cfg.output_dir) / "hf" / f"step-{state['step']:08d}", d)
     elif cfg.checkpoint.export_hf:
-        out = checkpoint.export_hf(net, tok, Path(cfg.output_dir) / "hf" / f"step-{state['step']:08d}", d)
+        out = checkpoint.export_hf(net, tok, cfg.output_dir, f"step-{state['step']:08d}", d)
         if out is not None:
             print(f"exported Hugging Face model to {out}", flush=True)
     log.close()

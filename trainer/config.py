@@ -8,9 +8,10 @@ else lives in one nested section per component, as torchtitan's job config does.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class SettingError(ValueError):
@@ -170,6 +171,18 @@ class CheckpointConfig(_Section):
     export_merged: bool = False
     """With ``lora``: also write the base model with the adapter merged into its weights, a folder
     ``AutoModelForCausalLM.from_pretrained`` loads (written shard by shard from the base's files)."""
+    gather_to: str = "node0"
+    """Where each checkpoint is made whole when the nodes keep ``output_dir`` on their own disks (the
+    launcher copies every node's shards there after each save): ``node0`` (node 0's ``output_dir``),
+    ``here`` (this machine, in the run's record; ``here:PATH`` a folder here) or ``nodeN:PATH`` (a
+    folder on node N)."""
+
+    @field_validator("gather_to")
+    @classmethod
+    def _gather_to(cls, value: str) -> str:
+        if not re.fullmatch(r"node0|here(:.+)?|node[0-9]+:.+", value):
+            raise ValueError(f"'{value}' is not a place: node0, here, here:PATH or nodeN:PATH (node1:/data/ckpts)")
+        return value
 
 
 class SamplesConfig(_Section):

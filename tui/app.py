@@ -235,14 +235,23 @@ class FsdpTuiApp(App):
         """A new run doing what ``run_id`` did (its recorded workload), with ``overrides`` on top."""
         self.run_worker(self._launch(None, overrides or [], from_run=run_id), group="launch", exclusive=True)
 
-    async def _launch(self, path: Path | None, overrides: list[Override], from_run: str | None = None) -> None:
+    def resume_run(self, run_id: str, step: int) -> None:
+        """A new run of ``run_id``'s workload from its whole checkpoint of ``step`` (``fsdp-tui resume``)."""
+        self.run_worker(self._launch(None, [], from_run=run_id, resume_step=step), group="launch", exclusive=True)
+
+    async def _launch(self, path: Path | None, overrides: list[Override], from_run: str | None = None,
+                      resume_step: int | None = None) -> None:
         import asyncio
 
-        from launcher.runs.launch import relaunch_plan, start_run
+        from launcher.runs.launch import relaunch_plan, resume_plan, start_run
         from launcher.workload.load import plan_file
 
+        bring = None
         try:
-            if from_run is not None:
+            if resume_step is not None:
+                resumed = await resume_plan(self.home, from_run, resume_step, overrides)
+                planned, bring = resumed.planned, resumed.bring
+            elif from_run is not None:
                 planned = await asyncio.to_thread(relaunch_plan, self.home, from_run, overrides)
             else:
                 planned = await asyncio.to_thread(plan_file, path, overrides, home=self.home)
@@ -268,7 +277,8 @@ class FsdpTuiApp(App):
         from launcher.runs.core.space import RecordUnwritable
 
         try:
-            run_id = await asyncio.to_thread(start_run, planned.plan, self.home, idempotent=from_run is None)
+            run_id = await asyncio.to_thread(start_run, planned.plan, self.home, idempotent=from_run is None,
+                                             resume_from=bring)
         except RecordUnwritable as err:
             self.notify(str(err), severity="error", timeout=15)
             return

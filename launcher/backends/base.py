@@ -13,12 +13,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from launcher.events import GpuSample
 from launcher.untrusted import printable, usage_figures
+from launcher.workload.ckpt_place import CheckpointPlace
 from launcher.workload.plan import RunPlan
-from trainer.ckpt_layout import CheckpointInfo
+from trainer.ckpt_layout import CheckpointInfo, plain_name
 
 Stream = Literal["log", "metrics", "samples"]
 STREAM_FILES: dict[str, str] = {"log": "node.log", "metrics": "metrics.jsonl", "samples": "samples.jsonl"}
@@ -194,8 +195,61 @@ class CheckpointListing:
                 continue
             ckpts.append(CheckpointInfo(step, path, c.get("complete") is True and c.get("link") is not True,
                                         max(_int(c.get("size_bytes")) or 0, 0), _number(c.get("mtime")),
-                                        link=c.get("link") is True, adapter=c.get("adapter") is True))
+                                        link=c.get("link") is True, missing=_missing(c.get("missing")),
+                                        saved=c.get("saved") is True, adapter=c.get("adapter") is True))
         return cls(rank, label, _text(data.get("root")) or output_dir, tuple(ckpts), data.get("exists") is True)
+
+
+def _missing(value: object) -> tuple[tuple[str, int], ...]:
+    """A listed checkpoint's missing shards, ``(file, node)``: entries of another shape are left out."""
+    out = []
+    for entry in value if isinstance(value, list) else ():
+        if (isinstance(entry, list) and len(entry) == 2 and plain_name(entry[0])
+                and _int(entry[1]) is not None and entry[1] >= 0):
+            out.append((entry[0], entry[1]))
+    return tuple(out)
+
+
+class CheckpointFiles(Protocol):
+    """One machine's checkpoint files (a node through its agent, or this machine), for gathers and
+    copies: paths are a checkpoints folder that machine resolved, plus plain names."""
+
+    label: str
+
+    async def listing(self, root: str) -> CheckpointListing: ...
+
+    async def files(self, root: str, name: str) -> tuple[dict[str, int], str | None]:
+        """The checkpoint's files and sizes, and its ``meta.json`` (``None``: not there)."""
+        ...
+
+    async def read(self, root: str, name: str, file: str, offset: int, limit: int) -> bytes: ...
+
+    async def put(self, root: str, name: str, file: str, offset: int, data: bytes) -> None:
+        """One chunk of a copy, written beside the file (it takes its name at :meth:`seal`)."""
+        ...
+
+    async def seal(self, root: str, name: str, sums: dict[str, tuple[int, str]]) -> None:
+        """Each copy checked against ``(size, sha256)`` and named; ``NodeError`` when one differs."""
+        ...
+
+    async def unpart(self, root: str, name: str) -> None: ...
+
+    async def drop(self, root: str, name: str) -> None:
+        """This machine's part of a checkpoint removed (a whole copy holds it elsewhere)."""
+        ...
+
+
+@runtime_checkable
+class DirectCopy(Protocol):
+    """A node's checkpoint files sent straight to another node over TCP (no SSH between the nodes): the
+    receiver listens for a one-time token, the sender sends, each says the SHA-256 it saw."""
+
+    async def listen(self, root: str, name: str, sizes: dict[str, int], timeout_s: float) -> tuple[int, str]: ...
+
+    async def received(self, token: str) -> dict[str, str]: ...
+
+    async def send(self, root: str, name: str, sizes: dict[str, int], addr: str, port: int, token: str,
+                   timeout_s: float) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)
@@ -351,12 +405,27 @@ class Backend(Protocol):
         """Every Python process of the job on a node: where each is (py-spy, else faulthandler)."""
         ...
 
-    async def checkpoints(self, output_dir: str) -> CheckpointListing: ...
+    async def checkpoints(self, output_dir: str, rank: int = 0, root: str | None = None) -> CheckpointListing:
+        """The checkpoints of ``output_dir`` on node ``rank`` (or in its folder ``root``: a gather's holder)."""
+        ...
 
-    async def delete_checkpoint(self, output_dir: str, name: str) -> None: ...
+    async def delete_checkpoint(self, output_dir: str, name: str, rank: int = 0, root: str | None = None) -> None: ...
 
     async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None,
-                                merged: bool = False) -> ExportResult: ...
+                                merged: bool = False, rank: int = 0, root: str | None = None,
+                                url: str | None = None, job_env: dict[str, str] | None = None) -> ExportResult:
+        """A Hugging Face folder of checkpoint ``name`` written on node ``rank`` (a bucket's: ``url``, read
+        with ``job_env``); ``merged``: a LoRA checkpoint with its adapter merged into the base; with
+        ``copy_to``, copied here too."""
+        ...
+
+    async def checkpoint_place(self, output_dir: str) -> CheckpointPlace:
+        """Where ``output_dir`` lands on the nodes: node 0 writes a marker, the others look for it."""
+        ...
+
+    def checkpoint_files(self, rank: int) -> CheckpointFiles:
+        """Node ``rank``'s checkpoint files, for gathers and copies."""
+        ...
 
     async def remove_files(self, rank: int) -> RemovedFiles:
         """Remove the run's directory on that node (refused while its job runs there); never raising."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import secrets
 import sys
 import tempfile
 from dataclasses import replace
@@ -33,6 +34,7 @@ from launcher.backends.base import (
     Stream,
     UsageSample,
 )
+from launcher.backends.ckpt_files import NodeCheckpointFiles
 from launcher.backends.shipping import (
     UPLOAD_CHUNK,
     Tree,
@@ -44,7 +46,9 @@ from launcher.backends.shipping import (
 )
 from launcher.backends.ssh.pacing import ConnectGate
 from launcher.events import GpuSample
+from launcher.untrusted import printable
 from launcher.words import plural
+from launcher.workload.ckpt_place import CheckpointPlace, judge_marks
 from launcher.workload.plan import (
     RANK_TAG_ENV,
     RANK_TAG_TEMPLATE,
@@ -54,6 +58,7 @@ from launcher.workload.plan import (
     render_plan,
     with_rendezvous,
 )
+from trainer.ckpt_layout import expand_path, url_scheme
 from trainer.protocol import RUN_ID_ENV
 
 DEFAULT_PYTHON = "python3"
@@ -268,46 +273,87 @@ class AgentFleet:
         wanted = [n.node_rank for n in self.plan.nodes if ranks is None or n.node_rank in ranks]
         return tuple(await asyncio.gather(*(one(rank) for rank in wanted)))
 
-    # -- checkpoints (where rank 0 wrote them) ---------------------------------------------------
+    # -- checkpoints (where rank 0 wrote them, or a gather's holder) ----------------------------
 
-    def _job_env(self) -> dict[str, str]:
-        return {**self.plan.nodes[0].env, RUN_ID_ENV: self.plan.run_id}
+    def _job_env(self, rank: int = 0) -> dict[str, str]:
+        return {**self.plan.nodes[rank].env, RUN_ID_ENV: self.plan.run_id}
 
-    async def checkpoints(self, output_dir: str) -> CheckpointListing:
+    async def checkpoints(self, output_dir: str, rank: int = 0, root: str | None = None) -> CheckpointListing:
         try:
-            header, _ = await self.links[0].call("ckpt_list", output_dir=output_dir, env=self._job_env())
+            header, _ = await self.links[rank].call("ckpt_list", output_dir=output_dir, root=root,
+                                                    env=self._job_env(rank))
         except NodeError as err:
-            return CheckpointListing(0, self.label(0), output_dir, error=str(err))
-        return CheckpointListing.from_wire(0, self.label(0), output_dir, header)
+            return CheckpointListing(rank, self.label(rank), root or output_dir, error=str(err))
+        return CheckpointListing.from_wire(rank, self.label(rank), root or output_dir, header)
 
-    async def delete_checkpoint(self, output_dir: str, name: str) -> None:
-        await self.links[0].call("ckpt_delete", output_dir=output_dir, env=self._job_env(), name=name)
+    async def delete_checkpoint(self, output_dir: str, name: str, rank: int = 0, root: str | None = None) -> None:
+        await self.links[rank].call("ckpt_delete", output_dir=output_dir, env=self._job_env(rank), name=name,
+                                    root=root)
 
     async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None,
-                                merged: bool = False) -> ExportResult:
-        node = self.plan.nodes[0]
-        header, _ = await self.links[0].call(
-            "ckpt_export", output_dir=output_dir, env=self._job_env(), name=name, python=self.python_of(node),
+                                merged: bool = False, rank: int = 0, root: str | None = None,
+                                url: str | None = None, job_env: dict[str, str] | None = None) -> ExportResult:
+        node = self.plan.nodes[rank]
+        header, _ = await self.links[rank].call(
+            "ckpt_export", json.dumps(job_env or {}).encode("utf-8"), output_dir=output_dir,
+            env=self._job_env(rank), name=name, python=self.python_of(node), root=root, url=url,
             pythonpath=TRAINER_PKG_DIR if self.plan.uses_builtin_trainer else "", merged=merged)
         path, files, merged_path = header.get("path"), header.get("files"), header.get("merged")
         if not isinstance(path, str) or not path:
-            raise NodeError(f"{self.label(0)}: the export answered without its folder; look at the node's log")
+            raise NodeError(f"{self.label(rank)}: the export answered without its folder; look at the node's log")
         result = ExportResult(path, tuple(f for f in files if isinstance(f, str)) if isinstance(files, list) else (),
                               merged=merged_path if isinstance(merged_path, str) and merged_path else None,
                               reused=header.get("reused") is True)
         if copy_to is None:
             return result
-        local = await self._fetch_tree(path, Path(copy_to))
+        local = await self._fetch_tree(path, Path(copy_to), rank)
         merged_copy = None
         if result.merged is not None:
-            merged_copy = str(await self._fetch_tree(result.merged, Path(copy_to + "-merged")))
+            merged_copy = str(await self._fetch_tree(result.merged, Path(copy_to + "-merged"), rank))
         return replace(result, local_copy=str(local), merged_copy=merged_copy)
 
-    async def _fetch_tree(self, remote: str, to: Path) -> Path:
-        """Copy a folder of node 0 to ``to`` here: a tar through the agent, written to a file beside ``to``
-        as it arrives (never more than the size the node announced), hash-checked, then unpacked by the
-        agent's own rule."""
-        link = self.links[0]
+    def checkpoint_files(self, rank: int) -> NodeCheckpointFiles:
+        return NodeCheckpointFiles(self.links[rank], self._job_env(rank))
+
+    async def checkpoint_place(self, output_dir: str) -> CheckpointPlace:
+        """Node 0 writes a marker in its checkpoints folder, every other node looks for it in its own."""
+        url = expand_path(output_dir, self._job_env())
+        if url_scheme(url):
+            return CheckpointPlace("bucket", output_dir, roots=(url,))  # as the job sees it: the same everywhere
+        if len(self.plan.nodes) == 1:
+            return CheckpointPlace("shared", output_dir, shares=(True,), detail="one node")
+        token = secrets.token_hex(8)
+        try:
+            mark, _ = await self.links[0].call("place", action="mark", token=token, output_dir=output_dir,
+                                               env=self._job_env())
+        except NodeError as err:
+            return judge_marks(output_dir, [], [None], [str(err)])
+
+        async def look(rank: int) -> tuple[str, bool | None, str]:
+            try:
+                header, _ = await self.links[rank].call("place", action="look", token=token, output_dir=output_dir,
+                                                        env=self._job_env(rank))
+            except NodeError as err:
+                return "", None, str(err)
+            return printable(str(header.get("root", ""))), header.get("seen") is True, ""
+
+        try:
+            found = await asyncio.gather(*(look(n.node_rank) for n in self.plan.nodes[1:]))
+        finally:
+            try:
+                await self.links[0].call("place", action="clear", token=token, output_dir=output_dir,
+                                         env=self._job_env(), created=mark.get("created", []))
+            except NodeError:
+                pass  # the marker stays: a hidden file, harmless
+        root0 = printable(str(mark.get("root", "")))
+        return judge_marks(output_dir, [root0, *(r for r, _, _ in found)], [True, *(s for _, s, _ in found)],
+                           ["", *(e for _, _, e in found)])
+
+    async def _fetch_tree(self, remote: str, to: Path, rank: int = 0) -> Path:
+        """Copy a folder of node ``rank`` to ``to`` here: a tar through the agent, written to a file beside
+        ``to`` as it arrives (never more than the size the node announced), hash-checked, then unpacked by
+        the agent's own rule."""
+        link = self.links[rank]
         tar_path = await asyncio.to_thread(download_file, to)
         try:
             header, _ = await link.call("pack", path=remote, name=".download.tar")

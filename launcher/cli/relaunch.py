@@ -75,10 +75,13 @@ def run(args: argparse.Namespace) -> int:
     if alive:
         print(f"fsdp-tui {args.verb}: {run_id}: {alive}", file=sys.stderr)
         return 2  # as run: nothing was launched
+    bring = None
     try:
         if args.verb == "resume":
-            planned, path = asyncio.run(resume_plan(store.home, run_id, args.step, args.overrides))
-            print(f"resuming from {path}", file=sys.stderr)
+            resumed = asyncio.run(resume_plan(store.home, run_id, args.step, args.overrides))
+            planned, bring = resumed.planned, resumed.bring
+            copied = f" (copied there from run {run_id}'s {bring['root']} first)" if bring else ""
+            print(f"resuming from {resumed.path}{copied}", file=sys.stderr)
         else:
             planned = relaunch_plan(store.home, run_id, args.overrides)
     except LookupError as err:
@@ -97,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
 
     if refused(f"fsdp-tui {args.verb} {run_id}", planned.plan, store.home, force=False):
         return 2  # as run: nothing was launched
-    new_id = start_run(planned.plan, store.home, idempotent=False)
+    new_id = start_run(planned.plan, store.home, idempotent=False, resume_from=bring)
     if not args.json:
         print(new_id)
     if args.detach or not (args.watch or args.json):

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         from launcher.runs.launch import render_plan_text
 
         try:
-            sys.stdout.write(render_plan_text(plan))
+            sys.stdout.write(render_plan_text(plan, ask_nodes=True))
         except NodeError as err:
             print(f"{args.file}: cannot plan: {err}", file=sys.stderr)
             return USAGE_ERROR

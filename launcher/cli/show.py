@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
     report["nettest"] = newest_for(store.home, [n["host"] for n in report["nodes"]], besides=run_id)
     report["last_safe_step"] = _safe_step(store.home, run_id)
+    report["next"] = _resumable(report["next"], report["last_safe_step"], run_id)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -109,6 +110,32 @@ def _safe_step(home, run_id: str) -> dict | None:
     return None if safe is None else {**safe.to_dict(), "text": safe.text()}
 
 
+def _resumable(steps: list[str], safe: dict | None, run_id: str) -> list[str]:
+    """``resume`` is suggested only with a complete checkpoint to resume from; with none, that is said."""
+    from launcher.runs.core.safe_step import NONE_YET
+
+    if safe is None or safe.get("step") is not None or safe.get("why_not") != NONE_YET:
+        return steps
+    kept = [s for s in steps if not s.startswith("fsdp-tui resume ")]
+    if len(kept) < len(steps):
+        kept.append(f"no resume: run {run_id} has no complete checkpoint (fsdp-tui ckpt {run_id} lists them)")
+    return kept
+
+
+def _gathers(gathers: list[dict]) -> list[str]:
+    """The run's gathers in a line or two: how many checkpoints were made whole, and any that were not."""
+    gathers = [g for g in gathers if "name" in g]  # the rest are notes (a route given up)
+    done = [g for g in gathers if g.get("ok")]
+    lines = []
+    if done:
+        size = sum(g.get("bytes", 0) for g in done) / 2**20
+        seconds = sum(g.get("seconds", 0.0) for g in done)
+        lines.append(f"{len(done)} checkpoint(s) gathered into {done[-1].get('to', '?')}: {size:.1f} MiB in "
+                     f"{seconds:.1f} s, off the training path")
+    lines += [f"{g.get('name', '?')} NOT whole: {g.get('error', '?')}" for g in gathers if not g.get("ok")]
+    return lines
+
+
 def _when(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
 
@@ -140,6 +167,10 @@ def _print(r: dict) -> None:
         out(f"  resumed   from {source}: {f['path']}\n")
     if r.get("last_safe_step"):
         out(f"  safe      {r['last_safe_step']['text']}\n")
+    if r.get("checkpoints_place"):
+        out(f"  ckpts     {r['checkpoints_place']}\n")
+    for line in _gathers(r.get("gathers", [])):
+        out(f"  gathered  {line}\n")
     if r.get("lead_time"):
         out(f"  lead time {r['lead_time']}\n")
     if (r.get("estimate") or {}).get("estimate"):

@@ -51,14 +51,15 @@ def create_run(plan: RunPlan, home: Path) -> Path:
 
 
 def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str, str] | None = None,
-              idempotent: bool = True) -> str:
+              idempotent: bool = True, resume_from: dict | None = None) -> str:
     """Record the run and start its owner, detached: the run outlives this process and its terminal.
     The run's lock is taken before its record exists, so nobody can take the new run for an orphan.
     ``force``: skip the cheap checks that refuse a launch that cannot run. ``tags``: extra MLflow tags
     of the run (a sweep's variant names its sweep and its parent MLflow run). A data dir below its floor
     of free space refuses the launch at once (:class:`RecordUnwritable`): the record could not be kept.
     With the workload's ``idempotency_token`` (and ``idempotent``, the default: a relaunch is meant as a
-    new run), a token launched before answers with that run's id and nothing starts."""
+    new run), a token launched before answers with that run's id and nothing starts. ``resume_from``: the
+    checkpoint its owner copies to node 0 before the start (:class:`Resumed`)."""
     check_room(home)
     token = plan.workload.idempotency_token
     if token and idempotent:
@@ -72,7 +73,8 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
         raise RuntimeError(f"run {plan.run_id} exists already")
     try:
         create_run(plan, home)
-        (run_dir(home, plan.run_id) / OPTIONS).write_text(json.dumps({"force": force, "tags": tags or {}}))
+        options = {"force": force, "tags": tags or {}, **({"resume_from": resume_from} if resume_from else {})}
+        (run_dir(home, plan.run_id) / OPTIONS).write_text(json.dumps(options))
         _keep_estimate(home, plan)
         hand_over(lock, home, plan.run_id, adopt=False)
     except (OSError, sqlite3.OperationalError) as err:
@@ -181,11 +183,23 @@ def relaunch_plan(home: Path, run_id: str, overrides: Sequence[Override] = ()) -
     return plan_file(source, overrides, home=home, text=text)
 
 
+@dataclass(frozen=True)
+class Resumed:
+    """A resume's plan, the checkpoint it starts from, and what its owner brings to node 0 first."""
+
+    planned: Planned
+    path: str
+    """Where the new run's node 0 finds the checkpoint."""
+    bring: dict | None = None
+    """The launch option ``resume_from``: the checkpoint's run, holder and name, when node 0 needs a copy."""
+
+
 async def resume_plan(home: Path, run_id: str, step: int | None = None,
-                      overrides: Sequence[Override] = ()) -> tuple[Planned, str]:
+                      overrides: Sequence[Override] = ()) -> Resumed:
     """A relaunch of ``run_id`` resuming from its newest complete checkpoint (or the one of ``step``),
-    found where rank 0 wrote it; returns the plan and the checkpoint's path on the node."""
-    from launcher.runs.core.checkpoints import list_checkpoints, resume_override
+    found where its whole copies are: read there when the new run's node 0 is that machine (or a bucket),
+    else copied to the new node 0's own checkpoints folder before the start."""
+    from launcher.runs.core.checkpoints import list_checkpoints, resume_choice, resume_override
 
     listing = await list_checkpoints(home, run_id)
     if listing.error:
@@ -198,14 +212,48 @@ async def resume_plan(home: Path, run_id: str, step: int | None = None,
                           f"(complete ones: {have})")
     chosen = done[-1]
     planned = relaunch_plan(home, run_id, [*overrides, resume_override(chosen.path)])
-    return planned, chosen.path
+    if planned.plan is None:
+        return Resumed(planned, chosen.path)
+    choice = await resume_choice(home, run_id, chosen, listing, planned.plan)
+    if choice.path != chosen.path:
+        planned = relaunch_plan(home, run_id, [*overrides, resume_override(choice.path)])
+    return Resumed(planned, choice.path, choice.bring)
 
 
-def render_plan_text(plan: RunPlan) -> str:
-    """The dry-run text, as the backend that will run it sees the plan."""
+PLACE_TIMEOUT_S = 10.0
+"""How long a dry run waits for the nodes to say where checkpoints land."""
+
+
+def render_plan_text(plan: RunPlan, *, ask_nodes: bool = False) -> str:
+    """The dry-run text, as the backend that will run it sees the plan; with ``ask_nodes``, where
+    ``output_dir`` lands on the nodes too (they are asked, as a launch asks them)."""
+    from dataclasses import replace
+
     from launcher.backends.registry import backend_for
 
+    if ask_nodes and plan.output_dir is not None and not plan.blockers:
+        plan = replace(plan, ckpt_place=asyncio.run(checkpoint_place(plan)))
     return backend_for(plan).render()
+
+
+async def checkpoint_place(plan: RunPlan):
+    """Where ``plan``'s ``output_dir`` lands on its nodes, asked of them (as a launch does), and where whole
+    copies would be kept; ``unchecked`` with the reason when a node does not answer."""
+    from launcher.backends.base import NodeError
+    from launcher.backends.registry import backend_for
+    from launcher.workload.ckpt_place import CheckpointPlace, with_holder
+
+    backend = backend_for(plan)
+    try:
+        await backend.locate()
+        place = await asyncio.wait_for(backend.checkpoint_place(plan.output_dir), PLACE_TIMEOUT_S)
+        return with_holder(place, plan.gather_to)
+    except NodeError as err:
+        return CheckpointPlace("unchecked", plan.output_dir, detail=str(err))
+    except asyncio.TimeoutError:
+        return CheckpointPlace("unchecked", plan.output_dir, detail=f"no answer within {PLACE_TIMEOUT_S:.0f} s")
+    finally:
+        await backend.close()
 
 
 async def reach_nodes(plan: RunPlan, timeout_s: float = 5.0) -> list[Reach]:

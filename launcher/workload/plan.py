@@ -9,6 +9,7 @@ import yaml
 
 from launcher.words import plural
 from launcher.workload.air_rules import read_dependencies
+from launcher.workload.ckpt_place import CheckpointPlace, place_from_json, place_to_json
 from launcher.workload.container import container_script
 from launcher.workload.hosts import HostTarget, parse_host
 from launcher.workload.model import Workload
@@ -106,6 +107,8 @@ class RunPlan:
     master_addr_is_alias: bool = False
     """``master_addr`` is node 0's target as written (an ``~/.ssh/config`` alias, maybe): the backend
     that reaches the nodes resolves it to the address they dial (:func:`with_rendezvous`)."""
+    ckpt_place: CheckpointPlace | None = None
+    """Where ``parameters.output_dir`` lands on the nodes, as a launch found it (``None``: not asked yet)."""
 
     @property
     def venv_root(self) -> str:
@@ -115,6 +118,19 @@ class RunPlan:
     @property
     def uses_builtin_trainer(self) -> bool:
         return self.workload.uses_builtin_trainer
+
+    @property
+    def output_dir(self) -> str | None:
+        """``parameters.output_dir`` as written (the nodes expand it), when the workload has one."""
+        value = self.workload.parameters.get("output_dir")
+        return value if isinstance(value, str) and value else None
+
+    @property
+    def gather_to(self) -> str:
+        """``parameters.checkpoint.gather_to`` (the built-in trainer's schema checked it), ``node0`` unset."""
+        ckpt = self.workload.parameters.get("checkpoint")
+        value = ckpt.get("gather_to") if isinstance(ckpt, dict) else None
+        return value if isinstance(value, str) and value else "node0"
 
 
 def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = None,
@@ -229,7 +245,8 @@ def plan_to_json(plan: RunPlan) -> dict:
     return {"run_id": plan.run_id, "workload": plan.workload.model_dump(mode="json"),
             "source_file": str(plan.source_file) if plan.source_file else None, "node_root": plan.node_root,
             "master_addr": plan.master_addr, "master_port": plan.master_port,
-            "master_addr_is_alias": plan.master_addr_is_alias, "dependencies": list(plan.dependencies)}
+            "master_addr_is_alias": plan.master_addr_is_alias, "dependencies": list(plan.dependencies),
+            "ckpt_place": place_to_json(plan.ckpt_place)}
 
 
 def plan_from_json(data: dict) -> RunPlan:
@@ -241,7 +258,8 @@ def plan_from_json(data: dict) -> RunPlan:
     if "dependencies" in data:  # as the run had them, whatever its requirements file says today
         plan = replace(plan, dependencies=tuple(data["dependencies"]),
                        blockers=tuple(b for b in plan.blockers if "requirements file" not in b))
-    return replace(plan, master_addr_is_alias=bool(data.get("master_addr_is_alias")))
+    return replace(plan, master_addr_is_alias=bool(data.get("master_addr_is_alias")),
+                   ckpt_place=place_from_json(data.get("ckpt_place")))
 
 
 def _master_addr(host: HostTarget | None) -> str:
@@ -326,6 +344,8 @@ def render_plan(plan: RunPlan) -> str:
         lines.append(f"  dependencies: {' '.join(plan.dependencies)}")
     for blocker in plan.blockers:
         lines.append(f"  cannot run yet: {blocker}")
+    if plan.ckpt_place is not None:
+        lines.append(f"  checkpoints: {plan.ckpt_place.words()}")
     for node in plan.nodes:
         lines += ["", f"node {node.node_rank}: {node.host_display}", f"  directory: {_shell_path(node.node_dir)}",
                   "  environment:"]

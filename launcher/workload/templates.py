@@ -66,7 +66,7 @@ environment:
 parameters:
   model_name: meta-llama/Llama-3.2-1B   # a hub id or a model folder on the nodes
   dataset_name: tatsu-lab/alpaca        # a hub dataset or a json/jsonl/parquet file on the nodes
-  output_dir: outputs                   # relative: inside the run's directory on each node
+  output_dir: outputs                   # relative: on each node's own disk, gathered into node 0 after each save
   max_seq_len: 1024                     # tokens per example
   per_device_batch_size: 4              # examples per GPU per step
   learning_rate: 0.00002                # peak learning rate

@@ -20,6 +20,7 @@ from launcher.backends.base import (
     UsageSample,
 )
 from launcher.events import GpuSample
+from launcher.workload.ckpt_place import CheckpointPlace
 from launcher.workload.plan import RunPlan, render_plan
 
 
@@ -212,15 +213,24 @@ class FakeBackend:
     async def stacks(self, rank: int) -> tuple[StackDump, ...]:
         return (StackDump(100 + rank, rank, "py-spy", f"Thread {100 + rank}\n    hang_forever (train.py:7)"),)
 
-    async def checkpoints(self, output_dir: str) -> CheckpointListing:
-        return CheckpointListing(0, "node 0 (fake)", output_dir)
+    async def checkpoints(self, output_dir: str, rank: int = 0, root: str | None = None) -> CheckpointListing:
+        return CheckpointListing(rank, f"node {rank} (fake)", root or output_dir)
 
-    async def delete_checkpoint(self, output_dir: str, name: str) -> None:
+    async def delete_checkpoint(self, output_dir: str, name: str, rank: int = 0, root: str | None = None) -> None:
         pass
 
     async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None,
-                                merged: bool = False) -> ExportResult:
+                                merged: bool = False, rank: int = 0, root: str | None = None,
+                                url: str | None = None, job_env: dict | None = None) -> ExportResult:
         return ExportResult(output_dir)
+
+    async def checkpoint_place(self, output_dir: str) -> CheckpointPlace:
+        """One folder every fake node sees (the gathers have their own tests, on real folders)."""
+        return CheckpointPlace("shared", output_dir, (output_dir,) * len(self.plan.nodes),
+                               (True,) * len(self.plan.nodes))
+
+    def checkpoint_files(self, rank: int):
+        raise NotImplementedError("the fake backend keeps no checkpoint files")
 
     async def scheduler_cause(self) -> SchedulerCause | None:
         return self.cause

@@ -11,7 +11,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Label
 
-from launcher.runs.core.checkpoints import CheckpointInfo, completeness, deletable, resume_override
+from launcher.runs.core.checkpoints import CheckpointInfo, completeness, deletable
 from tui.widgets.footer import FitFooter
 
 
@@ -94,8 +94,8 @@ class CheckpointsScreen(Screen):
         if c is None or not c.complete:
             self.notify("pick a complete checkpoint", severity="warning")
             return
-        self.notify(f"resuming from {c.name} on the node that holds it")
-        self.app.relaunch_run(self.run_id, [resume_override(c.path)])
+        self.notify(f"resuming from {c.name} (where its whole copy is)")
+        self.app.resume_run(self.run_id, c.step)
 
     def action_export(self, merged: bool = False) -> None:
         c = self.selected()

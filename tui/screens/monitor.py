@@ -113,6 +113,8 @@ class RunMonitorScreen(MonitorViews, Screen):
         """The node whose pane is shown alone (opened from the overview with ``enter``)."""
         self.safe_text = ""
         """``safe step N (... ago)`` on the summary line, once the node has said."""
+        self.safe_final = False
+        """The safe step was asked once more after the run ended (its last saves gathered): it is final."""
         self.flush_group = 0
         """The group of panes the last flush wrote (``LOG_GROUPS``)."""
         self.waited: set[str] = set()
@@ -180,10 +182,12 @@ class RunMonitorScreen(MonitorViews, Screen):
     async def refresh_safe_step(self) -> None:
         from launcher.runs.core.safe_step import last_safe_step
 
-        if self.safe_text and self.view.state.is_final:
+        if self.safe_final:
             return  # an ended run's checkpoints do not change by themselves
+        ended = self.view.state.is_final  # asked after the end: its final save and gathers are in
         safe = await last_safe_step(self.app.home, self.run_id)
         self.safe_text = "" if safe is None else f"  safe {safe.text()}"
+        self.safe_final = ended
 
     def on_resize(self, event) -> None:
         self.query_one(MetricsPanel).set_class(event.size.height < SHORT_BELOW, "-short")
@@ -230,6 +234,8 @@ class RunMonitorScreen(MonitorViews, Screen):
         elif isinstance(event, RunFinished):
             if self.recorded_end is not None:
                 self.view.ended_at = self.recorded_end
+            if self.events is None:
+                self.refresh_safe_step()  # the end's checkpoints (a final save, a cancel's), not the last poll's
             summary = (event.triage or {}).get("summary")
             self.notify(f"run {event.state.value}" + (f": {summary}" if summary else ""),
                         severity="information" if event.state.value == "succeeded" else "error", timeout=10)

@@ -35,6 +35,7 @@ from launcher.backends.slurm.verdict import judge
 from launcher.events import GpuSample
 from launcher.paths import data_home
 from launcher.untrusted import clean_reply
+from launcher.workload.ckpt_place import CheckpointPlace
 from launcher.workload.plan import RunPlan
 from launcher.workload.slurm import time_minutes, time_option
 from trainer.protocol import CHECKPOINT_SIGNAL_ENV
@@ -329,6 +330,15 @@ class SlurmBackend(AgentFleet):
                         f"{STACKS_WAIT_S:.0f} s (is the job running?)", rank)
 
     # -- checks -------------------------------------------------------------------------------------
+
+    async def checkpoint_place(self, output_dir: str) -> CheckpointPlace:
+        """A SLURM job's nodes work in one folder of the cluster's shared filesystem (``job_dir``): its
+        checkpoints are where the login node lists them; a bucket URL is a bucket as anywhere."""
+        place = await super().checkpoint_place(output_dir)
+        if place.kind == "bucket":
+            return place
+        return CheckpointPlace("shared", output_dir, place.roots[:1],
+                               detail="the job's nodes share the cluster's filesystem, as the login node sees it")
 
     async def scheduler_checks(self, quick: bool) -> tuple[SchedulerCheck, ...]:
         """``sbatch --test-only`` of the attempt's script (partition, account, qos, time limit, node and

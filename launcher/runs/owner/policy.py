@@ -18,6 +18,7 @@ from launcher.events import NodeState, RunState
 from launcher.runs.core.collectives import stuck_collectives
 from launcher.runs.core.space import RecordUnwritable
 from launcher.runs.core.triage import node_error_report, reason_signature, stalled_report, triage_run
+from launcher.runs.owner.keeper import CheckpointKeeper
 from launcher.runs.owner.node_readers import NodeFollowing
 from launcher.runs.owner.outcome import LaunchFailed, Outcome
 from launcher.runs.owner.recorder import Recorder
@@ -34,8 +35,10 @@ class RunPolicy(NodeFollowing):
                  secrets: Callable[[], dict[str, str]], cancel_requested: Callable[[], bool],
                  stacks_requested: Callable[[], bool] = lambda: False,
                  on_plan: Callable[[RunPlan], None] = lambda plan: None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, keeper: CheckpointKeeper | None = None) -> None:
         self.backend, self.rec, self.settings = backend, rec, settings
+        self.keeper = keeper
+        """Where the checkpoints land, their gathers beside each attempt, the copy a resume needs."""
         self.on_plan = on_plan
         self.stacks_requested = stacks_requested
         self.stall = StallWatch(settings.stall_factor, settings.stall_min_s)
@@ -87,6 +90,8 @@ class RunPolicy(NodeFollowing):
         """The run to its end. ``adopted``: its job runs already, follow it. ``restart``: an owner died
         between two attempts; start the next one (the nodes were prepared)."""
         try:
+            if (restart or adopted) and self.keeper is not None:
+                self.keeper.use(self.backend.plan)  # the place its launch found, from the record
             if restart:
                 await self.backend.locate()
             elif not adopted:
@@ -148,6 +153,9 @@ class RunPolicy(NodeFollowing):
         await self.backend.prepare()
         if self.cancel_requested():
             return
+        if self.keeper is not None:
+            self.backend.use_plan(await self.keeper.locate(self.backend))
+            self.keeper.use(self.backend.plan)
         refusals = await preflight(self.backend)  # forced or not: a forced run records what it went past
         if refusals and self.settings.preflight:
             raise LaunchFailed("not started, it cannot run there: " + "; ".join(map(str, refusals))
@@ -172,6 +180,8 @@ class RunPolicy(NodeFollowing):
                 self.rec.set_node(rank, NodeState.STARTING)
             self.started = True
             try:
+                if self.keeper is not None:
+                    await self.keeper.before_attempt(self.rec.attempt, self.backend)
                 await self.backend.start(self.secrets(), self.rec.attempt)
             except NodeError as err:
                 self.start_error = err
@@ -188,12 +198,18 @@ class RunPolicy(NodeFollowing):
         self.deadline = self.clock() + self.settings.timeout_s if self.settings.timeout_s else None
         self.unfollowing.clear()
         followers = [asyncio.create_task(self._follow(rank)) for rank in self.ranks]
+        if self.keeper is not None:
+            self.keeper.start()
         try:
-            outcome = await self._watch(followers)
+            try:
+                outcome = await self._watch(followers)
+            finally:
+                self.unfollowing.set()
+                await asyncio.gather(*followers, return_exceptions=True)
+            return await self._end(outcome)
         finally:
-            self.unfollowing.set()
-            await asyncio.gather(*followers, return_exceptions=True)
-        return await self._end(outcome)
+            if self.keeper is not None:
+                await self.keeper.settle(set(self.lost))  # the attempt's last saves made whole
 
     async def _watch(self, followers: list[asyncio.Task]) -> str:
         """Judge the nodes' latest statuses until the attempt ends; says how."""

@@ -19,19 +19,22 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from launcher.backends.registry import backend_for
+from launcher.backends.base import Backend
+from launcher.backends.registry import backend_for, here_checkpoint_files
 from launcher.events import RunState
 from launcher.paths import run_dir
 from launcher.runs.core.estimates import PROBE_TAG, settle
 from launcher.runs.core.layout import LOG_METRICS, METRICS, load_options, load_plan, save_plan
-from launcher.runs.core.notifying import newest_checkpoint, notify_run, notify_wanted
+from launcher.runs.core.notifying import notify_run, notify_wanted
 from launcher.runs.core.ownership import OwnerLock, cancel_requested, request_cancel, take_stacks_request
-from launcher.runs.core.safe_step import save_safe_step
+from launcher.runs.core.safe_step import newest_of_run, save_safe_step
 from launcher.runs.core.samples import read_samples
 from launcher.runs.core.store import RunStore, StoreDamaged
 from launcher.runs.core.streams import LogMetrics
 from launcher.runs.core.usage import usage_totals
+from launcher.runs.owner.ckpt_copy import Endpoint
 from launcher.runs.owner.idle import IdleGuard
+from launcher.runs.owner.keeper import CheckpointKeeper
 from launcher.runs.owner.policy import LaunchFailed, Outcome, RunPolicy
 from launcher.runs.owner.recorder import Recorder
 from launcher.runs.owner.settings import Settings
@@ -66,10 +69,29 @@ class Supervisor:
                             preflight=not load_options(self.dir).get("force", False),
                             stall_factor=w.metrics.stall_factor, stall_min_s=w.metrics.stall_min_s,
                             max_resubmits=w.compute.slurm.max_resubmits if w.compute.slurm else 0)
+        self.resume_source: Backend | None = None
+        """The backend of the run whose checkpoint this one resumes from, when it is brought here."""
+        self.keeper = CheckpointKeeper(self.dir, backend_for, here_checkpoint_files, say=self._say_state,
+                                       resume_from=self._resume_from)
         self.policy = RunPolicy(self.backend, self.rec, settings, secrets=self.secrets,
                                 cancel_requested=lambda: cancel_requested(self.dir),
                                 stacks_requested=lambda: take_stacks_request(self.dir),
-                                on_plan=lambda p: save_plan(self.dir, p))
+                                on_plan=lambda p: save_plan(self.dir, p), keeper=self.keeper)
+
+    def _say_state(self, text: str) -> None:
+        """A line in the run's state, keeping the state it is in (a gather at the end of a cancel)."""
+        self.rec.set_state(self.rec.last_state or RunState.RUNNING, text)
+
+    def _resume_from(self) -> tuple[Endpoint, str] | None:
+        """The checkpoint a resume onto another node 0 copies there first (the launch options say which)."""
+        found = load_options(self.dir).get("resume_from")
+        if not isinstance(found, dict):
+            return None
+        source = run_dir(self.home, str(found["run"]))
+        self.resume_source = backend_for(load_plan(source))
+        node = found.get("node")
+        files = here_checkpoint_files() if node is None else self.resume_source.checkpoint_files(int(node))
+        return Endpoint(files, str(found["root"])), str(found["name"])
 
     def secrets(self) -> dict[str, str]:
         try:
@@ -125,10 +147,9 @@ class Supervisor:
             return
         if not notify_wanted(self.plan.workload.notify, event):
             return
-        record = self.store.get_run(self.run_id)
         try:
             if ckpt is None:
-                ckpt = await newest_checkpoint(self.backend, record.summary.output_dir if record else None)
+                ckpt = await newest_of_run(self.home, self.run_id)
             await asyncio.to_thread(notify_run, self.home, self.run_id, self.plan.workload.notify, event, ckpt)
         except Exception:  # noqa: BLE001 - a notification never changes the run
             print(f"notification failed:\n{traceback.format_exc()}", flush=True)
@@ -184,7 +205,7 @@ class Supervisor:
                 settle(self.dir, record)  # the real figure beside the launch's estimate, for later ones
             except OSError:
                 pass
-        ckpt = await newest_checkpoint(self.backend, record.summary.output_dir if record else None)
+        ckpt = await newest_of_run(self.home, self.run_id)
         if ckpt is not None:
             try:
                 save_safe_step(self.dir, ckpt, time.time())
@@ -192,6 +213,9 @@ class Supervisor:
                 pass  # a full disk: `show` asks the nodes for the newest checkpoint instead
         await self._notify(outcome.state.value, ckpt)
         self.rec.write(self.store.set_launcher, self.run_id, None)
+        await self.keeper.close()
+        if self.resume_source is not None:
+            await self.resume_source.close()
         await self.backend.close()
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from launcher.paths import run_dir
 from launcher.runs.core.estimates import read_kept
-from launcher.runs.core.layout import METRICS, STATE_FILE, last_lines
+from launcher.runs.core.layout import METRICS, STATE_FILE, last_lines, load_options, read_gathers
 from launcher.runs.core.notifying import read_deliveries
 from launcher.runs.core.ownership import owned
 from launcher.runs.core.safe_step import lead_time_of_run
@@ -63,6 +64,7 @@ def run_report(home: Path, run_id: str) -> dict:
         "lead_time": lead_time_of_run(directory, workload), "ranks": ranks,
         "odd_nodes": odd, "data": _data_summary(directory / METRICS),
         "resumed_from": _resumed_from(home, workload, run_id),
+        "checkpoints_place": _place_words(plan), "gathers": read_gathers(directory),
     }
 
 
@@ -75,8 +77,19 @@ def _resumed_from(home: Path, workload: dict, run_id: str) -> dict | None:
     if not isinstance(path, str) or not path:
         return None
     step = re.search(r"step-0*(\d+)", path)
+    brought = load_options(run_dir(home, run_id)).get("resume_from")  # copied to this run's node 0 first
+    if isinstance(brought, dict) and isinstance(brought.get("run"), str):
+        return {"path": path, "step": int(step.group(1)) if step else None, "run_id": brought["run"]}
     runs = [r.run_id for r in RunStore(home).list_runs(limit=1000) if r.run_id != run_id and r.run_id in path]
     return {"path": path, "step": int(step.group(1)) if step else None, "run_id": max(runs, key=len) if runs else None}
+
+
+def _place_words(plan: dict) -> str:
+    """Where the run's checkpoints land, as its launch found it ("" for a run without ``output_dir``)."""
+    from launcher.workload.ckpt_place import place_from_json
+
+    place = place_from_json(plan.get("ckpt_place"))
+    return place.words() if place is not None else ""
 
 
 def _odd_nodes(record) -> list[str]:
