@@ -235,12 +235,12 @@ class FsdpTuiApp(App):
         """A new run doing what ``run_id`` did (its recorded workload), with ``overrides`` on top."""
         self.run_worker(self._launch(None, overrides or [], from_run=run_id), group="launch", exclusive=True)
 
-    def resume_run(self, run_id: str, step: int) -> None:
-        """A new run of ``run_id``'s workload from its whole checkpoint of ``step`` (``fsdp-tui resume``)."""
-        self.run_worker(self._launch(None, [], from_run=run_id, resume_step=step), group="launch", exclusive=True)
+    def resume_run(self, run_id: str, name: str) -> None:
+        """A new run of ``run_id``'s workload from its whole checkpoint ``name`` (as ``fsdp-tui resume``)."""
+        self.run_worker(self._launch(None, [], from_run=run_id, resume_from=name), group="launch", exclusive=True)
 
     async def _launch(self, path: Path | None, overrides: list[Override], from_run: str | None = None,
-                      resume_step: int | None = None) -> None:
+                      resume_from: str | None = None) -> None:
         import asyncio
 
         from launcher.runs.launch import relaunch_plan, resume_plan, start_run
@@ -248,8 +248,8 @@ class FsdpTuiApp(App):
 
         bring = None
         try:
-            if resume_step is not None:
-                resumed = await resume_plan(self.home, from_run, resume_step, overrides)
+            if resume_from is not None:
+                resumed = await resume_plan(self.home, from_run, overrides=overrides, name=resume_from)
                 planned, bring = resumed.planned, resumed.bring
             elif from_run is not None:
                 planned = await asyncio.to_thread(relaunch_plan, self.home, from_run, overrides)

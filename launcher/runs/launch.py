@@ -195,18 +195,19 @@ class Resumed:
 
 
 async def resume_plan(home: Path, run_id: str, step: int | None = None,
-                      overrides: Sequence[Override] = ()) -> Resumed:
-    """A relaunch of ``run_id`` resuming from its newest complete checkpoint (or the one of ``step``),
-    found where its whole copies are: read there when the new run's node 0 is that machine (or a bucket),
-    else copied to the new node 0's own checkpoints folder before the start."""
+                      overrides: Sequence[Override] = (), name: str | None = None) -> Resumed:
+    """A relaunch of ``run_id`` resuming from its newest complete checkpoint (or the one of ``step``, or the
+    folder ``name``), found where its whole copies are: read there when the new run's node 0 is that
+    machine (or a bucket), else copied to the new node 0's own checkpoints folder before the start."""
     from launcher.runs.core.checkpoints import list_checkpoints, resume_choice, resume_override
 
     listing = await list_checkpoints(home, run_id)
     if listing.error:
         raise LookupError(f"cannot list the checkpoints of {run_id}: {listing.error}")
-    done = [c for c in listing.checkpoints if c.complete and (step is None or c.step == step)]
+    done = [c for c in listing.checkpoints if c.complete and (step is None or c.step == step)
+            and (name is None or c.name == name)]
     if not done:
-        which = f"at step {step}" if step is not None else "at all"
+        which = f"named {name!r}" if name is not None else f"at step {step}" if step is not None else "at all"
         have = ", ".join(str(c.step) for c in listing.checkpoints if c.complete) or "none"
         raise LookupError(f"run {run_id} has no complete checkpoint {which} in {listing.label}: {listing.root} "
                           f"(complete ones: {have})")

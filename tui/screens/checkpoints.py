@@ -95,7 +95,7 @@ class CheckpointsScreen(Screen):
             self.notify("pick a complete checkpoint", severity="warning")
             return
         self.notify(f"resuming from {c.name} (where its whole copy is)")
-        self.app.resume_run(self.run_id, c.step)
+        self.app.resume_run(self.run_id, c.name)
 
     def action_export(self, merged: bool = False) -> None:
         c = self.selected()
