@@ -60,7 +60,7 @@ def _losses(home: Path, run_id: str) -> dict[int, float]:
 
 def test_a_run_checkpoints_to_a_bucket_and_resumes_from_it(home, tmp_path, s3_server):
     wl = write_workload(tmp_path, f"""experiment_name: bucket
-compute: {{accelerator_type: CPU, procs_per_node: 2, num_accelerators: 2}}
+compute: {{accelerator_type: CPU, procs_per_node: 1, num_accelerators: 1}}
 mlflow: {{enabled: false}}
 env_variables: {{OMP_NUM_THREADS: 1, FSDP_TUI_ASSETS: /tmp/fsdp-tui-test-assets, AWS_ENDPOINT_URL: "{s3_server}",
                 AWS_DEFAULT_REGION: us-east-1}}
