@@ -61,7 +61,7 @@ def local_copy(path: str, root: str, d: Dist) -> tuple[str, Callable[[], None]]:
         raise RuntimeError(f"{incoming}: the copy of {path} received from node 0 is not whole: "
                            f"{ckpt_layout.wholeness(incoming).why_not()}")
     if d.rank == 0 and d.local_rank == 0:
-        print(f"sent {path} ({sum(s for _, s in listing[0]) / 2**20:.1f} MiB) to node(s) "
+        print(f"sent {path} ({sum(s for _, s in listing[0]) / 2**20:.1f} MiB) to node{'s' if len(needy) > 1 else ''} "
               f"{', '.join(map(str, needy))} for the resume", flush=True)
 
     def done() -> None:

@@ -124,14 +124,16 @@ def _resumable(steps: list[str], safe: dict | None, run_id: str) -> list[str]:
 
 def _gathers(gathers: list[dict]) -> list[str]:
     """The run's gathers in a line or two: how many checkpoints were made whole, and any that were not."""
+    from launcher.words import plural
+
     gathers = [g for g in gathers if "name" in g]  # the rest are notes (a route given up)
     done = [g for g in gathers if g.get("ok")]
     lines = []
     if done:
         size = sum(g.get("bytes", 0) for g in done) / 2**20
         seconds = sum(g.get("seconds", 0.0) for g in done)
-        lines.append(f"{len(done)} checkpoint(s) gathered into {done[-1].get('to', '?')}: {size:.1f} MiB in "
-                     f"{seconds:.1f} s, off the training path")
+        lines.append(f"{plural(len(done), 'checkpoint')} gathered into {done[-1].get('to', '?')}: {size:.1f} MiB "
+                     f"in {seconds:.1f} s, off the training path")
     lines += [f"{g.get('name', '?')} NOT whole: {g.get('error', '?')}" for g in gathers if not g.get("ok")]
     return lines
 

@@ -13,6 +13,7 @@ from launcher.backends.base import AgentStartFailed, Backend, NodeError, ScriptR
 from launcher.backends.registry import backend_for
 from launcher.doctor.judge import Check, DoctorReport, NodeProbe, NodeReport, evaluate, probe_packages
 from launcher.untrusted import clean_reply
+from launcher.words import plural
 from launcher.workload.ckpt_place import CheckpointPlace, with_holder
 from launcher.workload.plan import RunPlan
 
@@ -153,7 +154,7 @@ def place_check(plan: RunPlan, place: CheckpointPlace) -> Check:
     holder = place.holder
     if holder is not None and holder.node is not None and holder.node >= len(plan.nodes):
         return Check("checkpoints", "error", f"parameters.checkpoint.gather_to names node {holder.node}; the run "
-                     f"has {len(plan.nodes)} node(s)", f"gather_to: node0 to node{len(plan.nodes) - 1}, or here")
+                     f"has {plural(len(plan.nodes), 'node')}", f"gather_to: node0 to node{len(plan.nodes) - 1}, or here")
     return Check("checkpoints", "ok", place.words())
 
 

@@ -69,7 +69,8 @@ class CheckpointPlace:
         if self.kind == "unchecked":
             return f"not checked ({self.detail})" if self.detail else "not checked"
         if self.kind == "shared":
-            return f"one place every node sees: {self.roots[0] if self.roots else self.output_dir}"
+            why = f" ({self.detail})" if self.detail else ""
+            return f"one place every node sees: {self.roots[0] if self.roots else self.output_dir}{why}"
         apart = self.separate_nodes()
         who = ", ".join(f"node {n}" for n in apart)
         return (f"one folder per node ({who} apart from node 0's): each save's shards are gathered into "

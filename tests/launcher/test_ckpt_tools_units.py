@@ -45,7 +45,7 @@ def test_show_tells_the_gathers_and_the_step_that_is_not_whole():
         {"name": "step-2", "ok": True, "bytes": 3 << 20, "seconds": 1.5, "to": "node 0 (gpu-a)"},
         {"name": "step-4", "ok": True, "bytes": 3 << 20, "seconds": 0.5, "to": "node 0 (gpu-a)"},
         {"name": "step-6", "ok": False, "error": "node 1 (gpu-b): lost: no connection for 120 s"}])
-    assert lines == ["2 checkpoint(s) gathered into node 0 (gpu-a): 6.0 MiB in 2.0 s, off the training path",
+    assert lines == ["2 checkpoints gathered into node 0 (gpu-a): 6.0 MiB in 2.0 s, off the training path",
                      "step-6 NOT whole: node 1 (gpu-b): lost: no connection for 120 s"]
 
 

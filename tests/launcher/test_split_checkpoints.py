@@ -56,9 +56,10 @@ parameters:
 {extra}""")
 
 
-def _slow_egress(host, rate: str = "4mbit") -> None:
-    """Everything ``host`` sends at ``rate`` (its shards in a gather take seconds; its share of the tiny
-    model's collectives, about a megabyte a step, a second or two)."""
+def _slow_egress(host, rate: str = "2mbit") -> None:
+    """Everything ``host`` sends at ``rate`` (its shard in a gather takes about 7 s, long enough to be seen
+    on node 0's disk after its job has ended; its share of the tiny model's collectives, about a megabyte
+    a step, about 4 s a step)."""
     subprocess.run(["ip", "netns", "exec", host.netns, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf",
                     "rate", rate, "burst", "32kb", "latency", "400ms"], check=True, capture_output=True)
 
@@ -148,7 +149,7 @@ def test_a_two_node_run_on_private_disks_is_gathered_listed_exported_and_resumed
                       .read_text())
     assert {f: s["node"] for f, s in meta["shards"].items()} == {"__0_0.distcp": 0, "__1_0.distcp": 1}
     shown = ssh_cli(home, client, "show", run_id).stdout
-    assert "gathered  2 checkpoint(s) gathered into node 0" in shown and "safe      step 4" in shown, shown
+    assert "gathered  2 checkpoints gathered into node 0" in shown and "safe      step 4" in shown, shown
     assert "step-00000006 NOT whole" in shown
 
     listed = ssh_cli(home, client, "ckpt", run_id).stdout
@@ -189,7 +190,7 @@ def test_a_two_node_run_on_private_disks_is_gathered_listed_exported_and_resumed
     record = _wait_final(home, resumed)
     assert record.summary.state.value == "succeeded", record.transitions[-3:]
     log0 = (home / "runs" / resumed / "nodes" / "0.log").read_text()
-    assert "to node(s) 1 for the resume" in log0 and "at step 2" in log0, log0[-2000:]
+    assert "MiB) to node 1 for the resume" in log0 and "at step 2" in log0, log0[-2000:]
     straight, again = _losses(home, run_id), _losses(home, resumed)
     assert sorted(again) == [3, 4, 5, 6]
     assert again == pytest.approx({s: straight[s] for s in again}, rel=1e-5)  # float32 rounding at most

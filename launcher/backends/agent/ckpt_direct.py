@@ -63,7 +63,7 @@ def _receive(server: socket.socket, token: str, files: dict, paths: dict, state:
                 while left:
                     got = conn.recv_into(memoryview(buffer)[: min(BLOCK, left)])
                     if not got:
-                        raise ValueError(f"{file}: the sender stopped at {size - left} of {size} bytes")
+                        raise ValueError(f"{file}: the sender stopped at {size - left} of its {size} B")
                     out.write(memoryview(buffer)[:got])
                     digest.update(memoryview(buffer)[:got])
                     left -= got
@@ -107,7 +107,7 @@ def send(root: str, name: str, sizes: dict, addr: str, port: int, token: str, ti
     paths = {f: ckpt_files._file(root, name, f) for f in sorted(sizes)}
     for f, path in paths.items():
         if os.path.getsize(path) != int(sizes[f]):
-            raise ValueError(f"{f}: {os.path.getsize(path)} bytes here, {sizes[f]} listed")
+            raise ValueError(f"{f}: {os.path.getsize(path)} B here, {sizes[f]} B listed")
     try:
         conn = socket.create_connection((addr, int(port)), timeout=min(timeout_s, 10.0))
     except OSError as err:

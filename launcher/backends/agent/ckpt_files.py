@@ -121,7 +121,7 @@ def seal(root: str, name: str, sums: dict) -> dict:
         got = os.path.getsize(part) if os.path.exists(part) else -1
         if got != size:
             unpart(root, name)
-            raise ValueError(f"{file}: {got} of {size} bytes arrived")
+            raise ValueError(f"{file}: {got} of its {size} B arrived")
         actual = digest.hexdigest() if digest is not None and done == size else _sha256(part)
         if actual != sha256:
             unpart(root, name)

@@ -38,6 +38,7 @@ from launcher.untrusted import clean_reply
 from launcher.workload.ckpt_place import CheckpointPlace
 from launcher.workload.plan import RunPlan
 from launcher.workload.slurm import time_minutes, time_option
+from trainer.ckpt_layout import expand_path, url_scheme
 from trainer.protocol import CHECKPOINT_SIGNAL_ENV
 
 JOBS_FILE = "jobs.json"
@@ -333,12 +334,12 @@ class SlurmBackend(AgentFleet):
 
     async def checkpoint_place(self, output_dir: str) -> CheckpointPlace:
         """A SLURM job's nodes work in one folder of the cluster's shared filesystem (``job_dir``): its
-        checkpoints are where the login node lists them; a bucket URL is a bucket as anywhere."""
-        place = await super().checkpoint_place(output_dir)
-        if place.kind == "bucket":
-            return place
-        return CheckpointPlace("shared", output_dir, place.roots[:1],
-                               detail="the job's nodes share the cluster's filesystem, as the login node sees it")
+        checkpoints are where the login node lists them (nothing to ask); a bucket URL is a bucket."""
+        url = expand_path(output_dir, self._job_env())
+        if url_scheme(url):
+            return CheckpointPlace("bucket", output_dir, roots=(url,))
+        return CheckpointPlace("shared", output_dir, (), (True,) * len(self.plan.nodes),
+                               detail="the SLURM job's nodes share the cluster's filesystem")
 
     async def scheduler_checks(self, quick: bool) -> tuple[SchedulerCheck, ...]:
         """``sbatch --test-only`` of the attempt's script (partition, account, qos, time limit, node and

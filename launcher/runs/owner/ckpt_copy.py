@@ -97,7 +97,7 @@ async def _copy_file(src: Endpoint, dst: Endpoint, name: str, file: str, size: i
             want = min(CHUNK, size - offset)
             data = await src.files.read(src.root, name, file, offset, want)
             if len(data) != want:
-                raise NodeError(f"{src.label}: {name}/{file} ended at {offset + len(data)} of {size} bytes "
+                raise NodeError(f"{src.label}: {name}/{file} ended at {offset + len(data)} of its {size} B "
                                 "(it changed while it was copied)")
             await chunks.put((offset, data))
         await chunks.put(None)

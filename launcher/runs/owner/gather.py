@@ -21,6 +21,7 @@ from pathlib import Path
 
 from launcher.backends.base import Backend, CheckpointListing, NodeError, NodeLost
 from launcher.runs.owner.ckpt_copy import Copied, Endpoint, can_send_directly, copy_checkpoint, copy_direct
+from launcher.words import plural
 from launcher.workload.ckpt_place import CheckpointPlace
 from trainer.ckpt_layout import CheckpointInfo, judge, to_prune
 
@@ -110,7 +111,8 @@ class Gatherer:
                     sources.setdefault(node, {})[file] = size
             gone = sorted(n for n in sources if n in self.lost)
             if gone:
-                raise NodeError(f"node {gone[0]} was lost: its {len(sources[gone[0]])} shard(s) cannot be copied", gone[0])
+                raise NodeError(f"node {gone[0]} was lost: its {plural(len(sources[gone[0]]), 'shard')} cannot be "
+                                "copied", gone[0])
             if self.in_place and not sources:
                 self.done.add(c.name)  # whole already (the nodes that wrote it share node 0's folder)
                 await self._drop_leftovers(c.name)

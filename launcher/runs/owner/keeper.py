@@ -22,6 +22,7 @@ from launcher.runs.core.layout import GATHERS
 from launcher.runs.owner.ckpt_copy import Endpoint
 from launcher.runs.owner.gather import Gatherer, bring
 from launcher.runs.owner.outcome import LaunchFailed
+from launcher.words import plural
 from launcher.workload.ckpt_place import CheckpointPlace, with_holder
 from launcher.workload.plan import RunPlan
 
@@ -55,7 +56,7 @@ class CheckpointKeeper:
             raise LaunchFailed(f"cannot tell where parameters.output_dir lands on the nodes: {place.detail}")
         if place.holder is not None and place.holder.node is not None and place.holder.node >= len(plan.nodes):
             raise LaunchFailed(f"parameters.checkpoint.gather_to: node {place.holder.node}, but the run has "
-                               f"{len(plan.nodes)} node(s) (node0 to node{len(plan.nodes) - 1})")
+                               f"{plural(len(plan.nodes), 'node')} (node0 to node{len(plan.nodes) - 1})")
         return replace(plan, ckpt_place=place)
 
     def use(self, plan: RunPlan) -> None:
