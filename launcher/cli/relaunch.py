@@ -95,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
         return 2  # as run: nothing was launched
     from launcher.cli.run import refused
 
-    if refused(f"fsdp-tui {args.verb} {run_id}", planned.plan, store.home, force=False):
+    if refused(f"fsdp-tui {args.verb} {run_id}", planned.plan, store.home, force=False,
+               json_events=args.json):
         return 2  # as run: nothing was launched
     new_id = start_run(planned.plan, store.home, idempotent=False)
     if not args.json:

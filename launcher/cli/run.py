@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from launcher.runs.launch import start_run
 
     home = data_home()
-    if refused(args.file, plan, home, force=args.force):
+    if refused(args.file, plan, home, force=args.force, json_events=args.json):
         return USAGE_ERROR
     run_id = start_run(plan, home, force=args.force)
     if run_id != plan.run_id:
@@ -76,10 +76,12 @@ def run(args: argparse.Namespace) -> int:
                  num_nodes=len(plan.nodes))
 
 
-def refused(source, plan, home, *, force: bool) -> bool:
+def refused(source, plan, home, *, force: bool, json_events: bool = False) -> bool:
     """Say (on stderr) why ``plan`` cannot start, before anything of it is recorded: a missing secret, an
-    unknown host key, and (unless ``force``) what the cheap checks refuse. ``True``: nothing was launched."""
+    unknown host key, and (unless ``force``) what the cheap checks refuse. ``True``: nothing was launched.
+    With ``json_events`` the reasons are also one ``LaunchRefused`` event on stdout."""
     import asyncio
+    import json
 
     from launcher.runs.launch import check_room, launch_refusals
 
@@ -87,6 +89,8 @@ def refused(source, plan, home, *, force: bool) -> bool:
     said = asyncio.run(launch_refusals(plan, home, force=force))
     for line in said:
         print(f"{source}: cannot run: {line}", file=sys.stderr)
+    if said and json_events:
+        print(json.dumps({"type": "LaunchRefused", "source": str(source), "reasons": list(said)}), flush=True)
     if said:
         print(f"{source}: nothing was launched" + ("" if force else
               " (--force launches past the cheap checks, not past a secret or a host key)"), file=sys.stderr)

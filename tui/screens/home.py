@@ -9,11 +9,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Header, Input, Label
+from textual.widgets import DataTable, Input, Label
 
 from launcher.runs.core.store import RunSummary
 from launcher.words import plural
 from tui.widgets.footer import FitFooter
+from tui.widgets.header import Header
 from tui.widgets.runs_table import RunsTable
 from tui.widgets.sweeps_table import SweepsTable
 

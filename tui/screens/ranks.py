@@ -11,10 +11,11 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Header, Label
+from textual.widgets import DataTable, Label
 
 from launcher.runs.read.ranks import THRESHOLD, RankReport, RankTimes
 from tui.widgets.footer import FitFooter
+from tui.widgets.header import Header
 
 REFRESH_S = 2.0
 COLUMNS = 12

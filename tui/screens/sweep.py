@@ -12,13 +12,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Header, Label, Static, TabbedContent, TabPane
+from textual.widgets import Label, Static, TabbedContent, TabPane
 
 from launcher.runs.read.comparison import RunStats
 from launcher.words import plural
 from tui.widgets.comparison_plots import LossCurves, MetricBars
 from tui.widgets.comparison_table import ComparisonTable
 from tui.widgets.footer import FitFooter
+from tui.widgets.header import Header
 
 REFRESH_S = 2.0
 
