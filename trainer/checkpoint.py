@@ -32,6 +32,7 @@ from trainer import ckpt_layout
 from trainer.ckpt_layout import DCP_META, META, is_complete
 from trainer.ckpt_write import RankDeviceWriter, tensor_bytes, writer_share
 from trainer.config import CheckpointConfig, SettingError
+from trainer.optim import resume_refusal
 from trainer.parallel import Dist
 
 
@@ -63,6 +64,9 @@ class AppState(Stateful):
                 **(_cuda_rng() if self.with_cuda_rng else {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        refusal = resume_refusal(state["optim"], self.optimizer)
+        if refusal is not None:
+            raise SettingError(refusal)
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optim"], options=self.options)
         self.scheduler.load_state_dict(state["sched"])
@@ -125,6 +129,8 @@ class Checkpointer:
         state.with_cuda_rng = _holds(path, "app.cuda_rng")  # a CPU run's checkpoint resumes on a GPU
         try:
             dcp.load({"app": state}, checkpoint_id=str(path))
+        except SettingError:  # AppState's own one line
+            raise
         except (CheckpointException, ValueError, KeyError) as err:
             raise SettingError(self._cannot_resume(path, err)) from None
         finally:

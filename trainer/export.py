@@ -14,7 +14,9 @@ from pathlib import Path
 
 
 def load_for_inference(checkpoint: str | Path):
-    """(model, tokenizer) from a complete checkpoint, in this process, without a process group."""
+    """(model, tokenizer) from a complete checkpoint, in this process, without a process group. The
+    model is built with the attention its class has for inference (sdpa, else eager: BLOOM, Gemma 2,
+    GPT-OSS), as any model that trains can be exported."""
     import torch.distributed.checkpoint as dcp
 
     from trainer.ckpt_layout import META, is_complete
@@ -25,7 +27,7 @@ def load_for_inference(checkpoint: str | Path):
     if not is_complete(path):
         raise ValueError(f"{path} is not a complete checkpoint")
     meta = json.loads((path / META).read_text())
-    model = load_model(meta["model_name"], ModelConfig(from_scratch=True), seed=0)
+    model = load_model(meta["model_name"], ModelConfig(from_scratch=True), seed=0)  # sdpa, else eager
     tokenizer = load_tokenizer(meta["tokenizer"], ModelConfig())
     state = {"app": {"model": model.state_dict()}}
     dcp.load(state, checkpoint_id=str(path))

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from trainer.protocol import MetricRecord
 
-_METRICS = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu", "eval_loss", "eval_exact_match")
+_METRICS = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu", "eval_loss", "eval_exact_match", "router_aux_loss")
 _MEMORY = ("device_used_gib", "allocated_gib", "reserved_gib", "peak_gib", "rss_gib")
 """Per rank, as ``memory/rank<N>/<field>``: what the monitor's gauges show."""
 

@@ -33,7 +33,8 @@ def run_report(home: Path, run_id: str) -> dict:
         experiment = (workload.get("mlflow") or {}).get("experiment") or s.experiment
         mlflow = {"run_id": mlflow_state["run_id"], "experiment": experiment, "tracking_uri": uri,
                   "ui_command": f"mlflow ui --backend-store-uri {uri}"}
-    ranks = rank_report(_newest_records(directory / METRICS), len(record.nodes) or None).to_dict()
+    records = _newest_records(directory / METRICS)
+    ranks = rank_report(records, len(record.nodes) or None).to_dict()
     if triage is not None and ranks["slow"]:  # a slow rank is worth reading beside why the run ended
         triage = {**triage, "slow_ranks": [r["says"] for r in ranks["slow"]]}
     live = not s.state.is_final
@@ -62,7 +63,7 @@ def run_report(home: Path, run_id: str) -> dict:
         "notifications": read_deliveries(directory),
         "lead_time": lead_time_of_run(directory, workload), "ranks": ranks,
         "odd_nodes": odd, "data": _data_summary(directory / METRICS),
-        "resumed_from": _resumed_from(home, workload, run_id),
+        "resumed_from": _resumed_from(home, workload, run_id), "router_aux_loss": _router_aux_loss(records),
     }
 
 
@@ -77,6 +78,11 @@ def _resumed_from(home: Path, workload: dict, run_id: str) -> dict | None:
     step = re.search(r"step-0*(\d+)", path)
     runs = [r.run_id for r in RunStore(home).list_runs(limit=1000) if r.run_id != run_id and r.run_id in path]
     return {"path": path, "step": int(step.group(1)) if step else None, "run_id": max(runs, key=len) if runs else None}
+
+
+def _router_aux_loss(records: list) -> float | None:
+    """The newest router load-balancing loss a mixture-of-experts run reported (``None``: none)."""
+    return next((r.router_aux_loss for r in reversed(records) if r.router_aux_loss is not None), None)
 
 
 def _odd_nodes(record) -> list[str]:
