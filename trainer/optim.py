@@ -42,15 +42,20 @@ def build_optimizer(model: torch.nn.Module, lr: float, cfg: OptimConfig, device:
 
 
 def decay_note(optimizer: torch.optim.Optimizer) -> str | None:
-    """One line saying what weight decay applies to (``None`` without weight decay)."""
+    """One line saying what weight decay applies to (``None`` without weight decay), counting the tensors
+    that train (a LoRA run's frozen base weights are in the groups, and never updated)."""
     decayed = [g for g in optimizer.param_groups if g["weight_decay"]]
     if not decayed:
         return None
-    spared = sum(len(g["params"]) for g in optimizer.param_groups if not g["weight_decay"])
+
+    def trained(groups) -> int:
+        return sum(p.requires_grad for g in groups for p in g["params"])
+
+    spared = trained(g for g in optimizer.param_groups if not g["weight_decay"])
     if not spared:
         return f"weight decay: {decayed[0]['weight_decay']:g} on every parameter (optim.decay_bias_and_norm)"
-    return (f"weight decay: {decayed[0]['weight_decay']:g} on {sum(len(g['params']) for g in decayed)} weight tensors; "
-            f"{spared} bias and norm tensors not decayed (as Hugging Face Trainer)")
+    return (f"weight decay: {decayed[0]['weight_decay']:g} on {trained(decayed)} weight tensors; {spared} bias and "
+            "norm tensors not decayed (as Hugging Face Trainer)")
 
 
 def resume_refusal(saved_optimizer: dict, optimizer: torch.optim.Optimizer) -> str | None:
