@@ -34,7 +34,7 @@ def torch_refusal(version: str) -> str | None:
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
 
 
 class ModelConfig(_Section):
@@ -264,8 +264,8 @@ class TrainerConfig(_Section):
     """Stop after this many optimiser steps (``null``: run ``num_epochs``)."""
     num_epochs: int = Field(default=1, gt=0)
     """Passes over the training data when ``max_steps`` is not set."""
-    seed: int = 42
-    """Seed for init, data order and dropout."""
+    seed: int = Field(default=42, ge=0, lt=2**32)
+    """Seed for init, data order and dropout (0 to 2**32 - 1: torch's generators take it with room to spare)."""
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
     optim: OptimConfig = OptimConfig()

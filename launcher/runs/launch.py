@@ -76,10 +76,13 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
         _keep_estimate(home, plan)
         hand_over(lock, home, plan.run_id, adopt=False)
     except (OSError, sqlite3.OperationalError) as err:
+        _forget(home, plan.run_id)
         if not is_write_failure(err):
             raise
-        _forget(home, plan.run_id)
         raise RecordUnwritable(f"not launched: {write_failure(Path(home), err)}, then launch again") from None
+    except Exception:
+        _forget(home, plan.run_id)  # a launch that could not be recorded leaves nothing that looks like a run
+        raise
     finally:
         lock.release()
     return plan.run_id
@@ -108,7 +111,7 @@ def check_room(home: Path) -> None:
 
 
 def _forget(home: Path, run_id: str) -> None:
-    """What a refused launch had written of its run: nothing of it may look like a run later."""
+    """What a refused or failed launch had written of its run: nothing of it may look like a run later."""
     import shutil
 
     try:
