@@ -179,8 +179,11 @@ def _print(r: dict) -> None:
         out(f"  notified  {d['event']}: {d['sink']}: {said}{tries if d['ok'] else ''}\n")
     if r["mlflow"]:
         m = r["mlflow"]
-        out(f"  mlflow    run {m['run_id']} in experiment {m['experiment']}\n")
-        out(f"            see it: {m['ui_command']}\n")
+        if m["run_id"]:
+            out(f"  mlflow    run {m['run_id']} in experiment {m['experiment']}\n")
+            out(f"            see it: {m['ui_command']}\n")
+        if m.get("unsent"):
+            out(f"  mlflow    {m['unsent']}\n")
     out(f"  files     {r['directory']}  (workload.yaml, nodes/<rank>.log, metrics, events.jsonl,"
         f" triage.json, supervisor.log)\n")
     if r["workload_path"]:

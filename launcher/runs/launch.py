@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 import yaml
 
 from launcher.events import RunState, RunStateChanged
-from launcher.paths import run_dir
+from launcher.paths import private_dir, run_dir
+from launcher.runs.core import pending
 from launcher.runs.core.layout import EVENTS, OPTIONS, save_plan
 from launcher.runs.core.ownership import (
     OwnerLock,
@@ -104,7 +105,7 @@ def _keep_estimate(home: Path, plan: RunPlan) -> None:
 def check_room(home: Path) -> None:
     """:class:`RecordUnwritable` when the data dir is below its floor of free space: a run's record could
     not be kept, so nothing is launched."""
-    Path(home).mkdir(parents=True, exist_ok=True)
+    private_dir(Path(home))
     problem = shortage(Path(home))
     if problem:
         raise RecordUnwritable(f"not launched: {problem}, then launch again")
@@ -126,8 +127,11 @@ def _forget(home: Path, run_id: str) -> None:
 
 def adopt_orphans_of(home: Path) -> list[str]:
     """Every live run without an owner gets one; what ``runs``, ``show``, ``logs`` and the app call
-    before showing runs, so a run whose owner died is caught up and finished."""
-    return adopt_orphans(home, RunStore(home).active_runs())
+    before showing runs, so a run whose owner died is caught up and finished. An ended run with something
+    its owner could not send to MLflow gets a detached sender (:mod:`launcher.runs.core.pending`)."""
+    adopted = adopt_orphans(home, RunStore(home).active_runs())
+    pending.start_senders(home)
+    return adopted
 
 
 @dataclass(frozen=True)
@@ -161,10 +165,17 @@ async def cancel_run(home: Path, run_id: str, *, timeout_s: float = 120.0) -> Ca
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         record = store.get_run(run_id)
-        if record.summary.state.is_final and not owned(home, run_id):
+        if record.summary.state.is_final and (not owned(home, run_id) or _only_tracking(home, run_id)):
             return _report(record, already_ended=False)
         await asyncio.sleep(0.1)
     return _report(store.get_run(run_id), already_ended=False, timed_out=True)
+
+
+def _only_tracking(home: Path, run_id: str) -> bool:
+    """The run's owner has recorded its end and only sends it to MLflow now."""
+    from launcher.runs.core.ownership import owner_note
+
+    return owner_note(home, run_id) == pending.SENDING
 
 
 def _report(record: RunRecord, *, already_ended: bool, timed_out: bool = False) -> CancelReport:
@@ -264,3 +275,11 @@ def is_owned(home: Path, run_id: str) -> bool:
 
 def run_directory(home: Path, run_id: str) -> Path:
     return run_dir(home, run_id)
+
+
+def send_tracking(home: Path, run_id: str):
+    """What ``run_id``'s owner could not send to MLflow, sent now (blocking, each call bounded): a
+    :class:`~launcher.runs.owner.send_later.Sent` saying how it went."""
+    from launcher.runs.owner.send_later import send
+
+    return send(home, run_id)

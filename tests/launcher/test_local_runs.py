@@ -17,6 +17,7 @@ from tests.launcher.conftest import (
     events,
     run_sampling_cmdlines,
     tagged,
+    wait_tracked,
     write_workload,
 )
 
@@ -44,6 +45,7 @@ def test_air_style_script_unmodified_gets_metrics_records_and_mlflow(home):
 
     from mlflow import MlflowClient
 
+    wait_tracked(home, run_id)
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
     [run] = client.search_runs([client.get_experiment_by_name("byo-script-cpu").experiment_id])
     assert run.info.status == "FINISHED" and run.info.run_name == run_id

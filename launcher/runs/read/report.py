@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from launcher.runs.core import pending
 from launcher.runs.core.estimates import read_kept
 from launcher.runs.core.layout import METRICS, STATE_FILE, last_lines
 from launcher.runs.core.notifying import read_deliveries
@@ -28,11 +29,14 @@ def run_report(home: Path, run_id: str) -> dict:
     workload = plan.get("workload", {})
     mlflow_state = _json(directory / STATE_FILE) or {}
     mlflow = None
-    if mlflow_state.get("run_id"):
+    unsent = pending.why_pending(directory)
+    if mlflow_state.get("run_id") or unsent:
         uri = (workload.get("mlflow") or {}).get("tracking_uri") or f"sqlite:///{Path(home) / 'mlflow.db'}"
         experiment = (workload.get("mlflow") or {}).get("experiment") or s.experiment
-        mlflow = {"run_id": mlflow_state["run_id"], "experiment": experiment, "tracking_uri": uri,
-                  "ui_command": f"mlflow ui --backend-store-uri {uri}"}
+        mlflow = {"run_id": mlflow_state.get("run_id"), "experiment": experiment, "tracking_uri": uri,
+                  "ui_command": f"mlflow ui --backend-store-uri {uri}",
+                  "unsent": unsent and f"not all sent yet ({unsent}); sent on the next look, or now: "
+                                       f"fsdp-tui mlflow sync {run_id}"}
     records = _newest_records(directory / METRICS)
     ranks = rank_report(records, len(record.nodes) or None).to_dict()
     if triage is not None and ranks["slow"]:  # a slow rank is worth reading beside why the run ended
