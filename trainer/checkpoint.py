@@ -34,6 +34,7 @@ from trainer.ckpt_write import RankDeviceWriter, tensor_bytes, writer_share
 from trainer.config import CheckpointConfig, SettingError
 from trainer.optim import resume_refusal
 from trainer.parallel import Dist
+from trainer.protocol import RUN_ID_ENV
 
 
 def list_checkpoints(root: Path) -> list[ckpt_layout.CheckpointInfo]:
@@ -91,7 +92,10 @@ def _cuda_rng() -> dict[str, torch.Tensor]:
 
 class Checkpointer:
     def __init__(self, cfg: CheckpointConfig, output_dir: str, d: Dist, meta: dict[str, Any]) -> None:
-        self.cfg, self.d, self.meta = cfg, d, meta
+        self.cfg, self.d = cfg, d
+        self.run_id = os.environ.get(RUN_ID_ENV) or None
+        """The fsdp-tui run this job belongs to, recorded in each checkpoint: its prune touches only its own."""
+        self.meta = {**meta, "run_id": self.run_id}
         self.root = Path(output_dir).expanduser() / "checkpoints"
         self.staging = Path(cfg.staging_dir).expanduser() if cfg.staging_dir else None
         # Async saves run collectives from a background thread: give them their own group.
@@ -239,9 +243,13 @@ class Checkpointer:
             self._prune()
 
     def _prune(self) -> None:
+        """``keep_last``: this run's own complete checkpoints beyond the newest K go; another run's (one
+        this run resumed from, one of a run that shares ``output_dir``) are never this run's to delete."""
         if not self.cfg.keep_last:
             return
-        for old in ckpt_layout.to_prune(ckpt_layout.list_checkpoints(str(self.root)), self.cfg.keep_last):
+        own = [c for c in ckpt_layout.list_checkpoints(str(self.root))
+               if ckpt_layout.written_by(c.path) == self.run_id]
+        for old in ckpt_layout.to_prune(own, self.cfg.keep_last):
             shutil.rmtree(old.path, ignore_errors=True)
 
 

@@ -252,6 +252,9 @@ class TrainerConfig(_Section):
     """Hub dataset name, a local json/jsonl/parquet/arrow file, or a folder saved by ``datasets``."""
     output_dir: str
     """Where checkpoints and the final export go."""
+    output_dir_shared: bool = False
+    """An ``output_dir`` that runs of other workloads use too, on purpose: the launch then goes ahead
+    (it is refused otherwise). Each run prunes (``keep_last``) only the checkpoints it wrote itself."""
     max_seq_len: int = Field(default=1024, gt=0)
     """Tokens per training sequence."""
     per_device_batch_size: int = Field(default=4, gt=0)

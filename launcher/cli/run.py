@@ -32,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    plan = plan_or_say(args.file, args.overrides, Verbs("not launched", "cannot run"), quiet=False, blockers=False)
+    plan = plan_or_say(args.file, args.overrides, Verbs("not launched", "cannot run"), quiet=False, blockers=False,
+                       dry_run=args.dry_run)
     if plan is None:
         return USAGE_ERROR
     if plan.workload.sweep is not None:
@@ -59,12 +60,16 @@ def run(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     from launcher.cli.watch import watch
     from launcher.paths import data_home
-    from launcher.runs.launch import start_run
+    from launcher.runs.launch import LaunchRefused, start_run
 
     home = data_home()
     if refused(args.file, plan, home, force=args.force, json_events=args.json):
         return USAGE_ERROR
-    run_id = start_run(plan, home, force=args.force)
+    try:
+        run_id = start_run(plan, home, force=args.force)
+    except LaunchRefused as err:
+        print(f"{args.file}: {err}", file=sys.stderr)
+        return USAGE_ERROR
     if run_id != plan.run_id:
         print(f"{args.file}: idempotency_token {plan.workload.idempotency_token!r} was launched before as run "
               f"{run_id}: not launched again; following {run_id}", file=sys.stderr)

@@ -18,6 +18,7 @@ from launcher.events import RunState, RunStateChanged
 from launcher.paths import private_dir, run_dir
 from launcher.runs.core import pending
 from launcher.runs.core.layout import EVENTS, OPTIONS, save_plan
+from launcher.runs.core.output_dirs import HINT, output_dir_users
 from launcher.runs.core.ownership import (
     OwnerLock,
     adopt_orphans,
@@ -35,6 +36,11 @@ from launcher.workload.plan import RunPlan
 
 if TYPE_CHECKING:
     from launcher.backends.base import Reach
+
+
+class LaunchRefused(RuntimeError):
+    """The launch would harm another run (its ``output_dir`` is another workload's): nothing was started
+    or recorded. ``str()`` says why and what to do."""
 
 
 def create_run(plan: RunPlan, home: Path) -> Path:
@@ -59,8 +65,12 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
     of the run (a sweep's variant names its sweep and its parent MLflow run). A data dir below its floor
     of free space refuses the launch at once (:class:`RecordUnwritable`): the record could not be kept.
     With the workload's ``idempotency_token`` (and ``idempotent``, the default: a relaunch is meant as a
-    new run), a token launched before answers with that run's id and nothing starts."""
+    new run), a token launched before answers with that run's id and nothing starts. An ``output_dir``
+    that another workload's run uses on the same node refuses the launch (:class:`LaunchRefused`)."""
     check_room(home)
+    taken = output_dir_users(home, plan)
+    if taken:
+        raise LaunchRefused(f"not launched: parameters.output_dir {taken} ({HINT})")
     token = plan.workload.idempotency_token
     if token and idempotent:
         from launcher.runs.core.idempotency import claim

@@ -32,6 +32,14 @@ class ValidationResult:
     trainer_config: TrainerConfig | None = None
     data: dict[str, Any] | None = None
     overrides: list[AppliedOverride] = field(default_factory=list)
+    locator: _Locator | None = field(default=None, compare=False, repr=False)
+
+    def problem(self, path: YamlPath, severity: str, message: str, hint: str = "") -> Problem:
+        """A problem found later (by a caller that knows more than the file: the run store) placed where
+        ``path`` was written, in the file or the ``--set`` that wrote it."""
+        if self.locator is None:
+            return Problem("<workload>", 1, 1, format_path(path), severity, message, hint)  # type: ignore[arg-type]
+        return self.locator.problem(path, severity, message, hint)
 
     @property
     def ok(self) -> bool:
@@ -127,6 +135,7 @@ def _validate_loaded(loaded: LoadedYaml, filename: str, overrides: Sequence[str]
         trainer_cfg if ok else None,
         data,
         applied,
+        locate,
     )
 
 
