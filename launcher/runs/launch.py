@@ -18,7 +18,7 @@ from launcher.events import RunState, RunStateChanged
 from launcher.paths import private_dir, run_dir
 from launcher.runs.core import pending
 from launcher.runs.core.layout import EVENTS, OPTIONS, save_plan
-from launcher.runs.core.output_dirs import HINT, output_dir_users
+from launcher.runs.core.output_dirs import HINT, deciding, output_dir_users
 from launcher.runs.core.ownership import (
     OwnerLock,
     adopt_orphans,
@@ -68,34 +68,35 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
     new run), a token launched before answers with that run's id and nothing starts. An ``output_dir``
     that another workload's run uses on the same node refuses the launch (:class:`LaunchRefused`)."""
     check_room(home)
-    taken = output_dir_users(home, plan)
-    if taken:
-        raise LaunchRefused(f"not launched: parameters.output_dir {taken} ({HINT})")
-    token = plan.workload.idempotency_token
-    if token and idempotent:
-        from launcher.runs.core.idempotency import claim
+    with deciding(home, plan):  # two launches into one output_dir at once: the second sees the first
+        taken = output_dir_users(home, plan)
+        if taken:
+            raise LaunchRefused(f"not launched: parameters.output_dir {taken} ({HINT})")
+        token = plan.workload.idempotency_token
+        if token and idempotent:
+            from launcher.runs.core.idempotency import claim
 
-        earlier = claim(home, token, plan.run_id, tags)
-        if earlier is not None:
-            return earlier
-    lock = OwnerLock(run_dir(home, plan.run_id))
-    if not lock.acquire():
-        raise RuntimeError(f"run {plan.run_id} exists already")
-    try:
-        create_run(plan, home)
-        (run_dir(home, plan.run_id) / OPTIONS).write_text(json.dumps({"force": force, "tags": tags or {}}))
-        _keep_estimate(home, plan)
-        hand_over(lock, home, plan.run_id, adopt=False)
-    except (OSError, sqlite3.OperationalError) as err:
-        _forget(home, plan.run_id)
-        if not is_write_failure(err):
+            earlier = claim(home, token, plan.run_id, tags)
+            if earlier is not None:
+                return earlier
+        lock = OwnerLock(run_dir(home, plan.run_id))
+        if not lock.acquire():
+            raise RuntimeError(f"run {plan.run_id} exists already")
+        try:
+            create_run(plan, home)
+            (run_dir(home, plan.run_id) / OPTIONS).write_text(json.dumps({"force": force, "tags": tags or {}}))
+            _keep_estimate(home, plan)
+            hand_over(lock, home, plan.run_id, adopt=False)
+        except (OSError, sqlite3.OperationalError) as err:
+            _forget(home, plan.run_id)
+            if not is_write_failure(err):
+                raise
+            raise RecordUnwritable(f"not launched: {write_failure(Path(home), err)}, then launch again") from None
+        except Exception:
+            _forget(home, plan.run_id)  # a launch that could not be recorded leaves nothing that looks like a run
             raise
-        raise RecordUnwritable(f"not launched: {write_failure(Path(home), err)}, then launch again") from None
-    except Exception:
-        _forget(home, plan.run_id)  # a launch that could not be recorded leaves nothing that looks like a run
-        raise
-    finally:
-        lock.release()
+        finally:
+            lock.release()
     return plan.run_id
 
 

@@ -10,6 +10,8 @@ a sweep's variants. ``parameters.output_dir_shared: true`` says a workload share
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 from pathlib import Path
 
 from launcher.runs.core.store import RunStore, RunSummary
@@ -27,6 +29,24 @@ def fixed_output_dir(plan: RunPlan) -> str | None:
     if not isinstance(out, str) or not out or params.get("output_dir_shared") is True:
         return None
     return (out.rstrip("/") or "/") if out.startswith(("/", "~", "$")) or "://" in out else None
+
+
+LOCK = "launch.lock"
+
+
+@contextlib.contextmanager
+def deciding(home: Path, plan: RunPlan):
+    """Held while a launch into a fixed ``output_dir`` checks it and records its run: of two launches at
+    the same moment, the second sees the first. Other launches take no lock."""
+    if fixed_output_dir(plan) is None:
+        yield
+        return
+    with open(Path(home) / LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _same_workload(run: RunSummary, plan: RunPlan, home: Path) -> bool:
