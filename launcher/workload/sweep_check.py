@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from launcher.words import plural
 from launcher.workload.model import Sweep
 from launcher.workload.overrides import SOURCE as SET_SOURCE
 from launcher.workload.overrides import parse_path
@@ -93,7 +94,7 @@ def too_many(spec: Sweep, where: Origin, over: dict[str, tuple[list[Any], Origin
         count *= size
         if count > MAX_VARIANTS:
             return Problem(where.source, where.line, where.col, "sweep", "error",
-                           f"the sweep has more than {MAX_VARIANTS} variants ("
+                           f"the sweep has more than {plural(MAX_VARIANTS, 'variant')} ("
                            + " x ".join(str(n) for n in [max(1, len(spec.variants)), *sizes.values()]) + ")",
                            "sweep fewer values, or split it into several sweeps")
     return None
