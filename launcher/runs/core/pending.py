@@ -25,6 +25,13 @@ SENDING = "sending the run's end to MLflow"
 and only tracking keeps it: whoever waits for the run to end need not wait for that."""
 RETRY_S = 30.0
 """A run's sender is started again at most this often (its mark's time is the last try)."""
+SENDERS_PER_LOOK = 4
+"""Senders one look starts at most (the runs tried longest ago first): a tracking server down for days
+with many runs waiting costs each look a few short processes, not one per run."""
+
+
+_SENDERS: list[subprocess.Popen] = []
+"""Senders this process started, waited for once they end."""
 
 
 def mark(directory: Path, why: str) -> None:
@@ -49,14 +56,24 @@ def why_pending(directory: Path) -> str | None:
 
 
 def start_senders(home: Path) -> list[str]:
-    """A detached sender for every ended run with something unsent whose last try is older than
-    :data:`RETRY_S`; returns their run ids. Cheap when there is nothing to send (one directory listing)."""
-    started = []
+    """A detached sender for each ended run with something unsent whose last try is older than
+    :data:`RETRY_S` (at most :data:`SENDERS_PER_LOOK`, the longest waiting first); returns their run ids.
+    Cheap when there is nothing to send (one directory listing)."""
+    _SENDERS[:] = [proc for proc in _SENDERS if proc.poll() is None]  # reaped: the app lives long
+    started: list[str] = []
     now = time.time()
-    for path in sorted((Path(home) / "runs").glob(f"*/{MARK}")):
-        run_id = path.parent.name
+    marks = []
+    for path in (Path(home) / "runs").glob(f"*/{MARK}"):
         try:
-            if now - path.stat().st_mtime < RETRY_S or owned(home, run_id):
+            marks.append((path.stat().st_mtime, path))
+        except OSError:
+            continue
+    for tried, path in sorted(marks):
+        run_id = path.parent.name
+        if len(started) >= SENDERS_PER_LOOK or now - tried < RETRY_S:
+            break
+        try:
+            if owned(home, run_id):
                 continue
             os.utime(path)  # the next look in the same moment leaves it to this one
         except OSError:
@@ -64,7 +81,7 @@ def start_senders(home: Path) -> list[str]:
         argv = [sys.executable, "-m", "launcher.runs.owner.send_later", "--home", str(home), run_id]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         with open(run_dir(home, run_id) / "mlflow-sender.log", "ab") as log:
-            subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                             env=env)
+            _SENDERS.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                             start_new_session=True, env=env))
         started.append(run_id)
     return started
