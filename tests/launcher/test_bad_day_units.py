@@ -212,3 +212,25 @@ def test_the_job_supervisor_holds_node_0s_claim_and_opens_the_port_to_the_job(tm
     finally:
         jobs.stop(str(node_dir), 1.0)
         _let_go()
+
+
+def test_each_look_starts_a_few_senders_the_longest_waiting_first_and_none_twice(tmp_path):
+    import os
+
+    from launcher.runs.core import pending
+
+    home = tmp_path / "home"
+    for i in range(6):
+        directory = home / "runs" / f"run-{i}"
+        directory.mkdir(parents=True)
+        pending.mark(directory, "ConnectionError: cannot reach the server")
+        os.utime(directory / pending.MARK, (time.time() - 100 - i, time.time() - 100 - i))
+    (home / "runs" / "run-5" / pending.MARK).touch()  # tried just now: not again yet
+    started = pending.start_senders(home)
+    assert started == ["run-4", "run-3", "run-2", "run-1"]
+    assert pending.start_senders(home) == ["run-0"]  # the next look: the one left, not those started
+    assert pending.start_senders(home) == []
+    for proc in pending._SENDERS:
+        assert proc.wait(timeout=120) == 1  # no plan recorded: nothing sent, said why, the mark kept
+    assert all(pending.why_pending(home / "runs" / f"run-{i}") for i in range(6))
+    assert "its plan cannot be read" in (home / "runs" / "run-4" / "mlflow-sender.log").read_text()
