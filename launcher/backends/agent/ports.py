@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import socket
 import sys
+import time
 
 LOCK_NAME = "\0fsdp-tui-rendezvous-{port}"
 FIND_TRIES = 64
+TAKE_WAIT_S = 2.0
+"""How long a start waits for a port it did not hold to come free: the previous attempt's supervisor of
+the same run lets go of it as it exits, a moment after its job ended."""
 
 
 class Claim:
@@ -116,4 +120,9 @@ def take(port: int):
     _HELD.clear()
     if got is not None:
         return got, None
-    return _claim(port)
+    deadline = time.monotonic() + TAKE_WAIT_S
+    while True:
+        got, why = _claim(port)
+        if got is not None or time.monotonic() > deadline:
+            return got, why
+        time.sleep(0.05)
