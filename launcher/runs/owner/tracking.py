@@ -140,12 +140,12 @@ class Tracker:
         return self.error is not None and time.monotonic() < self.retry_at
 
     def unsent(self, records: int, samples: int = 0) -> bool:
-        """Whether anything of the run is not in MLflow yet (of ``records`` records, ``samples`` steps of
-        generation samples, or its end)."""
+        """Whether anything of the run is not in MLflow yet (its MLflow run itself, of ``records`` records,
+        ``samples`` steps of generation samples, or its end)."""
         if self.sink is None:
             return False
         end = self.state.get("end")
-        return (int(self.state.get("synced", 0)) < records or int(self.state.get("samples_synced", 0)) < samples
+        return (not self.mlflow_run_id or int(self.state.get("synced", 0)) < records or int(self.state.get("samples_synced", 0)) < samples
                 or (end is not None and not end.get("sent")))
 
     def _guard(self, what, *args, write: bool = True) -> bool:
