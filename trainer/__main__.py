@@ -82,6 +82,7 @@ def run(cfg, stop=None) -> None:
             model,
             optim,
             parallel,
+            router_loss,
             samples,
             train,
         )
@@ -101,8 +102,10 @@ def run(cfg, stop=None) -> None:
             assets.resolve_model(name)
         hf_config = model.hf_config(cfg.model_name, cfg.model)
         device_kind = "cuda" if torch.cuda.is_available() else "cpu"
-        sdpa, flex, backend = model.attention_support(hf_config, cfg.model_name, cfg.model)
-        choice = attention.choose(cfg, hf_config.to_dict(), sdpa, flex, torch.device(device_kind), backend)
+        support = model.attention_support(hf_config, cfg.model_name, cfg.model)
+        router_coefficient, router_note = router_loss.choose(hf_config, cfg.model.router_aux_loss)
+        choice = attention.choose(cfg, hf_config.to_dict(), support, torch.device(device_kind),
+                                  router_coefficient is not None)
     d = parallel.init_distributed()
     torch.manual_seed(cfg.seed)
     started = time.perf_counter()
@@ -140,6 +143,7 @@ def run(cfg, stop=None) -> None:
         net = model.build_model(cfg.model_name, cfg.model, hf_config, choice.hf_name, cfg.seed,
                                 parallel.param_device(cfg.fsdp, d), prepare, buffer_device=d.device, adapters=adapters)
     learned_logits_only(net)  # the output layer runs on learned positions only
+    router_loss.keep(net, router_coefficient)
     shape = metrics.ModelShape.of(net)
     build_s = time.perf_counter() - started - data_s
     opt = optim.build_optimizer(net, cfg.learning_rate, cfg.optim, d.device)
@@ -173,7 +177,8 @@ def run(cfg, stop=None) -> None:
 
     log = metrics.MetricsLogger(d, shape, total, metrics.peak_flops(d, cfg.logging.peak_tflops))
     if d.is_main:
-        for note in (*choice.notes, *data.notes, chosen[0].note, compile_note, adapters and adapters.summary(net)):
+        for note in (*choice.notes, *data.notes, router_note, chosen[0].note, compile_note,
+                     adapters and adapters.summary(net), optim.decay_note(opt)):
             if note:
                 print(note, flush=True)
         print(f"data: {data.summary.words()}", flush=True)
@@ -221,10 +226,10 @@ def run(cfg, stop=None) -> None:
         with log.clock.step():
             batches, state["epoch"], state["position"] = train.micro_batches(
                 order, data.train_rows, state["epoch"], state["position"], accum, data.pad_id)
-            loss, grad_norm, real, lr = train.train_step(net, opt, sched, batches, d.device,
-                                                         cfg.optim.max_grad_norm, d.world, staged, log.clock)
+            result = train.train_step(net, opt, sched, batches, d.device, cfg.optim.max_grad_norm, d.world, staged,
+                                      log.clock)
         state["step"] += 1
-        real_tokens += real
+        real_tokens += result.real_tokens
         news = watch.news(state["step"]) if watch is not None else None
         if news and d.is_main:
             print(news, flush=True)
@@ -232,7 +237,7 @@ def run(cfg, stop=None) -> None:
         step = state["step"]
         if step % cfg.logging.every_steps == 0 or step == total:
             epoch = state["epoch"] + state["position"] / max(1, order.batches_per_epoch)
-            log.train_step(step, epoch, loss, lr, grad_norm)
+            log.train_step(step, epoch, result)
         if cfg.logging.eval_every_steps and step % cfg.logging.eval_every_steps == 0 and step != total:
             run_eval(cfg.logging.eval_max_batches)
         if step != total:

@@ -37,7 +37,9 @@ from trainer.ckpt_spread import local_copy, node_index
 from trainer.ckpt_store import open_store
 from trainer.ckpt_write import RankDeviceWriter, tensor_bytes, writer_share
 from trainer.config import CheckpointConfig, SettingError
+from trainer.optim import resume_refusal
 from trainer.parallel import Dist
+from trainer.protocol import RUN_ID_ENV
 
 
 def list_checkpoints(root: Path | str) -> list[ckpt_layout.CheckpointInfo]:
@@ -70,6 +72,9 @@ class AppState(Stateful):
                 **(_cuda_rng() if self.with_cuda_rng else {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        refusal = resume_refusal(state["optim"], self.optimizer)
+        if refusal is not None:
+            raise SettingError(refusal)
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optim"], options=self.options)
         self.scheduler.load_state_dict(state["sched"])
@@ -94,7 +99,10 @@ def _cuda_rng() -> dict[str, torch.Tensor]:
 
 class Checkpointer:
     def __init__(self, cfg: CheckpointConfig, output_dir: str, d: Dist, meta: dict[str, Any]) -> None:
-        self.cfg, self.d, self.meta = cfg, d, meta
+        self.cfg, self.d = cfg, d
+        self.run_id = os.environ.get(RUN_ID_ENV) or None
+        """The fsdp-tui run this job belongs to, recorded in each checkpoint: its prune touches only its own."""
+        self.meta = {**meta, "run_id": self.run_id}
         self.root = ckpt_layout.checkpoints_root(output_dir)
         self.store = open_store(self.root)
         """Where the checkpoints are: this node's folder, or a bucket every rank writes directly."""
@@ -142,6 +150,8 @@ class Checkpointer:
         state.with_cuda_rng = _holds(self.store.reader(local), "app.cuda_rng")  # a CPU run's checkpoint on a GPU
         try:
             dcp.load({"app": state}, storage_reader=self.store.reader(local))
+        except SettingError:  # AppState's own one line
+            raise
         except (CheckpointException, ValueError, KeyError, OSError) as err:
             raise SettingError(self._cannot_resume(path, local, err)) from None
         finally:
@@ -269,10 +279,22 @@ class Checkpointer:
             self._prune()
 
     def _prune(self) -> None:
+        """``keep_last``: this run's own complete checkpoints beyond the newest K go; another run's (one
+        this run resumed from, one of a run that shares ``output_dir``) are never this run's to delete."""
         if not self.cfg.keep_last:
             return
-        for old in ckpt_layout.to_prune(self.store.list(), self.cfg.keep_last):
+        own = [c for c in self.store.list() if _run_of(self.store.read_meta(c.path)) == self.run_id]
+        for old in ckpt_layout.to_prune(own, self.cfg.keep_last):
             self.store.remove(old.path)
+
+
+def _run_of(meta_text: str | None) -> str | None:
+    """The run id a checkpoint's ``meta.json`` text records (``None``: none, or unreadable)."""
+    try:
+        run_id = json.loads(meta_text or "").get("run_id")
+    except (ValueError, AttributeError):
+        return None
+    return run_id if isinstance(run_id, str) else None
 
 
 def _where_missing(verdict: ckpt_layout.Wholeness) -> str:

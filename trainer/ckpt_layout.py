@@ -283,6 +283,16 @@ def _size_and_mtime(path: str) -> tuple[int, float]:
     return size, mtime
 
 
+def written_by(path: str) -> str | None:
+    """The run id a checkpoint's ``meta.json`` records (``None``: not recorded, or unreadable)."""
+    try:
+        with open(os.path.join(path, META), encoding="utf-8") as f:
+            run_id = json.load(f).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return run_id if isinstance(run_id, str) else None
+
+
 def newest_complete(ckpts: list[CheckpointInfo]) -> CheckpointInfo | None:
     done = [c for c in ckpts if c.complete]
     return done[-1] if done else None

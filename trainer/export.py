@@ -15,7 +15,9 @@ from pathlib import Path
 
 def load_for_inference(checkpoint: str | Path):
     """(model, tokenizer) from a whole checkpoint (a folder, or a bucket URL read with this process's
-    credentials), in this process, without a process group."""
+    credentials), in this process, without a process group. The model is built with the attention its
+    class has for inference (sdpa, else eager: BLOOM, Gemma 2, GPT-OSS), as any model that trains can be
+    exported."""
     import os
 
     import torch.distributed.checkpoint as dcp
@@ -32,7 +34,7 @@ def load_for_inference(checkpoint: str | Path):
     if not verdict.complete:
         raise ValueError(f"{path} is not a whole checkpoint: {verdict.why_not()}")
     meta = json.loads(store.read_meta(path))
-    model = load_model(meta["model_name"], ModelConfig(from_scratch=True), seed=0)
+    model = load_model(meta["model_name"], ModelConfig(from_scratch=True), seed=0)  # sdpa, else eager
     tokenizer = load_tokenizer(meta["tokenizer"], ModelConfig())
     state = {"app": {"model": model.state_dict()}}
     dcp.load(state, storage_reader=store.reader(path))

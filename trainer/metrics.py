@@ -230,7 +230,8 @@ class MetricsLogger:
             print(f"checkpoint blocked training for {submit_s + staging_s:.2f} s (submit {submit_s:.2f} s, "
                   f"waiting for the copy to host memory {staging_s:.2f} s)", flush=True)
 
-    def train_step(self, step: int, epoch: float, loss: float, lr: float, grad_norm: float | None) -> None:
+    def train_step(self, step: int, epoch: float, result) -> None:
+        """Report an optimiser step (``result``: a :class:`trainer.train.StepResult`)."""
         t = torch.tensor([self.window_tokens, self.window_flops], dtype=torch.float64)
         dist.all_reduce(t)
         elapsed = time.perf_counter() - self.window_start - self.window_excluded
@@ -246,13 +247,14 @@ class MetricsLogger:
                 print(node_heartbeat(self.d, step, self.max_steps, tokens_per_s, memory), flush=True)
             return
         record = MetricRecord(step=step, kind="train", max_steps=self.max_steps, epoch=round(epoch, 4),
-                              loss=loss, lr=lr, grad_norm=grad_norm, tokens_per_s=tokens_per_s, mfu=mfu_value,
-                              time=time.time(), memory=tuple(RankMemory(**m) for m in memory),
-                              rank_step_s=step_s)
+                              loss=result.loss, lr=result.lr, grad_norm=result.grad_norm, tokens_per_s=tokens_per_s,
+                              mfu=mfu_value, router_aux_loss=result.router_aux_loss, time=time.time(),
+                              memory=tuple(RankMemory(**m) for m in memory), rank_step_s=step_s)
         self.reporter.write(record)
         mfu_text = f" mfu={mfu_value:.1%}" if mfu_value is not None else ""
-        print(f"step={step}/{self.max_steps} loss={loss:.4f} lr={lr:.3g} tok/s={tokens_per_s:.0f}{mfu_text}",
-              flush=True)
+        aux_text = f" router_aux_loss={result.router_aux_loss:.4f}" if result.router_aux_loss is not None else ""
+        print(f"step={step}/{self.max_steps} loss={result.loss:.4f}{aux_text} lr={result.lr:.3g} "
+              f"tok/s={tokens_per_s:.0f}{mfu_text}", flush=True)
 
     def eval(self, step: int, eval_loss: float, exact_match: float | None, seconds: float) -> None:
         self.exclude(seconds)

@@ -275,11 +275,12 @@ class FsdpTuiApp(App):
             self.notify("not launched: " + "; ".join(refusals), severity="error", timeout=20)
             return
         from launcher.runs.core.space import RecordUnwritable
+        from launcher.runs.launch import LaunchRefused
 
         try:
             run_id = await asyncio.to_thread(start_run, planned.plan, self.home, idempotent=from_run is None,
                                              resume_from=bring)
-        except RecordUnwritable as err:
+        except (RecordUnwritable, LaunchRefused) as err:
             self.notify(str(err), severity="error", timeout=15)
             return
         if run_id != planned.plan.run_id:

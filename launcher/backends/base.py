@@ -35,6 +35,11 @@ class NodeError(RuntimeError):
         """The node, where the error is about one node."""
 
 
+class PortTaken(NodeError):
+    """Node 0 could not claim the rendezvous port as its job started (another program took it after the
+    launch claimed it, or an earlier claim lapsed): the run can move to another port."""
+
+
 class NodeLost(NodeError):
     """A node's connection stayed away past the reconnect window."""
 

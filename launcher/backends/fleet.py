@@ -25,6 +25,7 @@ from launcher.backends.base import (
     NodeInfo,
     NodeStatus,
     PortClaim,
+    PortTaken,
     Reach,
     RemovedFiles,
     SchedulerCheck,
@@ -159,11 +160,16 @@ class AgentFleet:
 
     async def _every_node(self, call) -> None:
         """``call(rank)`` on every node at once; ``NodeError`` naming every node that failed."""
-        results = await asyncio.gather(*(call(n.node_rank) for n in self.plan.nodes), return_exceptions=True)
+        await self._every_nodes(call, [n.node_rank for n in self.plan.nodes])
+
+    async def _every_nodes(self, call, ranks: list[int]) -> None:
+        results = await asyncio.gather(*(call(rank) for rank in ranks), return_exceptions=True)
         failed = [r for r in results if isinstance(r, BaseException)]
         for r in failed:
             if not isinstance(r, (NodeError, OSError)):
                 raise r
+        if len(failed) == 1 and isinstance(failed[0], PortTaken):
+            raise failed[0]
         if failed:
             rank = getattr(failed[0], "node_rank", None) if len(failed) == 1 else None
             # Nodes reached through one machine (a SLURM login node) fail alike: each cause said once.
@@ -209,17 +215,24 @@ class AgentFleet:
             argv[0] = python
         retries = self.plan.workload.max_retries
         return {"argv": argv, "env": node.env, "dir_env": node.dir_env, "secrets": secrets, "python": python,
+                "rendezvous_port": self.plan.master_port if node.node_rank == 0 else None,
                 "attempt": attempt, "dependencies": list(self.plan.dependencies),
                 "venv_root": self.plan.venv_root, "iface_env": list(node.iface_env),
                 "rank_tag": {RANK_TAG_ENV: RANK_TAG_TEMPLATE} if node.rank_tag else {},
                 "marker": f"{attempt} of {retries + 1}" if retries else (str(attempt) if attempt > 1 else None)}
 
     async def start(self, secrets: dict[str, str], attempt: int) -> None:
+        """Node 0 first (it claims the rendezvous port for the job's life: :class:`PortTaken` when it cannot),
+        then every other node at once."""
         async def one(rank: int) -> None:
             spec = self.job_spec(self.plan.nodes[rank], secrets, attempt)
-            await self.links[rank].call("start", json.dumps(spec).encode("utf-8"))
+            header, _ = await self.links[rank].call("start", json.dumps(spec).encode("utf-8"))
+            if header.get("port_taken"):
+                raise PortTaken(f"{self.label(rank)}: {header.get('error') or 'the rendezvous port is taken'}", rank)
 
-        await self._every_node(one)
+        await self._every_nodes(one, [0])
+        if len(self.plan.nodes) > 1:
+            await self._every_nodes(one, [n.node_rank for n in self.plan.nodes[1:]])
 
     # -- watching ----------------------------------------------------------------------------------
 

@@ -48,12 +48,7 @@ def run(args: argparse.Namespace) -> int:
     offsets = {}
     for rank in ranks:
         path = record.directory / "nodes" / f"{rank}.log"
-        data = path.read_bytes() if path.exists() else b""
-        offsets[rank] = len(data)
-        lines = splitters[rank].feed(data) + (splitters[rank].flush() if not args.follow else [])
-        if args.tail is not None:
-            lines = lines[max(0, len(lines) - args.tail):]
-        _write(lines, rank if prefix else None)
+        offsets[rank] = _print_from(path, splitters[rank], rank if prefix else None, args.tail, args.follow)
     while args.follow:
         active = not store.get_run(run_id).summary.state.is_final
         for rank in ranks:
@@ -68,6 +63,28 @@ def run(args: argparse.Namespace) -> int:
             break
         time.sleep(0.3)
     return 0
+
+
+READ_CHUNK = 1 << 20
+
+
+def _print_from(path, splitter, rank: int | None, tail: int | None, follow: bool) -> int:
+    """Print the log (its last ``tail`` lines: found from the end, never reading the rest) a chunk at a
+    time, so a log of any size costs the lines shown; returns the offset its end was read to."""
+    from launcher.runs.core.streams import tail_offset
+
+    try:
+        with open(path, "rb") as f:
+            offset = 0 if tail is None else tail_offset(f, tail, complete_only=follow)
+            f.seek(offset)
+            while chunk := f.read(READ_CHUNK):
+                offset += len(chunk)
+                _write(splitter.feed(chunk), rank)
+    except FileNotFoundError:
+        return 0
+    if not follow:
+        _write(splitter.flush(), rank)
+    return offset
 
 
 def _count(text: str) -> int:

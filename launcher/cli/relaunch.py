@@ -97,10 +97,16 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2  # as run: nothing was launched
     from launcher.cli.run import refused
+    from launcher.runs.launch import LaunchRefused
 
-    if refused(f"fsdp-tui {args.verb} {run_id}", planned.plan, store.home, force=False):
+    if refused(f"fsdp-tui {args.verb} {run_id}", planned.plan, store.home, force=False,
+               json_events=args.json):
         return 2  # as run: nothing was launched
-    new_id = start_run(planned.plan, store.home, idempotent=False, resume_from=bring)
+    try:
+        new_id = start_run(planned.plan, store.home, idempotent=False, resume_from=bring)
+    except LaunchRefused as err:
+        print(f"fsdp-tui {args.verb}: {err}", file=sys.stderr)
+        return 2
     if not args.json:
         print(new_id)
     if args.detach or not (args.watch or args.json):

@@ -32,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    plan = plan_or_say(args.file, args.overrides, Verbs("not launched", "cannot run"), quiet=False, blockers=False)
+    plan = plan_or_say(args.file, args.overrides, Verbs("not launched", "cannot run"), quiet=False, blockers=False,
+                       dry_run=args.dry_run)
     if plan is None:
         return USAGE_ERROR
     if plan.workload.sweep is not None:
@@ -59,12 +60,16 @@ def run(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     from launcher.cli.watch import watch
     from launcher.paths import data_home
-    from launcher.runs.launch import start_run
+    from launcher.runs.launch import LaunchRefused, start_run
 
     home = data_home()
-    if refused(args.file, plan, home, force=args.force):
+    if refused(args.file, plan, home, force=args.force, json_events=args.json):
         return USAGE_ERROR
-    run_id = start_run(plan, home, force=args.force)
+    try:
+        run_id = start_run(plan, home, force=args.force)
+    except LaunchRefused as err:
+        print(f"{args.file}: {err}", file=sys.stderr)
+        return USAGE_ERROR
     if run_id != plan.run_id:
         print(f"{args.file}: idempotency_token {plan.workload.idempotency_token!r} was launched before as run "
               f"{run_id}: not launched again; following {run_id}", file=sys.stderr)
@@ -76,10 +81,12 @@ def run(args: argparse.Namespace) -> int:
                  num_nodes=len(plan.nodes))
 
 
-def refused(source, plan, home, *, force: bool) -> bool:
+def refused(source, plan, home, *, force: bool, json_events: bool = False) -> bool:
     """Say (on stderr) why ``plan`` cannot start, before anything of it is recorded: a missing secret, an
-    unknown host key, and (unless ``force``) what the cheap checks refuse. ``True``: nothing was launched."""
+    unknown host key, and (unless ``force``) what the cheap checks refuse. ``True``: nothing was launched.
+    With ``json_events`` the reasons are also one ``LaunchRefused`` event on stdout."""
     import asyncio
+    import json
 
     from launcher.runs.launch import check_room, launch_refusals
 
@@ -87,6 +94,8 @@ def refused(source, plan, home, *, force: bool) -> bool:
     said = asyncio.run(launch_refusals(plan, home, force=force))
     for line in said:
         print(f"{source}: cannot run: {line}", file=sys.stderr)
+    if said and json_events:
+        print(json.dumps({"type": "LaunchRefused", "source": str(source), "reasons": list(said)}), flush=True)
     if said:
         print(f"{source}: nothing was launched" + ("" if force else
               " (--force launches past the cheap checks, not past a secret or a host key)"), file=sys.stderr)

@@ -147,6 +147,11 @@ def _loss(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
+def _router(r: dict) -> str:
+    """`` (router aux 0.0123)`` for a mixture-of-experts run that reports its router loss."""
+    return f" (router aux {r['router_aux_loss']:.4f})" if r.get("router_aux_loss") is not None else ""
+
+
 def _print(r: dict) -> None:
     from launcher.runs.owner.recorder import FORCED_NOTE
 
@@ -159,7 +164,7 @@ def _print(r: dict) -> None:
     out(f"  started   {_when(r['started_at'])}   ended {_when(r['ended_at'])}   duration {r['duration']}\n")
     if r["step"] is not None:
         out(f"  progress  step {r['step']}{'/' + str(r['max_steps']) if r['max_steps'] else ''}"
-            f"  loss {_loss(r['last_loss'])}  best eval {_loss(r['best_eval_loss'])}\n")
+            f"  loss {_loss(r['last_loss'])}{_router(r)}  best eval {_loss(r['best_eval_loss'])}\n")
     if r.get("data"):
         out(f"  data      {r['data']['text']}\n")
     if r.get("resumed_from"):
@@ -207,8 +212,11 @@ def _print(r: dict) -> None:
         out(f"  notified  {d['event']}: {d['sink']}: {said}{tries if d['ok'] else ''}\n")
     if r["mlflow"]:
         m = r["mlflow"]
-        out(f"  mlflow    run {m['run_id']} in experiment {m['experiment']}\n")
-        out(f"            see it: {m['ui_command']}\n")
+        if m["run_id"]:
+            out(f"  mlflow    run {m['run_id']} in experiment {m['experiment']}\n")
+            out(f"            see it: {m['ui_command']}\n")
+        if m.get("unsent"):
+            out(f"  mlflow    {m['unsent']}\n")
     out(f"  files     {r['directory']}  (workload.yaml, nodes/<rank>.log, metrics, events.jsonl,"
         f" triage.json, supervisor.log)\n")
     if r["workload_path"]:

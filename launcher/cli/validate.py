@@ -26,7 +26,9 @@ def add_set_option(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from launcher.workload.validate import validate_file
+    from launcher.cli.planning import output_dir_warnings
+    from launcher.paths import data_home
+    from launcher.workload.load import plan_file
 
     missing = [name for name in args.files if not Path(name).exists()]
     for name in missing:
@@ -35,8 +37,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     problems = []
     for name in args.files:
-        result = validate_file(name, args.overrides)
-        problems += result.problems
+        planned = plan_file(Path(name), args.overrides, home=data_home())
+        result = planned.result
+        problems += result.problems + output_dir_warnings(planned)
         if not args.json:
             for o in result.overrides:
                 print(f"{name}: --set {o.describe()}", file=sys.stderr)

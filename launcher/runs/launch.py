@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING
 import yaml
 
 from launcher.events import RunState, RunStateChanged
-from launcher.paths import run_dir
+from launcher.paths import private_dir, run_dir
+from launcher.runs.core import pending
 from launcher.runs.core.layout import EVENTS, OPTIONS, save_plan
+from launcher.runs.core.output_dirs import HINT, deciding, output_dir_users
 from launcher.runs.core.ownership import (
     OwnerLock,
     adopt_orphans,
@@ -34,6 +36,11 @@ from launcher.workload.plan import RunPlan
 
 if TYPE_CHECKING:
     from launcher.backends.base import Reach
+
+
+class LaunchRefused(RuntimeError):
+    """The launch would harm another run (its ``output_dir`` is another workload's): nothing was started
+    or recorded. ``str()`` says why and what to do."""
 
 
 def create_run(plan: RunPlan, home: Path) -> Path:
@@ -58,32 +65,40 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
     of the run (a sweep's variant names its sweep and its parent MLflow run). A data dir below its floor
     of free space refuses the launch at once (:class:`RecordUnwritable`): the record could not be kept.
     With the workload's ``idempotency_token`` (and ``idempotent``, the default: a relaunch is meant as a
-    new run), a token launched before answers with that run's id and nothing starts. ``resume_from``: the
-    checkpoint its owner copies to node 0 before the start (:class:`Resumed`)."""
+    new run), a token launched before answers with that run's id and nothing starts. An ``output_dir``
+    that another workload's run uses on the same node refuses the launch (:class:`LaunchRefused`).
+    ``resume_from``: the checkpoint its owner copies to node 0 before the start (:class:`Resumed`)."""
     check_room(home)
-    token = plan.workload.idempotency_token
-    if token and idempotent:
-        from launcher.runs.core.idempotency import claim
+    with deciding(home, plan):  # two launches into one output_dir at once: the second sees the first
+        taken = output_dir_users(home, plan)
+        if taken:
+            raise LaunchRefused(f"not launched: parameters.output_dir {taken} ({HINT})")
+        token = plan.workload.idempotency_token
+        if token and idempotent:
+            from launcher.runs.core.idempotency import claim
 
-        earlier = claim(home, token, plan.run_id, tags)
-        if earlier is not None:
-            return earlier
-    lock = OwnerLock(run_dir(home, plan.run_id))
-    if not lock.acquire():
-        raise RuntimeError(f"run {plan.run_id} exists already")
-    try:
-        create_run(plan, home)
-        options = {"force": force, "tags": tags or {}, **({"resume_from": resume_from} if resume_from else {})}
-        (run_dir(home, plan.run_id) / OPTIONS).write_text(json.dumps(options))
-        _keep_estimate(home, plan)
-        hand_over(lock, home, plan.run_id, adopt=False)
-    except (OSError, sqlite3.OperationalError) as err:
-        if not is_write_failure(err):
+            earlier = claim(home, token, plan.run_id, tags)
+            if earlier is not None:
+                return earlier
+        lock = OwnerLock(run_dir(home, plan.run_id))
+        if not lock.acquire():
+            raise RuntimeError(f"run {plan.run_id} exists already")
+        try:
+            create_run(plan, home)
+            options = {"force": force, "tags": tags or {}, **({"resume_from": resume_from} if resume_from else {})}
+            (run_dir(home, plan.run_id) / OPTIONS).write_text(json.dumps(options))
+            _keep_estimate(home, plan)
+            hand_over(lock, home, plan.run_id, adopt=False)
+        except (OSError, sqlite3.OperationalError) as err:
+            _forget(home, plan.run_id)
+            if not is_write_failure(err):
+                raise
+            raise RecordUnwritable(f"not launched: {write_failure(Path(home), err)}, then launch again") from None
+        except Exception:
+            _forget(home, plan.run_id)  # a launch that could not be recorded leaves nothing that looks like a run
             raise
-        _forget(home, plan.run_id)
-        raise RecordUnwritable(f"not launched: {write_failure(Path(home), err)}, then launch again") from None
-    finally:
-        lock.release()
+        finally:
+            lock.release()
     return plan.run_id
 
 
@@ -103,14 +118,14 @@ def _keep_estimate(home: Path, plan: RunPlan) -> None:
 def check_room(home: Path) -> None:
     """:class:`RecordUnwritable` when the data dir is below its floor of free space: a run's record could
     not be kept, so nothing is launched."""
-    Path(home).mkdir(parents=True, exist_ok=True)
+    private_dir(Path(home))
     problem = shortage(Path(home))
     if problem:
         raise RecordUnwritable(f"not launched: {problem}, then launch again")
 
 
 def _forget(home: Path, run_id: str) -> None:
-    """What a refused launch had written of its run: nothing of it may look like a run later."""
+    """What a refused or failed launch had written of its run: nothing of it may look like a run later."""
     import shutil
 
     try:
@@ -125,8 +140,11 @@ def _forget(home: Path, run_id: str) -> None:
 
 def adopt_orphans_of(home: Path) -> list[str]:
     """Every live run without an owner gets one; what ``runs``, ``show``, ``logs`` and the app call
-    before showing runs, so a run whose owner died is caught up and finished."""
-    return adopt_orphans(home, RunStore(home).active_runs())
+    before showing runs, so a run whose owner died is caught up and finished. An ended run with something
+    its owner could not send to MLflow gets a detached sender (:mod:`launcher.runs.core.pending`)."""
+    adopted = adopt_orphans(home, RunStore(home).active_runs())
+    pending.start_senders(home)
+    return adopted
 
 
 @dataclass(frozen=True)
@@ -160,10 +178,17 @@ async def cancel_run(home: Path, run_id: str, *, timeout_s: float = 120.0) -> Ca
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         record = store.get_run(run_id)
-        if record.summary.state.is_final and not owned(home, run_id):
+        if record.summary.state.is_final and (not owned(home, run_id) or _only_tracking(home, run_id)):
             return _report(record, already_ended=False)
         await asyncio.sleep(0.1)
     return _report(store.get_run(run_id), already_ended=False, timed_out=True)
+
+
+def _only_tracking(home: Path, run_id: str) -> bool:
+    """The run's owner has recorded its end and only sends it to MLflow now."""
+    from launcher.runs.core.ownership import owner_note
+
+    return owner_note(home, run_id) == pending.SENDING
 
 
 def _report(record: RunRecord, *, already_ended: bool, timed_out: bool = False) -> CancelReport:
@@ -310,3 +335,11 @@ def is_owned(home: Path, run_id: str) -> bool:
 
 def run_directory(home: Path, run_id: str) -> Path:
     return run_dir(home, run_id)
+
+
+def send_tracking(home: Path, run_id: str):
+    """What ``run_id``'s owner could not send to MLflow, sent now (blocking, each call bounded): a
+    :class:`~launcher.runs.owner.send_later.Sent` saying how it went."""
+    from launcher.runs.owner.send_later import send
+
+    return send(home, run_id)

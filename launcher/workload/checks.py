@@ -14,7 +14,7 @@ from launcher.workload.lora_checks import lora_findings
 from launcher.workload.model import ENV_NAME, RESERVED_ENV, SECRET_REF, Workload
 from launcher.workload.topology import Finding, resolve_topology
 from trainer.config import TrainerConfig
-from trainer.model_family import packing_refusal, read_config
+from trainer.model_family import packing_refusal, read_config, text_config
 
 _SECRETISH = re.compile(r"(TOKEN|PASSWORD|PASSWD|SECRET|API_KEY|ACCESS_KEY|PRIVATE_KEY)", re.IGNORECASE)
 _METRIC_GROUPS = {"step", "max_steps", "loss", "lr", "eval_loss", "tokens_per_s", "grad_norm", "epoch"}
@@ -39,13 +39,19 @@ def check_trainer(w: Workload, cfg: TrainerConfig, base_dir: FsPath | None = Non
     topo = resolve_topology(w)
     out: list[Finding] = []
     p = ("parameters",)
+    model_config = read_config(cfg.model_name, base_dir) if cfg.data.packing or cfg.model.router_aux_loss else None
     if cfg.data.packing:
-        refusal = packing_refusal(read_config(cfg.model_name, base_dir), cfg.model_name)
+        refusal = packing_refusal(model_config, cfg.model_name)
         if refusal is None and cfg.model.attention == "flex" and topo.kind == "cpu":
             refusal = "flex attention has no backward pass on CPU"
         if refusal is not None:
             out.append(Finding((*p, "data", "packing"), "error", refusal,
                                "set data.packing: false, or leave it out to pack only where it is correct"))
+    no_router = model_config is not None and "output_router_logits" not in text_config(model_config)
+    if cfg.model.router_aux_loss and no_router:
+        out.append(Finding((*p, "model", "router_aux_loss"), "error",
+                           "this model has no mixture-of-experts router (its config has no output_router_logits)",
+                           "remove model.router_aux_loss"))
     if cfg.fsdp.sharding == "hybrid_shard" and topo.num_nodes == 1 and cfg.fsdp.replicate_degree is None:
         out.append(Finding((*p, "fsdp", "sharding"), "warning",
                            "hybrid_shard on one node shards like full_shard",

@@ -16,7 +16,8 @@ from launcher.workload.overrides import SOURCE as OVERRIDE_SOURCE
 from launcher.workload.overrides import AppliedOverride, Override, apply_overrides
 from launcher.workload.problems import Problem, did_you_mean, format_path, has_errors
 from launcher.workload.topology import Finding
-from launcher.workload.yaml_loader import LoadedYaml, decode, load_yaml, too_large
+from launcher.workload.value_rules import value_problems
+from launcher.workload.yaml_loader import MAX_VALUES, LoadedYaml, decode, load_yaml, too_large
 from trainer.config import TrainerConfig
 
 YamlPath = tuple[str | int, ...]
@@ -31,6 +32,14 @@ class ValidationResult:
     trainer_config: TrainerConfig | None = None
     data: dict[str, Any] | None = None
     overrides: list[AppliedOverride] = field(default_factory=list)
+    locator: _Locator | None = field(default=None, compare=False, repr=False)
+
+    def problem(self, path: YamlPath, severity: str, message: str, hint: str = "") -> Problem:
+        """A problem found later (by a caller that knows more than the file: the run store) placed where
+        ``path`` was written, in the file or the ``--set`` that wrote it."""
+        if self.locator is None:
+            return Problem("<workload>", 1, 1, format_path(path), severity, message, hint)  # type: ignore[arg-type]
+        return self.locator.problem(path, severity, message, hint)
 
     @property
     def ok(self) -> bool:
@@ -77,11 +86,13 @@ def _validate_loaded(loaded: LoadedYaml, filename: str, overrides: Sequence[str]
             problems.append(Problem(filename, *loaded.mark(()), "", "error",
                                     "the file must be a mapping of keys (experiment_name: ..., compute: ...)"))
         return ValidationResult(_sorted(problems))
-    data, applied, override_problems = apply_overrides(loaded.data, overrides)
+    data, applied, override_problems = apply_overrides(loaded.data, overrides, MAX_VALUES - loaded.used)
     if "parameters" in data and data["parameters"] is None:
         data = {**data, "parameters": {}}  # `parameters:` with nothing under it yet: being written
     problems += override_problems
     locate = _Locator(filename, loaded, {o.path: o.index for o in applied}, [str(o) for o in overrides])
+    broken = [locate.problem(path, "error", message, hint) for path, message, hint in value_problems(data)]
+    problems += broken
 
     workload: Workload | None = None
     checked: Workload | None = None
@@ -112,6 +123,9 @@ def _validate_loaded(loaded: LoadedYaml, filename: str, overrides: Sequence[str]
                                        "no compute section: this runs one process on this machine",
                                        "add compute: with hosts: [...] and procs_per_node: N for SSH nodes "
                                        "or more processes", at=()))
+    if broken:  # a value that breaks the rules is said once, in their words, not again by the schema
+        said = {(p.file, p.line, p.path) for p in broken}
+        problems = [p for p in problems if p in broken or (p.file, p.line, p.path) not in said]
     if with_sweep:
         problems += _sweep_problems(loaded, filename, overrides, base_dir, data, problems)
     ok = not has_errors(problems)
@@ -121,6 +135,7 @@ def _validate_loaded(loaded: LoadedYaml, filename: str, overrides: Sequence[str]
         trainer_cfg if ok else None,
         data,
         applied,
+        locate,
     )
 
 
@@ -134,6 +149,10 @@ def _sweep_problems(loaded: LoadedYaml, filename: str, overrides: Sequence[str],
         spec = Sweep.model_validate(raw)
     except ValidationError:
         return []  # the section's own shape problems are reported with the workload's
+    line, col = loaded.mark(("sweep",), key=True)
+    crowd = sweep_check.too_many(spec, sweep_check.Origin(filename, line, col, "sweep"))
+    if crowd is not None:
+        return [crowd]
     where = sweep_check.origins(loaded, filename, spec)
     out = sweep_check.shape_problems(spec, where)
     if not spec.grid and not spec.variants:

@@ -133,6 +133,22 @@ command: echo never
 """
 
 
+UNTRACKED = f"experiment_name: exit-untracked\nmlflow: {{tracking_uri: 'http://{NOWHERE}'}}\ncommand: echo never\n"
+
+
+def _recorded_untracked(world: World) -> str:
+    """A finished run whose tracking server does not answer: what its owner could not send waits."""
+    from launcher.events import RunState
+    from launcher.runs.core.store import RunStore
+    from launcher.runs.launch import create_run
+    from launcher.workload.load import plan_file
+
+    plan = plan_file(world.file("untracked.yaml", UNTRACKED), [], home=world.home).plan
+    create_run(plan, world.home)
+    RunStore(world.home).set_state(plan.run_id, RunState.SUCCEEDED, 1)
+    return plan.run_id
+
+
 def _recorded_nowhere(world: World) -> str:
     """A finished run whose nodes do not answer (its record, as the launcher writes one)."""
     from launcher.events import RunState
@@ -341,6 +357,9 @@ def scenarios() -> list[tuple[str, int, Callable[[World], int]]]:
         ("sweep", 2, c("sweep", "show", "nosuch-sweep")),
         ("sweep", 130, sweep_live),
         ("sweeps", 0, c("sweeps")),
+        ("mlflow", 0, lambda w: w.cli("mlflow", "sync", w.ids["ok"])[0]),
+        ("mlflow", 1, lambda w: w.cli("mlflow", "sync", _recorded_untracked(w))[0]),
+        ("mlflow", 2, c("mlflow", "sync", "nosuch-run")),
         ("nettest", 1, nettest_fails),
         ("nettest", 2, c("nettest", "no-such-file.yaml")),
         ("nettests", 0, c("nettests")),

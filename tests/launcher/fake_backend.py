@@ -13,6 +13,7 @@ from launcher.backends.base import (
     NodeLost,
     NodeStatus,
     PortClaim,
+    PortTaken,
     SchedulerCause,
     ScriptRun,
     StackDump,
@@ -69,8 +70,11 @@ class FakeNode:
 class FakeBackend:
     def __init__(self, plan: RunPlan, nodes: list[FakeNode], *, port_free: bool = True,
                  prepare_error: str | None = None, running_attempt: int | None = None,
-                 probe_facts: dict | None = None, cause: SchedulerCause | None = None) -> None:
+                 probe_facts: dict | None = None, cause: SchedulerCause | None = None,
+                 port_taken_starts: int = 0) -> None:
         self.plan = plan
+        self.port_taken_starts = port_taken_starts
+        """Starts that node 0 refuses because its rendezvous port was taken meanwhile."""
         self.status_calls = 0
         self.status_calls_of: dict[int, int] = {}
         self.cause = cause
@@ -115,6 +119,9 @@ class FakeBackend:
 
     async def start(self, secrets: dict[str, str], attempt: int) -> None:
         self.calls.append(f"start {attempt}")
+        if self.port_taken_starts:
+            self.port_taken_starts -= 1
+            raise PortTaken(f"node 0 (fake): rendezvous port {self.plan.master_port} is taken on this machine", 0)
         errors = {}
         for rank, node in enumerate(self.nodes):
             if node.start_error:

@@ -48,7 +48,8 @@ command: |
     trusted = known.read_text()
     known.write_text(trusted.splitlines()[0] + "\n")  # node1's key unknown
     refused = ssh_cli(home, client, "run", wl, "--json")
-    assert refused.returncode == 2 and refused.stdout == "", refused.stdout
+    assert refused.returncode == 2 and [json.loads(x)["type"] for x in refused.stdout.splitlines()] == [
+        "LaunchRefused"], refused.stdout
     assert "cannot run: node 1 (node1): unknown host key" in refused.stderr and "fsdp-tui trust node1" in refused.stderr
     assert json.loads(ssh_cli(home, client, "runs", "--json").stdout) == []  # nothing recorded, nothing left
     known.write_text(trusted)

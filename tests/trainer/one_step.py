@@ -38,7 +38,7 @@ for config in configs:
     # proportional to the gradient, so the comparison sees what sharding changes: the gradients and the step.
     opt = optim.build_optimizer(net, 1e-2, OptimConfig(eps=1e-3), d.device)
     sched = optim.build_scheduler(opt, 10, OptimConfig(schedule="constant"))
-    loss, _, _, _ = train.train_step(net, opt, sched, [collate(mine, tok.pad_token_id)], d.device, 1.0, d.world)
+    loss = train.train_step(net, opt, sched, [collate(mine, tok.pad_token_id)], d.device, 1.0, d.world).loss
     state = get_model_state_dict(net, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if d.is_main:
         torch.save({"loss": loss, "params": state}, f"{prefix}-{sharding}-{int(offload)}.pt")

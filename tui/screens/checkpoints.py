@@ -9,10 +9,11 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Header, Label
+from textual.widgets import DataTable, Label
 
 from launcher.runs.core.checkpoints import CheckpointInfo, completeness, deletable
 from tui.widgets.footer import FitFooter
+from tui.widgets.header import Header
 
 
 class CheckpointsScreen(Screen):

@@ -15,7 +15,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Header, Input, Label, Static, TabbedContent, TabPane
+from textual.widgets import Input, Label, Static, TabbedContent, TabPane
 
 from launcher.words import plural
 from launcher.workload.complete import Sources
@@ -25,6 +25,7 @@ from launcher.workload.problems import Problem
 from launcher.workload.templates import Template
 from tui.widgets.completion import CompletionMenu, WorkloadArea
 from tui.widgets.footer import FitFooter
+from tui.widgets.header import Header
 from tui.widgets.problems import ProblemsList
 
 DEBOUNCE_S = 0.3

@@ -7,10 +7,11 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Header, Label
+from textual.widgets import DataTable, Label
 
 from launcher.words import plural
 from tui.widgets.footer import FitFooter
+from tui.widgets.header import Header
 
 
 class GpusScreen(Screen):

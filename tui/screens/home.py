@@ -9,11 +9,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Header, Input, Label
+from textual.widgets import DataTable, Input, Label
 
 from launcher.runs.core.store import RunSummary
 from launcher.words import plural
+from tui.screens.from_worker import show_from_worker
 from tui.widgets.footer import FitFooter
+from tui.widgets.header import Header
 from tui.widgets.runs_table import RunsTable
 from tui.widgets.sweeps_table import SweepsTable
 
@@ -132,8 +134,8 @@ class HomeScreen(Screen):
             self.app.call_from_thread(self.app.store_damaged, str(err))
             return
         sweeps = list_sweeps(self.app.home)
-        self.app.call_from_thread(self._show_runs, runs)
-        self.app.call_from_thread(self._show_sweeps, sweeps)
+        show_from_worker(self, self._show_runs, runs)
+        show_from_worker(self, self._show_sweeps, sweeps)
 
     def _show_sweeps(self, sweeps) -> None:
         self.query_one(SweepsTable).show(sweeps)

@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical
 from textual.screen import Screen
-from textual.widgets import Header, Input, Label, Static
+from textual.widgets import Input, Label, Static
 
 from launcher.events import (
     GpuTelemetry,
@@ -37,6 +37,7 @@ from launcher.runs.read.view import RunView, fmt_duration
 from tui.screens.monitor_views import PANE_MIN_ROWS as PANE_MIN_ROWS  # the grid's rule, named here too
 from tui.screens.monitor_views import MonitorViews
 from tui.widgets.footer import FitFooter
+from tui.widgets.header import Header
 from tui.widgets.metrics import MetricsPanel
 from tui.widgets.node_log import MAX_PENDING, NodeLog
 from tui.widgets.node_overview import NodeOverview

@@ -12,13 +12,15 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Header, Label, Static, TabbedContent, TabPane
+from textual.widgets import Label, Static, TabbedContent, TabPane
 
 from launcher.runs.read.comparison import RunStats
 from launcher.words import plural
+from tui.screens.from_worker import show_from_worker
 from tui.widgets.comparison_plots import LossCurves, MetricBars
 from tui.widgets.comparison_table import ComparisonTable
 from tui.widgets.footer import FitFooter
+from tui.widgets.header import Header
 
 REFRESH_S = 2.0
 
@@ -111,7 +113,7 @@ class SweepScreen(Screen):
             adopt_sweeps(home, [self.sweep_id])  # a sweep whose driver died gets a new one
             record = load_sweep(home, self.sweep_id)
             rows = sweep_stats(home, record)
-            self.app.call_from_thread(self._show, rows, record.state, record.detail, None)
+            show_from_worker(self, self._show, rows, record.state, record.detail, None)
             return
         from launcher.runs.core.store import RunStore
 
@@ -120,7 +122,7 @@ class SweepScreen(Screen):
         # Marked runs are shown in launch order (as the table's title says), whatever order they were marked in.
         self.run_ids.sort(key=lambda r: (records[r].summary.started_at is None, records[r].summary.started_at or 0, r))
         texts = {r: (records[r].directory / "workload.yaml").read_text() for r in self.run_ids}
-        self.app.call_from_thread(self._show, compare_runs(home, self.run_ids), "", "", workload_diffs(texts))
+        show_from_worker(self, self._show, compare_runs(home, self.run_ids), "", "", workload_diffs(texts))
 
     def _show(self, rows: list[RunStats], state: str, detail: str, diff: str | None) -> None:
         self.rows, self.state, self.detail = rows, state, detail

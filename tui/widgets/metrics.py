@@ -31,7 +31,8 @@ class MetricSpark(Vertical):
         yield Label(f"{self.title_text}  ({self.waiting})", classes="title")
         yield Sparkline([], classes="-empty")
 
-    def show(self, values, fmt: str = ".4f") -> None:
+    def show(self, values, fmt: str = ".4f", beside: str = "") -> None:
+        """The series, and its last and smallest values in the title (``beside`` after the last one)."""
         data = tuple(values)
         if data == self.shown:
             return
@@ -41,7 +42,7 @@ class MetricSpark(Vertical):
         spark.set_class(not data, "-empty")
         text = f"{self.title_text}  ({self.waiting})"
         if data:
-            text = f"{self.title_text}  last {format(data[-1], fmt)}  min {format(min(data), fmt)}"
+            text = f"{self.title_text}  last {format(data[-1], fmt)}{beside}  min {format(min(data), fmt)}"
         self.query_one(".title", Label).update(text, layout=False)  # a fixed size: a repaint is enough
 
 
@@ -102,7 +103,8 @@ class MetricsPanel(Vertical):
         yield Vertical(id="gauges")
 
     def refresh_from(self, view: RunView) -> None:
-        self.query_one("#spark-loss", MetricSpark).show(view.loss)
+        router = f" (router aux {view.router_aux_loss:.4f})" if view.router_aux_loss is not None else ""
+        self.query_one("#spark-loss", MetricSpark).show(view.loss, beside=router)
         self.query_one("#spark-eval", MetricSpark).show(view.eval_loss)
         self.query_one("#spark-lr", MetricSpark).show(view.lr, ".2e")
         self.query_one("#spark-tps", MetricSpark).show(view.throughput, ".0f")

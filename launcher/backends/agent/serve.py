@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from . import checkpoints, ckpt_direct, ckpt_files, files, flight, jobs, probes, scheduler, usage, wire
+from . import checkpoints, ckpt_direct, ckpt_files, files, flight, jobs, ports, probes, scheduler, usage, wire
 
 EXPORT_TIMEOUT_S = 3600.0
 
@@ -42,6 +42,8 @@ def _unpack(node_dir, req, body):
 def _start(node_dir, req, body, agent_zip):
     spec = json.loads(body.decode("utf-8"))  # in the body: it holds the secrets
     result = jobs.start(node_dir, spec, jobs.agent_argv(agent_zip))
+    if result.get("port_taken"):
+        return result, b""  # an answer, not a failure: the launcher moves the run to another port
     if result.get("error") and result.get("state") != "running":
         raise ValueError(result["error"])
     return result, b""
@@ -64,7 +66,7 @@ def _usage(node_dir, req, body):
 
 
 def _port(node_dir, req, body):
-    return probes.port_state(int(req["port"])), b""
+    return ports.claim(int(req["port"])), b""
 
 
 def _run(node_dir, req, body):

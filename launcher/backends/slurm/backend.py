@@ -118,7 +118,7 @@ class SlurmBackend(AgentFleet):
         plan = self.plan
         spec = self.job_spec(plan.nodes[0], {}, attempt)  # the secrets go to sbatch's environment only
         spec.update(secret_names=sorted(secrets), builtin_trainer=plan.uses_builtin_trainer,
-                    port_from_job=plan.workload.compute.master_port is None)
+                    port_from_job=plan.workload.compute.master_port is None, rendezvous_port=None)
         if plan.uses_builtin_trainer:
             spec["env"] = {**spec["env"], CHECKPOINT_SIGNAL_ENV: "1"}
         link = self.links[0]

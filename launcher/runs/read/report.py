@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from launcher.paths import run_dir
+from launcher.runs.core import pending
 from launcher.runs.core.estimates import read_kept
 from launcher.runs.core.layout import METRICS, STATE_FILE, last_lines, load_options, read_gathers
 from launcher.runs.core.notifying import read_deliveries
@@ -29,12 +30,16 @@ def run_report(home: Path, run_id: str) -> dict:
     workload = plan.get("workload", {})
     mlflow_state = _json(directory / STATE_FILE) or {}
     mlflow = None
-    if mlflow_state.get("run_id"):
+    unsent = pending.why_pending(directory)
+    if mlflow_state.get("run_id") or unsent:
         uri = (workload.get("mlflow") or {}).get("tracking_uri") or f"sqlite:///{Path(home) / 'mlflow.db'}"
         experiment = (workload.get("mlflow") or {}).get("experiment") or s.experiment
-        mlflow = {"run_id": mlflow_state["run_id"], "experiment": experiment, "tracking_uri": uri,
-                  "ui_command": f"mlflow ui --backend-store-uri {uri}"}
-    ranks = rank_report(_newest_records(directory / METRICS), len(record.nodes) or None).to_dict()
+        mlflow = {"run_id": mlflow_state.get("run_id"), "experiment": experiment, "tracking_uri": uri,
+                  "ui_command": f"mlflow ui --backend-store-uri {uri}",
+                  "unsent": unsent and f"not all sent yet ({unsent}); sent on the next look, or now: "
+                                       f"fsdp-tui mlflow sync {run_id}"}
+    records = _newest_records(directory / METRICS)
+    ranks = rank_report(records, len(record.nodes) or None).to_dict()
     if triage is not None and ranks["slow"]:  # a slow rank is worth reading beside why the run ended
         triage = {**triage, "slow_ranks": [r["says"] for r in ranks["slow"]]}
     live = not s.state.is_final
@@ -63,7 +68,7 @@ def run_report(home: Path, run_id: str) -> dict:
         "notifications": read_deliveries(directory),
         "lead_time": lead_time_of_run(directory, workload), "ranks": ranks,
         "odd_nodes": odd, "data": _data_summary(directory / METRICS),
-        "resumed_from": _resumed_from(home, workload, run_id),
+        "resumed_from": _resumed_from(home, workload, run_id), "router_aux_loss": _router_aux_loss(records),
         "checkpoints_place": _place_words(plan), "gathers": read_gathers(directory),
     }
 
@@ -90,6 +95,11 @@ def _place_words(plan: dict) -> str:
 
     place = place_from_json(plan.get("ckpt_place"))
     return place.words() if place is not None else ""
+
+
+def _router_aux_loss(records: list) -> float | None:
+    """The newest router load-balancing loss a mixture-of-experts run reported (``None``: none)."""
+    return next((r.router_aux_loss for r in reversed(records) if r.router_aux_loss is not None), None)
 
 
 def _odd_nodes(record) -> list[str]:

@@ -118,6 +118,8 @@ class RunView:
     max_steps: int | None = None
     tokens_per_s: float | None = None
     mfu: float | None = None
+    router_aux_loss: float | None = None
+    """A mixture-of-experts model's router load-balancing loss in the newest step that reported it."""
     loss: deque = field(default_factory=lambda: deque(maxlen=SERIES_LEN))
     eval_loss: deque = field(default_factory=lambda: deque(maxlen=SERIES_LEN))
     lr: deque = field(default_factory=lambda: deque(maxlen=SERIES_LEN))
@@ -215,6 +217,8 @@ class RunView:
             self.throughput.append(r.tokens_per_s)
         if r.mfu is not None:
             self.mfu = r.mfu
+        if r.router_aux_loss is not None:
+            self.router_aux_loss = r.router_aux_loss
         if r.rank_step_s:
             self.rank_step_s = r.rank_step_s
         for mem in r.memory:
