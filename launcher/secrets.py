@@ -19,8 +19,9 @@ class MissingSecrets(LookupError):
     def __init__(self, refs: list[str]) -> None:
         self.refs = refs
         how = "; ".join(f"printf %s VALUE | fsdp-tui secrets set {r}" for r in refs)
-        super().__init__(f"no value for secret(s) {', '.join(refs)}: set them with {how} "
-                         f"(or the variable {env_name(refs[0])})")
+        one = len(refs) == 1
+        super().__init__(f"no value for {'secret' if one else 'secrets'} {', '.join(refs)}: set "
+                         f"{'it' if one else 'them'} with {how} (or the variable {env_name(refs[0])})")
 
 
 def env_name(ref: str) -> str:

@@ -32,12 +32,17 @@ def load_config(argv: list[str]):
         lines = [f"{path}: parameters.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()]
         raise SystemExit("\n".join(lines)) from None
     # $FSDP_TUI_RUN_ID and ~ in paths: one output folder per run, shared by its retries.
-    ckpt = cfg.checkpoint.model_copy(update={"staging_dir": _expand(cfg.checkpoint.staging_dir)})
+    resume = cfg.checkpoint.resume
+    ckpt = cfg.checkpoint.model_copy(update={"staging_dir": _expand(cfg.checkpoint.staging_dir),
+                                             "resume": resume if resume in ("auto", "never") else _expand(resume)})
     return cfg.model_copy(update={"output_dir": _expand(cfg.output_dir), "checkpoint": ckpt})
 
 
 def _expand(path: str | None) -> str | None:
-    return os.path.expanduser(os.path.expandvars(path)) if path else path
+    """``$NAME`` and ``~`` as the job sees them; ``file://`` is a path, another URL stays one."""
+    from trainer.ckpt_layout import expand_path
+
+    return expand_path(path, dict(os.environ)) if path else path
 
 
 @contextlib.contextmanager
@@ -77,6 +82,7 @@ def run(cfg, stop=None) -> None:
             model,
             optim,
             parallel,
+            router_loss,
             samples,
             train,
         )
@@ -96,8 +102,10 @@ def run(cfg, stop=None) -> None:
             assets.resolve_model(name)
         hf_config = model.hf_config(cfg.model_name, cfg.model)
         device_kind = "cuda" if torch.cuda.is_available() else "cpu"
-        sdpa, flex, backend = model.attention_support(hf_config, cfg.model_name, cfg.model)
-        choice = attention.choose(cfg, hf_config.to_dict(), sdpa, flex, torch.device(device_kind), backend)
+        support = model.attention_support(hf_config, cfg.model_name, cfg.model)
+        router_coefficient, router_note = router_loss.choose(hf_config, cfg.model.router_aux_loss)
+        choice = attention.choose(cfg, hf_config.to_dict(), support, torch.device(device_kind),
+                                  router_coefficient is not None)
     d = parallel.init_distributed()
     torch.manual_seed(cfg.seed)
     started = time.perf_counter()
@@ -135,6 +143,7 @@ def run(cfg, stop=None) -> None:
         net = model.build_model(cfg.model_name, cfg.model, hf_config, choice.hf_name, cfg.seed,
                                 parallel.param_device(cfg.fsdp, d), prepare, buffer_device=d.device, adapters=adapters)
     learned_logits_only(net)  # the output layer runs on learned positions only
+    router_loss.keep(net, router_coefficient)
     shape = metrics.ModelShape.of(net)
     build_s = time.perf_counter() - started - data_s
     opt = optim.build_optimizer(net, cfg.learning_rate, cfg.optim, d.device)
@@ -168,7 +177,8 @@ def run(cfg, stop=None) -> None:
 
     log = metrics.MetricsLogger(d, shape, total, metrics.peak_flops(d, cfg.logging.peak_tflops))
     if d.is_main:
-        for note in (*choice.notes, *data.notes, chosen[0].note, compile_note, adapters and adapters.summary(net)):
+        for note in (*choice.notes, *data.notes, router_note, chosen[0].note, compile_note,
+                     adapters and adapters.summary(net), optim.decay_note(opt)):
             if note:
                 print(note, flush=True)
         print(f"data: {data.summary.words()}", flush=True)
@@ -228,7 +238,7 @@ def run(cfg, stop=None) -> None:
         step = state["step"]
         if step % cfg.logging.every_steps == 0 or step == total:
             epoch = state["epoch"] + state["position"] / max(1, order.batches_per_epoch)
-            log.train_step(step, epoch, result.loss_sum, result.count, result.lr, result.grad_norm)
+            log.train_step(step, epoch, result)
         if cfg.logging.eval_every_steps and step % cfg.logging.eval_every_steps == 0 and step != total:
             run_eval(cfg.logging.eval_max_batches)
         if step != total:
@@ -263,7 +273,7 @@ def run(cfg, stop=None) -> None:
 
         lora_export.export_in_job(net, tok, cfg, Path(cfg.output_dir) / "hf" / f"step-{state['step']:08d}", d)
     elif cfg.checkpoint.export_hf:
-        out = checkpoint.export_hf(net, tok, Path(cfg.output_dir) / "hf" / f"step-{state['step']:08d}", d)
+        out = checkpoint.export_hf(net, tok, cfg.output_dir, f"step-{state['step']:08d}", d)
         if out is not None:
             print(f"exported Hugging Face model to {out}", flush=True)
     log.close()

@@ -1,8 +1,11 @@
-"""DCP checkpoints that are complete only once finalised, resume, keep-last-K and Hugging Face export.
+"""DCP checkpoints that are complete only once whole, resume, keep-last-K and Hugging Face export.
 
 Layout: ``<output_dir>/checkpoints/step-00000100/`` holds DCP's shard files, its ``.metadata``
-(written last by DCP) and our ``meta.json`` (written after that, stdlib-readable). A folder without
-both is incomplete and never chosen for resume; a save never reuses an existing folder.
+(written last by DCP) and our ``meta.json`` (written after that, stdlib-readable, listing every shard
+and the node that wrote it). The rule of completeness is :mod:`trainer.ckpt_layout`'s: a folder is
+resumed from only when every shard is in it (with one disk per node, once the launcher has gathered
+them); a save never reuses a folder on any node. ``output_dir`` may be a bucket URL
+(:mod:`trainer.ckpt_store`).
 """
 
 from __future__ import annotations
@@ -29,19 +32,25 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.checkpoint.stateful import Stateful
 
 from trainer import ckpt_layout
-from trainer.ckpt_layout import DCP_META, META, is_complete
+from trainer.ckpt_layout import DCP_META, META, SHARDS
+from trainer.ckpt_spread import local_copy, node_index
+from trainer.ckpt_store import open_store
 from trainer.ckpt_write import RankDeviceWriter, tensor_bytes, writer_share
 from trainer.config import CheckpointConfig, SettingError
+from trainer.optim import resume_refusal
 from trainer.parallel import Dist
+from trainer.protocol import RUN_ID_ENV
 
 
-def list_checkpoints(root: Path) -> list[ckpt_layout.CheckpointInfo]:
-    return ckpt_layout.list_checkpoints(str(root))
+def list_checkpoints(root: Path | str) -> list[ckpt_layout.CheckpointInfo]:
+    return open_store(str(root)).list()
 
 
-def newest_complete(root: Path) -> Path | None:
-    found = ckpt_layout.newest_complete(ckpt_layout.list_checkpoints(str(root)))
-    return Path(found.path) if found else None
+def newest_complete(root: Path | str) -> Path | str | None:
+    found = ckpt_layout.newest_complete(list_checkpoints(root))
+    if found is None:
+        return None
+    return found.path if ckpt_layout.url_scheme(found.path) else Path(found.path)
 
 
 class AppState(Stateful):
@@ -63,6 +72,9 @@ class AppState(Stateful):
                 **(_cuda_rng() if self.with_cuda_rng else {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        refusal = resume_refusal(state["optim"], self.optimizer)
+        if refusal is not None:
+            raise SettingError(refusal)
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optim"], options=self.options)
         self.scheduler.load_state_dict(state["sched"])
@@ -72,10 +84,10 @@ class AppState(Stateful):
             torch.cuda.set_rng_state(state["cuda_rng"])
 
 
-def _holds(path: Path, key: str) -> bool:
-    """Whether the DCP checkpoint at ``path`` has an entry ``key`` (read from its metadata only)."""
+def _holds(reader, key: str) -> bool:
+    """Whether the DCP checkpoint ``reader`` reads has an entry ``key`` (read from its metadata only)."""
     try:
-        return key in dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+        return key in reader.read_metadata().state_dict_metadata
     except (OSError, ValueError, EOFError):
         return True  # unreadable metadata: the load itself says why
 
@@ -87,13 +99,21 @@ def _cuda_rng() -> dict[str, torch.Tensor]:
 
 class Checkpointer:
     def __init__(self, cfg: CheckpointConfig, output_dir: str, d: Dist, meta: dict[str, Any]) -> None:
-        self.cfg, self.d, self.meta = cfg, d, meta
-        self.root = Path(output_dir).expanduser() / "checkpoints"
+        self.cfg, self.d = cfg, d
+        self.run_id = os.environ.get(RUN_ID_ENV) or None
+        """The fsdp-tui run this job belongs to, recorded in each checkpoint: its prune touches only its own."""
+        self.meta = {**meta, "run_id": self.run_id}
+        self.root = ckpt_layout.checkpoints_root(output_dir)
+        self.store = open_store(self.root)
+        """Where the checkpoints are: this node's folder, or a bucket every rank writes directly."""
+        if self.store.is_bucket and cfg.staging_dir:
+            raise SettingError(f"parameters.checkpoint.staging_dir: a bucket output_dir ({output_dir}) is written "
+                               "by every rank directly; remove staging_dir")
         self.staging = Path(cfg.staging_dir).expanduser() if cfg.staging_dir else None
         # Async saves run collectives from a background thread: give them their own group.
         self.group = dist.new_group(backend="gloo") if cfg.async_save else None
         self.stager = ReusingStager(d.device) if cfg.async_save else None
-        self.pending: tuple[Any, Path, Path, int] | None = None
+        self.pending: tuple[Any, str, str, int] | None = None
         self.staged: Any = None
         """Completes when the last async save's copy to host memory is done."""
         self.submit_s = 0.0
@@ -101,19 +121,22 @@ class Checkpointer:
         self.saved_step: int | None = None
         """The step of the checkpoint this run last saved or resumed from."""
 
-    def resume_path(self) -> Path | None:
+    def resume_path(self) -> str | None:
         """The checkpoint to resume from, decided by rank 0 and shared, so every rank agrees."""
-        choice = [None]
+        choice: list = [None]
         if self.d.is_main:
             if self.cfg.resume == "never":
                 choice[0] = None
             elif self.cfg.resume == "auto":
-                choice[0] = newest_complete(self.root)
+                found = ckpt_layout.newest_complete(self.store.list())
+                choice[0] = found.path if found else None
             else:
-                path = Path(self.cfg.resume).expanduser()
-                if not is_complete(path):
-                    choice[0] = SettingError(f"parameters.checkpoint.resume: '{path}' is not a complete checkpoint "
-                                           f"(it needs {DCP_META} and {META})")
+                path = self.cfg.resume
+                path = path if ckpt_layout.url_scheme(path) else os.path.expanduser(path)
+                verdict = open_store(os.path.dirname(path.rstrip("/"))).judge(path)
+                if not verdict.complete:
+                    choice[0] = SettingError(f"parameters.checkpoint.resume: '{path}' is not a whole checkpoint: "
+                                             f"{verdict.why_not()}{_where_missing(verdict)}")
                 else:
                     choice[0] = path
         dist.broadcast_object_list(choice, src=0)
@@ -121,25 +144,34 @@ class Checkpointer:
             raise choice[0]
         return choice[0]
 
-    def load(self, state: AppState, path: Path) -> None:
-        state.with_cuda_rng = _holds(path, "app.cuda_rng")  # a CPU run's checkpoint resumes on a GPU
+    def load(self, state: AppState, path: Path | str) -> None:
+        path = str(path)
+        local, done = local_copy(path, self.root, self.d) if self.d.world > 1 else (path, lambda: None)
+        state.with_cuda_rng = _holds(self.store.reader(local), "app.cuda_rng")  # a CPU run's checkpoint on a GPU
         try:
-            dcp.load({"app": state}, checkpoint_id=str(path))
-        except (CheckpointException, ValueError, KeyError) as err:
-            raise SettingError(self._cannot_resume(path, err)) from None
+            dcp.load({"app": state}, storage_reader=self.store.reader(local))
+        except SettingError:  # AppState's own one line
+            raise
+        except (CheckpointException, ValueError, KeyError, OSError) as err:
+            raise SettingError(self._cannot_resume(path, local, err)) from None
         finally:
             state.with_cuda_rng = True
+        done()
         self.saved_step = state.trainer["step"]
 
-    def _cannot_resume(self, path: Path, err: BaseException) -> str:
-        """Why ``path`` does not fit this run (another model, another optimiser), and what to do."""
+    def _cannot_resume(self, path: str, local: str, err: BaseException) -> str:
+        """Why ``path`` cannot be loaded, and what to do: a shard that is not there (where it is), or a
+        checkpoint of another model or optimiser."""
         if isinstance(err, CheckpointException) and err.failures:
             err = next(iter(err.failures.values()))[0]
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        try:
-            saved = json.loads((path / META).read_text()).get("model_name", "?")
-        except (OSError, ValueError):
-            saved = "?"
+        here = f" (as node {node_index(self.d)} received it: {local})" if local != path else ""
+        if isinstance(err, FileNotFoundError):
+            verdict = self.store.judge(local) if not self.store.is_bucket else None
+            missing = f": {verdict.why_not()}{_where_missing(verdict)}" if verdict and not verdict.complete else ""
+            return (f"{path}: parameters.checkpoint.resume: cannot resume, a file of the checkpoint is missing on "
+                    f"node {node_index(self.d)}{here}: {err.filename or reason}{missing}")
+        saved = json.loads(self.store.read_meta(local) or "{}").get("model_name", "?")
         return (f"{path}: parameters.checkpoint.resume: cannot resume from this checkpoint: {reason}. It was "
                 f"saved for model '{saved}'; this run trains '{self.meta.get('model_name', '?')}'. To start "
                 f"afresh, set checkpoint.resume: never or give the run another output_dir.")
@@ -154,30 +186,29 @@ class Checkpointer:
         synchronous, only the submit when async (the rest is :meth:`wait_staged`'s)."""
         start = time.perf_counter()
         self.wait()
-        name = [None]
-        if self.d.is_main:
-            name[0] = self._free_name(step)
-        dist.broadcast_object_list(name, src=0)
+        name = self._free_name(step)
         self.saved_step = step
-        target = self.root / name[0]
-        write_dir = (self.staging / name[0]) if self.staging else target
+        target = self.store.path(name)
+        write_dir = str(self.staging / name) if self.staging else target
         # Only what this rank writes: an async save stages it in host memory before DCP plans.
         share = {"app": writer_share(state.state_dict(), self.d.rank, self.d.world)}
         writer = self.writer(write_dir)
         if self.cfg.async_save:
-            response = dcp.async_save(share, checkpoint_id=str(write_dir), storage_writer=writer,
+            response = dcp.async_save(share, checkpoint_id=write_dir, storage_writer=writer,
                                       process_group=self.group, async_stager=self.stager)
             self.staged = response.staging_completion
             self.pending = (response.upload_completion, write_dir, target, step)
             self.submit_s = time.perf_counter() - start
         else:
-            dcp.save(share, checkpoint_id=str(write_dir), storage_writer=writer)
+            dcp.save(share, checkpoint_id=write_dir, storage_writer=writer)
             self._finalize(write_dir, target, step)
         return time.perf_counter() - start
 
-    def writer(self, write_dir: Path) -> RankDeviceWriter:
-        """DCP's file writer for ``write_dir``, writing from this rank's GPU in every thread."""
-        return RankDeviceWriter(str(write_dir), self.d.device)
+    def writer(self, write_dir: Path | str):
+        """DCP's writer for ``write_dir`` (a folder, or a bucket URL), writing from this rank's GPU."""
+        if self.staging is not None or not self.store.is_bucket:
+            return RankDeviceWriter(str(write_dir), self.d.device)
+        return self.store.writer(str(write_dir), self.d.device)
 
     def wait_staged(self) -> tuple[float, float] | None:
         """Block until the last async save has copied the state to host memory: call it before the
@@ -207,36 +238,73 @@ class Checkpointer:
         self._finalize(write_dir, target, step)
 
     def _free_name(self, step: int) -> str:
+        """A name no node has taken (collective): with one disk per node, a folder left on node 1 by an
+        earlier attempt must not receive this save's shards."""
+        taken = self.store.taken() | (set(os.listdir(self.staging)) if self.staging and self.staging.is_dir() else set())
+        every: list = [None] * self.d.world
+        dist.all_gather_object(every, sorted(taken))
+        names = set().union(*every)
         n = 0
-        while ((self.root / ckpt_layout.step_name(step, n)).exists()
-               or (self.staging and (self.staging / ckpt_layout.step_name(step, n)).exists())):
+        while ckpt_layout.step_name(step, n) in names:
             n += 1
         return ckpt_layout.step_name(step, n)
 
-    def _finalize(self, write_dir: Path, target: Path, step: int) -> None:
+    def _finalize(self, write_dir: str, target: str, step: int) -> None:
+        """The save is written on every node: move it from staging, then list its shards (each node's
+        own files, collective) in ``meta.json``, which marks the save done."""
         if self.staging is not None:
             dist.barrier()
             if self.d.local_rank == 0:  # each node moves its own shard files
-                target.mkdir(parents=True, exist_ok=True)
-                for f in write_dir.iterdir():
+                os.makedirs(target, exist_ok=True)
+                for f in Path(write_dir).iterdir():
                     if f.name != DCP_META:
-                        shutil.move(str(f), target / f.name)
+                        shutil.move(str(f), os.path.join(target, f.name))
             dist.barrier()
             if self.d.is_main:
-                shutil.move(str(write_dir / DCP_META), target / DCP_META)
+                shutil.move(os.path.join(write_dir, DCP_META), os.path.join(target, DCP_META))
                 shutil.rmtree(write_dir, ignore_errors=True)
+        mine = self.store.files(target) if self.d.local_rank == 0 and not (self.store.is_bucket and not
+                                                                            self.d.is_main) else {}
+        every: list = [None] * self.d.world
+        dist.all_gather_object(every, (node_index(self.d), mine))
         if self.d.is_main:
-            meta = {**self.meta, "step": step, "time": time.time(), "world_size": self.d.world}
-            tmp = target / f".{META}.tmp"
-            tmp.write_text(json.dumps(meta, indent=2))
-            os.replace(tmp, target / META)
+            shards: dict[str, dict[str, int]] = {}
+            for node, files in sorted(every, key=lambda e: e[0]):
+                for name, size in sorted(files.items()):
+                    if name not in (DCP_META, META) and not name.startswith("."):
+                        shards.setdefault(name, {"bytes": size, "node": node})
+            meta = {**self.meta, "step": step, "time": time.time(), "world_size": self.d.world,
+                    "num_nodes": self.d.num_nodes, SHARDS: shards}
+            self.store.write_meta(target, json.dumps(meta, indent=2))
             self._prune()
 
     def _prune(self) -> None:
+        """``keep_last``: this run's own complete checkpoints beyond the newest K go; another run's (one
+        this run resumed from, one of a run that shares ``output_dir``) are never this run's to delete."""
         if not self.cfg.keep_last:
             return
-        for old in ckpt_layout.to_prune(ckpt_layout.list_checkpoints(str(self.root)), self.cfg.keep_last):
-            shutil.rmtree(old.path, ignore_errors=True)
+        own = [c for c in self.store.list() if _run_of(self.store.read_meta(c.path)) == self.run_id]
+        for old in ckpt_layout.to_prune(own, self.cfg.keep_last):
+            self.store.remove(old.path)
+
+
+def _run_of(meta_text: str | None) -> str | None:
+    """The run id a checkpoint's ``meta.json`` text records (``None``: none, or unreadable)."""
+    try:
+        run_id = json.loads(meta_text or "").get("run_id")
+    except (ValueError, AttributeError):
+        return None
+    return run_id if isinstance(run_id, str) else None
+
+
+def _where_missing(verdict: ckpt_layout.Wholeness) -> str:
+    """Where the missing shards of a split checkpoint are, and what makes it whole."""
+    nodes = sorted({node for _, node in verdict.missing})
+    if not nodes:
+        return ""
+    which = ", ".join(f"node {n}" for n in nodes)
+    return (f"; they are in the same folder on {which}'s own disk (the launcher gathers them after each save "
+            f"when the nodes do not share output_dir: fsdp-tui ckpt RUN says which checkpoints are whole)")
 
 
 class ReusingStager(AsyncStager):
@@ -290,12 +358,14 @@ class ReusingStager(AsyncStager):
         self.copier.close()
 
 
-def export_hf(model, tokenizer, out_dir: Path, d: Dist) -> Path | None:
-    """Gather a full state dict to rank 0 and write a Hugging Face folder (safetensors + tokenizer)."""
+def export_hf(model, tokenizer, output_dir: str, name: str, d: Dist) -> str | None:
+    """Gather a full state dict to rank 0 and write a Hugging Face folder (safetensors + tokenizer) in
+    ``<output_dir>/hf/<name>`` (a new folder; for a bucket, written here first, then uploaded)."""
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if not d.is_main:
         return None
-    out_dir = out_dir.expanduser()
+    bucket = ckpt_layout.url_scheme(output_dir) is not None
+    out_dir = Path("hf-export" if bucket else output_dir).expanduser() / "hf" / name
     tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, state_dict=state, safe_serialization=True)
@@ -303,4 +373,9 @@ def export_hf(model, tokenizer, out_dir: Path, d: Dist) -> Path | None:
     if out_dir.exists():
         out_dir = out_dir.with_name(f"{out_dir.name}-{int(time.time())}")
     tmp.rename(out_dir)
-    return out_dir
+    if not bucket:
+        return str(out_dir)
+    try:
+        return open_store(ckpt_layout.checkpoints_root(output_dir)).upload(str(out_dir), f"hf/{out_dir.name}")
+    finally:
+        shutil.rmtree(out_dir.parent.parent, ignore_errors=True)

@@ -1,9 +1,18 @@
-"""The checkpoint layout, stdlib only: used by the trainer, the launcher and the node agent.
+"""The checkpoint layout and the one rule of completeness, stdlib only: used by the trainer, the launcher
+and the node agent (shipped beside it as this single file).
 
 ``<output_dir>/checkpoints/step-00000100/`` holds DCP's shard files, its ``.metadata`` (written last
-by DCP) and our ``meta.json`` (written after that). A folder is complete iff both exist and
-``meta.json`` parses; a save never reuses a folder (``step-00000100-1`` when the name is taken), and
-the newest complete checkpoint is never deleted.
+by DCP) and our ``meta.json`` (written after that). ``meta.json`` lists the checkpoint's shard files
+(``shards``: each file's size and the node whose ranks wrote it). A checkpoint is **whole** (complete,
+resumable) iff ``.metadata`` exists, ``meta.json`` parses, and every listed shard lies in the folder
+with its listed size. On one shared disk that holds as soon as the trainer's save ends; when each node
+keeps its own disk, node 0's folder is not whole until the launcher has gathered the other nodes'
+shards into it (each copy verified by size and checksum before it takes its name), so a split
+checkpoint is never "the newest", never resumed from, and says which shards are missing on which node.
+A checkpoint saved before ``shards`` existed is complete with ``.metadata`` and ``meta.json``, as then.
+
+A save never reuses a folder (``step-00000100-1`` when the name is taken on any node), and the newest
+complete checkpoint is never deleted.
 
 Listing never follows a link: an entry that is a symbolic link (``step-00000006 -> /``) is listed as a link,
 never complete (so never resumable, never "the newest"), with no size, and nothing behind it is walked.
@@ -15,12 +24,21 @@ import json
 import os
 import re
 import stat
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 META = "meta.json"
 DCP_META = ".metadata"
 CHECKPOINTS_DIR = "checkpoints"
 PREFIX = "step-"
+SHARDS = "shards"
+"""``meta.json``'s list of the data files: ``{file: {"bytes": size, "node": node rank}}``."""
+PART_PREFIX = ".part-"
+"""A file being copied into a checkpoint (``.part-__2_0.distcp``): it takes its name once verified."""
+PLACE_MARKER = ".fsdp-tui-place-"
+"""The file node 0 writes in its checkpoints folder and the other nodes look for: one place, or one each."""
+INCOMING_PREFIX = ".incoming-"
+"""A whole checkpoint received from node 0 before a resume, on a node that has none: removed after the load."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +50,10 @@ class CheckpointInfo:
     mtime: float
     link: bool = False
     """The entry is a symbolic link, not a folder: shown as such, never followed, never resumed from."""
+    missing: tuple[tuple[str, int], ...] = ()
+    """Shards the trainer saved that are not in this folder, each with the node that holds it."""
+    saved: bool = False
+    """The trainer marked its save done (``meta.json`` written): what a gather waits for."""
     adapter: bool = False
     """A LoRA run's checkpoint: the adapters (and ``modules_to_save``) only, the base read from the model."""
 
@@ -44,8 +66,130 @@ class CheckpointInfo:
     def name(self) -> str:
         return os.path.basename(self.path)
 
+    @property
+    def missing_nodes(self) -> tuple[int, ...]:
+        return tuple(sorted({node for _, node in self.missing}))
+
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Wholeness:
+    """What the rule says of one checkpoint folder."""
+
+    complete: bool
+    saved: bool
+    """``meta.json`` parses: the trainer's save ended (the checkpoint may still await its gather)."""
+    step: int | None
+    """The step ``meta.json`` names, when it does."""
+    missing: tuple[tuple[str, int], ...] = ()
+    """Listed shards not in the folder, or there with another size: ``(file, node)``."""
+    shards: tuple[tuple[str, int, int], ...] = ()
+    """Every listed shard: ``(file, bytes, node)``."""
+
+    def why_not(self) -> str:
+        """Why the folder is not whole, in words ("" when it is)."""
+        if self.complete:
+            return ""
+        if not self.saved:
+            return f"its save did not finish (no {DCP_META} or {META})"
+        by_node: dict[int, list[str]] = {}
+        for name, node in self.missing:
+            by_node.setdefault(node, []).append(name)
+        parts = [f"{', '.join(sorted(names)[:3])}{' ...' if len(names) > 3 else ''} "
+                 f"({len(names)} shard{'s' if len(names) != 1 else ''}) written on node {node}"
+                 for node, names in sorted(by_node.items())]
+        return "missing " + "; ".join(parts) + " and not gathered here"
+
+
+def judge(files: Mapping[str, int], meta_text: str | None) -> Wholeness:
+    """The completeness rule: ``files`` are the folder's regular files and their sizes, ``meta_text`` the
+    content of its ``meta.json`` (``None``: absent)."""
+    meta = _meta(meta_text)
+    if meta is None or DCP_META not in files:
+        return Wholeness(False, False, None)
+    step = meta.get("step")
+    step = step if isinstance(step, int) and not isinstance(step, bool) else None
+    shards = shard_list(meta)
+    if shards is None:
+        return Wholeness(False, False, step)  # a shard list that is not one: unreadable, not whole
+    missing = tuple((name, node) for name, size, node in shards if files.get(name) != size)
+    return Wholeness(not missing, True, step, missing, shards)
+
+
+def _meta(text: str | None) -> dict | None:
+    if text is None:
+        return None
+    try:
+        meta = json.loads(text)
+    except ValueError:
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def shard_list(meta: dict) -> tuple[tuple[str, int, int], ...] | None:
+    """``meta.json``'s shards as ``(file, bytes, node)``; ``()`` when it lists none (an older save);
+    ``None`` when the list is malformed (a name that is not a plain file name, a size that is not one)."""
+    entries = meta.get(SHARDS)
+    if entries is None:
+        return ()
+    if not isinstance(entries, dict):
+        return None
+    out = []
+    for name, entry in entries.items():
+        size = entry.get("bytes") if isinstance(entry, dict) else None
+        node = entry.get("node", 0) if isinstance(entry, dict) else None
+        if (not plain_name(name) or not _count(size) or not _count(node)):
+            return None
+        out.append((name, size, node))
+    return tuple(sorted(out))
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def plain_name(name: object) -> bool:
+    """A file name of a checkpoint folder: no folder part, not ``.``/``..``, printable."""
+    return (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
+            and name.isprintable() and len(name) <= 255)
+
+
+def folder_files(path: str) -> dict[str, int]:
+    """The regular files directly in ``path`` (not links, not files being copied in) and their sizes."""
+    out = {}
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return out
+    for entry in entries:
+        if entry.name.startswith(PART_PREFIX):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            out[entry.name] = st.st_size
+    return out
+
+
+def read_meta(path: str) -> str | None:
+    try:
+        with open(os.path.join(path, META), encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def wholeness(path: str) -> Wholeness:
+    """The rule applied to a folder on this machine."""
+    return judge(folder_files(path), read_meta(path))
+
+
+def is_complete(path: str) -> bool:
+    return wholeness(str(path)).complete
 
 
 def step_name(step: int, n: int = 0) -> str:
@@ -59,25 +203,44 @@ def step_of_name(name: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
-def is_complete(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, DCP_META)) and os.path.isfile(os.path.join(path, META))
-
-
 _VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+_URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+
+
+def url_scheme(path: str) -> str | None:
+    """``s3`` for ``s3://bucket/x``; ``None`` for a path (``file://`` URLs are paths: see :func:`expand_path`)."""
+    match = _URL.match(path)
+    return match.group(1).lower() if match and match.group(1).lower() != "file" else None
 
 
 def expand_path(path: str, env: dict) -> str:
     """``$NAME``/``${NAME}`` from ``env`` (unknown names stay as written), then ``~``: how a node's job
-    sees its ``output_dir`` (the trainer expands it in the job's environment)."""
+    sees its ``output_dir`` (the trainer expands it in the job's environment). ``file:///x`` is ``/x``;
+    another URL (``s3://...``) keeps its ``//``."""
     def value(match: re.Match) -> str:
         name = match.group(1) or match.group(2)
         return env.get(name, match.group(0))
 
-    return os.path.expanduser(_VAR.sub(value, path))
+    expanded = _VAR.sub(value, path)
+    if expanded.lower().startswith("file://"):
+        expanded = expanded[len("file://"):]
+    return expanded if url_scheme(expanded) else os.path.expanduser(expanded)
 
 
 def checkpoints_root(output_dir: str) -> str:
+    if url_scheme(output_dir):
+        return output_dir.rstrip("/") + "/" + CHECKPOINTS_DIR
     return os.path.join(os.path.expanduser(output_dir), CHECKPOINTS_DIR)
+
+
+def info_of(step: int, path: str, files: Mapping[str, int], meta_text: str | None, mtime: float) -> CheckpointInfo:
+    """One listed checkpoint from its files (local or in a bucket), by the rule."""
+    verdict = judge(files, meta_text)
+    if verdict.complete and verdict.step is not None:
+        step = verdict.step
+    adapter = verdict.complete and "lora" in (_meta(meta_text) or {})
+    return CheckpointInfo(step, path, verdict.complete, sum(files.values()), mtime, missing=verdict.missing,
+                          saved=verdict.saved, adapter=adapter)
 
 
 def list_checkpoints(root: str) -> list[CheckpointInfo]:
@@ -99,16 +262,10 @@ def list_checkpoints(root: str) -> list[CheckpointInfo]:
         if stat.S_ISLNK(st.st_mode):
             out.append(CheckpointInfo(step, path, False, 0, st.st_mtime, link=True))
             continue
-        complete, adapter = is_complete(path), False
-        if complete:
-            try:
-                with open(os.path.join(path, META), encoding="utf-8") as f:
-                    meta = json.load(f)
-                step, adapter = int(meta.get("step", step)), "lora" in meta
-            except (OSError, ValueError, TypeError, AttributeError):
-                complete = False
         size, mtime = _size_and_mtime(path)
-        out.append(CheckpointInfo(step, path, complete, size, mtime, adapter=adapter))
+        info = info_of(step, path, folder_files(path), read_meta(path), mtime)
+        out.append(CheckpointInfo(info.step, path, info.complete, size, mtime, missing=info.missing,
+                                  saved=info.saved, adapter=info.adapter))
     return sorted(out, key=lambda c: (c.step, c.name))
 
 
@@ -124,6 +281,16 @@ def _size_and_mtime(path: str) -> tuple[int, float]:
             size += st.st_size
             mtime = max(mtime, st.st_mtime)
     return size, mtime
+
+
+def written_by(path: str) -> str | None:
+    """The run id a checkpoint's ``meta.json`` records (``None``: not recorded, or unreadable)."""
+    try:
+        with open(os.path.join(path, META), encoding="utf-8") as f:
+            run_id = json.load(f).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return run_id if isinstance(run_id, str) else None
 
 
 def newest_complete(ckpts: list[CheckpointInfo]) -> CheckpointInfo | None:
@@ -142,3 +309,45 @@ def to_prune(ckpts: list[CheckpointInfo], keep_last: int) -> list[CheckpointInfo
     done = [c for c in ckpts if c.complete]
     old = done[: max(0, len(done) - max(keep_last, 1))]
     return [c for c in old if deletable(ckpts, c)]
+
+
+
+def list_in_bucket(fs, root: str, url_root: str) -> list[CheckpointInfo]:
+    """Every ``step-*`` folder under ``root`` of an fsspec filesystem ``fs`` (a bucket: ``fs.ls`` with
+    details, ``fs.cat_file``), by the same rule; paths shown as URLs under ``url_root``. The caller
+    imports fsspec: this module stays standard library only."""
+    try:
+        entries = fs.ls(root, detail=True)
+    except (FileNotFoundError, OSError):
+        return []
+    out = []
+    for entry in entries:
+        name = str(entry.get("name", "")).rstrip("/").rsplit("/", 1)[-1]
+        step = step_of_name(name)
+        if step is None or entry.get("type") != "directory":
+            continue
+        files, mtime = {}, 0.0
+        for item in fs.ls(f"{root.rstrip('/')}/{name}", detail=True):
+            base = str(item.get("name", "")).rstrip("/").rsplit("/", 1)[-1]
+            if item.get("type") == "file" and not base.startswith(PART_PREFIX):
+                files[base] = int(item.get("size") or 0)
+                mtime = max(mtime, _entry_time(item))
+        meta = None
+        if META in files:
+            try:
+                meta = fs.cat_file(f"{root.rstrip('/')}/{name}/{META}").decode("utf-8")
+            except (OSError, UnicodeDecodeError):
+                meta = None
+        out.append(info_of(step, f"{url_root.rstrip('/')}/{name}", files, meta, mtime))
+    return sorted(out, key=lambda c: (c.step, c.name))
+
+
+def _entry_time(item: Mapping) -> float:
+    """A listed object's modification time, whichever way its filesystem says it."""
+    for key in ("mtime", "LastModified", "last_modified", "created"):
+        value = item.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if hasattr(value, "timestamp"):
+            return float(value.timestamp())
+    return 0.0

@@ -42,6 +42,18 @@ class RankDeviceWriter(FileSystemWriter):
         return super().write_data(plan, planner)
 
 
+def fsspec_writer(path: str, device: torch.device):
+    """DCP's fsspec writer (a bucket URL), run on this rank's GPU as :class:`RankDeviceWriter` is."""
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+    class Writer(FsspecWriter):
+        def write_data(self, plan, planner):
+            on_device(device)
+            return super().write_data(plan, planner)
+
+    return Writer(path)
+
+
 def writer_share(state: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     """``state`` without the replicated tensors another replica writes (nested dicts; lists and
     non-tensors stay whole). Every replica of a tensor computes the same owner: the tensors are

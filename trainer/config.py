@@ -8,9 +8,10 @@ else lives in one nested section per component, as torchtitan's job config does.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class SettingError(ValueError):
@@ -34,7 +35,7 @@ def torch_refusal(version: str) -> str | None:
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
 
 
 class ModelConfig(_Section):
@@ -59,6 +60,11 @@ class ModelConfig(_Section):
     compiler on every node, minutes of compiling for a small gain)."""
     trust_remote_code: bool = False
     """Allow model code from the model folder (only for models you trust)."""
+    router_aux_loss: bool | None = None
+    """Add a mixture-of-experts model's router load-balancing loss (``router_aux_loss_coef`` times it,
+    as transformers adds it), logged as ``router_aux_loss``. ``null`` follows the model's config
+    (``output_router_logits``, which most published MoE configs leave off for inference); ``true``
+    trains with it, ``false`` without."""
 
 
 class ChatFields(_Section):
@@ -92,9 +98,11 @@ class DataConfig(_Section):
     data_files: str | list[str] | None = None
     """Extra ``data_files`` for ``datasets.load_dataset`` (hub datasets with several files)."""
     packing: bool | None = None
-    """Pack examples into full ``max_seq_len`` rows, with no attention across example boundaries.
-    ``null`` packs wherever it is correct for the model (not for ALiBi models without position ids,
-    e.g. BLOOM); ``true`` for such a model is refused."""
+    """Pack examples into full ``max_seq_len`` rows, with no attention across example boundaries (each
+    layer keeps its sliding window inside each example). ``null`` packs wherever it is exact for the
+    model: not for ALiBi models without position ids (BLOOM, MPT), models that carry a state along the
+    sequence (Mamba, RWKV, hybrids such as Jamba or Qwen3-Next) or layer types other than full and
+    sliding-window attention (Llama 4's chunked layers); ``true`` for such a model is refused."""
     mask_prompt: bool = True
     """Leave prompt tokens out of the loss; only responses are learned."""
     eval_fraction: float = Field(default=0.05, ge=0.0, lt=1.0)
@@ -113,13 +121,16 @@ class OptimConfig(_Section):
     """AdamW and its learning-rate schedule."""
 
     weight_decay: float = Field(default=0.0, ge=0.0)
-    """Decoupled weight decay."""
+    """Decoupled weight decay, on weights only: biases and normalisation weights (LayerNorm, RMSNorm,
+    names with ``bias``/``norm``) are not decayed, as Hugging Face ``Trainer`` does."""
+    decay_bias_and_norm: bool = False
+    """Decay biases and normalisation weights too (every parameter, as a plain ``AdamW`` would)."""
     betas: tuple[float, float] = (0.9, 0.95)
     """AdamW betas."""
     eps: float = Field(default=1e-8, gt=0.0)
     """AdamW epsilon."""
     fused: bool | None = None
-    """Use the fused AdamW kernel; ``None`` picks it where the device supports it."""
+    """Use the fused AdamW kernel; left unset, it is used where the device supports it."""
     warmup_steps: int = Field(default=0, ge=0)
     """Linear warmup over this many steps: the first runs at ``learning_rate / warmup_steps``, the last of
     them at ``learning_rate``."""
@@ -170,6 +181,18 @@ class CheckpointConfig(_Section):
     export_merged: bool = False
     """With ``lora``: also write the base model with the adapter merged into its weights, a folder
     ``AutoModelForCausalLM.from_pretrained`` loads (written shard by shard from the base's files)."""
+    gather_to: str = "node0"
+    """Where each checkpoint is made whole when the nodes keep ``output_dir`` on their own disks (the
+    launcher copies every node's shards there after each save): ``node0`` (node 0's ``output_dir``),
+    ``here`` (this machine, in the run's record; ``here:PATH`` a folder here) or ``nodeN:PATH`` (a
+    folder on node N)."""
+
+    @field_validator("gather_to")
+    @classmethod
+    def _gather_to(cls, value: str) -> str:
+        if not re.fullmatch(r"node0|here(:.+)?|node[0-9]+:.+", value):
+            raise ValueError(f"'{value}' is not a place: node0, here, here:PATH or nodeN:PATH (node1:/data/ckpts)")
+        return value
 
 
 class SamplesConfig(_Section):
@@ -242,6 +265,9 @@ class TrainerConfig(_Section):
     """Hub dataset name, a local json/jsonl/parquet/arrow file, or a folder saved by ``datasets``."""
     output_dir: str
     """Where checkpoints and the final export go."""
+    output_dir_shared: bool = False
+    """An ``output_dir`` that runs of other workloads use too, on purpose: the launch then goes ahead
+    (it is refused otherwise). Each run prunes (``keep_last``) only the checkpoints it wrote itself."""
     max_seq_len: int = Field(default=1024, gt=0)
     """Tokens per training sequence."""
     per_device_batch_size: int = Field(default=4, gt=0)
@@ -254,8 +280,8 @@ class TrainerConfig(_Section):
     """Stop after this many optimiser steps (``null``: run ``num_epochs``)."""
     num_epochs: int = Field(default=1, gt=0)
     """Passes over the training data when ``max_steps`` is not set."""
-    seed: int = 42
-    """Seed for init, data order and dropout."""
+    seed: int = Field(default=42, ge=0, lt=2**32)
+    """Seed for init, data order and dropout (0 to 2**32 - 1: torch's generators take it with room to spare)."""
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
     optim: OptimConfig = OptimConfig()

@@ -14,21 +14,30 @@ from pathlib import Path
 
 
 def load_for_inference(checkpoint: str | Path):
-    """(model, tokenizer) from a complete checkpoint, in this process, without a process group."""
+    """(model, tokenizer) from a whole checkpoint (a folder, or a bucket URL read with this process's
+    credentials), in this process, without a process group. The model is built with the attention its
+    class has for inference (sdpa, else eager: BLOOM, Gemma 2, GPT-OSS), as any model that trains can be
+    exported."""
+    import os
+
     import torch.distributed.checkpoint as dcp
 
-    from trainer.ckpt_layout import META, is_complete
+    from trainer.ckpt_layout import url_scheme
+    from trainer.ckpt_store import open_store
     from trainer.config import ModelConfig
     from trainer.model import load_model, load_tokenizer
 
-    path = Path(checkpoint).expanduser()
-    if not is_complete(path):
-        raise ValueError(f"{path} is not a complete checkpoint")
-    meta = json.loads((path / META).read_text())
-    model = load_model(meta["model_name"], ModelConfig(from_scratch=True), seed=0)
+    path = str(checkpoint)
+    path = path.rstrip("/") if url_scheme(path) else os.path.expanduser(path)
+    store = open_store(path.rsplit("/", 1)[0] if url_scheme(path) else os.path.dirname(os.path.abspath(path)))
+    verdict = store.judge(path)
+    if not verdict.complete:
+        raise ValueError(f"{path} is not a whole checkpoint: {verdict.why_not()}")
+    meta = json.loads(store.read_meta(path))
+    model = load_model(meta["model_name"], ModelConfig(from_scratch=True), seed=0)  # sdpa, else eager
     tokenizer = load_tokenizer(meta["tokenizer"], ModelConfig())
     state = {"app": {"model": model.state_dict()}}
-    dcp.load(state, checkpoint_id=str(path))
+    dcp.load(state, storage_reader=store.reader(path))
     model.load_state_dict(state["app"]["model"])
     return model.eval(), tokenizer
 

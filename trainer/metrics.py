@@ -37,7 +37,16 @@ def rank_memory(d: Dist) -> dict:
                 "reserved_gib": torch.cuda.memory_reserved(d.device) / _GIB,
                 "peak_gib": torch.cuda.max_memory_allocated(d.device) / _GIB, "total_gib": total / _GIB,
                 "device_used_gib": (total - free) / _GIB}
-    return {"rank": d.rank, "rss_gib": _rss_bytes() / _GIB}
+    ram = _ram_bytes()
+    return {"rank": d.rank, "rss_gib": _rss_bytes() / _GIB, **({"total_gib": ram / _GIB} if ram else {})}
+
+
+def _ram_bytes() -> int:
+    """The node's RAM (what a CPU rank's resident memory is measured against: the monitor's gauge)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
 
 
 def _rss_bytes() -> int:
@@ -222,23 +231,26 @@ class MetricsLogger:
             print(f"checkpoint blocked training for {submit_s + staging_s:.2f} s (submit {submit_s:.2f} s, "
                   f"waiting for the copy to host memory {staging_s:.2f} s)", flush=True)
 
-    def train_step(self, step: int, epoch: float, loss_sum: torch.Tensor, count: float, lr: float,
-                   grad_norm: torch.Tensor | None) -> None:
-        """Log step ``step``: its global mean loss (``loss_sum``, this rank's summed loss, over ``count``
-        learned tokens of all ranks), throughput and each rank's memory and step time, gathered in one
-        collective (each rank's figures as one row of floats)."""
+    def train_step(self, step: int, epoch: float, result) -> None:
+        """Log step ``step`` (``result``: a :class:`trainer.train.StepResult`): its global mean loss (each
+        rank's summed loss over the learned tokens of all ranks), the router loss where the model has one,
+        throughput and each rank's memory and step time, gathered in one collective (each rank's figures as
+        one row of floats)."""
         mine = rank_memory(self.d)
         keys = [k for k in mine if k != "rank"]
         step_s = self.clock.take()
-        row = torch.tensor([self.window_tokens, self.window_flops, float(loss_sum),
+        router = result.router_sum
+        row = torch.tensor([self.window_tokens, self.window_flops, float(result.loss_sum),
+                            0.0 if router is None else float(router),
                             math.nan if step_s is None else step_s, *(mine[k] for k in keys)], dtype=torch.float64)
         rows = [torch.empty_like(row) for _ in range(self.d.world)]
         dist.all_gather(rows, row)
         table = torch.stack(rows)
-        tokens, flops, loss_total = table[:, :3].sum(0).tolist()
-        loss = loss_total / count
-        memory = [{"rank": r, **dict(zip(keys, values[4:].tolist(), strict=True))} for r, values in enumerate(table)]
-        step_times = tuple(None if math.isnan(x) else x for x in table[:, 3].tolist())
+        tokens, flops, loss_total, router_total = table[:, :4].sum(0).tolist()
+        loss = loss_total / result.count
+        router_aux = router_total / (self.d.world * result.micro_steps) if router is not None else None
+        memory = [{"rank": r, **dict(zip(keys, values[5:].tolist(), strict=True))} for r, values in enumerate(table)]
+        step_times = tuple(None if math.isnan(x) else x for x in table[:, 4].tolist())
         elapsed = time.perf_counter() - self.window_start - self.window_excluded
         tokens_per_s = tokens / elapsed if elapsed > 0 else 0.0
         mfu_value = mfu(flops / elapsed / self.d.world, self.peak) if elapsed > 0 else None
@@ -248,15 +260,16 @@ class MetricsLogger:
             if self.d.local_rank == 0:  # the first rank of every other node: its pane shows the run is alive
                 print(node_heartbeat(self.d, step, self.max_steps, tokens_per_s, memory), flush=True)
             return
-        norm = float(grad_norm) if grad_norm is not None else None
+        norm = float(result.grad_norm) if result.grad_norm is not None else None
         record = MetricRecord(step=step, kind="train", max_steps=self.max_steps, epoch=round(epoch, 4),
-                              loss=loss, lr=lr, grad_norm=norm, tokens_per_s=tokens_per_s, mfu=mfu_value,
-                              time=time.time(), memory=tuple(RankMemory(**m) for m in memory),
-                              rank_step_s=step_times)
+                              loss=loss, lr=result.lr, grad_norm=norm, tokens_per_s=tokens_per_s, mfu=mfu_value,
+                              router_aux_loss=router_aux, time=time.time(),
+                              memory=tuple(RankMemory(**m) for m in memory), rank_step_s=step_times)
         self.reporter.write(record)
         mfu_text = f" mfu={mfu_value:.1%}" if mfu_value is not None else ""
-        print(f"step={step}/{self.max_steps} loss={loss:.4f} lr={lr:.3g} tok/s={tokens_per_s:.0f}{mfu_text}",
-              flush=True)
+        aux_text = f" router_aux_loss={router_aux:.4f}" if router_aux is not None else ""
+        print(f"step={step}/{self.max_steps} loss={loss:.4f}{aux_text} lr={result.lr:.3g} "
+              f"tok/s={tokens_per_s:.0f}{mfu_text}", flush=True)
 
     def eval(self, step: int, eval_loss: float, exact_match: float | None, seconds: float) -> None:
         self.exclude(seconds)

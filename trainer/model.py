@@ -10,6 +10,7 @@ from torch import nn
 
 from trainer import loading
 from trainer.assets import resolve_model
+from trainer.attention import AttentionSupport
 from trainer.config import ModelConfig
 
 _DTYPES = {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -31,9 +32,12 @@ def hf_config(model_name: str, cfg: ModelConfig):
     return AutoConfig.from_pretrained(resolve_model(model_name), trust_remote_code=cfg.trust_remote_code)
 
 
-def attention_support(config, model_name: str, cfg: ModelConfig) -> tuple[bool, bool, bool]:
-    """Whether the model's class has an sdpa and a flex attention implementation, and whether its
-    attention goes through Hugging Face's attention interface (any registered function)."""
+def attention_support(config, model_name: str, cfg: ModelConfig) -> AttentionSupport:
+    """What the model's class declares: an sdpa and a flex attention implementation, attention through
+    Hugging Face's attention interface, a state carried along the sequence, a forward that takes
+    ``position_ids``."""
+    import inspect
+
     from transformers import AutoModelForCausalLM
 
     mapping = AutoModelForCausalLM._model_mapping
@@ -45,8 +49,9 @@ def attention_support(config, model_name: str, cfg: ModelConfig) -> tuple[bool, 
         from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
         cls = get_class_from_dynamic_module(config.auto_map["AutoModelForCausalLM"], resolve_model(model_name))
-    return (bool(getattr(cls, "_supports_sdpa", False)), bool(getattr(cls, "_supports_flex_attn", False)),
-            bool(getattr(cls, "_supports_attention_backend", False)))
+    return AttentionSupport(*(bool(getattr(cls, name, False)) for name in (
+        "_supports_sdpa", "_supports_flex_attn", "_supports_attention_backend", "_is_stateful")),
+        position_ids="position_ids" in inspect.signature(cls.forward).parameters)
 
 
 def build_model(model_name: str, cfg: ModelConfig, config, attn: str, seed: int, device: torch.device,
@@ -93,20 +98,23 @@ def weights_folder(model_name: str) -> Path:
     return Path(snapshot_download(model_name, allow_patterns=["*.json", "*.safetensors"]))
 
 
-def load_model(model_name: str, cfg: ModelConfig, seed: int, attn: str = "sdpa") -> nn.Module:
+def load_model(model_name: str, cfg: ModelConfig, seed: int, attn: str | None = None) -> nn.Module:
     """The whole model on the host: fp32 master weights unless ``dtype`` says otherwise (mixed
-    precision is FSDP's job). ``attn`` is the Hugging Face implementation name."""
+    precision is FSDP's job). ``attn`` is the Hugging Face implementation name; ``None`` takes what
+    the model has for inference (sdpa, else eager: :attr:`AttentionSupport.inference`)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     path = resolve_model(model_name)
     dtype = _DTYPES[cfg.dtype]
+    config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
+    if attn is None:
+        attn = attention_support(config, model_name, cfg).inference
     if cfg.from_scratch:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, attn_implementation=attn, dtype=dtype,
                                                  trust_remote_code=cfg.trust_remote_code)
     else:
-        model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=attn, dtype=dtype,
+        model = AutoModelForCausalLM.from_pretrained(path, config=config, attn_implementation=attn, dtype=dtype,
                                                      trust_remote_code=cfg.trust_remote_code)
     model.config.use_cache = False
     return model

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from trainer.config import SettingError
-from trainer.packed_masks import segment_mask
+from trainer.packed_masks import causal_band, segment_mask
 
 NAME = "fsdp_tui_per_example_sdpa"
 MIN_ROW_LENGTH = 256
@@ -74,22 +74,27 @@ def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, v
               attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
               **kwargs) -> tuple[torch.Tensor, None]:
     """Hugging Face's attention-function signature: (batch, heads, length, dim) in, (batch, length,
-    heads, dim) out. Outside ``examples`` (or given a mask) it is plain SDPA; a layer with an extra
-    the per-example calls do not apply (``UNSUPPORTED``) gets plain SDPA with the examples' mask."""
+    heads, dim) out. Outside ``examples`` it is plain SDPA (with the layer's sliding window, which
+    transformers builds no mask for here). A layer with an extra the per-example calls
+    do not apply (``UNSUPPORTED``), or given a mask of the model's own making (Doge's dynamic mask: no
+    4-D mask is built for this implementation, so any mask here is the model's), gets plain SDPA with
+    the examples' mask, and the model's mask within it."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     global _calls
     _calls += 1
     rows = _ROWS.get()
-    if rows is None or attention_mask is not None or query.shape[2] != key.shape[2]:
+    if rows is None or query.shape[2] != key.shape[2]:
+        window = kwargs.get("sliding_window") or None
+        if attention_mask is None and window and query.shape[2] == key.shape[2] > window:
+            attention_mask = causal_band(query.shape[2], window, query.device)  # no 4-D mask came: keep the window
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, **kwargs)
     position_ids, row_spans = rows
-    if any(kwargs.get(name) is not None for name in UNSUPPORTED):
-        mask = segment_mask(position_ids.to(query.device))
-        window = kwargs.get("sliding_window")
-        if window:
-            mask = mask & _band(mask.shape[-1], window, query.device)
+    if attention_mask is not None or any(kwargs.get(name) is not None for name in UNSUPPORTED):
+        mask = segment_mask(position_ids.to(query.device), kwargs.get("sliding_window") or None)
+        if attention_mask is not None:
+            mask = _within(attention_mask, mask)
         return sdpa_attention_forward(module, query, key, value, mask, dropout=dropout, scaling=scaling, **kwargs)
     window = kwargs.get("sliding_window") or None
     gqa = key.shape[1] != query.shape[1]  # fewer key/value heads: the kernel shares them, no copies
@@ -100,20 +105,22 @@ def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, v
         lengths = [end - start for start, end in cuts]
         for qe, ke, ve in zip(q.split(lengths, dim=2), k.split(lengths, dim=2), v.split(lengths, dim=2),
                               strict=True):
-            band = _band(qe.shape[2], window, qe.device) if window and qe.shape[2] > window else None
+            band = causal_band(qe.shape[2], window, qe.device) if window and qe.shape[2] > window else None
             parts.append(F.scaled_dot_product_attention(qe, ke, ve, attn_mask=band, dropout_p=dropout, scale=scaling,
                                                         is_causal=band is None, enable_gqa=gqa))
     batch, heads, length, dim = query.shape
     # one concatenation of every example in row order: (1, heads, rows x length, dim) -> (rows, length, ...)
-    out = torch.cat(parts, dim=2).transpose(1, 2).reshape(batch, length, heads, dim)
+    # contiguous, as sdpa's own output is: some models view it afterwards (JetMoE)
+    out = torch.cat(parts, dim=2).transpose(1, 2).reshape(batch, length, heads, dim).contiguous()
     return out, None
 
 
-def _band(length: int, window: int, device: torch.device) -> torch.Tensor:
-    """Causal within a sliding window (Hugging Face's rule: a key is seen while q - k < window)."""
-    q = torch.arange(length, device=device).unsqueeze(-1)
-    k = torch.arange(length, device=device).unsqueeze(0)
-    return (k <= q) & (k > q - window)
+def _within(model_mask: torch.Tensor, examples: torch.Tensor) -> torch.Tensor:
+    """The model's own mask (boolean, or additive floats) closed outside the examples' mask."""
+    model_mask = model_mask[..., : examples.shape[-1]]
+    if model_mask.dtype == torch.bool:
+        return model_mask & examples
+    return model_mask.masked_fill(~examples, torch.finfo(model_mask.dtype).min)
 
 
 def _no_mask(*args, **kwargs) -> None:

@@ -64,6 +64,9 @@ class MetricRecord:
     mfu: float | None = None
     eval_loss: float | None = None
     eval_exact_match: float | None = None
+    router_aux_loss: float | None = None
+    """A mixture-of-experts model's router load-balancing loss (mean over the step, before its
+    coefficient); ``loss`` stays the language-model loss alone."""
     time: float | None = None
     memory: tuple[RankMemory, ...] = ()
     rank_step_s: tuple[float | None, ...] = ()

@@ -11,29 +11,69 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer import learned_logits, packed_sdpa
+from trainer import learned_logits, packed_sdpa, router_loss
 from trainer.data import IGNORE, collate, needs_segment_mask
-from trainer.packed_masks import packed_mask
+from trainer.model_family import layer_windows
+from trainer.packed_masks import packed_attention_mask
 
 
 def forward_logits(model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device,
                    keep: torch.Tensor | None = None) -> torch.Tensor:
     """Logits with a block-diagonal causal mask built from ``position_ids`` in the form the model's
     attention implementation reads, so packed examples never attend to each other (an explicit mask:
-    exact on every transformers version). A batch with no learned token after a boundary needs only
-    causal attention and passes no mask (flash kernel). With ``packed_sdpa`` on rows long enough there
-    is no mask: each example of each row is its own causal call. With ``keep`` (flat positions, see
+    exact on every transformers version), with each layer type's sliding window (one mask per layer
+    type where layers differ: :func:`trainer.packed_masks.packed_attention_mask`). A batch with no
+    learned token after a boundary needs only causal attention and passes no mask (flash kernel;
+    transformers applies the windows). With ``packed_sdpa`` on rows long enough there is no mask: each
+    example of each row is its own causal call. With ``keep`` (flat positions, see
     :func:`trainer.learned_logits.learned_positions`) only those positions' logits, ``[len(keep), vocab]``."""
+    return _forward(model, batch, device, keep, with_router_loss=False)[0]
+
+
+def _forward(model: nn.Module, batch: dict[str, torch.Tensor], device, keep: torch.Tensor | None,
+             with_router_loss: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logits as :func:`forward_logits` says, and the router's load-balancing loss when asked (a
+    forward that asks passes no 4-D mask: :mod:`trainer.router_loss` says why)."""
     ids = to_device(batch["input_ids"], device)
     pos = to_device(batch["position_ids"], device)
-    if _per_example(model, batch):
+    extra = {}
+    if router_loss.has_router(model.config):  # the config's own setting never decides alone
+        extra["output_router_logits"] = with_router_loss
+    if with_router_loss:  # no cache: transformers finds packed examples only without one
+        extra["use_cache"] = False
+        padding = router_loss.padding_mask(batch)
+        extra["attention_mask"] = None if padding is None else to_device(padding, device)
+    if _per_example(model, batch, with_router_loss):
         with packed_sdpa.examples(batch["position_ids"]):
-            return _logits(model, keep, lambda: model(input_ids=ids, position_ids=pos).logits)
-    implementation = model.config._attn_implementation
-    if implementation == packed_sdpa.NAME:
-        implementation = "sdpa"  # rows too short to pay for a call per example: the mask
-    mask = packed_mask(implementation, pos) if needs_segment_mask(batch) else None
-    return _logits(model, keep, lambda: model(input_ids=ids, position_ids=pos, attention_mask=mask).logits)
+            return _outputs(model, keep, lambda: model(input_ids=ids, position_ids=pos, **extra))
+    if not with_router_loss:
+        implementation = model.config._attn_implementation
+        if implementation == packed_sdpa.NAME:
+            implementation = "sdpa"  # rows too short to pay for a call per example: the mask
+        extra["attention_mask"] = (packed_attention_mask(implementation, pos, attention_layers(model.config))
+                                   if needs_segment_mask(batch) else None)
+    return _outputs(model, keep, lambda: model(input_ids=ids, position_ids=pos, **extra))
+
+
+def attention_layers(config) -> dict[str, int | None]:
+    """Each layer type of the model and its sliding window (:func:`trainer.model_family.layer_windows`),
+    read from the config's attributes (cheap at every forward)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return layer_windows({key: getattr(text, key, None)
+                          for key in ("sliding_window", "use_sliding_window", "layer_types")})
+
+
+def _outputs(model: nn.Module, keep: torch.Tensor | None, call) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The logits (at ``keep`` only, when given) and the output's ``aux_loss`` (``None`` if it has none)."""
+    outputs = []
+
+    def forward() -> torch.Tensor:
+        outputs.append(call())
+        return outputs[-1].logits
+
+    logits = forward() if keep is None else learned_logits.logits_at(model, keep, forward)
+    aux = getattr(outputs[-1], "aux_loss", None)
+    return logits, aux if isinstance(aux, torch.Tensor) else None  # a model with no router logits gives 0
 
 
 def to_device(t: torch.Tensor, device) -> torch.Tensor:
@@ -44,21 +84,23 @@ def to_device(t: torch.Tensor, device) -> torch.Tensor:
     return t.pin_memory().to(device, non_blocking=True)
 
 
-def _logits(model: nn.Module, keep: torch.Tensor | None, forward) -> torch.Tensor:
-    return forward() if keep is None else learned_logits.logits_at(model, keep, forward)
-
-
 def micro_step(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor, device,
-               scale: float) -> torch.Tensor:
-    """Forward and backward of one micro-batch (its summed loss times ``scale``); the summed loss.
+               scale: float, router_weight: float | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Forward and backward of one micro-batch: its summed loss times ``scale``, plus the router's
+    load-balancing loss times ``router_weight`` when given (a mixture-of-experts model that trains with
+    it). Returns the summed loss and the router loss (``None`` without one), both detached.
     Blocks under activation checkpointing run their forward again during backward: per-example
     attention keeps seeing this batch's examples until backward is done."""
-    rows = packed_sdpa.examples(batch["position_ids"]) if _per_example(model, batch) else contextlib.nullcontext()
+    per_example = _per_example(model, batch, router_weight is not None)
+    rows = packed_sdpa.examples(batch["position_ids"]) if per_example else contextlib.nullcontext()
     with rows:
-        logits, targets = learned(model, batch, labels, device)
+        logits, targets, aux = _learned(model, batch, labels, device, router_weight is not None)
         total = nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
-        (total * scale).backward()
-    return total.detach()
+        objective = total * scale
+        if aux is not None:
+            objective = objective + aux.float() * router_weight
+        objective.backward()
+    return total.detach(), None if aux is None else aux.detach()
 
 
 def learned(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor,
@@ -66,14 +108,24 @@ def learned(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tens
     """The logits of the learned positions only and their targets, row by row in order: the output
     layer and the cross-entropy skip prompts, padding and each row's last position. The positions are
     found from the labels in host memory (on a GPU that would wait for the device at every micro-step)."""
+    logits, targets, _ = _learned(model, batch, labels, device, with_router_loss=False)
+    return logits, targets
+
+
+def _learned(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor, device,
+             with_router_loss: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     labels = labels.cpu()
     keep = learned_logits.learned_positions(labels).to(device, non_blocking=True)
-    return forward_logits(model, batch, device, keep), labels[labels != IGNORE].to(device, non_blocking=True)
+    logits, aux = _forward(model, batch, device, keep, with_router_loss)
+    return logits, labels[labels != IGNORE].to(device, non_blocking=True), aux
 
 
-def _per_example(model: nn.Module, batch: dict[str, torch.Tensor]) -> bool:
+def _per_example(model: nn.Module, batch: dict[str, torch.Tensor], with_router_loss: bool = False) -> bool:
+    """Whether the rows go through sdpa once per example: with that implementation, on rows long enough
+    to pay for it, or on any row of a forward that asks for the router loss (it gets no 4-D mask, and
+    for this implementation transformers builds none)."""
     return (model.config._attn_implementation == packed_sdpa.NAME
-            and batch["position_ids"].shape[-1] >= packed_sdpa.MIN_ROW_LENGTH)
+            and (with_router_loss or batch["position_ids"].shape[-1] >= packed_sdpa.MIN_ROW_LENGTH))
 
 
 def shifted_labels(batch: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:
@@ -107,12 +159,24 @@ class StepResult:
     """Real (non-pad) tokens this rank trained on."""
     lr: float
     """The learning rate this step used."""
+    router_sum: torch.Tensor | None = None
+    """A mixture-of-experts model's load-balancing loss, this rank's sum over its micro-steps before its
+    coefficient, on the device (``None``: not trained with one)."""
+    micro_steps: int = 1
 
     def mean_loss(self) -> float:
         """The global mean loss (a collective: every rank calls it)."""
         summed = self.loss_sum.detach().reshape(1).to("cpu", torch.float64)
         dist.all_reduce(summed)
         return summed.item() / self.count
+
+    def mean_router_aux_loss(self) -> float | None:
+        """The router loss, mean over ranks and micro-steps (a collective where there is one)."""
+        if self.router_sum is None:
+            return None
+        summed = self.router_sum.detach().reshape(1).to("cpu", torch.float64)
+        dist.all_reduce(summed)
+        return summed.item() / (dist.get_world_size() * self.micro_steps)
 
 
 def train_step(model, optimizer, scheduler, micro_batches: list[dict[str, torch.Tensor]], device,
@@ -124,11 +188,14 @@ def train_step(model, optimizer, scheduler, micro_batches: list[dict[str, torch.
     is summed over the ranks here, a collective.
 
     ``before_update`` runs just before the optimiser changes the weights (an async checkpoint's copy
-    may still be reading them until then); ``clock`` (a :class:`trainer.metrics.RankClock`) times the update,
-    which each rank does alone. Each rank scales its summed loss by world / global label count, so after FSDP averages gradients
-    over ranks the step minimises the mean over every learned token of every rank and micro-step. The
-    step has no collective of its own beyond the gradients' reduction (and the norm's under sharding):
-    the label count is known beforehand, the loss stays on each rank until it is logged.
+    may still be reading them until then); ``clock`` (a :class:`trainer.metrics.RankClock`) times the
+    update, which each rank does alone. Each rank scales its summed loss by world / global label count,
+    so after FSDP averages gradients over ranks the step minimises the mean over every learned token of
+    every rank and micro-step. A router loss is weighted by its coefficient over the micro-steps: after
+    that average, the step adds the coefficient times its mean over every micro-batch, as transformers
+    adds it to each batch's loss. The step has no collective of its own beyond the gradients' reduction
+    (and the norm's under sharding): the label count is known beforehand, the losses stay on each rank
+    until they are logged.
     """
     labels = [shifted_labels(b, "cpu") for b in micro_batches]  # counted and indexed in host memory
     if global_count is None:
@@ -136,12 +203,17 @@ def train_step(model, optimizer, scheduler, micro_batches: list[dict[str, torch.
         dist.all_reduce(count)
         global_count = count.item()
     global_count = max(global_count, 1.0)
-    totals = []  # kept on the device until the step is done: no wait for it between micro-steps
+    totals, routers = [], []  # kept on the device until the step is done: no wait between micro-steps
+    coefficient = router_loss.coefficient(model)
+    router_weight = coefficient / len(micro_batches) if coefficient is not None else None
     can_defer = hasattr(model, "set_requires_gradient_sync")
     for i, (batch, lab) in enumerate(zip(micro_batches, labels, strict=True)):
         if can_defer:  # reduce gradients once, on the last micro-step
             model.set_requires_gradient_sync(i == len(micro_batches) - 1)
-        totals.append(micro_step(model, batch, lab, device, world / global_count).float())
+        total, aux = micro_step(model, batch, lab, device, world / global_count, router_weight)
+        totals.append(total.float())
+        if aux is not None:
+            routers.append(aux.float().to(total.device))
     grad_norm = clip_grad_norm(model, max_grad_norm) if max_grad_norm is not None else None
     lr = scheduler.get_last_lr()[0]
     if before_update is not None:
@@ -151,7 +223,8 @@ def train_step(model, optimizer, scheduler, micro_batches: list[dict[str, torch.
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
     real = int(sum(int(b["real_tokens"]) for b in micro_batches))
-    return StepResult(torch.stack(totals).sum(), global_count, grad_norm, real, lr)
+    router_sum = torch.stack(routers).sum() if routers else None
+    return StepResult(torch.stack(totals).sum(), global_count, grad_norm, real, lr, router_sum, len(micro_batches))
 
 
 def clip_grad_norm(model: nn.Module, max_norm: float) -> torch.Tensor:

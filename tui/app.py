@@ -33,7 +33,15 @@ class FsdpTuiApp(App):
         Binding("h", "home", "home", show=False),
         Binding("colon", "command_bar", "command", key_display=":",
                 tooltip=":runs  :workloads  :ckpt RUN  :theme NAME  :q"),
+        # Escape closes the Keys panel (ctrl+p -> Keys) before any screen sees it; without the panel the
+        # binding stands aside (check_action) and escape goes where it always goes.
+        Binding("escape", "hide_help_panel", "close keys", show=False, priority=True),
     ]
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "hide_help_panel":
+            return bool(self.screen.query("HelpPanel"))
+        return True
 
     def __init__(self, home: Path, theme: str | None = None, workload: Path | None = None,
                  run_id: str | None = None, launch: bool = False, overrides: list[str] | None = None) -> None:
@@ -227,14 +235,23 @@ class FsdpTuiApp(App):
         """A new run doing what ``run_id`` did (its recorded workload), with ``overrides`` on top."""
         self.run_worker(self._launch(None, overrides or [], from_run=run_id), group="launch", exclusive=True)
 
-    async def _launch(self, path: Path | None, overrides: list[Override], from_run: str | None = None) -> None:
+    def resume_run(self, run_id: str, name: str) -> None:
+        """A new run of ``run_id``'s workload from its whole checkpoint ``name`` (as ``fsdp-tui resume``)."""
+        self.run_worker(self._launch(None, [], from_run=run_id, resume_from=name), group="launch", exclusive=True)
+
+    async def _launch(self, path: Path | None, overrides: list[Override], from_run: str | None = None,
+                      resume_from: str | None = None) -> None:
         import asyncio
 
-        from launcher.runs.launch import relaunch_plan, start_run
+        from launcher.runs.launch import relaunch_plan, resume_plan, start_run
         from launcher.workload.load import plan_file
 
+        bring = None
         try:
-            if from_run is not None:
+            if resume_from is not None:
+                resumed = await resume_plan(self.home, from_run, overrides=overrides, name=resume_from)
+                planned, bring = resumed.planned, resumed.bring
+            elif from_run is not None:
                 planned = await asyncio.to_thread(relaunch_plan, self.home, from_run, overrides)
             else:
                 planned = await asyncio.to_thread(plan_file, path, overrides, home=self.home)
@@ -251,11 +268,19 @@ class FsdpTuiApp(App):
         if planned.plan.blockers:
             self.notify("not launched: " + "; ".join(planned.plan.blockers), severity="error", timeout=10)
             return
+        from launcher.runs.launch import launch_refusals
+
+        refusals = await asyncio.to_thread(lambda: asyncio.run(launch_refusals(planned.plan, self.home)))
+        if refusals:  # a missing secret, an unknown host key, no torch there: said now, no failed run left
+            self.notify("not launched: " + "; ".join(refusals), severity="error", timeout=20)
+            return
         from launcher.runs.core.space import RecordUnwritable
+        from launcher.runs.launch import LaunchRefused
 
         try:
-            run_id = await asyncio.to_thread(start_run, planned.plan, self.home, idempotent=from_run is None)
-        except RecordUnwritable as err:
+            run_id = await asyncio.to_thread(start_run, planned.plan, self.home, idempotent=from_run is None,
+                                             resume_from=bring)
+        except (RecordUnwritable, LaunchRefused) as err:
             self.notify(str(err), severity="error", timeout=15)
             return
         if run_id != planned.plan.run_id:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
+from launcher.words import plural
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -46,8 +48,7 @@ class FsdpCommands(Provider):
         from launcher.nettest.launch import list_records
 
         for record in list_records(app.home)[:50]:
-            out.append(Entry(f"nettest {record['run_id']}", f"a kept interconnect test ({len(record.get('nodes') or [])} "
-                             "node(s))", partial(app.open_nettest, None, record)))
+            out.append(Entry(f"nettest {record['run_id']}", f"a kept interconnect test ({plural(len(record.get('nodes') or []), 'node')})", partial(app.open_nettest, None, record)))
         for name in sorted(app.available_themes):
             out.append(Entry(f"theme {name}", "switch the colours (it persists)", partial(setattr, app, "theme", name)))
         return out

@@ -116,6 +116,9 @@ class AgentLink:
             except (asyncio.IncompleteReadError, ConnectionError, BrokenPipeError, OSError, wire.FrameError) as err:
                 self._drop()
                 raise ChannelDropped(str(err) or type(err).__name__) from None
+            except asyncio.CancelledError:
+                self._drop()  # its answer may be on its way: the next request must not read it as its own
+                raise
             return header, data
 
     async def _open(self) -> Channel:

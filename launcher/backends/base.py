@@ -13,12 +13,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from launcher.events import GpuSample
 from launcher.untrusted import printable, usage_figures
+from launcher.workload.ckpt_place import CheckpointPlace
 from launcher.workload.plan import RunPlan
-from trainer.ckpt_layout import CheckpointInfo
+from trainer.ckpt_layout import CheckpointInfo, plain_name
 
 Stream = Literal["log", "metrics", "samples"]
 STREAM_FILES: dict[str, str] = {"log": "node.log", "metrics": "metrics.jsonl", "samples": "samples.jsonl"}
@@ -32,6 +33,11 @@ class NodeError(RuntimeError):
         super().__init__(message)
         self.node_rank = node_rank
         """The node, where the error is about one node."""
+
+
+class PortTaken(NodeError):
+    """Node 0 could not claim the rendezvous port as its job started (another program took it after the
+    launch claimed it, or an earlier claim lapsed): the run can move to another port."""
 
 
 class NodeLost(NodeError):
@@ -194,8 +200,61 @@ class CheckpointListing:
                 continue
             ckpts.append(CheckpointInfo(step, path, c.get("complete") is True and c.get("link") is not True,
                                         max(_int(c.get("size_bytes")) or 0, 0), _number(c.get("mtime")),
-                                        link=c.get("link") is True, adapter=c.get("adapter") is True))
+                                        link=c.get("link") is True, missing=_missing(c.get("missing")),
+                                        saved=c.get("saved") is True, adapter=c.get("adapter") is True))
         return cls(rank, label, _text(data.get("root")) or output_dir, tuple(ckpts), data.get("exists") is True)
+
+
+def _missing(value: object) -> tuple[tuple[str, int], ...]:
+    """A listed checkpoint's missing shards, ``(file, node)``: entries of another shape are left out."""
+    out = []
+    for entry in value if isinstance(value, list) else ():
+        if (isinstance(entry, list) and len(entry) == 2 and plain_name(entry[0])
+                and _int(entry[1]) is not None and entry[1] >= 0):
+            out.append((entry[0], entry[1]))
+    return tuple(out)
+
+
+class CheckpointFiles(Protocol):
+    """One machine's checkpoint files (a node through its agent, or this machine), for gathers and
+    copies: paths are a checkpoints folder that machine resolved, plus plain names."""
+
+    label: str
+
+    async def listing(self, root: str) -> CheckpointListing: ...
+
+    async def files(self, root: str, name: str) -> tuple[dict[str, int], str | None]:
+        """The checkpoint's files and sizes, and its ``meta.json`` (``None``: not there)."""
+        ...
+
+    async def read(self, root: str, name: str, file: str, offset: int, limit: int) -> bytes: ...
+
+    async def put(self, root: str, name: str, file: str, offset: int, data: bytes) -> None:
+        """One chunk of a copy, written beside the file (it takes its name at :meth:`seal`)."""
+        ...
+
+    async def seal(self, root: str, name: str, sums: dict[str, tuple[int, str]]) -> None:
+        """Each copy checked against ``(size, sha256)`` and named; ``NodeError`` when one differs."""
+        ...
+
+    async def unpart(self, root: str, name: str) -> None: ...
+
+    async def drop(self, root: str, name: str) -> None:
+        """This machine's part of a checkpoint removed (a whole copy holds it elsewhere)."""
+        ...
+
+
+@runtime_checkable
+class DirectCopy(Protocol):
+    """A node's checkpoint files sent straight to another node over TCP (no SSH between the nodes): the
+    receiver listens for a one-time token, the sender sends, each says the SHA-256 it saw."""
+
+    async def listen(self, root: str, name: str, sizes: dict[str, int], timeout_s: float) -> tuple[int, str]: ...
+
+    async def received(self, token: str) -> dict[str, str]: ...
+
+    async def send(self, root: str, name: str, sizes: dict[str, int], addr: str, port: int, token: str,
+                   timeout_s: float) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)
@@ -210,6 +269,27 @@ class ExportResult:
     the adapter in PEFT's format)."""
     merged_copy: str | None = None
     """Where the merged folder was copied on this machine, when asked."""
+    reused: bool = False
+    """The trainer had exported this step itself: that folder is the export (nothing was written)."""
+
+
+@dataclass(frozen=True)
+class RemovedFiles:
+    """What removing a run's directory on one node did. Never raised: a node that cannot be reached, or
+    whose job still runs, says so in ``error``."""
+
+    rank: int
+    label: str
+    path: str
+    bytes: int = 0
+    files: int = 0
+    error: str = ""
+
+    @classmethod
+    def from_wire(cls, rank: int, label: str, path: str, data: object) -> RemovedFiles:
+        data = data if isinstance(data, dict) else {}
+        return cls(rank, label, _text(data.get("path")) or path, max(_int(data.get("bytes")) or 0, 0),
+                   max(_int(data.get("files")) or 0, 0))
 
 
 @dataclass(frozen=True)
@@ -238,6 +318,9 @@ class Reach:
     label: str
     ok: bool
     detail: str
+    blocker: bool = False
+    """Not reached for a reason only the user can change (an unknown or changed host key, a refused key,
+    a bad config line), as opposed to a node that may still answer: a launch stops before it starts."""
 
 
 @dataclass(frozen=True)
@@ -302,6 +385,10 @@ class Backend(Protocol):
         """Bytes of a node's stream from ``offset``; with ``wait_s``, held until there are some or the job ended."""
         ...
 
+    async def read_rank(self, rank: int, global_rank: int, offset: int, limit: int) -> bytes:
+        """Bytes of one rank's own output (``rank-<R>.log`` in node ``rank``'s run directory) from ``offset``."""
+        ...
+
     async def stop(self, grace_s: float, ranks: tuple[int, ...] | None = None) -> tuple[StopOutcome, ...]:
         """SIGTERM, grace, SIGKILL and a sweep on every node (or those of ``ranks``) at once; every node's
         outcome, never raising."""
@@ -323,12 +410,31 @@ class Backend(Protocol):
         """Every Python process of the job on a node: where each is (py-spy, else faulthandler)."""
         ...
 
-    async def checkpoints(self, output_dir: str) -> CheckpointListing: ...
+    async def checkpoints(self, output_dir: str, rank: int = 0, root: str | None = None) -> CheckpointListing:
+        """The checkpoints of ``output_dir`` on node ``rank`` (or in its folder ``root``: a gather's holder)."""
+        ...
 
-    async def delete_checkpoint(self, output_dir: str, name: str) -> None: ...
+    async def delete_checkpoint(self, output_dir: str, name: str, rank: int = 0, root: str | None = None) -> None: ...
 
     async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None,
-                                merged: bool = False) -> ExportResult: ...
+                                merged: bool = False, rank: int = 0, root: str | None = None,
+                                url: str | None = None, job_env: dict[str, str] | None = None) -> ExportResult:
+        """A Hugging Face folder of checkpoint ``name`` written on node ``rank`` (a bucket's: ``url``, read
+        with ``job_env``); ``merged``: a LoRA checkpoint with its adapter merged into the base; with
+        ``copy_to``, copied here too."""
+        ...
+
+    async def checkpoint_place(self, output_dir: str) -> CheckpointPlace:
+        """Where ``output_dir`` lands on the nodes: node 0 writes a marker, the others look for it."""
+        ...
+
+    def checkpoint_files(self, rank: int) -> CheckpointFiles:
+        """Node ``rank``'s checkpoint files, for gathers and copies."""
+        ...
+
+    async def remove_files(self, rank: int) -> RemovedFiles:
+        """Remove the run's directory on that node (refused while its job runs there); never raising."""
+        ...
 
     async def scheduler_checks(self, quick: bool) -> tuple[SchedulerCheck, ...]:
         """What the scheduler says of this run before it is submitted (none without a scheduler).

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import secrets
 import sys
 import tempfile
 from dataclasses import replace
@@ -24,7 +25,9 @@ from launcher.backends.base import (
     NodeInfo,
     NodeStatus,
     PortClaim,
+    PortTaken,
     Reach,
+    RemovedFiles,
     SchedulerCheck,
     ScriptRun,
     StackDump,
@@ -32,6 +35,7 @@ from launcher.backends.base import (
     Stream,
     UsageSample,
 )
+from launcher.backends.ckpt_files import NodeCheckpointFiles
 from launcher.backends.shipping import (
     UPLOAD_CHUNK,
     Tree,
@@ -43,7 +47,19 @@ from launcher.backends.shipping import (
 )
 from launcher.backends.ssh.pacing import ConnectGate
 from launcher.events import GpuSample
-from launcher.workload.plan import TRAINER_PKG_DIR, NodePlan, RunPlan, render_plan, with_rendezvous
+from launcher.untrusted import printable
+from launcher.words import plural
+from launcher.workload.ckpt_place import CheckpointPlace, judge_marks
+from launcher.workload.plan import (
+    RANK_TAG_ENV,
+    RANK_TAG_TEMPLATE,
+    TRAINER_PKG_DIR,
+    NodePlan,
+    RunPlan,
+    render_plan,
+    with_rendezvous,
+)
+from trainer.ckpt_layout import expand_path, url_scheme
 from trainer.protocol import RUN_ID_ENV
 
 DEFAULT_PYTHON = "python3"
@@ -136,7 +152,7 @@ class AgentFleet:
         except asyncio.TimeoutError:
             return Reach(rank, self.label(rank), False, f"no answer within {timeout_s:.0f} s")
         except SshError as err:
-            return Reach(rank, self.label(rank), False, str(err))
+            return Reach(rank, self.label(rank), False, str(err), blocker=not err.transient)
         conn.close()
         return Reach(rank, self.label(rank), True, "reachable, host key known")
 
@@ -144,11 +160,16 @@ class AgentFleet:
 
     async def _every_node(self, call) -> None:
         """``call(rank)`` on every node at once; ``NodeError`` naming every node that failed."""
-        results = await asyncio.gather(*(call(n.node_rank) for n in self.plan.nodes), return_exceptions=True)
+        await self._every_nodes(call, [n.node_rank for n in self.plan.nodes])
+
+    async def _every_nodes(self, call, ranks: list[int]) -> None:
+        results = await asyncio.gather(*(call(rank) for rank in ranks), return_exceptions=True)
         failed = [r for r in results if isinstance(r, BaseException)]
         for r in failed:
             if not isinstance(r, (NodeError, OSError)):
                 raise r
+        if len(failed) == 1 and isinstance(failed[0], PortTaken):
+            raise failed[0]
         if failed:
             rank = getattr(failed[0], "node_rank", None) if len(failed) == 1 else None
             # Nodes reached through one machine (a SLURM login node) fail alike: each cause said once.
@@ -194,16 +215,24 @@ class AgentFleet:
             argv[0] = python
         retries = self.plan.workload.max_retries
         return {"argv": argv, "env": node.env, "dir_env": node.dir_env, "secrets": secrets, "python": python,
+                "rendezvous_port": self.plan.master_port if node.node_rank == 0 else None,
                 "attempt": attempt, "dependencies": list(self.plan.dependencies),
                 "venv_root": self.plan.venv_root, "iface_env": list(node.iface_env),
+                "rank_tag": {RANK_TAG_ENV: RANK_TAG_TEMPLATE} if node.rank_tag else {},
                 "marker": f"{attempt} of {retries + 1}" if retries else (str(attempt) if attempt > 1 else None)}
 
     async def start(self, secrets: dict[str, str], attempt: int) -> None:
+        """Node 0 first (it claims the rendezvous port for the job's life: :class:`PortTaken` when it cannot),
+        then every other node at once."""
         async def one(rank: int) -> None:
             spec = self.job_spec(self.plan.nodes[rank], secrets, attempt)
-            await self.links[rank].call("start", json.dumps(spec).encode("utf-8"))
+            header, _ = await self.links[rank].call("start", json.dumps(spec).encode("utf-8"))
+            if header.get("port_taken"):
+                raise PortTaken(f"{self.label(rank)}: {header.get('error') or 'the rendezvous port is taken'}", rank)
 
-        await self._every_node(one)
+        await self._every_nodes(one, [0])
+        if len(self.plan.nodes) > 1:
+            await self._every_nodes(one, [n.node_rank for n in self.plan.nodes[1:]])
 
     # -- watching ----------------------------------------------------------------------------------
 
@@ -214,6 +243,10 @@ class AgentFleet:
     async def read(self, rank: int, stream: Stream, offset: int, limit: int, wait_s: float = 0.0) -> bytes:
         _, data = await self.links[rank].call("read", name=STREAM_FILES[stream], offset=offset, limit=limit,
                                               wait=wait_s)
+        return data
+
+    async def read_rank(self, rank: int, global_rank: int, offset: int, limit: int) -> bytes:
+        _, data = await self.links[rank].call("read", name=f"rank-{int(global_rank)}.log", offset=offset, limit=limit)
         return data
 
     async def gpus(self, rank: int) -> tuple[GpuSample, ...]:
@@ -253,45 +286,87 @@ class AgentFleet:
         wanted = [n.node_rank for n in self.plan.nodes if ranks is None or n.node_rank in ranks]
         return tuple(await asyncio.gather(*(one(rank) for rank in wanted)))
 
-    # -- checkpoints (where rank 0 wrote them) ---------------------------------------------------
+    # -- checkpoints (where rank 0 wrote them, or a gather's holder) ----------------------------
 
-    def _job_env(self) -> dict[str, str]:
-        return {**self.plan.nodes[0].env, RUN_ID_ENV: self.plan.run_id}
+    def _job_env(self, rank: int = 0) -> dict[str, str]:
+        return {**self.plan.nodes[rank].env, RUN_ID_ENV: self.plan.run_id}
 
-    async def checkpoints(self, output_dir: str) -> CheckpointListing:
+    async def checkpoints(self, output_dir: str, rank: int = 0, root: str | None = None) -> CheckpointListing:
         try:
-            header, _ = await self.links[0].call("ckpt_list", output_dir=output_dir, env=self._job_env())
+            header, _ = await self.links[rank].call("ckpt_list", output_dir=output_dir, root=root,
+                                                    env=self._job_env(rank))
         except NodeError as err:
-            return CheckpointListing(0, self.label(0), output_dir, error=str(err))
-        return CheckpointListing.from_wire(0, self.label(0), output_dir, header)
+            return CheckpointListing(rank, self.label(rank), root or output_dir, error=str(err))
+        return CheckpointListing.from_wire(rank, self.label(rank), root or output_dir, header)
 
-    async def delete_checkpoint(self, output_dir: str, name: str) -> None:
-        await self.links[0].call("ckpt_delete", output_dir=output_dir, env=self._job_env(), name=name)
+    async def delete_checkpoint(self, output_dir: str, name: str, rank: int = 0, root: str | None = None) -> None:
+        await self.links[rank].call("ckpt_delete", output_dir=output_dir, env=self._job_env(rank), name=name,
+                                    root=root)
 
     async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None,
-                                merged: bool = False) -> ExportResult:
-        node = self.plan.nodes[0]
-        header, _ = await self.links[0].call(
-            "ckpt_export", output_dir=output_dir, env=self._job_env(), name=name, python=self.python_of(node),
+                                merged: bool = False, rank: int = 0, root: str | None = None,
+                                url: str | None = None, job_env: dict[str, str] | None = None) -> ExportResult:
+        node = self.plan.nodes[rank]
+        header, _ = await self.links[rank].call(
+            "ckpt_export", json.dumps(job_env or {}).encode("utf-8"), output_dir=output_dir,
+            env=self._job_env(rank), name=name, python=self.python_of(node), root=root, url=url,
             pythonpath=TRAINER_PKG_DIR if self.plan.uses_builtin_trainer else "", merged=merged)
         path, files, merged_path = header.get("path"), header.get("files"), header.get("merged")
         if not isinstance(path, str) or not path:
-            raise NodeError(f"{self.label(0)}: the export answered without its folder; look at the node's log")
+            raise NodeError(f"{self.label(rank)}: the export answered without its folder; look at the node's log")
         result = ExportResult(path, tuple(f for f in files if isinstance(f, str)) if isinstance(files, list) else (),
-                              merged=merged_path if isinstance(merged_path, str) and merged_path else None)
+                              merged=merged_path if isinstance(merged_path, str) and merged_path else None,
+                              reused=header.get("reused") is True)
         if copy_to is None:
             return result
-        local = await self._fetch_tree(path, Path(copy_to))
+        local = await self._fetch_tree(path, Path(copy_to), rank)
         merged_copy = None
         if result.merged is not None:
-            merged_copy = str(await self._fetch_tree(result.merged, Path(copy_to + "-merged")))
+            merged_copy = str(await self._fetch_tree(result.merged, Path(copy_to + "-merged"), rank))
         return replace(result, local_copy=str(local), merged_copy=merged_copy)
 
-    async def _fetch_tree(self, remote: str, to: Path) -> Path:
-        """Copy a folder of node 0 to ``to`` here: a tar through the agent, written to a file beside ``to``
-        as it arrives (never more than the size the node announced), hash-checked, then unpacked by the
-        agent's own rule."""
-        link = self.links[0]
+    def checkpoint_files(self, rank: int) -> NodeCheckpointFiles:
+        return NodeCheckpointFiles(self.links[rank], self._job_env(rank))
+
+    async def checkpoint_place(self, output_dir: str) -> CheckpointPlace:
+        """Node 0 writes a marker in its checkpoints folder, every other node looks for it in its own."""
+        url = expand_path(output_dir, self._job_env())
+        if url_scheme(url):
+            return CheckpointPlace("bucket", output_dir, roots=(url,))  # as the job sees it: the same everywhere
+        if len(self.plan.nodes) == 1:
+            return CheckpointPlace("shared", output_dir, shares=(True,), detail="one node")
+        token = secrets.token_hex(8)
+        try:
+            mark, _ = await self.links[0].call("place", action="mark", token=token, output_dir=output_dir,
+                                               env=self._job_env())
+        except NodeError as err:
+            return judge_marks(output_dir, [], [None], [str(err)])
+
+        async def look(rank: int) -> tuple[str, bool | None, str]:
+            try:
+                header, _ = await self.links[rank].call("place", action="look", token=token, output_dir=output_dir,
+                                                        env=self._job_env(rank))
+            except NodeError as err:
+                return "", None, str(err)
+            return printable(str(header.get("root", ""))), header.get("seen") is True, ""
+
+        try:
+            found = await asyncio.gather(*(look(n.node_rank) for n in self.plan.nodes[1:]))
+        finally:
+            try:
+                await self.links[0].call("place", action="clear", token=token, output_dir=output_dir,
+                                         env=self._job_env(), created=mark.get("created", []))
+            except NodeError:
+                pass  # the marker stays: a hidden file, harmless
+        root0 = printable(str(mark.get("root", "")))
+        return judge_marks(output_dir, [root0, *(r for r, _, _ in found)], [True, *(s for _, s, _ in found)],
+                           ["", *(e for _, _, e in found)])
+
+    async def _fetch_tree(self, remote: str, to: Path, rank: int = 0) -> Path:
+        """Copy a folder of node ``rank`` to ``to`` here: a tar through the agent, written to a file beside
+        ``to`` as it arrives (never more than the size the node announced), hash-checked, then unpacked by
+        the agent's own rule."""
+        link = self.links[rank]
         tar_path = await asyncio.to_thread(download_file, to)
         try:
             header, _ = await link.call("pack", path=remote, name=".download.tar")
@@ -303,7 +378,7 @@ class AgentFleet:
                 _, data = await link.call("read", name=".download.tar", offset=offset,
                                           limit=min(UPLOAD_CHUNK, size - offset))
                 if not data:
-                    raise NodeError(f"{link.label}: the export's copy ended at {offset} of {size} bytes")
+                    raise NodeError(f"{link.label}: the export's copy ended at {offset:,} of {plural(size, 'byte')}")
                 digest.update(data)
                 await asyncio.to_thread(append, tar_path, data)
                 offset += len(data)
@@ -312,6 +387,14 @@ class AgentFleet:
             return await asyncio.to_thread(unpack_here, tar_path, to, link.label)
         finally:
             await asyncio.to_thread(tar_path.unlink, missing_ok=True)
+
+    async def remove_files(self, rank: int) -> RemovedFiles:
+        node = self.plan.nodes[rank]
+        try:
+            header, _ = await self.links[rank].call("remove")
+        except (NodeError, AgentError) as err:
+            return RemovedFiles(rank, self.label(rank), node.node_dir, error=str(err))
+        return RemovedFiles.from_wire(rank, self.label(rank), node.node_dir, header)
 
     async def scheduler_checks(self, quick: bool) -> tuple[SchedulerCheck, ...]:
         return ()  # nodes reached one by one: no scheduler to ask

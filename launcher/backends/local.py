@@ -8,6 +8,7 @@ import sys
 
 from launcher.backends import bundle
 from launcher.backends.agent_client import Channel
+from launcher.paths import user_umask
 
 STREAM_LIMIT = 64 << 20
 CLOSE_WAIT_S = 10.0
@@ -64,6 +65,6 @@ async def open_local(node_dir: str, python: str | None = None) -> Channel:
     proc = await asyncio.create_subprocess_exec(
         *bundle.boot_argv(python or sys.executable, node_dir), stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, limit=STREAM_LIMIT,
-        start_new_session=True)
+        start_new_session=True, umask=user_umask())  # the job's files are the user's, as on any node
     proc.stdin.write(bundle.boot_payload())
     return PipeChannel(proc)

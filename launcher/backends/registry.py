@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 
-from launcher.backends.base import Backend, LinkWatcher, SchedulerCheck
+from launcher.backends.base import Backend, CheckpointFiles, ExportResult, LinkWatcher, SchedulerCheck
 from launcher.workload.plan import RunPlan
 
 BACKENDS: dict[str, str] = {
@@ -41,3 +41,18 @@ def ssh_config_check(plan: RunPlan, rank: int) -> SchedulerCheck:
     from launcher.backends.ssh.report import ssh_config_check as check
 
     return check(plan, plan.nodes[rank])
+
+
+def here_checkpoint_files() -> CheckpointFiles:
+    """This machine's checkpoint files (a gather's holder with ``gather_to: here``)."""
+    from launcher.backends.ckpt_files import HereCheckpointFiles
+
+    return HereCheckpointFiles()
+
+
+def export_here_checkpoint(root: str, name: str, copy_to: str | None, merged: bool = False) -> ExportResult:
+    """A checkpoint kept on this machine (``gather_to: here``) exported here, with this interpreter's torch;
+    with ``copy_to``, the folder copied there too. Blocking."""
+    from launcher.backends.ckpt_files import export_here
+
+    return export_here(root, name, copy_to, merged)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from launcher.backends.base import NodeError
 from launcher.untrusted import printable
+from launcher.words import plural
 from launcher.workload.plan import TRAINER_PKG_DIR, RunPlan
 
 UPLOAD_CHUNK = 4 << 20
@@ -100,7 +101,7 @@ def unpack_here(tar_path: Path, to: Path, label: str) -> Path:
                 refused += sorted(tops)[1:]
             if refused or not members:
                 shown = ", ".join(printable(name) for name in refused[:5]) + (" ..." if len(refused) > 5 else "")
-                raise NodeError(f"{label}: refusing the export's copy: {len(refused)} entries are not plain files "
+                raise NodeError(f"{label}: refusing the export's copy: {plural(len(refused), 'entry')} {'is' if len(refused) == 1 else 'are'} not plain files "
                                 f"or folders inside one folder ({shown or 'it is empty'}); nothing was written "
                                 "here. Look at the export folder on that node: something other than the export "
                                 "wrote into it")

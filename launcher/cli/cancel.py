@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from launcher.cli import find_run
+from launcher.words import plural
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,5 +41,5 @@ def run(args: argparse.Namespace) -> int:
     for rank, host, state, detail in report.nodes:
         if state == "exited" and detail:
             print(f"node {rank} ({host}): {detail}", file=sys.stderr)
-    print(f"run {run_id}: {report.state.value} on {len(report.nodes)} node(s)")
+    print(f"run {run_id}: {report.state.value} on {plural(len(report.nodes), 'node')}")
     return 1 if report.leftovers else 0

@@ -1,4 +1,4 @@
-"""``fsdp-tui ckpt RUN [--json]``: a run's checkpoints where rank 0 wrote them: step, complete or not, kind
+"""``fsdp-tui ckpt RUN [--json]``: a run's checkpoints where their whole copies are: step, complete or not, kind
 (``full``, or ``adapter``: a LoRA run's, the adapters only), size, age."""
 
 from __future__ import annotations
@@ -46,9 +46,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"no checkpoints in {where}" + ("" if listing.exists else " (the folder does not exist yet)"))
         return 0
     print(where)
-    print(f"{'STEP':>8}  {'COMPLETE':<9} {'KIND':<8} {'SIZE':>9}  {'AGE':>8}  NAME")
+    width = max(9, *(len(completeness(c)) + 1 for c in listing.checkpoints))  # "NO (node 1, 2)" fits
+    print(f"{'STEP':>8}  {'COMPLETE':<{width}} {'KIND':<8} {'SIZE':>9}  {'AGE':>8}  NAME")
     for c in listing.checkpoints:
         age = time.time() - c.mtime
         age_text = f"{age / 3600:.1f}h" if age > 3600 else f"{age / 60:.0f}m"
-        print(f"{c.step:>8}  {completeness(c):<9} {c.kind:<8} {c.size_bytes / 2**20:>7.1f}M  {age_text:>8}  {c.name}")
+        print(f"{c.step:>8}  {completeness(c):<{width}} {c.kind:<8} {c.size_bytes / 2**20:>7.1f}M  {age_text:>8}  "
+              f"{c.name}")
     return 0

@@ -25,6 +25,6 @@ def run(args: argparse.Namespace) -> int:
         run_ids = [store.find(r) for r in args.runs]
     except LookupError as err:
         print(f"fsdp-tui compare: {err}", file=sys.stderr)
-        return 1
+        return 2
     sys.stdout.write(render(compare_runs(home, run_ids), args.format))
     return 0

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from launcher.cli.planning import USAGE_ERROR, Verbs, plan_or_say
 from launcher.cli.validate import add_set_option
+from launcher.words import plural
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -72,7 +73,7 @@ def _probe(plan, args):
     def progress(steps: int, elapsed_s: float) -> None:
         if steps != said[0] and not args.json:
             said[0] = steps
-            print(f"probe: {steps} step(s) after {elapsed_s:.0f} s", file=sys.stderr)
+            print(f"probe: {plural(steps, 'step')} after {elapsed_s:.0f} s", file=sys.stderr)
 
     if args.probe_steps < 2 or args.probe_budget <= 0:
         print(f"{args.file}: not probed: --probe-steps needs 2 or more, --probe-budget more than 0", file=sys.stderr)
@@ -92,7 +93,7 @@ def _say_estimate(probed, file) -> None:
     if probed is None:
         print(f"{file}: no estimate: the checks above must pass first")
         return
-    print(f"probe run {probed.run_id}: {probed.steps} step(s) in {probed.elapsed_s:.0f} s, {probed.state}")
+    print(f"probe run {probed.run_id}: {plural(probed.steps, 'step')} in {probed.elapsed_s:.0f} s, {probed.state}")
     if probed.estimate is None:
         print(f"{file}: no estimate: {probed.why}")
         return

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     store, run_id = found
     if args.to is not None and args.to.exists():
         print(f"fsdp-tui export: {args.to} exists: exports never overwrite, pick a new folder", file=sys.stderr)
-        return 1
+        return 2
     try:
         listing = asyncio.run(list_checkpoints(store.home, run_id))
     except NoOutputDir as err:
@@ -67,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
     except CheckpointError as err:
         print(f"fsdp-tui export: {err}", file=sys.stderr)
         return 1
+    if result.reused:
+        print(f"the trainer exported {chosen.name} itself at the run's end: that folder is the export (nothing "
+              "written twice)", file=sys.stderr)
     print(f"{listing.label}: {result.path}" + ("  (LoRA adapter, PEFT format)" if chosen.adapter else ""))
     if result.merged:
         print(f"{listing.label}: {result.merged}  (merged model)")

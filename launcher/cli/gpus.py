@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+from launcher.words import plural
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("gpus", help="processes holding GPU memory on nodes (leftovers of ended runs)",
@@ -70,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         if n.stopped:
             print(f"{n.host}: stopped {', '.join(map(str, n.stopped))}")
         if not n.holders:
-            print(f"{n.host}: {n.gpus} GPU(s), no process holds GPU memory")
+            print(f"{n.host}: {plural(n.gpus, 'GPU')}, no process holds GPU memory")
         for h in n.holders:
             mem = f"{h.used_mib:.0f} MiB" if h.used_mib is not None else "? MiB"
             gpu = h.gpu if h.gpu is not None else "?"

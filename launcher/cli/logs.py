@@ -1,5 +1,6 @@
-"""``fsdp-tui logs RUN [--node N] [--follow] [--tail N]``: a run's node logs from the local record, made
-safe to show (the record keeps the node's bytes; the terminal gets no control sequence from a job)."""
+"""``fsdp-tui logs RUN [--node N | --rank R] [--follow] [--tail N]``: a run's node logs from the local record,
+made safe to show (the record keeps the node's bytes; the terminal gets no control sequence from a job).
+``--rank``: one rank's own output, asked of the node that ran it (:mod:`launcher.runs.read.rank_log`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ from launcher.cli import find_run, keep_colour
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("logs", help="print a run's node logs")
     p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
-    p.add_argument("--node", type=int, help="only this node (default: all, prefixed by node)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--node", type=int, help="only this node (default: all, prefixed by node)")
+    where.add_argument("--rank", type=int, metavar="R",
+                       help="only what global rank R wrote, read from its node (jobs under torchrun: the built-in "
+                            "trainer, or a command that runs torchrun)")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing while the run is active")
     p.add_argument("--tail", type=_count, metavar="N", help="start with the last N lines (0: none)")
     p.set_defaults(handler=run)
@@ -28,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
     from launcher.runs.launch import adopt_orphans_of
 
     adopt_orphans_of(store.home)
+    if args.rank is not None:
+        return _rank(store, run_id, args)
     record = store.get_run(run_id)
     ranks = [n.node_rank for n in record.nodes]
     if args.node is not None:
@@ -41,12 +48,7 @@ def run(args: argparse.Namespace) -> int:
     offsets = {}
     for rank in ranks:
         path = record.directory / "nodes" / f"{rank}.log"
-        data = path.read_bytes() if path.exists() else b""
-        offsets[rank] = len(data)
-        lines = splitters[rank].feed(data) + (splitters[rank].flush() if not args.follow else [])
-        if args.tail is not None:
-            lines = lines[max(0, len(lines) - args.tail):]
-        _write(lines, rank if prefix else None)
+        offsets[rank] = _print_from(path, splitters[rank], rank if prefix else None, args.tail, args.follow)
     while args.follow:
         active = not store.get_run(run_id).summary.state.is_final
         for rank in ranks:
@@ -63,6 +65,28 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+READ_CHUNK = 1 << 20
+
+
+def _print_from(path, splitter, rank: int | None, tail: int | None, follow: bool) -> int:
+    """Print the log (its last ``tail`` lines: found from the end, never reading the rest) a chunk at a
+    time, so a log of any size costs the lines shown; returns the offset its end was read to."""
+    from launcher.runs.core.streams import tail_offset
+
+    try:
+        with open(path, "rb") as f:
+            offset = 0 if tail is None else tail_offset(f, tail, complete_only=follow)
+            f.seek(offset)
+            while chunk := f.read(READ_CHUNK):
+                offset += len(chunk)
+                _write(splitter.feed(chunk), rank)
+    except FileNotFoundError:
+        return 0
+    if not follow:
+        _write(splitter.flush(), rank)
+    return offset
+
+
 def _count(text: str) -> int:
     try:
         value = int(text)
@@ -77,3 +101,47 @@ def _write(lines: list[str], rank: int | None) -> None:
     prefix = f"[node {rank}] " if rank is not None else ""
     sys.stdout.write("".join(f"{prefix}{line}\n" for line in lines))
     sys.stdout.flush()
+
+
+NOTHING_OF_ITS_OWN = ("each rank's lines are kept apart when the job runs under torchrun, and the built-in "
+                      "trainer prints from rank 0 (the others print only their warnings and errors)")
+
+
+def _rank(store, run_id: str, args: argparse.Namespace) -> int:
+    """One rank's own lines, from the node that ran it; with ``--follow``, until the run ends."""
+    import asyncio
+
+    from launcher.runs.core.streams import LineSplitter
+    from launcher.runs.read.rank_log import RankLog, RankLogError
+
+    try:
+        log = RankLog(store.home, run_id, args.rank)
+    except RankLogError as err:
+        print(f"fsdp-tui logs: {err}", file=sys.stderr)
+        return 2
+
+    async def follow() -> int:
+        splitter, first, shown = LineSplitter(keep_colour()), True, 0
+        try:
+            while True:
+                final = store.get_run(run_id).summary.state.is_final
+                lines = splitter.feed(await log.read())
+                if final or not args.follow:
+                    lines += splitter.flush()
+                if first and args.tail is not None:
+                    lines = lines[max(0, len(lines) - args.tail):]
+                first, shown = False, shown + len(lines)
+                _write(lines, None)
+                if final or not args.follow:
+                    break
+                await asyncio.sleep(0.5)
+        except RankLogError as err:
+            print(f"fsdp-tui logs: {err}", file=sys.stderr)
+            return 1
+        finally:
+            await log.close()
+        if not shown and args.tail != 0:
+            print(f"fsdp-tui logs: {log.label} wrote nothing of its own (yet): {NOTHING_OF_ITS_OWN}", file=sys.stderr)
+        return 0
+
+    return asyncio.run(follow())

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 
 # Each name is a module in launcher/cli with register(subparsers) and run(args) -> int.
 COMMANDS: tuple[str, ...] = ("validate", "schema", "run", "runs", "show", "logs", "cancel", "relaunch", "ckpt",
-                             "export", "stacks", "rm", "secrets", "trust", "doctor", "sweep", "sweeps",
-                             "compare", "repair", "nettest", "nettests", "notify", "gpus", "eject")
+                             "export", "stacks", "ssh", "clean", "rm", "secrets", "trust", "doctor", "sweep",
+                             "sweeps", "compare", "repair", "nettest", "nettests", "notify", "gpus", "eject",
+                             "mlflow")
 ALIASES = {"resume": "relaunch"}
 """Commands that live in another command's module."""
 SWEEPING = frozenset({"run", "runs", "show", "logs", "doctor"})

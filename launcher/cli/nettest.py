@@ -10,6 +10,7 @@ from pathlib import Path
 
 from launcher.cli.planning import USAGE_ERROR, Verbs, plan_or_say
 from launcher.cli.validate import add_set_option
+from launcher.words import plural
 
 MIB = 1 << 20
 
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     options = Options(quick=args.quick, max_bytes=int(args.max_size * MIB) if args.max_size else None,
                       phase_deadline_s=args.phase_deadline)
     limits = deadlines(plan, options)
-    print(f"nettest on {len(plan.nodes)} node(s) x {plan.topology.procs_per_node} process(es); deadlines: "
+    print(f"nettest on {plural(len(plan.nodes), 'node')} x {plural(plan.topology.procs_per_node, 'process')}; deadlines: "
           + ", ".join(f"{name} {s:g} s" for name, s in limits.items()), file=sys.stderr)
     outcome = run_nettest(plan, options, data_home(),
                           on_state=lambda state, detail: print(f"  {state} {detail}".rstrip(), file=sys.stderr))

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
                 print(problem.format(), file=sys.stderr)
         if result.workload is None:
             print(f"{args.file}: nothing sent: fix the errors above", file=sys.stderr)
-            return 1
+            return 2
         workload_notify = result.workload.notify
     try:
         notify = effective_notify(workload_notify, load_user_settings())

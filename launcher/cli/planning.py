@@ -22,18 +22,30 @@ class Verbs:
     """For a plan with blockers (``cannot run``)."""
 
 
+def output_dir_warnings(planned) -> list:
+    """The workload's ``output_dir`` used by another workload's runs of this data dir, as a warning at the
+    key (``validate``, ``run --dry-run``; the launch itself refuses it)."""
+    from launcher.paths import data_home
+    from launcher.runs.core.output_dirs import HINT, output_dir_users
+
+    if planned.plan is None:
+        return []
+    words = output_dir_users(data_home(), planned.plan)
+    return [planned.result.problem(("parameters", "output_dir"), "warning", words, HINT)] if words else []
+
+
 def plan_or_say(file: Path, overrides: list[str], verbs: Verbs, *, run_id: str | None = None,
-                quiet: bool = True, blockers: bool = True):
+                quiet: bool = True, blockers: bool = True, dry_run: bool = False):
     """The plan of ``file``, or ``None`` after printing to stderr why there is none. ``quiet``: print only
     the errors among the problems; ``blockers``: a plan that cannot run as it stands is none either
-    (``run --dry-run`` still shows such a plan)."""
+    (``run --dry-run`` still shows such a plan); ``dry_run``: also warn of what the launch would refuse."""
     from launcher.paths import data_home
     from launcher.workload.load import plan_file
 
     planned = plan_file(file, overrides, home=data_home(), run_id=run_id)
     for o in planned.result.overrides:
         print(f"--set {o.describe()}", file=sys.stderr)
-    for problem in planned.problems:
+    for problem in [*planned.problems, *(output_dir_warnings(planned) if dry_run else [])]:
         if problem.is_error or not quiet:
             print(problem.format(), file=sys.stderr)
     if planned.plan is None and not file.is_file():

@@ -74,16 +74,19 @@ def run(args: argparse.Namespace) -> int:
     alive = job_may_live(store.get_run(run_id))
     if alive:
         print(f"fsdp-tui {args.verb}: {run_id}: {alive}", file=sys.stderr)
-        return 1
+        return 2  # as run: nothing was launched
+    bring = None
     try:
         if args.verb == "resume":
-            planned, path = asyncio.run(resume_plan(store.home, run_id, args.step, args.overrides))
-            print(f"resuming from {path}", file=sys.stderr)
+            resumed = asyncio.run(resume_plan(store.home, run_id, args.step, args.overrides))
+            planned, bring = resumed.planned, resumed.bring
+            copied = f" (copied there from run {run_id}'s {bring['root']} first)" if bring else ""
+            print(f"resuming from {resumed.path}{copied}", file=sys.stderr)
         else:
             planned = relaunch_plan(store.home, run_id, args.overrides)
     except LookupError as err:
         print(f"fsdp-tui {args.verb}: {err}", file=sys.stderr)
-        return 1
+        return 2  # as run: nothing was launched
     for override in planned.result.overrides:
         print(f"--set {override.describe()}", file=sys.stderr)
     for problem in planned.problems:
@@ -93,7 +96,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"fsdp-tui {args.verb}: the recorded workload of {run_id} no longer validates (see above)",
               file=sys.stderr)
         return 2  # as run: nothing was launched
-    new_id = start_run(planned.plan, store.home, idempotent=False)
+    from launcher.cli.run import refused
+    from launcher.runs.launch import LaunchRefused
+
+    if refused(f"fsdp-tui {args.verb} {run_id}", planned.plan, store.home, force=False,
+               json_events=args.json):
+        return 2  # as run: nothing was launched
+    try:
+        new_id = start_run(planned.plan, store.home, idempotent=False, resume_from=bring)
+    except LaunchRefused as err:
+        print(f"fsdp-tui {args.verb}: {err}", file=sys.stderr)
+        return 2
     if not args.json:
         print(new_id)
     if args.detach or not (args.watch or args.json):

@@ -32,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    plan = plan_or_say(args.file, args.overrides, Verbs("not launched", "cannot run"), quiet=False, blockers=False)
+    plan = plan_or_say(args.file, args.overrides, Verbs("not launched", "cannot run"), quiet=False, blockers=False,
+                       dry_run=args.dry_run)
     if plan is None:
         return USAGE_ERROR
     if plan.workload.sweep is not None:
@@ -46,10 +47,10 @@ def run(args: argparse.Namespace) -> int:
         from launcher.runs.launch import render_plan_text
 
         try:
-            sys.stdout.write(render_plan_text(plan))
+            sys.stdout.write(render_plan_text(plan, ask_nodes=True))
         except NodeError as err:
             print(f"{args.file}: cannot plan: {err}", file=sys.stderr)
-            return 1
+            return USAGE_ERROR
         print()
         print("\n".join(estimate_lines(data_home(), plan, str(args.file))))
         return 0
@@ -59,10 +60,16 @@ def run(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     from launcher.cli.watch import watch
     from launcher.paths import data_home
-    from launcher.runs.launch import start_run
+    from launcher.runs.launch import LaunchRefused, start_run
 
     home = data_home()
-    run_id = start_run(plan, home, force=args.force)
+    if refused(args.file, plan, home, force=args.force, json_events=args.json):
+        return USAGE_ERROR
+    try:
+        run_id = start_run(plan, home, force=args.force)
+    except LaunchRefused as err:
+        print(f"{args.file}: {err}", file=sys.stderr)
+        return USAGE_ERROR
     if run_id != plan.run_id:
         print(f"{args.file}: idempotency_token {plan.workload.idempotency_token!r} was launched before as run "
               f"{run_id}: not launched again; following {run_id}", file=sys.stderr)
@@ -72,3 +79,24 @@ def run(args: argparse.Namespace) -> int:
         return 0
     return watch(home, run_id, json_events=args.json, cancel_on_interrupt=args.cancel_on_interrupt,
                  num_nodes=len(plan.nodes))
+
+
+def refused(source, plan, home, *, force: bool, json_events: bool = False) -> bool:
+    """Say (on stderr) why ``plan`` cannot start, before anything of it is recorded: a missing secret, an
+    unknown host key, and (unless ``force``) what the cheap checks refuse. ``True``: nothing was launched.
+    With ``json_events`` the reasons are also one ``LaunchRefused`` event on stdout."""
+    import asyncio
+    import json
+
+    from launcher.runs.launch import check_room, launch_refusals
+
+    check_room(home)  # a data dir with no room says so first: the launch would stop there anyway
+    said = asyncio.run(launch_refusals(plan, home, force=force))
+    for line in said:
+        print(f"{source}: cannot run: {line}", file=sys.stderr)
+    if said and json_events:
+        print(json.dumps({"type": "LaunchRefused", "source": str(source), "reasons": list(said)}), flush=True)
+    if said:
+        print(f"{source}: nothing was launched" + ("" if force else
+              " (--force launches past the cheap checks, not past a secret or a host key)"), file=sys.stderr)
+    return bool(said)

@@ -23,6 +23,20 @@ def why_shown(state: str, detail: str) -> str:
     return detail if (state in ("failed", "timed_out", "cancelled", "pending") or detail.startswith("stalled")) else ""
 
 
+WHY_WIDTH = 100
+
+
+def shorten(text: str, width: int = WHY_WIDTH) -> str:
+    """One line of at most ``width`` characters that keeps both ends: a reason's end often names the
+    thing (the missing file, the node), its start says what happened (``fsdp-tui show RUN`` has it all)."""
+    if len(text) <= width:
+        return text
+    head = text[:width * 2 // 5].rsplit(" ", 1)[0]
+    tail = text[len(text) - (width - len(head) - 3):]
+    tail = tail.split(" ", 1)[1] if " " in tail[1:] and text[-len(tail) - 1] != " " else tail
+    return f"{head} … {tail.lstrip()}"
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -95,5 +109,5 @@ def run(args: argparse.Namespace) -> int:
         if not r.state.is_final and owner_note(home, r.run_id).startswith("waiting for room"):
             why = "stopped; its end waits for room: " + owner_note(home, r.run_id).removeprefix("waiting for room: ")
         print(f"{r.run_id:<{width}} {r.state.value:<10} {r.num_nodes:>5} {started:<16} {duration:>8} {step:>9} "
-              f"{_fmt(r.last_loss, '.4f'):>8} {_fmt(r.best_eval_loss, '.4f'):>8} {_usage_cell(usage[r.run_id]):>11}  {why[:100]}")
+              f"{_fmt(r.last_loss, '.4f'):>8} {_fmt(r.best_eval_loss, '.4f'):>8} {_usage_cell(usage[r.run_id]):>11}  {shorten(why)}")
     return 0

@@ -10,6 +10,7 @@ import sys
 import time
 
 from launcher.cli import find_run
+from launcher.words import plural
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.add_argument("--nodes", action="store_true",
-                   help="every node as one row (state, lines/s, silence, CPU/RSS, GPU), the odd node marked")
+                   help="every node as one row (state, lines/s, how long quiet, CPU/RSS, GPU), the odd node marked")
     p.add_argument("--samples", action="store_true",
                    help="what the model answered as it learned: each prompt with its answer per step")
     p.set_defaults(handler=run)
@@ -41,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
     report["nettest"] = newest_for(store.home, [n["host"] for n in report["nodes"]], besides=run_id)
     report["last_safe_step"] = _safe_step(store.home, run_id)
+    report["next"] = _resumable(report["next"], report["last_safe_step"], run_id)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -57,8 +59,8 @@ def _nodes(store, run_id: str, as_json: bool) -> int:
         print(json.dumps({"run": run_id, "nodes": [r.to_dict() for r in rows], "thresholds": THRESHOLDS}, indent=2))
         return 0
     out = sys.stdout.write
-    out(f"run {run_id}: {len(rows)} node(s)\n")
-    out(f"  {'node':>4}  {'host':<20} {'state':<12} {'exit':>4} {'lines':>9} {'lines/s':>8} {'silent':>7} "
+    out(f"run {run_id}: {plural(len(rows), 'node')}\n")
+    out(f"  {'node':>4}  {'host':<20} {'state':<12} {'exit':>4} {'lines':>9} {'lines/s':>8} {'quiet':>7} "
         f"{'CPU%':>6} {'RSS MiB':>8} {'GPU%':>5} {'GPU GiB':>8} {'step':>6} {'step s':>7}  odd\n")
     for r in rows:
         out(f"  {r.node:>4}  {r.host[:20]:<20} {r.state:<12} {_dash(r.exit_code):>4} {r.lines:>9,} "
@@ -108,6 +110,34 @@ def _safe_step(home, run_id: str) -> dict | None:
     return None if safe is None else {**safe.to_dict(), "text": safe.text()}
 
 
+def _resumable(steps: list[str], safe: dict | None, run_id: str) -> list[str]:
+    """``resume`` is suggested only with a complete checkpoint to resume from; with none, that is said."""
+    from launcher.runs.core.safe_step import NONE_YET
+
+    if safe is None or safe.get("step") is not None or safe.get("why_not") != NONE_YET:
+        return steps
+    kept = [s for s in steps if not s.startswith("fsdp-tui resume ")]
+    if len(kept) < len(steps):
+        kept.append(f"no resume: run {run_id} has no complete checkpoint (fsdp-tui ckpt {run_id} lists them)")
+    return kept
+
+
+def _gathers(gathers: list[dict]) -> list[str]:
+    """The run's gathers in a line or two: how many checkpoints were made whole, and any that were not."""
+    from launcher.words import plural
+
+    gathers = [g for g in gathers if "name" in g]  # the rest are notes (a route given up)
+    done = [g for g in gathers if g.get("ok")]
+    lines = []
+    if done:
+        size = sum(g.get("bytes", 0) for g in done) / 2**20
+        seconds = sum(g.get("seconds", 0.0) for g in done)
+        lines.append(f"{plural(len(done), 'checkpoint')} gathered into {done[-1].get('to', '?')}: {size:.1f} MiB "
+                     f"in {seconds:.1f} s, off the training path")
+    lines += [f"{g.get('name', '?')} NOT whole: {g.get('error', '?')}" for g in gathers if not g.get("ok")]
+    return lines
+
+
 def _when(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
 
@@ -115,6 +145,11 @@ def _when(t: float | None) -> str:
 def _loss(value: float | None) -> str:
     """Four decimals, as ``runs`` and the app show losses (``--json`` keeps the full float)."""
     return "-" if value is None else f"{value:.4f}"
+
+
+def _router(r: dict) -> str:
+    """`` (router aux 0.0123)`` for a mixture-of-experts run that reports its router loss."""
+    return f" (router aux {r['router_aux_loss']:.4f})" if r.get("router_aux_loss") is not None else ""
 
 
 def _print(r: dict) -> None:
@@ -129,11 +164,20 @@ def _print(r: dict) -> None:
     out(f"  started   {_when(r['started_at'])}   ended {_when(r['ended_at'])}   duration {r['duration']}\n")
     if r["step"] is not None:
         out(f"  progress  step {r['step']}{'/' + str(r['max_steps']) if r['max_steps'] else ''}"
-            f"  loss {_loss(r['last_loss'])}  best eval {_loss(r['best_eval_loss'])}\n")
+            f"  loss {_loss(r['last_loss'])}{_router(r)}  best eval {_loss(r['best_eval_loss'])}\n")
     if r.get("data"):
         out(f"  data      {r['data']['text']}\n")
+    if r.get("resumed_from"):
+        f = r["resumed_from"]
+        step = f"step {f['step']} of " if f["step"] is not None else ""
+        source = f"{step}run {f['run_id']}" if f["run_id"] else f"{step}a checkpoint"
+        out(f"  resumed   from {source}: {f['path']}\n")
     if r.get("last_safe_step"):
         out(f"  safe      {r['last_safe_step']['text']}\n")
+    if r.get("checkpoints_place"):
+        out(f"  ckpts     {r['checkpoints_place']}\n")
+    for line in _gathers(r.get("gathers", [])):
+        out(f"  gathered  {line}\n")
     if r.get("lead_time"):
         out(f"  lead time {r['lead_time']}\n")
     if (r.get("estimate") or {}).get("estimate"):
@@ -168,8 +212,11 @@ def _print(r: dict) -> None:
         out(f"  notified  {d['event']}: {d['sink']}: {said}{tries if d['ok'] else ''}\n")
     if r["mlflow"]:
         m = r["mlflow"]
-        out(f"  mlflow    run {m['run_id']} in experiment {m['experiment']}\n")
-        out(f"            see it: {m['ui_command']}\n")
+        if m["run_id"]:
+            out(f"  mlflow    run {m['run_id']} in experiment {m['experiment']}\n")
+            out(f"            see it: {m['ui_command']}\n")
+        if m.get("unsent"):
+            out(f"  mlflow    {m['unsent']}\n")
     out(f"  files     {r['directory']}  (workload.yaml, nodes/<rank>.log, metrics, events.jsonl,"
         f" triage.json, supervisor.log)\n")
     if r["workload_path"]:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from launcher.cli.validate import add_set_option
+from launcher.words import plural
 
 EXIT_CODES = {"succeeded": 0, "failed": 1, "cancelled": 130}
 
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
             sweep_id = find_sweep(home, args.sweep_id)
         except LookupError as err:
             print(f"fsdp-tui sweep {args.target}: {err}", file=sys.stderr)
-            return 1
+            return 2
         if args.target == "resume":
             return resume(home, sweep_id, args)
         if args.target == "show":
@@ -97,7 +98,7 @@ def show(home: Path, sweep_id: str, form: str) -> int:
 
     record = load_sweep(home, sweep_id)
     if form == "table":
-        print(f"sweep {record.sweep_id}: {record.state} ({record.detail or f'{len(record.variants)} variants'})")
+        print(f"sweep {record.sweep_id}: {record.state} ({record.detail or plural(len(record.variants), 'variant')})")
     sys.stdout.write(render(sweep_stats(home, record), form))
     return 0
 
@@ -166,7 +167,7 @@ def launch(home: Path, file: Path, args: argparse.Namespace) -> int:
         from launcher.runs.launch import render_plan_text
 
         parallel = args.parallel or plan.spec.parallel
-        print(f"sweep of {file}: {len(plan.variants)} variants, {parallel} at a time, "
+        print(f"sweep of {file}: {plural(len(plan.variants), 'variant')}, {parallel} at a time, "
               f"on failure: {plan.spec.on_failure}")
         for v in plan.variants:
             print(f"\n=== variant {v.index}: {v.label}")
@@ -187,7 +188,7 @@ def launch(home: Path, file: Path, args: argparse.Namespace) -> int:
     else:
         print(sweep_id, flush=True)
         how = "Ctrl-C cancels it" if args.cancel_on_interrupt else "Ctrl-C detaches; the sweep goes on"
-        print(f"sweep {sweep_id}: {len(plan.variants)} variants; {how}", file=sys.stderr)
+        print(f"sweep {sweep_id}: {plural(len(plan.variants), 'variant')}; {how}", file=sys.stderr)
     try:
         return follow(home, sweep_id, json_events=args.json)
     except KeyboardInterrupt:

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from launcher.words import plural
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check workload files; print every problem at file:line:col",
@@ -24,7 +26,9 @@ def add_set_option(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from launcher.workload.validate import validate_file
+    from launcher.cli.planning import output_dir_warnings
+    from launcher.paths import data_home
+    from launcher.workload.load import plan_file
 
     missing = [name for name in args.files if not Path(name).exists()]
     for name in missing:
@@ -33,8 +37,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     problems = []
     for name in args.files:
-        result = validate_file(name, args.overrides)
-        problems += result.problems
+        planned = plan_file(Path(name), args.overrides, home=data_home())
+        result = planned.result
+        problems += result.problems + output_dir_warnings(planned)
         if not args.json:
             for o in result.overrides:
                 print(f"{name}: --set {o.describe()}", file=sys.stderr)
@@ -47,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         errors = sum(p.is_error for p in problems)
         warnings = len(problems) - errors
         if not problems:
-            print(f"ok: {len(args.files)} file(s) valid", file=sys.stderr)
+            print(f"ok: {plural(len(args.files), 'file')} valid", file=sys.stderr)
         else:
-            print(f"{errors} error(s), {warnings} warning(s)", file=sys.stderr)
+            print(f"{plural(errors, 'error')}, {plural(warnings, 'warning')}", file=sys.stderr)
     return 1 if any(p.is_error for p in problems) else 0

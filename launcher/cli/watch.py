@@ -17,6 +17,7 @@ from launcher.events import (
     RunStateChanged,
     event_to_dict,
 )
+from launcher.words import plural
 
 EXIT_CODES = {RunState.SUCCEEDED: 0, RunState.FAILED: 1, RunState.CANCELLED: 130, RunState.TIMED_OUT: 124}
 DETACHED = 130
@@ -25,7 +26,7 @@ DETACHED = 130
 def watch(home: Path, run_id: str, *, json_events: bool, cancel_on_interrupt: bool, num_nodes: int) -> int:
     if not json_events:
         how = "Ctrl-C cancels it" if cancel_on_interrupt else "Ctrl-C detaches; the run goes on"
-        print(f"run {run_id}: {num_nodes} node(s); {how}", file=sys.stderr)
+        print(f"run {run_id}: {plural(num_nodes, 'node')}; {how}", file=sys.stderr)
     from launcher.runs.read.follower import FollowGaveUp
 
     try:
@@ -52,17 +53,19 @@ async def _follow(home: Path, run_id: str, json_events: bool, num_nodes: int) ->
     from launcher.runs.read.follower import follow_run
 
     outcome = RunState.FAILED
+    said: list[RunState] = []
+    """The run states said so far: the end is said once, whether a state change or the end brought it."""
     async for event in follow_run(home, run_id, tail_bytes=None, keep_colour=keep_colour() and not json_events):
         if json_events:
             print(json.dumps(event_to_dict(event)), flush=True)
         else:
-            _print(event, num_nodes)
+            _print(event, num_nodes, said)
         if isinstance(event, RunFinished):
             outcome = event.state
     return EXIT_CODES.get(outcome, 1)
 
 
-def _print(event, num_nodes: int) -> None:
+def _print(event, num_nodes: int, said: list[RunState]) -> None:
     if isinstance(event, NodeLines):
         prefix = f"[node {event.node_rank}] " if num_nodes > 1 else ""
         sys.stdout.write("".join(f"{prefix}{line}\n" for line in event.lines))
@@ -79,7 +82,9 @@ def _print(event, num_nodes: int) -> None:
     elif isinstance(event, RunStateChanged):
         detail = f": {event.detail}" if event.detail else ""
         print(f"-- run {event.run_id}: {event.state.value} (attempt {event.attempt}){detail}", file=sys.stderr)
+        said.append(event.state)
     elif isinstance(event, RunFinished):
-        print(f"-- run {event.run_id} {event.state.value}", file=sys.stderr)
+        if said[-1:] != [event.state]:
+            print(f"-- run {event.run_id}: {event.state.value}", file=sys.stderr)
         if event.triage and event.triage.get("summary"):
             print(f"-- triage: {event.triage['summary']}", file=sys.stderr)

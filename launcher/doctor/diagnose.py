@@ -13,6 +13,8 @@ from launcher.backends.base import AgentStartFailed, Backend, NodeError, ScriptR
 from launcher.backends.registry import backend_for
 from launcher.doctor.judge import Check, DoctorReport, NodeProbe, NodeReport, evaluate, probe_packages
 from launcher.untrusted import clean_reply
+from launcher.words import plural
+from launcher.workload.ckpt_place import CheckpointPlace, with_holder
 from launcher.workload.plan import RunPlan
 
 IMPORT_TIMEOUT_S = 120.0
@@ -107,6 +109,7 @@ async def diagnose(plan: RunPlan, *, run_root: str, import_timeout_s: float = IM
         results = await asyncio.gather(*(_probe_node(backend, fallback, n.node_rank, params(n.node_rank),
                                                      import_timeout_s + 30) for n in plan.nodes),
                                        return_exceptions=True)
+        place = await _place(backend, plan)
     finally:
         await asyncio.gather(backend.close(), fallback.close(), return_exceptions=True)
     probes: list[NodeProbe] = []
@@ -121,10 +124,38 @@ async def diagnose(plan: RunPlan, *, run_root: str, import_timeout_s: float = IM
     node0 = probes[0].facts.get("hostname") if probes and probes[0].facts else None
     reports = [evaluate(plan, n, p, node0_hostname=node0) for n, p in zip(plan.nodes, probes, strict=True)]
     reports = await _with_ssh_reports(plan, reports, [p.local for p in probes])
-    if home is not None and reports:
-        first = reports[0]
-        reports[0] = NodeReport(first.node_rank, first.label, (*first.checks, secrets_check(plan, home)), first.facts)
+    first = reports[0]
+    extra = [place_check(plan, place)] if place is not None else []
+    if home is not None:
+        extra.append(secrets_check(plan, home))
+    reports[0] = NodeReport(first.node_rank, first.label, (*first.checks, *extra), first.facts)
     return DoctorReport(tuple(reports))
+
+
+async def _place(backend: Backend, plan: RunPlan) -> CheckpointPlace | None:
+    """Where ``output_dir`` lands on the nodes (a marker written on node 0, looked for on the others)."""
+    if plan.output_dir is None:
+        return None
+    try:
+        return with_holder(await backend.checkpoint_place(plan.output_dir), plan.gather_to)
+    except NodeError as err:
+        return CheckpointPlace("unchecked", plan.output_dir, detail=str(err))
+
+
+def place_check(plan: RunPlan, place: CheckpointPlace) -> Check:
+    """The doctor's line on where checkpoints land and what follows (node 0's report)."""
+    if place.kind == "unchecked":
+        return Check("checkpoints", "warning", f"where parameters.output_dir lands is {place.words()}",
+                     "a launch asks again and stops if a node cannot say")
+    if place.kind == "per_node" and not plan.uses_builtin_trainer:
+        return Check("checkpoints", "warning", f"parameters.output_dir is one place per node "
+                     f"({', '.join(f'node {n}' for n in place.separate_nodes())} apart from node 0): a script's "
+                     "checkpoints are not gathered", "point output_dir at a disk every node mounts, or a bucket URL")
+    holder = place.holder
+    if holder is not None and holder.node is not None and holder.node >= len(plan.nodes):
+        return Check("checkpoints", "error", f"parameters.checkpoint.gather_to names node {holder.node}; the run "
+                     f"has {plural(len(plan.nodes), 'node')}", f"gather_to: node0 to node{len(plan.nodes) - 1}, or here")
+    return Check("checkpoints", "ok", place.words())
 
 
 async def _with_ssh_reports(plan: RunPlan, reports: list[NodeReport], local: list[bool]) -> list[NodeReport]:

@@ -114,7 +114,8 @@ def evaluate(plan: RunPlan, node: NodePlan, probe: NodeProbe, *, node0_hostname:
     if probe.reach_error is not None:
         fix = ""
         if "cannot connect" in probe.reach_error or "connection lost" in probe.reach_error:
-            fix = f"check that {host} is up and that `ssh {host}` works from here without a password"
+            ssh = node.host.ssh_words if node.host is not None else f"ssh {host}"
+            fix = f"check that {host} is up and that `{ssh}` works from here without a password"
             if "TimeoutError" in probe.reach_error:
                 fix += f" (no answer within ssh.connect_timeout_s={plan.workload.ssh.connect_timeout_s:g}s)"
         return NodeReport(node.node_rank, probe.label, (Check("reachable", "error", probe.reach_error, fix),))
@@ -147,7 +148,7 @@ def _container_check(plan: RunPlan, runtimes: dict, host: str) -> Check:
     image = plan.workload.environment.docker_image
     found = [f"{name} ({path})" for name, path in runtimes.items() if path]
     if found:
-        return Check("container", "ok", f"{', '.join(found)} runs {image.url if image else 'the image'}")
+        return Check("container", "ok", f"{' and '.join(found)} {'run' if len(found) > 1 else 'runs'} {image.url if image else 'the image'}")
     return Check("container", "error", "environment.docker_image: neither docker nor podman is on PATH",
                  f"install docker or podman on {host}, or remove environment.docker_image")
 

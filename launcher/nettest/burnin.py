@@ -8,6 +8,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from launcher.words import plural
+
 GPU_SLOW_RATIO = 0.8
 """A GPU is named slow under this fraction of the median GEMM TFLOP/s of the other GPUs: cards of one model
 agree within a few percent; a throttled (hot, power-capped) or degraded one falls by tens of percent."""
@@ -58,14 +60,14 @@ def health_problems(health: dict) -> list[str]:
             out.append(f"{name}: a row remap (or page retirement) is pending: reset the GPU (or reboot) before "
                        "training on it")
         if _count(gpu.get("remapped_uncorrectable")):
-            out.append(f"{name}: {gpu['remapped_uncorrectable']} row(s) remapped after uncorrectable errors")
+            out.append(f"{name}: {plural(gpu['remapped_uncorrectable'], 'row')} remapped after uncorrectable errors")
     for gpu, links in (health.get("nvlink") or {}).items():
         if isinstance(links, dict) and _count(links.get("inactive")):
-            out.append(f"{_clean(gpu, 40)}: {links['inactive']} NVLink link(s) inactive ({_count(links.get('up'))} "
+            out.append(f"{_clean(gpu, 40)}: {plural(links['inactive'], 'NVLink link')} inactive ({_count(links.get('up'))} "
                        "up): traffic inside the node takes PCIe")
     xids = [_clean(x, 200) for x in health.get("xid") or []]
     if xids:
-        out.append(f"{len(xids)} Xid line(s) in the kernel log, the last: {xids[-1]}")
+        out.append(f"{plural(len(xids), 'Xid line')} in the kernel log, the last: {xids[-1]}")
     if health.get("smi_readable") is False:
         out.append("nvidia-smi gave nothing: its counters were not checked")
     return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.nettest.figures import Measured
+from launcher.words import plural
 
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "B200": 2250.0, "A100": 312.0, "A10": 125.0, "A10G": 70.0,
                "L4": 121.0, "L40S": 362.0, "V100": 125.0, "T4": 65.0, "MI300X": 1307.0}
@@ -96,7 +97,7 @@ def expect(ins: Inputs, m: Measured) -> Expectation:
     compute = None
     if ins.peak_flops and ins.tokens_per_rank:
         compute = 6 * ins.params * ins.tokens_per_rank / (ins.peak_flops * ins.mfu)
-        lines.append(f"compute: {compute:.2f} s per step (6 x parameters x {ins.tokens_per_rank} tokens per rank "
+        lines.append(f"compute: {compute:.2f} s per step (6 x parameters x {plural(ins.tokens_per_rank, 'token')} per rank "
                      f"at {ins.mfu:.0%} MFU of {ins.peak_flops / 1e12:.0f} TFLOP/s)")
         if comm <= compute:
             lines.append("communication fits behind compute (FSDP overlaps it with the next block's work)")

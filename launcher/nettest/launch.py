@@ -16,6 +16,7 @@ from launcher.nettest.figures import BadResult, Measured, decode
 from launcher.paths import new_run_id, run_dir
 from launcher.runs.core.store import RunStore
 from launcher.runs.launch import is_owned, start_run
+from launcher.words import plural
 from launcher.workload.model import CodeSource, Mlflow, Snapshot
 from launcher.workload.plan import RunPlan, build_plan
 from trainer.nettest_pairs import NEIGHBOUR_ROUNDS, TOURNAMENT_ROUNDS
@@ -156,7 +157,7 @@ def reach(plan: RunPlan) -> list[tuple[int | None, str]]:
         return [(None, f"no node answered within the connect phase's deadline of {limit:g} s: check that the "
                        "nodes are up and that ssh reaches them from here without a password")]
     return [(a.rank, f"{a.label}: not reached within the connect phase ({limit:g} s): {a.detail}; check that it is up and "
-            f"that `ssh {plan.nodes[a.rank].host_display}` works from here without a password")
+            f"that `{_ssh_words(plan.nodes[a.rank])}` works from here without a password")
             for a in answers if not a.ok]
 
 
@@ -192,7 +193,7 @@ def run_nettest(plan: RunPlan, options: Options, home: Path, *, on_state=None, p
     outcome = replace(collect(home, run_id, started), connect_s=connect_s)
     if unreachable:
         outcome = replace(outcome, unreachable=unreachable,
-                          problems=(*unreachable, f"the test ran on the {len(outcome.nodes)} other node(s), "
+                          problems=(*unreachable, f"the test ran on the other {plural(len(outcome.nodes), 'node')}, "
                                     "numbered among themselves", *outcome.problems))
     save_record(home, outcome, plan)
     return outcome
@@ -319,3 +320,7 @@ def newest_for(home: Path, hosts: list[str] | tuple[str, ...], *, besides: str =
                 "all_gather_busbw": ag.busbw if ag else None,
                 "summary": f"{rate(ag.busbw) if ag else '-'} all-gather bus bandwidth over the whole world"}
     return None
+
+
+def _ssh_words(node) -> str:
+    return node.host.ssh_words if node.host is not None else "ssh localhost"

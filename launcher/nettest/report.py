@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.nettest.figures import Measured, Scope, Verdict, judge_pairs, rate, size
+from launcher.words import plural
 from trainer.nettest_pairs import TOURNAMENT_ROUNDS
 
 
@@ -109,13 +110,13 @@ def pair_bars(m: Measured) -> list[tuple[str, float]]:
 def _runs(p) -> str:
     if p.best_s is None:
         return f"median {p.median_s * 1e3:.1f} ms"
-    return f"fastest of {p.runs} runs {p.best_s * 1e3:.1f} ms, median {p.median_s * 1e3:.1f} ms"
+    return f"fastest of {plural(p.runs, 'run')} {p.best_s * 1e3:.1f} ms, median {p.median_s * 1e3:.1f} ms"
 
 
 def headline(m: Measured) -> str:
     world = m.scope("world")
     ag = world.largest("all_gather") if world else None
-    return (f"{m.nnodes} node(s) x {m.local_world_size} process(es), {m.backend} on {m.device}; whole world "
+    return (f"{plural(m.nnodes, 'node')} x {plural(m.local_world_size, 'process')}, {m.backend} on {m.device}; whole world "
             f"all-gather {rate(ag.busbw) if ag else '-'} bus bandwidth at {size(ag.nbytes) if ag else '-'}")
 
 

@@ -14,6 +14,7 @@ from email.message import EmailMessage
 from typing import Any
 
 from launcher.notify.summary import body, ntfy_headers, webhook_payload
+from launcher.paths import user_umask
 from launcher.workload.notify import Email
 
 
@@ -89,7 +90,7 @@ def send_command(summary: dict[str, Any], command: str, timeout: float) -> None:
 
 def _run(argv: list[str], stdin: bytes | None, timeout: float) -> None:
     try:
-        done = subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout,
+        done = subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout, umask=user_umask(),
                               stdin=None if stdin is not None else subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise SinkError(f"it ran longer than {timeout:g}s and was stopped") from None

@@ -21,6 +21,8 @@ def smi(query):
     try:
         done = subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits"], capture_output=True,
                               text=True, timeout=20, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return None, NO_SMI
     except (OSError, subprocess.TimeoutExpired) as err:
         return None, str(err)
     return (done.stdout, "") if done.returncode == 0 else (None, done.stderr.strip()[-300:])
@@ -125,8 +127,12 @@ def parse_holders(host: str, gpus_csv: str, apps_csv: str, tags: dict[str, str])
     return holders, len(by_uuid)
 
 
+NO_SMI = "no-nvidia-smi"
+NO_SMI_WORDS = "no GPU to look at: nvidia-smi is not on this node (a machine without NVIDIA GPUs or their driver)"
+
+
 def node_script(stop_run_ids: list[str]) -> str:
-    return f"STOP = {json.dumps(sorted(stop_run_ids))}\n" + NODE_SCRIPT
+    return f"STOP = {json.dumps(sorted(stop_run_ids))}\nNO_SMI = {NO_SMI!r}\n" + NODE_SCRIPT
 
 
 async def _node(backend: Backend, rank: int, stop: list[str], timeout_s: float) -> NodeHolders:
@@ -142,7 +148,8 @@ async def _node(backend: Backend, rank: int, stop: list[str], timeout_s: float) 
         return NodeHolders(info.label, error=f"the GPU query did not run: {said[:300]}")
     data = json.loads(line[len(MARKER):])
     if data.get("gpus") is None:
-        return NodeHolders(info.label, error=f"nvidia-smi: {data.get('error') or 'not found'}")
+        said = data.get("error") or "not found"
+        return NodeHolders(info.label, error=NO_SMI_WORDS if said == NO_SMI else f"nvidia-smi: {said}")
     holders, count = parse_holders(info.label, data["gpus"], data.get("apps") or "", data.get("tags") or {})
     return NodeHolders(info.label, tuple(holders), count, stopped=tuple(data.get("stopped") or ()))
 

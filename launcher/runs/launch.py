@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING
 import yaml
 
 from launcher.events import RunState, RunStateChanged
-from launcher.paths import run_dir
+from launcher.paths import private_dir, run_dir
+from launcher.runs.core import pending
 from launcher.runs.core.layout import EVENTS, OPTIONS, save_plan
+from launcher.runs.core.output_dirs import HINT, deciding, output_dir_users
 from launcher.runs.core.ownership import (
     OwnerLock,
     adopt_orphans,
@@ -36,6 +38,11 @@ if TYPE_CHECKING:
     from launcher.backends.base import Reach
 
 
+class LaunchRefused(RuntimeError):
+    """The launch would harm another run (its ``output_dir`` is another workload's): nothing was started
+    or recorded. ``str()`` says why and what to do."""
+
+
 def create_run(plan: RunPlan, home: Path) -> Path:
     """The run's record before it has an owner: store rows, resolved workload, plan, first event."""
     store = RunStore(home)
@@ -51,40 +58,47 @@ def create_run(plan: RunPlan, home: Path) -> Path:
 
 
 def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str, str] | None = None,
-              idempotent: bool = True) -> str:
+              idempotent: bool = True, resume_from: dict | None = None) -> str:
     """Record the run and start its owner, detached: the run outlives this process and its terminal.
     The run's lock is taken before its record exists, so nobody can take the new run for an orphan.
     ``force``: skip the cheap checks that refuse a launch that cannot run. ``tags``: extra MLflow tags
     of the run (a sweep's variant names its sweep and its parent MLflow run). A data dir below its floor
     of free space refuses the launch at once (:class:`RecordUnwritable`): the record could not be kept.
     With the workload's ``idempotency_token`` (and ``idempotent``, the default: a relaunch is meant as a
-    new run), a token launched before answers with that run's id and nothing starts."""
-    Path(home).mkdir(parents=True, exist_ok=True)
-    problem = shortage(Path(home))
-    if problem:
-        raise RecordUnwritable(f"not launched: {problem}, then launch again")
-    token = plan.workload.idempotency_token
-    if token and idempotent:
-        from launcher.runs.core.idempotency import claim
+    new run), a token launched before answers with that run's id and nothing starts. An ``output_dir``
+    that another workload's run uses on the same node refuses the launch (:class:`LaunchRefused`).
+    ``resume_from``: the checkpoint its owner copies to node 0 before the start (:class:`Resumed`)."""
+    check_room(home)
+    with deciding(home, plan):  # two launches into one output_dir at once: the second sees the first
+        taken = output_dir_users(home, plan)
+        if taken:
+            raise LaunchRefused(f"not launched: parameters.output_dir {taken} ({HINT})")
+        token = plan.workload.idempotency_token
+        if token and idempotent:
+            from launcher.runs.core.idempotency import claim
 
-        earlier = claim(home, token, plan.run_id, tags)
-        if earlier is not None:
-            return earlier
-    lock = OwnerLock(run_dir(home, plan.run_id))
-    if not lock.acquire():
-        raise RuntimeError(f"run {plan.run_id} exists already")
-    try:
-        create_run(plan, home)
-        (run_dir(home, plan.run_id) / OPTIONS).write_text(json.dumps({"force": force, "tags": tags or {}}))
-        _keep_estimate(home, plan)
-        hand_over(lock, home, plan.run_id, adopt=False)
-    except (OSError, sqlite3.OperationalError) as err:
-        if not is_write_failure(err):
+            earlier = claim(home, token, plan.run_id, tags)
+            if earlier is not None:
+                return earlier
+        lock = OwnerLock(run_dir(home, plan.run_id))
+        if not lock.acquire():
+            raise RuntimeError(f"run {plan.run_id} exists already")
+        try:
+            create_run(plan, home)
+            options = {"force": force, "tags": tags or {}, **({"resume_from": resume_from} if resume_from else {})}
+            (run_dir(home, plan.run_id) / OPTIONS).write_text(json.dumps(options))
+            _keep_estimate(home, plan)
+            hand_over(lock, home, plan.run_id, adopt=False)
+        except (OSError, sqlite3.OperationalError) as err:
+            _forget(home, plan.run_id)
+            if not is_write_failure(err):
+                raise
+            raise RecordUnwritable(f"not launched: {write_failure(Path(home), err)}, then launch again") from None
+        except Exception:
+            _forget(home, plan.run_id)  # a launch that could not be recorded leaves nothing that looks like a run
             raise
-        _forget(home, plan.run_id)
-        raise RecordUnwritable(f"not launched: {write_failure(Path(home), err)}, then launch again") from None
-    finally:
-        lock.release()
+        finally:
+            lock.release()
     return plan.run_id
 
 
@@ -101,8 +115,17 @@ def _keep_estimate(home: Path, plan: RunPlan) -> None:
         pass
 
 
+def check_room(home: Path) -> None:
+    """:class:`RecordUnwritable` when the data dir is below its floor of free space: a run's record could
+    not be kept, so nothing is launched."""
+    private_dir(Path(home))
+    problem = shortage(Path(home))
+    if problem:
+        raise RecordUnwritable(f"not launched: {problem}, then launch again")
+
+
 def _forget(home: Path, run_id: str) -> None:
-    """What a refused launch had written of its run: nothing of it may look like a run later."""
+    """What a refused or failed launch had written of its run: nothing of it may look like a run later."""
     import shutil
 
     try:
@@ -117,8 +140,11 @@ def _forget(home: Path, run_id: str) -> None:
 
 def adopt_orphans_of(home: Path) -> list[str]:
     """Every live run without an owner gets one; what ``runs``, ``show``, ``logs`` and the app call
-    before showing runs, so a run whose owner died is caught up and finished."""
-    return adopt_orphans(home, RunStore(home).active_runs())
+    before showing runs, so a run whose owner died is caught up and finished. An ended run with something
+    its owner could not send to MLflow gets a detached sender (:mod:`launcher.runs.core.pending`)."""
+    adopted = adopt_orphans(home, RunStore(home).active_runs())
+    pending.start_senders(home)
+    return adopted
 
 
 @dataclass(frozen=True)
@@ -152,10 +178,17 @@ async def cancel_run(home: Path, run_id: str, *, timeout_s: float = 120.0) -> Ca
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         record = store.get_run(run_id)
-        if record.summary.state.is_final and not owned(home, run_id):
+        if record.summary.state.is_final and (not owned(home, run_id) or _only_tracking(home, run_id)):
             return _report(record, already_ended=False)
         await asyncio.sleep(0.1)
     return _report(store.get_run(run_id), already_ended=False, timed_out=True)
+
+
+def _only_tracking(home: Path, run_id: str) -> bool:
+    """The run's owner has recorded its end and only sends it to MLflow now."""
+    from launcher.runs.core.ownership import owner_note
+
+    return owner_note(home, run_id) == pending.SENDING
 
 
 def _report(record: RunRecord, *, already_ended: bool, timed_out: bool = False) -> CancelReport:
@@ -175,31 +208,78 @@ def relaunch_plan(home: Path, run_id: str, overrides: Sequence[Override] = ()) -
     return plan_file(source, overrides, home=home, text=text)
 
 
+@dataclass(frozen=True)
+class Resumed:
+    """A resume's plan, the checkpoint it starts from, and what its owner brings to node 0 first."""
+
+    planned: Planned
+    path: str
+    """Where the new run's node 0 finds the checkpoint."""
+    bring: dict | None = None
+    """The launch option ``resume_from``: the checkpoint's run, holder and name, when node 0 needs a copy."""
+
+
 async def resume_plan(home: Path, run_id: str, step: int | None = None,
-                      overrides: Sequence[Override] = ()) -> tuple[Planned, str]:
-    """A relaunch of ``run_id`` resuming from its newest complete checkpoint (or the one of ``step``),
-    found where rank 0 wrote it; returns the plan and the checkpoint's path on the node."""
-    from launcher.runs.core.checkpoints import list_checkpoints, resume_override
+                      overrides: Sequence[Override] = (), name: str | None = None) -> Resumed:
+    """A relaunch of ``run_id`` resuming from its newest complete checkpoint (or the one of ``step``, or the
+    folder ``name``), found where its whole copies are: read there when the new run's node 0 is that
+    machine (or a bucket), else copied to the new node 0's own checkpoints folder before the start."""
+    from launcher.runs.core.checkpoints import list_checkpoints, resume_choice, resume_override
 
     listing = await list_checkpoints(home, run_id)
     if listing.error:
         raise LookupError(f"cannot list the checkpoints of {run_id}: {listing.error}")
-    done = [c for c in listing.checkpoints if c.complete and (step is None or c.step == step)]
+    done = [c for c in listing.checkpoints if c.complete and (step is None or c.step == step)
+            and (name is None or c.name == name)]
     if not done:
-        which = f"at step {step}" if step is not None else "at all"
+        which = f"named {name!r}" if name is not None else f"at step {step}" if step is not None else "at all"
         have = ", ".join(str(c.step) for c in listing.checkpoints if c.complete) or "none"
         raise LookupError(f"run {run_id} has no complete checkpoint {which} in {listing.label}: {listing.root} "
                           f"(complete ones: {have})")
     chosen = done[-1]
     planned = relaunch_plan(home, run_id, [*overrides, resume_override(chosen.path)])
-    return planned, chosen.path
+    if planned.plan is None:
+        return Resumed(planned, chosen.path)
+    choice = await resume_choice(home, run_id, chosen, listing, planned.plan)
+    if choice.path != chosen.path:
+        planned = relaunch_plan(home, run_id, [*overrides, resume_override(choice.path)])
+    return Resumed(planned, choice.path, choice.bring)
 
 
-def render_plan_text(plan: RunPlan) -> str:
-    """The dry-run text, as the backend that will run it sees the plan."""
+PLACE_TIMEOUT_S = 10.0
+"""How long a dry run waits for the nodes to say where checkpoints land."""
+
+
+def render_plan_text(plan: RunPlan, *, ask_nodes: bool = False) -> str:
+    """The dry-run text, as the backend that will run it sees the plan; with ``ask_nodes``, where
+    ``output_dir`` lands on the nodes too (they are asked, as a launch asks them)."""
+    from dataclasses import replace
+
     from launcher.backends.registry import backend_for
 
+    if ask_nodes and plan.output_dir is not None and not plan.blockers:
+        plan = replace(plan, ckpt_place=asyncio.run(checkpoint_place(plan)))
     return backend_for(plan).render()
+
+
+async def checkpoint_place(plan: RunPlan):
+    """Where ``plan``'s ``output_dir`` lands on its nodes, asked of them (as a launch does), and where whole
+    copies would be kept; ``unchecked`` with the reason when a node does not answer."""
+    from launcher.backends.base import NodeError
+    from launcher.backends.registry import backend_for
+    from launcher.workload.ckpt_place import CheckpointPlace, with_holder
+
+    backend = backend_for(plan)
+    try:
+        await backend.locate()
+        place = await asyncio.wait_for(backend.checkpoint_place(plan.output_dir), PLACE_TIMEOUT_S)
+        return with_holder(place, plan.gather_to)
+    except NodeError as err:
+        return CheckpointPlace("unchecked", plan.output_dir, detail=str(err))
+    except asyncio.TimeoutError:
+        return CheckpointPlace("unchecked", plan.output_dir, detail=f"no answer within {PLACE_TIMEOUT_S:.0f} s")
+    finally:
+        await backend.close()
 
 
 async def reach_nodes(plan: RunPlan, timeout_s: float = 5.0) -> list[Reach]:
@@ -213,9 +293,53 @@ async def reach_nodes(plan: RunPlan, timeout_s: float = 5.0) -> list[Reach]:
         await backend.close()
 
 
+async def launch_refusals(plan: RunPlan, home: Path, *, force: bool = False) -> list[str]:
+    """Why ``plan`` cannot start, found before anything of it is recorded: a secret with no value here, a
+    node refused for a reason only the user can change (an unknown or changed host key, a refused key), and,
+    unless ``force``, the cheap checks every launch runs (no torch where the built-in trainer runs, fewer
+    GPUs than processes, an unwritable ``output_dir``). Empty: launch. A node that does not answer yet is
+    no refusal: the run's owner waits for it as for any dropped connection."""
+    from launcher.backends.registry import backend_for
+    from launcher.doctor.preflight import preflight
+    from launcher.secrets import MissingSecrets, SecretStore
+
+    said: list[str] = []
+    try:
+        SecretStore(home).resolve(plan.workload.secrets)
+    except MissingSecrets as err:
+        said.append(str(err))
+    backend = backend_for(plan)
+    try:
+        reached = await asyncio.gather(*(backend.reach(n.node_rank, plan.workload.ssh.connect_timeout_s)
+                                         for n in plan.nodes))
+        for r in reached:
+            if not r.ok and r.blocker:  # "node 1 (gpu-b): unknown host key ...", the node named once
+                said.append(f"{r.label}: {r.detail.removeprefix(plan.nodes[r.rank].host_display + ': ')}")
+        if not force and all(r.ok for r in reached):
+            from launcher.backends.base import NodeError
+
+            try:
+                await backend.locate()  # MASTER_ADDR as the nodes dial it (an ~/.ssh/config alias resolved), as the owner does
+            except NodeError as err:
+                said.append(str(err))
+            else:
+                said += [str(refusal) for refusal in await preflight(backend)]
+    finally:
+        await backend.close()
+    return said
+
+
 def is_owned(home: Path, run_id: str) -> bool:
     return owned(home, run_id)
 
 
 def run_directory(home: Path, run_id: str) -> Path:
     return run_dir(home, run_id)
+
+
+def send_tracking(home: Path, run_id: str):
+    """What ``run_id``'s owner could not send to MLflow, sent now (blocking, each call bounded): a
+    :class:`~launcher.runs.owner.send_later.Sent` saying how it went."""
+    from launcher.runs.owner.send_later import send
+
+    return send(home, run_id)

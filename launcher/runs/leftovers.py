@@ -15,6 +15,7 @@ from pathlib import Path
 from launcher.events import NodeState, RunState
 from launcher.runs.core.layout import load_plan
 from launcher.runs.core.store import RunStore
+from launcher.words import plural
 
 SWEPT = "swept.json"
 """In the run's folder: per lost node, whether it has been swept, when it was last tried, what was said."""
@@ -86,7 +87,7 @@ async def _sweep_run(home: Path, run_id: str, directory: Path, ranks: list[int])
         if isinstance(got, str):
             words += f"; what it logged while away could not be read: {got}"
         elif got:
-            words += f"; the {got:,} bytes it logged while away were added to the record"
+            words += f"; the {plural(got, 'byte')} it logged while away were added to the record"
         entry.update(done=True, said=words)
         record = store.get_run(run_id)
         before = next((n.detail for n in record.nodes if n.node_rank == out.rank), "") if record else ""

@@ -21,6 +21,7 @@ from launcher.runs.core.estimates import PROBE_TAG, estimate_plan, run_timing
 from launcher.runs.core.layout import LOG_METRICS, METRICS, read_records
 from launcher.runs.core.store import RunStore
 from launcher.runs.launch import cancel_run, start_run
+from launcher.words import plural
 from launcher.workload.plan import RunPlan, build_plan
 
 PROBE_STEPS = 20
@@ -91,7 +92,7 @@ async def run_probe(home: Path, plan: RunPlan, *, steps: int = PROBE_STEPS, budg
     state = record.summary.state.value if record else "unknown"
     timing = run_timing(record) if record is not None else None
     if timing is None:
-        why = (f"the probe made {len(seen)} step(s) in {elapsed:.0f} s ({state}"
+        why = (f"the probe made {plural(len(seen), 'step')} in {elapsed:.0f} s ({state}"
                + (f": {record.summary.detail}" if record is not None and record.summary.detail else "")
                + "): too few to time; give it a larger budget (--probe-budget) or see `fsdp-tui show "
                + f"{run_id}`")

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False)
 
 
 class Permission(_Model):
@@ -62,4 +62,6 @@ class GitRef(_Model):
     commit: str | None = None
     """A commit (hash, tag or any revision git understands)."""
     remote: bool | str = False
-    """``air`` no longer fetches from a remote: only ``false`` is accepted."""
+    """Take the branch (or commit) from the clone's remote, as ``air`` does: ``true`` (the branch's upstream
+    remote, else ``origin``) or a remote's name. It is fetched when the run is launched, and what the remote
+    has is what ships (commits not pushed do not)."""

@@ -122,8 +122,11 @@ def _snapshot(w: Workload) -> list[Finding]:
         if git.commit is not None and not _GIT_REF.match(git.commit):
             out.append(Finding((*at, "git", "commit"), "error", f"'{git.commit}' is not a revision"))
         if git.remote not in (False, ""):
-            out.append(Finding((*at, "git", "remote"), "error", "git.remote is not supported: the snapshot is "
-                               "made from your local clone", "use git.commit to pin a revision"))
+            name = git.remote if isinstance(git.remote, str) else "the branch's upstream remote, else origin"
+            what = f"branch '{git.branch}'" if git.branch is not None else f"commit '{git.commit}'"
+            out.append(Finding((*at, "git", "remote"), "warning", f"the {what} is fetched from {name} when the run "
+                               "is launched, and what that remote has ships (commits not pushed do not)",
+                               "git.remote: false ships your local clone's " + ("branch" if git.branch else "commit")))
     if snap.remote_volume is not None and not snap.remote_volume.startswith("/Volumes/"):
         out.append(Finding((*at, "remote_volume"), "error", "remote_volume must start with '/Volumes/'"))
     return out

@@ -7,13 +7,14 @@ from pathlib import Path as FsPath
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from launcher.words import plural
 from launcher.workload.air_rules import check_air
 from launcher.workload.data_check import check_data
 from launcher.workload.lora_checks import lora_findings
 from launcher.workload.model import ENV_NAME, RESERVED_ENV, SECRET_REF, Workload
 from launcher.workload.topology import Finding, resolve_topology
 from trainer.config import TrainerConfig
-from trainer.model_family import packing_refusal, read_config
+from trainer.model_family import packing_refusal, read_config, text_config
 
 _SECRETISH = re.compile(r"(TOKEN|PASSWORD|PASSWD|SECRET|API_KEY|ACCESS_KEY|PRIVATE_KEY)", re.IGNORECASE)
 _METRIC_GROUPS = {"step", "max_steps", "loss", "lr", "eval_loss", "tokens_per_s", "grad_norm", "epoch"}
@@ -38,20 +39,26 @@ def check_trainer(w: Workload, cfg: TrainerConfig, base_dir: FsPath | None = Non
     topo = resolve_topology(w)
     out: list[Finding] = []
     p = ("parameters",)
+    model_config = read_config(cfg.model_name, base_dir) if cfg.data.packing or cfg.model.router_aux_loss else None
     if cfg.data.packing:
-        refusal = packing_refusal(read_config(cfg.model_name, base_dir), cfg.model_name)
+        refusal = packing_refusal(model_config, cfg.model_name)
         if refusal is None and cfg.model.attention == "flex" and topo.kind == "cpu":
             refusal = "flex attention has no backward pass on CPU"
         if refusal is not None:
             out.append(Finding((*p, "data", "packing"), "error", refusal,
                                "set data.packing: false, or leave it out to pack only where it is correct"))
+    no_router = model_config is not None and "output_router_logits" not in text_config(model_config)
+    if cfg.model.router_aux_loss and no_router:
+        out.append(Finding((*p, "model", "router_aux_loss"), "error",
+                           "this model has no mixture-of-experts router (its config has no output_router_logits)",
+                           "remove model.router_aux_loss"))
     if cfg.fsdp.sharding == "hybrid_shard" and topo.num_nodes == 1 and cfg.fsdp.replicate_degree is None:
         out.append(Finding((*p, "fsdp", "sharding"), "warning",
                            "hybrid_shard on one node shards like full_shard",
                            "set fsdp.replicate_degree, or use full_shard"))
     if cfg.fsdp.replicate_degree and topo.world_size % cfg.fsdp.replicate_degree:
         out.append(Finding((*p, "fsdp", "replicate_degree"), "error",
-                           f"{topo.world_size} processes cannot form {cfg.fsdp.replicate_degree} equal replicas",
+                           f"{plural(topo.world_size, 'process')} cannot form {cfg.fsdp.replicate_degree} equal replicas",
                            "pick a divisor of the world size"))
     if topo.kind == "cpu" and cfg.fsdp.mixed_precision == "bf16":
         out.append(Finding((*p, "fsdp", "mixed_precision"), "warning",
@@ -164,10 +171,10 @@ def _snapshot(root: FsPath, exclude: list[str], include: list[str] | tuple[str, 
                            "fsdp-tui validate lists the first ones: fix them and validate again"))
     if found.total_bytes > snapshot.LARGE_SNAPSHOT_BYTES:
         biggest = ", ".join(f"{rel} ({size / 2**20:.0f} MiB)" for rel, size in found.largest)
-        out.append(Finding(where, "warning", f"the snapshot is {found.total_bytes / 2**20:.0f} MiB in {found.files} "
-                           f"files, shipped to every node on every launch; the largest: {biggest}",
+        out.append(Finding(where, "warning", f"the snapshot is {found.total_bytes / 2**20:.0f} MiB in "
+                           f"{plural(found.files, 'file')}, shipped to every node on every launch; the largest: {biggest}",
                            "add data, checkpoints and outputs to code_source.snapshot.exclude"))
     if not found.complete:
-        out.append(Finding(where, "warning", f"more than {snapshot.MAX_SCAN_ENTRIES} entries: only those were "
+        out.append(Finding(where, "warning", f"more than {plural(snapshot.MAX_SCAN_ENTRIES, 'entry')}: only those were "
                            "checked here (a launch checks all of them)", "exclude what the job does not need"))
     return out

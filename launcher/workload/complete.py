@@ -90,10 +90,9 @@ def _finish(row: int, col: int, word: str, items: list[Completion]) -> Completio
 def _key_item(path: tuple[str, ...], key: str, data: dict | None) -> Completion:
     info = schema_walk.help_for(path, data)
     nested = info is not None and (info.type_name == "mapping" or schema_walk.holds_many(path, data))
-    summary = (info.description.split("\n")[0].replace("``", "") if info else "")
-    if info is not None and not nested:
-        typed = info.type_name if info.default == "None" else f"{info.type_name} = {info.default}"
-        summary = typed + (f". {summary}" if summary else "")
+    summary = info.description.split(". ")[0].rstrip(".") if info else ""
+    if info is not None and not nested and info.default not in ("not set", "none"):
+        summary = f"default {info.default}" + (f". {summary}" if summary else "")
     return Completion(key, f"{key}:" if nested else f"{key}: ", summary)
 
 

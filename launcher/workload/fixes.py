@@ -13,7 +13,7 @@ PLACEHOLDERS = {
     "experiment_name": "my-run",
     "model_name": "<hub id or model folder>",
     "dataset_name": "<hub dataset or data file>",
-    "output_dir": "checkpoints",
+    "output_dir": "outputs",
 }
 """Values written for a missing key; ``<...>`` is left for the user to fill in."""
 

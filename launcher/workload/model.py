@@ -9,15 +9,16 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer
 
 from launcher.workload.air_fields import DockerImage, GitRef, Permission, Schedule
+from launcher.workload.hosts import check_jump, check_option_value, check_user
 from launcher.workload.idle import IdlePolicy
 from launcher.workload.notify import Notify
 
 EXPERIMENT_NAME = r"^[A-Za-z0-9_-]{1,100}$"
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-SECRET_REF = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+SECRET_REF = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+\Z")
 DEFAULT_METRICS_PATTERN = (
     r"(?i)\bstep[=:\s]+(?P<step>\d+)(?:\s*/\s*(?P<max_steps>\d+))?.*?\bloss[=:\s]+(?P<loss>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))"
 )
@@ -27,6 +28,13 @@ RESERVED_ENV = (
     "NUM_NODES", "NODE_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CODE_SOURCE_PATH",
     "HYPERPARAMETERS_PATH", "FSDP_TUI_RUN_ID", "FSDP_TUI_METRICS_FILE",
 )
+
+
+MAX_NUM_NODES = 100_000
+MAX_GPUS_PER_NODE = 64
+MAX_PROCS_PER_NODE = 1024
+MAX_TIMEOUT_MINUTES = 366 * 24 * 60
+"""Ranges of the counts a workload gives: far past any machine, short of what a launch could not hold."""
 
 
 _NOT_IN_SBATCH_VALUE = re.compile(r"[\s\x00-\x1f\x7f-\x9f]")
@@ -45,7 +53,8 @@ def sbatch_value_problem(value: str) -> str | None:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    # No infinity or NaN in any number: no key has a use for one, and a node would refuse it late.
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False)
 
 
 class Slurm(_Model):
@@ -63,9 +72,9 @@ class Slurm(_Model):
     time: str | int | None = None
     """``--time``: minutes, or ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS`` (default:
     ``timeout_minutes``, else the partition's limit)."""
-    nodes: int | None = Field(default=None, ge=1)
+    nodes: int | None = Field(default=None, ge=1, le=MAX_NUM_NODES)
     """``--nodes`` (default: from ``num_accelerators`` and the GPUs per node)."""
-    gpus_per_node: int | None = Field(default=None, ge=1)
+    gpus_per_node: int | None = Field(default=None, ge=1, le=MAX_GPUS_PER_NODE)
     """``--gpus-per-node`` (default: the GPUs per node of ``accelerator_type`` / ``gpus_per_node``)."""
     constraint: str | None = None
     """``--constraint``, e.g. ``a100&ib``."""
@@ -101,16 +110,16 @@ class Slurm(_Model):
 class Compute(_Model):
     """How many processes run, and on which machines."""
 
-    num_accelerators: int | None = Field(default=None, ge=1)
+    num_accelerators: int | None = Field(default=None, ge=1, le=MAX_NUM_NODES * MAX_GPUS_PER_NODE)
     """Total GPUs (or CPU processes) over all nodes; a multiple of the per-node count."""
     accelerator_type: str | None = None
     """``GPU_<N>x<MODEL>`` as ``air`` writes it (``GPU_8xH100``: 8 per node), or ``CPU``."""
-    gpus_per_node: int | None = Field(default=None, ge=1)
+    gpus_per_node: int | None = Field(default=None, ge=1, le=MAX_GPUS_PER_NODE)
     """GPUs per node, when ``accelerator_type`` does not say."""
-    procs_per_node: int | None = Field(default=None, ge=1)
+    procs_per_node: int | None = Field(default=None, ge=1, le=MAX_PROCS_PER_NODE)
     """Processes per node for CPU runs (gloo)."""
     hosts: list[str] = Field(default_factory=list)
-    """SSH targets, one per node: ``alias``, ``user@host``, ``host:port`` or ``localhost``. None: this machine."""
+    """SSH targets, one per node: ``alias``, ``user@host``, ``host:port`` or ``localhost``. Left out: this machine, no SSH."""
     master_addr: str | None = None
     """Address of node 0 as the other nodes reach it (default: node 0's host)."""
     master_port: int | None = Field(default=None, ge=1024, le=65535)
@@ -118,6 +127,13 @@ class Compute(_Model):
     a free port the system picks at launch, as two runs started at once would both find 29500 free)."""
     slurm: Slurm | None = None
     """Submit to a SLURM cluster through its login node instead of reaching ``hosts`` over SSH."""
+
+    @field_validator("master_addr")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_option_value(value, "master_addr")
+        return value
     node_pool_id: str | None = None
     """Databricks node pool (older ``air`` files); ignored here."""
     pool_name: str | None = None
@@ -152,6 +168,27 @@ class Ssh(_Model):
     """A node whose connection stays away this long is lost: the run fails, naming it."""
     remote_root: str = Field(default="~/.fsdp-tui", min_length=1)
     """Folder on every node for run directories (``runs/``) and dependency venvs (``venvs/``)."""
+
+    @field_validator("user")
+    @classmethod
+    def _login_name(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_user(value)
+        return value
+
+    @field_validator("proxy_jump")
+    @classmethod
+    def _jump_hosts(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_jump(value)
+        return value
+
+    @field_validator("identity_file", "known_hosts", "remote_root")
+    @classmethod
+    def _one_line_path(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:
+            check_option_value(value, info.field_name.replace("_", " "))
+        return value
 
     @model_serializer(mode="wrap")
     def _unset_stays_unset(self, handler):
@@ -270,7 +307,7 @@ class Workload(_Model):
     """``NAME: scope/key``; values come from the local secret store, never from this file."""
     max_retries: int = Field(default=0, ge=0, le=100)
     """Relaunches after a failure (ours defaults to 0; ``air``'s to 3)."""
-    timeout_minutes: float | None = Field(default=None, gt=0)
+    timeout_minutes: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_MINUTES)
     """Stop the run after this long."""
     parameters: dict[str, Any] = Field(default_factory=dict)
     """Written to a YAML file on each node (``HYPERPARAMETERS_PATH``); the built-in trainer's schema

@@ -29,7 +29,7 @@ def _url_or_secret(value: str) -> str:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False)
 
 
 class Email(_Model):

@@ -12,11 +12,12 @@ import yaml
 
 from launcher.workload import schema_walk
 from launcher.workload.problems import Problem, did_you_mean, format_path
+from launcher.workload.yaml_loader import MAX_VALUES, load_value
 
 SOURCE = "--set"
-_PART = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)|\[(\d+)\]")
+_PART = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)|\[([0-9]+)\]")
 _UNSET = object()
-_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+_FLOAT = re.compile(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -71,9 +72,10 @@ def parse_path(text: str) -> tuple[str | int, ...] | None:
 
 
 def apply_overrides(
-    data: dict[str, Any], overrides: Sequence[Override]
+    data: dict[str, Any], overrides: Sequence[Override], budget: int = MAX_VALUES
 ) -> tuple[dict[str, Any], list[AppliedOverride], list[Problem]]:
-    """Apply every ``key.path=value``; returns the new data, what changed, and problems (all of them)."""
+    """Apply every ``key.path=value``; returns the new data, what changed, and problems (all of them).
+    Values are read as a workload file's are, from what is left of its budget (``budget`` values)."""
     data = copy.deepcopy(data)
     applied: list[AppliedOverride] = []
     problems: list[Problem] = []
@@ -101,10 +103,12 @@ def apply_overrides(
         if isinstance(item, SetValue):
             value = item.value
         else:
-            try:
-                value = yaml.safe_load(raw_value) if raw_value.strip() else ""
-            except yaml.YAMLError:
-                value = raw_value
+            loaded = load_value(raw_value, budget)
+            budget -= loaded.used
+            if loaded.error:
+                problem(format_path(path), loaded.error)
+                continue
+            value = loaded.value
             if isinstance(value, str) and _FLOAT.fullmatch(value):
                 value = float(value)  # YAML 1.1 reads 1e-4 as text; people mean a number
         error = _assign(data, path, value, applied, index)

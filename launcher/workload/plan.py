@@ -7,7 +7,9 @@ from pathlib import Path
 
 import yaml
 
+from launcher.words import plural
 from launcher.workload.air_rules import read_dependencies
+from launcher.workload.ckpt_place import CheckpointPlace, place_from_json, place_to_json
 from launcher.workload.container import container_script
 from launcher.workload.hosts import HostTarget, parse_host
 from launcher.workload.model import Workload
@@ -25,9 +27,11 @@ DIR_ENV = {
     "HYPERPARAMETERS_PATH": "parameters.yaml",
     METRICS_FILE_ENV: "metrics.jsonl",
 }
-FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}
+FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": "2000"}
 """Torch's flight recorder on (gloo and NCCL): each process group keeps its last 2,000 collectives, a few
-hundred bytes each; on a stall their dumps name the rank that never entered a collective (docs/ranks.md)."""
+hundred bytes each; on a stall their dumps name the rank that never entered a collective (docs/ranks.md).
+Only the new name: every supported torch reads it, and setting the old ``TORCH_NCCL_TRACE_BUFFER_SIZE``
+as well makes every rank print a deprecation warning."""
 FLIGHT_RECORDER_DUMP = ("TORCH_FR_DUMP_TEMP_FILE", "flight-recorder-")
 """Where dumps go, in the node's directory: NCCL's own on a watchdog timeout, the trainer's when asked."""
 IFACE_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
@@ -35,6 +39,22 @@ IFACE_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 the agent) unless the workload sets them: gloo otherwise binds to the address of the hostname, which
 stock hosts files map to 127.0.1.1, and the job hangs at its first collective."""
 IFACE_PLACEHOLDER = "<the interface that reaches MASTER_ADDR, found on the node>"
+RANK_TAG_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+"""torchrun starts each line it tees to the node's log with this (``$rank``: the worker's global rank). The
+node's agent sets it to ``RANK_TAG_TEMPLATE``, an escape sequence no terminal shows, so the log
+reads as before and every line still says which rank wrote it: ``fsdp-tui logs RUN --rank R``, the node
+pane's rank picker. A workload that sets it keeps its own (and its lines carry no rank)."""
+RANK_TAG_TEMPLATE = "\x1b_fsdp-tui rank=${rank}\x1b\\"
+"""An APC string (ESC _ ... ESC backslash): terminals ignore it and the display's sanitizer drops it, so a
+tagged line shows as the job wrote it (``launcher.runs.core.display`` reads the rank back)."""
+RANK_TAG_PLACEHOLDER = "<each line's rank, as a tag no terminal shows>"
+TEE_ENV = {"PET_TEE": "3", "PYTHONUNBUFFERED": "1"}
+"""torchrun tees every worker's stdout and stderr (``--tee 3``, through its ``PET_`` variables, so a
+workload's own ``torchrun`` line gets it too) into files under ``PET_LOG_DIR`` and on to the node's log,
+tagged by rank; unbuffered, so a teed line reaches the log when it is written, not 8 KiB later."""
+TEE_DIR = ("PET_LOG_DIR", "ranks")
+"""Where torchrun keeps those per-rank files: the run directory (the agent removes them when the job ends:
+they hold the job's bytes unmasked, and the node's log has every line)."""
 TRAINER_PKG_DIR = "pkg"
 """Where the launcher puts the ``trainer`` package on a node when the built-in trainer runs."""
 
@@ -53,6 +73,8 @@ class NodePlan:
     argv: tuple[str, ...]
     iface_env: tuple[str, ...] = ()
     """Variables the node sets to its interface that reaches ``MASTER_ADDR`` (see ``IFACE_ENV``)."""
+    rank_tag: bool = False
+    """The node's agent sets ``RANK_TAG_ENV`` (the workload does not)."""
     display: str | None = None
     """How the node is named when its host is not the machine it runs on (a SLURM node, reached through
     the login node ``host``)."""
@@ -85,6 +107,8 @@ class RunPlan:
     master_addr_is_alias: bool = False
     """``master_addr`` is node 0's target as written (an ``~/.ssh/config`` alias, maybe): the backend
     that reaches the nodes resolves it to the address they dial (:func:`with_rendezvous`)."""
+    ckpt_place: CheckpointPlace | None = None
+    """Where ``parameters.output_dir`` lands on the nodes, as a launch found it (``None``: not asked yet)."""
 
     @property
     def venv_root(self) -> str:
@@ -94,6 +118,19 @@ class RunPlan:
     @property
     def uses_builtin_trainer(self) -> bool:
         return self.workload.uses_builtin_trainer
+
+    @property
+    def output_dir(self) -> str | None:
+        """``parameters.output_dir`` as written (the nodes expand it), when the workload has one."""
+        value = self.workload.parameters.get("output_dir")
+        return value if isinstance(value, str) and value else None
+
+    @property
+    def gather_to(self) -> str:
+        """``parameters.checkpoint.gather_to`` (the built-in trainer's schema checked it), ``node0`` unset."""
+        ckpt = self.workload.parameters.get("checkpoint")
+        value = ckpt.get("gather_to") if isinstance(ckpt, dict) else None
+        return value if isinstance(value, str) and value else "node0"
 
 
 def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = None,
@@ -137,11 +174,14 @@ def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = No
             "MASTER_PORT": str(port),
             RUN_ID_ENV: run_id,
             **FLIGHT_RECORDER_ENV,
+            **TEE_ENV,
             **workload.env_variables,
         }
         dir_env = dict(DIR_ENV)
-        if FLIGHT_RECORDER_DUMP[0] not in workload.env_variables:
-            dir_env.setdefault(*FLIGHT_RECORDER_DUMP)
+        for name, value in (FLIGHT_RECORDER_DUMP, TEE_DIR):
+            if name not in workload.env_variables:
+                dir_env.setdefault(name, value)
+        rank_tag = RANK_TAG_ENV not in workload.env_variables
         if workload.uses_builtin_trainer:
             dir_env["PYTHONPATH"] = TRAINER_PKG_DIR
         nodes.append(NodePlan(
@@ -150,9 +190,11 @@ def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = No
             node_dir=f"{root}/{run_id}/node-{rank}",
             env=env,
             dir_env=dir_env,
-            argv=_argv(workload, topo, rank, master_addr, port, [*env, *dir_env, *workload.secrets, *iface_env],
+            argv=_argv(workload, topo, rank, master_addr, port,
+                       [*env, *dir_env, *workload.secrets, *iface_env, *([RANK_TAG_ENV] if rank_tag else [])],
                        _local_python(workload) if slurm is None and (host is None or host.is_local) else None),
             iface_env=iface_env,
+            rank_tag=rank_tag,
             display=f"SLURM node {rank} via {hosts[rank].display if hosts[rank] else 'this machine'}"
             if slurm is not None else None,
         ))
@@ -203,7 +245,8 @@ def plan_to_json(plan: RunPlan) -> dict:
     return {"run_id": plan.run_id, "workload": plan.workload.model_dump(mode="json"),
             "source_file": str(plan.source_file) if plan.source_file else None, "node_root": plan.node_root,
             "master_addr": plan.master_addr, "master_port": plan.master_port,
-            "master_addr_is_alias": plan.master_addr_is_alias, "dependencies": list(plan.dependencies)}
+            "master_addr_is_alias": plan.master_addr_is_alias, "dependencies": list(plan.dependencies),
+            "ckpt_place": place_to_json(plan.ckpt_place)}
 
 
 def plan_from_json(data: dict) -> RunPlan:
@@ -215,7 +258,8 @@ def plan_from_json(data: dict) -> RunPlan:
     if "dependencies" in data:  # as the run had them, whatever its requirements file says today
         plan = replace(plan, dependencies=tuple(data["dependencies"]),
                        blockers=tuple(b for b in plan.blockers if "requirements file" not in b))
-    return replace(plan, master_addr_is_alias=bool(data.get("master_addr_is_alias")))
+    return replace(plan, master_addr_is_alias=bool(data.get("master_addr_is_alias")),
+                   ckpt_place=place_from_json(data.get("ckpt_place")))
 
 
 def _master_addr(host: HostTarget | None) -> str:
@@ -255,8 +299,8 @@ def _snapshot_size(plan: RunPlan) -> str:
         return ""
     snap = plan.workload.code_source.snapshot
     found = scan(plan.code_root, snap.exclude, include=snap.include_paths or ())
-    refused = f", {len(found.refused)} entries a node refuses" if found.refused else ""
-    return f" ({found.files} files, {found.total_bytes / 2**20:.1f} MiB{refused})"
+    refused = f", {plural(len(found.refused), 'entry')} a node refuses" if found.refused else ""
+    return f" ({plural(found.files, 'file')}, {found.total_bytes / 2**20:.1f} MiB{refused})"
 
 
 SECRET_MASK = "******"
@@ -279,7 +323,7 @@ def render_plan(plan: RunPlan) -> str:
     topo = plan.topology
     lines = [
         f"run {plan.run_id}: experiment '{plan.workload.experiment_name}'",
-        f"  {topo.num_nodes} node(s) x {topo.procs_per_node} process(es) ({topo.kind}"
+        f"  {plural(topo.num_nodes, 'node')} x {plural(topo.procs_per_node, 'process')} ({topo.kind}"
         + (f" {topo.gpu_model}" if topo.gpu_model else "") + f"), world size {topo.world_size}",
         f"  rendezvous {plan.master_addr}:{plan.master_port}",
         "  runs: " + ("the built-in trainer (torchrun -m trainer)" if plan.uses_builtin_trainer
@@ -290,6 +334,9 @@ def render_plan(plan: RunPlan) -> str:
         revision = ""
         if snap is not None and snap.git is not None:
             revision = f" as committed at {'commit ' + snap.git.commit if snap.git.commit else 'branch ' + str(snap.git.branch)}"
+            if snap.git.remote not in (False, "", None):
+                where = snap.git.remote if isinstance(snap.git.remote, str) else "its remote"
+                revision += f" on {where} (fetched at launch)"
         only = f" (only {', '.join(snap.include_paths)})" if snap is not None and snap.include_paths else ""
         size = "" if revision else _snapshot_size(plan)
         lines.append(f"  code snapshot: {plan.code_root}{revision}{only} -> <node dir>/code{size}")
@@ -297,6 +344,8 @@ def render_plan(plan: RunPlan) -> str:
         lines.append(f"  dependencies: {' '.join(plan.dependencies)}")
     for blocker in plan.blockers:
         lines.append(f"  cannot run yet: {blocker}")
+    if plan.ckpt_place is not None:
+        lines.append(f"  checkpoints: {plan.ckpt_place.words()}")
     for node in plan.nodes:
         lines += ["", f"node {node.node_rank}: {node.host_display}", f"  directory: {_shell_path(node.node_dir)}",
                   "  environment:"]
@@ -307,6 +356,8 @@ def render_plan(plan: RunPlan) -> str:
             lines.append(f"    {name}={value}")
         for name in node.iface_env:
             lines.append(f"    {name}={IFACE_PLACEHOLDER}")
+        if node.rank_tag:
+            lines.append(f"    {RANK_TAG_ENV}={RANK_TAG_PLACEHOLDER}")
         for name in plan.secret_names:
             lines.append(f"    {name}={SECRET_MASK}  (secret {plan.workload.secrets[name]})")
         lines.append("  command:")

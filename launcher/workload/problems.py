@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 Severity = Literal["error", "warning"]
+ORIGIN_CHARS = 120
+"""An override is named by its text up to this long (a 5000-digit value is named, not printed)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -33,14 +36,24 @@ class Problem:
         override names the override (``--set a.b=1: error: ...``)."""
         where = f"{self.path}: " if self.path else ""
         hint = f" ({self.hint})" if self.hint else ""
-        place = f"{self.file} {self.origin}" if self.origin else f"{self.file}:{self.line}:{self.column}"
-        return f"{place}: {self.severity}: {where}{self.message}{hint}"
+        origin = self.origin if len(self.origin) <= ORIGIN_CHARS else f"{self.origin[:ORIGIN_CHARS]}..."
+        place = f"{self.file} {origin}" if self.origin else f"{self.file}:{self.line}:{self.column}"
+        return one_line(f"{place}: {self.severity}: {where}{self.message}{hint}")
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         if not self.origin:
             del out["origin"]
         return out
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every control character written as its escape (``\\n``, ``\\x00``): a key or value
+    that holds a newline cannot split a problem over two lines, nor send anything to a terminal."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -6,6 +6,7 @@ help on the key under the cursor.
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -26,9 +27,20 @@ class FieldHelp:
 
     path: str
     type_name: str
+    """The annotation's name (``bool``, ``mapping``, ``list[str]``): what completion decides by."""
     default: str
+    """In words: ``required``, ``not set``, ``auto``, ``true``, ``none`` (an empty list or mapping)..."""
     description: str
+    """The field's docstring as plain text: one paragraph, no reStructuredText markup."""
     choices: tuple[str, ...] = ()
+    kind: str = ""
+    """What the value is, in words (``a whole number``, ``one of auto, full_shard``, ``a section``)."""
+
+    def headline(self) -> str:
+        """``parameters.max_steps: a whole number (default: 1000)``, the first line of the editor's help."""
+        if self.default == "required":
+            return f"{self.path}: {self.kind}, required"
+        return f"{self.path}: {self.kind} (default: {self.default})"
 
 
 def _unwrap(annotation: Any) -> Any:
@@ -131,16 +143,72 @@ def help_for(path: Path, data: dict[str, Any] | None) -> FieldHelp | None:
     model, field, status = resolve(path, data)
     if status != "ok" or field is None:
         return None
-    default = "required" if field.is_required() else repr(field.get_default(call_default_factory=True))
+    default = "required" if field.is_required() else _default_words(field.get_default(call_default_factory=True))
     if len(default) > 60:
         default = default[:57] + "..."
+    choices = literal_choices(field)
     return FieldHelp(
         path=format_path(path),
         type_name=_type_name(field.annotation),
         default=default,
-        description=(field.description or "").strip(),
-        choices=literal_choices(field),
+        description=plain_text(field.description or ""),
+        choices=choices,
+        kind=_kind_words(field.annotation),
     )
+
+
+_RST_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
+_RST_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def plain_text(doc: str) -> str:
+    """A docstring as a user reads it in the editor: one paragraph, literals as they are typed (no
+    reStructuredText double backticks or ``:role:`` markup)."""
+    text = _RST_ROLE.sub(lambda m: m.group(1).rsplit(".", 1)[-1], doc)
+    text = _RST_LITERAL.sub(r"\1", text)
+    return " ".join(text.split())
+
+
+def _default_words(value: Any) -> str:
+    """A default as the YAML that would set it: ``true``, ``auto``, ``0.5``; ``not set`` for none."""
+    if value is None:
+        return "not set"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, BaseModel):
+        return "its keys' defaults"
+    if isinstance(value, (list, tuple, dict)) and not value:
+        return "none"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_default_words(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_default_words(v)}" for k, v in value.items())
+    return str(value)
+
+
+_SCALAR_WORDS = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}
+
+
+def _kind_words(annotation: Any) -> str:
+    """What a field holds, in words: ``a whole number``, ``one of auto, full_shard``, ``a list of text``."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        words = list(dict.fromkeys(_kind_words(a) for a in args))
+        return " or ".join(words) if words else "empty"
+    if _is_model(annotation):
+        return "a section of keys"
+    if origin is Literal:
+        return "one of " + ", ".join(str(a) for a in typing.get_args(annotation))
+    if origin in (list, tuple):
+        inner = typing.get_args(annotation)
+        item = _kind_words(inner[0]) if inner else "values"
+        return "a list of " + ("sections" if item == "a section of keys" else item.removeprefix("a "))
+    if origin is dict or annotation is dict:
+        return "a mapping"
+    if origin is typing.Annotated:
+        return _kind_words(typing.get_args(annotation)[0])
+    return _SCALAR_WORDS.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
 
 def _type_name(annotation: Any) -> str:

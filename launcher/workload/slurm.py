@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 
+from launcher.words import plural
 from launcher.workload.model import Slurm, Workload
 
 _TIME = re.compile(r"^(?:(?P<d>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?"
@@ -105,11 +106,11 @@ def findings(w: Workload, num_nodes: int, per_node: int, kind: str):
         except ValueError as err:
             out.append(((*p, "time"), "error", str(err), None))
     if s.nodes is not None and w.compute.num_accelerators is not None and s.nodes != num_nodes:
-        out.append(((*p, "nodes"), "error", f"{s.nodes} nodes, but {w.compute.num_accelerators} accelerators "
+        out.append(((*p, "nodes"), "error", f"{plural(s.nodes, 'node')}, but {plural(w.compute.num_accelerators, 'accelerator')} "
                     f"at {per_node} per node make {num_nodes}", "keep one of the two"))
     if s.gpus_per_node is not None and kind == "gpu" and s.gpus_per_node != per_node:
-        out.append(((*p, "gpus_per_node"), "error", f"{s.gpus_per_node} GPUs per node, but the run starts "
-                    f"{per_node} processes per node", "leave it out: it follows accelerator_type"))
+        out.append(((*p, "gpus_per_node"), "error", f"{plural(s.gpus_per_node, 'GPU')} per node, but the run starts "
+                    f"{plural(per_node, 'process')} per node", "leave it out: it follows accelerator_type"))
     if s.gpus_per_node is not None and kind == "cpu":
         out.append(((*p, "gpus_per_node"), "warning", "GPUs asked of SLURM for a CPU run", "leave it out"))
     for i, line in enumerate(s.extra_sbatch):

@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from launcher.workload import sweep_outputs
 from launcher.workload.load import Planned, plan_file
 from launcher.workload.model import Sweep
@@ -26,9 +24,10 @@ from launcher.workload.sweep_check import (
     origins,
     short_key,
     show_value,
+    too_many,
     variant_problems,
 )
-from launcher.workload.yaml_loader import LoadedYaml, load_yaml
+from launcher.workload.yaml_loader import MAX_VALUES, LoadedYaml, load_value, load_yaml
 
 __all__ = ["DROP_SWEEP", "OVER_SOURCE", "Origin", "Setting", "SweepPlan", "Variant", "parse_over", "plan_sweep",
            "show_value"]
@@ -85,11 +84,13 @@ def parse_over(index: int, text: str) -> tuple[str, list[Any]] | Problem:
         return Problem(OVER_SOURCE, index, 1, "", "error", f"'{text}' is not key.path=value1,value2,...",
                        "e.g. --over parameters.fsdp.sharding=full_shard,no_shard")
     values = []
+    budget = MAX_VALUES
     for part in raw.split(","):
-        try:
-            values.append(yaml.safe_load(part) if part.strip() else "")
-        except yaml.YAMLError:
-            values.append(part)
+        loaded = load_value(part, budget)
+        budget -= loaded.used
+        if loaded.error:
+            return Problem(OVER_SOURCE, index, 1, key.strip(), "error", loaded.error, origin=text)
+        values.append(loaded.value)
     return key.strip(), values
 
 
@@ -108,7 +109,12 @@ def plan_sweep(file: Path, over: Sequence[str] = (), sets: Sequence[str] = (), *
             parsed[got[0]] = (got[1], Origin(OVER_SOURCE, i, 1, got[0]))
     if base.plan is None or any(p.is_error for p in problems):
         return SweepPlan(file, tuple(sets), spec, (), problems, base)
-    where = origins(_loaded(file), str(file), spec)
+    loaded = _loaded(file)
+    line, col = loaded.mark(("sweep",), key=True) if loaded is not None else (1, 1)
+    crowd = too_many(spec, Origin(str(file), line, col, "sweep"), parsed)
+    if crowd is not None:
+        return SweepPlan(file, tuple(sets), spec, (), [*problems, crowd], base)
+    where = origins(loaded, str(file), spec)
     expanded = expand(spec, where, parsed)
     if parsed:
         # The file's own variants were checked with the workload; the --over axes are checked here.

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from launcher.words import plural
 from launcher.workload.model import Sweep
 from launcher.workload.overrides import SOURCE as SET_SOURCE
 from launcher.workload.overrides import parse_path
@@ -77,6 +78,26 @@ def origins(loaded: LoadedYaml | None, filename: str, spec: Sweep) -> dict[tuple
         for key in entry:
             out[("variants", i, key)] = at(("sweep", "variants", i, key), key, is_key=True)
     return out
+
+
+MAX_VARIANTS = 1000
+"""Variants one sweep may have: each is validated, planned and launched as a run of its own, so a grid
+whose product is in the millions is refused where it is written instead of expanded."""
+
+
+def too_many(spec: Sweep, where: Origin, over: dict[str, tuple[list[Any], Origin]] | None = None) -> Problem | None:
+    """The problem of a sweep with more than :data:`MAX_VARIANTS` variants (counted, never built)."""
+    sizes = {key: len(values) for key, values in spec.grid.items()}
+    sizes.update({key: len(values) for key, (values, _o) in (over or {}).items()})
+    count = max(1, len(spec.variants))
+    for size in sizes.values():
+        count *= size
+        if count > MAX_VARIANTS:
+            return Problem(where.source, where.line, where.col, "sweep", "error",
+                           f"the sweep has more than {plural(MAX_VARIANTS, 'variant')} ("
+                           + " x ".join(str(n) for n in [max(1, len(spec.variants)), *sizes.values()]) + ")",
+                           "sweep fewer values, or split it into several sweeps")
+    return None
 
 
 def expand(spec: Sweep, where: dict[tuple, Origin],

@@ -3,6 +3,7 @@ itself teaches the format. ``<...>`` marks a value the user must fill in (valida
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,13 +60,13 @@ ssh:
   remote_root: ~/.fsdp-tui          # folder on every node for run directories and venvs
 
 environment:
-  python: python3                   # interpreter on the nodes (needs torch >= 2.6)
+  python: python3                   # interpreter on the nodes (needs torch >= 2.11)
 
 # No `command:`, so the built-in trainer runs under torchrun with these parameters.
 parameters:
   model_name: meta-llama/Llama-3.2-1B   # a hub id or a model folder on the nodes
   dataset_name: tatsu-lab/alpaca        # a hub dataset or a json/jsonl/parquet file on the nodes
-  output_dir: checkpoints               # relative: inside the run's directory on each node
+  output_dir: outputs                   # relative: on each node's own disk, gathered into node 0 after each save
   max_seq_len: 1024                     # tokens per example
   per_device_batch_size: 4              # examples per GPU per step
   learning_rate: 0.00002                # peak learning rate
@@ -123,13 +124,13 @@ compute:
     job_dir: ~/fsdp-tui-jobs        # a folder the login and compute nodes share
 
 environment:
-  python: python3                   # interpreter on the compute nodes (needs torch >= 2.6)
+  python: python3                   # interpreter on the compute nodes (needs torch >= 2.11)
 
 # No `command:`, so the built-in trainer runs under torchrun with these parameters.
 parameters:
   model_name: meta-llama/Llama-3.2-1B   # a hub id or a model folder the nodes can read
   dataset_name: tatsu-lab/alpaca        # a hub dataset or a json/jsonl/parquet file
-  output_dir: checkpoints               # relative: in the run's folder under job_dir (shared)
+  output_dir: outputs                   # relative: in the run's folder under job_dir (shared)
   max_seq_len: 1024                     # tokens per example
   per_device_batch_size: 4              # examples per GPU per step
   learning_rate: 0.00002                # peak learning rate
@@ -161,10 +162,19 @@ def templates(samples_root: Path = SAMPLES_ROOT) -> list[Template]:
 
 
 def _first_comment(path: Path) -> str:
+    """The first sentence of the file's opening comment, whole (it may run over several lines)."""
+    words: list[str] = []
     for line in path.read_text("utf-8").splitlines():
-        if line.startswith("#"):
-            return line.lstrip("# ").strip()
-    return "a shipped sample"
+        if not line.startswith("#"):
+            break
+        text = line.lstrip("#").strip()
+        if not text or text.startswith("fsdp-tui "):
+            break  # a blank comment line or an example command ends the prose
+        words.append(text)
+    prose = " ".join(words)
+    end = re.search(r"\.(\s|$)", prose)
+    sentence = (prose[:end.start()] if end else prose).rstrip(":").replace("`", "")
+    return sentence or "a shipped sample"
 
 
 def is_blank(text: str) -> bool:

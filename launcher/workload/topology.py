@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from launcher.words import plural
 from launcher.workload.accelerators import parse_accelerator
 from launcher.workload.hosts import HostTarget, parse_host
 from launcher.workload.model import Workload
@@ -61,7 +62,7 @@ def resolve_topology(workload: Workload) -> Topology:
     if kind == "gpu" and c.gpus_per_node is not None:
         if per_node is not None and per_node != c.gpus_per_node:
             findings.append(Finding(("compute", "gpus_per_node"), "error",
-                                    f"{c.gpus_per_node} GPUs per node, but accelerator_type "
+                                    f"{plural(c.gpus_per_node, 'GPU')} per node, but accelerator_type "
                                     f"'{c.accelerator_type}' has {per_node}", "keep one of the two"))
         per_node = c.gpus_per_node
     if c.procs_per_node is not None:
@@ -95,14 +96,14 @@ def resolve_topology(workload: Workload) -> Topology:
     hosts = _hosts(c.hosts, findings)
     if c.hosts and len(c.hosts) != num_nodes:
         findings.append(Finding(("compute", "hosts"), "error",
-                                f"{len(c.hosts)} hosts for {num_nodes} nodes "
-                                f"({c.num_accelerators} accelerators / {per_node} per node)",
+                                f"{plural(len(c.hosts), 'host')} for {plural(num_nodes, 'node')} "
+                                f"({plural(c.num_accelerators, 'accelerator')} / {per_node} per node)",
                                 "list one host per node"))
     if not c.hosts and num_nodes > 1:
         findings.append(Finding(("compute",), "warning",
-                                f"no compute.hosts: {num_nodes} nodes need one SSH host each to run "
+                                f"no compute.hosts: {plural(num_nodes, 'node')} need one SSH host each to run "
                                 "outside Databricks",
-                                f"add 'hosts: [node0, node1, ...]' with {num_nodes} entries"))
+                                f"add 'hosts: [node0, node1, ...]' with {plural(num_nodes, 'entry')}"))
     if len(hosts) > 1 and hosts[0].is_local and not c.master_addr and not all(h.is_local for h in hosts):
         findings.append(Finding(("compute", "hosts", 0), "warning",
                                 "node 0 is localhost, which the other nodes cannot reach",

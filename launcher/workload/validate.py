@@ -16,7 +16,8 @@ from launcher.workload.overrides import SOURCE as OVERRIDE_SOURCE
 from launcher.workload.overrides import AppliedOverride, Override, apply_overrides
 from launcher.workload.problems import Problem, did_you_mean, format_path, has_errors
 from launcher.workload.topology import Finding
-from launcher.workload.yaml_loader import LoadedYaml, decode, load_yaml, too_large
+from launcher.workload.value_rules import value_problems
+from launcher.workload.yaml_loader import MAX_VALUES, LoadedYaml, decode, load_yaml, too_large
 from trainer.config import TrainerConfig
 
 YamlPath = tuple[str | int, ...]
@@ -31,6 +32,14 @@ class ValidationResult:
     trainer_config: TrainerConfig | None = None
     data: dict[str, Any] | None = None
     overrides: list[AppliedOverride] = field(default_factory=list)
+    locator: _Locator | None = field(default=None, compare=False, repr=False)
+
+    def problem(self, path: YamlPath, severity: str, message: str, hint: str = "") -> Problem:
+        """A problem found later (by a caller that knows more than the file: the run store) placed where
+        ``path`` was written, in the file or the ``--set`` that wrote it."""
+        if self.locator is None:
+            return Problem("<workload>", 1, 1, format_path(path), severity, message, hint)  # type: ignore[arg-type]
+        return self.locator.problem(path, severity, message, hint)
 
     @property
     def ok(self) -> bool:
@@ -77,11 +86,13 @@ def _validate_loaded(loaded: LoadedYaml, filename: str, overrides: Sequence[str]
             problems.append(Problem(filename, *loaded.mark(()), "", "error",
                                     "the file must be a mapping of keys (experiment_name: ..., compute: ...)"))
         return ValidationResult(_sorted(problems))
-    data, applied, override_problems = apply_overrides(loaded.data, overrides)
+    data, applied, override_problems = apply_overrides(loaded.data, overrides, MAX_VALUES - loaded.used)
     if "parameters" in data and data["parameters"] is None:
         data = {**data, "parameters": {}}  # `parameters:` with nothing under it yet: being written
     problems += override_problems
     locate = _Locator(filename, loaded, {o.path: o.index for o in applied}, [str(o) for o in overrides])
+    broken = [locate.problem(path, "error", message, hint) for path, message, hint in value_problems(data)]
+    problems += broken
 
     workload: Workload | None = None
     checked: Workload | None = None
@@ -112,6 +123,9 @@ def _validate_loaded(loaded: LoadedYaml, filename: str, overrides: Sequence[str]
                                        "no compute section: this runs one process on this machine",
                                        "add compute: with hosts: [...] and procs_per_node: N for SSH nodes "
                                        "or more processes", at=()))
+    if broken:  # a value that breaks the rules is said once, in their words, not again by the schema
+        said = {(p.file, p.line, p.path) for p in broken}
+        problems = [p for p in problems if p in broken or (p.file, p.line, p.path) not in said]
     if with_sweep:
         problems += _sweep_problems(loaded, filename, overrides, base_dir, data, problems)
     ok = not has_errors(problems)
@@ -121,6 +135,7 @@ def _validate_loaded(loaded: LoadedYaml, filename: str, overrides: Sequence[str]
         trainer_cfg if ok else None,
         data,
         applied,
+        locate,
     )
 
 
@@ -134,6 +149,10 @@ def _sweep_problems(loaded: LoadedYaml, filename: str, overrides: Sequence[str],
         spec = Sweep.model_validate(raw)
     except ValidationError:
         return []  # the section's own shape problems are reported with the workload's
+    line, col = loaded.mark(("sweep",), key=True)
+    crowd = sweep_check.too_many(spec, sweep_check.Origin(filename, line, col, "sweep"))
+    if crowd is not None:
+        return [crowd]
     where = sweep_check.origins(loaded, filename, spec)
     out = sweep_check.shape_problems(spec, where)
     if not spec.grid and not spec.variants:
@@ -198,7 +217,7 @@ class _Locator:
 NOTHING_TO_RUN = "nothing to run: add a `command:` to run your own script, or `parameters:` for the built-in trainer"
 NOTHING_TO_RUN_HINT = (
     "your script: 'command: torchrun train.py' (the templates show the multi-node flags); "
-    "the built-in trainer: 'parameters: {model_name: <hub id>, dataset_name: <dataset>, output_dir: checkpoints}'"
+    "the built-in trainer: 'parameters: {model_name: <hub id>, dataset_name: <dataset>, output_dir: outputs}'"
 )
 
 _TYPE_WORDS = {
@@ -218,6 +237,23 @@ _TYPE_WORDS = {
 }
 
 
+def _mapping_at(data: Any, path: YamlPath) -> dict:
+    for part in path:
+        data = data.get(part) if isinstance(data, dict) else data[part] if isinstance(data, list) and isinstance(
+            part, int) and part < len(data) else None
+    return data if isinstance(data, dict) else {}
+
+
+def _unknown_hint(name: str, allowed: tuple[str, ...], siblings: dict) -> str:
+    """"did you mean 'max_steps'?" for a misspelt key, unless 'max_steps' is written beside it: then
+    renaming would make a duplicate key, and the user decides which of the two to keep."""
+    hint = did_you_mean(name, allowed)
+    meant = re.fullmatch(r"did you mean '([^']+)'\?", hint)
+    if meant and meant.group(1) in siblings:
+        return f"'{meant.group(1)}' is set beside it: remove the one you do not want"
+    return hint or _allowed(allowed)
+
+
 def _convert(err: ValidationError, model: type[BaseModel], data: Any, prefix: YamlPath,
              locate: _Locator) -> list[Problem]:
     out: list[Problem] = []
@@ -233,7 +269,7 @@ def _convert(err: ValidationError, model: type[BaseModel], data: Any, prefix: Ya
             allowed = schema_walk.keys_at(path[:-1], full)
             name = str(path[-1])
             out.append(locate.problem(path, "error", f"unknown key '{name}'",
-                                      did_you_mean(name, allowed) or _allowed(allowed), key=True))
+                                      _unknown_hint(name, allowed, _mapping_at(full, path[:-1])), key=True))
         elif kind == "missing":
             out.append(locate.problem(path, "error", f"missing required key '{path[-1]}'",
                                       _missing_hint(str(path[-1])), key=True, at=path[:-1]))

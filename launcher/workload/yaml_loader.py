@@ -35,8 +35,12 @@ def too_large(filename: str, size: int) -> Problem | None:
     return Problem(filename, 1, 1, "", "error",
                    f"the file is {size / 1e6:.1f} MB; workload files are limited to {limit // 1000:,} kB",
                    f"keep data in separate files, or raise the limit with {LIMIT_ENV}=<kB>")
-MAX_NODES = 200_000
-"""Values built from one document, aliases counted each time they are used (alias bombs)."""
+MAX_VALUES = 200_000
+"""Values built from one workload, aliases counted each time they are used (alias bombs): the file and
+every ``--set`` or ``--over`` value on top of it share this one budget."""
+MAX_INT_DIGITS = 40
+"""A whole number longer than this is out of any range a workload has (Python itself refuses to read one
+of over 4300 digits): refused where it is written, before it is built."""
 
 Path = tuple[str | int, ...]
 Mark = tuple[int, int]
@@ -53,6 +57,8 @@ class LoadedYaml:
     """The document as plain Python data, with 1-based (line, column) of each value and key."""
 
     data: Any = None
+    used: int = 0
+    """Values built, aliases counted each time: what is left of :data:`MAX_VALUES` goes to overrides."""
     value_marks: dict[Path, Mark] = field(default_factory=dict)
     key_marks: dict[Path, Mark] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
@@ -102,6 +108,9 @@ def load_yaml(text: str, filename: str) -> LoadedYaml:
     except yaml.MarkedYAMLError as err:
         out.problems.append(_syntax_problem(err, filename))
         return out
+    except yaml.reader.ReaderError as err:
+        out.problems.append(_reader_problem(err, text, filename))
+        return out
     except yaml.YAMLError as err:
         out.problems.append(Problem(filename, 1, 1, "", "error", f"YAML error: {err}"))
         return out
@@ -123,7 +132,65 @@ def load_yaml(text: str, filename: str) -> LoadedYaml:
     except RecursionError:
         out.data = None
         out.problems.append(Problem(filename, 1, 1, "", "error", "the document is nested too deeply"))
+    out.used = MAX_VALUES - builder.budget
     return out
+
+
+@dataclass(frozen=True)
+class LoadedValue:
+    """One value given on the command line (``--set k=VALUE``, ``--over k=V1,V2``), read as YAML under the
+    file's rules and from what is left of its budget."""
+
+    value: Any
+    error: str = ""
+    """Why the value is refused (empty when it is not): too big, an alias bomb, a tag, a duplicate key."""
+    used: int = 0
+
+
+def load_value(text: str, budget: int = MAX_VALUES) -> LoadedValue:
+    """``text`` as a YAML value; text that is not YAML at all stays the text itself (``a: b: c``).
+
+    The same builder as a file's: aliases are expanded as they are used and counted, so an alias bomb stops
+    at the budget instead of being written out later (a launch saves the workload it runs)."""
+    if len(text.encode("utf-8", "surrogatepass")) > max_bytes():
+        return LoadedValue(None, f"the value is longer than {max_bytes() // 1000:,} kB, the limit of a "
+                                 f"workload (raise it with {LIMIT_ENV}=<kB>)")
+    if not text.strip():
+        return LoadedValue("")
+    try:
+        node = _compose(text)
+    except yaml.YAMLError:
+        return LoadedValue(text)
+    except RecursionError:
+        return LoadedValue(None, "the value is nested too deeply")
+    if node is None:
+        return LoadedValue("")
+    loaded = LoadedYaml()
+    builder = _Builder("<value>", loaded)
+    builder.budget = budget
+    try:
+        value = builder.build(node, ())
+    except _TooBig:
+        return LoadedValue(None, "the value expands to too many values (alias bomb?); use fewer anchors "
+                                 "and aliases", budget)
+    except RecursionError:
+        return LoadedValue(None, "the value is nested too deeply")
+    used = budget - builder.budget
+    if loaded.problems:
+        first = loaded.problems[0]
+        return LoadedValue(None, f"{first.message}" + (f" ({first.hint})" if first.hint else ""), used)
+    return LoadedValue(value, "", used)
+
+
+def _reader_problem(err: yaml.reader.ReaderError, text: str, filename: str) -> Problem:
+    """A character YAML does not allow (a NUL byte, a control character), at its own line and column."""
+    before = text[: err.position]
+    line = before.count("\n") + 1
+    column = err.position - (before.rfind("\n") + 1) + 1
+    char = err.character if isinstance(err.character, int) else 0
+    return Problem(filename, line, column, "", "error",
+                   f"a character YAML does not allow (U+{char:04X}: {err.reason})",
+                   "remove it; in a double-quoted string a control character can be written as an escape")
 
 
 _INDENT_WORDS = ("expected <block end>", "did not find expected key", "did not find expected '-'")
@@ -174,7 +241,7 @@ class _Builder:
     def __init__(self, filename: str, out: LoadedYaml) -> None:
         self.filename = filename
         self.out = out
-        self.budget = MAX_NODES
+        self.budget = MAX_VALUES
         self.constructor = yaml.SafeLoader("")
 
     def build(self, node: yaml.Node, path: Path) -> Any:
@@ -194,8 +261,15 @@ class _Builder:
             return self._mapping(node, path)
         if isinstance(node, yaml.SequenceNode):
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+        if node.tag.endswith(":int") and len(node.value.lstrip("+-").replace("_", "")) > MAX_INT_DIGITS:
+            self._problem(node, path, f"the number has {len(node.value)} digits: out of range for any key",
+                          "write a smaller number")
+            return None
         try:
             return self.constructor.construct_object(node, deep=True)
+        except ValueError as err:  # a number Python will not read (e.g. a float's digits past its limit)
+            self._problem(node, path, f"unsupported value: {err}", "use plain YAML scalars, lists and mappings")
+            return None
         except yaml.YAMLError as err:
             line, column = node.start_mark.line + 1, node.start_mark.column + 1
             self.out.problems.append(Problem(self.filename, line, column, format_path(path), "error",

@@ -225,6 +225,10 @@ def check_invocation(parser: argparse.ArgumentParser, args: list[str], helped: s
     problems, flags, shown, i = [], [], [], 0
     while i < len(rest):
         token, i = rest[i], i + 1
+        if token == "--":  # the end of the options: what follows is the command's own (ssh RUN -- COMMAND)
+            if not any(a.nargs == argparse.REMAINDER for a in inner._actions):
+                problems.append(f"fsdp-tui {command}: takes no command after --")
+            break
         if not (token.startswith("-") and len(token) > 1):
             shown.append(token)
             continue

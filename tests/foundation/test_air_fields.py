@@ -80,8 +80,6 @@ BASE = "experiment_name: x\ncompute: {accelerator_type: CPU, procs_per_node: 1}\
      "not one of auto, latest"),
     ("code_source: {type: snapshot, snapshot: {root_path: ., git: {branch: main, commit: abc}}}\n",
      "code_source.snapshot.git", "exactly one of branch and commit"),
-    ("code_source: {type: snapshot, snapshot: {root_path: ., git: {branch: main, remote: origin}}}\n",
-     "code_source.snapshot.git.remote", "not supported"),
     ("code_source: {type: snapshot, snapshot: {root_path: ., include_paths: []}}\n",
      "code_source.snapshot.include_paths", "empty"),
     ("code_source: {type: snapshot, snapshot: {root_path: ., include_paths: [../secrets]}}\n",
@@ -131,3 +129,45 @@ def test_dependencies_from_a_requirements_file_reach_the_plan(tmp_path):
     (tmp_path / "requirements.txt").write_text("-r other.txt\n")
     errors = _errors(BASE + "environment: {dependencies: requirements.txt}\n", tmp_path)
     assert len(errors) == 1 and "requirements.txt:1: pip options ('-r')" in errors[0]
+
+
+def test_git_remote_is_a_warning_and_ships_what_the_remote_has(tmp_path):
+    """``git.remote: true``, upstream's way to snapshot a branch as pushed: accepted with a warning that says
+    what ships, and the snapshot is the remote's branch, not the clone's unpushed commit."""
+    import os
+    import subprocess
+
+    from launcher.backends.snapshot_source import source_root
+    from launcher.workload.model import Snapshot
+
+    remote_on = EVERY_FIELD.replace("git: {commit: 0123abcd, remote: false}", "git: {branch: main, remote: true}")
+    result = validate_text(remote_on, "w.yaml", base_dir=tmp_path)
+    assert result.ok, [p.format() for p in result.errors]
+    (said,) = [p for p in result.problems if p.path == "code_source.snapshot.git.remote"]
+    assert said.severity == "warning" and "fetched from the branch's upstream remote, else origin" in said.message
+
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.com"}
+
+    def git(where: Path, *args: str) -> None:
+        subprocess.run(["git", "-C", str(where), *args], check=True, capture_output=True, env=env)
+
+    upstream, clone = tmp_path / "upstream.git", tmp_path / "clone"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(upstream))
+    git(tmp_path, "clone", "-q", str(upstream), str(clone))
+    (clone / "train.py").write_text("pushed\n")
+    git(clone, "add", "-A")
+    git(clone, "commit", "-qm", "pushed")
+    git(clone, "push", "-q", "origin", "HEAD:main")
+    (clone / "train.py").write_text("committed here, never pushed\n")
+    git(clone, "commit", "-qam", "local")
+    snap = Snapshot.model_validate({"root_path": ".", "git": {"branch": "main", "remote": True}})
+    (tmp_path / "t1").mkdir()
+    assert (source_root(clone, snap, tmp_path / "t1") / "train.py").read_text() == "pushed\n"
+    local = Snapshot.model_validate({"root_path": ".", "git": {"branch": "main"}})
+    (tmp_path / "t2").mkdir()
+    assert (source_root(clone, local, tmp_path / "t2") / "train.py").read_text() == "committed here, never pushed\n"
+    named = Snapshot.model_validate({"root_path": ".", "git": {"branch": "main", "remote": "nowhere"}})
+    (tmp_path / "t3").mkdir()
+    with pytest.raises(Exception, match="git fetch nowhere main failed"):
+        source_root(clone, named, tmp_path / "t3")

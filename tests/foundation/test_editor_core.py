@@ -57,7 +57,7 @@ def test_fix_renames_a_misspelt_key_and_adds_a_missing_one():
     text = "experiment_name: x\nparameters:\n  model_name: m\n  dataset_name: d\n"
     (p,) = validate_text(text).errors
     fixed = fix_for(p, text).apply(text)
-    assert "  output_dir: checkpoints\n" in fixed and validate_text(fixed).ok
+    assert "  output_dir: outputs\n" in fixed and validate_text(fixed).ok
     text = "compute: {}\ncommand: y"
     (p,) = validate_text(text).errors
     assert validate_text(fix_for(p, text).apply(text)).ok
@@ -105,3 +105,52 @@ def test_the_lora_and_samples_sections_complete_with_their_help():
     assert "PEFT's r" in lora.items[0].help and "all-linear" in lora.items[3].help
     samples = complete("experiment_name: x\nparameters:\n  logging:\n    samples:\n      \n", 4, 6)
     assert [i.label for i in samples.items][:3] == ["prompts", "eval_rows", "every_steps"]
+
+
+def test_no_rename_fix_when_the_key_it_would_become_is_set_beside_it():
+    text = ("experiment_name: x\nparameters:\n  model_name: m\n  dataset_name: d\n  output_dir: o\n"
+            "  max_steps: 10\n  max_stepz: 20\n")
+    (p,) = validate_text(text).errors
+    assert p.message == "unknown key 'max_stepz'" and "'max_steps' is set beside it" in p.hint
+    assert fix_for(p, text) is None  # renaming would write a duplicate key: the user decides
+    alone = text.replace("  max_steps: 10\n", "")
+    (p,) = validate_text(alone).errors
+    assert fix_for(p, alone).apply(alone) == alone.replace("max_stepz", "max_steps")
+
+
+def test_templates_speak_for_themselves():
+    from trainer.config import MIN_TORCH
+
+    need = "torch >= " + ".".join(map(str, MIN_TORCH))
+    for t in templates():
+        assert "seed" not in (t.summary + t.text).lower(), t.key  # no internal names of where a recipe came from
+        assert t.summary and not t.summary.endswith((",", ":")) and "`" not in t.summary, (t.key, t.summary)
+        for version in re.findall(r"torch >= [\d.]+", t.text):
+            assert version == need, (t.key, version)
+        # output_dir names the run's outputs: the trainer adds checkpoints/ and hf/ below it
+        for value in re.findall(r"^\s+output_dir:\s*(\S+)", t.text, re.M):
+            assert value.rstrip("/").rsplit("/", 1)[-1] != "checkpoints", (t.key, value)
+    summaries = {t.key: t.summary for t in templates()}
+    assert summaries["sample:tiny_cpu.yaml"].startswith("The demo: the built-in FSDP2 trainer")
+
+
+@pytest.mark.parametrize("path", [("parameters", "fsdp", "sharding"), ("ssh", "identity_file"),
+                                  ("parameters", "checkpoint", "every_steps"), ("compute", "hosts"),
+                                  ("parameters", "model_name"), ("environment", "dependencies")])
+def test_the_help_of_a_key_is_in_words(path):
+    from launcher.workload.schema_walk import help_for
+
+    info = help_for(path, None)
+    shown = f"{info.headline()}\n{info.description}"
+    for raw in ("None", "``", "Literal[", "typing", "| None", ":class:", ":func:", "'auto'", "[]"):
+        assert raw not in shown, (path, shown)
+    assert "\n" not in info.description  # one paragraph: the pane wraps it
+
+
+def test_help_names_the_default_and_the_choices():
+    from launcher.workload.schema_walk import help_for
+
+    assert help_for(("parameters", "fsdp", "sharding"), None).headline() == (
+        "parameters.fsdp.sharding: one of auto, full_shard, shard_grad_op, hybrid_shard, no_shard (default: auto)")
+    assert help_for(("ssh", "identity_file"), None).headline() == "ssh.identity_file: text (default: not set)"
+    assert help_for(("parameters", "output_dir"), None).headline() == "parameters.output_dir: text, required"

@@ -113,6 +113,17 @@ def run_sampling_cmdlines(home: Path, workload: Path, timeout: float, **env: str
     return proc.wait(timeout=60), out, cmdlines
 
 
+def wait_tracked(home: Path, *run_ids: str, timeout: float = 120) -> None:
+    """MLflow has the runs (all of the data dir's, without ``run_ids``): an owner records the run's end
+    first and sends it to MLflow after, then leaves; with a store that works nothing is left unsent."""
+    from launcher.runs.core.ownership import owned
+    from launcher.runs.core.pending import why_pending
+
+    ids = run_ids or tuple(p.name for p in (home / "runs").iterdir())
+    wait_until(lambda: not any(owned(home, r) for r in ids), timeout, "the owners to send the runs to MLflow")
+    assert [why_pending(home / "runs" / r) for r in ids] == [None] * len(ids)
+
+
 def wait_until(predicate, timeout: float, what: str, every_s: float = 0.2):
     """``predicate()``'s first true value, polled; fails naming ``what`` when none comes within ``timeout``
     (generous: real parts share two cores)."""

@@ -13,6 +13,7 @@ from launcher.backends.base import (
     NodeLost,
     NodeStatus,
     PortClaim,
+    PortTaken,
     SchedulerCause,
     ScriptRun,
     StackDump,
@@ -20,6 +21,7 @@ from launcher.backends.base import (
     UsageSample,
 )
 from launcher.events import GpuSample
+from launcher.workload.ckpt_place import CheckpointPlace
 from launcher.workload.plan import RunPlan, render_plan
 
 
@@ -68,8 +70,11 @@ class FakeNode:
 class FakeBackend:
     def __init__(self, plan: RunPlan, nodes: list[FakeNode], *, port_free: bool = True,
                  prepare_error: str | None = None, running_attempt: int | None = None,
-                 probe_facts: dict | None = None, cause: SchedulerCause | None = None) -> None:
+                 probe_facts: dict | None = None, cause: SchedulerCause | None = None,
+                 port_taken_starts: int = 0) -> None:
         self.plan = plan
+        self.port_taken_starts = port_taken_starts
+        """Starts that node 0 refuses because its rendezvous port was taken meanwhile."""
         self.status_calls = 0
         self.status_calls_of: dict[int, int] = {}
         self.cause = cause
@@ -114,6 +119,9 @@ class FakeBackend:
 
     async def start(self, secrets: dict[str, str], attempt: int) -> None:
         self.calls.append(f"start {attempt}")
+        if self.port_taken_starts:
+            self.port_taken_starts -= 1
+            raise PortTaken(f"node 0 (fake): rendezvous port {self.plan.master_port} is taken on this machine", 0)
         errors = {}
         for rank, node in enumerate(self.nodes):
             if node.start_error:
@@ -212,15 +220,24 @@ class FakeBackend:
     async def stacks(self, rank: int) -> tuple[StackDump, ...]:
         return (StackDump(100 + rank, rank, "py-spy", f"Thread {100 + rank}\n    hang_forever (train.py:7)"),)
 
-    async def checkpoints(self, output_dir: str) -> CheckpointListing:
-        return CheckpointListing(0, "node 0 (fake)", output_dir)
+    async def checkpoints(self, output_dir: str, rank: int = 0, root: str | None = None) -> CheckpointListing:
+        return CheckpointListing(rank, f"node {rank} (fake)", root or output_dir)
 
-    async def delete_checkpoint(self, output_dir: str, name: str) -> None:
+    async def delete_checkpoint(self, output_dir: str, name: str, rank: int = 0, root: str | None = None) -> None:
         pass
 
     async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None,
-                                merged: bool = False) -> ExportResult:
+                                merged: bool = False, rank: int = 0, root: str | None = None,
+                                url: str | None = None, job_env: dict | None = None) -> ExportResult:
         return ExportResult(output_dir)
+
+    async def checkpoint_place(self, output_dir: str) -> CheckpointPlace:
+        """One folder every fake node sees (the gathers have their own tests, on real folders)."""
+        return CheckpointPlace("shared", output_dir, (output_dir,) * len(self.plan.nodes),
+                               (True,) * len(self.plan.nodes))
+
+    def checkpoint_files(self, rank: int):
+        raise NotImplementedError("the fake backend keeps no checkpoint files")
 
     async def scheduler_cause(self) -> SchedulerCause | None:
         return self.cause

@@ -31,12 +31,14 @@ class TestHost:
     home: Path | None = None
     """The login's home on this host (sshd sets HOME there): tests never touch the real home."""
     conf: Path | None = None
+    disk: Path | None = None
+    """With private disks: this host's own folder, bind-mounted over ``home`` in the host's own mount
+    namespace (what it writes under its home no other host sees; the test reads it here)."""
 
     def restart(self) -> None:
-        """Start this host's sshd again (after a test killed it), with the same keys and address."""
-        enter = ["ip", "netns", "exec", self.netns] if self.netns else []
+        """Start this host's sshd again (after a test killed it), with the same keys, address and disk."""
         with open(str(self.conf) + ".log", "a") as log:
-            self.proc = subprocess.Popen([*enter, SSHD, "-D", "-e", "-f", str(self.conf)], stderr=log)
+            self.proc = subprocess.Popen(_sshd_argv(self.netns, self.conf, self.disk, self.home), stderr=log)
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -202,12 +204,26 @@ def ssh_config_entry(alias: str, addr: str, port: int, client: Path, *, known_ho
             f"  IdentityFile {client / '.ssh' / 'id_ed25519'}\n{known}")
 
 
+def _sshd_argv(netns: str | None, conf: Path, disk: Path | None, home: Path | None) -> list[str]:
+    """sshd in the host's network namespace; with ``disk``, in a mount namespace of its own too, where
+    ``disk`` is bind-mounted over ``home`` (``ip netns exec`` makes a mount namespace whose mounts stay
+    there; a loopback host gets one from ``unshare``)."""
+    enter = ["ip", "netns", "exec", netns] if netns else []
+    if disk is None:
+        return [*enter, SSHD, "-D", "-e", "-f", str(conf)]
+    if not netns:
+        enter = ["unshare", "--mount", "--propagation", "private"]
+    return [*enter, "sh", "-c", f'mount --bind "{disk}" "{home}" && exec {SSHD} -D -e -f "{conf}"']
+
+
 def start_hosts(tmp: Path, count: int, netns: bool = False, sftp: bool = True,
-                shared_key: bool = False) -> tuple[Path, list[TestHost]]:
+                shared_key: bool = False, private_disks: bool = False) -> tuple[Path, list[TestHost]]:
     """Start ``count`` sshd hosts; returns the client HOME (with .ssh/config and known_hosts) and them.
     ``sftp=False``: hosts without an SFTP subsystem, as some hardened servers are. ``shared_key``: one host
     key for every host (each known under its own address), for tests that do not care whose key is whose:
-    16-64 hosts start without a key generated each. The sshds start all at once and are waited for together."""
+    16-64 hosts start without a key generated each. ``private_disks``: every host's home is a folder of its
+    own (``TestHost.disk``), as machines without a shared filesystem have. The sshds start all at once and
+    are waited for together."""
     if not os.path.exists(SSHD) or shutil.which("ssh-keygen") is None:
         raise RuntimeError("openssh-server is not installed (apt-get install openssh-server)")
     switch = make_switch(count) if netns else None
@@ -228,10 +244,13 @@ def start_hosts(tmp: Path, count: int, netns: bool = False, sftp: bool = True,
         conf = tmp / f"sshd{i}.conf"
         conf.write_text(sshd_config(addr, port, keys[i], authorized, tmp / f"sshd{i}.pid", sftp=sftp,
                                     env={"HOME": str(remote_home)}))
+        disk = None
+        if private_disks:
+            disk = tmp / f"disk{i}"
+            disk.mkdir()
         with open(str(conf) + ".log", "w") as log:  # the child keeps its own copy of the descriptor
-            enter = ["ip", "netns", "exec", ns] if ns else []  # it execs sshd: the same process
-            proc = subprocess.Popen([*enter, SSHD, "-D", "-e", "-f", str(conf)], stderr=log)
-        hosts.append(TestHost(f"node{i}", addr, port, keys[i], proc, ns, switch, remote_home, conf))
+            proc = subprocess.Popen(_sshd_argv(ns, conf, disk, remote_home), stderr=log)  # it execs sshd
+        hosts.append(TestHost(f"node{i}", addr, port, keys[i], proc, ns, switch, remote_home, conf, disk))
         config.append(ssh_config_entry(f"node{i}", addr, port, client))
     (client / ".ssh" / "config").write_text("\n".join(config))
     (client / ".ssh" / "known_hosts").write_text("".join(h.known_hosts_line() + "\n" for h in hosts))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launcher.conftest import cli, events
+from tests.launcher.conftest import cli, events, wait_tracked
 
 pytestmark = pytest.mark.slow
 
@@ -91,6 +91,7 @@ command: |
 
     from mlflow import MlflowClient
 
+    wait_tracked(home, run_id)
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
     [run] = client.search_runs([client.get_experiment_by_name("air-honoured").experiment_id])
     assert run.info.run_name == "named_by_air" and run.info.status == "FINISHED"

@@ -3,6 +3,8 @@ every --set, and exit 2 for a workload that cannot be launched as written (1 is 
 
 from __future__ import annotations
 
+import subprocess
+
 from tests.launcher.conftest import ROOT, cli, write_workload
 
 SWEEP = ROOT / "sample_workloads" / "sharding_sweep_cpu.yaml"
@@ -52,9 +54,33 @@ def test_show_rounds_losses_and_rm_says_what_stays_and_files_removes_the_runs_fo
     assert "step 20/20  loss 1.2346  best eval -" in cli(home, "show", kept).stdout
     out = cli(home, "rm", kept)
     assert out.returncode == 0 and f"deleted {kept}" in out.stdout
-    assert f"fsdp-tui rm --files {kept}" in out.stderr and "(3.0 MiB" in out.stderr
+    # What rm says of the files that stay works once the record is gone: a command that needs no record.
+    here = home / "nodes" / kept
+    assert f"remove them: rm -r {here}" in out.stderr and "(3.0 MiB" in out.stderr
+    assert f"fsdp-tui rm --files {kept}" not in out.stderr
     assert "node 0 (gpu-a) stay there" in out.stderr  # the recorded run ran on a host elsewhere
-    assert (home / "nodes" / kept).is_dir()
+    assert here.is_dir()
+    again = cli(home, "rm", "--files", kept)
+    assert again.returncode == 2 and f"no run '{kept}'" in again.stderr  # what the old advice led to
+    subprocess.run(["rm", "-r", str(here)], check=True)  # the advice given, followed
+    assert not here.exists()
     out = cli(home, "rm", "--files", gone)
-    assert out.returncode == 0 and "removed its files here" in out.stdout and "3.0 MiB" in out.stdout
-    assert not (home / "nodes" / gone).exists() and (home / "nodes" / kept).is_dir()
+    assert out.returncode == 0 and f"deleted {gone}" in out.stdout, out.stderr
+    assert f"this machine: removed {home / 'nodes' / gone} (3.0 MiB, 1 file)" in out.stdout
+    assert not (home / "nodes" / gone).exists()
+
+
+def test_runs_keeps_both_ends_of_a_long_reason(home):
+    from launcher.cli.runs import WHY_WIDTH, shorten
+    from launcher.events import RunState
+    from launcher.runs.core.store import RunStore
+    from tests.tui.support import RecordedRun, record
+
+    why = ("node 0 rank 1: python_error, exit code 1: [rank1]: FileNotFoundError: Couldn't find any data file "
+           "at /data/team/sft/train-2026-11.jsonl.")
+    record(home, RecordedRun("20260301-0900-far-a1f3", "far", RunState.FAILED, 1, 0, 60))
+    RunStore(home).set_state("20260301-0900-far-a1f3", RunState.FAILED, 1, why)
+    line = cli(home, "runs").stdout.splitlines()[1]
+    assert line.endswith("/data/team/sft/train-2026-11.jsonl.")  # the file's name, not cut off before it
+    assert "node 0 rank 1: python_error" in line and " … " in line
+    assert len(shorten(why)) <= WHY_WIDTH and shorten("short") == "short"

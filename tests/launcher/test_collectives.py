@@ -76,7 +76,7 @@ def test_a_nodes_dumps_are_kept_under_checked_names_only(tmp_path):
     kept = sorted(p.name for p in path.parent.iterdir())
     assert len(kept) == 2 and kept[0].endswith("-node0-rank0-flight-recorder.json"), kept
     assert not list(tmp_path.rglob("*escaped*"))
-    assert summary == "node 0: 1 process(es) (py-spy), flight recorder of 1 rank(s)"
+    assert summary == "node 0: 1 process (py-spy), flight recorder of 1 rank"
     assert "flight" not in path.read_text()
 
 

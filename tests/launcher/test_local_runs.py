@@ -17,6 +17,7 @@ from tests.launcher.conftest import (
     events,
     run_sampling_cmdlines,
     tagged,
+    wait_tracked,
     write_workload,
 )
 
@@ -44,6 +45,7 @@ def test_air_style_script_unmodified_gets_metrics_records_and_mlflow(home):
 
     from mlflow import MlflowClient
 
+    wait_tracked(home, run_id)
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
     [run] = client.search_runs([client.get_experiment_by_name("byo-script-cpu").experiment_id])
     assert run.info.status == "FINISHED" and run.info.run_name == run_id
@@ -235,12 +237,14 @@ command: |
             assert canary.encode() not in path.read_bytes(), path
 
 
-def test_missing_secret_fails_with_how_to_set_it(home, tmp_path):
+def test_missing_secret_launches_nothing_and_says_how_to_set_it(home, tmp_path):
     wl = write_workload(tmp_path, "experiment_name: nosecret\nsecrets: {TOK: s/k}\ncommand: echo hi\n")
     out = cli(home, "run", wl, "--json")
-    assert out.returncode == 1
-    end = events(out.stdout)[-1]
-    assert "fsdp-tui secrets set s/k" in end["triage"]["summary"]
+    assert out.returncode == 2, out.stdout  # as docs/commands.md says: nothing launched
+    assert [json.loads(x)["type"] for x in out.stdout.splitlines()] == ["LaunchRefused"]
+    assert "cannot run: no value for secret s/k" in out.stderr and "fsdp-tui secrets set s/k" in out.stderr
+    assert "nothing was launched" in out.stderr
+    assert json.loads(cli(home, "runs", "--json").stdout) == []  # no failed run left in the list
 
 
 def test_fast_output_larger_than_a_read_is_mirrored_without_loss(home, tmp_path):
@@ -286,15 +290,16 @@ def test_gpu_telemetry_from_nvidia_smi_reaches_the_events_and_the_view(home, tmp
 
 def test_a_workload_that_cannot_run_here_is_refused_before_it_starts(home, tmp_path):
     """Eight GPU processes per node on a machine without GPUs or a CUDA torch: refused in seconds with
-    the doctor's words; --force starts it anyway."""
+    the doctor's words, before anything is recorded (exit 2, no failed run left); --force starts it anyway."""
     wl = write_workload(tmp_path, "experiment_name: no-gpus\ncompute: {accelerator_type: GPU_8xH100}\n"
                                   "command: echo started\n")
     out = cli(home, "run", wl, "--json")
-    assert out.returncode == 1
-    summary = events(out.stdout)[-1]["triage"]["summary"]
-    assert "not started, it cannot run there" in summary and "GPU processes per node" in summary
-    assert "--force" in summary
-    assert not [line for e in events(out.stdout) if e["type"] == "NodeLines" for line in e["lines"]]
+    assert out.returncode == 2, out.stdout
+    refusal = json.loads(out.stdout)  # one event, its reasons the doctor's words
+    assert refusal["type"] == "LaunchRefused" and "GPU processes per node" in refusal["reasons"][0]
+    assert "cannot run: node 0 (this machine): " in out.stderr and "GPU processes per node" in out.stderr
+    assert "--force launches past the cheap checks" in out.stderr
+    assert json.loads(cli(home, "runs", "--json").stdout) == []
     forced = cli(home, "run", wl, "--json", "--force")
     assert forced.returncode == 0, forced.stdout[-2000:]
     assert [line for e in events(forced.stdout) if e["type"] == "NodeLines" for line in e["lines"]] == ["started"]

@@ -18,7 +18,8 @@ def test_params_metrics_artifacts_and_status(tmp_path):
 
     sink = MlflowSink(None, "exp-a", "run-1", tmp_path)
     run_id = sink.start({"model": {"name": "tiny", "lr": 0.001}, "long": "x" * 9000})
-    sink.log_records([MetricRecord(step=s, max_steps=3, loss=3.0 - s, lr=1e-3, time=1000.0 + s) for s in (1, 2, 3)]
+    sink.log_records([MetricRecord(step=s, max_steps=3, loss=3.0 - s, lr=1e-3, time=1000.0 + s,
+                                   router_aux_loss=2.0 + s / 10 if s == 2 else None) for s in (1, 2, 3)]
                      + [MetricRecord(step=3, kind="eval", eval_loss=0.5, time=1004.0)])
     from trainer.samples_wire import Sample, SampleSet
 
@@ -35,6 +36,7 @@ def test_params_metrics_artifacts_and_status(tmp_path):
     assert len(run.data.params["long"]) <= 6000
     assert [(m.step, m.value) for m in client.get_metric_history(run_id, "loss")] == [(1, 2.0), (2, 1.0), (3, 0.0)]
     assert client.get_metric_history(run_id, "eval_loss")[0].value == 0.5
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "router_aux_loss")] == [(2, 2.2)]
     assert run.data.metrics["gpu_hours"] == 16.0 and run.data.metrics["cost"] == 40.0
     assert [a.path for a in client.list_artifacts(run_id)] == ["samples.json", "triage.json"]
     table = json.loads(Path(client.download_artifacts(run_id, "samples.json", str(tmp_path / "dl"))).read_text())

@@ -60,7 +60,7 @@ def test_an_unreachable_node_is_named_and_the_others_are_still_tested(home, tmp_
     assert f"fsdp-tui nettest: {line}" in err
     # the two others are measured, as a test of two nodes
     assert data["nodes"] == ["node0", "node1"] and data["nnodes"] == 2 and data["pairs"][0]["busbw"] > 0
-    assert data["problems"][1] == "the test ran on the 2 other node(s), numbered among themselves"
+    assert data["problems"][1] == "the test ran on the other 2 nodes, numbered among themselves"
     assert data["deadlines_s"]["connect"] == 15 and data["deadlines_s"]["each measuring phase"] == 60
     assert "deadlines: connect 15 s, each measuring phase 60 s, whole test " in err
     assert tagged(data["run_id"]) == []

@@ -95,14 +95,14 @@ EVEN = [
       for count in (2, 3, 4, 5, 8, 16, 32, 64) for seed in (1, 2, 3)],
     ("only rank 0's node prints", [N(rate=50, age=0.2)] + [N(rate=0.02, age=a) for a in (5, 30, 59, 200, 12, 44, 80)]),
     ("all idle", [N(rate=0, age=-1, cpu=c, rss=300, gpu=0.0, gpu_gib=0.5) for c in (0, 0.5, 1, 0.2, 0, 2, 1, 0)]),
-    ("all silent for long", [N(rate=0.0, age=-1, cpu=100) for _ in range(8)]),
+    ("all quiet for long", [N(rate=0.0, age=-1, cpu=100) for _ in range(8)]),
     ("quiet run, small RSS differences", [N(rate=0.5, age=a, rss=r) for a, r in
                                            ((3, 200), (10, 900), (1, 300), (5, 250), (8, 800))]),
     ("finished run", [N(state=NodeState.EXITED, code=0, ended=200 + i * 0.1, age=50 + i) for i in range(8)]),
-    ("finished run, one node silent at the end", with_([N(state=NodeState.EXITED, code=0, ended=200) for _ in range(8)],
+    ("finished run, one node quiet at the end", with_([N(state=NodeState.EXITED, code=0, ended=200) for _ in range(8)],
                                                        n2=N(state=NodeState.EXITED, code=0, ended=200, age=100))),
     ("nodes not yet started", [N(), N(), N(), N()] + [N(state=NodeState.PENDING) for _ in range(4)]),
-    ("three running, one silent: too few to compare", [N(), N(age=60), N(), N(state=NodeState.PENDING)]),
+    ("three running, one quiet: too few to compare", [N(), N(age=60), N(), N(state=NodeState.PENDING)]),
     ("all failed in the same second", [N(state=NodeState.EXITED, code=1, ended=100 + i * 0.2) for i in range(4)]),
 ]
 
@@ -114,8 +114,8 @@ def test_an_even_run_marks_no_node(nodes):
 
 
 ODD = [
-    ("one silent of 8", with_(noisy(8, 5), n3=N(age=40)), {3: ["silent"]}),
-    ("one silent of 64", with_(noisy(64, 6), n63=N(age=45)), {63: ["silent"]}),
+    ("one quiet of 8", with_(noisy(8, 5), n3=N(age=40)), {3: ["quiet"]}),
+    ("one quiet of 64", with_(noisy(64, 6), n63=N(age=45)), {63: ["quiet"]}),
     ("one slow of 8", with_(noisy(8, 7), n5=N(rate=3)), {5: ["slow_output"]}),
     ("one CPU-starved of 16 (a cgroup quota)", with_(noisy(16, 8), n9=N(cpu=10)), {9: ["cpu_idle"]}),
     ("one busy while the others wait", [N(cpu=c) for c in (1, 2, 0.5, 1, 95, 1, 2, 0)], {4: ["cpu_busy"]}),
@@ -123,8 +123,8 @@ ODD = [
     ("GPU idle while the others work", with_(noisy(8, 10, gpu=True), n6=N(gpu=2, gpu_gib=31)), {6: ["gpu_idle"]}),
     ("GPU memory far above", with_(noisy(8, 11, gpu=True), n2=N(gpu=90, gpu_gib=70)), {2: ["gpu_memory"]}),
     ("two odd of 64", with_(noisy(64, 12, gpu=True), n7=N(age=50, gpu=90, gpu_gib=31), n40=N(gpu=1, gpu_gib=31)),
-     {7: ["silent"], 40: ["gpu_idle"]}),
-    ("silent and starved at once", with_(noisy(8, 13), n0=N(age=90, cpu=0)), {0: ["silent", "cpu_idle"]}),
+     {7: ["quiet"], 40: ["gpu_idle"]}),
+    ("quiet and starved at once", with_(noisy(8, 13), n0=N(age=90, cpu=0)), {0: ["quiet", "cpu_idle"]}),
     ("first to fail", [N(state=NodeState.EXITED, code=1, ended=100)]
      + [N(state=NodeState.EXITED, code=-15, ended=130) for _ in range(3)], {0: ["first_failed"]}),
     ("first to fail, lost, the others still running", [N(), N(), N(state=NodeState.LOST, ended=250), N()],
@@ -142,12 +142,17 @@ def test_a_mark_carries_its_figure_the_median_and_words():
     rows = node_rows(build(with_([N(age=1) for _ in range(6)], n3=N(age=40))), NOW)
     (row,) = odd_nodes(rows)
     (mark,) = row.odd
-    assert (mark.what, mark.figure, mark.median) == ("silent", 40.0, 1.0)
+    assert (mark.what, mark.figure, mark.median) == ("quiet", 40.0, 1.0)
     assert mark.says == "no output for 40 s (others: 1 s)"
     assert row.odd_words() == "node 3 (host-3): no output for 40 s (others: 1 s)"
     first = odd_nodes(node_rows(build([N(state=NodeState.EXITED, code=1, ended=100)]
                                       + [N(state=NodeState.EXITED, code=1, ended=130)] * 3, RunState.FAILED), NOW))
-    assert first[0].odd[0].says == "failed first, 100 s into the run (others: 130 s)"
+    assert first[0].odd[0].says == "failed first, 100 s into the run; the next node ended 30 s later"
+    lost = odd_nodes(node_rows(build([N(), N(), N(state=NodeState.LOST, ended=250), N()]), NOW))
+    assert lost[0].odd[0].says.endswith("; the others still run")
+    close = odd_nodes(node_rows(build([N(state=NodeState.EXITED, code=1, ended=100)]
+                                      + [N(state=NodeState.EXITED, code=-15, ended=101.5)] * 3, RunState.FAILED), NOW))
+    assert close[0].odd[0].says.endswith("; the next node ended 1.5 s later")
 
 
 def test_rows_carry_each_figure():

@@ -15,7 +15,7 @@ import pytest
 
 from launcher.events import RunState
 from launcher.runs.core.store import RunStore
-from tests.launcher.conftest import FSDP_TUI, ROOT, cli, cli_env, tagged, wait_until
+from tests.launcher.conftest import FSDP_TUI, ROOT, cli, cli_env, tagged, wait_tracked, wait_until
 
 pytestmark = pytest.mark.slow
 STEPS = 60
@@ -51,6 +51,7 @@ def _check_records_equal_the_nodes(home: Path, run_id: str) -> None:
     events = [json.loads(x) for x in (record.directory / "events.jsonl").read_text().splitlines()]
     assert [e["type"] for e in events].count("RunFinished") == 1
 
+    wait_tracked(home, run_id)
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
     [mlrun] = client.search_runs([client.get_experiment_by_name("tiny-cpu-demo").experiment_id])
     assert mlrun.info.status == "FINISHED"

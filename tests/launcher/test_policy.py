@@ -57,6 +57,8 @@ class Case:
     """What the scheduler says ended a failed attempt."""
     triage: dict | None = None
     """Entries the run's triage must have."""
+    port_taken_starts: int = 0
+    """Starts node 0 refuses: its rendezvous port was taken after the launch claimed it."""
 
 
 CASES = [
@@ -93,6 +95,22 @@ CASES = [
          detail="rendezvous on port 29507 instead"),
     Case("a taken chosen port stops the launch", [FakeNode()], RunState.FAILED, port_free=False,
          master_port=29600, starts=[], detail="compute.master_port"),
+    Case("a port taken on node 0 as the job starts moves the run once, without a retry", [FakeNode(), FakeNode()],
+         RunState.SUCCEEDED, port_taken_starts=1, starts=["start 1", "start 1"],
+         detail="rendezvous on port 41234 instead of 29500"),
+    Case("a port taken twice fails the run naming node 0", [FakeNode()], RunState.FAILED, port_taken_starts=2,
+         starts=["start 1", "start 1"], detail="rendezvous port 41234 is taken"),
+    Case("a port the workload names is never moved", [FakeNode()], RunState.FAILED, port_taken_starts=1,
+         master_port=29600, starts=["start 1"], detail="rendezvous port 29600 is taken"),
+    Case("a job that finds its port taken runs again on another port, not counted as a retry",
+         [FakeNode(exits={1: 1, 2: 0}, log=b"torch.distributed.DistNetworkError: The server socket has failed to "
+                   b"listen on any local network address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, "
+                   b"message: address already in use\n"), FakeNode(exits={1: None, 2: 0})],
+         RunState.SUCCEEDED, starts=["start 1", "start 2"],
+         detail="attempt 2: the rendezvous port 29500 was taken on node 0 as its job started; rendezvous on port 41234"),
+    Case("an address in use that is not the rendezvous port is the job's own failure",
+         [FakeNode(exits={1: 1, 2: 0}, log=b"OSError: [Errno 98] Address already in use: port 8080\n")],
+         RunState.FAILED, starts=["start 1"]),
     Case("a workload that cannot run there is refused before it starts", [FakeNode(), FakeNode()],
          RunState.FAILED, probe_facts={"python": {"version": [3, 11, 7]}, "gpus": {"smi": None, "names": []},
                                        "packages": {"torch": {"version": "2.13.0+cpu", "import": "skipped"}},
@@ -146,7 +164,8 @@ def test_policy(case: Case, tmp_path):
     store.create_run(plan, None, "experiment_name: fake\n")
     rec = Recorder(store, plan.run_id, {n.node_rank: n.host_display for n in plan.nodes}, parse_logs=None)
     backend = FakeBackend(plan, case.nodes, port_free=case.port_free, prepare_error=case.prepare_error,
-                          running_attempt=case.running_attempt, probe_facts=case.probe_facts, cause=case.cause)
+                          running_attempt=case.running_attempt, probe_facts=case.probe_facts, cause=case.cause,
+                          port_taken_starts=case.port_taken_starts)
 
     def cancel() -> bool:
         return case.cancel_after_polls is not None and case.nodes[0].polls >= case.cancel_after_polls

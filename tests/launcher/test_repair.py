@@ -171,7 +171,7 @@ def test_the_cli_names_the_damage_and_repair_gives_back_every_run(recorded):
         assert f"the run store {home / 'runs.db'} is damaged" in out.stderr and "fsdp-tui repair" in out.stderr
     fixed = _cli(home, "repair")
     assert fixed.returncode == 0, fixed.stderr
-    assert "rebuilt the store from 2 run folder(s): 1 failed, 1 succeeded" in fixed.stdout
+    assert "rebuilt the store from 2 run folders: 1 failed, 1 succeeded" in fixed.stdout
     assert f"skipped {home / 'runs' / 'stray'}" in fixed.stdout
     listed = json.loads(_cli(home, "runs", "--json").stdout)
     assert [{k: v for k, v in r.items() if k not in ("duration_s", "usage")} for r in listed] == before

@@ -63,7 +63,7 @@ def test_time_limit_against_max_time():
 def test_partition_checks_for_a_gpu_workload():
     checks = by_name(partition_checks(_plan(), SINFO))  # 2 nodes of 8 GPUs, 04:00:00, partition gpu
     assert [checks[n].status for n in ("partition", "nodes", "gpus per node", "time limit")] == ["ok"] * 4
-    assert "2 node(s)" in checks["nodes"].detail or "needs 2" in checks["nodes"].detail
+    assert checks["nodes"].detail == "gpu has 4 nodes; the run needs 2"
 
 
 def test_a_wrong_partition_says_did_you_mean():

@@ -120,9 +120,10 @@ def test_a_time_above_the_partitions_max_time_is_refused_at_launch_naming_the_li
     before = set(slurm_module.jobs("all"))
     refused = slurm_cli(home, slurm_module, "run", wl, "--json", timeout=120)
     said = refused.stdout + refused.stderr
-    assert refused.returncode != 0
-    assert "not started" in said and f"partition {slurm_module.short_partition}'s MaxTime" in said, said[-2000:]
+    assert refused.returncode == 2, said[-2000:]  # refused before anything is recorded
+    assert "nothing was launched" in said and f"partition {slurm_module.short_partition}'s MaxTime" in said, said[-2000:]
     assert set(slurm_module.jobs("all")) == before  # nothing was submitted
+    assert slurm_cli(home, slurm_module, "runs", "--json").stdout.strip() == "[]"
 
 
 # A script that checkpoints every 3 steps (one file per node, in the shared node-0 folder where every node

@@ -79,9 +79,10 @@ parameters: {{max_steps: 8}}
     assert tagged(run_id) == []
 
 
-def test_builtin_trainer_over_two_ssh_nodes_two_procs_each(home, tmp_path, ns_hosts, monkeypatch):
-    """Checkpoints live where rank 0 wrote them (under the nodes' home): listed, resumed from the
-    checkpoints screen, exported on the node and copied here."""
+def test_builtin_trainer_over_two_ssh_nodes_two_procs_each(home, tmp_path, ns_hosts):
+    """The hosts share one home (as an NFS home is): the launch finds that node 1 sees node 0's
+    checkpoints folder, so every save is whole where the ranks wrote it and nothing is gathered (private
+    disks, gathers, export and resume: test_split_checkpoints.py)."""
     client, started = ns_hosts
     wl = write_workload(tmp_path, f"""experiment_name: ssh-trainer
 compute: {{accelerator_type: CPU, procs_per_node: 2, num_accelerators: 4, hosts: [node0, node1]}}
@@ -112,53 +113,14 @@ parameters:
     assert all(f"node 1 ranks 2-3: step {s}/6 " in node1 for s in range(1, 7)), node1[-2000:]
     node_out = started[0].home / f"out_{run_id}"
     assert not (Path.home() / f"out_{run_id}").exists()
+    place = json.loads((home / "runs" / run_id / "plan.json").read_text())["ckpt_place"]
+    assert place["kind"] == "shared" and place["roots"] == [str(node_out / "checkpoints")] * 2
+    assert not (home / "runs" / run_id / "gathers.jsonl").exists()
     ckpt = json.loads(ssh_cli(home, client, "ckpt", run_id, "--json").stdout)
     assert [(c["step"], c["complete"]) for c in ckpt] == [(3, True), (6, True)]
     assert ckpt[0]["path"] == str(node_out / "checkpoints" / "step-00000003")
-
-    # Export on the node, and a copy here.
-    here = tmp_path / "exported"
-    exported = ssh_cli(home, client, "export", run_id, "--step", "6", "--to", here)
-    assert exported.returncode == 0, exported.stdout + exported.stderr
-    on_node = node_out / "hf" / "export-step-00000006"
-    assert (on_node / "config.json").is_file() and list(on_node.glob("*.safetensors"))
-    assert sorted(p.name for p in here.iterdir()) == sorted(p.name for p in on_node.iterdir())
-
-    # Resume from the checkpoints screen: a new run continues at the saved step, on the nodes.
-    import asyncio
-
-    from launcher.runs.core.store import RunStore
-    from tests.tui.support import wait_for
-    from tui.app import FsdpTuiApp
-    from tui.screens.checkpoints import CheckpointsScreen
-
-    monkeypatch.setenv("HOME", str(client))
-    monkeypatch.setenv("FSDP_TUI_HOME", str(home))
-
-    async def resume_from_screen() -> str:
-        app = FsdpTuiApp(home)
-        async with app.run_test(size=(140, 40)) as pilot:
-            await pilot.pause()
-            app.push_screen(CheckpointsScreen(run_id))
-            await pilot.pause()
-            table = app.screen.query_one("DataTable")
-            await wait_for(pilot, lambda: table.row_count == 2, timeout=60)
-            table.move_cursor(row=0)
-            await pilot.press("r")
-            await wait_for(pilot, lambda: len(app.launched) == 1, timeout=60)
-            return app.launched[0]
-
-    resumed = asyncio.run(resume_from_screen())
-    store = RunStore(home)
-    deadline = time.monotonic() + 300
-    while not store.get_run(resumed).summary.state.is_final and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert store.get_run(resumed).summary.state.value == "succeeded", store.get_run(resumed).transitions[-3:]
-    metrics = (home / "runs" / resumed / "metrics.jsonl").read_text().splitlines()
-    steps = [json.loads(x)["step"] for x in metrics if json.loads(x).get("kind", "train") == "train"]
-    assert steps == [4, 5, 6], steps
-    log = (home / "runs" / resumed / "nodes" / "0.log").read_text()
-    assert "step-00000003" in log and "resumed from" in log
+    assert sorted(p.name for p in Path(ckpt[1]["path"]).iterdir()) == [
+        ".metadata", "__0_0.distcp", "__1_0.distcp", "__2_0.distcp", "__3_0.distcp", "meta.json"]
 
 
 def test_dropped_connection_reconnects_and_loses_no_line(home, tmp_path, ns_hosts):
@@ -242,10 +204,10 @@ def test_unknown_host_key_stops_the_launch_and_trust_fixes_it(home, tmp_path, ho
     known = client / ".ssh" / "known_hosts"
     known.write_text(started[0].known_hosts_line() + "\n")  # node1 unknown
     out = ssh_cli(home, client, "run", _one_node_workload(tmp_path), "--json")
-    assert out.returncode == 1
-    summary = events(out.stdout)[-1]["triage"]["summary"]
+    assert out.returncode == 2  # refused before anything is recorded
+    summary = " ".join(events(out.stdout)[-1]["reasons"])
     assert "unknown host key SHA256:" in summary and "fsdp-tui trust node1" in summary
-    assert "Nothing was run" in summary
+    assert "nothing was launched" in out.stderr and ssh_cli(home, client, "runs", "--json").stdout.strip() == "[]"
     trusted = ssh_cli(home, client, "trust", "node1", "--yes")
     assert trusted.returncode == 0 and "SHA256:" in trusted.stdout
     out = ssh_cli(home, client, "run", _one_node_workload(tmp_path), "--json")
@@ -258,8 +220,8 @@ def test_a_fresh_laptop_without_known_hosts_gets_the_unknown_key_message_and_tru
     client, started = hosts
     (client / ".ssh" / "known_hosts").unlink()
     out = ssh_cli(home, client, "run", _one_node_workload(tmp_path), "--json")
-    assert out.returncode == 1
-    summary = events(out.stdout)[-1]["triage"]["summary"]
+    assert out.returncode == 2
+    summary = " ".join(events(out.stdout)[-1]["reasons"])
     assert "unknown host key SHA256:" in summary and "fsdp-tui trust node1" in summary
     assert "No such file" not in summary
     doctor = json.loads(ssh_cli(home, client, "doctor", _one_node_workload(tmp_path), "--json").stdout)
@@ -282,11 +244,11 @@ def test_changed_host_key_is_a_hard_failure_naming_both_fingerprints(home, tmp_p
     known = client / ".ssh" / "known_hosts"
     known.write_text(f"[{started[1].addr}]:{started[1].port} {pub[0]} {pub[1]}\n")
     out = ssh_cli(home, client, "run", _one_node_workload(tmp_path), "--json")
-    assert out.returncode == 1
-    summary = events(out.stdout)[-1]["triage"]["summary"]
+    assert out.returncode == 2
+    summary = " ".join(events(out.stdout)[-1]["reasons"])
     assert "HOST KEY CHANGED" in summary and summary.count("SHA256:") == 2
-    run_id = events(out.stdout)[0]["run_id"]
-    assert not (started[1].home / ".fsdp-tui" / "runs" / run_id).exists(), "nothing may reach a node with a changed key"
+    assert not (started[1].home / ".fsdp-tui" / "runs").exists() or not any(
+        (started[1].home / ".fsdp-tui" / "runs").iterdir()), "nothing may reach a node with a changed key"
 
 
 def _two_node_ticker(tmp_path: Path, body: str) -> Path:

@@ -16,7 +16,7 @@ from launcher.runs.read.comparison import sweep_stats
 from launcher.runs.read.comparison_format import render
 from launcher.runs.sweeps.driver import driver_alive
 from launcher.runs.sweeps.record import load_sweep
-from tests.launcher.conftest import FSDP_TUI, ROOT, cli, cli_env, tagged, write_workload
+from tests.launcher.conftest import FSDP_TUI, ROOT, cli, cli_env, tagged, wait_tracked, write_workload
 
 pytestmark = pytest.mark.slow
 SAMPLE = ROOT / "sample_workloads" / "sharding_sweep_cpu.yaml"
@@ -64,6 +64,7 @@ def test_a_cpu_sweep_compares_its_variants_and_a_failed_one_keeps_its_signature(
     assert {r.run_id for r in RunStore(home).list_runs()} == {v.run_id for v in record.variants}
     from mlflow import MlflowClient
 
+    wait_tracked(home)
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
     exp = client.get_experiment_by_name("sharding-sweep-cpu")
     runs = client.search_runs([exp.experiment_id])

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tests.launcher.conftest import FSDP_TUI, ROOT, cli, cli_env, events, write_workload
+from tests.launcher.conftest import FSDP_TUI, ROOT, cli, cli_env, events, wait_tracked, write_workload
 
 pytestmark = pytest.mark.slow
 STEPS = 5
@@ -29,6 +29,7 @@ def test_four_launches_at_the_same_moment_on_a_fresh_data_dir_all_succeed_and_ar
 
     from mlflow import MlflowClient
 
+    wait_tracked(home, *run_ids)
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("concurrent").experiment_id])
     assert {r.info.run_name for r in runs} == run_ids

@@ -95,6 +95,11 @@ def test_run_view_tracks_progress_eta_memory_and_first_error():
     v.apply(NodeLines("r", 1, ("ok", "[rank2]: KeyError: 'x'"), 10))
     v.apply(NodeLines("r", 0, ("fine",) * 5 + ("RuntimeError: late",), 10))
     assert v.first_error() == (1, 1, "[rank2]: KeyError: 'x'")
+    assert v.router_aux_loss is None
+    moe = MetricRecord.from_json(MetricRecord(step=4, loss=1.5, router_aux_loss=2.03).to_json())
+    assert moe is not None and moe.router_aux_loss == 2.03 and not moe.extra  # decoded as its own figure
+    v.apply(MetricsRecorded("r", moe), now=104.0)
+    assert v.router_aux_loss == 2.03 and list(v.loss)[-1] == 1.5  # beside the loss, never in it
 
 
 def test_job_env_puts_the_shipped_trainer_first_and_keeps_the_nodes_search_path(monkeypatch):

@@ -26,25 +26,31 @@ def _rows(examples: list[list[int]], length: int) -> torch.Tensor:
     return torch.tensor(rows)
 
 
-def _reference(position_ids: torch.Tensor):
+def _reference(position_ids: torch.Tensor, window: int | None = None):
     seg = segment_ids(position_ids)
 
     def same_example_causal(b, h, q, kv):
-        return (seg[b, q] == seg[b, kv]) & (q >= kv)
+        inside = (seg[b, q] == seg[b, kv]) & (q >= kv)
+        return inside & (q - kv < window) if window else inside
 
     rows, length = position_ids.shape
     return create_block_mask(same_example_causal, rows, None, length, length, device="cpu")
 
 
-@pytest.mark.parametrize(("length", "examples"), [
-    (1, [[1]]),
-    (128, [[128], [5, 60, 63], [127]]),
-    (300, [[20, 280], [129, 1, 100], [300]]),  # a last block shorter than a tile
-    (700, [[300, 300, 50], [1] * 20 + [256], [128, 128, 128, 128]]),
+@pytest.mark.parametrize(("length", "examples", "window"), [
+    (1, [[1]], None),
+    (128, [[128], [5, 60, 63], [127]], None),
+    (300, [[20, 280], [129, 1, 100], [300]], None),  # a last block shorter than a tile
+    (700, [[300, 300, 50], [1] * 20 + [256], [128, 128, 128, 128]], None),
+    # sliding windows: shorter than a tile, of tiles, between; empty tiles below the diagonal
+    (700, [[300, 300, 50], [1] * 20 + [256], [700]], 100),
+    (700, [[700], [129, 571], [256, 256, 188]], 256),
+    (1000, [[1000], [500, 500]], 300),
+    (300, [[20, 280], [300]], 4096),  # a window longer than every example: the plain mask
 ])
-def test_the_tiled_mask_is_torchs_block_mask(length, examples):
+def test_the_tiled_mask_is_torchs_block_mask(length, examples, window):
     position_ids = _rows(examples, length)
-    got, want = block_mask(position_ids), _reference(position_ids)
+    got, want = block_mask(position_ids, window), _reference(position_ids, window)
     for name in FIELDS:
         mine, theirs = getattr(got, name), getattr(want, name)
         assert mine.dtype == theirs.dtype and torch.equal(mine, theirs), name
@@ -53,8 +59,11 @@ def test_the_tiled_mask_is_torchs_block_mask(length, examples):
     q, kv = torch.arange(length), torch.arange(length)
     for b in range(len(examples)):  # the per-element rule the kernel applies inside partial tiles
         assert torch.equal(got.mask_mod(b, 0, q[:, None], kv[None, :]), want.mask_mod(b, 0, q[:, None], kv[None, :]))
-    if length == 700:
+    if length == 700 and window is None:
         assert int(got.full_kv_num_blocks.sum()) > 0  # whole tiles are skipped from the mask function
+    if window and window < length:  # tiles wholly out of the window are skipped too
+        assert int(got.kv_num_blocks.sum() + got.full_kv_num_blocks.sum()) < \
+            int(block_mask(position_ids).kv_num_blocks.sum() + block_mask(position_ids).full_kv_num_blocks.sum())
 
 
 _PEAK = """

@@ -38,7 +38,7 @@ while not os.path.exists(os.environ["TORCH_FR_DUMP_TEMP_FILE"] + "0.json") and t
 
 def _dump_of_one_rank(tmp_path: Path, backend: str) -> dict:
     prefix = str(tmp_path / "flight-recorder-")
-    env = {**os.environ, "TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+    env = {**os.environ, "TORCH_FR_BUFFER_SIZE": "2000",
            "TORCH_FR_DUMP_TEMP_FILE": prefix, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
            "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-c", SCRIPT, backend], env=env, stdout=subprocess.PIPE, text=True)

@@ -42,7 +42,7 @@ def _tiny(kind: str):
 
 def _loss_and_grads(model, batch) -> tuple[float, dict[str, torch.Tensor]]:
     model.zero_grad(set_to_none=True)
-    loss = float(train.micro_step(model, batch, train.shifted_labels(batch, "cpu"), "cpu", 1.0))
+    loss = float(train.micro_step(model, batch, train.shifted_labels(batch, "cpu"), "cpu", 1.0)[0])
     return loss, {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
@@ -103,7 +103,7 @@ def test_a_row_with_nothing_to_learn_costs_nothing_and_breaks_nothing(batch):
     learned_logits.install(model)
     empty = {**batch, "labels": torch.full_like(batch["labels"], IGNORE)}
     model.zero_grad(set_to_none=True)
-    loss = train.micro_step(model, empty, train.shifted_labels(empty, "cpu"), "cpu", 1.0)
+    loss = train.micro_step(model, empty, train.shifted_labels(empty, "cpu"), "cpu", 1.0)[0]
     assert float(loss) == 0.0
     assert all(float(p.grad.abs().max()) == 0.0 for p in model.parameters() if p.grad is not None)
 

@@ -32,7 +32,7 @@ def _grads(model, batches, pad_id) -> tuple[float, dict[str, torch.Tensor]]:
     loss = 0.0
     for rows in batches:  # as the training step runs each micro-batch
         batch = collate(rows, pad_id)
-        loss += float(train.micro_step(model, batch, train.shifted_labels(batch, "cpu"), "cpu", 1.0))
+        loss += float(train.micro_step(model, batch, train.shifted_labels(batch, "cpu"), "cpu", 1.0)[0])
     # names as in the model without activation checkpointing's wrappers
     return loss, {n.replace("._checkpoint_wrapped_module", ""): p.grad.clone() for n, p in model.named_parameters()}
 
@@ -200,7 +200,7 @@ CPU = torch.device("cpu")
     ({"model": {"attention": "eager"}}, LLAMA, True, ("eager", True, ())),
 ])
 def test_defaults_fit_the_model(params, config, sdpa, expected):
-    choice = attention.choose(_cfg(**params), config, sdpa, True, CPU)
+    choice = attention.choose(_cfg(**params), config, attention.AttentionSupport(sdpa, True), CPU)
     assert (choice.implementation, choice.packing, choice.notes) == expected
     assert not choice.per_example  # the model's attention does not go through HF's interface
 
@@ -214,7 +214,7 @@ def test_defaults_fit_the_model(params, config, sdpa, expected):
     ({}, torch.device("cuda"), False),  # GPUs keep their masked kernels (not measured per example here)
 ])
 def test_packed_rows_on_cpu_take_sdpa_once_per_example(params, device, per_example):
-    choice = attention.choose(_cfg(**params), LLAMA, True, True, device, supports_backend=True)
+    choice = attention.choose(_cfg(**params), LLAMA, attention.AttentionSupport(True, True, backend=True), device)
     assert choice.per_example is per_example
     assert (choice.hf_name == packed_sdpa.NAME) is per_example
     assert any("once per packed example" in note for note in choice.notes) is per_example
@@ -227,7 +227,7 @@ def test_packed_rows_on_cpu_take_sdpa_once_per_example(params, device, per_examp
 ])
 def test_settings_the_model_cannot_take_are_refused(params, config, sdpa, key):
     with pytest.raises(attention.SettingError, match=key):
-        attention.choose(_cfg(**params), config, sdpa, True, CPU)
+        attention.choose(_cfg(**params), config, attention.AttentionSupport(sdpa, True), CPU)
 
 
 def test_first_fit_decreasing_fills_rows_and_is_deterministic(examples):

@@ -25,7 +25,6 @@ def _complete(root: Path, name: str, step: int) -> None:
 async def test_hostile_checkpoint_names_links_and_resume_as_data(home, tmp_path, monkeypatch):
     from launcher.runs.core.store import RunStore
     from launcher.runs.launch import create_run
-    from launcher.workload.overrides import SetValue
     from launcher.workload.plan import build_plan
     from launcher.workload.validate import validate_text
     from tui.screens.checkpoints import CheckpointsScreen
@@ -41,7 +40,7 @@ async def test_hostile_checkpoint_names_links_and_resume_as_data(home, tmp_path,
     (root / "step-00000006").symlink_to("/")
     asked: list = []
     app = FsdpTuiApp(home)
-    monkeypatch.setattr(app, "relaunch_run", lambda run_id, overrides=None: asked.append((run_id, overrides)))
+    monkeypatch.setattr(app, "resume_run", lambda run_id, name: asked.append((run_id, name)))
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.pause()
         app.push_screen(CheckpointsScreen("run-ck"))
@@ -58,4 +57,9 @@ async def test_hostile_checkpoint_names_links_and_resume_as_data(home, tmp_path,
         table.move_cursor(row=2)
         await pilot.press("r")
         await pilot.pause()
-    assert asked == [("run-ck", [SetValue("parameters.checkpoint.resume", str(root / "step-00000011-a #b: c"))])]
+    assert asked == [("run-ck", "step-00000011-a #b: c")]  # the folder picked, by its name
+    from launcher.runs.launch import resume_plan
+
+    resumed = await resume_plan(home, "run-ck", name="step-00000011-a #b: c")
+    assert resumed.path == str(root / "step-00000011-a #b: c") and resumed.bring is None  # this machine holds it
+    assert resumed.planned.plan.workload.parameters["checkpoint"]["resume"] == resumed.path  # data, never YAML

@@ -147,7 +147,7 @@ async def test_few_nodes_keep_their_panes_and_o_opens_the_overview(home):
 
 
 def test_overview_of_64_nodes_snapshot(snap_compare, home, monkeypatch):
-    """64 nodes at a fixed clock: node 7 silent for 60 s, node 40's CPU idle, node 21's memory far above;
+    """64 nodes at a fixed clock: node 7 quiet for 60 s, node 40's CPU idle, node 21's memory far above;
     sorted by the marks, so the odd nodes lead."""
     from types import SimpleNamespace
 
@@ -234,7 +234,7 @@ async def test_overview_cells_drawn_as_segments_match_datatables_own():
     from tui.widgets.row_table import RowTable
 
     def rows():
-        return _rows(6, odd={2: (OddMark("silent", 60.0, 0.0, "no output for 60 s (others: 0 s)"),)})
+        return _rows(6, odd={2: (OddMark("quiet", 60.0, 0.0, "no output for 60 s (others: 0 s)"),)})
 
     def cells(table) -> list[list[tuple[str, object]]]:
         table._clear_caches()

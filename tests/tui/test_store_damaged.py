@@ -23,7 +23,7 @@ async def test_the_app_names_a_damaged_store_and_repairs_it_when_asked(home):
         assert f"the run store {home / 'runs.db'} is damaged" in str(message.render())
         assert "file is not a database" in str(message.render())
         await pilot.press("r")
-        await wait_for(pilot, lambda: "rebuilt the store from 2 run folder(s)" in str(message.render()))
+        await wait_for(pilot, lambda: "rebuilt the store from 2 run folders" in str(message.render()))
         await pilot.press("r")
         await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and len(app.screen.runs_table.runs) == 2)
         assert {r.state.value for r in app.screen.runs_table.runs} == {"succeeded", "failed"}

@@ -9,10 +9,11 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Header, Label
+from textual.widgets import DataTable, Label
 
-from launcher.runs.core.checkpoints import CheckpointInfo, completeness, deletable, resume_override
+from launcher.runs.core.checkpoints import CheckpointInfo, completeness, deletable
 from tui.widgets.footer import FitFooter
+from tui.widgets.header import Header
 
 
 class CheckpointsScreen(Screen):
@@ -94,8 +95,8 @@ class CheckpointsScreen(Screen):
         if c is None or not c.complete:
             self.notify("pick a complete checkpoint", severity="warning")
             return
-        self.notify(f"resuming from {c.name} on the node that holds it")
-        self.app.relaunch_run(self.run_id, [resume_override(c.path)])
+        self.notify(f"resuming from {c.name} (where its whole copy is)")
+        self.app.resume_run(self.run_id, c.name)
 
     def action_export(self, merged: bool = False) -> None:
         c = self.selected()
@@ -123,7 +124,8 @@ class CheckpointsScreen(Screen):
         except CheckpointError as err:
             self.notify(f"export failed: {err}", severity="error", timeout=10)
             return
-        self.notify(f"exported to {result.path}" + (f" and {result.merged}" if result.merged else ""))
+        self.notify(f"the trainer's own export of {c.name}: {result.path}" if result.reused
+                    else f"exported to {result.path}" + (f" and {result.merged}" if result.merged else ""))
 
     def action_versus(self) -> None:
         from tui.screens.samples import SamplesScreen

@@ -15,8 +15,9 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Header, Input, Label, Static, TabbedContent, TabPane
+from textual.widgets import Input, Label, Static, TabbedContent, TabPane
 
+from launcher.words import plural
 from launcher.workload.complete import Sources
 from launcher.workload.cursor import key_path_at
 from launcher.workload.fixes import Fix
@@ -24,6 +25,7 @@ from launcher.workload.problems import Problem
 from launcher.workload.templates import Template
 from tui.widgets.completion import CompletionMenu, WorkloadArea
 from tui.widgets.footer import FitFooter
+from tui.widgets.header import Header
 from tui.widgets.problems import ProblemsList
 
 DEBOUNCE_S = 0.3
@@ -71,6 +73,7 @@ class EditorScreen(Screen):
         Binding("f8", "next_problem", "next problem", tooltip="the cursor goes to it (shift+f8: the problems list)"),
         Binding("shift+f8", "focus_problems", "problems list", show=False),
         Binding("ctrl+t", "templates", "templates"),
+        Binding("f2", "other_tab", "plan", tooltip="the Plan tab (each node's command) or the Problems tab"),
         Binding("ctrl+n", "nettest", "nettest", tooltip="test the interconnect of these nodes (quick nettest)"),
         Binding("escape", "back", "back"),
     ]
@@ -152,25 +155,32 @@ class EditorScreen(Screen):
         self.sources = self.area.sources = message.sources
 
     def action_templates(self) -> None:
-        from launcher.workload.templates import templates
+        from launcher.workload.templates import is_blank, templates
         from tui.screens.templates import TemplateModal
 
         def chosen(template: Template | None) -> None:
             if template is not None:
                 self.use_template(template)
 
-        intro = (f"{self.path.name} is empty. Start from one of these (enter), or from nothing (escape); "
-                 "ctrl+t shows this list again.")
+        if is_blank(self.area.text):
+            intro = (f"{self.path.name} is empty. Start from one of these (enter), or from nothing (escape); "
+                     "ctrl+t shows this list again.")
+        else:
+            intro = (f"Replace the text of {self.path.name} with one of these (enter; ctrl+z brings your text "
+                     "back), or keep it (escape).")
         self.app.push_screen(TemplateModal(templates(), intro), chosen)
 
     def use_template(self, template: Template) -> None:
-        """Put ``template`` in the buffer (undo brings the old text back), cursor on its first blank."""
+        """Put ``template`` in the buffer (undo brings the old text back) with its first blank selected:
+        what is typed replaces it, ``ctrl+space`` offers what fits there."""
+        from textual.widgets.text_area import Selection
+
         area = self.area
         area.replace(template.text, area.document.start, area.document.end)
         for row, line in enumerate(template.text.split("\n")):
             blank = re.search(r"<[^>#]+>", line.split("#", 1)[0])
             if blank:
-                area.cursor_location = (row, blank.end())
+                area.selection = Selection((row, blank.start()), (row, blank.end()))
                 break
         area.focus()
 
@@ -223,9 +233,9 @@ class EditorScreen(Screen):
         self._glance(message.plan)
         errors = sum(p.is_error for p in message.problems)
         warnings = len(message.problems) - errors
-        state = "valid" if not errors else f"{errors} error(s)"
-        self._update("#status", f"{state}, {warnings} warning(s)  |  ctrl+space complete  f8 next problem  "
-                     "shift+f8 problems list (f: fix)")
+        state = "valid" if not errors else plural(errors, "error")
+        self._update("#status", f"{state}, {plural(warnings, 'warning')}  |  ctrl+space complete  f8 next problem  "
+                     "shift+f8 problems list (f: fix)  f2 plan")
 
     def _glance(self, plan) -> None:
         """Check the named hosts (reachable, key known) when they change; typing never waits for it."""
@@ -290,9 +300,7 @@ class EditorScreen(Screen):
         if info is None:
             self._update("#help", "")
             return
-        choices = f"  one of: {', '.join(info.choices)}" if info.choices else ""
-        text = f"{info.path}: {info.type_name} = {info.default}{choices}\n{info.description}"
-        self._update("#help", text.replace("``", ""))
+        self._update("#help", f"{info.headline()}\n{info.description}".rstrip())
 
     @property
     def unsaved(self) -> bool:
@@ -341,6 +349,11 @@ class EditorScreen(Screen):
             return
         if self.action_save():
             self.app.open_nettest(self.path, overrides=self.overrides)
+
+    def action_other_tab(self) -> None:
+        """Problems <-> Plan; the keys stay in the text."""
+        tabs = self.query_one(TabbedContent)
+        tabs.active = "tab-plan" if tabs.active == "tab-problems" else "tab-problems"
 
     def action_focus_problems(self) -> None:
         self.query_one(ProblemsList).focus()

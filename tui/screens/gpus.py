@@ -7,9 +7,11 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Header, Label
+from textual.widgets import DataTable, Label
 
+from launcher.words import plural
 from tui.widgets.footer import FitFooter
+from tui.widgets.header import Header
 
 
 class GpusScreen(Screen):
@@ -71,10 +73,10 @@ class GpusScreen(Screen):
             if n.stopped:
                 lines.append(f"{n.host}: stopped {', '.join(map(str, n.stopped))}")
             if not n.holders:
-                lines.append(f"{n.host}: {n.gpus} GPU(s), no process holds GPU memory")
+                lines.append(f"{n.host}: {plural(n.gpus, 'GPU')}, no process holds GPU memory")
             for h in n.holders:
                 mem = f"{h.used_mib:.0f} MiB" if h.used_mib is not None else "?"
                 table.add_row(n.host, "?" if h.gpu is None else str(h.gpu), str(h.pid), mem, h.process,
                               whose(h, states).replace(", --stop stops it", ", x stops it"))
         self.leftovers = sum(1 for n in nodes for h in n.holders if h.run_id and states.get(h.run_id))
-        said.update("\n".join(lines) or f"{table.row_count} process(es) hold GPU memory")
+        said.update("\n".join(lines) or f"{plural(table.row_count, 'process')} {'holds' if table.row_count == 1 else 'hold'} GPU memory")

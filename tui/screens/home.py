@@ -9,10 +9,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Header, Input, Label
+from textual.widgets import DataTable, Input, Label
 
 from launcher.runs.core.store import RunSummary
+from launcher.words import plural
+from tui.screens.from_worker import show_from_worker
 from tui.widgets.footer import FitFooter
+from tui.widgets.header import Header
 from tui.widgets.runs_table import RunsTable
 from tui.widgets.sweeps_table import SweepsTable
 
@@ -27,12 +30,14 @@ def samples_root() -> Path:
 
 
 def find_workloads(extra: list[Path]) -> list[Path]:
-    """Sample workloads (see ``samples_root``), plus YAML files in the current folder."""
+    """Sample workloads (see ``samples_root``), plus YAML files in the current folder, in the order the
+    table shows them: by folder as it is shown, then by file name."""
     root = samples_root()
-    found = sorted(root.rglob("*.yaml")) if root.is_dir() else []
-    found += sorted(p for p in Path.cwd().glob("*.y*ml") if p.is_file())
+    found = list(root.rglob("*.yaml")) if root.is_dir() else []
+    found += [p for p in Path.cwd().glob("*.y*ml") if p.is_file()]
     found += extra
-    return list(dict.fromkeys(p.resolve() for p in found))
+    unique = dict.fromkeys(p.resolve() for p in found)
+    return sorted(unique, key=lambda p: (folder_label(p.parent).lower(), p.name.lower()))
 
 
 def folder_label(folder: Path) -> str:
@@ -129,8 +134,8 @@ class HomeScreen(Screen):
             self.app.call_from_thread(self.app.store_damaged, str(err))
             return
         sweeps = list_sweeps(self.app.home)
-        self.app.call_from_thread(self._show_runs, runs)
-        self.app.call_from_thread(self._show_sweeps, sweeps)
+        show_from_worker(self, self._show_runs, runs)
+        show_from_worker(self, self._show_sweeps, sweeps)
 
     def _show_sweeps(self, sweeps) -> None:
         self.query_one(SweepsTable).show(sweeps)
@@ -242,7 +247,7 @@ class HomeScreen(Screen):
             marked.append(run_id)
         self.runs_table.set_marked(set(marked))
         self._update_title()
-        self.notify(f"marked for compare: {len(marked)} run(s)")
+        self.notify(f"marked for compare: {plural(len(marked), 'run')}")
 
     def action_compare(self) -> None:
         from tui.screens.sweep import SweepScreen
@@ -339,22 +344,58 @@ class HomeScreen(Screen):
         run_id = self._selected("#runs")
         if run_id is None:
             return
-        from tui.screens.confirm import ConfirmModal
+        from tui.screens.delete_run import DeleteRunModal
 
-        def done(yes: bool | None) -> None:
-            if not yes:
-                return
-            from launcher.runs.core.store import RunStore
+        def done(choice: str | None) -> None:
+            if choice in ("files", "record"):
+                self.delete_run(run_id, files=choice == "files")
 
+        self.app.push_screen(DeleteRunModal(run_id, run_files(self.app.home, run_id)), done)
+
+    @work(group="delete", exclusive=False)
+    async def delete_run(self, run_id: str, *, files: bool) -> None:
+        """Forget the run; with ``files``, remove its folders on every node first (the record stays when a
+        node could not, so that the user can try again)."""
+        import asyncio
+
+        from launcher.runs.core.store import RunStore
+
+        if files:
+            from launcher.runs.cleanup import remove_run_files
+
+            self.notify(f"removing the folders of {run_id} on its nodes ...")
             try:
-                RunStore(self.app.home).delete_run(run_id)
+                report = await remove_run_files(self.app.home, run_id)
             except (LookupError, ValueError) as err:
-                self.notify(str(err), severity="error")
-            self.action_reload()
+                self.notify(str(err), severity="error", timeout=10)
+                return
+            if not report.ok:
+                self.notify("; ".join(report.lines()) + ". The run is kept: d tries again.", severity="error",
+                            timeout=20)
+                return
+            self.notify("; ".join(report.lines()) or "no folder of it was left", timeout=8)
+        try:
+            await asyncio.to_thread(RunStore(self.app.home).delete_run, run_id)
+        except (LookupError, ValueError) as err:
+            self.notify(str(err), severity="error")
+        self.action_reload()
 
-        from launcher.workload.load import LOCAL_NODES_DIR
 
-        files = self.app.home / LOCAL_NODES_DIR / run_id
-        stays = (f" Its files here stay: {files} (checkpoints, exports; fsdp-tui rm --files {run_id} removes them)."
-                 if files.is_dir() else "")
-        self.app.push_screen(ConfirmModal(f"Delete run {run_id} and its local record?{stays}"), done)
+def run_files(home, run_id: str) -> list[str]:
+    """Where a run's files are, in words, for the delete question (its folder here with its size, and each
+    other node's run directory)."""
+    from launcher.runs.cleanup import cleaned
+    from launcher.runs.core.space import fmt_bytes
+    from launcher.runs.core.store import RunStore
+    from launcher.workload.load import LOCAL_NODES_DIR
+
+    record = RunStore(home).get_run(run_id)
+    if record is None or cleaned(record.directory) is not None:
+        return []
+    out = []
+    here = home / LOCAL_NODES_DIR / run_id
+    if here.is_dir():
+        size = sum(p.stat().st_size for p in here.rglob("*") if p.is_file() and not p.is_symlink())
+        out.append(f"here: {here} ({fmt_bytes(size)}: checkpoints, exports, outputs)")
+    out += [f"node {n.node_rank} ({n.host}): {n.node_dir}" for n in record.nodes if not n.node_dir.startswith(str(home))]
+    return out

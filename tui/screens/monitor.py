@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical
 from textual.screen import Screen
-from textual.widgets import Header, Input, Label, Static
+from textual.widgets import Input, Label, Static
 
 from launcher.events import (
     GpuTelemetry,
@@ -37,6 +37,7 @@ from launcher.runs.read.view import RunView, fmt_duration
 from tui.screens.monitor_views import PANE_MIN_ROWS as PANE_MIN_ROWS  # the grid's rule, named here too
 from tui.screens.monitor_views import MonitorViews
 from tui.widgets.footer import FitFooter
+from tui.widgets.header import Header
 from tui.widgets.metrics import MetricsPanel
 from tui.widgets.node_log import MAX_PENDING, NodeLog
 from tui.widgets.node_overview import NodeOverview
@@ -87,6 +88,7 @@ class RunMonitorScreen(MonitorViews, Screen):
         Binding("r", "ranks", "ranks", show=False, tooltip="Step time per rank over recent steps; the slow rank marked"),
         Binding("a", "samples", "samples", show=False,
                 tooltip="What the model answers as it learns: each prompt with its answer per step"),
+        Binding("p", "pick_rank", "rank", show=False, tooltip="Only one rank's lines in this node's pane (torchrun's ranks)"),
         Binding("escape", "back", "back"),
     ]
 
@@ -112,6 +114,8 @@ class RunMonitorScreen(MonitorViews, Screen):
         """The node whose pane is shown alone (opened from the overview with ``enter``)."""
         self.safe_text = ""
         """``safe step N (... ago)`` on the summary line, once the node has said."""
+        self.safe_final = False
+        """The safe step was asked once more after the run ended (its last saves gathered): it is final."""
         self.flush_group = 0
         """The group of panes the last flush wrote (``LOG_GROUPS``)."""
         self.waited: set[str] = set()
@@ -179,10 +183,12 @@ class RunMonitorScreen(MonitorViews, Screen):
     async def refresh_safe_step(self) -> None:
         from launcher.runs.core.safe_step import last_safe_step
 
-        if self.safe_text and self.view.state.is_final:
+        if self.safe_final:
             return  # an ended run's checkpoints do not change by themselves
+        ended = self.view.state.is_final  # asked after the end: its final save and gathers are in
         safe = await last_safe_step(self.app.home, self.run_id)
         self.safe_text = "" if safe is None else f"  safe {safe.text()}"
+        self.safe_final = ended
 
     def on_resize(self, event) -> None:
         self.query_one(MetricsPanel).set_class(event.size.height < SHORT_BELOW, "-short")
@@ -229,6 +235,8 @@ class RunMonitorScreen(MonitorViews, Screen):
         elif isinstance(event, RunFinished):
             if self.recorded_end is not None:
                 self.view.ended_at = self.recorded_end
+            if self.events is None:
+                self.refresh_safe_step()  # the end's checkpoints (a final save, a cancel's), not the last poll's
             summary = (event.triage or {}).get("summary")
             self.notify(f"run {event.state.value}" + (f": {summary}" if summary else ""),
                         severity="information" if event.state.value == "succeeded" else "error", timeout=10)
@@ -272,6 +280,9 @@ class RunMonitorScreen(MonitorViews, Screen):
         """The summary line (state, step, ETA, follow), redrawn when it reads differently."""
         v = self.view
         step = f"{v.step}/{v.max_steps}" if v.max_steps else str(v.step)
+        if v.first_step_at is None and not v.state.is_final:
+            quiet = not any(n.lines for n in v.nodes.values())
+            step = "- (starting: no line yet)" if quiet else "- (no step reported yet)"
         tps = f"{v.tokens_per_s:,.0f} tok/s" if v.tokens_per_s else "- tok/s"
         mfu = f"  MFU {v.mfu:.1%}" if v.mfu is not None else ""
         state = "STALLED" if v.stalled else v.state.value.upper()
@@ -377,6 +388,27 @@ class RunMonitorScreen(MonitorViews, Screen):
         from tui.screens.samples import SamplesScreen
 
         self.app.push_screen(SamplesScreen(self.run_id))
+
+    @work(exclusive=True, group="rank-picker")
+    async def action_pick_rank(self) -> None:
+        """The ranks of the node whose pane has the keys (node 0 elsewhere); the one picked opens alone,
+        read from its node."""
+        from launcher.runs.read.rank_log import ranks_of_node
+        from tui.screens.rank_log import RankLogModal
+        from tui.screens.rank_picker import RankPickerModal
+
+        pane = self.focused if isinstance(self.focused, NodeLog) and self.focused.node_rank >= 0 else None
+        node = pane.node_rank if pane is not None else (self.alone if self.alone is not None else 0)
+        ranks = await asyncio.to_thread(ranks_of_node, self.app.home, self.run_id, node)
+        if not ranks:
+            self.notify("this run's ranks are not known (no plan on record)")
+            return
+
+        def picked(rank: int | None) -> None:
+            if rank is not None:
+                self.app.push_screen(RankLogModal(self.run_id, rank))
+
+        self.app.push_screen(RankPickerModal(f"node {node}", ranks), picked)
 
     def action_checkpoints(self) -> None:
         from tui.screens.checkpoints import CheckpointsScreen

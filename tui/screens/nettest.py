@@ -13,11 +13,12 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Header, Label, Static
+from textual.widgets import DataTable, Label, Static
 
 from launcher.nettest.figures import Measured, judge_pairs, rate, size
 from launcher.nettest.report import cut_lines, headline, pair_bars, rows, verdict_lines
 from tui.widgets.footer import FitFooter
+from tui.widgets.header import Header
 
 
 @dataclass

@@ -11,10 +11,12 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Header, Label
+from textual.widgets import DataTable, Label
 
 from launcher.runs.read.ranks import THRESHOLD, RankReport, RankTimes
+from tui.screens.from_worker import show_from_worker
 from tui.widgets.footer import FitFooter
+from tui.widgets.header import Header
 
 REFRESH_S = 2.0
 COLUMNS = 12
@@ -76,7 +78,7 @@ class RanksScreen(Screen):
             added = (record is not None and self.times.add(record)) or added
         if added or not self.drawn:
             self.drawn = True
-            self.app.call_from_thread(self.draw, self.times.report(COLUMNS))
+            show_from_worker(self, self.draw, self.times.report(COLUMNS))
 
     def draw(self, report: RankReport) -> None:
         self.query_one("#ranks-said", Label).update(

@@ -9,9 +9,10 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Header, Label, Log
+from textual.widgets import Label, Log
 
 from tui.widgets.footer import FitFooter
+from tui.widgets.header import Header
 
 REFRESH_S = 2.0
 NO_SAMPLES = ("no samples yet: set parameters.logging.samples (prompts or eval_rows) to see what the model "

@@ -12,12 +12,15 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Header, Label, Static, TabbedContent, TabPane
+from textual.widgets import Label, Static, TabbedContent, TabPane
 
 from launcher.runs.read.comparison import RunStats
+from launcher.words import plural
+from tui.screens.from_worker import show_from_worker
 from tui.widgets.comparison_plots import LossCurves, MetricBars
 from tui.widgets.comparison_table import ComparisonTable
 from tui.widgets.footer import FitFooter
+from tui.widgets.header import Header
 
 REFRESH_S = 2.0
 
@@ -73,7 +76,7 @@ class SweepScreen(Screen):
         yield Label("", id="sweep-title")
         with TabbedContent(initial="table"):
             with TabPane("1 table", id="table"):
-                yield ComparisonTable(id="variants")
+                yield ComparisonTable(run_ids=not self.sweep_id, id="variants")
                 yield Label("", id="row-detail")
             with TabPane("2 loss", id="loss"):
                 yield LossCurves(id="loss-plot")
@@ -110,7 +113,7 @@ class SweepScreen(Screen):
             adopt_sweeps(home, [self.sweep_id])  # a sweep whose driver died gets a new one
             record = load_sweep(home, self.sweep_id)
             rows = sweep_stats(home, record)
-            self.app.call_from_thread(self._show, rows, record.state, record.detail, None)
+            show_from_worker(self, self._show, rows, record.state, record.detail, None)
             return
         from launcher.runs.core.store import RunStore
 
@@ -119,7 +122,7 @@ class SweepScreen(Screen):
         # Marked runs are shown in launch order (as the table's title says), whatever order they were marked in.
         self.run_ids.sort(key=lambda r: (records[r].summary.started_at is None, records[r].summary.started_at or 0, r))
         texts = {r: (records[r].directory / "workload.yaml").read_text() for r in self.run_ids}
-        self.app.call_from_thread(self._show, compare_runs(home, self.run_ids), "", "", workload_diffs(texts))
+        show_from_worker(self, self._show, compare_runs(home, self.run_ids), "", "", workload_diffs(texts))
 
     def _show(self, rows: list[RunStats], state: str, detail: str, diff: str | None) -> None:
         self.rows, self.state, self.detail = rows, state, detail
@@ -139,7 +142,7 @@ class SweepScreen(Screen):
         if self.sweep_id:
             head = f"{self.sweep_id} {self.state}: {done}/{len(self.rows)} succeeded"
         else:
-            head = f"{len(self.rows)} runs compared"
+            head = f"{plural(len(self.rows), 'run')} compared"
         self.query_one("#sweep-title", Label).update(f"{head}, sorted {self.table.describe_sort()}")
 
     def on_data_table_row_highlighted(self, event: ComparisonTable.RowHighlighted) -> None:
@@ -168,6 +171,13 @@ class SweepScreen(Screen):
             run_id = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
             if any(r.run_id == run_id and r.state not in ("pending", "skipped") for r in self.rows):
                 self.app.open_run(run_id)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "cancel":
+            return bool(self.sweep_id)  # marked runs are no sweep: nothing to cancel, no key in the footer
+        if action == "tab" and parameters == ("diff",):
+            return not self.sweep_id
+        return True
 
     def action_cancel(self) -> None:
         if not self.sweep_id or self.state in ("succeeded", "failed", "cancelled"):

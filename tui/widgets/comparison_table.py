@@ -13,6 +13,7 @@ _EIGHTHS = " ▏▎▍▌▋▊▉█"
 _STATE_STYLE = {"succeeded": "green", "failed": "red", "timed_out": "red", "cancelled": "yellow",
                 "skipped": "dim", "running": "cyan", "pending": "dim"}
 _TABLE_COLUMNS = tuple(c for c in COLUMNS if c.key not in ("run_id",))
+"""A sweep's variants are told apart by what they vary (the highlighted row's run id is said below)."""
 
 
 def bar(fraction: float, width: int = BAR_WIDTH) -> str:
@@ -36,8 +37,10 @@ class ComparisonTable(DataTable):
 
     DEFAULT_CSS = "ComparisonTable { height: auto; max-height: 100%; }"
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, *, run_ids: bool = False, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self.table_columns = COLUMNS if run_ids else _TABLE_COLUMNS
+        """Marked runs compared show their ids: they share no sweep, and may vary nothing."""
         self.rows_shown: list[RunStats] = []
         self.sort_by: str | None = None
         self.reverse = False
@@ -73,7 +76,7 @@ class ComparisonTable(DataTable):
 
     def _redraw(self) -> None:
         rows = self.rows_shown
-        columns = [c for c in _TABLE_COLUMNS if any(getattr(r, c.key) not in (None, "") for r in rows)
+        columns = [c for c in self.table_columns if any(getattr(r, c.key) not in (None, "") for r in rows)
                    or c.key in ("label", "state")]
         if self.sort_by is not None:
             rows = sorted(rows, key=lambda r: sort_key(r, self.sort_by, self.reverse), reverse=self.reverse)

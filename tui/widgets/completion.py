@@ -75,6 +75,7 @@ class WorkloadArea(KeptLinesTextArea):
 
     BINDINGS = [
         Binding("ctrl+space", "complete", "complete", show=False),
+        Binding("ctrl+@", "complete", "complete", show=False),  # what tmux and many terminals send for ctrl+space
         # Document start and end, as in most editors (Textual's TextArea binds neither).
         Binding("ctrl+home", "document_edge(False, False)", "start", show=False),
         Binding("ctrl+end", "document_edge(True, False)", "end", show=False),

@@ -16,32 +16,39 @@ class MetricSpark(Vertical):
     DEFAULT_CSS = """
     MetricSpark { height: 4; border: round $panel; padding: 0 1; }
     MetricSpark Sparkline { height: 1fr; }
+    MetricSpark Sparkline.-empty { visibility: hidden; }
     MetricSpark .title { height: 1; width: 1fr; color: $text-muted; }
     """
 
-    def __init__(self, title: str, **kwargs) -> None:
+    def __init__(self, title: str, waiting: str = "waiting for the first step", **kwargs) -> None:
         super().__init__(**kwargs)
         self.title_text = title
+        self.waiting = waiting
+        """What the box says before its first figure (an empty sparkline is a flat line that says nothing)."""
         self.shown: tuple[float, ...] = ()
 
     def compose(self) -> ComposeResult:
-        yield Label(self.title_text, classes="title")
-        yield Sparkline([])
+        yield Label(f"{self.title_text}  ({self.waiting})", classes="title")
+        yield Sparkline([], classes="-empty")
 
-    def show(self, values, fmt: str = ".4f") -> None:
+    def show(self, values, fmt: str = ".4f", beside: str = "") -> None:
+        """The series, and its last and smallest values in the title (``beside`` after the last one)."""
         data = tuple(values)
         if data == self.shown:
             return
         self.shown = data
-        self.query_one(Sparkline).data = list(data)  # a new list: Sparkline redraws on a new object
-        text = self.title_text
+        spark = self.query_one(Sparkline)
+        spark.data = list(data)  # a new list: Sparkline redraws on a new object
+        spark.set_class(not data, "-empty")
+        text = f"{self.title_text}  ({self.waiting})"
         if data:
-            text += f"  last {format(data[-1], fmt)}  min {format(min(data), fmt)}"
+            text = f"{self.title_text}  last {format(data[-1], fmt)}{beside}  min {format(min(data), fmt)}"
         self.query_one(".title", Label).update(text, layout=False)  # a fixed size: a repaint is enough
 
 
 class MemoryGauge(Horizontal):
-    """One rank's memory against its device total (RSS on CPU, shown without a limit)."""
+    """One rank's memory against its device total: the card's on GPU, resident memory against the node's RAM
+    on CPU (a record without a total, from an older trainer, is shown as a figure alone)."""
 
     DEFAULT_CSS = """
     MemoryGauge { height: 1; }
@@ -67,7 +74,9 @@ class MemoryGauge(Horizontal):
         if total_gib:
             frac = used_gib / total_gib
             bar.update(total=100, progress=min(100.0, 100 * frac))
-            label.update(f"rank {self.rank} {used_gib:5.1f}/{total_gib:.0f}G", layout=False)  # width 22
+            # Resident memory against the node's RAM on CPU; the card's memory on GPU. Width 22.
+            used = f"RSS {used_gib:.1f}" if rss else f"{used_gib:5.1f}"
+            label.update(f"rank {self.rank} {used}/{total_gib:.0f}G", layout=False)
             self.set_class(WARN_AT <= frac < CRIT_AT, "-warn")
             self.set_class(frac >= CRIT_AT, "-crit")
         else:  # resident memory on CPU: no limit to measure it against, so no bar that would read 0%
@@ -88,13 +97,14 @@ class MetricsPanel(Vertical):
     def compose(self) -> ComposeResult:
         with Grid():
             yield MetricSpark("loss", id="spark-loss")
-            yield MetricSpark("eval loss", id="spark-eval")
+            yield MetricSpark("eval loss", "waiting for the first evaluation", id="spark-eval")
             yield MetricSpark("learning rate", id="spark-lr")
             yield MetricSpark("tokens/s", id="spark-tps")
         yield Vertical(id="gauges")
 
     def refresh_from(self, view: RunView) -> None:
-        self.query_one("#spark-loss", MetricSpark).show(view.loss)
+        router = f" (router aux {view.router_aux_loss:.4f})" if view.router_aux_loss is not None else ""
+        self.query_one("#spark-loss", MetricSpark).show(view.loss, beside=router)
         self.query_one("#spark-eval", MetricSpark).show(view.eval_loss)
         self.query_one("#spark-lr", MetricSpark).show(view.lr, ".2e")
         self.query_one("#spark-tps", MetricSpark).show(view.throughput, ".0f")

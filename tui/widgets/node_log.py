@@ -13,6 +13,7 @@ from rich.text import Text
 
 from launcher.events import NodeState
 from launcher.runs.core.triage import classify_line, might_signal
+from launcher.words import plural
 from tui.widgets.log_view import LogView
 
 MAX_LINES = 20_000
@@ -55,6 +56,7 @@ class NodeLog(LogView):
         self.badge = Text()
         """What the border's title says (a Text: a host or a state is never markup)."""
         self._show_badge()
+        self._show_waiting()
 
     def push(self, lines: tuple[str, ...] | list[str]) -> None:
         self.pending.extend(lines)
@@ -66,6 +68,8 @@ class NodeLog(LogView):
         lines = list(self.pending)
         self.pending.clear()
         self.all_lines.extend(lines)
+        if self.border_subtitle:
+            self.border_subtitle = ""  # the first line: nothing to wait for any more
         wanted = [line for line in lines if self._wanted(line)] if self.filter_text else lines
         # The first batch is history (a reopened run): all of it. After that, live output is capped.
         limit = MAX_LINES if not self.seen_output else MAX_WRITE
@@ -74,7 +78,7 @@ class NodeLog(LogView):
         tail = wanted[-limit:]
         shown = [self._mark(line) for line in tail] if self.marking and might_signal("\n".join(tail)) else tail
         if skipped > 0:
-            shown.insert(0, f"··· {skipped:,} lines not shown (fast output; all are in the node log)")
+            shown.insert(0, f"··· {plural(skipped, 'line')} not shown (fast output; all are in the node log)")
         if shown:
             self.write_lines(shown)
             self._keep_end()
@@ -92,6 +96,7 @@ class NodeLog(LogView):
         self.set_class(state == NodeState.EXITED and exit_code not in (0, None), "-failed")
         self.set_class(state == NodeState.LOST, "-lost")
         self.set_class(state == NodeState.RECONNECTING, "-reconnecting")
+        self._show_waiting()
 
     def set_gpus(self, summary: str) -> None:
         """GPU utilisation and memory of this node, after its badge."""
@@ -141,6 +146,18 @@ class NodeLog(LogView):
         if badge != self.badge:
             self.badge = badge
             self.border_title = badge
+
+    def _show_waiting(self) -> None:
+        """Until the node's first line, the border says what the node is doing (a blank pane says nothing)."""
+        if self.all_lines or self.pending:
+            return
+        if self.node_rank < 0 or self.state in (NodeState.PENDING, NodeState.STARTING):
+            words = "waiting for the first line: preparing the node, starting the job"
+        elif self.state in (NodeState.RUNNING, NodeState.RECONNECTING):
+            words = "running, no line yet: starting torch and the model can take a few seconds"
+        else:
+            words = "no output"
+        self.border_subtitle = words
 
     @staticmethod
     def _mark(line: str) -> str:

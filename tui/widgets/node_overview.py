@@ -15,6 +15,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Label
 
 from launcher.runs.read.nodes import NodeRow
+from launcher.words import plural
 from tui.widgets.row_table import RowTable
 
 
@@ -156,7 +157,7 @@ class NodeOverview(Vertical):
 
     def _say(self, total: int, shown: int, odd: int) -> None:
         arrow = "descending" if self.reverse else "ascending"
-        parts = [f"{total} nodes", f"{odd} odd" if odd else "none odd",
+        parts = [plural(total, "node"), f"{odd} odd" if odd else "none odd",
                  f"sorted by {COLUMNS[self.sort_column].title} {arrow} (n: next column, v: reverse)"]
         if self.filter_text or self.odd_only:
             what = " and ".join(p for p in (f"'{self.filter_text}'" if self.filter_text else "",

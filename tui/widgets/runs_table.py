@@ -16,6 +16,7 @@ from textual.widgets import DataTable
 
 from launcher.runs.core.store import RunSummary
 from launcher.runs.read.view import fmt_duration
+from launcher.words import plural
 
 ColumnKey = Literal["id", "experiment", "state", "nodes", "start", "duration", "step", "loss", "eval"]
 
@@ -152,7 +153,7 @@ class RunsTable(DataTable):
 
     def describe(self) -> str:
         """One line for the section title: how many runs are shown and in what order."""
-        shown = f"{self.row_count} of {len(self.runs)} runs" if self.filter_text else f"{len(self.runs)} runs"
+        shown = f"{self.row_count} of {plural(len(self.runs), 'run')}" if self.filter_text else plural(len(self.runs), "run")
         where = f" matching '{self.filter_text}'" if self.filter_text else ""
         order = (f"by {_BY_KEY[self.sort_column].label} {'descending' if self.sort_reverse else 'ascending'}"
                  if self.sort_column else "newest first")

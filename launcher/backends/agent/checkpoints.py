@@ -1,5 +1,6 @@
-"""Checkpoints where rank 0 wrote them: listed, deleted (never the newest complete one) and exported to
-a Hugging Face folder on the node itself, where torch is."""
+"""Checkpoints on this node (where rank 0 wrote them, or a gather's holder): listed by the one rule of
+completeness, deleted (never the newest complete one) and exported to a Hugging Face folder on the node
+itself, where torch is (a bucket's checkpoint too, read with the run's credentials)."""
 
 from __future__ import annotations
 
@@ -10,21 +11,27 @@ import subprocess
 from trainer import ckpt_layout
 
 
+def resolve_root(path: str, env: dict, node_dir: str) -> str:
+    """A folder as the job would see it: its variables, this node's ``~``, and a relative path inside the
+    node's run directory (the job's working directory); absolute and normalised."""
+    path = ckpt_layout.expand_path(path, {**os.environ, **env})
+    return os.path.normpath(os.path.join(os.path.expanduser(node_dir), path))
+
+
 def root_of(output_dir: str, env: dict, node_dir: str) -> str:
-    """The checkpoints folder of ``output_dir`` as the job saw it: its variables, this node's ``~``, and
-    a relative path inside the node's run directory (the job's working directory)."""
-    path = ckpt_layout.expand_path(output_dir, {**os.environ, **env})
-    return ckpt_layout.checkpoints_root(os.path.join(node_dir, path))
+    """The checkpoints folder of ``output_dir`` as the job saw it."""
+    return ckpt_layout.checkpoints_root(resolve_root(output_dir, env, node_dir))
 
 
-def listing(output_dir: str, env: dict, node_dir: str) -> dict:
-    root = root_of(output_dir, env, node_dir)
+def listing(output_dir: str, env: dict, node_dir: str, root: str | None = None) -> dict:
+    """The checkpoints of ``output_dir`` here (or of the folder ``root``: a gather's holder)."""
+    root = resolve_root(root, env, node_dir) if root else root_of(output_dir, env, node_dir)
     return {"root": root, "exists": os.path.isdir(root),
             "checkpoints": [c.to_dict() for c in ckpt_layout.list_checkpoints(root)]}
 
 
-def _find(output_dir: str, env: dict, node_dir: str, name: str):
-    root = root_of(output_dir, env, node_dir)
+def _find(output_dir: str, env: dict, node_dir: str, name: str, root: str | None = None):
+    root = resolve_root(root, env, node_dir) if root else root_of(output_dir, env, node_dir)
     ckpts = ckpt_layout.list_checkpoints(root)
     found = next((c for c in ckpts if c.name == name), None)
     if found is None:
@@ -32,8 +39,8 @@ def _find(output_dir: str, env: dict, node_dir: str, name: str):
     return ckpts, found
 
 
-def delete(output_dir: str, env: dict, node_dir: str, name: str) -> dict:
-    ckpts, target = _find(output_dir, env, node_dir, name)
+def delete(output_dir: str, env: dict, node_dir: str, name: str, root: str | None = None) -> dict:
+    ckpts, target = _find(output_dir, env, node_dir, name, root)
     if not ckpt_layout.deletable(ckpts, target):
         raise ValueError(f"{target.path} is the newest complete checkpoint: it is kept (resume needs it)")
     if target.link:
@@ -44,21 +51,36 @@ def delete(output_dir: str, env: dict, node_dir: str, name: str) -> dict:
 
 
 def export(output_dir: str, env: dict, node_dir: str, name: str, python: str, pythonpath: str,
-           timeout_s: float, merged: bool = False) -> dict:
+           timeout_s: float, merged: bool = False, root: str | None = None, url: str | None = None,
+           job_env: dict | None = None) -> dict:
     """``python -m trainer.export`` on this node into ``<output_dir>/hf/export-<name>`` (a new folder); with
-    ``merged`` (a LoRA checkpoint), also the base with the adapter merged, beside it (``...-merged``)."""
-    _ckpts, target = _find(output_dir, env, node_dir, name)
-    if not target.complete:
-        raise ValueError(f"{target.path} is not complete (no DCP .metadata or meta.json): pick a complete one")
-    base = os.path.join(os.path.dirname(os.path.dirname(target.path)), "hf")
+    ``merged`` (a LoRA checkpoint), also the base with the adapter merged, beside it (``...-merged``). Unless
+    the trainer exported that step itself (``<output_dir>/hf/<name>``, written whole by a rename) and no
+    merged copy is asked for: that folder is the answer, marked ``reused``, and nothing is written twice.
+    ``url``: a checkpoint in a bucket, read with ``job_env`` (the run's credentials), exported into this
+    node's run directory."""
+    if url is not None:
+        if ckpt_layout.url_scheme(url) is None or url.rstrip("/").rsplit("/", 1)[-1] != name:
+            raise ValueError(f"not a checkpoint in a bucket: {url!r}")
+        source, base = url, os.path.join(os.path.expanduser(node_dir), "hf")
+    else:
+        _ckpts, target = _find(output_dir, env, node_dir, name, root)
+        if not target.complete:
+            why = ckpt_layout.wholeness(target.path).why_not()
+            raise ValueError(f"{target.path} is not whole ({why}): pick a complete one")
+        source, base = target.path, os.path.join(os.path.dirname(os.path.dirname(target.path)), "hf")
+        own = os.path.join(base, name)
+        if not merged and os.path.isfile(os.path.join(own, "config.json")) and any(
+                f.endswith(".safetensors") for f in os.listdir(own)):
+            return {"path": own, "files": sorted(os.listdir(own)), "reused": True}
     out, n = os.path.join(base, f"export-{name}"), 1
     while os.path.exists(out) or os.path.exists(out + "-merged"):
         out, n = os.path.join(base, f"export-{name}-{n}"), n + 1
-    run_env = dict(os.environ)
+    run_env = {**os.environ, **(job_env or {})}
     if pythonpath:
         run_env["PYTHONPATH"] = pythonpath + (os.pathsep + run_env["PYTHONPATH"] if run_env.get("PYTHONPATH") else "")
     try:
-        done = subprocess.run([python, "-m", "trainer.export", target.path, out, *(["--merged"] if merged else [])],
+        done = subprocess.run([python, "-m", "trainer.export", source, out, *(["--merged"] if merged else [])],
                               capture_output=True,
                               text=True, timeout=timeout_s, env=run_env, stdin=subprocess.DEVNULL)
     except OSError as err:

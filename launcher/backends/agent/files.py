@@ -11,7 +11,7 @@ import shutil
 import tarfile
 import time
 
-from .jobs import read_state
+from .jobs import alive, read_state
 
 MAX_WAIT_S = 5.0
 UPLOAD_PREFIX = ".upload-"
@@ -87,7 +87,7 @@ def unpack(node_dir: str, name: str, total: int, sha256: str, dest: str) -> int:
     path = os.path.join(node_dir, UPLOAD_PREFIX + _plain(name))
     got = size(path)
     if got != total:
-        raise ValueError(f"upload {name}: {got} of {total} bytes arrived")
+        raise ValueError(f"upload {name}: {got} of its {total} B arrived")
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -162,3 +162,28 @@ def tar_bytes(root: str, arcname: str, exclude=()) -> bytes:
     with tarfile.open(fileobj=buf, mode="w") as tar:
         tar.add(root, arcname=arcname, filter=skip)
     return buf.getvalue()
+
+
+def remove_run_dir(node_dir: str) -> dict:
+    """Remove this node's run directory (code, parameters, outputs under it, its log and this agent's own
+    copy), and the run's folder above it once it is empty. Refused while the run's job is alive here.
+    Answers what was there: bytes and files, the agent's own zip left out (it came with this request)."""
+    state = read_state(node_dir)
+    if state.get("state") in ("starting", "running") and alive(state.get("supervisor_pid")):
+        raise ValueError(f"the run's job still runs in {node_dir}: cancel the run first")
+    total = count = 0
+    for root, _dirs, names in os.walk(node_dir):
+        for name in names:
+            if root == node_dir and name.startswith("agent-") and name.endswith(".zip"):
+                continue
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+                count += 1
+            except OSError:
+                pass
+    shutil.rmtree(node_dir)
+    try:
+        os.rmdir(os.path.dirname(node_dir.rstrip("/")))  # the run's folder: empty once every node is gone
+    except OSError:
+        pass  # another node's directory is still there (a shared home), or it was never ours alone
+    return {"path": node_dir, "bytes": total, "files": count}

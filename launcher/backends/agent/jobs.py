@@ -19,10 +19,14 @@ import subprocess
 import sys
 import time
 
+from . import ports
 from .netif import fill_iface_env
+from .ranklogs import RankFiles
 
 STATE = "state.json"
 LOG = "node.log"
+TEE_DIR = "ranks"
+"""Where torchrun tees each rank's output when the launcher asked for it (``PET_LOG_DIR``, the plan's ``TEE_DIR``)."""
 RUN_ID_ENV = "FSDP_TUI_RUN_ID"
 MASK = "******"
 START_TIMEOUT_S = 30.0
@@ -59,6 +63,8 @@ def job_env(node_dir: str, spec: dict) -> dict:
         # A search path the node already sets (e.g. PYTHONPATH to site packages) stays, after ours.
         env[name] = path + os.pathsep + env[name] if name.endswith("PATH") and env.get(name) else path
     env.update(spec.get("secrets", {}))
+    for name, value in (spec.get("rank_tag") or {}).items():
+        env.setdefault(name, value)  # torchrun's line prefix: each line says its rank (the node's own stays)
     python = spec.get("python")
     if python and os.sep in python:
         env["PATH"] = os.path.dirname(os.path.abspath(os.path.expanduser(python))) + os.pathsep + env.get("PATH", "")
@@ -69,9 +75,21 @@ LOW_SPACE_BYTES = 1 << 20
 """Less free space than this where a dead supervisor kept its files: it died of a full disk."""
 
 
+def boot_id() -> str | None:
+    """This boot of the machine (Linux): a pid recorded before a restart names another process after it."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 def status(node_dir: str) -> dict:
     state = read_state(node_dir)
-    state["supervisor_alive"] = alive(state.get("supervisor_pid"))
+    restarted = state.get("boot_id") not in (None, boot_id())
+    state["supervisor_alive"] = not restarted and alive(state.get("supervisor_pid"))
+    if restarted and state.get("state") in ("starting", "running") and not state.get("error"):
+        state["error"] = "the machine restarted since its job started"
     if state.get("state") in ("starting", "running") and not state["supervisor_alive"] and not state.get("error"):
         # Its last words could not be written: the disk may say why.
         try:
@@ -94,8 +112,15 @@ def start(node_dir: str, spec: dict, agent_argv: list) -> dict:
         return now
     if now.get("state") == "running" and alive(now.get("supervisor_pid")):
         return {"state": "busy", "error": f"attempt {now.get('attempt')} is still running in {node_dir}"}
+    claim = None
+    if spec.get("rendezvous_port"):  # node 0: the port is this run's until its job ends
+        claim, why = ports.take(int(spec["rendezvous_port"]))
+        if claim is None:
+            return {"state": "refused", "port_taken": True,
+                    "error": f"rendezvous port {spec['rendezvous_port']} is taken on this machine ({why})"}
     write_state(node_dir, state="starting", attempt=attempt, exit_code=None, stopped=False, stopping=False,
-                error=None, run_id=spec["env"].get(RUN_ID_ENV), node_rank=spec["env"].get("NODE_RANK"))
+                error=None, run_id=spec["env"].get(RUN_ID_ENV), node_rank=spec["env"].get("NODE_RANK"),
+                boot_id=boot_id())
     read_end, write_end = os.pipe()
     said_end, say_end = os.pipe()  # the supervisor's word on the start (see ``_wait_started``)
     pid = os.fork()
@@ -111,10 +136,12 @@ def start(node_dir: str, spec: dict, agent_argv: list) -> dict:
         for fd in (0, 1, 2):
             os.dup2(null, fd)
         try:
-            code = supervise(node_dir, spec, agent_argv, say_end)
+            code = supervise(node_dir, spec, agent_argv, say_end, claim)
         except BaseException:  # noqa: BLE001 - the supervisor must never leave "running" behind
             code = 1
         os._exit(code)
+    if claim is not None:
+        claim.close()  # the supervisor holds it now (its own copies, inherited by the fork)
     os.close(read_end)
     os.close(say_end)
     with os.fdopen(write_end, "wb") as pipe:
@@ -200,9 +227,10 @@ def _done_saying(say_end: int | None) -> None:
         os.close(say_end)
 
 
-def supervise(node_dir: str, spec: dict, agent_argv: list, say_end: int | None = None) -> int:
+def supervise(node_dir: str, spec: dict, agent_argv: list, say_end: int | None = None, claim=None) -> int:
     """Run the job to its end and record it. ``say_end``: closed once the job is recorded as running, or
-    given the words of why it could not be."""
+    given the words of why it could not be. ``claim``: node 0's rendezvous port (:mod:`.ports`), bound
+    until the job starts and claimed until it ends."""
     secrets = [v.encode() for v in spec.get("secrets", {}).values() if v]
     log_path = os.path.join(node_dir, LOG)
     argv = spec["argv"]
@@ -213,13 +241,17 @@ def supervise(node_dir: str, spec: dict, agent_argv: list, say_end: int | None =
 
         write_venv_spec(node_dir, spec)
         argv = [*agent_argv, "with-venv", node_dir]
+    marker = b""
     try:
         log = open(log_path, "ab", buffering=0)  # noqa: SIM115
         if spec.get("marker"):
             stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-            log.write(f"{ATTEMPT_MARKER}{spec['marker']}, started {stamp} ===\n".encode())
+            marker = f"{ATTEMPT_MARKER}{spec['marker']}, started {stamp} ===\n".encode()
+            log.write(marker)
     except OSError as err:
         return _refuse_for_space(node_dir, log_path, err, say_end)
+    template = next(iter((spec.get("rank_tag") or {}).values()), None)
+    ranks = RankFiles(node_dir, template, marker) if template else None
     env = job_env(node_dir, spec)
     iface = fill_iface_env(env, spec.get("iface_env", ()))
     if iface is not None:
@@ -229,6 +261,8 @@ def supervise(node_dir: str, spec: dict, agent_argv: list, say_end: int | None =
                       f"{env['MASTER_ADDR']})\n".encode())
         except OSError:
             pass  # the job's own output finds the full disk and says so
+    if claim is not None:
+        claim.release_listener()  # the job binds the port now; the claim stays until it ends
     try:
         proc = subprocess.Popen(argv, cwd=spec.get("cwd") or node_dir, env=env,
                                 stdin=subprocess.DEVNULL,
@@ -250,6 +284,8 @@ def supervise(node_dir: str, spec: dict, agent_argv: list, say_end: int | None =
         for value in secrets:
             line = line.replace(value, MASK.encode())
         try:
+            if ranks is not None and b"\x1b_" in line:
+                line = ranks.split(line)  # each rank's part into its own file; the log as the job wrote it
             log.write(line)
         except OSError as err:  # a full or failing disk: the job cannot be recorded, so it stops
             error = _disk_words(log_path, err)
@@ -262,6 +298,11 @@ def supervise(node_dir: str, spec: dict, agent_argv: list, say_end: int | None =
             signal_group(proc.pid, signal.SIGKILL)
     code = proc.wait()
     log.close()
+    if ranks is not None:
+        ranks.close()
+    if (spec.get("dir_env") or {}).get("PET_LOG_DIR") == TEE_DIR:
+        # torchrun's per-rank copies of what the log has, tagged and masked: they would keep secrets unmasked.
+        shutil.rmtree(os.path.join(node_dir, TEE_DIR), ignore_errors=True)
     stopped = bool(read_state(node_dir).get("stopping"))
     try:
         write_state(node_dir, state="exited", exit_code=code, ended_at=time.time(), stopped=stopped, error=error)

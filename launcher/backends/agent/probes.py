@@ -1,11 +1,10 @@
-"""Facts a node reports on request: GPU samples, whether the rendezvous port is free, and a short
-script run under a given interpreter (the doctor's probe)."""
+"""Facts a node reports on request: GPU samples, every rank's stack, and a short script run under a given
+interpreter (the doctor's probe)."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 
 GPU_QUERY = "index,name,memory.used,memory.total,utilization.gpu"
@@ -30,24 +29,6 @@ def gpu_samples() -> list:
         except ValueError:
             continue
     return samples
-
-
-def port_state(port: int) -> dict:
-    """Whether ``port`` can be bound on every interface, as torchrun's TCPStore binds it, and a free one.
-    Port 0: the free port the system picks.
-
-    SO_REUSEADDR as TCPStore sets it, so a port in TIME_WAIT counts as free."""
-    def bind(p: int) -> int:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("0.0.0.0", p))
-            s.listen(1)
-            return s.getsockname()[1]
-
-    try:
-        return {"free": True, "port": bind(port)}
-    except OSError as err:
-        return {"free": False, "reason": err.strerror or str(err), "suggest": bind(0)}
 
 
 def run_script(python: str, script: str, timeout_s: float) -> dict:

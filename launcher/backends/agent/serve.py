@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from . import checkpoints, files, flight, jobs, probes, scheduler, usage, wire
+from . import checkpoints, ckpt_direct, ckpt_files, files, flight, jobs, ports, probes, scheduler, usage, wire
 
 EXPORT_TIMEOUT_S = 3600.0
 
@@ -42,6 +42,8 @@ def _unpack(node_dir, req, body):
 def _start(node_dir, req, body, agent_zip):
     spec = json.loads(body.decode("utf-8"))  # in the body: it holds the secrets
     result = jobs.start(node_dir, spec, jobs.agent_argv(agent_zip))
+    if result.get("port_taken"):
+        return result, b""  # an answer, not a failure: the launcher moves the run to another port
     if result.get("error") and result.get("state") != "running":
         raise ValueError(result["error"])
     return result, b""
@@ -64,7 +66,7 @@ def _usage(node_dir, req, body):
 
 
 def _port(node_dir, req, body):
-    return probes.port_state(int(req["port"])), b""
+    return ports.claim(int(req["port"])), b""
 
 
 def _run(node_dir, req, body):
@@ -81,18 +83,82 @@ def _stacks(node_dir, req, body):
 
 
 def _ckpt_list(node_dir, req, body):
-    return checkpoints.listing(str(req["output_dir"]), dict(req.get("env", {})), node_dir), b""
+    return checkpoints.listing(str(req["output_dir"]), dict(req.get("env", {})), node_dir,
+                               str(req["root"]) if req.get("root") else None), b""
+
+
+def _ckpt_root(node_dir, req):
+    """The checkpoints folder a request means: ``root`` as given (this node's own answer before), or
+    ``output_dir`` resolved as the job resolves it."""
+    if req.get("root"):
+        return checkpoints.resolve_root(str(req["root"]), dict(req.get("env", {})), node_dir)
+    return checkpoints.root_of(str(req["output_dir"]), dict(req.get("env", {})), node_dir)
+
+
+def _place(node_dir, req, body):
+    root, token = _ckpt_root(node_dir, req), str(req["token"])
+    action = req.get("action")
+    if action == "mark":
+        return ckpt_files.place_mark(root, token), b""
+    if action == "clear":
+        return ckpt_files.place_clear(root, token, list(req.get("created", []))), b""
+    return ckpt_files.place_look(root, token), b""
+
+
+def _ckpt_files(node_dir, req, body):
+    return ckpt_files.files(_ckpt_root(node_dir, req), str(req["name"])), b""
+
+
+def _ckpt_read(node_dir, req, body):
+    return {}, ckpt_files.read(_ckpt_root(node_dir, req), str(req["name"]), str(req["file"]), int(req["offset"]),
+                               min(int(req["limit"]), wire.MAX_BODY))
+
+
+def _ckpt_put(node_dir, req, body):
+    size = ckpt_files.put(_ckpt_root(node_dir, req), str(req["name"]), str(req["file"]), int(req["offset"]), body)
+    return {"size": size}, b""
+
+
+def _ckpt_seal(node_dir, req, body):
+    sums = {str(k): (int(v[0]), str(v[1])) for k, v in dict(req["sums"]).items()}
+    return ckpt_files.seal(_ckpt_root(node_dir, req), str(req["name"]), sums), b""
+
+
+def _ckpt_unpart(node_dir, req, body):
+    return ckpt_files.unpart(_ckpt_root(node_dir, req), str(req["name"])), b""
+
+
+def _ckpt_listen(node_dir, req, body):
+    return ckpt_direct.listen(_ckpt_root(node_dir, req), str(req["name"]), dict(req["sizes"]),
+                              float(req.get("timeout", 60))), b""
+
+
+def _ckpt_received(node_dir, req, body):
+    return ckpt_direct.received(str(req["token"]), min(float(req.get("wait", 0)), files.MAX_WAIT_S)), b""
+
+
+def _ckpt_send(node_dir, req, body):
+    return ckpt_direct.send(_ckpt_root(node_dir, req), str(req["name"]), dict(req["sizes"]), str(req["addr"]),
+                            int(req["port"]), str(req["token"]), float(req.get("timeout", 60))), b""
+
+
+def _ckpt_drop(node_dir, req, body):
+    return ckpt_files.drop(_ckpt_root(node_dir, req), str(req["name"])), b""
 
 
 def _ckpt_delete(node_dir, req, body):
-    return checkpoints.delete(str(req["output_dir"]), dict(req.get("env", {})), node_dir, str(req["name"])), b""
+    return checkpoints.delete(str(req["output_dir"]), dict(req.get("env", {})), node_dir, str(req["name"]),
+                              str(req["root"]) if req.get("root") else None), b""
 
 
 def _ckpt_export(node_dir, req, body):
     pythonpath = os.path.join(node_dir, str(req["pythonpath"])) if req.get("pythonpath") else ""
+    job_env = json.loads(body.decode("utf-8")) if body else {}  # in the body: it may hold the run's secrets
     return checkpoints.export(str(req["output_dir"]), dict(req.get("env", {})), node_dir, str(req["name"]),
                               str(req["python"]), pythonpath, float(req.get("timeout", EXPORT_TIMEOUT_S)),
-                              req.get("merged") is True), b""
+                              req.get("merged") is True, str(req["root"]) if req.get("root") else None,
+                              str(req["url"]) if req.get("url") else None,
+                              {str(k): str(v) for k, v in dict(job_env).items()}), b""
 
 
 def _pack(node_dir, req, body):
@@ -108,6 +174,10 @@ def _pack(node_dir, req, body):
     return {"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, b""
 
 
+def _remove(node_dir, req, body):
+    return files.remove_run_dir(node_dir), b""
+
+
 def _slurm(node_dir, req, body):
     return scheduler.run(node_dir, list(req["argv"]), body, bool(req.get("in_run_dir")),
                          float(req.get("timeout", 60))), b""
@@ -116,7 +186,10 @@ def _slurm(node_dir, req, body):
 HANDLERS = {
     "status": _status, "read": _read, "write": _write, "put": _put, "unpack": _unpack, "stop": _stop,
     "gpus": _gpus, "usage": _usage, "port": _port, "run": _run, "stacks": _stacks, "ckpt_list": _ckpt_list, "ckpt_delete": _ckpt_delete,
-    "ckpt_export": _ckpt_export, "pack": _pack, "slurm": _slurm,
+    "ckpt_export": _ckpt_export, "pack": _pack, "slurm": _slurm, "remove": _remove, "place": _place,
+    "ckpt_files": _ckpt_files, "ckpt_read": _ckpt_read, "ckpt_put": _ckpt_put, "ckpt_seal": _ckpt_seal,
+    "ckpt_unpart": _ckpt_unpart, "ckpt_drop": _ckpt_drop, "ckpt_listen": _ckpt_listen,
+    "ckpt_received": _ckpt_received, "ckpt_send": _ckpt_send,
 }
 
 

@@ -31,7 +31,7 @@ def parse_sizes(line: bytes) -> tuple[int, int]:
         raise FrameError(f"not a frame: {line[:200]!r}")
     n_head, n_body = int(parts[0]), int(parts[1])
     if n_head > MAX_HEADER or n_body > MAX_BODY:
-        raise FrameError(f"frame too large: {n_head} + {n_body} bytes")
+        raise FrameError(f"frame too large: {n_head} + {n_body} B")
     return n_head, n_body
 
 

@@ -35,8 +35,10 @@ from launcher.backends.slurm.verdict import judge
 from launcher.events import GpuSample
 from launcher.paths import data_home
 from launcher.untrusted import clean_reply
+from launcher.workload.ckpt_place import CheckpointPlace
 from launcher.workload.plan import RunPlan
 from launcher.workload.slurm import time_minutes, time_option
+from trainer.ckpt_layout import expand_path, url_scheme
 from trainer.protocol import CHECKPOINT_SIGNAL_ENV
 
 JOBS_FILE = "jobs.json"
@@ -116,7 +118,7 @@ class SlurmBackend(AgentFleet):
         plan = self.plan
         spec = self.job_spec(plan.nodes[0], {}, attempt)  # the secrets go to sbatch's environment only
         spec.update(secret_names=sorted(secrets), builtin_trainer=plan.uses_builtin_trainer,
-                    port_from_job=plan.workload.compute.master_port is None)
+                    port_from_job=plan.workload.compute.master_port is None, rendezvous_port=None)
         if plan.uses_builtin_trainer:
             spec["env"] = {**spec["env"], CHECKPOINT_SIGNAL_ENV: "1"}
         link = self.links[0]
@@ -329,6 +331,15 @@ class SlurmBackend(AgentFleet):
                         f"{STACKS_WAIT_S:.0f} s (is the job running?)", rank)
 
     # -- checks -------------------------------------------------------------------------------------
+
+    async def checkpoint_place(self, output_dir: str) -> CheckpointPlace:
+        """A SLURM job's nodes work in one folder of the cluster's shared filesystem (``job_dir``): its
+        checkpoints are where the login node lists them (nothing to ask); a bucket URL is a bucket."""
+        url = expand_path(output_dir, self._job_env())
+        if url_scheme(url):
+            return CheckpointPlace("bucket", output_dir, roots=(url,))
+        return CheckpointPlace("shared", output_dir, (), (True,) * len(self.plan.nodes),
+                               detail="the SLURM job's nodes share the cluster's filesystem")
 
     async def scheduler_checks(self, quick: bool) -> tuple[SchedulerCheck, ...]:
         """``sbatch --test-only`` of the attempt's script (partition, account, qos, time limit, node and

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 
 from launcher.backends.base import SchedulerCheck
+from launcher.words import plural
 from launcher.workload.slurm import time_minutes, time_option
 
 SINFO_FORMAT = "%P|%a|%l|%D|%G"
@@ -135,10 +136,10 @@ def partition_checks(plan, sinfo_out: str) -> list[SchedulerCheck]:
     need = topo.num_nodes
     gpus = s.gpus_per_node or (topo.procs_per_node if topo.kind == "gpu" else None)
     if part.node_count < need:
-        checks.append(SchedulerCheck("nodes", "error", f"{named} has {part.node_count} node(s); the run needs {need}",
+        checks.append(SchedulerCheck("nodes", "error", f"{named} has {plural(part.node_count, 'node')}; the run needs {need}",
                                      "lower num_accelerators / compute.slurm.nodes, or pick a bigger partition"))
     else:
-        checks.append(SchedulerCheck("nodes", "ok", f"{named} has {part.node_count} node(s); the run needs {need}"))
+        checks.append(SchedulerCheck("nodes", "ok", f"{named} has {plural(part.node_count, 'node')}; the run needs {need}"))
     if gpus:
         with_gpus = part.nodes_with_gpus(gpus)
         if with_gpus is None:
@@ -146,12 +147,12 @@ def partition_checks(plan, sinfo_out: str) -> list[SchedulerCheck]:
                                          f"GPUs its nodes have; the run needs {gpus} per node",
                                          f"check `sinfo -p {part.name} -N -o '%N %G'`"))
         elif with_gpus < need:
-            checks.append(SchedulerCheck("gpus per node", "error", f"{named} has {with_gpus} node(s) with {gpus}+ "
+            checks.append(SchedulerCheck("gpus per node", "error", f"{named} has {plural(with_gpus, 'node')} with {gpus}+ "
                                          f"GPUs; the run needs {need}",
                                          "lower accelerator_type/gpus_per_node, or pick a GPU partition "
                                          "(`sinfo -o '%P %G'`)"))
         else:
-            checks.append(SchedulerCheck("gpus per node", "ok", f"{with_gpus} node(s) of {named} have {gpus}+ GPUs"))
+            checks.append(SchedulerCheck("gpus per node", "ok", f"{plural(with_gpus, 'node')} of {named} {'has' if with_gpus == 1 else 'have'} {gpus}+ GPUs"))
     checks.append(time_check(time_option(s, plan.workload.timeout_minutes), part))
     return checks
 

@@ -15,6 +15,7 @@ import uuid
 from launcher.backends.base import NodeError, SchedulerCheck
 from launcher.backends.slurm.script import placement_options
 from launcher.untrusted import clean_reply
+from launcher.words import plural
 
 PENDING_S = 60.0
 """How long the probe job may take in all, queueing included, before it is cancelled."""
@@ -198,7 +199,7 @@ async def probe_checks(backend) -> list[SchedulerCheck]:
                                      f"is environment.python ({python}) there on the compute nodes? try by hand: "
                                      f"srun --nodes={need} {python} -V"))
     else:
-        checks.append(SchedulerCheck("probe job", "ok", f"ran on {need} node(s) through srun"))
+        checks.append(SchedulerCheck("probe job", "ok", f"ran on {plural(need, 'node')} through srun"))
     return checks + node_checks(plan, python, reports, listing)
 
 

@@ -1,26 +1,51 @@
-"""A run's checkpoints, where rank 0 wrote them: listed, deleted and exported through the run's backend
-(a node that is gone says so; it is never "no checkpoints")."""
+"""A run's checkpoints where their whole copies are: listed, deleted, exported, chosen to resume from.
+
+Where that is comes from the run's record (the place its launch found, :mod:`launcher.workload.ckpt_place`):
+node 0's folder (one shared disk, or the gathers' default), another node's folder or this machine
+(``checkpoint.gather_to``), or a bucket read from here with the run's credentials. A node that is gone
+says so; it is never "no checkpoints".
+"""
 
 from __future__ import annotations
 
+import asyncio
+import posixpath
+from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.backends.base import Backend, CheckpointListing, ExportResult, NodeError
-from launcher.backends.registry import backend_for
+from launcher.backends.registry import backend_for, export_here_checkpoint, here_checkpoint_files
 from launcher.paths import run_dir
+from launcher.runs.core.bucket import BucketError, bucket_env, list_bucket, remove_from_bucket
 from launcher.runs.core.layout import load_plan
 from launcher.runs.core.store import RunStore
+from launcher.workload.ckpt_place import Holder
 from launcher.workload.overrides import SetValue
-from trainer.ckpt_layout import CheckpointInfo, deletable, newest_complete
+from launcher.workload.plan import RunPlan
+from trainer.ckpt_layout import CheckpointInfo, checkpoints_root, deletable, newest_complete
 
 __all__ = ["CheckpointInfo", "deletable", "newest_complete", "list_checkpoints", "delete_checkpoint",
-           "export_checkpoint", "NoOutputDir", "CheckpointError", "completeness", "resume_override"]
+           "export_checkpoint", "NoOutputDir", "CheckpointError", "completeness", "resume_override",
+           "ResumeChoice", "resume_choice", "here_root"]
+
+HOLDER_DIR = "checkpoints"
+"""Where ``gather_to: here`` keeps a run's whole copies: in its record folder."""
+
+
+def here_root(directory: Path, holder: Holder) -> str:
+    """This machine's folder for a run's whole copies (``here``: the run's record; ``here:PATH``)."""
+    return str(Path(holder.root).expanduser().resolve()) if holder.root else str(directory / HOLDER_DIR)
 
 
 def completeness(c: CheckpointInfo) -> str:
-    """The "complete" column: ``yes``, ``NO``, or ``link`` for an entry that is a symbolic link (never
-    followed, never resumed from)."""
-    return "link" if c.link else ("yes" if c.complete else "NO")
+    """The "complete" column: ``yes``, ``NO`` (with the nodes whose shards are missing), or ``link`` for
+    an entry that is a symbolic link (never followed, never resumed from)."""
+    if c.link:
+        return "link"
+    if c.complete:
+        return "yes"
+    nodes = c.missing_nodes
+    return f"NO (node {', '.join(map(str, nodes))})" if nodes else "NO"
 
 
 def resume_override(path: str) -> SetValue:
@@ -37,41 +62,133 @@ class NoOutputDir(LookupError):
     """The run has no ``parameters.output_dir``: its script keeps its own checkpoints."""
 
 
-def _backend(home: Path, run_id: str) -> tuple[Backend, str]:
+@dataclass
+class Holding:
+    """Where a run's whole checkpoints are, opened for one operation (close it after)."""
+
+    plan: RunPlan
+    output_dir: str
+    backend: Backend
+    rank: int | None
+    """The node that holds them; ``None``: this machine (``gather_to: here``) or a bucket."""
+    root: str | None
+    """Their folder there when it is not ``output_dir``'s own (a gather's holder), else ``None``."""
+    bucket: bool
+
+    async def close(self) -> None:
+        await self.backend.close()
+
+
+def holding(home: Path, run_id: str) -> Holding:
     record = RunStore(home).get_run(run_id)
     if record is None:
         raise LookupError(f"no run '{run_id}'")
     if not record.summary.output_dir:
         raise NoOutputDir(f"run {run_id} has no parameters.output_dir: its script keeps its own checkpoints")
-    return backend_for(load_plan(run_dir(home, run_id))), record.summary.output_dir
+    directory = run_dir(home, run_id)
+    plan = load_plan(directory)
+    place, output_dir = plan.ckpt_place, record.summary.output_dir
+    backend = backend_for(plan)
+    if place is not None and place.kind == "bucket":
+        return Holding(plan, output_dir, backend, None, checkpoints_root(place.roots[0]), True)
+    holder = place.holder if place is not None else None
+    if holder is None or not holder.gathered or (holder.node == 0 and holder.root == place.roots[0]):
+        return Holding(plan, output_dir, backend, 0, None, False)  # node 0's own folder, as the job saw it
+    if holder.node is None:
+        return Holding(plan, output_dir, backend, None, here_root(directory, holder), False)
+    return Holding(plan, output_dir, backend, holder.node, holder.root, False)
 
 
 async def list_checkpoints(home: Path, run_id: str) -> CheckpointListing:
-    backend, output_dir = _backend(home, run_id)
+    h = holding(home, run_id)
     try:
-        return await backend.checkpoints(output_dir)
+        return await _listing(home, h)
     finally:
-        await backend.close()
+        await h.close()
+
+
+async def _listing(home: Path, h: Holding) -> CheckpointListing:
+    if h.bucket:
+        try:
+            found = await asyncio.to_thread(list_bucket, h.root, bucket_env(home, h.plan))
+        except BucketError as err:
+            return CheckpointListing(-1, "the bucket", h.root, error=str(err))
+        return CheckpointListing(-1, "the bucket", h.root, tuple(found))
+    if h.rank is None:
+        return await here_checkpoint_files().listing(h.root)
+    return await h.backend.checkpoints(h.output_dir, h.rank, h.root)
 
 
 async def delete_checkpoint(home: Path, run_id: str, name: str) -> None:
-    backend, output_dir = _backend(home, run_id)
+    h = holding(home, run_id)
     try:
-        await backend.delete_checkpoint(output_dir, name)
-    except NodeError as err:
+        if h.bucket or h.rank is None:
+            listing = await _listing(home, h)
+            target = next((c for c in listing.checkpoints if c.name == name), None)
+            if listing.error or target is None:
+                raise CheckpointError(listing.error or f"no checkpoint {name!r} in {listing.root}")
+            if not deletable(list(listing.checkpoints), target):
+                raise CheckpointError(f"{target.path} is the newest complete checkpoint: it is kept (resume needs it)")
+            if h.bucket:
+                await asyncio.to_thread(remove_from_bucket, target.path, bucket_env(home, h.plan))
+            else:
+                await here_checkpoint_files().drop(h.root, name)
+        else:
+            await h.backend.delete_checkpoint(h.output_dir, name, h.rank, h.root)
+    except (NodeError, BucketError) as err:
         raise CheckpointError(str(err)) from None
     finally:
-        await backend.close()
+        await h.close()
 
 
 async def export_checkpoint(home: Path, run_id: str, name: str, copy_to: Path | None = None,
                             merged: bool = False) -> ExportResult:
-    """A Hugging Face folder written on the node (where torch is); with ``copy_to``, copied here too.
+    """A Hugging Face folder written where torch is: on the node that holds the checkpoint (a bucket's: on
+    node 0, read with the run's credentials), or here for copies kept here; with ``copy_to``, copied here.
     A LoRA checkpoint exports its adapter in PEFT's format, and with ``merged`` also the merged model."""
-    backend, output_dir = _backend(home, run_id)
+    h = holding(home, run_id)
+    to = str(copy_to) if copy_to else None
     try:
-        return await backend.export_checkpoint(output_dir, name, str(copy_to) if copy_to else None, merged)
-    except NodeError as err:
+        if h.bucket:
+            env = bucket_env(home, h.plan)
+            return await h.backend.export_checkpoint(h.output_dir, name, to, merged, 0, url=f"{h.root}/{name}",
+                                                     job_env=env)
+        if h.rank is None:
+            return await asyncio.to_thread(export_here_checkpoint, h.root, name, to, merged)
+        return await h.backend.export_checkpoint(h.output_dir, name, to, merged, h.rank, h.root)
+    except (NodeError, BucketError) as err:
         raise CheckpointError(str(err)) from None
     finally:
-        await backend.close()
+        await h.close()
+
+
+@dataclass(frozen=True)
+class ResumeChoice:
+    """How a new run resumes from a checkpoint of ``run``."""
+
+    path: str
+    """``parameters.checkpoint.resume``: the checkpoint where the new run's node 0 finds it."""
+    bring: dict | None = None
+    """What the new run's owner copies to node 0 first (the checkpoint's run, node, folder and name), when
+    its node 0 is not the machine that holds it; kept in the new run's launch options."""
+
+
+async def resume_choice(home: Path, run_id: str, chosen: CheckpointInfo, listing: CheckpointListing,
+                        new_plan: RunPlan) -> ResumeChoice:
+    """Resume from ``chosen`` where it lies when the new run's node 0 is the machine that holds it (or it
+    is in a bucket); else from the new run's own checkpoints folder, brought there before the start."""
+    h = holding(home, run_id)
+    await h.close()  # nothing was asked of it: only where the checkpoints are
+    if h.bucket or (h.rank is not None and _same_machine(h.plan, h.rank, new_plan)):
+        return ResumeChoice(chosen.path)
+    output_dir = new_plan.output_dir or h.output_dir
+    return ResumeChoice(posixpath.join(output_dir, "checkpoints", chosen.name),
+                        {"run": run_id, "node": h.rank, "root": listing.root, "name": chosen.name})
+
+
+def _same_machine(old: RunPlan, rank: int, new: RunPlan) -> bool:
+    a, b = old.nodes[rank].host, new.nodes[0].host
+    local_a, local_b = a is None or a.is_local, b is None or b.is_local
+    if local_a or local_b:
+        return local_a and local_b
+    return (a.alias, a.hostname, a.port, a.user) == (b.alias, b.hostname, b.port, b.user)

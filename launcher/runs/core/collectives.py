@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from launcher.words import plural
+
 
 @dataclass(frozen=True)
 class RankDump:
@@ -101,7 +103,7 @@ def _ranks(ranks: tuple[int, ...], nodes: dict[int, int]) -> str:
     word = "rank" if len(ranks) == 1 else "ranks"
     parts = [f"{_list(rs)} (node {n})" if n >= 0 else _list(rs) for n, rs in sorted(by_node.items())]
     if len(parts) > 4:
-        return f"{len(ranks)} {word} on {len(by_node)} nodes ({_list(list(ranks))})"
+        return f"{len(ranks)} {word} on {plural(len(by_node), 'node')} ({_list(list(ranks))})"
     return f"{word} " + ", ".join(parts)
 
 

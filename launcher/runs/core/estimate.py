@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from launcher.words import plural
 from trainer.protocol import MetricRecord
 
 MIN_STEPS = 3
@@ -146,13 +147,13 @@ class Estimate:
         money = f", ~{self.cost:.2f} {self.currency}" if self.cost is not None else ""
         out = [f"estimate: {_clock(self.wall_s)} wall ({_clock(self.low_s)} to {_clock(self.high_s)}), "
                f"{self.hours:.2f} {self.unit}-hours{money}",
-               f"  {self.steps} steps x {self.step_s:.3f} s + start-up {_clock(self.startup_s)}"
+               f"  {plural(self.steps, 'step')} x {self.step_s:.3f} s + start-up {_clock(self.startup_s)}"
                + (f" + {self.evals} evaluations x {self.eval_s:.2f} s" if self.evals else "")
                + (f" + end {_clock(self.tail_s)}" if self.tail_s else ""),
                f"  measured by {self.source}"]
         if self.correction is not None:
             out.append(f"  x{self.correction:.2f}: the median real/estimated wall time of the last "
-                       f"{self.corrected_by} run(s) of this workload")
+                       f"{plural(self.corrected_by, 'run')} of this workload")
         if self.unmeasured:
             out.append(f"  not measured (taken as nothing): {', '.join(self.unmeasured)}")
         return out

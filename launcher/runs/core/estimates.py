@@ -28,6 +28,7 @@ from launcher.runs.core.estimate import (
 )
 from launcher.runs.core.layout import LOG_METRICS, METRICS, PLAN, load_options, read_records
 from launcher.runs.core.store import RunRecord, RunStore, StoreDamaged
+from launcher.words import plural
 from launcher.workload.plan import RunPlan
 
 ESTIMATE = "estimate.json"
@@ -154,7 +155,7 @@ def estimate_plan(home: Path, plan: RunPlan, *, exclude: str | None = None) -> E
     saves = (params.get("checkpoint") or {}).get("every_steps") if plan.uses_builtin_trainer else None
     unmeasured = []
     if past.timing.probe and isinstance(saves, int) and steps > saves:
-        unmeasured.append(f"{(steps - 1) // saves} checkpoint save(s) (a probe saves none)")
+        unmeasured.append(f"{plural((steps - 1) // saves, 'checkpoint save')} (a probe saves none)")
     return estimate(timing=past.timing, steps=steps, eval_every=every if isinstance(every, int) else None,
                     end_tail_s=past.end_tail_s, unit=topo.kind.upper(), workers=topo.world_size,
                     ratios=past.ratios, price=price, currency=currency, fingerprint_=fingerprint(workload),

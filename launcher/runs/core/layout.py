@@ -26,6 +26,9 @@ METRICS = "metrics.jsonl"
 SAMPLES = "samples.jsonl"
 """What the model answered as it learned (``logging.samples``): node 0's samples file, mirrored byte for byte."""
 LOG_METRICS = "log-metrics.jsonl"
+GATHERS = "gathers.jsonl"
+"""The run's gathers of checkpoints (when its nodes keep separate folders): one JSON line per checkpoint
+made whole (what, from which nodes, bytes, seconds) or not (why)."""
 STATE_FILE = "mlflow.json"
 """What the owner has logged to MLflow for the run (its MLflow run id, the last step sent)."""
 
@@ -89,4 +92,21 @@ def read_records(path: Path) -> list[MetricRecord]:
                 record = MetricRecord.from_json(line)
                 if record is not None:
                     out.append(record)
+    return out
+
+
+def read_gathers(directory: Path) -> list[dict]:
+    """The run's gathers as recorded (``show``): what was made whole, how fast, what could not be."""
+    try:
+        lines = (directory / GATHERS).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            out.append(entry)
     return out

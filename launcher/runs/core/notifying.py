@@ -7,7 +7,6 @@ settings is recorded like a failed send."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import time
@@ -51,20 +50,6 @@ def notify_wanted(workload_notify: Notify | None, event: str) -> bool:
     except SettingsError:
         return True
     return notify is not None and event in notify.on
-
-
-async def newest_checkpoint(backend, output_dir: str | None, timeout_s: float = 20.0) -> CheckpointFact | None:
-    """The newest complete checkpoint under ``output_dir``, asked of the run's backend; ``None`` when there
-    is none or the node does not answer in time (a notification never waits long for it)."""
-    from launcher.runs.core.safe_step import newest_fact
-
-    if not output_dir:
-        return None
-    try:
-        listing = await asyncio.wait_for(backend.checkpoints(output_dir), timeout_s)
-    except Exception:  # noqa: BLE001 - a missing fact, never a failed notification
-        return None
-    return newest_fact(listing.checkpoints, time.time())
 
 
 def notify_run(home: Path, run_id: str, workload_notify: Notify | None, event: str,

@@ -20,6 +20,7 @@ import yaml
 from launcher.events import NodeState, RunState
 from launcher.runs.core.layout import EVENTS, LOG_METRICS, METRICS, PLAN, read_records
 from launcher.runs.core.store import NodeRecord, RunStore, RunSummary, StoreDamaged
+from launcher.words import plural
 
 STORE_FILES = ("runs.db", "runs.db-wal", "runs.db-shm")
 
@@ -40,7 +41,7 @@ class RebuildReport:
         if self.moved_to is not None:
             out.append(f"moved the damaged store aside: {self.moved_to}")
         counts = ", ".join(f"{n} {state}" for state, n in sorted(self.states.items()))
-        out.append(f"rebuilt the store from {len(self.rebuilt)} run folder(s)" + (f": {counts}" if counts else ""))
+        out.append(f"rebuilt the store from {plural(len(self.rebuilt), 'run folder')}" + (f": {counts}" if counts else ""))
         out += [f"skipped {why}" for why in self.skipped]
         return out
 

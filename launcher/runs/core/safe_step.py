@@ -14,6 +14,9 @@ from pathlib import Path
 from launcher.notify.summary import CheckpointFact, fmt_age
 from launcher.runs.core.checkpoints import NoOutputDir, list_checkpoints
 
+NONE_YET = "no complete checkpoint yet"
+"""What the holder said: it answered, and none of the run's checkpoints is whole."""
+
 
 @dataclass(frozen=True)
 class SafeStep:
@@ -81,7 +84,17 @@ async def last_safe_step(home: Path, run_id: str, timeout_s: float = 15.0) -> Sa
     if listing.error:
         return SafeStep(None, f"cannot list the checkpoints on {listing.label}: {listing.error}")
     found = newest_fact(listing.checkpoints, time.time())
-    return SafeStep(found, "" if found else "no complete checkpoint yet")
+    return SafeStep(found, "" if found else NONE_YET)
+
+
+async def newest_of_run(home: Path, run_id: str, timeout_s: float = 20.0) -> CheckpointFact | None:
+    """The newest complete checkpoint of a run where its whole copies are; ``None`` when there is none,
+    the run has no ``output_dir`` or its holder does not answer in time."""
+    try:
+        listing = await asyncio.wait_for(list_checkpoints(home, run_id), timeout_s)
+    except (NoOutputDir, LookupError, OSError, ValueError, asyncio.TimeoutError):
+        return None
+    return None if listing.error else newest_fact(listing.checkpoints, time.time())
 
 
 _CHECKPOINT_TIME = re.compile(r"checkpoint blocked training for ([0-9]+(?:\.[0-9]+)?) s")

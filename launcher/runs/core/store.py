@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from launcher.events import NodeState, RunState
-from launcher.paths import run_dir
+from launcher.paths import private_dir, private_file, run_dir
+from launcher.words import plural
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -148,9 +149,8 @@ class RunStore:
 
     @_guarded
     def __init__(self, home: Path) -> None:
-        self.home = Path(home)
-        self.home.mkdir(parents=True, exist_ok=True)
-        self.path = self.home / "runs.db"
+        self.home = private_dir(Path(home))
+        self.path = private_file(self.home / "runs.db")
         self._local = threading.local()
         with self._db() as db:
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -200,8 +200,8 @@ class RunStore:
 
     @_guarded
     def create_run(self, plan, workload_path: Path | None, resolved_yaml: str) -> Path:
-        directory = run_dir(self.home, plan.run_id)
-        (directory / "nodes").mkdir(parents=True, exist_ok=True)
+        directory = private_dir(run_dir(self.home, plan.run_id))
+        (directory / "nodes").mkdir(mode=0o700, exist_ok=True)
         (directory / "workload.yaml").write_text(resolved_yaml)
         params = plan.workload.parameters
         with self._transaction() as db:  # never a run without its nodes
@@ -330,7 +330,7 @@ class RunStore:
         if not rows:
             raise LookupError(f"no run '{prefix}' (see fsdp-tui runs)")
         if len(rows) > 1:
-            raise LookupError(f"'{prefix}' matches {len(rows)} runs: {', '.join(r[0] for r in rows[:5])}")
+            raise LookupError(f"'{prefix}' matches {plural(len(rows), 'run')}: {', '.join(r[0] for r in rows[:5])}")
         return rows[0][0]
 
     @_guarded

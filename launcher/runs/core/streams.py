@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import BinaryIO
 
 from launcher.runs.core.display import sanitize_line, show_lines
 from trainer.protocol import MetricRecord
@@ -89,3 +90,33 @@ class LogMetrics:
         max_steps = int(groups["max_steps"]) if groups.get("max_steps") else None
         kind = "eval" if "eval_loss" in fields and "loss" not in fields else "train"
         return MetricRecord(step=step, kind=kind, max_steps=max_steps, **fields)
+
+
+TAIL_BLOCK = 64 << 10
+
+
+def tail_offset(f: BinaryIO, lines: int, *, complete_only: bool) -> int:
+    """Where the last ``lines`` lines of the open file ``f`` start, found by reading backwards from its end:
+    time and memory go with those lines, not with the file. ``complete_only`` (a follower): a last line
+    without its newline yet is not one of them (it is shown once it ends)."""
+    size = f.seek(0, 2)
+    if size == 0:
+        return 0
+    f.seek(size - 1)
+    ends_line = f.read(1) == b"\n"
+    skip = lines + 1 if ends_line or complete_only else lines  # newlines from the end to step over
+    if skip == 0:
+        return size
+    pos = size
+    while pos > 0:
+        start = max(0, pos - TAIL_BLOCK)
+        f.seek(start)
+        block = f.read(pos - start)
+        end = len(block)
+        while skip and (at := block.rfind(b"\n", 0, end)) >= 0:
+            skip -= 1
+            end = at
+        if not skip:
+            return start + end + 1
+        pos = start
+    return 0

@@ -162,6 +162,29 @@ def node_error_report(from_logs: dict, rank: int, host: str, error: str, exit_co
             "signature": reason_signature(error), "excerpt": error, "exit_code": exit_code}
 
 
+def gone_words(status, reconnected: bool) -> str:
+    """Why a node's job is gone (its ``NodeStatus``; ``reconnected``: its connection dropped and came back
+    during the attempt)."""
+    if status.error:
+        return f"lost: {status.error}"
+    if reconnected:
+        return ("lost: its job is gone since its connection came back (the node restarted, or its "
+                "processes were killed)")
+    if status.state == "absent":
+        return "lost: no job is recorded there any more (its run directory is gone)"
+    return "lost: the process recording its job on the node died"
+
+
+def gone_report(from_logs: dict, rank: int, host: str, words: str) -> dict:
+    """The triage when a node was found without its job: that node is the root cause, and what the logs
+    blamed (a survivor's "Connection reset by peer") is kept as its consequence."""
+    report = {"node_rank": rank, "rank": None, "exit_code": None, "signature": "lost", "line_no": None,
+              "excerpt": words, "summary": f"node {rank} ({host}): {words}"}
+    if from_logs.get("summary") and from_logs.get("node_rank") != rank:
+        report["consequence"] = from_logs["summary"]
+    return report
+
+
 def scheduler_report(from_logs: dict, cause, host: str, exit_code: int | None) -> dict:
     """The triage when the scheduler saw a node die (``cause``: a
     :class:`~launcher.backends.base.SchedulerCause`). The node's own log line stays the excerpt when it

@@ -1,23 +1,38 @@
-"""One MLflow run per launch, written by the run's owner only; every MLflow write of this data dir is
-serialised by :mod:`launcher.runs.owner.tracking`'s lock (one writer per store at a time)."""
+"""One MLflow run per launch, written by the run's owner (or a later sender of what it could not send);
+every write to this data dir's local store is serialised by :mod:`launcher.runs.owner.tracking`'s lock
+(one writer per SQLite file at a time)."""
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
+from launcher.paths import private_file
 from trainer.protocol import MetricRecord
 
-_METRICS = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu", "eval_loss", "eval_exact_match")
+_METRICS = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu", "eval_loss", "eval_exact_match", "router_aux_loss")
 _MEMORY = ("device_used_gib", "allocated_gib", "reserved_gib", "peak_gib", "rss_gib")
 """Per rank, as ``memory/rank<N>/<field>``: what the monitor's gauges show."""
 
 
 SAMPLES_TABLE = "samples.json"
 """The MLflow table of a run's generation samples (``logging.samples``)."""
+
+HTTP_TIMEOUT_S = 5
+"""MLflow's request timeout (seconds, an integer: MLflow reads it so), for connecting and for each wait
+for the server's answer; its own retries are off: the tracker retries every 30 s, never for minutes."""
+MLFLOW_HTTP = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": str(HTTP_TIMEOUT_S),
+}
+"""MLflow's own settings for its HTTP calls (it reads them at every request), set by the sink for the
+process that writes: by default one call to a dead server retries for about 4 minutes."""
 
 
 def default_tracking_uri(home: Path) -> str:
@@ -57,11 +72,25 @@ class MlflowSink:
         self.client = None
         self.run_id: str | None = None
 
+    @staticmethod
+    def warm() -> None:
+        """Import MLflow (seconds on a busy machine) before any lock is taken for a write."""
+        import mlflow.entities  # noqa: F401
+        from mlflow import MlflowClient  # noqa: F401
+
+    def check_local(self) -> None:
+        """A SQLite store that cannot be opened fails here, at once and before MLflow is imported."""
+        if self.uri.startswith("sqlite:///"):
+            path = Path(self.uri[len("sqlite:///"):])
+            if self.uri == default_tracking_uri(self.home):
+                private_file(path)  # the data dir's own store: its user's alone, as the run store
+            check_sqlite(path)
+
     def _client(self):
         from mlflow import MlflowClient
 
-        if self.uri.startswith("sqlite:///"):
-            check_sqlite(Path(self.uri[len("sqlite:///"):]))
+        os.environ.update(MLFLOW_HTTP)
+        self.check_local()
         return MlflowClient(tracking_uri=self.uri)
 
     def start(self, params: dict[str, Any], tags: dict[str, str] | None = None) -> str:

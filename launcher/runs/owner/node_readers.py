@@ -8,6 +8,8 @@ import asyncio
 from collections.abc import Callable
 
 from launcher.backends.base import Backend, NodeError, NodeLost, NodeStatus
+from launcher.events import NodeState
+from launcher.runs.core.triage import gone_words
 from launcher.runs.owner.recorder import Recorder
 from launcher.runs.owner.settings import READ_CHUNK, Settings, pace
 
@@ -21,7 +23,10 @@ class NodeFollowing:
     clock: Callable[[], float]
     ranks: list[int]
     statuses: dict[int, NodeStatus]
+    exit_codes: dict[int, int | None]
     lost: dict[int, str]
+    gone: dict[int, str]
+    reconnected: set[int]
     polled: asyncio.Event
     unfollowing: asyncio.Event
 
@@ -51,6 +56,28 @@ class NodeFollowing:
         except NodeLost as err:
             self.lost[rank] = str(err)
             raise
+
+    async def _poll_the_others(self, exited: dict[int, NodeStatus]) -> None:
+        """Every node's status now, not as its follower last saw it: a node that died may not have been
+        polled since, while the survivor its scheduler stopped already says it ended. A node that is
+        reconnecting is waited for (within its link's window): one that comes back without its job (it
+        restarted, its processes were killed) is why the others failed, and is named so."""
+        for rank in self.ranks:
+            if rank in exited or rank in self.lost:
+                continue
+            try:
+                status = await self.backend.status(rank)
+            except NodeError:
+                continue
+            self.statuses[rank] = status
+            if status.orphaned or (status.state == "absent" and status.attempt is None):
+                self._mark_gone(rank, status)
+
+    def _mark_gone(self, rank: int, status: NodeStatus) -> None:
+        """Node ``rank`` is without its job: lost, with why."""
+        self.gone[rank] = gone_words(status, rank in self.reconnected)
+        self.exit_codes[rank] = None
+        self.rec.set_node(rank, NodeState.LOST, None, self.gone[rank])
 
     async def _pump_all(self) -> None:
         await asyncio.gather(*(self._pump(rank) for rank in self.ranks if rank not in self.lost),

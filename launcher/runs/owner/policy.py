@@ -17,11 +17,18 @@ from launcher.doctor.preflight import preflight
 from launcher.events import NodeState, RunState
 from launcher.runs.core.collectives import stuck_collectives
 from launcher.runs.core.space import RecordUnwritable
-from launcher.runs.core.triage import node_error_report, reason_signature, stalled_report, triage_run
+from launcher.runs.core.triage import (
+    gone_report,
+    node_error_report,
+    reason_signature,
+    stalled_report,
+    triage_run,
+)
+from launcher.runs.owner.keeper import CheckpointKeeper
 from launcher.runs.owner.node_readers import NodeFollowing
 from launcher.runs.owner.outcome import LaunchFailed, Outcome
 from launcher.runs.owner.recorder import Recorder
-from launcher.runs.owner.rendezvous import claim_port
+from launcher.runs.owner.rendezvous import PortMoves, claim_port
 from launcher.runs.owner.scheduler import SchedulerVerdicts
 from launcher.runs.owner.settings import Settings
 from launcher.runs.owner.stack_dumps import take_stacks
@@ -34,8 +41,10 @@ class RunPolicy(NodeFollowing):
                  secrets: Callable[[], dict[str, str]], cancel_requested: Callable[[], bool],
                  stacks_requested: Callable[[], bool] = lambda: False,
                  on_plan: Callable[[RunPlan], None] = lambda plan: None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, keeper: CheckpointKeeper | None = None) -> None:
         self.backend, self.rec, self.settings = backend, rec, settings
+        self.keeper = keeper
+        """Where the checkpoints land, their gathers beside each attempt, the copy a resume needs."""
         self.on_plan = on_plan
         self.stacks_requested = stacks_requested
         self.stall = StallWatch(settings.stall_factor, settings.stall_min_s)
@@ -67,6 +76,12 @@ class RunPolicy(NodeFollowing):
         self.adopted_at: float | None = None
         self.reconnecting: set[int] = set()
         """Nodes whose link is down right now: their steps cannot be seen, so no rank is called hung."""
+        self.reconnected: set[int] = set()
+        """Nodes whose link came back during this attempt (a node that restarted comes back without its job)."""
+        self.gone: dict[int, str] = {}
+        """Nodes of this attempt found without their job (restarted, their processes killed), and why."""
+        self.port = PortMoves(backend, rec, lambda: on_plan(backend.plan))
+        """The rendezvous port moved once when it is found taken (not counted as a retry)."""
 
     # -- links: reconnects and losses surface as node states ---------------------------------------
 
@@ -78,6 +93,8 @@ class RunPolicy(NodeFollowing):
         if state == LinkState.RECONNECTING:
             self.reconnecting.add(rank)
         else:
+            if state == LinkState.OK and rank in self.reconnecting:
+                self.reconnected.add(rank)  # back: whether its job still runs is asked next
             self.reconnecting.discard(rank)
         self.rec.set_node(rank, node, detail=detail)
 
@@ -87,6 +104,8 @@ class RunPolicy(NodeFollowing):
         """The run to its end. ``adopted``: its job runs already, follow it. ``restart``: an owner died
         between two attempts; start the next one (the nodes were prepared)."""
         try:
+            if (restart or adopted) and self.keeper is not None:
+                self.keeper.use(self.backend.plan)  # the place its launch found, from the record
             if restart:
                 await self.backend.locate()
             elif not adopted:
@@ -97,12 +116,14 @@ class RunPolicy(NodeFollowing):
             while True:
                 outcome = await self._attempt(adopted)
                 adopted = False
+                if outcome.state == RunState.FAILED and await self.port.moved_after_race(self.exit_codes.get(0)):
+                    continue  # a new attempt on another port: the job found its port taken
                 if outcome.state == RunState.RETRYING:  # a scheduler's time limit: it goes on from a checkpoint
                     self.scheduler.resubmits += 1
                     self.rec.attempt += 1
                     self.rec.set_state(RunState.RETRYING, f"attempt {self.rec.attempt}: {outcome.why}")
                     continue
-                resubmits = self.scheduler.resubmits
+                resubmits = self.scheduler.resubmits + self.port.attempts
                 if outcome.state != RunState.FAILED or self.rec.attempt - resubmits > self.settings.max_retries:
                     break
                 self.rec.attempt += 1
@@ -110,8 +131,6 @@ class RunPolicy(NodeFollowing):
                                    f"attempt {self.rec.attempt} of {self.settings.max_retries + 1 + resubmits}")
             if outcome.state == RunState.FAILED:
                 triage = self._triage()
-                if self.node_error is not None:
-                    triage = self._node_error_triage(triage)
                 cause = await self.backend.scheduler_cause()
                 if cause is not None:
                     triage = self.scheduler.cause_triage(triage, cause, self.exit_codes)
@@ -148,6 +167,9 @@ class RunPolicy(NodeFollowing):
         await self.backend.prepare()
         if self.cancel_requested():
             return
+        if self.keeper is not None:
+            self.backend.use_plan(await self.keeper.locate(self.backend))
+            self.keeper.use(self.backend.plan)
         refusals = await preflight(self.backend)  # forced or not: a forced run records what it went past
         if refusals and self.settings.preflight:
             raise LaunchFailed("not started, it cannot run there: " + "; ".join(map(str, refusals))
@@ -162,6 +184,8 @@ class RunPolicy(NodeFollowing):
     async def _attempt(self, adopted: bool) -> Outcome:
         self.exit_codes.clear()
         self.statuses.clear()
+        self.gone.clear()
+        self.reconnected.clear()
         if adopted:
             self.started = True
             self.adopted_at = time.time()
@@ -172,7 +196,9 @@ class RunPolicy(NodeFollowing):
                 self.rec.set_node(rank, NodeState.STARTING)
             self.started = True
             try:
-                await self.backend.start(self.secrets(), self.rec.attempt)
+                if self.keeper is not None:
+                    await self.keeper.before_attempt(self.rec.attempt, self.backend)
+                await self.port.start(lambda: self.backend.start(self.secrets(), self.rec.attempt))
             except NodeError as err:
                 self.start_error = err
                 await self._stop_all()
@@ -188,12 +214,18 @@ class RunPolicy(NodeFollowing):
         self.deadline = self.clock() + self.settings.timeout_s if self.settings.timeout_s else None
         self.unfollowing.clear()
         followers = [asyncio.create_task(self._follow(rank)) for rank in self.ranks]
+        if self.keeper is not None:
+            self.keeper.start()
         try:
-            outcome = await self._watch(followers)
+            try:
+                outcome = await self._watch(followers)
+            finally:
+                self.unfollowing.set()
+                await asyncio.gather(*followers, return_exceptions=True)
+            return await self._end(outcome)
         finally:
-            self.unfollowing.set()
-            await asyncio.gather(*followers, return_exceptions=True)
-        return await self._end(outcome)
+            if self.keeper is not None:
+                await self.keeper.settle(set(self.lost))  # the attempt's last saves made whole
 
     async def _watch(self, followers: list[asyncio.Task]) -> str:
         """Judge the nodes' latest statuses until the attempt ends; says how."""
@@ -319,8 +351,12 @@ class RunPolicy(NodeFollowing):
             # No recorded end: it died; a SIGTERM (-15, 143) is more likely the stop of a survivor.
             dead = min(failed, key=lambda r: (failed[r].exit_code is not None, failed[r].exit_code in (-15, 143), r))
             code = failed[dead].exit_code
+            how = "died" if code is None else f"exited with code {code}"
+            if self.gone:  # a node whose job vanished is why the others failed
+                dead = min(self.gone)
+                how = self.gone[dead]
             self.rec.set_state(RunState.RUNNING, f"stopping: node {dead} ({self.backend.plan.nodes[dead].host_display}) "
-                                                 + ("died" if code is None else f"exited with code {code}"))
+                                                 + how)
         if failed or resubmit:
             await self._stop_all()
         await self._pump_all()
@@ -329,16 +365,6 @@ class RunPolicy(NodeFollowing):
         if not failed:
             return Outcome(RunState.SUCCEEDED, 0)
         return Outcome(RunState.FAILED, failed[min(failed)].exit_code)
-
-    async def _poll_the_others(self, exited: dict[int, NodeStatus]) -> None:
-        """Every node's status now, not as its follower last saw it: a node that died may not have been
-        polled since, while the survivor its scheduler stopped already says it ended."""
-        for rank in self.ranks:
-            if rank not in exited and rank not in self.lost and rank not in self.reconnecting:
-                try:
-                    self.statuses[rank] = await self.backend.status(rank)
-                except NodeError:
-                    continue
 
     async def _requeued(self) -> Outcome:
         """The scheduler put the job back into its queue: this attempt's output is read to its end."""
@@ -349,6 +375,11 @@ class RunPolicy(NodeFollowing):
         """A node records its job as running but nothing there records it any more (its disk filled,
         or the node-side supervisor was killed): that node has failed."""
         s = self.orphan
+        if s.rank in self.reconnected and not s.error:  # back without its job: the node restarted
+            self._mark_gone(s.rank, s)
+            await self._stop_all()
+            await self._pump_all()
+            return Outcome(RunState.FAILED)
         why = s.error or ("no job was recorded there (the launch was interrupted before it started)"
                           if s.state == "absent" else "the process recording its job on the node died")
         self.exit_codes[s.rank] = None
@@ -370,16 +401,17 @@ class RunPolicy(NodeFollowing):
             detail = f"processes left: {list(out.left)}" if out.left else out.error
             self.rec.set_node(out.rank, NodeState.STOPPED, detail=detail)
 
-    def _node_error_triage(self, from_logs: dict) -> dict:
-        """A node's agent saw the cause itself (its disk, not the job): that is the triage."""
-        rank, error = self.node_error
-        triage = node_error_report(from_logs, rank, self.backend.plan.nodes[rank].host_display, error,
-                                   self.exit_codes.get(rank))
-        self.rec.write_triage(triage)
-        return triage
-
     def _triage(self) -> dict:
+        """Why the attempt failed: what the logs say, unless a node was found without its job (it is named
+        first, the logs' verdict its consequence) or a node's agent saw the cause itself (its disk)."""
         report = triage_run(self.rec.node_logs(), dict(self.exit_codes)).to_dict()
+        nodes = self.backend.plan.nodes
+        if self.gone:
+            rank = min(self.gone)
+            report = gone_report(report, rank, nodes[rank].host_display, self.gone[rank])
+        elif self.node_error is not None:
+            rank, error = self.node_error
+            report = node_error_report(report, rank, nodes[rank].host_display, error, self.exit_codes.get(rank))
         self.rec.write_triage(report)
         return report
 

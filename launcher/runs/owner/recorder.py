@@ -49,6 +49,7 @@ from launcher.runs.core.layout import (
 from launcher.runs.core.space import RecordUnwritable, SpaceWatch, is_write_failure, write_failure
 from launcher.runs.core.store import RunStore
 from launcher.runs.core.streams import LogMetrics
+from launcher.words import plural
 from trainer.protocol import MetricRecord
 
 
@@ -316,9 +317,9 @@ class Recorder:
             parts.append(f"=== node {rank}, {who}, pid {d.pid} ({d.how}) ===\n{d.text.rstrip()}\n")
         path.write_text("\n".join(parts) if parts else f"node {rank}: no Python process of the run is running\n")
         hows = sorted({d.how for d in dumps})
-        summary = f"node {rank}: {len(dumps)} process(es) ({', '.join(hows) or 'none running'})"
+        summary = f"node {rank}: {plural(len(dumps), 'process')} ({', '.join(hows) or 'none running'})"
         if flights:
-            summary += f", flight recorder of {len(flights)} rank(s)"
+            summary += f", flight recorder of {plural(len(flights), 'rank')}"
         self.emit(StacksDumped(self.run_id, rank, str(path), summary))
         return path, summary
 

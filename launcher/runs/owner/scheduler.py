@@ -15,6 +15,7 @@ from launcher.events import NodeState, RunState
 from launcher.runs.core.triage import scheduler_report
 from launcher.runs.owner.outcome import Outcome
 from launcher.runs.owner.recorder import Recorder
+from launcher.words import plural
 
 
 class SchedulerVerdicts:
@@ -69,8 +70,8 @@ class SchedulerVerdicts:
         if self.resubmits < self.max_resubmits:
             return Outcome(RunState.RETRYING, why=f"the job stopped at its {resubmit} after saving a checkpoint; "
                                                   "resubmitted, it resumes from there")
-        why = (f"the job stopped at its {resubmit} after saving a checkpoint, and {self.resubmits} "
-               "resubmission(s) were all that compute.slurm.max_resubmits allows: resume it to go on")
+        why = (f"the job stopped at its {resubmit} after saving a checkpoint, and {plural(self.resubmits, 'resubmission')} "
+               "were all that compute.slurm.max_resubmits allows: resume it to go on")
         triage = {"summary": why, "node_rank": None, "rank": None, "exit_code": None, "signature": "time_limit",
                   "line_no": None, "excerpt": why}
         self.rec.write_triage(triage)

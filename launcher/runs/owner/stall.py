@@ -1,5 +1,5 @@
 """A hung run, noticed: every process alive, no step for many times the run's usual step time (the
-classic silent NCCL hang). Pure: fed the moments new steps arrive, asked whether the run is stalled."""
+classic NCCL hang that prints nothing). Pure: fed the moments new steps arrive, asked whether the run is stalled."""
 
 from __future__ import annotations
 

@@ -1,10 +1,18 @@
 """MLflow for one run, kept apart from the run's fate: a tracking failure is reported and retried,
-never fatal, and the MLflow run is brought up to date from the run's own records when it works again.
+never fatal, never in the way of the run's own record, and the MLflow run is brought up to date from
+the run's own records when the store works again.
 
-Every write to the data dir's tracking store holds ``mlflow.lock`` (an ``flock``), so concurrent owners
-(parallel launches, sweeps) never write, create or migrate the store at the same moment. What has been
-logged is remembered in ``mlflow.json`` beside the run's record, so an owner that adopts the run
-re-opens the same MLflow run and logs only what is missing.
+Every call is bounded: MLflow's own HTTP retries (minutes per call by default) are turned off and its
+request timeout set to seconds (:data:`~launcher.runs.owner.mlflow_sink.MLFLOW_HTTP`), a remote store is asked whether it answers
+at all before anything else (:func:`probe`), and one failure stops the round until :data:`RETRY_S` later.
+No lock is held across a network call: writes to a local SQLite store (this data dir's default) hold
+``mlflow.lock`` (an ``flock``, waited for at most :data:`LOCK_WAIT_S`), so concurrent owners never
+create or migrate that file at the same moment; a remote store takes its writers' calls itself.
+
+What has been logged is remembered in ``mlflow.json`` beside the run's record (its MLflow run id, the
+records sent, the run's end once asked for and whether it was sent), so an owner that adopts the run,
+``fsdp-tui mlflow sync RUN`` and the sender the next look starts (:mod:`launcher.runs.core.pending`)
+re-open the same MLflow run and send only what is missing.
 """
 
 from __future__ import annotations
@@ -13,7 +21,9 @@ import contextlib
 import fcntl
 import json
 import os
+import socket
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Literal
 
@@ -24,23 +34,77 @@ from trainer.protocol import MetricRecord
 
 LOCK_FILE = "mlflow.lock"
 RETRY_S = 30.0
-"""After a failure, syncing waits this long before trying the store again (the run's end tries at once)."""
+"""After a failure, tracking waits this long before trying the store again."""
+LOCK_WAIT_S = 120.0
+"""Longest wait for the local store's lock (held only for local file writes, never across a network call:
+the first writer of a fresh store creates and migrates it, which takes a while on a busy machine); past
+it the round is given up and tried again later. Waited for in a tracking thread, never by the run."""
+PROBE_TIMEOUT_S = 3.0
+"""A remote store that does not answer a connection and a request within this long is down."""
+Status = Literal["FINISHED", "FAILED", "KILLED"]
+
+
+class TrackingBusy(Exception):
+    """The local store's lock was held longer than :data:`LOCK_WAIT_S` by another writer."""
 
 
 @contextlib.contextmanager
 def store_lock(home: Path):
-    """Held around every MLflow write of this data dir (processes and threads alike)."""
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / LOCK_FILE, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    """Held around every write of this data dir's local SQLite store (processes and threads alike);
+    :class:`TrackingBusy` when another writer holds it for longer than :data:`LOCK_WAIT_S`."""
+    with open(Path(home) / LOCK_FILE, "a") as f:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TrackingBusy(f"the tracking store's lock {Path(home) / LOCK_FILE} was held for "
+                                       f"over {LOCK_WAIT_S:.0f} s by another writer") from None
+                time.sleep(0.05)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def probe(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Raise ``ConnectionError`` unless an ``http(s)`` tracking server accepts a connection and answers a
+    request within ``timeout_s`` in all (any HTTP answer will do); other stores are not probed."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    deadline = time.monotonic() + timeout_s
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout_s) as s:
+            if parts.scheme == "http":
+                s.settimeout(max(0.1, deadline - time.monotonic()))
+                s.sendall(f"GET /health HTTP/1.0\r\nHost: {parts.hostname}\r\n\r\n".encode())
+                if not s.recv(1):
+                    raise ConnectionError("it closed the connection without answering")
+    except TimeoutError:
+        raise ConnectionError(f"no answer from {parts.hostname}:{port} within {timeout_s:.0f} s") from None
+    except OSError as err:
+        raise ConnectionError(f"cannot reach {parts.hostname}:{port}: {err.strerror or err}") from None
+
+
+@contextlib.contextmanager
+def writing(home: Path, sink: MlflowSink):
+    """Around a write through ``sink`` by anyone (an owner, a sweep's driver): the local store's lock, or
+    for a remote store a quick :func:`probe` instead (a dead server fails in seconds; no lock waits on it)."""
+    if sink.uri.startswith("sqlite:"):
+        with store_lock(home):
+            yield
+    else:
+        probe(sink.uri)
+        yield
+
+
 class Tracker:
-    """Blocking calls: the owner runs them in a worker thread."""
+    """Blocking calls, bounded: the owner runs them off its event loop and never waits on them for the
+    run's own record."""
 
     def __init__(self, home: Path, plan: RunPlan, run_dir: Path) -> None:
         cfg = plan.workload.mlflow
@@ -48,11 +112,11 @@ class Tracker:
         self.home, self.plan, self.path = Path(home), plan, run_dir / STATE_FILE
         self.sink = MlflowSink(cfg.tracking_uri, cfg.experiment or plan.workload.experiment_name,
                                plan.workload.mlflow_name or plan.run_id, self.home) if cfg.enabled else None
+        self.local = self.sink is not None and self.sink.uri.startswith("sqlite:")
         self.state = self._load()
         self.opened = False
-        self.error: str | None = None
+        self.error: str | None = self.state.get("error")
         """The last failure, in words; ``None`` while tracking works."""
-        self.pending: list[MetricRecord] = []
         self.retry_at = 0.0
 
     def _load(self) -> dict:
@@ -70,17 +134,49 @@ class Tracker:
     def mlflow_run_id(self) -> str | None:
         return self.state.get("run_id")
 
-    def _guard(self, what, *args) -> bool:
-        """Run ``what(*args)`` under the store's lock; a failure is kept in ``error``, never raised."""
+    @property
+    def waiting(self) -> bool:
+        """A failure happened less than :data:`RETRY_S` ago: the store is not asked again before then."""
+        return self.error is not None and time.monotonic() < self.retry_at
+
+    def unsent(self, records: int, samples: int = 0) -> bool:
+        """Whether anything of the run is not in MLflow yet (its MLflow run itself, of ``records`` records,
+        ``samples`` steps of generation samples, or its end)."""
+        if self.sink is None:
+            return False
+        end = self.state.get("end")
+        return (not self.mlflow_run_id or int(self.state.get("synced", 0)) < records or int(self.state.get("samples_synced", 0)) < samples
+                or (end is not None and not end.get("sent")))
+
+    def _guard(self, what, *args, write: bool = True) -> bool:
+        """Run ``what(*args)`` (a ``write`` under the store's lock if it is local); a failure is kept in
+        ``error``, never raised."""
         try:
-            with store_lock(self.home):
+            if self.local and write:
+                self.sink.warm()
+                with store_lock(self.home):
+                    what(*args)
+            else:
                 what(*args)
         except Exception as err:  # noqa: BLE001 - tracking is not the job: any failure is reported, not fatal
             self.error = f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
             self.retry_at = time.monotonic() + RETRY_S
+            self._remember_error()
             return False
-        self.error = None
+        if self.error is not None:
+            self.error = None
+            self._remember_error()
         return True
+
+    def _remember_error(self) -> None:
+        self.state["error"] = self.error
+        with contextlib.suppress(OSError):
+            self._save()
+
+    def _check(self) -> None:
+        """Whether the store can be reached at all: seconds, no MLflow import, no lock."""
+        probe(self.sink.uri)
+        self.sink.check_local()
 
     def _open(self) -> None:
         if self.mlflow_run_id:
@@ -92,13 +188,14 @@ class Tracker:
             self._save()
         self.opened = True
 
+    def _ready(self) -> bool:
+        return self.opened or (self._guard(self._check, write=False) and self._guard(self._open))
+
     def sync(self, all_records: list[MetricRecord], source: Literal["metrics", "log-metrics"]) -> bool:
         """Log what ``all_records`` (every record of the run from ``source``) has beyond what is logged."""
         if self.sink is None:
             return True
-        if self.error is not None and time.monotonic() < self.retry_at:
-            return False
-        if not self.opened and not self._guard(self._open):
+        if self.waiting or not self._ready():
             return False
         if self.state.get("source") != source:
             self.state.update(source=source, synced=0)
@@ -131,11 +228,27 @@ class Tracker:
 
         return self._guard(log)
 
-    def finish(self, status: Literal["FINISHED", "FAILED", "KILLED"], artifacts: list[Path],
-               totals: dict[str, float] | None = None) -> bool:
-        """End the MLflow run; ``totals`` (GPU-hours, cost) are logged as metrics once."""
+    def ended(self, status: Status, totals: dict[str, float] | None) -> None:
+        """Remember the run's end (its MLflow status, GPU-hours and cost) before it is sent: whoever sends
+        it later sends this, as the run ended."""
+        if self.sink is None:
+            return
+        self.state["end"] = {"status": status, "totals": totals or {}, "sent": False}
+        self._save()
+
+    def finish(self, artifacts: list[Path]) -> bool:
+        """Send the remembered end (:meth:`ended`) and ``artifacts``, and end the MLflow run."""
         if self.sink is None:
             return True
-        if not self.opened and not self._guard(self._open):
+        end = self.state.get("end")
+        if end is None or end.get("sent"):
+            return True
+        if self.waiting or not self._ready():
             return False
-        return self._guard(self.sink.finish, status, artifacts, totals)
+
+        def send() -> None:
+            self.sink.finish(end["status"], artifacts, end.get("totals"))
+            end["sent"] = True
+            self._save()
+
+        return self._guard(send)

@@ -27,6 +27,7 @@ from launcher.runs.core.layout import EVENTS, LOG_METRICS, METRICS, file_size, m
 from launcher.runs.core.ownership import LOG_FILE, owned, owner_note, spawn_owner
 from launcher.runs.core.store import RunStore
 from launcher.runs.core.streams import LineSplitter
+from launcher.words import plural
 from trainer.protocol import MetricRecord
 
 POLL_S = 0.1
@@ -57,7 +58,7 @@ def _owner_trouble(home: Path, run_id: str, starts: int) -> str | None:
     if starts < MAX_OWNER_STARTS:
         return None
     last = owner_note(home, run_id).removeprefix("cannot start: ") or _last_line(run_dir(home, run_id) / LOG_FILE)
-    return (f"run {run_id}: nothing can record it: its owner was started {starts} times and stopped each time; "
+    return (f"run {run_id}: nothing can record it: its owner was started {plural(starts, 'time')} and stopped each time; "
             f"the last one said: {last or '(nothing)'}. Fix that, then `fsdp-tui runs` adopts the run again")
 
 

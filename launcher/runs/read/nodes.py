@@ -19,9 +19,9 @@ from launcher.runs.read.view import NodeView, RunView
 MIN_OTHERS = 3
 """Figures are compared once at least this many other nodes run (4 nodes in all): the median of one or
 two others is one node's figure, and rank 0's node often prints far more than the rest."""
-SILENT_MIN_S = 30.0
-SILENT_FACTOR = 10.0
-"""Silent: no output for at least ``SILENT_MIN_S`` and ``SILENT_FACTOR`` times the others' median."""
+QUIET_MIN_S = 30.0
+QUIET_FACTOR = 10.0
+"""Quiet: no output for at least ``QUIET_MIN_S`` and ``QUIET_FACTOR`` times the others' median."""
 RATE_LOW_FRACTION = 0.2
 RATE_FLOOR_PER_S = 1.0
 """Slow output: lines/s at most ``RATE_LOW_FRACTION`` of the others' median, while they print at least
@@ -44,7 +44,7 @@ FIRST_FAIL_LEAD_S = 1.0
 """First to fail: failed (non-zero exit, or lost) this much before any other node did."""
 
 THRESHOLDS = {
-    "min_other_nodes": MIN_OTHERS, "silent_min_s": SILENT_MIN_S, "silent_factor": SILENT_FACTOR,
+    "min_other_nodes": MIN_OTHERS, "quiet_min_s": QUIET_MIN_S, "quiet_factor": QUIET_FACTOR,
     "rate_low_fraction": RATE_LOW_FRACTION, "rate_floor_per_s": RATE_FLOOR_PER_S,
     "cpu_work_pct": CPU_WORK_PCT, "cpu_busy_pct": CPU_BUSY_PCT, "gpu_work_pct": GPU_WORK_PCT,
     "idle_fraction": IDLE_FRACTION, "busy_factor": BUSY_FACTOR, "memory_factor": MEMORY_FACTOR,
@@ -58,7 +58,7 @@ class OddMark:
     """One figure of a node far from the others: ``figure`` against the others' ``median``."""
 
     what: str
-    """silent, slow_output, cpu_idle, cpu_busy, memory, gpu_idle, gpu_busy, gpu_memory, first_failed."""
+    """quiet, slow_output, cpu_idle, cpu_busy, memory, gpu_idle, gpu_busy, gpu_memory, first_failed."""
     figure: float
     median: float
     says: str
@@ -137,9 +137,9 @@ def _secs(s: float) -> str:
     return f"{s:.0f} s" if s < 600 else f"{s / 60:.0f} min"
 
 
-def _silent(age: float, median: float) -> tuple[str, str] | None:
-    if age >= SILENT_MIN_S and age >= SILENT_FACTOR * median:
-        return "silent", f"no output for {_secs(age)} (others: {_secs(median)})"
+def _quiet(age: float, median: float) -> tuple[str, str] | None:
+    if age >= QUIET_MIN_S and age >= QUIET_FACTOR * median:
+        return "quiet", f"no output for {_secs(age)} (others: {_secs(median)})"
     return None
 
 
@@ -177,7 +177,7 @@ def odd_marks(rows: list[NodeRow], view: RunView, now: float) -> dict[int, tuple
     """The marks of each odd node (node rank -> marks); nodes without marks are left out."""
     running = [r for r in rows if r.state == NodeState.RUNNING.value]
     figures: list[tuple[Callable[[NodeRow], float | None], Judge]] = [
-        (lambda r: _silence(r, view.nodes[r.node], now), _silent),
+        (lambda r: _silence(r, view.nodes[r.node], now), _quiet),
         (lambda r: r.lines_per_s, _slow),
         (lambda r: r.cpu_pct, _cpu),
         (lambda r: r.rss_mib, _memory("RSS", "memory")),
@@ -193,7 +193,7 @@ def odd_marks(rows: list[NodeRow], view: RunView, now: float) -> dict[int, tuple
         for node, value in values.items():
             median = statistics.median(v for n, v in values.items() if n != node)
             found = judge(value, median)
-            if found is None or (found[0] == "slow_output" and any(m.what == "silent" for m in out.get(node, ()))):
+            if found is None or (found[0] == "slow_output" and any(m.what == "quiet" for m in out.get(node, ()))):
                 continue
             out.setdefault(node, []).append(OddMark(found[0], round(value, 2), round(median, 2), found[1]))
     first = _first_failed(view, now)
@@ -220,5 +220,12 @@ def _first_failed(view: RunView, now: float) -> tuple[int, OddMark] | None:
     at = max(0.0, first.ended_at - start)
     others = [max(0.0, (n.ended_at or now) - start) for n in view.nodes.values() if n is not first]
     median = statistics.median(others)
+    ended = [n.ended_at for n in view.nodes.values() if n is not first and n.ended_at is not None]
+    then = (f"the next node ended {_lead(min(ended) - first.ended_at)} later" if ended
+            else "the others still run")
     return first.node_rank, OddMark("first_failed", round(at, 1), round(median, 1),
-                                    f"failed first, {_secs(at)} into the run (others: {_secs(median)})")
+                                    f"failed first, {_secs(at)} into the run; {then}")
+
+
+def _lead(s: float) -> str:
+    return f"{s:.1f} s" if s < 10 else _secs(s)

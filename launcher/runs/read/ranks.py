@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from launcher.words import plural
 from trainer.protocol import MetricRecord
 
 WINDOW_STEPS = 20
@@ -43,7 +44,7 @@ class SlowRank:
     @property
     def says(self) -> str:
         where = f"rank {self.rank}" + (f" on node {self.node}" if self.node is not None else "")
-        return (f"{where} +{self.excess:.0%} over {self.steps} steps "
+        return (f"{where} +{self.excess:.0%} over {plural(self.steps, 'step')} "
                 f"({_s(self.step_s)} a step of its own work, median rank {_s(self.median_s)})")
 
     def to_dict(self) -> dict:
@@ -79,8 +80,8 @@ class RankReport:
         if self.slow:
             return "; ".join(s.says for s in self.slow)
         if self.window_steps < WINDOW_STEPS:
-            return f"no slow rank yet ({self.window_steps} of {WINDOW_STEPS} steps seen)"
-        return f"no slow rank over the last {self.window_steps} steps"
+            return f"no slow rank yet ({self.window_steps} of {plural(WINDOW_STEPS, 'step')} seen)"
+        return f"no slow rank over the last {plural(self.window_steps, 'step')}"
 
     def node_step_s(self) -> dict[int, float]:
         """Each node's slowest rank's latest figure (a node overview's per-node column)."""

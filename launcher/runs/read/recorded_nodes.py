@@ -25,7 +25,7 @@ _CHUNK = 4 << 20
 
 def recorded_view(record: RunRecord) -> tuple[RunView, float]:
     """The run's :class:`RunView` rebuilt from its record, and the time its rows are taken at: now for a
-    live run, its end for a finished one (how long a node had been silent when the run ended)."""
+    live run, its end for a finished one (how long a node had been quiet when the run ended)."""
     s = record.summary
     view = RunView(s.run_id)
     for node in record.nodes:

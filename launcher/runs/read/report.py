@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from launcher.paths import run_dir
+from launcher.runs.core import pending
 from launcher.runs.core.estimates import read_kept
-from launcher.runs.core.layout import METRICS, STATE_FILE, last_lines
+from launcher.runs.core.layout import METRICS, STATE_FILE, last_lines, load_options, read_gathers
 from launcher.runs.core.notifying import read_deliveries
 from launcher.runs.core.ownership import owned
 from launcher.runs.core.safe_step import lead_time_of_run
@@ -28,12 +30,16 @@ def run_report(home: Path, run_id: str) -> dict:
     workload = plan.get("workload", {})
     mlflow_state = _json(directory / STATE_FILE) or {}
     mlflow = None
-    if mlflow_state.get("run_id"):
+    unsent = pending.why_pending(directory)
+    if mlflow_state.get("run_id") or unsent:
         uri = (workload.get("mlflow") or {}).get("tracking_uri") or f"sqlite:///{Path(home) / 'mlflow.db'}"
         experiment = (workload.get("mlflow") or {}).get("experiment") or s.experiment
-        mlflow = {"run_id": mlflow_state["run_id"], "experiment": experiment, "tracking_uri": uri,
-                  "ui_command": f"mlflow ui --backend-store-uri {uri}"}
-    ranks = rank_report(_newest_records(directory / METRICS), len(record.nodes) or None).to_dict()
+        mlflow = {"run_id": mlflow_state.get("run_id"), "experiment": experiment, "tracking_uri": uri,
+                  "ui_command": f"mlflow ui --backend-store-uri {uri}",
+                  "unsent": unsent and f"not all sent yet ({unsent}); sent on the next look, or now: "
+                                       f"fsdp-tui mlflow sync {run_id}"}
+    records = _newest_records(directory / METRICS)
+    ranks = rank_report(records, len(record.nodes) or None).to_dict()
     if triage is not None and ranks["slow"]:  # a slow rank is worth reading beside why the run ended
         triage = {**triage, "slow_ranks": [r["says"] for r in ranks["slow"]]}
     live = not s.state.is_final
@@ -62,7 +68,38 @@ def run_report(home: Path, run_id: str) -> dict:
         "notifications": read_deliveries(directory),
         "lead_time": lead_time_of_run(directory, workload), "ranks": ranks,
         "odd_nodes": odd, "data": _data_summary(directory / METRICS),
+        "resumed_from": _resumed_from(home, workload, run_id), "router_aux_loss": _router_aux_loss(records),
+        "checkpoints_place": _place_words(plan), "gathers": read_gathers(directory),
     }
+
+
+def _resumed_from(home: Path, workload: dict, run_id: str) -> dict | None:
+    """The checkpoint this run started from (``parameters.checkpoint.resume``: ``resume`` and the
+    checkpoints screen set it) and, when its path names one, the run that wrote it."""
+    import re
+
+    path = ((workload.get("parameters") or {}).get("checkpoint") or {}).get("resume")
+    if not isinstance(path, str) or not path:
+        return None
+    step = re.search(r"step-0*(\d+)", path)
+    brought = load_options(run_dir(home, run_id)).get("resume_from")  # copied to this run's node 0 first
+    if isinstance(brought, dict) and isinstance(brought.get("run"), str):
+        return {"path": path, "step": int(step.group(1)) if step else None, "run_id": brought["run"]}
+    runs = [r.run_id for r in RunStore(home).list_runs(limit=1000) if r.run_id != run_id and r.run_id in path]
+    return {"path": path, "step": int(step.group(1)) if step else None, "run_id": max(runs, key=len) if runs else None}
+
+
+def _place_words(plan: dict) -> str:
+    """Where the run's checkpoints land, as its launch found it ("" for a run without ``output_dir``)."""
+    from launcher.workload.ckpt_place import place_from_json
+
+    place = place_from_json(plan.get("ckpt_place"))
+    return place.words() if place is not None else ""
+
+
+def _router_aux_loss(records: list) -> float | None:
+    """The newest router load-balancing loss a mixture-of-experts run reported (``None``: none)."""
+    return next((r.router_aux_loss for r in reversed(records) if r.router_aux_loss is not None), None)
 
 
 def _odd_nodes(record) -> list[str]:

@@ -101,6 +101,11 @@ class NodeView:
         return f"{len(self.gpus)} GPU {util:.0f}% util, {used:.1f}/{total:.1f} GiB"
 
 
+ETA_GAP_STEPS = 5
+ETA_GAP_MIN_S = 30.0
+"""No step for this many step times (and at least this long): the ETA is not shown (a hung node)."""
+
+
 @dataclass
 class RunView:
     run_id: str
@@ -113,6 +118,8 @@ class RunView:
     max_steps: int | None = None
     tokens_per_s: float | None = None
     mfu: float | None = None
+    router_aux_loss: float | None = None
+    """A mixture-of-experts model's router load-balancing loss in the newest step that reported it."""
     loss: deque = field(default_factory=lambda: deque(maxlen=SERIES_LEN))
     eval_loss: deque = field(default_factory=lambda: deque(maxlen=SERIES_LEN))
     lr: deque = field(default_factory=lambda: deque(maxlen=SERIES_LEN))
@@ -121,6 +128,9 @@ class RunView:
     nodes: dict[int, NodeView] = field(default_factory=dict)
     triage: dict | None = None
     first_step_at: tuple[float, int] | None = None
+    """(when, step) of the first train step seen: the record's own time where it has one."""
+    last_step_at: tuple[float, int] | None = None
+    """(when, step) of the newest train step."""
     rank_step_s: tuple = ()
     """Every rank's own work in the newest step that reported it (seconds, by global rank; built-in trainer)."""
 
@@ -193,8 +203,11 @@ class RunView:
         if r.kind != "train":
             return
         self.step = max(self.step, r.step)
+        at = r.time if r.time is not None and r.time <= now + 60 else now  # a node's clock a little ahead: fine
         if self.first_step_at is None:
-            self.first_step_at = (now, r.step)
+            self.first_step_at = (at, r.step)
+        if self.last_step_at is None or r.step >= self.last_step_at[1]:
+            self.last_step_at = (max(at, self.last_step_at[0]) if self.last_step_at else at, r.step)
         if r.loss is not None:
             self.loss.append(r.loss)
         if r.lr is not None:
@@ -204,6 +217,8 @@ class RunView:
             self.throughput.append(r.tokens_per_s)
         if r.mfu is not None:
             self.mfu = r.mfu
+        if r.router_aux_loss is not None:
+            self.router_aux_loss = r.router_aux_loss
         if r.rank_step_s:
             self.rank_step_s = r.rank_step_s
         for mem in r.memory:
@@ -215,15 +230,20 @@ class RunView:
         return (self.ended_at or (time.time() if now is None else now)) - self.started_at
 
     def eta_s(self, now: float | None = None) -> float | None:
-        """Remaining time from the step rate since the first reported step."""
-        if self.first_step_at is None or not self.max_steps or self.state.is_final:
+        """Remaining time at the step rate between the first and the newest step (their own times, so a
+        monitor opened late or a burst of records read at once does not skew it), counted down since the
+        newest step; ``None`` before two steps, and once no step has come for ``ETA_GAP_STEPS`` step times
+        (a hang: no honest figure then, the stall line says more)."""
+        if self.first_step_at is None or self.last_step_at is None or not self.max_steps or self.state.is_final:
             return None
         now = time.time() if now is None else now
-        t0, s0 = self.first_step_at
-        done = self.step - s0
-        if done <= 0 or now <= t0:
+        (t0, s0), (t1, s1) = self.first_step_at, self.last_step_at
+        if s1 <= s0 or t1 <= t0:
             return None
-        return (self.max_steps - self.step) * (now - t0) / done
+        per_step = (t1 - t0) / (s1 - s0)
+        if now - t1 > max(ETA_GAP_STEPS * per_step, ETA_GAP_MIN_S):
+            return None
+        return max(0.0, (self.max_steps - s1) * per_step - max(0.0, now - t1))
 
     def first_error(self) -> tuple[int, int, str] | None:
         """(node, line number, line) of the earliest-numbered error on any node."""

@@ -24,6 +24,7 @@ from launcher.runs.sweeps.record import (
     save_sweep,
     sweep_dir,
 )
+from launcher.words import plural
 from launcher.workload.plan import plan_from_json, plan_to_json
 from launcher.workload.sweep import SweepPlan
 
@@ -91,7 +92,7 @@ def resume_sweep(home: Path, sweep_id: str) -> SweepRecord:
                                      detail=f"resumed; earlier: {v.run_id} {v.state}")
     (sweep_dir(home, sweep_id) / CANCEL).unlink(missing_ok=True)
     record = replace(record, state="pending", ended_at=None, driver_pid=None,
-                     detail=f"resumed: {len(again)} of {len(record.variants)} variants run again")
+                     detail=f"resumed: {len(again)} of {plural(len(record.variants), 'variant')} run again")
     save_sweep(home, record)
     spawn_driver(home, sweep_id)
     return record

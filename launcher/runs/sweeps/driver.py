@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 
 from launcher.events import RunState
+from launcher.paths import private_files
 from launcher.runs.core.ownership import ROOT, adopt_orphans
 from launcher.runs.core.store import RunStore
 from launcher.runs.launch import cancel_run, start_run
@@ -32,6 +33,7 @@ from launcher.runs.sweeps.record import (
     save_sweep,
     sweep_dir,
 )
+from launcher.words import plural
 from launcher.workload.plan import RunPlan, plan_from_json
 
 POLL_S = 0.5
@@ -186,7 +188,7 @@ class Driver:
         else:
             state = "failed"
         done = sum(s == "succeeded" for s in states)
-        self.save(state=state, ended_at=time.time(), detail=f"{done}/{len(states)} variants succeeded")
+        self.save(state=state, ended_at=time.time(), detail=f"{done}/{plural(len(states), 'variant')} succeeded")
         if parent:
             self._close_parent(parent, {"succeeded": "FINISHED", "failed": "FAILED"}.get(state, "KILLED"))
         return state
@@ -202,13 +204,13 @@ class Driver:
 
     def _open_parent(self) -> str | None:
         """The sweep's MLflow run, parent of the variants' runs; a failure is noted, never fatal."""
-        from launcher.runs.owner.tracking import store_lock
+        from launcher.runs.owner.tracking import writing
 
         try:
             sink = self._mlflow()
             if sink is None:
                 return None
-            with store_lock(self.home):
+            with writing(self.home, sink):
                 return sink.start({"sweep": {"file": self.record.file, "variants": len(self.record.variants),
                                              "parallel": self.record.parallel}}, {SWEEP_TAG: self.sweep_id})
         except Exception as err:  # noqa: BLE001 - tracking is not the job
@@ -216,11 +218,11 @@ class Driver:
             return None
 
     def _close_parent(self, parent: str, status: str) -> None:
-        from launcher.runs.owner.tracking import store_lock
+        from launcher.runs.owner.tracking import writing
 
         try:
             sink = self._mlflow()
-            with store_lock(self.home):
+            with writing(self.home, sink):
                 sink.reopen(parent)
                 sink.finish(status, [sweep_dir(self.home, self.sweep_id) / "sweep.json"])
         except Exception as err:  # noqa: BLE001 - tracking is not the job
@@ -233,8 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("sweep_id")
     parser.add_argument("--lock-fd", type=int, help="the sweep's lock, taken by whoever started this process")
     args = parser.parse_args(argv)
+    private_files()
     if args.lock_fd is None:
-        fd = os.open(sweep_dir(args.home, args.sweep_id) / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(sweep_dir(args.home, args.sweep_id) / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from launcher.paths import new_run_id
+from launcher.words import plural
 
 SweepState = Literal["pending", "running", "succeeded", "failed", "cancelling", "cancelled"]
 VariantState = Literal["pending", "running", "succeeded", "failed", "cancelled", "timed_out", "skipped"]
@@ -124,7 +125,7 @@ def find_sweep(home: Path, prefix: str) -> str:
     if not hits:
         raise LookupError(f"no sweep '{prefix}' (see fsdp-tui sweeps)")
     if len(hits) > 1:
-        raise LookupError(f"'{prefix}' matches {len(hits)} sweeps: {', '.join(hits[:5])}")
+        raise LookupError(f"'{prefix}' matches {plural(len(hits), 'sweep')}: {', '.join(hits[:5])}")
     return hits[0]
 
 

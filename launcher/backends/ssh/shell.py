@@ -1,0 +1,60 @@
+"""A shell on a run's node, as the user's own ``ssh`` opens it (``fsdp-tui ssh RUN NODE``).
+
+The command line names what the launcher itself resolved for that node: the workload's ``ssh:`` user,
+port, jump hosts, key and known-hosts files on top of ``~/.ssh/config`` (read as fsdp-tui reads it, from
+``$HOME``), and host keys checked strictly, never accepted on first sight: ``ssh`` reaches the machine
+the launch reached, or refuses as the launch would."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+from launcher.backends.ssh.common import _passwd_home
+from launcher.backends.ssh.config import config_path, resolve
+from launcher.backends.ssh.hostkeys import all_files
+from launcher.workload.hosts import HostTarget
+from launcher.workload.model import Ssh
+
+
+def ssh_argv(host: HostTarget, ssh: Ssh, directory: str, command: list[str] | None = None,
+             binary: str = "ssh") -> list[str]:
+    """``ssh ... HOST 'cd DIR && exec $SHELL -l'`` (or ``command`` run in DIR) for one node of a run."""
+    resolved = resolve(host, ssh)
+    args = [binary]
+    if os.path.realpath(str(Path.home())) != os.path.realpath(_passwd_home()):
+        args += ["-F", str(config_path()) if config_path().is_file() else "none"]
+    user = host.user or ssh.user
+    port = host.port or ssh.port
+    if user:
+        args += ["-l", user]
+    if port:
+        args += ["-p", str(port)]
+    if ssh.proxy_jump:
+        args += ["-J", ssh.proxy_jump]
+    keys = [str(Path(ssh.identity_file).expanduser())] if ssh.identity_file else list(resolved.identity_files)
+    for key in keys:
+        args += ["-i", key]
+    if ssh.identity_file:
+        args += ["-o", "IdentitiesOnly=yes"]  # as the launch: only the workload's key
+    files = " ".join(str(p) for p in all_files(resolved, ssh))
+    args += ["-o", f"UserKnownHostsFile={files}", "-o", "StrictHostKeyChecking=yes",
+             "-o", f"ConnectTimeout={ssh.connect_timeout_s:g}"]
+    where = _shell_path(directory)
+    then = shlex.join(command) if command else 'exec "${SHELL:-/bin/sh}" -l'
+    args += ["-t" if not command else "-T", "--", host.hostname,
+             f"cd {where} 2>/dev/null || {{ echo 'fsdp-tui: {_quoted_note(directory)} is not there (removed?)' >&2;"
+             f" exit 1; }}; {then}"]
+    return args
+
+
+def _shell_path(path: str) -> str:
+    """``~/x y`` -> ``~/'x y'``: the remote shell expands the home, the rest is quoted once."""
+    if path.startswith("~/"):
+        return "~/" + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+def _quoted_note(path: str) -> str:
+    return path.replace("'", "")

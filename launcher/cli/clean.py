@@ -1,0 +1,51 @@
+"""``fsdp-tui clean RUN...``: remove finished runs' folders on every node and here (each node's run
+directory: code, parameters, its log there, the outputs of a relative ``output_dir``), keeping their
+records (logs, metrics and config stay here: ``fsdp-tui show`` and the app still open them)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from launcher.cli import find_run
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("clean", help="remove finished runs' folders on every node and here; keep their records",
+                       description="Remove each run's directory on every node (over SSH or SLURM's login node, as "
+                       "the run reached it) and its folder on this machine: code snapshot, parameters, node log "
+                       "there, and what a relative output_dir put under it (checkpoints, exports). The run's "
+                       "record here stays. An absolute output_dir is outside the run's folders and stays.")
+    p.add_argument("run_ids", metavar="RUN", nargs="+", help="run ids or unique prefixes")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    code = 0
+    for prefix in args.run_ids:
+        found = find_run("clean", prefix)
+        if found is None:
+            code = max(code, 2)
+            continue
+        store, run_id = found
+        code = max(code, clean_one(store.home, run_id))
+    return code
+
+
+def clean_one(home: Path, run_id: str) -> int:
+    """Remove one run's folders, saying what each node did; 1 when any node could not (or the run is live)."""
+    import asyncio
+
+    from launcher.runs.cleanup import remove_run_files
+
+    try:
+        report = asyncio.run(remove_run_files(home, run_id))
+    except ValueError as err:
+        print(f"fsdp-tui clean: {err}", file=sys.stderr)
+        return 1
+    for line in report.lines():
+        print(f"{run_id}: {line}", file=sys.stdout if not line.startswith("its output_dir") else sys.stderr)
+    if not report.nodes:
+        print(f"{run_id}: no folder of it was left on any node")
+    return 0 if report.ok else 1

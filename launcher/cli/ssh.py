@@ -1,0 +1,88 @@
+"""``fsdp-tui ssh RUN [NODE] [-- COMMAND...]``: a shell on one node of a run, in that node's run directory
+(``sky ssh``'s counterpart). Over SSH it is the user's own ``ssh``, given what the launch resolved for that
+node (:mod:`launcher.backends.ssh.shell`); for a run on this machine, a shell in the node's folder here."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from launcher.cli import find_run
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ssh", help="a shell on a node of a run, in its run directory (or run COMMAND there)",
+                       description="A shell on node NODE (default 0) of RUN, in that node's run directory, "
+                       "through your ssh with the host, user, port, key, known_hosts and jump hosts the launch "
+                       "used. After --, a command to run there instead of a shell. For a run on this machine, "
+                       "a shell in the node's folder here.")
+    p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
+    p.add_argument("node", metavar="NODE", nargs="?", help="the node's rank (default 0)")
+    p.add_argument("remote_command", metavar="-- COMMAND", nargs=argparse.REMAINDER,
+                   help="run this instead of a shell")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from launcher.runs.core.layout import load_plan
+
+    found = find_run("ssh", args.run_id)
+    if found is None:
+        return 2
+    store, run_id = found
+    record = store.get_run(run_id)
+    try:
+        plan = load_plan(record.directory)
+    except (OSError, ValueError, KeyError) as err:
+        print(f"fsdp-tui ssh: run {run_id} has no plan on record ({err}): its nodes are not known", file=sys.stderr)
+        return 2
+    command = args.remote_command[1:] if args.remote_command[:1] == ["--"] else args.remote_command
+    rank = 0
+    if args.node is not None and args.node.isdigit():
+        rank = int(args.node)
+    elif args.node is not None:  # `fsdp-tui ssh RUN -- COMMAND`: argparse took the command's first word
+        command = [args.node, *command]
+    if not 0 <= rank < len(plan.nodes):
+        print(f"fsdp-tui ssh: run {run_id} has nodes 0-{len(plan.nodes) - 1}", file=sys.stderr)
+        return 2
+    args.node = rank
+    node = plan.nodes[rank]
+    if plan.workload.compute.slurm is not None:
+        print(f"fsdp-tui ssh: node {args.node} ran on a compute node of the SLURM job; this is the login node "
+              f"{node.host.display if node.host else '(this machine)'}, in the node's folder on the shared disk "
+              "(srun --jobid JOB --overlap --pty bash reaches a compute node while the job runs)", file=sys.stderr)
+    if node.host is None or node.host.is_local:
+        return _here(Path(node.node_dir).expanduser(), command)
+    from launcher.backends.ssh.common import SshConfigError
+    from launcher.backends.ssh.shell import ssh_argv
+
+    binary = shutil.which("ssh")
+    if binary is None:
+        print("fsdp-tui ssh: needs OpenSSH's client (ssh) on this machine: apt-get install openssh-client",
+              file=sys.stderr)
+        return 2
+    try:
+        argv = ssh_argv(node.host, plan.workload.ssh, node.node_dir, command, binary=binary)
+    except SshConfigError as err:
+        print(f"fsdp-tui ssh: node {args.node} ({node.host_display}): {err}", file=sys.stderr)
+        return 2
+    sys.stdout.flush()
+    os.execv(binary, argv)
+    return 0  # not reached
+
+
+def _here(folder: Path, command: list[str]) -> int:
+    if not folder.is_dir():
+        print(f"fsdp-tui ssh: {folder} is not there (removed?)", file=sys.stderr)
+        return 1
+    if command:
+        return subprocess.run(command, cwd=folder).returncode
+    shell = os.environ.get("SHELL") or "/bin/sh"
+    print(f"a shell in {folder} (exit it to come back)", file=sys.stderr)
+    os.chdir(folder)
+    os.execv(shell, [shell, "-l"] if os.path.basename(shell) in ("bash", "zsh", "sh", "fish") else [shell])
+    return 0  # not reached

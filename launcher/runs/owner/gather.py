@@ -1,0 +1,228 @@
+"""Checkpoints made whole when each node keeps ``output_dir`` on its own disk.
+
+The trainer's rank 0 marks a save done by writing ``meta.json`` (with the list of shards and the node
+that wrote each) in node 0's folder; the other nodes' shards are in the same-named folder on their own
+disks. The :class:`Gatherer`, run by the run's owner beside the job (its own connections, never the
+training's path), sees each such save and copies the missing shards into the holder
+(``parameters.checkpoint.gather_to``: node 0's folder by default), each verified before it takes its
+name, so the checkpoint becomes whole (:mod:`trainer.ckpt_layout`'s rule) only once every shard is
+there. Then the nodes' leftovers are removed and ``keep_last`` is applied to the whole copies. A node
+lost during a copy leaves that checkpoint not whole, named in the run's record (``gathers.jsonl``), and
+the previous whole one stays the one to resume from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from launcher.backends.base import Backend, CheckpointListing, NodeError, NodeLost
+from launcher.runs.owner.ckpt_copy import Copied, Endpoint, can_send_directly, copy_checkpoint, copy_direct
+from launcher.words import plural
+from launcher.workload.ckpt_place import CheckpointPlace
+from trainer.ckpt_layout import CheckpointInfo, judge, to_prune
+
+POLL_S = 2.0
+"""How often node 0's folder is looked at for a save the trainer has marked done."""
+
+
+class Gatherer:
+    """Owns the run's gathers: which saves wait for one, the copies, the leftovers and ``keep_last``.
+
+    ``backend`` is a backend of the run's own (its connections are used by nothing else, so a copy never
+    waits behind a log read); ``holder`` is where whole copies go (node 0's folder, another node's
+    folder, or this machine through ``here``)."""
+
+    def __init__(self, backend: Backend, place: CheckpointPlace, holder: Endpoint, *, keep_last: int | None,
+                 journal: Path, say: Callable[[str], None] = lambda text: None, direct_addr: str | None = None) -> None:
+        self.backend, self.place, self.holder = backend, place, holder
+        self.direct_addr = direct_addr
+        """The holder's address as the nodes dial it (node 0's ``MASTER_ADDR``): shards go there straight
+        from each node; ``None`` (or once a node could not dial it) they go through this machine."""
+        self.via = "direct" if direct_addr else "launcher"
+        self.keep_last = keep_last
+        self.journal = journal
+        self.say = say
+        """Told what the gather does when it is worth a line in the run's state (at the end, a failure)."""
+        self.in_place = place.holder is not None and place.holder.node == 0 and place.holder.root == place.roots[0]
+        """The holder is node 0's own folder: only the other nodes' shards travel."""
+        self.done: set[str] = set()
+        self.failed: dict[str, str] = {}
+        """Checkpoints that could not be made whole, and why (a node lost during the copy)."""
+        self.keep: set[str] = set()
+        """Checkpoints of node 0 left alone until the attempt ends (one brought there to resume from)."""
+        self.lost: set[int] = set()
+        """Nodes the run lost: their shards cannot come (a checkpoint that needs them is not whole)."""
+
+    def node(self, rank: int) -> Endpoint:
+        return Endpoint(self.backend.checkpoint_files(rank), self.place.roots[rank])
+
+    # -- the passes --------------------------------------------------------------------------------
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        """Gather each save as it is marked done, until ``stop`` is set (the attempt ended): a gather under
+        way is finished, not cut."""
+        while not stop.is_set():
+            await self.pass_once(final=False)
+            try:
+                await asyncio.wait_for(stop.wait(), POLL_S)
+            except asyncio.TimeoutError:
+                pass
+
+    async def settle(self, lost: set[int] = frozenset()) -> dict[str, str]:
+        """One last pass once the attempt's job has ended (its final save), nothing asked of the ``lost``
+        nodes; returns what failed."""
+        self.keep.clear()
+        self.lost = set(lost)
+        if 0 not in self.lost:
+            await self.pass_once(final=True)
+        return dict(self.failed)
+
+    async def pass_once(self, final: bool) -> None:
+        listing = await self.backend.checkpoints(self.place.output_dir, rank=0)
+        if listing.error:
+            if final:
+                self._failed_all(listing)
+            return  # node 0 does not answer now: its own link says so; the next pass tries again
+        waiting = [c for c in listing.checkpoints if c.saved and not c.link and c.name not in self.done
+                   and c.name not in self.failed and c.name not in self.keep]
+        for c in waiting:
+            await self.gather(c, final)
+        if waiting:
+            await self.prune()
+
+    def _failed_all(self, listing: CheckpointListing) -> None:
+        self.say(f"checkpoints not gathered: {listing.error}")
+
+    async def gather(self, c: CheckpointInfo, final: bool = False) -> bool:
+        """Make ``c`` (saved on node 0) whole in the holder; ``False`` when a node failed (recorded)."""
+        node0 = self.node(0)
+        try:
+            files, meta = await node0.files.files(node0.root, c.name)
+            verdict = judge(files, meta)
+            if not verdict.saved:
+                return False  # it changed under us (pruned): nothing to do
+            sources: dict[int, dict[str, int]] = {}
+            for file, size, node in verdict.shards:
+                if (file, node) in verdict.missing:
+                    sources.setdefault(node, {})[file] = size
+            gone = sorted(n for n in sources if n in self.lost)
+            if gone:
+                raise NodeError(f"node {gone[0]} was lost: its {plural(len(sources[gone[0]]), 'shard')} cannot be "
+                                "copied", gone[0])
+            if self.in_place and not sources:
+                self.done.add(c.name)  # whole already (the nodes that wrote it share node 0's folder)
+                await self._drop_leftovers(c.name)
+                return True
+            total = sum(sum(s.values()) for s in sources.values()) + (0 if self.in_place else sum(files.values()))
+            if final:
+                self.say(f"gathering checkpoint {c.name}: {total / 2**20:.1f} MiB from "
+                         f"{', '.join(f'node {n}' for n in sorted(sources) or [0])} into {self.holder.label}")
+            start = time.perf_counter()
+            copies = await self._copy_from_nodes(c.name, sources)
+            if not self.in_place:
+                copies.append(await copy_checkpoint(node0, self.holder, c.name, files))  # meta.json last
+            await self._drop_leftovers(c.name)
+        except NodeError as err:
+            why = f"not whole: {err}"
+            self.failed[c.name] = why
+            self._record(c, ok=False, error=str(err))
+            self.say(f"checkpoint {c.name} is {why}")
+            return False
+        self.done.add(c.name)
+        self._record(c, ok=True, copied=copies, seconds=time.perf_counter() - start, nodes=sorted(sources))
+        return True
+
+    async def _copy_from_nodes(self, name: str, sources: dict[int, dict[str, int]]) -> list[Copied]:
+        """Every node's missing shards into the holder, the nodes side by side; the first failure raised
+        once every copy has stopped."""
+        results = await asyncio.gather(*(self._copy(self.node(rank), name, sizes)
+                                         for rank, sizes in sorted(sources.items())), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return list(results)
+
+    async def _copy(self, src: Endpoint, name: str, sizes: dict[str, int]) -> Copied:
+        """Straight from the node to the holder where it can dial it, else through this machine."""
+        if self.direct_addr and self.in_place and can_send_directly(src, self.holder):
+            try:
+                return await copy_direct(src, self.holder, name, sizes, self.direct_addr)
+            except NodeError as err:
+                if isinstance(err, NodeLost) or "for a direct copy" not in str(err):
+                    raise  # the node itself is gone, or the copy failed otherwise: not a matter of the route
+                self.direct_addr, self.via = None, "launcher"  # this run's nodes cannot: never again
+                self._note(f"{src.label} cannot dial {self.holder.label} ({err}); copying through this machine")
+        return await copy_checkpoint(src, self.holder, name, sizes)
+
+    def _note(self, text: str) -> None:
+        try:
+            with open(self.journal, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"note": text, "at": time.time()}) + "\n")
+        except OSError:
+            pass
+
+    async def _drop_leftovers(self, name: str) -> None:
+        """What the nodes keep of a checkpoint that is whole in the holder: their own folder of it (never
+        through a node that sees node 0's folder, which may be the holder)."""
+        ranks = list(self.place.separate_nodes()) if self.in_place else [0, *self.place.separate_nodes()]
+        for rank in ranks:
+            try:
+                await self.backend.checkpoint_files(rank).drop(self.place.roots[rank], name)
+            except NodeError:
+                pass  # a node gone since: its leftover goes with it, or with the run's own folders
+
+    async def prune(self) -> None:
+        """``keep_last`` on the whole copies in the holder (never the newest whole one)."""
+        if not self.keep_last:
+            return
+        listing = await self.holder.files.listing(self.holder.root)
+        for old in to_prune(list(listing.checkpoints), self.keep_last):
+            try:
+                await self.holder.files.drop(self.holder.root, old.name)
+            except NodeError:
+                return
+
+    async def bring_newest(self) -> str | None:
+        """Before a retry: the newest whole copy, where it is not node 0's folder, copied there so the
+        trainer resumes from it (``checkpoint.resume: auto``); returns its name."""
+        if self.in_place:
+            return None
+        listing = await self.holder.files.listing(self.holder.root)
+        newest = next((c for c in reversed(listing.checkpoints) if c.complete), None)
+        if newest is None:
+            return None
+        await bring(self.holder, self.node(0), newest.name)
+        self.keep.add(newest.name)
+        self.done.add(newest.name)
+        return newest.name
+
+    def _record(self, c: CheckpointInfo, *, ok: bool, copied: list[Copied] = (), seconds: float = 0.0,
+                nodes: list[int] = (), error: str = "") -> None:
+        line = {"name": c.name, "step": c.step, "ok": ok, "at": time.time(), "to": self.holder.label}
+        if ok:
+            line.update(bytes=sum(x.bytes for x in copied), files=sum(x.files for x in copied),
+                        seconds=round(seconds, 3), from_nodes=nodes, via=self.via)
+        else:
+            line.update(error=error)
+        try:
+            with open(self.journal, "a", encoding="utf-8") as f:
+                f.write(json.dumps(line) + "\n")
+        except OSError:
+            pass  # the operator's disk is full: the record's own checks say so
+
+
+async def bring(src: Endpoint, dst: Endpoint, name: str) -> Copied:
+    """A whole checkpoint copied from ``src`` to ``dst`` (another run's holder to this run's node 0, for a
+    resume), unless ``dst`` has it whole already."""
+    files, meta = await dst.files.files(dst.root, name)
+    if judge(files, meta).complete:
+        return Copied(0, 0, 0.0)
+    files, meta = await src.files.files(src.root, name)
+    verdict = judge(files, meta)
+    if not verdict.complete:
+        raise NodeError(f"{src.label}: {name} is not whole there ({verdict.why_not()})")
+    return await copy_checkpoint(src, dst, name, files)

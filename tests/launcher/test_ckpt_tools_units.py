@@ -1,0 +1,84 @@
+"""What the checkpoint tools say, purely: the "complete" column, ``show``'s resume suggestion and gathers,
+a node's listing decoded (missing shards as data), the trainer's resume refusal of a split checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from launcher.backends.base import CheckpointListing
+from launcher.cli.show import _gathers, _resumable
+from launcher.runs.core.checkpoints import completeness
+from launcher.runs.core.safe_step import NONE_YET
+from trainer.ckpt_layout import CheckpointInfo
+
+RESUME = "fsdp-tui resume r1  (from its newest complete checkpoint)"
+
+
+@pytest.mark.parametrize("info, column", [
+    (CheckpointInfo(6, "/c/step-6", True, 1, 0.0), "yes"),
+    (CheckpointInfo(6, "/c/step-6", False, 1, 0.0, missing=(("__2_0.distcp", 1), ("__5_0.distcp", 2))),
+     "NO (node 1, 2)"),
+    (CheckpointInfo(6, "/c/step-6", False, 1, 0.0), "NO"),
+    (CheckpointInfo(6, "/c/step-6", False, 0, 0.0, link=True), "link"),
+])
+def test_the_complete_column_names_the_nodes_a_split_checkpoint_waits_for(info, column):
+    assert completeness(info) == column
+
+
+@pytest.mark.parametrize("safe, suggested", [
+    ({"step": 6, "name": "step-6", "age_s": 1.0}, True),
+    ({"step": None, "why_not": NONE_YET}, False),
+    ({"step": None, "why_not": "cannot list the checkpoints on node 0: lost"}, True),  # unknown: still offered
+    (None, True),
+])
+def test_show_suggests_resume_only_with_a_complete_checkpoint(safe, suggested):
+    steps = _resumable(["fsdp-tui logs r1 --tail 50", RESUME], safe, "r1")
+    assert (RESUME in steps) == suggested
+    if not suggested:
+        assert steps[-1] == "no resume: run r1 has no complete checkpoint (fsdp-tui ckpt r1 lists them)"
+
+
+def test_show_tells_the_gathers_and_the_step_that_is_not_whole():
+    lines = _gathers([
+        {"name": "step-2", "ok": True, "bytes": 3 << 20, "seconds": 1.5, "to": "node 0 (gpu-a)"},
+        {"name": "step-4", "ok": True, "bytes": 3 << 20, "seconds": 0.5, "to": "node 0 (gpu-a)"},
+        {"name": "step-6", "ok": False, "error": "node 1 (gpu-b): lost: no connection for 120 s"}])
+    assert lines == ["2 checkpoints gathered into node 0 (gpu-a): 6.0 MiB in 2.0 s, off the training path",
+                     "step-6 NOT whole: node 1 (gpu-b): lost: no connection for 120 s"]
+
+
+def test_a_listing_from_a_node_keeps_only_well_formed_missing_shards():
+    listing = CheckpointListing.from_wire(0, "node 0", "out", {"root": "/r", "exists": True, "checkpoints": [
+        {"step": 6, "path": "/r/step-6", "complete": False, "saved": True, "size_bytes": 10, "mtime": 1.0,
+         "missing": [["__2_0.distcp", 1], ["../../x", 1], ["a", -1], ["b"], "c", ["d\x1b[31m", 2]]}]})
+    assert listing.checkpoints[0].missing == (("__2_0.distcp", 1),) and listing.checkpoints[0].saved
+
+
+def test_the_trainer_refuses_a_split_checkpoint_naming_the_shards_and_their_node(tmp_path, monkeypatch):
+    import torch
+
+    from trainer import checkpoint
+    from trainer.checkpoint import Checkpointer
+    from trainer.config import CheckpointConfig, SettingError
+    from trainer.parallel import Dist
+
+    step = tmp_path / "out" / "checkpoints" / "step-00000006"
+    step.mkdir(parents=True)
+    (step / ".metadata").write_bytes(b"m")
+    (step / "__0_0.distcp").write_bytes(b"x" * 10)
+    (step / "meta.json").write_text(json.dumps({"step": 6, "shards": {
+        "__0_0.distcp": {"bytes": 10, "node": 0}, "__1_0.distcp": {"bytes": 10, "node": 1}}}))
+    monkeypatch.setattr(checkpoint.dist, "broadcast_object_list", lambda objects, src: None)
+    d = Dist(rank=0, world=2, local_rank=0, local_world=1, device=torch.device("cpu"))
+    ckpt = Checkpointer(CheckpointConfig(resume=str(step)), str(tmp_path / "out"), d, {"model_name": "m"})
+    with pytest.raises(SettingError) as err:
+        ckpt.resume_path()
+    assert str(err.value) == (
+        f"parameters.checkpoint.resume: '{step}' is not a whole checkpoint: missing __1_0.distcp (1 shard) "
+        "written on node 1 and not gathered here; they are in the same folder on node 1's own disk (the launcher "
+        "gathers them after each save when the nodes do not share output_dir: fsdp-tui ckpt RUN says which "
+        "checkpoints are whole)")
+    auto = Checkpointer(CheckpointConfig(), str(tmp_path / "out"), d, {"model_name": "m"})
+    assert auto.resume_path() is None  # never the newest of split ones
