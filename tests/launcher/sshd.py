@@ -346,15 +346,20 @@ def start_world(tmp: Path) -> SshWorld:
     shared = Path(tempfile.mkdtemp(prefix="fsdp-sshworld-"))
     shared.chmod(0o755)
     keys = shared / "authorized"
-    keys.mkdir(mode=0o755)
+    keys.mkdir()
+    keys.chmod(0o755)  # modes set outright: the process umask may be owner-only (the data dir's)
     (keys / "root").write_text(pub["id_ed25519"] + pub["agentkey"])
     (keys / "alice").write_text(pub["agentkey"] + pub["alicekey"])
+    for user in ("root", "alice"):
+        (keys / user).chmod(0o644)
     alice_home = shared / "alice-home"
     alice_home.mkdir()
     os.chown(alice_home, 4242, 4242)
     passwd, group = tmp / "passwd", tmp / "group"
     passwd.write_text(Path("/etc/passwd").read_text() + f"alice:x:4242:4242::{alice_home}:/bin/sh\n")
     group.write_text(Path("/etc/group").read_text() + "alice:x:4242:\n")
+    passwd.chmod(0o644)
+    group.chmod(0o644)  # every user reads them, alice's shell too
     layout = {"a22": (0, a, 22, ""), "a2222": (0, a, 2222, ""), "inner": (0, "127.0.0.1", 2022, ""),
               "b22": (1, b, 22, ""), "b2222": (1, b, 2222, ""),
               "b2200": (1, b, 2200, f"TrustedUserCAKeys {tmp / 'user-ca.pub'}\nAuthorizedPrincipalsFile none\n")}
