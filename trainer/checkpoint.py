@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -113,13 +114,17 @@ class Checkpointer:
         # Async saves run collectives from a background thread: give them their own group.
         self.group = dist.new_group(backend="gloo") if cfg.async_save else None
         self.stager = ReusingStager(d.device) if cfg.async_save else None
-        self.pending: tuple[Any, str, str, int] | None = None
+        self.pending: tuple[Any, str, str, int, dict[str, Any] | None] | None = None
         self.staged: Any = None
         """Completes when the last async save's copy to host memory is done."""
         self.submit_s = 0.0
         """How long the last async save's submit blocked training (its copy is waited for later)."""
         self.saved_step: int | None = None
         """The step of the checkpoint this run last saved or resumed from."""
+        self.resume_facts: Callable[[], dict[str, Any] | None] | None = None
+        """What a save records for a later resume to check (``meta.json``'s ``resume``), asked at the save."""
+        self.loaded_meta: dict[str, Any] | None = None
+        """The ``meta.json`` of the checkpoint this run resumed from (read on rank 0)."""
 
     def resume_path(self) -> str | None:
         """The checkpoint to resume from, decided by rank 0 and shared, so every rank agrees."""
@@ -158,6 +163,12 @@ class Checkpointer:
             state.with_cuda_rng = True
         done()
         self.saved_step = state.trainer["step"]
+        if self.d.is_main:
+            try:
+                meta = json.loads(self.store.read_meta(local) or "{}")
+            except ValueError:
+                meta = None
+            self.loaded_meta = meta if isinstance(meta, dict) else None
 
     def _cannot_resume(self, path: str, local: str, err: BaseException) -> str:
         """Why ``path`` cannot be loaded, and what to do: a shard that is not there (where it is), or a
@@ -188,6 +199,7 @@ class Checkpointer:
         self.wait()
         name = self._free_name(step)
         self.saved_step = step
+        facts = self.resume_facts() if self.resume_facts is not None else None  # as of this step, not the finalize
         target = self.store.path(name)
         write_dir = str(self.staging / name) if self.staging else target
         # Only what this rank writes: an async save stages it in host memory before DCP plans.
@@ -197,11 +209,11 @@ class Checkpointer:
             response = dcp.async_save(share, checkpoint_id=write_dir, storage_writer=writer,
                                       process_group=self.group, async_stager=self.stager)
             self.staged = response.staging_completion
-            self.pending = (response.upload_completion, write_dir, target, step)
+            self.pending = (response.upload_completion, write_dir, target, step, facts)
             self.submit_s = time.perf_counter() - start
         else:
             dcp.save(share, checkpoint_id=write_dir, storage_writer=writer)
-            self._finalize(write_dir, target, step)
+            self._finalize(write_dir, target, step, facts)
         return time.perf_counter() - start
 
     def writer(self, write_dir: Path | str):
@@ -232,10 +244,10 @@ class Checkpointer:
         self.wait_staged()
         if self.pending is None:
             return
-        future, write_dir, target, step = self.pending
+        future, write_dir, target, step, facts = self.pending
         self.pending = None
         future.result()
-        self._finalize(write_dir, target, step)
+        self._finalize(write_dir, target, step, facts)
 
     def _free_name(self, step: int) -> str:
         """A name no node has taken (collective): with one disk per node, a folder left on node 1 by an
@@ -249,7 +261,7 @@ class Checkpointer:
             n += 1
         return ckpt_layout.step_name(step, n)
 
-    def _finalize(self, write_dir: str, target: str, step: int) -> None:
+    def _finalize(self, write_dir: str, target: str, step: int, facts: dict[str, Any] | None = None) -> None:
         """The save is written on every node: move it from staging, then list its shards (each node's
         own files, collective) in ``meta.json``, which marks the save done."""
         if self.staging is not None:
@@ -274,7 +286,7 @@ class Checkpointer:
                     if name not in (DCP_META, META) and not name.startswith("."):
                         shards.setdefault(name, {"bytes": size, "node": node})
             meta = {**self.meta, "step": step, "time": time.time(), "world_size": self.d.world,
-                    "num_nodes": self.d.num_nodes, SHARDS: shards}
+                    "num_nodes": self.d.num_nodes, SHARDS: shards, **({"resume": facts} if facts else {})}
             self.store.write_meta(target, json.dumps(meta, indent=2))
             self._prune()
 

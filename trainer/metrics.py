@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer.parallel import Dist
-from trainer.protocol import DataSummary, MetricRecord, RankMemory
+from trainer.protocol import DataSummary, MetricRecord, RankMemory, ResumeCheck
 from trainer.reporter import Reporter
 
 # Dense bf16 peak TFLOP/s per device, for MFU. A name matches a model only as whole words ("L40" is not
@@ -231,11 +231,11 @@ class MetricsLogger:
             print(f"checkpoint blocked training for {submit_s + staging_s:.2f} s (submit {submit_s:.2f} s, "
                   f"waiting for the copy to host memory {staging_s:.2f} s)", flush=True)
 
-    def train_step(self, step: int, epoch: float, result) -> None:
+    def train_step(self, step: int, epoch: float, result) -> float:
         """Log step ``step`` (``result``: a :class:`trainer.train.StepResult`): its global mean loss (each
         rank's summed loss over the learned tokens of all ranks), the router loss where the model has one,
         throughput and each rank's memory and step time, gathered in one collective (each rank's figures as
-        one row of floats)."""
+        one row of floats). Returns the loss (on every rank)."""
         mine = rank_memory(self.d)
         keys = [k for k in mine if k != "rank"]
         step_s = self.clock.take()
@@ -259,7 +259,7 @@ class MetricsLogger:
         if not self.d.is_main:
             if self.d.local_rank == 0:  # the first rank of every other node: its pane shows the run is alive
                 print(node_heartbeat(self.d, step, self.max_steps, tokens_per_s, memory), flush=True)
-            return
+            return loss
         norm = float(result.grad_norm) if result.grad_norm is not None else None
         record = MetricRecord(step=step, kind="train", max_steps=self.max_steps, epoch=round(epoch, 4),
                               loss=loss, lr=result.lr, grad_norm=norm, tokens_per_s=tokens_per_s, mfu=mfu_value,
@@ -270,6 +270,7 @@ class MetricsLogger:
         aux_text = f" router_aux_loss={router_aux:.4f}" if router_aux is not None else ""
         print(f"step={step}/{self.max_steps} loss={loss:.4f}{aux_text} lr={result.lr:.3g} "
               f"tok/s={tokens_per_s:.0f}{mfu_text}", flush=True)
+        return loss
 
     def eval(self, step: int, eval_loss: float, exact_match: float | None, seconds: float) -> None:
         self.exclude(seconds)
@@ -285,6 +286,12 @@ class MetricsLogger:
         """What the run trains on (examples, those cut at ``max_seq_len``), once at start."""
         if self.d.is_main:
             self.reporter.write(summary.record())
+
+    def resume_check(self, check: ResumeCheck) -> None:
+        """A resume's judgement at its first step: one record and one line."""
+        if self.d.is_main:
+            self.reporter.write(check.record())
+            print(f"resume check: {check.words()}", flush=True)
 
     def signal_checkpoint(self, step: int, signal_name: str) -> None:
         """The run saved ``step`` and stopped because the job's time is nearly up."""

@@ -22,6 +22,7 @@ _KIND_TRAIN = "train"
 _KIND_EVAL = "eval"
 _KIND_SIGNAL_CHECKPOINT = "signal_checkpoint"
 KIND_DATA = "data"
+KIND_RESUME_CHECK = "resume_check"
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,95 @@ class DataSummary:
                if self.truncated else f"none cut at max_seq_len {self.max_seq_len}")
         held = f" + {self.eval_examples} held out" if self.eval_examples else ""
         return f"{self.examples} examples{held} ({self.format}), {cut}"
+
+
+RESUME_VERDICTS = ("verified", "resharded", "differs", "unchecked")
+_TEXT_MAX = 400
+_ITEMS_MAX = 16
+
+
+@dataclass(frozen=True)
+class ResumeCheck:
+    """Whether a resumed run continues what its checkpoint recorded, judged once at its first step (a
+    ``resume_check`` record; the rule is :mod:`trainer.resume_check`'s). ``verdict``: ``verified`` (all
+    it records matches), ``resharded`` (matches, on another world size or sharding), ``differs`` (what
+    differs is in ``differs``, in plain words) or ``unchecked`` (the checkpoint recorded nothing to
+    compare: an older trainer's)."""
+
+    verdict: str
+    step: int
+    from_step: int | None = None
+    from_run: str | None = None
+    world_before: int | None = None
+    world_after: int | None = None
+    sharding_before: str | None = None
+    sharding_after: str | None = None
+    differs: tuple[str, ...] = ()
+    checked: tuple[str, ...] = ()
+    not_checked: tuple[str, ...] = ()
+
+    def record(self) -> MetricRecord:
+        extra = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()
+                 if k != "step" and v not in (None, ())}
+        return MetricRecord(step=self.step, kind=KIND_RESUME_CHECK, extra=extra)
+
+    @classmethod
+    def from_record(cls, record: MetricRecord) -> ResumeCheck | None:
+        """The check a ``resume_check`` record carries, cleaned (what a node sends is untrusted); ``None``
+        for another record or one without a readable verdict. Fields a newer trainer adds are ignored,
+        fields an older one lacks are unknown."""
+        if record.kind != KIND_RESUME_CHECK:
+            return None
+        e = record.extra
+        verdict = e.get("verdict")
+        if not isinstance(verdict, str) or not verdict.isidentifier() or len(verdict) > 20:
+            return None
+
+        def count(key: str) -> int | None:
+            v = e.get(key)
+            return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+        def words(key: str) -> tuple[str, ...]:
+            v = e.get(key)
+            return tuple(_clean(x) for x in v[:_ITEMS_MAX] if isinstance(x, str)) if isinstance(v, list) else ()
+
+        def text(key: str) -> str | None:
+            v = e.get(key)
+            return _clean(v)[:80] if isinstance(v, str) and v else None
+
+        return cls(verdict=verdict, step=record.step, from_step=count("from_step"), from_run=text("from_run"),
+                   world_before=count("world_before"), world_after=count("world_after"),
+                   sharding_before=text("sharding_before"), sharding_after=text("sharding_after"),
+                   differs=words("differs"), checked=words("checked"), not_checked=words("not_checked"))
+
+    def reshard_words(self) -> str:
+        """``2 ranks full_shard -> 1 rank no_shard`` (empty when neither changed)."""
+        if (self.world_before, self.sharding_before) == (self.world_after, self.sharding_after):
+            return ""
+
+        def side(world: int | None, sharding: str | None) -> str:
+            ranks = "? ranks" if world is None else f"{world} rank{'s' if world != 1 else ''}"
+            return f"{ranks} {sharding or '?'}"
+
+        return f"{side(self.world_before, self.sharding_before)} -> {side(self.world_after, self.sharding_after)}"
+
+    def words(self) -> str:
+        """One line: the verdict, then what differs, or what was checked (and what could not be)."""
+        head = self.verdict
+        if self.from_step is not None:
+            head += f" at step {self.step} (from step {self.from_step}"
+            head += f" of run {self.from_run})" if self.from_run else ")"
+        if self.verdict == "resharded" and self.reshard_words():
+            head += f", {self.reshard_words()}"
+        body = "; ".join(self.differs) if self.differs else (
+            f"checked {', '.join(self.checked)}" if self.checked else "the checkpoint records nothing to check")
+        rest = f"; not checked: {', '.join(self.not_checked)}" if self.not_checked else ""
+        return f"{head}: {body}{rest}"
+
+
+def _clean(text: str) -> str:
+    """Printable text of bounded length: what a node sends reaches terminals and MLflow as text only."""
+    return "".join(c if c.isprintable() else "?" for c in text[:_TEXT_MAX])
 
 
 def _seconds(value: Any) -> tuple[float | None, ...]:

@@ -10,7 +10,7 @@ import time
 def register(sub: argparse._SubParsersAction) -> None:
     from launcher.events import RunState
 
-    p = sub.add_parser("runs", help="list runs (id, state, nodes, start, duration, step, loss, why)")
+    p = sub.add_parser("runs", help="list runs (id, state, nodes, start, duration, step, loss, resume check, why)")
     p.add_argument("--state", choices=[s.value for s in RunState], help="only runs in this state")
     p.add_argument("--experiment", metavar="NAME", help="only runs of this experiment")
     p.add_argument("--limit", type=int, metavar="N", help="only the newest N")
@@ -72,6 +72,14 @@ def _usage_cell(usage) -> str:
     return f"{usage.hours:.2f} {usage.kind.upper()}-h"
 
 
+def _resume_checks(home, runs) -> dict:
+    """Each run's newest resume check (``None``: it did not resume), from the file its owner keeps."""
+    from launcher.paths import run_dir
+    from launcher.runs.core.layout import read_resume_check
+
+    return {r.run_id: read_resume_check(run_dir(home, r.run_id)) for r in runs}
+
+
 def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
@@ -86,9 +94,11 @@ def run(args: argparse.Namespace) -> int:
     store = RunStore(home)
     runs = store.list_runs(state=args.state, experiment=args.experiment, limit=args.limit)
     usage = _usages(store, runs)
+    checks = _resume_checks(home, runs)
     if args.json:
         print(json.dumps([{**asdict(r), "state": r.state.value, "duration_s": r.duration_s,
-                           "usage": usage[r.run_id].to_dict() if usage[r.run_id] else None} for r in runs],
+                           "usage": usage[r.run_id].to_dict() if usage[r.run_id] else None,
+                           "resume_check": asdict(checks[r.run_id]) if checks[r.run_id] else None} for r in runs],
                          indent=2))
         return 0
     if not runs:
@@ -98,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     width = max(len(r.run_id) for r in runs)
     print(f"{'RUN':<{width}} {'STATE':<10} {'NODES':>5} {'STARTED':<16} {'DURATION':>8} {'STEP':>9} {'LOSS':>8} "
-          f"{'EVAL':>8} {'USAGE':>11}  WHY")
+          f"{'EVAL':>8} {'USAGE':>11} {'RESUME':<9}  WHY")
     for r in runs:
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at)) if r.started_at else "-"
         duration = f"{r.duration_s / 60:.1f}m" if r.duration_s is not None else "-"
@@ -108,6 +118,10 @@ def run(args: argparse.Namespace) -> int:
             why = r.detail
         if not r.state.is_final and owner_note(home, r.run_id).startswith("waiting for room"):
             why = "stopped; its end waits for room: " + owner_note(home, r.run_id).removeprefix("waiting for room: ")
+        check = checks[r.run_id]
+        if not why and check is not None and check.differs:
+            why = "resume differs: " + "; ".join(check.differs)
         print(f"{r.run_id:<{width}} {r.state.value:<10} {r.num_nodes:>5} {started:<16} {duration:>8} {step:>9} "
-              f"{_fmt(r.last_loss, '.4f'):>8} {_fmt(r.best_eval_loss, '.4f'):>8} {_usage_cell(usage[r.run_id]):>11}  {shorten(why)}")
+              f"{_fmt(r.last_loss, '.4f'):>8} {_fmt(r.best_eval_loss, '.4f'):>8} {_usage_cell(usage[r.run_id]):>11} "
+              f"{check.verdict[:9] if check else '-':<9}  {shorten(why)}")
     return 0

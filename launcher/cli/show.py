@@ -172,6 +172,8 @@ def _print(r: dict) -> None:
         step = f"step {f['step']} of " if f["step"] is not None else ""
         source = f"{step}run {f['run_id']}" if f["run_id"] else f"{step}a checkpoint"
         out(f"  resumed   from {source}: {f['path']}\n")
+    if r.get("resume_check"):
+        out(f"  resume    {r['resume_check']['text']}\n")
     if r.get("last_safe_step"):
         out(f"  safe      {r['last_safe_step']['text']}\n")
     if r.get("checkpoints_place"):

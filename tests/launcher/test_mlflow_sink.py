@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from launcher.runs.owner.mlflow_sink import MlflowSink
-from trainer.protocol import MetricRecord
+from trainer.protocol import MetricRecord, ResumeCheck
 
 
 @pytest.mark.slow
@@ -20,7 +20,9 @@ def test_params_metrics_artifacts_and_status(tmp_path):
     run_id = sink.start({"model": {"name": "tiny", "lr": 0.001}, "long": "x" * 9000})
     sink.log_records([MetricRecord(step=s, max_steps=3, loss=3.0 - s, lr=1e-3, time=1000.0 + s,
                                    router_aux_loss=2.0 + s / 10 if s == 2 else None) for s in (1, 2, 3)]
-                     + [MetricRecord(step=3, kind="eval", eval_loss=0.5, time=1004.0)])
+                     + [MetricRecord(step=3, kind="eval", eval_loss=0.5, time=1004.0)]
+                     + [ResumeCheck("differs", 2, differs=("seed: 42 in the checkpoint, 7 now",)).record(),
+                        ResumeCheck("verified", 3).record()])  # a resume's badge as tags: the newest wins
     from trainer.samples_wire import Sample, SampleSet
 
     sink.log_samples([SampleSet(0, (Sample("Add 2 + 3.", "zz"), Sample("Reverse: abc", "zz", "cba")))])
@@ -38,6 +40,11 @@ def test_params_metrics_artifacts_and_status(tmp_path):
     assert client.get_metric_history(run_id, "eval_loss")[0].value == 0.5
     assert [(m.step, m.value) for m in client.get_metric_history(run_id, "router_aux_loss")] == [(2, 2.2)]
     assert run.data.metrics["gpu_hours"] == 16.0 and run.data.metrics["cost"] == 40.0
+    assert (run.data.tags["fsdp_tui.resume_check"], run.data.tags["fsdp_tui.resume_differs"]) == ("verified", "nothing")
+    run_b = sink.start({})
+    sink.log_records([ResumeCheck("differs", 2, differs=("seed: 42 in the checkpoint, 7 now",)).record()])
+    tags = client.get_run(run_b).data.tags
+    assert (tags["fsdp_tui.resume_check"], tags["fsdp_tui.resume_differs"]) == ("differs", "seed: 42 in the checkpoint, 7 now")
     assert [a.path for a in client.list_artifacts(run_id)] == ["samples.json", "triage.json"]
     table = json.loads(Path(client.download_artifacts(run_id, "samples.json", str(tmp_path / "dl"))).read_text())
     assert table["columns"] == ["step", "prompt", "answer", "reference"]

@@ -184,6 +184,15 @@ def test_resume_after_sigkill_gives_the_same_losses(tmp_path, tiny_model_dir):
     assert sorted(resumed_losses) == list(range(done + 1, 17))
     for step, loss in resumed_losses.items():
         assert loss == pytest.approx(ref_losses[step], rel=1e-6, abs=1e-7), step
+    # The resume proves itself at its first step: everything the checkpoint recorded matches.
+    recorded = json.loads((newest / "meta.json").read_text())["resume"]
+    assert (recorded["step"], recorded["world_size"], recorded["seed"]) == (done, 2, 42)
+    assert [round(x, 4) for x in recorded["losses"]] == [round(ref_losses[s], 4) for s in range(1, done + 1)]
+    checks = [r for r in _records(tmp) if r["kind"] == "resume_check"]
+    assert [c["verdict"] for c in checks] == ["verified"], checks
+    assert set(checks[0]["checked"]) == {"step", "seed", "data", "next batch", "data position", "learning rate",
+                                         "loss"}
+    assert f"resume check: verified at step {done} (from step {done} of run {tag}): checked step" in resumed.stdout
 
 
 def test_trains_any_local_hf_model_folder_and_alpaca_jsonl(tmp_path, tiny_model_dir):
@@ -239,3 +248,19 @@ def test_async_staged_checkpoints_then_resume_on_another_world_size(tmp_path, ti
     assert "resumed from" in second.stdout and "step-00000006 at step 6" in second.stdout
     steps = [r["step"] for r in _records(tmp_path / "one") if r["kind"] == "train"]
     assert steps == [7, 8, 9]
+    # Another world size is said, not hidden: the data position is compared as a global sample index.
+    check = next(r for r in _records(tmp_path / "one") if r["kind"] == "resume_check")
+    assert check["verdict"] == "resharded" and check["world_before"] == 2 and check["world_after"] == 1, check
+    assert {"step", "seed", "data", "data position", "loss"} <= set(check["checked"])
+    assert check["not_checked"] == ["learning rate (the schedule is 9 steps now, 6 then)"]
+    assert "resume check: resharded at step 6 (from step 6), 2 ranks full_shard -> 1 rank" in second.stdout
+
+    # A deliberately wrong resume: another seed (another shuffle and held-out split) is caught and named.
+    params.update(max_steps=10, seed=7)
+    third = run_trainer(tmp_path / "seed", params, nproc=2)
+    assert third.returncode == 0, third.stderr[-3000:]
+    check = next(r for r in _records(tmp_path / "seed") if r["kind"] == "resume_check")
+    assert check["verdict"] == "differs" and check["from_step"] == 9, check
+    assert "seed: 42 in the checkpoint, 7 now" in check["differs"]
+    assert any(d.startswith("data: not the rows the checkpoint trained on") for d in check["differs"])
+    assert "resume check: differs at step 9 (from step 9): seed: 42 in the checkpoint, 7 now" in third.stdout

@@ -286,7 +286,8 @@ class RunMonitorScreen(MonitorViews, Screen):
         tps = f"{v.tokens_per_s:,.0f} tok/s" if v.tokens_per_s else "- tok/s"
         mfu = f"  MFU {v.mfu:.1%}" if v.mfu is not None else ""
         state = "STALLED" if v.stalled else v.state.value.upper()
-        text = (f"{state}  attempt {v.attempt}  elapsed {fmt_duration(v.elapsed_s())}  "
+        resume = f"  {v.resume_badge()}" if v.resume_badge() else ""
+        text = (f"{state}  attempt {v.attempt}{resume}  elapsed {fmt_duration(v.elapsed_s())}  "
                 f"ETA {fmt_duration(v.eta_s())}  step {step}  {tps}{mfu}  follow {'on' if self.follow else 'off'} (f)"
                 f"{self.safe_text}")
         if text != self.summary_shown:  # only when it reads differently; a fixed size: a repaint, no layout

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from launcher.events import RunEvent, event_to_dict
 from launcher.workload.plan import RunPlan, plan_from_json, plan_to_json
-from trainer.protocol import MetricRecord
+from trainer.protocol import MetricRecord, ResumeCheck
 
 PLAN = "plan.json"
 OPTIONS = "options.json"
@@ -29,6 +29,9 @@ LOG_METRICS = "log-metrics.jsonl"
 GATHERS = "gathers.jsonl"
 """The run's gathers of checkpoints (when its nodes keep separate folders): one JSON line per checkpoint
 made whole (what, from which nodes, bytes, seconds) or not (why)."""
+RESUME_CHECK = "resume-check.json"
+"""The newest attempt's resume check (the trainer's ``resume_check`` record, as sent): the badge that
+``show``, ``runs`` and the app read without scanning the metrics."""
 STATE_FILE = "mlflow.json"
 """What the owner has logged to MLflow for the run (its MLflow run id, the last step sent)."""
 
@@ -93,6 +96,15 @@ def read_records(path: Path) -> list[MetricRecord]:
                 if record is not None:
                     out.append(record)
     return out
+
+
+def read_resume_check(directory: Path) -> ResumeCheck | None:
+    """The run's newest resume check; ``None`` for a run that did not resume (or whose trainer does not check)."""
+    try:
+        record = MetricRecord.from_json((directory / RESUME_CHECK).read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return None
+    return ResumeCheck.from_record(record) if record is not None else None
 
 
 def read_gathers(directory: Path) -> list[dict]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from launcher.paths import private_file
-from trainer.protocol import MetricRecord
+from trainer.protocol import MetricRecord, ResumeCheck
 
 _METRICS = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu", "eval_loss", "eval_exact_match", "router_aux_loss")
 _MEMORY = ("device_used_gib", "allocated_gib", "reserved_gib", "peak_gib", "rss_gib")
@@ -122,6 +122,10 @@ class MlflowSink:
 
         metrics = []
         for r in records:
+            check = ResumeCheck.from_record(r)
+            if check is not None:  # a resume's badge: tags, the newest resume's wins
+                self.client.set_tag(self.run_id, "fsdp_tui.resume_check", check.verdict)
+                self.client.set_tag(self.run_id, "fsdp_tui.resume_differs", "; ".join(check.differs)[:5000] or "nothing")
             stamp = int((r.time or 0) * 1000)
             values = [(name, getattr(r, name)) for name in _METRICS]
             values += [(f"memory/rank{m.rank}/{f}", getattr(m, f)) for m in r.memory for f in _MEMORY]

@@ -40,6 +40,7 @@ from launcher.runs.core.layout import (
     FORCED_NOTE,
     LOG_METRICS,
     METRICS,
+    RESUME_CHECK,
     SAMPLES,
     event_line,
     file_size,
@@ -50,7 +51,7 @@ from launcher.runs.core.space import RecordUnwritable, SpaceWatch, is_write_fail
 from launcher.runs.core.store import RunStore
 from launcher.runs.core.streams import LogMetrics
 from launcher.words import plural
-from trainer.protocol import MetricRecord
+from trainer.protocol import KIND_RESUME_CHECK, MetricRecord
 
 
 def _tail_after_newline(path: Path) -> bytes:
@@ -209,6 +210,9 @@ class Recorder:
 
     def _took(self, records: list[MetricRecord]) -> None:
         self.new_records.extend(records)
+        checks = [r for r in records if r.kind == KIND_RESUME_CHECK]
+        if checks:  # the newest attempt's badge, kept apart from the metrics it would be hard to find in
+            self.write(_replace_text, self.dir / RESUME_CHECK, checks[-1].to_json() + "\n")
         steps = [r.step for r in records if r.kind == "train"]
         if steps:
             self.last_train_step = max(steps + [self.last_train_step or 0])
@@ -340,6 +344,13 @@ def _tail_text(path: Path, max_bytes: int) -> str:
     with open(path, "rb") as f:
         f.seek(max(0, size - max_bytes))
         return f.read().decode("utf-8", "replace")
+
+
+def _replace_text(path: Path, text: str) -> None:
+    """``path`` holds ``text``, whole or not at all (written aside, then renamed)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _append_lines(path: Path, lines: list[str]) -> None:

@@ -8,7 +8,14 @@ from pathlib import Path
 from launcher.paths import run_dir
 from launcher.runs.core import pending
 from launcher.runs.core.estimates import read_kept
-from launcher.runs.core.layout import METRICS, STATE_FILE, last_lines, load_options, read_gathers
+from launcher.runs.core.layout import (
+    METRICS,
+    STATE_FILE,
+    last_lines,
+    load_options,
+    read_gathers,
+    read_resume_check,
+)
 from launcher.runs.core.notifying import read_deliveries
 from launcher.runs.core.ownership import owned
 from launcher.runs.core.safe_step import lead_time_of_run
@@ -70,7 +77,16 @@ def run_report(home: Path, run_id: str) -> dict:
         "odd_nodes": odd, "data": _data_summary(directory / METRICS),
         "resumed_from": _resumed_from(home, workload, run_id), "router_aux_loss": _router_aux_loss(records),
         "checkpoints_place": _place_words(plan), "gathers": read_gathers(directory),
+        "resume_check": _resume_check(directory),
     }
+
+
+def _resume_check(directory: Path) -> dict | None:
+    """The newest resume's check (verdict, what differs, the line ``show`` prints); ``None``: no resume."""
+    from dataclasses import asdict
+
+    check = read_resume_check(directory)
+    return None if check is None else {**asdict(check), "text": check.words()}
 
 
 def _resumed_from(home: Path, workload: dict, run_id: str) -> dict | None:

@@ -20,7 +20,7 @@ from launcher.events import (
     RunStateChanged,
 )
 from launcher.runs.core.triage import classify_line, might_signal
-from trainer.protocol import RankMemory
+from trainer.protocol import KIND_RESUME_CHECK, RankMemory, ResumeCheck
 
 SERIES_LEN = 600
 LINE_RATE_WINDOW_S = 30
@@ -133,6 +133,8 @@ class RunView:
     """(when, step) of the newest train step."""
     rank_step_s: tuple = ()
     """Every rank's own work in the newest step that reported it (seconds, by global rank; built-in trainer)."""
+    resume_check: ResumeCheck | None = None
+    """The newest resume's check (the built-in trainer's, at the first step after a resume)."""
 
     def apply(self, event: RunEvent, now: float | None = None) -> None:
         now = time.time() if now is None else now
@@ -180,8 +182,8 @@ class RunView:
         return self.state == RunState.RUNNING and self.detail.startswith("stalled")
 
     def why(self) -> str:
-        """What a user should read first: why the run failed (its triage, else its last word), or that
-        it is stalled; empty while all is well."""
+        """What a user should read first: why the run failed (its triage, else its last word), that it
+        is stalled, or that its resume differs from its checkpoint; empty while all is well."""
         if self.stalled or (self.state == RunState.RUNNING and self.detail.startswith("idle GPUs")):
             return self.detail
         if self.state == RunState.CANCELLED and (self.triage or {}).get("signature") == "idle":
@@ -189,7 +191,13 @@ class RunView:
         if self.state in (RunState.FAILED, RunState.TIMED_OUT):
             summary = (self.triage or {}).get("summary")
             return f"{self.state.value}: {summary or self.detail or 'no reason was recorded'}"
+        if self.resume_check is not None and self.resume_check.differs:
+            return "resume differs: " + "; ".join(self.resume_check.differs)
         return ""
+
+    def resume_badge(self) -> str:
+        """``resume VERIFIED`` (``RESHARDED``, ``DIFFERS``, ``UNCHECKED``) for the summary line; empty: no resume."""
+        return f"resume {self.resume_check.verdict.upper()}" if self.resume_check is not None else ""
 
     def node(self, rank: int) -> NodeView:
         return self.nodes.setdefault(rank, NodeView(rank))
@@ -200,6 +208,8 @@ class RunView:
             self.max_steps = r.max_steps
         if r.eval_loss is not None:
             self.eval_loss.append(r.eval_loss)
+        if r.kind == KIND_RESUME_CHECK:
+            self.resume_check = ResumeCheck.from_record(r) or self.resume_check
         if r.kind != "train":
             return
         self.step = max(self.step, r.step)

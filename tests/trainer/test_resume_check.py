@@ -1,0 +1,140 @@
+"""The resume check's rule (pure: no torch, no run) and its record on the wire, table-driven."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from trainer.protocol import MetricRecord, ResumeCheck
+from trainer.resume_check import ResumeFacts, compare, loss_jump
+
+FALLING = (10.4, 10.1, 9.5, 8.6, 7.7, 6.9)
+"""A young run's losses: a steep fall (changes of ~0.3 to 0.9 a step)."""
+FLAT = (2.01, 1.98, 2.03, 1.99, 2.02)
+"""A converged run: changes of a few hundredths."""
+
+SAVED = ResumeFacts(run_id="run-a", step=6, total_steps=12, epoch=0, samples_in_epoch=96, batch_rows=16,
+                    next_batch="aaaa", world_size=2, sharding="full_shard", lr=0.002, losses=FALLING, seed=42,
+                    data="d1", dataset="builtin:tiny-alpaca")
+SAME = replace(SAVED, losses=())
+"""What a healthy resume of ``SAVED`` on the same world size finds (a resume gathers no losses of its own)."""
+
+
+@pytest.mark.parametrize(("first", "losses", "flagged"), [
+    (6.2, FALLING, False),      # the fall goes on: one more change of the run's own size
+    (6.9, FALLING, False),      # no change at all
+    (9.9, FALLING, True),       # back up by 3: past 3 x the run's ~0.7 rms changes
+    (2.05, FLAT, False),        # within the floor
+    (2.4, FLAT, True),          # 0.38 from 2.02: past the 0.1 floor and 3 x ~0.04
+    (1.95, FLAT, False),
+    (4.0, (4.0, 4.0, 4.0), False),  # no noise at all: the floor still allows a healthy step
+    (4.2, (4.0, 4.0, 4.0), True),
+])
+def test_loss_jump_against_the_runs_own_noise(first, losses, flagged):
+    said = loss_jump(first, losses)
+    assert (said is not None) == flagged, said
+    if flagged:
+        assert said.startswith(f"loss: {first:.4g} at the first step, {losses[-1]:.4g} before the stop")
+
+
+CASES = [
+    # name, now (changes to SAME), first loss, picked by auto, verdict, words that must be in what differs
+    ("healthy", {}, 6.3, True, "verified", []),
+    ("explicit path to another run's checkpoint", {"run_id": "run-b"}, 6.3, False, "verified", []),
+    ("auto found another run's checkpoint", {"run_id": "run-b"}, 6.3, True, "differs",
+     ["checkpoint: written by run run-a, not this run (run-b)"]),
+    ("another seed", {"seed": 7, "next_batch": "bbbb"}, 6.3, True, "differs",
+     ["seed: 42 in the checkpoint, 7 now", "next batch: not the rows"]),
+    ("other data", {"data": "d2", "dataset": "mine.jsonl", "next_batch": "cccc"}, 6.3, True, "differs",
+     ["data: not the rows the checkpoint trained on (builtin:tiny-alpaca then, mine.jsonl now)"]),
+    ("lr", {"lr": 0.003}, 6.3, True, "differs", ["learning rate: 0.002 recorded for the next step, 0.003 now"]),
+    ("lr within tolerance", {"lr": 0.002 * (1 + 1e-9)}, 6.3, True, "verified", []),
+    ("loss jump", {}, 9.8, True, "differs", ["loss: 9.8 at the first step"]),
+    ("step", {"step": 5}, 6.3, True, "differs", ["step: the checkpoint is step 6, the run continues at step 5"]),
+    ("position", {"samples_in_epoch": 80}, 6.3, True, "differs",
+     ["data position: epoch 0 sample 96 in the checkpoint, epoch 0 sample 80 now"]),
+    ("one rank, same step size", {"world_size": 1, "sharding": "no_shard"}, 6.3, True, "resharded", []),
+    # 2 ranks x 8 -> 3 ranks x 8: 96 rows done, rounded down to 4 steps of 24 rows; the hash is not comparable
+    ("three ranks", {"world_size": 3, "batch_rows": 24, "samples_in_epoch": 96, "next_batch": "zzzz"}, 6.3,
+     True, "resharded", []),
+    ("three ranks, position lost", {"world_size": 3, "batch_rows": 24, "samples_in_epoch": 48,
+                                    "next_batch": "zzzz"}, 6.3, True, "differs", ["data position"]),
+    ("sharding only", {"sharding": "shard_grad_op"}, 6.3, True, "resharded", []),
+    ("schedule stretched", {"world_size": 1, "batch_rows": 8, "total_steps": 24, "step": 12, "lr": 0.0025,
+                            "samples_in_epoch": 96, "next_batch": "zzzz", "epoch_counted": True}, 6.3, True,
+     "resharded", []),
+    ("schedule stretched, step wrong", {"world_size": 1, "batch_rows": 8, "total_steps": 24, "step": 6,
+                                        "samples_in_epoch": 96, "epoch_counted": True}, 6.3, True, "differs",
+     ["step: the checkpoint is step 6 (12 of 24 on this world size), the run continues at step 6"]),
+    # max_steps raised: the same step goes on, on a longer schedule (its learning rate is not comparable)
+    ("max_steps raised", {"total_steps": 20, "lr": 0.0027, "epoch_counted": False}, 6.3, True, "verified", []),
+]
+
+
+@pytest.mark.parametrize(("name", "change", "first", "auto", "verdict", "words"), CASES, ids=[c[0] for c in CASES])
+def test_compare(name, change, first, auto, verdict, words):
+    check = compare(SAVED, replace(SAME, **change), first, picked_by_auto=auto)
+    assert check.verdict == verdict, check.words()
+    for w in words:
+        assert any(w in d for d in check.differs), (w, check.differs)
+    if verdict != "differs":
+        assert not check.differs
+    if verdict == "verified" and "total_steps" not in change:
+        assert set(check.checked) == {"step", "seed", "data", "next batch", "data position", "learning rate", "loss"}
+    assert (check.from_step, check.from_run, check.world_before) == (6, "run-a", 2)
+
+
+def test_an_older_checkpoint_is_not_checked_rather_than_failed():
+    older = {"model_name": "m", "step": 6, "world_size": 2, "run_id": "run-a", "shards": {}}  # no "resume"
+    check = compare(ResumeFacts.from_meta(older), SAME, 6.3, picked_by_auto=True)
+    assert check.verdict == "unchecked" and not check.differs
+    assert {"step", "seed", "data", "next batch", "data position", "learning rate", "loss"} <= set(check.not_checked)
+    assert "the checkpoint records nothing to check" in check.words()
+    # Some fields of the wrong type (a hand-edited file), one loss only: those are unknown, the rest checked.
+    partial = {"resume": {"step": "6", "seed": 42, "losses": [7.0], "lr": "x", "data": "d1"}}
+    check = compare(ResumeFacts.from_meta(partial), SAME, 6.3, picked_by_auto=True)
+    assert check.verdict == "verified" and set(check.checked) == {"seed", "data"}
+    assert {"step", "loss", "learning rate"} <= set(check.not_checked)
+    assert compare(ResumeFacts.from_meta(None), SAME, None, picked_by_auto=False).verdict == "unchecked"
+
+
+def test_facts_round_trip_through_meta_json():
+    meta = json.loads(json.dumps({"run_id": "run-a", "world_size": 2, "resume": SAVED.to_dict()}))
+    assert ResumeFacts.from_meta(meta) == SAVED
+
+
+def test_the_record_round_trips_and_its_reader_is_tolerant():
+    check = compare(SAVED, replace(SAME, seed=7), 6.3, picked_by_auto=True)
+    line = check.record().to_json()
+    back = ResumeCheck.from_record(MetricRecord.from_json(line))
+    assert back == check
+    assert back.words().startswith("differs at step 6 (from step 6 of run run-a): seed: 42 in the checkpoint, 7 now")
+    # A newer trainer's extra field and verdict are carried; an older one's missing fields are unknown.
+    newer = json.loads(line) | {"verdict": "replayed", "hint": "x"}
+    assert ResumeCheck.from_record(MetricRecord.from_dict(newer)).verdict == "replayed"
+    older = ResumeCheck.from_record(MetricRecord.from_dict({"step": 3, "kind": "resume_check", "verdict": "verified"}))
+    assert older == ResumeCheck(verdict="verified", step=3)
+    assert older.words() == "verified: the checkpoint records nothing to check"
+    # What a node sends is untrusted: no verdict, junk types and control characters.
+    assert ResumeCheck.from_record(MetricRecord.from_dict({"step": 3, "kind": "resume_check"})) is None
+    assert ResumeCheck.from_record(MetricRecord.from_dict({"step": 3, "kind": "resume_check",
+                                                           "verdict": "rm -rf /"})) is None
+    hostile = ResumeCheck.from_record(MetricRecord.from_dict({
+        "step": 3, "kind": "resume_check", "verdict": "differs", "differs": ["a\x1b[31mb", 5, "x" * 5000],
+        "world_before": "2", "from_run": "\x07r"}))
+    assert hostile.differs == ("a?[31mb", "x" * 400) and hostile.world_before is None and hostile.from_run == "?r"
+    assert ResumeCheck.from_record(MetricRecord(step=1)) is None
+
+
+def test_a_longer_schedule_says_why_the_learning_rate_is_not_checked():
+    check = compare(SAVED, replace(SAME, total_steps=20, lr=0.0027, epoch_counted=False), 6.3, picked_by_auto=True)
+    assert check.not_checked == ("learning rate (the schedule is 20 steps now, 12 then)",)
+    assert "step" in check.checked
+
+
+def test_resharded_words_say_both_sides():
+    check = compare(SAVED, replace(SAME, world_size=1, sharding="no_shard"), 6.3, picked_by_auto=True)
+    assert check.words().startswith("resharded at step 6 (from step 6 of run run-a), 2 ranks full_shard -> "
+                                     "1 rank no_shard: checked step, seed, data, next batch")
