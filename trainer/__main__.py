@@ -170,7 +170,7 @@ def run(cfg, stop=None) -> None:
             state["step"] = state["step"] * total // state["total_steps"]
             optim.move_schedule(sched, state["step"])
         state["total_steps"] = total
-        watch.resumed(ckpt.loaded_meta, state, picked_by_auto=cfg.checkpoint.resume == "auto")
+        watch.resumed(ckpt.loaded_meta, state)
         if d.is_main:
             print(f"resumed from {resume} at step {state['step']}", flush=True)
         if state["step"] >= total:  # a finished run started again: its checkpoint and export are there

@@ -102,11 +102,14 @@ def loss_jump(first: float, losses: tuple[float, ...]) -> str | None:
             f"the run's own step-to-step changes are {noise:.3g} rms, flagged past {limit:.3g})")
 
 
-def compare(saved: ResumeFacts, now: ResumeFacts, first_loss: float | None, *, picked_by_auto: bool) -> ResumeCheck:
+def compare(saved: ResumeFacts, now: ResumeFacts, first_loss: float | None) -> ResumeCheck:
     """The verdict on a resume: ``differs`` when anything recorded is not what the run continues with,
     else ``resharded`` when the world size or sharding changed, else ``verified``; ``unchecked`` when the
-    checkpoint recorded nothing to compare (an older trainer's). ``picked_by_auto``: ``resume: auto``
-    chose the checkpoint (then another run's checkpoint in ``output_dir`` is a mistake, not a choice)."""
+    checkpoint recorded nothing to compare (an older trainer's).
+
+    A checkpoint written by another run is no difference by itself (``fsdp-tui resume``, a relaunch of
+    the same workload into a shared ``output_dir`` resume one on purpose): the verdict names that run,
+    and a wrong one shows in what it recorded (other data, seed, step, learning rate or loss)."""
     differs: list[str] = []
     checked: list[str] = []
     unchecked: list[str] = []
@@ -119,9 +122,6 @@ def compare(saved: ResumeFacts, now: ResumeFacts, first_loss: float | None, *, p
         else:
             checked.append(name)
 
-    if picked_by_auto and saved.run_id and now.run_id and saved.run_id != now.run_id:
-        differs.append(f"checkpoint: written by run {saved.run_id}, not this run ({now.run_id}); "
-                       "resume: auto found it in output_dir")
     longer = None not in (saved.total_steps, now.total_steps) and saved.total_steps != now.total_steps
     rescaled = longer and bool(now.epoch_counted)
     step_known = saved.step is not None and now.step is not None

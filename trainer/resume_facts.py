@@ -52,8 +52,8 @@ class ResumeWatch:
                       "world_size": order.world, "batch_rows": order.per_global * accum,
                       "data": rows_hash(rows, list(range(min(FINGERPRINT_ROWS, len(rows)))), len(rows))
                       if is_main else None}
-        self.pending: tuple[ResumeFacts, ResumeFacts, bool] | None = None
-        """(recorded, now, picked by ``resume: auto``) until the first step after a resume is judged."""
+        self.pending: tuple[ResumeFacts, ResumeFacts] | None = None
+        """(recorded, now) until the first step after a resume is judged."""
         self.judging = False
         """A resume waits for its first step's judgement (the same on every rank: all join its collective)."""
 
@@ -72,14 +72,14 @@ class ResumeWatch:
         """What a save of ``state`` records in ``meta.json`` (rank 0; ``None`` elsewhere)."""
         return self.facts(state).to_dict() if self.is_main else None
 
-    def resumed(self, meta: dict | None, state: dict[str, Any], picked_by_auto: bool) -> None:
+    def resumed(self, meta: dict | None, state: dict[str, Any]) -> None:
         """The run resumed from a checkpoint whose ``meta.json`` is ``meta`` (read on rank 0) and now stands
         at ``state``: its first step will be judged."""
         self.judging = True
         if self.is_main:
             saved = ResumeFacts.from_meta(meta)
             self.losses.extend(saved.losses)  # a save soon after this resume still knows the run's noise
-            self.pending = (saved, self.facts(state), picked_by_auto)
+            self.pending = (saved, self.facts(state))
 
     def first_step(self, result, logged_loss: float | None) -> ResumeCheck | None:
         """After each step: the judgement of a resume at its first step (rank 0), once. Collective on that
@@ -90,6 +90,6 @@ class ResumeWatch:
         loss = logged_loss if logged_loss is not None else result.mean_loss()
         if self.pending is None:
             return None
-        saved, now, auto = self.pending
+        saved, now = self.pending
         self.pending = None
-        return compare(saved, now, loss, picked_by_auto=auto)
+        return compare(saved, now, loss)

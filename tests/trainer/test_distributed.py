@@ -253,7 +253,8 @@ def test_async_staged_checkpoints_then_resume_on_another_world_size(tmp_path, ti
     assert check["verdict"] == "resharded" and check["world_before"] == 2 and check["world_after"] == 1, check
     assert {"step", "seed", "data", "data position", "loss"} <= set(check["checked"])
     assert check["not_checked"] == ["learning rate (the schedule is 9 steps now, 6 then)"]
-    assert "resume check: resharded at step 6 (from step 6), 2 ranks full_shard -> 1 rank" in second.stdout
+    assert (f"resume check: resharded at step 6 (from step 6), 2 ranks {check['sharding_before']} -> 1 rank "
+            f"{check['sharding_after']}: checked step") in second.stdout
 
     # A deliberately wrong resume: another seed (another shuffle and held-out split) is caught and named.
     params.update(max_steps=10, seed=7)

@@ -40,42 +40,44 @@ def test_loss_jump_against_the_runs_own_noise(first, losses, flagged):
 
 
 CASES = [
-    # name, now (changes to SAME), first loss, picked by auto, verdict, words that must be in what differs
-    ("healthy", {}, 6.3, True, "verified", []),
-    ("explicit path to another run's checkpoint", {"run_id": "run-b"}, 6.3, False, "verified", []),
-    ("auto found another run's checkpoint", {"run_id": "run-b"}, 6.3, True, "differs",
-     ["checkpoint: written by run run-a, not this run (run-b)"]),
-    ("another seed", {"seed": 7, "next_batch": "bbbb"}, 6.3, True, "differs",
+    # name, now (changes to SAME), first loss, verdict, words that must be in what differs
+    ("healthy", {}, 6.3, "verified", []),
+    # another run's checkpoint: named, and judged by what it recorded
+    ("another run's checkpoint of the same workload", {"run_id": "run-b"}, 6.3, "verified", []),
+    ("another run's checkpoint, other data", {"run_id": "run-b", "data": "d2", "next_batch": "x"}, 6.3, "differs",
+     ["data: not the rows the checkpoint trained on (the same dataset builtin:tiny-alpaca, other rows"]),
+    ("another run's checkpoint, another trajectory", {"run_id": "run-b"}, 3.1, "differs", ["loss: 3.1 at the first"]),
+    ("another seed", {"seed": 7, "next_batch": "bbbb"}, 6.3, "differs",
      ["seed: 42 in the checkpoint, 7 now", "next batch: not the rows"]),
-    ("other data", {"data": "d2", "dataset": "mine.jsonl", "next_batch": "cccc"}, 6.3, True, "differs",
+    ("other data", {"data": "d2", "dataset": "mine.jsonl", "next_batch": "cccc"}, 6.3, "differs",
      ["data: not the rows the checkpoint trained on (builtin:tiny-alpaca then, mine.jsonl now)"]),
-    ("lr", {"lr": 0.003}, 6.3, True, "differs", ["learning rate: 0.002 recorded for the next step, 0.003 now"]),
-    ("lr within tolerance", {"lr": 0.002 * (1 + 1e-9)}, 6.3, True, "verified", []),
-    ("loss jump", {}, 9.8, True, "differs", ["loss: 9.8 at the first step"]),
-    ("step", {"step": 5}, 6.3, True, "differs", ["step: the checkpoint is step 6, the run continues at step 5"]),
-    ("position", {"samples_in_epoch": 80}, 6.3, True, "differs",
+    ("lr", {"lr": 0.003}, 6.3, "differs", ["learning rate: 0.002 recorded for the next step, 0.003 now"]),
+    ("lr within tolerance", {"lr": 0.002 * (1 + 1e-9)}, 6.3, "verified", []),
+    ("loss jump", {}, 9.8, "differs", ["loss: 9.8 at the first step"]),
+    ("step", {"step": 5}, 6.3, "differs", ["step: the checkpoint is step 6, the run continues at step 5"]),
+    ("position", {"samples_in_epoch": 80}, 6.3, "differs",
      ["data position: epoch 0 sample 96 in the checkpoint, epoch 0 sample 80 now"]),
-    ("one rank, same step size", {"world_size": 1, "sharding": "no_shard"}, 6.3, True, "resharded", []),
+    ("one rank, same step size", {"world_size": 1, "sharding": "no_shard"}, 6.3, "resharded", []),
     # 2 ranks x 8 -> 3 ranks x 8: 96 rows done, rounded down to 4 steps of 24 rows; the hash is not comparable
     ("three ranks", {"world_size": 3, "batch_rows": 24, "samples_in_epoch": 96, "next_batch": "zzzz"}, 6.3,
-     True, "resharded", []),
+     "resharded", []),
     ("three ranks, position lost", {"world_size": 3, "batch_rows": 24, "samples_in_epoch": 48,
-                                    "next_batch": "zzzz"}, 6.3, True, "differs", ["data position"]),
-    ("sharding only", {"sharding": "shard_grad_op"}, 6.3, True, "resharded", []),
+                                    "next_batch": "zzzz"}, 6.3, "differs", ["data position"]),
+    ("sharding only", {"sharding": "shard_grad_op"}, 6.3, "resharded", []),
     ("schedule stretched", {"world_size": 1, "batch_rows": 8, "total_steps": 24, "step": 12, "lr": 0.0025,
-                            "samples_in_epoch": 96, "next_batch": "zzzz", "epoch_counted": True}, 6.3, True,
+                            "samples_in_epoch": 96, "next_batch": "zzzz", "epoch_counted": True}, 6.3,
      "resharded", []),
     ("schedule stretched, step wrong", {"world_size": 1, "batch_rows": 8, "total_steps": 24, "step": 6,
-                                        "samples_in_epoch": 96, "epoch_counted": True}, 6.3, True, "differs",
+                                        "samples_in_epoch": 96, "epoch_counted": True}, 6.3, "differs",
      ["step: the checkpoint is step 6 (12 of 24 on this world size), the run continues at step 6"]),
     # max_steps raised: the same step goes on, on a longer schedule (its learning rate is not comparable)
-    ("max_steps raised", {"total_steps": 20, "lr": 0.0027, "epoch_counted": False}, 6.3, True, "verified", []),
+    ("max_steps raised", {"total_steps": 20, "lr": 0.0027, "epoch_counted": False}, 6.3, "verified", []),
 ]
 
 
-@pytest.mark.parametrize(("name", "change", "first", "auto", "verdict", "words"), CASES, ids=[c[0] for c in CASES])
-def test_compare(name, change, first, auto, verdict, words):
-    check = compare(SAVED, replace(SAME, **change), first, picked_by_auto=auto)
+@pytest.mark.parametrize(("name", "change", "first", "verdict", "words"), CASES, ids=[c[0] for c in CASES])
+def test_compare(name, change, first, verdict, words):
+    check = compare(SAVED, replace(SAME, **change), first)
     assert check.verdict == verdict, check.words()
     for w in words:
         assert any(w in d for d in check.differs), (w, check.differs)
@@ -88,16 +90,16 @@ def test_compare(name, change, first, auto, verdict, words):
 
 def test_an_older_checkpoint_is_not_checked_rather_than_failed():
     older = {"model_name": "m", "step": 6, "world_size": 2, "run_id": "run-a", "shards": {}}  # no "resume"
-    check = compare(ResumeFacts.from_meta(older), SAME, 6.3, picked_by_auto=True)
+    check = compare(ResumeFacts.from_meta(older), SAME, 6.3)
     assert check.verdict == "unchecked" and not check.differs
     assert {"step", "seed", "data", "next batch", "data position", "learning rate", "loss"} <= set(check.not_checked)
     assert "the checkpoint records nothing to check" in check.words()
     # Some fields of the wrong type (a hand-edited file), one loss only: those are unknown, the rest checked.
     partial = {"resume": {"step": "6", "seed": 42, "losses": [7.0], "lr": "x", "data": "d1"}}
-    check = compare(ResumeFacts.from_meta(partial), SAME, 6.3, picked_by_auto=True)
+    check = compare(ResumeFacts.from_meta(partial), SAME, 6.3)
     assert check.verdict == "verified" and set(check.checked) == {"seed", "data"}
     assert {"step", "loss", "learning rate"} <= set(check.not_checked)
-    assert compare(ResumeFacts.from_meta(None), SAME, None, picked_by_auto=False).verdict == "unchecked"
+    assert compare(ResumeFacts.from_meta(None), SAME, None).verdict == "unchecked"
 
 
 def test_facts_round_trip_through_meta_json():
@@ -106,7 +108,7 @@ def test_facts_round_trip_through_meta_json():
 
 
 def test_the_record_round_trips_and_its_reader_is_tolerant():
-    check = compare(SAVED, replace(SAME, seed=7), 6.3, picked_by_auto=True)
+    check = compare(SAVED, replace(SAME, seed=7), 6.3)
     line = check.record().to_json()
     back = ResumeCheck.from_record(MetricRecord.from_json(line))
     assert back == check
@@ -129,12 +131,12 @@ def test_the_record_round_trips_and_its_reader_is_tolerant():
 
 
 def test_a_longer_schedule_says_why_the_learning_rate_is_not_checked():
-    check = compare(SAVED, replace(SAME, total_steps=20, lr=0.0027, epoch_counted=False), 6.3, picked_by_auto=True)
+    check = compare(SAVED, replace(SAME, total_steps=20, lr=0.0027, epoch_counted=False), 6.3)
     assert check.not_checked == ("learning rate (the schedule is 20 steps now, 12 then)",)
     assert "step" in check.checked
 
 
 def test_resharded_words_say_both_sides():
-    check = compare(SAVED, replace(SAME, world_size=1, sharding="no_shard"), 6.3, picked_by_auto=True)
+    check = compare(SAVED, replace(SAME, world_size=1, sharding="no_shard"), 6.3)
     assert check.words().startswith("resharded at step 6 (from step 6 of run run-a), 2 ranks full_shard -> "
                                      "1 rank no_shard: checked step, seed, data, next batch")
