@@ -154,11 +154,11 @@ def run(cfg, stop=None) -> None:
     ckpt = checkpoint.Checkpointer(cfg.checkpoint, cfg.output_dir, d, {
         "model_name": cfg.model_name, "tokenizer": cfg.model.tokenizer or cfg.model_name,
         "run_id": os.environ.get(RUN_ID_ENV, ""), **lora.checkpoint_meta(cfg)})
-    watch = resume_facts.ResumeWatch(order=order, rows=data.train_rows, accum=accum, seed=cfg.seed,
+    proof = resume_facts.ResumeWatch(order=order, rows=data.train_rows, accum=accum, seed=cfg.seed,
                                      sharding=chosen[0].sharding, dataset=cfg.dataset_name,
                                      run_id=os.environ.get(RUN_ID_ENV) or None, epoch_counted=not cfg.max_steps,
-                                     is_main=d.is_main, scheduler=sched)
-    ckpt.resume_facts = lambda: watch.record(state)
+                                     is_main=d.is_main, scheduler=sched)  # what a resume must continue
+    ckpt.resume_facts = lambda: proof.record(state)
     resume = ckpt.resume_path()
     if resume is not None:
         ckpt.load(app, resume)
@@ -170,7 +170,7 @@ def run(cfg, stop=None) -> None:
             state["step"] = state["step"] * total // state["total_steps"]
             optim.move_schedule(sched, state["step"])
         state["total_steps"] = total
-        watch.resumed(ckpt.loaded_meta, state)
+        proof.resumed(ckpt.loaded_meta, state)
         if d.is_main:
             print(f"resumed from {resume} at step {state['step']}", flush=True)
         if state["step"] >= total:  # a finished run started again: its checkpoint and export are there
@@ -247,8 +247,8 @@ def run(cfg, stop=None) -> None:
         if step % cfg.logging.every_steps == 0 or step == total:
             epoch = state["epoch"] + state["position"] / max(1, order.batches_per_epoch)
             loss = log.train_step(step, epoch, result)
-            watch.logged(loss)
-        checked = watch.first_step(result, loss)
+            proof.logged(loss)
+        checked = proof.first_step(result, loss)
         if checked is not None:
             log.resume_check(checked)
         if cfg.logging.eval_every_steps and step % cfg.logging.eval_every_steps == 0 and step != total:
