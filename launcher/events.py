@@ -99,6 +99,9 @@ class GpuSample:
     memory_used_mib: float
     memory_total_mib: float
     utilization_pct: float
+    power_w: float | None = None
+    """The GPU's power draw (watts); ``None`` where ``nvidia-smi`` does not say."""
+    power_limit_w: float | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,9 @@ class NodeUsage:
     processes: int
     sampled_at: float = 0.0
     """When the node took the sample (the node's clock, seconds since the epoch); 0.0 when unknown."""
+    net_rx_mb: float | None = None
+    """Megabytes the node received since the job's first sample (every interface but loopback)."""
+    net_tx_mb: float | None = None
 
 
 @dataclass(frozen=True)

@@ -157,6 +157,21 @@ MAX_PROCESSES = 1 << 22
 """Linux's own ceiling on process ids."""
 
 
+MAX_NET_MB = 1e12
+"""An exabyte through one node's interfaces in one run is no node's figure."""
+
+
+def network_figures(value: object) -> tuple[float, float] | None:
+    """A node's ``usage`` reply's traffic since its job's first sample, ``(received MB, sent MB)``; ``None``
+    when it has none, or not a figure a node can have."""
+    if not isinstance(value, dict):
+        return None
+    got = [value.get("net_rx_mb"), value.get("net_tx_mb")]
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= MAX_NET_MB for v in got):
+        return None
+    return float(got[0]), float(got[1])
+
+
 def usage_figures(value: object) -> tuple[float, float, int, float] | None:
     """A node's ``usage`` reply as ``(cpu_pct, rss_mib, processes, sampled_at)``, or ``None`` when any of it
     is not a figure a node can have (text, a bool, NaN or infinity, negative, past the ceilings above) or

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from launcher.events import GpuSample
-from launcher.untrusted import printable, usage_figures
+from launcher.untrusted import network_figures, printable, usage_figures
 from launcher.workload.ckpt_place import CheckpointPlace
 from launcher.workload.plan import RunPlan
 from trainer.ckpt_layout import CheckpointInfo, plain_name
@@ -302,12 +302,15 @@ class UsageSample:
     processes: int
     sampled_at: float
     """The node's clock; 0.0 when it did not say."""
+    net_rx_mb: float | None = None
+    """Megabytes the node received (every interface but loopback) since its job's first sample."""
+    net_tx_mb: float | None = None
 
     @classmethod
     def from_wire(cls, data: object) -> UsageSample | None:
         """A node's ``usage`` reply; ``None`` when it holds no usable figure (see :func:`usage_figures`)."""
         figures = usage_figures(data)
-        return None if figures is None else cls(*figures)
+        return None if figures is None else cls(*figures, *(network_figures(data) or (None, None)))
 
 
 @dataclass(frozen=True)

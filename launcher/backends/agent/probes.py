@@ -7,11 +7,20 @@ import os
 import shutil
 import subprocess
 
-GPU_QUERY = "index,name,memory.used,memory.total,utilization.gpu"
+GPU_QUERY = "index,name,memory.used,memory.total,utilization.gpu,power.draw,power.limit"
+
+
+def _watts(text: str) -> float | None:
+    """A power figure, or ``None`` for what ``nvidia-smi`` prints when it has none (``[N/A]``)."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def gpu_samples() -> list:
-    """One dict per GPU from ``nvidia-smi`` (index, name, memory used/total MiB, utilisation %); [] without it."""
+    """One dict per GPU from ``nvidia-smi`` (index, name, memory used/total MiB, utilisation %, power draw
+    and limit W where it says); [] without it."""
     try:
         out = subprocess.run(["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
@@ -20,14 +29,17 @@ def gpu_samples() -> list:
     samples = []
     for line in out.stdout.splitlines() if out.returncode == 0 else []:
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 5:
+        if len(parts) not in (5, 7):  # 5: an nvidia-smi that ignored the power fields
             continue
         try:
-            samples.append({"index": int(parts[0]), "name": parts[1], "memory_used_mib": float(parts[2]),
-                            "memory_total_mib": float(parts[3]),
-                            "utilization_pct": float(parts[4]) if parts[4][:1].isdigit() else 0.0})
+            sample = {"index": int(parts[0]), "name": parts[1], "memory_used_mib": float(parts[2]),
+                      "memory_total_mib": float(parts[3]),
+                      "utilization_pct": float(parts[4]) if parts[4][:1].isdigit() else 0.0}
         except ValueError:
             continue
+        if len(parts) == 7:
+            sample.update(power_w=_watts(parts[5]), power_limit_w=_watts(parts[6]))
+        samples.append(sample)
     return samples
 
 

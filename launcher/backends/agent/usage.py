@@ -1,4 +1,5 @@
-"""What a node's job costs on its node: the CPU time and memory of its whole process tree, from /proc.
+"""What a node's job costs on its node: the CPU time and memory of its whole process tree, from /proc;
+and the node's network traffic since the job's first sample (every interface but loopback).
 
 The tree is every process carrying the run's tag (what ``stop`` sweeps: torchrun's workers sit in sessions
 of their own, and a job may double-fork). CPU use is the change of the tree's CPU time between two asks
@@ -69,8 +70,35 @@ def cpu_pct(previous: dict | None, cpu_s: float, at: float) -> float | None:
     return max(used, 0.0) / dt * 100.0
 
 
+def net_bytes(text: str) -> tuple[int, int] | None:
+    """Bytes received and sent by every interface but loopback, from ``/proc/net/dev``'s text; ``None``
+    when it cannot be read as such."""
+    rx = tx = 0
+    for line in text.splitlines()[2:]:
+        name, sep, rest = line.partition(":")
+        fields = rest.split()
+        if not sep or len(fields) < 9:
+            return None
+        if name.strip() == "lo":
+            continue
+        try:
+            rx, tx = rx + int(fields[0]), tx + int(fields[8])
+        except ValueError:
+            return None
+    return rx, tx
+
+
+def net_since(first: object, now: tuple[int, int] | None) -> tuple[float, float] | None:
+    """Megabytes (10^6 bytes) received and sent since ``first`` (the counters at the job's first sample); a
+    counter that went back (an interface made anew) counts from 0."""
+    if now is None or not isinstance(first, list) or len(first) != 2:
+        return None
+    return tuple(max(n - f, 0) / 1e6 if isinstance(f, int) else 0.0 for n, f in zip(now, first, strict=True))  # type: ignore[return-value]
+
+
 def usage(node_dir: str, pids: list, proc: str = "/proc", now: float | None = None) -> dict:
-    """The job's cost now, and its CPU use since the last ask (``cpu_pct`` ``None`` on the first)."""
+    """The job's cost now, its CPU use since the last ask (``cpu_pct`` ``None`` on the first), and the
+    node's traffic since the first ask (``net_rx_mb``, ``net_tx_mb``; absent without ``/proc/net/dev``)."""
     at = time.time() if now is None else now
     sample = tree_sample(pids, proc)
     path = os.path.join(node_dir, USAGE_FILE)
@@ -79,12 +107,25 @@ def usage(node_dir: str, pids: list, proc: str = "/proc", now: float | None = No
             previous = json.load(f)
     except (OSError, ValueError):
         previous = None
-    pct = cpu_pct(previous if isinstance(previous, dict) else None, sample["cpu_s"], at)
+    previous = previous if isinstance(previous, dict) else None
+    pct = cpu_pct(previous, sample["cpu_s"], at)
+    try:
+        with open(f"{proc}/net/dev", encoding="ascii", errors="replace") as f:
+            net = net_bytes(f.read())
+    except OSError:
+        net = None
+    first = previous.get("net0") if previous else None
+    if not (isinstance(first, list) and len(first) == 2) and net is not None:
+        first = list(net)
     try:
         tmp = f"{path}.tmp-{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"cpu_s": sample["cpu_s"], "at": at}, f)
+            json.dump({"cpu_s": sample["cpu_s"], "at": at, "net0": first}, f)
         os.replace(tmp, path)
     except OSError:
         pass  # a full disk: the next ask has no previous sample, and says no CPU figure
-    return {"cpu_pct": pct, "rss_mib": sample["rss_bytes"] / 2**20, "processes": sample["processes"], "at": at}
+    out = {"cpu_pct": pct, "rss_mib": sample["rss_bytes"] / 2**20, "processes": sample["processes"], "at": at}
+    traffic = net_since(first, net)
+    if traffic is not None:
+        out["net_rx_mb"], out["net_tx_mb"] = traffic
+    return out

@@ -135,6 +135,17 @@ class MlflowSink:
         for i in range(0, len(metrics), 1000):
             self.client.log_batch(self.run_id, metrics=metrics[i:i + 1000])
 
+    def log_system(self, metrics) -> None:
+        """Nodes' system metrics (:class:`~launcher.runs.owner.system_metrics.SystemMetric`), in
+        ``log_batch`` calls of at most MLflow's limit each."""
+        from mlflow.entities import Metric
+
+        from launcher.runs.owner.system_metrics import BATCH
+
+        items = [Metric(m.key, m.value, m.timestamp_ms, m.step) for m in metrics]
+        for i in range(0, len(items), BATCH):
+            self.client.log_batch(self.run_id, metrics=items[i:i + BATCH])
+
     def log_samples(self, sets) -> None:
         """New steps' answers (:class:`trainer.samples_wire.SampleSet`, already clean) appended to the run's
         ``samples.json`` table (MLflow's ``log_table``: one row per step and prompt)."""

@@ -284,7 +284,8 @@ class Recorder:
             self.on_gpus(rank, samples, time.time())
 
     def usage(self, rank: int, sample: UsageSample) -> None:
-        self.emit(NodeUsage(self.run_id, rank, sample.cpu_pct, sample.rss_mib, sample.processes, sample.sampled_at))
+        self.emit(NodeUsage(self.run_id, rank, sample.cpu_pct, sample.rss_mib, sample.processes, sample.sampled_at,
+                            sample.net_rx_mb, sample.net_tx_mb))
 
     def note_forced(self, refusals: list[str]) -> None:
         """A launch forced past the cheap checks: say so now and in the run's final state, even a success

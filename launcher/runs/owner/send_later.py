@@ -3,7 +3,8 @@
 look at the runs starts it (:func:`launcher.runs.core.pending.start_senders`).
 
 It takes the run's lock like an owner (so it never sends while an owner does, nor twice at once) and
-sends exactly what ``mlflow.json`` says is missing: records past the last one sent, the run's end.
+sends exactly what ``mlflow.json`` says is missing: records past the last one sent, the nodes' system
+metrics past the last sample sent, the run's end.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def send(home: Path, run_id: str) -> Sent:
         source = "metrics" if file_size(directory / METRICS) else "log-metrics"
         records = read_records(directory / (METRICS if source == "metrics" else LOG_METRICS))
         samples = read_samples(directory)
-        if tracker.sync(records, source) and tracker.sync_samples(samples):
+        if tracker.sync(records, source) and tracker.sync_samples(samples) and tracker.sync_system(to_end=True):
             tracker.finish(artifacts(directory))
         if not tracker.unsent(len(records), len(samples)):
             pending.clear(directory)

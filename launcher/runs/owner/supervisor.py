@@ -228,7 +228,8 @@ class Supervisor:
         with self.tracking_lock:
             self.rec.take_records()
             source = "metrics" if self.rec.reporter_seen else "log-metrics"
-            return self.tracker.sync(self.rec.records(), source) and self.tracker.sync_samples(read_samples(self.dir))
+            return (self.tracker.sync(self.rec.records(), source) and self.tracker.sync_samples(read_samples(self.dir))
+                    and self.tracker.sync_system())
 
     def _say_tracking(self, ok: bool) -> None:
         """A failure is said once (and again when it changes), while the run goes on."""
@@ -248,7 +249,7 @@ class Supervisor:
             source = "metrics" if self.rec.reporter_seen else "log-metrics"
             records, samples = self.rec.records(), read_samples(self.dir)
             sent = (self.tracker.sync(records, source) and self.tracker.sync_samples(samples)
-                    and self.tracker.finish(artifacts(self.dir)))
+                    and self.tracker.sync_system(to_end=True) and self.tracker.finish(artifacts(self.dir)))
             return sent and not self.tracker.unsent(len(records), len(samples))
 
     async def _finish(self, outcome: Outcome) -> None:

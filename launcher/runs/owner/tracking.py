@@ -10,7 +10,8 @@ No lock is held across a network call: writes to a local SQLite store (this data
 create or migrate that file at the same moment; a remote store takes its writers' calls itself.
 
 What has been logged is remembered in ``mlflow.json`` beside the run's record (its MLflow run id, the
-records sent, the run's end once asked for and whether it was sent), so an owner that adopts the run,
+records sent, how far the nodes' system metrics in ``events.jsonl`` were sent, the run's end once asked
+for and whether it was sent), so an owner that adopts the run,
 ``fsdp-tui mlflow sync RUN`` and the sender the next look starts (:mod:`launcher.runs.core.pending`)
 re-open the same MLflow run and send only what is missing.
 """
@@ -27,8 +28,9 @@ import urllib.parse
 from pathlib import Path
 from typing import Literal
 
-from launcher.runs.core.layout import STATE_FILE, load_options
+from launcher.runs.core.layout import EVENTS, STATE_FILE, file_size, load_options
 from launcher.runs.owner.mlflow_sink import MlflowSink
+from launcher.runs.owner.system_metrics import read_from, to_metrics
 from launcher.workload.plan import RunPlan
 from trainer.protocol import MetricRecord
 
@@ -141,12 +143,21 @@ class Tracker:
 
     def unsent(self, records: int, samples: int = 0) -> bool:
         """Whether anything of the run is not in MLflow yet (its MLflow run itself, of ``records`` records,
-        ``samples`` steps of generation samples, or its end)."""
+        ``samples`` steps of generation samples, the nodes' system metrics, or its end)."""
         if self.sink is None:
             return False
         end = self.state.get("end")
         return (not self.mlflow_run_id or int(self.state.get("synced", 0)) < records or int(self.state.get("samples_synced", 0)) < samples
+                or self._system_sent()[0] < file_size(self.path.parent / EVENTS)
                 or (end is not None and not end.get("sent")))
+
+    def _system_sent(self) -> tuple[int, dict[str, int]]:
+        """How far ``events.jsonl`` was sent as system metrics (a byte offset), and each node's steps."""
+        sent = self.state.get("system")
+        if not isinstance(sent, dict):
+            return 0, {}
+        steps = sent.get("steps")
+        return int(sent.get("offset", 0)), dict(steps) if isinstance(steps, dict) else {}
 
     def _guard(self, what, *args, write: bool = True) -> bool:
         """Run ``what(*args)`` (a ``write`` under the store's lock if it is local); a failure is kept in
@@ -227,6 +238,28 @@ class Tracker:
             self._save()
 
         return self._guard(log)
+
+    def sync_system(self, to_end: bool = False) -> bool:
+        """Send the nodes' usage samples recorded since the last send as system metrics
+        (:mod:`launcher.runs.owner.system_metrics`): a bounded slice of the record per round, one round
+        unless ``to_end`` (the run's end: every round up to the record's end)."""
+        if self.sink is None or not self.opened:
+            return True
+        while True:
+            offset, steps = self._system_sent()
+            lines, end = read_from(self.path.parent / EVENTS, offset)
+            if end == offset:
+                return True
+            metrics = to_metrics(lines, steps)
+
+            def log(metrics=metrics, end=end, steps=steps) -> None:
+                if metrics:
+                    self.sink.log_system(metrics)
+                self.state["system"] = {"offset": end, "steps": steps}
+                self._save()
+
+            if not self._guard(log) or not to_end:
+                return self.error is None
 
     def ended(self, status: Status, totals: dict[str, float] | None) -> None:
         """Remember the run's end (its MLflow status, GPU-hours and cost) before it is sent: whoever sends

@@ -224,9 +224,32 @@ class Driver:
             sink = self._mlflow()
             with writing(self.home, sink):
                 sink.reopen(parent)
-                sink.finish(status, [sweep_dir(self.home, self.sweep_id) / "sweep.json"])
+                totals = children_totals(self.home, [v.run_id for v in self.record.variants])
+                sink.finish(status, [sweep_dir(self.home, self.sweep_id) / "sweep.json"], totals)
         except Exception as err:  # noqa: BLE001 - tracking is not the job
             self.save(detail=f"{self.record.detail}; MLflow parent not closed: {type(err).__name__}: {err}")
+
+
+def add_totals(each: list[dict[str, float]]) -> dict[str, float]:
+    """The sweep's totals from its variants' (:func:`~launcher.runs.core.usage.usage_totals`): hours of
+    each kind summed; the cost only when every variant that used any hours has a price (a sum that left
+    some out would read as the whole)."""
+    used = [t for t in each if t]
+    out: dict[str, float] = {}
+    for kind in ("gpu_hours", "cpu_hours"):
+        if any(kind in t for t in used):
+            out[kind] = sum(t.get(kind, 0.0) for t in used)
+    if used and all("cost" in t for t in used):
+        out["cost"] = sum(t["cost"] for t in used)
+    return out
+
+
+def children_totals(home: Path, run_ids: list[str]) -> dict[str, float]:
+    """What the sweep's parent MLflow run gets as it ends: its variants' usage summed (variants that never
+    started count nothing)."""
+    from launcher.runs.core.usage import usage_totals
+
+    return add_totals([usage_totals(home, run_id) for run_id in run_ids])
 
 
 def main(argv: list[str] | None = None) -> int:
