@@ -72,6 +72,10 @@ def test_a_cpu_sweep_compares_its_variants_and_a_failed_one_keeps_its_signature(
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == record.mlflow_parent]
     assert len(parent) == 1 and parent[0].info.run_id == record.mlflow_parent
     assert sorted(r.info.run_name for r in children) == sorted(v.run_id for v in record.variants)
+    # The parent holds its variants' totals, as each variant logged its own at its end.
+    assert parent[0].data.metrics["cpu_hours"] == pytest.approx(
+        sum(r.data.metrics.get("cpu_hours", 0.0) for r in children), rel=1e-9)
+    assert parent[0].data.metrics["cpu_hours"] > 0
     listed = json.loads(cli(home, "sweeps", "--json").stdout)
     assert [s["sweep_id"] for s in listed] == [sweep_id]
 
