@@ -1,10 +1,11 @@
 """Every node's usage as MLflow system metrics of the run's one MLflow run, read from the run's own record.
 
-The nodes run no MLflow: their agents sample what the job costs there (CPU, memory, processes) and their
-GPUs (``nvidia-smi``: use, memory, power) at the owner's usage cadence, and the owner records each sample in ``events.jsonl``
-(``NodeUsage``, ``GpuTelemetry``). This module turns those lines into metrics named as MLflow's own
-system metrics monitor names them for a multi-node run (``system/<node id>/<metric>``, node id
-``node_<rank>``), so MLflow's UI shows them in its system metrics view, grouped by node.
+The nodes run no MLflow: their agents sample what the job costs there (CPU, memory, processes), the
+node's network traffic, and its GPUs (``nvidia-smi``: use, memory, power) at the owner's usage cadence,
+and the owner records each sample in ``events.jsonl`` (``NodeUsage``, ``GpuTelemetry``). This module
+turns those lines into metrics named as MLflow's own system metrics monitor names them for a multi-node
+run (``system/<node id>/<metric>``, node id ``node_<rank>``), so MLflow's UI shows them in its system
+metrics view, grouped by node.
 
 Reading the record, not the live samples, keeps sending off the run's path and lossless: what is sent is
 remembered as a byte offset into ``events.jsonl`` (with each node's step count) in ``mlflow.json``, so a

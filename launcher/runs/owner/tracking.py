@@ -258,8 +258,11 @@ class Tracker:
                 self.state["system"] = {"offset": end, "steps": steps}
                 self._save()
 
-            if not self._guard(log) or not to_end:
-                return self.error is None
+            # Lines of no sample (state changes) send nothing: no store lock is taken for them.
+            if not self._guard(log, write=bool(metrics)):
+                return False
+            if not to_end:
+                return True
 
     def ended(self, status: Status, totals: dict[str, float] | None) -> None:
         """Remember the run's end (its MLflow status, GPU-hours and cost) before it is sent: whoever sends
