@@ -16,7 +16,8 @@ from tests.launcher.conftest import FSDP_TUI, ROOT, cli_env, tagged, wait_until,
 
 pytestmark = pytest.mark.slow
 
-USAGE = ("job_cpu_utilization_percentage", "job_memory_usage_megabytes", "job_processes")
+USAGE = ("job_cpu_utilization_percentage", "job_memory_usage_megabytes", "job_processes", "network_receive_megabytes",
+         "network_transmit_megabytes")
 
 
 def _keys(db, run_id: str) -> set[str]:
@@ -69,5 +70,8 @@ command: |
         rss = store.get_metric_history(mlflow_id, metric_key(rank, "job_memory_usage_megabytes"))
         procs = store.get_metric_history(mlflow_id, metric_key(rank, "job_processes"))
         assert all(m.value > 0 for m in rss) and all(1 <= m.value <= 4 for m in procs), (rss, procs)
+        received = [m.value for m in sorted(store.get_metric_history(
+            mlflow_id, metric_key(rank, "network_receive_megabytes")), key=lambda m: m.step)]
+        assert received == [e["net_rx_mb"] for e in samples] and received == sorted(received)  # counted up
     assert json.loads((run_dir / "mlflow.json").read_text())["system"]["offset"] == (run_dir / "events.jsonl").stat().st_size
     assert tagged(run_id) == []
