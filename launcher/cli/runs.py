@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         if not why and r.detail.startswith((FORCED_NOTE, "idle GPUs")):
             why = r.detail
         if not r.state.is_final and owner_note(home, r.run_id).startswith("waiting for room"):
-            why = "stopped; its end waits for room: " + owner_note(home, r.run_id).removeprefix("waiting for room: ")
+            why = owner_note(home, r.run_id).removeprefix("waiting for room: ") + " (stopped; its end waits for room)"
         check = checks[r.run_id]
         if not why and check is not None and check.differs:
             why = "resume differs: " + "; ".join(check.differs)

@@ -276,9 +276,9 @@ def test_gpu_telemetry_from_nvidia_smi_reaches_the_events_and_the_view(home, tmp
     assert telemetry and telemetry[0]["node_rank"] == 0
     assert telemetry[0]["gpus"] == [
         {"index": 0, "name": "NVIDIA H100 80GB HBM3", "memory_used_mib": 61440.0, "memory_total_mib": 81920.0,
-         "utilization_pct": 97.0},
+         "utilization_pct": 97.0, "power_w": None, "power_limit_w": None},  # the fake prints no power columns
         {"index": 1, "name": "NVIDIA H100 80GB HBM3", "memory_used_mib": 1024.0, "memory_total_mib": 81920.0,
-         "utilization_pct": 0.0},
+         "utilization_pct": 0.0, "power_w": None, "power_limit_w": None},
     ]
     from launcher.events import GpuSample, GpuTelemetry
     from launcher.runs.read.view import RunView
