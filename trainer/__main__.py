@@ -157,7 +157,8 @@ def run(cfg, stop=None) -> None:
     proof = resume_facts.ResumeWatch(order=order, rows=data.train_rows, accum=accum, seed=cfg.seed,
                                      sharding=chosen[0].sharding, dataset=cfg.dataset_name,
                                      run_id=os.environ.get(RUN_ID_ENV) or None, epoch_counted=not cfg.max_steps,
-                                     is_main=d.is_main, scheduler=sched)  # what a resume must continue
+                                     is_main=d.is_main, scheduler=sched,
+                                     continues=tuple(cfg.checkpoint.resume_runs))  # what a resume must continue
     ckpt.resume_facts = lambda: proof.record(state)
     resume = ckpt.resume_path()
     if resume is not None:

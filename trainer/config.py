@@ -175,6 +175,10 @@ class CheckpointConfig(_Section):
     """Write checkpoints here first, then move them under ``output_dir`` when complete."""
     resume: str = "auto"
     """``auto`` (newest complete checkpoint in ``output_dir``), ``never``, or a checkpoint path."""
+    resume_runs: list[str] = Field(default_factory=list)
+    """The runs a resume continues, newest first (``fsdp-tui resume`` and the checkpoints screen set it):
+    the resume check flags a checkpoint written by any other run. Empty: any run's checkpoint may be
+    continued (a relaunch into a shared ``output_dir`` takes the newest on purpose)."""
     export_hf: bool = True
     """Write a consolidated Hugging Face folder (safetensors + tokenizer) at the end; with ``lora``, the
     adapter in PEFT's format (``adapter_config.json`` + ``adapter_model.safetensors``)."""

@@ -102,14 +102,17 @@ def loss_jump(first: float, losses: tuple[float, ...]) -> str | None:
             f"the run's own step-to-step changes are {noise:.3g} rms, flagged past {limit:.3g})")
 
 
-def compare(saved: ResumeFacts, now: ResumeFacts, first_loss: float | None) -> ResumeCheck:
+def compare(saved: ResumeFacts, now: ResumeFacts, first_loss: float | None,
+            continues: tuple[str, ...] = ()) -> ResumeCheck:
     """The verdict on a resume: ``differs`` when anything recorded is not what the run continues with,
     else ``resharded`` when the world size or sharding changed, else ``verified``; ``unchecked`` when the
     checkpoint recorded nothing to compare (an older trainer's).
 
-    A checkpoint written by another run is no difference by itself (``fsdp-tui resume``, a relaunch of
-    the same workload into a shared ``output_dir`` resume one on purpose): the verdict names that run,
-    and a wrong one shows in what it recorded (other data, seed, step, learning rate or loss)."""
+    ``continues``: the runs this resume claims to continue (``fsdp-tui resume RUN`` names RUN and the runs
+    it continued; a retry adds itself). A checkpoint written by any other run differs. Without a claim
+    (a relaunch of the same workload into a shared ``output_dir`` takes the newest one on purpose) the
+    verdict names that run, and a wrong one shows in what it recorded (other data, seed, step, learning
+    rate or loss)."""
     differs: list[str] = []
     checked: list[str] = []
     unchecked: list[str] = []
@@ -162,6 +165,10 @@ def compare(saved: ResumeFacts, now: ResumeFacts, first_loss: float | None) -> R
               and f"learning rate: {saved.lr:.6g} recorded for the next step, {now.lr:.6g} now")
     enough = len(saved.losses) >= LOSSES_NEEDED and first_loss is not None and math.isfinite(first_loss)
     check("loss", enough, enough and loss_jump(first_loss, saved.losses))
+    if continues:
+        check("checkpoint's run", saved.run_id is not None, saved.run_id not in continues
+              and f"checkpoint's run: written by run {saved.run_id}, not by the run this resume continues "
+                  f"({', '.join(continues)})")
     resharded = (None not in (saved.world_size, now.world_size) and saved.world_size != now.world_size) or (
         None not in (saved.sharding, now.sharding) and saved.sharding != now.sharding)
     if differs:

@@ -44,8 +44,12 @@ class ResumeWatch:
     once, at its first step."""
 
     def __init__(self, *, order: GlobalOrder, rows: list[dict[str, Any]], accum: int, seed: int, sharding: str,
-                 dataset: str, run_id: str | None, epoch_counted: bool, is_main: bool, scheduler) -> None:
+                 dataset: str, run_id: str | None, epoch_counted: bool, is_main: bool, scheduler,
+                 continues: tuple[str, ...] = ()) -> None:
         self.order, self.rows, self.accum, self.scheduler, self.is_main = order, rows, accum, scheduler, is_main
+        self.continues = (*continues, run_id) if continues and run_id else tuple(continues)
+        """The runs whose checkpoints this resume may load (``checkpoint.resume_runs`` and, for its retries,
+        this run): empty when it claims none."""
         self.losses: deque[float] = deque(maxlen=LOSSES_KEPT)
         self.fixed = {"seed": seed, "sharding": sharding, "dataset": dataset, "run_id": run_id,
                       "epoch_counted": epoch_counted,
@@ -92,4 +96,4 @@ class ResumeWatch:
             return None
         saved, now = self.pending
         self.pending = None
-        return compare(saved, now, loss)
+        return compare(saved, now, loss, self.continues)

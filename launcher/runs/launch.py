@@ -224,7 +224,12 @@ async def resume_plan(home: Path, run_id: str, step: int | None = None,
     """A relaunch of ``run_id`` resuming from its newest complete checkpoint (or the one of ``step``, or the
     folder ``name``), found where its whole copies are: read there when the new run's node 0 is that
     machine (or a bucket), else copied to the new node 0's own checkpoints folder before the start."""
-    from launcher.runs.core.checkpoints import list_checkpoints, resume_choice, resume_override
+    from launcher.runs.core.checkpoints import (
+        list_checkpoints,
+        resume_choice,
+        resume_override,
+        resume_runs_override,
+    )
 
     listing = await list_checkpoints(home, run_id)
     if listing.error:
@@ -237,12 +242,14 @@ async def resume_plan(home: Path, run_id: str, step: int | None = None,
         raise LookupError(f"run {run_id} has no complete checkpoint {which} in {listing.label}: {listing.root} "
                           f"(complete ones: {have})")
     chosen = done[-1]
-    planned = relaunch_plan(home, run_id, [*overrides, resume_override(chosen.path)])
+    record = RunStore(home).get_run(run_id)
+    continues = resume_runs_override(run_id, (record.directory / "workload.yaml").read_text() if record else "")
+    planned = relaunch_plan(home, run_id, [*overrides, resume_override(chosen.path), continues])
     if planned.plan is None:
         return Resumed(planned, chosen.path)
     choice = await resume_choice(home, run_id, chosen, listing, planned.plan)
     if choice.path != chosen.path:
-        planned = relaunch_plan(home, run_id, [*overrides, resume_override(choice.path)])
+        planned = relaunch_plan(home, run_id, [*overrides, resume_override(choice.path), continues])
     return Resumed(planned, choice.path, choice.bring)
 
 

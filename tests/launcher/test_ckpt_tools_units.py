@@ -82,3 +82,18 @@ def test_the_trainer_refuses_a_split_checkpoint_naming_the_shards_and_their_node
         "checkpoints are whole)")
     auto = Checkpointer(CheckpointConfig(), str(tmp_path / "out"), d, {"model_name": "m"})
     assert auto.resume_path() is None  # never the newest of split ones
+
+
+@pytest.mark.parametrize("recorded, claimed", [
+    ("parameters: {lr: 1}\n", ["r1"]),                                           # a first resume of r1
+    ("parameters: {checkpoint: {resume_runs: [r0, z]}}\n", ["r1", "r0", "z"]),  # r1 was a resume itself
+    ("parameters: {checkpoint: {resume_runs: [r1, r0]}}\n", ["r1", "r0"]),      # r1 named once
+    ("parameters: {checkpoint: {resume_runs: 5}}\n", ["r1"]),                    # odd records add nothing
+    ("parameters: [", ["r1"]),
+    ("", ["r1"]),
+])
+def test_a_resume_claims_the_run_and_the_runs_it_continued(recorded, claimed):
+    from launcher.runs.core.checkpoints import resume_runs_override
+
+    override = resume_runs_override("r1", recorded)
+    assert (override.key, override.value) == ("parameters.checkpoint.resume_runs", claimed)

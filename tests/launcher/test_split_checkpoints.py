@@ -206,6 +206,11 @@ def test_a_two_node_run_on_private_disks_is_gathered_listed_exported_and_resumed
     straight, again = _losses(home, run_id), _losses(home, resumed)
     assert sorted(again) == [3, 4, 5, 6]
     assert again == pytest.approx({s: straight[s] for s in again}, rel=1e-5)  # float32 rounding at most
+    # The resume proves itself on the two nodes: the run it claims to continue wrote the checkpoint, and the
+    # data position, next batch, seed and learning rate are the stopped run's.
+    check = json.loads(ssh_cli(home, client, "show", resumed, "--json").stdout)["resume_check"]
+    assert (check["verdict"], check["from_run"], check["from_step"]) == ("verified", run_id, 2), check
+    assert {"checkpoint's run", "next batch", "data position", "seed", "learning rate"} <= set(check["checked"])
 
     # Resume on one node, the other host, one rank instead of two: step 4 is brought there first.
     one = ssh_cli(home, client, "resume", run_id, "--set", "compute.hosts=[node1]",
@@ -216,5 +221,9 @@ def test_a_two_node_run_on_private_disks_is_gathered_listed_exported_and_resumed
     log = (home / "runs" / single / "nodes" / "0.log").read_text()
     assert "resumed from outputs/checkpoints/step-00000004 at step 4" in log, log[-2000:]
     assert sorted(_losses(home, single)) == [5, 6]
+    check = json.loads(ssh_cli(home, client, "show", single, "--json").stdout)["resume_check"]
+    assert (check["verdict"], check["world_before"], check["world_after"]) == ("resharded", 2, 1), check
+    line = next(x for x in ssh_cli(home, client, "show", single).stdout.splitlines() if x.startswith("  resume "))
+    assert "resharded" in line and "2 ranks" in line and "-> 1 rank" in line, line
     brought = disk1 / ".fsdp-tui/runs" / single / "node-0/outputs/checkpoints/step-00000004"
     assert sorted(f.name for f in brought.iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp", "meta.json"]

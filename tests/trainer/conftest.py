@@ -35,11 +35,12 @@ def torchrun_argv(nproc: int, *args: str) -> list[str]:
             f"--master_port={free_port()}", *args]
 
 
-def run_trainer(tmp: Path, params: dict, nproc: int = 2, timeout: int = 300) -> subprocess.CompletedProcess:
+def run_trainer(tmp: Path, params: dict, nproc: int = 2, timeout: int = 300,
+                env: dict | None = None) -> subprocess.CompletedProcess:
     tmp.mkdir(parents=True, exist_ok=True)
     path = tmp / "params.yaml"
     path.write_text(yaml.safe_dump(params))
-    out = subprocess.run(torchrun_argv(nproc, "-m", "trainer", str(path)), cwd=tmp, env=trainer_env(tmp),
+    out = subprocess.run(torchrun_argv(nproc, "-m", "trainer", str(path)), cwd=tmp, env={**trainer_env(tmp), **(env or {})},
                          capture_output=True, text=True, timeout=timeout)
     (tmp / "stdout.txt").write_text(out.stdout + out.stderr)
     return out

@@ -175,7 +175,10 @@ def test_resume_after_sigkill_gives_the_same_losses(tmp_path, tiny_model_dir):
     partial.mkdir(exist_ok=True)
     (partial / "__0_0.distcp").write_bytes(b"partial")
 
-    resumed = run_trainer(tmp, params)
+    # The attempt after the kill claims to continue an earlier run and itself (a retry of a resume): its
+    # checkpoint, written by itself, is one of them.
+    params["checkpoint"] = {**params["checkpoint"], "resume_runs": ["an-earlier-run"]}
+    resumed = run_trainer(tmp, params, env={"FSDP_TUI_RUN_ID": tag})
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed from {newest} at step {done}" in resumed.stdout
     after = [r for r in _records(tmp) if r["kind"] == "train"]
@@ -190,8 +193,8 @@ def test_resume_after_sigkill_gives_the_same_losses(tmp_path, tiny_model_dir):
     assert [round(x, 4) for x in recorded["losses"]] == [round(ref_losses[s], 4) for s in range(1, done + 1)]
     checks = [r for r in _records(tmp) if r["kind"] == "resume_check"]
     assert [c["verdict"] for c in checks] == ["verified"], checks
-    assert set(checks[0]["checked"]) == {"step", "seed", "data", "next batch", "data position", "learning rate",
-                                         "loss"}
+    assert set(checks[0]["checked"]) == {"checkpoint's run", "step", "seed", "data", "next batch", "data position",
+                                         "learning rate", "loss"}
     assert f"resume check: verified at step {done} (from step {done} of run {tag}): checked step" in resumed.stdout
 
 

@@ -88,6 +88,21 @@ def test_compare(name, change, first, verdict, words):
     assert (check.from_step, check.from_run, check.world_before) == (6, "run-a", 2)
 
 
+@pytest.mark.parametrize(("writer", "continues", "verdict", "said"), [
+    ("run-a", ("run-a",), "verified", None),                  # resume RUN: RUN's own checkpoint
+    ("run-z", ("run-a", "run-z"), "verified", None),          # RUN had resumed run-z and not saved since
+    ("run-b", ("run-a", "run-z"), "differs",                  # swapped: a checkpoint another run wrote
+     "checkpoint's run: written by run run-b, not by the run this resume continues (run-a, run-z)"),
+    ("run-b", (), "verified", None),                          # no claim: a shared output_dir, on purpose
+    (None, ("run-a",), "verified", None),                     # an older checkpoint names no run: not checked
+])
+def test_a_resume_claims_the_runs_it_continues(writer, continues, verdict, said):
+    check = compare(replace(SAVED, run_id=writer), SAME, 6.3, continues)
+    assert check.verdict == verdict and (said in check.differs if said else not check.differs), check.differs
+    assert ("checkpoint's run" in check.checked) == bool(continues and writer and not said), check.checked
+    assert ("checkpoint's run" in check.not_checked) == bool(continues and not writer)
+
+
 def test_an_older_checkpoint_is_not_checked_rather_than_failed():
     older = {"model_name": "m", "step": 6, "world_size": 2, "run_id": "run-a", "shards": {}}  # no "resume"
     check = compare(ResumeFacts.from_meta(older), SAME, 6.3)

@@ -26,7 +26,7 @@ from trainer.ckpt_layout import CheckpointInfo, checkpoints_root, deletable, new
 
 __all__ = ["CheckpointInfo", "deletable", "newest_complete", "list_checkpoints", "delete_checkpoint",
            "export_checkpoint", "NoOutputDir", "CheckpointError", "completeness", "resume_override",
-           "ResumeChoice", "resume_choice", "here_root"]
+           "resume_runs_override", "ResumeChoice", "resume_choice", "here_root"]
 
 HOLDER_DIR = "checkpoints"
 """Where ``gather_to: here`` keeps a run's whole copies: in its record folder."""
@@ -52,6 +52,20 @@ def resume_override(path: str) -> SetValue:
     """``parameters.checkpoint.resume`` set to ``path`` as data: a folder named ``a #b`` or ``a: b`` is that
     folder, never YAML."""
     return SetValue("parameters.checkpoint.resume", path)
+
+
+def resume_runs_override(run_id: str, workload_text: str) -> SetValue:
+    """``parameters.checkpoint.resume_runs``: the run a resume continues and the runs that one continued
+    (its own recorded ``resume_runs``), so the trainer's resume check flags a checkpoint another run wrote."""
+    import yaml
+
+    try:
+        recorded = (((yaml.safe_load(workload_text) or {}).get("parameters") or {}).get("checkpoint") or {})
+    except (yaml.YAMLError, AttributeError):
+        recorded = {}
+    before = recorded.get("resume_runs") if isinstance(recorded, dict) else None
+    earlier = [r for r in before if isinstance(r, str) and r != run_id] if isinstance(before, list) else []
+    return SetValue("parameters.checkpoint.resume_runs", [run_id, *earlier])
 
 
 class CheckpointError(RuntimeError):
