@@ -173,6 +173,25 @@ class StackDump:
     """py-spy's dump; for ``faulthandler`` the dump is in the node's log; for ``flight-recorder``, torch's
     recorder of the rank's collectives as JSON (``pid`` 0); for ``none``, why not."""
 
+    @classmethod
+    def from_wire(cls, data: object) -> StackDump | None:
+        """One entry of a node's ``stacks`` reply (what py-spy or the trainer wrote there): ``None`` for an
+        entry that is not a dump's shape; ``how`` outside the known kinds reads as ``none``. The text is
+        kept as sent (many lines), bounded where it is stored."""
+        if not isinstance(data, dict) or _int(data.get("pid")) is None:
+            return None
+        how = data.get("how")
+        text = data.get("text")
+        return cls(_int(data.get("pid")) or 0, _int(data.get("rank")),
+                   how if how in ("py-spy", "faulthandler", "flight-recorder") else "none",
+                   text if isinstance(text, str) else "")
+
+    @classmethod
+    def many_from_wire(cls, data: object) -> tuple[StackDump, ...]:
+        """A node's whole ``stacks`` list, each entry decoded once; what is not a dump is left out."""
+        dumps = (cls.from_wire(d) for d in (data if isinstance(data, list) else []))
+        return tuple(d for d in dumps if d is not None)
+
 
 @dataclass(frozen=True)
 class CheckpointListing:

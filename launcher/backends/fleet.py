@@ -266,7 +266,7 @@ class AgentFleet:
 
     async def stacks(self, rank: int) -> tuple[StackDump, ...]:
         header, _ = await self.links[rank].call("stacks", python=self.python_of(self.plan.nodes[rank]))
-        return tuple(StackDump(s["pid"], s.get("rank"), s["how"], s["text"]) for s in header.get("stacks", []))
+        return StackDump.many_from_wire(header.get("stacks"))
 
     # -- stopping ----------------------------------------------------------------------------------
 

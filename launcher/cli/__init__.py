@@ -1,19 +1,61 @@
 """The headless command line: ``fsdp-tui validate | schema | run | runs | show | logs | cancel | ckpt |
-doctor | secrets | trust``. One module per command, each with ``register(subparsers)`` and
-``run(args) -> int``; modules keep imports light at the top (``fsdp-tui --help`` imports all of them)."""
+doctor | secrets | trust | ...``. One module per command, each with ``register(subparsers)`` and
+``run(args) -> int``; modules keep imports light at the top (``fsdp-tui --help`` imports all of them).
+
+Import rules (``pyproject.toml``): a command imports ``launcher.api`` (the one door to the core),
+``launcher.workload``, ``launcher.events``, ``launcher.paths``, ``launcher.words`` and its own modules; never
+a room behind the door (``launcher.runs``, ``launcher.backends``, ``launcher.doctor``, ...)."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from launcher.api import Client
+
+RunHandler = Callable[[argparse.Namespace, "Client", str], int]
+"""A command on one run: its arguments, the data dir's client and the run's full id; the exit status."""
 
 
-def find_run(command: str, prefix: str):
-    """The data dir's store and the run id that ``prefix`` names, or ``None`` after saying why on stderr."""
-    import sys
+def on_run(command: str | None = None) -> Callable[[RunHandler], Callable[[argparse.Namespace], int]]:
+    """A command's ``run(args)`` for one run named by ``args.run_id`` (an id or a unique prefix): the run is
+    found first, or the command says in one line why not (``fsdp-tui COMMAND: no run '0a3f' ...``) and
+    exits 2. ``command`` names the command in that line (default: ``args.verb``)."""
+    def wrap(handler: RunHandler) -> Callable[[argparse.Namespace], int]:
+        @functools.wraps(handler)
+        def run(args: argparse.Namespace) -> int:
+            from launcher.api import Client
 
-    from launcher.paths import data_home
-    from launcher.runs.core.store import RunStore
+            client = Client()
+            run_id = found(client, command or args.verb, args.run_id)
+            return 2 if run_id is None else handler(args, client, run_id)
+        return run
+    return wrap
 
-    store = RunStore(data_home())
+
+def each_run(command: str, prefixes: Iterable[str], handler: Callable[[Client, str], int]) -> int:
+    """``handler(client, run_id)`` for each run named in ``prefixes``; the worst exit status (2 for a
+    prefix that names no run, or several, said in one line each)."""
+    from launcher.api import Client
+
+    client, code = Client(), 0
+    for prefix in prefixes:
+        run_id = found(client, command, prefix)
+        code = max(code, 2 if run_id is None else handler(client, run_id))
+    return code
+
+
+def found(client: Client, command: str, prefix: str) -> str | None:
+    """The run id ``prefix`` names, or ``None`` after saying why on stderr."""
+    from launcher.api.runs import RunNotFound
+
     try:
-        return store, store.find(prefix)
-    except LookupError as err:
+        return client.runs.find(prefix)
+    except RunNotFound as err:
         print(f"fsdp-tui {command}: {err}", file=sys.stderr)
         return None
 
@@ -22,6 +64,5 @@ def keep_colour() -> bool:
     """Job output keeps its SGR colours on a terminal, unless ``NO_COLOR`` is set (no-color.org); every other
     control sequence is always removed (:mod:`launcher.runs.core.display`)."""
     import os
-    import sys
 
     return sys.stdout.isatty() and not os.environ.get("NO_COLOR")

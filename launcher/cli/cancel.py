@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from launcher.cli import find_run
+from launcher.cli import on_run
 from launcher.words import plural
 
 
@@ -15,16 +15,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
+@on_run("cancel")
+def run(args: argparse.Namespace, client, run_id: str) -> int:
     import asyncio
 
-    from launcher.runs.launch import cancel_run
-
-    found = find_run("cancel", args.run_id)
-    if found is None:
-        return 2
-    store, run_id = found
-    report = asyncio.run(cancel_run(store.home, run_id))
+    report = asyncio.run(client.runs.cancel(run_id))
     if report.already_ended:
         why = f": {report.detail}" if report.detail else ""
         print(f"run {run_id} has already ended ({report.state.value}){why}; nothing to cancel", file=sys.stderr)

@@ -8,7 +8,7 @@ import json
 import sys
 import time
 
-from launcher.cli import find_run
+from launcher.cli import on_run
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,17 +18,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
+@on_run("ckpt")
+def run(args: argparse.Namespace, client, run_id: str) -> int:
     import asyncio
 
-    from launcher.runs.core.checkpoints import NoOutputDir, completeness, list_checkpoints
+    from launcher.api.checkpoints import NoOutputDir, completeness
 
-    found = find_run("ckpt", args.run_id)
-    if found is None:
-        return 2
-    store, run_id = found
     try:
-        listing = asyncio.run(list_checkpoints(store.home, run_id))
+        listing = asyncio.run(client.checkpoints.list(run_id))
     except NoOutputDir as err:
         if args.json:
             print("[]")

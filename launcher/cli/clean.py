@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from launcher.cli import find_run
+from launcher.cli import each_run
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,25 +21,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    code = 0
-    for prefix in args.run_ids:
-        found = find_run("clean", prefix)
-        if found is None:
-            code = max(code, 2)
-            continue
-        store, run_id = found
-        code = max(code, clean_one(store.home, run_id))
-    return code
+    return each_run("clean", args.run_ids, clean_one)
 
 
-def clean_one(home: Path, run_id: str) -> int:
+def clean_one(client, run_id: str) -> int:
     """Remove one run's folders, saying what each node did; 1 when any node could not (or the run is live)."""
     import asyncio
 
-    from launcher.runs.cleanup import remove_run_files
-
     try:
-        report = asyncio.run(remove_run_files(home, run_id))
+        report = asyncio.run(client.run_files.clean(run_id))
     except ValueError as err:
         print(f"fsdp-tui clean: {err}", file=sys.stderr)
         return 1

@@ -14,17 +14,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from launcher.paths import data_home
-    from launcher.runs.core.store import RunStore
-    from launcher.runs.read.comparison import compare_runs
-    from launcher.runs.read.comparison_format import render
+    from launcher.api import Client
+    from launcher.api.runs import RunNotFound
 
-    home = data_home()
-    store = RunStore(home)
+    runs = Client().runs
     try:
-        run_ids = [store.find(r) for r in args.runs]
-    except LookupError as err:
+        run_ids = [runs.find(r) for r in args.runs]
+    except RunNotFound as err:
         print(f"fsdp-tui compare: {err}", file=sys.stderr)
         return 2
-    sys.stdout.write(render(compare_runs(home, run_ids), args.format))
+    sys.stdout.write(runs.comparison_text(runs.compare(run_ids), args.format))
     return 0

@@ -37,10 +37,9 @@ def run(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     import asyncio
 
-    from launcher.doctor.diagnose import diagnose
-    from launcher.paths import data_home
+    from launcher.api import Client
 
-    report = asyncio.run(diagnose(plan, run_root=plan.node_root, home=data_home()))
+    report = asyncio.run(Client().doctor.diagnose(plan))
     probed = None
     if args.estimate and report.ok:
         probed = _probe(plan, args)
@@ -65,8 +64,7 @@ def _probe(plan, args):
     """Time the workload's first steps on its nodes (``launcher.runs.probe``); progress on stderr."""
     import asyncio
 
-    from launcher.paths import data_home
-    from launcher.runs.probe import run_probe
+    from launcher.api import Client
 
     said = [-1]
 
@@ -78,8 +76,8 @@ def _probe(plan, args):
     if args.probe_steps < 2 or args.probe_budget <= 0:
         print(f"{args.file}: not probed: --probe-steps needs 2 or more, --probe-budget more than 0", file=sys.stderr)
         return None
-    return asyncio.run(run_probe(data_home(), plan, steps=args.probe_steps, budget_s=args.probe_budget,
-                                 on_progress=progress))
+    return asyncio.run(Client().doctor.probe(plan, steps=args.probe_steps, budget_s=args.probe_budget,
+                                             on_progress=progress))
 
 
 def _probe_dict(probed) -> dict | None:

@@ -32,13 +32,13 @@ def run(args: argparse.Namespace) -> int:
                        blockers=False)
     if plan is None:
         return USAGE_ERROR
-    from launcher.eject.targets import eject
+    from launcher.api.records import Records
     from launcher.workload.plan import build_plan
 
     # The experiment's name as the run id: the same workload ejects to the same text (diffable).
     plan = build_plan(plan.workload, run_id=plan.workload.experiment_name, source_file=plan.source_file,
                       node_root=plan.node_root)
-    ejected = eject(plan, args.target)
+    ejected = Records.eject(plan, args.target)
     if args.output is not None:
         try:
             args.output.write_text(ejected.text, encoding="utf-8")

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from launcher.cli import find_run
+from launcher.cli import on_run
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,25 +20,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
+@on_run("export")
+def run(args: argparse.Namespace, client, run_id: str) -> int:
     import asyncio
 
-    from launcher.runs.core.checkpoints import (
-        CheckpointError,
-        NoOutputDir,
-        export_checkpoint,
-        list_checkpoints,
-    )
+    from launcher.api.checkpoints import CheckpointError, NoOutputDir
 
-    found = find_run("export", args.run_id)
-    if found is None:
-        return 2
-    store, run_id = found
     if args.to is not None and args.to.exists():
         print(f"fsdp-tui export: {args.to} exists: exports never overwrite, pick a new folder", file=sys.stderr)
         return 2
     try:
-        listing = asyncio.run(list_checkpoints(store.home, run_id))
+        listing = asyncio.run(client.checkpoints.list(run_id))
     except NoOutputDir as err:
         print(f"fsdp-tui export: {err}", file=sys.stderr)
         return 1
@@ -62,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
     what = "LoRA adapter" + (" and merged model" if args.merged else "") if chosen.adapter else "model"
     print(f"exporting {chosen.name} ({what}) on {listing.label} ...", file=sys.stderr)
     try:
-        result = asyncio.run(export_checkpoint(store.home, run_id, chosen.name, args.to.resolve() if args.to else None,
-                                               merged=args.merged))
+        result = asyncio.run(client.checkpoints.export(run_id, chosen.name, args.to.resolve() if args.to else None,
+                                                       merged=args.merged))
     except CheckpointError as err:
         print(f"fsdp-tui export: {err}", file=sys.stderr)
         return 1

@@ -46,21 +46,14 @@ def _plan(targets: list[str], home: Path):
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from launcher.backends.registry import backend_for
-    from launcher.paths import data_home
-    from launcher.runs.core.store import RunStore
-    from launcher.runs.gpu_holders import gpu_holders, holder_states, whose
+    from launcher.api import Client
 
-    home = data_home()
-    plan = _plan(args.targets, home)
+    client = Client()
+    plan = _plan(args.targets, client.home)
     if plan is None:
         return 2
-    ranks = [n.node_rank for n in plan.nodes]
-    nodes = asyncio.run(gpu_holders(backend_for(plan), ranks))
-    ended = holder_states(RunStore(home), nodes)
-    leftovers = [r for r, state in ended.items() if state]
-    if args.stop and leftovers:
-        nodes = asyncio.run(gpu_holders(backend_for(plan), ranks, stop=leftovers))
+    held = asyncio.run(client.nodes.gpu_holders(plan, stop_ended=args.stop))
+    nodes = held.nodes
     if args.json:
         print(json.dumps([{"host": n.host, "gpus": n.gpus, "error": n.error, "stopped": list(n.stopped),
                            "holders": [h.to_dict() for h in n.holders]} for n in nodes], indent=2))
@@ -76,5 +69,5 @@ def run(args: argparse.Namespace) -> int:
         for h in n.holders:
             mem = f"{h.used_mib:.0f} MiB" if h.used_mib is not None else "? MiB"
             gpu = h.gpu if h.gpu is not None else "?"
-            print(f"{n.host}  gpu {gpu}  pid {h.pid:<8} {mem:>10}  {h.process}  {whose(h, ended)}")
+            print(f"{n.host}  gpu {gpu}  pid {h.pid:<8} {mem:>10}  {h.process}  {held.whose(h)}")
     return 1 if any(n.error for n in nodes) else 0

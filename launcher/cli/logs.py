@@ -8,7 +8,7 @@ import argparse
 import sys
 import time
 
-from launcher.cli import find_run, keep_colour
+from launcher.cli import keep_colour, on_run
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,18 +24,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    found = find_run("logs", args.run_id)
-    if found is None:
-        return 2
-    store, run_id = found
-    from launcher.runs.core.streams import LineSplitter
-    from launcher.runs.launch import adopt_orphans_of
+@on_run("logs")
+def run(args: argparse.Namespace, client, run_id: str) -> int:
+    from launcher.api.run_files import LineSplitter
 
-    adopt_orphans_of(store.home)
+    client.runs.adopt()
     if args.rank is not None:
-        return _rank(store, run_id, args)
-    record = store.get_run(run_id)
+        return _rank(client, run_id, args)
+    record = client.runs.record(run_id)
     ranks = [n.node_rank for n in record.nodes]
     if args.node is not None:
         if args.node not in ranks:
@@ -47,12 +43,12 @@ def run(args: argparse.Namespace) -> int:
     splitters = {rank: LineSplitter(colour) for rank in ranks}
     offsets = {}
     for rank in ranks:
-        path = record.directory / "nodes" / f"{rank}.log"
+        path = client.run_files.node_log(run_id, rank)
         offsets[rank] = _print_from(path, splitters[rank], rank if prefix else None, args.tail, args.follow)
     while args.follow:
-        active = not store.get_run(run_id).summary.state.is_final
+        active = not client.runs.record(run_id).summary.state.is_final
         for rank in ranks:
-            path = record.directory / "nodes" / f"{rank}.log"
+            path = client.run_files.node_log(run_id, rank)
             with open(path, "rb") if path.exists() else open("/dev/null", "rb") as f:
                 f.seek(offsets[rank])
                 chunk = f.read()
@@ -71,7 +67,7 @@ READ_CHUNK = 1 << 20
 def _print_from(path, splitter, rank: int | None, tail: int | None, follow: bool) -> int:
     """Print the log (its last ``tail`` lines: found from the end, never reading the rest) a chunk at a
     time, so a log of any size costs the lines shown; returns the offset its end was read to."""
-    from launcher.runs.core.streams import tail_offset
+    from launcher.api.run_files import tail_offset
 
     try:
         with open(path, "rb") as f:
@@ -107,15 +103,14 @@ NOTHING_OF_ITS_OWN = ("each rank's lines are kept apart when the job runs under 
                       "trainer prints from rank 0 (the others print only their warnings and errors)")
 
 
-def _rank(store, run_id: str, args: argparse.Namespace) -> int:
+def _rank(client, run_id: str, args: argparse.Namespace) -> int:
     """One rank's own lines, from the node that ran it; with ``--follow``, until the run ends."""
     import asyncio
 
-    from launcher.runs.core.streams import LineSplitter
-    from launcher.runs.read.rank_log import RankLog, RankLogError
+    from launcher.api.run_files import LineSplitter, RankLogError
 
     try:
-        log = RankLog(store.home, run_id, args.rank)
+        log = client.run_files.rank_log(run_id, args.rank)
     except RankLogError as err:
         print(f"fsdp-tui logs: {err}", file=sys.stderr)
         return 2
@@ -124,7 +119,7 @@ def _rank(store, run_id: str, args: argparse.Namespace) -> int:
         splitter, first, shown = LineSplitter(keep_colour()), True, 0
         try:
             while True:
-                final = store.get_run(run_id).summary.state.is_final
+                final = client.runs.record(run_id).summary.state.is_final
                 lines = splitter.feed(await log.read())
                 if final or not args.follow:
                     lines += splitter.flush()

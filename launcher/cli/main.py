@@ -14,8 +14,8 @@ COMMANDS: tuple[str, ...] = ("validate", "schema", "run", "runs", "show", "logs"
                              "mlflow")
 ALIASES = {"resume": "relaunch"}
 """Commands that live in another command's module."""
-SWEEPING = frozenset({"run", "runs", "show", "logs", "doctor"})
-"""Commands that first sweep the nodes lost in earlier runs that are back (:mod:`launcher.runs.leftovers`)."""
+REAPING = frozenset({"run", "runs", "show", "logs", "doctor"})
+"""Commands that first reap what runs left on nodes that were lost and are back (:meth:`launcher.api.nodes.Nodes.reap_lost`)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,12 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    from launcher.runs.core.space import RecordUnwritable
-    from launcher.runs.core.store import StoreDamaged
+    from launcher.api.runs import RecordUnwritable, StoreDamaged
 
     try:
-        if args.command in SWEEPING:
-            _sweep_lost_nodes()
+        if args.command in REAPING:
+            _reap_lost_nodes()
         return int(args.handler(args))
     except (StoreDamaged, RecordUnwritable) as err:
         print(f"fsdp-tui {args.command}: {err}", file=sys.stderr)
@@ -68,9 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
-def _sweep_lost_nodes() -> None:
-    from launcher.paths import data_home
-    from launcher.runs.leftovers import sweep_lost_now
+def _reap_lost_nodes() -> None:
+    from launcher.api import Client
 
-    for line in sweep_lost_now(data_home()):
+    for line in Client().nodes.reap_lost():
         print(f"fsdp-tui: {line}", file=sys.stderr)

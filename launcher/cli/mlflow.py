@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from launcher.cli import find_run
+from launcher.cli import on_run
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,15 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    found = find_run("mlflow sync", args.run_id)
-    if found is None:
-        return 2
-    store, run_id = found
-    from launcher.paths import private_files
-    from launcher.runs.launch import send_tracking
-
-    private_files()  # a store this creates is the user's alone, as the owner's are
-    result = send_tracking(store.home, run_id)
+@on_run("mlflow sync")
+def run(args: argparse.Namespace, client, run_id: str) -> int:
+    result = client.runs.send_tracking(run_id)
     print(f"run {run_id}: {result.words}", file=sys.stdout if result.done else sys.stderr)
     return 0 if result.done else 1

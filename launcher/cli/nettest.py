@@ -50,16 +50,17 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_or_say(args.file, args.overrides, Verbs("not tested", "cannot test"))
     if plan is None:
         return USAGE_ERROR
-    from launcher.nettest.launch import Options, deadlines, run_nettest
-    from launcher.paths import data_home
+    from launcher.api import Client
+    from launcher.api.nettests import Options
 
+    nettests = Client().nettests
     options = Options(quick=args.quick, max_bytes=int(args.max_size * MIB) if args.max_size else None,
                       phase_deadline_s=args.phase_deadline)
-    limits = deadlines(plan, options)
+    limits = nettests.deadlines(plan, options).to_dict()
     print(f"nettest on {plural(len(plan.nodes), 'node')} x {plural(plan.topology.procs_per_node, 'process')}; deadlines: "
           + ", ".join(f"{name} {s:g} s" for name, s in limits.items()), file=sys.stderr)
-    outcome = run_nettest(plan, options, data_home(),
-                          on_state=lambda state, detail: print(f"  {state} {detail}".rstrip(), file=sys.stderr))
+    outcome = nettests.run(plan, options,
+                           on_state=lambda state, detail: print(f"  {state} {detail}".rstrip(), file=sys.stderr))
     for line in outcome.problems if outcome.measured is None else outcome.unreachable:
         print(f"fsdp-tui nettest: {line}", file=sys.stderr)
     if outcome.measured is None:
@@ -67,55 +68,35 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({"run_id": outcome.run_id, "state": outcome.state, "problems": list(outcome.problems),
                               "unreachable": list(outcome.unreachable), "deadlines_s": limits}))
         return 1
-    code = show(outcome.measured, outcome.nodes, outcome.run_id, plan, args, outcome.wall_s, outcome.health,
+    judged = nettests.judge(outcome.measured, outcome.nodes, health=outcome.health, plan=plan, params=args.params,
+                            peak_tflops=args.peak_tflops, mfu=args.mfu)
+    code = show(judged, outcome.run_id, args.json, outcome.wall_s,
                 extra={"unreachable": list(outcome.unreachable), "problems": list(outcome.problems),
                        "deadlines_s": limits, "connect_s": outcome.connect_s})
     return 1 if outcome.unreachable else code
 
 
-def show(measured, nodes, run_id: str, plan, args, wall_s: float | None = None, health: dict | None = None,
-         extra: dict | None = None) -> int:
-    from launcher.nettest.burnin import burnin_lines, health_problems, slow_gpus
-    from launcher.nettest.expect import expect, inputs_for, peak_for
-    from launcher.nettest.figures import judge_pairs
-    from launcher.nettest.report import to_dict
-
-    verdict = judge_pairs(measured.pairs)
-    peak = getattr(args, "peak_tflops", None) or (
-        (peak_for(plan.topology.gpu_model) or 0) / 1e12 if plan is not None else None) or None
-    burnin = burnin_lines(list(measured.gemm_tflops), measured.local_world_size, health or {}, nodes, peak)
-    unhealthy = any(health_problems(h) for h in (health or {}).values())
-    slow_gpu = bool(slow_gpus(list(measured.gemm_tflops), measured.local_world_size))
-    expectation = None
-    params = getattr(args, "params", None) or measured.model_params
-    if params and plan is not None:
-        expectation = expect(inputs_for(plan, int(params), peak_tflops=args.peak_tflops, mfu=args.mfu),
-                             measured)
-    if args.json:
-        data = {"run_id": run_id, **to_dict(measured, nodes, verdict), **(extra or {})}
+def show(judged, run_id: str, as_json: bool, wall_s: float | None = None, extra: dict | None = None) -> int:
+    """The judged figures as one JSON object or as tables and words; 1 when something is slow or unhealthy."""
+    if as_json:
+        data = {"run_id": run_id, **judged.figures_json(), **(extra or {})}
         if wall_s is not None:
             data["wall_s"] = round(wall_s, 2)
-        if burnin:
-            data["burn_in"] = {"gemm_tflops": list(measured.gemm_tflops), "text": burnin,
-                               "health": {str(k): v for k, v in (health or {}).items()}}
-        if expectation is not None:
-            data["fsdp"] = {"sharding": expectation.sharding, "bytes_per_rank": expectation.bytes_per_rank,
-                            "comm_s": expectation.comm_s, "compute_s": expectation.compute_s,
-                            "text": list(expectation.lines)}
-        print(json.dumps(data, indent=2))
+        print(json.dumps({**data, **judged.extras_json()}, indent=2))
     else:
-        render(measured, nodes, run_id, verdict, expectation, wall_s, burnin)
-    return 1 if verdict.findings or unhealthy or slow_gpu else 0
+        render(judged, run_id, wall_s)
+    return 1 if judged.failed else 0
 
 
-def render(measured, nodes, run_id, verdict, expectation, wall_s, burnin=()) -> None:
+def render(judged, run_id: str, wall_s: float | None) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    from launcher.nettest.figures import rate, size
-    from launcher.nettest.report import cut_lines, headline, pair_lines, rows, verdict_lines
+    from launcher.api.nettests import cut_lines, headline, pair_lines, rate, rows, size, verdict_lines
 
+    measured, nodes, verdict, expectation, burnin = (judged.measured, judged.nodes, judged.verdict,
+                                                     judged.expectation, judged.burnin)
     console = Console(highlight=False)
     console.print(f"[bold]nettest {run_id}[/]: {headline(measured)}")
     table = Table(box=None, padding=(0, 1))

@@ -16,62 +16,46 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from launcher.nettest.figures import BadResult, decode, judge_pairs, rate
-    from launcher.nettest.launch import list_records
-    from launcher.nettest.report import to_dict, verdict_lines
-    from launcher.paths import data_home
+    from launcher.api import Client
+    from launcher.api.nettests import NettestNotFound, judge_pairs, rate, to_json, verdict_lines
 
-    records = list_records(data_home())
+    nettests = Client().nettests
     if args.test_id:
-        found = [r for r in records if r["run_id"].startswith(args.test_id)]
-        if len(found) != 1:
-            print(f"fsdp-tui nettests: {'no' if not found else 'more than one'} test matches '{args.test_id}' "
-                  "(fsdp-tui nettests lists them)", file=sys.stderr)
-            return 2
-        records = found
-    summaries = []
-    for r in records:
-        nodes = tuple(str(n) for n in r.get("nodes") or [])
         try:
-            measured = decode(r.get("result"))
-        except BadResult:
-            summaries.append((r, nodes, None))
-            continue
-        summaries.append((r, nodes, measured))
-    if args.test_id:
-        r, nodes, measured = summaries[0]
-        if measured is None:
-            print("\n".join(r.get("problems") or ["no result"]))
+            r = nettests.find(args.test_id)
+        except NettestNotFound as err:
+            print(f"fsdp-tui nettests: {err}", file=sys.stderr)
+            return 2
+        if r.measured is None:
+            print("\n".join(r.problems or ["no result"]))
             return 1
         from launcher.cli.nettest import render, show
 
-        health = {int(k): v for k, v in (r.get("health") or {}).items() if str(k).isdigit()}
+        judged = nettests.judge(r.measured, r.nodes, health=r.health)
         if args.json:
-            return show(measured, nodes, r["run_id"], None, args, health=health)
-        from launcher.nettest.burnin import burnin_lines
-
-        verdict = judge_pairs(measured.pairs)
-        render(measured, nodes, r["run_id"], verdict, None, r.get("wall_s"),
-               burnin_lines(list(measured.gemm_tflops), measured.local_world_size, health, nodes, None))
+            return show(judged, r.run_id, True)
+        render(judged, r.run_id, r.wall_s)
         return 0
+    records = nettests.list()
     if args.json:
-        print(json.dumps([{"run_id": r["run_id"], "started_at": r.get("started_at"), "nodes": list(nodes),
-                           "state": r.get("state"), "workload": r.get("workload"),
-                           **({"result": to_dict(m, nodes)} if m else {"problems": r.get("problems") or []})}
-                          for r, nodes, m in summaries], indent=2))
+        print(json.dumps([{"run_id": r.run_id, "started_at": r.started_at, "nodes": list(r.nodes),
+                           "state": r.state, "workload": r.workload,
+                           **({"result": to_json(r.measured, r.nodes)} if r.measured else {"problems": list(r.problems)})}
+                          for r in records], indent=2))
         return 0
-    if not summaries:
+    if not records:
         print("no interconnect tests yet: fsdp-tui nettest WORKLOAD.yaml")
         return 0
-    width = max(len(r["run_id"]) for r, _n, _m in summaries)
+    width = max(len(r.run_id) for r in records)
     print(f"{'TEST':<{width}} {'STARTED':<16} {'NODES':>5} {'ALL-GATHER BUSBW':>17}  VERDICT")
-    for r, nodes, m in summaries:
-        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.get("started_at") or 0))
+    for r in records:
+        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at or 0))
+        m = r.measured
         if m is None:
-            print(f"{r['run_id']:<{width}} {started:<16} {len(nodes):>5} {'-':>17}  no result ({r.get('state')})")
+            print(f"{r.run_id:<{width}} {started:<16} {len(r.nodes):>5} {'-':>17}  no result ({r.state})")
             continue
         world = m.scope("world")
         ag = world.largest("all_gather") if world else None
-        verdict = verdict_lines(judge_pairs(m.pairs), nodes)[0]
-        print(f"{r['run_id']:<{width}} {started:<16} {m.nnodes:>5} {rate(ag.busbw) if ag else '-':>17}  {verdict}")
+        verdict = verdict_lines(judge_pairs(m.pairs), r.nodes)[0]
+        print(f"{r.run_id:<{width}} {started:<16} {m.nnodes:>5} {rate(ag.busbw) if ag else '-':>17}  {verdict}")
     return 0

@@ -19,16 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from launcher.notify.deliver import deliver
-    from launcher.notify.summary import CheckpointFact, RunFacts, build_summary
-    from launcher.paths import data_home
-    from launcher.runs.core.user_settings import (
-        SettingsError,
-        effective_notify,
-        load_user_settings,
-        settings_file,
-    )
-    from launcher.secrets import SecretStore
+    from launcher.api import Client
+    from launcher.api.records import NoSink, SettingsError
 
     workload_notify = None
     if args.file is not None:
@@ -43,22 +35,15 @@ def run(args: argparse.Namespace) -> int:
             return 2
         workload_notify = result.workload.notify
     try:
-        notify = effective_notify(workload_notify, load_user_settings())
+        done = Client().records.send_sample_notification(workload_notify)
     except SettingsError as err:
         print(f"fsdp-tui notify: {err}", file=sys.stderr)
         return 1
-    if notify is None:
-        where = f"{args.file} (notify:) or {settings_file()}" if args.file else str(settings_file())
+    except NoSink as err:
+        where = f"{args.file} (notify:) or {err}" if args.file else str(err)
         print(f"fsdp-tui notify: no sink configured: add webhooks, ntfy, email, desktop or command to the "
               f"notify of {where}", file=sys.stderr)
         return 2
-    facts = RunFacts(run_id="20260101-000000-sample-0000", experiment="sample", event="test",
-                     detail="a sample sent by fsdp-tui notify test", duration_s=3723.0, step=120, max_steps=1000,
-                     last_loss=1.2345, best_eval_loss=1.3012, usage={"kind": "gpu", "hours": 16.5, "cost": None},
-                     checkpoint=CheckpointFact("step-00000100", 100, 300.0),
-                     triage={"node_rank": 1, "rank": 9, "exit_code": 1, "signature": "oom", "line_no": 4242,
-                             "excerpt": "torch.OutOfMemoryError: CUDA out of memory (a sample)"})
-    done = deliver(notify, build_summary(facts), SecretStore(data_home()))
     for d in done:
         tries = f" after {d.attempts} tries" if d.attempts > 1 else ""
         print(f"{d.sink}: {'sent' if d.ok else 'FAILED'}{tries}{'' if d.ok else ': ' + d.error}")

@@ -25,13 +25,13 @@ class Verbs:
 def output_dir_warnings(planned) -> list:
     """The workload's ``output_dir`` used by another workload's runs of this data dir, as a warning at the
     key (``validate``, ``run --dry-run``; the launch itself refuses it)."""
-    from launcher.paths import data_home
-    from launcher.runs.core.output_dirs import HINT, output_dir_users
+    from launcher.api import Client
+    from launcher.api.records import OUTPUT_DIR_HINT
 
     if planned.plan is None:
         return []
-    words = output_dir_users(data_home(), planned.plan)
-    return [planned.result.problem(("parameters", "output_dir"), "warning", words, HINT)] if words else []
+    words = Client().records.output_dir_users(planned.plan)
+    return [planned.result.problem(("parameters", "output_dir"), "warning", words, OUTPUT_DIR_HINT)] if words else []
 
 
 def plan_or_say(file: Path, overrides: list[str], verbs: Verbs, *, run_id: str | None = None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from launcher.cli import find_run
+from launcher.cli import on_run
 from launcher.cli.validate import add_set_option
 
 
@@ -27,63 +27,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.set_defaults(handler=run, verb=name)
 
 
-def job_may_live(record) -> str:
-    """Why a relaunch now would start a second SLURM job beside one that may still run (empty: it would
-    not). A SLURM run that has not ended, or one whose login node was lost, may have its job running."""
-    from launcher.events import NodeState
-    from launcher.runs.core.layout import load_plan
-
-    if record is None:
-        return ""
-    try:
-        slurm = load_plan(record.directory).workload.compute.slurm
-    except (OSError, ValueError):
-        return ""  # no plan recorded (a run recorded before plans were kept): not a SLURM job of ours
-    if slurm is None:
-        return ""
-    if not record.summary.state.is_final:
-        return (f"its SLURM job may still be running (the run is {record.summary.state.value}); relaunching "
-                f"would start a second job beside it: fsdp-tui cancel {record.summary.run_id} first")
-    swept = _swept(record.directory)
-    if any(n.state == NodeState.LOST and not swept.get(str(n.node_rank), {}).get("done") for n in record.nodes):
-        return ("its login node was lost while the job ran, so the job may still be running; once the login "
-                "answers, the next fsdp-tui command (fsdp-tui runs) stops it, then relaunch")
-    return ""
-
-
-def _swept(directory) -> dict:
-    import json
-
-    from launcher.runs.leftovers import SWEPT
-
-    try:
-        return json.loads((directory / SWEPT).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def run(args: argparse.Namespace) -> int:
+@on_run()
+def run(args: argparse.Namespace, client, run_id: str) -> int:
     import asyncio
 
-    from launcher.runs.launch import relaunch_plan, resume_plan, start_run
-
-    found = find_run(args.verb, args.run_id)
-    if found is None:
-        return 2
-    store, run_id = found
-    alive = job_may_live(store.get_run(run_id))
+    alive = client.runs.relaunch_hazard(run_id)
     if alive:
         print(f"fsdp-tui {args.verb}: {run_id}: {alive}", file=sys.stderr)
         return 2  # as run: nothing was launched
-    bring = None
     try:
         if args.verb == "resume":
-            resumed = asyncio.run(resume_plan(store.home, run_id, args.step, args.overrides))
+            resumed = asyncio.run(client.runs.plan_resume(run_id, step=args.step, overrides=args.overrides))
             planned, bring = resumed.planned, resumed.bring
             copied = f" (copied there from run {run_id}'s {bring['root']} first)" if bring else ""
             print(f"resuming from {resumed.path}{copied}", file=sys.stderr)
         else:
-            planned = relaunch_plan(store.home, run_id, args.overrides)
+            planned = resumed = client.runs.plan_relaunch(run_id, args.overrides)
     except LookupError as err:
         print(f"fsdp-tui {args.verb}: {err}", file=sys.stderr)
         return 2  # as run: nothing was launched
@@ -96,17 +55,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"fsdp-tui {args.verb}: the recorded workload of {run_id} no longer validates (see above)",
               file=sys.stderr)
         return 2  # as run: nothing was launched
+    from launcher.api.runs import Refused
     from launcher.cli.run import refused
-    from launcher.runs.launch import LaunchRefused
 
-    if refused(f"fsdp-tui {args.verb} {run_id}", planned.plan, store.home, force=False,
-               json_events=args.json):
-        return 2  # as run: nothing was launched
-    try:
-        new_id = start_run(planned.plan, store.home, idempotent=False, resume_from=bring)
-    except LaunchRefused as err:
-        print(f"fsdp-tui {args.verb}: {err}", file=sys.stderr)
+    outcome = client.runs.launch(resumed, idempotent=False)
+    if isinstance(outcome, Refused) and outcome.stage == "output_dir":
+        print(f"fsdp-tui {args.verb}: {outcome.reasons[0]}", file=sys.stderr)
         return 2
+    if isinstance(outcome, Refused):
+        refused(f"fsdp-tui {args.verb} {run_id}", outcome, json_events=args.json)
+        return 2  # as run: nothing was launched
+    new_id = outcome.run_id
     if not args.json:
         print(new_id)
     if args.detach or not (args.watch or args.json):
@@ -114,5 +73,5 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from launcher.cli.watch import watch
 
-    return watch(store.home, new_id, json_events=args.json, cancel_on_interrupt=False,
+    return watch(client, new_id, json_events=args.json, cancel_on_interrupt=False,
                  num_nodes=len(planned.plan.nodes))

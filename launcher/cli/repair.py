@@ -13,26 +13,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from launcher.paths import data_home
-    from launcher.runs.core.ownership import live_owners
-    from launcher.runs.core.rebuild import check_store, rebuild_store
+    from launcher.api import Client
 
-    home = data_home()
-    problem = check_store(home)
+    records = Client().records
+    problem = records.store_problem()
     if problem is None and not args.force:
-        if (home / "runs.db").exists():
-            print(f"{home / 'runs.db'} is sound: nothing to repair (--force rebuilds it anyway)")
+        if records.store_file.exists():
+            print(f"{records.store_file} is sound: nothing to repair (--force rebuilds it anyway)")
             return 0
     if problem is not None:
-        print(f"{home / 'runs.db'} is damaged: {problem}")
-    owners = live_owners(home)
+        print(f"{records.store_file} is damaged: {problem}")
+    owners = records.live_owners()
     if owners:
         named = ", ".join(f"{run_id} (pid {pid})" for run_id, pid in owners)
         print(f"fsdp-tui repair: not now: the owners of {named} are still writing to the store; let them end "
               f"(or stop them: kill PID; their runs are caught up when adopted), then run repair again",
               file=sys.stderr)
         return 1
-    report = rebuild_store(home)
+    report = records.rebuild_store()
     for line in report.lines():
         print(line)
     return 0

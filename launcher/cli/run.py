@@ -32,6 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from launcher.api import Client
+
     plan = plan_or_say(args.file, args.overrides, Verbs("not launched", "cannot run"), quiet=False, blockers=False,
                        dry_run=args.dry_run)
     if plan is None:
@@ -40,63 +42,55 @@ def run(args: argparse.Namespace) -> int:
         from launcher.workload.sweep import SWEEP_NOT_RUN
 
         print(SWEEP_NOT_RUN.format(file=args.file), file=sys.stderr)
+    client = Client()
     if args.dry_run:
-        from launcher.backends.base import NodeError
-        from launcher.paths import data_home
-        from launcher.runs.core.estimates import estimate_lines
-        from launcher.runs.launch import render_plan_text
+        from launcher.api.nodes import NodeError
 
         try:
-            sys.stdout.write(render_plan_text(plan, ask_nodes=True))
+            sys.stdout.write(client.runs.dry_run_text(plan, ask_nodes=True))
         except NodeError as err:
             print(f"{args.file}: cannot plan: {err}", file=sys.stderr)
             return USAGE_ERROR
         print()
-        print("\n".join(estimate_lines(data_home(), plan, str(args.file))))
+        print("\n".join(client.runs.estimate_lines(plan, str(args.file))))
         return 0
     if plan.blockers:
         for blocker in plan.blockers:
             print(f"{args.file}: cannot run: {blocker}", file=sys.stderr)
         return USAGE_ERROR
+    from launcher.api.runs import AlreadyLaunched, Refused
     from launcher.cli.watch import watch
-    from launcher.paths import data_home
-    from launcher.runs.launch import LaunchRefused, start_run
 
-    home = data_home()
-    if refused(args.file, plan, home, force=args.force, json_events=args.json):
+    outcome = client.runs.launch(plan, force=args.force)
+    if isinstance(outcome, Refused):
+        refused(args.file, outcome, json_events=args.json)
         return USAGE_ERROR
-    try:
-        run_id = start_run(plan, home, force=args.force)
-    except LaunchRefused as err:
-        print(f"{args.file}: {err}", file=sys.stderr)
-        return USAGE_ERROR
-    if run_id != plan.run_id:
-        print(f"{args.file}: idempotency_token {plan.workload.idempotency_token!r} was launched before as run "
-              f"{run_id}: not launched again; following {run_id}", file=sys.stderr)
+    if isinstance(outcome, AlreadyLaunched):
+        print(f"{args.file}: idempotency_token {outcome.token!r} was launched before as run "
+              f"{outcome.run_id}: not launched again; following {outcome.run_id}", file=sys.stderr)
     if args.detach:
-        print(run_id)
-        print(f"run {run_id} started; follow it: fsdp-tui logs {run_id} --follow", file=sys.stderr)
+        print(outcome.run_id)
+        print(f"run {outcome.run_id} started; follow it: fsdp-tui logs {outcome.run_id} --follow", file=sys.stderr)
         return 0
-    return watch(home, run_id, json_events=args.json, cancel_on_interrupt=args.cancel_on_interrupt,
+    return watch(client, outcome.run_id, json_events=args.json, cancel_on_interrupt=args.cancel_on_interrupt,
                  num_nodes=len(plan.nodes))
 
 
-def refused(source, plan, home, *, force: bool, json_events: bool = False) -> bool:
-    """Say (on stderr) why ``plan`` cannot start, before anything of it is recorded: a missing secret, an
-    unknown host key, and (unless ``force``) what the cheap checks refuse. ``True``: nothing was launched.
-    With ``json_events`` the reasons are also one ``LaunchRefused`` event on stdout."""
-    import asyncio
+def refused(source, refusal, *, json_events: bool = False) -> None:
+    """Say (on stderr) why a launch of ``source`` was refused (:class:`~launcher.api.runs.Refused`): nothing of
+    it was recorded. With ``json_events`` the cheap checks' reasons are also one ``LaunchRefused`` event on
+    stdout."""
     import json
 
-    from launcher.runs.launch import check_room, launch_refusals
-
-    check_room(home)  # a data dir with no room says so first: the launch would stop there anyway
-    said = asyncio.run(launch_refusals(plan, home, force=force))
-    for line in said:
+    if refusal.stage != "checks":
+        for line in refusal.reasons:
+            print(f"{source}: {line}" if refusal.stage == "output_dir" else f"{source}: cannot run: {line}",
+                  file=sys.stderr)
+        return
+    for line in refusal.reasons:
         print(f"{source}: cannot run: {line}", file=sys.stderr)
-    if said and json_events:
-        print(json.dumps({"type": "LaunchRefused", "source": str(source), "reasons": list(said)}), flush=True)
-    if said:
-        print(f"{source}: nothing was launched" + ("" if force else
-              " (--force launches past the cheap checks, not past a secret or a host key)"), file=sys.stderr)
-    return bool(said)
+    if json_events:
+        print(json.dumps({"type": "LaunchRefused", "source": str(source), "reasons": list(refusal.reasons)}),
+              flush=True)
+    print(f"{source}: nothing was launched" + ("" if refusal.forced else
+          " (--force launches past the cheap checks, not past a secret or a host key)"), file=sys.stderr)

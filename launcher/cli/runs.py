@@ -41,28 +41,6 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _usages(store, runs) -> dict:
-    """Each run's GPU-hours (CPU-hours), from its record and recorded plan (:mod:`launcher.runs.core.usage`)."""
-    import time
-
-    from launcher.runs.core.usage import usage_of_record
-    from launcher.runs.core.user_settings import SettingsError, load_user_settings
-
-    try:
-        prices = load_user_settings().prices
-    except SettingsError:
-        prices = None
-    now, out = time.time(), {}
-    for r in runs:
-        record = store.get_run(r.run_id)
-        try:
-            plan = json.loads((record.directory / "plan.json").read_text()) if record else {}
-        except (OSError, ValueError):
-            plan = {}
-        out[r.run_id] = usage_of_record(record, plan.get("workload"), prices, now) if record else None
-    return out
-
-
 def _usage_cell(usage) -> str:
     """``1.25 GPU-h`` (with a price: ``~3.10 USD``)."""
     if usage is None:
@@ -72,56 +50,43 @@ def _usage_cell(usage) -> str:
     return f"{usage.hours:.2f} {usage.kind.upper()}-h"
 
 
-def _resume_checks(home, runs) -> dict:
-    """Each run's newest resume check (``None``: it did not resume), from the file its owner keeps."""
-    from launcher.paths import run_dir
-    from launcher.runs.core.layout import read_resume_check
-
-    return {r.run_id: read_resume_check(run_dir(home, r.run_id)) for r in runs}
-
-
 def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from launcher.paths import data_home
-    from launcher.runs.core.ownership import owner_note
-    from launcher.runs.core.store import RunStore
-    from launcher.runs.launch import adopt_orphans_of
-    from launcher.runs.owner.recorder import FORCED_NOTE
+    from launcher.api import Client
+    from launcher.api.runs import FORCED_NOTE
 
-    home = data_home()
-    adopt_orphans_of(home)  # a run whose owner died gets a new one, which catches it up
-    store = RunStore(home)
-    runs = store.list_runs(state=args.state, experiment=args.experiment, limit=args.limit)
-    usage = _usages(store, runs)
-    checks = _resume_checks(home, runs)
+    client = Client()
+    client.runs.adopt()  # a run whose owner died gets a new one, which catches it up
+    listed = client.runs.listing(state=args.state, experiment=args.experiment, limit=args.limit)
     if args.json:
-        print(json.dumps([{**asdict(r), "state": r.state.value, "duration_s": r.duration_s,
-                           "usage": usage[r.run_id].to_dict() if usage[r.run_id] else None,
-                           "resume_check": asdict(checks[r.run_id]) if checks[r.run_id] else None} for r in runs],
+        print(json.dumps([{**asdict(r.summary), "state": r.summary.state.value, "duration_s": r.summary.duration_s,
+                           "usage": r.usage.to_dict() if r.usage else None,
+                           "resume_check": asdict(r.resume_check) if r.resume_check else None} for r in listed],
                          indent=2))
         return 0
-    if not runs:
+    if not listed:
         filtered = args.state or args.experiment
         print("no runs match" if filtered else "no runs yet: fsdp-tui run WORKLOAD.yaml "
               "(or fsdp-tui for the app, with sample workloads to start from)")
         return 0
-    width = max(len(r.run_id) for r in runs)
+    width = max(len(x.summary.run_id) for x in listed)
     print(f"{'RUN':<{width}} {'STATE':<10} {'NODES':>5} {'STARTED':<16} {'DURATION':>8} {'STEP':>9} {'LOSS':>8} "
           f"{'EVAL':>8} {'USAGE':>11} {'RESUME':<9}  WHY")
-    for r in runs:
+    for x in listed:
+        r = x.summary
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at)) if r.started_at else "-"
         duration = f"{r.duration_s / 60:.1f}m" if r.duration_s is not None else "-"
         step = f"{r.step or 0}/{r.max_steps}" if r.max_steps else str(r.step or "-")
         why = why_shown(r.state.value, r.detail)
         if not why and r.detail.startswith((FORCED_NOTE, "idle GPUs")):
             why = r.detail
-        if not r.state.is_final and owner_note(home, r.run_id).startswith("waiting for room"):
-            why = owner_note(home, r.run_id).removeprefix("waiting for room: ") + " (stopped; its end waits for room)"
-        check = checks[r.run_id]
+        if x.owner_note.startswith("waiting for room"):
+            why = x.owner_note.removeprefix("waiting for room: ") + " (stopped; its end waits for room)"
+        check = x.resume_check
         if not why and check is not None and check.differs:
             why = "resume differs: " + "; ".join(check.differs)
         print(f"{r.run_id:<{width}} {r.state.value:<10} {r.num_nodes:>5} {started:<16} {duration:>8} {step:>9} "
-              f"{_fmt(r.last_loss, '.4f'):>8} {_fmt(r.best_eval_loss, '.4f'):>8} {_usage_cell(usage[r.run_id]):>11} "
+              f"{_fmt(r.last_loss, '.4f'):>8} {_fmt(r.best_eval_loss, '.4f'):>8} {_usage_cell(x.usage):>11} "
               f"{check.verdict[:9] if check else '-':<9}  {shorten(why)}")
     return 0

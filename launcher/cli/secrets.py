@@ -18,10 +18,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from launcher.paths import data_home
-    from launcher.secrets import SecretStore, env_name
+    from launcher.api import Client
 
-    store = SecretStore(data_home())
+    records = Client().records
+    store = records.secrets
     try:
         if args.verb == "set":
             if sys.stdin.isatty():
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         elif args.verb == "list":
             for ref in store.list():
                 print(ref)
-            print(f"(environment variables such as {env_name('scope/key')} override stored values)",
+            print(f"(environment variables such as {records.secret_env_name('scope/key')} override stored values)",
                   file=sys.stderr)
         elif args.verb == "rm":
             if not store.remove(args.ref):

@@ -9,7 +9,7 @@ import json
 import sys
 import time
 
-from launcher.cli import find_run
+from launcher.cli import on_run
 from launcher.words import plural
 
 
@@ -24,37 +24,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from launcher.runs.launch import adopt_orphans_of
-    from launcher.runs.read.report import run_report
+@on_run("show")
+def run(args: argparse.Namespace, client, run_id: str) -> int:
+    from dataclasses import replace
 
-    found = find_run("show", args.run_id)
-    if found is None:
-        return 2
-    store, run_id = found
-    adopt_orphans_of(store.home)
+    client.runs.adopt()
     if args.nodes:
-        return _nodes(store, run_id, args.json)
+        return _nodes(client, run_id, args.json)
     if args.samples:
-        return _samples(store, run_id, args.json)
-    report = run_report(store.home, run_id)
-    from launcher.nettest.launch import newest_for
-
-    report["nettest"] = newest_for(store.home, [n["host"] for n in report["nodes"]], besides=run_id)
-    report["last_safe_step"] = _safe_step(store.home, run_id)
-    report["next"] = _resumable(report["next"], report["last_safe_step"], run_id)
+        return _samples(client, run_id, args.json)
+    report = client.runs.report(run_id)
+    safe = report.last_safe_step
+    report = replace(report, next=tuple(_resumable(list(report.next), safe and safe.to_dict(), run_id)))
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(report.to_dict(), indent=2))
         return 0
     _print(report)
     return 0
 
 
-def _nodes(store, run_id: str, as_json: bool) -> int:
-    from launcher.runs.read.nodes import THRESHOLDS
-    from launcher.runs.read.recorded_nodes import recorded_rows
+def _nodes(client, run_id: str, as_json: bool) -> int:
+    from launcher.api.runs import THRESHOLDS
 
-    rows = recorded_rows(store.get_run(run_id))
+    rows = client.runs.node_rows(run_id)
     if as_json:
         print(json.dumps({"run": run_id, "nodes": [r.to_dict() for r in rows], "thresholds": THRESHOLDS}, indent=2))
         return 0
@@ -75,14 +67,12 @@ def _nodes(store, run_id: str, as_json: bool) -> int:
     return 0
 
 
-def _samples(store, run_id: str, as_json: bool) -> int:
+def _samples(client, run_id: str, as_json: bool) -> int:
     from dataclasses import asdict
 
-    from launcher.runs.core.samples import read_samples
-    from launcher.runs.read.samples_view import history_lines
+    from launcher.api.runs import history_lines
 
-    record = store.get_run(run_id)
-    sets = read_samples(record.directory)
+    sets = client.runs.samples(run_id)
     if as_json:
         print(json.dumps({"run": run_id, "samples": [asdict(s) for s in sets]}, indent=2, ensure_ascii=False))
         return 0
@@ -100,19 +90,9 @@ def _dash(value, fmt: str = "{}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def _safe_step(home, run_id: str) -> dict | None:
-    """The newest complete checkpoint, asked of the node that holds it (``None``: no output_dir)."""
-    import asyncio
-
-    from launcher.runs.core.safe_step import last_safe_step
-
-    safe = asyncio.run(last_safe_step(home, run_id))
-    return None if safe is None else {**safe.to_dict(), "text": safe.text()}
-
-
 def _resumable(steps: list[str], safe: dict | None, run_id: str) -> list[str]:
     """``resume`` is suggested only with a complete checkpoint to resume from; with none, that is said."""
-    from launcher.runs.core.safe_step import NONE_YET
+    from launcher.api.runs import NONE_YET
 
     if safe is None or safe.get("step") is not None or safe.get("why_not") != NONE_YET:
         return steps
@@ -147,89 +127,89 @@ def _loss(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-def _router(r: dict) -> str:
+def _router(r) -> str:
     """`` (router aux 0.0123)`` for a mixture-of-experts run that reports its router loss."""
-    return f" (router aux {r['router_aux_loss']:.4f})" if r.get("router_aux_loss") is not None else ""
+    return f" (router aux {r.router_aux_loss:.4f})" if r.router_aux_loss is not None else ""
 
 
-def _print(r: dict) -> None:
-    from launcher.runs.owner.recorder import FORCED_NOTE
+def _print(r) -> None:
+    from launcher.api.runs import FORCED_NOTE, TRIAGE
 
     out = sys.stdout.write
-    out(f"run {r['run_id']}  ({r['experiment']})\n")
-    why = (f": {r['detail']}" if r["detail"] and (r["state"] not in ("succeeded", "running")
-                                                 or r["detail"].startswith(("stalled", FORCED_NOTE, "idle GPUs"))) else "")
-    out(f"  state     {r['state']}{why}\n")
-    out(f"  attempt   {r['attempt']} of {r['max_attempts']}\n")
-    out(f"  started   {_when(r['started_at'])}   ended {_when(r['ended_at'])}   duration {r['duration']}\n")
-    if r["step"] is not None:
-        out(f"  progress  step {r['step']}{'/' + str(r['max_steps']) if r['max_steps'] else ''}"
-            f"  loss {_loss(r['last_loss'])}{_router(r)}  best eval {_loss(r['best_eval_loss'])}\n")
-    if r.get("data"):
-        out(f"  data      {r['data']['text']}\n")
-    if r.get("resumed_from"):
-        f = r["resumed_from"]
+    out(f"run {r.run_id}  ({r.experiment})\n")
+    why = (f": {r.detail}" if r.detail and (r.state not in ("succeeded", "running")
+                                                 or r.detail.startswith(("stalled", FORCED_NOTE, "idle GPUs"))) else "")
+    out(f"  state     {r.state}{why}\n")
+    out(f"  attempt   {r.attempt} of {r.max_attempts}\n")
+    out(f"  started   {_when(r.started_at)}   ended {_when(r.ended_at)}   duration {r.duration}\n")
+    if r.step is not None:
+        out(f"  progress  step {r.step}{'/' + str(r.max_steps) if r.max_steps else ''}"
+            f"  loss {_loss(r.last_loss)}{_router(r)}  best eval {_loss(r.best_eval_loss)}\n")
+    if r.data:
+        out(f"  data      {r.data['text']}\n")
+    if r.resumed_from:
+        f = r.resumed_from
         step = f"step {f['step']} of " if f["step"] is not None else ""
         source = f"{step}run {f['run_id']}" if f["run_id"] else f"{step}a checkpoint"
         out(f"  resumed   from {source}: {f['path']}\n")
-    if r.get("resume_check"):
-        out(f"  resume    {r['resume_check']['text']}\n")
-    if r.get("last_safe_step"):
-        out(f"  safe      {r['last_safe_step']['text']}\n")
-    if r.get("checkpoints_place"):
-        out(f"  ckpts     {r['checkpoints_place']}\n")
-    for line in _gathers(r.get("gathers", [])):
+    if r.resume_check:
+        out(f"  resume    {r.resume_check['text']}\n")
+    if r.last_safe_step:
+        out(f"  safe      {r.last_safe_step.text()}\n")
+    if r.checkpoints_place:
+        out(f"  ckpts     {r.checkpoints_place}\n")
+    for line in _gathers(r.gathers):
         out(f"  gathered  {line}\n")
-    if r.get("lead_time"):
-        out(f"  lead time {r['lead_time']}\n")
-    if (r.get("estimate") or {}).get("estimate"):
-        out(f"  estimate  {_estimate_words(r['estimate'])}\n")
-    if r.get("usage"):
-        u = r["usage"]
+    if r.lead_time:
+        out(f"  lead time {r.lead_time}\n")
+    if (r.estimate or {}).get("estimate"):
+        out(f"  estimate  {_estimate_words(r.estimate)}\n")
+    if r.usage:
+        u = r.usage
         money = f"  ~{u['cost']:.2f} {u['currency']}" if u["cost"] is not None else ""
         tries = (" (" + " + ".join(f"{h:.2f}" for h in u["per_attempt"]) + " by attempt)"
                  if len(u["per_attempt"]) > 1 else "")
         out(f"  usage     {u['hours']:.2f} {u['kind'].upper()}-hours{tries}{money}\n")
-    if r["owner"]:
-        out(f"  owner     {r['owner']}\n")
+    if r.owner:
+        out(f"  owner     {r.owner}\n")
     out("  nodes\n")
-    for n in r["nodes"]:
-        code = f" (exit code {n['exit_code']})" if n["exit_code"] is not None else ""
-        detail = f": {n['detail']}" if n["detail"] else ""
-        out(f"    node {n['node_rank']}  {n['host']:<20} {n['state']}{code}{detail}\n")
-        out(f"           its directory there: {n['node_dir']}\n")
-    if r.get("nettest"):
-        t = r["nettest"]
+    for n in r.nodes:
+        code = f" (exit code {n.exit_code})" if n.exit_code is not None else ""
+        detail = f": {n.detail}" if n.detail else ""
+        out(f"    node {n.node_rank}  {n.host:<20} {n.state.value}{code}{detail}\n")
+        out(f"           its directory there: {n.node_dir}\n")
+    if r.nettest:
+        t = r.nettest
         out(f"  network   newest test of these nodes: {t['run_id']} ({_when(t['started_at'])}): {t['summary']}; "
             f"{t['verdict']}\n")
-    for slow in r["ranks"]["slow"]:
+    for slow in r.ranks["slow"]:
         out(f"  slow      {slow['says']}\n")
-    if r["triage"]:
-        out(f"  triage    {r['triage'].get('summary', '')}\n")
-    for words in r.get("odd_nodes", []):
-        out(f"  odd node  {words}  (fsdp-tui show {r['run_id']} --nodes)\n")
-    for d in r.get("notifications", []):
+    if r.triage:
+        out(f"  triage    {r.triage.summary}\n")
+    for words in r.odd_nodes:
+        out(f"  odd node  {words}  (fsdp-tui show {r.run_id} --nodes)\n")
+    for d in r.notifications:
         tries = f" after {d['attempts']} tries" if d["attempts"] > 1 else ""
         said = "sent" if d["ok"] else f"FAILED{tries}: {d['error']}"
         out(f"  notified  {d['event']}: {d['sink']}: {said}{tries if d['ok'] else ''}\n")
-    if r["mlflow"]:
-        m = r["mlflow"]
+    if r.mlflow:
+        m = r.mlflow
         if m["run_id"]:
             out(f"  mlflow    run {m['run_id']} in experiment {m['experiment']}\n")
             out(f"            see it: {m['ui_command']}\n")
         if m.get("unsent"):
             out(f"  mlflow    {m['unsent']}\n")
-    out(f"  files     {r['directory']}  (workload.yaml, nodes/<rank>.log, metrics, events.jsonl,"
-        f" triage.json, supervisor.log)\n")
-    if r["workload_path"]:
-        out(f"  workload  {r['workload_path']}\n")
-    for line in r["next"]:
+    out(f"  files     {r.directory}  (workload.yaml, nodes/<rank>.log, metrics, events.jsonl,"
+        f" {TRIAGE}, supervisor.log)\n")
+    if r.workload_path:
+        out(f"  workload  {r.workload_path}\n")
+    for line in r.next:
         out(f"  next      {line}\n")
 
 
 def _estimate_words(kept: dict) -> str:
     """The launch's estimate and, once the run ended, the real wall time against it (docs/estimate.md)."""
-    from launcher.runs.read.view import fmt_duration
+    from launcher.api.runs import fmt_duration
 
     est, real = kept["estimate"], kept.get("real")
     words = (f"{fmt_duration(est['wall_s'])} ({fmt_duration(est['low_s'])} to {fmt_duration(est['high_s'])}) "

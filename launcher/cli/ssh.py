@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launcher.cli import find_run
+from launcher.cli import on_run
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,16 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from launcher.runs.core.layout import load_plan
-
-    found = find_run("ssh", args.run_id)
-    if found is None:
-        return 2
-    store, run_id = found
-    record = store.get_run(run_id)
+@on_run("ssh")
+def run(args: argparse.Namespace, client, run_id: str) -> int:
     try:
-        plan = load_plan(record.directory)
+        plan = client.runs.plan_of(run_id)
     except (OSError, ValueError, KeyError) as err:
         print(f"fsdp-tui ssh: run {run_id} has no plan on record ({err}): its nodes are not known", file=sys.stderr)
         return 2
@@ -57,8 +51,7 @@ def run(args: argparse.Namespace) -> int:
               "(srun --jobid JOB --overlap --pty bash reaches a compute node while the job runs)", file=sys.stderr)
     if node.host is None or node.host.is_local:
         return _here(Path(node.node_dir).expanduser(), command)
-    from launcher.backends.ssh.common import SshConfigError
-    from launcher.backends.ssh.shell import ssh_argv
+    from launcher.api.nodes import SshConfigError
 
     binary = shutil.which("ssh")
     if binary is None:
@@ -66,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     try:
-        argv = ssh_argv(node.host, plan.workload.ssh, node.node_dir, command, binary=binary)
+        argv = client.nodes.shell_argv(plan, rank, command, binary=binary)
     except SshConfigError as err:
         print(f"fsdp-tui ssh: node {args.node} ({node.host_display}): {err}", file=sys.stderr)
         return 2

@@ -44,73 +44,62 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from launcher.paths import data_home
+    from launcher.api import Client
 
-    home = data_home()
+    client = Client()
     if args.target in ("show", "cancel", "resume"):
         if not args.sweep_id:
             print(f"fsdp-tui sweep {args.target}: which sweep? (see fsdp-tui sweeps)", file=sys.stderr)
             return 2
-        from launcher.runs.sweeps.record import find_sweep
+        from launcher.api.sweeps import SweepNotFound
 
         try:
-            sweep_id = find_sweep(home, args.sweep_id)
-        except LookupError as err:
+            sweep_id = client.sweeps.find(args.sweep_id)
+        except SweepNotFound as err:
             print(f"fsdp-tui sweep {args.target}: {err}", file=sys.stderr)
             return 2
         if args.target == "resume":
-            return resume(home, sweep_id, args)
+            return resume(client, sweep_id, args)
         if args.target == "show":
-            from launcher.runs.sweeps.control import adopt_sweeps
-
-            if adopt_sweeps(home, [sweep_id]):
+            if client.sweeps.adopt([sweep_id]):
                 print(f"fsdp-tui: sweep {sweep_id}: its driver had stopped; a new one goes on with it",
                       file=sys.stderr)
             if args.samples is not None:
-                return show_samples(home, sweep_id, args.samples, args.step)
-            return show(home, sweep_id, args.format)
-        return cancel(home, sweep_id)
-    return launch(home, Path(args.target), args)
+                return show_samples(client, sweep_id, args.samples, args.step)
+            return show(client, sweep_id, args.format)
+        return cancel(client, sweep_id)
+    return launch(client, Path(args.target), args)
 
 
-def resume(home: Path, sweep_id: str, args: argparse.Namespace) -> int:
+def resume(client, sweep_id: str, args: argparse.Namespace) -> int:
     """The variants of an ended sweep that did not succeed, run again; then followed like a new sweep."""
-    from launcher.runs.sweeps.control import resume_sweep
-
     try:
-        record = resume_sweep(home, sweep_id)
+        record = client.sweeps.resume(sweep_id)
     except ValueError as err:
         print(f"fsdp-tui sweep resume: {err}", file=sys.stderr)
         return 1
     print(f"sweep {sweep_id}: {record.detail}", file=sys.stderr)
     try:
-        return follow(home, sweep_id, json_events=args.json)
+        return follow(client, sweep_id, json_events=args.json)
     except KeyboardInterrupt:
         print(f"\ndetached from sweep {sweep_id}: it goes on. See it: fsdp-tui sweep show {sweep_id}",
               file=sys.stderr)
         return 130
 
 
-def show(home: Path, sweep_id: str, form: str) -> int:
-    from launcher.runs.read.comparison import sweep_stats
-    from launcher.runs.read.comparison_format import render
-    from launcher.runs.sweeps.record import load_sweep
-
-    record = load_sweep(home, sweep_id)
+def show(client, sweep_id: str, form: str) -> int:
+    record = client.sweeps.get(sweep_id)
     if form == "table":
         print(f"sweep {record.sweep_id}: {record.state} ({record.detail or plural(len(record.variants), 'variant')})")
-    sys.stdout.write(render(sweep_stats(home, record), form))
+    sys.stdout.write(client.runs.comparison_text(client.sweeps.stats(record), form))
     return 0
 
 
-def show_samples(home: Path, sweep_id: str, which: str, step: int | None) -> int:
+def show_samples(client, sweep_id: str, which: str, step: int | None) -> int:
     """Two variants' answers to the same prompts, side by side (at ``step``, else each one's newest)."""
-    from launcher.runs.core.samples import read_samples
-    from launcher.runs.core.store import RunStore
-    from launcher.runs.read.samples_view import side_by_side_at, side_lines
-    from launcher.runs.sweeps.record import load_sweep
+    from launcher.api.runs import side_by_side_at, side_lines
 
-    record = load_sweep(home, sweep_id)
+    record = client.sweeps.get(sweep_id)
     try:
         picked = [int(x) for x in which.split(",")]
         if len(picked) != 2 or not all(1 <= i <= len(record.variants) for i in picked):
@@ -119,12 +108,8 @@ def show_samples(home: Path, sweep_id: str, which: str, step: int | None) -> int
         print(f"fsdp-tui sweep show --samples: give two variant numbers from 1 to {len(record.variants)}, e.g. 1,2",
               file=sys.stderr)
         return 2
-    store = RunStore(home)
     variants = [record.variants[i - 1] for i in picked]
-    sets = []
-    for v in variants:
-        run = store.get_run(v.run_id)
-        sets.append(read_samples(run.directory) if run is not None else [])
+    sets = [client.runs.samples(v.run_id) if client.runs.get(v.run_id) is not None else [] for v in variants]
     newest = [s[-1].step if s else 0 for s in sets]
     steps = [step, step] if step is not None else newest
     left, right, pairs = side_by_side_at(sets[0], steps[0], sets[1], steps[1])
@@ -140,22 +125,18 @@ def show_samples(home: Path, sweep_id: str, which: str, step: int | None) -> int
     return 0
 
 
-def cancel(home: Path, sweep_id: str) -> int:
+def cancel(client, sweep_id: str) -> int:
     import asyncio
 
-    from launcher.runs.sweeps.control import cancel_sweep
-
-    record = asyncio.run(cancel_sweep(home, sweep_id))
+    record = asyncio.run(client.sweeps.cancel(sweep_id))
     for v in record.variants:
         print(f"variant {v.index} {v.label}: {v.state}  {v.run_id}")
     print(f"sweep {sweep_id}: {record.state}")
     return 0 if record.is_final else 1
 
 
-def launch(home: Path, file: Path, args: argparse.Namespace) -> int:
-    from launcher.workload.sweep import plan_sweep
-
-    plan = plan_sweep(file, args.over, args.overrides, home=home)
+def launch(client, file: Path, args: argparse.Namespace) -> int:
+    plan = client.sweeps.plan(file, args.over, args.overrides)
     for o in plan.base.result.overrides if plan.base is not None else ():
         print(f"--set {o.describe()}", file=sys.stderr)  # what every variant starts from
     for p in plan.problems:
@@ -164,8 +145,6 @@ def launch(home: Path, file: Path, args: argparse.Namespace) -> int:
         print(f"{file}: sweep not launched: fix the errors above", file=sys.stderr)
         return 2  # as run and doctor: the workload is invalid (1: a variant failed)
     if args.dry_run:
-        from launcher.runs.launch import render_plan_text
-
         parallel = args.parallel or plan.spec.parallel
         print(f"sweep of {file}: {plural(len(plan.variants), 'variant')}, {parallel} at a time, "
               f"on failure: {plan.spec.on_failure}")
@@ -173,16 +152,14 @@ def launch(home: Path, file: Path, args: argparse.Namespace) -> int:
             print(f"\n=== variant {v.index}: {v.label}")
             for o in v.overrides:
                 print(f"--set {o}")
-            sys.stdout.write(render_plan_text(v.plan))
+            sys.stdout.write(client.runs.dry_run_text(v.plan))
         return 0
     blocked = [(v, b) for v in plan.variants for b in v.plan.blockers]
     for v, blocker in blocked:
         print(f"{file}: variant {v.index} ({v.label}) cannot run: {blocker}", file=sys.stderr)
     if blocked:
         return 2
-    from launcher.runs.sweeps.control import start_sweep
-
-    sweep_id = start_sweep(plan, home, parallel=args.parallel)
+    sweep_id = client.sweeps.start(plan, parallel=args.parallel)
     if args.json:
         print(json.dumps({"event": "sweep_started", "sweep_id": sweep_id, "variants": len(plan.variants)}), flush=True)
     else:
@@ -190,7 +167,7 @@ def launch(home: Path, file: Path, args: argparse.Namespace) -> int:
         how = "Ctrl-C cancels it" if args.cancel_on_interrupt else "Ctrl-C detaches; the sweep goes on"
         print(f"sweep {sweep_id}: {plural(len(plan.variants), 'variant')}; {how}", file=sys.stderr)
     try:
-        return follow(home, sweep_id, json_events=args.json)
+        return follow(client, sweep_id, json_events=args.json)
     except KeyboardInterrupt:
         pass
     if not args.cancel_on_interrupt:
@@ -198,20 +175,16 @@ def launch(home: Path, file: Path, args: argparse.Namespace) -> int:
               f"stop it: fsdp-tui sweep cancel {sweep_id}", file=sys.stderr)
         return 130
     print(f"\ncancelling sweep {sweep_id} ...", file=sys.stderr)
-    return cancel(home, sweep_id) or 130
+    return cancel(client, sweep_id) or 130
 
 
-def follow(home: Path, sweep_id: str, *, json_events: bool, poll_s: float = 0.5) -> int:
+def follow(client, sweep_id: str, *, json_events: bool, poll_s: float = 0.5) -> int:
     """Print each variant's changes of state until the sweep ends; the exit code is its outcome."""
-    from launcher.runs.launch import adopt_orphans_of
-    from launcher.runs.sweeps.control import adopt_sweeps
-    from launcher.runs.sweeps.record import load_sweep
-
     seen: dict[int, str] = {}
     sweep_state = ""
     rounds = 0
     while True:
-        record = load_sweep(home, sweep_id)
+        record = client.sweeps.get(sweep_id)
         for v in record.variants:
             if seen.get(v.index) != v.state:
                 seen[v.index] = v.state
@@ -230,11 +203,11 @@ def follow(home: Path, sweep_id: str, *, json_events: bool, poll_s: float = 0.5)
             break
         rounds += 1
         if rounds % 4 == 0:
-            adopt_sweeps(home, [sweep_id])  # a driver that died gets a successor
+            client.sweeps.adopt([sweep_id])  # a driver that died gets a successor
         if rounds % 20 == 0:
-            adopt_orphans_of(home)  # a variant whose owner died gets a new one
+            client.runs.adopt()  # a variant whose owner died gets a new one
         time.sleep(poll_s)
     if not json_events:
         print(f"-- sweep {sweep_id} {record.state}: {record.detail}", file=sys.stderr)
-        show(home, sweep_id, "table")
+        show(client, sweep_id, "table")
     return EXIT_CODES.get(record.state, 1)

@@ -15,15 +15,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from launcher.paths import data_home
-    from launcher.runs.sweeps.control import adopt_sweeps
-    from launcher.runs.sweeps.driver import driver_alive
-    from launcher.runs.sweeps.record import list_sweeps
+    from launcher.api import Client
 
-    home = data_home()
-    for sweep_id in adopt_sweeps(home):
+    client = Client()
+    for sweep_id in client.sweeps.adopt():
         print(f"fsdp-tui: sweep {sweep_id}: its driver had stopped; a new one goes on with it", file=sys.stderr)
-    sweeps = list_sweeps(home)
+    sweeps = client.sweeps.list()
     if args.json:
         print(json.dumps([s.to_dict() for s in sweeps], indent=2))
         return 0
@@ -36,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.started_at)) if s.started_at else "-"
         done = sum(v.state == "succeeded" for v in s.variants)
         detail = s.detail
-        if not s.is_final and s.started_at and not driver_alive(home, s.sweep_id):
+        if not s.is_final and s.started_at and not client.sweeps.driver_alive(s.sweep_id):
             detail = f"its driver is gone: end it with fsdp-tui sweep cancel {s.sweep_id}"
         print(f"{s.sweep_id:<{width}} {s.state:<10} {len(s.variants):>8} {done:>4} {started:<16}  {detail[:100]}")
     return 0

@@ -18,21 +18,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from launcher.backends.ssh.connect import SshError, asyncssh_errors, check_host_key, trust
-    from launcher.workload.hosts import parse_host
-    from launcher.workload.model import Ssh
+    from launcher.api import Client
+    from launcher.api.nodes import HostUnreachable
 
+    nodes = Client().nodes
     try:
-        host = parse_host(args.host)
-    except ValueError as err:
+        check = asyncio.run(nodes.host_key(args.host))
+    except ValueError as err:  # not a host
         print(f"fsdp-tui trust: {err}", file=sys.stderr)
         return 2
-    ssh = Ssh()
-    try:
-        check = asyncio.run(check_host_key(host, ssh))
-    except (OSError, asyncio.TimeoutError, SshError, asyncssh_errors()) as err:
-        reason = str(err) or ("no answer within 10 s" if isinstance(err, asyncio.TimeoutError) else type(err).__name__)
-        print(f"fsdp-tui trust: cannot reach {args.host}: {reason}. Check that the host is up and that "
+    except HostUnreachable as err:
+        print(f"fsdp-tui trust: cannot reach {args.host}: {err}. Check that the host is up and that "
               f"`ssh {args.host}` reaches it (its name in ~/.ssh/config, its port), then try again.", file=sys.stderr)
         return 1
     if check.presented in check.known:
@@ -50,6 +46,6 @@ def run(args: argparse.Namespace) -> int:
             return 1
         if input("trust this key? [y/N] ").strip().lower() not in ("y", "yes"):
             return 1
-    path = trust(check, ssh)
+    path = nodes.trust(check)
     print(f"added {check.presented} for {args.host} to {path}")
     return 0

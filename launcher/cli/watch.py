@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from pathlib import Path
 
 from launcher.events import (
     MetricsRecorded,
@@ -23,14 +22,14 @@ EXIT_CODES = {RunState.SUCCEEDED: 0, RunState.FAILED: 1, RunState.CANCELLED: 130
 DETACHED = 130
 
 
-def watch(home: Path, run_id: str, *, json_events: bool, cancel_on_interrupt: bool, num_nodes: int) -> int:
+def watch(client, run_id: str, *, json_events: bool, cancel_on_interrupt: bool, num_nodes: int) -> int:
     if not json_events:
         how = "Ctrl-C cancels it" if cancel_on_interrupt else "Ctrl-C detaches; the run goes on"
         print(f"run {run_id}: {plural(num_nodes, 'node')}; {how}", file=sys.stderr)
-    from launcher.runs.read.follower import FollowGaveUp
+    from launcher.api.runs import FollowGaveUp
 
     try:
-        return asyncio.run(_follow(home, run_id, json_events, num_nodes))
+        return asyncio.run(_follow(client, run_id, json_events, num_nodes))
     except FollowGaveUp as err:
         print(f"fsdp-tui: {err}", file=sys.stderr)
         return 1
@@ -40,22 +39,19 @@ def watch(home: Path, run_id: str, *, json_events: bool, cancel_on_interrupt: bo
         print(f"\ndetached from run {run_id}: it goes on. Follow it: fsdp-tui logs {run_id} --follow; "
               f"stop it: fsdp-tui cancel {run_id}", file=sys.stderr)
         return DETACHED
-    from launcher.runs.launch import cancel_run
-
     print(f"\ncancelling run {run_id} ...", file=sys.stderr)
-    report = asyncio.run(cancel_run(home, run_id))
+    report = asyncio.run(client.runs.cancel(run_id))
     print(f"run {run_id}: {report.state.value}", file=sys.stderr)
     return EXIT_CODES.get(report.state, 1)
 
 
-async def _follow(home: Path, run_id: str, json_events: bool, num_nodes: int) -> int:
+async def _follow(client, run_id: str, json_events: bool, num_nodes: int) -> int:
     from launcher.cli import keep_colour
-    from launcher.runs.read.follower import follow_run
 
     outcome = RunState.FAILED
     said: list[RunState] = []
     """The run states said so far: the end is said once, whether a state change or the end brought it."""
-    async for event in follow_run(home, run_id, tail_bytes=None, keep_colour=keep_colour() and not json_events):
+    async for event in client.runs.follow(run_id, tail_bytes=None, keep_colour=keep_colour() and not json_events):
         if json_events:
             print(json.dumps(event_to_dict(event)), flush=True)
         else:
@@ -86,5 +82,8 @@ def _print(event, num_nodes: int, said: list[RunState]) -> None:
     elif isinstance(event, RunFinished):
         if said[-1:] != [event.state]:
             print(f"-- run {event.run_id}: {event.state.value}", file=sys.stderr)
-        if event.triage and event.triage.get("summary"):
-            print(f"-- triage: {event.triage['summary']}", file=sys.stderr)
+        from launcher.api.runs import TriageReport
+
+        triage = TriageReport.from_wire(event.triage)
+        if triage is not None and triage.summary:
+            print(f"-- triage: {triage.summary}", file=sys.stderr)

@@ -12,6 +12,7 @@ from pathlib import Path
 from launcher.backends.base import AgentStartFailed, Backend, NodeError, ScriptRun
 from launcher.backends.registry import backend_for
 from launcher.doctor.judge import Check, DoctorReport, NodeProbe, NodeReport, evaluate, probe_packages
+from launcher.doctor.reply import ProbeReply
 from launcher.untrusted import clean_reply
 from launcher.words import plural
 from launcher.workload.ckpt_place import CheckpointPlace, with_holder
@@ -31,12 +32,17 @@ def probe_script(params: dict) -> str:
     return NETIF_SOURCE.read_text() + "\n\n" + PROBE_SOURCE.read_text() + f"\n\nmain({json.dumps(params)!r})\n"
 
 
-def parse_probe_output(stdout: str) -> dict | None:
+def parse_probe_output(stdout: str) -> ProbeReply | None:
+    """The probe's reply in a node's output (its last marked line), decoded once; ``None`` without one."""
     from launcher.doctor.probe import MARKER
 
     for line in reversed(stdout.splitlines()):
         if line.startswith(MARKER):
-            return clean_reply(json.loads(line[len(MARKER):]))  # a node's words: printable
+            try:
+                data = json.loads(line[len(MARKER):])
+            except ValueError:
+                return None
+            return ProbeReply.from_wire(clean_reply(data))  # a node's words: printable, typed
     return None
 
 
@@ -121,7 +127,7 @@ async def diagnose(plan: RunPlan, *, run_root: str, import_timeout_s: float = IM
             result = NodeProbe(info.label, info.python, info.local,
                                reach_error=f"{info.label}: the probe failed: {type(result).__name__}: {result}")
         probes.append(result)
-    node0 = probes[0].facts.get("hostname") if probes and probes[0].facts else None
+    node0 = probes[0].facts.hostname if probes and probes[0].facts else None
     reports = [evaluate(plan, n, p, node0_hostname=node0) for n, p in zip(plan.nodes, probes, strict=True)]
     reports = await _with_ssh_reports(plan, reports, [p.local for p in probes])
     first = reports[0]

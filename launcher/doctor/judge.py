@@ -3,9 +3,20 @@ each ok / warning / error with what to do."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
+from launcher.doctor.reply import (
+    DiskFacts,
+    GpuFacts,
+    InterfaceFacts,
+    MasterFacts,
+    OutputDirFacts,
+    PackageFacts,
+    ProbeReply,
+    PythonFacts,
+)
 from launcher.workload.plan import IFACE_ENV, NodePlan, RunPlan
 from trainer.config import MIN_TORCH
 
@@ -57,8 +68,8 @@ class NodeProbe:
     """Reached without SSH (this machine)."""
     reach_error: str | None = None
     """Why the node could not be reached; nothing else is known then."""
-    facts: dict | None = None
-    """The probe's JSON; from a fallback interpreter when ``python_failure`` is set."""
+    facts: ProbeReply | None = None
+    """What the probe found; from a fallback interpreter when ``python_failure`` is set."""
     python_failure: str | None = None
     """Why ``python`` did not run the probe."""
 
@@ -68,7 +79,8 @@ class NodeReport:
     node_rank: int
     label: str
     checks: tuple[Check, ...]
-    facts: dict | None = None
+    facts: Mapping[str, Any] | None = None
+    """The probe's reply as it came (printable), for ``doctor --json``."""
 
     @property
     def status(self) -> Status:
@@ -121,30 +133,30 @@ def evaluate(plan: RunPlan, node: NodePlan, probe: NodeProbe, *, node0_hostname:
         return NodeReport(node.node_rank, probe.label, (Check("reachable", "error", probe.reach_error, fix),))
     checks = [Check("reachable", "ok", "this machine, no SSH" if probe.local
                     else "connected over SSH, host key verified")]
-    facts = probe.facts or {}
-    if facts.get("hostname"):
-        checks.append(Check("hostname", "ok", facts["hostname"]))
-    checks.append(_python_check(probe, facts, host))
+    facts = probe.facts
+    if facts is not None and facts.hostname:
+        checks.append(Check("hostname", "ok", facts.hostname))
+    checks.append(_python_check(probe, facts.python if facts else PythonFacts(), host))
     if probe.python_failure is None:
-        checks += _package_checks(plan, probe, facts.get("packages", {}), host)
-    if probe.facts is None:
+        checks += _package_checks(plan, probe, facts, host)
+    if facts is None:
         return NodeReport(node.node_rank, probe.label, tuple(checks))
-    checks.append(_gpu_check(plan, facts.get("gpus", {}), host))
-    checks.append(_disk_check(facts.get("disk", {}), host))
+    checks.append(_gpu_check(plan, facts.gpus, host))
+    checks.append(_disk_check(facts.disk, host))
     if plan.workload.environment.docker_image is not None:
-        checks.append(_container_check(plan, facts.get("containers", {}), host))
-    if facts.get("output_dir") is not None:
-        checks.append(_output_dir_check(facts["output_dir"], host))
+        checks.append(_container_check(plan, facts.containers, host))
+    if facts.output_dir is not None:
+        checks.append(_output_dir_check(facts.output_dir, host))
     if node.node_rank == 0:
-        checks.append(_port_check(plan, facts.get("master", {}), host))
+        checks.append(_port_check(plan, facts.master, host))
     else:
-        checks.append(_resolve_check(plan, facts.get("master", {}), host, facts.get("hostname"), node0_hostname))
+        checks.append(_resolve_check(plan, facts.master, host, facts.hostname, node0_hostname))
     if plan.topology.num_nodes > 1:
-        checks.append(_iface_check(plan, node, facts.get("interfaces", {}), host))
-    return NodeReport(node.node_rank, probe.label, tuple(checks), probe.facts)
+        checks.append(_iface_check(plan, node, facts.interfaces, host))
+    return NodeReport(node.node_rank, probe.label, tuple(checks), facts.raw)
 
 
-def _container_check(plan: RunPlan, runtimes: dict, host: str) -> Check:
+def _container_check(plan: RunPlan, runtimes: Mapping[str, str | None], host: str) -> Check:
     image = plan.workload.environment.docker_image
     found = [f"{name} ({path})" for name, path in runtimes.items() if path]
     if found:
@@ -153,17 +165,16 @@ def _container_check(plan: RunPlan, runtimes: dict, host: str) -> Check:
                  f"install docker or podman on {host}, or remove environment.docker_image")
 
 
-def _python_check(probe: NodeProbe, facts: dict, host: str) -> Check:
+def _python_check(probe: NodeProbe, info: PythonFacts, host: str) -> Check:
     if probe.python_failure is not None:
         more = "" if probe.facts is not None else "; nothing else could be checked there"
         return Check("python", "error", f"environment.python: {probe.python_failure}{more}",
                      f"install it on {host}, or set environment.python to an interpreter that exists there")
-    info = facts.get("python", {})
-    if "error" in info or "version" not in info:
-        return Check("python", "error", f"{probe.python}: {info.get('error', 'no version reported')}")
-    version = tuple(info["version"])
+    if info.error or info.version is None:
+        return Check("python", "error", f"{probe.python}: {info.error or 'no version reported'}")
+    version = info.version
     text = ".".join(map(str, version))
-    detail = f"{text} ({info.get('executable') or probe.python})"
+    detail = f"{text} ({info.executable or probe.python})"
     if version < MIN_PYTHON:
         need = ".".join(map(str, MIN_PYTHON))
         return Check("python", "error", f"{detail} is older than {need}",
@@ -179,35 +190,36 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def _package_checks(plan: RunPlan, probe: NodeProbe, packages: dict, host: str) -> list[Check]:
-    if "error" in packages:
-        return [Check("packages", "error", f"could not inspect packages: {packages['error']}")]
+def _package_checks(plan: RunPlan, probe: NodeProbe, facts: ProbeReply | None, host: str) -> list[Check]:
+    if facts is not None and facts.packages_error:
+        return [Check("packages", "error", f"could not inspect packages: {facts.packages_error}")]
+    packages = facts.packages if facts is not None else {}
     gpu = plan.topology.kind == "gpu"
     checks = []
     for dist, module in probe_packages(plan):
-        info = packages.get(dist, {})
+        info = packages.get(dist, PackageFacts())
         name = module if module == dist else dist
         install = f"{probe.python} -m pip install {dist}"
-        if info.get("error"):
-            checks.append(Check(name, "error", info["error"], f"point environment.python at Python 3.10+ on {host}"))
-        elif info.get("version") is None:
+        if info.error:
+            checks.append(Check(name, "error", info.error, f"point environment.python at Python 3.10+ on {host}"))
+        elif info.version is None:
             checks.append(Check(name, "error", f"not installed for {probe.python}",
                                 f"install it on {host} ({install}), or set environment.python to an "
                                 f"interpreter that has it"))
-        elif info.get("import") not in ("ok", "skipped"):
-            checks.append(Check(name, "error", f"{info['version']} is installed but `import {module}` fails: "
-                                f"{info.get('import', 'not tried')}",
+        elif info.imported not in ("ok", "skipped"):
+            checks.append(Check(name, "error", f"{info.version} is installed but `import {module}` fails: "
+                                f"{info.imported or 'not tried'}",
                                 f"run `{probe.python} -c 'import {module}'` on {host} for the full error, "
                                 "then repair or reinstall it"))
         elif dist == "torch":
             checks.append(_torch_check(plan, info, gpu, host, install))
         else:
-            checks.append(Check(name, "ok", info["version"]))
+            checks.append(Check(name, "ok", info.version))
     return checks
 
 
-def _torch_check(plan: RunPlan, info: dict, gpu: bool, host: str, install: str) -> Check:
-    version, cuda = info["version"], info.get("cuda")
+def _torch_check(plan: RunPlan, info: PackageFacts, gpu: bool, host: str, install: str) -> Check:
+    version, cuda = info.version or "", info.cuda
     detail = f"{version} ({f'CUDA {cuda}' if cuda else 'CPU-only build'})"
     if plan.uses_builtin_trainer and _version_tuple(version) < MIN_TORCH_BUILTIN:
         need = ".".join(map(str, MIN_TORCH_BUILTIN))
@@ -220,15 +232,15 @@ def _torch_check(plan: RunPlan, info: dict, gpu: bool, host: str, install: str) 
     return Check("torch", "ok", detail)
 
 
-def _gpu_check(plan: RunPlan, gpus: dict, host: str) -> Check:
+def _gpu_check(plan: RunPlan, gpus: GpuFacts, host: str) -> Check:
     topo = plan.topology
     need = topo.procs_per_node
-    if "error" in gpus:
-        found, count = f"nvidia-smi failed: {gpus['error']}", 0
+    if gpus.error:
+        found, count = f"nvidia-smi failed: {gpus.error}", 0
     else:
-        names = gpus.get("names", [])
+        names = gpus.names
         count = len(names)
-        found = "no nvidia-smi" if gpus.get("smi") is None else (
+        found = "no nvidia-smi" if gpus.smi is None else (
             f"{count} GPU{'s' if count != 1 else ''}" + (f": {names[0]}" if names else ""))
     if topo.kind != "gpu":
         return Check("gpus", "ok", f"{found}; CPU workload ({need} process{'es' if need != 1 else ''} per node)")
@@ -238,52 +250,52 @@ def _gpu_check(plan: RunPlan, gpus: dict, host: str) -> Check:
         return Check("gpus", "error", f"{found}, but {wanted}" + (f" ({accel})" if accel else ""),
                      f"run on a node with {need}+ GPUs, or lower compute.accelerator_type/gpus_per_node "
                      "(and num_accelerators) to what the nodes have")
-    names = gpus.get("names", [])
+    names = gpus.names
     if topo.gpu_model and not all(topo.gpu_model.lower() in n.lower() for n in names[:need]):
         return Check("gpus", "warning", f"{found}, but the workload says {topo.gpu_model}",
                      f"set compute.accelerator_type to the GPUs {host} has, so memory estimates match")
     return Check("gpus", "ok", f"{found}; {wanted}")
 
 
-def _disk_check(disk: dict, host: str) -> Check:
-    if "error" in disk:
-        return Check("disk", "error", f"could not check the run root: {disk['error']}")
-    free_gib = disk["free_bytes"] / 2**30
-    where = disk["path"] if disk["existing"] == disk["path"] else f"{disk['existing']} (for {disk['path']})"
+def _disk_check(disk: DiskFacts, host: str) -> Check:
+    if disk.error:
+        return Check("disk", "error", f"could not check the run root: {disk.error}")
+    free_gib = disk.free_bytes / 2**30
+    where = disk.path if disk.existing == disk.path else f"{disk.existing} (for {disk.path})"
     detail = f"{free_gib:.1f} GiB free at {where}"
-    if not disk.get("writable", True):
-        return Check("disk", "error", f"{disk['existing']} is not writable", f"make it writable on {host}")
+    if not disk.writable:
+        return Check("disk", "error", f"{disk.existing} is not writable", f"make it writable on {host}")
     if free_gib < LOW_DISK_GIB:
         return Check("disk", "warning", f"only {detail}",
                      f"free space on {host}: logs, code snapshots and checkpoints land there")
     return Check("disk", "ok", detail)
 
 
-def _output_dir_check(out: dict, host: str) -> Check:
-    if "error" in out:
-        return Check("output_dir", "error", f"could not check parameters.output_dir: {out['error']}")
-    if not out.get("is_dir", True):
-        return Check("output_dir", "error", f"parameters.output_dir {out['path']}: {out['existing']} is a file",
+def _output_dir_check(out: OutputDirFacts, host: str) -> Check:
+    if out.error:
+        return Check("output_dir", "error", f"could not check parameters.output_dir: {out.error}")
+    if not out.is_dir:
+        return Check("output_dir", "error", f"parameters.output_dir {out.path}: {out.existing} is a file",
                      f"point parameters.output_dir at a folder on {host}")
-    if not out.get("writable", True):
-        return Check("output_dir", "error", f"parameters.output_dir {out['path']}: {out['existing']} is not "
+    if not out.writable:
+        return Check("output_dir", "error", f"parameters.output_dir {out.path}: {out.existing} is not "
                      "writable", f"make it writable on {host}, or point parameters.output_dir elsewhere")
-    return Check("output_dir", "ok", f"{out['path']} can be written")
+    return Check("output_dir", "ok", f"{out.path} can be written")
 
 
-def _port_check(plan: RunPlan, master: dict, host: str) -> Check:
+def _port_check(plan: RunPlan, master: MasterFacts, host: str) -> Check:
     target = f"{plan.master_addr}:{plan.master_port}"
-    if "error" in master:
-        return Check("rendezvous", "error", f"could not check {target}: {master['error']}")
-    if "resolve_error" in master:
+    if master.error:
+        return Check("rendezvous", "error", f"could not check {target}: {master.error}")
+    if master.resolve_error:
         return Check("rendezvous", "error", f"MASTER_ADDR {plan.master_addr!r} does not resolve on {host}: "
-                     f"{master['resolve_error']}",
+                     f"{master.resolve_error}",
                      "set compute.master_addr to node 0's IP address (an ~/.ssh/config alias is not a DNS name)")
-    bind = master.get("bind_error")
+    bind = master.bind_error
     if bind is None:
         return Check("rendezvous", "ok", f"{target} is free to bind")
-    if bind["errno"] == "EADDRINUSE":
-        where = "" if bind["where"] == "addr" else " (held on another interface)"
+    if bind.errno == "EADDRINUSE":
+        where = "" if bind.where == "addr" else " (held on another interface)"
         held = f"port {plan.master_port} is in use on {host}{where}"
         if plan.workload.compute.master_port is None:
             return Check("rendezvous", "warning", f"{held}; the launch will rendezvous on a free port instead",
@@ -292,27 +304,26 @@ def _port_check(plan: RunPlan, master: dict, host: str) -> Check:
         return Check("rendezvous", "error", held,
                      f"pick a free one (--set compute.master_port={plan.master_port + 1}), or stop what holds it "
                      f"(ss -ltnp 'sport = :{plan.master_port}')")
-    if bind["errno"] == "EADDRNOTAVAIL":
-        return Check("rendezvous", "error", f"MASTER_ADDR {plan.master_addr} ({', '.join(master['addrs'])}) "
+    if bind.errno == "EADDRNOTAVAIL":
+        return Check("rendezvous", "error", f"MASTER_ADDR {plan.master_addr} ({', '.join(master.addrs)}) "
                      f"is not an address of node 0 ({host})",
                      "set compute.master_addr to node 0's address as the other nodes reach it")
-    return Check("rendezvous", "error", f"cannot bind {target}: {bind['errno']} {bind['message']}",
+    return Check("rendezvous", "error", f"cannot bind {target}: {bind.errno} {bind.message}",
                  "use a port of 1024 or above that nothing else uses (compute.master_port)")
 
 
-def _resolve_check(plan: RunPlan, master: dict, host: str, hostname: str | None,
+def _resolve_check(plan: RunPlan, master: MasterFacts, host: str, hostname: str | None,
                    node0_hostname: str | None) -> Check:
-    import ipaddress
 
     addr = plan.master_addr
-    if "error" in master:
-        return Check("master_addr", "error", f"could not resolve {addr}: {master['error']}")
-    if "resolve_error" in master:
+    if master.error:
+        return Check("master_addr", "error", f"could not resolve {addr}: {master.error}")
+    if master.resolve_error:
         return Check("master_addr", "error", f"MASTER_ADDR {addr!r} does not resolve on {host}: "
-                     f"{master['resolve_error']}",
+                     f"{master.resolve_error}",
                      "set compute.master_addr to node 0's IP address (an ~/.ssh/config alias is not a DNS name)")
-    addrs = master.get("addrs", [])
-    if (addrs and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs)
+    addrs = master.addrs
+    if (addrs and all(_is_loopback(a) for a in addrs)
             and hostname and node0_hostname and hostname != node0_hostname):
         return Check("master_addr", "error", f"MASTER_ADDR {addr} is a loopback address: on {host} "
                      f"({hostname}) it is not node 0 ({node0_hostname})",
@@ -320,30 +331,30 @@ def _resolve_check(plan: RunPlan, master: dict, host: str, hostname: str | None,
     return Check("master_addr", "ok", f"{addr} resolves to {', '.join(addrs)}")
 
 
-def _iface_check(plan: RunPlan, node: NodePlan, found: dict, host: str) -> Check:
+def _iface_check(plan: RunPlan, node: NodePlan, found: InterfaceFacts, host: str) -> Check:
     """The interface gloo and NCCL will use on this node: the one the workload names (it must exist
     there), else the one that reaches MASTER_ADDR, which the node sets at the job's start."""
-    if "error" in found:
-        return Check("interface", "warning", f"could not list the interfaces: {found['error']}",
+    if found.error:
+        return Check("interface", "warning", f"could not list the interfaces: {found.error}",
                      f"set env_variables.GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME) to {host}'s interface on "
                      "the nodes' network if the run hangs at its start")
     named = {n: plan.workload.env_variables[n] for n in IFACE_ENV if n in plan.workload.env_variables}
-    names = found.get("names", [])
+    names = list(found.names)
     missing = {n: v for n, v in named.items() if names and not _iface_exists(n, v, names)}
     if missing:
         what = ", ".join(f"env_variables.{n}={v}" for n, v in missing.items())
         return Check("interface", "error", f"{what}: no such interface on {host} (it has {', '.join(names)})",
                      f"name the interface that reaches MASTER_ADDR {plan.master_addr} on {host}, or remove the "
                      "variable: the launcher then sets it to that interface on each node")
-    route = found.get("route", {})
+    route = found.route
     if not node.iface_env:
         return Check("interface", "ok", ", ".join(f"{n}={v} (set by the workload)" for n, v in named.items()))
-    if not route.get("iface"):
+    if not route.iface:
         return Check("interface", "error", f"no interface of {host} reaches MASTER_ADDR {plan.master_addr}: "
-                     f"{route.get('error', 'nothing found')}",
+                     f"{route.error or 'nothing found'}",
                      f"set env_variables.GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME) to {host}'s interface on "
                      "the nodes' network")
-    return Check("interface", "ok", f"{' and '.join(node.iface_env)}={route['iface']} ({route.get('local')}, "
+    return Check("interface", "ok", f"{' and '.join(node.iface_env)}={route.iface} ({route.local}, "
                  f"the interface that reaches MASTER_ADDR {plan.master_addr}; set by the launcher at the start)")
 
 
@@ -358,3 +369,13 @@ def _iface_exists(variable: str, value: str, names: list[str]) -> bool:
         if not any(n == item if exact else n.startswith(item) for n in names):
             return False
     return True
+
+
+def _is_loopback(addr: str) -> bool:
+    """Whether a node's resolved address is a loopback one (an address that does not parse is not)."""
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(addr.split("%")[0]).is_loopback
+    except ValueError:
+        return False

@@ -118,3 +118,42 @@ def cleaned(directory: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def files_left(home: Path, run_id: str) -> list[str]:
+    """Where a run's files stay once its record is forgotten (``rm`` without ``--files``), each with the
+    command that removes it; empty when its folders were removed already (or it has none)."""
+    import shlex
+
+    from launcher.runs.core.space import fmt_bytes
+
+    record = RunStore(home).get_run(run_id)
+    if record is None or cleaned(record.directory) is not None:
+        return []
+    out = []
+    here = Path(home) / LOCAL_NODES_DIR / run_id
+    if here.is_dir():
+        size = fmt_bytes(folder_bytes(here))
+        out.append(f"its files here stay: {here} ({size}: checkpoints, exports, outputs); remove them: "
+                   f"rm -r {shlex.quote(str(here))}")
+    for node in record.nodes:
+        if not node.node_dir.startswith(str(home)):
+            out.append(f"its files on node {node.node_rank} ({node.host}) stay there: {node.node_dir}")
+    if out:
+        out.append(f"(fsdp-tui clean {run_id}, or rm --files, removes a run's folders on every node; run it "
+                   "before rm, while the record still knows the nodes)")
+    return out
+
+
+def folder_bytes(folder: Path) -> int:
+    """Bytes of the regular files under ``folder`` (links are not followed: they hold no space of the run's)."""
+    import os
+
+    total = 0
+    for root, _dirs, names in os.walk(folder):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+    return total

@@ -147,3 +147,25 @@ def sweep_lost_now(home: Path) -> list[str]:
     if not due(home):
         return []
     return asyncio.run(sweep_lost(home))
+
+
+def job_may_live(record) -> str:
+    """Why a relaunch now would start a second SLURM job beside one that may still run (empty: it would
+    not). A SLURM run that has not ended, or one whose login node was lost before its job was stopped, may
+    have its job running."""
+    if record is None:
+        return ""
+    try:
+        slurm = load_plan(record.directory).workload.compute.slurm
+    except (OSError, ValueError):
+        return ""  # no plan recorded (a run recorded before plans were kept): not a SLURM job of ours
+    if slurm is None:
+        return ""
+    if not record.summary.state.is_final:
+        return (f"its SLURM job may still be running (the run is {record.summary.state.value}); relaunching "
+                f"would start a second job beside it: fsdp-tui cancel {record.summary.run_id} first")
+    swept = _read(record.directory)
+    if any(n.state == NodeState.LOST and not swept.get(str(n.node_rank), {}).get("done") for n in record.nodes):
+        return ("its login node was lost while the job ran, so the job may still be running; once the login "
+                "answers, the next fsdp-tui command (fsdp-tui runs) stops it, then relaunch")
+    return ""

@@ -217,3 +217,17 @@ def _type_name(annotation: Any) -> str:
         return "mapping"
     name = getattr(inner, "__name__", None)
     return name if name and typing.get_origin(inner) is None else str(inner).replace("typing.", "")
+
+
+def workload_schema() -> dict[str, Any]:
+    """The JSON Schema of workload files (``fsdp-tui schema``, for yaml-language-server); ``parameters`` follows the trainer's schema when there is no ``command``."""
+    schema = Workload.model_json_schema()
+    trainer = TrainerConfig.model_json_schema()
+    defs = schema.setdefault("$defs", {})
+    defs.update(trainer.pop("$defs", {}))
+    defs["TrainerConfig"] = trainer
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "fsdp-tui workload"
+    schema["if"] = {"not": {"required": ["command"]}}
+    schema["then"] = {"properties": {"parameters": {"$ref": "#/$defs/TrainerConfig"}}}
+    return schema

@@ -21,7 +21,7 @@ from launcher.backends.base import NodeStatus
 from launcher.runs.core import streams
 from launcher.runs.core.output_dirs import fixed_output_dir, output_dir_users
 from launcher.runs.core.store import RunStore
-from launcher.runs.core.triage import gone_report, gone_words
+from launcher.runs.core.triage import TriageReport, gone_report, gone_words
 from launcher.runs.owner.rendezvous import port_taken_in_log
 from launcher.runs.owner.tracking import probe
 from launcher.workload.plan import build_plan
@@ -166,10 +166,10 @@ def test_a_dead_tracking_server_is_known_in_seconds_whether_it_refuses_or_never_
 def test_a_node_without_its_job_is_lost_and_named_before_what_the_survivors_logs_blamed(status, reconnected, words):
     said = gone_words(status, reconnected)
     assert said.startswith("lost: ") and words in said
-    from_logs = {"node_rank": 0, "summary": "node 0 rank 0: python_error: RuntimeError: Connection reset by peer"}
+    from_logs = TriageReport(node_rank=0, said="node 0 rank 0: python_error: RuntimeError: Connection reset by peer")
     report = gone_report(from_logs, 1, "rp2", said)
-    assert report["node_rank"] == 1 and report["signature"] == "lost"
-    assert report["summary"] == f"node 1 (rp2): {said}" and report["consequence"] == from_logs["summary"]
+    assert report.node_rank == 1 and report.signature == "lost"
+    assert report.summary == f"node 1 (rp2): {said}" and report.consequence == from_logs.summary
 
 
 def test_a_job_recorded_before_the_machine_restarted_is_not_taken_for_running(tmp_path):

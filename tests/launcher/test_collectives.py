@@ -110,7 +110,7 @@ def test_a_stall_takes_the_dumps_by_itself_and_names_the_collective(tmp_path):
                        cancel_requested=lambda: "(flight recorder)" in (policy.stalled or "") or nodes[0].polls > 2000)
     outcome = asyncio.run(asyncio.wait_for(policy.run(), 30))
     said = "rank 3 (node 1) never entered all_reduce #6; ranks 0, 1 (node 0), 2 (node 1) wait in it (flight recorder)"
-    assert said in outcome.triage["summary"], outcome.triage
+    assert said in outcome.triage.summary, outcome.triage
     details = [t[3] for t in store.get_run(plan.run_id).transitions]
     assert any(d.startswith("stalled at step 5: no step for") and said in d and d.endswith("for every rank's stack")
                for d in details), details

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from launcher.doctor.judge import NodeProbe, evaluate
+from launcher.doctor.reply import ProbeReply
 from launcher.workload.plan import build_plan
 from launcher.workload.validate import validate_text
 from tests.launcher.conftest import ROOT, cli, write_workload
@@ -313,7 +314,7 @@ def _merge(base: dict, change: dict) -> dict:
 ])
 def test_evaluate_judges_probe_facts(rank, change, name, status, words):
     plan = _plan(GPU2)
-    probe = NodeProbe(f"node {rank}", "/opt/py/bin/python", local=False, facts=_merge(GOOD, change))
+    probe = NodeProbe(f"node {rank}", "/opt/py/bin/python", local=False, facts=ProbeReply.from_wire(_merge(GOOD, change)))
     report = evaluate(plan, plan.nodes[rank], probe, node0_hostname="gpu01")
     check = {c.name: c for c in report.checks}[name]
     assert check.status == status and report.status == status, check  # the one fact changed decides
@@ -334,7 +335,7 @@ def test_an_interface_the_workload_names_must_exist_on_the_node(env, status, wor
     result = validate_text(f"experiment_name: t\ncompute: {GPU2}\ncommand: 'true'\nenv_variables: {env}\n")
     plan = build_plan(result.workload, run_id="t")
     assert plan.nodes[1].iface_env == tuple(n for n in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME") if n not in env)
-    report = evaluate(plan, plan.nodes[1], NodeProbe("node 1", "/opt/py/bin/python", local=False, facts=GOOD),
+    report = evaluate(plan, plan.nodes[1], NodeProbe("node 1", "/opt/py/bin/python", local=False, facts=ProbeReply.from_wire(GOOD)),
                       node0_hostname="gpu01")
     check = {c.name: c for c in report.checks}["interface"]
     assert check.status == status and words in check.detail, check
@@ -343,14 +344,14 @@ def test_an_interface_the_workload_names_must_exist_on_the_node(env, status, wor
 def test_one_node_runs_set_no_interface():
     plan = _plan("{accelerator_type: CPU}", builtin=True)
     assert plan.nodes[0].iface_env == () and "interface" not in {
-        c.name for c in evaluate(plan, plan.nodes[0], NodeProbe("n", "p", True, facts=GOOD)).checks}
+        c.name for c in evaluate(plan, plan.nodes[0], NodeProbe("n", "p", True, facts=ProbeReply.from_wire(GOOD))).checks}
 
 
 def test_builtin_trainer_needs_fsdp2_torch_and_its_packages():
     plan = _plan("{accelerator_type: CPU}", builtin=True)
     facts = _merge(GOOD, {"packages": {"torch": {"version": "2.4.1+cpu", "import": "ok", "cuda": None},
                                        "transformers": {"version": None}}})
-    report = evaluate(plan, plan.nodes[0], NodeProbe("node 0", "/opt/py/bin/python", True, facts=facts))
+    report = evaluate(plan, plan.nodes[0], NodeProbe("node 0", "/opt/py/bin/python", True, facts=ProbeReply.from_wire(facts)))
     found = {c.name: c for c in report.checks}
     assert found["torch"].status == "error" and "needs torch 2.11+" in found["torch"].detail
     assert found["transformers"].detail == "not installed for /opt/py/bin/python"

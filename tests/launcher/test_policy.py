@@ -182,12 +182,12 @@ def test_policy(case: Case, tmp_path):
     if case.node_states is not None:
         assert {n.node_rank: n.state for n in record.nodes} == case.node_states
     if case.detail:
-        said = " ".join(t[3] for t in record.transitions) + json.dumps(outcome.triage or {})
+        said = " ".join(t[3] for t in record.transitions) + json.dumps(outcome.triage.to_dict() if outcome.triage else {})
         assert case.detail in said, said
     if case.stopped is not None:
         assert ("stop" in backend.calls) == case.stopped
     if case.triage is not None:
-        assert {k: outcome.triage.get(k) for k in case.triage} == case.triage, outcome.triage
+        assert {k: outcome.triage.to_dict().get(k) for k in case.triage} == case.triage, outcome.triage
 
 
 def test_a_run_adopted_after_its_job_ended_records_when_the_job_ended(tmp_path):
@@ -258,7 +258,7 @@ def test_a_run_that_stops_stepping_is_flagged_stalled_and_its_stacks_are_kept(tm
     # other node's reads or the machine's load put them.
     outcome = asyncio.run(asyncio.wait_for(policy.run(), 20))
     assert outcome.state == RunState.CANCELLED
-    assert outcome.triage["signature"] == "stalled" and "stalled at step 5" in outcome.triage["summary"]
+    assert outcome.triage.signature == "stalled" and "stalled at step 5" in outcome.triage.summary
     details = [t[3] for t in store.get_run(plan.run_id).transitions]
     assert any(d.startswith("stalled at step 5: no step for") for d in details), details
     events = [json.loads(x) for x in (tmp_path / "runs" / plan.run_id / "events.jsonl").read_text().splitlines()]

@@ -16,6 +16,7 @@ import pytest
 from launcher.events import NodeState, RunState
 from launcher.runs.core.rebuild import check_store, read_run, rebuild_store
 from launcher.runs.core.store import RunStore, StoreDamaged
+from launcher.runs.core.triage import TriageReport
 from launcher.runs.launch import create_run
 from launcher.runs.owner.recorder import Recorder
 from launcher.workload.plan import build_plan
@@ -50,7 +51,7 @@ def _record(home: Path, run_id: str, name: str, *, fail: bool) -> None:
         rec.set_state(RunState.RETRYING, "attempt 2 of 2")
         rec.attempt = 2
         rec.set_state(RunState.RUNNING)
-        rec.finished(RunState.FAILED, 3, {"summary": "node 1: exited, exit code 3"})
+        rec.finished(RunState.FAILED, 3, TriageReport(node_rank=1, exit_code=3))
     else:
         for rank in (0, 1):
             rec.set_node(rank, NodeState.EXITED, 0)

@@ -325,7 +325,7 @@ class SlurmBackend(AgentFleet):
             except ValueError:
                 answer = {}  # being replaced: read again
             if answer.get("request") == token:
-                return tuple(StackDump(s["pid"], s.get("rank"), s["how"], s["text"]) for s in answer["stacks"])
+                return StackDump.many_from_wire(answer.get("stacks"))
             await asyncio.sleep(STOP_POLL_S)
         raise NodeError(f"{self.label(rank)}: its SLURM task did not answer the stack dump within "
                         f"{STACKS_WAIT_S:.0f} s (is the job running?)", rank)

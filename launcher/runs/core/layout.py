@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from launcher.events import RunEvent, event_to_dict
+from launcher.runs.core.triage import TriageReport
 from launcher.workload.plan import RunPlan, plan_from_json, plan_to_json
 from trainer.protocol import MetricRecord, ResumeCheck
 
@@ -34,6 +35,8 @@ RESUME_CHECK = "resume-check.json"
 ``show``, ``runs`` and the app read without scanning the metrics."""
 STATE_FILE = "mlflow.json"
 """What the owner has logged to MLflow for the run (its MLflow run id, the last step sent)."""
+TRIAGE = "triage.json"
+"""Why the run ended as it did (:class:`~launcher.runs.core.triage.TriageReport`), written by its owner."""
 
 
 def save_plan(directory: Path, plan: RunPlan) -> None:
@@ -45,6 +48,19 @@ def save_plan(directory: Path, plan: RunPlan) -> None:
 
 def load_plan(directory: Path) -> RunPlan:
     return plan_from_json(json.loads((directory / PLAN).read_text()))
+
+
+def save_triage(directory: Path, report: TriageReport) -> None:
+    """The run's triage, kept for every reader (``show``, the app, comparisons, notifications, MLflow)."""
+    (directory / TRIAGE).write_text(json.dumps(report.to_dict(), indent=2))
+
+
+def read_triage(directory: Path) -> TriageReport | None:
+    """The run's triage as its owner kept it; ``None`` while it has none (or the file is not one)."""
+    try:
+        return TriageReport.from_wire(json.loads((directory / TRIAGE).read_text()))
+    except (OSError, ValueError):
+        return None
 
 
 def load_options(directory: Path) -> dict:

@@ -15,6 +15,7 @@ from pathlib import Path
 from launcher.notify.deliver import Delivery, deliver
 from launcher.notify.summary import CheckpointFact, RunFacts, build_summary
 from launcher.paths import run_dir
+from launcher.runs.core.layout import read_triage
 from launcher.runs.core.store import RunStore
 from launcher.runs.core.usage import usage_of_record
 from launcher.runs.core.user_settings import SettingsError, effective_notify, load_user_settings
@@ -30,7 +31,8 @@ def gather_facts(home: Path, run_id: str, event: str, checkpoint: CheckpointFact
         raise LookupError(f"no run '{run_id}'")
     s = record.summary
     directory = run_dir(home, run_id)
-    triage = _json(directory / "triage.json") if event != "succeeded" else None
+    found = read_triage(directory) if event != "succeeded" else None
+    triage = found.to_dict() if found is not None else None
     try:
         prices = load_user_settings().prices
     except SettingsError:

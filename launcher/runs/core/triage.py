@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from launcher.runs.core.display import sanitize_line
@@ -37,15 +37,35 @@ class Signature:
 
 @dataclass(frozen=True)
 class TriageReport:
-    node_rank: int | None
-    rank: int | None
-    exit_code: int | None
-    signature: str | None
-    line_no: int | None
-    excerpt: str
+    """Why a run ended as it did, as the owner found it: the first failing node and rank, exit code, the
+    first error signature and its line. Kept in the run's ``triage.json`` (written and read only through
+    :mod:`launcher.runs.core.layout`), carried by ``RunFinished``, shown by ``show``, the app, the
+    comparison and the notifications."""
+
+    node_rank: int | None = None
+    rank: int | None = None
+    exit_code: int | None = None
+    signature: str | None = None
+    """``oom``, ``nccl_timeout``, ``python_error``, ... (:data:`SIGNATURES`), or what the launcher saw itself:
+    ``lost``, ``stalled``, ``idle``, ``time_limit``, ``launch``, a scheduler's cause."""
+    line_no: int | None = None
+    excerpt: str = ""
+    said: str = ""
+    """The summary in the launcher's own words, when it saw the cause itself (a node lost, a stall, the
+    scheduler); empty: :attr:`summary` is made from the fields."""
+    consequence: str = ""
+    """What the logs blamed when another node was the root cause (a survivor's ``Connection reset``)."""
+    scheduler: str = ""
+    """What the scheduler said of the node (SLURM), beside the node's own log line."""
+    slow_ranks: tuple[str, ...] = ()
+    """Ranks far slower than the others in the newest steps, in words (added when the run is read)."""
+    odd_nodes: tuple[str, ...] = ()
+    """Nodes far from the others, in words (added when the run is read)."""
 
     @property
     def summary(self) -> str:
+        if self.said:
+            return self.said
         where = f"node {self.node_rank}" if self.node_rank is not None else "unknown node"
         if self.rank is not None:
             where += f" rank {self.rank}"
@@ -54,7 +74,43 @@ class TriageReport:
         return f"{where}: {what}{code}" + (f": {self.excerpt}" if self.excerpt else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "summary": self.summary}
+        """The JSON of ``triage.json`` and of ``show --json``: the fields and ``summary``; the extras only
+        when set."""
+        data: dict[str, Any] = {"node_rank": self.node_rank, "rank": self.rank, "exit_code": self.exit_code,
+                                "signature": self.signature, "line_no": self.line_no, "excerpt": self.excerpt,
+                                "summary": self.summary}
+        for key in ("consequence", "scheduler"):
+            if getattr(self, key):
+                data[key] = getattr(self, key)
+        for key in ("slow_ranks", "odd_nodes"):
+            if getattr(self, key):
+                data[key] = list(getattr(self, key))
+        return data
+
+    @classmethod
+    def from_wire(cls, data: object) -> TriageReport | None:
+        """A triage as kept in ``triage.json`` or sent in an event, decoded once: fields of the wrong type
+        are left out, text comes out printable on one line; ``None`` for what is no triage at all."""
+        if not isinstance(data, dict):
+            return None
+
+        def num(key: str) -> int | None:
+            value = data.get(key)
+            return value if type(value) is int else None
+
+        def text(key: str) -> str:
+            value = data.get(key)
+            return sanitize_line(value) if isinstance(value, str) else ""
+
+        def lines(key: str) -> tuple[str, ...]:
+            value = data.get(key)
+            return tuple(sanitize_line(v) for v in value if isinstance(v, str)) if isinstance(value, list) else ()
+
+        report = cls(num("node_rank"), num("rank"), num("exit_code"), text("signature") or None, num("line_no"),
+                     text("excerpt"), "", text("consequence"), text("scheduler"), lines("slow_ranks"),
+                     lines("odd_nodes"))
+        said = text("summary")  # kept only where it is not what the fields say anyway
+        return replace(report, said=said) if said and said != report.summary else report
 
 
 # Every signature needs one of these words: a cheap test that lets ordinary lines skip the regexes.
@@ -150,16 +206,22 @@ def reason_signature(why: str) -> str:
     return "launch"
 
 
-def stalled_report(why: str) -> dict:
+def said_report(why: str, signature: str, node_rank: int | None = None) -> TriageReport:
+    """The triage of an end the launcher saw itself, in its own words (a stall, a failed launch, a time
+    limit, idle GPUs): no rank or line to point at."""
+    return TriageReport(node_rank=node_rank, signature=signature, excerpt=why, said=why)
+
+
+def stalled_report(why: str) -> TriageReport:
     """The triage of a run stopped because its steps stalled (no rank or line to point at)."""
-    return {"node_rank": None, "rank": None, "exit_code": None, "signature": "stalled", "line_no": None,
-            "excerpt": why, "summary": why}
+    return said_report(why, "stalled")
 
 
-def node_error_report(from_logs: dict, rank: int, host: str, error: str, exit_code: int | None) -> dict:
+def node_error_report(from_logs: TriageReport, rank: int, host: str, error: str,
+                      exit_code: int | None) -> TriageReport:
     """The triage when a node's agent saw the cause itself (its disk, not the job)."""
-    return {**from_logs, "summary": f"node {rank} ({host}): {error}", "node_rank": rank,
-            "signature": reason_signature(error), "excerpt": error, "exit_code": exit_code}
+    return replace(from_logs, said=f"node {rank} ({host}): {error}", node_rank=rank,
+                   signature=reason_signature(error), excerpt=error, exit_code=exit_code)
 
 
 def gone_words(status, reconnected: bool) -> str:
@@ -175,27 +237,21 @@ def gone_words(status, reconnected: bool) -> str:
     return "lost: the process recording its job on the node died"
 
 
-def gone_report(from_logs: dict, rank: int, host: str, words: str) -> dict:
+def gone_report(from_logs: TriageReport, rank: int, host: str, words: str) -> TriageReport:
     """The triage when a node was found without its job: that node is the root cause, and what the logs
     blamed (a survivor's "Connection reset by peer") is kept as its consequence."""
-    report = {"node_rank": rank, "rank": None, "exit_code": None, "signature": "lost", "line_no": None,
-              "excerpt": words, "summary": f"node {rank} ({host}): {words}"}
-    if from_logs.get("summary") and from_logs.get("node_rank") != rank:
-        report["consequence"] = from_logs["summary"]
-    return report
+    return TriageReport(node_rank=rank, signature="lost", excerpt=words, said=f"node {rank} ({host}): {words}",
+                        consequence=from_logs.summary if from_logs.node_rank != rank else "")
 
 
-def scheduler_report(from_logs: dict, cause, host: str, exit_code: int | None) -> dict:
+def scheduler_report(from_logs: TriageReport, cause, host: str, exit_code: int | None) -> TriageReport:
     """The triage when the scheduler saw a node die (``cause``: a
     :class:`~launcher.backends.base.SchedulerCause`). The node's own log line stays the excerpt when it
     is the same node and tells more; else the scheduler's node is the root cause and what the logs blamed
     is kept as its consequence."""
     where = f"node {cause.rank} ({host})" if cause.rank is not None else host
-    if from_logs.get("node_rank") == cause.rank and from_logs.get("signature") not in (None, "launch"):
-        return {**from_logs, "scheduler": cause.words}
-    report = {"node_rank": cause.rank, "rank": None, "exit_code": exit_code, "signature": cause.signature,
-              "line_no": None, "excerpt": cause.words, "summary": f"{where}: {cause.words}",
-              "scheduler": cause.words}
-    if from_logs.get("summary") and from_logs.get("node_rank") != cause.rank:
-        report["consequence"] = from_logs["summary"]
-    return report
+    if from_logs.node_rank == cause.rank and from_logs.signature not in (None, "launch"):
+        return replace(from_logs, scheduler=cause.words)
+    return TriageReport(node_rank=cause.rank, exit_code=exit_code, signature=cause.signature, excerpt=cause.words,
+                        said=f"{where}: {cause.words}", scheduler=cause.words,
+                        consequence=from_logs.summary if from_logs.node_rank != cause.rank else "")

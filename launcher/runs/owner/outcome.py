@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.events import RunState
+from launcher.runs.core.triage import TriageReport
 
 
 @dataclass(frozen=True)
@@ -14,7 +15,7 @@ class Outcome:
 
     state: RunState
     exit_code: int | None = None
-    triage: dict | None = None
+    triage: TriageReport | None = None
     why: str = ""
 
 

@@ -18,9 +18,11 @@ from launcher.events import NodeState, RunState
 from launcher.runs.core.collectives import stuck_collectives
 from launcher.runs.core.space import RecordUnwritable
 from launcher.runs.core.triage import (
+    TriageReport,
     gone_report,
     node_error_report,
     reason_signature,
+    said_report,
     stalled_report,
     triage_run,
 )
@@ -134,9 +136,9 @@ class RunPolicy(NodeFollowing):
                 cause = await self.backend.scheduler_cause()
                 if cause is not None:
                     triage = self.scheduler.cause_triage(triage, cause, self.exit_codes)
-                if triage.get("signature") is None and self.start_error:
+                if triage.signature is None and self.start_error:
                     return await self._fail(str(self.start_error), self.start_error.node_rank)
-                if self.stalled and triage.get("signature") in (None, "killed"):
+                if self.stalled and triage.signature in (None, "killed"):
                     triage = self._stalled_triage()
                 return Outcome(outcome.state, outcome.exit_code, triage)
             if self.stalled and outcome.state in (RunState.CANCELLED, RunState.TIMED_OUT):
@@ -150,10 +152,9 @@ class RunPolicy(NodeFollowing):
         self.rec.set_state(RunState.FAILED, why)
         if self.started:
             await self._stop_all()
-        triage = {"summary": why, "node_rank": node_rank, "rank": None, "exit_code": None,
-                  "signature": reason_signature(why), "line_no": None, "excerpt": why}
-        for rank, detail in self.lost.items():
-            triage.update(node_rank=rank, signature="lost", excerpt=detail)
+        triage = said_report(why, reason_signature(why), node_rank)
+        for rank, detail in self.lost.items():  # a lost node is the cause the user can act on
+            triage = TriageReport(node_rank=rank, signature="lost", excerpt=detail, said=why)
             break
         self.rec.write_triage(triage)
         return Outcome(RunState.FAILED, None, triage)
@@ -297,7 +298,7 @@ class RunPolicy(NodeFollowing):
             self.stalled = f"{head}; {stuck[0].says}" + (f"; {hint}" if hint else "")
             self.rec.set_state(RunState.RUNNING, self.stalled)
 
-    def _stalled_triage(self) -> dict:
+    def _stalled_triage(self) -> TriageReport:
         report = stalled_report(self.stalled)
         self.rec.write_triage(report)
         return report
@@ -401,10 +402,10 @@ class RunPolicy(NodeFollowing):
             detail = f"processes left: {list(out.left)}" if out.left else out.error
             self.rec.set_node(out.rank, NodeState.STOPPED, detail=detail)
 
-    def _triage(self) -> dict:
+    def _triage(self) -> TriageReport:
         """Why the attempt failed: what the logs say, unless a node was found without its job (it is named
         first, the logs' verdict its consequence) or a node's agent saw the cause itself (its disk)."""
-        report = triage_run(self.rec.node_logs(), dict(self.exit_codes)).to_dict()
+        report = triage_run(self.rec.node_logs(), dict(self.exit_codes))
         nodes = self.backend.plan.nodes
         if self.gone:
             rank = min(self.gone)

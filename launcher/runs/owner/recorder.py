@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 import sqlite3
 import time
@@ -46,10 +45,12 @@ from launcher.runs.core.layout import (
     file_size,
     mirror_path,
     read_records,
+    save_triage,
 )
 from launcher.runs.core.space import RecordUnwritable, SpaceWatch, is_write_failure, write_failure
 from launcher.runs.core.store import RunStore
 from launcher.runs.core.streams import LogMetrics
+from launcher.runs.core.triage import TriageReport
 from launcher.words import plural
 from trainer.protocol import KIND_RESUME_CHECK, MetricRecord
 
@@ -294,13 +295,13 @@ class Recorder:
         (self.dir / FORCED).write_text(self.forced)
         self.set_state(RunState.PREFLIGHT, self.forced)
 
-    def finished(self, state: RunState, exit_code: int | None, triage: dict | None,
+    def finished(self, state: RunState, exit_code: int | None, triage: TriageReport | None,
                  at: float | None = None) -> None:
         record = self.store.get_run(self.run_id)
         if (record is None or not record.summary.state.is_final) and not (
                 self.unwritten and self.last_state is not None and self.last_state.is_final):
-            self.set_state(state, (triage or {}).get("summary", "") or self.forced, at)
-        self.emit(RunFinished(self.run_id, state, exit_code, triage))
+            self.set_state(state, (triage.summary if triage else "") or self.forced, at)
+        self.emit(RunFinished(self.run_id, state, exit_code, triage.to_dict() if triage else None))
 
     MAX_FLIGHT_DUMPS = 1024
     MAX_FLIGHT_CHARS = 1 << 20
@@ -328,8 +329,8 @@ class Recorder:
         self.emit(StacksDumped(self.run_id, rank, str(path), summary))
         return path, summary
 
-    def write_triage(self, report: dict) -> None:
-        self.write((self.dir / "triage.json").write_text, json.dumps(report, indent=2))
+    def write_triage(self, report: TriageReport) -> None:
+        self.write(save_triage, self.dir, report)
 
     def node_logs(self, max_bytes: int = 2_000_000) -> dict[int, str]:
         """Each node's log of the last attempt (what triage reads)."""

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from launcher.backends.base import NodeStatus, SchedulerCause
 from launcher.events import NodeState, RunState
-from launcher.runs.core.triage import scheduler_report
+from launcher.runs.core.triage import TriageReport, said_report, scheduler_report
 from launcher.runs.owner.outcome import Outcome
 from launcher.runs.owner.recorder import Recorder
 from launcher.words import plural
@@ -72,12 +72,12 @@ class SchedulerVerdicts:
                                                   "resubmitted, it resumes from there")
         why = (f"the job stopped at its {resubmit} after saving a checkpoint, and {plural(self.resubmits, 'resubmission')} "
                "were all that compute.slurm.max_resubmits allows: resume it to go on")
-        triage = {"summary": why, "node_rank": None, "rank": None, "exit_code": None, "signature": "time_limit",
-                  "line_no": None, "excerpt": why}
+        triage = said_report(why, "time_limit")
         self.rec.write_triage(triage)
         return Outcome(RunState.TIMED_OUT, triage=triage)
 
-    def cause_triage(self, from_logs: dict, cause: SchedulerCause, exit_codes: dict[int, int | None]) -> dict:
+    def cause_triage(self, from_logs: TriageReport, cause: SchedulerCause,
+                     exit_codes: dict[int, int | None]) -> TriageReport:
         """The scheduler saw which node died first: that node is the root cause, in its words; what the
         logs blamed on another node (a survivor's "connection closed by peer") is its consequence."""
         host = self.host_of(cause.rank) if cause.rank is not None else cause.host

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from launcher.paths import private_files, run_dir
 from launcher.runs.core import pending
-from launcher.runs.core.layout import LOG_METRICS, METRICS, file_size, load_plan, read_records
+from launcher.runs.core.layout import LOG_METRICS, METRICS, TRIAGE, file_size, load_plan, read_records
 from launcher.runs.core.ownership import OwnerLock
 from launcher.runs.core.samples import read_samples
 from launcher.runs.owner.tracking import Tracker
@@ -35,7 +35,7 @@ class Sent:
 def artifacts(directory: Path) -> list[Path]:
     """What a run's MLflow run keeps as artifacts: its node logs, triage, workload and metrics."""
     return sorted((directory / "nodes").glob("*.log")) + [
-        directory / "triage.json", directory / "workload.yaml", directory / METRICS, directory / LOG_METRICS]
+        directory / TRIAGE, directory / "workload.yaml", directory / METRICS, directory / LOG_METRICS]
 
 
 def send(home: Path, run_id: str) -> Sent:

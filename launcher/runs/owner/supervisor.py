@@ -33,6 +33,7 @@ from launcher.runs.core.safe_step import newest_of_run, save_safe_step
 from launcher.runs.core.samples import read_samples
 from launcher.runs.core.store import RunStore, StoreDamaged
 from launcher.runs.core.streams import LogMetrics
+from launcher.runs.core.triage import TriageReport
 from launcher.runs.core.usage import usage_totals
 from launcher.runs.owner.ckpt_copy import Endpoint
 from launcher.runs.owner.idle import IdleGuard
@@ -151,7 +152,7 @@ class Supervisor:
         finally:
             syncing.cancel()
         if self.idle.stopping and outcome.state == RunState.CANCELLED and not outcome.triage:
-            outcome = dataclasses.replace(outcome, triage={"summary": self.idle.flagged, "signature": "idle"})
+            outcome = dataclasses.replace(outcome, triage=TriageReport(signature="idle", said=self.idle.flagged))
         await self._finish(outcome)
         await self._write_the_rest()
         return outcome

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from launcher.runs.core.layout import LOG_METRICS, METRICS, PLAN, read_records
+from launcher.runs.core.layout import LOG_METRICS, METRICS, PLAN, read_records, read_triage
 from launcher.runs.core.store import RunStore
 from launcher.runs.core.usage import usage_of_record
 from trainer.protocol import MetricRecord
@@ -131,11 +131,11 @@ def run_stats(home: Path, run_id: str, label: str = "") -> RunStats:
     compute = (plan.get("workload") or {}).get("compute") or {}
     nodes = len(plan.get("nodes") or ()) or record.summary.num_nodes
     procs = int(compute.get("procs_per_node") or 1)
-    triage = _json(directory / "triage.json") or {}
+    triage = read_triage(directory)
     s = record.summary
     failed = s.state.value in ("failed", "timed_out")
     stats = stats_from_records(run_id, label or s.experiment, s.state.value, records,
-                               signature=(triage.get("summary") or s.detail) if failed else "",
+                               signature=((triage.summary if triage else "") or s.detail) if failed else "",
                                num_nodes=nodes, world_size=nodes * procs,
                                wall_s=(s.ended_at - s.started_at) if s.started_at and s.ended_at else s.duration_s)
     usage = usage_of_record(record, plan.get("workload"), None, time.time())

@@ -23,7 +23,7 @@ from launcher.events import (
     event_from_dict,
 )
 from launcher.paths import run_dir
-from launcher.runs.core.layout import EVENTS, LOG_METRICS, METRICS, file_size, mirror_path
+from launcher.runs.core.layout import EVENTS, LOG_METRICS, METRICS, file_size, mirror_path, read_triage
 from launcher.runs.core.ownership import LOG_FILE, owned, owner_note, spawn_owner
 from launcher.runs.core.store import RunStore
 from launcher.runs.core.streams import LineSplitter
@@ -215,14 +215,8 @@ def _synthesised_end(store: RunStore, run_id: str, record) -> RunFinished:
     owner, or recorded by an older version)."""
     from launcher.events import RunState
 
-    triage = None
-    if record is not None:
-        path = record.directory / "triage.json"
-        if path.exists():
-            try:
-                triage = json.loads(path.read_text())
-            except ValueError:
-                triage = None
+    found = read_triage(record.directory) if record is not None else None
+    triage = found.to_dict() if found is not None else None
     state = record.summary.state if record is not None else RunState.FAILED
     return RunFinished(run_id, state, None, triage)
 

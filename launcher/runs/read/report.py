@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 from launcher.paths import run_dir
 from launcher.runs.core import pending
@@ -15,24 +18,87 @@ from launcher.runs.core.layout import (
     load_options,
     read_gathers,
     read_resume_check,
+    read_triage,
 )
 from launcher.runs.core.notifying import read_deliveries
 from launcher.runs.core.ownership import owned
-from launcher.runs.core.safe_step import lead_time_of_run
-from launcher.runs.core.store import RunStore
+from launcher.runs.core.safe_step import SafeStep, lead_time_of_run
+from launcher.runs.core.store import NodeRecord, RunStore
+from launcher.runs.core.triage import TriageReport
 from launcher.runs.core.usage import usage_of_record
 from launcher.runs.core.user_settings import SettingsError, load_user_settings
 from launcher.runs.read.ranks import rank_report
 from launcher.runs.read.view import fmt_duration
 
+JsonPart = Mapping[str, Any]
+"""A part of the report kept as the JSON its own module writes (usage, estimate, MLflow, ...)."""
 
-def run_report(home: Path, run_id: str) -> dict:
+
+@dataclass(frozen=True)
+class RunReport:
+    """One run told in full (``fsdp-tui show``, ``--json`` through :meth:`to_dict`). The parts named
+    ``JsonPart`` are the JSON their own modules keep, passed through as read."""
+
+    run_id: str
+    experiment: str
+    state: str
+    detail: str
+    attempt: int
+    max_attempts: int
+    started_at: float | None
+    ended_at: float | None
+    duration: str
+    step: int | None
+    max_steps: int | None
+    last_loss: float | None
+    best_eval_loss: float | None
+    owner: str
+    """``pid N`` of its owner, what happens to a live run without one, or empty."""
+    nodes: tuple[NodeRecord, ...]
+    triage: TriageReport | None
+    mlflow: JsonPart | None
+    directory: str
+    workload_path: str | None
+    output_dir: str | None
+    next: tuple[str, ...]
+    """Commands worth running next, in words."""
+    usage: JsonPart | None
+    estimate: JsonPart | None
+    notifications: tuple[JsonPart, ...]
+    lead_time: str
+    ranks: JsonPart
+    odd_nodes: tuple[str, ...]
+    data: JsonPart | None
+    resumed_from: JsonPart | None
+    router_aux_loss: float | None
+    checkpoints_place: str
+    gathers: tuple[JsonPart, ...]
+    resume_check: JsonPart | None
+    nettest: JsonPart | None = None
+    """The newest interconnect test of the same nodes (filled in by the API, which may read tests)."""
+    last_safe_step: SafeStep | None = None
+    """The newest complete checkpoint as its holder says (filled in by the API: it asks a node)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON of ``fsdp-tui show --json``: the fields as named, states and the triage as text."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["nodes"] = [{"node_rank": n.node_rank, "host": n.host, "state": n.state.value, "exit_code": n.exit_code,
+                          "detail": n.detail, "node_dir": n.node_dir} for n in self.nodes]
+        data["triage"] = self.triage.to_dict() if self.triage is not None else None
+        data["last_safe_step"] = (None if self.last_safe_step is None else
+                                  {**self.last_safe_step.to_dict(), "text": self.last_safe_step.text()})
+        for key in ("next", "notifications", "odd_nodes", "gathers"):
+            data[key] = list(data[key])
+        return data
+
+
+def run_report(home: Path, run_id: str) -> RunReport:
     record = RunStore(home).get_run(run_id)
     if record is None:
         raise LookupError(f"no run '{run_id}'")
     s = record.summary
     directory = record.directory
-    triage = _json(directory / "triage.json")
+    triage = read_triage(directory)
     plan = _json(directory / "plan.json") or {}
     workload = plan.get("workload", {})
     mlflow_state = _json(directory / STATE_FILE) or {}
@@ -48,11 +114,11 @@ def run_report(home: Path, run_id: str) -> dict:
     records = _newest_records(directory / METRICS)
     ranks = rank_report(records, len(record.nodes) or None).to_dict()
     if triage is not None and ranks["slow"]:  # a slow rank is worth reading beside why the run ended
-        triage = {**triage, "slow_ranks": [r["says"] for r in ranks["slow"]]}
+        triage = replace(triage, slow_ranks=tuple(r["says"] for r in ranks["slow"]))
     live = not s.state.is_final
     odd = _odd_nodes(record)
     if triage is not None and odd:
-        triage = {**triage, "odd_nodes": odd}
+        triage = replace(triage, odd_nodes=tuple(odd))
     next_steps = []
     if live:
         next_steps += [f"fsdp-tui logs {run_id} --follow", f"fsdp-tui cancel {run_id}"]
@@ -60,25 +126,23 @@ def run_report(home: Path, run_id: str) -> dict:
         next_steps += [f"fsdp-tui logs {run_id} --tail 50", f"fsdp-tui relaunch {run_id}"]
         if s.output_dir:
             next_steps.append(f"fsdp-tui resume {run_id}  (from its newest complete checkpoint)")
-    return {
-        "run_id": s.run_id, "experiment": s.experiment, "state": s.state.value, "detail": s.detail,
-        "attempt": s.attempt, "max_attempts": int(workload.get("max_retries", 0)) + 1,
-        "started_at": s.started_at, "ended_at": s.ended_at, "duration": fmt_duration(s.duration_s),
-        "step": s.step, "max_steps": s.max_steps, "last_loss": s.last_loss, "best_eval_loss": s.best_eval_loss,
-        "owner": (f"pid {record.launcher_pid}" if record.launcher_pid and owned(home, run_id)
-                  else ("none (the next command that lists runs adopts it)" if live else "")),
-        "nodes": [{"node_rank": n.node_rank, "host": n.host, "state": n.state.value, "exit_code": n.exit_code,
-                   "detail": n.detail, "node_dir": n.node_dir} for n in record.nodes],
-        "triage": triage, "mlflow": mlflow, "directory": str(directory), "workload_path": s.workload_path,
-        "output_dir": s.output_dir, "next": next_steps,
-        "usage": _usage(record, workload), "estimate": read_kept(directory),
-        "notifications": read_deliveries(directory),
-        "lead_time": lead_time_of_run(directory, workload), "ranks": ranks,
-        "odd_nodes": odd, "data": _data_summary(directory / METRICS),
-        "resumed_from": _resumed_from(home, workload, run_id), "router_aux_loss": _router_aux_loss(records),
-        "checkpoints_place": _place_words(plan), "gathers": read_gathers(directory),
-        "resume_check": _resume_check(directory),
-    }
+    return RunReport(
+        run_id=s.run_id, experiment=s.experiment, state=s.state.value, detail=s.detail,
+        attempt=s.attempt, max_attempts=int(workload.get("max_retries", 0)) + 1,
+        started_at=s.started_at, ended_at=s.ended_at, duration=fmt_duration(s.duration_s),
+        step=s.step, max_steps=s.max_steps, last_loss=s.last_loss, best_eval_loss=s.best_eval_loss,
+        owner=(f"pid {record.launcher_pid}" if record.launcher_pid and owned(home, run_id)
+               else ("none (the next command that lists runs adopts it)" if live else "")),
+        nodes=tuple(record.nodes), triage=triage, mlflow=mlflow, directory=str(directory),
+        workload_path=s.workload_path, output_dir=s.output_dir, next=tuple(next_steps),
+        usage=_usage(record, workload), estimate=read_kept(directory),
+        notifications=tuple(read_deliveries(directory)),
+        lead_time=lead_time_of_run(directory, workload), ranks=ranks,
+        odd_nodes=tuple(odd), data=_data_summary(directory / METRICS),
+        resumed_from=_resumed_from(home, workload, run_id), router_aux_loss=_router_aux_loss(records),
+        checkpoints_place=_place_words(plan), gathers=tuple(read_gathers(directory)),
+        resume_check=_resume_check(directory),
+    )
 
 
 def _resume_check(directory: Path) -> dict | None:

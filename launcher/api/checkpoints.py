@@ -1,0 +1,57 @@
+"""A run's checkpoints where their whole copies are (node 0's folder, another node's, this machine's, or a
+bucket): listed, deleted, exported as a Hugging Face folder. A node that is gone says so in the listing's
+``error``; it is never "no checkpoints"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from launcher.backends.base import CheckpointListing, ExportResult
+from launcher.runs.core.checkpoints import (
+    CheckpointError,
+    CheckpointInfo,
+    NoOutputDir,
+    completeness,
+    deletable,
+)
+
+__all__ = ["CheckpointError", "CheckpointInfo", "CheckpointListing", "Checkpoints", "ExportResult", "NoOutputDir",
+           "completeness", "deletable"]
+
+
+class Checkpoints:
+    """The checkpoints of one data dir's runs. Every call asks the node (or bucket) that holds them: each
+    is bounded, and returns once that holder answered."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = Path(home)
+
+    async def list(self, run_id: str) -> CheckpointListing:
+        """The run's checkpoints, oldest step first, each complete or not, with its kind, size and age.
+        :class:`NoOutputDir`: the run keeps none (no ``output_dir``); a holder that cannot be asked fills
+        ``error``."""
+        from launcher.runs.core.checkpoints import list_checkpoints
+
+        return await list_checkpoints(self.home, run_id)
+
+    async def delete(self, run_id: str, name: str) -> None:
+        """Delete the checkpoint folder ``name`` where it is held; :class:`CheckpointError` when it may not be
+        deleted (the newest complete one, or one being written) or cannot be."""
+        from launcher.runs.core.checkpoints import delete_checkpoint
+
+        await delete_checkpoint(self.home, run_id, name)
+
+    async def export(self, run_id: str, name: str, copy_to: Path | None = None, *,
+                     merged: bool = False) -> ExportResult:
+        """A Hugging Face folder of checkpoint ``name``, written where torch is (the node that holds it) and,
+        with ``copy_to`` (a new folder), copied here; a LoRA checkpoint's adapter in PEFT's format, and with
+        ``merged`` the merged model too. :class:`CheckpointError` says why not."""
+        from launcher.runs.core.checkpoints import export_checkpoint
+
+        return await export_checkpoint(self.home, run_id, name, copy_to, merged=merged)
+
+    @staticmethod
+    def newest_complete(listing: CheckpointListing, step: int | None = None) -> CheckpointInfo | None:
+        """The newest complete checkpoint of ``listing`` (of ``step`` when given); ``None`` when there is none."""
+        done = [c for c in listing.checkpoints if c.complete and (step is None or c.step == step)]
+        return done[-1] if done else None

@@ -1,0 +1,58 @@
+"""A run's files: its node logs as recorded here (and one rank's own output, asked of its node), its
+folders on the nodes and here removed (``clean``), and the run forgotten (``rm``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from launcher.runs.cleanup import CleanReport
+from launcher.runs.core.layout import mirror_path
+from launcher.runs.core.space import fmt_bytes
+from launcher.runs.core.streams import LineSplitter, tail_offset
+from launcher.runs.read.rank_log import RankLog, RankLogError
+
+__all__ = ["CleanReport", "LineSplitter", "RankLog", "RankLogError", "RunFiles", "fmt_bytes", "tail_offset"]
+
+
+class RunFiles:
+    """The files of one data dir's runs, here and on their nodes."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = Path(home)
+
+    def node_log(self, run_id: str, node_rank: int) -> Path:
+        """Where node ``node_rank``'s log of the run is mirrored here (it may not exist yet)."""
+        from launcher.paths import run_dir
+
+        return mirror_path(run_dir(self.home, run_id), node_rank)
+
+    def rank_log(self, run_id: str, rank: int) -> RankLog:
+        """A reader of global rank ``rank``'s own output on the node that ran it (close it when done);
+        :class:`RankLogError` says why it cannot be read (no such rank, no plan on record)."""
+        return RankLog(self.home, run_id, rank)
+
+    def ranks_of_node(self, run_id: str, node_rank: int) -> list[int]:
+        """The global ranks node ``node_rank`` of the run ran (empty: no plan on record)."""
+        from launcher.runs.read.rank_log import ranks_of_node
+
+        return ranks_of_node(self.home, run_id, node_rank)
+
+    async def clean(self, run_id: str) -> CleanReport:
+        """Remove the run's directory on every node and its folder here, keeping its record; what each node
+        said. ``ValueError``: the run has not ended."""
+        from launcher.runs.cleanup import remove_run_files
+
+        return await remove_run_files(self.home, run_id)
+
+    def cleaned(self, run_id: str) -> bool:
+        """Whether the run's folders were removed from its nodes (``clean``)."""
+        from launcher.paths import run_dir
+        from launcher.runs.cleanup import cleaned
+
+        return cleaned(run_dir(self.home, run_id)) is not None
+
+    def left_behind(self, run_id: str) -> list[str]:
+        """Where the run's files stay once its record is forgotten, each with the command that removes it."""
+        from launcher.runs.cleanup import files_left
+
+        return files_left(self.home, run_id)

@@ -1,0 +1,433 @@
+"""Runs as the front ends ask for them: find one by a prefix of its id, list and read runs, follow one, and
+launch, relaunch, resume, cancel and adopt. Launching is written once here: the app and ``fsdp-tui run``
+both call :meth:`Runs.launch` and show its typed outcome (:class:`Launched`, :class:`Refused`,
+:class:`AlreadyLaunched`) in their own way."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from launcher.events import RunEvent
+    from launcher.runs.core.layout import FORCED_NOTE, TRIAGE, ResumeCheck
+    from launcher.runs.core.safe_step import NONE_YET, SafeStep
+    from launcher.runs.core.samples import SampleSet
+    from launcher.runs.core.space import RecordUnwritable
+    from launcher.runs.core.store import NodeRecord, RunRecord, RunStore, RunSummary, StoreDamaged
+    from launcher.runs.core.triage import Signature, TriageReport, classify_line, might_signal
+    from launcher.runs.core.usage import Usage
+    from launcher.runs.launch import CancelReport, Resumed
+    from launcher.runs.read.comparison import COLUMNS, Column, RunStats, fmt
+    from launcher.runs.read.follower import FollowGaveUp
+    from launcher.runs.read.nodes import THRESHOLDS, NodeRow, node_rows
+    from launcher.runs.read.ranks import THRESHOLD, RankReport, RankTimes
+    from launcher.runs.read.report import RunReport
+    from launcher.runs.read.samples_view import history_lines, side_by_side_at, side_lines
+    from launcher.runs.read.view import RunView, fmt_duration
+    from launcher.workload.load import Planned
+    from launcher.workload.overrides import Override
+    from launcher.workload.plan import RunPlan
+
+_FROM = {
+    "launcher.runs.core.layout": ("FORCED_NOTE", "TRIAGE", "ResumeCheck"),
+    "launcher.runs.core.safe_step": ("NONE_YET", "SafeStep"),
+    "launcher.runs.core.samples": ("SampleSet",),
+    "launcher.runs.core.space": ("RecordUnwritable",),
+    "launcher.runs.core.store": ("NodeRecord", "RunRecord", "RunSummary", "StoreDamaged"),
+    "launcher.runs.core.triage": ("Signature", "TriageReport", "classify_line", "might_signal"),
+    "launcher.runs.core.usage": ("Usage",),
+    "launcher.runs.launch": ("CancelReport", "Resumed"),
+    "launcher.runs.read.comparison": ("COLUMNS", "Column", "RunStats", "fmt"),
+    "launcher.runs.read.follower": ("FollowGaveUp",),
+    "launcher.runs.read.nodes": ("THRESHOLDS", "NodeRow", "node_rows"),
+    "launcher.runs.read.ranks": ("THRESHOLD", "RankReport", "RankTimes"),
+    "launcher.runs.read.report": ("RunReport",),
+    "launcher.runs.read.samples_view": ("history_lines", "side_by_side_at", "side_lines"),
+    "launcher.runs.read.view": ("RunView", "fmt_duration"),
+}
+"""The core's types and pure helpers this door hands out, each loaded on first use (a command that only
+finds a run loads none of them)."""
+_HOME_OF = {name: module for module, names in _FROM.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "COLUMNS", "FORCED_NOTE", "NONE_YET", "THRESHOLD", "THRESHOLDS", "TRIAGE", "AlreadyLaunched", "CancelReport",
+    "Column", "FollowGaveUp", "LaunchOutcome", "Launched", "NodeRecord", "NodeRow", "RankReport", "RankTimes",
+    "RecordUnwritable", "Refused", "ResumeCheck", "Resumed", "RunListed", "RunNotFound", "RunRecord", "RunReport",
+    "RunStats", "RunSummary", "RunView", "Runs", "SafeStep", "SampleSet", "Signature", "StackDumps", "StoreDamaged",
+    "TriageReport", "Usage", "classify_line", "fmt", "fmt_duration", "history_lines", "might_signal", "node_rows",
+    "side_by_side_at", "side_lines",
+]
+
+
+class RunNotFound(LookupError):
+    """No run, or more than one, matches what was asked; ``str()`` is one line that says which and what to
+    do (``no run '0a3f' (see fsdp-tui runs)``, ``'0a' matches 3 runs: ...``)."""
+
+
+@dataclass(frozen=True)
+class Launched:
+    """The run was recorded and its owner started: it outlives the front end that launched it."""
+
+    run_id: str
+    plan: RunPlan
+
+
+@dataclass(frozen=True)
+class AlreadyLaunched:
+    """The workload's ``idempotency_token`` was launched before: nothing started; ``run_id`` is that run."""
+
+    run_id: str
+    plan: RunPlan
+    """The plan that was not launched (its ``run_id`` differs from :attr:`run_id`)."""
+
+    @property
+    def token(self) -> str:
+        return self.plan.workload.idempotency_token or ""
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Nothing was launched, nor recorded; :attr:`reasons` says why, one line each."""
+
+    stage: Literal["invalid", "blocked", "checks", "output_dir"]
+    """``invalid``: the workload has errors (:attr:`planned` has them at their lines); ``blocked``: its plan
+    cannot run as written; ``checks``: a missing secret, an unknown host key, or (unless forced) what the
+    cheap checks refuse; ``output_dir``: another workload's run uses its ``output_dir`` on that node."""
+    reasons: tuple[str, ...]
+    planned: Planned | None = None
+    forced: bool = False
+    """The launch was asked with ``force`` (``--force`` would not help then)."""
+
+
+LaunchOutcome = Launched | Refused | AlreadyLaunched
+"""What :meth:`Runs.launch` answers."""
+
+
+@dataclass(frozen=True)
+class RunListed:
+    """One row of the run list: the run's summary and what the list shows beside it."""
+
+    summary: RunSummary
+    usage: Usage | None
+    """Its GPU-hours (CPU-hours) and cost with prices in the settings; ``None`` without a record."""
+    resume_check: ResumeCheck | None
+    """Its newest resume's check; ``None``: it did not resume."""
+    owner_note: str
+    """What its owner says it waits for (``waiting for room: ...``); empty when it says nothing."""
+
+
+class Runs:
+    """The runs of one data dir (``home``): owns nothing else; every answer is read from the records the
+    runs' owners write, every action hands work to an owner (started detached) and returns quickly."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = Path(home)
+
+    def _store(self) -> RunStore:
+        from launcher.runs.core.store import RunStore
+
+        return RunStore(self.home)
+
+    # -- finding and listing ----------------------------------------------------------------------
+
+    def find(self, prefix: str) -> str:
+        """The run whose id starts with ``prefix`` (or ends with it: the short id the app shows); an exact id
+        wins. :class:`RunNotFound` says, in one line, that none or several match."""
+        try:
+            return self._store().find(prefix)
+        except LookupError as err:
+            raise RunNotFound(str(err)) from None
+
+    def listing(self, *, state: str | None = None, experiment: str | None = None,
+                limit: int | None = None) -> list[RunListed]:
+        """As ``list``, each run with its usage, resume check and its owner's note (``fsdp-tui runs``)."""
+        import json
+        import time
+
+        from launcher.runs.core.layout import PLAN, read_resume_check
+        from launcher.runs.core.ownership import owner_note
+        from launcher.runs.core.usage import usage_of_record
+        from launcher.runs.core.user_settings import SettingsError, load_user_settings
+
+        store = self._store()
+        try:
+            prices = load_user_settings().prices
+        except SettingsError:
+            prices = None
+        now, out = time.time(), []
+        for summary in store.list_runs(state=state, experiment=experiment, limit=limit):
+            record = store.get_run(summary.run_id)
+            try:
+                plan = json.loads((record.directory / PLAN).read_text()) if record else {}
+            except (OSError, ValueError):
+                plan = {}
+            usage = usage_of_record(record, plan.get("workload"), prices, now) if record else None
+            note = "" if summary.state.is_final else owner_note(self.home, summary.run_id)
+            check = read_resume_check(record.directory) if record else None
+            out.append(RunListed(summary, usage, check, note))
+        return out
+
+    def get(self, run_id: str) -> RunRecord | None:
+        """The run's record (summary, state changes, nodes, its folder); ``None`` when there is no such run."""
+        return self._store().get_run(run_id)
+
+    def record(self, run_id: str) -> RunRecord:
+        """As :meth:`get`, for a run that must exist: :class:`RunNotFound` otherwise."""
+        record = self.get(run_id)
+        if record is None:
+            raise RunNotFound(f"no run '{run_id}' (see fsdp-tui runs)")
+        return record
+
+    def delete(self, run_id: str) -> None:
+        """Forget an ended run: its record and its folder here (``LookupError``: no such run;
+        ``ValueError``: it has not ended)."""
+        self._store().delete_run(run_id)
+
+    # -- reading one run --------------------------------------------------------------------------
+
+    def follow(self, run_id: str, *, tail_bytes: int | None | Literal["replay"] = "replay",
+               keep_colour: bool = False, adopt: bool = True) -> AsyncIterator[RunEvent]:
+        """The run's events until it has finished (its :class:`~launcher.events.RunFinished` last), replaying
+        its record first (the last ``tail_bytes`` of each log; ``replay``: the follower's own window, a few
+        MB; ``None``: all of it). Log lines come sanitised;
+        ``keep_colour`` keeps their SGR colours (a terminal's, not a ``Log`` pane's). A live run without an
+        owner is adopted unless ``adopt`` is false. :class:`FollowGaveUp` when its owner cannot be kept alive."""
+        from launcher.runs.read.follower import REPLAY_TAIL_BYTES, follow_run
+
+        tail = REPLAY_TAIL_BYTES if tail_bytes == "replay" else tail_bytes
+        return follow_run(self.home, run_id, tail_bytes=tail, keep_colour=keep_colour, adopt=adopt)
+
+    def view(self, run_id: str) -> RunView:
+        """The monitor's view of the run as its record holds it now (nodes, progress, rates)."""
+        from launcher.runs.read.recorded_nodes import recorded_view
+
+        return recorded_view(self.record(run_id))[0]
+
+    def node_rows(self, run_id: str) -> list[NodeRow]:
+        """Every node of the run as one row of figures, the odd node marked (``show --nodes``)."""
+        from launcher.runs.read.recorded_nodes import recorded_rows
+
+        return recorded_rows(self.record(run_id))
+
+    def report(self, run_id: str) -> RunReport:
+        """The run in words a user can act on (``fsdp-tui show``): state and why, nodes, triage, MLflow,
+        the newest interconnect test of its nodes, its last safe step (asked of the node that holds its
+        checkpoints: this blocks up to seconds), and what to do next (``resume`` among them even when no
+        checkpoint is complete: :attr:`RunReport.last_safe_step` says whether one is)."""
+        from dataclasses import replace
+
+        from launcher.nettest.launch import newest_for
+        from launcher.runs.read.report import run_report
+
+        report = run_report(self.home, run_id)
+        return replace(report, nettest=newest_for(self.home, [n.host for n in report.nodes], besides=run_id),
+                       last_safe_step=self.last_safe_step(run_id))
+
+    def last_safe_step(self, run_id: str) -> SafeStep | None:
+        """The newest complete checkpoint, asked of the node that holds it (blocks up to ~15 s); ``None``
+        for a run without ``output_dir``."""
+        from launcher.runs.core.safe_step import last_safe_step
+
+        return asyncio.run(last_safe_step(self.home, run_id))
+
+    def compare(self, run_ids: Sequence[str], labels: dict[str, str] | None = None) -> list[RunStats]:
+        """The runs side by side: throughput, memory, losses, one row each (``fsdp-tui compare``)."""
+        from launcher.runs.read.comparison import compare_runs
+
+        return compare_runs(self.home, list(run_ids), labels)
+
+    @staticmethod
+    def comparison_text(rows: list[RunStats], form: Literal["table", "csv", "md", "json"]) -> str:
+        """Rows of :meth:`compare` as a table, CSV, Markdown or JSON."""
+        from launcher.runs.read.comparison_format import render
+
+        return render(rows, form)
+
+    def clone(self, run_id: str) -> Path:
+        """A copy of the run's workload file next to the original (``NAME-clone.yaml``, never over a file),
+        to edit and launch again; where it went. ``LookupError``: no workload file; ``OSError``."""
+        from launcher.runs.read.clone import clone_workload
+
+        return clone_workload(self.record(run_id))
+
+    def stacks(self, run_id: str, *, timeout_s: float = 60.0, poll_s: float = 0.2) -> StackDumps:
+        """Every rank's stack on every node of a live run, asked of its owner (adopting the run first if it
+        has none) and kept with the run; waits up to ``timeout_s`` for one dump per node. ``ValueError``:
+        the run has ended."""
+        import time
+
+        from launcher.runs.core.ownership import request_stacks
+        from launcher.runs.launch import adopt_orphans_of
+
+        record = self.record(run_id)
+        if record.summary.state.is_final:
+            raise ValueError(f"run {run_id} has ended ({record.summary.state.value}): no process to look at")
+        folder = record.directory / "stacks"
+        before = set(folder.glob("*.txt")) if folder.exists() else set()
+        request_stacks(self.home, run_id)
+        adopt_orphans_of(self.home)  # the owner answers; a run without one gets one
+        deadline = time.monotonic() + timeout_s
+        new: list[Path] = []
+        while time.monotonic() < deadline:
+            new = sorted(set(folder.glob("*.txt")) - before) if folder.exists() else []
+            if len(new) >= len(record.nodes):
+                break
+            time.sleep(poll_s)
+        return StackDumps(run_id, tuple(new), len(record.nodes))
+
+    def request_stacks(self, run_id: str) -> None:
+        """Ask the run's owner for every rank's stack, without waiting: each node's dump arrives as a
+        ``StacksDumped`` event of :meth:`follow` and is kept in the run's folder."""
+        from launcher.runs.core.ownership import request_stacks
+
+        request_stacks(self.home, run_id)
+
+    def metrics_file(self, run_id: str) -> Path:
+        """Where the run's metrics (one JSON record a line, as the trainer sends them) are kept here."""
+        from launcher.runs.core.layout import METRICS
+
+        return self.record(run_id).directory / METRICS
+
+    def samples(self, run_id: str) -> list[SampleSet]:
+        """What the model answered as it learned (``logging.samples``), one set per sampled step."""
+        from launcher.runs.core.samples import read_samples
+
+        return read_samples(self.record(run_id).directory)
+
+    def workload_text(self, run_id: str) -> str:
+        """The workload the run ran, as recorded (not the file as it is now)."""
+        return (self.record(run_id).directory / "workload.yaml").read_text()
+
+    def plan_of(self, run_id: str) -> RunPlan:
+        """The plan the run was launched with. ``OSError``/``ValueError``: none on record (an old run)."""
+        from launcher.runs.core.layout import load_plan
+
+        return load_plan(self.record(run_id).directory)
+
+    # -- acting on runs ---------------------------------------------------------------------------
+
+    def adopt(self) -> list[str]:
+        """Every live run without an owner gets one (a run whose owner died is caught up and finished); an
+        ended run with something unsent to MLflow gets a sender. What a front end calls before showing
+        runs; the runs adopted."""
+        from launcher.runs.launch import adopt_orphans_of
+
+        return adopt_orphans_of(self.home)
+
+    def dry_run_text(self, plan: RunPlan, *, ask_nodes: bool = False) -> str:
+        """The dry-run text of ``plan`` as the backend that will run it sees it; with ``ask_nodes``, where
+        ``output_dir`` lands on the nodes too (``launcher.backends.NodeError`` when they cannot say)."""
+        from launcher.runs.launch import render_plan_text
+
+        return render_plan_text(plan, ask_nodes=ask_nodes)
+
+    def estimate_lines(self, plan: RunPlan, file: str = "FILE") -> list[str]:
+        """The launch's estimate of wall time, GPU-hours and cost, from this data dir's history."""
+        from launcher.runs.core.estimates import estimate_lines
+
+        return estimate_lines(self.home, plan, file)
+
+    def launch(self, source: Path | Planned | RunPlan | Resumed, overrides: Sequence[Override] = (), *,
+               force: bool = False, idempotent: bool = True) -> LaunchOutcome:
+        """Launch ``source`` (a workload file planned with ``overrides``, or a plan made already: a relaunch's,
+        a resume's) and answer how it went; blocks for the cheap checks (seconds: every node is reached).
+        Before anything is recorded: an invalid workload, a plan with blockers, a missing secret, an
+        unknown host key and (unless ``force``) the cheap checks refuse it. ``idempotent`` (default; a
+        relaunch or resume is new) lets the ``idempotency_token`` answer with the earlier run.
+        :class:`RecordUnwritable` when the data dir has no room for the run's record."""
+        from launcher.runs.launch import LaunchRefused, Resumed, check_room, launch_refusals, start_run
+        from launcher.workload.load import Planned, plan_file
+
+        bring = None
+        if isinstance(source, Resumed):
+            source, bring, idempotent = source.planned, source.bring, False
+        if isinstance(source, Path):
+            source = plan_file(source, overrides, home=self.home)
+        planned = source if isinstance(source, Planned) else None
+        plan = source.plan if isinstance(source, Planned) else source
+        if plan is None:
+            errors = tuple(p.format() for p in planned.problems if p.is_error) if planned else ()
+            return Refused("invalid", errors or ("invalid workload",), planned)
+        if plan.blockers:
+            return Refused("blocked", tuple(plan.blockers), planned)
+        check_room(self.home)  # a data dir with no room says so first: the launch would stop there anyway
+        said = asyncio.run(launch_refusals(plan, self.home, force=force))
+        if said:
+            return Refused("checks", tuple(said), planned, forced=force)
+        try:
+            run_id = start_run(plan, self.home, force=force, idempotent=idempotent, resume_from=bring)
+        except LaunchRefused as err:
+            return Refused("output_dir", (str(err),), planned, forced=force)
+        return Launched(run_id, plan) if run_id == plan.run_id else AlreadyLaunched(run_id, plan)
+
+    def plan_relaunch(self, run_id: str, overrides: Sequence[Override] = ()) -> Planned:
+        """The plan of a new run doing what ``run_id`` did: its recorded workload with ``overrides`` on top."""
+        from launcher.runs.launch import relaunch_plan
+
+        return relaunch_plan(self.home, run_id, overrides)
+
+    async def plan_resume(self, run_id: str, *, step: int | None = None, name: str | None = None,
+                          overrides: Sequence[Override] = ()) -> Resumed:
+        """A relaunch of ``run_id`` from its newest complete checkpoint (or the one of ``step``, or the folder
+        ``name``), found where its whole copies are; ``LookupError`` says why there is none."""
+        from launcher.runs.launch import resume_plan
+
+        return await resume_plan(self.home, run_id, step, overrides, name)
+
+    def relaunch_hazard(self, run_id: str) -> str:
+        """Why a relaunch now would start a second SLURM job beside one that may still run (empty: it would
+        not): a SLURM run that has not ended, or one whose login node was lost before its job was stopped."""
+        from launcher.runs.leftovers import job_may_live
+
+        return job_may_live(self.get(run_id))
+
+    async def cancel(self, run_id: str, *, timeout_s: float = 120.0) -> CancelReport:
+        """Ask the run's owner to cancel (adopting the run first if it has none) and wait for the outcome:
+        every node's state afterwards, and the processes still alive after SIGKILL."""
+        from launcher.runs.launch import cancel_run
+
+        return await cancel_run(self.home, run_id, timeout_s=timeout_s)
+
+    def send_tracking(self, run_id: str):
+        """What the run's owner could not send to MLflow, sent now (blocking, each call bounded): a
+        ``Sent`` with ``done`` and ``words``."""
+        from launcher.paths import private_files
+        from launcher.runs.launch import send_tracking
+
+        private_files()  # a store this creates is the user's alone, as the owners' are
+        return send_tracking(self.home, run_id)
+
+    # Last in the class: inside its body ``list`` names this method, not the builtin.
+    def list(self, *, state: str | None = None, experiment: str | None = None,
+             limit: int | None = None) -> list[RunSummary]:
+        """Runs, newest first, optionally of one state or experiment, at most ``limit``."""
+        return self._store().list_runs(state=state, experiment=experiment, limit=limit)
+
+
+@dataclass(frozen=True)
+class StackDumps:
+    """The stack dumps that arrived for one request, one file per node, kept in the run's folder."""
+
+    run_id: str
+    files: tuple[Path, ...]
+    wanted: int
+    """How many nodes were asked (one file each)."""
+
+    @property
+    def complete(self) -> bool:
+        return len(self.files) >= self.wanted
