@@ -7,7 +7,6 @@ own channel (chunked, size- and hash-checked), so no node needs SFTP.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import secrets
 import sys
@@ -28,6 +27,7 @@ from launcher.backends.base import (
     PortTaken,
     Reach,
     RemovedFiles,
+    SchedulerCause,
     SchedulerCheck,
     ScriptRun,
     StackDump,
@@ -36,19 +36,12 @@ from launcher.backends.base import (
     UsageSample,
 )
 from launcher.backends.ckpt_files import NodeCheckpointFiles
-from launcher.backends.shipping import (
-    UPLOAD_CHUNK,
-    Tree,
-    append,
-    download_file,
-    read_chunk,
-    unpack_here,
-    write_trees,
-)
+from launcher.backends.replies import gpus_from_wire
+from launcher.backends.shipping import write_trees
 from launcher.backends.ssh.pacing import ConnectGate
+from launcher.backends.transfer import fetch_tree, upload
 from launcher.events import GpuSample
 from launcher.untrusted import printable
-from launcher.words import plural
 from launcher.workload.ckpt_place import CheckpointPlace, judge_marks
 from launcher.workload.plan import (
     RANK_TAG_ENV,
@@ -72,7 +65,11 @@ def _is_local(node: NodePlan) -> bool:
 
 
 class AgentFleet:
-    """The Backend for runs on this machine and on SSH hosts (each node may be either)."""
+    """The Backend for runs on this machine and on SSH hosts (each node may be either).
+
+    Owns a link per node (its agent over a local pipe or SSH, reconnecting by itself) and everything a run
+    of agents asks through them: shipping, starting, reading, stopping, checkpoints. The SLURM backend
+    composes one for its nodes' folders on the cluster (:mod:`launcher.backends.slurm.backend`)."""
 
     def __init__(self, plan: RunPlan, *, on_link: LinkWatcher | None = None, agent_python: str | None = None) -> None:
         self.plan = plan
@@ -188,19 +185,9 @@ class AgentFleet:
                 link = self.links[rank]
                 await link.call("write", plan.parameters_yaml.encode("utf-8"), name="parameters.yaml")
                 for tree in trees:
-                    await self._upload(link, tree)
+                    await upload(link, tree)
 
             await self._every_node(one)
-
-    async def _upload(self, link: AgentLink, tree: Tree) -> None:
-        """A tar from disk to a node, one chunk in memory at a time."""
-        for offset in range(0, max(tree.size, 1), UPLOAD_CHUNK):
-            chunk = await asyncio.to_thread(read_chunk, tree.path, offset)
-            await link.call("put", chunk, name=tree.name, offset=offset)
-        try:
-            await link.call("unpack", name=tree.name, total=tree.size, sha256=tree.sha256, dest=tree.dest)
-        except AgentError as err:
-            raise NodeError(f"{err} (shipping {tree.dest}/ to {link.label})") from None
 
     async def claim_port(self, port: int) -> PortClaim:
         header, _ = await self.links[0].call("port", port=port)
@@ -251,7 +238,7 @@ class AgentFleet:
 
     async def gpus(self, rank: int) -> tuple[GpuSample, ...]:
         header, _ = await self.links[rank].call("gpus")
-        return tuple(GpuSample(**g) for g in header.get("gpus", []))
+        return gpus_from_wire(header)
 
     async def usage(self, rank: int) -> UsageSample | None:
         try:
@@ -270,7 +257,7 @@ class AgentFleet:
 
     # -- stopping ----------------------------------------------------------------------------------
 
-    async def scheduler_cause(self):
+    async def scheduler_cause(self) -> SchedulerCause | None:
         """No scheduler: the nodes' logs and exit codes are all there is."""
         return None
 
@@ -288,19 +275,19 @@ class AgentFleet:
 
     # -- checkpoints (where rank 0 wrote them, or a gather's holder) ----------------------------
 
-    def _job_env(self, rank: int = 0) -> dict[str, str]:
+    def job_env(self, rank: int = 0) -> dict[str, str]:
         return {**self.plan.nodes[rank].env, RUN_ID_ENV: self.plan.run_id}
 
     async def checkpoints(self, output_dir: str, rank: int = 0, root: str | None = None) -> CheckpointListing:
         try:
             header, _ = await self.links[rank].call("ckpt_list", output_dir=output_dir, root=root,
-                                                    env=self._job_env(rank))
+                                                    env=self.job_env(rank))
         except NodeError as err:
             return CheckpointListing(rank, self.label(rank), root or output_dir, error=str(err))
         return CheckpointListing.from_wire(rank, self.label(rank), root or output_dir, header)
 
     async def delete_checkpoint(self, output_dir: str, name: str, rank: int = 0, root: str | None = None) -> None:
-        await self.links[rank].call("ckpt_delete", output_dir=output_dir, env=self._job_env(rank), name=name,
+        await self.links[rank].call("ckpt_delete", output_dir=output_dir, env=self.job_env(rank), name=name,
                                     root=root)
 
     async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None,
@@ -309,7 +296,7 @@ class AgentFleet:
         node = self.plan.nodes[rank]
         header, _ = await self.links[rank].call(
             "ckpt_export", json.dumps(job_env or {}).encode("utf-8"), output_dir=output_dir,
-            env=self._job_env(rank), name=name, python=self.python_of(node), root=root, url=url,
+            env=self.job_env(rank), name=name, python=self.python_of(node), root=root, url=url,
             pythonpath=TRAINER_PKG_DIR if self.plan.uses_builtin_trainer else "", merged=merged)
         path, files, merged_path = header.get("path"), header.get("files"), header.get("merged")
         if not isinstance(path, str) or not path:
@@ -319,18 +306,18 @@ class AgentFleet:
                               reused=header.get("reused") is True)
         if copy_to is None:
             return result
-        local = await self._fetch_tree(path, Path(copy_to), rank)
+        local = await fetch_tree(self.links[rank], path, Path(copy_to))
         merged_copy = None
         if result.merged is not None:
-            merged_copy = str(await self._fetch_tree(result.merged, Path(copy_to + "-merged"), rank))
+            merged_copy = str(await fetch_tree(self.links[rank], result.merged, Path(copy_to + "-merged")))
         return replace(result, local_copy=str(local), merged_copy=merged_copy)
 
     def checkpoint_files(self, rank: int) -> NodeCheckpointFiles:
-        return NodeCheckpointFiles(self.links[rank], self._job_env(rank))
+        return NodeCheckpointFiles(self.links[rank], self.job_env(rank))
 
     async def checkpoint_place(self, output_dir: str) -> CheckpointPlace:
         """Node 0 writes a marker in its checkpoints folder, every other node looks for it in its own."""
-        url = expand_path(output_dir, self._job_env())
+        url = expand_path(output_dir, self.job_env())
         if url_scheme(url):
             return CheckpointPlace("bucket", output_dir, roots=(url,))  # as the job sees it: the same everywhere
         if len(self.plan.nodes) == 1:
@@ -338,14 +325,14 @@ class AgentFleet:
         token = secrets.token_hex(8)
         try:
             mark, _ = await self.links[0].call("place", action="mark", token=token, output_dir=output_dir,
-                                               env=self._job_env())
+                                               env=self.job_env())
         except NodeError as err:
             return judge_marks(output_dir, [], [None], [str(err)])
 
         async def look(rank: int) -> tuple[str, bool | None, str]:
             try:
                 header, _ = await self.links[rank].call("place", action="look", token=token, output_dir=output_dir,
-                                                        env=self._job_env(rank))
+                                                        env=self.job_env(rank))
             except NodeError as err:
                 return "", None, str(err)
             return printable(str(header.get("root", ""))), header.get("seen") is True, ""
@@ -355,38 +342,12 @@ class AgentFleet:
         finally:
             try:
                 await self.links[0].call("place", action="clear", token=token, output_dir=output_dir,
-                                         env=self._job_env(), created=mark.get("created", []))
+                                         env=self.job_env(), created=mark.get("created", []))
             except NodeError:
                 pass  # the marker stays: a hidden file, harmless
         root0 = printable(str(mark.get("root", "")))
         return judge_marks(output_dir, [root0, *(r for r, _, _ in found)], [True, *(s for _, s, _ in found)],
                            ["", *(e for _, _, e in found)])
-
-    async def _fetch_tree(self, remote: str, to: Path, rank: int = 0) -> Path:
-        """Copy a folder of node ``rank`` to ``to`` here: a tar through the agent, written to a file beside
-        ``to`` as it arrives (never more than the size the node announced), hash-checked, then unpacked by
-        the agent's own rule."""
-        link = self.links[rank]
-        tar_path = await asyncio.to_thread(download_file, to)
-        try:
-            header, _ = await link.call("pack", path=remote, name=".download.tar")
-            size, sha256 = header.get("size"), header.get("sha256")
-            if not isinstance(size, int) or isinstance(size, bool) or size < 0 or not isinstance(sha256, str):
-                raise NodeError(f"{link.label}: the export's copy came without its size and hash; try again")
-            digest, offset = hashlib.sha256(), 0
-            while offset < size:
-                _, data = await link.call("read", name=".download.tar", offset=offset,
-                                          limit=min(UPLOAD_CHUNK, size - offset))
-                if not data:
-                    raise NodeError(f"{link.label}: the export's copy ended at {offset:,} of {plural(size, 'byte')}")
-                digest.update(data)
-                await asyncio.to_thread(append, tar_path, data)
-                offset += len(data)
-            if digest.hexdigest() != sha256:
-                raise NodeError(f"{link.label}: the export's copy arrived damaged; try again")
-            return await asyncio.to_thread(unpack_here, tar_path, to, link.label)
-        finally:
-            await asyncio.to_thread(tar_path.unlink, missing_ok=True)
 
     async def remove_files(self, rank: int) -> RemovedFiles:
         node = self.plan.nodes[rank]

@@ -188,6 +188,6 @@ def test_the_slurm_backend_reads_the_tasks_usage_sample_cleaned_and_fresh(writte
         age = written.pop("age")
         written = json.dumps({**written, "at": time.time() - age}).encode()
     backend = SlurmBackend(slurm_plan())
-    backend.links[0] = _Link(written)
+    backend.fleet.links[0] = _Link(written)
     got = asyncio.run(backend.usage(0))
     assert (got is None) if expect is None else ((got.cpu_pct, got.rss_mib, got.processes) == expect)

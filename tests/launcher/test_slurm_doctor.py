@@ -89,7 +89,7 @@ def test_a_probe_job_that_waits_is_a_warning_with_the_reason_and_is_cancelled(ho
         async def probe():
             backend = backend_for(plan)
             try:
-                return await probe_job.probe_checks(backend)
+                return await probe_job.probe_checks(backend.login)
             finally:
                 await backend.close()
 

@@ -238,7 +238,7 @@ def test_runs_says_why_a_run_waits_in_the_queue(state, detail, shown):
     (", time: 30", 30 * 60 + 60), ("", 24 * 3600), (", time: '1-00:00:00'", 24 * 3600 + 60),
 ])
 def test_a_lost_login_is_waited_for_until_the_jobs_own_time_limit(extra, window_s):
-    from launcher.backends.slurm.backend import login_window_s
+    from launcher.backends.slurm.login import login_window_s
     from launcher.workload.plan import build_plan
 
     text = f"experiment_name: x\ncommand: run\ncompute:\n  num_accelerators: 2\n  slurm: {{login: a@b{extra}}}\n"

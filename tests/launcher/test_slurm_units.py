@@ -199,7 +199,7 @@ def test_sbatch_test_only_tells_a_refused_job_from_a_login_without_slurm(status,
 
     class Login:
         plan = _plan()
-        login_label = "alice@login"
+        label = "alice@login"
 
         async def ask(self, argv, env=None, **kw):
             if argv[0] == "sinfo":  # asked only when the job is refused: which nodes are down

@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 from launcher.backends.agent import wire
 from launcher.backends.agent.checkpoints import delete
 from launcher.backends.agent_client import AgentLink
-from launcher.backends.base import CheckpointListing, NodeError, NodeStatus
-from launcher.backends.fleet import AgentFleet
+from launcher.backends.base import CheckpointListing, NodeError, NodeStatus, StackDump
+from launcher.backends.replies import gpus_from_wire
 from launcher.backends.shipping import unpack_here
+from launcher.backends.transfer import fetch_tree
 from launcher.untrusted import clean_reply, printable
 from tests.launcher.hostile import CORPUS, SAFE_TEXT, reached_terminal_safely
 from trainer.ckpt_layout import list_checkpoints, newest_complete
@@ -56,7 +57,8 @@ _json = st.recursive(
     max_leaves=6)
 _keys = st.sampled_from(["state", "attempt", "exit_code", "stopped", "supervisor_alive", "error", "resubmit",
                          "checkpoints", "root", "exists", "step", "path", "complete", "size_bytes", "mtime",
-                         "link"])
+                         "link", "gpus", "index", "name", "memory_used_mib", "utilization_pct", "stacks", "pid",
+                         "how", "text"])
 _nasty_text = st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from(["\x1b", "\x9b", "\x07", "\r",
                                                                                  "\n", "]", "\u202e"]))
 _reply = st.dictionaries(_keys, _json | _nasty_text | st.lists(st.dictionaries(_keys, _json | _nasty_text)),
@@ -89,6 +91,54 @@ def test_fuzz_node_replies_decode_to_printable_values_and_never_raise(reply):
         assert _clean_text(c.path, newlines=False) and _clean_text(c.name, newlines=False)
         assert type(c.step) is int and c.size_bytes >= 0 and not (c.link and c.complete)
     assert _clean_text(listing.root, newlines=False)
+    for g in gpus_from_wire(cleaned):
+        assert _clean_text(g.name, newlines=False) and type(g.index) is int
+    for d in StackDump.many_from_wire(cleaned.get("stacks")):
+        assert _clean_text(d.text, newlines=True) and type(d.pid) is int
+
+
+GPU = {"index": 0, "name": "NVIDIA H100 80GB HBM3", "memory_used_mib": 40960.0, "memory_total_mib": 81920.0,
+       "utilization_pct": 97.0, "power_w": 350.5, "power_limit_w": 700.0}
+
+
+@pytest.mark.parametrize(("gpus", "expect"), [
+    ([GPU], [(0, "NVIDIA H100 80GB HBM3", 40960.0, 97.0, 350.5, 700.0)]),
+    ([{**GPU, "power_w": None, "power_limit_w": None}], [(0, GPU["name"], 40960.0, 97.0, None, None)]),
+    ([{k: v for k, v in GPU.items() if not k.startswith("power")}], [(0, GPU["name"], 40960.0, 97.0, None, None)]),
+    ([{**GPU, "power_w": "[N/A]", "power_limit_w": -1}], [(0, GPU["name"], 40960.0, 97.0, None, None)]),
+    ([{**GPU, "name": "H100\x1b]2;PWNED\x07"}], [(0, "H100", 40960.0, 97.0, 350.5, 700.0)]),
+    ([{**GPU, "memory_used_mib": 12}], [(0, GPU["name"], 12.0, 97.0, 350.5, 700.0)]),   # an int is a figure
+    ([{**GPU, "index": "0"}, {**GPU, "index": True}, {**GPU, "index": -1}], []),
+    ([{**GPU, "utilization_pct": 250.0}, {**GPU, "utilization_pct": "97"}], []),
+    ([{**GPU, "memory_used_mib": float("inf")}, {**GPU, "memory_total_mib": None}, {**GPU, "name": 7}], []),
+    ([{**GPU, "extra": 1}, "not a gpu", [1, 2]], [(0, GPU["name"], 40960.0, 97.0, 350.5, 700.0)]),
+    ("gpus", []),
+    (None, []),
+])
+def test_gpu_samples_are_decoded_once_where_a_node_sends_them(gpus, expect):
+    """What ``nvidia-smi`` said on a node (its agent's ``gpus`` reply, a SLURM task's ``gpus.json``): a GPU
+    whose figures are not a GPU's is left out, a power figure of the wrong kind reads as unknown."""
+    got = gpus_from_wire({"gpus": gpus})
+    assert [(g.index, g.name, g.memory_used_mib, g.utilization_pct, g.power_w, g.power_limit_w) for g in got] == expect
+    assert gpus_from_wire(gpus) == ()  # a reply that is not an object holds no GPU
+
+
+@pytest.mark.parametrize(("stacks", "expect"), [
+    ([{"pid": 41, "rank": 1, "how": "py-spy", "text": "Thread 41\n  train (train.py:9)"}],
+     [(41, 1, "py-spy", "Thread 41\n  train (train.py:9)")]),
+    ([{"pid": 0, "rank": 0, "how": "flight-recorder", "text": "{}"}], [(0, 0, "flight-recorder", "{}")]),
+    ([{"pid": 7, "how": "none", "text": "cannot signal it"}], [(7, None, "none", "cannot signal it")]),
+    ([{"pid": 7, "rank": "1", "how": "faulthandler", "text": None}], [(7, None, "faulthandler", "")]),
+    ([{"pid": 7, "how": "gdb", "text": "x"}], [(7, None, "none", "x")]),   # a way of dumping we do not know
+    ([{"pid": "7", "how": "py-spy", "text": ""}, {"pid": True, "how": "py-spy"}, {"how": "py-spy", "text": ""},
+      "dump"], []),
+    ({"pid": 7}, []),
+])
+def test_stack_dumps_are_decoded_once_where_a_node_sends_them(stacks, expect):
+    """A node's stack dumps (its agent's reply, a SLURM task's ``stacks.json``): an entry without a process
+    id is left out, never a ``KeyError`` in the owner."""
+    got = StackDump.many_from_wire(stacks)
+    assert [(d.pid, d.rank, d.how, d.text) for d in got] == expect
 
 
 @settings(max_examples=60, deadline=None)
@@ -192,7 +242,7 @@ def test_sizes_beyond_the_tar_and_an_existing_target_are_refused(tmp_path):
     assert refused == ["export-step-9/model.safetensors"]
     (tmp_path / "taken").symlink_to(tmp_path / "nowhere")
     with pytest.raises(NodeError, match="exists"):
-        asyncio.run(_fleet(_FakeAgent(data))._fetch_tree("/remote/export-step-9", tmp_path / "taken"))
+        asyncio.run(fetch_tree(_link(_FakeAgent(data)), "/remote/export-step-9", tmp_path / "taken"))
 
 
 class _FakeAgent:
@@ -235,13 +285,11 @@ class _FakeAgent:
         pass
 
 
-def _fleet(agent: _FakeAgent) -> AgentFleet:
+def _link(agent: _FakeAgent) -> AgentLink:
     async def opener():
         return agent
 
-    fleet = AgentFleet.__new__(AgentFleet)
-    fleet.links = [AgentLink(0, "node 0 (lab-box)", opener, lost_after_s=1.0)]
-    return fleet
+    return AgentLink(0, "node 0 (lab-box)", opener, lost_after_s=1.0)
 
 
 def test_an_export_fetched_from_a_hostile_agent_writes_nothing_outside_its_folder(tmp_path):
@@ -251,12 +299,12 @@ def test_an_export_fetched_from_a_hostile_agent_writes_nothing_outside_its_folde
                    ("export-step-9/hardlink_secret", "hardlink", str(secret)),
                    ("export-step-9/../pwned.txt", "file", b"x"))
     with pytest.raises(NodeError) as err:
-        asyncio.run(_fleet(_FakeAgent(crafted))._fetch_tree("/remote/export-step-9", tmp_path / "out"))
+        asyncio.run(fetch_tree(_link(_FakeAgent(crafted)), "/remote/export-step-9", tmp_path / "out"))
     assert "node 0 (lab-box)" in str(err.value) and "3 entries" in str(err.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["id_ed25519"] and os.stat(secret).st_nlink == 1
     assert secret.read_text() == "KEY"
 
-    got = asyncio.run(_fleet(_FakeAgent(_tar(*HONEST)))._fetch_tree("/remote/export-step-9", tmp_path / "out"))
+    got = asyncio.run(fetch_tree(_link(_FakeAgent(_tar(*HONEST))), "/remote/export-step-9", tmp_path / "out"))
     assert sorted(p.name for p in got.iterdir()) == ["config.json", "model.safetensors"]
     assert all(p.is_file() and not p.is_symlink() and p.stat().st_nlink == 1 for p in got.iterdir())
 
@@ -264,7 +312,7 @@ def test_an_export_fetched_from_a_hostile_agent_writes_nothing_outside_its_folde
 def test_an_agents_error_reaches_the_user_printable():
     agent = _FakeAgent(b"", error="no checkpoint \x1b]2;PWNED\x07x\x1b]52;c;UFdORUQ=\x07 here")
     with pytest.raises(NodeError) as err:
-        asyncio.run(_fleet(agent).links[0].call("ckpt_delete", name="x"))
+        asyncio.run(_link(agent).call("ckpt_delete", name="x"))
     assert reached_terminal_safely(str(err.value)) and "PWNED" not in str(err.value)
     assert str(err.value) == "node 0 (lab-box): no checkpoint x here"
 

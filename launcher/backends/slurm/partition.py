@@ -6,10 +6,14 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from launcher.backends.base import SchedulerCheck
 from launcher.words import plural
 from launcher.workload.slurm import time_minutes, time_option
+
+if TYPE_CHECKING:
+    from launcher.backends.slurm.login import LoginNode
 
 SINFO_FORMAT = "%P|%a|%l|%D|%G"
 UNLIMITED = {"unlimited", "infinite"}
@@ -157,9 +161,9 @@ def partition_checks(plan, sinfo_out: str) -> list[SchedulerCheck]:
     return checks
 
 
-async def sinfo_checks(backend) -> list[SchedulerCheck]:
-    status, out, err = await backend.ask(["sinfo", "--noheader", "-o", SINFO_FORMAT])
+async def sinfo_checks(login: LoginNode) -> list[SchedulerCheck]:
+    status, out, err = await login.ask(["sinfo", "--noheader", "-o", SINFO_FORMAT])
     if status != 0:
-        return [SchedulerCheck("partition", "error", f"sinfo on {backend.login_label} failed: "
+        return [SchedulerCheck("partition", "error", f"sinfo on {login.label} failed: "
                                f"{(err or out).strip()[:300]}", "check that SLURM's commands work on the login node")]
-    return partition_checks(backend.plan, out)
+    return partition_checks(login.plan, out)

@@ -11,11 +11,15 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from typing import TYPE_CHECKING
 
 from launcher.backends.base import NodeError, SchedulerCheck
 from launcher.backends.slurm.script import placement_options
 from launcher.untrusted import clean_reply
 from launcher.words import plural
+
+if TYPE_CHECKING:
+    from launcher.backends.slurm.login import LoginNode
 
 PENDING_S = 60.0
 """How long the probe job may take in all, queueing included, before it is cancelled."""
@@ -155,28 +159,28 @@ def node_checks(plan, python: str, reports: dict[int, dict], listing: list[str] 
     return checks
 
 
-async def probe_checks(backend) -> list[SchedulerCheck]:
+async def probe_checks(login: LoginNode) -> list[SchedulerCheck]:
     """Run the probe job and judge what came back; no job is left in the queue."""
-    plan = backend.plan
-    python = backend.python_of(plan.nodes[0])
-    login_python = backend.agent_python or python  # the login agent's own (the doctor may fall back to python3)
+    plan = login.plan
+    python = login.fleet.python_of(plan.nodes[0])
+    login_python = login.fleet.agent_python or python  # the login agent's own (the doctor may fall back to python3)
     tag = uuid.uuid4().hex[:10]
     folder = f"{plan.node_root}/{plan.run_id}/doctor-probe-{tag}"
     name = f"fsdp-tui-doctor-{tag}"
     need = plan.topology.num_nodes
     try:
-        made = await backend.run_script(0, login_python, login_script(folder, "make"), 30)
+        made = await login.run_script(login_python, login_script(folder, "make"), 30)
         if made.exit_status != 0:
-            return [SchedulerCheck("job_dir", "error", f"cannot make {folder} on {backend.login_label}: "
+            return [SchedulerCheck("job_dir", "error", f"cannot make {folder} on {login.label}: "
                                    f"{made.stderr.strip()[-300:]}", "make compute.slurm.job_dir writable there")]
-        status, out, err = await backend.ask(srun_argv(plan, python, folder, name), timeout_s=PENDING_S)
+        status, out, err = await login.ask(srun_argv(plan, python, folder, name), timeout_s=PENDING_S)
         waiting = None
         if status is None:  # no answer in time: queued, or slow
-            _, q, _ = await backend.ask(["squeue", "--noheader", f"--name={name}", "--format=%i|%T|%r"])
+            _, q, _ = await login.ask(["squeue", "--noheader", f"--name={name}", "--format=%i|%T|%r"])
             waiting = next((line.split("|") for line in q.splitlines() if line.count("|") == 2), None)
     finally:
-        await backend.ask(["scancel", f"--name={name}"])
-        ran = await backend.run_script(0, login_python, login_script(folder, "list"), 30)
+        await login.ask(["scancel", f"--name={name}"])
+        ran = await login.run_script(login_python, login_script(folder, "list"), 30)
     try:
         listing = clean_reply(json.loads(ran.stdout.strip().splitlines()[-1]))
     except (ValueError, IndexError):
@@ -203,8 +207,8 @@ async def probe_checks(backend) -> list[SchedulerCheck]:
     return checks + node_checks(plan, python, reports, listing)
 
 
-async def safe_probe_checks(backend) -> list[SchedulerCheck]:
+async def safe_probe_checks(login: LoginNode) -> list[SchedulerCheck]:
     try:
-        return await probe_checks(backend)
+        return await probe_checks(login)
     except NodeError as err:
         return [SchedulerCheck("probe job", "error", str(err), "check that the login node is reachable")]
