@@ -107,7 +107,7 @@ def test_a_stall_takes_the_dumps_by_itself_and_names_the_collective(tmp_path):
     settings = Settings(**{**FAST, "poll_s": 0.01, "stall_factor": 3.0, "stall_min_s": 0.2})
     backend = Recorded(plan, nodes)  # time moves with node 0's polls, one step each (see test_policy)
     policy = RunPolicy(backend, rec, settings, secrets=dict, clock=backend.poll_clock(rank=0),
-                       cancel_requested=lambda: "(flight recorder)" in (policy.stalled or "") or nodes[0].polls > 2000)
+                       cancel_requested=lambda: "(flight recorder)" in (policy.stalls.stalled or "") or nodes[0].polls > 2000)
     outcome = asyncio.run(asyncio.wait_for(policy.run(), 30))
     said = "rank 3 (node 1) never entered all_reduce #6; ranks 0, 1 (node 0), 2 (node 1) wait in it (flight recorder)"
     assert said in outcome.triage.summary, outcome.triage

@@ -243,7 +243,7 @@ def test_a_run_that_stops_stepping_is_flagged_stalled_and_its_stacks_are_kept(tm
     asked = {"stacks": False}
 
     def stacks_requested() -> bool:  # someone presses s once the run is flagged
-        if policy.stalled and not asked["stacks"]:
+        if policy.stalls.stalled and not asked["stacks"]:
             asked["stacks"] = True
             return True
         return False
@@ -320,14 +320,14 @@ def test_no_rank_is_called_hung_while_a_nodes_link_is_down(tmp_path):
                        Settings(**{**FAST, "stall_factor": 3.0, "stall_min_s": 1.0}), secrets=dict,
                        cancel_requested=lambda: False, clock=lambda: now[0])
     for step in range(1, 6):
-        policy.stall.saw_step(step, float(step))
+        policy.stalls.watch.saw_step(step, float(step))
     now[0] = 60.0
     policy.on_link(1, LinkState.RECONNECTING, "connection dropped; reconnecting")
-    policy._watch_progress()
-    assert policy.stalled is None
+    policy.stalls.saw_progress(policy.clock(), bool(policy.reconnecting))
+    assert policy.stalls.stalled is None
     policy.on_link(1, LinkState.OK, "reconnected")
-    policy._watch_progress()
-    assert policy.stalled is not None and policy.stalled.startswith("stalled at step 5")
+    policy.stalls.saw_progress(policy.clock(), bool(policy.reconnecting))
+    assert policy.stalls.stalled is not None and policy.stalls.stalled.startswith("stalled at step 5")
 
 
 @pytest.mark.parametrize(("compute", "port"), [

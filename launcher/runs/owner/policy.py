@@ -15,7 +15,6 @@ from collections.abc import Callable
 from launcher.backends.base import Backend, LinkState, NodeError, NodeStatus
 from launcher.doctor.preflight import preflight
 from launcher.events import NodeState, RunState
-from launcher.runs.core.collectives import stuck_collectives
 from launcher.runs.core.space import RecordUnwritable
 from launcher.runs.core.triage import (
     TriageReport,
@@ -23,7 +22,6 @@ from launcher.runs.core.triage import (
     node_error_report,
     reason_signature,
     said_report,
-    stalled_report,
     triage_run,
 )
 from launcher.runs.owner.keeper import CheckpointKeeper
@@ -33,12 +31,16 @@ from launcher.runs.owner.recorder import Recorder
 from launcher.runs.owner.rendezvous import PortMoves, claim_port
 from launcher.runs.owner.scheduler import SchedulerVerdicts
 from launcher.runs.owner.settings import Settings
-from launcher.runs.owner.stack_dumps import take_stacks
-from launcher.runs.owner.stall import StallWatch
+from launcher.runs.owner.stall import StallVerdicts
 from launcher.workload.plan import RunPlan
 
 
 class RunPolicy(NodeFollowing):
+    """Owns one run's attempts from launch to end: starting each, judging the nodes' statuses, retries,
+    the timeout, a cancel, and stopping every node when one fails. What a scheduler says, what a stall
+    says, a taken port and the checkpoints are the composed parts' (:class:`SchedulerVerdicts`,
+    :class:`StallVerdicts`, :class:`PortMoves`, :class:`CheckpointKeeper`)."""
+
     def __init__(self, backend: Backend, rec: Recorder, settings: Settings, *,
                  secrets: Callable[[], dict[str, str]], cancel_requested: Callable[[], bool],
                  stacks_requested: Callable[[], bool] = lambda: False,
@@ -47,13 +49,11 @@ class RunPolicy(NodeFollowing):
         self.backend, self.rec, self.settings = backend, rec, settings
         self.keeper = keeper
         """Where the checkpoints land, their gathers beside each attempt, the copy a resume needs."""
-        self.on_plan = on_plan
         self.stacks_requested = stacks_requested
-        self.stall = StallWatch(settings.stall_factor, settings.stall_min_s)
-        self.stalled: str | None = None
-        self.dump_on_stall = False
-        """What the stall watch said, while the run is stalled."""
+        self.on_plan = on_plan
         """Told the plan once it is final (node 0's address resolved, the rendezvous port claimed)."""
+        self.stalls = StallVerdicts(rec, settings.stall_factor, settings.stall_min_s)
+        """Steps that stopped: the words, the stack dumps, the triage."""
         self.secrets, self.cancel_requested, self.clock = secrets, cancel_requested, clock
         self.ranks = [n.node_rank for n in backend.plan.nodes]
         self.statuses: dict[int, NodeStatus] = {}
@@ -138,11 +138,11 @@ class RunPolicy(NodeFollowing):
                     triage = self.scheduler.cause_triage(triage, cause, self.exit_codes)
                 if triage.signature is None and self.start_error:
                     return await self._fail(str(self.start_error), self.start_error.node_rank)
-                if self.stalled and triage.signature in (None, "killed"):
-                    triage = self._stalled_triage()
+                if self.stalls.stalled and triage.signature in (None, "killed"):
+                    triage = self.stalls.triage()
                 return Outcome(outcome.state, outcome.exit_code, triage)
-            if self.stalled and outcome.state in (RunState.CANCELLED, RunState.TIMED_OUT):
-                return Outcome(outcome.state, outcome.exit_code, self._stalled_triage())
+            if self.stalls.stalled and outcome.state in (RunState.CANCELLED, RunState.TIMED_OUT):
+                return Outcome(outcome.state, outcome.exit_code, self.stalls.triage())
             return outcome
         except (LaunchFailed, NodeError, RecordUnwritable) as err:
             return await self._fail(str(err), getattr(err, "node_rank", None))
@@ -236,10 +236,9 @@ class RunPolicy(NodeFollowing):
                     raise task.exception()  # a node was lost: the run fails and every node is stopped
             self.rec.check_room()  # the operator's disk: stop while the run's end can still be written
             self._watch_queue(self.statuses)
-            self._watch_progress()
-            if self.stacks_requested() or self.dump_on_stall:
-                self.dump_on_stall = False
-                await self._dump_stacks()
+            self.stalls.saw_progress(self.clock(), bool(self.reconnecting))
+            if self.stacks_requested() or self.stalls.dump_due:
+                await self.stalls.dump_stacks(self.backend, [r for r in self.ranks if r not in self.lost])
             verdict = self._judge(self.deadline)
             if verdict == "orphaned" and not await self._still_orphaned():
                 verdict = None
@@ -271,37 +270,6 @@ class RunPolicy(NodeFollowing):
         """The scheduler's queue, said; the timeout counts from when the job has its nodes."""
         if self.scheduler.watch_queue(statuses) and self.settings.timeout_s:
             self.deadline = self.clock() + self.settings.timeout_s
-
-    def _watch_progress(self) -> None:
-        """Say once when the run stops making steps, and once when it starts again."""
-        now = self.clock()
-        if self.rec.last_train_step is not None:
-            self.stall.saw_step(self.rec.last_train_step, now)
-        if self.reconnecting and self.stalled is None:
-            return  # steps not seen are not steps not made: a node's link is down
-        stalled = self.stall.stalled_for(now) is not None
-        if stalled and self.stalled is None:
-            self.stalled = self.stall.describe(now)
-            self.rec.set_state(RunState.RUNNING, self.stalled)
-            self.dump_on_stall = True  # the watch loop takes every rank's stack and collective once
-        elif not stalled and self.stalled is not None:
-            self.stalled = None
-            self.rec.set_state(RunState.RUNNING, f"steps advance again (step {self.stall.last_step})")
-
-    async def _dump_stacks(self) -> None:
-        """Every rank's stack on every reachable node, kept with the run and announced; with torch's
-        flight recorder dumps, the collective a stalled run waits in and who never entered it."""
-        flights = await take_stacks(self.backend, self.rec, [r for r in self.ranks if r not in self.lost])
-        stuck = stuck_collectives(flights)
-        if stuck and self.stalled is not None and "(flight recorder)" not in self.stalled:
-            head, _, hint = self.stalled.partition("; every process may be waiting on one hung rank: ")
-            self.stalled = f"{head}; {stuck[0].says}" + (f"; {hint}" if hint else "")
-            self.rec.set_state(RunState.RUNNING, self.stalled)
-
-    def _stalled_triage(self) -> TriageReport:
-        report = stalled_report(self.stalled)
-        self.rec.write_triage(report)
-        return report
 
     async def _still_orphaned(self) -> bool:
         """Asked again, a moment later: the node still records a job that nothing records."""

@@ -209,7 +209,7 @@ class Supervisor:
     async def _sync_loop(self) -> None:
         while True:
             self._track()
-            stall = (self.policy.stalled or "").partition("; ")[0]  # the stall, not what was learnt of it since
+            stall = (self.policy.stalls.stalled or "").partition("; ")[0]  # the stall, not what was learnt of it since
             if stall and stall != self.stall_told:
                 self.stall_told = stall
                 await self._notify("stalled")
