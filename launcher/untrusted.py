@@ -21,6 +21,9 @@ non-empty segment is kept (a progress bar written as ``10%\\r20%\\r30%`` shows a
 from __future__ import annotations
 
 import re
+from typing import TypeVar, cast
+
+T = TypeVar("T")
 
 MAX_LINE_CHARS = 16_384
 """A longer line is cut for display (the node log keeps all of it): a 10 MB line is not a line to read."""
@@ -137,15 +140,15 @@ def printable(text: object, newlines: bool = False) -> str:
     return ("\n" if newlines else " ").join(sanitize_line(line, cut=False) for line in text.split("\n"))
 
 
-def clean_reply(value: object) -> object:
+def clean_reply(value: T) -> T:
     """A decoded JSON reply from a node with every string in it (keys too) made :func:`printable`, newlines
     kept: applied once where a reply enters, so nothing downstream sees a node's raw text."""
     if isinstance(value, str):
-        return printable(value, newlines=True)
+        return cast(T, printable(value, newlines=True))
     if isinstance(value, dict):
-        return {printable(k, newlines=True) if isinstance(k, str) else k: clean_reply(v) for k, v in value.items()}
+        return cast(T, {printable(k, newlines=True) if isinstance(k, str) else k: clean_reply(v) for k, v in value.items()})
     if isinstance(value, list):
-        return [clean_reply(v) for v in value]
+        return cast(T, [clean_reply(v) for v in value])
     return value
 
 
@@ -166,10 +169,12 @@ def network_figures(value: object) -> tuple[float, float] | None:
     when it has none, or not a figure a node can have."""
     if not isinstance(value, dict):
         return None
-    got = [value.get("net_rx_mb"), value.get("net_tx_mb")]
-    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= MAX_NET_MB for v in got):
-        return None
-    return float(got[0]), float(got[1])
+    got: list[float] = []
+    for v in (value.get("net_rx_mb"), value.get("net_tx_mb")):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= MAX_NET_MB:
+            return None
+        got.append(float(v))
+    return got[0], got[1]
 
 
 def usage_figures(value: object) -> tuple[float, float, int, float] | None:

@@ -174,6 +174,7 @@ class Backend(Protocol):
 
     async def reach(self, rank: int, timeout_s: float) -> Reach:
         """Connect to the node and verify it as a launch would, starting nothing (the editor's glance)."""
+        ...
 
     async def gpus(self, rank: int) -> tuple[GpuSample, ...]: ...
 

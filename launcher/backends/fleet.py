@@ -92,8 +92,8 @@ class AgentFleet:
         return NodeInfo(rank, self.label(rank), self.python_of(node), _is_local(node))
 
     def _link(self, node: NodePlan) -> AgentLink:
-        ssh = self.plan.workload.ssh
-        if _is_local(node):
+        ssh, host = self.plan.workload.ssh, node.host
+        if host is None or host.is_local:
             from launcher.backends.local import open_local
 
             def opener():
@@ -106,7 +106,7 @@ class AgentFleet:
             python = self.agent_python or self.python_of(node)
 
             def opener():
-                return self.gate.through(lambda: open_ssh(node.host, ssh, python, node.node_dir), node.host.display)
+                return self.gate.through(lambda: open_ssh(host, ssh, python, node.node_dir), host.display)
             lost_after = ssh.lost_after_s
             agent = f"{python} in {node.node_dir}"
         return AgentLink(node.node_rank, self.label(node.node_rank), opener, lost_after_s=lost_after,
@@ -115,11 +115,11 @@ class AgentFleet:
     # -- planning ----------------------------------------------------------------------------------
 
     def _located(self) -> RunPlan:
-        if not self.plan.master_addr_is_alias:
+        node0 = self.plan.nodes[0]
+        if not self.plan.master_addr_is_alias or node0.host is None:
             return self.plan
         from launcher.backends.ssh.config import SshConfigError, resolve
 
-        node0 = self.plan.nodes[0]
         try:
             addr = resolve(node0.host, self.plan.workload.ssh).hostname
         except SshConfigError as err:
@@ -138,14 +138,14 @@ class AgentFleet:
         self.plan = plan
 
     async def reach(self, rank: int, timeout_s: float) -> Reach:
-        node = self.plan.nodes[rank]
-        if _is_local(node):
+        host = self.plan.nodes[rank].host
+        if host is None or host.is_local:
             return Reach(rank, self.label(rank), True, "this machine")
         from launcher.backends.ssh.connect import SshError, connect
 
         try:
-            conn = await self.gate.through(lambda: asyncio.wait_for(connect(node.host, self.plan.workload.ssh),
-                                                                    timeout_s), node.host.display)
+            conn = await self.gate.through(lambda: asyncio.wait_for(connect(host, self.plan.workload.ssh),
+                                                                    timeout_s), host.display)
         except asyncio.TimeoutError:
             return Reach(rank, self.label(rank), False, f"no answer within {timeout_s:.0f} s")
         except SshError as err:

@@ -20,22 +20,24 @@ class PipeChannel:
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc = proc
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None  # started with pipes
+        self.stdin, self.stdout, self.stderr = proc.stdin, proc.stdout, proc.stderr
 
     def write(self, data: bytes) -> None:
-        self.proc.stdin.write(data)
+        self.stdin.write(data)
 
     async def drain(self) -> None:
-        await self.proc.stdin.drain()
+        await self.stdin.drain()
 
     async def readline(self) -> bytes:
-        return await self.proc.stdout.readline()
+        return await self.stdout.readline()
 
     async def readexactly(self, n: int) -> bytes:
-        return await self.proc.stdout.readexactly(n)
+        return await self.stdout.readexactly(n)
 
     async def stderr_tail(self, timeout_s: float) -> str:
         try:
-            data = await asyncio.wait_for(self.proc.stderr.read(), timeout_s)
+            data = await asyncio.wait_for(self.stderr.read(), timeout_s)
         except asyncio.TimeoutError:
             return ""
         return data.decode(errors="replace")
@@ -43,7 +45,7 @@ class PipeChannel:
     def close(self) -> None:
         if self.proc.returncode is None:
             try:
-                self.proc.stdin.close()  # the agent's loop ends at end of input
+                self.stdin.close()  # the agent's loop ends at end of input
             except (ConnectionError, RuntimeError):
                 pass
 
@@ -66,5 +68,6 @@ async def open_local(node_dir: str, python: str | None = None) -> Channel:
         *bundle.boot_argv(python or sys.executable, node_dir), stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, limit=STREAM_LIMIT,
         start_new_session=True, umask=user_umask())  # the job's files are the user's, as on any node
-    proc.stdin.write(bundle.boot_payload())
-    return PipeChannel(proc)
+    channel = PipeChannel(proc)
+    channel.write(bundle.boot_payload())
+    return channel

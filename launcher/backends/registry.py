@@ -40,7 +40,10 @@ def ssh_config_check(plan: RunPlan, rank: int) -> SchedulerCheck:
     Blocking (it runs ``ssh -G``): call it from a thread."""
     from launcher.backends.ssh.report import ssh_config_check as check
 
-    return check(plan, plan.nodes[rank])
+    node = plan.nodes[rank]
+    if node.host is None:
+        raise ValueError(f"node {rank} is this machine: it has no SSH config to report")
+    return check(plan, node.host, node.host_display)
 
 
 def here_checkpoint_files() -> CheckpointFiles:

@@ -42,7 +42,7 @@ def write_trees(plan: RunPlan, tmp: Path) -> list[Tree]:
     from launcher.workload.snapshot import SnapshotRefused, write_tar
 
     wanted: list[tuple[str, str, Path, tuple[str, ...], str, tuple[str, ...]]] = []
-    if plan.code_root is not None:
+    if plan.code_root is not None and plan.workload.code_source is not None:
         snap = plan.workload.code_source.snapshot
         try:
             root = source_root(plan.code_root, snap, tmp)

@@ -187,8 +187,11 @@ async def _diagnose_scheduler(plan: RunPlan, *, home: Path | None) -> DoctorRepo
     """A SLURM workload: the login node is not where the job runs, so nothing is probed there as if it
     were; it is reached (host key verified), then the scheduler's checks (``sbatch --test-only``, the
     partition from ``sinfo``, a short probe job on the compute nodes) make one report."""
+    slurm = plan.workload.compute.slurm
+    if slurm is None:
+        raise ValueError(f"{plan.run_id}: not a SLURM workload (compute.slurm is unset)")
     backend = backend_for(plan)
-    login = plan.workload.compute.slurm.login
+    login = slurm.login
     label = f"SLURM via {'this machine' if login == 'local' else login}"
     checks: list[Check] = []
     try:

@@ -84,7 +84,8 @@ class NodeReport:
 
     @property
     def status(self) -> Status:
-        return max((c.status for c in self.checks), key=STATUS_ORDER.__getitem__, default="ok")
+        statuses: list[Status] = [c.status for c in self.checks] or ["ok"]
+        return max(statuses, key=STATUS_ORDER.__getitem__)
 
 
 @dataclass(frozen=True)

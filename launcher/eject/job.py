@@ -167,7 +167,7 @@ def node_script(job: Job, words: NodeWords) -> str:
 
 def common_lost(job: Job, *, pin_hint: str = "pin them with its own node selection if they matter") -> list[str]:
     """What the engines that start their own nodes lose of ``job`` besides :data:`ALWAYS_LOST`."""
-    lost = list(ALWAYS_LOST)
+    lost: list[str] = list(ALWAYS_LOST)
     if job.sweep:
         lost.append(SWEEP_LOST)
     if job.hosts:

@@ -27,6 +27,8 @@ def words(job: Job) -> NodeWords:
 def trainer_dir() -> str:
     """The ``trainer`` package on this machine, as SkyPilot uploads it (found without importing it)."""
     spec = importlib.util.find_spec("trainer")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the trainer package is not installed beside the launcher: reinstall fsdp-tui")
     return str(next(iter(spec.submodule_search_locations)))
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.nettest.figures import Measured
+from launcher.nettest.figures import Measured, Scope
 from launcher.words import plural
 
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "B200": 2250.0, "A100": 312.0, "A10": 125.0, "A10G": 70.0,
@@ -58,25 +58,29 @@ def _ag_rs(ins: Inputs, n: int) -> tuple[float, float]:
     return ins.params * ins.param_bytes * frac, ins.params * ins.reduce_bytes * frac
 
 
+def _busbw(scope: Scope | None, op: str, otherwise: float) -> float:
+    """``op``'s bus bandwidth at the largest size measured in ``scope``; ``otherwise`` where it has none."""
+    found = scope.largest(op) if scope is not None else None
+    return found.busbw if found is not None else otherwise
+
+
 def comm_time(ins: Inputs, m: Measured, sharding: str) -> tuple[float, float]:
     """(bytes per rank, seconds) per optimiser step for ``sharding`` at the measured bus bandwidths."""
     world = m.scope("world")
     if world is None or m.world_size < 2:
         return 0.0, 0.0
-    bw = {op: (world.largest(op).busbw if world.largest(op) else 0.0) for op in ("all_gather", "reduce_scatter",
-                                                                               "all_reduce")}
+    bw = {op: _busbw(world, op, 0.0) for op in ("all_gather", "reduce_scatter", "all_reduce")}
     n = m.world_size
     ag, rs = _ag_rs(ins, n)
     if sharding == "hybrid_shard" and m.nnodes > 1:
-        inside = min(m.inside, key=lambda s: s.largest("all_gather").busbw if s.largest("all_gather") else 0.0,
-                     default=None)
+        inside = min(m.inside, key=lambda s: _busbw(s, "all_gather", 0.0), default=None)
         across = m.across
         ag, rs = _ag_rs(ins, m.local_world_size)
         shard = ins.params * ins.reduce_bytes / max(m.local_world_size, 1)
         ar = 2 * shard * (m.nnodes - 1) / m.nnodes
-        in_ag = inside.largest("all_gather").busbw if inside else bw["all_gather"]
-        in_rs = inside.largest("reduce_scatter").busbw if inside else bw["reduce_scatter"]
-        x_ar = across.largest("all_reduce").busbw if across and across.largest("all_reduce") else bw["all_reduce"]
+        in_ag = _busbw(inside, "all_gather", bw["all_gather"])
+        in_rs = _busbw(inside, "reduce_scatter", bw["reduce_scatter"])
+        x_ar = _busbw(across, "all_reduce", bw["all_reduce"])
         return 2 * ag + rs + ar, _div(2 * ag, in_ag) + _div(rs, in_rs) + _div(ar, x_ar)
     if sharding == "no_shard":
         ar = 2 * ins.params * ins.reduce_bytes * (n - 1) / n
@@ -132,7 +136,8 @@ def inputs_for(plan, params: int, *, peak_tflops: float | None = None, mfu: floa
     built-in trainer runs (a script's workload: ``full_shard``, one 4 x 1024-token batch per rank), the
     device's peak from ``accelerator_type``."""
     p = plan.workload.parameters if plan.uses_builtin_trainer else {}
-    fsdp = p.get("fsdp") if isinstance(p.get("fsdp"), dict) else {}
+    given = p.get("fsdp")
+    fsdp = given if isinstance(given, dict) else {}
     sharding = fsdp.get("sharding") or "auto"
     if sharding == "auto":
         sharding = "full_shard"

@@ -180,50 +180,58 @@ def _text(value, what: str) -> str:
     return "".join(ch for ch in value if ch.isprintable())[:200]
 
 
-def _stats(times: list, what: str) -> tuple[float, float, float]:
+def _stats(times: object, what: str) -> tuple[float, float, float]:
     if not isinstance(times, list) or not times:
         raise BadResult(f"{what}: no times")
     values = [_num(t, what) for t in times]
     return statistics.median(values), min(values), max(values)
 
 
-def decode(data: dict) -> Measured:
+def decode(data: object) -> Measured:
     """Decode a nettest result (``trainer/nettest.py``); :class:`BadResult` names what is wrong."""
     if not isinstance(data, dict) or data.get("version") != 1:
         raise BadResult("not a nettest result (version 1)")
-    sizes = tuple(_int(s, "sizes") for s in data.get("sizes") or [])
+    sizes = tuple(_int(s, "sizes") for s in _list(data.get("sizes") or [], "sizes"))
     scopes = []
-    for raw in data.get("scopes") or []:
+    for raw in _list(data.get("scopes") or [], "scopes"):
+        raw = _mapping(raw, "scopes")
         name = _text(raw.get("name"), "scope name")
         ranks = tuple(_int(r, f"{name} ranks") for r in raw.get("ranks") or [])
         # A scope's own sizes where the budget cut one (older results: the test's sizes).
         own = sizes if "sizes" not in raw else tuple(_int(s, f"{name} sizes") for s in _list(raw["sizes"], name))
         figures = []
         for op in OPS:
-            per_size = (raw.get("ops") or {}).get(op) or []
+            per_size = _list(_mapping(raw.get("ops") or {}, f"{name} ops").get(op) or [], f"{name} {op}")
             for nbytes, times in zip(own, per_size, strict=False):
                 med, lo, hi = _stats(times, f"{name} {op}")
                 figures.append(Figure(op, nbytes, med, lo, hi, len(ranks)))
         scopes.append(Scope(name, ranks, tuple(figures)))
     pairs = []
-    for raw in data.get("pairs") or []:
+    for raw in _list(data.get("pairs") or [], "pairs"):
+        raw = _mapping(raw, "pairs")
         med, lo, _hi = _stats(raw.get("times"), "pair times")
         stage = _text(raw.get("stage", "neighbours"), "pair stage")
         pairs.append(PairFigure(_int(raw.get("a"), "pair a"), _int(raw.get("b"), "pair b"),
                                 _int(raw.get("round"), "pair round"), _int(raw.get("bytes"), "pair bytes"), med,
                                 stage, lo, len(raw["times"])))
-    phases = {_text(k, "phase"): _num(v, "phase time") for k, v in (data.get("phases") or {}).items()}
+    phases = {_text(k, "phase"): _num(v, "phase time") for k, v in _mapping(data.get("phases") or {}, "phases").items()}
     return Measured(_text(data.get("backend"), "backend"), _text(data.get("device"), "device"),
                     _int(data.get("world_size"), "world_size"), _int(data.get("nnodes"), "nnodes"),
                     _int(data.get("local_world_size"), "local_world_size"), sizes,
                     _int(data.get("iters"), "iters"), tuple(scopes), tuple(pairs), phases,
-                    tuple(_num(t, "gemm_tflops") for t in data.get("gemm_tflops") or []),
-                    *_model(data.get("model")), tuple(_cut(c) for c in data.get("cuts") or []))
+                    tuple(_num(t, "gemm_tflops") for t in _list(data.get("gemm_tflops") or [], "gemm_tflops")),
+                    *_model(data.get("model")), tuple(_cut(c) for c in _list(data.get("cuts") or [], "cuts")))
 
 
 def _list(value, what: str) -> list:
     if not isinstance(value, list):
         raise BadResult(f"{what}: not a list")
+    return value
+
+
+def _mapping(value, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise BadResult(f"{what}: not a mapping")
     return value
 
 

@@ -171,8 +171,8 @@ def run_nettest(plan: RunPlan, options: Options, home: Path, *, on_state=None, p
         answers = reach(plan)
         connect_s = time.time() - started
         unreachable = tuple(line for _rank, line in answers)
-        down = {rank for rank, _line in answers}
-        if None in down or len(down) == len(plan.nodes):
+        down = {rank for rank, _line in answers if rank is not None}
+        if any(rank is None for rank, _line in answers) or len(down) == len(plan.nodes):
             return Outcome("", "not started", None, None, tuple(n.host_display for n in plan.nodes),
                            (*unreachable, "nothing was started: no node to test"), started,
                            time.time() - started, unreachable=unreachable, connect_s=connect_s)
@@ -220,6 +220,8 @@ def _wait(home: Path, run_id: str, on_state, poll_s: float) -> None:
 def collect(home: Path, run_id: str, started_at: float) -> Outcome:
     """The result of an ended test run: rank 0's line from node 0's log, or why there is none."""
     record = RunStore(home).get_run(run_id)
+    if record is None:
+        raise LookupError(f"no test run '{run_id}'")
     nodes = tuple(n.host for n in sorted(record.nodes, key=lambda n: n.node_rank))
     log = run_dir(home, run_id) / "nodes" / "0.log"
     raw = None

@@ -46,8 +46,8 @@ class _Secrets:
     def __init__(self, store: SecretStore) -> None:
         self.store, self.used = store, []
 
-    def __call__(self, value: str | None) -> str | None:
-        if value is None or not value.startswith(SECRET_PREFIX):
+    def __call__(self, value: str) -> str:
+        if not value.startswith(SECRET_PREFIX):
             return value
         ref = value[len(SECRET_PREFIX):]
         got = self.store.get(ref)
@@ -58,22 +58,22 @@ class _Secrets:
         return got.strip()
 
 
-def plan_sends(notify: Notify, resolve: Callable[[str | None], str | None]) -> list[tuple[str, Callable]]:
+def plan_sends(notify: Notify, resolve: Callable[[str], str]) -> list[tuple[str, Callable]]:
     """``(label, send(summary))`` per configured sink; a secret is resolved only when its sink sends."""
     t = notify.timeout_s
     out: list[tuple[str, Callable]] = []
     for url in notify.webhooks:
         out.append((label("webhook", url), lambda s, u=url: sinks.send_webhook(s, resolve(u), t)))
-    if notify.ntfy:
-        out.append((label("ntfy", notify.ntfy), lambda s: sinks.send_ntfy(s, resolve(notify.ntfy), t)))
-    if notify.email:
-        e = notify.email
+    ntfy, e, command = notify.ntfy, notify.email, notify.command
+    if ntfy:
+        out.append((label("ntfy", ntfy), lambda s: sinks.send_ntfy(s, resolve(ntfy), t)))
+    if e:
         out.append((f"email {', '.join(e.to)} via {e.host}:{e.port}",
-                    lambda s: sinks.send_email(s, e, resolve(e.password), t)))
+                    lambda s: sinks.send_email(s, e, None if e.password is None else resolve(e.password), t)))
     if notify.desktop:
         out.append(("desktop", lambda s: sinks.send_desktop(s, t)))
-    if notify.command:
-        out.append(("command", lambda s: sinks.send_command(s, notify.command, t)))
+    if command:
+        out.append(("command", lambda s: sinks.send_command(s, command, t)))
     return out
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from launcher.backends.base import Backend, NodeError
@@ -154,7 +155,7 @@ async def _node(backend: Backend, rank: int, stop: list[str], timeout_s: float) 
     return NodeHolders(info.label, tuple(holders), count, stopped=tuple(data.get("stopped") or ()))
 
 
-async def gpu_holders(backend: Backend, ranks: list[int], stop: list[str] = (), timeout_s: float = 60.0
+async def gpu_holders(backend: Backend, ranks: list[int], stop: Sequence[str] = (), timeout_s: float = 60.0
                       ) -> list[NodeHolders]:
     """Every node's GPU holders at once; with ``stop``, the processes tagged with those run ids are stopped
     (SIGTERM, then SIGKILL after 10 s) before the node answers."""
@@ -185,9 +186,11 @@ async def run_gpu_holders(home, run_id: str, stop: bool = False) -> tuple[list[N
 def holder_states(store, nodes: list[NodeHolders]) -> dict[str, str | None]:
     """Run id -> its final state (a leftover), ``""`` while it runs, ``None`` when this data dir has no such run."""
     states: dict[str, str | None] = {}
-    for h in (h for n in nodes for h in n.holders if h.run_id):
-        record = store.get_run(h.run_id)
-        states[h.run_id] = (None if record is None else
+    for run_id in (h.run_id for n in nodes for h in n.holders):
+        if not run_id:
+            continue
+        record = store.get_run(run_id)
+        states[run_id] = (None if record is None else
                             record.summary.state.value if record.summary.state.is_final else "")
     return states
 

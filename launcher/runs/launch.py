@@ -167,9 +167,7 @@ class CancelReport:
 async def cancel_run(home: Path, run_id: str, *, timeout_s: float = 120.0) -> CancelReport:
     """Ask the run's owner to cancel (adopting the run first if it has none) and wait for the outcome."""
     store = RunStore(home)
-    record = store.get_run(run_id)
-    if record is None:
-        raise LookupError(f"no run '{run_id}'")
+    record = _record(store, run_id)
     if record.summary.state.is_final:
         return _report(record, already_ended=True)
     request_cancel(home, run_id)
@@ -177,11 +175,11 @@ async def cancel_run(home: Path, run_id: str, *, timeout_s: float = 120.0) -> Ca
         spawn_owner(home, run_id, adopt=True)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        record = store.get_run(run_id)
+        record = _record(store, run_id)
         if record.summary.state.is_final and (not owned(home, run_id) or _only_tracking(home, run_id)):
             return _report(record, already_ended=False)
         await asyncio.sleep(0.1)
-    return _report(store.get_run(run_id), already_ended=False, timed_out=True)
+    return _report(_record(store, run_id), already_ended=False, timed_out=True)
 
 
 def _only_tracking(home: Path, run_id: str) -> bool:
@@ -189,6 +187,14 @@ def _only_tracking(home: Path, run_id: str) -> bool:
     from launcher.runs.core.ownership import owner_note
 
     return owner_note(home, run_id) == pending.SENDING
+
+
+def _record(store: RunStore, run_id: str) -> RunRecord:
+    """The run's record; ``LookupError`` when the store has none (never created, or removed meanwhile)."""
+    record = store.get_run(run_id)
+    if record is None:
+        raise LookupError(f"no run '{run_id}'")
+    return record
 
 
 def _report(record: RunRecord, *, already_ended: bool, timed_out: bool = False) -> CancelReport:
@@ -276,15 +282,18 @@ async def checkpoint_place(plan: RunPlan):
     from launcher.backends.registry import backend_for
     from launcher.workload.ckpt_place import CheckpointPlace, with_holder
 
+    output_dir = plan.output_dir
+    if output_dir is None:
+        raise ValueError(f"{plan.run_id}: the run writes no checkpoints (parameters.output_dir is unset)")
     backend = backend_for(plan)
     try:
         await backend.locate()
-        place = await asyncio.wait_for(backend.checkpoint_place(plan.output_dir), PLACE_TIMEOUT_S)
+        place = await asyncio.wait_for(backend.checkpoint_place(output_dir), PLACE_TIMEOUT_S)
         return with_holder(place, plan.gather_to)
     except NodeError as err:
-        return CheckpointPlace("unchecked", plan.output_dir, detail=str(err))
+        return CheckpointPlace("unchecked", output_dir, detail=str(err))
     except asyncio.TimeoutError:
-        return CheckpointPlace("unchecked", plan.output_dir, detail=f"no answer within {PLACE_TIMEOUT_S:.0f} s")
+        return CheckpointPlace("unchecked", output_dir, detail=f"no answer within {PLACE_TIMEOUT_S:.0f} s")
     finally:
         await backend.close()
 

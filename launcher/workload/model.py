@@ -187,7 +187,7 @@ class Ssh(_Model):
     @classmethod
     def _one_line_path(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None:
-            check_option_value(value, info.field_name.replace("_", " "))
+            check_option_value(value, (info.field_name or "").replace("_", " "))
         return value
 
     @model_serializer(mode="wrap")

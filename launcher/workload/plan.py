@@ -195,7 +195,7 @@ def build_plan(workload: Workload, *, run_id: str, source_file: Path | None = No
                        _local_python(workload) if slurm is None and (host is None or host.is_local) else None),
             iface_env=iface_env,
             rank_tag=rank_tag,
-            display=f"SLURM node {rank} via {hosts[rank].display if hosts[rank] else 'this machine'}"
+            display=f"SLURM node {rank} via {host.display if host else 'this machine'}"
             if slurm is not None else None,
         ))
     return RunPlan(
@@ -295,10 +295,11 @@ def _argv(w: Workload, topo: Topology, rank: int, master_addr: str, port: int,
 def _snapshot_size(plan: RunPlan) -> str:
     from launcher.workload.snapshot import scan
 
-    if not plan.code_root.is_dir():
+    root, source = plan.code_root, plan.workload.code_source
+    if root is None or source is None or not root.is_dir():
         return ""
-    snap = plan.workload.code_source.snapshot
-    found = scan(plan.code_root, snap.exclude, include=snap.include_paths or ())
+    snap = source.snapshot
+    found = scan(root, snap.exclude, include=snap.include_paths or ())
     refused = f", {plural(len(found.refused), 'entry')} a node refuses" if found.refused else ""
     return f" ({plural(found.files, 'file')}, {found.total_bytes / 2**20:.1f} MiB{refused})"
 

@@ -85,9 +85,8 @@ def sbatch_option(line: str) -> str:
     return text[len("#SBATCH"):].strip() if text.startswith("#SBATCH") else text
 
 
-def findings(w: Workload, num_nodes: int, per_node: int, kind: str):
-    """``(path, severity, message, hint)`` for ``compute.slurm``; the caller makes them findings."""
-    s = w.compute.slurm
+def findings(w: Workload, s: Slurm, num_nodes: int, per_node: int, kind: str):
+    """``(path, severity, message, hint)`` for ``compute.slurm`` (``s``); the caller makes them findings."""
     p = ("compute", "slurm")
     out = []
     if w.compute.hosts:

@@ -46,6 +46,13 @@ class Variant:
     would share a fixed one (:mod:`launcher.workload.sweep_outputs`)."""
 
     @property
+    def run_plan(self) -> RunPlan:
+        """The variant's plan, once it has one (a sweep with problems launches nothing)."""
+        if self.plan is None:
+            raise ValueError(f"variant {self.index} has no plan: the sweep has problems to fix first")
+        return self.plan
+
+    @property
     def overrides(self) -> list[str]:
         return [s.override for s in self.settings] + list(self.own_folder)
 

@@ -91,13 +91,13 @@ def resolve_topology(workload: Workload) -> Topology:
         from launcher.workload.slurm import findings as slurm_findings
 
         findings += [Finding(path, sev, msg, hint or "") for path, sev, msg, hint in
-                     slurm_findings(workload, num_nodes, per_node, kind)]
+                     slurm_findings(workload, c.slurm, num_nodes, per_node, kind)]
         return Topology(kind, per_node, num_nodes, (), model, tuple(findings), slurm=True)
     hosts = _hosts(c.hosts, findings)
     if c.hosts and len(c.hosts) != num_nodes:
         findings.append(Finding(("compute", "hosts"), "error",
                                 f"{plural(len(c.hosts), 'host')} for {plural(num_nodes, 'node')} "
-                                f"({plural(c.num_accelerators, 'accelerator')} / {per_node} per node)",
+                                f"({plural(c.num_accelerators or 0, 'accelerator')} / {per_node} per node)",
                                 "list one host per node"))
     if not c.hosts and num_nodes > 1:
         findings.append(Finding(("compute",), "warning",

@@ -66,8 +66,8 @@ def validate_file(path: Path | str, overrides: Sequence[Override] = ()) -> Valid
     except OSError as err:
         return ValidationResult([Problem(name, 1, 1, "", "error", f"cannot read: {err.strerror}")])
     text, problem = decode(raw, name)
-    if problem is not None:
-        return ValidationResult([problem])
+    if problem is not None or text is None:
+        return ValidationResult([problem] if problem is not None else [])
     return validate_text(text, name, overrides, base_dir=path.parent)
 
 
@@ -78,7 +78,7 @@ def validate_text(text: str, filename: str = "<workload>", overrides: Sequence[O
     return _validate_loaded(load_yaml(text, filename), filename, overrides, base_dir, with_sweep=True)
 
 
-def _validate_loaded(loaded: LoadedYaml, filename: str, overrides: Sequence[str], base_dir: Path | None,
+def _validate_loaded(loaded: LoadedYaml, filename: str, overrides: Sequence[Override], base_dir: Path | None,
                      *, with_sweep: bool) -> ValidationResult:
     problems = list(loaded.problems)
     if not isinstance(loaded.data, dict):
@@ -139,7 +139,7 @@ def _validate_loaded(loaded: LoadedYaml, filename: str, overrides: Sequence[str]
     )
 
 
-def _sweep_problems(loaded: LoadedYaml, filename: str, overrides: Sequence[str], base_dir: Path | None,
+def _sweep_problems(loaded: LoadedYaml, filename: str, overrides: Sequence[Override], base_dir: Path | None,
                     data: dict[str, Any], known: list[Problem]) -> list[Problem]:
     """Each variant of a shape-valid ``sweep:`` section validated as ``fsdp-tui sweep`` will launch it."""
     raw = data.get("sweep")
@@ -307,9 +307,7 @@ def _clean_loc(loc: tuple[Any, ...], data: Any) -> YamlPath:
     out: list[str | int] = []
     node = data
     for part in loc:
-        present = (isinstance(node, list) and isinstance(part, int) and part < len(node)) or (
-            isinstance(node, dict) and part in node)
-        if present:
+        if isinstance(node, list) and isinstance(part, int) and part < len(node) or isinstance(node, dict) and part in node:
             out.append(part)
             node = node[part]
         elif isinstance(node, dict) and isinstance(part, str) and part not in _UNION_TAGS \

@@ -123,6 +123,10 @@ def test_decode_computes_bandwidths_from_the_median_time():
     None, {"version": 2}, {**result(), "sizes": [-1]}, {**result(), "pairs": [{"a": 0, "b": 1, "round": 0,
                                                                               "bytes": 1, "times": ["x"]}]},
     {**result(), "nnodes": True}, {**result(), "pairs": [{"a": 0, "b": 1, "round": 0, "bytes": 1, "times": []}]},
+    # Parts of the wrong shape (a node's file is untrusted): refused with why, never an AttributeError.
+    {**result(), "scopes": [1]}, {**result(), "scopes": {"world": []}}, {**result(), "sizes": 5},
+    {**result(), "pairs": ["ab"]}, {**result(), "phases": [1.0]}, {**result(), "cuts": 1},
+    {**result(), "scopes": [{**result()["scopes"][0], "ops": ["all_gather"]}]},
 ])
 def test_a_result_that_is_not_one_is_refused_with_why(bad):
     with pytest.raises(BadResult):

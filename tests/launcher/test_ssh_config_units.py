@@ -217,7 +217,7 @@ def test_the_doctors_ssh_row_flags_what_differs_from_ssh(workload, config, statu
     monkeypatch.setattr(report, "resolve", fake_resolve)
     host = parse_host("t")
     plan = SimpleNamespace(workload=SimpleNamespace(ssh=Ssh(**workload)))
-    check = report.ssh_config_check(plan, SimpleNamespace(host=host, host_display="t"))
+    check = report.ssh_config_check(plan, host, "t")
     assert check.status == status and all(w in check.detail for w in words), check.detail
 
 

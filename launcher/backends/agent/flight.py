@@ -37,8 +37,10 @@ def collect(node_dir: str, asked: int | None) -> list:
     while time.monotonic() < deadline:
         for path in glob.glob(os.path.join(glob.escape(node_dir), PREFIX + "*.json")):
             m = _DUMP.search(os.path.basename(path))
+            if m is None:
+                continue
             try:
-                fresh = m is not None and os.stat(path).st_mtime_ns >= asked
+                fresh = os.stat(path).st_mtime_ns >= asked
             except OSError:
                 continue
             if fresh and path not in found:

@@ -280,6 +280,7 @@ def supervise(node_dir: str, spec: dict, agent_argv: list, say_end: int | None =
         return _refuse_for_space(node_dir, os.path.join(node_dir, STATE), err, say_end)
     _done_saying(say_end)
     error = None
+    assert proc.stdout is not None  # stdout=PIPE
     for line in proc.stdout:
         for value in secrets:
             line = line.replace(value, MASK.encode())

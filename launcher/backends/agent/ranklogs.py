@@ -9,6 +9,7 @@ to its own rank's file."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 
@@ -29,7 +30,7 @@ class RankFiles:
         self.node_dir = node_dir
         self.marker = marker
         """Written first into each file this attempt opens (the attempt's line, as in ``node.log``)."""
-        self.files: dict[int, object] = {}
+        self.files: dict[int, io.FileIO] = {}
 
     def split(self, line: bytes) -> bytes:
         """``line`` without the rank prefixes; each rank's part appended to its file. ``OSError`` on a full

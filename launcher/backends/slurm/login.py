@@ -10,6 +10,7 @@ import json
 from launcher.backends.fleet import AgentFleet
 from launcher.backends.replies import ScriptRun
 from launcher.backends.slurm.queue import QueueView
+from launcher.backends.slurm.script import slurm_of
 from launcher.paths import data_home
 from launcher.workload.plan import RunPlan
 from launcher.workload.slurm import time_minutes, time_option
@@ -23,7 +24,7 @@ NO_LIMIT_WINDOW_S = 86400.0
 def login_window_s(plan: RunPlan) -> float:
     """How long the login node may stay away once a job runs: the job's own time limit (it may run that
     long without us), never less than ``ssh.lost_after_s``."""
-    limit = time_option(plan.workload.compute.slurm, plan.workload.timeout_minutes)
+    limit = time_option(slurm_of(plan), plan.workload.timeout_minutes)
     job_s = time_minutes(limit) * 60 + STOP_EXTRA_S if limit else NO_LIMIT_WINDOW_S
     return max(plan.workload.ssh.lost_after_s, job_s)
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from launcher.backends.base import SchedulerCheck
+from launcher.backends.slurm.script import slurm_of
 from launcher.words import plural
 from launcher.workload.slurm import time_minutes, time_option
 
@@ -112,7 +113,7 @@ def time_check(asked: str | None, partition: Partition) -> SchedulerCheck:
 
 def partition_checks(plan, sinfo_out: str) -> list[SchedulerCheck]:
     """The partition, node/GPU counts and time limit against ``sinfo``'s rows. Pure."""
-    s = plan.workload.compute.slurm
+    s = slurm_of(plan)
     parts = parse_sinfo(sinfo_out)
     if not parts:
         return [SchedulerCheck("partition", "error", "sinfo lists no partition", "ask the cluster's admins")]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from launcher.backends.base import NodeError, SchedulerCheck
 from launcher.backends.slurm.script import placement_options
@@ -20,6 +20,10 @@ from launcher.words import plural
 
 if TYPE_CHECKING:
     from launcher.backends.slurm.login import LoginNode
+
+Level = Literal["ok", "warning", "error"]
+PerNode = tuple[str, Level, str, str]
+"""One node's ``(host, status, detail, fix)`` for a check grouped over the nodes."""
 
 PENDING_S = 60.0
 """How long the probe job may take in all, queueing included, before it is cancelled."""
@@ -91,10 +95,11 @@ def parse_srun(stdout: str) -> dict[int, dict]:
     return found
 
 
-def _group(name: str, per_node: list[tuple[str, str, str, str]]) -> SchedulerCheck:
+def _group(name: str, per_node: list[PerNode]) -> SchedulerCheck:
     """One check from ``(host, status, detail, fix)`` per node: one line when all agree."""
-    order = {"ok": 0, "warning": 1, "error": 2}
-    worst = max((p[1] for p in per_node), key=order.__getitem__)
+    order: dict[Level, int] = {"ok": 0, "warning": 1, "error": 2}
+    levels: list[Level] = [p[1] for p in per_node]
+    worst = max(levels, key=lambda level: order[level])
     details = {p[2] for p in per_node}
     if len(details) == 1:
         detail = f"{per_node[0][2]} on {', '.join(p[0] for p in per_node)}"
@@ -128,7 +133,7 @@ def node_checks(plan, python: str, reports: dict[int, dict], listing: list[str] 
     if not reports:
         return []
     ordered = [reports[k] for k in sorted(reports)]
-    py = []
+    py: list[PerNode] = []
     for r in ordered:
         version = tuple(r.get("python", ()))
         text = ".".join(map(str, version))
@@ -139,7 +144,7 @@ def node_checks(plan, python: str, reports: dict[int, dict], listing: list[str] 
             py.append((r["hostname"], "ok", f"{text} ({r.get('executable') or python})", ""))
     checks = [SchedulerCheck("hostname", "ok", ", ".join(r["hostname"] for r in ordered)), _group("python", py)]
     for dist in packages(plan):
-        per = []
+        per: list[PerNode] = []
         for r in ordered:
             if "packages_error" in r:
                 per.append((r["hostname"], "error", f"cannot read package versions: {r['packages_error']}", ""))

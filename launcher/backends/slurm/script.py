@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from launcher.workload.model import sbatch_value_problem
+from launcher.workload.model import Slurm, sbatch_value_problem
 from launcher.workload.plan import RunPlan, render_plan
 from launcher.workload.slurm import sbatch_option, time_option
 
@@ -23,10 +23,18 @@ def job_file(attempt: int, suffix: str) -> str:
     return f"job-{attempt}.{suffix}"
 
 
+def slurm_of(plan: RunPlan) -> Slurm:
+    """A SLURM run's ``compute.slurm`` (only such a plan reaches the SLURM backend and its script)."""
+    s = plan.workload.compute.slurm
+    if s is None:
+        raise ValueError(f"{plan.run_id}: not a SLURM run (compute.slurm is unset)")
+    return s
+
+
 def placement_options(plan: RunPlan) -> list[str]:
     """Where a job of this run may go: partition, account, qos, constraint, GPUs per node (the batch job
     and the doctor's probe job alike)."""
-    s = plan.workload.compute.slurm
+    s = slurm_of(plan)
     topo = plan.topology
     opts = []
     for name, value in (("partition", s.partition), ("account", s.account), ("qos", s.qos),
@@ -43,7 +51,7 @@ def placement_options(plan: RunPlan) -> list[str]:
 
 
 def sbatch_options(plan: RunPlan) -> list[str]:
-    s = plan.workload.compute.slurm
+    s = slurm_of(plan)
     topo = plan.topology
     opts = [f"--job-name=fsdp-tui-{plan.run_id}", f"--nodes={topo.num_nodes}", "--ntasks-per-node=1",
             "--output=node-0/slurm-%j.out", "--requeue" if s.requeue else "--no-requeue"]
@@ -88,7 +96,7 @@ def batch_script(plan: RunPlan, attempt: int, python: str) -> str:
 
 def render_slurm(plan: RunPlan, python: str) -> str:
     """The dry-run text: the nodes as SLURM will start them, the batch script, and what goes where."""
-    s = plan.workload.compute.slurm
+    s = slurm_of(plan)
     run_dir = f"{plan.node_root}/{plan.run_id}"
     login = s.login if s.login != "local" else "this machine (the login node)"
     shipped = ["parameters.yaml"]

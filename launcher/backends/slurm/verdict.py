@@ -94,7 +94,7 @@ def _ended(node: NodeStatus, entry: QueueEntry | None, cancelled_here: bool) -> 
     state = entry.state if entry is not None else ""
     stopped = cancelled_here or state == "CANCELLED"
     error = node.error
-    if not error and state in ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY") and not node.resubmit:
+    if entry is not None and not error and state in ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY") and not node.resubmit:
         error = f"the SLURM job {entry.ended_words()}"
     return NodeStatus(node.rank, "exited", node.attempt, node.exit_code, stopped and not node.resubmit,
                       supervisor_alive=False, error=error, resubmit=node.resubmit, ended_at=node.ended_at)

@@ -61,13 +61,12 @@ def _supported(kind: str, wanted: tuple[str, ...] | None, resolved: ResolvedHost
     implements; ``SshConfigError`` when it implements none of them."""
     if wanted is None:
         return None
-    import asyncssh
+    from asyncssh import encryption, kex, mac, public_key
 
     if any(w.startswith(("+", "-", "^")) for w in wanted):
         return ",".join(wanted)
-    known = {a.decode() for a in {"enc": asyncssh.encryption.get_encryption_algs, "kex": asyncssh.kex.get_kex_algs,
-                                  "mac": asyncssh.mac.get_mac_algs,
-                                  "key": asyncssh.public_key.get_public_key_algs}[kind]()}
+    known = {a.decode() for a in {"enc": encryption.get_encryption_algs, "kex": kex.get_kex_algs,
+                                  "mac": mac.get_mac_algs, "key": public_key.get_public_key_algs}[kind]()}
     usable = [w for w in wanted if w in known]
     if not usable:
         raise SshConfigError(f"{resolved.name}: none of the config's {option} ({','.join(wanted)}) is "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
+from typing import Any
 
 from launcher.backends.ssh.common import (
     DEFAULT_PORT,
@@ -37,7 +38,7 @@ def resolve_with_asyncssh(name: str, user: str | None, port: int | None, jump: s
     except (OSError, ValueError) as err:
         raise SshConfigError(f"{path}: cannot be read: {err}") from None
 
-    def get(option: str, default=None):
+    def get(option: str, default: Any = None) -> Any:  # asyncssh's config values: str, int or list
         return config.get(option, default)
 
     hostname = get("Hostname") or name

@@ -10,18 +10,18 @@ from launcher.backends.ssh.connect import effective_timeouts
 from launcher.backends.ssh.hostkeys import user_files
 from launcher.workload.hosts import HostTarget
 from launcher.workload.model import Ssh
-from launcher.workload.plan import NodePlan, RunPlan
+from launcher.workload.plan import RunPlan
 
 IGNORED_STRICT = ("no", "off", "accept-new")
 
 
-def ssh_config_check(plan: RunPlan, node: NodePlan) -> Check:
+def ssh_config_check(plan: RunPlan, host: HostTarget, display: str) -> Check:
     """One check: the resolution, its source, and what differs from plain ``ssh NAME``. Blocking (it runs
     ``ssh -G``): call it from a thread."""
     ssh = plan.workload.ssh
-    name = node.host.hostname
+    name = host.hostname
     try:
-        r = resolve(node.host, ssh)
+        r = resolve(host, ssh)
     except SshConfigError as err:
         return Check("ssh config", "error", str(err), f"fix the config until `ssh -G {name}` reads it without error")
     timeout, interval, count = effective_timeouts(r, ssh)
@@ -32,12 +32,12 @@ def ssh_config_check(plan: RunPlan, node: NodePlan) -> Check:
              f"jump: {' -> '.join(r.jump_hops)}" if r.jump_hops else "no jump host",
              f"known hosts: {user_files(r, ssh)[0]}" + (f" as {r.host_key_alias}" if r.host_key_alias else ""),
              f"keepalive {interval:g}s x{count}, connect timeout {timeout:g}s"]
-    flags = _differences(node.host, r, ssh)
+    flags = _differences(host, r, ssh)
     if r.missing_identity_files and not ssh.identity_file:
         parts.append(f"skipped (missing): {', '.join(r.missing_identity_files)}")
     if r.strict_host_key_checking.lower() in IGNORED_STRICT:
         flags.append(f"StrictHostKeyChecking {r.strict_host_key_checking} is ignored on purpose: host keys are always "
-                     f"verified (fsdp-tui trust {node.host_display} adds one after showing it)")
+                     f"verified (fsdp-tui trust {display} adds one after showing it)")
     if r.source == "asyncssh":
         flags.append("no `ssh` client here: asyncssh's parser read the config; install openssh-client so that "
                      "OpenSSH reads it")

@@ -89,6 +89,13 @@ class Holding:
     """Their folder there when it is not ``output_dir``'s own (a gather's holder), else ``None``."""
     bucket: bool
 
+    @property
+    def folder(self) -> str:
+        """Their folder where this machine or a bucket holds them (``root`` is always set then)."""
+        if self.root is None:
+            raise ValueError("the checkpoints are in node 0's own output_dir: ask its node")
+        return self.root
+
     async def close(self) -> None:
         await self.backend.close()
 
@@ -106,7 +113,8 @@ def holding(home: Path, run_id: str) -> Holding:
     if place is not None and place.kind == "bucket":
         return Holding(plan, output_dir, backend, None, checkpoints_root(place.roots[0]), True)
     holder = place.holder if place is not None else None
-    if holder is None or not holder.gathered or (holder.node == 0 and holder.root == place.roots[0]):
+    if holder is None or not holder.gathered or (place is not None and holder.node == 0
+                                                 and holder.root == place.roots[0]):
         return Holding(plan, output_dir, backend, 0, None, False)  # node 0's own folder, as the job saw it
     if holder.node is None:
         return Holding(plan, output_dir, backend, None, here_root(directory, holder), False)
@@ -124,12 +132,12 @@ async def list_checkpoints(home: Path, run_id: str) -> CheckpointListing:
 async def _listing(home: Path, h: Holding) -> CheckpointListing:
     if h.bucket:
         try:
-            found = await asyncio.to_thread(list_bucket, h.root, bucket_env(home, h.plan))
+            found = await asyncio.to_thread(list_bucket, h.folder, bucket_env(home, h.plan))
         except BucketError as err:
-            return CheckpointListing(-1, "the bucket", h.root, error=str(err))
-        return CheckpointListing(-1, "the bucket", h.root, tuple(found))
+            return CheckpointListing(-1, "the bucket", h.folder, error=str(err))
+        return CheckpointListing(-1, "the bucket", h.folder, tuple(found))
     if h.rank is None:
-        return await here_checkpoint_files().listing(h.root)
+        return await here_checkpoint_files().listing(h.folder)
     return await h.backend.checkpoints(h.output_dir, h.rank, h.root)
 
 
@@ -146,7 +154,7 @@ async def delete_checkpoint(home: Path, run_id: str, name: str) -> None:
             if h.bucket:
                 await asyncio.to_thread(remove_from_bucket, target.path, bucket_env(home, h.plan))
             else:
-                await here_checkpoint_files().drop(h.root, name)
+                await here_checkpoint_files().drop(h.folder, name)
         else:
             await h.backend.delete_checkpoint(h.output_dir, name, h.rank, h.root)
     except (NodeError, BucketError) as err:
@@ -165,10 +173,10 @@ async def export_checkpoint(home: Path, run_id: str, name: str, copy_to: Path | 
     try:
         if h.bucket:
             env = bucket_env(home, h.plan)
-            return await h.backend.export_checkpoint(h.output_dir, name, to, merged, 0, url=f"{h.root}/{name}",
+            return await h.backend.export_checkpoint(h.output_dir, name, to, merged, 0, url=f"{h.folder}/{name}",
                                                      job_env=env)
         if h.rank is None:
-            return await asyncio.to_thread(export_here_checkpoint, h.root, name, to, merged)
+            return await asyncio.to_thread(export_here_checkpoint, h.folder, name, to, merged)
         return await h.backend.export_checkpoint(h.output_dir, name, to, merged, h.rank, h.root)
     except (NodeError, BucketError) as err:
         raise CheckpointError(str(err)) from None
@@ -202,7 +210,6 @@ async def resume_choice(home: Path, run_id: str, chosen: CheckpointInfo, listing
 
 def _same_machine(old: RunPlan, rank: int, new: RunPlan) -> bool:
     a, b = old.nodes[rank].host, new.nodes[0].host
-    local_a, local_b = a is None or a.is_local, b is None or b.is_local
-    if local_a or local_b:
-        return local_a and local_b
+    if a is None or a.is_local or b is None or b.is_local:
+        return (a is None or a.is_local) and (b is None or b.is_local)
     return (a.alias, a.hostname, a.port, a.user) == (b.alias, b.hostname, b.port, b.user)

@@ -113,7 +113,7 @@ def _list(ranks: list[int]) -> str:
     for r in sorted(ranks):
         if start is None:
             start = prev = r
-        elif r == prev + 1:
+        elif prev is not None and r == prev + 1:
             prev = r
         else:
             runs.append((start, prev))

@@ -81,29 +81,30 @@ def timing_of(run_id: str, records: Sequence[MetricRecord], created_at: float, e
     """A run's timing from its metrics records (``None``: too few steps to say). ``finished``: the run
     made all its steps, so its end is measured too."""
     train = [r for r in records if r.kind == "train" and r.time is not None]
+    times = [r.time for r in train if r.time is not None]  # every one of them: a step's moment
     if len(train) < MIN_STEPS:
         return None
     evals = [r for r in records if r.kind == "eval" and isinstance(r.extra.get("eval_seconds"), (int, float))]
     per_step = []
     eval_in_loop = 0.0
-    for before, after in zip(train, train[1:], strict=False):
+    for after_i, (before, after) in enumerate(zip(train, train[1:], strict=False), start=1):
         steps = after.step - before.step
         if steps <= 0:
             continue
         inside = sum(float(e.extra["eval_seconds"]) for e in evals if before.step <= e.step < after.step
                      and e.step > 0)
         eval_in_loop += inside
-        per_step.append(max(0.0, (after.time - before.time - inside) / steps))
+        per_step.append(max(0.0, (times[after_i] - times[after_i - 1] - inside) / steps))
     if len(per_step) < MIN_STEPS - 1:
         return None
     span = train[-1].step - train[0].step
-    loop = (train[-1].time - train[0].time - eval_in_loop) / span
+    loop = (times[-1] - times[0] - eval_in_loop) / span
     eval_s = statistics.median(float(e.extra["eval_seconds"]) for e in evals) if evals else None
-    tail = (ended_at - train[-1].time) if finished and ended_at is not None else None
-    return Timing(run_id=run_id, probe=probe, startup_s=max(0.0, train[0].time - created_at),
+    tail = (ended_at - times[-1]) if finished and ended_at is not None else None
+    return Timing(run_id=run_id, probe=probe, startup_s=max(0.0, times[0] - created_at),
                   first_step=train[0].step, last_step=train[-1].step, step_s=tuple(per_step),
                   loop_s_per_step=max(0.0, loop), eval_s=eval_s, tail_s=tail,
-                  total_steps=train[-1].max_steps, ended_at=ended_at or train[-1].time)
+                  total_steps=train[-1].max_steps, ended_at=ended_at or times[-1])
 
 
 @dataclass(frozen=True)

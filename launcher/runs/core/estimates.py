@@ -116,7 +116,9 @@ def history(home: Path, workload: dict[str, Any], *, exclude: str | None = None)
         if summary.run_id == exclude or not summary.state.is_final:
             continue
         record = store.get_run(summary.run_id)
-        theirs = _workload_of(record) if record is not None else None
+        if record is None:
+            continue
+        theirs = _workload_of(record)
         if theirs is None or fingerprint(theirs) != wanted:
             continue
         kept = read_kept(record.directory) or {}
@@ -176,9 +178,10 @@ def _price(plan: RunPlan) -> tuple[float | None, str]:
     topo = plan.topology
     hosts = [h.display for h in topo.hosts] or [None]
     rates = [price_per_hour(prices, topo.kind, topo.gpu_model, h) for h in hosts]
-    if any(r is None for r in rates):
+    known = [r for r in rates if r is not None]
+    if len(known) < len(rates):
         return None, ""
-    return sum(rates) / len(rates), prices.currency
+    return sum(known) / len(known), prices.currency
 
 
 def estimate_lines(home: Path, plan: RunPlan, file: str = "FILE") -> list[str]:

@@ -140,8 +140,11 @@ def hand_over(lock: OwnerLock, home: Path, run_id: str, *, adopt: bool) -> int:
     holding ``lock``: the lock never lapses in between, so a follower that looks at the same moment
     cannot start a second owner. Secrets reach it through the environment it inherits, never its
     command line."""
+    fd = lock.fd
+    if fd is None:
+        raise RuntimeError(f"{run_id}: the owner's lock is not held, so it cannot be handed over")
     directory = run_dir(home, run_id)
-    argv = [sys.executable, "-m", "launcher.runs.owner.supervisor", "--home", str(home), "--lock-fd", str(lock.fd),
+    argv = [sys.executable, "-m", "launcher.runs.owner.supervisor", "--home", str(home), "--lock-fd", str(fd),
             run_id]
     if adopt:
         argv.append("--adopt")
@@ -150,7 +153,7 @@ def hand_over(lock: OwnerLock, home: Path, run_id: str, *, adopt: bool) -> int:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     with open(directory / LOG_FILE, "ab") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True, env=env, pass_fds=(lock.fd,))
+                                start_new_session=True, env=env, pass_fds=(fd,))
     _STARTED.append(proc)
     _reap()
     return proc.pid

@@ -69,8 +69,9 @@ def run_usage(*, kind: str, procs_per_node: int, hosts: list[str], num_nodes: in
     node_hosts = hosts if len(hosts) == num_nodes else [None] * num_nodes
     rates = [price_per_hour(prices, kind, gpu_model, h) for h in node_hosts]
     cost = None
-    if rates and all(r is not None for r in rates):
-        cost = sum(rates) / num_nodes * hours
+    known = [r for r in rates if r is not None]
+    if rates and len(known) == len(rates):
+        cost = sum(known) / num_nodes * hours
     return Usage(kind, hours, per_attempt, cost, prices.currency if prices and cost is not None else "")
 
 

@@ -70,12 +70,15 @@ async def copy_direct(src: Endpoint, dst: Endpoint, name: str, sizes: Mapping[st
     """``sizes`` sent from ``src`` straight to ``dst`` (which ``src`` dials at ``addr``), each file named at
     ``dst`` only when both sides saw the same SHA-256. ``NodeError`` saying ``cannot connect ... for a
     direct copy`` when ``src`` cannot dial ``dst`` (the caller copies through here instead)."""
+    sender, receiver = src.files, dst.files
+    if not isinstance(sender, DirectCopy) or not isinstance(receiver, DirectCopy):
+        raise NodeError(f"{src.label}: cannot connect to {dst.label} for a direct copy (one of them is this machine)")
     start = time.perf_counter()
     files = dict(sorted(sizes.items()))
     try:
-        port, token = await dst.files.listen(dst.root, name, files, DIRECT_TIMEOUT_S)
-        sent = await src.files.send(src.root, name, files, addr, port, token, DIRECT_TIMEOUT_S)
-        got = await dst.files.received(token)
+        port, token = await receiver.listen(dst.root, name, files, DIRECT_TIMEOUT_S)
+        sent = await sender.send(src.root, name, files, addr, port, token, DIRECT_TIMEOUT_S)
+        got = await receiver.received(token)
         if sent != got or set(sent) != set(files):
             raise NodeError(f"{dst.label}: the copy of {name} from {src.label} arrived other than it was sent")
         await dst.files.seal(dst.root, name, {f: (files[f], sent[f]) for f in files})

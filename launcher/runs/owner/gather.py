@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from launcher.backends.base import Backend, CheckpointListing, NodeError, NodeLost
@@ -72,7 +73,7 @@ class Gatherer:
             except asyncio.TimeoutError:
                 pass
 
-    async def settle(self, lost: set[int] = frozenset()) -> dict[str, str]:
+    async def settle(self, lost: AbstractSet[int] = frozenset()) -> dict[str, str]:
         """One last pass once the attempt's job has ended (its final save), nothing asked of the ``lost``
         nodes; returns what failed."""
         self.keep.clear()
@@ -141,10 +142,12 @@ class Gatherer:
         once every copy has stopped."""
         results = await asyncio.gather(*(self._copy(self.node(rank), name, sizes)
                                          for rank, sizes in sorted(sources.items())), return_exceptions=True)
+        copied = []
         for r in results:
             if isinstance(r, BaseException):
                 raise r
-        return list(results)
+            copied.append(r)
+        return copied
 
     async def _copy(self, src: Endpoint, name: str, sizes: dict[str, int]) -> Copied:
         """Straight from the node to the holder where it can dial it, else through this machine."""
@@ -200,8 +203,8 @@ class Gatherer:
         self.done.add(newest.name)
         return newest.name
 
-    def _record(self, c: CheckpointInfo, *, ok: bool, copied: list[Copied] = (), seconds: float = 0.0,
-                nodes: list[int] = (), error: str = "") -> None:
+    def _record(self, c: CheckpointInfo, *, ok: bool, copied: Sequence[Copied] = (), seconds: float = 0.0,
+                nodes: Sequence[int] = (), error: str = "") -> None:
         line = {"name": c.name, "step": c.step, "ok": ok, "at": time.time(), "to": self.holder.label}
         if ok:
             line.update(bytes=sum(x.bytes for x in copied), files=sum(x.files for x in copied),

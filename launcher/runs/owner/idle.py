@@ -42,9 +42,10 @@ class IdleWatch:
 
     def idle_for(self) -> float | None:
         """Seconds every reporting node's GPUs have all been idle; ``None`` when any is busy or none reports."""
-        if not self.since or any(v is None for v in self.since.values()):
+        starts = {r: since for r, since in self.since.items() if since is not None}
+        if not starts or len(starts) < len(self.since):
             return None
-        return min(self.seen[r] - since for r, since in self.since.items())
+        return min(self.seen[r] - since for r, since in starts.items())
 
     def describe(self, seconds: float) -> str:
         nodes = ", ".join(f"node {r} at most {self.peak[r]:.0f}%" for r in sorted(self.seen))

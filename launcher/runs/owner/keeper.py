@@ -64,16 +64,17 @@ class CheckpointKeeper:
         place = plan.ckpt_place
         if place is None or not place.gathers or not plan.uses_builtin_trainer:
             return
-        self.backend = self.make_backend(plan)
+        backend = self.backend = self.make_backend(plan)
         direct = plan.master_addr if plan.workload.compute.slurm is None else None
-        self.gatherer = Gatherer(self.backend, place, self._holder(place), keep_last=_keep_last(plan),
+        self.gatherer = Gatherer(backend, place, self._holder(place, backend), keep_last=_keep_last(plan),
                                  journal=self.dir / GATHERS, say=self.say, direct_addr=direct)
 
-    def _holder(self, place: CheckpointPlace) -> Endpoint:
+    def _holder(self, place: CheckpointPlace, backend: Backend) -> Endpoint:
         holder = place.holder
+        assert holder is not None  # a place that gathers names its holder (with_holder)
         if holder.node is None:
             return Endpoint(self.here(), here_root(self.dir, holder))
-        return Endpoint(self.backend.checkpoint_files(holder.node), holder.root)
+        return Endpoint(backend.checkpoint_files(holder.node), holder.root)
 
     async def before_attempt(self, attempt: int, backend: Backend) -> None:
         """The checkpoint the attempt resumes from, on node 0 (nothing to do where it is there)."""

@@ -9,10 +9,13 @@ import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from launcher.paths import private_file
 from trainer.protocol import MetricRecord, ResumeCheck
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 _METRICS = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu", "eval_loss", "eval_exact_match", "router_aux_loss")
 _MEMORY = ("device_used_gib", "allocated_gib", "reserved_gib", "peak_gib", "rss_gib")
@@ -69,7 +72,7 @@ class MlflowSink:
         self.experiment = experiment
         self.run_name = run_name
         self.home = Path(home)
-        self.client = None
+        self.client: MlflowClient | None = None
         self.run_id: str | None = None
 
     @staticmethod
@@ -86,7 +89,13 @@ class MlflowSink:
                 private_file(path)  # the data dir's own store: its user's alone, as the run store
             check_sqlite(path)
 
-    def _client(self):
+    def _run(self) -> tuple[MlflowClient, str]:
+        """The client and the MLflow run this sink writes to, once :meth:`start` or :meth:`reopen` set them."""
+        if self.client is None or self.run_id is None:
+            raise RuntimeError("the MLflow run is written only after start() or reopen()")
+        return self.client, self.run_id
+
+    def _client(self) -> MlflowClient:
         from mlflow import MlflowClient
 
         os.environ.update(MLFLOW_HTTP)
@@ -96,20 +105,20 @@ class MlflowSink:
     def start(self, params: dict[str, Any], tags: dict[str, str] | None = None) -> str:
         from mlflow.entities import Param
 
-        self.client = self._client()
-        exp = self.client.get_experiment_by_name(self.experiment)
+        client = self.client = self._client()
+        exp = client.get_experiment_by_name(self.experiment)
         if exp is not None:
             exp_id = exp.experiment_id
         else:
             # A SQLite store puts artifacts under ./mlruns of whatever folder we run in: keep them with it.
             location = (self.home / "mlflow-artifacts").as_uri() if self.uri.startswith("sqlite:") else None
-            exp_id = self.client.create_experiment(self.experiment, artifact_location=location)
-        run = self.client.create_run(exp_id, run_name=self.run_name, tags=tags or {})
-        self.run_id = run.info.run_id
+            exp_id = client.create_experiment(self.experiment, artifact_location=location)
+        run = client.create_run(exp_id, run_name=self.run_name, tags=tags or {})
+        run_id = self.run_id = run.info.run_id
         items = [Param(k, v) for k, v in flatten(params).items()]
         for i in range(0, len(items), 100):
-            self.client.log_batch(self.run_id, params=items[i:i + 100])
-        return self.run_id
+            client.log_batch(run_id, params=items[i:i + 100])
+        return run_id
 
     def reopen(self, run_id: str) -> None:
         """Carry on writing an MLflow run started by an earlier owner of the same launch."""
@@ -118,14 +127,15 @@ class MlflowSink:
         self.run_id = run_id
 
     def log_records(self, records: Iterable[MetricRecord]) -> None:
+        client, run_id = self._run()
         from mlflow.entities import Metric
 
         metrics = []
         for r in records:
             check = ResumeCheck.from_record(r)
             if check is not None:  # a resume's badge: tags, the newest resume's wins
-                self.client.set_tag(self.run_id, "fsdp_tui.resume_check", check.verdict)
-                self.client.set_tag(self.run_id, "fsdp_tui.resume_differs", "; ".join(check.differs)[:5000] or "nothing")
+                client.set_tag(run_id, "fsdp_tui.resume_check", check.verdict)
+                client.set_tag(run_id, "fsdp_tui.resume_differs", "; ".join(check.differs)[:5000] or "nothing")
             stamp = int((r.time or 0) * 1000)
             values = [(name, getattr(r, name)) for name in _METRICS]
             values += [(f"memory/rank{m.rank}/{f}", getattr(m, f)) for m in r.memory for f in _MEMORY]
@@ -133,34 +143,37 @@ class MlflowSink:
                 if value is not None and math.isfinite(value):
                     metrics.append(Metric(name, float(value), stamp, r.step))
         for i in range(0, len(metrics), 1000):
-            self.client.log_batch(self.run_id, metrics=metrics[i:i + 1000])
+            client.log_batch(run_id, metrics=metrics[i:i + 1000])
 
     def log_system(self, metrics) -> None:
         """Nodes' system metrics (:class:`~launcher.runs.owner.system_metrics.SystemMetric`), in
         ``log_batch`` calls of at most MLflow's limit each."""
+        client, run_id = self._run()
         from mlflow.entities import Metric
 
         from launcher.runs.owner.system_metrics import BATCH
 
         items = [Metric(m.key, m.value, m.timestamp_ms, m.step) for m in metrics]
         for i in range(0, len(items), BATCH):
-            self.client.log_batch(self.run_id, metrics=items[i:i + BATCH])
+            client.log_batch(run_id, metrics=items[i:i + BATCH])
 
     def log_samples(self, sets) -> None:
         """New steps' answers (:class:`trainer.samples_wire.SampleSet`, already clean) appended to the run's
         ``samples.json`` table (MLflow's ``log_table``: one row per step and prompt)."""
+        client, run_id = self._run()
         rows = [(found.step, s.prompt, s.answer, s.reference or "") for found in sets for s in found.samples]
         if not rows:
             return
         step, prompt, answer, reference = (list(column) for column in zip(*rows, strict=True))
-        self.client.log_table(self.run_id, {"step": step, "prompt": prompt, "answer": answer,
+        client.log_table(run_id, {"step": step, "prompt": prompt, "answer": answer,
                                             "reference": reference}, SAMPLES_TABLE)
 
     def finish(self, status: Literal["FINISHED", "FAILED", "KILLED"], artifacts: Iterable[Path],
                totals: dict[str, float] | None = None) -> None:
+        client, run_id = self._run()
         for key, value in (totals or {}).items():
-            self.client.log_metric(self.run_id, key, value)
+            client.log_metric(run_id, key, value)
         for path in artifacts:
             if Path(path).is_file():
-                self.client.log_artifact(self.run_id, str(path))
-        self.client.set_terminated(self.run_id, status=status)
+                client.log_artifact(run_id, str(path))
+        client.set_terminated(run_id, status=status)

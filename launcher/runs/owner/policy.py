@@ -232,8 +232,9 @@ class RunPolicy(NodeFollowing):
         """Judge the nodes' latest statuses until the attempt ends; says how."""
         while True:
             for task in followers:
-                if task.done() and task.exception() is not None:
-                    raise task.exception()  # a node was lost: the run fails and every node is stopped
+                lost = task.exception() if task.done() else None
+                if lost is not None:
+                    raise lost  # a node was lost: the run fails and every node is stopped
             self.rec.check_room()  # the operator's disk: stop while the run's end can still be written
             self._watch_queue(self.statuses)
             self.stalls.saw_progress(self.clock(), bool(self.reconnecting))
@@ -273,11 +274,13 @@ class RunPolicy(NodeFollowing):
 
     async def _still_orphaned(self) -> bool:
         """Asked again, a moment later: the node still records a job that nothing records."""
+        orphan = self.orphan
+        assert orphan is not None  # _judge named it with its "orphaned" verdict
         await asyncio.sleep(self.settings.poll_s)
-        again = await self.backend.status(self.orphan.rank)
-        self.statuses[self.orphan.rank] = again
+        again = await self.backend.status(orphan.rank)
+        self.statuses[orphan.rank] = again
         if again.orphaned or (again.state == "absent" and again.attempt is None):
-            print(f"judged orphaned: {self.orphan} then {again}", flush=True)  # the owner's log
+            print(f"judged orphaned: {orphan} then {again}", flush=True)  # the owner's log
             self.orphan = again
             return True
         return False
@@ -344,6 +347,7 @@ class RunPolicy(NodeFollowing):
         """A node records its job as running but nothing there records it any more (its disk filled,
         or the node-side supervisor was killed): that node has failed."""
         s = self.orphan
+        assert s is not None  # _judge named it with its "orphaned" verdict
         if s.rank in self.reconnected and not s.error:  # back without its job: the node restarted
             self._mark_gone(s.rank, s)
             await self._stop_all()

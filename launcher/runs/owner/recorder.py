@@ -82,10 +82,10 @@ class Recorder:
         """The newest training step recorded (what the stall watch follows)."""
         self.new_records: list[MetricRecord] = []
         """Records not yet handed to the tracking sink (see :meth:`take_records`)."""
-        self.on_gpus = None
+        self.on_gpus: Callable[[int, tuple[GpuSample, ...], float], None] | None = None
         """Also called with ``(rank, samples, time)`` for each GPU sample (the owner's idle watch)."""
         self.space = SpaceWatch(store.home)
-        self.unwritten: list[Callable[[], None]] = []
+        self.unwritten: list[Callable[[], object]] = []
         """State changes, events and summaries the disk refused, in order: written by :meth:`flush_unwritten`
         once it can (nothing after the first refused write is written before it)."""
         self.write_error: str | None = None
@@ -120,7 +120,7 @@ class Recorder:
 
     # -- writes the disk may refuse ----------------------------------------------------------------
 
-    def write(self, fn: Callable[..., None], *args: object) -> None:
+    def write(self, fn: Callable[..., object], *args: object) -> None:
         """``fn(*args)`` now, or kept for later when the disk refuses it (or refused an earlier one)."""
         if not self.unwritten:
             try:
@@ -180,10 +180,13 @@ class Recorder:
             self._log_lines(lines)
 
     def _log_lines(self, lines: Iterable[bytes]) -> None:
+        parse = self.parse_logs
+        if parse is None:
+            return
         found = []
         now = time.time()
         for raw in lines:
-            record = self.parse_logs.parse(raw.decode("utf-8", "replace"))
+            record = parse.parse(raw.decode("utf-8", "replace"))
             if record is not None:
                 # When it was read: a log line has no time of its own, and the estimate times steps by it.
                 found.append(record if record.time is not None else dataclasses.replace(record, time=now))

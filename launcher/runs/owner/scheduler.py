@@ -81,6 +81,6 @@ class SchedulerVerdicts:
         """The scheduler saw which node died first: that node is the root cause, in its words; what the
         logs blamed on another node (a survivor's "connection closed by peer") is its consequence."""
         host = self.host_of(cause.rank) if cause.rank is not None else cause.host
-        triage = scheduler_report(from_logs, cause, host, exit_codes.get(cause.rank))
+        triage = scheduler_report(from_logs, cause, host, None if cause.rank is None else exit_codes.get(cause.rank))
         self.rec.write_triage(triage)
         return triage

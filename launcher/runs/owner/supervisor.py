@@ -42,13 +42,13 @@ from launcher.runs.owner.policy import LaunchFailed, Outcome, RunPolicy
 from launcher.runs.owner.recorder import Recorder
 from launcher.runs.owner.send_later import artifacts
 from launcher.runs.owner.settings import Settings
-from launcher.runs.owner.tracking import Tracker
+from launcher.runs.owner.tracking import Status, Tracker
 from launcher.secrets import MissingSecrets, SecretStore
 from launcher.workload.plan import RunPlan
 
 SYNC_EVERY_S = 2.0
 FLUSH_RETRY_S = 2.0
-MLFLOW_STATUS = {RunState.SUCCEEDED: "FINISHED", RunState.CANCELLED: "KILLED"}
+MLFLOW_STATUS: dict[RunState, Status] = {RunState.SUCCEEDED: "FINISHED", RunState.CANCELLED: "KILLED"}
 TRACKING_END_S = 20.0
 """How long the owner, once the run's end is recorded, goes on sending it to a remote MLflow server before
 it leaves the rest to a later sender (:mod:`launcher.runs.core.pending`). A store that failed in the last

@@ -164,7 +164,7 @@ class Tracker:
         ``error``, never raised."""
         try:
             if self.local and write:
-                self.sink.warm()
+                MlflowSink.warm()
                 with store_lock(self.home):
                     what(*args)
             else:
@@ -184,17 +184,25 @@ class Tracker:
         with contextlib.suppress(OSError):
             self._save()
 
+    def _sink(self) -> MlflowSink:
+        """The sink of a run whose MLflow logging is on (every caller asked ``self.sink`` first)."""
+        if self.sink is None:
+            raise RuntimeError("MLflow logging is off for this run")
+        return self.sink
+
     def _check(self) -> None:
         """Whether the store can be reached at all: seconds, no MLflow import, no lock."""
-        probe(self.sink.uri)
-        self.sink.check_local()
+        sink = self._sink()
+        probe(sink.uri)
+        sink.check_local()
 
     def _open(self) -> None:
+        sink = self._sink()
         if self.mlflow_run_id:
-            self.sink.reopen(self.mlflow_run_id)
+            sink.reopen(self.mlflow_run_id)
         else:
             tags = {**load_options(self.path.parent).get("tags", {}), "fsdp_tui.run_id": self.plan.run_id}
-            run_id = self.sink.start(self.plan.workload.parameters, tags)
+            run_id = sink.start(self.plan.workload.parameters, tags)
             self.state.update(run_id=run_id, source="metrics", synced=0)
             self._save()
         self.opened = True
@@ -204,7 +212,8 @@ class Tracker:
 
     def sync(self, all_records: list[MetricRecord], source: Literal["metrics", "log-metrics"]) -> bool:
         """Log what ``all_records`` (every record of the run from ``source``) has beyond what is logged."""
-        if self.sink is None:
+        sink = self.sink
+        if sink is None:
             return True
         if self.waiting or not self._ready():
             return False
@@ -216,7 +225,7 @@ class Tracker:
             return True
 
         def log() -> None:
-            self.sink.log_records(todo)
+            sink.log_records(todo)
             self.state["synced"] = synced + len(todo)
             self._save()
 
@@ -225,7 +234,8 @@ class Tracker:
     def sync_samples(self, sets: list) -> bool:
         """Append the samples steps beyond those logged to the MLflow run's table (``sets``: every step's
         answers, clean, oldest first); the count logged is kept with the rest of ``mlflow.json``."""
-        if self.sink is None or not self.opened:
+        sink = self.sink
+        if sink is None or not self.opened:
             return True
         logged = int(self.state.get("samples_synced", 0))
         todo = sets[logged:]
@@ -233,7 +243,7 @@ class Tracker:
             return True
 
         def log() -> None:
-            self.sink.log_samples(todo)
+            sink.log_samples(todo)
             self.state["samples_synced"] = logged + len(todo)
             self._save()
 
@@ -243,7 +253,8 @@ class Tracker:
         """Send the nodes' usage samples recorded since the last send as system metrics
         (:mod:`launcher.runs.owner.system_metrics`): a bounded slice of the record per round, one round
         unless ``to_end`` (the run's end: every round up to the record's end)."""
-        if self.sink is None or not self.opened:
+        sink = self.sink
+        if sink is None or not self.opened:
             return True
         while True:
             offset, steps = self._system_sent()
@@ -254,7 +265,7 @@ class Tracker:
 
             def log(metrics=metrics, end=end, steps=steps) -> None:
                 if metrics:
-                    self.sink.log_system(metrics)
+                    sink.log_system(metrics)
                 self.state["system"] = {"offset": end, "steps": steps}
                 self._save()
 
@@ -274,7 +285,8 @@ class Tracker:
 
     def finish(self, artifacts: list[Path]) -> bool:
         """Send the remembered end (:meth:`ended`) and ``artifacts``, and end the MLflow run."""
-        if self.sink is None:
+        sink = self.sink
+        if sink is None:
             return True
         end = self.state.get("end")
         if end is None or end.get("sent"):
@@ -283,7 +295,7 @@ class Tracker:
             return False
 
         def send() -> None:
-            self.sink.finish(end["status"], artifacts, end.get("totals"))
+            sink.finish(end["status"], artifacts, end.get("totals"))
             end["sent"] = True
             self._save()
 

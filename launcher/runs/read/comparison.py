@@ -149,7 +149,7 @@ def with_scaling(rows: list[RunStats]) -> list[RunStats]:
     about scaling, so the columns stay empty."""
     from dataclasses import replace
 
-    measured = [r.world_size for r in rows if r.tokens_per_s]
+    measured = [r.world_size for r in rows if r.tokens_per_s and r.world_size is not None]
     sizes = set(measured)
     if len(sizes) < 2 or len(sizes) != len(measured):
         return rows
@@ -157,7 +157,7 @@ def with_scaling(rows: list[RunStats]) -> list[RunStats]:
     base = next(r.tokens_per_s for r in rows if r.world_size == smallest and r.tokens_per_s)
     out = []
     for r in rows:
-        if r.tokens_per_s is None:
+        if r.tokens_per_s is None or r.world_size is None:
             out.append(r)
             continue
         speedup = r.tokens_per_s / base
@@ -175,7 +175,8 @@ def compare_runs(home: Path, run_ids: list[str], labels: dict[str, str] | None =
         for run_id in run_ids:
             record = store.get_run(run_id)
             try:
-                workloads[run_id] = yaml.safe_load((record.directory / "workload.yaml").read_text()) or {}
+                workloads[run_id] = (yaml.safe_load((record.directory / "workload.yaml").read_text()) or {}
+                                     if record is not None else {})
             except (OSError, AttributeError, yaml.YAMLError):
                 workloads[run_id] = {}
         labels = varied_labels(workloads)

@@ -211,17 +211,18 @@ def _first_failed(view: RunView, now: float) -> tuple[int, OddMark] | None:
     """The node that failed clearly before any other (a run of one node has no "first")."""
     if len(view.nodes) < 2:
         return None
-    failed = sorted((n for n in view.nodes.values() if _failed(n)), key=lambda n: n.ended_at)
-    if not failed or (len(failed) > 1 and failed[1].ended_at - failed[0].ended_at < FIRST_FAIL_LEAD_S):
+    ends = sorted(((n.ended_at, n) for n in view.nodes.values() if n.ended_at is not None and _failed(n)),
+                  key=lambda pair: pair[0])
+    if not ends or (len(ends) > 1 and ends[1][0] - ends[0][0] < FIRST_FAIL_LEAD_S):
         return None
-    first = failed[0]
+    first_end, first = ends[0]
     starts = [n.running_since for n in view.nodes.values() if n.running_since is not None]
-    start = view.started_at or (min(starts) if starts else first.ended_at)
-    at = max(0.0, first.ended_at - start)
+    start = view.started_at or (min(starts) if starts else first_end)
+    at = max(0.0, first_end - start)
     others = [max(0.0, (n.ended_at or now) - start) for n in view.nodes.values() if n is not first]
     median = statistics.median(others)
     ended = [n.ended_at for n in view.nodes.values() if n is not first and n.ended_at is not None]
-    then = (f"the next node ended {_lead(min(ended) - first.ended_at)} later" if ended
+    then = (f"the next node ended {_lead(min(ended) - first_end)} later" if ended
             else "the others still run")
     return first.node_rank, OddMark("first_failed", round(at, 1), round(median, 1),
                                     f"failed first, {_secs(at)} into the run; {then}")

@@ -186,8 +186,9 @@ class RunView:
         is stalled, or that its resume differs from its checkpoint; empty while all is well."""
         if self.stalled or (self.state == RunState.RUNNING and self.detail.startswith("idle GPUs")):
             return self.detail
-        if self.state == RunState.CANCELLED and (self.triage or {}).get("signature") == "idle":
-            return f"cancelled: {self.triage['summary']}"
+        triage = self.triage or {}
+        if self.state == RunState.CANCELLED and triage.get("signature") == "idle":
+            return f"cancelled: {triage['summary']}"
         if self.state in (RunState.FAILED, RunState.TIMED_OUT):
             summary = (self.triage or {}).get("summary")
             return f"{self.state.value}: {summary or self.detail or 'no reason was recorded'}"

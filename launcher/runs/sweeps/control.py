@@ -34,14 +34,17 @@ STARTING_S = 10.0
 
 def create_sweep(plan: SweepPlan, home: Path) -> SweepRecord:
     """The sweep's record and each variant's plan (run ids fixed now), before the driver starts."""
-    experiment = plan.base.plan.workload.experiment_name
+    base = plan.base.plan if plan.base is not None else None
+    if base is None:
+        raise ValueError(f"{plan.file}: the sweep has problems to fix before it starts")
+    experiment = base.workload.experiment_name
     sweep_id = new_sweep_id(experiment)
-    variants = [VariantRecord(v.index, v.label, v.values, v.overrides, v.plan.run_id) for v in plan.variants]
+    variants = [VariantRecord(v.index, v.label, v.values, v.overrides, v.run_plan.run_id) for v in plan.variants]
     record = SweepRecord(sweep_id, experiment, str(plan.file.resolve()), list(plan.sets), plan.spec.parallel,
                          plan.spec.on_failure, variants)
     save_sweep(home, record)
     for v in plan.variants:
-        plan_path(home, sweep_id, v.index).write_text(json.dumps(plan_to_json(v.plan)))
+        plan_path(home, sweep_id, v.index).write_text(json.dumps(plan_to_json(v.run_plan)))
     return record
 
 

@@ -18,6 +18,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launcher.events import RunState
 from launcher.paths import private_files
@@ -35,6 +36,10 @@ from launcher.runs.sweeps.record import (
 )
 from launcher.words import plural
 from launcher.workload.plan import RunPlan, plan_from_json
+
+if TYPE_CHECKING:
+    from launcher.runs.owner.mlflow_sink import MlflowSink
+    from launcher.runs.owner.tracking import Status
 
 POLL_S = 0.5
 SETTLE_S = 3.0
@@ -190,10 +195,11 @@ class Driver:
         done = sum(s == "succeeded" for s in states)
         self.save(state=state, ended_at=time.time(), detail=f"{done}/{plural(len(states), 'variant')} succeeded")
         if parent:
-            self._close_parent(parent, {"succeeded": "FINISHED", "failed": "FAILED"}.get(state, "KILLED"))
+            ends: dict[str, Status] = {"succeeded": "FINISHED", "failed": "FAILED"}
+            self._close_parent(parent, ends.get(state, "KILLED"))
         return state
 
-    def _mlflow(self):
+    def _mlflow(self) -> MlflowSink | None:
         from launcher.runs.owner.mlflow_sink import MlflowSink
 
         plan = plan_from_json(json.loads(plan_path(self.home, self.sweep_id, 1).read_text()))
@@ -217,11 +223,13 @@ class Driver:
             self.save(detail=f"MLflow parent run not created: {type(err).__name__}: {err}")
             return None
 
-    def _close_parent(self, parent: str, status: str) -> None:
+    def _close_parent(self, parent: str, status: Status) -> None:
         from launcher.runs.owner.tracking import writing
 
         try:
             sink = self._mlflow()
+            if sink is None:
+                return  # the parent was opened by an earlier driver whose workload logged to MLflow
             with writing(self.home, sink):
                 sink.reopen(parent)
                 totals = children_totals(self.home, [v.run_id for v in self.record.variants])
