@@ -47,7 +47,9 @@ class DeleteRunModal(ModalScreen[Choice]):
                 yield Button("Files too", id="files", variant="error")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id)
+        choice = event.button.id
+        if choice in ("keep", "record", "files"):
+            self.dismiss(choice)
 
     def action_choose(self, choice: Choice) -> None:
         self.dismiss(choice)

@@ -42,7 +42,9 @@ class UnsavedModal(ModalScreen[Choice]):
                 yield Button("Save", id="save", variant="primary")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id)
+        choice = event.button.id
+        if choice in ("stay", "discard", "save"):
+            self.dismiss(choice)
 
     def action_choose(self, choice: Choice) -> None:
         self.dismiss(choice)

@@ -78,8 +78,9 @@ class ComparisonTable(DataTable):
         rows = self.rows_shown
         columns = [c for c in self.table_columns if any(getattr(r, c.key) not in (None, "") for r in rows)
                    or c.key in ("label", "state")]
-        if self.sort_by is not None:
-            rows = sorted(rows, key=lambda r: sort_key(r, self.sort_by, self.reverse), reverse=self.reverse)
+        by = self.sort_by
+        if by is not None:
+            rows = sorted(rows, key=lambda r: sort_key(r, by, self.reverse), reverse=self.reverse)
         cursor = self.cursor_row
         self.clear(columns=columns != self.columns_shown)
         if columns != self.columns_shown or not self.columns:

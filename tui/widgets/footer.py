@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from textual import events
+from textual.binding import Binding
+from textual.screen import Screen
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
@@ -12,7 +14,7 @@ PALETTE_KEY_BELOW = 100
 """Columns under which the command palette's key (ctrl+p, also in Textual's own help) leaves the footer."""
 
 
-def _shown(screen) -> list[tuple[tuple, object, bool, str]]:
+def _shown(screen: Screen) -> list[tuple[tuple, Binding, bool, str]]:
     """(what a key is, its binding, enabled, tooltip) for each key the footer shows, in the footer's order."""
     return [((b.key, b.action, b.description, tooltip), b, enabled, tooltip)
             for _node, b, enabled, tooltip in screen.active_bindings.values() if b.show]

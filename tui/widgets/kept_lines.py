@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from textual.widgets import TextArea
 
 if TYPE_CHECKING:
-    from textual.document._edit import Edit, EditResult
+    # Textual does not export EditResult from its public modules: the type of what an edit returns.
+    from textual.document._edit import Edit, EditResult  # pyright: ignore[reportPrivateImportUsage]
 
 ROW = 2
 """Where the document row sits in the key of a rendered line (``TextArea.render_line``)."""

@@ -87,7 +87,8 @@ class NodeLog(LogView):
     @property
     def is_on_screen(self) -> bool:
         # Its container hides it too (the grid behind the overview, the merged view behind the panes).
-        return self.is_mounted and self.display and self.parent.display and self.screen.is_current
+        return (self.is_mounted and self.display and self.parent is not None and self.parent.display
+                and self.screen.is_current)
 
     def set_state(self, state: NodeState, exit_code: int | None, host: str) -> None:
         self.host = host or self.host

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -27,7 +28,7 @@ def _num(value: float | None, fmt: str) -> str:
 class Column:
     title: str
     text: Callable[[NodeRow], str]
-    order: Callable[[NodeRow], object]
+    order: Callable[[NodeRow], Any]
     """What the column sorts by (numbers as numbers; a missing figure sorts last either way)."""
 
 
@@ -132,7 +133,7 @@ class NodeOverview(Vertical):
                 table.move_cursor(row=order.index(chosen), animate=False)
         else:
             columns = table.ordered_columns
-            changes: dict[str, dict[str, Text]] = {}
+            changes: dict[str, dict[str, object]] = {}
             wider: set[tuple[str, str]] = set()
             for node, texts in cells.items():
                 before = self.shown.get(node)
@@ -202,11 +203,15 @@ class NodeOverview(Vertical):
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
-        self.post_message(self.NodeChosen(int(event.row_key.value)))
+        node = event.row_key.value
+        if node is not None:  # every row is keyed by its node
+            self.post_message(self.NodeChosen(int(node)))
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
         """A click on a column's title sorts by it (again: the other way)."""
         event.stop()
+        if event.column_key.value is None:  # every column is keyed by its index
+            return
         column = int(event.column_key.value)
         self.reverse = not self.reverse if column == self.sort_column else False
         self.sort_column = column

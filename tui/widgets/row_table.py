@@ -74,7 +74,8 @@ class RowTable(DataTable):
         cursor's and hover's rows, the look and the columns' widths (a dozen reactive reads each)."""
         base_style = self.rich_style
         pad = self.cell_padding
-        fixed_height = sum(self.get_row_height(self._row_locations.get_key(index)) for index in range(self.fixed_rows))
+        fixed = (self._row_locations.get_key(index) for index in range(self.fixed_rows))
+        fixed_height = sum(self.get_row_height(key) for key in fixed if key is not None)
         if self.show_header:
             fixed_height += self.get_row_height(self._header_row_key)
         return _Drawing(
@@ -108,6 +109,8 @@ class RowTable(DataTable):
         except LookupError:
             return super()._render_line(y, x1, x2, base_style)
         row_index = self._row_locations.get(row_key)
+        if row_index is None:
+            return super()._render_line(y, x1, x2, base_style)
         look = drawing.look
         # Kept by the styles the row is drawn with, not by what they come from: the focus coming back
         # changes only the cursor's row (the table has no focus tint), not all 60 rows.

@@ -140,7 +140,7 @@ class RunsTable(DataTable):
 
     def cycle_sort(self) -> None:
         """Next column, ascending; after the last column, back to store order (newest first)."""
-        keys: list[ColumnKey | None] = [c.key for c in COLUMNS] + [None]
+        keys: list[ColumnKey | None] = [*(c.key for c in COLUMNS), None]
         self.sort_by(keys[(keys.index(self.sort_column) + 1) % len(keys)])
 
     def reverse_sort(self) -> None:
