@@ -64,7 +64,8 @@ class NettestRecord:
             measured = decode(data.get("result"))
         except BadResult:
             measured = None
-        health = data.get("health") if isinstance(data.get("health"), dict) else {}
+        given = data.get("health")
+        health = given if isinstance(given, dict) else {}
         started, wall = data.get("started_at"), data.get("wall_s")
         return cls(data["run_id"], started if isinstance(started, (int, float)) else None,
                    data["state"] if isinstance(data.get("state"), str) else None,

@@ -115,4 +115,6 @@ class Nodes:
         from launcher.backends.ssh.shell import ssh_argv
 
         node = plan.nodes[rank]
+        if node.host is None:
+            raise ValueError(f"node {rank} is this machine: its folder is {node.node_dir}, no ssh needed")
         return ssh_argv(node.host, plan.workload.ssh, node.node_dir, command, binary=binary)

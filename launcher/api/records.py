@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launcher.eject.targets import Ejected
+from launcher.eject.targets import Ejected, Target
 from launcher.notify.deliver import Delivery
 from launcher.runs.core.output_dirs import HINT as OUTPUT_DIR_HINT
 from launcher.runs.core.rebuild import RebuildReport
@@ -92,7 +92,7 @@ class Records:
         return deliver(notify, build_summary(facts), SecretStore(self.home))
 
     @staticmethod
-    def eject(plan: RunPlan, target: str) -> Ejected:
+    def eject(plan: RunPlan, target: Target) -> Ejected:
         """``plan`` as another engine (``kubeflow``, ``jobset``, ``skypilot``, ``sbatch``) takes it, and what
         does not carry over; nothing is submitted."""
         from launcher.eject.targets import eject

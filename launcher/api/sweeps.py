@@ -8,7 +8,6 @@ from pathlib import Path
 
 from launcher.runs.read.comparison import RunStats
 from launcher.runs.sweeps.record import FINAL_SWEEP, SweepRecord, VariantRecord
-from launcher.workload.overrides import Override
 from launcher.workload.sweep import SWEEP_NOT_RUN, SweepPlan
 
 __all__ = ["FINAL_SWEEP", "SWEEP_NOT_RUN", "RunStats", "SweepNotFound", "SweepPlan", "SweepRecord", "Sweeps",
@@ -25,7 +24,7 @@ class Sweeps:
     def __init__(self, home: Path) -> None:
         self.home = Path(home)
 
-    def plan(self, file: Path, over: Sequence[str] = (), overrides: Sequence[Override] = ()) -> SweepPlan:
+    def plan(self, file: Path, over: Sequence[str] = (), overrides: Sequence[str] = ()) -> SweepPlan:
         """The workload ``file`` validated (with ``overrides``), its ``sweep:`` section and the ``over`` axes
         expanded, every variant planned; nothing is touched."""
         from launcher.workload.sweep import plan_sweep

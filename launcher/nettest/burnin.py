@@ -6,6 +6,7 @@ untrusted and cleaned here."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from launcher.words import plural
@@ -42,7 +43,7 @@ def _count(value) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def health_problems(health: dict) -> list[str]:
+def health_problems(health: Mapping) -> list[str]:
     """What needs a look on one node, each with what to do; empty when its counters are clean."""
     if not isinstance(health, dict):
         return ["its health report is not readable"]
@@ -73,7 +74,7 @@ def health_problems(health: dict) -> list[str]:
     return out
 
 
-def burnin_lines(tflops: list[float], local_world_size: int, health: dict[int, dict], nodes: tuple[str, ...],
+def burnin_lines(tflops: list[float], local_world_size: int, health: Mapping[int, Mapping], nodes: tuple[str, ...],
                  peak_tflops: float | None) -> list[str]:
     """The burn-in in words: GEMM figures, the slow GPU named, and each node's health problems."""
     if not tflops:

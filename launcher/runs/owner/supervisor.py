@@ -152,7 +152,7 @@ class Supervisor:
         finally:
             syncing.cancel()
         if self.idle.stopping and outcome.state == RunState.CANCELLED and not outcome.triage:
-            outcome = dataclasses.replace(outcome, triage=TriageReport(signature="idle", said=self.idle.flagged))
+            outcome = dataclasses.replace(outcome, triage=TriageReport(signature="idle", said=self.idle.flagged or ""))
         await self._finish(outcome)
         await self._write_the_rest()
         return outcome
@@ -322,7 +322,7 @@ def _cannot_adopt(home: Path, record, err: Exception) -> None:
     rec.attempt = record.summary.attempt
     why = (f"nothing supervises this run and it cannot be adopted: its plan is not recorded ({err}); "
            "if its job still runs on the nodes, stop it there")
-    rec.finished(RunState.FAILED, None, {"summary": why})
+    rec.finished(RunState.FAILED, None, TriageReport(said=why))
 
 
 def main(argv: list[str] | None = None) -> int:
