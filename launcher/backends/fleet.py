@@ -17,6 +17,7 @@ from pathlib import Path
 from launcher.backends.agent_client import AgentError, AgentLink
 from launcher.backends.base import (
     STREAM_FILES,
+    Backend,
     CheckpointListing,
     ExportResult,
     LinkWatcher,
@@ -364,6 +365,7 @@ class AgentFleet:
         await asyncio.gather(*(link.close() for link in self.links), return_exceptions=True)
 
 
-def create_backend(plan: RunPlan, *, on_link: LinkWatcher | None = None, agent_python: str | None = None) -> AgentFleet:
-    """The registry's entry (:mod:`launcher.backends.registry`): an agent per node, over a local pipe or SSH."""
+def create_backend(plan: RunPlan, *, on_link: LinkWatcher | None = None, agent_python: str | None = None) -> Backend:
+    """The registry's entry (:mod:`launcher.backends.registry`): an agent per node, over a local pipe or SSH.
+    Typed as the protocol, so that the type checker holds the fleet to it."""
     return AgentFleet(plan, on_link=on_link, agent_python=agent_python)

@@ -12,6 +12,7 @@ node (:class:`~launcher.backends.slurm.queue.QueueView`).
 from __future__ import annotations
 
 from launcher.backends.base import (
+    Backend,
     CheckpointListing,
     ExportResult,
     LinkState,
@@ -194,6 +195,7 @@ class SlurmBackend:
         await self.fleet.close()
 
 
-def create_backend(plan: RunPlan, *, on_link: LinkWatcher | None = None, agent_python: str | None = None) -> SlurmBackend:
-    """The registry's entry (:mod:`launcher.backends.registry`): one SLURM job through the login node's agent."""
+def create_backend(plan: RunPlan, *, on_link: LinkWatcher | None = None, agent_python: str | None = None) -> Backend:
+    """The registry's entry (:mod:`launcher.backends.registry`): one SLURM job through the login node's agent.
+    Typed as the protocol, so that the type checker holds the backend to it."""
     return SlurmBackend(plan, on_link=on_link, agent_python=agent_python)
