@@ -58,8 +58,11 @@ class SlurmBackend:
                                 agent_python=agent_python)
         """Every node's link (each to the login node, in its node's folder) and the agents' own calls."""
         self.login = LoginNode(self.fleet)
+        """SLURM's commands and the job's own files, through the login node's agent."""
         self.job = SlurmJob(self.login)
+        """The attempts' jobs as the scheduler knows them: submitted, judged, cancelled."""
         self.tasks = TaskFiles(self.fleet)
+        """What each node's task answers through its folder: GPU and usage samples, stack dumps."""
 
     @property
     def plan(self) -> RunPlan:
