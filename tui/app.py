@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from textual import events
+from textual import on
 from textual.app import App
 from textual.binding import Binding
 from textual.theme import Theme
 
 from tui import settings
+from tui.app_base import AppBase
 from tui.collector import IdleCollector
+from tui.messages import (
+    LaunchAsked,
+    NettestAsked,
+    RelaunchAsked,
+    ResumeAsked,
+    RunChosen,
+    StoreFoundDamaged,
+    SweepChosen,
+    SweepLaunchAsked,
+    WorkloadChosen,
+)
 
 if TYPE_CHECKING:
     from launcher.workload.overrides import Override
@@ -24,7 +35,7 @@ def _palette():
     return FsdpCommands
 
 
-class FsdpTuiApp(App):
+class FsdpTuiApp(AppBase):
     TITLE = "fsdp-tui"
     COMMANDS = App.COMMANDS | {_palette}
     BINDINGS = [
@@ -45,34 +56,19 @@ class FsdpTuiApp(App):
 
     def __init__(self, home: Path, theme: str | None = None, workload: Path | None = None,
                  run_id: str | None = None, launch: bool = False, overrides: list[str] | None = None) -> None:
-        super().__init__()
-        self.home = home
+        super().__init__(home, [workload.resolve()] if workload else [])
         self.start_workload = workload
         self.start_run = run_id
         self.start_launch = launch
         self.start_overrides = overrides or []
-        self.extra_workloads = [workload.resolve()] if workload else []
         self.requested_theme = theme
-        self.marked_runs: list[str] = []
         self.launched: list[str] = []
         """Runs started from this app: on quit, the ones still live are named with how to get back."""
-        self.input_at = 0.0
-        """When the last key, click or wheel turn came (``time.monotonic()``)."""
         self.collector = IdleCollector(self)
         """Python's garbage collector, run between keys while the app runs."""
 
-    async def on_event(self, event: events.Event) -> None:
-        if isinstance(event, (events.Key, events.MouseDown, events.MouseScrollDown, events.MouseScrollUp)):
-            self.input_at = time.monotonic()
-        await super().on_event(event)
-
     def on_unmount(self) -> None:
         self.collector.stop()
-
-    def input_within(self, seconds: float) -> bool:
-        """Whether the user pressed a key (or clicked, or turned the wheel) in the last ``seconds``: a
-        screen's periodic redraws wait a moment then, so that what the user did is drawn first."""
-        return time.monotonic() - self.input_at < seconds
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         from themes import APP_VARIABLES
@@ -177,6 +173,46 @@ class FsdpTuiApp(App):
         elif command.verb == "ckpt":
             self.open_checkpoints(command.arg)
 
+    # -- what screens ask (tui.messages): each handler does what the message names -----------------
+
+    @on(RunChosen)
+    def _run_chosen(self, message: RunChosen) -> None:
+        self.open_run(message.run_id)
+
+    @on(SweepChosen)
+    def _sweep_chosen(self, message: SweepChosen) -> None:
+        self.open_sweep(message.sweep_id)
+
+    @on(WorkloadChosen)
+    def _workload_chosen(self, message: WorkloadChosen) -> None:
+        self.open_editor(message.path)
+
+    @on(LaunchAsked)
+    def _launch_asked(self, message: LaunchAsked) -> None:
+        self.launch_workload(message.path, message.overrides)
+
+    @on(RelaunchAsked)
+    def _relaunch_asked(self, message: RelaunchAsked) -> None:
+        self.relaunch_run(message.run_id, message.overrides)
+
+    @on(ResumeAsked)
+    def _resume_asked(self, message: ResumeAsked) -> None:
+        self.resume_run(message.run_id, message.checkpoint)
+
+    @on(SweepLaunchAsked)
+    def _sweep_launch_asked(self, message: SweepLaunchAsked) -> None:
+        self.launch_sweep(message.path)
+
+    @on(NettestAsked)
+    def _nettest_asked(self, message: NettestAsked) -> None:
+        self.open_nettest(message.path, overrides=message.overrides)
+
+    @on(StoreFoundDamaged)
+    def _store_found_damaged(self, message: StoreFoundDamaged) -> None:
+        self.store_damaged(message.text)
+
+    # -- opening screens, launching ----------------------------------------------------------------
+
     def open_checkpoints(self, run_prefix: str) -> None:
         """The checkpoints of the run whose id is or starts with ``run_prefix``."""
         from launcher.runs.core.store import RunStore
@@ -207,11 +243,11 @@ class FsdpTuiApp(App):
 
         self.push_screen(EditorScreen(path))
 
-    def open_nettest(self, path: Path | None, record: dict | None = None, overrides: list[str] | None = None) -> None:
-        """A quick interconnect test of the workload at ``path`` (with ``overrides``), or the kept test ``record``."""
+    def open_nettest(self, path: Path, overrides: list[str]) -> None:
+        """A quick interconnect test of the workload at ``path`` (with ``overrides``)."""
         from tui.screens.nettest import NettestScreen
 
-        self.push_screen(NettestScreen(path=path, record=record, overrides=overrides or []))
+        self.push_screen(NettestScreen(path=path, overrides=overrides))
 
     def open_run(self, run_id: str) -> None:
         from launcher.runs.core.store import RunStore, StoreDamaged

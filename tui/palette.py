@@ -10,8 +10,11 @@ from functools import partial
 from pathlib import Path
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.message import Message
 
 from launcher.words import plural
+from tui.app_base import AppBase
+from tui.messages import LaunchAsked, NettestAsked, RelaunchAsked, RunChosen, WorkloadChosen
 
 
 @dataclass(frozen=True)
@@ -28,30 +31,46 @@ class FsdpCommands(Provider):
 
     def _entries(self) -> list[Entry]:
         from launcher.runs.core.store import RunStore
-        from tui.screens.home import find_workloads, folder_label
+        from tui.screens.workload_files import find_workloads, folder_label
 
         app = self.app
+        assert isinstance(app, AppBase)
+        ask = self.asking
         out: list[Entry] = []
         for run in RunStore(app.home).list_runs(limit=200):
             what = f"{run.experiment}, {run.state.value}"
-            out.append(Entry(f"open run {run.run_id}", f"the run monitor ({what})", partial(app.open_run, run.run_id)))
+            out.append(Entry(f"open run {run.run_id}", f"the run monitor ({what})", ask(partial(RunChosen, run.run_id))))
             out.append(Entry(f"checkpoints of {run.run_id}", "list, resume from, export, delete",
-                             partial(app.open_checkpoints, run.run_id)))
+                             partial(self.open_checkpoints, run.run_id)))
             out.append(Entry(f"relaunch {run.run_id}", f"what it ran, as a new run ({what})",
-                             partial(app.relaunch_run, run.run_id)))
+                             ask(partial(RelaunchAsked, run.run_id))))
         for path in find_workloads(app.extra_workloads):
             where = f"{folder_label(path.parent)}/{path.name}"
-            out.append(Entry(f"edit {where}", "open the workload in the editor", partial(app.open_editor, Path(path))))
-            out.append(Entry(f"launch {where}", "launch it now", partial(app.launch_workload, Path(path), [])))
+            out.append(Entry(f"edit {where}", "open the workload in the editor", ask(partial(WorkloadChosen, Path(path)))))
+            out.append(Entry(f"launch {where}", "launch it now", ask(partial(LaunchAsked, Path(path)))))
             out.append(Entry(f"test the interconnect of {where}", "a quick nettest on its nodes: bandwidths, "
-                             "the slow node", partial(app.open_nettest, Path(path))))
+                             "the slow node", ask(partial(NettestAsked, Path(path)))))
         from launcher.nettest.launch import list_records
 
         for record in list_records(app.home)[:50]:
-            out.append(Entry(f"nettest {record['run_id']}", f"a kept interconnect test ({plural(len(record.get('nodes') or []), 'node')})", partial(app.open_nettest, None, record)))
+            out.append(Entry(f"nettest {record['run_id']}", f"a kept interconnect test ({plural(len(record.get('nodes') or []), 'node')})", partial(self.open_kept_nettest, record)))
         for name in sorted(app.available_themes):
             out.append(Entry(f"theme {name}", "switch the colours (it persists)", partial(setattr, app, "theme", name)))
         return out
+
+    def asking(self, message: Callable[[], Message]) -> Callable[[], None]:
+        """What an entry runs to ask the app (:mod:`tui.messages`): a new message each time it is chosen."""
+        return lambda: self.app.post_message(message())
+
+    def open_checkpoints(self, run_id: str) -> None:
+        from tui.screens.checkpoints import CheckpointsScreen
+
+        self.app.push_screen(CheckpointsScreen(run_id))
+
+    def open_kept_nettest(self, record: dict) -> None:
+        from tui.screens.nettest import NettestScreen
+
+        self.app.push_screen(NettestScreen(record=record))
 
     async def discover(self) -> Hits:
         for entry in self.entries[:30]:

@@ -1,13 +1,16 @@
-"""For the app's tests: recorded runs (local records as the launcher writes them, at fixed times), waiting."""
+"""For the app's tests: recorded runs (local records as the launcher writes them, at fixed times), a run's
+events fed by the test, waiting."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.events import NodeState, RunState
+from launcher.events import NodeState, RunEvent, RunState
 
 T0 = 1_772_355_600.0
 """2026-03-01 09:00:00 UTC: every recorded time is an offset from it, so screens show fixed times."""
@@ -112,3 +115,23 @@ async def wait_for(pilot, predicate, timeout: float = 30.0) -> None:
     while not predicate():
         assert loop.time() < end, "condition not reached in time"
         await pilot.pause(0.05)
+
+
+class FedEvents:
+    """A run's events as a test feeds them to the run monitor (``RunMonitorScreen(..., events=fed)``):
+    ``first`` at once, then each event the test puts (``put``), in order. The stream stays open, as a live
+    run's does, unless ``more=False`` (then it ends after ``first``)."""
+
+    def __init__(self, first: Iterable[RunEvent] = (), *, more: bool = True) -> None:
+        self.first, self.more = list(first), more
+        self.queue: asyncio.Queue[RunEvent] = asyncio.Queue()
+
+    def put(self, *events: RunEvent) -> None:
+        for event in events:
+            self.queue.put_nowait(event)
+
+    async def __aiter__(self) -> AsyncIterator[RunEvent]:
+        for event in self.first:
+            yield event
+        while self.more:
+            yield await self.queue.get()

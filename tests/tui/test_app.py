@@ -120,7 +120,7 @@ async def test_monitor_replays_a_recorded_two_node_run(home):
         await pilot.press("e")
         assert screen.follow is False
         await pilot.press("m")
-        assert screen.merged and screen.query_one("#merged").display and not screen.query_one("#logs").display
+        assert screen.views.merged and screen.query_one("#merged").display and not screen.query_one("#logs").display
         await _wait_for(pilot, lambda: screen.pane(-1).line_count == 53)
         await pilot.press("m", "slash", *"NCCL", "enter")
         await _wait_for(pilot, lambda: screen.pane(1).line_count == 1 and screen.pane(0).line_count == 0)

@@ -105,30 +105,24 @@ async def test_editor_keys_help_and_templates_say_what_is_there(home, tmp_path):
 
 async def test_a_runs_first_seconds_say_what_it_waits_for_and_cpu_memory_has_a_bar(home):
     """Before any line and step: words, not blank boxes; then a CPU rank's RSS as a bar against the RAM."""
-    import asyncio
-
     from launcher.events import MetricsRecorded, NodeStateChanged, RunStateChanged
+    from tests.tui.support import FedEvents
     from tests.tui.support import wait_for as _wait
     from trainer.protocol import MetricRecord, RankMemory
 
-    queue: asyncio.Queue = asyncio.Queue()
-
-    async def events():
-        while True:
-            yield await queue.get()
-
+    run = FedEvents()
     app = FsdpTuiApp(home)
     async with app.run_test(size=(150, 45)) as pilot:
-        monitor = RunMonitorScreen("run-new", 1, events=events())
+        monitor = RunMonitorScreen("run-new", 1, events=run)
         await app.push_screen(monitor)
-        queue.put_nowait(RunStateChanged("run-new", RunState.RUNNING, 1))
-        queue.put_nowait(NodeStateChanged("run-new", 0, "this machine", NodeState.RUNNING))
+        run.put(RunStateChanged("run-new", RunState.RUNNING, 1))
+        run.put(NodeStateChanged("run-new", 0, "this machine", NodeState.RUNNING))
         await _wait(pilot, lambda: "starting: no line yet" in str(monitor.query_one("#summary").render()))
         assert "running, no line yet" in str(monitor.pane(0).border_subtitle)
         titles = [str(t.render()) for t in monitor.query(".title")]
         assert "loss  (waiting for the first step)" in titles
         assert "eval loss  (waiting for the first evaluation)" in titles
-        queue.put_nowait(MetricsRecorded("run-new", MetricRecord(
+        run.put(MetricsRecorded("run-new", MetricRecord(
             step=1, max_steps=10, loss=2.0, time=1.0, memory=(RankMemory(0, rss_gib=0.5, total_gib=16.0),))))
         await _wait(pilot, lambda: len(monitor.query("MemoryGauge")) == 1
                     and "RSS 0.5/16G" in str(monitor.query_one("MemoryGauge Label").render()))

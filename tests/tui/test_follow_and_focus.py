@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from textual.widgets import TextArea
 
 from launcher.events import NodeLines
-from tests.tui.support import wait_for
+from tests.tui.support import FedEvents, wait_for
 from tui.app import FsdpTuiApp
 from tui.screens.monitor import RunMonitorScreen
-
-
-async def _fed(queue: asyncio.Queue):
-    while True:
-        yield await queue.get()
 
 
 def _at_end(log) -> bool:
@@ -26,18 +19,18 @@ def _last(log) -> str:
 
 
 async def test_the_merged_view_follows_through_follow_off_and_on_and_a_filter(home):
-    queue: asyncio.Queue = asyncio.Queue()
+    run = FedEvents()
     sent = [0]
 
     def send(n: int) -> None:
         for _ in range(n):
             step = sent[0]
             sent[0] += 1
-            queue.put_nowait(NodeLines("r", step % 2, (f"step={step}/400",), step))
+            run.put(NodeLines("r", step % 2, (f"step={step}/400",), step))
 
     app = FsdpTuiApp(home)
     async with app.run_test(size=(120, 40)) as pilot:
-        screen = RunMonitorScreen("r", 2, events=_fed(queue))
+        screen = RunMonitorScreen("r", 2, events=run)
         await app.push_screen(screen)
         await pilot.press("m")
         merged = screen.pane(-1)
@@ -135,7 +128,7 @@ async def test_f_says_follow_off_in_the_frame_it_causes(home, monkeypatch):
     monkeypatch.setattr("tui.screens.monitor.DRAW_HZ", 0.001)  # no redraw during the test
     app = FsdpTuiApp(home)
     async with app.run_test(size=(120, 40)) as pilot:
-        screen = RunMonitorScreen("r", 2, events=_fed(asyncio.Queue()))
+        screen = RunMonitorScreen("r", 2, events=FedEvents())
         await app.push_screen(screen)
         summary = screen.query_one("#summary")
         await pilot.press("f")
@@ -152,16 +145,16 @@ async def test_new_lines_wait_once_after_a_key_then_come(home, monkeypatch):
 
     monkeypatch.setattr(monitor, "LOG_HZ", 0.001)  # the test calls the flush itself
     monkeypatch.setattr(monitor, "DRAW_HZ", 0.001)
-    queue: asyncio.Queue = asyncio.Queue()
+    run = FedEvents()
     app = FsdpTuiApp(home)
     async with app.run_test(size=(120, 40)) as pilot:
-        screen = RunMonitorScreen("r", 2, events=_fed(queue))
+        screen = RunMonitorScreen("r", 2, events=run)
         await app.push_screen(screen)
         app.input_at = 0.0
         await pilot.press("f", "f")
         assert app.input_within(5.0), "a key press is noted"
         for rank in (0, 1):
-            queue.put_nowait(NodeLines("r", rank, (f"node {rank} line",), 0))
+            run.put(NodeLines("r", rank, (f"node {rank} line",), 0))
         await wait_for(pilot, lambda: screen.view.node(1).lines == 1)
         panes = screen.pane(0), screen.pane(1)
 
@@ -180,7 +173,7 @@ async def test_new_lines_wait_once_after_a_key_then_come(home, monkeypatch):
         assert written() == [1, 1]
         keys[0] = False
         for rank in (0, 1):
-            queue.put_nowait(NodeLines("r", rank, ("again",), 1))
+            run.put(NodeLines("r", rank, ("again",), 1))
         await wait_for(pilot, lambda: all(len(pane.pending) == 1 for pane in panes))
         screen.flush_logs()
         screen.flush_logs()

@@ -4,10 +4,8 @@ that node's pane alone (``escape`` back); ``o`` switches between the overview an
 
 from __future__ import annotations
 
-import asyncio
-
 from launcher.events import NodeLines, NodeState, NodeStateChanged, NodeUsage, RunState, RunStateChanged
-from tests.tui.support import wait_for
+from tests.tui.support import FedEvents, wait_for
 from tui.app import FsdpTuiApp
 from tui.screens.monitor import RunMonitorScreen
 from tui.widgets.node_overview import COLUMNS, NodeOverview
@@ -47,13 +45,6 @@ def _bare_overview():
     return Bare()
 
 
-async def _fed(events, queue: asyncio.Queue | None = None):
-    for event in events:
-        yield event
-    while queue is not None:
-        yield await queue.get()
-
-
 def _column(table, index: int) -> list[str]:
     return [str(table.get_row_at(i)[index]) for i in range(table.row_count)]
 
@@ -61,11 +52,11 @@ def _column(table, index: int) -> list[str]:
 async def test_overview_sorts_filters_marks_and_opens_a_node(home):
     app = FsdpTuiApp(home)
     async with app.run_test(size=(160, 50)) as pilot:
-        screen = RunMonitorScreen("r", 12, events=_fed(run_events(12), asyncio.Queue()))
+        screen = RunMonitorScreen("r", 12, events=FedEvents(run_events(12)))
         await app.push_screen(screen)
         overview = screen.query_one(NodeOverview)
         table = overview.table
-        await wait_for(pilot, lambda: screen.overview_shown and table.row_count == 12
+        await wait_for(pilot, lambda: screen.views.overview_shown and table.row_count == 12
                        and _column(table, 7)[STARVED] == "4" and _column(table, 7)[11] == "102", timeout=120)
         # (node 11's CPU is the last event: a table drawn mid-stream marks the nodes not heard from yet)
         assert not screen.query_one("#logs").display, "past 8 nodes the overview replaces the panes"
@@ -98,28 +89,28 @@ async def test_overview_sorts_filters_marks_and_opens_a_node(home):
         await pilot.press("x")
         assert _column(table, 0) == [str(STARVED)]
         await pilot.press("enter")
-        await wait_for(pilot, lambda: screen.alone == STARVED)
+        await wait_for(pilot, lambda: screen.views.alone == STARVED)
         pane = screen.pane(STARVED)
         await wait_for(pilot, lambda: pane.is_on_screen and pane.line_count == 20 + STARVED)
         assert not screen.pane(0).is_on_screen and not overview.display
         assert pane.lines[0] == f"node {STARVED} line 0" and screen.focused is pane
         await pilot.press("escape")
-        assert screen.overview_shown and screen.focused is table and table.row_count == 1
+        assert screen.views.overview_shown and screen.focused is table and table.row_count == 1
         await pilot.press("x", "o")
-        assert not screen.overview_shown and screen.query_one("#logs").display
+        assert not screen.views.overview_shown and screen.query_one("#logs").display
         await wait_for(pilot, lambda: all(screen.pane(n).is_on_screen for n in range(12)))
         await wait_for(pilot, lambda: screen.pane(11).line_count == 31)  # what it buffered unmounted
         await pilot.press("o")
-        assert screen.overview_shown
+        assert screen.views.overview_shown
 
 
 async def test_few_nodes_keep_their_panes_and_o_opens_the_overview(home):
     app = FsdpTuiApp(home)
     async with app.run_test(size=(160, 50)) as pilot:
-        screen = RunMonitorScreen("r", 2, events=_fed(run_events(2, starved=None)))
+        screen = RunMonitorScreen("r", 2, events=FedEvents(run_events(2, starved=None), more=False))
         await app.push_screen(screen)
         await wait_for(pilot, lambda: screen.pane(1).line_count == 21, timeout=120)
-        assert not screen.overview_shown
+        assert not screen.views.overview_shown
         await wait_for(pilot, lambda: "merged" in [k.description for k in screen.query("FooterKey")])
         await pilot.pause(0.5)  # the footer settles after the screen's first focus changes
         footer_keys = list(screen.query("FooterKey"))

@@ -235,7 +235,7 @@ async def test_command_bar_runs_workloads_ckpt_theme_quit(home, tmp_path):
 def test_workload_folders_are_shown_relative_to_samples_cwd_or_home(tmp_path, monkeypatch):
     from pathlib import Path
 
-    from tui.screens.home import SAMPLES_ROOT, folder_label
+    from tui.screens.workload_files import SAMPLES_ROOT, folder_label
 
     monkeypatch.chdir(tmp_path)
     assert folder_label(SAMPLES_ROOT / "byo_script") == "sample_workloads/byo_script"
@@ -246,7 +246,7 @@ def test_workload_folders_are_shown_relative_to_samples_cwd_or_home(tmp_path, mo
 
 
 def test_the_current_folders_samples_are_listed_instead_of_the_shipped_ones(tmp_path, monkeypatch):
-    from tui.screens.home import SAMPLES_ROOT, find_workloads, folder_label
+    from tui.screens.workload_files import SAMPLES_ROOT, find_workloads, folder_label
 
     (tmp_path / "sample_workloads").mkdir()
     (tmp_path / "sample_workloads" / "mine.yaml").write_text("experiment_name: mine\n")

@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import time
 
-from textual import work
+from textual import getters, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Label
 
 from launcher.runs.core.checkpoints import CheckpointInfo, completeness, deletable
+from tui.app_base import AppBase
+from tui.messages import ResumeAsked
 from tui.widgets.footer import FitFooter
 from tui.widgets.header import Header
 
 
 class CheckpointsScreen(Screen):
+    app = getters.app(AppBase)
     DEFAULT_CSS = """
     CheckpointsScreen #where { height: auto; max-height: 3; padding: 0 1; background: $panel; }
     """
@@ -96,7 +99,7 @@ class CheckpointsScreen(Screen):
             self.notify("pick a complete checkpoint", severity="warning")
             return
         self.notify(f"resuming from {c.name} (where its whole copy is)")
-        self.app.resume_run(self.run_id, c.name)
+        self.post_message(ResumeAsked(self.run_id, c.name))
 
     def action_export(self, merged: bool = False) -> None:
         c = self.selected()

@@ -5,14 +5,12 @@ in a worker, debounced."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
-from textual import work
+from textual import getters, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Input, Label, Static, TabbedContent, TabPane
@@ -20,9 +18,10 @@ from textual.widgets import Input, Label, Static, TabbedContent, TabPane
 from launcher.words import plural
 from launcher.workload.complete import Sources
 from launcher.workload.cursor import key_path_at
-from launcher.workload.fixes import Fix
 from launcher.workload.problems import Problem
 from launcher.workload.templates import Template
+from tui.app_base import AppBase
+from tui.messages import LaunchAsked, NettestAsked, Reached, SourcesLoaded, Validated
 from tui.widgets.completion import CompletionMenu, WorkloadArea
 from tui.widgets.footer import FitFooter
 from tui.widgets.header import Header
@@ -31,32 +30,8 @@ from tui.widgets.problems import ProblemsList
 DEBOUNCE_S = 0.3
 
 
-@dataclass
-class Validated(Message):
-    """The result of one validation pass for buffer version ``version``."""
-
-    version: int
-    problems: list[Problem]
-    fixes: list[Fix | None]
-    plan_text: str
-    plan: object = None
-    """The :class:`RunPlan` when the buffer is valid (the hosts' glance is checked from it)."""
-
-
-@dataclass
-class Reached(Message):
-    """Each node's answer to a cheap connect, for the hosts ``key`` names."""
-
-    key: tuple
-    lines: str
-
-
-@dataclass
-class SourcesLoaded(Message):
-    sources: Sources
-
-
 class EditorScreen(Screen):
+    app = getters.app(AppBase)
     DEFAULT_CSS = """
     EditorScreen #main { height: 1fr; }
     EditorScreen TextArea { width: 3fr; }
@@ -151,7 +126,8 @@ class EditorScreen(Screen):
         sources = Sources(read_config_aliases(ssh_config_path()), SecretStore(self.app.home).list(), folders)
         self.post_message(SourcesLoaded(sources))
 
-    def on_sources_loaded(self, message: SourcesLoaded) -> None:
+    @on(SourcesLoaded)
+    def _sources_loaded(self, message: SourcesLoaded) -> None:
         self.sources = self.area.sources = message.sources
 
     def action_templates(self) -> None:
@@ -219,7 +195,8 @@ class EditorScreen(Screen):
         fixes = [fix_for(p, text) if p.file != "--set" else None for p in planned.problems]
         self.post_message(Validated(version, planned.problems, fixes, plan_text, planned.plan))
 
-    def on_validated(self, message: Validated) -> None:
+    @on(Validated)
+    def _validated(self, message: Validated) -> None:
         if message.version != self.version:
             return  # an older buffer
         self.shown_version = message.version
@@ -262,7 +239,8 @@ class EditorScreen(Screen):
         lines = [f"{'✓' if a.ok else '✗'} {a.label}: {a.detail}" for a in answers]
         self.post_message(Reached(key, "\n".join(lines) + "\n"))
 
-    def on_reached(self, message: Reached) -> None:
+    @on(Reached)
+    def _reached(self, message: Reached) -> None:
         if message.key == self.reach_key:
             self._update("#reach", message.lines)
 
@@ -325,7 +303,7 @@ class EditorScreen(Screen):
             self.notify("fix the errors first (see Problems)", severity="error")
             return
         if self.action_save():
-            self.app.launch_workload(self.path, self.overrides)
+            self.post_message(LaunchAsked(self.path, self.overrides))
 
     def action_next_problem(self) -> None:
         """The cursor to the next problem after it (from the top again after the last); the text keeps the
@@ -348,7 +326,7 @@ class EditorScreen(Screen):
             self.notify("fix the errors first (see Problems)", severity="error")
             return
         if self.action_save():
-            self.app.open_nettest(self.path, overrides=self.overrides)
+            self.post_message(NettestAsked(self.path, self.overrides))
 
     def action_other_tab(self) -> None:
         """Problems <-> Plan; the keys stay in the text."""

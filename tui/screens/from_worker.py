@@ -1,23 +1,22 @@
-"""A thread worker's result shown on its screen, on the app's loop. A load that ends after its screen
-closed, or while the app quits and takes its screens apart (a slow load on a busy machine), finds no
-widget to show its result in: that result is dropped, and the app ends without an error."""
+"""A worker's result drawn on its screen (a handler of one of :mod:`tui.messages`' results). A load that ends
+while its screen is being taken apart (the screen closed, or the app quits, on a busy machine) can reach
+the handler after the screen's widgets are gone: that result is dropped, and the app ends without an
+error. A live screen that lacks the widget is a bug, and is said as one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from textual.css.query import NoMatches
 from textual.screen import Screen
 
 
-def show_from_worker(screen: Screen, show: Callable[..., None], *args: object) -> None:
-    """``show(*args)`` on the app's loop, from a thread worker of ``screen``."""
-
-    def shown() -> None:
-        try:
-            show(*args)
-        except NoMatches:
-            if screen.app.is_running and screen.is_attached:
-                raise  # the screen is there and lacks the widget: a bug, said as one
-
-    screen.app.call_from_thread(shown)
+@contextmanager
+def unless_taken_apart(screen: Screen) -> Iterator[None]:
+    """Draw inside this: a missing widget ends the drawing quietly once ``screen`` is being taken apart."""
+    try:
+        yield
+    except NoMatches:
+        if screen.app.is_running and screen.is_attached:
+            raise

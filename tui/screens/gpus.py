@@ -3,18 +3,20 @@ and GPU, each process and the run of ours it belongs to; ``x`` stops those of ou
 
 from __future__ import annotations
 
-from textual import work
+from textual import getters, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Label
 
 from launcher.words import plural
+from tui.app_base import AppBase
 from tui.widgets.footer import FitFooter
 from tui.widgets.header import Header
 
 
 class GpusScreen(Screen):
+    app = getters.app(AppBase)
     DEFAULT_CSS = """
     GpusScreen #gpus-said { height: auto; max-height: 4; padding: 0 1; background: $panel; }
     """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from textual import work
+from textual import getters, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -13,44 +13,31 @@ from textual.widgets import DataTable, Input, Label
 
 from launcher.runs.core.store import RunSummary
 from launcher.words import plural
-from tui.screens.from_worker import show_from_worker
+from tui.app_base import AppBase
+from tui.messages import (
+    LaunchAsked,
+    LostNodesReaped,
+    RelaunchAsked,
+    RunChosen,
+    RunsRead,
+    StoreFoundDamaged,
+    SweepChosen,
+    SweepLaunchAsked,
+    WorkloadChosen,
+)
+from tui.screens.from_worker import unless_taken_apart
+from tui.screens.workload_files import find_workloads, folder_label
 from tui.widgets.footer import FitFooter
 from tui.widgets.header import Header
 from tui.widgets.runs_table import RunsTable
 from tui.widgets.sweeps_table import SweepsTable
 
-SAMPLES_ROOT = Path(__file__).resolve().parents[2] / "sample_workloads"
-
-
-def samples_root() -> Path:
-    """``./sample_workloads`` when the current folder has one (the files the README's commands name, maybe
-    edited), else the ones shipped with fsdp-tui."""
-    here = Path.cwd() / "sample_workloads"
-    return here if here.is_dir() else SAMPLES_ROOT
-
-
-def find_workloads(extra: list[Path]) -> list[Path]:
-    """Sample workloads (see ``samples_root``), plus YAML files in the current folder, in the order the
-    table shows them: by folder as it is shown, then by file name."""
-    root = samples_root()
-    found = list(root.rglob("*.yaml")) if root.is_dir() else []
-    found += [p for p in Path.cwd().glob("*.y*ml") if p.is_file()]
-    found += extra
-    unique = dict.fromkeys(p.resolve() for p in found)
-    return sorted(unique, key=lambda p: (folder_label(p.parent).lower(), p.name.lower()))
-
-
-def folder_label(folder: Path) -> str:
-    """A short name for a workload's folder: under the shipped samples, the current folder or home."""
-    for base, prefix in ((samples_root().parent, ""), (Path.cwd(), "./"), (Path.home(), "~/")):
-        if folder == base:
-            return prefix.rstrip("/") or "."
-        if folder.is_relative_to(base):
-            return prefix + str(folder.relative_to(base))
-    return str(folder)
-
 
 class HomeScreen(Screen):
+    """Owns the workloads' table, the runs' table with its filter and sort, and the sweeps' table; what
+    is picked there is asked of the app (:mod:`tui.messages`)."""
+
+    app = getters.app(AppBase)
     DEFAULT_CSS = """
     HomeScreen Label.section { padding: 0 1; background: $panel; width: 100%; text-style: bold; }
     HomeScreen #workloads { height: 1fr; }
@@ -111,8 +98,8 @@ class HomeScreen(Screen):
         self._update_title()
         self.action_reload()
         self.set_interval(2.0, self.action_reload)
-        self.sweep_lost_nodes()
-        self.set_interval(30.0, self.sweep_lost_nodes)
+        self.reap_lost_nodes()
+        self.set_interval(30.0, self.reap_lost_nodes)
 
     def action_reload(self) -> None:
         self.load_runs()
@@ -131,18 +118,19 @@ class HomeScreen(Screen):
             adopt_orphans_of(self.app.home)  # a run whose owner died gets a new one, which catches it up
             runs = RunStore(self.app.home).list_runs()
         except StoreDamaged as err:
-            self.app.call_from_thread(self.app.store_damaged, str(err))
+            self.post_message(StoreFoundDamaged(str(err)))
             return
-        sweeps = list_sweeps(self.app.home)
-        show_from_worker(self, self._show_runs, runs)
-        show_from_worker(self, self._show_sweeps, sweeps)
+        self.post_message(RunsRead(runs, list_sweeps(self.app.home)))
 
-    def _show_sweeps(self, sweeps) -> None:
-        self.query_one(SweepsTable).show(sweeps)
-        self.set_class(bool(sweeps), "-has-sweeps")
+    @on(RunsRead)
+    def _runs_read(self, message: RunsRead) -> None:
+        with unless_taken_apart(self):
+            self._show_runs(message.runs)
+            self.query_one(SweepsTable).show(message.sweeps)
+            self.set_class(bool(message.sweeps), "-has-sweeps")
 
     @work(thread=True, exclusive=True, group="home-leftovers")
-    def sweep_lost_nodes(self) -> None:
+    def reap_lost_nodes(self) -> None:
         """Nodes lost in earlier runs that answer again: their leftover processes are stopped; say so."""
         from launcher.runs.core.store import StoreDamaged
         from launcher.runs.leftovers import sweep_lost_now
@@ -150,10 +138,15 @@ class HomeScreen(Screen):
         try:
             said = sweep_lost_now(self.app.home)
         except StoreDamaged as err:
-            self.app.call_from_thread(self.app.store_damaged, str(err))
+            self.post_message(StoreFoundDamaged(str(err)))
             return
-        for line in said:
-            self.app.call_from_thread(self.app.notify, line, title="lost node swept", timeout=20)
+        if said:
+            self.post_message(LostNodesReaped(said))
+
+    @on(LostNodesReaped)
+    def _lost_nodes_reaped(self, message: LostNodesReaped) -> None:
+        for line in message.lines:
+            self.notify(line, title="a lost node's leftovers stopped", timeout=20)
 
     def _show_runs(self, runs: list[RunSummary]) -> None:
         table = self.runs_table
@@ -226,15 +219,15 @@ class HomeScreen(Screen):
         if self.focused is self.query_one("#sweeps"):
             sweep_id = self._selected("#sweeps")
             if sweep_id:
-                self.app.open_sweep(sweep_id)
+                self.post_message(SweepChosen(sweep_id))
         elif self.focused is self.query_one("#runs"):
             run_id = self._selected("#runs")
             if run_id:
-                self.app.open_run(run_id)
+                self.post_message(RunChosen(run_id))
         else:
             path = self._selected("#workloads")
             if path:
-                self.app.open_editor(Path(path))
+                self.post_message(WorkloadChosen(Path(path)))
 
     def action_mark(self) -> None:
         run_id = self._selected("#runs")
@@ -285,7 +278,7 @@ class HomeScreen(Screen):
             self.notify(f"wrote {target}")
             self.query_one("#workloads", DataTable).add_row(target.name, folder_label(target.parent),
                                                             key=str(target))
-            self.app.open_editor(target)
+            self.post_message(WorkloadChosen(target))
 
         def chosen(template: Template | None) -> None:
             if template is not None:
@@ -311,34 +304,37 @@ class HomeScreen(Screen):
             self.notify(f"cannot write the copy: {err.strerror or err}", severity="error")
             return
         self.notify(f"copied the workload of {run_id} to {target}")
-        self.app.open_editor(target)
+        self.post_message(WorkloadChosen(target))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         """Enter on a row (the table handles the key itself): open it."""
         event.stop()
+        key = event.row_key.value
+        if key is None:
+            return
         if event.data_table.id == "runs":
-            self.app.open_run(event.row_key.value)
+            self.post_message(RunChosen(key))
         elif event.data_table.id == "sweeps":
-            self.app.open_sweep(event.row_key.value)
+            self.post_message(SweepChosen(key))
         else:
-            self.app.open_editor(Path(event.row_key.value))
+            self.post_message(WorkloadChosen(Path(key)))
 
     def action_launch(self) -> None:
         if self.focused is self.query_one("#runs"):
             run_id = self._selected("#runs")
             if run_id:
-                self.app.relaunch_run(run_id)
+                self.post_message(RelaunchAsked(run_id))
         else:
             path = self._selected("#workloads")
             if path:
-                self.app.launch_workload(Path(path), [])
+                self.post_message(LaunchAsked(Path(path)))
 
     def action_sweep(self) -> None:
         path = self._selected("#workloads") if self.focused is self.query_one("#workloads") else None
         if path is None:
             self.notify("pick a workload with a sweep: section first", severity="warning")
             return
-        self.app.launch_sweep(Path(path))
+        self.post_message(SweepLaunchAsked(Path(path)))
 
     def action_delete(self) -> None:
         run_id = self._selected("#runs")

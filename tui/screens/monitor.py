@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from textual import work
+from textual import getters, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical
@@ -33,9 +33,13 @@ from launcher.events import (
 )
 from launcher.runs.core.store import RunSummary
 from launcher.runs.read.nodes import NodeRow, node_rows
-from launcher.runs.read.view import RunView, fmt_duration
+from launcher.runs.read.view import RunView
+from tui.app_base import AppBase
+from tui.messages import NetworkKnown, RelaunchAsked
+from tui.screens.monitor_lines import SummaryLines
 from tui.screens.monitor_views import PANE_MIN_ROWS as PANE_MIN_ROWS  # the grid's rule, named here too
 from tui.screens.monitor_views import MonitorViews
+from tui.screens.stacks import StackGathering
 from tui.widgets.footer import FitFooter
 from tui.widgets.header import Header
 from tui.widgets.metrics import MetricsPanel
@@ -63,7 +67,11 @@ SAFE_STEP_EVERY_S = 30.0
 """How often the monitor asks rank 0's node for the newest complete checkpoint (the last safe step)."""
 
 
-class RunMonitorScreen(MonitorViews, Screen):
+class RunMonitorScreen(Screen):
+    """Owns one run's view (:class:`RunView`, fed by the run's events), its panes and the pace at which
+    they are written and the costly widgets redrawn; which view is shown is its :class:`MonitorViews`'."""
+
+    app = getters.app(AppBase)
     DEFAULT_CSS = """
     RunMonitorScreen #summary { height: 1; width: 1fr; padding: 0 1; background: $panel; text-style: bold; }
     RunMonitorScreen #why { height: auto; max-height: 3; padding: 0 1; color: $error; display: none; }
@@ -100,22 +108,8 @@ class RunMonitorScreen(MonitorViews, Screen):
         """The run's events (tests hand in a recording); by default the run's record is followed."""
         self.view = RunView(run_id)
         self.follow = True
-        self.why_shown = ""
-        self.summary_shown = ""
-        self.filter_timer = None
-        self.stacks_wanted: list | None = None
-        """Stack dumps received since ``s`` was pressed (``None``: none asked for)."""
-        """What the why-line says (it is redrawn only when that changes)."""
-        self.merged = False
-        """The all-node view is shown instead of the per-node grid."""
-        self.overview = False
-        """The node overview is shown instead of the panes (unless the merged view or one node's pane is)."""
-        self.alone: int | None = None
-        """The node whose pane is shown alone (opened from the overview with ``enter``)."""
-        self.safe_text = ""
-        """``safe step N (... ago)`` on the summary line, once the node has said."""
-        self.safe_final = False
-        """The safe step was asked once more after the run ended (its last saves gathered): it is final."""
+        self.lines = SummaryLines(self, self.view)
+        """The summary line and the why-line, with the last safe step."""
         self.flush_group = 0
         """The group of panes the last flush wrote (``LOG_GROUPS``)."""
         self.waited: set[str] = set()
@@ -126,6 +120,10 @@ class RunMonitorScreen(MonitorViews, Screen):
         """Each node's pane (-1: all nodes merged). Past ``OVERVIEW_PAST`` nodes a pane is mounted when first
         shown: until then it only buffers (bounded), and the screen stays small."""
         self.panes[-1] = NodeLog(-1, "all nodes", id="node-all")
+        self.views = MonitorViews(self, self.panes, num_nodes, self.overview_rows)
+        """Which view is shown (panes, one node alone, merged, overview), the keys' focus, the filter."""
+        self.stacks = StackGathering(self, run_id, num_nodes)
+        """The stack dumps asked for with ``s``, until every node's has come."""
         self.recorded_end: float | None = None
         """When a reopened run ended, from its record; replaying its end must not restart the clock."""
         if recorded is not None:
@@ -154,8 +152,8 @@ class RunMonitorScreen(MonitorViews, Screen):
         for rank in range(self.num_nodes):
             self.view.node(rank)  # a node not heard from yet is a row too
         if self.num_nodes > OVERVIEW_PAST:
-            self.show_overview(True)
-        self.focus_logs()
+            self.views.show_overview(True)
+        self.views.focus_logs()
         self.set_interval(1 / (LOG_HZ * LOG_GROUPS), self.flush_logs)
         # Half a flush later: a frame of new figures is not also a frame of new lines (the two were the
         # longest frames, and a key landing behind one waited for both).
@@ -176,23 +174,20 @@ class RunMonitorScreen(MonitorViews, Screen):
         hosts = [n.host for n in sorted(record.nodes, key=lambda n: n.node_rank)] if record else []
         test = newest_for(self.app.home, hosts, besides=self.run_id) if hosts else None
         if test is not None:
-            text = f"network ({test['run_id']}): {test['summary']}; {test['verdict'].split(' (')[0]}"
-            self.app.call_from_thread(setattr, self, "sub_title", text)
+            self.post_message(NetworkKnown(f"network ({test['run_id']}): {test['summary']}; "
+                                           f"{test['verdict'].split(' (')[0]}"))
+
+    @on(NetworkKnown)
+    def _network_known(self, message: NetworkKnown) -> None:
+        self.sub_title = message.text
 
     @work(exclusive=True, group="safe-step")
     async def refresh_safe_step(self) -> None:
-        from launcher.runs.core.safe_step import last_safe_step
-
-        if self.safe_final:
-            return  # an ended run's checkpoints do not change by themselves
-        ended = self.view.state.is_final  # asked after the end: its final save and gathers are in
-        safe = await last_safe_step(self.app.home, self.run_id)
-        self.safe_text = "" if safe is None else f"  safe {safe.text()}"
-        self.safe_final = ended
+        await self.lines.refresh_safe_step(self.app.home, self.run_id)
 
     def on_resize(self, event) -> None:
         self.query_one(MetricsPanel).set_class(event.size.height < SHORT_BELOW, "-short")
-        self.call_after_refresh(self.fit_panes)
+        self.call_after_refresh(self.views.fit_panes)
 
     def overview_rows(self) -> list[NodeRow]:
         """The overview's rows as of now (the clock read here, where tests can fix it)."""
@@ -231,7 +226,7 @@ class RunMonitorScreen(MonitorViews, Screen):
         elif isinstance(event, GpuTelemetry) and 0 <= event.node_rank < self.num_nodes:
             self.pane(event.node_rank).set_gpus(self.view.node(event.node_rank).gpu_summary)
         elif isinstance(event, StacksDumped):
-            self.show_stacks(event)
+            self.stacks.received(event)
         elif isinstance(event, RunFinished):
             if self.recorded_end is not None:
                 self.view.ended_at = self.recorded_end
@@ -264,35 +259,11 @@ class RunMonitorScreen(MonitorViews, Screen):
         if self.after_input("redraw"):
             self.set_timer(INPUT_FIRST_S, self.redraw)  # not a whole 2 Hz tick late
             return
-        self.show_summary()
-        said = self.view.why()
-        if said != self.why_shown:
-            self.why_shown = said
-            why = self.query_one("#why", Static)
-            why.update(said)
-            why.set_class(bool(said), "-shown")
+        self.lines.draw(self.follow)
         with self.app.batch_update():
             self.query_one(MetricsPanel).refresh_from(self.view)
-            if self.overview_shown:
+            if self.views.overview_shown:
                 self.query_one(NodeOverview).show(self.overview_rows())
-
-    def show_summary(self) -> None:
-        """The summary line (state, step, ETA, follow), redrawn when it reads differently."""
-        v = self.view
-        step = f"{v.step}/{v.max_steps}" if v.max_steps else str(v.step)
-        if v.first_step_at is None and not v.state.is_final:
-            quiet = not any(n.lines for n in v.nodes.values())
-            step = "- (starting: no line yet)" if quiet else "- (no step reported yet)"
-        tps = f"{v.tokens_per_s:,.0f} tok/s" if v.tokens_per_s else "- tok/s"
-        mfu = f"  MFU {v.mfu:.1%}" if v.mfu is not None else ""
-        state = "STALLED" if v.stalled else v.state.value.upper()
-        resume = f"  {v.resume_badge()}" if v.resume_badge() else ""
-        text = (f"{state}  attempt {v.attempt}{resume}  elapsed {fmt_duration(v.elapsed_s())}  "
-                f"ETA {fmt_duration(v.eta_s())}  step {step}  {tps}{mfu}  follow {'on' if self.follow else 'off'} (f)"
-                f"{self.safe_text}")
-        if text != self.summary_shown:  # only when it reads differently; a fixed size: a repaint, no layout
-            self.summary_shown = text
-            self.query_one("#summary", Label).update(text, layout=False)
 
     def action_cancel(self) -> None:
         from tui.screens.confirm import ConfirmModal
@@ -320,7 +291,7 @@ class RunMonitorScreen(MonitorViews, Screen):
         self.follow = not self.follow
         for pane in self.panes.values():
             pane.set_follow(self.follow)
-        self.show_summary()  # "follow off (f)" in the frame this key causes, not at the next redraw
+        self.lines.draw_summary(self.follow)  # "follow off (f)" in the frame this key causes, not at the next redraw
 
     def action_first_error(self) -> None:
         found = self.view.first_error()
@@ -328,11 +299,11 @@ class RunMonitorScreen(MonitorViews, Screen):
             self.notify("no error signature in any node's log")
             return
         rank, line_no, line = found
-        self.merged, self.alone = False, rank if self.overview else None  # from the overview: that pane alone
         self.follow = False
         for other in self.panes.values():
             other.set_follow(False)
-        self._lay_out(then=lambda: self._show_line(rank, line_no))  # once its pane is mounted and shown
+        # From the overview: that pane alone; its line once it is mounted and shown.
+        self.views.show_node(rank, then=lambda: self._show_line(rank, line_no))
         self.notify(f"node {rank}, line {line_no + 1}: {line[:120]}", severity="warning")
 
     def _show_line(self, rank: int, line_no: int) -> None:
@@ -342,38 +313,14 @@ class RunMonitorScreen(MonitorViews, Screen):
         pane.focus()
 
     def action_relaunch(self) -> None:
-        self.app.relaunch_run(self.run_id)
+        self.post_message(RelaunchAsked(self.run_id))
 
     def action_stacks(self) -> None:
-        from launcher.runs.core.ownership import request_stacks
-
         if self.view.state.is_final:
             self.notify("the run has ended: no process to look at")
             return
-        request_stacks(self.app.home, self.run_id)
-        self.stacks_wanted = []
+        self.stacks.ask(self.app.home)
         self.notify("asking every node for every rank's stack ...")
-
-    @work(group="stacks")
-    async def show_stacks(self, event) -> None:
-        """Dumps asked for from this screen are shown once every node's has come (replayed ones are not)."""
-        import asyncio
-        from pathlib import Path
-
-        from tui.screens.stacks import StacksModal
-
-        if self.stacks_wanted is None:
-            return
-        try:
-            text = await asyncio.to_thread(Path(event.path).read_text)
-        except OSError as err:
-            text = f"cannot read {event.path}: {err.strerror}"
-        self.stacks_wanted.append((event, text))
-        if len(self.stacks_wanted) < self.num_nodes:
-            return
-        dumps, self.stacks_wanted = self.stacks_wanted, None
-        title = "; ".join(e.summary for e, _ in dumps) + f"  (kept in {Path(dumps[0][0].path).parent})"
-        self.app.push_screen(StacksModal(title, "\n".join(t for _, t in dumps)))
 
     def action_gpus(self) -> None:
         from tui.screens.gpus import GpusScreen
@@ -399,7 +346,7 @@ class RunMonitorScreen(MonitorViews, Screen):
         from tui.screens.rank_picker import RankPickerModal
 
         pane = self.focused if isinstance(self.focused, NodeLog) and self.focused.node_rank >= 0 else None
-        node = pane.node_rank if pane is not None else (self.alone if self.alone is not None else 0)
+        node = pane.node_rank if pane is not None else (self.views.alone if self.views.alone is not None else 0)
         ranks = await asyncio.to_thread(ranks_of_node, self.app.home, self.run_id, node)
         if not ranks:
             self.notify("this run's ranks are not known (no plan on record)")
@@ -417,11 +364,31 @@ class RunMonitorScreen(MonitorViews, Screen):
         self.app.push_screen(CheckpointsScreen(self.run_id))
 
     def action_back(self) -> None:
-        if self.has_class("-filtering"):  # escape in the filter clears it; a second one leaves
-            self._close_filter()
-            self.focus_logs()
+        if self.views.filtering:  # escape in the filter clears it; a second one leaves
+            self.views.close_filter()
+            self.views.focus_logs()
             return
-        if self.alone is not None:  # a node opened from the overview: back to it
-            self.show_overview(True)
+        if self.views.alone is not None:  # a node opened from the overview: back to it
+            self.views.show_overview(True)
             return
         self.app.pop_screen()
+
+    # -- the views (MonitorViews): keys and the filter box's messages --------------------------------------
+
+    def action_merged(self) -> None:
+        self.views.show_merged(not self.views.merged)
+
+    def action_overview(self) -> None:
+        self.views.toggle_overview()
+
+    def action_filter(self) -> None:
+        self.views.open_filter()
+
+    def on_node_overview_node_chosen(self, event: NodeOverview.NodeChosen) -> None:
+        self.views.show_alone(event.node_rank)
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.views.filter_typed(event.value)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.views.filter_submitted(event.value)

@@ -4,39 +4,28 @@ come from :mod:`launcher.nettest`; this screen only shows them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
-from textual import on, work
+from textual import getters, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Label, Static
 
 from launcher.nettest.figures import Measured, judge_pairs, rate, size
 from launcher.nettest.report import cut_lines, headline, pair_bars, rows, verdict_lines
+from tui.app_base import AppBase
+from tui.messages import NettestDone, NettestProgress
 from tui.widgets.footer import FitFooter
 from tui.widgets.header import Header
-
-
-@dataclass
-class Progress(Message):
-    text: str
-
-
-@dataclass
-class Done(Message):
-    run_id: str
-    measured: Measured | None
-    nodes: tuple[str, ...]
-    problems: tuple[str, ...]
 
 
 class NettestScreen(Screen):
     """``NettestScreen(path=...)`` runs a quick test of that workload; ``NettestScreen(record=...)``
     shows a kept one (``launcher.nettest.launch.list_records``)."""
+
+    app = getters.app(AppBase)
 
     DEFAULT_CSS = """
     NettestScreen #nettest-title { padding: 0 1; background: $panel; width: 100%; height: 1; text-style: bold; }
@@ -84,7 +73,7 @@ class NettestScreen(Screen):
             measured = decode(record.get("result"))
         except BadResult:
             measured = None
-        self.post_message(Done(str(record.get("run_id")), measured, nodes,
+        self.post_message(NettestDone(str(record.get("run_id")), measured, nodes,
                                tuple(str(p) for p in record.get("problems") or ["no result"])))
 
     @work(thread=True, exclusive=True, group="nettest")
@@ -97,18 +86,18 @@ class NettestScreen(Screen):
         if plan is None or plan.blockers:
             why = planned.result.errors[0].format() if plan is None and planned.result.errors else \
                 "; ".join(plan.blockers if plan else ["invalid workload"])
-            self.post_message(Done("", None, (), (f"not tested: {why}",)))
+            self.post_message(NettestDone("", None, (), (f"not tested: {why}",)))
             return
         outcome = run_nettest(plan, Options(quick=True), self.app.home,
-                              on_state=lambda state, detail: self.post_message(Progress(f"{state} {detail}")))
-        self.post_message(Done(outcome.run_id, outcome.measured, outcome.nodes, outcome.problems))
+                              on_state=lambda state, detail: self.post_message(NettestProgress(f"{state} {detail}")))
+        self.post_message(NettestDone(outcome.run_id, outcome.measured, outcome.nodes, outcome.problems))
 
-    @on(Progress)
-    def _progress(self, message: Progress) -> None:
+    @on(NettestProgress)
+    def _progress(self, message: NettestProgress) -> None:
         self._status(f"test run: {message.text}")
 
-    @on(Done)
-    def _done(self, message: Done) -> None:
+    @on(NettestDone)
+    def _done(self, message: NettestDone) -> None:
         self.query_one("#nettest-title", Label).update(f"interconnect self-test {message.run_id}")
         verdict_box = self.query_one("#nettest-verdict", Static)
         if message.measured is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from textual import work
+from textual import getters, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -14,12 +14,14 @@ from textual.screen import ModalScreen
 from textual.widgets import Label
 
 from launcher.words import plural
+from tui.app_base import AppBase
 from tui.widgets.log_view import LogView
 
 POLL_S = 0.5
 
 
 class RankLogModal(ModalScreen[None]):
+    app = getters.app(AppBase)
     DEFAULT_CSS = """
     RankLogModal { align: center middle; }
     RankLogModal > Vertical { width: 95%; height: 90%; border: thick $accent; background: $surface; }

@@ -7,14 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.text import Text
-from textual import work
+from textual import getters, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Label
 
 from launcher.runs.read.ranks import THRESHOLD, RankReport, RankTimes
-from tui.screens.from_worker import show_from_worker
+from tui.app_base import AppBase
+from tui.messages import RankTimesRead
+from tui.screens.from_worker import unless_taken_apart
 from tui.widgets.footer import FitFooter
 from tui.widgets.header import Header
 
@@ -24,6 +26,7 @@ COLUMNS = 12
 
 
 class RanksScreen(Screen):
+    app = getters.app(AppBase)
     DEFAULT_CSS = """
     RanksScreen #ranks-said { height: auto; max-height: 6; padding: 0 1; background: $panel; }
     """
@@ -78,7 +81,12 @@ class RanksScreen(Screen):
             added = (record is not None and self.times.add(record)) or added
         if added or not self.drawn:
             self.drawn = True
-            show_from_worker(self, self.draw, self.times.report(COLUMNS))
+            self.post_message(RankTimesRead(self.times.report(COLUMNS)))
+
+    @on(RankTimesRead)
+    def _rank_times_read(self, message: RankTimesRead) -> None:
+        with unless_taken_apart(self):
+            self.draw(message.report)
 
     def draw(self, report: RankReport) -> None:
         self.query_one("#ranks-said", Label).update(

@@ -5,12 +5,15 @@ printable once, in :mod:`launcher.runs.core.samples`; the lines come from
 
 from __future__ import annotations
 
-from textual import work
+from textual import getters, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Label, Log
 
+from tui.app_base import AppBase
+from tui.messages import SamplesRead
+from tui.screens.from_worker import unless_taken_apart
 from tui.widgets.footer import FitFooter
 from tui.widgets.header import Header
 
@@ -22,6 +25,8 @@ NO_SAMPLES = ("no samples yet: set parameters.logging.samples (prompts or eval_r
 class SamplesScreen(Screen):
     """A run's samples, each prompt with its answer at every sampled step (refreshed while open); with
     ``steps`` (two checkpoint steps), those two steps' answers side by side instead."""
+
+    app = getters.app(AppBase)
 
     DEFAULT_CSS = """
     SamplesScreen #samples-said { height: auto; padding: 0 1; background: $panel; }
@@ -61,7 +66,12 @@ class SamplesScreen(Screen):
         said, lines = self._lines(sets)
         if lines != self.shown:
             self.shown = lines
-            self.app.call_from_thread(self.draw, said, lines)
+            self.post_message(SamplesRead(said, lines))
+
+    @on(SamplesRead)
+    def _samples_read(self, message: SamplesRead) -> None:
+        with unless_taken_apart(self):
+            self.draw(message.said, message.lines)
 
     def _lines(self, sets) -> tuple[str, list[str]]:
         from launcher.runs.read.samples_view import history_lines, side_by_side_at, side_lines

@@ -3,15 +3,20 @@ and the repair itself when asked (the run folders are the truth; the store is re
 
 from __future__ import annotations
 
-from textual import work
+from textual import getters, on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from tui.app_base import AppBase
+from tui.messages import StoreRepairAnswered
+
 
 class StoreDamagedModal(ModalScreen[bool]):
     """Dismissed with True once the store was rebuilt, False when the user leaves it damaged (quit)."""
+
+    app = getters.app(AppBase)
 
     DEFAULT_CSS = """
     StoreDamagedModal { align: center middle; }
@@ -60,10 +65,13 @@ class StoreDamagedModal(ModalScreen[bool]):
         owners = live_owners(self.app.home)
         if owners:
             named = ", ".join(f"{run_id} (pid {pid})" for run_id, pid in owners)
-            text = (f"Not now: the owners of {named} are still writing to the store. Let them end, then "
-                    "repair (fsdp-tui repair).")
-        else:
-            report = rebuild_store(self.app.home)
-            self.repaired = True
-            text = "\n".join(report.lines()) + "\n\nPress r or escape to go on."
-        self.app.call_from_thread(self.query_one("#store-message", Static).update, text)
+            self.post_message(StoreRepairAnswered(f"Not now: the owners of {named} are still writing to the "
+                                                  "store. Let them end, then repair (fsdp-tui repair).", False))
+            return
+        report = rebuild_store(self.app.home)
+        self.post_message(StoreRepairAnswered("\n".join(report.lines()) + "\n\nPress r or escape to go on.", True))
+
+    @on(StoreRepairAnswered)
+    def _repair_answered(self, message: StoreRepairAnswered) -> None:
+        self.repaired = self.repaired or message.repaired
+        self.query_one("#store-message", Static).update(message.text)

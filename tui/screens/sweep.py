@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib
 
 from rich.syntax import Syntax
-from textual import work
+from textual import getters, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -16,7 +16,9 @@ from textual.widgets import Label, Static, TabbedContent, TabPane
 
 from launcher.runs.read.comparison import RunStats
 from launcher.words import plural
-from tui.screens.from_worker import show_from_worker
+from tui.app_base import AppBase
+from tui.messages import ComparisonRead, RunChosen
+from tui.screens.from_worker import unless_taken_apart
 from tui.widgets.comparison_plots import LossCurves, MetricBars
 from tui.widgets.comparison_table import ComparisonTable
 from tui.widgets.footer import FitFooter
@@ -41,6 +43,8 @@ def workload_diffs(texts: dict[str, str]) -> str:
 class SweepScreen(Screen):
     """``SweepScreen(sweep_id=...)`` follows a sweep until it ends; ``SweepScreen(run_ids=[...])``
     compares any runs (with their workload diffs)."""
+
+    app = getters.app(AppBase)
 
     DEFAULT_CSS = """
     SweepScreen #sweep-title { padding: 0 1; background: $panel; width: 100%; height: 1; text-style: bold; }
@@ -112,8 +116,7 @@ class SweepScreen(Screen):
         if self.sweep_id:
             adopt_sweeps(home, [self.sweep_id])  # a sweep whose driver died gets a new one
             record = load_sweep(home, self.sweep_id)
-            rows = sweep_stats(home, record)
-            show_from_worker(self, self._show, rows, record.state, record.detail, None)
+            self.post_message(ComparisonRead(sweep_stats(home, record), record.state, record.detail, None))
             return
         from launcher.runs.core.store import RunStore
 
@@ -122,7 +125,12 @@ class SweepScreen(Screen):
         # Marked runs are shown in launch order (as the table's title says), whatever order they were marked in.
         self.run_ids.sort(key=lambda r: (records[r].summary.started_at is None, records[r].summary.started_at or 0, r))
         texts = {r: (records[r].directory / "workload.yaml").read_text() for r in self.run_ids}
-        show_from_worker(self, self._show, compare_runs(home, self.run_ids), "", "", workload_diffs(texts))
+        self.post_message(ComparisonRead(compare_runs(home, self.run_ids), "", "", workload_diffs(texts)))
+
+    @on(ComparisonRead)
+    def _comparison_read(self, message: ComparisonRead) -> None:
+        with unless_taken_apart(self):
+            self._show(message.rows, message.state, message.detail, message.diff)
 
     def _show(self, rows: list[RunStats], state: str, detail: str, diff: str | None) -> None:
         self.rows, self.state, self.detail = rows, state, detail
@@ -170,7 +178,7 @@ class SweepScreen(Screen):
         if table.row_count:
             run_id = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
             if any(r.run_id == run_id and r.state not in ("pending", "skipped") for r in self.rows):
-                self.app.open_run(run_id)
+                self.post_message(RunChosen(run_id))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "cancel":
