@@ -215,11 +215,10 @@ class FsdpTuiApp(AppBase):
 
     def open_checkpoints(self, run_prefix: str) -> None:
         """The checkpoints of the run whose id is or starts with ``run_prefix``."""
-        from launcher.runs.core.store import RunStore
         from tui.screens.checkpoints import CheckpointsScreen
 
         try:
-            run_id = RunStore(self.home).find(run_prefix)
+            run_id = self.client.runs.find(run_prefix)
         except LookupError as err:
             self.notify(str(err), severity="error", timeout=8)
             return
@@ -250,11 +249,11 @@ class FsdpTuiApp(AppBase):
         self.push_screen(NettestScreen(path=path, overrides=overrides))
 
     def open_run(self, run_id: str) -> None:
-        from launcher.runs.core.store import RunStore, StoreDamaged
+        from launcher.api.runs import StoreDamaged
         from tui.screens.monitor import RunMonitorScreen
 
         try:
-            record = RunStore(self.home).get_run(run_id)
+            record = self.client.runs.get(run_id)
         except StoreDamaged as err:
             self.store_damaged(str(err))
             return
@@ -277,54 +276,44 @@ class FsdpTuiApp(AppBase):
 
     async def _launch(self, path: Path | None, overrides: list[Override], from_run: str | None = None,
                       resume_from: str | None = None) -> None:
+        """Launch through the core's one door (``Runs.launch``, as ``fsdp-tui run`` does) and say how it went."""
         import asyncio
 
-        from launcher.runs.launch import relaunch_plan, resume_plan, start_run
-        from launcher.workload.load import plan_file
+        from launcher.api.runs import AlreadyLaunched, RecordUnwritable, Refused
 
-        bring = None
+        runs = self.client.runs
         try:
-            if resume_from is not None:
-                resumed = await resume_plan(self.home, from_run, overrides=overrides, name=resume_from)
-                planned, bring = resumed.planned, resumed.bring
+            if resume_from is not None and from_run is not None:
+                source = await runs.plan_resume(from_run, name=resume_from, overrides=overrides)
             elif from_run is not None:
-                planned = await asyncio.to_thread(relaunch_plan, self.home, from_run, overrides)
+                source = await asyncio.to_thread(runs.plan_relaunch, from_run, overrides)
             else:
-                planned = await asyncio.to_thread(plan_file, path, overrides, home=self.home)
+                assert path is not None
+                source = path
+            outcome = await asyncio.to_thread(runs.launch, source, overrides, idempotent=from_run is None)
         except (LookupError, OSError) as err:
             self.notify(f"not launched: {err}", severity="error", timeout=10)
             return
-        if planned.plan is None:
-            errors = planned.result.errors
-            first = errors[0].format() if errors else "invalid workload"
-            self.notify(f"not launched: {first}", severity="error", timeout=10)
-            if path is not None:
-                self.open_editor(path)
-            return
-        if planned.plan.blockers:
-            self.notify("not launched: " + "; ".join(planned.plan.blockers), severity="error", timeout=10)
-            return
-        from launcher.runs.launch import launch_refusals
-
-        refusals = await asyncio.to_thread(lambda: asyncio.run(launch_refusals(planned.plan, self.home)))
-        if refusals:  # a missing secret, an unknown host key, no torch there: said now, no failed run left
-            self.notify("not launched: " + "; ".join(refusals), severity="error", timeout=20)
-            return
-        from launcher.runs.core.space import RecordUnwritable
-        from launcher.runs.launch import LaunchRefused
-
-        try:
-            run_id = await asyncio.to_thread(start_run, planned.plan, self.home, idempotent=from_run is None,
-                                             resume_from=bring)
-        except (RecordUnwritable, LaunchRefused) as err:
+        except RecordUnwritable as err:
             self.notify(str(err), severity="error", timeout=15)
             return
-        if run_id != planned.plan.run_id:
-            self.notify(f"idempotency_token was launched before as run {run_id}: not launched again", timeout=8)
-        self.launched.append(run_id)
-        self.open_run(run_id)
-        if from_run is None and planned.plan.workload.sweep is not None:
-            from launcher.workload.sweep import SWEEP_NOT_RUN
+        if isinstance(outcome, Refused):
+            if outcome.stage == "output_dir":
+                self.notify(outcome.reasons[0], severity="error", timeout=15)
+                return
+            said = outcome.reasons[0] if outcome.stage == "invalid" else "; ".join(outcome.reasons)
+            # a missing secret, an unknown host key, no torch there: said now, no failed run left
+            self.notify(f"not launched: {said}", severity="error", timeout=20 if outcome.stage == "checks" else 10)
+            if outcome.stage == "invalid" and path is not None:
+                self.open_editor(path)
+            return
+        if isinstance(outcome, AlreadyLaunched):
+            self.notify(f"idempotency_token was launched before as run {outcome.run_id}: not launched again",
+                        timeout=8)
+        self.launched.append(outcome.run_id)
+        self.open_run(outcome.run_id)
+        if from_run is None and path is not None and outcome.plan.workload.sweep is not None:
+            from launcher.api.sweeps import SWEEP_NOT_RUN
 
             self.notify(SWEEP_NOT_RUN.format(file=path.name) + " (here: w on the home screen)", timeout=10)
 
@@ -332,19 +321,16 @@ class FsdpTuiApp(AppBase):
         """Every variant of ``path``'s ``sweep:`` section (as ``fsdp-tui sweep FILE``), then the sweep's view."""
         self.run_worker(self._launch_sweep(path, []), group="launch", exclusive=True)
 
-    async def _launch_sweep(self, path: Path, overrides: list[str]) -> None:
+    async def _launch_sweep(self, path: Path, overrides: list[Override]) -> None:
         import asyncio
 
-        from launcher.runs.sweeps.control import start_sweep
-        from launcher.workload.sweep import plan_sweep
-
-        plan = await asyncio.to_thread(plan_sweep, path, (), overrides, home=self.home)
+        plan = await asyncio.to_thread(self.client.sweeps.plan, path, (), overrides)
         if not plan.ok:
             errors = [p for p in plan.problems if p.is_error]
             self.notify(f"sweep not launched: {errors[0].format() if errors else 'no variants'}", severity="error",
                         timeout=10)
             return
-        self.open_sweep(await asyncio.to_thread(start_sweep, plan, self.home))
+        self.open_sweep(await asyncio.to_thread(self.client.sweeps.start, plan))
 
     def open_sweep(self, sweep_id: str) -> None:
         from tui.screens.sweep import SweepScreen
@@ -367,11 +353,12 @@ def _say_what_goes_on(home: Path, run_ids: list[str]) -> None:
     """After the app closes: the runs it started that are still going, and how to get back to them."""
     import sys
 
-    from launcher.runs.core.store import RunStore, StoreDamaged
+    from launcher.api import Client
+    from launcher.api.runs import StoreDamaged
 
     try:
-        store = RunStore(home)
-        records = [store.get_run(run_id) for run_id in run_ids]
+        runs = Client(home).runs
+        records = [runs.get(run_id) for run_id in run_ids]
     except StoreDamaged:
         return  # the app said so already, and the exit message says it again
     for run_id, record in zip(run_ids, records, strict=True):

@@ -1,5 +1,6 @@
-"""The app as its screens see it, typed: where the runs are kept, the workloads named on the command line,
-the runs marked for a comparison, and when the user last pressed a key.
+"""The app as its screens see it, typed: the core's one door (:class:`launcher.api.Client`, for the data dir
+the app shows), the workloads named on the command line, the runs marked for a comparison, and when the
+user last pressed a key.
 
 A screen reads it as ``app = getters.app(AppBase)`` (Textual's typed accessor). :class:`tui.app.FsdpTuiApp`
 imports the screens it opens, so they cannot import it back; and what a screen asks the app to do is not
@@ -14,6 +15,8 @@ from pathlib import Path
 from textual import events
 from textual.app import App
 
+from launcher.api import Client
+
 
 class AppBase(App):
     """Owns what every screen may read of the app (nothing here starts work or opens a screen)."""
@@ -22,6 +25,8 @@ class AppBase(App):
         super().__init__()
         self.home = home
         """Where runs, sweeps, tests and secrets are kept (``launcher.paths.data_home()`` outside tests)."""
+        self.client = Client(home)
+        """Everything a screen reads of runs, sweeps, checkpoints, nodes and tests, or asks of them."""
         self.extra_workloads = extra_workloads
         """Workload files named on the command line, listed on the home screen with the found ones."""
         self.marked_runs: list[str] = []

@@ -18,11 +18,9 @@ from typing import TYPE_CHECKING
 from textual.message import Message
 
 if TYPE_CHECKING:
-    from launcher.nettest.figures import Measured
-    from launcher.runs.core.store import RunSummary
-    from launcher.runs.read.comparison import RunStats
-    from launcher.runs.read.ranks import RankReport
-    from launcher.runs.sweeps.record import SweepRecord
+    from launcher.api.nettests import Measured
+    from launcher.api.runs import RankReport, RunStats, RunSummary
+    from launcher.api.sweeps import SweepRecord
     from launcher.workload.complete import Sources
     from launcher.workload.fixes import Fix
     from launcher.workload.overrides import Override

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.message import Message
@@ -15,6 +16,9 @@ from textual.message import Message
 from launcher.words import plural
 from tui.app_base import AppBase
 from tui.messages import LaunchAsked, NettestAsked, RelaunchAsked, RunChosen, WorkloadChosen
+
+if TYPE_CHECKING:
+    from launcher.api.nettests import NettestRecord
 
 
 @dataclass(frozen=True)
@@ -30,14 +34,13 @@ class FsdpCommands(Provider):
         self.entries = await asyncio.to_thread(self._entries)
 
     def _entries(self) -> list[Entry]:
-        from launcher.runs.core.store import RunStore
         from tui.screens.workload_files import find_workloads, folder_label
 
         app = self.app
         assert isinstance(app, AppBase)
         ask = self.asking
         out: list[Entry] = []
-        for run in RunStore(app.home).list_runs(limit=200):
+        for run in app.client.runs.list(limit=200):
             what = f"{run.experiment}, {run.state.value}"
             out.append(Entry(f"open run {run.run_id}", f"the run monitor ({what})", ask(partial(RunChosen, run.run_id))))
             out.append(Entry(f"checkpoints of {run.run_id}", "list, resume from, export, delete",
@@ -50,10 +53,9 @@ class FsdpCommands(Provider):
             out.append(Entry(f"launch {where}", "launch it now", ask(partial(LaunchAsked, Path(path)))))
             out.append(Entry(f"test the interconnect of {where}", "a quick nettest on its nodes: bandwidths, "
                              "the slow node", ask(partial(NettestAsked, Path(path)))))
-        from launcher.nettest.launch import list_records
-
-        for record in list_records(app.home)[:50]:
-            out.append(Entry(f"nettest {record['run_id']}", f"a kept interconnect test ({plural(len(record.get('nodes') or []), 'node')})", partial(self.open_kept_nettest, record)))
+        for record in app.client.nettests.list()[:50]:
+            out.append(Entry(f"nettest {record.run_id}", f"a kept interconnect test ({plural(len(record.nodes), 'node')})",
+                             partial(self.open_kept_nettest, record)))
         for name in sorted(app.available_themes):
             out.append(Entry(f"theme {name}", "switch the colours (it persists)", partial(setattr, app, "theme", name)))
         return out
@@ -67,7 +69,7 @@ class FsdpCommands(Provider):
 
         self.app.push_screen(CheckpointsScreen(run_id))
 
-    def open_kept_nettest(self, record: dict) -> None:
+    def open_kept_nettest(self, record: NettestRecord) -> None:
         from tui.screens.nettest import NettestScreen
 
         self.app.push_screen(NettestScreen(record=record))

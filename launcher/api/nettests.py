@@ -75,6 +75,18 @@ class NettestRecord:
                    {int(k): v for k, v in health.items() if str(k).isdigit() and isinstance(v, dict)},
                    wall if isinstance(wall, (int, float)) else None)
 
+    @property
+    def summary(self) -> str:
+        """The test in one line: its whole world's all-gather bus bandwidth and its verdict's first words (the
+        run monitor's header); empty without figures."""
+        if self.measured is None:
+            return ""
+        world = self.measured.scope("world")
+        gather = world.largest("all_gather") if world else None
+        verdict = verdict_lines(judge_pairs(self.measured.pairs), self.nodes)[0]
+        return (f"{rate(gather.busbw) if gather else '-'} all-gather bus bandwidth over the whole world; "
+                f"{verdict.split(' (')[0]}")
+
 
 @dataclass(frozen=True)
 class Judged:

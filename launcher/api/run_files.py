@@ -56,3 +56,22 @@ class RunFiles:
         from launcher.runs.cleanup import files_left
 
         return files_left(self.home, run_id)
+
+    def folders(self, run_id: str) -> list[str]:
+        """Where the run's files are, one line each (its folder here with its size; each other node's run
+        directory), for the question before it is deleted; empty once they were removed (``clean``) or for a
+        run this data dir does not know."""
+        from launcher.runs.cleanup import cleaned, folder_bytes
+        from launcher.runs.core.store import RunStore
+        from launcher.workload.load import LOCAL_NODES_DIR
+
+        record = RunStore(self.home).get_run(run_id)
+        if record is None or cleaned(record.directory) is not None:
+            return []
+        out = []
+        here = self.home / LOCAL_NODES_DIR / run_id
+        if here.is_dir():
+            out.append(f"here: {here} ({fmt_bytes(folder_bytes(here))}: checkpoints, exports, outputs)")
+        out += [f"node {n.node_rank} ({n.host}): {n.node_dir}" for n in record.nodes
+                if not n.node_dir.startswith(str(self.home))]
+        return out

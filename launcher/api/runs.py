@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from launcher.workload.load import Planned
     from launcher.workload.overrides import Override
     from launcher.workload.plan import RunPlan
+    from trainer.protocol import MetricRecord
 
 _FROM = {
     "launcher.runs.core.layout": ("FORCED_NOTE", "TRIAGE", "ResumeCheck"),
@@ -302,6 +303,22 @@ class Runs:
         from launcher.runs.core.layout import METRICS
 
         return self.record(run_id).directory / METRICS
+
+    def metrics_since(self, run_id: str, offset: int = 0) -> tuple[list[MetricRecord], int]:
+        """The run's metric records from byte ``offset`` of its metrics file on, decoded (a line that is not a
+        record is skipped; one still being written is left for the next call), and the offset to ask from
+        next: a screen that follows a run reads each line once. No file yet: none, and ``offset`` again."""
+        from trainer.protocol import MetricRecord
+
+        try:
+            with open(self.metrics_file(run_id), "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+        except OSError:
+            return [], offset
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        records = [MetricRecord.from_json(line) for line in complete.decode("utf-8", errors="replace").splitlines()]
+        return [r for r in records if r is not None], offset + len(complete)
 
     def samples(self, run_id: str) -> list[SampleSet]:
         """What the model answered as it learned (``logging.samples``), one set per sampled step."""

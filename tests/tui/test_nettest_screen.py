@@ -7,6 +7,7 @@ import json
 from textual.command import CommandPalette
 from textual.widgets import DataTable, Static
 
+from launcher.api.nettests import NettestRecord
 from launcher.events import RunState
 from tests.launcher.test_nettest_units import result
 from tests.tui.test_app import _wait_for
@@ -63,7 +64,7 @@ async def test_a_pair_measured_twice_is_one_bar_with_the_figure_the_verdict_coun
     app = FsdpTuiApp(home)
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.pause()
-        app.push_screen(NettestScreen(record=record))
+        app.push_screen(NettestScreen(record=NettestRecord.from_wire(record)))
         await _wait_for(pilot, lambda: isinstance(app.screen, NettestScreen) and len(app.screen.query("PlotextPlot")) == 2)
         await pilot.pause()
         by_pair = app.screen.query("PlotextPlot")[1]

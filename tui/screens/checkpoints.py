@@ -11,7 +11,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Label
 
-from launcher.runs.core.checkpoints import CheckpointInfo, completeness, deletable
+from launcher.api.checkpoints import CheckpointInfo, completeness, deletable
 from tui.app_base import AppBase
 from tui.messages import ResumeAsked
 from tui.widgets.footer import FitFooter
@@ -55,11 +55,11 @@ class CheckpointsScreen(Screen):
 
     @work(exclusive=True, group="ckpt-list")
     async def reload(self) -> None:
-        from launcher.runs.core.checkpoints import NoOutputDir, list_checkpoints
+        from launcher.api.checkpoints import NoOutputDir
 
         where = self.query_one("#where", Label)
         try:
-            listing = await list_checkpoints(self.app.home, self.run_id)
+            listing = await self.app.client.checkpoints.list(self.run_id)
         except (NoOutputDir, LookupError) as err:
             self.ckpts = []
             where.update(str(err))
@@ -117,13 +117,13 @@ class CheckpointsScreen(Screen):
 
     @work(exclusive=True, group="export")
     async def export(self, c: CheckpointInfo, merged: bool = False) -> None:
-        from launcher.runs.core.checkpoints import CheckpointError, export_checkpoint
+        from launcher.api.checkpoints import CheckpointError
 
         what = "the LoRA adapter" + (" and the merged model" if merged else "") if c.adapter else \
             "a Hugging Face folder"
         self.notify(f"exporting {c.name} ({what}) on the node ...")
         try:
-            result = await export_checkpoint(self.app.home, self.run_id, c.name, merged=merged)
+            result = await self.app.client.checkpoints.export(self.run_id, c.name, merged=merged)
         except CheckpointError as err:
             self.notify(f"export failed: {err}", severity="error", timeout=10)
             return
@@ -162,10 +162,10 @@ class CheckpointsScreen(Screen):
 
     @work(exclusive=True, group="ckpt-delete")
     async def delete(self, c: CheckpointInfo) -> None:
-        from launcher.runs.core.checkpoints import CheckpointError, delete_checkpoint
+        from launcher.api.checkpoints import CheckpointError
 
         try:
-            await delete_checkpoint(self.app.home, self.run_id, c.name)
+            await self.app.client.checkpoints.delete(self.run_id, c.name)
         except CheckpointError as err:
             self.notify(f"not deleted: {err}", severity="error", timeout=10)
         self.reload()

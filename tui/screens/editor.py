@@ -110,7 +110,6 @@ class EditorScreen(Screen):
     def load_sources(self) -> None:
         """Host aliases and secret names for completion, read once per editor, off the UI thread."""
         from launcher.paths import ssh_config_path
-        from launcher.secrets import SecretStore
         from launcher.workload.hosts import read_config_aliases
 
         base = self.path.parent
@@ -123,7 +122,7 @@ class EditorScreen(Screen):
                 return []
             return [f"{head}/{p.name}" if head else p.name for p in found][:40]
 
-        sources = Sources(read_config_aliases(ssh_config_path()), SecretStore(self.app.home).list(), folders)
+        sources = Sources(read_config_aliases(ssh_config_path()), self.app.client.records.secrets.list(), folders)
         self.post_message(SourcesLoaded(sources))
 
     @on(SourcesLoaded)
@@ -181,17 +180,15 @@ class EditorScreen(Screen):
 
     @work(thread=True, exclusive=True, group="validate")
     def validate(self, text: str, version: int, overrides: list[str]) -> None:
-        from launcher.runs.launch import render_plan_text
         from launcher.workload.fixes import fix_for
         from launcher.workload.load import plan_file
 
+        runs = self.app.client.runs
         planned = plan_file(self.path, overrides, home=self.app.home, run_id="<run-id>", text=text)
         plan_text = "fix the errors to see the plan"
         if planned.plan is not None:
-            from launcher.runs.core.estimates import estimate_lines
-
-            plan_text = render_plan_text(planned.plan) + "\n" + "\n".join(
-                estimate_lines(self.app.home, planned.plan, self.path.name)) + "\n"
+            plan_text = runs.dry_run_text(planned.plan) + "\n" + "\n".join(
+                runs.estimate_lines(planned.plan, self.path.name)) + "\n"
         fixes = [fix_for(p, text) if p.file != "--set" else None for p in planned.problems]
         self.post_message(Validated(version, planned.problems, fixes, plan_text, planned.plan))
 
@@ -233,9 +230,7 @@ class EditorScreen(Screen):
     def reach(self, plan, key: tuple) -> None:
         import asyncio
 
-        from launcher.runs.launch import reach_nodes
-
-        answers = asyncio.run(reach_nodes(plan))
+        answers = asyncio.run(self.app.client.nodes.reach(plan))
         lines = [f"{'✓' if a.ok else '✗'} {a.label}: {a.detail}" for a in answers]
         self.post_message(Reached(key, "\n".join(lines) + "\n"))
 

@@ -56,19 +56,17 @@ class GpusScreen(Screen):
 
     @work(exclusive=True, group="gpu-holders")
     async def load(self, stop: bool) -> None:
-        from launcher.runs.gpu_holders import run_gpu_holders, whose
-
         said = self.query_one("#gpus-said", Label)
         said.update("stopping the leftovers ..." if stop else "asking each node's nvidia-smi ...")
         try:
-            nodes, states = await run_gpu_holders(self.app.home, self.run_id, stop=stop)
+            holders = await self.app.client.nodes.gpu_holders_of_run(self.run_id, stop_ended=stop)
         except (OSError, ValueError, KeyError) as err:
             said.update(f"cannot ask the nodes of {self.run_id}: its plan is not recorded ({err})")
             return
         table = self.query_one(DataTable)
         table.clear()
         lines = []
-        for n in nodes:
+        for n in holders.nodes:
             if n.error:
                 lines.append(f"{n.host}: {n.error}")
                 continue
@@ -79,6 +77,6 @@ class GpusScreen(Screen):
             for h in n.holders:
                 mem = f"{h.used_mib:.0f} MiB" if h.used_mib is not None else "?"
                 table.add_row(n.host, "?" if h.gpu is None else str(h.gpu), str(h.pid), mem, h.process,
-                              whose(h, states).replace(", --stop stops it", ", x stops it"))
-        self.leftovers = sum(1 for n in nodes for h in n.holders if h.run_id and states.get(h.run_id))
+                              holders.whose(h).replace(", --stop stops it", ", x stops it"))
+        self.leftovers = sum(1 for n in holders.nodes for h in n.holders if h.run_id and holders.states.get(h.run_id))
         said.update("\n".join(lines) or f"{plural(table.row_count, 'process')} {'holds' if table.row_count == 1 else 'hold'} GPU memory")

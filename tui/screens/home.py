@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual import getters, on, work
 from textual.app import ComposeResult
@@ -11,7 +12,6 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, Label
 
-from launcher.runs.core.store import RunSummary
 from launcher.words import plural
 from tui.app_base import AppBase
 from tui.messages import (
@@ -31,6 +31,9 @@ from tui.widgets.footer import FitFooter
 from tui.widgets.header import Header
 from tui.widgets.runs_table import RunsTable
 from tui.widgets.sweeps_table import SweepsTable
+
+if TYPE_CHECKING:
+    from launcher.api.runs import RunSummary
 
 
 class HomeScreen(Screen):
@@ -110,17 +113,16 @@ class HomeScreen(Screen):
 
     @work(thread=True, exclusive=True, group="home-runs")
     def load_runs(self) -> None:
-        from launcher.runs.core.store import RunStore, StoreDamaged
-        from launcher.runs.launch import adopt_orphans_of
-        from launcher.runs.sweeps.record import list_sweeps
+        from launcher.api.runs import StoreDamaged
 
+        client = self.app.client
         try:
-            adopt_orphans_of(self.app.home)  # a run whose owner died gets a new one, which catches it up
-            runs = RunStore(self.app.home).list_runs()
+            client.runs.adopt()  # a run whose owner died gets a new one, which catches it up
+            runs = client.runs.list()
         except StoreDamaged as err:
             self.post_message(StoreFoundDamaged(str(err)))
             return
-        self.post_message(RunsRead(runs, list_sweeps(self.app.home)))
+        self.post_message(RunsRead(runs, client.sweeps.list()))
 
     @on(RunsRead)
     def _runs_read(self, message: RunsRead) -> None:
@@ -132,11 +134,10 @@ class HomeScreen(Screen):
     @work(thread=True, exclusive=True, group="home-leftovers")
     def reap_lost_nodes(self) -> None:
         """Nodes lost in earlier runs that answer again: their leftover processes are stopped; say so."""
-        from launcher.runs.core.store import StoreDamaged
-        from launcher.runs.leftovers import sweep_lost_now
+        from launcher.api.runs import StoreDamaged
 
         try:
-            said = sweep_lost_now(self.app.home)
+            said = self.app.client.nodes.reap_lost()
         except StoreDamaged as err:
             self.post_message(StoreFoundDamaged(str(err)))
             return
@@ -288,15 +289,11 @@ class HomeScreen(Screen):
 
     def action_clone(self) -> None:
         """A copy of the run's workload next to the original, opened in the editor."""
-        from launcher.runs.core.store import RunStore
-        from launcher.runs.read.clone import clone_workload
-
         run_id = self._selected("#runs")
-        record = RunStore(self.app.home).get_run(run_id) if run_id else None
-        if record is None:
+        if run_id is None:
             return
         try:
-            target = clone_workload(record)
+            target = self.app.client.runs.clone(run_id)
         except LookupError as err:
             self.notify(str(err), severity="warning")
             return
@@ -346,7 +343,7 @@ class HomeScreen(Screen):
             if choice in ("files", "record"):
                 self.delete_run(run_id, files=choice == "files")
 
-        self.app.push_screen(DeleteRunModal(run_id, run_files(self.app.home, run_id)), done)
+        self.app.push_screen(DeleteRunModal(run_id, self.app.client.run_files.folders(run_id)), done)
 
     @work(group="delete", exclusive=False)
     async def delete_run(self, run_id: str, *, files: bool) -> None:
@@ -354,14 +351,11 @@ class HomeScreen(Screen):
         node could not, so that the user can try again)."""
         import asyncio
 
-        from launcher.runs.core.store import RunStore
-
+        client = self.app.client
         if files:
-            from launcher.runs.cleanup import remove_run_files
-
             self.notify(f"removing the folders of {run_id} on its nodes ...")
             try:
-                report = await remove_run_files(self.app.home, run_id)
+                report = await client.run_files.clean(run_id)
             except (LookupError, ValueError) as err:
                 self.notify(str(err), severity="error", timeout=10)
                 return
@@ -371,27 +365,8 @@ class HomeScreen(Screen):
                 return
             self.notify("; ".join(report.lines()) or "no folder of it was left", timeout=8)
         try:
-            await asyncio.to_thread(RunStore(self.app.home).delete_run, run_id)
+            await asyncio.to_thread(client.runs.delete, run_id)
         except (LookupError, ValueError) as err:
             self.notify(str(err), severity="error")
         self.action_reload()
 
-
-def run_files(home, run_id: str) -> list[str]:
-    """Where a run's files are, in words, for the delete question (its folder here with its size, and each
-    other node's run directory)."""
-    from launcher.runs.cleanup import cleaned
-    from launcher.runs.core.space import fmt_bytes
-    from launcher.runs.core.store import RunStore
-    from launcher.workload.load import LOCAL_NODES_DIR
-
-    record = RunStore(home).get_run(run_id)
-    if record is None or cleaned(record.directory) is not None:
-        return []
-    out = []
-    here = home / LOCAL_NODES_DIR / run_id
-    if here.is_dir():
-        size = sum(p.stat().st_size for p in here.rglob("*") if p.is_file() and not p.is_symlink())
-        out.append(f"here: {here} ({fmt_bytes(size)}: checkpoints, exports, outputs)")
-    out += [f"node {n.node_rank} ({n.host}): {n.node_dir}" for n in record.nodes if not n.node_dir.startswith(str(home))]
-    return out

@@ -20,6 +20,7 @@ from textual.containers import Grid, Vertical
 from textual.screen import Screen
 from textual.widgets import Input, Label, Static
 
+from launcher.api.runs import NodeRow, RunSummary, RunView, node_rows
 from launcher.events import (
     GpuTelemetry,
     MetricsRecorded,
@@ -31,9 +32,6 @@ from launcher.events import (
     RunStateChanged,
     StacksDumped,
 )
-from launcher.runs.core.store import RunSummary
-from launcher.runs.read.nodes import NodeRow, node_rows
-from launcher.runs.read.view import RunView
 from tui.app_base import AppBase
 from tui.messages import NetworkKnown, RelaunchAsked
 from tui.screens.monitor_lines import SummaryLines
@@ -167,15 +165,12 @@ class RunMonitorScreen(Screen):
     @work(thread=True, group="network")
     def show_network(self) -> None:
         """The newest interconnect test of this run's nodes, in the header (``fsdp-tui nettest``)."""
-        from launcher.nettest.launch import newest_for
-        from launcher.runs.core.store import RunStore
-
-        record = RunStore(self.app.home).get_run(self.run_id)
-        hosts = [n.host for n in sorted(record.nodes, key=lambda n: n.node_rank)] if record else []
-        test = newest_for(self.app.home, hosts, besides=self.run_id) if hosts else None
+        client = self.app.client
+        record = client.runs.get(self.run_id)
+        hosts = tuple(n.host for n in sorted(record.nodes, key=lambda n: n.node_rank)) if record else ()
+        test = client.nettests.newest_for(hosts, besides=self.run_id) if hosts else None
         if test is not None:
-            self.post_message(NetworkKnown(f"network ({test['run_id']}): {test['summary']}; "
-                                           f"{test['verdict'].split(' (')[0]}"))
+            self.post_message(NetworkKnown(f"network ({test.run_id}): {test.summary}"))
 
     @on(NetworkKnown)
     def _network_known(self, message: NetworkKnown) -> None:
@@ -183,7 +178,7 @@ class RunMonitorScreen(Screen):
 
     @work(exclusive=True, group="safe-step")
     async def refresh_safe_step(self) -> None:
-        await self.lines.refresh_safe_step(self.app.home, self.run_id)
+        await self.lines.refresh_safe_step(self.app.client.runs, self.run_id)
 
     def on_resize(self, event) -> None:
         self.query_one(MetricsPanel).set_class(event.size.height < SHORT_BELOW, "-short")
@@ -200,9 +195,9 @@ class RunMonitorScreen(Screen):
 
     @work(exclusive=True, group="run-events")
     async def consume(self) -> None:
-        from launcher.runs.read.follower import FollowGaveUp, follow_run
+        from launcher.api.runs import FollowGaveUp
 
-        events = self.events if self.events is not None else follow_run(self.app.home, self.run_id)
+        events = self.events if self.events is not None else self.app.client.runs.follow(self.run_id)
         try:
             async for event in events:
                 self.on_run_event(event)
@@ -280,10 +275,8 @@ class RunMonitorScreen(Screen):
 
     @work(exclusive=True, group="run-cancel")
     async def cancel_run(self) -> None:
-        from launcher.runs.launch import cancel_run
-
         self.notify("cancelling: SIGTERM, then SIGKILL after the grace period")
-        report = await cancel_run(self.app.home, self.run_id)
+        report = await self.app.client.runs.cancel(self.run_id)
         for line in report.leftovers:
             self.notify(f"{line} (still alive after SIGKILL)", severity="error", timeout=15)
 
@@ -319,7 +312,7 @@ class RunMonitorScreen(Screen):
         if self.view.state.is_final:
             self.notify("the run has ended: no process to look at")
             return
-        self.stacks.ask(self.app.home)
+        self.stacks.ask(self.app.client.runs)
         self.notify("asking every node for every rank's stack ...")
 
     def action_gpus(self) -> None:
@@ -341,13 +334,12 @@ class RunMonitorScreen(Screen):
     async def action_pick_rank(self) -> None:
         """The ranks of the node whose pane has the keys (node 0 elsewhere); the one picked opens alone,
         read from its node."""
-        from launcher.runs.read.rank_log import ranks_of_node
         from tui.screens.rank_log import RankLogModal
         from tui.screens.rank_picker import RankPickerModal
 
         pane = self.focused if isinstance(self.focused, NodeLog) and self.focused.node_rank >= 0 else None
         node = pane.node_rank if pane is not None else (self.views.alone if self.views.alone is not None else 0)
-        ranks = await asyncio.to_thread(ranks_of_node, self.app.home, self.run_id, node)
+        ranks = await asyncio.to_thread(self.app.client.run_files.ranks_of_node, self.run_id, node)
         if not ranks:
             self.notify("this run's ranks are not known (no plan on record)")
             return

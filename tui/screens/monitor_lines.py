@@ -4,12 +4,16 @@ holds the run up, or why it failed). What they say is the :class:`RunView`'s; th
 
 from __future__ import annotations
 
-from pathlib import Path
+import asyncio
+from typing import TYPE_CHECKING
 
 from textual.screen import Screen
 from textual.widgets import Label, Static
 
-from launcher.runs.read.view import RunView, fmt_duration
+from launcher.api.runs import RunView, fmt_duration
+
+if TYPE_CHECKING:
+    from launcher.api.runs import Runs
 
 
 def summary_line(view: RunView, follow: bool, safe_text: str) -> str:
@@ -57,13 +61,11 @@ class SummaryLines:
             self.summary_shown = text
             self.screen.query_one("#summary", Label).update(text, layout=False)
 
-    async def refresh_safe_step(self, home: Path, run_id: str) -> None:
+    async def refresh_safe_step(self, runs: Runs, run_id: str) -> None:
         """Ask the node for the newest complete checkpoint (until the answer is final)."""
-        from launcher.runs.core.safe_step import last_safe_step
-
         if self.safe_final:
             return  # an ended run's checkpoints do not change by themselves
         ended = self.view.state.is_final  # asked after the end: its final save and gathers are in
-        safe = await last_safe_step(home, run_id)
+        safe = await asyncio.to_thread(runs.last_safe_step, run_id)
         self.safe_text = "" if safe is None else f"  safe {safe.text()}"
         self.safe_final = ended

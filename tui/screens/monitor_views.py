@@ -15,7 +15,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Input
 
-from launcher.runs.read.nodes import NodeRow
+from launcher.api.runs import NodeRow
 from tui.widgets.node_log import NodeLog
 from tui.widgets.node_overview import NodeOverview
 

@@ -1,10 +1,11 @@
 """The interconnect self-test in the app: runs ``nettest`` on a workload's nodes (or opens a kept test)
 and shows its table, the verdict and bars per size and per pair of nodes. The figures and the verdict
-come from :mod:`launcher.nettest`; this screen only shows them."""
+come from the core (:mod:`launcher.api.nettests`); this screen only shows them."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual import getters, on, work
 from textual.app import ComposeResult
@@ -13,17 +14,19 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Label, Static
 
-from launcher.nettest.figures import Measured, judge_pairs, rate, size
-from launcher.nettest.report import cut_lines, headline, pair_bars, rows, verdict_lines
+from launcher.api.nettests import cut_lines, headline, judge_pairs, pair_bars, rate, rows, size, verdict_lines
 from tui.app_base import AppBase
 from tui.messages import NettestDone, NettestProgress
 from tui.widgets.footer import FitFooter
 from tui.widgets.header import Header
 
+if TYPE_CHECKING:
+    from launcher.api.nettests import Measured, NettestRecord
+
 
 class NettestScreen(Screen):
     """``NettestScreen(path=...)`` runs a quick test of that workload; ``NettestScreen(record=...)``
-    shows a kept one (``launcher.nettest.launch.list_records``)."""
+    shows a kept one (``Nettests.list``)."""
 
     app = getters.app(AppBase)
 
@@ -38,7 +41,8 @@ class NettestScreen(Screen):
     """
     BINDINGS = [Binding("escape", "back", "back")]
 
-    def __init__(self, path: Path | None = None, record: dict | None = None, overrides: list[str] | None = None) -> None:
+    def __init__(self, path: Path | None = None, record: NettestRecord | None = None,
+                 overrides: list[str] | None = None) -> None:
         super().__init__()
         self.path, self.record, self.overrides = path, record, list(overrides or [])
 
@@ -65,20 +69,12 @@ class NettestScreen(Screen):
     def _status(self, text: str) -> None:
         self.query_one("#nettest-status", Static).update(text)
 
-    def _show_record(self, record: dict) -> None:
-        from launcher.nettest.figures import BadResult, decode
-
-        nodes = tuple(str(n) for n in record.get("nodes") or [])
-        try:
-            measured = decode(record.get("result"))
-        except BadResult:
-            measured = None
-        self.post_message(NettestDone(str(record.get("run_id")), measured, nodes,
-                               tuple(str(p) for p in record.get("problems") or ["no result"])))
+    def _show_record(self, record: NettestRecord) -> None:
+        self.post_message(NettestDone(record.run_id, record.measured, record.nodes, record.problems or ("no result",)))
 
     @work(thread=True, exclusive=True, group="nettest")
     def run_test(self, path: Path) -> None:
-        from launcher.nettest.launch import Options, run_nettest
+        from launcher.api.nettests import Options
         from launcher.workload.load import plan_file
 
         planned = plan_file(path, self.overrides, home=self.app.home)
@@ -88,8 +84,8 @@ class NettestScreen(Screen):
                 "; ".join(plan.blockers if plan else ["invalid workload"])
             self.post_message(NettestDone("", None, (), (f"not tested: {why}",)))
             return
-        outcome = run_nettest(plan, Options(quick=True), self.app.home,
-                              on_state=lambda state, detail: self.post_message(NettestProgress(f"{state} {detail}")))
+        outcome = self.app.client.nettests.run(
+            plan, Options(quick=True), on_state=lambda state, detail: self.post_message(NettestProgress(f"{state} {detail}")))
         self.post_message(NettestDone(outcome.run_id, outcome.measured, outcome.nodes, outcome.problems))
 
     @on(NettestProgress)

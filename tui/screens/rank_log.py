@@ -47,22 +47,20 @@ class RankLogModal(ModalScreen[None]):
 
     @work(exclusive=True, group="rank-log")
     async def follow(self) -> None:
-        from launcher.runs.core.store import RunStore
-        from launcher.runs.core.streams import LineSplitter
-        from launcher.runs.read.rank_log import RankLog, RankLogError
+        from launcher.api.run_files import LineSplitter, RankLogError
 
+        client = self.app.client
         title = self.query_one("#rank-title", Label)
         view = self.query_one(LogView)
         try:
-            log = await asyncio.to_thread(RankLog, self.app.home, self.run_id, self.rank)
+            log = await asyncio.to_thread(client.run_files.rank_log, self.run_id, self.rank)
         except RankLogError as err:
             title.update(str(err))
             return
         splitter = LineSplitter()
-        store = RunStore(self.app.home)
         try:
             while True:
-                record = await asyncio.to_thread(store.get_run, self.run_id)
+                record = await asyncio.to_thread(client.runs.get, self.run_id)
                 final = record is None or record.summary.state.is_final
                 lines = splitter.feed(await log.read()) + (splitter.flush() if final else [])
                 if lines:

@@ -4,8 +4,6 @@ against the median rank's; a chronically slow rank's row is marked. The figures 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rich.text import Text
 from textual import getters, on, work
 from textual.app import ComposeResult
@@ -13,7 +11,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Label
 
-from launcher.runs.read.ranks import THRESHOLD, RankReport, RankTimes
+from launcher.api.runs import THRESHOLD, RankReport, RankTimes
 from tui.app_base import AppBase
 from tui.messages import RankTimesRead
 from tui.screens.from_worker import unless_taken_apart
@@ -38,7 +36,6 @@ class RanksScreen(Screen):
         self.times = RankTimes(num_nodes)
         self.read_to = 0
         """How far the run's metrics file has been read (only new lines are read at each refresh)."""
-        self.path: Path | None = None
         self.drawn = False
 
     def compose(self) -> ComposeResult:
@@ -58,27 +55,15 @@ class RanksScreen(Screen):
     @work(thread=True, exclusive=True, group="rank-times")
     def load(self) -> None:
         """New metrics lines, read off the event loop; the report is drawn on it."""
-        from launcher.runs.core.layout import METRICS
-        from launcher.runs.core.store import RunStore
-        from trainer.protocol import MetricRecord
+        from launcher.api.runs import RunNotFound
 
-        if self.path is None:
-            record = RunStore(self.app.home).get_run(self.run_id)
-            if record is None:
-                return
-            self.path = record.directory / METRICS
         try:
-            with open(self.path, "rb") as f:
-                f.seek(self.read_to)
-                chunk = f.read()
-        except OSError:
-            chunk = b""  # no metrics yet
-        complete = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written is read next time
-        self.read_to += len(complete)
+            records, self.read_to = self.app.client.runs.metrics_since(self.run_id, self.read_to)
+        except RunNotFound:
+            return
         added = False
-        for line in complete.decode("utf-8", errors="replace").splitlines():
-            record = MetricRecord.from_json(line)
-            added = (record is not None and self.times.add(record)) or added
+        for record in records:
+            added = self.times.add(record) or added
         if added or not self.drawn:
             self.drawn = True
             self.post_message(RankTimesRead(self.times.report(COLUMNS)))

@@ -58,11 +58,12 @@ class SamplesScreen(Screen):
     @work(thread=True, exclusive=True, group="samples")
     def load(self) -> None:
         """The run's samples read off the event loop; drawn on it when they changed."""
-        from launcher.runs.core.samples import read_samples
-        from launcher.runs.core.store import RunStore
+        from launcher.api.runs import RunNotFound
 
-        record = RunStore(self.app.home).get_run(self.run_id)
-        sets = read_samples(record.directory) if record is not None else []
+        try:
+            sets = self.app.client.runs.samples(self.run_id)
+        except RunNotFound:
+            sets = []
         said, lines = self._lines(sets)
         if lines != self.shown:
             self.shown = lines
@@ -74,7 +75,7 @@ class SamplesScreen(Screen):
             self.draw(message.said, message.lines)
 
     def _lines(self, sets) -> tuple[str, list[str]]:
-        from launcher.runs.read.samples_view import history_lines, side_by_side_at, side_lines
+        from launcher.api.runs import history_lines, side_by_side_at, side_lines
 
         if not sets:
             return NO_SAMPLES, []

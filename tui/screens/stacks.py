@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -13,6 +14,9 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Label, Log
 
 from launcher.events import StacksDumped
+
+if TYPE_CHECKING:
+    from launcher.api.runs import Runs
 
 
 class StacksModal(ModalScreen[None]):
@@ -52,11 +56,9 @@ class StackGathering:
         self.wanted: list[tuple[StacksDumped, str]] | None = None
         """Each dump received since the ask, with its text (``None``: none asked for)."""
 
-    def ask(self, home: Path) -> None:
-        """Ask the run's owner (its records under ``home``) for every rank's stack on every node."""
-        from launcher.runs.core.ownership import request_stacks
-
-        request_stacks(home, self.run_id)
+    def ask(self, runs: Runs) -> None:
+        """Ask the run's owner for every rank's stack on every node (each node's dump comes as an event)."""
+        runs.request_stacks(self.run_id)
         self.wanted = []
 
     def received(self, event: StacksDumped) -> None:

@@ -59,16 +59,14 @@ class StoreDamagedModal(ModalScreen[bool]):
 
     @work(thread=True, exclusive=True, group="store-repair")
     def repair(self) -> None:
-        from launcher.runs.core.ownership import live_owners
-        from launcher.runs.core.rebuild import rebuild_store
-
-        owners = live_owners(self.app.home)
+        records = self.app.client.records
+        owners = records.live_owners()
         if owners:
             named = ", ".join(f"{run_id} (pid {pid})" for run_id, pid in owners)
             self.post_message(StoreRepairAnswered(f"Not now: the owners of {named} are still writing to the "
                                                   "store. Let them end, then repair (fsdp-tui repair).", False))
             return
-        report = rebuild_store(self.app.home)
+        report = records.rebuild_store()
         self.post_message(StoreRepairAnswered("\n".join(report.lines()) + "\n\nPress r or escape to go on.", True))
 
     @on(StoreRepairAnswered)

@@ -14,7 +14,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Label, Static, TabbedContent, TabPane
 
-from launcher.runs.read.comparison import RunStats
+from launcher.api.runs import RunStats
 from launcher.words import plural
 from tui.app_base import AppBase
 from tui.messages import ComparisonRead, RunChosen
@@ -108,24 +108,17 @@ class SweepScreen(Screen):
 
     @work(thread=True, exclusive=True, group="comparison")
     def reload(self) -> None:
-        from launcher.runs.read.comparison import compare_runs, sweep_stats
-        from launcher.runs.sweeps.control import adopt_sweeps
-        from launcher.runs.sweeps.record import load_sweep
-
-        home = self.app.home
+        client = self.app.client
         if self.sweep_id:
-            adopt_sweeps(home, [self.sweep_id])  # a sweep whose driver died gets a new one
-            record = load_sweep(home, self.sweep_id)
-            self.post_message(ComparisonRead(sweep_stats(home, record), record.state, record.detail, None))
+            client.sweeps.adopt([self.sweep_id])  # a sweep whose driver died gets a new one
+            record = client.sweeps.get(self.sweep_id)
+            self.post_message(ComparisonRead(client.sweeps.stats(record), record.state, record.detail, None))
             return
-        from launcher.runs.core.store import RunStore
-
-        store = RunStore(home)
-        records = {r: store.get_run(r) for r in self.run_ids}
+        started = {r: client.runs.record(r).summary.started_at for r in self.run_ids}
         # Marked runs are shown in launch order (as the table's title says), whatever order they were marked in.
-        self.run_ids.sort(key=lambda r: (records[r].summary.started_at is None, records[r].summary.started_at or 0, r))
-        texts = {r: (records[r].directory / "workload.yaml").read_text() for r in self.run_ids}
-        self.post_message(ComparisonRead(compare_runs(home, self.run_ids), "", "", workload_diffs(texts)))
+        self.run_ids.sort(key=lambda r: (started[r] is None, started[r] or 0, r))
+        texts = {r: client.runs.workload_text(r) for r in self.run_ids}
+        self.post_message(ComparisonRead(client.runs.compare(self.run_ids), "", "", workload_diffs(texts)))
 
     @on(ComparisonRead)
     def _comparison_read(self, message: ComparisonRead) -> None:
@@ -201,10 +194,9 @@ class SweepScreen(Screen):
 
     @work(group="sweep-cancel")
     async def _cancel(self) -> None:
-        from launcher.runs.sweeps.control import cancel_sweep
-
+        assert self.sweep_id is not None
         self.notify(f"cancelling sweep {self.sweep_id} ...")
-        record = await cancel_sweep(self.app.home, self.sweep_id)
+        record = await self.app.client.sweeps.cancel(self.sweep_id)
         self.notify(f"sweep {self.sweep_id}: {record.state}")
         self.reload()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from textual_plotext import PlotextPlot
 
-from launcher.runs.read.comparison import RunStats
+from launcher.api.runs import RunStats
 
 
 def short_label(stats: RunStats, width: int = 18) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
-from launcher.runs.read.comparison import COLUMNS, Column, RunStats, fmt
+from launcher.api.runs import COLUMNS, Column, RunStats, fmt
 
 BAR_WIDTH = 6
 _EIGHTHS = " ▏▎▍▌▋▊▉█"

@@ -6,7 +6,7 @@ from textual.app import ComposeResult
 from textual.containers import Grid, Horizontal, Vertical
 from textual.widgets import Label, ProgressBar, Sparkline
 
-from launcher.runs.read.view import RunView
+from launcher.api.runs import RunView
 
 WARN_AT = 0.85
 CRIT_AT = 0.95

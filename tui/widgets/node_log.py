@@ -11,8 +11,8 @@ from collections import deque
 
 from rich.text import Text
 
+from launcher.api.runs import classify_line, might_signal
 from launcher.events import NodeState
-from launcher.runs.core.triage import classify_line, might_signal
 from launcher.words import plural
 from tui.widgets.log_view import LogView
 

@@ -15,7 +15,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Label
 
-from launcher.runs.read.nodes import NodeRow
+from launcher.api.runs import NodeRow
 from launcher.words import plural
 from tui.widgets.row_table import RowTable
 

@@ -14,8 +14,7 @@ from typing import Literal
 from rich.text import Text
 from textual.widgets import DataTable
 
-from launcher.runs.core.store import RunSummary
-from launcher.runs.read.view import fmt_duration
+from launcher.api.runs import RunSummary, fmt_duration
 from launcher.words import plural
 
 ColumnKey = Literal["id", "experiment", "state", "nodes", "start", "duration", "step", "loss", "eval"]

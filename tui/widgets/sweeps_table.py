@@ -7,7 +7,7 @@ import time
 from rich.text import Text
 from textual.widgets import DataTable
 
-from launcher.runs.sweeps.record import SweepRecord
+from launcher.api.sweeps import SweepRecord
 
 _STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}
 
