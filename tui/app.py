@@ -13,6 +13,7 @@ from textual.theme import Theme
 from tui import settings
 from tui.app_base import AppBase
 from tui.collector import IdleCollector
+from tui.launches import Launches
 from tui.messages import (
     LaunchAsked,
     NettestAsked,
@@ -62,10 +63,16 @@ class FsdpTuiApp(AppBase):
         self.start_launch = launch
         self.start_overrides = overrides or []
         self.requested_theme = theme
-        self.launched: list[str] = []
-        """Runs started from this app: on quit, the ones still live are named with how to get back."""
+        self.launches = Launches(self, open_run=self.open_run, open_editor=self.open_editor,
+                                 open_sweep=self.open_sweep)
+        """What this app launches, one at a time, and the runs it started."""
         self.collector = IdleCollector(self)
         """Python's garbage collector, run between keys while the app runs."""
+
+    @property
+    def launched(self) -> list[str]:
+        """Runs started from this app: on quit, the ones still live are named with how to get back."""
+        return self.launches.started
 
     def on_unmount(self) -> None:
         self.collector.stop()
@@ -264,73 +271,20 @@ class FsdpTuiApp(AppBase):
         self.push_screen(RunMonitorScreen(run_id, max(1, len(record.nodes)), recorded=record.summary))
 
     def launch_workload(self, path: Path, overrides: list[str]) -> None:
-        self.run_worker(self._launch(path, overrides), group="launch", exclusive=True)
+        """The workload at ``path`` as written, with ``overrides`` (``--set`` words) on top."""
+        self.launches.workload(path, overrides)
 
     def relaunch_run(self, run_id: str, overrides: list[Override] | None = None) -> None:
         """A new run doing what ``run_id`` did (its recorded workload), with ``overrides`` on top."""
-        self.run_worker(self._launch(None, overrides or [], from_run=run_id), group="launch", exclusive=True)
+        self.launches.relaunch(run_id, overrides or [])
 
     def resume_run(self, run_id: str, name: str) -> None:
         """A new run of ``run_id``'s workload from its whole checkpoint ``name`` (as ``fsdp-tui resume``)."""
-        self.run_worker(self._launch(None, [], from_run=run_id, resume_from=name), group="launch", exclusive=True)
-
-    async def _launch(self, path: Path | None, overrides: list[Override], from_run: str | None = None,
-                      resume_from: str | None = None) -> None:
-        """Launch through the core's one door (``Runs.launch``, as ``fsdp-tui run`` does) and say how it went."""
-        import asyncio
-
-        from launcher.api.runs import AlreadyLaunched, RecordUnwritable, Refused
-
-        runs = self.client.runs
-        try:
-            if resume_from is not None and from_run is not None:
-                source = await runs.plan_resume(from_run, name=resume_from, overrides=overrides)
-            elif from_run is not None:
-                source = await asyncio.to_thread(runs.plan_relaunch, from_run, overrides)
-            else:
-                assert path is not None
-                source = path
-            outcome = await asyncio.to_thread(runs.launch, source, overrides, idempotent=from_run is None)
-        except (LookupError, OSError) as err:
-            self.notify(f"not launched: {err}", severity="error", timeout=10)
-            return
-        except RecordUnwritable as err:
-            self.notify(str(err), severity="error", timeout=15)
-            return
-        if isinstance(outcome, Refused):
-            if outcome.stage == "output_dir":
-                self.notify(outcome.reasons[0], severity="error", timeout=15)
-                return
-            said = outcome.reasons[0] if outcome.stage == "invalid" else "; ".join(outcome.reasons)
-            # a missing secret, an unknown host key, no torch there: said now, no failed run left
-            self.notify(f"not launched: {said}", severity="error", timeout=20 if outcome.stage == "checks" else 10)
-            if outcome.stage == "invalid" and path is not None:
-                self.open_editor(path)
-            return
-        if isinstance(outcome, AlreadyLaunched):
-            self.notify(f"idempotency_token was launched before as run {outcome.run_id}: not launched again",
-                        timeout=8)
-        self.launched.append(outcome.run_id)
-        self.open_run(outcome.run_id)
-        if from_run is None and path is not None and outcome.plan.workload.sweep is not None:
-            from launcher.api.sweeps import SWEEP_NOT_RUN
-
-            self.notify(SWEEP_NOT_RUN.format(file=path.name) + " (here: w on the home screen)", timeout=10)
+        self.launches.resume(run_id, name)
 
     def launch_sweep(self, path: Path) -> None:
         """Every variant of ``path``'s ``sweep:`` section (as ``fsdp-tui sweep FILE``), then the sweep's view."""
-        self.run_worker(self._launch_sweep(path, []), group="launch", exclusive=True)
-
-    async def _launch_sweep(self, path: Path, overrides: list[Override]) -> None:
-        import asyncio
-
-        plan = await asyncio.to_thread(self.client.sweeps.plan, path, (), overrides)
-        if not plan.ok:
-            errors = [p for p in plan.problems if p.is_error]
-            self.notify(f"sweep not launched: {errors[0].format() if errors else 'no variants'}", severity="error",
-                        timeout=10)
-            return
-        self.open_sweep(await asyncio.to_thread(self.client.sweeps.start, plan))
+        self.launches.sweep(path)
 
     def open_sweep(self, sweep_id: str) -> None:
         from tui.screens.sweep import SweepScreen
