@@ -177,7 +177,7 @@ class FsdpTuiApp(AppBase):
                 self.notify(f"unknown theme '{command.arg}' (themes: {names})", severity="error", timeout=8)
                 return
             self.theme = command.arg
-        elif command.verb == "ckpt":
+        elif command.verb == "ckpt" and command.arg is not None:  # parse_command gives ckpt its RUN
             self.open_checkpoints(command.arg)
 
     # -- what screens ask (tui.messages): each handler does what the message names -----------------

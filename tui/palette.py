@@ -62,7 +62,10 @@ class FsdpCommands(Provider):
 
     def asking(self, message: Callable[[], Message]) -> Callable[[], None]:
         """What an entry runs to ask the app (:mod:`tui.messages`): a new message each time it is chosen."""
-        return lambda: self.app.post_message(message())
+        def ask() -> None:
+            self.app.post_message(message())
+
+        return ask
 
     def open_checkpoints(self, run_id: str) -> None:
         from tui.screens.checkpoints import CheckpointsScreen

@@ -84,8 +84,10 @@ class NettestScreen(Screen):
                 "; ".join(plan.blockers if plan else ["invalid workload"])
             self.post_message(NettestDone("", None, (), (f"not tested: {why}",)))
             return
-        outcome = self.app.client.nettests.run(
-            plan, Options(quick=True), on_state=lambda state, detail: self.post_message(NettestProgress(f"{state} {detail}")))
+        def said(state: str, detail: str) -> None:
+            self.post_message(NettestProgress(f"{state} {detail}"))
+
+        outcome = self.app.client.nettests.run(plan, Options(quick=True), on_state=said)
         self.post_message(NettestDone(outcome.run_id, outcome.measured, outcome.nodes, outcome.problems))
 
     @on(NettestProgress)

@@ -170,7 +170,8 @@ class SweepScreen(Screen):
         table = self.table
         if table.row_count:
             run_id = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-            if any(r.run_id == run_id and r.state not in ("pending", "skipped") for r in self.rows):
+            if run_id is not None and any(r.run_id == run_id and r.state not in ("pending", "skipped")
+                                          for r in self.rows):
                 self.post_message(RunChosen(run_id))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
