@@ -15,28 +15,42 @@ from launcher.runs.owner.settings import READ_CHUNK, Settings, pace
 
 
 class NodeFollowing:
-    """The run policy's half that reads the nodes (:class:`~launcher.runs.owner.policy.RunPolicy` is the rest)."""
+    """Owns the following of each node of one attempt: a follower per node (its output into the records by a
+    long poll, its status, its GPUs and usage), the nodes' latest statuses, and which nodes were lost (with
+    why), came back after a reconnect, or were found without their job. The run policy
+    (:class:`~launcher.runs.owner.policy.RunPolicy`) composes one, starts a follower per node and judges
+    what they saw; nothing here judges the run."""
 
-    backend: Backend
-    rec: Recorder
-    settings: Settings
-    clock: Callable[[], float]
-    ranks: list[int]
-    statuses: dict[int, NodeStatus]
-    exit_codes: dict[int, int | None]
-    lost: dict[int, str]
-    gone: dict[int, str]
-    reconnected: set[int]
-    polled: asyncio.Event
-    unfollowing: asyncio.Event
+    def __init__(self, backend: Backend, rec: Recorder, settings: Settings, clock: Callable[[], float],
+                 ranks: list[int]) -> None:
+        self.backend, self.rec, self.settings, self.clock, self.ranks = backend, rec, settings, clock, ranks
+        self.statuses: dict[int, NodeStatus] = {}
+        """Each node's latest status, as its follower (or the policy) last asked it."""
+        self.lost: dict[int, str] = {}
+        """Nodes whose link was lost, and why: the run fails naming the first."""
+        self.gone: dict[int, str] = {}
+        """Nodes of this attempt found without their job (restarted, their processes killed), and why."""
+        self.reconnected: set[int] = set()
+        """Nodes whose link came back during this attempt (a node that restarted comes back without its job)."""
+        self.polled = asyncio.Event()
+        """Set each time a follower has a node's new status: the policy judges then."""
+        self.unfollowing = asyncio.Event()
+        """Set when the attempt ends: the followers stop."""
 
-    async def _follow(self, rank: int) -> None:
+    def new_attempt(self) -> None:
+        """Forget what the last attempt's nodes said (a lost node stays lost)."""
+        self.statuses.clear()
+        self.gone.clear()
+        self.reconnected.clear()
+
+    async def follow(self, rank: int) -> None:
+        """Follow node ``rank`` until the attempt ends (:class:`NodeLost` ends it when its link is lost)."""
         last_gpus = last_status = -float("inf")
         poll_s, min_round_s = (x * pace(len(self.ranks)) for x in (self.settings.poll_s, self.settings.min_round_s))
         try:
             while not self.unfollowing.is_set():
                 began = self.clock()
-                got = await self._pump(rank, wait_s=poll_s)  # a long poll: back as output appears
+                got = await self.pump(rank, wait_s=poll_s)  # a long poll: back as output appears
                 # While output flows the job is alive: its status is asked once a poll, not once a batch.
                 # A read that found nothing (the poll ran out, or the job ended) asks at once.
                 if not got or began - last_status >= poll_s:
@@ -57,11 +71,13 @@ class NodeFollowing:
             self.lost[rank] = str(err)
             raise
 
-    async def _poll_the_others(self, exited: dict[int, NodeStatus]) -> None:
+    async def poll_the_others(self, exited: dict[int, NodeStatus]) -> list[int]:
         """Every node's status now, not as its follower last saw it: a node that died may not have been
         polled since, while the survivor its scheduler stopped already says it ended. A node that is
         reconnecting is waited for (within its link's window): one that comes back without its job (it
-        restarted, its processes were killed) is why the others failed, and is named so."""
+        restarted, its processes were killed) is why the others failed, and is named so. The nodes found
+        without their job."""
+        gone = []
         for rank in self.ranks:
             if rank in exited or rank in self.lost:
                 continue
@@ -71,19 +87,21 @@ class NodeFollowing:
                 continue
             self.statuses[rank] = status
             if status.orphaned or (status.state == "absent" and status.attempt is None):
-                self._mark_gone(rank, status)
+                self.mark_gone(rank, status)
+                gone.append(rank)
+        return gone
 
-    def _mark_gone(self, rank: int, status: NodeStatus) -> None:
+    def mark_gone(self, rank: int, status: NodeStatus) -> None:
         """Node ``rank`` is without its job: lost, with why."""
         self.gone[rank] = gone_words(status, rank in self.reconnected)
-        self.exit_codes[rank] = None
         self.rec.set_node(rank, NodeState.LOST, None, self.gone[rank])
 
-    async def _pump_all(self) -> None:
-        await asyncio.gather(*(self._pump(rank) for rank in self.ranks if rank not in self.lost),
+    async def pump_all(self) -> None:
+        """Every reachable node's output read to its end, into the records."""
+        await asyncio.gather(*(self.pump(rank) for rank in self.ranks if rank not in self.lost),
                              return_exceptions=True)
 
-    async def _pump(self, rank: int, wait_s: float = 0.0) -> int:
+    async def pump(self, rank: int, wait_s: float = 0.0) -> int:
         """Read a node's new output into the records; returns how many log bytes came."""
         got = 0
         while True:

@@ -35,7 +35,7 @@ from launcher.runs.owner.stall import StallVerdicts
 from launcher.workload.plan import RunPlan
 
 
-class RunPolicy(NodeFollowing):
+class RunPolicy:
     """Owns one run's attempts from launch to end: starting each, judging the nodes' statuses, retries,
     the timeout, a cancel, and stopping every node when one fails. What a scheduler says, what a stall
     says, a taken port and the checkpoints are the composed parts' (:class:`SchedulerVerdicts`,
@@ -56,9 +56,9 @@ class RunPolicy(NodeFollowing):
         """Steps that stopped: the words, the stack dumps, the triage."""
         self.secrets, self.cancel_requested, self.clock = secrets, cancel_requested, clock
         self.ranks = [n.node_rank for n in backend.plan.nodes]
-        self.statuses: dict[int, NodeStatus] = {}
+        self.following = NodeFollowing(backend, rec, settings, clock, self.ranks)
+        """A follower per node (output, status, GPUs), and which nodes were lost, came back or are gone."""
         self.exit_codes: dict[int, int | None] = {}
-        self.lost: dict[int, str] = {}
         self.started = False
         self.orphan: NodeStatus | None = None
         """The node judged orphaned (recorded as running, nothing records it), as it was judged."""
@@ -66,8 +66,6 @@ class RunPolicy(NodeFollowing):
         """Why the last attempt could not start on every node (naming the node, where it was one)."""
         self.node_error: tuple[int, str] | None = None
         """The first node whose agent said why its job ended (e.g. its disk filled): rank and words."""
-        self.polled = asyncio.Event()
-        self.unfollowing = asyncio.Event()
         self.deadline: float | None = None
         """When the attempt times out (``timeout_minutes``), counted from when its job has its nodes."""
         self.scheduler = SchedulerVerdicts(rec, self.ranks, lambda rank: backend.plan.nodes[rank].host_display,
@@ -78,10 +76,6 @@ class RunPolicy(NodeFollowing):
         self.adopted_at: float | None = None
         self.reconnecting: set[int] = set()
         """Nodes whose link is down right now: their steps cannot be seen, so no rank is called hung."""
-        self.reconnected: set[int] = set()
-        """Nodes whose link came back during this attempt (a node that restarted comes back without its job)."""
-        self.gone: dict[int, str] = {}
-        """Nodes of this attempt found without their job (restarted, their processes killed), and why."""
         self.port = PortMoves(backend, rec, lambda: on_plan(backend.plan))
         """The rendezvous port moved once when it is found taken (not counted as a retry)."""
 
@@ -91,12 +85,12 @@ class RunPolicy(NodeFollowing):
         node = {LinkState.OK: NodeState.RUNNING, LinkState.RECONNECTING: NodeState.RECONNECTING,
                 LinkState.LOST: NodeState.LOST}[state]
         if state == LinkState.LOST:
-            self.lost[rank] = detail
+            self.following.lost[rank] = detail
         if state == LinkState.RECONNECTING:
             self.reconnecting.add(rank)
         else:
             if state == LinkState.OK and rank in self.reconnecting:
-                self.reconnected.add(rank)  # back: whether its job still runs is asked next
+                self.following.reconnected.add(rank)  # back: whether its job still runs is asked next
             self.reconnecting.discard(rank)
         self.rec.set_node(rank, node, detail=detail)
 
@@ -153,7 +147,7 @@ class RunPolicy(NodeFollowing):
         if self.started:
             await self._stop_all()
         triage = said_report(why, reason_signature(why), node_rank)
-        for rank, detail in self.lost.items():  # a lost node is the cause the user can act on
+        for rank, detail in self.following.lost.items():  # a lost node is the cause the user can act on
             triage = TriageReport(node_rank=rank, signature="lost", excerpt=detail, said=why)
             break
         self.rec.write_triage(triage)
@@ -184,9 +178,7 @@ class RunPolicy(NodeFollowing):
 
     async def _attempt(self, adopted: bool) -> Outcome:
         self.exit_codes.clear()
-        self.statuses.clear()
-        self.gone.clear()
-        self.reconnected.clear()
+        self.following.new_attempt()
         if adopted:
             self.started = True
             self.adopted_at = time.time()
@@ -213,20 +205,20 @@ class RunPolicy(NodeFollowing):
                     self.rec.set_node(rank, NodeState.RUNNING)
                 self.rec.set_state(RunState.RUNNING)
         self.deadline = self.clock() + self.settings.timeout_s if self.settings.timeout_s else None
-        self.unfollowing.clear()
-        followers = [asyncio.create_task(self._follow(rank)) for rank in self.ranks]
+        self.following.unfollowing.clear()
+        followers = [asyncio.create_task(self.following.follow(rank)) for rank in self.ranks]
         if self.keeper is not None:
             self.keeper.start()
         try:
             try:
                 outcome = await self._watch(followers)
             finally:
-                self.unfollowing.set()
+                self.following.unfollowing.set()
                 await asyncio.gather(*followers, return_exceptions=True)
             return await self._end(outcome)
         finally:
             if self.keeper is not None:
-                await self.keeper.settle(set(self.lost))  # the attempt's last saves made whole
+                await self.keeper.settle(set(self.following.lost))  # the attempt's last saves made whole
 
     async def _watch(self, followers: list[asyncio.Task]) -> str:
         """Judge the nodes' latest statuses until the attempt ends; says how."""
@@ -236,28 +228,28 @@ class RunPolicy(NodeFollowing):
                 if lost is not None:
                     raise lost  # a node was lost: the run fails and every node is stopped
             self.rec.check_room()  # the operator's disk: stop while the run's end can still be written
-            self._watch_queue(self.statuses)
+            self._watch_queue(self.following.statuses)
             self.stalls.saw_progress(self.clock(), bool(self.reconnecting))
             if self.stacks_requested() or self.stalls.dump_due:
-                await self.stalls.dump_stacks(self.backend, [r for r in self.ranks if r not in self.lost])
+                await self.stalls.dump_stacks(self.backend, [r for r in self.ranks if r not in self.following.lost])
             verdict = self._judge(self.deadline)
             if verdict == "orphaned" and not await self._still_orphaned():
                 verdict = None
             if verdict is not None:
                 return verdict
-            self.polled.clear()
+            self.following.polled.clear()
             try:
-                await asyncio.wait_for(self.polled.wait(), self.settings.poll_s)
+                await asyncio.wait_for(self.following.polled.wait(), self.settings.poll_s)
             except asyncio.TimeoutError:
                 pass
 
     def _judge(self, deadline: float | None) -> str | None:
-        if self.scheduler.requeued(self.statuses):
+        if self.scheduler.requeued(self.following.statuses):
             return "requeued"
         exited = self._exited()
         if self.cancel_requested() or any(s.stopped for s in exited.values()):
             return "cancel"
-        for status in self.statuses.values():
+        for status in self.following.statuses.values():
             if status.orphaned or (status.state == "absent" and status.attempt is None):
                 self.orphan = status
                 return "orphaned"
@@ -278,7 +270,7 @@ class RunPolicy(NodeFollowing):
         assert orphan is not None  # _judge named it with its "orphaned" verdict
         await asyncio.sleep(self.settings.poll_s)
         again = await self.backend.status(orphan.rank)
-        self.statuses[orphan.rank] = again
+        self.following.statuses[orphan.rank] = again
         if again.orphaned or (again.state == "absent" and again.attempt is None):
             print(f"judged orphaned: {orphan} then {again}", flush=True)  # the owner's log
             self.orphan = again
@@ -286,7 +278,7 @@ class RunPolicy(NodeFollowing):
         return False
 
     def _exited(self) -> dict[int, NodeStatus]:
-        return {rank: s for rank, s in self.statuses.items()
+        return {rank: s for rank, s in self.following.statuses.items()
                 if s.state == "exited" and s.attempt == self.rec.attempt}
 
     async def _end(self, outcome: str) -> Outcome:
@@ -294,11 +286,11 @@ class RunPolicy(NodeFollowing):
         if outcome == "cancel":
             self.rec.set_state(RunState.CANCELLING)
             await self._stop_all()
-            await self._pump_all()
+            await self.following.pump_all()
             return Outcome(RunState.CANCELLED)
         if outcome == "timeout":
             await self._stop_all()
-            await self._pump_all()
+            await self.following.pump_all()
             return Outcome(RunState.TIMED_OUT)
         if outcome == "orphaned":
             return await self._orphaned()
@@ -307,7 +299,8 @@ class RunPolicy(NodeFollowing):
         exited = self._exited()
         failed = {r: s for r, s in exited.items() if s.exit_code != 0}
         if failed:
-            await self._poll_the_others(exited)  # which node ended first is the run's first question
+            for rank in await self.following.poll_the_others(exited):  # which node ended first: the first question
+                self.exit_codes[rank] = None
             exited = self._exited()
             failed = {r: s for r, s in exited.items() if s.exit_code != 0}
         ends = [s.ended_at for s in exited.values() if s.ended_at is not None]
@@ -324,14 +317,14 @@ class RunPolicy(NodeFollowing):
             dead = min(failed, key=lambda r: (failed[r].exit_code is not None, failed[r].exit_code in (-15, 143), r))
             code = failed[dead].exit_code
             how = "died" if code is None else f"exited with code {code}"
-            if self.gone:  # a node whose job vanished is why the others failed
-                dead = min(self.gone)
-                how = self.gone[dead]
+            if self.following.gone:  # a node whose job vanished is why the others failed
+                dead = min(self.following.gone)
+                how = self.following.gone[dead]
             self.rec.set_state(RunState.RUNNING, f"stopping: node {dead} ({self.backend.plan.nodes[dead].host_display}) "
                                                  + how)
         if failed or resubmit:
             await self._stop_all()
-        await self._pump_all()
+        await self.following.pump_all()
         if resubmit:
             return self.scheduler.resubmitted(resubmit)
         if not failed:
@@ -340,25 +333,26 @@ class RunPolicy(NodeFollowing):
 
     async def _requeued(self) -> Outcome:
         """The scheduler put the job back into its queue: this attempt's output is read to its end."""
-        await self._pump_all()
-        return self.scheduler.end_requeued(self.statuses)
+        await self.following.pump_all()
+        return self.scheduler.end_requeued(self.following.statuses)
 
     async def _orphaned(self) -> Outcome:
         """A node records its job as running but nothing there records it any more (its disk filled,
         or the node-side supervisor was killed): that node has failed."""
         s = self.orphan
         assert s is not None  # _judge named it with its "orphaned" verdict
-        if s.rank in self.reconnected and not s.error:  # back without its job: the node restarted
-            self._mark_gone(s.rank, s)
+        if s.rank in self.following.reconnected and not s.error:  # back without its job: the node restarted
+            self.following.mark_gone(s.rank, s)
+            self.exit_codes[s.rank] = None
             await self._stop_all()
-            await self._pump_all()
+            await self.following.pump_all()
             return Outcome(RunState.FAILED)
         why = s.error or ("no job was recorded there (the launch was interrupted before it started)"
                           if s.state == "absent" else "the process recording its job on the node died")
         self.exit_codes[s.rank] = None
         self.rec.set_node(s.rank, NodeState.EXITED, None, why)
         await self._stop_all()
-        await self._pump_all()
+        await self.following.pump_all()
         raise LaunchFailed(f"node {s.rank} ({self.backend.plan.nodes[s.rank].host_display}): {why}", s.rank)
 
     # -- stopping and triage -----------------------------------------------------------------------
@@ -368,8 +362,8 @@ class RunPolicy(NodeFollowing):
         for out in outcomes:
             if out.rank in self.exit_codes:
                 continue  # it had exited by itself: keep its exit code
-            if out.rank in self.lost:
-                self.rec.set_node(out.rank, NodeState.LOST, detail=self.lost[out.rank])
+            if out.rank in self.following.lost:
+                self.rec.set_node(out.rank, NodeState.LOST, detail=self.following.lost[out.rank])
                 continue
             detail = f"processes left: {list(out.left)}" if out.left else out.error
             self.rec.set_node(out.rank, NodeState.STOPPED, detail=detail)
@@ -379,9 +373,9 @@ class RunPolicy(NodeFollowing):
         first, the logs' verdict its consequence) or a node's agent saw the cause itself (its disk)."""
         report = triage_run(self.rec.node_logs(), dict(self.exit_codes))
         nodes = self.backend.plan.nodes
-        if self.gone:
-            rank = min(self.gone)
-            report = gone_report(report, rank, nodes[rank].host_display, self.gone[rank])
+        if self.following.gone:
+            rank = min(self.following.gone)
+            report = gone_report(report, rank, nodes[rank].host_display, self.following.gone[rank])
         elif self.node_error is not None:
             rank, error = self.node_error
             report = node_error_report(report, rank, nodes[rank].host_display, error, self.exit_codes.get(rank))
