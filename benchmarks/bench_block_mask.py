@@ -1,5 +1,5 @@
 """Flex attention's mask for packed rows: host memory and time to build it, the trainer's tiled builder
-(``trainer.packed_masks.block_mask``) against torch's ``create_block_mask`` in eager mode.
+(``trainer.model.packed_masks.block_mask``) against torch's ``create_block_mask`` in eager mode.
 
     .venv/bin/python benchmarks/bench_block_mask.py [--rows 2] [--lengths 2048 4096 16384]
 
@@ -17,7 +17,7 @@ import sys
 
 WORKER = """
 import json, time, torch
-from trainer.packed_masks import block_mask, segment_ids
+from trainer.model.packed_masks import block_mask, segment_ids
 from torch.nn.attention.flex_attention import create_block_mask
 
 def eager(pos):

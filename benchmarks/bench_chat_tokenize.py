@@ -1,4 +1,4 @@
-"""Chat tokenization: the one-render rule (``trainer.chat.ChatTokens``: one render of the whole
+"""Chat tokenization: the one-render rule (``trainer.data.chat.ChatTokens``: one render of the whole
 conversation, one more per assistant turn to find its text, one tokenization) against the prefix renders
 it replaced (one render and one tokenization of ``messages[:i+1]`` for every message ``i``), side by side
 on the same conversations and tokenizer. Prints the load average with its figures.
@@ -34,7 +34,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from trainer.assets import resolve_model
-    from trainer.chat import ChatTokens
+    from trainer.data.chat import ChatTokens
 
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
     tok = AutoTokenizer.from_pretrained(resolve_model("builtin:tiny-llama"))

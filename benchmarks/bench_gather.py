@@ -84,7 +84,7 @@ async def gather_once(client: Path, root: str, output_dir: str, direct_addr: str
     from launcher.workload.ckpt_place import CheckpointPlace, Holder
     from launcher.workload.plan import build_plan
     from launcher.workload.validate import validate_text
-    from trainer.ckpt_layout import CheckpointInfo
+    from trainer.wire.ckpt_layout import CheckpointInfo
 
     text = (f"experiment_name: bench\ncompute: {{hosts: [node0, node1]}}\nmlflow: {{enabled: false}}\n"
             f"environment: {{python: {sys.executable}}}\ncommand: 'true'\nparameters: {{output_dir: {output_dir}}}\n")

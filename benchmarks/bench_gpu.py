@@ -13,7 +13,7 @@ reads them).
 
 Needs CUDA (run it on the GPU machine), except with ``--tiny``: a two-block Llama that runs where there is
 no GPU, to check the script end to end (its figures mean nothing). MFU is the trainer's own
-(``trainer.metrics.train_flops``: 6 x non-embedding parameters incl. the output layer + attention FLOPs
+(``trainer.loop.metrics.train_flops``: 6 x non-embedding parameters incl. the output layer + attention FLOPs
 from each example's length) over the device's dense bf16 peak (floor: 35% on H100).
 """
 
@@ -56,8 +56,11 @@ def main() -> None:
         raise SystemExit("bench_gpu needs a CUDA GPU (or --tiny, to check the script on CPU)")
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from trainer import learned_logits, metrics, model, optim, parallel, train
-    from trainer.config import FsdpConfig, OptimConfig
+    from trainer import parallel
+    from trainer.loop import metrics, optim, train
+    from trainer.model import build as model
+    from trainer.model import learned_logits
+    from trainer.wire.config import FsdpConfig, OptimConfig
 
     d = parallel.init_distributed()
     config = LlamaConfig(**(TINY if args.tiny else LLAMA_32_1B), max_position_embeddings=args.seq)

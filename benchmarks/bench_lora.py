@@ -87,7 +87,7 @@ def _peak_rss(cmd: list[str], env: dict, cwd: Path) -> tuple[str, dict[int, tupl
 def import_baseline(env: dict) -> float:
     """The peak resident set (GiB) of a process that imports what a worker imports, and nothing more."""
     code = ("import torch, transformers, peft, datasets; from transformers import AutoModelForCausalLM, Trainer; "
-            "import trainer.train, trainer.lora; "
+            "import trainer.loop.train, trainer.lora.adapters; "
             "print([l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1])")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
     return int(out.stdout.split()[-1]) / 2**20

@@ -1,5 +1,5 @@
 """Packed rows on CPU: one training step of a tiny Llama with sdpa over each whole row under the segment
-mask, against sdpa once per example (``trainer/packed_sdpa.py``), side by side for several row shapes.
+mask, against sdpa once per example (``trainer/model/packed_sdpa.py``), side by side for several row shapes.
 
     .venv/bin/python benchmarks/bench_packed_attention.py [--repeat 5] [--window 64] [--eager]
     .venv/bin/python benchmarks/bench_packed_attention.py --mask-build
@@ -30,8 +30,8 @@ SHAPES = {  # row length -> the examples' lengths in each row
 def _step_ms(implementation: str, lengths: list[int], repeat: int, window: int | None) -> tuple[float, float]:
     from transformers import AutoConfig, AutoModelForCausalLM, MistralConfig
 
-    from trainer import train
     from trainer.assets import resolve_model
+    from trainer.loop import train
 
     config = AutoConfig.from_pretrained(resolve_model("builtin:tiny-llama"))
     if window:
@@ -64,13 +64,13 @@ def _mask_build_ms(implementation: str, builds: int = 300) -> float:
     """CPU ms to build one 8 x 512 packed-row mask the way the trainer's forward pass does."""
     from transformers import AutoConfig
 
-    from trainer import packed_masks
     from trainer.assets import resolve_model
+    from trainer.model import packed_masks
 
     config = AutoConfig.from_pretrained(resolve_model("builtin:tiny-llama"))
     pos = torch.cat([torch.arange(n) for n in SHAPES[512]]).repeat(8, 1)
     if hasattr(packed_masks, "packed_attention_mask"):  # per layer type, with windows
-        from trainer.train import attention_layers
+        from trainer.loop.train import attention_layers
 
         def build():
             return packed_masks.packed_attention_mask(implementation, pos, attention_layers(config))
@@ -100,7 +100,7 @@ def main() -> None:
             print(f"{implementation}: {_mask_build_ms(implementation):.3f} CPU ms per 8 x 512 mask "
                   f"(load {os.getloadavg()[0]:.2f})")
         return
-    from trainer import packed_sdpa
+    from trainer.model import packed_sdpa
 
     packed_sdpa.register()
     chosen_from = packed_sdpa.MIN_ROW_LENGTH

@@ -57,7 +57,7 @@ class SyntheticHandle:
 
     async def events(self):
         from launcher.events import MetricsRecorded, NodeLines, RunState, RunStateChanged
-        from trainer.protocol import MetricRecord
+        from trainer.wire.protocol import MetricRecord
 
         yield RunStateChanged(self.run_id, RunState.RUNNING, 1)
         per_batch = self.rate // 20

@@ -70,7 +70,7 @@ def _with_local_dataset() -> None:
     import tempfile
 
     from launcher.workload.validate import validate_file
-    from trainer import data_files
+    from trainer.wire import data_files
 
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "train.jsonl"

@@ -11,9 +11,10 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from trainer import optim, parallel
-from trainer.checkpoint import AppState, Checkpointer
-from trainer.config import CheckpointConfig, FsdpConfig, OptimConfig
+from trainer import parallel
+from trainer.ckpt.checkpoint import AppState, Checkpointer
+from trainer.loop import optim
+from trainer.wire.config import CheckpointConfig, FsdpConfig, OptimConfig
 
 hidden, layers, repeat = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 d = parallel.init_distributed()

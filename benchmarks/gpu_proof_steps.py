@@ -183,7 +183,7 @@ def nettest(proof) -> Outcome:
 
 # 5. LoRA / QLoRA vs full --------------------------------------------------------------------------------
 
-_LORA_PROBE = ("import json; from trainer import config as c; lc = getattr(c, 'LoraConfig', None); "
+_LORA_PROBE = ("import json; from trainer.wire import config as c; lc = getattr(c, 'LoraConfig', None); "
                "print(json.dumps({'lora': 'lora' in c.TrainerConfig.model_fields, "
                "'quantize': lc is not None and 'quantize' in lc.model_fields}))")
 
@@ -196,7 +196,7 @@ def lora(proof) -> Outcome:
         raise Skip(f"could not read the trainer's settings: {_why(probe)}")
     has = json.loads(probe.stdout.strip().splitlines()[-1])
     if not has["lora"]:
-        raise Skip("the trainer has no LoRA (trainer.config.TrainerConfig has no 'lora' setting)")
+        raise Skip("the trainer has no LoRA (trainer.wire.config.TrainerConfig has no 'lora' setting)")
     folder = proof.tmp / "lora-model"
     shape = "tiny" if proof.dry else "1b"
     made = proof.call([proof.python, str(ROOT / "benchmarks/gpu_proof_model.py"), str(folder), shape], limit=240)
@@ -229,7 +229,7 @@ def lora(proof) -> Outcome:
 
 def _qlora_missing(proof, has: dict) -> str | None:
     if not has["quantize"]:
-        return "the trainer has no QLoRA (trainer.config.LoraConfig has no 'quantize' setting)"
+        return "the trainer has no QLoRA (trainer.wire.config.LoraConfig has no 'quantize' setting)"
     if proof.dry:
         return "QLoRA needs CUDA (bitsandbytes' 4-bit kernels): not in a dry run"
     if not proof.info.get("bitsandbytes"):

@@ -20,7 +20,7 @@ python3 -m pip download -q --disable-pip-version-check "${plat[@]}" -d "$dest" \
 # Hugging Face Trainer's own need, for bench_vs_peers.py --gpu (the image has its needs: torch, numpy,
 # psutil, pyyaml, huggingface_hub, safetensors). TRL is not carried: it needs datasets and pyarrow.
 python3 -m pip download -q --disable-pip-version-check --no-deps "${plat[@]}" -d "$dest" 'accelerate>=1.15,<2'
-if grep -q 'quantize' trainer/config.py; then
+if grep -q 'quantize' trainer/wire/config.py; then
   python3 -m pip download -q --disable-pip-version-check --no-deps "${plat[@]}" -d "$dest" 'bitsandbytes>=0.45'
 fi
 ls "$dest"

@@ -21,8 +21,8 @@ def main(model_dir: str, out: str, steps: int, batch: int, seq: int, lora: dict)
         TrainingArguments,
     )
 
-    from trainer.config import DataConfig
-    from trainer.data import IGNORE, Tokenize, load_rows
+    from trainer.data.rows import IGNORE, Tokenize, load_rows
+    from trainer.wire.config import DataConfig
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     rows, _ = load_rows("builtin:tiny-alpaca", DataConfig())
@@ -44,7 +44,7 @@ def main(model_dir: str, out: str, steps: int, batch: int, seq: int, lora: dict)
         return batch_out
 
     trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=counting)
-    result = trainer.train()
+    result = trainer.loop.train()
     total = torch.tensor([float(counted[0])])
     torch.distributed.all_reduce(total)
     if trainer.args.process_index == 0:

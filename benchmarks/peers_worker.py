@@ -5,7 +5,7 @@
 
 Settings (JSON): ``side`` (``hf``, ``trl`` or ``trl-packed``), ``model``, ``data`` (an alpaca JSON Lines file),
 ``out``, ``seq``, ``batch``, ``lr``, ``epochs`` or ``steps``, ``max_grad_norm``, ``bf16``. The examples are
-tokenized by the trainer's own :class:`trainer.data.Tokenize` (prompt tokens masked, the same filter), so
+tokenized by the trainer's own :class:`trainer.data.rows.Tokenize` (prompt tokens masked, the same filter), so
 every side sees the same tokens; ``hf`` and ``trl`` take them in file order (``sequential``: rank ``r`` gets
 batch ``g * world + r`` of step ``g``, as the trainer's unshuffled order gives it). Rank 0 prints one line,
 ``PEERS_RESULT {json}``: real (non-pad) tokens over all ranks, the loop's seconds (from the first step's
@@ -25,9 +25,9 @@ def examples(model: str, data: str, seq: int) -> list[dict]:
     """``input_ids`` and ``labels`` (prompt masked) of every example our trainer would train on."""
     from transformers import AutoTokenizer
 
-    from trainer.config import DataConfig
-    from trainer.data import IGNORE, Tokenize
-    from trainer.dataset import load_rows
+    from trainer.data.dataset import load_rows
+    from trainer.data.rows import IGNORE, Tokenize
+    from trainer.wire.config import DataConfig
 
     tok = AutoTokenizer.from_pretrained(model)
     rows, _ = load_rows(data, DataConfig())
@@ -72,7 +72,7 @@ def main(settings: dict) -> None:
     if side == "hf":
         from transformers import DataCollatorForSeq2Seq, Trainer, TrainingArguments
 
-        from trainer.data import IGNORE
+        from trainer.data.rows import IGNORE
 
         collate = DataCollatorForSeq2Seq(tok, padding=True, label_pad_token_id=IGNORE)
         args = TrainingArguments(**common)
@@ -102,7 +102,7 @@ def main(settings: dict) -> None:
     if collate is not None:
         kwargs["data_collator"] = collate
     trainer = Recording(model=model, args=args, callbacks=[timing], **kwargs)
-    trainer.train()
+    trainer.loop.train()
     device = trainer.args.device
     per_step = torch.stack([x.float() for x in losses]).to(device)
     total = torch.tensor([float(counted[0])], device=device)

@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from trainer.protocol import MetricRecord
+from trainer.wire.protocol import MetricRecord
 
 ATTEMPT_MARKER = "=== fsdp-tui: attempt "
 """The start of the line a node's agent writes into its log when an attempt of a retried run starts."""

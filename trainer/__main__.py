@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from trainer.protocol import RUN_ID_ENV
+from trainer.wire.protocol import RUN_ID_ENV
 
 
 def load_config(argv: list[str]):
@@ -16,7 +16,7 @@ def load_config(argv: list[str]):
     import yaml
     from pydantic import ValidationError
 
-    from trainer.config import TrainerConfig
+    from trainer.wire.config import TrainerConfig
 
     path = argv[0] if argv else os.environ.get("HYPERPARAMETERS_PATH")
     if not path:
@@ -40,7 +40,7 @@ def load_config(argv: list[str]):
 
 def _expand(path: str | None) -> str | None:
     """``$NAME`` and ``~`` as the job sees them; ``file://`` is a path, another URL stays one."""
-    from trainer.ckpt_layout import expand_path
+    from trainer.wire.ckpt_layout import expand_path
 
     return expand_path(path, dict(os.environ)) if path else path
 
@@ -62,7 +62,7 @@ def _start_up_without_gc():
 
 
 def run(cfg, stop=None) -> None:
-    """Train; ``stop`` (a :class:`trainer.stop_signal.StopSignal`) ends the run early with a checkpoint."""
+    """Train; ``stop`` (a :class:`trainer.loop.stop_signal.StopSignal`) ends the run early with a checkpoint."""
     import time
 
     # Progress bars are noise in node logs: off before tqdm and huggingface_hub read these at import.
@@ -87,16 +87,16 @@ def run(cfg, stop=None) -> None:
             samples,
             train,
         )
-        from trainer.config import SettingError, torch_refusal
-        from trainer.data import GlobalOrder
+        from trainer.data.rows import GlobalOrder
+        from trainer.wire.config import SettingError, torch_refusal
 
         if torch_refusal(torch.__version__):
             raise SettingError(torch_refusal(torch.__version__))
-        from trainer import qlora
+        from trainer.lora import qlora
 
         if qlora.refusal(cfg, torch.cuda.is_available()):
             raise SettingError(qlora.refusal(cfg, torch.cuda.is_available()))
-        from trainer.learned_logits import install as learned_logits_only
+        from trainer.model.learned_logits import install as learned_logits_only
 
         # Built-in assets are made before the process group exists: HF writes files only on rank 0 then.
         for name in (cfg.model_name, cfg.model.tokenizer or cfg.model_name):
@@ -135,7 +135,7 @@ def run(cfg, stop=None) -> None:
                                     chosen[0].per_block)
 
     if choice.per_example:
-        from trainer import packed_sdpa
+        from trainer.model import packed_sdpa
 
         packed_sdpa.register()
     if cfg.lora is not None and cfg.lora.quantize is not None:
@@ -282,7 +282,7 @@ def run(cfg, stop=None) -> None:
             print(stop.stopping_line(state["step"]), flush=True)
         log.signal_checkpoint(state["step"], stop.signal_name)
     elif adapters is not None and (cfg.checkpoint.export_hf or cfg.checkpoint.export_merged):
-        from trainer import lora_export
+        from trainer.lora import export as lora_export
 
         lora_export.export_in_job(net, tok, cfg, Path(cfg.output_dir) / "hf" / f"step-{state['step']:08d}", d)
     elif cfg.checkpoint.export_hf:
@@ -300,12 +300,12 @@ def main(argv: list[str] | None = None) -> int:
 
     # Every thread's stack to the node's log on SIGUSR2: the launcher's stack dump where py-spy is missing.
     faulthandler.register(signal.SIGUSR2, all_threads=True)
-    from trainer import stop_signal
+    from trainer.loop import stop_signal
 
     stop = stop_signal.install()  # before anything slow: a signal during start-up waits for the first step
     with _start_up_without_gc():
         cfg = load_config(list(sys.argv[1:] if argv is None else argv))
-    from trainer.config import SettingError  # imported by load_config
+    from trainer.wire.config import SettingError  # imported by load_config
 
     try:
         run(cfg, stop)

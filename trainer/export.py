@@ -22,10 +22,10 @@ def load_for_inference(checkpoint: str | Path):
 
     import torch.distributed.checkpoint as dcp
 
-    from trainer.ckpt_layout import url_scheme
-    from trainer.ckpt_store import open_store
-    from trainer.config import ModelConfig
-    from trainer.model import load_model, load_tokenizer
+    from trainer.ckpt.store import open_store
+    from trainer.model.build import load_model, load_tokenizer
+    from trainer.wire.ckpt_layout import url_scheme
+    from trainer.wire.config import ModelConfig
 
     path = str(checkpoint)
     path = path.rstrip("/") if url_scheme(path) else os.path.expanduser(path)
@@ -71,7 +71,7 @@ def main(argv: list[str]) -> int:
 
 def _is_adapter(path: Path) -> bool:
     """Whether the checkpoint at ``path`` holds a LoRA adapter only (its ``meta.json`` says so)."""
-    from trainer.ckpt_layout import META
+    from trainer.wire.ckpt_layout import META
 
     try:
         return "lora" in json.loads((path / META).read_text())
@@ -80,10 +80,10 @@ def _is_adapter(path: Path) -> bool:
 
 
 def _export_adapter(checkpoint: Path, out: Path, merged: bool) -> int:
-    from trainer.ckpt_layout import is_complete
-    from trainer.config import LoraConfig, ModelConfig
-    from trainer.lora_export import MERGED_SUFFIX, load_adapter, write_adapter, write_merged
-    from trainer.model import load_tokenizer
+    from trainer.lora.export import MERGED_SUFFIX, load_adapter, write_adapter, write_merged
+    from trainer.model.build import load_tokenizer
+    from trainer.wire.ckpt_layout import is_complete
+    from trainer.wire.config import LoraConfig, ModelConfig
 
     if not is_complete(checkpoint):
         print(f"cannot export: {checkpoint} is not a complete checkpoint", file=sys.stderr)

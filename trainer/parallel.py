@@ -15,8 +15,8 @@ except ImportError:  # torch < 2.6
     from torch.distributed._composable.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 from trainer import flight
-from trainer.config import FsdpConfig
-from trainer.model import decoder_blocks
+from trainer.model.build import decoder_blocks
+from trainer.wire.config import FsdpConfig
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 
 AGENT_DIR = Path(__file__).with_name("agent")
-LAYOUT = Path(__file__).resolve().parents[2] / "trainer" / "ckpt_layout.py"
+LAYOUT = Path(__file__).resolve().parents[2] / "trainer" / "wire" / "ckpt_layout.py"
 PACKAGE = "fsdp_tui_agent"
 
 BOOT = """import errno, os, shutil, sys
@@ -57,7 +57,8 @@ def agent_zip() -> tuple[bytes, str]:
     """The zip's bytes and its build id (a hash of its content; the same sources give the same zip)."""
     entries = {f"{PACKAGE}/{p.name}": p.read_bytes() for p in sorted(AGENT_DIR.glob("*.py"))}
     entries["trainer/__init__.py"] = b'"""The checkpoint layout only (the agent\'s copy)."""\n'
-    entries["trainer/ckpt_layout.py"] = LAYOUT.read_bytes()
+    entries["trainer/wire/__init__.py"] = b'"""The checkpoint layout only (the agent\'s copy)."""\n'
+    entries["trainer/wire/ckpt_layout.py"] = LAYOUT.read_bytes()
     entries["__main__.py"] = _ROOT_MAIN.encode()
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:

@@ -10,7 +10,7 @@ from launcher.backends.agent import checkpoints as agent_checkpoints
 from launcher.backends.agent import ckpt_files
 from launcher.backends.agent_client import AgentLink
 from launcher.backends.base import CheckpointListing, ExportResult, NodeError
-from trainer.ckpt_layout import plain_name
+from trainer.wire.ckpt_layout import plain_name
 
 
 def _files(header: dict) -> tuple[dict[str, int], str | None]:

@@ -53,8 +53,8 @@ from launcher.workload.plan import (
     render_plan,
     with_rendezvous,
 )
-from trainer.ckpt_layout import expand_path, url_scheme
-from trainer.protocol import RUN_ID_ENV
+from trainer.wire.ckpt_layout import expand_path, url_scheme
+from trainer.wire.protocol import RUN_ID_ENV
 
 DEFAULT_PYTHON = "python3"
 LOCAL_LOST_AFTER_S = 5.0

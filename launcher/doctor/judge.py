@@ -18,7 +18,7 @@ from launcher.doctor.reply import (
     PythonFacts,
 )
 from launcher.workload.plan import IFACE_ENV, NodePlan, RunPlan
-from trainer.config import MIN_TORCH
+from trainer.wire.config import MIN_TORCH
 
 Status = Literal["ok", "warning", "error"]
 STATUS_ORDER: dict[str, int] = {"ok": 0, "warning": 1, "error": 2}

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from launcher.workload.plan import DIR_ENV, RunPlan
-from trainer.protocol import METRICS_FILE_ENV, RUN_ID_ENV
+from trainer.wire.protocol import METRICS_FILE_ENV, RUN_ID_ENV
 
 DYNAMIC_ENV = ("NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
 """Contract variables only the engine knows on each node: the node script sets them from its words."""

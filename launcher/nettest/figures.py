@@ -13,8 +13,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Literal
 
-from trainer import nettest_pairs as _pairs
-from trainer.nettest_budget import Cut
+from trainer.wire import nettest_pairs as _pairs
+from trainer.wire.nettest_budget import Cut
 
 OPS = ("all_gather", "reduce_scatter", "all_reduce")
 SLOW_RATIO = _pairs.SLOW_RATIO
@@ -85,7 +85,7 @@ class PairFigure:
 
     @property
     def busbw(self) -> float:
-        """The pair's figure, from its fastest run (``trainer.nettest_pairs.pair_figure``): a link is never
+        """The pair's figure, from its fastest run (``trainer.wire.nettest_pairs.pair_figure``): a link is never
         faster than it is, while any run can be slowed by a process that waited for a core."""
         fastest = self.best_s if self.best_s is not None else self.median_s
         return self.nbytes / fastest * bus_factor("all_gather", 2) if fastest > 0 else 0.0
@@ -188,7 +188,7 @@ def _stats(times: object, what: str) -> tuple[float, float, float]:
 
 
 def decode(data: object) -> Measured:
-    """Decode a nettest result (``trainer/nettest.py``); :class:`BadResult` names what is wrong."""
+    """Decode a nettest result (``trainer/nettest/node.py``); :class:`BadResult` names what is wrong."""
     if not isinstance(data, dict) or data.get("version") != 1:
         raise BadResult("not a nettest result (version 1)")
     sizes = tuple(_int(s, "sizes") for s in _list(data.get("sizes") or [], "sizes"))
@@ -251,7 +251,7 @@ def _model(raw) -> tuple[int | None, int | None]:
 
 def judge_pairs(pairs: tuple[PairFigure, ...] | list[PairFigure], threshold: float = SLOW_RATIO) -> Verdict:
     """Name the slow nodes, then the slow links, then the nodes left unconfirmed, against the median of
-    the fast pairs (``trainer.nettest_pairs.standing``: the rules the tournament planned its rounds by).
+    the fast pairs (``trainer.wire.nettest_pairs.standing``: the rules the tournament planned its rounds by).
     An even network names nothing."""
     if not pairs:
         return Verdict((), "one node: no link between nodes to compare", threshold)

@@ -1,5 +1,5 @@
 """Run the interconnect self-test on a workload's own nodes: the workload launched as a run of its own
-with its command replaced by ``trainer/nettest.py`` under ``torchrun``, so the local, SSH and SLURM
+with its command replaced by ``trainer/nettest/node.py`` under ``torchrun``, so the local, SSH and SLURM
 backends, logs, cancel and the reap of leftovers all work unchanged. Rank 0 prints its result into node
 0's log, which reaches this machine with the log; the result is kept as a record under the data dir."""
 
@@ -19,13 +19,17 @@ from launcher.runs.launch import is_owned, start_run
 from launcher.words import plural
 from launcher.workload.model import CodeSource, Mlflow, Snapshot
 from launcher.workload.plan import RunPlan, build_plan
-from trainer.nettest_pairs import NEIGHBOUR_ROUNDS, TOURNAMENT_ROUNDS
+from trainer.wire.nettest_pairs import NEIGHBOUR_ROUNDS, TOURNAMENT_ROUNDS
 
-NODE_SCRIPT = Path(__file__).resolve().parents[2] / "trainer" / "nettest.py"
-NODE_FILES = (NODE_SCRIPT, *(NODE_SCRIPT.with_name(f"nettest_{name}.py") for name in ("pairs", "budget", "health", "model")))
-"""What the nodes get: the script and the modules it imports (the pairs' plan, the time budget, the GPU health)."""
+_TRAINER = Path(__file__).resolve().parents[2] / "trainer"
+NODE_FILES = {"nettest.py": _TRAINER / "nettest" / "node.py", "nettest_health.py": _TRAINER / "nettest" / "health.py",
+              "nettest_model.py": _TRAINER / "nettest" / "model.py",
+              "nettest_pairs.py": _TRAINER / "wire" / "nettest_pairs.py",
+              "nettest_budget.py": _TRAINER / "wire" / "nettest_budget.py"}
+"""What the nodes get, by the name each has there: the script and the modules it imports (the GPU health, the
+model's message size, the pairs' plan, the time budget), side by side in one folder."""
 RESULT_MARK = "FSDP_TUI_NETTEST "
-"""The mark before rank 0's result line (``trainer/nettest.py`` prints it)."""
+"""The mark before rank 0's result line (``trainer/nettest/node.py`` prints it)."""
 HEALTH_MARK = "FSDP_TUI_NETTEST_HEALTH "
 """The mark before each GPU node's health line."""
 RECORDS = "nettests"
@@ -89,10 +93,10 @@ def node_code(home: Path) -> Path:
     """The folder shipped as the test's code snapshot: the node script and the module it imports."""
     code = home / RECORDS / "node-code"
     code.mkdir(parents=True, exist_ok=True)
-    for source in NODE_FILES:
-        target = code / source.name
+    for name, source in NODE_FILES.items():
+        target = code / name
         if not target.exists() or target.read_bytes() != source.read_bytes():
-            tmp = code / f"{source.name}.tmp"
+            tmp = code / f"{name}.tmp"
             shutil.copyfile(source, tmp)
             tmp.replace(target)
     return code

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from launcher.nettest.figures import Measured, Scope, Verdict, judge_pairs, rate, size
 from launcher.words import plural
-from trainer.nettest_pairs import TOURNAMENT_ROUNDS
+from trainer.wire.nettest_pairs import TOURNAMENT_ROUNDS
 
 
 @dataclass(frozen=True)

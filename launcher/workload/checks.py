@@ -13,8 +13,8 @@ from launcher.workload.data_check import check_data
 from launcher.workload.lora_checks import lora_findings
 from launcher.workload.model import ENV_NAME, RESERVED_ENV, SECRET_REF, Workload
 from launcher.workload.topology import Finding, resolve_topology
-from trainer.config import TrainerConfig
-from trainer.model_family import packing_refusal, read_config, text_config
+from trainer.wire.config import TrainerConfig
+from trainer.wire.model_family import packing_refusal, read_config, text_config
 
 _SECRETISH = re.compile(r"(TOKEN|PASSWORD|PASSWD|SECRET|API_KEY|ACCESS_KEY|PRIVATE_KEY)", re.IGNORECASE)
 _METRIC_GROUPS = {"step", "max_steps", "loss", "lr", "eval_loss", "tokens_per_s", "grad_norm", "epoch"}

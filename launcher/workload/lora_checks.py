@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.workload.topology import Finding
-from trainer.config import TrainerConfig
-from trainer.lora_targets import layer_paths, leaf_names, matches
+from trainer.wire.config import TrainerConfig
+from trainer.wire.lora_targets import layer_paths, leaf_names, matches
 
 _P = ("parameters", "lora")
 

@@ -254,7 +254,7 @@ class Mlflow(_Model):
 
 
 class Metrics(_Model):
-    """How progress is read (from log lines, for scripts that do not use ``trainer.reporter``) and watched."""
+    """How progress is read (from log lines, for scripts that do not use ``trainer.wire.reporter``) and watched."""
 
     pattern: str = DEFAULT_METRICS_PATTERN
     """Regex for log lines with named groups: ``step`` (required), ``max_steps``, ``loss``, ``lr``,

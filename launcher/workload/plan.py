@@ -14,7 +14,7 @@ from launcher.workload.container import container_script
 from launcher.workload.hosts import HostTarget, parse_host
 from launcher.workload.model import Workload
 from launcher.workload.topology import Topology, resolve_topology
-from trainer.protocol import METRICS_FILE_ENV, RUN_ID_ENV
+from trainer.wire.protocol import METRICS_FILE_ENV, RUN_ID_ENV
 
 DEFAULT_NODE_ROOT = "~/.fsdp-tui/runs"
 DEFAULT_MASTER_PORT = 29500

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from launcher.workload.model import Workload
-from trainer.config import TrainerConfig
+from trainer.wire.config import TrainerConfig
 
 Path = tuple[str | int, ...]
 

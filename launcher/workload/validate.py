@@ -18,7 +18,7 @@ from launcher.workload.problems import Problem, did_you_mean, format_path, has_e
 from launcher.workload.topology import Finding
 from launcher.workload.value_rules import value_problems
 from launcher.workload.yaml_loader import MAX_VALUES, LoadedYaml, decode, load_yaml, too_large
-from trainer.config import TrainerConfig
+from trainer.wire.config import TrainerConfig
 
 YamlPath = tuple[str | int, ...]
 

@@ -119,7 +119,7 @@ def test_no_rename_fix_when_the_key_it_would_become_is_set_beside_it():
 
 
 def test_templates_speak_for_themselves():
-    from trainer.config import MIN_TORCH
+    from trainer.wire.config import MIN_TORCH
 
     need = "torch >= " + ".".join(map(str, MIN_TORCH))
     for t in templates():

@@ -34,18 +34,18 @@ def test_the_tree_keeps_every_contract():
     ("tui/app.py", "import launcher.cli.run", "the app goes through one door"),
     ("launcher/workload/checks.py", "import launcher.runs.core.store", "launcher layers"),
     ("launcher/backends/fleet.py", "import launcher.runs.owner.recorder", "launcher layers"),
-    ("trainer/data.py", "import launcher.paths", "the trainer runs on nodes"),
+    ("trainer/data/rows.py", "import launcher.paths", "the trainer runs on nodes"),
     ("launcher/runs/read/view.py", "import launcher.runs.owner.recorder", "readers of a run's records never"),
     ("launcher/runs/core/store.py", "import launcher.runs.read.view", "runs: one owner writes"),
     ("launcher/backends/base.py", "import launcher.backends.fleet", "no import cycles"),
-    ("trainer/packed_masks.py", "import trainer.packed_sdpa", "no import cycles"),
+    ("trainer/model/packed_masks.py", "import trainer.model.packed_sdpa", "no import cycles"),
     ("launcher/cli/show.py", "import launcher.runs.core.store", "the CLI goes through one door"),
     # Indirectly: the CLI plans through the workload, which would then reach the secret store itself.
     ("launcher/workload/load.py", "import launcher.secrets", "the CLI goes through one door"),
 ])
 def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract):
     for name in ("launcher", "tui", "trainer", "themes"):
-        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__", "data"))
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__", "*.jsonl"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     target = tmp_path / module
     target.write_text(f"{line}  # noqa\n" + target.read_text())

@@ -11,8 +11,8 @@ FORBIDDEN = {
     "launcher.cli": {"textual", "torch", "tui", "pydantic", "mlflow", "asyncssh", "yaml"},
     "launcher.workload.validate": {"textual", "torch", "tui", "mlflow", "asyncssh"},
     "launcher.workload.plan": {"textual", "torch", "tui", "mlflow", "asyncssh"},
-    "trainer.config": {"torch", "textual", "rich", "asyncssh", "launcher", "tui"},
-    "trainer.protocol": {"torch", "textual", "rich", "asyncssh", "launcher", "tui", "pydantic", "yaml"},
+    "trainer.wire.config": {"torch", "textual", "rich", "asyncssh", "launcher", "tui"},
+    "trainer.wire.protocol": {"torch", "textual", "rich", "asyncssh", "launcher", "tui", "pydantic", "yaml"},
     "tui.cli": {"torch", "textual", "mlflow", "asyncssh", "pydantic"},
 }
 

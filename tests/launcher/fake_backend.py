@@ -178,7 +178,7 @@ class FakeBackend:
         node = self.nodes[rank]
         data = {"log": node.log, "metrics": node.metrics, "samples": node.samples}[stream]
         if stream == "metrics" and node.hang_at_step is not None:
-            from trainer.protocol import MetricRecord
+            from trainer.wire.protocol import MetricRecord
 
             steps = range(1, min(node.polls, node.hang_at_step) + 1)
             data = "".join(MetricRecord(step=s, loss=1.0).to_json() + "\n" for s in steps).encode()

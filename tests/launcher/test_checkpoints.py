@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainer.ckpt_layout import deletable, list_checkpoints
+from trainer.wire.ckpt_layout import deletable, list_checkpoints
 
 
 def _ckpt(root: Path, name: str, *, metadata: bool, meta: dict | str | None) -> Path:

@@ -11,7 +11,7 @@ from launcher.backends.base import CheckpointListing
 from launcher.cli.show import _gathers, _resumable
 from launcher.runs.core.checkpoints import completeness
 from launcher.runs.core.safe_step import NONE_YET
-from trainer.ckpt_layout import CheckpointInfo
+from trainer.wire.ckpt_layout import CheckpointInfo
 
 RESUME = "fsdp-tui resume r1  (from its newest complete checkpoint)"
 
@@ -59,10 +59,10 @@ def test_a_listing_from_a_node_keeps_only_well_formed_missing_shards():
 def test_the_trainer_refuses_a_split_checkpoint_naming_the_shards_and_their_node(tmp_path, monkeypatch):
     import torch
 
-    from trainer import checkpoint
-    from trainer.checkpoint import Checkpointer
-    from trainer.config import CheckpointConfig, SettingError
+    from trainer.ckpt import checkpoint
+    from trainer.ckpt.checkpoint import Checkpointer
     from trainer.parallel import Dist
+    from trainer.wire.config import CheckpointConfig, SettingError
 
     step = tmp_path / "out" / "checkpoints" / "step-00000006"
     step.mkdir(parents=True)

@@ -14,7 +14,7 @@ from launcher.runs.read.comparison_format import render
 from launcher.runs.sweeps.record import find_sweep, list_sweeps, load_sweep
 from tests.launcher.conftest import cli
 from tests.tui.sweep_support import SWEEP_ID, VARIANTS, metrics, record_sweep, run_id
-from trainer.protocol import MetricRecord
+from trainer.wire.protocol import MetricRecord
 
 
 def test_stats_from_records_reads_speed_memory_and_losses():

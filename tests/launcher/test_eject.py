@@ -214,7 +214,7 @@ def test_the_ejected_skypilot_task_trains_the_demo_as_skypilot_runs_it(tmp_path)
     import socket
     import sys
 
-    from trainer.protocol import MetricRecord
+    from trainer.wire.protocol import MetricRecord
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -21,7 +21,7 @@ from launcher.runs.core.store import RunStore
 from launcher.runs.launch import create_run
 from launcher.workload.model import Workload
 from launcher.workload.plan import build_plan
-from trainer.protocol import MetricRecord
+from trainer.wire.protocol import MetricRecord
 
 BASE = {"experiment_name": "est", "compute": {"accelerator_type": "CPU", "procs_per_node": 2},
         "parameters": {"model_name": "builtin:tiny-llama", "dataset_name": "builtin:tiny-alpaca", "output_dir": "o",

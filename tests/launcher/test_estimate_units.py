@@ -13,7 +13,7 @@ from launcher.runs.core.estimate import (
     steps_to_run,
     timing_of,
 )
-from trainer.protocol import MetricRecord
+from trainer.wire.protocol import MetricRecord
 
 T0 = 1000.0
 

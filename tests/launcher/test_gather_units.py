@@ -26,7 +26,7 @@ from launcher.workload.ckpt_place import (
     place_to_json,
     with_holder,
 )
-from trainer.ckpt_layout import judge, list_checkpoints
+from trainer.wire.ckpt_layout import judge, list_checkpoints
 
 SHARDS = {"__0_0.distcp": (100, 0), "__1_0.distcp": (120, 0), "__2_0.distcp": (90, 1), "__3_0.distcp": (80, 1)}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from launcher.runs.owner.mlflow_sink import MlflowSink
-from trainer.protocol import MetricRecord, ResumeCheck
+from trainer.wire.protocol import MetricRecord, ResumeCheck
 
 
 @pytest.mark.slow
@@ -23,7 +23,7 @@ def test_params_metrics_artifacts_and_status(tmp_path):
                      + [MetricRecord(step=3, kind="eval", eval_loss=0.5, time=1004.0)]
                      + [ResumeCheck("differs", 2, differs=("seed: 42 in the checkpoint, 7 now",)).record(),
                         ResumeCheck("verified", 3).record()])  # a resume's badge as tags: the newest wins
-    from trainer.samples_wire import Sample, SampleSet
+    from trainer.wire.samples import Sample, SampleSet
 
     sink.log_samples([SampleSet(0, (Sample("Add 2 + 3.", "zz"), Sample("Reverse: abc", "zz", "cba")))])
     sink.log_samples([SampleSet(4, (Sample("Add 2 + 3.", "5"),))])  # appended to the same table

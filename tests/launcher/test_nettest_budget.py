@@ -11,7 +11,7 @@ import pytest
 from launcher.nettest.figures import PairFigure, decode, judge_pairs
 from launcher.nettest.report import cut_lines, pair_bars, to_dict
 from tests.launcher.test_nettest_tournament import noise
-from trainer.nettest_budget import (
+from trainer.wire.nettest_budget import (
     QUICK,
     Clock,
     Cut,
@@ -23,7 +23,7 @@ from trainer.nettest_budget import (
     plan_sizes,
     timed_runs,
 )
-from trainer.nettest_pairs import pair_figure, run_rounds
+from trainer.wire.nettest_pairs import pair_figure, run_rounds
 
 MIB = 1 << 20
 OPS = ("all_gather", "reduce_scatter", "all_reduce")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from launcher.nettest.burnin import burnin_lines, health_problems, slow_gpus
-from trainer.nettest import parse_nvlink, parse_smi_health, parse_xid
+from trainer.nettest.node import parse_nvlink, parse_smi_health, parse_xid
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nvidia_smi"
 

@@ -1,6 +1,6 @@
 """The pairs' rounds and the verdict against a fake network: every node has a speed, a pair runs at the
 slower of its two nodes (times a slow link's factor) with a steady noise of up to +-25 %, and the test's
-own planning (``trainer.nettest_pairs.run_rounds``, what the nodes run) decides which pairs to measure."""
+own planning (``trainer.wire.nettest_pairs.run_rounds``, what the nodes run) decides which pairs to measure."""
 
 from __future__ import annotations
 
@@ -8,7 +8,13 @@ import pytest
 
 from launcher.nettest.figures import PairFigure, judge_pairs
 from launcher.nettest.report import pair_lines, to_dict, verdict_lines
-from trainer.nettest_pairs import NEIGHBOUR_ROUNDS, TOURNAMENT_ROUNDS, run_rounds, standing, tournament_round
+from trainer.wire.nettest_pairs import (
+    NEIGHBOUR_ROUNDS,
+    TOURNAMENT_ROUNDS,
+    run_rounds,
+    standing,
+    tournament_round,
+)
 
 FAST, SLOW = 100.0, 20.0  # MB/s: a slow node at 1/5, as the shaped real test
 

@@ -17,7 +17,7 @@ from launcher.nettest.figures import (
     judge_pairs,
 )
 from launcher.nettest.report import to_dict, verdict_lines
-from trainer.nettest import ring_pairs, sizes_for
+from trainer.nettest.node import ring_pairs, sizes_for
 
 MIB = 1 << 20
 
@@ -92,7 +92,7 @@ def test_sizes_run_from_one_mib_to_the_largest(max_bytes, quick, sizes):
 
 
 def result(nnodes=3, local=1, pair_s=(0.1, 0.5, 0.5), size=4 * MIB) -> dict:
-    """A result as ``trainer/nettest.py`` writes it: every collective takes 0.1 s at ``size``."""
+    """A result as ``trainer/nettest/node.py`` writes it: every collective takes 0.1 s at ``size``."""
     world = nnodes * local
     ops = {op: [[0.09, 0.1, 0.2]] for op in ("all_gather", "reduce_scatter", "all_reduce")}
     scopes = [{"name": "world", "ranks": list(range(world)), "ops": ops}]
@@ -167,7 +167,7 @@ def test_comm_behind_compute_and_cpu_without_a_peak():
 def test_the_test_runs_as_the_workload_with_its_command_replaced(tmp_path):
     from launcher.nettest.launch import RESULT_MARK, Options, nettest_plan
     from launcher.workload.load import plan_file
-    from trainer import nettest
+    from trainer.nettest import node as nettest
 
     wl = tmp_path / "w.yaml"
     wl.write_text("""experiment_name: exp
@@ -224,7 +224,7 @@ def test_show_links_a_run_to_the_newest_test_of_the_same_nodes(tmp_path, monkeyp
     ({"hidden_size": 64}, None, None),
 ])
 def test_a_decoder_blocks_parameters_from_its_config(config, block, total):
-    from trainer.nettest_model import block_params
+    from trainer.nettest.model import block_params
 
     got = block_params(config)
     if block is None:
@@ -236,7 +236,7 @@ def test_a_decoder_blocks_parameters_from_its_config(config, block, total):
 def test_the_node_reads_the_model_shape_where_its_config_is_there(tmp_path):
     import json
 
-    from trainer.nettest_model import model_shape
+    from trainer.nettest.model import model_shape
 
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(json.dumps({"hidden_size": 64, "num_hidden_layers": 2}))
@@ -252,6 +252,6 @@ def test_the_node_reads_the_model_shape_where_its_config_is_there(tmp_path):
     (256 * MIB, "gloo", 8), (256 * MIB, "nccl", 1),
 ])
 def test_gloo_messages_go_as_several_collectives_at_once_nccl_as_one(nbytes, backend, pieces):
-    from trainer.nettest import pieces_for
+    from trainer.nettest.node import pieces_for
 
     assert pieces_for(nbytes, backend) == pieces

@@ -21,7 +21,7 @@ from launcher.events import (
 )
 from launcher.runs.read.nodes import node_rows, odd_nodes
 from launcher.runs.read.view import LINE_RATE_WINDOW_S, LineRate, RunView
-from trainer.protocol import MetricRecord
+from trainer.wire.protocol import MetricRecord
 
 NOW = 10_000.0
 START = NOW - 300

@@ -216,7 +216,7 @@ def test_the_lead_time_against_the_measured_checkpoint_time(log, lead, says):
 
 def test_the_last_safe_step_is_the_newest_complete_checkpoint():
     from launcher.runs.core.safe_step import SafeStep, newest_fact
-    from trainer.ckpt_layout import CheckpointInfo
+    from trainer.wire.ckpt_layout import CheckpointInfo
 
     ckpts = [CheckpointInfo(10, "/o/step-00000010", True, 1, 100.0), CheckpointInfo(30, "/o/step-00000030", False, 1, 300.0),
              CheckpointInfo(20, "/o/step-00000020", True, 1, 200.0)]

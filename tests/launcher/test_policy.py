@@ -208,7 +208,7 @@ def test_a_run_adopted_after_its_job_ended_records_when_the_job_ended(tmp_path):
 
 
 def test_node_output_is_mirrored_byte_for_byte_and_metrics_recorded(tmp_path):
-    from trainer.protocol import MetricRecord
+    from trainer.wire.protocol import MetricRecord
 
     plan = _plan(2)
     store = RunStore(tmp_path)

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from launcher.runs.read.ranks import WINDOW_STEPS, RankTimes, rank_report
-from trainer.protocol import MetricRecord
+from trainer.wire.protocol import MetricRecord
 
 
 def records(steps, world=8, base=0.010, slow=None, noise=0.05, every=1, seed=7):

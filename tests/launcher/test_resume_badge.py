@@ -14,7 +14,7 @@ from launcher.runs.owner.recorder import Recorder
 from launcher.runs.read.view import RunView
 from launcher.workload.plan import build_plan
 from launcher.workload.validate import validate_text
-from trainer.protocol import MetricRecord, ResumeCheck
+from trainer.wire.protocol import MetricRecord, ResumeCheck
 
 DIFFERS = ResumeCheck(verdict="differs", step=6, from_step=6, from_run="run-old", world_before=2, world_after=2,
                       sharding_before="full_shard", sharding_after="full_shard",

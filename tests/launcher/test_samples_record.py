@@ -11,7 +11,7 @@ from pathlib import Path
 
 from launcher.runs.core.samples import at_step
 from launcher.runs.read.samples_view import by_prompt, side_by_side
-from trainer.samples_wire import Sample, SampleSet
+from trainer.wire.samples import Sample, SampleSet
 
 ROOT = Path(__file__).resolve().parents[2]
 FSDP_TUI = str(Path(sys.executable).with_name("fsdp-tui"))

@@ -9,7 +9,7 @@ from launcher.runs.core.streams import LineSplitter, LogMetrics
 from launcher.runs.core.triage import classify_line, triage_run
 from launcher.runs.read.view import RunView
 from launcher.workload.model import DEFAULT_METRICS_PATTERN
-from trainer.protocol import MetricRecord, RankMemory
+from trainer.wire.protocol import MetricRecord, RankMemory
 
 
 @pytest.mark.parametrize("line, kind", [

@@ -25,7 +25,7 @@ from launcher.backends.shipping import unpack_here
 from launcher.backends.transfer import fetch_tree
 from launcher.untrusted import clean_reply, printable
 from tests.launcher.hostile import CORPUS, SAFE_TEXT, reached_terminal_safely
-from trainer.ckpt_layout import list_checkpoints, newest_complete
+from trainer.wire.ckpt_layout import list_checkpoints, newest_complete
 
 BIDI = "\u202e\u2066\u200f\u2028"
 

@@ -7,7 +7,7 @@ import pytest
 
 from launcher.events import MetricsRecorded, RunState, RunStateChanged
 from launcher.runs.read.view import RunView
-from trainer.protocol import MetricRecord
+from trainer.wire.protocol import MetricRecord
 
 
 def _view(steps: list[tuple[int, float]], *, applied_at: float | None = None, max_steps: int = 300) -> RunView:

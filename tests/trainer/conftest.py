@@ -68,7 +68,7 @@ def alpaca_examples(model_dir: Path, count: int, max_len: int, mask_prompt: bool
 
     from transformers import AutoTokenizer
 
-    from trainer.data import Tokenize
+    from trainer.data.rows import Tokenize
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     with open(ROOT / "trainer/data/tiny_alpaca.jsonl") as f:

@@ -9,8 +9,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from trainer import model, parallel
-from trainer.config import FsdpConfig, ModelConfig
+from trainer import parallel
+from trainer.model import build as model
+from trainer.wire.config import FsdpConfig, ModelConfig
 
 
 def _status(field: str) -> int:

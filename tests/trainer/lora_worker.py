@@ -16,9 +16,13 @@ import torch.distributed.checkpoint as dcp
 from safetensors import safe_open
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from trainer import dataset, lora, model, optim, parallel, train
+from trainer import parallel
 from trainer.__main__ import load_config
-from trainer.data import collate
+from trainer.data import dataset
+from trainer.data.rows import collate
+from trainer.loop import optim, train
+from trainer.lora import adapters as lora
+from trainer.model import build as model
 
 INPUT = torch.tensor([[1, 17, 42, 99, 7, 250, 31, 64]])
 

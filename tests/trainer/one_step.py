@@ -12,9 +12,11 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from trainer import model, optim, parallel, train
-from trainer.config import FsdpConfig, ModelConfig, OptimConfig
-from trainer.data import Tokenize, collate, pack
+from trainer import parallel
+from trainer.data.rows import Tokenize, collate, pack
+from trainer.loop import optim, train
+from trainer.model import build as model
+from trainer.wire.config import FsdpConfig, ModelConfig, OptimConfig
 
 model_dir, prefix, configs = sys.argv[1], sys.argv[2], sys.argv[3:]
 d = parallel.init_distributed()

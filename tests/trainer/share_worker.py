@@ -10,9 +10,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from trainer import checkpoint, model, optim, parallel
-from trainer.ckpt_write import local_bytes, tensor_bytes, tensor_leaves
-from trainer.config import CheckpointConfig, FsdpConfig, ModelConfig, OptimConfig
+from trainer import parallel
+from trainer.ckpt import checkpoint
+from trainer.ckpt.write import local_bytes, tensor_bytes, tensor_leaves
+from trainer.loop import optim
+from trainer.model import build as model
+from trainer.wire.config import CheckpointConfig, FsdpConfig, ModelConfig, OptimConfig
 
 model_dir, out = sys.argv[1], Path(sys.argv[2])
 d = parallel.init_distributed()

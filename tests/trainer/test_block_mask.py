@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.nn.attention.flex_attention import create_block_mask
 
-from trainer.packed_masks import block_mask, segment_ids
+from trainer.model.packed_masks import block_mask, segment_ids
 
 FIELDS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices", "q_num_blocks", "q_indices",
           "full_q_num_blocks", "full_q_indices")
@@ -68,7 +68,7 @@ def test_the_tiled_mask_is_torchs_block_mask(length, examples, window):
 
 _PEAK = """
 import json, torch
-from trainer.packed_masks import block_mask
+from trainer.model.packed_masks import block_mask
 def status(field):
     for line in open("/proc/self/status"):
         if line.startswith(field + ":"):

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from tests.trainer.chat_tokenizers import CHATML_GENERATION, LLAMA3, PLAIN, QWEN3, chat_tokenizer
-from trainer.chat import FALLBACK_TEMPLATE, IGNORE, ChatTokens, choose_template
-from trainer.config import ChatFields, SettingError
-from trainer.data import Tokenize
-from trainer.data_files import DataError, Rows
+from trainer.data.chat import FALLBACK_TEMPLATE, IGNORE, ChatTokens, choose_template
+from trainer.data.rows import Tokenize
+from trainer.wire.config import ChatFields, SettingError
+from trainer.wire.data_files import DataError, Rows
 
 TWO_TURNS = [{"role": "system", "content": "Be brief, please."},
              {"role": "user", "content": "Hello there!"}, {"role": "assistant", "content": "hello user"},

@@ -12,10 +12,10 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from tests.trainer.conftest import ROOT, torchrun_argv, trainer_env
-from trainer.checkpoint import Checkpointer
-from trainer.ckpt_write import RankDeviceWriter, tensor_bytes, writer_share
-from trainer.config import CheckpointConfig
+from trainer.ckpt.checkpoint import Checkpointer
+from trainer.ckpt.write import RankDeviceWriter, tensor_bytes, writer_share
 from trainer.parallel import Dist
+from trainer.wire.config import CheckpointConfig
 
 WORKER = str(Path(__file__).with_name("share_worker.py"))
 

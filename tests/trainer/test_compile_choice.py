@@ -4,7 +4,7 @@ why; an explicit setting is taken as given; the launcher warns only about an exp
 
 import pytest
 
-from trainer.model import COMPILE_MIN_STEPS, choose_compile
+from trainer.model.build import COMPILE_MIN_STEPS, choose_compile
 
 
 @pytest.mark.parametrize("setting, device, steps, compiled, note", [
@@ -39,9 +39,10 @@ def test_compiled_blocks_stay_few_graphs_over_lengths_packing_batch_sizes_and_ev
     import torch.distributed as dist
 
     from tests.trainer.conftest import alpaca_examples, free_port
-    from trainer import model, train
-    from trainer.config import ModelConfig
-    from trainer.data import collate, pack, pad_rows
+    from trainer.data.rows import collate, pack, pad_rows
+    from trainer.loop import train
+    from trainer.model import build as model
+    from trainer.wire.config import ModelConfig
 
     torch._dynamo.reset()
     net = model.load_model(str(tiny_model_dir), ModelConfig(from_scratch=True), seed=0)

@@ -5,8 +5,7 @@ import json
 import pytest
 import torch
 
-from trainer import train
-from trainer.data import (
+from trainer.data.rows import (
     IGNORE,
     Example,
     GlobalOrder,
@@ -16,7 +15,8 @@ from trainer.data import (
     pack,
     pad_rows,
 )
-from trainer.packed_masks import segment_mask
+from trainer.loop import train
+from trainer.model.packed_masks import segment_mask
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.trainer.conftest import ROOT, run_trainer, tiny_params, torchrun_argv, trainer_env
-from trainer.checkpoint import list_checkpoints, newest_complete
+from trainer.ckpt.checkpoint import list_checkpoints, newest_complete
 
 pytestmark = pytest.mark.slow
 

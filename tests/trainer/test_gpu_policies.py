@@ -6,10 +6,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trainer.config import FsdpConfig
-from trainer.metrics import rank_memory
+from trainer.loop.metrics import rank_memory
 from trainer.parallel import Dist, choose_sharding
-from trainer.protocol import RankMemory
+from trainer.wire.config import FsdpConfig
+from trainer.wire.protocol import RankMemory
 
 GIB = 2**30
 
@@ -71,6 +71,6 @@ def test_the_gauge_reads_the_cards_used_memory_not_the_tensors_peak(monkeypatch)
     ("Tesla T4", None),
 ])
 def test_peak_flops_match_whole_model_names_and_mig_slices(name, tflops):
-    from trainer.metrics import peak_of
+    from trainer.loop.metrics import peak_of
 
     assert peak_of(name) == (None if tflops is None else pytest.approx(tflops * 1e12))

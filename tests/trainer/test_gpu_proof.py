@@ -45,7 +45,7 @@ def _ends(pid: int, within: float = 30.0) -> bool:
 
 
 def _has_lora() -> bool:
-    from trainer.config import TrainerConfig
+    from trainer.wire.config import TrainerConfig
 
     return "lora" in TrainerConfig.model_fields
 

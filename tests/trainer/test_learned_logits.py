@@ -7,8 +7,9 @@ import torch
 from torch import nn
 
 from tests.trainer.conftest import alpaca_examples
-from trainer import learned_logits, train
-from trainer.data import IGNORE, collate, pack
+from trainer.data.rows import IGNORE, collate, pack
+from trainer.loop import train
+from trainer.model import learned_logits
 
 
 @pytest.fixture(scope="module")

@@ -48,7 +48,7 @@ def _write_safetensors(path: Path, shapes: dict[str, tuple[int, ...]]) -> int:
 def test_a_1gb_model_loads_with_one_copy_of_its_weights_on_the_host(tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from trainer.loading import parameters_on_meta
+    from trainer.model.loading import parameters_on_meta
 
     config = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=4096, num_hidden_layers=12,
                          num_attention_heads=16, num_key_value_heads=8, tie_word_embeddings=False)

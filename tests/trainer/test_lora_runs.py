@@ -12,7 +12,7 @@ import torch
 
 from tests.trainer.conftest import ROOT, run_trainer, torchrun_argv, trainer_env
 from tests.trainer.families import save_family
-from trainer.ckpt_layout import list_checkpoints
+from trainer.wire.ckpt_layout import list_checkpoints
 
 pytestmark = pytest.mark.slow
 

@@ -11,9 +11,10 @@ import torch
 from pydantic import ValidationError
 
 from tests.trainer.families import save_family
-from trainer import lora, lora_export
-from trainer.config import LoraConfig, SettingError, TrainerConfig
-from trainer.samples_wire import MAX_TEXT_CHARS, SampleSet
+from trainer.lora import adapters as lora
+from trainer.lora import export as lora_export
+from trainer.wire.config import LoraConfig, SettingError, TrainerConfig
+from trainer.wire.samples import MAX_TEXT_CHARS, SampleSet
 
 BASE = {"model_name": "m", "dataset_name": "d", "output_dir": "o"}
 
@@ -85,7 +86,7 @@ def test_initial_values_are_peft_s_own_and_the_same_on_every_rank(folders):
 def _meta_base(folder: Path):
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from trainer.loading import parameters_on_meta
+    from trainer.model.loading import parameters_on_meta
 
     with parameters_on_meta():
         return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder))
@@ -169,7 +170,7 @@ def test_validate_names_a_missing_target_at_its_line_and_refuses_nf4_on_cpu(fold
 def test_nf4_is_refused_in_one_line_where_the_node_cannot(over, cuda, words):
     """What a node says at start (here: no CUDA; bitsandbytes is not installed on the machines that run this)."""
     pytest.importorskip("torch")
-    from trainer.qlora import refusal
+    from trainer.lora.qlora import refusal
 
     if cuda and __import__("importlib").util.find_spec("bitsandbytes") is not None:
         pytest.skip("bitsandbytes is installed here")
@@ -181,8 +182,8 @@ def test_nf4_is_refused_in_one_line_where_the_node_cannot(over, cuda, words):
 def test_a_samples_prompt_is_rendered_as_the_data_renders_a_prompt(tiny_model_dir):
     from transformers import AutoTokenizer
 
-    from trainer.chat import choose_template
-    from trainer.samples import render
+    from trainer.data.chat import choose_template
+    from trainer.loop.samples import render
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     template = choose_template(tok, None, "builtin:tiny-llama").text

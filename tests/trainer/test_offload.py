@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 from tests.trainer.conftest import ROOT, free_port, trainer_env
-from trainer import loading, model
-from trainer.config import ModelConfig
+from trainer.model import build as model
+from trainer.model import loading
+from trainer.wire.config import ModelConfig
 
 META = torch.device("meta")
 
@@ -43,8 +44,9 @@ def test_a_buffer_shared_by_two_modules_moves_once_and_stays_shared():
 
 _ON_GPU = """
 import json, torch
-from trainer import model, parallel
-from trainer.config import FsdpConfig, ModelConfig
+from trainer import parallel
+from trainer.model import build as model
+from trainer.wire.config import FsdpConfig, ModelConfig
 d = parallel.init_distributed()
 cfg, mcfg = FsdpConfig(sharding="full_shard", cpu_offload=True), ModelConfig()
 config = model.hf_config({model_dir!r}, mcfg)

@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from tests.trainer.conftest import alpaca_examples
-from trainer import attention, packed_masks, packed_sdpa, train
-from trainer.config import TrainerConfig
-from trainer.data import collate, pack, pad_rows
+from trainer.data.rows import collate, pack, pad_rows
+from trainer.loop import train
+from trainer.model import attention, packed_masks, packed_sdpa
+from trainer.wire.config import TrainerConfig
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ def test_packed_gradients_equal_one_by_one(tiny_model_dir, examples, implementat
 def test_per_example_sdpa_recomputes_the_same_examples_under_activation_checkpointing(tiny_model_dir, examples):
     """Checkpointed blocks run their forward again during backward, after the forward pass returned:
     the recomputed attention must still see each example on its own."""
-    from trainer.model import apply_activation_checkpointing
+    from trainer.model.build import apply_activation_checkpointing
 
     exs, pad_id = examples
     model = _model(tiny_model_dir, packed_sdpa.NAME)
@@ -231,7 +232,7 @@ def test_settings_the_model_cannot_take_are_refused(params, config, sdpa, key):
 
 
 def test_first_fit_decreasing_fills_rows_and_is_deterministic(examples):
-    from trainer.data import Example
+    from trainer.data.rows import Example
 
     lengths = [7, 3, 5, 2, 6, 4, 1, 8, 2, 5]
     exs = [Example(list(range(1, n + 1)), list(range(1, n + 1))) for n in lengths]

@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer import attention, packed_sdpa, train
-from trainer.config import SettingError, TrainerConfig
-from trainer.data import Example, collate, pack, pad_rows
-from trainer.model import attention_support, load_model
-from trainer.model_family import STATEFUL, packing_refusal, read_config
+from trainer.data.rows import Example, collate, pack, pad_rows
+from trainer.loop import train
+from trainer.model import attention, packed_sdpa
+from trainer.model.build import attention_support, load_model
+from trainer.wire.config import SettingError, TrainerConfig
+from trainer.wire.model_family import STATEFUL, packing_refusal, read_config
 
 VOCAB, WINDOW, LENGTHS, ROW = 128, 8, (21, 17, 13), 40
 COMMON = {"vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainer import ckpt_layout
-from trainer.checkpoint import Checkpointer
-from trainer.ckpt_store import open_store
-from trainer.config import CheckpointConfig
+from trainer.ckpt.checkpoint import Checkpointer
+from trainer.ckpt.store import open_store
+from trainer.wire import ckpt_layout
+from trainer.wire.config import CheckpointConfig
 
 
 def _checkpoint(root: Path, step: int, run_id: str | None) -> None:

@@ -9,7 +9,7 @@ import torch
 
 from tests.trainer.conftest import run_trainer
 from tests.trainer.families import save_family
-from trainer.ckpt_layout import list_checkpoints
+from trainer.wire.ckpt_layout import list_checkpoints
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]

@@ -24,7 +24,7 @@ def test_resuming_another_models_checkpoint_names_the_folder_and_the_way_out(tmp
     assert "saved for model 'builtin:tiny-llama'" in text
     assert "checkpoint.resume: never" in text
     # torchrun prints its own traceback for a failed child; the trainer's side has none
-    assert "default_planner.py" not in text and "trainer/checkpoint.py" not in text, text[-3000:]
+    assert "default_planner.py" not in text and "trainer/ckpt/checkpoint.py" not in text, text[-3000:]
 
 
 def test_too_little_data_for_one_step_names_the_batch_size_and_the_way_out(tmp_path):
@@ -38,4 +38,4 @@ def test_too_little_data_for_one_step_names_the_batch_size_and_the_way_out(tmp_p
     # (one of the six rows is held out for evaluation)
     assert f"{data}: parameters.per_device_batch_size: 5 training rows cannot fill one global batch of 16" in text
     assert "a smaller per_device_batch_size or fewer processes" in text
-    assert "trainer/data.py" not in text and "trainer/__main__.py" not in text, text[-3000:]
+    assert "trainer/data/rows.py" not in text and "trainer/__main__.py" not in text, text[-3000:]

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from trainer.protocol import MetricRecord, ResumeCheck
-from trainer.resume_check import ResumeFacts, compare, loss_jump
+from trainer.ckpt.resume_check import ResumeFacts, compare, loss_jump
+from trainer.wire.protocol import MetricRecord, ResumeCheck
 
 FALLING = (10.4, 10.1, 9.5, 8.6, 7.7, 6.9)
 """A young run's losses: a steep fall (changes of ~0.3 to 0.9 a step)."""

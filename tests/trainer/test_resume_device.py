@@ -7,9 +7,9 @@ from pathlib import Path
 import torch
 import torch.distributed.checkpoint as dcp
 
-from trainer.checkpoint import AppState, Checkpointer
-from trainer.config import CheckpointConfig
+from trainer.ckpt.checkpoint import AppState, Checkpointer
 from trainer.parallel import Dist
+from trainer.wire.config import CheckpointConfig
 
 
 def _app(seed: int) -> AppState:

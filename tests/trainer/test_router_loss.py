@@ -13,10 +13,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from trainer import packed_sdpa, router_loss, train
-from trainer.config import ModelConfig, SettingError
-from trainer.data import Example, collate, pack, pad_rows
-from trainer.model import load_model
+from trainer.data.rows import Example, collate, pack, pad_rows
+from trainer.loop import train
+from trainer.model import packed_sdpa, router_loss
+from trainer.model.build import load_model
+from trainer.wire.config import ModelConfig, SettingError
 
 VOCAB = 128
 COMMON = {"vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 2,

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from tests.trainer.conftest import run_trainer, tiny_params, torchrun_argv, trainer_env
-from trainer import ckpt_layout
-from trainer.protocol import CHECKPOINT_SIGNAL_ENV
+from trainer.wire import ckpt_layout
+from trainer.wire.protocol import CHECKPOINT_SIGNAL_ENV
 
 
 def _workers(parent: int) -> list[int]:

@@ -3,7 +3,7 @@ that says what to do (the doctor applies the same bound)."""
 
 import pytest
 
-from trainer.config import MIN_TORCH, torch_refusal
+from trainer.wire.config import MIN_TORCH, torch_refusal
 
 
 @pytest.mark.parametrize(("version", "refused"), [

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer import optim
-from trainer.checkpoint import AppState
-from trainer.config import OptimConfig, SettingError
+from trainer.ckpt.checkpoint import AppState
+from trainer.loop import optim
+from trainer.wire.config import OptimConfig, SettingError
 
 SHAPES = {
     "llama": {"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,

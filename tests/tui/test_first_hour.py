@@ -108,7 +108,7 @@ async def test_a_runs_first_seconds_say_what_it_waits_for_and_cpu_memory_has_a_b
     from launcher.events import MetricsRecorded, NodeStateChanged, RunStateChanged
     from tests.tui.support import FedEvents
     from tests.tui.support import wait_for as _wait
-    from trainer.protocol import MetricRecord, RankMemory
+    from trainer.wire.protocol import MetricRecord, RankMemory
 
     run = FedEvents()
     app = FsdpTuiApp(home)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from launcher.events import MetricsRecorded, RunState, RunStateChanged
 from tests.tui.support import FedEvents, wait_for
-from trainer.protocol import MetricRecord, ResumeCheck
+from trainer.wire.protocol import MetricRecord, ResumeCheck
 from tui.app import FsdpTuiApp
 from tui.screens.monitor import RunMonitorScreen
 

@@ -8,7 +8,7 @@ import os
 import shutil
 import subprocess
 
-from trainer import ckpt_layout
+from trainer.wire import ckpt_layout
 
 
 def resolve_root(path: str, env: dict, node_dir: str) -> str:

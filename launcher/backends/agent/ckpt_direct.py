@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 
-from trainer.ckpt_layout import PART_PREFIX
+from trainer.wire.ckpt_layout import PART_PREFIX
 
 from . import ckpt_files
 

@@ -12,8 +12,8 @@ import hashlib
 import os
 import shutil
 
-from trainer import ckpt_layout
-from trainer.ckpt_layout import PART_PREFIX, PLACE_MARKER
+from trainer.wire import ckpt_layout
+from trainer.wire.ckpt_layout import PART_PREFIX, PLACE_MARKER
 
 _RUNNING: dict[str, tuple[int, hashlib._Hash | None]] = {}
 """Copies being written: path -> (bytes so far, their running SHA-256), so the seal needs no re-read."""

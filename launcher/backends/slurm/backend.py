@@ -39,8 +39,8 @@ from launcher.backends.slurm.task_files import TaskFiles
 from launcher.events import GpuSample
 from launcher.workload.ckpt_place import CheckpointPlace
 from launcher.workload.plan import RunPlan
-from trainer.ckpt_layout import expand_path, url_scheme
-from trainer.protocol import CHECKPOINT_SIGNAL_ENV
+from trainer.wire.ckpt_layout import expand_path, url_scheme
+from trainer.wire.protocol import CHECKPOINT_SIGNAL_ENV
 
 
 class SlurmBackend:

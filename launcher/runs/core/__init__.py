@@ -7,6 +7,6 @@ the store rebuilt from the run folders (:mod:`.rebuild`) and an ``idempotency_to
 model answered as it learned, decoded once (:mod:`.samples`).
 
 It may import ``launcher.events``, ``launcher.paths``, ``launcher.secrets``, ``launcher.workload``,
-``launcher.notify``, the Backend protocol and its registry, ``trainer.protocol``; nothing else of
+``launcher.notify``, the Backend protocol and its registry, ``trainer.wire.protocol``; nothing else of
 ``launcher.runs`` (both sides build on it, so it must not lean on either).
 """

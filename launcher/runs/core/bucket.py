@@ -13,7 +13,7 @@ from pathlib import Path
 
 from launcher.secrets import MissingSecrets, SecretStore
 from launcher.workload.plan import RunPlan
-from trainer.ckpt_layout import CheckpointInfo, list_in_bucket
+from trainer.wire.ckpt_layout import CheckpointInfo, list_in_bucket
 
 _ENV_LOCK = threading.Lock()
 

@@ -22,7 +22,7 @@ from launcher.runs.core.store import RunStore
 from launcher.workload.ckpt_place import Holder
 from launcher.workload.overrides import SetValue
 from launcher.workload.plan import RunPlan
-from trainer.ckpt_layout import CheckpointInfo, checkpoints_root, deletable, newest_complete
+from trainer.wire.ckpt_layout import CheckpointInfo, checkpoints_root, deletable, newest_complete
 
 __all__ = ["CheckpointInfo", "deletable", "newest_complete", "list_checkpoints", "delete_checkpoint",
            "export_checkpoint", "NoOutputDir", "CheckpointError", "completeness", "resume_override",

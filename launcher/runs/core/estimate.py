@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from launcher.words import plural
-from trainer.protocol import MetricRecord
+from trainer.wire.protocol import MetricRecord
 
 MIN_STEPS = 3
 """Train records a timing needs (two step times at least)."""

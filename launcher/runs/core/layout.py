@@ -13,7 +13,7 @@ from pathlib import Path
 from launcher.events import RunEvent, event_to_dict
 from launcher.runs.core.triage import TriageReport
 from launcher.workload.plan import RunPlan, plan_from_json, plan_to_json
-from trainer.protocol import MetricRecord, ResumeCheck
+from trainer.wire.protocol import MetricRecord, ResumeCheck
 
 PLAN = "plan.json"
 OPTIONS = "options.json"

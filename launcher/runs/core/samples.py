@@ -2,7 +2,7 @@
 
 The trainer's rank 0 writes ``samples.jsonl`` beside its metrics (``logging.samples``); the run's owner
 mirrors it byte for byte (``launcher.runs.core.layout.SAMPLES``). Everything in it came from a node: each
-line is decoded by :meth:`trainer.samples_wire.SampleSet.from_json` (types and sizes bounded) and every
+line is decoded by :meth:`trainer.wire.samples.SampleSet.from_json` (types and sizes bounded) and every
 text is made printable (:func:`launcher.untrusted.printable`, newlines kept), so the owner's MLflow table,
 ``show --samples``, the monitor and the comparisons all read the same clean values.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from launcher.runs.core.layout import SAMPLES, last_lines
 from launcher.untrusted import printable
-from trainer.samples_wire import Sample, SampleSet
+from trainer.wire.samples import Sample, SampleSet
 
 MAX_READ_BYTES = 32 << 20
 """The end of a samples file that is read: a long run's newest answers (a few KB a step)."""

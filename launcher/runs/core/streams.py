@@ -6,7 +6,7 @@ import re
 from typing import BinaryIO
 
 from launcher.runs.core.display import sanitize_line, show_lines
-from trainer.protocol import MetricRecord
+from trainer.wire.protocol import MetricRecord
 
 MAX_PENDING_BYTES = 1 << 20
 """A partial line longer than this keeps only its start (what display shows) and counts the rest until its

@@ -5,7 +5,7 @@ that wrote each) in node 0's folder; the other nodes' shards are in the same-nam
 disks. The :class:`Gatherer`, run by the run's owner beside the job (its own connections, never the
 training's path), sees each such save and copies the missing shards into the holder
 (``parameters.checkpoint.gather_to``: node 0's folder by default), each verified before it takes its
-name, so the checkpoint becomes whole (:mod:`trainer.ckpt_layout`'s rule) only once every shard is
+name, so the checkpoint becomes whole (:mod:`trainer.wire.ckpt_layout`'s rule) only once every shard is
 there. Then the nodes' leftovers are removed and ``keep_last`` is applied to the whole copies. A node
 lost during a copy leaves that checkpoint not whole, named in the run's record (``gathers.jsonl``), and
 the previous whole one stays the one to resume from.
@@ -24,7 +24,7 @@ from launcher.backends.base import Backend, CheckpointListing, NodeError, NodeLo
 from launcher.runs.owner.ckpt_copy import Copied, Endpoint, can_send_directly, copy_checkpoint, copy_direct
 from launcher.words import plural
 from launcher.workload.ckpt_place import CheckpointPlace
-from trainer.ckpt_layout import CheckpointInfo, judge, to_prune
+from trainer.wire.ckpt_layout import CheckpointInfo, judge, to_prune
 
 POLL_S = 2.0
 """How often node 0's folder is looked at for a save the trainer has marked done."""

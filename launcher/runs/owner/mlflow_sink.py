@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from launcher.paths import private_file
-from trainer.protocol import MetricRecord, ResumeCheck
+from trainer.wire.protocol import MetricRecord, ResumeCheck
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -158,7 +158,7 @@ class MlflowSink:
             client.log_batch(run_id, metrics=items[i:i + BATCH])
 
     def log_samples(self, sets) -> None:
-        """New steps' answers (:class:`trainer.samples_wire.SampleSet`, already clean) appended to the run's
+        """New steps' answers (:class:`trainer.wire.samples.SampleSet`, already clean) appended to the run's
         ``samples.json`` table (MLflow's ``log_table``: one row per step and prompt)."""
         client, run_id = self._run()
         rows = [(found.step, s.prompt, s.answer, s.reference or "") for found in sets for s in found.samples]

@@ -52,7 +52,7 @@ from launcher.runs.core.store import RunStore
 from launcher.runs.core.streams import LogMetrics
 from launcher.runs.core.triage import TriageReport
 from launcher.words import plural
-from trainer.protocol import KIND_RESUME_CHECK, MetricRecord
+from trainer.wire.protocol import KIND_RESUME_CHECK, MetricRecord
 
 
 def _tail_after_newline(path: Path) -> bytes:

@@ -32,7 +32,7 @@ from launcher.runs.core.layout import EVENTS, STATE_FILE, file_size, load_option
 from launcher.runs.owner.mlflow_sink import MlflowSink
 from launcher.runs.owner.system_metrics import read_from, to_metrics
 from launcher.workload.plan import RunPlan
-from trainer.protocol import MetricRecord
+from trainer.wire.protocol import MetricRecord
 
 LOCK_FILE = "mlflow.lock"
 RETRY_S = 30.0

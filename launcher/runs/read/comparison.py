@@ -14,7 +14,7 @@ from typing import Any
 from launcher.runs.core.layout import LOG_METRICS, METRICS, PLAN, read_records, read_triage
 from launcher.runs.core.store import RunStore
 from launcher.runs.core.usage import usage_of_record
-from trainer.protocol import MetricRecord
+from trainer.wire.protocol import MetricRecord
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from launcher.runs.core.ownership import LOG_FILE, owned, owner_note, spawn_owne
 from launcher.runs.core.store import RunStore
 from launcher.runs.core.streams import LineSplitter
 from launcher.words import plural
-from trainer.protocol import MetricRecord
+from trainer.wire.protocol import MetricRecord
 
 POLL_S = 0.1
 OWNER_CHECK_S = 2.0

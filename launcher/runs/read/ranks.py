@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from launcher.words import plural
-from trainer.protocol import MetricRecord
+from trainer.wire.protocol import MetricRecord
 
 WINDOW_STEPS = 20
 """The flag looks at this many recent steps, and says nothing before a run has made them."""

@@ -207,7 +207,7 @@ of many ranks writes hundreds of MB of records."""
 
 
 def _newest_records(path: Path) -> list:
-    from trainer.protocol import MetricRecord
+    from trainer.wire.protocol import MetricRecord
 
     return [r for line in last_lines(path, TAIL_BYTES)
             if (r := MetricRecord.from_json(line.decode("utf-8", errors="replace")))]
@@ -220,7 +220,7 @@ HEAD_BYTES = 64 << 10
 def _data_summary(path: Path) -> dict | None:
     """What the run trained on, from its ``data`` record: examples, and how many were cut at
     ``max_seq_len`` with how many tokens lost; ``None`` for a run without one (a user script)."""
-    from trainer.protocol import DataSummary, MetricRecord
+    from trainer.wire.protocol import DataSummary, MetricRecord
 
     try:
         with open(path, "rb") as f:

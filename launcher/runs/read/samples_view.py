@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.runs.core.samples import at_step
-from trainer.samples_wire import SampleSet
+from trainer.wire.samples import SampleSet
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from launcher.events import (
     RunStateChanged,
 )
 from launcher.runs.core.triage import classify_line, might_signal
-from trainer.protocol import KIND_RESUME_CHECK, RankMemory, ResumeCheck
+from trainer.wire.protocol import KIND_RESUME_CHECK, RankMemory, ResumeCheck
 
 SERIES_LEN = 600
 LINE_RATE_WINDOW_S = 30

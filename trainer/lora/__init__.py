@@ -1,0 +1,8 @@
+"""LoRA: adapters through PEFT and what they add to a run.
+
+- ``adapters.py``: PEFT on the skeleton before sharding, adapters-only state in checkpoints.
+- ``export.py``: the PEFT-format and merged exports, in the job and from a checkpoint.
+- ``qlora.py``: the 4-bit base through bitsandbytes.
+
+May import: torch, peft, bitsandbytes, and every room below it (``wire``, ``model``, ``ckpt``).
+"""

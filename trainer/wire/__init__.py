@@ -1,0 +1,19 @@
+"""The vocabulary the trainer and the launcher share: what travels between a job's nodes and the
+operator's machine, and the rules both sides apply to the same files.
+
+- ``protocol.py``: the metrics wire format (one JSON line per record) and the variables the launcher sets;
+  ``reporter.py`` writes it from any script (no torch); ``samples.py``: the samples file's format.
+- ``config.py``: the built-in trainer's parameters (pydantic), so the launcher validates ``parameters``
+  with the very model the trainer reads.
+- ``ckpt_layout.py``: where checkpoints lie and when one is whole (the node agent carries a copy).
+- ``data_files.py`` and ``formats.py``: local data files read with each row's line, and what each format
+  needs of a row (``validate`` applies both to a workload's dataset).
+- ``model_family.py`` and ``lora_targets.py``: what a model folder's ``config.json`` and weight files say.
+- ``nettest_pairs.py`` and ``nettest_budget.py``: the interconnect self-test's pairs and time budget,
+  shared by the node script and the verdict.
+
+May import: the standard library, pydantic, and modules of this room. Never torch, transformers,
+datasets, peft or anything else of ``trainer`` (``lint-imports`` checks it): the operator's side imports
+this room, and only this room of the trainer. This ``__init__`` imports nothing: the node agent ships
+``ckpt_layout.py`` alone, under this package name.
+"""
