@@ -42,6 +42,10 @@ def test_the_tree_keeps_every_contract():
     ("launcher/cli/show.py", "import launcher.runs.core.store", "the CLI goes through one door"),
     # Indirectly: the CLI plans through the workload, which would then reach the secret store itself.
     ("launcher/workload/load.py", "import launcher.secrets", "the CLI goes through one door"),
+    ("trainer/wire/protocol.py", "import torch", "the shared vocabulary is light"),
+    ("trainer/wire/config.py", "import trainer.data.rows", "the shared vocabulary is light"),
+    ("launcher/workload/data_check.py", "import trainer.data.dataset", "the operator's side imports only trainer.wire"),
+    ("trainer/model/build.py", "import trainer.loop.train", "the trainer's rooms"),
 ])
 def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract):
     for name in ("launcher", "tui", "trainer", "themes"):

@@ -48,6 +48,24 @@ def test_launcher_and_tui_sources_never_import_torch():
     assert out.stdout.strip() == "False"
 
 
+def test_the_shared_vocabulary_imports_nothing_heavy():
+    """Every ``trainer.wire`` module, imported for real, leaves torch and the trainer's other rooms unloaded:
+    the launcher, the app and any user script import it on machines without torch."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    modules = [".".join(p.relative_to(root).with_suffix("").parts) for p in sorted((root / "trainer/wire").glob("*.py"))]
+    code = ("import sys, importlib, json\n"
+            f"for m in {modules!r}:\n    importlib.import_module(m)\n"
+            "print(json.dumps(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    loaded = set(json.loads(out.stdout))
+    heavy = {name.split(".")[0] for name in loaded} & {"torch", "transformers", "datasets", "peft", "numpy", "yaml"}
+    others = sorted(m for m in loaded if m.startswith("trainer.") and not m.startswith("trainer.wire"))
+    assert len(modules) > 10 and not heavy and not others, (heavy, others)
+
+
 def test_trainer_package_never_imports_operator_side():
     from pathlib import Path
 

@@ -2,9 +2,10 @@
 all-gather, reduce-scatter and all-reduce per message size inside each node, across nodes (one rank per
 node) and over the whole world, then pairs of nodes in parallel rounds, and rank 0 writes the raw times.
 
-Standard library and torch only (no launcher, no trainer imports): the launcher ships this file and
-``nettest_pairs.py`` (which pairs to measure, the same rules as the verdict), ``nettest_budget.py`` (the
-``--quick`` time budget) and ``nettest_health.py`` (the GPU health counters) in a code snapshot, so it also
+Standard library and torch only (no launcher, no trainer imports on the nodes): the launcher ships this file
+as ``nettest.py``, with ``trainer/wire``'s ``nettest_pairs.py`` (which pairs to measure, the same rules as
+the verdict) and ``nettest_budget.py`` (the ``--quick`` time budget) and this room's ``health.py`` and
+``model.py`` (as ``nettest_health.py`` and ``nettest_model.py``) in a code snapshot, so it also
 runs where the built-in trainer is not installed. Bandwidths and the verdict
 are computed on the operator's side from the raw times (``launcher.nettest``). NCCL on GPUs, gloo on CPU.
 

@@ -1,0 +1,147 @@
+"""The run's steps in order: each step's micro-batches and update, then what its cadence asks for (a
+metrics line, an evaluation, samples, a checkpoint), the stop a scheduler's warning asks for, and the end
+(a final evaluation, samples and save, or the checkpoint to resume from).
+
+The checkpointer, its application state and the resume's proof reach this module as objects (this room
+never imports checkpoints): :class:`trainer.ckpt.checkpoint.Checkpointer`,
+:class:`trainer.ckpt.checkpoint.AppState` (or LoRA's), :class:`trainer.ckpt.resume_facts.ResumeWatch`.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from trainer.data import dataset
+from trainer.data.dataset import RunData
+from trainer.data.rows import GlobalOrder
+from trainer.loop import train
+from trainer.loop.metrics import MetricsLogger
+from trainer.loop.samples import Sampler
+from trainer.model.build import CompileWatch
+from trainer.parallel import Dist
+from trainer.wire.config import TrainerConfig
+
+
+class Steps:
+    """Owns the step counter's progress (``state``, the dict a checkpoint keeps: step, epoch, position) and
+    the cadence of everything between two steps."""
+
+    def __init__(self, cfg: TrainerConfig, *, net: nn.Module, optimizer, scheduler, data: RunData,
+                 order: GlobalOrder, total: int, state: dict[str, Any], d: Dist, log: MetricsLogger, ckpt, app,
+                 proof, sampler: Sampler | None, compiled: bool) -> None:
+        self.cfg, self.net, self.optimizer, self.scheduler = cfg, net, optimizer, scheduler
+        self.data, self.order, self.total, self.state, self.d = data, order, total, state, d
+        self.log, self.ckpt, self.app, self.proof, self.sampler = log, ckpt, app, proof, sampler
+        self.compiled = compiled
+
+    def evaluate(self, max_batches: int | None) -> None:
+        """The held-out loss (and exact match for squad) at this step, when there are held-out rows."""
+        if not self.data.eval_rows:
+            return
+        start = time.perf_counter()
+        d = self.d
+        batches = dataset.eval_batches(self.data.eval_rows, d.rank, d.world, self.cfg.per_device_batch_size,
+                                       self.data.pad_id, max_batches)
+        loss, exact = train.evaluate(self.net, batches, d.device, with_exact_match=self.data.fmt == "squad")
+        self.log.eval(self.state["step"], loss, exact, time.perf_counter() - start)
+
+    def sample(self) -> None:
+        """The model's answers, when this step is due for them (their time is left out of throughput)."""
+        if self.sampler is not None and self.sampler.due(self.state["step"], self.total):
+            self.log.exclude(self.sampler.run(self.net, self.state["step"]))
+
+    def _staged(self) -> None:
+        """An async save's copy is done before the optimiser changes the weights."""
+        blocked = self.ckpt.wait_staged()
+        if blocked is not None:
+            self.log.checkpoint_blocked(*blocked)
+
+    def run(self, stop=None) -> bool:
+        """Every step left, from a new run's first evaluation to the throughput summary; ``True`` when
+        ``stop`` (a :class:`trainer.loop.stop_signal.StopSignal`) ended the run early."""
+        cfg, state, log, d, total = self.cfg, self.state, self.log, self.d, self.total
+        if state["step"] == 0:
+            self.evaluate(dataset.first_eval_batches(cfg.logging.eval_max_batches))
+            self.sample()
+        learned = train.learned_counts(self.data.train_rows)  # each global batch's loss denominator, counted here
+        # What start-up built lives for the whole run: collections during training skip it (unfrozen, the
+        # first full collection walked it inside the first step: +0.3 s of a 0.3 s step, tiny model).
+        gc.freeze()
+        loop_start, start_step, real_tokens, excluded_before = time.perf_counter(), state["step"], 0, log.excluded_s
+        stopped = False
+        watch = CompileWatch() if self.compiled else None
+        accum = cfg.gradient_accumulation_steps
+        while state["step"] < total:
+            if not cfg.max_steps and state["epoch"] >= cfg.num_epochs:
+                break
+            if stop is not None and stop.agreed():
+                stopped = True
+                break
+            with log.clock.step():
+                batches, state["epoch"], state["position"], count = train.micro_batches(
+                    self.order, self.data.train_rows, state["epoch"], state["position"], accum, self.data.pad_id,
+                    learned)
+                result = train.train_step(self.net, self.optimizer, self.scheduler, batches, d.device,
+                                          cfg.optim.max_grad_norm, d.world, self._staged, log.clock, count)
+            state["step"] += 1
+            real_tokens += result.real_tokens
+            news = watch.news(state["step"]) if watch is not None else None
+            if news and d.is_main:
+                print(news, flush=True)
+            log.add_batches(batches)
+            self._after_step(result)
+        excluded = log.excluded_s - excluded_before
+        seconds = time.perf_counter() - loop_start - excluded
+        counted = torch.tensor([float(real_tokens)])
+        dist.all_reduce(counted)
+        if d.is_main:
+            print(f"train_summary steps={state['step'] - start_step} real_tokens={int(counted.item())} "
+                  f"seconds={seconds:.2f} tokens_per_s={counted.item() / max(seconds, 1e-9):.0f} "
+                  f"eval_and_checkpoint_s={excluded:.2f}", flush=True)
+        return stopped
+
+    def _after_step(self, result: train.StepResult) -> None:
+        """What this step's number asks for: a metrics record, the resume's check, an evaluation, samples, a
+        checkpoint (the last step's are the end's)."""
+        cfg, log, step, total = self.cfg, self.log, self.state["step"], self.total
+        loss = None
+        if step % cfg.logging.every_steps == 0 or step == total:
+            epoch = self.state["epoch"] + self.state["position"] / max(1, self.order.batches_per_epoch)
+            loss = log.train_step(step, epoch, result)
+            self.proof.logged(loss)
+        checked = self.proof.first_step(result, loss)
+        if checked is not None:
+            log.resume_check(checked)
+        if cfg.logging.eval_every_steps and step % cfg.logging.eval_every_steps == 0 and step != total:
+            self.evaluate(cfg.logging.eval_max_batches)
+        if step != total:
+            self.sample()
+        if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0 and step != total:
+            submit_s = self.ckpt.save(self.app, step)
+            log.exclude(submit_s)
+            if not cfg.checkpoint.async_save:  # an async save is said with its wait, before the next update
+                log.checkpoint_blocked(submit_s)
+
+    def finish(self, stopped: bool, stop=None) -> None:
+        """The end of the steps: a stopped run saves the checkpoint to resume from (no final evaluation);
+        a finished one evaluates, samples and saves its final checkpoint as asked. Every save is complete
+        and finalised on return."""
+        step = self.state["step"]
+        if stopped:  # the job's time is nearly up: a checkpoint to resume from, no final eval or export
+            self.ckpt.save_once(self.app, step)
+        else:
+            self.evaluate(self.cfg.logging.eval_max_batches)
+            self.sample()
+            if self.cfg.checkpoint.save_final:
+                self.ckpt.save(self.app, step)
+        self.ckpt.close()  # an async save is complete and finalised from here on
+        if stopped:
+            if self.d.is_main:
+                print(stop.stopping_line(step), flush=True)
+            self.log.signal_checkpoint(step, stop.signal_name)
