@@ -44,7 +44,7 @@ def main(model_dir: str, out: str, steps: int, batch: int, seq: int, lora: dict)
         return batch_out
 
     trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=counting)
-    result = trainer.loop.train()
+    result = trainer.train()
     total = torch.tensor([float(counted[0])])
     torch.distributed.all_reduce(total)
     if trainer.args.process_index == 0:

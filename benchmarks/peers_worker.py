@@ -102,7 +102,7 @@ def main(settings: dict) -> None:
     if collate is not None:
         kwargs["data_collator"] = collate
     trainer = Recording(model=model, args=args, callbacks=[timing], **kwargs)
-    trainer.loop.train()
+    trainer.train()
     device = trainer.args.device
     per_step = torch.stack([x.float() for x in losses]).to(device)
     total = torch.tensor([float(counted[0])], device=device)
