@@ -21,7 +21,8 @@ def main(model_dir: str, out: str, steps: int, batch: int, seq: int, lora: dict)
         TrainingArguments,
     )
 
-    from trainer.data.rows import IGNORE, Tokenize, load_rows
+    from trainer.data.dataset import load_rows
+    from trainer.data.rows import IGNORE, Tokenize
     from trainer.wire.config import DataConfig
 
     tok = AutoTokenizer.from_pretrained(model_dir)
