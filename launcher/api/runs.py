@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from launcher.workload.load import Planned
     from launcher.workload.overrides import Override
     from launcher.workload.plan import RunPlan
-    from trainer.protocol import MetricRecord
+    from trainer.wire.protocol import MetricRecord
 
 _FROM = {
     "launcher.runs.core.layout": ("FORCED_NOTE", "TRIAGE", "ResumeCheck"),
@@ -308,7 +308,7 @@ class Runs:
         """The run's metric records from byte ``offset`` of its metrics file on, decoded (a line that is not a
         record is skipped; one still being written is left for the next call), and the offset to ask from
         next: a screen that follows a run reads each line once. No file yet: none, and ``offset`` again."""
-        from trainer.protocol import MetricRecord
+        from trainer.wire.protocol import MetricRecord
 
         try:
             with open(self.metrics_file(run_id), "rb") as f:

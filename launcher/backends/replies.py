@@ -14,7 +14,7 @@ from typing import Literal
 
 from launcher.events import GpuSample
 from launcher.untrusted import network_figures, printable, usage_figures
-from trainer.ckpt_layout import CheckpointInfo, plain_name
+from trainer.wire.ckpt_layout import CheckpointInfo, plain_name
 
 JobState = Literal["absent", "starting", "running", "exited"]
 
