@@ -80,3 +80,14 @@ def test_trainer_package_never_imports_operator_side():
             ):
                 offenders.append(f"{path.name}: {stripped}")
     assert not offenders, offenders
+
+
+def test_a_users_script_imports_the_reporter_where_the_docs_say_without_torch():
+    """``from trainer.reporter import Reporter`` (docs/workload.md) keeps working, and costs no torch."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from trainer.reporter import Reporter; from trainer.wire.reporter import Reporter as R; "
+            "assert Reporter is R; assert 'torch' not in sys.modules")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
