@@ -58,48 +58,56 @@ class Client:
 
     @cached_property
     def runs(self) -> Runs:
+        """Find, list, read, follow, launch, relaunch, resume, cancel and adopt runs."""
         from launcher.api.runs import Runs
 
         return Runs(self.home)
 
     @cached_property
     def run_files(self) -> RunFiles:
+        """A run's node logs, one rank's output, its folders on the nodes."""
         from launcher.api.run_files import RunFiles
 
         return RunFiles(self.home)
 
     @cached_property
     def checkpoints(self) -> Checkpoints:
+        """A run's checkpoints where their whole copies are: list, delete, export."""
         from launcher.api.checkpoints import Checkpoints
 
         return Checkpoints(self.home)
 
     @cached_property
     def sweeps(self) -> Sweeps:
+        """Parameter sweeps: plan, start, list, cancel, resume, adopt."""
         from launcher.api.sweeps import Sweeps
 
         return Sweeps(self.home)
 
     @cached_property
     def nodes(self) -> Nodes:
+        """Leftovers of lost runs, GPU memory holders, host keys, a shell on a run's node."""
         from launcher.api.nodes import Nodes
 
         return Nodes(self.home)
 
     @cached_property
     def nettests(self) -> Nettests:
+        """Interconnect tests: run one, the kept ones as typed records, figures judged."""
         from launcher.api.nettests import Nettests
 
         return Nettests(self.home)
 
     @cached_property
     def doctor(self) -> Doctor:
+        """A workload's nodes checked before a launch; a probe run's estimate."""
         from launcher.api.doctor import Doctor
 
         return Doctor(self.home)
 
     @cached_property
     def records(self) -> Records:
+        """The data dir: the run store's repair, secrets, a sample notification, eject."""
         from launcher.api.records import Records
 
         return Records(self.home)

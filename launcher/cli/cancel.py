@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from launcher.cli import on_run
 from launcher.words import plural
+
+if TYPE_CHECKING:
+    from launcher.api import Client
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 @on_run("cancel")
-def run(args: argparse.Namespace, client, run_id: str) -> int:
+def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
     import asyncio
 
     report = asyncio.run(client.runs.cancel(run_id))

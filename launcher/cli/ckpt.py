@@ -7,8 +7,12 @@ import argparse
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from launcher.cli import on_run
+
+if TYPE_CHECKING:
+    from launcher.api import Client
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 @on_run("ckpt")
-def run(args: argparse.Namespace, client, run_id: str) -> int:
+def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
     import asyncio
 
     from launcher.api.checkpoints import NoOutputDir, completeness

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from launcher.cli import each_run
+
+if TYPE_CHECKING:
+    from launcher.api import Client
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     return each_run("clean", args.run_ids, clean_one)
 
 
-def clean_one(client, run_id: str) -> int:
+def clean_one(client: Client, run_id: str) -> int:
     """Remove one run's folders, saying what each node did; 1 when any node could not (or the run is live)."""
     import asyncio
 

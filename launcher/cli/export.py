@@ -6,8 +6,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launcher.cli import on_run
+
+if TYPE_CHECKING:
+    from launcher.api import Client
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 @on_run("export")
-def run(args: argparse.Namespace, client, run_id: str) -> int:
+def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
     import asyncio
 
     from launcher.api.checkpoints import CheckpointError, NoOutputDir

@@ -7,8 +7,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from launcher.cli import keep_colour, on_run
+
+if TYPE_CHECKING:
+    from launcher.api import Client
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 @on_run("logs")
-def run(args: argparse.Namespace, client, run_id: str) -> int:
+def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
     from launcher.api.run_files import LineSplitter
 
     client.runs.adopt()
@@ -103,7 +107,7 @@ NOTHING_OF_ITS_OWN = ("each rank's lines are kept apart when the job runs under 
                       "trainer prints from rank 0 (the others print only their warnings and errors)")
 
 
-def _rank(client, run_id: str, args: argparse.Namespace) -> int:
+def _rank(client: Client, run_id: str, args: argparse.Namespace) -> int:
     """One rank's own lines, from the node that ran it; with ``--follow``, until the run ends."""
     import asyncio
 

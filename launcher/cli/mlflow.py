@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from launcher.cli import on_run
+
+if TYPE_CHECKING:
+    from launcher.api import Client
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 @on_run("mlflow sync")
-def run(args: argparse.Namespace, client, run_id: str) -> int:
+def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
     result = client.runs.send_tracking(run_id)
     print(f"run {run_id}: {result.words}", file=sys.stdout if result.done else sys.stderr)
     return 0 if result.done else 1

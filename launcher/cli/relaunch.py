@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from launcher.cli import on_run
 from launcher.cli.validate import add_set_option
+
+if TYPE_CHECKING:
+    from launcher.api import Client
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 @on_run()
-def run(args: argparse.Namespace, client, run_id: str) -> int:
+def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
     import asyncio
 
     alive = client.runs.relaunch_hazard(run_id)

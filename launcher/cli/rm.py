@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from launcher.cli import each_run
+
+if TYPE_CHECKING:
+    from launcher.api import Client
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     return each_run("rm", args.run_ids, lambda client, run_id: forget(client, run_id, files=args.files))
 
 
-def forget(client, run_id: str, *, files: bool) -> int:
+def forget(client: Client, run_id: str, *, files: bool) -> int:
     """Forget one run (with ``files``: once its folders are gone from every node); 1 when it is kept."""
     if files:
         from launcher.cli.clean import clean_one

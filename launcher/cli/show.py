@@ -8,9 +8,13 @@ import argparse
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from launcher.cli import on_run
 from launcher.words import plural
+
+if TYPE_CHECKING:
+    from launcher.api import Client
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 @on_run("show")
-def run(args: argparse.Namespace, client, run_id: str) -> int:
+def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
     from dataclasses import replace
 
     client.runs.adopt()
@@ -43,7 +47,7 @@ def run(args: argparse.Namespace, client, run_id: str) -> int:
     return 0
 
 
-def _nodes(client, run_id: str, as_json: bool) -> int:
+def _nodes(client: Client, run_id: str, as_json: bool) -> int:
     from launcher.api.runs import THRESHOLDS
 
     rows = client.runs.node_rows(run_id)
@@ -67,7 +71,7 @@ def _nodes(client, run_id: str, as_json: bool) -> int:
     return 0
 
 
-def _samples(client, run_id: str, as_json: bool) -> int:
+def _samples(client: Client, run_id: str, as_json: bool) -> int:
     from dataclasses import asdict
 
     from launcher.api.runs import history_lines

@@ -10,8 +10,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launcher.cli import on_run
+
+if TYPE_CHECKING:
+    from launcher.api import Client
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 @on_run("ssh")
-def run(args: argparse.Namespace, client, run_id: str) -> int:
+def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
     try:
         plan = client.runs.plan_of(run_id)
     except (OSError, ValueError, KeyError) as err:

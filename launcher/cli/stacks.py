@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from launcher.cli import on_run
+
+if TYPE_CHECKING:
+    from launcher.api import Client
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 @on_run("stacks")
-def run(args: argparse.Namespace, client, run_id: str) -> int:
+def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
     try:
         dumps = client.runs.stacks(run_id, timeout_s=args.timeout)
     except ValueError as err:

@@ -9,9 +9,13 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launcher.cli.validate import add_set_option
 from launcher.words import plural
+
+if TYPE_CHECKING:
+    from launcher.api import Client
 
 EXIT_CODES = {"succeeded": 0, "failed": 1, "cancelled": 130}
 
@@ -71,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     return launch(client, Path(args.target), args)
 
 
-def resume(client, sweep_id: str, args: argparse.Namespace) -> int:
+def resume(client: Client, sweep_id: str, args: argparse.Namespace) -> int:
     """The variants of an ended sweep that did not succeed, run again; then followed like a new sweep."""
     try:
         record = client.sweeps.resume(sweep_id)
@@ -87,7 +91,7 @@ def resume(client, sweep_id: str, args: argparse.Namespace) -> int:
         return 130
 
 
-def show(client, sweep_id: str, form: str) -> int:
+def show(client: Client, sweep_id: str, form: str) -> int:
     record = client.sweeps.get(sweep_id)
     if form == "table":
         print(f"sweep {record.sweep_id}: {record.state} ({record.detail or plural(len(record.variants), 'variant')})")
@@ -95,7 +99,7 @@ def show(client, sweep_id: str, form: str) -> int:
     return 0
 
 
-def show_samples(client, sweep_id: str, which: str, step: int | None) -> int:
+def show_samples(client: Client, sweep_id: str, which: str, step: int | None) -> int:
     """Two variants' answers to the same prompts, side by side (at ``step``, else each one's newest)."""
     from launcher.api.runs import side_by_side_at, side_lines
 
@@ -125,7 +129,7 @@ def show_samples(client, sweep_id: str, which: str, step: int | None) -> int:
     return 0
 
 
-def cancel(client, sweep_id: str) -> int:
+def cancel(client: Client, sweep_id: str) -> int:
     import asyncio
 
     record = asyncio.run(client.sweeps.cancel(sweep_id))
@@ -135,7 +139,7 @@ def cancel(client, sweep_id: str) -> int:
     return 0 if record.is_final else 1
 
 
-def launch(client, file: Path, args: argparse.Namespace) -> int:
+def launch(client: Client, file: Path, args: argparse.Namespace) -> int:
     plan = client.sweeps.plan(file, args.over, args.overrides)
     for o in plan.base.result.overrides if plan.base is not None else ():
         print(f"--set {o.describe()}", file=sys.stderr)  # what every variant starts from
@@ -178,7 +182,7 @@ def launch(client, file: Path, args: argparse.Namespace) -> int:
     return cancel(client, sweep_id) or 130
 
 
-def follow(client, sweep_id: str, *, json_events: bool, poll_s: float = 0.5) -> int:
+def follow(client: Client, sweep_id: str, *, json_events: bool, poll_s: float = 0.5) -> int:
     """Print each variant's changes of state until the sweep ends; the exit code is its outcome."""
     seen: dict[int, str] = {}
     sweep_state = ""

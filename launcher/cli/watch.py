@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from launcher.events import (
     MetricsRecorded,
@@ -18,11 +19,14 @@ from launcher.events import (
 )
 from launcher.words import plural
 
+if TYPE_CHECKING:
+    from launcher.api import Client
+
 EXIT_CODES = {RunState.SUCCEEDED: 0, RunState.FAILED: 1, RunState.CANCELLED: 130, RunState.TIMED_OUT: 124}
 DETACHED = 130
 
 
-def watch(client, run_id: str, *, json_events: bool, cancel_on_interrupt: bool, num_nodes: int) -> int:
+def watch(client: Client, run_id: str, *, json_events: bool, cancel_on_interrupt: bool, num_nodes: int) -> int:
     if not json_events:
         how = "Ctrl-C cancels it" if cancel_on_interrupt else "Ctrl-C detaches; the run goes on"
         print(f"run {run_id}: {plural(num_nodes, 'node')}; {how}", file=sys.stderr)
@@ -45,7 +49,7 @@ def watch(client, run_id: str, *, json_events: bool, cancel_on_interrupt: bool, 
     return EXIT_CODES.get(report.state, 1)
 
 
-async def _follow(client, run_id: str, json_events: bool, num_nodes: int) -> int:
+async def _follow(client: Client, run_id: str, json_events: bool, num_nodes: int) -> int:
     from launcher.cli import keep_colour
 
     outcome = RunState.FAILED
