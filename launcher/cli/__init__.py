@@ -21,6 +21,14 @@ RunHandler = Callable[[argparse.Namespace, "Client", str], int]
 """A command on one run: its arguments, the data dir's client and the run's full id; the exit status."""
 
 
+def add_run_argument(parser: argparse.ArgumentParser, *, many: bool = False) -> None:
+    """The ``RUN`` argument of a command on runs (``many``: one or more): an id or a unique prefix of one."""
+    if many:
+        parser.add_argument("run_ids", metavar="RUN", nargs="+", help="run ids or unique prefixes")
+    else:
+        parser.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
+
+
 def on_run(command: str | None = None) -> Callable[[RunHandler], Callable[[argparse.Namespace], int]]:
     """A command's ``run(args)`` for one run named by ``args.run_id`` (an id or a unique prefix): the run is
     found first, or the command says in one line why not (``fsdp-tui COMMAND: no run '0a3f' ...``) and

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from launcher.cli import on_run
+from launcher.cli import add_run_argument, on_run
 from launcher.words import plural
 
 if TYPE_CHECKING:
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("cancel", help="stop a run on all its nodes (SIGTERM, grace, SIGKILL, sweep)")
-    p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
+    add_run_argument(p)
     p.set_defaults(handler=run)
 
 

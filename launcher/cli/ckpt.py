@@ -9,7 +9,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from launcher.cli import on_run
+from launcher.cli import add_run_argument, on_run
 
 if TYPE_CHECKING:
     from launcher.api import Client
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ckpt", help="list a run's checkpoints (on the node that holds them)")
-    p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
+    add_run_argument(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=run)
 

@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from launcher.cli import each_run
+from launcher.cli import add_run_argument, each_run
 
 if TYPE_CHECKING:
     from launcher.api import Client
@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "the run reached it) and its folder on this machine: code snapshot, parameters, node log "
                        "there, and what a relative output_dir put under it (checkpoints, exports). The run's "
                        "record here stays. An absolute output_dir is outside the run's folders and stays.")
-    p.add_argument("run_ids", metavar="RUN", nargs="+", help="run ids or unique prefixes")
+    add_run_argument(p, many=True)
     p.set_defaults(handler=run)
 
 

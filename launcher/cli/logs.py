@@ -9,7 +9,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from launcher.cli import keep_colour, on_run
+from launcher.cli import add_run_argument, keep_colour, on_run
 
 if TYPE_CHECKING:
     from launcher.api import Client
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("logs", help="print a run's node logs")
-    p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
+    add_run_argument(p)
     where = p.add_mutually_exclusive_group()
     where.add_argument("--node", type=int, help="only this node (default: all, prefixed by node)")
     where.add_argument("--rank", type=int, metavar="R",

@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from launcher.cli import on_run
+from launcher.cli import add_run_argument, on_run
 
 if TYPE_CHECKING:
     from launcher.api import Client
@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("mlflow", help="MLflow tracking of runs: send what could not be sent")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     sync = actions.add_parser("sync", help="send a run's records and end to its MLflow run now")
-    sync.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
+    add_run_argument(sync)
     p.set_defaults(handler=run)
 
 

@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from launcher.cli import on_run
+from launcher.cli import add_run_argument, on_run
 from launcher.cli.validate import add_set_option
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name, help_text in (("relaunch", "launch what a run ran again, as a new run"),
                             ("resume", "a new run of a run's workload, from its newest complete checkpoint")):
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
+        add_run_argument(p)
         if name == "resume":
             p.add_argument("--from", dest="step", type=int, metavar="STEP",
                            help="the checkpoint of this step (default: the newest complete one)")

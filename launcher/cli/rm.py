@@ -9,7 +9,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from launcher.cli import each_run
+from launcher.cli import add_run_argument, each_run
 
 if TYPE_CHECKING:
     from launcher.api import Client
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rm", help="forget finished runs (--files: remove their folders on every node first)")
-    p.add_argument("run_ids", metavar="RUN", nargs="+", help="run ids or unique prefixes")
+    add_run_argument(p, many=True)
     p.add_argument("--files", action="store_true",
                    help="first remove each run's folders on every node and here (checkpoints, exports, outputs "
                         "under them), as fsdp-tui clean does")

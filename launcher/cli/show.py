@@ -10,7 +10,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from launcher.cli import on_run
+from launcher.cli import add_run_argument, on_run
 from launcher.words import plural
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("show", help="one run: state and why, nodes, triage, MLflow, where its files are")
-    p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
+    add_run_argument(p)
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.add_argument("--nodes", action="store_true",
                    help="every node as one row (state, lines/s, how long quiet, CPU/RSS, GPU), the odd node marked")

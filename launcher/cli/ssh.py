@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.cli import on_run
+from launcher.cli import add_run_argument, on_run
 
 if TYPE_CHECKING:
     from launcher.api import Client
@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "through your ssh with the host, user, port, key, known_hosts and jump hosts the launch "
                        "used. After --, a command to run there instead of a shell. For a run on this machine, "
                        "a shell in the node's folder here.")
-    p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
+    add_run_argument(p)
     p.add_argument("node", metavar="NODE", nargs="?", help="the node's rank (default 0)")
     p.add_argument("remote_command", metavar="-- COMMAND", nargs=argparse.REMAINDER,
                    help="run this instead of a shell")

@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from launcher.cli import on_run
+from launcher.cli import add_run_argument, on_run
 
 if TYPE_CHECKING:
     from launcher.api import Client
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("stacks", help="every rank's stack on every node of a live run (a hung run)")
-    p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
+    add_run_argument(p)
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="how long to wait for the dumps")
     p.set_defaults(handler=run)
 
