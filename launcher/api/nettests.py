@@ -16,7 +16,7 @@ from launcher.nettest.report import cut_lines, headline, pair_bars, pair_lines, 
 from launcher.nettest.report import to_dict as to_json
 from launcher.workload.plan import RunPlan
 
-__all__ = ["Deadlines", "Expectation", "Judged", "Measured", "NettestNotFound", "NettestRecord", "Nettests",
+__all__ = ["Deadlines", "Expectation", "Judged", "Measured", "NettestNotFound", "NettestRecord", "NettestSummary", "Nettests",
            "Options", "Outcome", "Verdict", "cut_lines", "headline", "judge_pairs", "pair_bars", "pair_lines",
            "rate", "rows", "size", "to_json", "verdict_lines"]
 
@@ -127,6 +127,20 @@ class Judged:
         return data
 
 
+@dataclass(frozen=True)
+class NettestSummary:
+    """A kept test in one line: its id, date, the verdict's first line and the world's all-gather bus
+    bandwidth."""
+
+    run_id: str
+    started_at: float | None
+    verdict: str
+    all_gather_busbw: float | None
+    """Bytes per second; ``None`` when the test timed no all-gather over the whole world."""
+    summary: str
+    """The bandwidth in words (``12.3 GB/s all-gather bus bandwidth over the whole world``)."""
+
+
 class Nettests:
     """The interconnect tests of one data dir: run one, list and find the kept ones, judge figures."""
 
@@ -184,7 +198,10 @@ class Nettests:
                       any(health_problems(h) for h in health.values()),
                       bool(slow_gpus(list(measured.gemm_tflops), measured.local_world_size)), expectation, health)
 
-    def newest_for(self, hosts: tuple[str, ...], *, besides: str = "") -> NettestRecord | None:
-        """The newest kept test with figures on exactly these nodes (in rank order), other than ``besides``."""
-        return next((r for r in self.list() if r.run_id != besides and r.nodes == tuple(hosts)
-                     and r.measured is not None), None)
+    def newest_for(self, hosts: tuple[str, ...] | list[str], *, besides: str = "") -> NettestSummary | None:
+        """The newest kept test with figures on exactly these nodes (in rank order), other than ``besides``,
+        summarised (what ``show`` and the monitor say of a run's network)."""
+        from launcher.nettest.launch import newest_for
+
+        found = newest_for(self.home, list(hosts), besides=besides)
+        return NettestSummary(**found) if found is not None else None

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from launcher.runs.core.triage import Signature, TriageReport, classify_line, might_signal
     from launcher.runs.core.usage import Usage
     from launcher.runs.launch import CancelReport, Resumed
+    from launcher.runs.owner.send_later import Sent
     from launcher.runs.read.comparison import COLUMNS, Column, RunStats, fmt
     from launcher.runs.read.follower import FollowGaveUp
     from launcher.runs.read.nodes import THRESHOLDS, NodeRow, node_rows
@@ -43,6 +44,7 @@ _FROM = {
     "launcher.runs.core.triage": ("Signature", "TriageReport", "classify_line", "might_signal"),
     "launcher.runs.core.usage": ("Usage",),
     "launcher.runs.launch": ("CancelReport", "Resumed"),
+    "launcher.runs.owner.send_later": ("Sent",),
     "launcher.runs.read.comparison": ("COLUMNS", "Column", "RunStats", "fmt"),
     "launcher.runs.read.follower": ("FollowGaveUp",),
     "launcher.runs.read.nodes": ("THRESHOLDS", "NodeRow", "node_rows"),
@@ -69,7 +71,7 @@ __all__ = [
     "COLUMNS", "FORCED_NOTE", "NONE_YET", "THRESHOLD", "THRESHOLDS", "TRIAGE", "AlreadyLaunched", "CancelReport",
     "Column", "FollowGaveUp", "LaunchOutcome", "Launched", "NodeRecord", "NodeRow", "RankReport", "RankTimes",
     "RecordUnwritable", "Refused", "ResumeCheck", "Resumed", "RunListed", "RunNotFound", "RunRecord", "RunReport",
-    "RunStats", "RunSummary", "RunView", "Runs", "SafeStep", "SampleSet", "Signature", "StackDumps", "StoreDamaged",
+    "RunStats", "RunSummary", "RunView", "Runs", "SafeStep", "SampleSet", "Sent", "Signature", "StackDumps", "StoreDamaged",
     "TriageReport", "Usage", "classify_line", "fmt", "fmt_duration", "history_lines", "might_signal", "node_rows",
     "side_by_side_at", "side_lines",
 ]
@@ -98,6 +100,7 @@ class AlreadyLaunched:
 
     @property
     def token(self) -> str:
+        """The workload's ``idempotency_token`` that named the earlier run."""
         return self.plan.workload.idempotency_token or ""
 
 
@@ -237,14 +240,14 @@ class Runs:
 
         report = run_report(self.home, run_id)
         return replace(report, nettest=newest_for(self.home, [n.host for n in report.nodes], besides=run_id),
-                       last_safe_step=self.last_safe_step(run_id))
+                       last_safe_step=asyncio.run(self.last_safe_step(run_id)))
 
-    def last_safe_step(self, run_id: str) -> SafeStep | None:
-        """The newest complete checkpoint, asked of the node that holds it (blocks up to ~15 s); ``None``
-        for a run without ``output_dir``."""
+    async def last_safe_step(self, run_id: str) -> SafeStep | None:
+        """The newest complete checkpoint, asked of the node that holds it (up to ~15 s); ``None`` for a
+        run without ``output_dir``."""
         from launcher.runs.core.safe_step import last_safe_step
 
-        return asyncio.run(last_safe_step(self.home, run_id))
+        return await last_safe_step(self.home, run_id)
 
     def compare(self, run_ids: Sequence[str], labels: dict[str, str] | None = None) -> list[RunStats]:
         """The runs side by side: throughput, memory, losses, one row each (``fsdp-tui compare``)."""
@@ -420,7 +423,7 @@ class Runs:
 
         return await cancel_run(self.home, run_id, timeout_s=timeout_s)
 
-    def send_tracking(self, run_id: str):
+    def send_tracking(self, run_id: str) -> Sent:
         """What the run's owner could not send to MLflow, sent now (blocking, each call bounded): a
         ``Sent`` with ``done`` and ``words``."""
         from launcher.paths import private_files
@@ -447,4 +450,5 @@ class StackDumps:
 
     @property
     def complete(self) -> bool:
+        """Every node asked has sent its dump."""
         return len(self.files) >= self.wanted

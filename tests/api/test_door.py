@@ -1,0 +1,48 @@
+"""The door's own rules: every name a room hands out resolves (the core's types load on first use), every
+public method says what it returns, and none returns a bare dict (JSON serialisers excepted)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import pytest
+
+ROOMS = ["runs", "run_files", "checkpoints", "sweeps", "nodes", "nettests", "doctor", "records"]
+SERIALISERS = {"to_dict", "figures_json", "extras_json"}
+"""JSON for ``--json`` output: a dict is what they are for."""
+
+
+def _public_methods(module):
+    for name in module.__all__:
+        value = getattr(module, name)
+        if inspect.isclass(value) and value.__module__ == module.__name__:
+            for attr, member in vars(value).items():
+                if attr.startswith("_") or attr in SERIALISERS:
+                    continue
+                fn = member.fget if isinstance(member, property) else getattr(member, "__func__", member)
+                fn = getattr(fn, "func", fn)  # cached_property
+                if inspect.isfunction(fn):
+                    yield f"{name}.{attr}", fn
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_every_name_a_room_hands_out_resolves_and_every_method_returns_a_type(room):
+    module = importlib.import_module(f"launcher.api.{room}")
+    assert [n for n in module.__all__ if not hasattr(module, n)] == []
+    methods = dict(_public_methods(module))
+    assert methods, room
+    for name, fn in methods.items():
+        returns = inspect.signature(fn).return_annotation
+        assert returns is not inspect.Signature.empty, f"{name} does not say what it returns"
+        assert not str(returns).replace(" ", "").startswith(("dict", "Dict")), f"{name} returns {returns}"
+        assert fn.__doc__, f"{name} has no docstring"
+
+
+def test_the_client_hands_out_every_room_on_first_use(tmp_path):
+    from launcher.api import Client
+
+    client = Client(tmp_path)
+    for room in ROOMS:
+        assert getattr(client, room).home == tmp_path
+    assert client.runs is client.runs  # one per client
