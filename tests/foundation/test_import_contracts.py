@@ -46,6 +46,7 @@ def test_the_tree_keeps_every_contract():
     ("trainer/wire/config.py", "import trainer.data.rows", "the shared vocabulary is light"),
     ("launcher/workload/data_check.py", "import trainer.data.dataset", "the operator's side imports only trainer.wire"),
     ("trainer/model/build.py", "import trainer.loop.train", "the trainer's rooms"),
+    ("launcher/api/runs.py", "import textual", "the door serves both front ends"),
 ])
 def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract):
     for name in ("launcher", "tui", "trainer", "themes"):
