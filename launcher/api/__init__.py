@@ -11,6 +11,7 @@ The rooms (one module each, every public method documented, every reply typed: n
 
 - :mod:`.runs`: find a run by a prefix of its id, list and read runs (record, view, report, comparison,
   samples, stacks, last safe step), follow one, and launch, relaunch, resume, cancel, adopt.
+- :mod:`.launching`: the launch itself and its typed outcome, written once (``runs.launch`` calls it).
 - :mod:`.run_files`: a run's files: its node logs, its folders on the nodes (clean), forgetting it (rm).
 - :mod:`.checkpoints`: a run's checkpoints where their whole copies are: list, delete, export.
 - :mod:`.sweeps`: parameter sweeps: plan, start, list, show, cancel, resume, adopt.

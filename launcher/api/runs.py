@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from launcher.workload.plan import RunPlan
     from trainer.wire.protocol import MetricRecord
 
+from launcher.api.launching import AlreadyLaunched, Launched, LaunchOutcome, Refused
+
 _FROM = {
     "launcher.runs.core.layout": ("FORCED_NOTE", "TRIAGE", "ResumeCheck"),
     "launcher.runs.core.safe_step": ("NONE_YET", "SafeStep"),
@@ -80,46 +82,6 @@ __all__ = [
 class RunNotFound(LookupError):
     """No run, or more than one, matches what was asked; ``str()`` is one line that says which and what to
     do (``no run '0a3f' (see fsdp-tui runs)``, ``'0a' matches 3 runs: ...``)."""
-
-
-@dataclass(frozen=True)
-class Launched:
-    """The run was recorded and its owner started: it outlives the front end that launched it."""
-
-    run_id: str
-    plan: RunPlan
-
-
-@dataclass(frozen=True)
-class AlreadyLaunched:
-    """The workload's ``idempotency_token`` was launched before: nothing started; ``run_id`` is that run."""
-
-    run_id: str
-    plan: RunPlan
-    """The plan that was not launched (its ``run_id`` differs from :attr:`run_id`)."""
-
-    @property
-    def token(self) -> str:
-        """The workload's ``idempotency_token`` that named the earlier run."""
-        return self.plan.workload.idempotency_token or ""
-
-
-@dataclass(frozen=True)
-class Refused:
-    """Nothing was launched, nor recorded; :attr:`reasons` says why, one line each."""
-
-    stage: Literal["invalid", "blocked", "checks", "output_dir"]
-    """``invalid``: the workload has errors (:attr:`planned` has them at their lines); ``blocked``: its plan
-    cannot run as written; ``checks``: a missing secret, an unknown host key, or (unless forced) what the
-    cheap checks refuse; ``output_dir``: another workload's run uses its ``output_dir`` on that node."""
-    reasons: tuple[str, ...]
-    planned: Planned | None = None
-    forced: bool = False
-    """The launch was asked with ``force`` (``--force`` would not help then)."""
-
-
-LaunchOutcome = Launched | Refused | AlreadyLaunched
-"""What :meth:`Runs.launch` answers."""
 
 
 @dataclass(frozen=True)
@@ -370,30 +332,9 @@ class Runs:
         unknown host key and (unless ``force``) the cheap checks refuse it. ``idempotent`` (default; a
         relaunch or resume is new) lets the ``idempotency_token`` answer with the earlier run.
         :class:`RecordUnwritable` when the data dir has no room for the run's record."""
-        from launcher.runs.launch import LaunchRefused, Resumed, check_room, launch_refusals, start_run
-        from launcher.workload.load import Planned, plan_file
+        from launcher.api.launching import launch
 
-        bring = None
-        if isinstance(source, Resumed):
-            source, bring, idempotent = source.planned, source.bring, False
-        if isinstance(source, Path):
-            source = plan_file(source, overrides, home=self.home)
-        planned = source if isinstance(source, Planned) else None
-        plan = source.plan if isinstance(source, Planned) else source
-        if plan is None:
-            errors = tuple(p.format() for p in planned.problems if p.is_error) if planned else ()
-            return Refused("invalid", errors or ("invalid workload",), planned)
-        if plan.blockers:
-            return Refused("blocked", tuple(plan.blockers), planned)
-        check_room(self.home)  # a data dir with no room says so first: the launch would stop there anyway
-        said = asyncio.run(launch_refusals(plan, self.home, force=force))
-        if said:
-            return Refused("checks", tuple(said), planned, forced=force)
-        try:
-            run_id = start_run(plan, self.home, force=force, idempotent=idempotent, resume_from=bring)
-        except LaunchRefused as err:
-            return Refused("output_dir", (str(err),), planned, forced=force)
-        return Launched(run_id, plan) if run_id == plan.run_id else AlreadyLaunched(run_id, plan)
+        return launch(self.home, source, overrides, force=force, idempotent=idempotent)
 
     def plan_relaunch(self, run_id: str, overrides: Sequence[Override] = ()) -> Planned:
         """The plan of a new run doing what ``run_id`` did: its recorded workload with ``overrides`` on top."""

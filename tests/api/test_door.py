@@ -8,7 +8,7 @@ import inspect
 
 import pytest
 
-ROOMS = ["runs", "run_files", "checkpoints", "sweeps", "nodes", "nettests", "doctor", "records"]
+ROOMS = ["runs", "launching", "run_files", "checkpoints", "sweeps", "nodes", "nettests", "doctor", "records"]
 SERIALISERS = {"to_dict", "figures_json", "extras_json"}
 """JSON for ``--json`` output: a dict is what they are for."""
 
@@ -43,6 +43,6 @@ def test_the_client_hands_out_every_room_on_first_use(tmp_path):
     from launcher.api import Client
 
     client = Client(tmp_path)
-    for room in ROOMS:
+    for room in (r for r in ROOMS if r != "launching"):  # a module the runs room calls, not a room
         assert getattr(client, room).home == tmp_path
     assert client.runs is client.runs  # one per client

@@ -1,0 +1,88 @@
+"""Launching, written once for both front ends: a workload file (or a plan made already) checked, refused
+before anything is recorded, or handed to a new run's owner; the outcome typed. :meth:`launcher.api.runs.Runs.launch`
+is the way in."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from launcher.runs.launch import Resumed
+    from launcher.workload.load import Planned
+    from launcher.workload.overrides import Override
+    from launcher.workload.plan import RunPlan
+
+__all__ = ["AlreadyLaunched", "LaunchOutcome", "Launched", "Refused", "launch"]
+
+
+@dataclass(frozen=True)
+class Launched:
+    """The run was recorded and its owner started: it outlives the front end that launched it."""
+
+    run_id: str
+    plan: RunPlan
+
+
+@dataclass(frozen=True)
+class AlreadyLaunched:
+    """The workload's ``idempotency_token`` was launched before: nothing started; ``run_id`` is that run."""
+
+    run_id: str
+    plan: RunPlan
+    """The plan that was not launched (its ``run_id`` differs from :attr:`run_id`)."""
+
+    @property
+    def token(self) -> str:
+        """The workload's ``idempotency_token`` that named the earlier run."""
+        return self.plan.workload.idempotency_token or ""
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Nothing was launched, nor recorded; :attr:`reasons` says why, one line each."""
+
+    stage: Literal["invalid", "blocked", "checks", "output_dir"]
+    """``invalid``: the workload has errors (:attr:`planned` has them at their lines); ``blocked``: its plan
+    cannot run as written; ``checks``: a missing secret, an unknown host key, or (unless forced) what the
+    cheap checks refuse; ``output_dir``: another workload's run uses its ``output_dir`` on that node."""
+    reasons: tuple[str, ...]
+    planned: Planned | None = None
+    forced: bool = False
+    """The launch was asked with ``force`` (``--force`` would not help then)."""
+
+
+LaunchOutcome = Launched | Refused | AlreadyLaunched
+"""What :meth:`Runs.launch` answers."""
+
+
+def launch(home: Path, source: Path | Planned | RunPlan | Resumed, overrides: Sequence[Override] = (), *,
+           force: bool = False, idempotent: bool = True) -> LaunchOutcome:
+    """:meth:`launcher.api.runs.Runs.launch` in the data dir ``home``."""
+    from launcher.runs.launch import LaunchRefused, Resumed, check_room, launch_refusals, start_run
+    from launcher.workload.load import Planned, plan_file
+
+    bring = None
+    if isinstance(source, Resumed):
+        source, bring, idempotent = source.planned, source.bring, False
+    if isinstance(source, Path):
+        source = plan_file(source, overrides, home=home)
+    planned = source if isinstance(source, Planned) else None
+    plan = source.plan if isinstance(source, Planned) else source
+    if plan is None:
+        errors = tuple(p.format() for p in planned.problems if p.is_error) if planned else ()
+        return Refused("invalid", errors or ("invalid workload",), planned)
+    if plan.blockers:
+        return Refused("blocked", tuple(plan.blockers), planned)
+    check_room(home)  # a data dir with no room says so first: the launch would stop there anyway
+    said = asyncio.run(launch_refusals(plan, home, force=force))
+    if said:
+        return Refused("checks", tuple(said), planned, forced=force)
+    try:
+        run_id = start_run(plan, home, force=force, idempotent=idempotent, resume_from=bring)
+    except LaunchRefused as err:
+        return Refused("output_dir", (str(err),), planned, forced=force)
+    return Launched(run_id, plan) if run_id == plan.run_id else AlreadyLaunched(run_id, plan)
