@@ -157,7 +157,7 @@ def _print(r) -> None:
         source = f"{step}run {f['run_id']}" if f["run_id"] else f"{step}a checkpoint"
         out(f"  resumed   from {source}: {f['path']}\n")
     if r.resume_check:
-        out(f"  resume    {r.resume_check['text']}\n")
+        out(f"  resume    {r.resume_check.words()}\n")
     if r.last_safe_step:
         out(f"  safe      {r.last_safe_step.text()}\n")
     if r.checkpoints_place:
@@ -170,10 +170,10 @@ def _print(r) -> None:
         out(f"  estimate  {_estimate_words(r.estimate)}\n")
     if r.usage:
         u = r.usage
-        money = f"  ~{u['cost']:.2f} {u['currency']}" if u["cost"] is not None else ""
-        tries = (" (" + " + ".join(f"{h:.2f}" for h in u["per_attempt"]) + " by attempt)"
-                 if len(u["per_attempt"]) > 1 else "")
-        out(f"  usage     {u['hours']:.2f} {u['kind'].upper()}-hours{tries}{money}\n")
+        money = f"  ~{u.cost:.2f} {u.currency}" if u.cost is not None else ""
+        tries = (" (" + " + ".join(f"{h:.2f}" for h in u.per_attempt) + " by attempt)"
+                 if len(u.per_attempt) > 1 else "")
+        out(f"  usage     {u.hours:.2f} {u.kind.upper()}-hours{tries}{money}\n")
     if r.owner:
         out(f"  owner     {r.owner}\n")
     out("  nodes\n")
@@ -186,8 +186,8 @@ def _print(r) -> None:
         t = r.nettest
         out(f"  network   newest test of these nodes: {t['run_id']} ({_when(t['started_at'])}): {t['summary']}; "
             f"{t['verdict']}\n")
-    for slow in r.ranks["slow"]:
-        out(f"  slow      {slow['says']}\n")
+    for slow in r.ranks.slow:
+        out(f"  slow      {slow.says}\n")
     if r.triage:
         out(f"  triage    {r.triage.summary}\n")
     for words in r.odd_nodes:

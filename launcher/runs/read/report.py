@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from launcher.runs.core.estimates import read_kept
 from launcher.runs.core.layout import (
     METRICS,
     STATE_FILE,
+    ResumeCheck,
     last_lines,
     load_options,
     read_gathers,
@@ -25,9 +26,9 @@ from launcher.runs.core.ownership import owned
 from launcher.runs.core.safe_step import SafeStep, lead_time_of_run
 from launcher.runs.core.store import NodeRecord, RunStore
 from launcher.runs.core.triage import TriageReport
-from launcher.runs.core.usage import usage_of_record
+from launcher.runs.core.usage import Usage, usage_of_record
 from launcher.runs.core.user_settings import SettingsError, load_user_settings
-from launcher.runs.read.ranks import rank_report
+from launcher.runs.read.ranks import RankReport, rank_report
 from launcher.runs.read.view import fmt_duration
 
 JsonPart = Mapping[str, Any]
@@ -62,18 +63,20 @@ class RunReport:
     output_dir: str | None
     next: tuple[str, ...]
     """Commands worth running next, in words."""
-    usage: JsonPart | None
+    usage: Usage | None
+    """GPU-hours (CPU-hours) and, with prices in the settings, their cost."""
     estimate: JsonPart | None
     notifications: tuple[JsonPart, ...]
     lead_time: str
-    ranks: JsonPart
+    ranks: RankReport
     odd_nodes: tuple[str, ...]
     data: JsonPart | None
     resumed_from: JsonPart | None
     router_aux_loss: float | None
     checkpoints_place: str
     gathers: tuple[JsonPart, ...]
-    resume_check: JsonPart | None
+    resume_check: ResumeCheck | None
+    """The newest resume's check; ``None``: the run did not resume."""
     nettest: JsonPart | None = None
     """The newest interconnect test of the same nodes (filled in by the API, which may read tests)."""
     last_safe_step: SafeStep | None = None
@@ -85,6 +88,10 @@ class RunReport:
         data["nodes"] = [{"node_rank": n.node_rank, "host": n.host, "state": n.state.value, "exit_code": n.exit_code,
                           "detail": n.detail, "node_dir": n.node_dir} for n in self.nodes]
         data["triage"] = self.triage.to_dict() if self.triage is not None else None
+        data["ranks"] = self.ranks.to_dict()
+        data["usage"] = self.usage.to_dict() if self.usage is not None else None
+        data["resume_check"] = (None if self.resume_check is None else
+                                {**asdict(self.resume_check), "text": self.resume_check.words()})
         data["last_safe_step"] = (None if self.last_safe_step is None else
                                   {**self.last_safe_step.to_dict(), "text": self.last_safe_step.text()})
         for key in ("next", "notifications", "odd_nodes", "gathers"):
@@ -112,9 +119,9 @@ def run_report(home: Path, run_id: str) -> RunReport:
                   "unsent": unsent and f"not all sent yet ({unsent}); sent on the next look, or now: "
                                        f"fsdp-tui mlflow sync {run_id}"}
     records = _newest_records(directory / METRICS)
-    ranks = rank_report(records, len(record.nodes) or None).to_dict()
-    if triage is not None and ranks["slow"]:  # a slow rank is worth reading beside why the run ended
-        triage = replace(triage, slow_ranks=tuple(r["says"] for r in ranks["slow"]))
+    ranks = rank_report(records, len(record.nodes) or None)
+    if triage is not None and ranks.slow:  # a slow rank is worth reading beside why the run ended
+        triage = replace(triage, slow_ranks=tuple(r.says for r in ranks.slow))
     live = not s.state.is_final
     odd = _odd_nodes(record)
     if triage is not None and odd:
@@ -141,16 +148,8 @@ def run_report(home: Path, run_id: str) -> RunReport:
         odd_nodes=tuple(odd), data=_data_summary(directory / METRICS),
         resumed_from=_resumed_from(home, workload, run_id), router_aux_loss=_router_aux_loss(records),
         checkpoints_place=_place_words(plan), gathers=tuple(read_gathers(directory)),
-        resume_check=_resume_check(directory),
+        resume_check=read_resume_check(directory),
     )
-
-
-def _resume_check(directory: Path) -> dict | None:
-    """The newest resume's check (verdict, what differs, the line ``show`` prints); ``None``: no resume."""
-    from dataclasses import asdict
-
-    check = read_resume_check(directory)
-    return None if check is None else {**asdict(check), "text": check.words()}
 
 
 def _resumed_from(home: Path, workload: dict, run_id: str) -> dict | None:
@@ -189,7 +188,7 @@ def _odd_nodes(record) -> list[str]:
     return [r.odd_words() for r in recorded_rows(record) if r.odd]
 
 
-def _usage(record, workload: dict) -> dict | None:
+def _usage(record, workload: dict) -> Usage | None:
     """GPU-hours (CPU-hours) and, with prices in the settings, their cost."""
     import time
 
@@ -197,8 +196,7 @@ def _usage(record, workload: dict) -> dict | None:
         prices = load_user_settings().prices
     except SettingsError:
         prices = None
-    usage = usage_of_record(record, workload or None, prices, time.time())
-    return usage.to_dict() if usage else None
+    return usage_of_record(record, workload or None, prices, time.time())
 
 
 TAIL_BYTES = 8 << 20
