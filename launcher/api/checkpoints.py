@@ -5,15 +5,24 @@ bucket): listed, deleted, exported as a Hugging Face folder. A node that is gone
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from launcher.backends.base import CheckpointListing, ExportResult
-from launcher.runs.core.checkpoints import (
-    CheckpointError,
-    CheckpointInfo,
-    NoOutputDir,
-    completeness,
-    deletable,
-)
+from launcher.api._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from launcher.backends.base import CheckpointListing, ExportResult
+    from launcher.runs.core.checkpoints import (
+        CheckpointError,
+        CheckpointInfo,
+        NoOutputDir,
+        completeness,
+        deletable,
+    )
+
+__getattr__ = lazy_names(__name__, {
+    "launcher.backends.base": ("CheckpointListing", "ExportResult"),
+    "launcher.runs.core.checkpoints": ("CheckpointError", "CheckpointInfo", "NoOutputDir", "completeness", "deletable"),
+})
 
 __all__ = ["CheckpointError", "CheckpointInfo", "CheckpointListing", "Checkpoints", "ExportResult", "NoOutputDir",
            "completeness", "deletable"]
@@ -25,14 +34,6 @@ class Checkpoints:
 
     def __init__(self, home: Path) -> None:
         self.home = Path(home)
-
-    async def list(self, run_id: str) -> CheckpointListing:
-        """The run's checkpoints, oldest step first, each complete or not, with its kind, size and age.
-        :class:`NoOutputDir`: the run keeps none (no ``output_dir``); a holder that cannot be asked fills
-        ``error``."""
-        from launcher.runs.core.checkpoints import list_checkpoints
-
-        return await list_checkpoints(self.home, run_id)
 
     async def delete(self, run_id: str, name: str) -> None:
         """Delete the checkpoint folder ``name`` where it is held; :class:`CheckpointError` when it may not be
@@ -55,3 +56,12 @@ class Checkpoints:
         """The newest complete checkpoint of ``listing`` (of ``step`` when given); ``None`` when there is none."""
         done = [c for c in listing.checkpoints if c.complete and (step is None or c.step == step)]
         return done[-1] if done else None
+
+    # Last in the class: inside its body ``list`` names this method, not the builtin.
+    async def list(self, run_id: str) -> CheckpointListing:
+        """The run's checkpoints, oldest step first, each complete or not, with its kind, size and age.
+        :class:`NoOutputDir`: the run keeps none (no ``output_dir``); a holder that cannot be asked fills
+        ``error``."""
+        from launcher.runs.core.checkpoints import list_checkpoints
+
+        return await list_checkpoints(self.home, run_id)

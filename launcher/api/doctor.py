@@ -7,10 +7,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from launcher.doctor.judge import Check, DoctorReport, NodeReport
-from launcher.runs.probe import PROBE_BUDGET_S, PROBE_STEPS, ProbeResult
-from launcher.workload.plan import RunPlan
+from launcher.api._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from launcher.doctor.judge import Check, DoctorReport, NodeReport
+    from launcher.runs.probe import PROBE_BUDGET_S, PROBE_STEPS, ProbeResult
+    from launcher.workload.plan import RunPlan
+
+__getattr__ = lazy_names(__name__, {
+    "launcher.doctor.judge": ("Check", "DoctorReport", "NodeReport"),
+    "launcher.runs.probe": ("PROBE_BUDGET_S", "PROBE_STEPS", "ProbeResult"),
+})
 
 __all__ = ["PROBE_BUDGET_S", "PROBE_STEPS", "Check", "Doctor", "DoctorReport", "NodeReport", "ProbeResult"]
 
@@ -28,10 +37,12 @@ class Doctor:
 
         return await diagnose(plan, run_root=plan.node_root, home=self.home)
 
-    async def probe(self, plan: RunPlan, *, steps: int = PROBE_STEPS, budget_s: float = PROBE_BUDGET_S,
+    async def probe(self, plan: RunPlan, *, steps: int | None = None, budget_s: float | None = None,
                     on_progress: Callable[[int, float], None] | None = None) -> ProbeResult:
-        """Time ``plan``'s first ``steps`` steps on its nodes in a probe run (cancelled then, or after
-        ``budget_s``) and estimate the whole run from them; ``on_progress(steps, elapsed_s)`` as it goes."""
-        from launcher.runs.probe import run_probe
+        """Time ``plan``'s first ``steps`` steps (default :data:`PROBE_STEPS`) on its nodes in a probe run
+        (cancelled then, or after ``budget_s``, default :data:`PROBE_BUDGET_S`) and estimate the whole run
+        from them; ``on_progress(steps, elapsed_s)`` as it goes."""
+        from launcher.runs.probe import PROBE_BUDGET_S, PROBE_STEPS, run_probe
 
-        return await run_probe(self.home, plan, steps=steps, budget_s=budget_s, on_progress=on_progress)
+        return await run_probe(self.home, plan, steps=PROBE_STEPS if steps is None else steps,
+                               budget_s=PROBE_BUDGET_S if budget_s is None else budget_s, on_progress=on_progress)

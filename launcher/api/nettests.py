@@ -4,17 +4,29 @@ data dir; here they come back as typed records, decoded once (:meth:`NettestReco
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from launcher.nettest.expect import Expectation
-from launcher.nettest.figures import Measured, Verdict, judge_pairs, rate, size
-from launcher.nettest.launch import Options, Outcome
-from launcher.nettest.report import cut_lines, headline, pair_bars, pair_lines, rows, verdict_lines
-from launcher.nettest.report import to_dict as to_json
-from launcher.workload.plan import RunPlan
+from launcher.api._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from launcher.nettest.expect import Expectation
+    from launcher.nettest.figures import Measured, Verdict, judge_pairs, rate, size
+    from launcher.nettest.launch import Options, Outcome
+    from launcher.nettest.report import cut_lines, headline, pair_bars, pair_lines, rows, verdict_lines
+    from launcher.nettest.report import to_dict as to_json
+    from launcher.workload.plan import RunPlan
+
+__getattr__ = lazy_names(__name__, {
+    "launcher.nettest.expect": ("Expectation",),
+    "launcher.nettest.figures": ("Measured", "Verdict", "judge_pairs", "rate", "size"),
+    "launcher.nettest.launch": ("Options", "Outcome"),
+    "launcher.nettest.report": ("cut_lines", "headline", "pair_bars", "pair_lines", "rows", "verdict_lines",
+                                "to_json=to_dict"),
+})
 
 __all__ = ["Deadlines", "Expectation", "Judged", "Measured", "NettestNotFound", "NettestRecord", "NettestSummary", "Nettests",
            "Options", "Outcome", "Verdict", "cut_lines", "headline", "judge_pairs", "pair_bars", "pair_lines",
@@ -163,12 +175,6 @@ class Nettests:
 
         return run_nettest(plan, options, self.home, on_state=on_state)
 
-    def list(self) -> list[NettestRecord]:
-        """Every kept test, newest first; a file that is not a test's record is skipped."""
-        from launcher.nettest.launch import list_records
-
-        return [r for r in map(NettestRecord.from_wire, list_records(self.home)) if r is not None]
-
     def find(self, prefix: str) -> NettestRecord:
         """The kept test whose id starts with ``prefix``; :class:`NettestNotFound` in one line otherwise."""
         found = [r for r in self.list() if r.run_id.startswith(prefix)]
@@ -186,6 +192,7 @@ class Nettests:
         plan's ``accelerator_type``'s."""
         from launcher.nettest.burnin import burnin_lines, health_problems, slow_gpus
         from launcher.nettest.expect import expect, inputs_for, peak_for
+        from launcher.nettest.figures import judge_pairs
 
         health = dict(health or {})
         peak = peak_tflops or ((peak_for(plan.topology.gpu_model) or 0) / 1e12 if plan is not None else None) or None
@@ -205,3 +212,10 @@ class Nettests:
 
         found = newest_for(self.home, list(hosts), besides=besides)
         return NettestSummary(**found) if found is not None else None
+
+    # Last in the class: inside its body ``list`` names this method, not the builtin.
+    def list(self) -> builtins.list[NettestRecord]:
+        """Every kept test, newest first; a file that is not a test's record is skipped."""
+        from launcher.nettest.launch import list_records
+
+        return [r for r in map(NettestRecord.from_wire, list_records(self.home)) if r is not None]

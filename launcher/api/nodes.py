@@ -7,12 +7,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from launcher.backends.base import NodeError, Reach
-from launcher.backends.ssh.common import SshConfigError
-from launcher.backends.ssh.hostkeys import KeyCheck
-from launcher.runs.gpu_holders import GpuHolder, NodeHolders
-from launcher.workload.plan import RunPlan
+from launcher.api._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from launcher.backends.base import NodeError, Reach
+    from launcher.backends.ssh.common import SshConfigError
+    from launcher.backends.ssh.hostkeys import KeyCheck
+    from launcher.runs.gpu_holders import GpuHolder, NodeHolders
+    from launcher.workload.plan import RunPlan
+
+__getattr__ = lazy_names(__name__, {
+    "launcher.backends.base": ("NodeError", "Reach"),
+    "launcher.backends.ssh.common": ("SshConfigError",),
+    "launcher.backends.ssh.hostkeys": ("KeyCheck",),
+    "launcher.runs.gpu_holders": ("GpuHolder", "NodeHolders"),
+})
 
 __all__ = ["GpuHolder", "GpuHolders", "HostUnreachable", "KeyCheck", "NodeError", "NodeHolders", "Nodes", "Reach",
            "SshConfigError"]

@@ -5,15 +5,28 @@ runs use, and a workload rendered for another engine (eject: text only, nothing 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from launcher.eject.targets import Ejected, Target
-from launcher.notify.deliver import Delivery
-from launcher.runs.core.output_dirs import HINT as OUTPUT_DIR_HINT
-from launcher.runs.core.rebuild import RebuildReport
-from launcher.runs.core.user_settings import SettingsError
-from launcher.secrets import SecretStore
-from launcher.workload.notify import Notify
-from launcher.workload.plan import RunPlan
+from launcher.api._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from launcher.eject.targets import Ejected, Target
+    from launcher.notify.deliver import Delivery
+    from launcher.runs.core.output_dirs import HINT as OUTPUT_DIR_HINT
+    from launcher.runs.core.rebuild import RebuildReport
+    from launcher.runs.core.user_settings import SettingsError
+    from launcher.secrets import SecretStore
+    from launcher.workload.notify import Notify
+    from launcher.workload.plan import RunPlan
+
+__getattr__ = lazy_names(__name__, {
+    "launcher.eject.targets": ("Ejected",),
+    "launcher.notify.deliver": ("Delivery",),
+    "launcher.runs.core.output_dirs": ("OUTPUT_DIR_HINT=HINT",),
+    "launcher.runs.core.rebuild": ("RebuildReport",),
+    "launcher.runs.core.user_settings": ("SettingsError",),
+    "launcher.secrets": ("SecretStore",),
+})
 
 __all__ = ["OUTPUT_DIR_HINT", "Delivery", "Ejected", "NoSink", "Records", "RebuildReport", "SecretStore",
            "SettingsError"]
@@ -55,6 +68,8 @@ class Records:
     @property
     def secrets(self) -> SecretStore:
         """The secret store (``secrets.json``, the user's alone); environment variables override it."""
+        from launcher.secrets import SecretStore
+
         return SecretStore(self.home)
 
     @staticmethod
@@ -78,6 +93,7 @@ class Records:
         from launcher.notify.summary import CheckpointFact, RunFacts, build_summary
         from launcher.runs.core.triage import TriageReport
         from launcher.runs.core.user_settings import effective_notify, load_user_settings, settings_file
+        from launcher.secrets import SecretStore
 
         notify = effective_notify(workload_notify, load_user_settings())
         if notify is None:

@@ -4,12 +4,22 @@ folders on the nodes and here removed (``clean``), and the run forgotten (``rm``
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from launcher.runs.cleanup import CleanReport
-from launcher.runs.core.layout import mirror_path
-from launcher.runs.core.space import fmt_bytes
-from launcher.runs.core.streams import LineSplitter, tail_offset
-from launcher.runs.read.rank_log import RankLog, RankLogError
+from launcher.api._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from launcher.runs.cleanup import CleanReport
+    from launcher.runs.core.space import fmt_bytes
+    from launcher.runs.core.streams import LineSplitter, tail_offset
+    from launcher.runs.read.rank_log import RankLog, RankLogError
+
+__getattr__ = lazy_names(__name__, {
+    "launcher.runs.cleanup": ("CleanReport",),
+    "launcher.runs.core.space": ("fmt_bytes",),
+    "launcher.runs.core.streams": ("LineSplitter", "tail_offset"),
+    "launcher.runs.read.rank_log": ("RankLog", "RankLogError"),
+})
 
 __all__ = ["CleanReport", "LineSplitter", "RankLog", "RankLogError", "RunFiles", "fmt_bytes", "tail_offset"]
 
@@ -23,12 +33,15 @@ class RunFiles:
     def node_log(self, run_id: str, node_rank: int) -> Path:
         """Where node ``node_rank``'s log of the run is mirrored here (it may not exist yet)."""
         from launcher.paths import run_dir
+        from launcher.runs.core.layout import mirror_path
 
         return mirror_path(run_dir(self.home, run_id), node_rank)
 
     def rank_log(self, run_id: str, rank: int) -> RankLog:
         """A reader of global rank ``rank``'s own output on the node that ran it (close it when done);
         :class:`RankLogError` says why it cannot be read (no such rank, no plan on record)."""
+        from launcher.runs.read.rank_log import RankLog
+
         return RankLog(self.home, run_id, rank)
 
     def ranks_of_node(self, run_id: str, node_rank: int) -> list[int]:

@@ -6,11 +6,10 @@ both call :meth:`Runs.launch` and show its typed outcome (:class:`Launched`, :cl
 from __future__ import annotations
 
 import asyncio
-import importlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from launcher.events import RunEvent
@@ -35,6 +34,7 @@ if TYPE_CHECKING:
     from launcher.workload.plan import RunPlan
     from trainer.wire.protocol import MetricRecord
 
+from launcher.api._lazy import lazy_names
 from launcher.api.launching import AlreadyLaunched, Launched, LaunchOutcome, Refused
 
 _FROM = {
@@ -57,16 +57,7 @@ _FROM = {
 }
 """The core's types and pure helpers this door hands out, each loaded on first use (a command that only
 finds a run loads none of them)."""
-_HOME_OF = {name: module for module, names in _FROM.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    module = _HOME_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _FROM)
 
 
 __all__ = [

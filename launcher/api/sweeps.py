@@ -3,12 +3,23 @@ process that outlives the front end; listed, shown side by side, cancelled, resu
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from launcher.runs.read.comparison import RunStats
-from launcher.runs.sweeps.record import FINAL_SWEEP, SweepRecord, VariantRecord
-from launcher.workload.sweep import SWEEP_NOT_RUN, SweepPlan
+from launcher.api._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from launcher.runs.read.comparison import RunStats
+    from launcher.runs.sweeps.record import FINAL_SWEEP, SweepRecord, VariantRecord
+    from launcher.workload.sweep import SWEEP_NOT_RUN, SweepPlan
+
+__getattr__ = lazy_names(__name__, {
+    "launcher.runs.read.comparison": ("RunStats",),
+    "launcher.runs.sweeps.record": ("FINAL_SWEEP", "SweepRecord", "VariantRecord"),
+    "launcher.workload.sweep": ("SWEEP_NOT_RUN", "SweepPlan"),
+})
 
 __all__ = ["FINAL_SWEEP", "SWEEP_NOT_RUN", "RunStats", "SweepNotFound", "SweepPlan", "SweepRecord", "Sweeps",
            "VariantRecord"]
@@ -53,12 +64,6 @@ class Sweeps:
 
         return load_sweep(self.home, sweep_id)
 
-    def list(self) -> list[SweepRecord]:
-        """Every sweep, newest first."""
-        from launcher.runs.sweeps.record import list_sweeps
-
-        return list_sweeps(self.home)
-
     def adopt(self, sweep_ids: list[str] | None = None) -> list[str]:
         """Every sweep not ended whose driver is gone (of ``sweep_ids``, or all) gets a new one; those adopted."""
         from launcher.runs.sweeps.control import adopt_sweeps
@@ -90,3 +95,10 @@ class Sweeps:
         from launcher.runs.read.comparison import sweep_stats
 
         return sweep_stats(self.home, record)
+
+    # Last in the class: inside its body ``list`` names this method, not the builtin.
+    def list(self) -> builtins.list[SweepRecord]:
+        """Every sweep, newest first."""
+        from launcher.runs.sweeps.record import list_sweeps
+
+        return list_sweeps(self.home)
