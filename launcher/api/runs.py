@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from launcher.runs.launch import CancelReport, Resumed
     from launcher.runs.owner.send_later import Sent
     from launcher.runs.read.comparison import COLUMNS, Column, RunStats, fmt
+    from launcher.runs.read.comparison_format import Format as ComparisonFormat
     from launcher.runs.read.follower import FollowGaveUp
     from launcher.runs.read.nodes import THRESHOLDS, NodeRow, node_rows
     from launcher.runs.read.ranks import THRESHOLD, RankReport, RankTimes
@@ -48,6 +49,7 @@ _FROM = {
     "launcher.runs.launch": ("CancelReport", "Resumed"),
     "launcher.runs.owner.send_later": ("Sent",),
     "launcher.runs.read.comparison": ("COLUMNS", "Column", "RunStats", "fmt"),
+    "launcher.runs.read.comparison_format": ("ComparisonFormat=Format",),
     "launcher.runs.read.follower": ("FollowGaveUp",),
     "launcher.runs.read.nodes": ("THRESHOLDS", "NodeRow", "node_rows"),
     "launcher.runs.read.ranks": ("THRESHOLD", "RankReport", "RankTimes"),
@@ -61,7 +63,7 @@ __getattr__ = lazy_names(__name__, _FROM)
 
 
 __all__ = [
-    "COLUMNS", "FORCED_NOTE", "NONE_YET", "THRESHOLD", "THRESHOLDS", "TRIAGE", "AlreadyLaunched", "CancelReport",
+    "COLUMNS", "ComparisonFormat", "FORCED_NOTE", "NONE_YET", "THRESHOLD", "THRESHOLDS", "TRIAGE", "AlreadyLaunched", "CancelReport",
     "Column", "FollowGaveUp", "LaunchOutcome", "Launched", "NodeRecord", "NodeRow", "RankReport", "RankTimes",
     "RecordUnwritable", "Refused", "ResumeCheck", "Resumed", "RunListed", "RunNotFound", "RunRecord", "RunReport",
     "RunStats", "RunSummary", "RunView", "Runs", "SafeStep", "SampleSet", "Sent", "Signature", "StackDumps", "StoreDamaged",
@@ -209,7 +211,7 @@ class Runs:
         return compare_runs(self.home, list(run_ids), labels)
 
     @staticmethod
-    def comparison_text(rows: list[RunStats], form: Literal["table", "csv", "md", "json"]) -> str:
+    def comparison_text(rows: list[RunStats], form: ComparisonFormat) -> str:
         """Rows of :meth:`compare` as a table, CSV, Markdown or JSON."""
         from launcher.runs.read.comparison_format import render
 

@@ -16,6 +16,7 @@ from launcher.words import plural
 
 if TYPE_CHECKING:
     from launcher.api import Client
+    from launcher.api.runs import ComparisonFormat
 
 EXIT_CODES = {"succeeded": 0, "failed": 1, "cancelled": 130}
 
@@ -91,7 +92,7 @@ def resume(client: Client, sweep_id: str, args: argparse.Namespace) -> int:
         return 130
 
 
-def show(client: Client, sweep_id: str, form: str) -> int:
+def show(client: Client, sweep_id: str, form: ComparisonFormat) -> int:
     record = client.sweeps.get(sweep_id)
     if form == "table":
         print(f"sweep {record.sweep_id}: {record.state} ({record.detail or plural(len(record.variants), 'variant')})")
@@ -156,9 +157,9 @@ def launch(client: Client, file: Path, args: argparse.Namespace) -> int:
             print(f"\n=== variant {v.index}: {v.label}")
             for o in v.overrides:
                 print(f"--set {o}")
-            sys.stdout.write(client.runs.dry_run_text(v.plan))
+            sys.stdout.write(client.runs.dry_run_text(v.run_plan))
         return 0
-    blocked = [(v, b) for v in plan.variants for b in v.plan.blockers]
+    blocked = [(v, b) for v in plan.variants for b in v.run_plan.blockers]
     for v, blocker in blocked:
         print(f"{file}: variant {v.index} ({v.label}) cannot run: {blocker}", file=sys.stderr)
     if blocked:
