@@ -28,7 +28,7 @@ __getattr__ = lazy_names(__name__, {
                                 "to_json=to_dict"),
 })
 
-__all__ = ["Deadlines", "Expectation", "Judged", "Measured", "NettestNotFound", "NettestRecord", "NettestSummary", "Nettests",
+__all__ = ["Deadlines", "Expectation", "Judged", "Measured", "NettestNotFound", "NettestRecord", "Nettests",
            "Options", "Outcome", "Verdict", "cut_lines", "headline", "judge_pairs", "pair_bars", "pair_lines",
            "rate", "rows", "size", "to_json", "verdict_lines"]
 
@@ -91,6 +91,9 @@ class NettestRecord:
     def summary(self) -> str:
         """The test in one line: its whole world's all-gather bus bandwidth and its verdict's first words (the
         run monitor's header); empty without figures."""
+        from launcher.nettest.figures import judge_pairs, rate
+        from launcher.nettest.report import verdict_lines
+
         if self.measured is None:
             return ""
         world = self.measured.scope("world")
@@ -137,20 +140,6 @@ class Judged:
             data["fsdp"] = {"sharding": e.sharding, "bytes_per_rank": e.bytes_per_rank, "comm_s": e.comm_s,
                             "compute_s": e.compute_s, "text": list(e.lines)}
         return data
-
-
-@dataclass(frozen=True)
-class NettestSummary:
-    """A kept test in one line: its id, date, the verdict's first line and the world's all-gather bus
-    bandwidth."""
-
-    run_id: str
-    started_at: float | None
-    verdict: str
-    all_gather_busbw: float | None
-    """Bytes per second; ``None`` when the test timed no all-gather over the whole world."""
-    summary: str
-    """The bandwidth in words (``12.3 GB/s all-gather bus bandwidth over the whole world``)."""
 
 
 class Nettests:
@@ -205,13 +194,11 @@ class Nettests:
                       any(health_problems(h) for h in health.values()),
                       bool(slow_gpus(list(measured.gemm_tflops), measured.local_world_size)), expectation, health)
 
-    def newest_for(self, hosts: tuple[str, ...] | list[str], *, besides: str = "") -> NettestSummary | None:
-        """The newest kept test with figures on exactly these nodes (in rank order), other than ``besides``,
-        summarised (what ``show`` and the monitor say of a run's network)."""
-        from launcher.nettest.launch import newest_for
-
-        found = newest_for(self.home, list(hosts), besides=besides)
-        return NettestSummary(**found) if found is not None else None
+    def newest_for(self, hosts: tuple[str, ...] | list[str], *, besides: str = "") -> NettestRecord | None:
+        """The newest kept test with figures on exactly these nodes (in rank order), other than ``besides``
+        (:attr:`NettestRecord.summary` says it in one line)."""
+        return next((r for r in self.list() if r.run_id != besides and r.nodes == tuple(hosts)
+                     and r.measured is not None), None)
 
     # Last in the class: inside its body ``list`` names this method, not the builtin.
     def list(self) -> builtins.list[NettestRecord]:

@@ -75,6 +75,7 @@ class RunFiles:
         directory), for the question before it is deleted; empty once they were removed (``clean``) or for a
         run this data dir does not know."""
         from launcher.runs.cleanup import cleaned, folder_bytes
+        from launcher.runs.core.space import fmt_bytes
         from launcher.runs.core.store import RunStore
         from launcher.workload.load import LOCAL_NODES_DIR
 

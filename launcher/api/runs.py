@@ -195,14 +195,14 @@ class Runs:
 
         report = run_report(self.home, run_id)
         return replace(report, nettest=newest_for(self.home, [n.host for n in report.nodes], besides=run_id),
-                       last_safe_step=asyncio.run(self.last_safe_step(run_id)))
+                       last_safe_step=self.last_safe_step(run_id))
 
-    async def last_safe_step(self, run_id: str) -> SafeStep | None:
-        """The newest complete checkpoint, asked of the node that holds it (up to ~15 s); ``None`` for a
-        run without ``output_dir``."""
+    def last_safe_step(self, run_id: str) -> SafeStep | None:
+        """The newest complete checkpoint, asked of the node that holds it (blocks up to ~15 s: call it from
+        a thread in an event loop); ``None`` for a run without ``output_dir``."""
         from launcher.runs.core.safe_step import last_safe_step
 
-        return await last_safe_step(self.home, run_id)
+        return asyncio.run(last_safe_step(self.home, run_id))
 
     def compare(self, run_ids: Sequence[str], labels: dict[str, str] | None = None) -> list[RunStats]:
         """The runs side by side: throughput, memory, losses, one row each (``fsdp-tui compare``)."""

@@ -46,3 +46,35 @@ def test_the_client_hands_out_every_room_on_first_use(tmp_path):
     for room in (r for r in ROOMS if r != "launching"):  # a module the runs room calls, not a room
         assert getattr(client, room).home == tmp_path
     assert client.runs is client.runs  # one per client
+
+
+def _lazy_names(tree) -> set[str]:
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "lazy_names":
+            table = node.args[1]
+            if isinstance(table, ast.Name):
+                table = next(n.value for n in tree.body
+                             if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == table.id)
+            names |= {e.value.split("=")[0] for v in table.values for e in v.elts}
+    return names
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_a_room_imports_what_its_own_code_uses_of_the_names_it_hands_out_on_first_use(room):
+    """A module's own functions look names up in its globals, never through its ``__getattr__``: a name a
+    room hands out on first use must be imported where the room's code uses it (else NameError at run time)."""
+    import ast
+    from pathlib import Path
+
+    path = Path(importlib.import_module(f"launcher.api.{room}").__file__)
+    tree = ast.parse(path.read_text())
+    lazy = _lazy_names(tree)
+    unbound = []
+    for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        local = {a.asname or a.name for n in ast.walk(fn) if isinstance(n, ast.ImportFrom) for a in n.names}
+        unbound += [f"{fn.name}: {n.id} (line {n.lineno})" for stmt in fn.body for n in ast.walk(stmt)
+                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in lazy - local]
+    assert unbound == []
