@@ -89,7 +89,7 @@ def main() -> None:
     p.add_argument("--hosts", type=int, default=16)
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args()
-    from tests.launcher.sshd import start_hosts, stop_hosts
+    from tests.support.sshd import start_hosts, stop_hosts
 
     with tempfile.TemporaryDirectory() as tmp:
         client, hosts = start_hosts(Path(tmp), args.hosts)

@@ -1,5 +1,5 @@
 """Gathered checkpoints on hosts that share no disk: two sshd hosts, each a network namespace with its own
-disk (its home bind-mounted from a folder of its own), as ``tests/launcher/test_split_checkpoints.py``.
+disk (its home bind-mounted from a folder of its own), as ``tests/runs/owner/test_split_checkpoints.py``.
 
 1. Throughput: node 1's shards (``--size-mib`` in ``--files`` files) copied into node 0's checkpoint
    folder by the launcher's gather (through this machine's SSH connections, each file's SHA-256 checked
@@ -136,7 +136,7 @@ def cat_once(client: Path, home: Path, sizes: dict[str, int]) -> float:
 
 
 def throughput(args, tmp: Path) -> None:
-    from tests.launcher.sshd import start_hosts, stop_hosts
+    from tests.support.sshd import start_hosts, stop_hosts
 
     client, hosts = start_hosts(tmp, 2, netns=True, private_disks=True)
     os.environ["HOME"] = str(client)
@@ -172,7 +172,7 @@ BLOCKED = re.compile(r"checkpoint blocked training for ([0-9.]+) s")
 
 
 def training(args, tmp: Path) -> None:
-    from tests.launcher.sshd import start_hosts, stop_hosts
+    from tests.support.sshd import start_hosts, stop_hosts
 
     client, hosts = start_hosts(tmp, 2, netns=True, private_disks=True)
     env = {**os.environ, "HOME": str(client), "FSDP_TUI_HOME": str(tmp / "data")}

@@ -1,5 +1,5 @@
 """The interconnect self-test against the link's own limit, on network-namespace SSH hosts with shaped links
-(tests/launcher/sshd.py; tc tbf on both ends of each host's veth), built by this script and removed at the end.
+(tests/support/sshd.py; tc tbf on both ends of each host's veth), built by this script and removed at the end.
 
 1. Two hosts, every link at ``--rate`` Mbit: (a) a plain TCP stream from host 0 to host 1 (a 1 MiB-buffer
    socket send loop for ``--tcp-s`` seconds, the receiver counts bytes), MB/s, and two such streams at
@@ -153,7 +153,7 @@ def timeline(home: Path, run_id: str) -> dict[str, float]:
 
 def many_hosts(args) -> None:
     """``--hosts N``: the quick test's start-to-verdict time on N hosts, and where it went."""
-    from tests.launcher.sshd import start_hosts, stop_hosts
+    from tests.support.sshd import start_hosts, stop_hosts
 
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -217,7 +217,7 @@ def main() -> None:
     if args.hosts:
         many_hosts(args)
         return
-    from tests.launcher.sshd import start_hosts, stop_hosts
+    from tests.support.sshd import start_hosts, stop_hosts
 
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)

@@ -35,7 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.launcher.conftest import owner_pid, tagged  # noqa: E402  (this checkout's test helpers)
+from tests.support.cli import owner_pid, tagged  # noqa: E402  (this checkout's test helpers)
 
 FSDP_TUI = str(Path(sys.executable).with_name("fsdp-tui"))
 TICK = os.sysconf("SC_CLK_TCK")
@@ -139,7 +139,7 @@ def app_watch(home: Path, run_id: str, seconds: float, env: dict[str, str]) -> s
 
 def measure(count: int, rate: float, stream_s: float, quiet_s: float, doctor: bool = False,
             app: bool = False) -> dict:
-    from tests.launcher.sshd import start_hosts, stop_hosts
+    from tests.support.sshd import start_hosts, stop_hosts
 
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp_name:
         tmp = Path(tmp_name)

@@ -1,5 +1,5 @@
 """SLURM: fsdp-tui against what a user does by hand, on the real 2-node test cluster
-(tests/launcher/slurm_cluster.py: munged, slurmctld, two slurmd in network namespaces, a login node over SSH),
+(tests/support/slurm_cluster.py: munged, slurmctld, two slurmd in network namespaces, a login node over SSH),
 built by this script and stopped at the end.
 
 1. A trivial 2-node job (``echo hello from $NODE_RANK``), ``--repeat`` times each way, alternating, after
@@ -202,7 +202,7 @@ def main() -> None:
     p.add_argument("--window", type=float, default=60)
     p.add_argument("--skip-latency", action="store_true")
     args = p.parse_args()
-    import tests.launcher.slurm_cluster as sc
+    import tests.support.slurm_cluster as sc
 
     with tempfile.TemporaryDirectory(prefix="bench-slurm-") as tmp:
         tmp = Path(tmp)

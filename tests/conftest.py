@@ -10,12 +10,14 @@ or machine-wide, which stay together on one worker:
   the other.
 
 Everything else is isolated by the fixtures: ``tmp_path`` homes, free ports, network namespaces and
-bridges claimed by name (``tests/launcher/sshd.py``), run ids in every process's environment.
+bridges claimed by name (``tests/support/sshd.py``), run ids in every process's environment.
 """
 
 from __future__ import annotations
 
 import pytest
+
+from tests.support.cli import home, hosts, ns_hosts, slurm, slurm_module  # noqa: F401  (fixtures for every room)
 
 SHARED_SCOPES = ("module", "package", "class")
 

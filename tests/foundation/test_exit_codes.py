@@ -43,7 +43,7 @@ def table() -> list[tuple[str, int, str]]:
 
 
 ELSEWHERE = {
-    ("nettest", 0): ("tests/launcher/test_nettest_runs.py", "test_local_two_processes_give_a_report_and_a_kept_record",
+    ("nettest", 0): ("tests/nettest/test_nettest_runs.py", "test_local_two_processes_give_a_report_and_a_kept_record",
                      "assert out.returncode == 0"),
 }
 """Rows a real torchrun interconnect test checks (tens of seconds): the test, and the line that checks it."""
@@ -176,7 +176,7 @@ def world(tmp_path_factory):
     w = World(home, tmp, {}, env)
     hosts = None
     try:
-        from tests.launcher.sshd import start_hosts
+        from tests.support.sshd import start_hosts
 
         try:
             hosts = start_hosts(tmp / "ssh", 1)
@@ -191,7 +191,7 @@ def world(tmp_path_factory):
         if "live_sweep" in w.ids:
             w.cli("sweep", "cancel", w.ids["live_sweep"])
         if hosts is not None:
-            from tests.launcher.sshd import stop_hosts
+            from tests.support.sshd import stop_hosts
 
             stop_hosts(hosts[1])
         for k, v in saved.items():

@@ -1,6 +1,6 @@
 """One set of rules for every value, wherever it is written: the same value refused at the same key from
 the file and from ``--set`` (and a sweep's variant, which is a ``--set``), each at its own line, in one
-line of text. Table-driven and pure; the real launch of such values is in ``tests/launcher/test_bad_day.py``."""
+line of text. Table-driven and pure; the real launch of such values is in ``tests/runs/core/test_bad_day.py``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The flight recorder dump the trainer writes when asked (``trainer/flight.py``), in a real process group:
 gloo here (every run); NCCL on a GPU machine (gpu-marked: this machine has no CUDA). Rank-skips-a-collective
-over a whole run is in tests/launcher/test_stall.py."""
+over a whole run is in tests/runs/owner/test_stall.py."""
 
 from __future__ import annotations
 

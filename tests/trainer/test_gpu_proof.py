@@ -73,7 +73,7 @@ def test_the_dry_run_runs_every_step_and_writes_its_json(tmp_path):
     tests = got["01-gpu-tests.json"]["result"]
     assert len(tests["tests"]) >= 5 and tests["counts"]["skipped"] == len(tests["tests"])  # every one needs CUDA
     assert {t["test"].split("::")[0] for t in tests["tests"]} >= {"tests.trainer.test_stager",
-                                                                  "tests.launcher.test_nettest_burnin"}
+                                                                  "tests.nettest.test_nettest_burnin"}
     assert all(t["message"] for t in tests["tests"])
 
     runs = got["02-mfu.json"]["result"]["runs"]
@@ -171,10 +171,10 @@ def test_the_gpu_branches_build_their_commands_and_read_their_output(tmp_path, m
     import gpu_proof_steps as steps
 
     printed = ("tests/trainer/test_stager.py::test_copy PASSED [ 20%]\n"
-               "tests/launcher/test_nettest_burnin.py::test_nccl_on_this_machines_gpu FAILED [ 40%]\n")
+               "tests/nettest/test_nettest_burnin.py::test_nccl_on_this_machines_gpu FAILED [ 40%]\n")
     got = steps.gpu_tests(_FakeGpu("full", tmp_path, lambda argv, env: (None, printed)))  # stopped: no report
     assert got.status == "timeout" and got.result["counts"] == {"passed": 1, "failed": 1, "error": 0, "skipped": 0}
-    assert got.result["tests"][1]["test"] == "tests.launcher.test_nettest_burnin::test_nccl_on_this_machines_gpu"
+    assert got.result["tests"][1]["test"] == "tests.nettest.test_nettest_burnin::test_nccl_on_this_machines_gpu"
 
     mfu_lines = "\n".join(_bench_line(bench="gpu", rows=rows, packed=packed, tokens_per_s=tps, mfu=mfu)
                           for rows, packed, tps, mfu in (("whole examples", 0, 55000.0, 0.47),

@@ -11,7 +11,7 @@ from textual.widgets import DataTable, TextArea
 
 from launcher.events import NodeState, RunState
 from launcher.workload.cursor import key_path_at
-from tests.launcher.conftest import ROOT
+from tests.support.cli import ROOT
 from tui.app import FsdpTuiApp
 from tui.screens.editor import EditorScreen
 from tui.screens.home import HomeScreen
@@ -161,7 +161,7 @@ async def test_monitor_on_a_real_local_run_then_cancel(home, tmp_path):
         await pilot.press("c")
         await pilot.press("y")
         await _wait_for(pilot, lambda: screen.view.state == RunState.CANCELLED, timeout=30)
-    from tests.launcher.conftest import tagged
+    from tests.support.cli import tagged
 
     assert tagged(screen.run_id) == []
 

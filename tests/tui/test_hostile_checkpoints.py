@@ -10,7 +10,7 @@ from pathlib import Path
 from textual.widgets import DataTable
 
 from launcher.events import RunState
-from tests.launcher.hostile import reached_terminal_safely
+from tests.support.hostile import reached_terminal_safely
 from tests.tui.support import wait_for
 from tui.app import FsdpTuiApp
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.launcher.conftest import ROOT
-from tests.launcher.hostile import CORPUS, hostile_log
+from tests.support.cli import ROOT
+from tests.support.hostile import CORPUS, hostile_log
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
 FSDP_TUI = str(Path(sys.executable).with_name("fsdp-tui"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
-from tests.launcher.test_repair import _damage, _record
+from tests.runs.core.test_repair import _damage, _record
 from tests.tui.support import wait_for
 from tui.app import FsdpTuiApp
 from tui.screens.home import HomeScreen

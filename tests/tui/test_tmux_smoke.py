@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launcher.conftest import ROOT, tagged
+from tests.support.cli import ROOT, tagged
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
 FSDP_TUI = str(Path(sys.executable).with_name("fsdp-tui"))

@@ -1,0 +1,148 @@
+"""The operator's own disk full: the data dir on a real 6 MB tmpfs and a chatty local job through the real
+CLI. The run stops with the cause, the follower says so and exits 1, reading commands still answer, a
+launch onto the full disk is refused at once, and the run's end is written once there is room."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from launcher.runs.core.ownership import OwnerLock
+from launcher.runs.read.follower import MAX_OWNER_STARTS, _owner_trouble
+from tests.support.cli import cli, tagged, wait_until, write_workload
+
+CHATTY = """experiment_name: chatty
+mlflow: {enabled: false}
+command: |
+  python3 -c "
+  import sys, time
+  line = 'x' * 199 + '\\n'
+  for i in range(200000):
+      sys.stdout.write(line)
+      if i % 500 == 0:
+          sys.stdout.flush(); time.sleep(0.02)
+  "
+"""
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+
+def _fill(mount: Path) -> Path:
+    """Every byte left on ``mount`` taken (none may be left: then there is no filler to remove later)."""
+    filler = mount / "filler"
+    try:
+        with open(filler, "ab") as f:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+    except OSError:
+        pass
+    return filler
+
+
+def test_the_data_dir_filling_up_stops_the_run_with_its_cause(small_disk, tmp_path):
+    home = small_disk / "home"
+    env: dict[str, str] = {}
+    wl = write_workload(tmp_path, CHATTY)
+    out = cli(home, "run", wl, "--json", timeout=120, **env)
+    said = out.stdout + out.stderr
+    assert out.returncode == 1 and "Traceback" not in said, said[-3000:]
+    assert "no space left on device" in said and str(home) in said, said[-3000:]
+    run_id = json.loads(out.stdout.splitlines()[0])["run_id"]
+    wait_until(lambda: not tagged(run_id), 30, "the job's processes gone")
+
+    filler = _fill(small_disk)
+    for args in (("runs",), ("show", run_id), ("logs", run_id, "--tail", "1")):
+        answer = cli(home, *args, timeout=60, **env)
+        assert answer.returncode == 0 and "Traceback" not in answer.stderr, (args, answer.stderr[-2000:])
+        if args == ("runs",):  # ended with the cause, or stopped and saying what its end waits for
+            assert "no space left on device" in answer.stdout, answer.stdout
+    refused = cli(home, "run", wl, timeout=60, **env)
+    assert refused.returncode == 1 and "not launched: no space left on device" in refused.stderr, refused.stderr
+
+    filler.unlink(missing_ok=True)  # room again: whatever the owner kept is written now
+    # The job writes into this same disk far faster than any owner can stop it, so it may have taken the
+    # last byte before its stop: the disk is made larger too, as a user would move things off it.
+    subprocess.run(["mount", "-o", "remount,size=16m", str(small_disk)], check=True)
+
+    def ended():
+        [row] = json.loads(cli(home, "runs", "--json", timeout=60).stdout)
+        return row if row["state"] == "failed" else None
+
+    row = wait_until(ended, 30, "the run's end written")
+    assert "no space left on device" in row["detail"], row
+    triage = json.loads((home / "runs" / run_id / "triage.json").read_text())
+    assert triage["signature"] == "no_space"
+
+
+def test_refused_writes_are_kept_in_order_and_written_once_there_is_room(small_disk, monkeypatch):
+    """The recorder on a real full disk (no floor): the mirror is never torn, the state changes and events
+    the disk refused are written in order once a file is removed, and a launch is refused, leaving nothing."""
+    from launcher.events import RunState
+    from launcher.runs.core.space import RecordUnwritable
+    from launcher.runs.core.store import RunStore
+    from launcher.runs.launch import start_run
+    from launcher.runs.owner.recorder import Recorder
+    from launcher.workload.plan import build_plan
+    from launcher.workload.validate import validate_text
+
+    monkeypatch.setenv("FSDP_TUI_MIN_FREE_MB", "0")
+    home = small_disk / "home"
+    plan = build_plan(validate_text("experiment_name: full\ncommand: echo\n", "w.yaml").workload,
+                      run_id="20260301-090000-full-aaaa")
+    store = RunStore(home)
+    store.create_run(plan, None, "experiment_name: full\n")
+    rec = Recorder(store, plan.run_id, {0: "this machine"}, parse_logs=None)
+    rec.set_state(RunState.RUNNING)
+    filler = _fill(small_disk)
+    with pytest.raises(RecordUnwritable, match="no space left on device for the run's record"):
+        rec.append_log(0, b"a line\n" * 200_000)
+    assert rec.log_offset(0) == 0  # nothing torn: the copy's size is still its offset
+    rec.set_state(RunState.FAILED, "first")
+    rec.set_state(RunState.FAILED, "second")
+    assert rec.unwritten and not rec.flush_unwritten()
+    with pytest.raises(RecordUnwritable, match="not launched: no space left on device"):
+        start_run(build_plan(plan.workload, run_id="20260301-090001-full-bbbb"), home)
+    assert not (home / "runs" / "20260301-090001-full-bbbb").exists()
+
+    filler.unlink()
+    assert rec.flush_unwritten() and not rec.unwritten
+    record = RunStore(home).get_run(plan.run_id)
+    assert [(t[1], t[3]) for t in record.transitions][-2:] == [(RunState.FAILED, "first"), (RunState.FAILED, "second")]
+    events = (home / "runs" / plan.run_id / "events.jsonl").read_text().splitlines()
+    assert [json.loads(e)["detail"] for e in events][-2:] == ["first", "second"]
+
+
+def test_a_follower_names_what_stops_the_owners(tmp_path):
+    """Pure parts of the follower's patience: a live owner waiting for room, and owners that keep dying."""
+    home = tmp_path
+    run_id = "20260301-090000-x-aaaa"
+    lock = OwnerLock(home / "runs" / run_id)
+    assert lock.acquire()
+    try:
+        assert _owner_trouble(home, run_id, 0) is None
+        lock.note("waiting for room: no space left on device for the run's record: /d has 0 B free")
+        said = _owner_trouble(home, run_id, 0)
+        assert said and "cannot write the run's record: no space left on device" in said and "/d has 0 B" in said
+        lock.note("cannot start: cannot read the run store: disk I/O error")
+    finally:
+        lock.release()
+    assert _owner_trouble(home, run_id, MAX_OWNER_STARTS - 1) is None
+    said = _owner_trouble(home, run_id, MAX_OWNER_STARTS)
+    assert said and f"started {MAX_OWNER_STARTS} times" in said and "said: cannot read the run store" in said
