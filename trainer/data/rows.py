@@ -55,7 +55,7 @@ class Tokenize:
         if self.chat is not None:
             messages = formats.conversation(row, self.fields, fail)
             try:
-                ids, labels = self.chat(messages)
+                ids, labels = self.chat(messages, formats.tools_of(row, fail))
             except TemplateRefused as err:
                 raise fail(str(err)) from None
             return self._cut(ids, labels)
