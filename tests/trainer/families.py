@@ -20,6 +20,10 @@ def family_config(kind: str, vocab_size: int):
         "gpt_neox": lambda: transformers.GPTNeoXConfig(**attn, intermediate_size=64),
         "gpt2": lambda: transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=vocab_size, n_positions=256),
         "llama": lambda: transformers.LlamaConfig(**attn, intermediate_size=64, num_key_value_heads=2),
+        # tied embeddings, logits scaled by 0.0625 (Command R7B's), a sliding-window and a full layer
+        "cohere2": lambda: transformers.Cohere2Config(**attn, intermediate_size=64, num_key_value_heads=2,
+                                                      sliding_window=16, logit_scale=0.0625, tie_word_embeddings=True,
+                                                      layer_types=["sliding_attention", "full_attention"]),
         # mixtures of experts (fused expert weights: 3-D parameters, no layer of their own)
         "qwen3_moe": lambda: transformers.Qwen3MoeConfig(**attn, **moe, intermediate_size=64, num_experts=4,
                                                          moe_intermediate_size=16),
