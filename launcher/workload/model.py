@@ -9,12 +9,13 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_serializer
 
 from launcher.workload.air_fields import DockerImage, GitRef, Permission, Schedule
 from launcher.workload.hosts import check_jump, check_option_value, check_user
 from launcher.workload.idle import IdlePolicy
 from launcher.workload.notify import Notify
+from trainer.wire.yaml_words import WordsAsWritten
 
 EXPERIMENT_NAME = r"^[A-Za-z0-9_-]{1,100}$"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -52,7 +53,7 @@ def sbatch_value_problem(value: str) -> str | None:
     return None
 
 
-class _Model(BaseModel):
+class _Model(WordsAsWritten):
     # No infinity or NaN in any number: no key has a use for one, and a node would refuse it late.
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False)
 
