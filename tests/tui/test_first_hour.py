@@ -220,6 +220,8 @@ async def test_p_picks_a_rank_of_the_pane_and_shows_its_own_lines_from_the_node(
     from launcher.runs.launch import create_run
     from launcher.workload.plan import build_plan
     from launcher.workload.validate import validate_text
+    from textual.widgets import Label
+
     from tui.screens.rank_log import RankLogModal
     from tui.screens.rank_picker import RankPickerModal
 
@@ -236,6 +238,9 @@ async def test_p_picks_a_rank_of_the_pane_and_shows_its_own_lines_from_the_node(
         await pilot.press("p")
         await wait_for(pilot, lambda: isinstance(app.screen, RankPickerModal))
         assert app.screen.ranks == [0, 1]
+        title = app.screen.query_one(Label)  # every word shown (it wraps in the box; it was cut at its edge)
+        drawn = " ".join("".join(s.text for s in strip).strip() for strip in title.render_lines(title.size.region))
+        assert " ".join(drawn.split()) == "The ranks of node 0: enter shows the one picked, alone (its own lines)"
         await pilot.press("down", "enter")
         await wait_for(pilot, lambda: isinstance(app.screen, RankLogModal) and app.screen.lines_shown == 2, timeout=60)
         view = app.screen.query_one("#rank-lines")
@@ -244,3 +249,28 @@ async def test_p_picks_a_rank_of_the_pane_and_shows_its_own_lines_from_the_node(
             app.screen.query_one("#rank-title").render())
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen))
+
+
+async def test_one_evaluation_is_a_figure_not_a_full_width_bar(home):
+    """A sparkline of one value draws a solid bar the whole box wide, which reads as a flat, high curve: with
+    one evaluation the box says the figure and that the line starts at the second."""
+    from textual.widgets import Sparkline
+
+    from launcher.events import MetricsRecorded
+    from tests.tui.support import FedEvents
+    from trainer.wire.protocol import MetricRecord
+
+    run = FedEvents([MetricsRecorded("r", MetricRecord(step=25, kind="eval", eval_loss=2.5))])
+    app = FsdpTuiApp(home)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = RunMonitorScreen("r", 1, events=run)
+        await app.push_screen(screen)
+        box = screen.query_one("#spark-eval")
+        await wait_for(pilot, lambda: box.shown == (2.5,))
+        title = str(box.query_one(".title").render())
+        assert "eval loss  2.5000  (one so far: the line starts at the second)" in title
+        assert box.query_one(Sparkline).has_class("-empty")
+        run.put(MetricsRecorded("r", MetricRecord(step=50, kind="eval", eval_loss=2.25)))
+        await wait_for(pilot, lambda: box.shown == (2.5, 2.25))
+        assert not box.query_one(Sparkline).has_class("-empty")
+        assert "last 2.2500  min 2.2500" in str(box.query_one(".title").render())
