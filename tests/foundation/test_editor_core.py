@@ -154,3 +154,25 @@ def test_help_names_the_default_and_the_choices():
         "parameters.fsdp.sharding: one of auto, full_shard, shard_grad_op, hybrid_shard, no_shard (default: auto)")
     assert help_for(("ssh", "identity_file"), None).headline() == "ssh.identity_file: text (default: not set)"
     assert help_for(("parameters", "output_dir"), None).headline() == "parameters.output_dir: text, required"
+
+
+def test_every_gpu_template_has_a_cpu_variant_that_plans_on_cpu():
+    """Each starting point for GPUs has its CPU twin (its key with ``-cpu``): the same way to reach the
+    machines (SSH hosts, SLURM) and the same trainer or script, planned as a CPU run, with nothing to download."""
+    from launcher.workload.plan import build_plan
+
+    def filled(t):
+        return t.text.replace("<host-0>", "node-a").replace("<host-1>", "node-b").replace("<login-node>", "hpc")
+
+    by_key = {t.key: t for t in BUILTIN}
+    gpu = [t for t in BUILTIN if (validate_text(filled(t)).workload.compute.accelerator_type or "").startswith("GPU")]
+    assert {t.key for t in gpu} == {"ssh-builtin", "ssh-script", "slurm-builtin"}
+    for t in gpu:
+        cpu = by_key[f"{t.key}-cpu"]
+        twin, plan = validate_text(filled(t)).workload, build_plan(validate_text(filled(cpu)).workload, run_id="r")
+        assert plan.topology.kind == "cpu" and plan.topology.num_nodes == 2, cpu.key
+        assert (twin.compute.slurm is None) == (plan.workload.compute.slurm is None), cpu.key
+        assert (twin.command is None) == (plan.workload.command is None), cpu.key
+        if plan.workload.command is None:  # the built-in trainer on the tiny model: nothing to download
+            assert plan.workload.parameters["model_name"].startswith("builtin:"), cpu.key
+            assert plan.workload.parameters["dataset_name"].startswith("builtin:"), cpu.key
