@@ -17,7 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-BUILTIN = "builtin:"
+from trainer.wire import builtin_assets
+
+BUILTIN = builtin_assets.PREFIX
 ASSET_VERSION = "v1"
 DATA_DIR = Path(__file__).parent / "data"
 DATASETS = {"tiny-alpaca": DATA_DIR / "tiny_alpaca.jsonl"}

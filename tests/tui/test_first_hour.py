@@ -216,12 +216,12 @@ async def test_g_on_a_machine_without_gpus_says_so_in_words(home, monkeypatch):
 
 
 async def test_p_picks_a_rank_of_the_pane_and_shows_its_own_lines_from_the_node(home):
+    from textual.widgets import Label
+
     from launcher.runs.core.store import RunStore
     from launcher.runs.launch import create_run
     from launcher.workload.plan import build_plan
     from launcher.workload.validate import validate_text
-    from textual.widgets import Label
-
     from tui.screens.rank_log import RankLogModal
     from tui.screens.rank_picker import RankPickerModal
 
@@ -274,3 +274,43 @@ async def test_one_evaluation_is_a_figure_not_a_full_width_bar(home):
         await wait_for(pilot, lambda: box.shown == (2.5, 2.25))
         assert not box.query_one(Sparkline).has_class("-empty")
         assert "last 2.2500  min 2.2500" in str(box.query_one(".title").render())
+
+
+async def test_the_cpu_template_f8_on_each_blank_and_model_completion(home, tmp_path):
+    """The CPU variant of the SSH template, filled from the keyboard: f8 goes to the next blank and selects
+    it (typing replaces it, never types beside it); ctrl+space after ``model_name:`` offers the built-in
+    models, the hub names of the docs and the model folders here; the file then validates."""
+    from tui.screens.templates import TemplateModal
+    from tui.widgets.completion import CompletionMenu, WorkloadArea
+
+    (tmp_path / "my-model").mkdir()
+    (tmp_path / "my-model" / "config.json").write_text("{}")
+    app = FsdpTuiApp(home, workload=tmp_path / "new.yaml")
+    async with app.run_test(size=(150, 45)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, TemplateModal))
+        titles = [t.title for t in app.screen.templates]
+        await pilot.press(*["down"] * titles.index("N SSH hosts, built-in trainer, CPU"), "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen))
+        editor = app.screen
+        area = editor.query_one(WorkloadArea)
+        assert area.selected_text == "<host-0>"
+        await pilot.press(*"nc1")
+        await wait_for(pilot, lambda: editor.shown_version == editor.version and len(editor.problems) == 1)
+        area.cursor_location = (0, 0)
+        await pilot.press("f8")
+        assert area.selected_text == "<host-1>"
+        await pilot.press(*"nc2")
+        lines = area.text.split("\n")
+        assert "    - nc1" in lines and "    - nc2" in lines and "<host" not in area.text
+        row = next(i for i, line in enumerate(lines) if line.startswith("  model_name:"))
+        area.cursor_location = (row, len("  model_name: "))
+        area.replace("", (row, len("  model_name: ")), (row, len(lines[row])))  # the value gone: what fits here?
+        await pilot.press("ctrl+space")
+        menu = editor.query_one(CompletionMenu)
+        await wait_for(pilot, lambda: menu.is_open)
+        offered = [item.label for item in menu.completions.items]
+        assert offered[:2] == ["builtin:tiny-llama", "builtin:small-llama"]
+        assert "meta-llama/Llama-3.2-1B" in offered and "./my-model" in offered
+        await pilot.press("enter")
+        assert area.document.get_line(row) == "  model_name: builtin:tiny-llama"
+        await wait_for(pilot, lambda: editor.shown_version == editor.version and not editor.problems)
