@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from launcher.runs.read.ranks import THRESHOLD, RankReport, RankTimes
     from launcher.runs.read.report import RunReport
     from launcher.runs.read.samples_view import history_lines, side_by_side_at, side_lines
+    from launcher.runs.read.stop_output import StopOutput, stopped_line
     from launcher.runs.read.view import RunView, fmt_duration
     from launcher.workload.load import Planned
     from launcher.workload.overrides import Override
@@ -57,6 +58,7 @@ _FROM = {
     "launcher.runs.read.ranks": ("THRESHOLD", "RankReport", "RankTimes"),
     "launcher.runs.read.report": ("RunReport",),
     "launcher.runs.read.samples_view": ("history_lines", "side_by_side_at", "side_lines"),
+    "launcher.runs.read.stop_output": ("StopOutput", "stopped_line"),
     "launcher.runs.read.view": ("RunView", "fmt_duration"),
 }
 """The core's types and pure helpers this door hands out, each loaded on first use (a command that only
@@ -68,9 +70,9 @@ __all__ = [
     "COLUMNS", "ComparisonFormat", "FORCED_NOTE", "NONE_YET", "THRESHOLD", "THRESHOLDS", "TRIAGE", "AlreadyLaunched", "CancelReport",
     "Column", "FollowGaveUp", "LaunchOutcome", "Launched", "NodeRecord", "NodeRow", "RankReport", "RankTimes",
     "RecordUnwritable", "Refused", "ResumeCheck", "Resumed", "RunKind", "RunListed", "RunNotFound", "RunRecord", "RunReport",
-    "RunStats", "RunSummary", "RunView", "Runs", "SafeStep", "SampleSet", "Sent", "Signature", "StackDumps", "StoreDamaged",
-    "TriageReport", "Usage", "classify_line", "fmt", "fmt_duration", "history_lines", "might_signal", "node_rows",
-    "side_by_side_at", "side_lines",
+    "RunStats", "RunSummary", "RunView", "Runs", "SafeStep", "SampleSet", "Sent", "Signature", "StackDumps", "StopOutput",
+    "StoreDamaged", "TriageReport", "Usage", "classify_line", "fmt", "fmt_duration", "history_lines", "might_signal",
+    "node_rows", "side_by_side_at", "side_lines", "stopped_line",
 ]
 
 
@@ -146,12 +148,12 @@ class Runs:
             out.append(RunListed(summary, usage, check, note, run_kind(self.home, summary)))
         return out
 
-    def kinds(self, summaries: Sequence[RunSummary]) -> dict[str, RunKind]:
-        """Each run's kind by its id: a probe, an interconnect test, a training run, a resume that trained
-        nothing (the app's run table marks them). Reads each run's folder: call it off the UI's loop."""
+    def kinds(self, summaries: Sequence[RunSummary]) -> list[RunKind]:
+        """Each run's kind, in the order given: a probe, an interconnect test, a training run, a resume that
+        trained nothing (the app's run table marks them). Reads each run's folder: call it off the UI's loop."""
         from launcher.runs.core.run_kind import run_kind
 
-        return {s.run_id: run_kind(self.home, s) for s in summaries}
+        return [run_kind(self.home, s) for s in summaries]
 
     def get(self, run_id: str) -> RunRecord | None:
         """The run's record (summary, state changes, nodes, its folder); ``None`` when there is no such run."""

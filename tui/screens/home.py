@@ -119,7 +119,7 @@ class HomeScreen(Screen):
         try:
             client.runs.adopt()  # a run whose owner died gets a new one, which catches it up
             runs = client.runs.list()
-            kinds = client.runs.kinds(runs)
+            kinds = {k.run_id: k for k in client.runs.kinds(runs)}
         except StoreDamaged as err:
             self.post_message(StoreFoundDamaged(str(err)))
             return

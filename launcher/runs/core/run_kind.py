@@ -30,6 +30,7 @@ Kind = Literal["training", "probe", "nettest"]
 
 @dataclass(frozen=True)
 class RunKind:
+    run_id: str
     kind: Kind = "training"
     trained_nothing: bool = False
     """A resume that ended without a step of its own (it continued ``continued`` and trained nothing)."""
@@ -60,14 +61,14 @@ def run_kind(home: Path, summary: RunSummary) -> RunKind:
     directory = run_dir(home, summary.run_id)
     tags = load_options(directory).get("tags", {})
     if tags.get(PROBE_TAG) == "1":
-        return RunKind("probe")
+        return RunKind(summary.run_id, "probe")
     if tags.get(NETTEST_TAG) == "1" or (home / NETTEST_RECORDS / f"{summary.run_id}.json").is_file():
-        return RunKind("nettest")
+        return RunKind(summary.run_id, "nettest")
     continued = _continued(directory)
     if continued is None:
-        return RunKind()
+        return RunKind(summary.run_id)
     nothing = summary.state.is_final and not _trained(directory)
-    return RunKind(trained_nothing=nothing, continued=continued or None)
+    return RunKind(summary.run_id, trained_nothing=nothing, continued=continued or None)
 
 
 def _continued(directory: Path) -> str | None:

@@ -43,18 +43,18 @@ def _record(home, run_id: str, text: str, state: RunState, *, tags: dict | None 
 
 RUNS = [
     # run id, workload, state, tags, own train steps, what it is
-    ("run-first", TRAINER.format(name="two-nodes", extra=""), RunState.SUCCEEDED, None, (1, 2, 300), RunKind()),
+    ("run-first", TRAINER.format(name="two-nodes", extra=""), RunState.SUCCEEDED, None, (1, 2, 300), RunKind("run-first")),
     ("run-probe", TRAINER.format(name="two-nodes", extra=""), RunState.CANCELLED, {PROBE_TAG: "1"}, (1, 22),
-     RunKind("probe")),
+     RunKind("run-probe", "probe")),
     ("run-net", SCRIPT.format(name="nettest-two-nodes", extra=""), RunState.SUCCEEDED, {NETTEST_TAG: "1"}, (),
-     RunKind("nettest")),
+     RunKind("run-net", "nettest")),
     ("run-resume-none", TRAINER.format(name="two-nodes", extra=RESUME), RunState.SUCCEEDED, None, (),
-     RunKind(trained_nothing=True, continued="run-first")),
+     RunKind("run-resume-none", trained_nothing=True, continued="run-first")),
     ("run-resume-some", TRAINER.format(name="two-nodes", extra=RESUME), RunState.CANCELLED, None, (301, 302),
-     RunKind(continued="run-first")),
+     RunKind("run-resume-some", continued="run-first")),
     ("run-resume-live", TRAINER.format(name="two-nodes", extra=RESUME), RunState.RUNNING, None, (),
-     RunKind(continued="run-first")),
-    ("run-script", SCRIPT.format(name="mine", extra=""), RunState.SUCCEEDED, None, (), RunKind()),
+     RunKind("run-resume-live", continued="run-first")),
+    ("run-script", SCRIPT.format(name="mine", extra=""), RunState.SUCCEEDED, None, (), RunKind("run-script")),
 ]
 
 
