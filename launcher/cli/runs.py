@@ -81,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at)) if r.started_at else "-"
         duration = f"{r.duration_s / 60:.1f}m" if r.duration_s is not None else "-"
         step = f"{r.step or 0}/{r.max_steps}" if r.max_steps else str(r.step or "-")
+        if x.kind.kind == "nettest":
+            step = "-"  # it trains nothing: the workload's max_steps is not its own
         why = why_shown(r.state.value, r.detail)
         if not why and r.detail.startswith((FORCED_NOTE, "idle GPUs")):
             why = r.detail

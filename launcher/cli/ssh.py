@@ -46,7 +46,9 @@ def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
     elif args.node is not None:  # `fsdp-tui ssh RUN -- COMMAND`: argparse took the command's first word
         command = [args.node, *command]
     if not 0 <= rank < len(plan.nodes):
-        print(f"fsdp-tui ssh: run {run_id} has nodes 0-{len(plan.nodes) - 1}", file=sys.stderr)
+        count = len(plan.nodes)
+        which = "node 0 only" if count == 1 else f"nodes 0-{count - 1}"
+        print(f"fsdp-tui ssh: run {run_id} has {which}", file=sys.stderr)
         return 2
     args.node = rank
     node = plan.nodes[rank]

@@ -82,6 +82,8 @@ def row_cells(run: RunSummary, mark: str = "") -> tuple[str | Text, ...]:
     nothing) beside its state, dimmed."""
     started = time.strftime("%m-%d %H:%M", time.localtime(run.started_at)) if run.started_at else "-"
     step = f"{run.step or 0}/{run.max_steps}" if run.max_steps else str(run.step or "-")
+    if mark == "nettest":
+        step = "-"  # it trains nothing: the workload's max_steps is not its own
     loss = f"{run.last_loss:.4f}" if run.last_loss is not None else "-"
     best = f"{run.best_eval_loss:.4f}" if run.best_eval_loss is not None else "-"
     state: str | Text = Text.assemble(run.state.value, (f" · {mark}", "dim")) if mark else run.state.value
