@@ -17,7 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-BUILTIN = "builtin:"
+from trainer.wire import builtin_assets
+
+BUILTIN = builtin_assets.PREFIX
 ASSET_VERSION = "v2"
 """v2: the tokenizer puts ``<s>`` before a text itself, as Llama's does (v1 declared it and never added it)."""
 DATA_DIR = Path(__file__).parent / "data"

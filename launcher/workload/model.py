@@ -9,12 +9,13 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_serializer
 
 from launcher.workload.air_fields import DockerImage, GitRef, Permission, Schedule
-from launcher.workload.hosts import check_jump, check_option_value, check_user
+from launcher.workload.hosts import check_jump, check_option_value, check_user, refuse_control
 from launcher.workload.idle import IdlePolicy
 from launcher.workload.notify import Notify
+from trainer.wire.yaml_words import WordsAsWritten
 
 EXPERIMENT_NAME = r"^[A-Za-z0-9_-]{1,100}$"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -52,7 +53,7 @@ def sbatch_value_problem(value: str) -> str | None:
     return None
 
 
-class _Model(BaseModel):
+class _Model(WordsAsWritten):
     # No infinity or NaN in any number: no key has a use for one, and a node would refuse it late.
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False)
 
@@ -219,6 +220,21 @@ class Environment(_Model):
     """Run the command inside this container image on every node (needs docker or podman there)."""
 
 
+class Eject(_Model):
+    """What ``fsdp-tui eject`` renders for an engine that starts its own image (Kubeflow, a JobSet,
+    SkyPilot): nothing of your machines goes there."""
+
+    python: str = Field(default="python", min_length=1)
+    """The interpreter in that image (its ``python`` on PATH by default). ``environment.python`` names one on
+    your own nodes and is never carried into an image."""
+
+    @field_validator("python")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        refuse_control(value, "an interpreter")
+        return value
+
+
 class Snapshot(_Model):
     root_path: str = "."
     """Folder to upload, relative to the workload file."""
@@ -336,6 +352,8 @@ class Workload(_Model):
 
     notify: Notify | None = None
     """Who is told when the run ends, stalls or idles (default: the ``notify`` of the user settings)."""
+    eject: Eject = Field(default_factory=Eject)
+    """How ``fsdp-tui eject`` renders the workload for another engine (it changes nothing of a run)."""
 
     @field_validator("env_variables", mode="before")
     @classmethod

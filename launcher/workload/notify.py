@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
+
+from trainer.wire.yaml_words import WordsAsWritten
 
 NotifyOn = Literal["succeeded", "failed", "stalled", "timed_out", "cancelled", "idle"]
 SECRET_PREFIX = "secret:"
@@ -28,7 +30,7 @@ def _url_or_secret(value: str) -> str:
     return value
 
 
-class _Model(BaseModel):
+class _Model(WordsAsWritten):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False)
 
 
