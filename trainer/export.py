@@ -30,9 +30,7 @@ def load_for_inference(checkpoint: str | Path):
     path = str(checkpoint)
     path = path.rstrip("/") if url_scheme(path) else os.path.expanduser(path)
     store = open_store(path.rsplit("/", 1)[0] if url_scheme(path) else os.path.dirname(os.path.abspath(path)))
-    verdict = store.judge(path)
-    if not verdict.complete:
-        raise ValueError(f"{path} is not a whole checkpoint: {verdict.why_not()}")
+    _whole(store, path)
     meta = json.loads(store.read_meta(path))
     model = load_model(meta["model_name"], ModelConfig(from_scratch=True), seed=0)  # sdpa, else eager
     tokenizer = load_tokenizer(meta["tokenizer"], ModelConfig())
@@ -40,6 +38,19 @@ def load_for_inference(checkpoint: str | Path):
     dcp.load(state, storage_reader=store.reader(path))
     model.load_state_dict(state["app"]["model"])
     return model.eval(), tokenizer
+
+
+def _whole(store, path: str) -> None:
+    """``ValueError`` unless ``path`` is whole and its bytes are the ones the trainer wrote (a file that
+    differs is marked in the checkpoint: it is not whole for any reader after this)."""
+    from trainer.wire.ckpt_digest import words
+
+    verdict = store.judge(path)
+    if not verdict.complete:
+        raise ValueError(f"{path} is not a whole checkpoint: {verdict.why_not()}")
+    differs = store.verify(path)
+    if differs:
+        raise ValueError(f"{path} is not a whole checkpoint: {words(differs)}")
 
 
 def main(argv: list[str]) -> int:
@@ -80,13 +91,15 @@ def _is_adapter(path: Path) -> bool:
 
 
 def _export_adapter(checkpoint: Path, out: Path, merged: bool) -> int:
+    from trainer.ckpt.store import open_store
     from trainer.lora.export import MERGED_SUFFIX, load_adapter, write_adapter, write_merged
     from trainer.model.build import load_tokenizer
-    from trainer.wire.ckpt_layout import is_complete
     from trainer.wire.config import LoraConfig, ModelConfig
 
-    if not is_complete(checkpoint):
-        print(f"cannot export: {checkpoint} is not a complete checkpoint", file=sys.stderr)
+    try:
+        _whole(open_store(str(checkpoint.parent)), str(checkpoint))
+    except ValueError as err:
+        print(f"cannot export: {err}", file=sys.stderr)
         return 1
     meta, state = load_adapter(checkpoint)
     cfg = LoraConfig.model_validate(meta["lora"])

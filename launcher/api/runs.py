@@ -197,12 +197,14 @@ class Runs:
         return replace(report, nettest=newest_for(self.home, [n.host for n in report.nodes], besides=run_id),
                        last_safe_step=self.last_safe_step(run_id))
 
-    def last_safe_step(self, run_id: str) -> SafeStep | None:
-        """The newest complete checkpoint, asked of the node that holds it (blocks up to ~15 s: call it from
-        a thread in an event loop); ``None`` for a run without ``output_dir``."""
+    def last_safe_step(self, run_id: str, *, ask_node: bool = True) -> SafeStep | None:
+        """The run's own newest complete checkpoint: what its owner recorded (an ended run's, each gathered
+        save of a live one), else asked of the node that holds it (blocks up to ~15 s: call it from a thread
+        in an event loop); ``None`` for a run without ``output_dir``, and, without ``ask_node``, when nothing
+        is recorded (no node is asked then: cheap enough to call every second)."""
         from launcher.runs.core.safe_step import last_safe_step
 
-        return asyncio.run(last_safe_step(self.home, run_id))
+        return asyncio.run(last_safe_step(self.home, run_id, ask_node=ask_node))
 
     def compare(self, run_ids: Sequence[str], labels: dict[str, str] | None = None) -> list[RunStats]:
         """The runs side by side: throughput, memory, losses, one row each (``fsdp-tui compare``)."""

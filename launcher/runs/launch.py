@@ -240,14 +240,11 @@ async def resume_plan(home: Path, run_id: str, step: int | None = None,
     listing = await list_checkpoints(home, run_id)
     if listing.error:
         raise LookupError(f"cannot list the checkpoints of {run_id}: {listing.error}")
-    done = [c for c in listing.checkpoints if c.complete and (step is None or c.step == step)
-            and (name is None or c.name == name)]
-    if not done:
-        which = f"named {name!r}" if name is not None else f"at step {step}" if step is not None else "at all"
-        have = ", ".join(str(c.step) for c in listing.checkpoints if c.complete) or "none"
-        raise LookupError(f"run {run_id} has no complete checkpoint {which} in {listing.label}: {listing.root} "
-                          f"(complete ones: {have})")
-    chosen = done[-1]
+    chosen = listing.chosen(step=step, name=name)
+    if chosen is None:
+        which = f"named {name!r}" if name is not None else f"at step {step}" if step is not None else ""
+        have = ", ".join(str(c.step) for c in listing.own if c.complete) or "none"
+        raise LookupError(f"{listing.none_of_its_own(which)}; its own complete ones: {have}")
     record = RunStore(home).get_run(run_id)
     continues = resume_runs_override(run_id, (record.directory / "workload.yaml").read_text() if record else "")
     planned = relaunch_plan(home, run_id, [*overrides, resume_override(chosen.path), continues])

@@ -63,6 +63,8 @@ INPUT_FIRST_S = 0.1
 the key causes is drawn first, not behind (or together with) a frame of new lines and figures."""
 SAFE_STEP_EVERY_S = 30.0
 """How often the monitor asks rank 0's node for the newest complete checkpoint (the last safe step)."""
+SAFE_RECORD_EVERY_S = 1.0
+"""How often it reads what the run's owner recorded of it (each gathered save as it comes; no node asked)."""
 
 
 class RunMonitorScreen(Screen):
@@ -161,6 +163,7 @@ class RunMonitorScreen(Screen):
         if self.events is None:  # a recording handed in has no nodes to ask
             self.refresh_safe_step()
             self.set_interval(SAFE_STEP_EVERY_S, self.refresh_safe_step)
+            self.set_interval(SAFE_RECORD_EVERY_S, self.read_safe_step)
 
     @work(thread=True, group="network")
     def show_network(self) -> None:
@@ -179,6 +182,10 @@ class RunMonitorScreen(Screen):
     @work(exclusive=True, group="safe-step")
     async def refresh_safe_step(self) -> None:
         await self.lines.refresh_safe_step(self.app.client.runs, self.run_id)
+
+    @work(exclusive=True, group="safe-record")
+    async def read_safe_step(self) -> None:
+        await self.lines.refresh_safe_step(self.app.client.runs, self.run_id, ask_node=False)
 
     def on_resize(self, event) -> None:
         self.query_one(MetricsPanel).set_class(event.size.height < SHORT_BELOW, "-short")

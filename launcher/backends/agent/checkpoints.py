@@ -1,6 +1,7 @@
 """Checkpoints on this node (where rank 0 wrote them, or a gather's holder): listed by the one rule of
-completeness, deleted (never the newest complete one) and exported to a Hugging Face folder on the node
-itself, where torch is (a bucket's checkpoint too, read with the run's credentials)."""
+completeness, deleted (only by the run that wrote it, never its newest complete one: the ownership rule)
+and exported to a Hugging Face folder on the node itself, where torch is (a bucket's checkpoint too, read
+with the run's credentials; the export checks the bytes against the trainer's digests first)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import shutil
 import subprocess
 
-from trainer.wire import ckpt_layout
+from trainer.wire import ckpt_layout, ckpt_owner
 
 
 def resolve_root(path: str, env: dict, node_dir: str) -> str:
@@ -39,10 +40,15 @@ def _find(output_dir: str, env: dict, node_dir: str, name: str, root: str | None
     return ckpts, found
 
 
-def delete(output_dir: str, env: dict, node_dir: str, name: str, root: str | None = None) -> dict:
+def delete(output_dir: str, env: dict, node_dir: str, name: str, root: str | None = None,
+           writer: str | None = None, continues: list | None = None) -> dict:
+    """The checkpoint ``name`` removed for the run ``writer`` (whose lineage is ``continues``), when the
+    ownership rule lets that run remove it."""
     ckpts, target = _find(output_dir, env, node_dir, name, root)
-    if not ckpt_layout.deletable(ckpts, target):
-        raise ValueError(f"{target.path} is the newest complete checkpoint: it is kept (resume needs it)")
+    lineage = ckpt_owner.Lineage.of(writer, continues or [], output_dir)
+    why = ckpt_owner.why_kept(ckpts, target, lineage)
+    if why:
+        raise ValueError(why)
     if target.link:
         os.unlink(target.path)  # the link only, never what it points at
     else:

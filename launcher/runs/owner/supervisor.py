@@ -273,6 +273,8 @@ class Supervisor:
                 settle(self.dir, record)  # the real figure beside the launch's estimate, for later ones
             except OSError:
                 pass
+        for left in await self.keeper.finish(self.backend):
+            _say(left)
         ckpt = await newest_of_run(self.home, self.run_id)
         if ckpt is not None:
             try:
