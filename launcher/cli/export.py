@@ -44,9 +44,8 @@ def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
         return 1
     chosen = listing.chosen(step=args.step)
     if chosen is None:
-        have = ", ".join(str(c.step) for c in listing.own if c.complete) or "none"
-        print(f"fsdp-tui export: {listing.none_of_its_own('' if args.step is None else f'at step {args.step}')}; "
-              f"its own complete ones: {have}", file=sys.stderr)
+        print(f"fsdp-tui export: {listing.none_of_its_own('' if args.step is None else f'at step {args.step}')}",
+              file=sys.stderr)
         return 1
     if args.merged and not chosen.adapter:
         print(f"fsdp-tui export: {chosen.name} is a full fine-tune's checkpoint: its export is the whole model "

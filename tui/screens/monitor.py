@@ -33,7 +33,7 @@ from launcher.events import (
     StacksDumped,
 )
 from tui.app_base import AppBase
-from tui.messages import NetworkKnown, RelaunchAsked
+from tui.messages import ContinuedKnown, NetworkKnown, RelaunchAsked
 from tui.screens.monitor_lines import SummaryLines
 from tui.screens.monitor_views import PANE_MIN_ROWS as PANE_MIN_ROWS  # the grid's rule, named here too
 from tui.screens.monitor_views import MonitorViews
@@ -174,6 +174,13 @@ class RunMonitorScreen(Screen):
         test = client.nettests.newest_for(hosts, besides=self.run_id) if hosts else None
         if test is not None:
             self.post_message(NetworkKnown(f"network ({test.run_id}): {test.summary}"))
+        continued = client.runs.continued(self.run_id) if record else ""
+        if continued:
+            self.post_message(ContinuedKnown(continued))
+
+    @on(ContinuedKnown)
+    def _continued_known(self, message: ContinuedKnown) -> None:
+        self.view.continues = message.text  # the why-line says it when nothing weighs more
 
     @on(NetworkKnown)
     def _network_known(self, message: NetworkKnown) -> None:

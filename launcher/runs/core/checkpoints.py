@@ -124,10 +124,13 @@ class RunCheckpoints:
                          for who, steps in by_run.items())
 
     def none_of_its_own(self, what: str = "") -> str:
-        """The words for a run without a whole checkpoint of its own (``what``: ``at step 5``)."""
+        """The words for a run without a whole checkpoint of its own (``what``: ``at step 5``): what the
+        folder holds and whose, and the run's own whole ones when it has some."""
         suffix = f" {what}" if what else ""
+        mine = [str(c.step) for c in self.own if c.complete]
+        have = f"; its own complete ones: {', '.join(mine)}" if mine else ""
         return (f"run {self.run_id} has no complete checkpoint of its own{suffix} in {self.label}: {self.root} "
-                f"(the folder holds {self.held()})")
+                f"(the folder holds {self.held()}){have}")
 
 
 def completeness(c: CheckpointInfo) -> str:
