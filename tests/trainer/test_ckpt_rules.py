@@ -161,3 +161,16 @@ def test_a_mark_that_names_nothing_still_marks(tmp_path):
     (tmp_path / "step-00000002" / BAD_MARK).write_text("not json")
     assert not wholeness(path).complete
     assert replace(ck(1, "A"), why="x").why == "x"
+
+
+@pytest.mark.parametrize("shards, checked, unchecked", [
+    ({"a": {"bytes": 1, "node": 0, "sha256": "0" * 64}}, True, False),
+    ({"a": {"bytes": 1, "node": 0}}, False, True),  # listed without digests: its sizes were all that was checked
+    (None, False, False),  # an older save with no shard list says nothing either way
+])
+def test_a_resumes_check_names_the_digests_its_bytes_matched(shards, checked, unchecked):
+    from trainer.ckpt.resume_check import ResumeFacts, compare
+
+    meta = {"run_id": "a", "resume": {"step": 4, "seed": 1}, **({"shards": shards} if shards else {})}
+    verdict = compare(ResumeFacts.from_meta(meta), ResumeFacts(step=4, seed=1), None)
+    assert ("shard digests" in verdict.checked) is checked and ("shard digests" in verdict.not_checked) is unchecked
