@@ -1,9 +1,10 @@
 """Use a DCP checkpoint outside the distributed job: load it in one plain process, or export it.
 
-    python -m trainer.export CHECKPOINT_DIR OUT_DIR [--merged]
+    python -m trainer.export CHECKPOINT_DIR OUT_DIR [--merged | --merged-only]
 
 A LoRA run's checkpoint holds the adapter only: it is exported in PEFT's format, and with ``--merged``
-also merged into the base (``OUT_DIR-merged``), a folder ``from_pretrained`` loads.
+also merged into the base (``OUT_DIR-merged``), a folder ``from_pretrained`` loads; ``--merged-only``
+writes the merged model alone, into ``OUT_DIR`` (the adapter was exported already).
 """
 
 from __future__ import annotations
@@ -54,17 +55,18 @@ def _whole(store, path: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    merged = "--merged" in argv
-    argv = [a for a in argv if a != "--merged"]
+    only = "--merged-only" in argv
+    merged = "--merged" in argv or only
+    argv = [a for a in argv if a not in ("--merged", "--merged-only")]
     if len(argv) != 2:
-        print("usage: python -m trainer.export CHECKPOINT_DIR OUT_DIR [--merged]", file=sys.stderr)
+        print("usage: python -m trainer.export CHECKPOINT_DIR OUT_DIR [--merged | --merged-only]", file=sys.stderr)
         return 2
     out = Path(argv[1]).expanduser()
     if out.exists():
         print(f"{out} exists: pick a new folder (exports never overwrite)", file=sys.stderr)
         return 1
     if _is_adapter(Path(argv[0]).expanduser()):
-        return _export_adapter(Path(argv[0]).expanduser(), out, merged)
+        return _export_adapter(Path(argv[0]).expanduser(), out, merged, adapter=not only)
     if merged:
         print(f"{argv[0]} is a full fine-tune's checkpoint: its export is the whole model already (no "
               "adapter to merge); leave out --merged", file=sys.stderr)
@@ -90,7 +92,7 @@ def _is_adapter(path: Path) -> bool:
         return False
 
 
-def _export_adapter(checkpoint: Path, out: Path, merged: bool) -> int:
+def _export_adapter(checkpoint: Path, out: Path, merged: bool, adapter: bool = True) -> int:
     from trainer.ckpt.store import open_store
     from trainer.lora.export import MERGED_SUFFIX, load_adapter, write_adapter, write_merged
     from trainer.model.build import load_tokenizer
@@ -104,9 +106,10 @@ def _export_adapter(checkpoint: Path, out: Path, merged: bool) -> int:
     meta, state = load_adapter(checkpoint)
     cfg = LoraConfig.model_validate(meta["lora"])
     tok = load_tokenizer(meta["tokenizer"], ModelConfig())
-    print(f"exported {checkpoint} -> {write_adapter(state, cfg, meta['model_name'], False, out, tok)} (LoRA adapter)")
+    if adapter:
+        print(f"exported {checkpoint} -> {write_adapter(state, cfg, meta['model_name'], False, out, tok)} (LoRA adapter)")
     if merged:
-        target = out.with_name(out.name + MERGED_SUFFIX)
+        target = out.with_name(out.name + MERGED_SUFFIX) if adapter else out
         print(f"exported {checkpoint} -> {write_merged(state, cfg, meta['model_name'], False, target, tok)} (merged)")
     return 0
 

@@ -32,6 +32,7 @@ from trainer.wire.ckpt_layout import CheckpointInfo, checkpoints_root
 from trainer.wire.ckpt_owner import Lineage, Whose
 
 __all__ = ["CheckpointInfo", "list_checkpoints", "delete_checkpoint", "RunCheckpoints", "lineage_of",
+           "remove_own_checkpoints",
            "export_checkpoint", "NoOutputDir", "CheckpointError", "completeness", "resume_override",
            "resume_runs_override", "ResumeChoice", "resume_choice", "here_root"]
 
@@ -260,6 +261,30 @@ async def delete_checkpoint(home: Path, run_id: str, name: str) -> None:
                                               continues=lineage.continues)
     except (NodeError, BucketError) as err:
         raise CheckpointError(str(err)) from None
+    finally:
+        await h.close()
+
+
+async def remove_own_checkpoints(home: Path, run_id: str) -> tuple[int, int, str]:
+    """Every checkpoint of the run's own where its whole copies are held (``clean``: the newest too), none of
+    another run's; ``(removed, the others' that stay, why not)`` (``why not`` empty when the holder
+    answered)."""
+    h = holding(home, run_id)
+    lineage = lineage_of(h.plan)
+    try:
+        listing = await _listing(home, h)
+        if listing.error:
+            return 0, 0, listing.error
+        mine = ckpt_owner.own(listing.checkpoints, lineage)
+        files = None if h.bucket else here_checkpoint_files() if h.rank is None else h.backend.checkpoint_files(h.rank)
+        for c in mine:
+            if files is None:
+                await asyncio.to_thread(remove_from_bucket, c.path, bucket_env(home, h.plan))
+            else:  # the holder checks again that the folder names this run (or none, in its own folder)
+                await files.drop(listing.root, c.name, lineage.run_id if c.run_id else None)
+        return len(mine), len(listing.checkpoints) - len(mine), ""
+    except (NodeError, BucketError) as err:
+        return 0, 0, str(err)
     finally:
         await h.close()
 
