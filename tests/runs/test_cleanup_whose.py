@@ -87,3 +87,14 @@ def test_rm_says_where_the_files_stay_before_the_record_goes(home, tmp_path, mon
     assert line.endswith(f"stay there: ~/.fsdp-tui/runs/{run_id}/node-0; remove them: ssh gpu-a rm -r -- "
                          f"~/.fsdp-tui/runs/{run_id}"), line  # recorded without a plan: the node's home kept
     assert "before rm" not in err  # no advice that needs the record it is about to forget
+
+
+def test_a_sweep_variant_whose_run_was_removed_says_so(home):
+    from launcher.runs.read.comparison import sweep_stats
+    from launcher.runs.sweeps.record import SweepRecord, VariantRecord
+
+    variants = [VariantRecord(1, "lr=1", {}, [], "run-gone", "succeeded"),
+                VariantRecord(2, "lr=2", {}, [], "run-later", "skipped", "skipped: the sweep stopped")]
+    rows = sweep_stats(home, SweepRecord("s", "e", "f.yaml", [], 1, "continue", variants))
+    assert rows[0].signature == "its run's record was removed (fsdp-tui rm run-gone): no figures are left"
+    assert rows[1].signature == "skipped: the sweep stopped"
