@@ -101,10 +101,10 @@ async def _own_checkpoints_removed(home: Path, run_id: str, plan) -> list[str]:
     are (the ownership rule keeps every other run's); what stays, in words."""
     from launcher.runs.core.checkpoints import NoOutputDir, remove_own_checkpoints
     from launcher.runs.core.output_dirs import node_view
-    from trainer.wire.ckpt_owner import private_folder
+    from trainer.wire.ckpt_owner import inside_run_folder
 
     output_dir = plan.output_dir if plan.uses_builtin_trainer else None
-    if output_dir is None or (private_folder(output_dir) and not output_dir.startswith(("/", "~", "$"))):
+    if output_dir is None or inside_run_folder(output_dir):
         return []  # a relative output_dir is inside the run's folders: gone with them
     where = f"{node_view(output_dir, plan.workload.env_variables, run_id)} on {plan.nodes[0].host_display}"
     try:

@@ -167,8 +167,7 @@ class Checkpointer:
         if newest is not None and not self.lineage.may_read(newest):
             print(f"resume: auto: {newest.name} is run {newest.run_id or '(not recorded)'}'s, which this run does "
                   "not continue (checkpoint.resume_runs): it is not read", flush=True)
-        candidates = [c for c in ckpt_owner.readable(listed, self.lineage) if c.complete]
-        for c in reversed(candidates):
+        for c in ckpt_owner.resume_candidates(listed, self.lineage):
             differs = self.store.verify(c.path)
             if not differs:
                 return c.path

@@ -91,7 +91,13 @@ def private_folder(output_dir: str | None) -> bool:
         return False
     if f"${RUN_ID_VAR}" in output_dir or f"${{{RUN_ID_VAR}}}" in output_dir:
         return True
-    return not output_dir.startswith(("/", "~", "$")) and "://" not in output_dir
+    return inside_run_folder(output_dir)
+
+
+def inside_run_folder(output_dir: str | None) -> bool:
+    """Whether ``output_dir`` is relative: inside the run's own folder on each node (gone with it)."""
+    return (isinstance(output_dir, str) and bool(output_dir) and not output_dir.startswith(("/", "~", "$"))
+            and "://" not in output_dir)
 
 
 def whose_words(c: Listed, lineage: Lineage) -> str:
@@ -111,9 +117,14 @@ def readable(ckpts: Iterable[C], lineage: Lineage) -> list[C]:
     return [c for c in ckpts if lineage.may_read(c)]
 
 
+def whole(ckpts: Iterable[C]) -> list[C]:
+    """The complete ones (whole, resumable), in their order."""
+    return [c for c in ckpts if c.complete]
+
+
 def newest_whole(ckpts: Sequence[C]) -> C | None:
     """The newest complete checkpoint of ``ckpts`` (listed oldest first)."""
-    done = [c for c in ckpts if c.complete]
+    done = whole(ckpts)
     return done[-1] if done else None
 
 
@@ -129,7 +140,7 @@ def to_prune(ckpts: Sequence[C], lineage: Lineage, keep_last: int | None, keep: 
     if not keep_last:
         return []
     kept = set(keep)
-    mine = [c for c in own(ckpts, lineage) if c.complete and not c.link]
+    mine = [c for c in whole(own(ckpts, lineage)) if not c.link]
     old = mine[: max(0, len(mine) - max(keep_last, 1))]
     return [c for c in old if c.name not in kept]
 
@@ -150,8 +161,22 @@ def resume_from(ckpts: Sequence[C], lineage: Lineage, *, step: int | None = None
     """What a resume may read: the newest whole checkpoint of the run or its lineage (its own only with
     ``own_only``), of ``step`` or named ``name`` when given."""
     allowed = own(ckpts, lineage) if own_only else readable(ckpts, lineage)
-    done = [c for c in allowed if c.complete and (step is None or c.step == step) and (name is None or c.name == name)]
+    done = [c for c in whole(allowed) if (step is None or c.step == step) and (name is None or c.name == name)]
     return done[-1] if done else None
+
+
+def resume_candidates(ckpts: Sequence[C], lineage: Lineage) -> list[C]:
+    """``resume: auto``'s choices, best first: the whole checkpoints of the run and its lineage, newest
+    first (the first whose bytes check out is the one)."""
+    return list(reversed(whole(readable(ckpts, lineage))))
+
+
+def auto_continues(ckpts: Sequence[C], run_id: str | None) -> C | None:
+    """What a new run's ``resume: auto`` would continue in a shared folder: its newest whole checkpoint when
+    another recorded run wrote it (the launch names that run in the new run's lineage); ``None`` when there
+    is none, it is the run's own (a retry's), or it names no run (never read: the run starts afresh)."""
+    newest = newest_whole(ckpts)
+    return None if newest is None or newest.run_id is None or newest.run_id == run_id else newest
 
 
 def nothing_left(step: int, max_steps: int | None) -> bool:

@@ -116,8 +116,8 @@ class RunCheckpoints:
         """What the folder holds that is whole, and whose: ``run B's steps 200, 250 (continued); run A's step
         100``; ``nothing whole`` when none is."""
         by_run: dict[str, list[int]] = {}
-        for c in self.listing.checkpoints:
-            if c.complete and not self.lineage.owns(c):
+        for c in ckpt_owner.whole(self.listing.checkpoints):
+            if not self.lineage.owns(c):
                 by_run.setdefault(self.whose_words(c), []).append(c.step)
         if not by_run:
             return "nothing whole of another run"
@@ -128,7 +128,7 @@ class RunCheckpoints:
         """The words for a run without a whole checkpoint of its own (``what``: ``at step 5``): what the
         folder holds and whose, and the run's own whole ones when it has some."""
         suffix = f" {what}" if what else ""
-        mine = [str(c.step) for c in self.own if c.complete]
+        mine = [str(c.step) for c in ckpt_owner.whole(self.own)]
         have = f"; its own complete ones: {', '.join(mine)}" if mine else ""
         return (f"run {self.run_id} has no complete checkpoint of its own{suffix} in {self.label}: {self.root} "
                 f"(the folder holds {self.held()}){have}")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from launcher.workload.plan import RunPlan, build_plan
-from trainer.wire.ckpt_owner import newest_whole, nothing_left, private_folder
+from trainer.wire.ckpt_owner import auto_continues, nothing_left, private_folder
 
 OPTION = "continues"
 """The launch option (the run's ``options.json``) that records what the run continues."""
@@ -96,8 +96,8 @@ def continued_by(plan: RunPlan, checkpoints) -> Continuation | None:
     """What ``resume: auto`` would continue among ``checkpoints`` (node 0's folder as the job will see it):
     the folder's newest whole checkpoint when it is another run's; ``None`` when it is none or the run's
     own (a retry's), or names no run (the trainer reads none of those: it starts afresh)."""
-    newest = newest_whole(list(checkpoints))
-    if newest is None or newest.run_id is None or newest.run_id == plan.run_id:
+    newest = auto_continues(list(checkpoints), plan.run_id)
+    if newest is None or newest.run_id is None:
         return None
     return Continuation(newest.run_id, newest.name, newest.step, max_steps_of(plan), auto=True)
 

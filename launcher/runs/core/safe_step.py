@@ -47,15 +47,6 @@ class SafeStep:
                 else {"step": None, "why_not": self.why_not})
 
 
-def newest_fact(checkpoints, now: float) -> CheckpointFact | None:
-    """The complete checkpoint with the highest step (an incomplete one is never safe)."""
-    done = [c for c in checkpoints if c.complete]
-    if not done:
-        return None
-    newest = max(done, key=lambda c: c.step)
-    return CheckpointFact(newest.name, newest.step, max(0.0, now - newest.mtime))
-
-
 def own_safe(listing: RunCheckpoints, now: float) -> SafeStep:
     """The run's safe step from its listing (its own whole checkpoints only)."""
     safe = listing.safe()
