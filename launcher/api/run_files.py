@@ -119,7 +119,7 @@ def _removal(plan, rank: int, node_dir: str, recorded_host: str) -> str:
         from launcher.backends.ssh.shell import ssh_argv
 
         host = plan.nodes[rank].host if plan is not None else None
-        if host is not None:
+        if plan is not None and host is not None:
             return shlex.join(ssh_argv(host, plan.workload.ssh, runs, ["rm", "-r", "--", run]))
     except Exception:  # noqa: BLE001 - an ssh config that cannot be read: the plain line below
         pass
