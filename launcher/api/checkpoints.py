@@ -14,6 +14,7 @@ from launcher.api._lazy import lazy_names
 if TYPE_CHECKING:
     from launcher.backends.base import CheckpointListing, ExportResult
     from launcher.runs.core.checkpoints import (
+        BytesChecked,
         CheckpointError,
         CheckpointInfo,
         NoOutputDir,
@@ -23,11 +24,11 @@ if TYPE_CHECKING:
 
 __getattr__ = lazy_names(__name__, {
     "launcher.backends.base": ("CheckpointListing", "ExportResult"),
-    "launcher.runs.core.checkpoints": ("CheckpointError", "CheckpointInfo", "NoOutputDir", "RunCheckpoints",
-                                       "completeness"),
+    "launcher.runs.core.checkpoints": ("BytesChecked", "CheckpointError", "CheckpointInfo", "NoOutputDir",
+                                       "RunCheckpoints", "completeness"),
 })
 
-__all__ = ["CheckpointError", "CheckpointInfo", "CheckpointListing", "Checkpoints", "ExportResult", "NoOutputDir",
+__all__ = ["BytesChecked", "CheckpointError", "CheckpointInfo", "CheckpointListing", "Checkpoints", "ExportResult", "NoOutputDir",
            "RunCheckpoints", "completeness"]
 
 
@@ -54,6 +55,14 @@ class Checkpoints:
         from launcher.runs.core.checkpoints import export_checkpoint
 
         return await export_checkpoint(self.home, run_id, name, copy_to, merged=merged)
+
+    async def verify(self, run_id: str) -> list[BytesChecked]:
+        """Every whole checkpoint the run lists, read back where it lies and checked against the digests
+        the trainer wrote; one that differs is marked there and not whole from then on (reads every byte).
+        :class:`CheckpointError` when the holder cannot be asked."""
+        from launcher.runs.core.checkpoints import verify_checkpoints
+
+        return await verify_checkpoints(self.home, run_id)
 
     # Last in the class: inside its body ``list`` names this method, not the builtin.
     async def list(self, run_id: str) -> RunCheckpoints:

@@ -1,7 +1,8 @@
-"""``fsdp-tui ckpt RUN [--all] [--json]``: a run's checkpoints where their whole copies are: step, complete or
-not (and why not), kind (``full``, or ``adapter``: a LoRA run's, the adapters only), size, age. The run's own,
-and marked, the ones it continued (it resumed from them); with ``--all`` also the folder's others, each with
-the run that wrote it."""
+"""``fsdp-tui ckpt RUN [--all] [--verify] [--json]``: a run's checkpoints where their whole copies are: step,
+complete or not (and why not), kind (``full``, or ``adapter``: a LoRA run's, the adapters only), size, age.
+The run's own, and marked, the ones it continued (it resumed from them); with ``--all`` also the folder's
+others, each with the run that wrote it. ``--verify`` first reads every whole one back where it lies and
+checks it against the digests the trainer wrote (one that differs is marked, and listed not whole)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_run_argument(p)
     p.add_argument("--all", action="store_true",
                    help="also the other runs' checkpoints in the same folder, each with the run that wrote it")
+    p.add_argument("--verify", action="store_true",
+                   help="first read every whole checkpoint back where it lies and check its bytes against the "
+                        "digests the trainer wrote (reads them all)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=run)
 
@@ -31,8 +35,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
     import asyncio
 
-    from launcher.api.checkpoints import NoOutputDir
+    from launcher.api.checkpoints import CheckpointError, NoOutputDir
 
+    differ = False
+    if args.verify:
+        try:
+            checked = asyncio.run(client.checkpoints.verify(run_id))
+        except NoOutputDir as err:
+            print(str(err))
+            return 0
+        except CheckpointError as err:
+            print(f"fsdp-tui ckpt: cannot check the checkpoints of {run_id}: {err}", file=sys.stderr)
+            return 1
+        for one in checked:
+            print(one.words(), file=sys.stderr)
+        differ = any(one.differs for one in checked)
     try:
         listing = asyncio.run(client.checkpoints.list(run_id))
     except NoOutputDir as err:
@@ -47,7 +64,7 @@ def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
     shown = list(listing.listing.checkpoints if args.all else listing.checkpoints)
     if args.json:
         print(json.dumps([{**c.to_dict(), "whose": listing.whose(c)} for c in shown], indent=2))
-        return 0
+        return 1 if differ else 0
     where = f"{listing.label}: {listing.root}"
     others = len(listing.others)
     if not shown:
@@ -58,7 +75,7 @@ def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
     print(where)
     _table(listing, shown)
     _say_others(listing, others, args.all)
-    return 0
+    return 1 if differ else 0
 
 
 def _table(listing: RunCheckpoints, shown: list[CheckpointInfo]) -> None:

@@ -101,3 +101,21 @@ def test_a_run_deletes_only_its_own(folder, home):
     safe = client.runs.last_safe_step("run-a")
     assert safe is not None and safe.found is not None and safe.found.step == 100  # its own, never B's 300
     assert client.runs.last_safe_step("run-probe").text() == "no complete checkpoint of its own yet"
+
+
+def test_verify_reads_the_bytes_back_and_a_shard_that_differs_makes_its_checkpoint_not_whole(folder, capsys):
+    import hashlib
+
+    step = folder / "checkpoints" / "step-00000100"
+    meta = json.loads((step / "meta.json").read_text())
+    meta["shards"] = {"__0_0.distcp": {"bytes": 100, "node": 1, "sha256": hashlib.sha256(b"x" * 100).hexdigest()}}
+    (step / "meta.json").write_text(json.dumps(meta))
+    code, _, err = _cli(capsys, "ckpt", "run-a", "--verify")
+    assert code == 0 and "step-00000100: its bytes are the ones the trainer wrote" in err, err
+    (step / "__0_0.distcp").write_bytes(b"x" * 96 + b"yyyy")  # its size kept
+    code, out, err = _cli(capsys, "ckpt", "run-a", "--verify")
+    assert code == 1 and "step-00000100: NOT whole now: __0_0.distcp (written on node 1): its bytes differ" in err
+    assert "step-00000100: not whole: the bytes of __0_0.distcp (written on node 1) differ from what the trainer " \
+           "wrote" in out
+    code, out, _ = _cli(capsys, "ckpt", "run-a", "--json")
+    assert [(c["step"], c["complete"]) for c in json.loads(out)] == [(50, True), (100, False)]  # 50: the safe step

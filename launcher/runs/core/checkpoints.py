@@ -21,18 +21,25 @@ from pathlib import Path
 from launcher.backends.base import Backend, CheckpointListing, ExportResult, NodeError
 from launcher.backends.registry import backend_for, export_here_checkpoint, here_checkpoint_files
 from launcher.paths import run_dir
-from launcher.runs.core.bucket import BucketError, bucket_env, list_bucket, remove_from_bucket
+from launcher.runs.core.bucket import (
+    BucketError,
+    bucket_env,
+    list_bucket,
+    remove_from_bucket,
+    verify_in_bucket,
+)
 from launcher.runs.core.layout import load_plan
 from launcher.runs.core.store import RunStore
 from launcher.workload.ckpt_place import Holder
 from launcher.workload.overrides import SetValue
 from launcher.workload.plan import RunPlan
 from trainer.wire import ckpt_owner
+from trainer.wire.ckpt_digest import Differs, words
 from trainer.wire.ckpt_layout import CheckpointInfo, checkpoints_root
 from trainer.wire.ckpt_owner import Lineage, Whose
 
 __all__ = ["CheckpointInfo", "list_checkpoints", "delete_checkpoint", "RunCheckpoints", "lineage_of",
-           "remove_own_checkpoints",
+           "remove_own_checkpoints", "BytesChecked", "verify_checkpoints",
            "export_checkpoint", "NoOutputDir", "CheckpointError", "completeness", "resume_override",
            "resume_runs_override", "ResumeChoice", "resume_choice", "here_root"]
 
@@ -285,6 +292,45 @@ async def remove_own_checkpoints(home: Path, run_id: str) -> tuple[int, int, str
         return len(mine), len(listing.checkpoints) - len(mine), ""
     except (NodeError, BucketError) as err:
         return 0, 0, str(err)
+    finally:
+        await h.close()
+
+
+@dataclass(frozen=True)
+class BytesChecked:
+    """One whole checkpoint's files hashed where they lie against the digests the trainer recorded."""
+
+    name: str
+    step: int
+    differs: tuple[Differs, ...] = ()
+
+    def words(self) -> str:
+        if not self.differs:
+            return f"{self.name}: its bytes are the ones the trainer wrote"
+        return f"{self.name}: NOT whole now: {words(self.differs)}"
+
+
+async def verify_checkpoints(home: Path, run_id: str) -> list[BytesChecked]:
+    """Every whole checkpoint the run lists (its own and the ones it continued) read back where its whole
+    copy is and checked against the trainer's digests; one whose bytes differ is marked there (not whole
+    from then on, for every reader). Reads every byte: seconds per GB. :class:`CheckpointError` when the
+    holder cannot be asked."""
+    h = holding(home, run_id)
+    try:
+        listing = await _listing(home, h)
+        if listing.error:
+            raise CheckpointError(listing.error)
+        files = None if h.bucket else here_checkpoint_files() if h.rank is None else h.backend.checkpoint_files(h.rank)
+        out = []
+        for c in ckpt_owner.whole(ckpt_owner.readable(listing.checkpoints, lineage_of(h.plan))):
+            if files is None:
+                differs = await asyncio.to_thread(verify_in_bucket, c.path, bucket_env(home, h.plan))
+            else:
+                differs = await files.verify(listing.root, c.name)
+            out.append(BytesChecked(c.name, c.step, differs))
+        return out
+    except (NodeError, BucketError) as err:
+        raise CheckpointError(str(err)) from None
     finally:
         await h.close()
 
