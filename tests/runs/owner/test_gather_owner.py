@@ -205,3 +205,26 @@ def test_a_gather_through_this_machine_says_so(tmp_path):
     save([nc1, nc2], 2, "A")
     asyncio.run(g.pass_once(final=False))
     assert journal(tmp_path)[-1]["via"] == "launcher"
+
+
+def test_each_gathered_save_is_the_safe_step_at_once_and_its_age_counts_when_shown(tmp_path):
+    """The run's owner records the safe step as each gather makes one whole: the monitor reads it every
+    second (no node asked), and what it shows counts the age from when the checkpoint was written."""
+    from launcher.runs.core.safe_step import recorded_safe_step
+
+    nc1, nc2 = host(tmp_path, "nc1"), host(tmp_path, "nc2")
+    g, _ = gatherer([nc1, nc2], Lineage.of("A", [], FIXED), tmp_path, keep_last=1)
+    record = tmp_path / "record"
+    record.mkdir()
+    keeper = CheckpointKeeper(record, lambda plan: None, HereCheckpointFiles)
+    g.on_safe = keeper._safe
+    save([nc1, nc2], 2, "A")
+    asyncio.run(g.pass_once(final=False))
+    first = recorded_safe_step(record, 0.0)
+    assert first is not None and first.found.step == 2
+    save([nc1, nc2], 4, "A")
+    asyncio.run(g.pass_once(final=False))
+    safe = recorded_safe_step(record, 0.0)
+    assert safe.found.step == 4 and safe.written_at is not None
+    assert safe.text(safe.written_at + 75) == "step 4 (step-00000004, written 1m15s ago)"
+    assert safe.text(safe.written_at + 135) == "step 4 (step-00000004, written 2m15s ago)"
