@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from launcher.words import plural
 from launcher.workload.plan import RunPlan, build_plan
 from trainer.wire.ckpt_owner import auto_continues, nothing_left, private_folder
 
@@ -54,10 +55,10 @@ class Continuation:
         further = f"--set parameters.max_steps={self.step + max(self.max_steps or 0, 1)}"
         if not self.auto:
             return (f"run {self.run_id}'s checkpoint {self.name} in {where} is its step {self.step}, and the run is "
-                    f"{self.max_steps} steps long: nothing left to train; train further: fsdp-tui resume "
+                    f"{plural(self.max_steps or 0, 'step')} long: nothing left to train; train further: fsdp-tui resume "
                     f"{self.run_id} --from {self.step} {further}")
         return (f"parameters.checkpoint.resume: auto would continue run {self.run_id} from its checkpoint "
-                f"{self.name} (step {self.step}) in {where}, and this run is {self.max_steps} steps long: nothing "
+                f"{self.name} (step {self.step}) in {where}, and this run is {plural(self.max_steps or 0, 'step')} long: nothing "
                 f"left to train. Start afresh: --fresh (sets {FRESH}), or train further: {further}")
 
     def to_option(self) -> dict:
@@ -142,5 +143,5 @@ def trained_nothing(directory: Path, max_steps: int | None) -> str:
     found = recorded(directory)
     if found is None:
         return "trained nothing: its job ended before a training step"
-    left = f", and the run is {max_steps} steps long: nothing left to train" if max_steps else ""
+    left = f", and the run is {plural(max_steps, 'step')} long: nothing left to train" if max_steps else ""
     return f"trained nothing: it continued run {found.run_id} at its step {found.step} ({found.name}){left}"
