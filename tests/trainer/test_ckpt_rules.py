@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -113,7 +114,7 @@ def _saved(root, run_id: str = "A") -> str:
 
 def test_bytes_that_differ_are_found_marked_and_make_the_checkpoint_not_whole(tmp_path):
     path = _saved(tmp_path)
-    meta = open(os.path.join(path, "meta.json")).read()
+    meta = Path(path, "meta.json").read_text()
     assert ckpt_digest.verify(path, meta) == () and wholeness(path).complete
     with open(os.path.join(path, "__1_0.distcp"), "r+b") as f:  # 4 bytes overwritten, the size kept
         f.seek(100)
@@ -137,7 +138,7 @@ def test_bytes_that_differ_are_found_marked_and_make_the_checkpoint_not_whole(tm
 
 def test_a_checkpoint_saved_before_digests_is_checked_by_its_sizes(tmp_path):
     path = _saved(tmp_path)
-    meta = json.loads(open(os.path.join(path, "meta.json")).read())
+    meta = json.loads(Path(path, "meta.json").read_text())
     for entry in meta["shards"].values():
         del entry["sha256"]
     del meta["metadata_sha256"]

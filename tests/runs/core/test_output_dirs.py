@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.runs.core.output_dirs import fixed_output_dir, node_view, output_dir_users
 from launcher.runs.core.layout import save_plan
+from launcher.runs.core.output_dirs import fixed_output_dir, node_view, output_dir_users
 from launcher.runs.core.store import RunStore
 from launcher.workload.plan import build_plan
 from launcher.workload.validate import validate_text
