@@ -127,6 +127,13 @@ class NetworkKnown(Message, bubble=False):
 
 
 @dataclass
+class ContinuedKnown(Message, bubble=False):
+    """The run another run's checkpoint continues (``continues run X from step N``), for the monitor."""
+
+    text: str
+
+
+@dataclass
 class SamplesRead(Message, bubble=False):
     """A run's samples as lines to draw, with the line that says what they are."""
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from launcher.events import RunEvent
+    from launcher.runs.core.continuing import FRESH, Continuation
     from launcher.runs.core.layout import FORCED_NOTE, TRIAGE, ResumeCheck
     from launcher.runs.core.run_kind import RunKind
     from launcher.runs.core.safe_step import NONE_YET, SafeStep
@@ -41,6 +42,7 @@ from launcher.api._lazy import lazy_names
 from launcher.api.launching import AlreadyLaunched, Launched, LaunchOutcome, Refused
 
 _FROM = {
+    "launcher.runs.core.continuing": ("FRESH", "Continuation"),
     "launcher.runs.core.layout": ("FORCED_NOTE", "TRIAGE", "ResumeCheck"),
     "launcher.runs.core.run_kind": ("RunKind",),
     "launcher.runs.core.safe_step": ("NONE_YET", "SafeStep"),
@@ -67,7 +69,7 @@ __getattr__ = lazy_names(__name__, _FROM)
 
 
 __all__ = [
-    "COLUMNS", "ComparisonFormat", "FORCED_NOTE", "NONE_YET", "THRESHOLD", "THRESHOLDS", "TRIAGE", "AlreadyLaunched", "CancelReport",
+    "COLUMNS", "ComparisonFormat", "Continuation", "FORCED_NOTE", "FRESH", "NONE_YET", "THRESHOLD", "THRESHOLDS", "TRIAGE", "AlreadyLaunched", "CancelReport",
     "Column", "FollowGaveUp", "LaunchOutcome", "Launched", "NodeRecord", "NodeRow", "RankReport", "RankTimes",
     "RecordUnwritable", "Refused", "ResumeCheck", "Resumed", "RunKind", "RunListed", "RunNotFound", "RunRecord", "RunReport",
     "RunStats", "RunSummary", "RunView", "Runs", "SafeStep", "SampleSet", "Sent", "Signature", "StackDumps", "StopOutput",
@@ -211,12 +213,22 @@ class Runs:
         return replace(report, nettest=newest_for(self.home, [n.host for n in report.nodes], besides=run_id),
                        last_safe_step=self.last_safe_step(run_id))
 
-    def last_safe_step(self, run_id: str) -> SafeStep | None:
-        """The newest complete checkpoint, asked of the node that holds it (blocks up to ~15 s: call it from
-        a thread in an event loop); ``None`` for a run without ``output_dir``."""
+    def continued(self, run_id: str) -> str:
+        """``continues run X from step N (NAME)`` when the run continues another run's checkpoint (its launch
+        recorded which: ``resume``, or a ``resume: auto`` that found one); empty otherwise."""
+        from launcher.runs.core.continuing import recorded
+
+        found = recorded(self.record(run_id).directory)
+        return found.words() if found is not None else ""
+
+    def last_safe_step(self, run_id: str, *, ask_node: bool = True) -> SafeStep | None:
+        """The run's own newest complete checkpoint: what its owner recorded (an ended run's, each gathered
+        save of a live one), else asked of the node that holds it (blocks up to ~15 s: call it from a thread
+        in an event loop); ``None`` for a run without ``output_dir``, and, without ``ask_node``, when nothing
+        is recorded (no node is asked then: cheap enough to call every second)."""
         from launcher.runs.core.safe_step import last_safe_step
 
-        return asyncio.run(last_safe_step(self.home, run_id))
+        return asyncio.run(last_safe_step(self.home, run_id, ask_node=ask_node))
 
     def compare(self, run_ids: Sequence[str], labels: dict[str, str] | None = None) -> list[RunStats]:
         """The runs side by side: throughput, memory, losses, one row each (``fsdp-tui compare``)."""

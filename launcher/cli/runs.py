@@ -20,8 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def why_shown(state: str, detail: str) -> str:
-    """The WHY column: why a run ended badly, is stalled, or waits in a scheduler's queue (its reason)."""
-    return detail if (state in ("failed", "timed_out", "cancelled", "pending") or detail.startswith("stalled")) else ""
+    """The WHY column: why a run ended badly, is stalled, or waits in a scheduler's queue (its reason); the
+    run it continued, and a run that trained nothing."""
+    return detail if (state in ("failed", "timed_out", "cancelled", "pending")
+                      or detail.startswith(("stalled", "trained nothing", "continued run"))) else ""
 
 
 WHY_WIDTH = 100

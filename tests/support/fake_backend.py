@@ -223,7 +223,8 @@ class FakeBackend:
     async def checkpoints(self, output_dir: str, rank: int = 0, root: str | None = None) -> CheckpointListing:
         return CheckpointListing(rank, f"node {rank} (fake)", root or output_dir)
 
-    async def delete_checkpoint(self, output_dir: str, name: str, rank: int = 0, root: str | None = None) -> None:
+    async def delete_checkpoint(self, output_dir: str, name: str, rank: int = 0, root: str | None = None, *,
+                                writer: str | None = None, continues: tuple[str, ...] = ()) -> None:
         pass
 
     async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None,

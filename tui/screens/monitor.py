@@ -33,7 +33,7 @@ from launcher.events import (
     StacksDumped,
 )
 from tui.app_base import AppBase
-from tui.messages import NetworkKnown, RelaunchAsked
+from tui.messages import ContinuedKnown, NetworkKnown, RelaunchAsked
 from tui.screens.monitor_lines import SummaryLines
 from tui.screens.monitor_views import PANE_MIN_ROWS as PANE_MIN_ROWS  # the grid's rule, named here too
 from tui.screens.monitor_views import MonitorViews
@@ -65,6 +65,8 @@ STOPPED = (RunState.CANCELLING, RunState.CANCELLED, RunState.TIMED_OUT)
 """States from which the run's lines are the stop's: torchrun's stop tracebacks are folded away."""
 SAFE_STEP_EVERY_S = 30.0
 """How often the monitor asks rank 0's node for the newest complete checkpoint (the last safe step)."""
+SAFE_RECORD_EVERY_S = 1.0
+"""How often it reads what the run's owner recorded of it (each gathered save as it comes; no node asked)."""
 
 
 class RunMonitorScreen(Screen):
@@ -166,6 +168,7 @@ class RunMonitorScreen(Screen):
         if self.events is None:  # a recording handed in has no nodes to ask
             self.refresh_safe_step()
             self.set_interval(SAFE_STEP_EVERY_S, self.refresh_safe_step)
+            self.set_interval(SAFE_RECORD_EVERY_S, self.read_safe_step)
 
     @work(thread=True, group="network")
     def show_network(self) -> None:
@@ -176,6 +179,13 @@ class RunMonitorScreen(Screen):
         test = client.nettests.newest_for(hosts, besides=self.run_id) if hosts else None
         if test is not None:
             self.post_message(NetworkKnown(f"network ({test.run_id}): {test.summary}"))
+        continued = client.runs.continued(self.run_id) if record else ""
+        if continued:
+            self.post_message(ContinuedKnown(continued))
+
+    @on(ContinuedKnown)
+    def _continued_known(self, message: ContinuedKnown) -> None:
+        self.view.continues = message.text  # the why-line says it when nothing weighs more
 
     @on(NetworkKnown)
     def _network_known(self, message: NetworkKnown) -> None:
@@ -184,6 +194,10 @@ class RunMonitorScreen(Screen):
     @work(exclusive=True, group="safe-step")
     async def refresh_safe_step(self) -> None:
         await self.lines.refresh_safe_step(self.app.client.runs, self.run_id)
+
+    @work(exclusive=True, group="safe-record")
+    async def read_safe_step(self) -> None:
+        await self.lines.refresh_safe_step(self.app.client.runs, self.run_id, ask_node=False)
 
     def on_resize(self, event) -> None:
         self.query_one(MetricsPanel).set_class(event.size.height < SHORT_BELOW, "-short")

@@ -222,6 +222,10 @@ class Recorder:
             self.last_train_step = max(steps + [self.last_train_step or 0])
         self._refresh_summary(records)
 
+    def trained(self) -> bool:
+        """Whether any training step was recorded (by this owner, or before it adopted the run)."""
+        return self.last_train_step is not None or any(r.kind == "train" for r in self.records())
+
     def take_records(self) -> list[MetricRecord]:
         records, self.new_records = self.new_records, []
         return records
@@ -299,11 +303,12 @@ class Recorder:
         self.set_state(RunState.PREFLIGHT, self.forced)
 
     def finished(self, state: RunState, exit_code: int | None, triage: TriageReport | None,
-                 at: float | None = None) -> None:
+                 at: float | None = None, detail: str = "") -> None:
+        """The run's end; ``detail``: what its state says when no triage does (a run that trained nothing)."""
         record = self.store.get_run(self.run_id)
         if (record is None or not record.summary.state.is_final) and not (
                 self.unwritten and self.last_state is not None and self.last_state.is_final):
-            self.set_state(state, (triage.summary if triage else "") or self.forced, at)
+            self.set_state(state, (triage.summary if triage else "") or detail or self.forced, at)
         self.emit(RunFinished(self.run_id, state, exit_code, triage.to_dict() if triage else None))
 
     MAX_FLIGHT_DUMPS = 1024

@@ -25,6 +25,7 @@ from launcher.backends.registry import backend_for, here_checkpoint_files
 from launcher.events import RunState
 from launcher.paths import private_files, run_dir
 from launcher.runs.core import pending
+from launcher.runs.core.continuing import max_steps_of, recorded, trained_nothing
 from launcher.runs.core.estimates import PROBE_TAG, settle
 from launcher.runs.core.layout import load_options, load_plan, save_plan
 from launcher.runs.core.notifying import notify_run, notify_wanted
@@ -257,7 +258,8 @@ class Supervisor:
         self.rec.write(save_plan, self.dir, self.backend.plan)
         # The run's end is recorded when its job ends, whatever tracking does; MLflow gets it after.
         self.ended = True
-        self.rec.finished(outcome.state, outcome.exit_code, outcome.triage, at=self.policy.ended_at)
+        self.rec.finished(outcome.state, outcome.exit_code, outcome.triage, at=self.policy.ended_at,
+                          detail=self._succeeded_how(outcome))
         tracked = None
         if self.tracker.sink is not None:
             try:
@@ -273,6 +275,8 @@ class Supervisor:
                 settle(self.dir, record)  # the real figure beside the launch's estimate, for later ones
             except OSError:
                 pass
+        for left in await self.keeper.finish(self.backend):
+            _say(left)
         ckpt = await newest_of_run(self.home, self.run_id)
         if ckpt is not None:
             try:
@@ -287,6 +291,16 @@ class Supervisor:
         if self.resume_source is not None:
             await self.resume_source.close()
         await self.backend.close()
+
+    def _succeeded_how(self, outcome: Outcome) -> str:
+        """A succeeded run's words: that it trained nothing (never a bare "succeeded"), or the run it
+        continued; empty for another end, or a run that continued none."""
+        if outcome.state != RunState.SUCCEEDED or not self.plan.uses_builtin_trainer:
+            return ""
+        if not self.rec.trained():
+            return trained_nothing(self.dir, max_steps_of(self.plan))
+        found = recorded(self.dir)
+        return found.said() if found is not None else ""
 
     async def _wait_tracking(self, tracked: asyncio.Future) -> None:
         """What tracking can send of the run's end within :data:`TRACKING_END_S` (nothing is waited for

@@ -157,8 +157,15 @@ def _resumed_from(home: Path, workload: dict, run_id: str) -> dict | None:
     checkpoints screen set it) and, when its path names one, the run that wrote it."""
     import re
 
+    from launcher.runs.core.continuing import recorded
+
     path = ((workload.get("parameters") or {}).get("checkpoint") or {}).get("resume")
-    if not isinstance(path, str) or not path:
+    found = recorded(run_dir(home, run_id))  # what its launch said it continues (resume, or resume: auto)
+    if found is not None:
+        named = isinstance(path, str) and path not in ("", "auto", "never")
+        return {"path": path if named else found.name, "step": found.step, "run_id": found.run_id,
+                "auto": found.auto}
+    if not isinstance(path, str) or path in ("", "auto", "never"):
         return None
     step = re.search(r"step-0*(\d+)", path)
     brought = load_options(run_dir(home, run_id)).get("resume_from")  # copied to this run's node 0 first

@@ -135,6 +135,9 @@ class RunView:
     """Every rank's own work in the newest step that reported it (seconds, by global rank; built-in trainer)."""
     resume_check: ResumeCheck | None = None
     """The newest resume's check (the built-in trainer's, at the first step after a resume)."""
+    continues: str = ""
+    """The run whose checkpoint this one continues, in words (``continues run X from step N``), as its
+    launch recorded it; said when nothing weighs more."""
 
     def apply(self, event: RunEvent, now: float | None = None) -> None:
         now = time.time() if now is None else now
@@ -194,7 +197,9 @@ class RunView:
             return f"{self.state.value}: {summary or self.detail or 'no reason was recorded'}"
         if self.resume_check is not None and self.resume_check.differs:
             return "resume differs: " + "; ".join(self.resume_check.differs)
-        return ""
+        if self.state == RunState.SUCCEEDED and self.detail.startswith("trained nothing"):
+            return self.detail
+        return self.continues
 
     def resume_badge(self) -> str:
         """``resume VERIFIED`` (``RESHARDED``, ``DIFFERS``, ``UNCHECKED``) for the summary line; empty: no resume."""
