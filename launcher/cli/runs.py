@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
         check = x.resume_check
         if not why and check is not None and check.differs:
             why = "resume differs: " + "; ".join(check.differs)
-        if x.kind.mark:  # a probe, a nettest, a resume that trained nothing: said first, whatever else is said
-            why = x.kind.words() + (f"; {why}" if why else "")
+        if x.kind.kind != "training":  # a probe, a nettest: said first, whatever else is said (a run that
+            why = x.kind.words() + (f"; {why}" if why else "")  # trained nothing says so in its recorded end)
         print(f"{r.run_id:<{width}} {r.state.value:<10} {r.num_nodes:>5} {started:<16} {duration:>8} {step:>9} "
               f"{_fmt(r.last_loss, '.4f'):>8} {_fmt(r.best_eval_loss, '.4f'):>8} {_usage_cell(x.usage):>11} "
               f"{check.verdict[:9] if check else '-':<9}  {shorten(why)}")

@@ -138,10 +138,14 @@ def recorded(directory: Path) -> Continuation | None:
     return Continuation.from_option(options.get(OPTION)) if isinstance(options, dict) else None
 
 
+TRAINED_NOTHING = "trained nothing"
+"""How the recorded end of a run that made no training step of its own begins (``runs`` and the app mark it)."""
+
+
 def trained_nothing(directory: Path, max_steps: int | None) -> str:
     """The words for a run that ended without a training step: what it continued and why nothing was left."""
     found = recorded(directory)
     if found is None:
-        return "trained nothing: its job ended before a training step"
+        return f"{TRAINED_NOTHING}: its job ended before a training step"
     left = f", and the run is {plural(max_steps, 'step')} long: nothing left to train" if max_steps else ""
-    return f"trained nothing: it continued run {found.run_id} at its step {found.step} ({found.name}){left}"
+    return f"{TRAINED_NOTHING}: it continued run {found.run_id} at its step {found.step} ({found.name}){left}"

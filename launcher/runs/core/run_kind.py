@@ -3,19 +3,20 @@
 no step of its own). A probe cancelled at step 22 of 300, read as a training run, looks like a run that
 stopped early: the run list says what it was.
 
-Read from the run's folder: its launch options (the tags a probe and a nettest are started with), its plan
-(whether it is the built-in trainer and which run it continued) and its own metrics (a train record)."""
+Read from the run's launch options (the tags a probe and a nettest are started with, and the run a launch
+continued) and from how its owner recorded its end: a run that ended without a step of its own is recorded
+``trained nothing: ...`` by its owner (:mod:`launcher.runs.core.continuing`), the one place that decides it."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from launcher.paths import run_dir
+from launcher.runs.core.continuing import TRAINED_NOTHING, recorded
 from launcher.runs.core.estimates import PROBE_TAG
-from launcher.runs.core.layout import LOG_METRICS, METRICS, PLAN, load_options
+from launcher.runs.core.layout import load_options
 from launcher.runs.core.store import RunSummary
 
 NETTEST_TAG = "fsdp_tui.nettest"
@@ -23,8 +24,6 @@ NETTEST_TAG = "fsdp_tui.nettest"
 NETTEST_RECORDS = "nettests"
 """Where the kept tests lie under the data dir (one ``<run id>.json`` each): a test started before the tag
 was is known by its record."""
-_TRAIN = b'"kind":"train"'
-
 Kind = Literal["training", "probe", "nettest"]
 
 
@@ -64,40 +63,6 @@ def run_kind(home: Path, summary: RunSummary) -> RunKind:
         return RunKind(summary.run_id, "probe")
     if tags.get(NETTEST_TAG) == "1" or (home / NETTEST_RECORDS / f"{summary.run_id}.json").is_file():
         return RunKind(summary.run_id, "nettest")
-    continued = _continued(directory)
-    if continued is None:
-        return RunKind(summary.run_id)
-    nothing = summary.state.is_final and not _trained(directory)
-    return RunKind(summary.run_id, trained_nothing=nothing, continued=continued or None)
-
-
-def _continued(directory: Path) -> str | None:
-    """The run a resume of the built-in trainer continued (``""`` when it resumed without saying whose
-    checkpoint it was); ``None`` when the run is no resume."""
-    try:
-        workload = json.loads((directory / PLAN).read_text())["workload"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if not isinstance(workload, dict) or workload.get("command") is not None:
-        return None
-    checkpoint = (workload.get("parameters") or {}).get("checkpoint") or {}
-    if not isinstance(checkpoint, dict):
-        return None
-    runs = checkpoint.get("resume_runs")
-    if isinstance(runs, list) and runs and isinstance(runs[0], str):
-        return runs[0]
-    resume = checkpoint.get("resume")
-    return "" if isinstance(resume, str) and resume not in ("auto", "never", "") else None
-
-
-def _trained(directory: Path) -> bool:
-    """Whether the run's own metrics hold a train record (a step it made)."""
-    for name in (METRICS, LOG_METRICS):
-        try:
-            with open(directory / name, "rb") as f:
-                for line in f:
-                    if _TRAIN in line:
-                        return True
-        except OSError:
-            continue
-    return False
+    found = recorded(directory)
+    nothing = summary.state.is_final and summary.detail.startswith(TRAINED_NOTHING)
+    return RunKind(summary.run_id, trained_nothing=nothing, continued=found.run_id if found else None)

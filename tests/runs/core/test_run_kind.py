@@ -1,6 +1,7 @@
 """A probe of ``doctor --estimate``, an interconnect test and a resume that trained nothing are said to be
 what they are, in ``runs`` (its why column and ``--json``) and in the app's run table, not read as training
-runs that stopped early. Records written as a launch writes them (store, plan, options, metrics)."""
+runs that stopped early. Records written as a launch and its owner write them (store, plan, options with what a
+resume continues, metrics, the owner's recorded end)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import pytest
 
 from launcher.events import RunState
+from launcher.runs.core.continuing import OPTION, Continuation, trained_nothing
 from launcher.runs.core.estimates import PROBE_TAG
 from launcher.runs.core.layout import METRICS, OPTIONS
 from launcher.runs.core.run_kind import NETTEST_TAG, RunKind, run_kind
@@ -29,14 +31,19 @@ def _record(home, run_id: str, text: str, state: RunState, *, tags: dict | None 
             steps: tuple[int, ...] = (), checks: tuple[int, ...] = ()) -> None:
     plan = build_plan(validate_text(text, "w.yaml").workload, run_id=run_id, node_root=str(home / "nodes"))
     directory = create_run(plan, home)
-    (directory / OPTIONS).write_text(json.dumps({"force": False, "tags": tags or {}}))
+    options: dict = {"force": False, "tags": tags or {}}
+    if "resume_runs" in text:
+        options[OPTION] = Continuation("run-first", "step-00000300", 300).to_option()
+    (directory / OPTIONS).write_text(json.dumps(options))
     records = [MetricRecord(step=s, kind="train", loss=1.0, max_steps=300) for s in steps]
     records += [MetricRecord(step=s, kind="resume_check", max_steps=300) for s in checks]
     (directory / METRICS).write_text("".join(r.to_json() + "\n" for r in records))
     store = RunStore(home)
     store.set_state(run_id, RunState.RUNNING, 1)
     if state != RunState.RUNNING:
-        store.set_state(run_id, state, 1)
+        # the owner records a run that ended without a step of its own as such
+        nothing = state == RunState.SUCCEEDED and not steps and "resume_runs" in text
+        store.set_state(run_id, state, 1, detail=trained_nothing(directory, 300) if nothing else "")
     store.record_metric_summary(run_id, last_loss=None, best_eval_loss=None,
                                 step=max(steps + checks) if steps + checks else None, max_steps=300)
 
@@ -90,7 +97,8 @@ def test_runs_says_what_each_run_was(world, capsys):
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
     assert "probe of doctor --estimate" in rows["run-probe"]
     assert "interconnect test (fsdp-tui nettest)" in rows["run-net"] and " 300" not in rows["run-net"]
-    assert "trained nothing: a resume of run-first that made no step of its own" in rows["run-resume-none"]
+    assert rows["run-resume-none"].count("trained nothing") == 1
+    assert "trained nothing: it continued run" in rows["run-resume-none"]
     for plain in ("run-first", "run-resume-some", "run-resume-live", "run-script"):
         assert "probe" not in rows[plain] and "trained nothing" not in rows[plain] and "nettest" not in rows[plain]
     assert main(["runs", "--json"]) == 0
