@@ -71,7 +71,10 @@ def test_show_nodes_marks_the_quiet_node_and_the_first_to_fail(tmp_path):
     assert [n["node"] for n in table["nodes"]] == list(range(NODES))
     quiet = table["nodes"][3]
     assert [m["what"] for m in quiet["odd"]] == ["quiet"]
-    assert quiet["odd"][0]["figure"] >= 44 and quiet["odd"][0]["median"] <= 3
+    # the others were quiet 1 s at ``now``; the time the command took to start (seconds on a loaded machine)
+    # adds to every node's quiet time alike
+    since = time.time() - now
+    assert quiet["odd"][0]["figure"] >= 45 and quiet["odd"][0]["median"] <= 1 + since
     assert all(not n["odd"] for i, n in enumerate(table["nodes"]) if i != 3)
     first = table["nodes"][0]
     assert (first["host"], first["state"], first["lines"], first["cpu_pct"], first["rss_mib"]) == (
