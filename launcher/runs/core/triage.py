@@ -132,9 +132,12 @@ def classify_line(line: str) -> Signature | None:
     return None
 
 
-def triage_run(logs: dict[int, str], exit_codes: dict[int, int | None]) -> TriageReport:
-    """Blame the first node that failed on its own (non-zero exit, not stopped by us), else any error."""
+def triage_run(logs: dict[int, str], exit_codes: dict[int, int | None], first: int | None = None) -> TriageReport:
+    """Blame the first node that failed on its own (non-zero exit, not stopped by us), else any error.
+    ``first``: the failed node whose rank died first, when the caller knows it (it is asked first)."""
     failed = [n for n, code in sorted(exit_codes.items()) if code not in (0, None)]
+    if first in failed:
+        failed = [first, *(n for n in failed if n != first)]
     order = failed + [n for n in sorted(logs) if n not in failed]
     for node in order:
         text = logs.get(node, "")

@@ -74,6 +74,10 @@ class Recorder:
         self.dir = store.home / "runs" / run_id
         (self.dir / "nodes").mkdir(parents=True, exist_ok=True)
         self.attempt = 1
+        self.log_shift: dict[int, int] = {}
+        """Per rank, the bytes of its log copy written before its node's current log began (a node swapped
+        in starts its log at 0 where the copy holds the failed node's): the copy's size less this is the
+        offset to read on from. Kept with the run's swaps, so an owner that adopts the run knows it."""
         self.parse_logs = parse_logs
         self.metrics_rest = _tail_after_newline(self.dir / METRICS)
         self.log_rest = b""
@@ -82,6 +86,8 @@ class Recorder:
         """The newest training step recorded (what the stall watch follows)."""
         self.new_records: list[MetricRecord] = []
         """Records not yet handed to the tracking sink (see :meth:`take_records`)."""
+        self.on_records: Callable[[list[MetricRecord]], None] | None = None
+        """Also called with each batch of new metrics records (the owner's swaps settle on them)."""
         self.on_gpus: Callable[[int, tuple[GpuSample, ...], float], None] | None = None
         """Also called with ``(rank, samples, time)`` for each GPU sample (the owner's idle watch)."""
         self.space = SpaceWatch(store.home)
@@ -108,7 +114,22 @@ class Recorder:
     # -- offsets are the sizes of the copies -------------------------------------------------------
 
     def log_offset(self, rank: int) -> int:
-        return file_size(mirror_path(self.dir, rank))
+        return file_size(mirror_path(self.dir, rank)) - self.log_shift.get(rank, 0)
+
+    def use_nodes(self, nodes: list[tuple[int, str, str]], old_rank: dict[int, int | None]) -> dict[int, int]:
+        """The node set after a swap: ``(rank, host, node_dir)`` each, and for each rank the rank its node had before
+        (``None``: a node swapped in, whose log starts at 0). Each rank's copy goes on where it ends,
+        reading its node's log from where that node's log was read to; returns the new shifts."""
+        offsets = {old: self.log_offset(old) for old in self.hosts}
+        hosts = {rank: host for rank, host, _ in nodes}
+        shift = {}
+        for rank in hosts:
+            before = old_rank.get(rank)
+            size = file_size(mirror_path(self.dir, rank))
+            shift[rank] = size - (offsets.get(before, 0) if before is not None else 0)
+        self.hosts, self.log_shift = dict(hosts), {r: s for r, s in shift.items() if s}
+        self.write(self.store.set_nodes, self.run_id, nodes)
+        return self.log_shift
 
     def metrics_offset(self) -> int:
         return file_size(self.dir / METRICS)
@@ -221,6 +242,8 @@ class Recorder:
         if steps:
             self.last_train_step = max(steps + [self.last_train_step or 0])
         self._refresh_summary(records)
+        if self.on_records is not None:
+            self.on_records(records)
 
     def take_records(self) -> list[MetricRecord]:
         records, self.new_records = self.new_records, []
