@@ -55,6 +55,8 @@ class Swap:
     """The trainer's resume check: ``verified``, ``resharded``, ``differs``, ``unchecked``; ``none`` when
     the run started again from step 0 (nothing to check)."""
     differs: tuple[str, ...] = ()
+    hosts_after: tuple[str, ...] = ()
+    """The run's nodes after the swap, by rank."""
     log_shift: dict[int, int] = field(default_factory=dict)
     """Per rank, the bytes of the record's node log before this node set's logs (a new node's log starts at
     0 where the record's copy already holds the failed node's)."""
@@ -81,11 +83,18 @@ class Swap:
             return None
         return max(0, self.failed_step - (self.checkpoint_step or 0))
 
-    def failure_words(self) -> str:
+    def _what(self) -> str:
         what = {"lost": "lost", "killed": "killed", "gpu_lost": "lost its GPU", "node_fail": "failed"}.get(
             self.signature, "failed")
-        at = f" at step {self.failed_step:,}" if self.failed_step is not None else ""
-        return f"node {self.node_rank} ({self.failed_host}) {what}{at}"
+        return what + (f" at step {self.failed_step:,}" if self.failed_step is not None else "")
+
+    def failure_words(self) -> str:
+        """``node 3 (gpu-07) lost at step 1,840``."""
+        return f"node {self.node_rank} ({self.failed_host}) {self._what()}"
+
+    def replaced_words(self) -> str:
+        """What the node that took the failed one's place stands in for: ``replaced gpu-07 (lost at step 1,840)``."""
+        return f"replaced {self.failed_host} ({self._what()})"
 
     def words(self) -> str:
         """One line: ``node 3 (gpu-07) lost at step 1,840; replaced by gpu-11; resumed verified at step 1,800
@@ -146,7 +155,7 @@ class Swap:
         return cls(number, kind, rank, text("failed_host"), text("why"), text("signature"), at, attempt,  # type: ignore[arg-type]
                    num("failed_step"), text("replacement"), texts("skipped"), num("checkpoint_step"),
                    text("checkpoint_note"), text("batch"), real("resumed_at"), num("resumed_step"),
-                   text("verdict") or None, texts("differs"), shifts)
+                   text("verdict") or None, texts("differs"), texts("hosts_after"), shifts)
 
 
 

@@ -118,7 +118,7 @@ class NodeRecovery:
         """The nodes that go on without ``fault``'s node, a spare checked first (through a backend of
         ``make_backend``, which the nodes then keep); ``None`` (said) when there is none and the run may not
         shrink."""
-        self._count(fault.host, f"node {fault.rank} {fault.signature}: {fault.why}")
+        self._count(fault.host, fault.why)
         number = len(self.swaps) + 1
         base = dict(number=number, node_rank=fault.rank, failed_host=fault.host, why=fault.why,
                     signature=fault.signature, failed_at=fault.at, attempt=self.rec.attempt + 1,
@@ -171,9 +171,10 @@ class NodeRecovery:
 
     # -- the record --------------------------------------------------------------------------------
 
-    def begin(self, swap: Swap, checkpoint_step: int | None, note: str, shift: dict[int, int]) -> Swap:
-        """The swap decided and its nodes prepared: recorded, the records of the new attempt awaited."""
-        swap = replace(swap, checkpoint_step=checkpoint_step, checkpoint_note=note, log_shift=dict(shift))
+    def begin(self, swap: Swap, plan: RunPlan, checkpoint_step: int | None, note: str, shift: dict[int, int]) -> Swap:
+        """The swap decided and its nodes (``plan``'s) prepared: recorded, the records of the new attempt awaited."""
+        swap = replace(swap, checkpoint_step=checkpoint_step, checkpoint_note=note, log_shift=dict(shift),
+                       hosts_after=tuple(n.host_display for n in plan.nodes))
         self.swaps.append(swap)
         self.check, self.first, self.records_since = None, None, 0
         self._save(swap)

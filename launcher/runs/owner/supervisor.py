@@ -106,6 +106,8 @@ class Supervisor:
         """The run's end is recorded: tracking failures are no longer said as the run's state."""
         self.stall_told: str | None = None
         self.swap_told: asyncio.Future | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The owner's event loop, once it runs (what other threads hand work to)."""
         """The notification of a settled swap, while it is sent."""
         self.idle = IdleGuard(w.metrics.idle_policy)
         self.rec.on_gpus = self.idle.saw
@@ -128,8 +130,12 @@ class Supervisor:
                                 make_backend=lambda p, watch: backend_for(p, on_link=watch))
 
     def _swap_settled(self, swap: Swap) -> None:
-        """A swap's first step came: the user is told how the run recovered (in the background)."""
-        self.swap_told = asyncio.ensure_future(self._notify("recovered"))
+        """A swap's first step came (said from the thread that records metrics): the user is told how the
+        run recovered, in the background of the owner's loop."""
+        def tell() -> None:
+            self.swap_told = asyncio.ensure_future(self._notify("recovered"))
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(tell)
 
     def _say_state(self, text: str) -> None:
         """A line in the run's state, keeping the state it is in (a gather at the end of a cancel)."""
@@ -153,6 +159,7 @@ class Supervisor:
             raise LaunchFailed(str(err)) from None
 
     async def run(self) -> Outcome:
+        self.loop = asyncio.get_running_loop()
         self.rec.write(self.store.set_launcher, self.run_id, os.getpid())
         syncing = asyncio.create_task(self._sync_loop())
         try:
