@@ -39,6 +39,17 @@ class Doctor:
         return with_quarantine(await diagnose(plan, run_root=plan.node_root, home=self.home), plan, self.home)
 
 
+    async def probe(self, plan: RunPlan, *, steps: int | None = None, budget_s: float | None = None,
+                    on_progress: Callable[[int, float], None] | None = None) -> ProbeResult:
+        """Time ``plan``'s first ``steps`` steps (default :data:`PROBE_STEPS`) on its nodes in a probe run
+        (cancelled then, or after ``budget_s``, default :data:`PROBE_BUDGET_S`) and estimate the whole run
+        from them; ``on_progress(steps, elapsed_s)`` as it goes."""
+        from launcher.runs.probe import PROBE_BUDGET_S, PROBE_STEPS, run_probe
+
+        return await run_probe(self.home, plan, steps=PROBE_STEPS if steps is None else steps,
+                               budget_s=PROBE_BUDGET_S if budget_s is None else budget_s, on_progress=on_progress)
+
+
 def with_quarantine(report: DoctorReport, plan: RunPlan, home: Path) -> DoctorReport:
     """``report`` with an error on each node whose host is quarantined here, and node 0's line on the spares
     (how many, which are quarantined)."""
@@ -65,13 +76,3 @@ def with_quarantine(report: DoctorReport, plan: RunPlan, home: Path) -> DoctorRe
                       f"fsdp-tui quarantine lift {out[0]}" if out else "")
         nodes[0] = replace(nodes[0], checks=(*nodes[0].checks, check))
     return replace(report, nodes=tuple(nodes))
-
-    async def probe(self, plan: RunPlan, *, steps: int | None = None, budget_s: float | None = None,
-                    on_progress: Callable[[int, float], None] | None = None) -> ProbeResult:
-        """Time ``plan``'s first ``steps`` steps (default :data:`PROBE_STEPS`) on its nodes in a probe run
-        (cancelled then, or after ``budget_s``, default :data:`PROBE_BUDGET_S`) and estimate the whole run
-        from them; ``on_progress(steps, elapsed_s)`` as it goes."""
-        from launcher.runs.probe import PROBE_BUDGET_S, PROBE_STEPS, run_probe
-
-        return await run_probe(self.home, plan, steps=PROBE_STEPS if steps is None else steps,
-                               budget_s=PROBE_BUDGET_S if budget_s is None else budget_s, on_progress=on_progress)

@@ -70,13 +70,6 @@ class Nodes:
 
         return hosts(self.home)
 
-    def quarantined(self) -> dict[str, HostHealth]:
-        """The quarantined hosts, by name as workloads write them: no run takes one as a spare, and a launch
-        on one is refused until it is lifted."""
-        from launcher.runs.core.quarantine import quarantined
-
-        return quarantined(self.home)
-
     def lift(self, host: str) -> HostHealth | None:
         """``host`` out of quarantine and its failures forgotten; what was known of it (``None``: nothing)."""
         from launcher.runs.core.quarantine import lift

@@ -50,6 +50,7 @@ def build_summary(facts: RunFacts) -> dict[str, Any]:
     """The summary as a JSON-ready dict (what the command sink reads, what webhooks carry)."""
     out = asdict(facts)
     out["duration"] = fmt_duration(facts.duration_s)
+    out["recovery"] = list(facts.recovery)
     out["triage"] = ({k: facts.triage.get(k) for k in _TRIAGE_KEYS} if facts.triage else None)
     out["open"] = f"fsdp-tui show {facts.run_id}"
     out["logs"] = f"fsdp-tui logs {facts.run_id} --tail 50"

@@ -242,7 +242,7 @@ def with_master_port(plan: RunPlan, port: int) -> RunPlan:
 def with_node_dirs(plan: RunPlan, dirs: list[str] | tuple[str, ...]) -> RunPlan:
     """The same plan with each node's run directory as given (a node swapped in has one of its own)."""
     if len(dirs) != len(plan.nodes):
-        raise ValueError(f"{len(dirs)} directories for {len(plan.nodes)} nodes")
+        raise ValueError(f"{plural(len(dirs), 'directory')} for {plural(len(plan.nodes), 'node')}")
     return replace(plan, nodes=tuple(replace(n, node_dir=d) for n, d in zip(plan.nodes, dirs, strict=True)))
 
 
