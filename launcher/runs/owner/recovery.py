@@ -207,6 +207,19 @@ class NodeRecovery:
         self.rec.set_state(RunState.RUNNING, f"{state}: {done.words()}")
         self.on_settled(done)
 
+    def close(self, ended: bool) -> None:
+        """The run's end: a swap still waiting for its first step is settled as it stands (``ended``: the run
+        succeeded, so nothing was left to train after the checkpoint it resumed from; its resume check, if
+        the trainer sent one, says how it continued)."""
+        swap = self.pending
+        if swap is None or not ended:
+            return
+        check = self.check
+        verdict = check.verdict if check is not None else ("none" if swap.checkpoint_step is None else "unchecked")
+        done = settled(swap, time.time(), swap.checkpoint_step or 0, verdict, check.differs if check else ())
+        self.swaps[-1] = done
+        self._save(done)
+
     def _save(self, swap: Swap) -> None:
         self.rec.write(save_swaps, self.rec.dir, list(self.swaps))
         self.rec.emit(NodeSwapped(self.run_id, swap.to_dict()))

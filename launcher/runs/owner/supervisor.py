@@ -170,6 +170,7 @@ class Supervisor:
             outcome = await self.policy._fail(self._bug(err))
         finally:
             syncing.cancel()
+        self.recovery.close(outcome.state == RunState.SUCCEEDED)
         if self.idle.stopping and outcome.state == RunState.CANCELLED and not outcome.triage:
             outcome = dataclasses.replace(outcome, triage=TriageReport(signature="idle", said=self.idle.flagged or ""))
         await self._finish(outcome)
