@@ -60,6 +60,8 @@ class Swap:
     log_shift: dict[int, int] = field(default_factory=dict)
     """Per rank, the bytes of the record's node log before this node set's logs (a new node's log starts at
     0 where the record's copy already holds the failed node's)."""
+    stream_shift: dict[str, int] = field(default_factory=dict)
+    """The same for node 0's metrics and samples, by the record's file name, once another node is node 0."""
 
     @property
     def settled(self) -> bool:
@@ -152,10 +154,13 @@ class Swap:
         shift = data.get("log_shift")
         shifts = {int(k): v for k, v in shift.items() if str(k).isdigit() and type(v) is int} \
             if isinstance(shift, dict) else {}
+        stream = data.get("stream_shift")
+        streams = {str(k): v for k, v in stream.items() if k in ("metrics.jsonl", "samples.jsonl") and type(v) is int} \
+            if isinstance(stream, dict) else {}
         return cls(number, kind, rank, text("failed_host"), text("why"), text("signature"), at, attempt,  # type: ignore[arg-type]
                    num("failed_step"), text("replacement"), texts("skipped"), num("checkpoint_step"),
                    text("checkpoint_note"), text("batch"), real("resumed_at"), num("resumed_step"),
-                   text("verdict") or None, texts("differs"), texts("hosts_after"), shifts)
+                   text("verdict") or None, texts("differs"), texts("hosts_after"), shifts, streams)
 
 
 

@@ -98,6 +98,7 @@ class NodeRecovery:
         self.records_since = 0
         if self.swaps:
             rec.log_shift = dict(self.swaps[-1].log_shift)
+            rec.stream_shift = dict(self.swaps[-1].stream_shift)
         rec.on_records = self.took
 
     @property
@@ -171,10 +172,12 @@ class NodeRecovery:
 
     # -- the record --------------------------------------------------------------------------------
 
-    def begin(self, swap: Swap, plan: RunPlan, checkpoint_step: int | None, note: str, shift: dict[int, int]) -> Swap:
-        """The swap decided and its nodes (``plan``'s) prepared: recorded, the records of the new attempt awaited."""
-        swap = replace(swap, checkpoint_step=checkpoint_step, checkpoint_note=note, log_shift=dict(shift),
-                       hosts_after=tuple(n.host_display for n in plan.nodes))
+    def begin(self, swap: Swap, plan: RunPlan, checkpoint_step: int | None, note: str,
+              shift: tuple[dict[int, int], dict[str, int]]) -> Swap:
+        """The swap decided and its nodes (``plan``'s) prepared: recorded, the records of the new attempt
+        awaited. ``shift``: the record's shifts for the new nodes' logs and streams (:meth:`Recorder.use_nodes`)."""
+        swap = replace(swap, checkpoint_step=checkpoint_step, checkpoint_note=note, log_shift=dict(shift[0]),
+                       stream_shift=dict(shift[1]), hosts_after=tuple(n.host_display for n in plan.nodes))
         self.swaps.append(swap)
         self.check, self.first, self.records_since = None, None, 0
         self._save(swap)

@@ -146,7 +146,8 @@ async def swap_nodes(policy: Swappable, r: Replacement, fault: NodeFault) -> Non
                            f"ready: {err}") from None
     policy.on_plan(backend.plan)
     nodes = [(n.node_rank, n.host_display, n.node_dir) for n in backend.plan.nodes]
-    shift = rec.use_nodes(nodes, r.old_rank) if r.backend is not None else dict(rec.log_shift)
+    shift = rec.use_nodes(nodes, r.old_rank) if r.backend is not None else (dict(rec.log_shift),
+                                                                              dict(rec.stream_shift))
     swap = policy.recovery.begin(r.swap, backend.plan, point.step, point.note, shift)
     for rank in policy.ranks:
         rec.set_node(rank, NodeState.PENDING, detail="swapped in" if r.old_rank.get(rank, rank) is None else "")

@@ -29,9 +29,10 @@ from tests.support.cli import FSDP_TUI, ROOT, cli_env, events, wait_tracked, wai
 
 pytestmark = pytest.mark.slow
 
-STEPS, EVERY, KILL_AT = 40, 5, 7
+STEPS, EVERY, KILL_AT = 40, 5, 8
 """Steps of each run, its checkpoint cadence, and the step from which the fault comes (a few steps after a
 checkpoint: a tiny model's step takes a fraction of a second here, the fault lands a few steps later)."""
+GPU_STEPS = 100
 SMI_LOST = "Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU"
 
 
@@ -134,15 +135,27 @@ class Run:
 
     def records(self) -> list[dict]:
         try:
-            return [json.loads(x) for x in (self.dir / "metrics.jsonl").read_text().splitlines() if x.endswith("}")]
+            lines = (self.dir / "metrics.jsonl").read_text().split("\n")[:-1]  # whole lines: it is being written
         except OSError:
             return []
+        return [json.loads(x) for x in lines]
 
     def train(self) -> list[tuple[int, float]]:
         return [(r["step"], r["loss"]) for r in self.records() if r.get("kind", "train") == "train"]
 
     def wait_step(self, step: int, timeout: float = 300) -> None:
+        """Until step ``step`` is recorded and the newest save before it is whole in node 0's folder (gathered:
+        the fault then comes between two checkpoints, the last one whole)."""
         wait_until(lambda: any(s >= step for s, _ in self.train()), timeout, f"step {step}")
+        saved = step // EVERY * EVERY
+        wait_until(lambda: any(g.get("ok") and g.get("step") == saved for g in self.gathers()), timeout,
+                   f"step {saved} gathered")
+
+    def gathers(self) -> list[dict]:
+        try:
+            return [json.loads(x) for x in (self.dir / "gathers.jsonl").read_text().splitlines()]
+        except OSError:
+            return []
 
     def end(self, timeout: float = 600) -> int:
         code = self.proc.wait(timeout=timeout)
@@ -312,15 +325,17 @@ def test_node_0s_gpu_falls_off_the_bus_and_the_run_shrinks_onto_the_nodes_left_r
     _smi(started[0], f"""if [ -e {lost} ]; then echo '{SMI_LOST}' >&2; exit 15; fi
 case "$*" in *--query-gpu*) echo "0, NVIDIA H100 80GB HBM3, 1024, 81559, 97, 350.5, 700.00";;
 *) echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0000)";; esac""")
-    wl = _workload(tmp_path, started, hosts="node0, node1, node4", extra="recovery: {shrink: true}\n"
-                                                                          "mlflow: {enabled: false}\n")
+    # Its GPU samples come every 5 s and two short ones in a row are a lost GPU: a longer run, so that the
+    # failure is seen while it trains.
+    wl = _workload(tmp_path, started, hosts="node0, node1, node4", steps=GPU_STEPS,
+                   extra="recovery: {shrink: true}\nmlflow: {enabled: false}\n")
     run = Run(home, client, wl)
     run.wait_step(KILL_AT)
     gpus = [e for e in run.events() if e["type"] == "GpuTelemetry" and e["node_rank"] == 0]
     assert gpus and gpus[-1]["gpus"][0]["name"] == "NVIDIA H100 80GB HBM3"  # the stand-in is heard
     lost.touch()
     code = run.end()
-    swap = _one_recovered_swap(run, code, verdict="resharded")
+    swap = _one_recovered_swap(run, code, verdict="resharded", steps=GPU_STEPS)
     assert (swap["kind"], swap["signature"], swap["node_rank"], swap["failed_host"]) == ("shrink", "gpu_lost", 0,
                                                                                          "node0"), swap
     assert swap["hosts_after"] == ["node1", "node4"]
