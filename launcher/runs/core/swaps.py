@@ -55,6 +55,9 @@ class Swap:
     """The trainer's resume check: ``verified``, ``resharded``, ``differs``, ``unchecked``; ``none`` when
     the run started again from step 0 (nothing to check)."""
     differs: tuple[str, ...] = ()
+    loss_note: str = ""
+    """Why a loss jump the resume check flagged is the run's own: the first step after the swap gave the
+    loss that step gave before the failure."""
     hosts_after: tuple[str, ...] = ()
     """The run's nodes after the swap, by rank."""
     log_shift: dict[int, int] = field(default_factory=dict)
@@ -116,6 +119,8 @@ class Swap:
                 parts.append(f"resumed {self.verdict} at step {step:,} after {self.seconds:.0f} s")
                 if self.differs:
                     parts.append("differs: " + "; ".join(self.differs))
+                if self.loss_note:
+                    parts.append(self.loss_note)
         elif self.checkpoint_step is not None:
             parts.append(f"resuming from step {self.checkpoint_step:,}")
         return "; ".join(parts)
@@ -160,7 +165,8 @@ class Swap:
         return cls(number, kind, rank, text("failed_host"), text("why"), text("signature"), at, attempt,  # type: ignore[arg-type]
                    num("failed_step"), text("replacement"), texts("skipped"), num("checkpoint_step"),
                    text("checkpoint_note"), text("batch"), real("resumed_at"), num("resumed_step"),
-                   text("verdict") or None, texts("differs"), texts("hosts_after"), shifts, streams)
+                   text("verdict") or None, texts("differs"), text("loss_note"), texts("hosts_after"), shifts,
+                   streams)
 
 
 

@@ -13,6 +13,7 @@ run's record of each swap until the trainer's resume check says how the run cont
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -80,6 +81,25 @@ class Replacement:
     """Each new rank's rank before (``None``: a node swapped in)."""
 
 
+LOSS_REL_TOL = 1e-3
+"""How close the first loss after a swap must be to the loss the same step gave before the failure to be
+that loss (float rounding, another number of ranks summing in another order)."""
+
+
+def own_loss(check: ResumeCheck, step: int, loss: float | None, before: dict[int, float]) -> str:
+    """When the resume check differs only in its loss and the first step after the swap gave the loss that
+    very step gave before the failure: words saying the jump is the run's own (empty otherwise). The check
+    compares with the step before the stop and the run's noise; the owner has the unbroken run's own loss
+    of that step, which settles it."""
+    if not check.differs or not all(d.startswith("loss:") for d in check.differs):
+        return ""
+    then = before.get(step)
+    if loss is None or then is None or not math.isclose(loss, then, rel_tol=LOSS_REL_TOL, abs_tol=1e-6):
+        return ""
+    return (f"the first step's loss {loss:.4g} is the loss step {step:,} gave before the failure ({then:.4g}): "
+            "the jump the resume check saw is the run's own")
+
+
 class NodeRecovery:
     """Owns the run's swaps: the decision, the spares checked, the plans of the nodes that go on, the
     failures counted towards quarantine, and each swap's record until the first step after it."""
@@ -93,8 +113,10 @@ class NodeRecovery:
         """The run's swaps so far (an adopted run's, from its record)."""
         self.check: ResumeCheck | None = None
         """The resume check seen since the newest swap."""
-        self.first: tuple[float, int] | None = None
-        """When the first training step after the newest swap was recorded, and its step."""
+        self.first: tuple[float, int, float | None] | None = None
+        """When the first training step after the newest swap was recorded, its step and loss."""
+        self.losses_before: dict[int, float] = {}
+        """Each step's loss as recorded before the newest swap (what the unbroken run gave)."""
         self.records_since = 0
         if self.swaps:
             rec.log_shift = dict(self.swaps[-1].log_shift)
@@ -180,6 +202,7 @@ class NodeRecovery:
                        stream_shift=dict(shift[1]), hosts_after=tuple(n.host_display for n in plan.nodes))
         self.swaps.append(swap)
         self.check, self.first, self.records_since = None, None, 0
+        self.losses_before = {r.step: r.loss for r in self.rec.records() if r.kind == "train" and r.loss is not None}
         self._save(swap)
         return swap
 
@@ -194,7 +217,7 @@ class NodeRecovery:
                 self.check = ResumeCheck.from_record(r) or self.check
             elif r.kind == "train":
                 if self.first is None:
-                    self.first = (r.time if r.time is not None else time.time(), r.step)
+                    self.first = (r.time if r.time is not None else time.time(), r.step, r.loss)
                 self.records_since += 1
         if self.first is None:
             return
@@ -203,7 +226,13 @@ class NodeRecovery:
             return
         check = self.check
         verdict = check.verdict if check is not None else ("none" if swap.checkpoint_step is None else "unchecked")
-        done = settled(swap, self.first[0], self.first[1], verdict, check.differs if check is not None else ())
+        differs = check.differs if check is not None else ()
+        note = ""
+        if check is not None and verdict == "differs":
+            note = own_loss(check, self.first[1], self.first[2], self.losses_before)
+            if note:
+                verdict, differs = ("resharded" if check.world_before != check.world_after else "verified"), ()
+        done = replace(settled(swap, self.first[0], self.first[1], verdict, differs), loss_note=note)
         self.swaps[-1] = done
         self._save(done)
         state = "recovered" if done.recovered else "swap NOT verified"

@@ -232,7 +232,8 @@ class RunView:
         if self.state in (RunState.FAILED, RunState.TIMED_OUT):
             summary = (self.triage or {}).get("summary")
             return f"{self.state.value}: {summary or self.detail or 'no reason was recorded'}"
-        if self.resume_check is not None and self.resume_check.differs:
+        own = bool(self.swaps) and bool(self.swaps[-1].loss_note)  # the check's loss jump, settled by the swap
+        if self.resume_check is not None and self.resume_check.differs and not own:
             return "resume differs: " + "; ".join(self.resume_check.differs)
         if self.swaps and not self.state.is_final:
             last = self.swaps[-1]
@@ -242,7 +243,11 @@ class RunView:
 
     def resume_badge(self) -> str:
         """``resume VERIFIED`` (``RESHARDED``, ``DIFFERS``, ``UNCHECKED``) for the summary line; empty: no resume."""
-        return f"resume {self.resume_check.verdict.upper()}" if self.resume_check is not None else ""
+        if self.resume_check is None:
+            return ""
+        if self.resume_check.verdict == "differs" and self.swaps and self.swaps[-1].loss_note and self.swaps[-1].verdict:
+            return f"resume {self.swaps[-1].verdict.upper()}"  # the jump was the run's own: the swap settled it
+        return f"resume {self.resume_check.verdict.upper()}"
 
     def node(self, rank: int) -> NodeView:
         return self.nodes.setdefault(rank, NodeView(rank))

@@ -44,9 +44,12 @@ def _train(*steps: int, at: float = 1000.0) -> bytes:
     return _metrics(*(MetricRecord(step=s, loss=2.0 - s / 100, time=at + s) for s in steps))
 
 
-def _check(verdict: str, step: int, from_step: int) -> bytes:
+def _check(verdict: str, step: int, from_step: int, differs: tuple[str, ...] = ()) -> bytes:
     return _metrics(ResumeCheck(verdict, step, from_step=from_step, world_before=2, world_after=2,
-                                checked=("step", "seed")).record())
+                                checked=("step", "seed"), differs=differs).record())
+
+
+JUMP = ("loss: 1.96 at the first step, 1.97 before the stop (a change of 0.4; flagged past 0.1)",)
 
 
 @dataclass
@@ -87,6 +90,18 @@ CASES = [
          swaps=[{"kind": "spare", "node_rank": 1, "failed_host": "h1", "signature": "killed", "replacement": "s0",
                  "attempt": 2, "verdict": "verified", "resumed_step": 3, "failed_step": 3, "recovered": True}],
          said="recovered: node 1 (h1) killed at step 3; replaced by s0; resumed verified at step", failures={"h1": 1}),
+    Case("a loss jump the resume check flags is the run's own when that step gave the same loss before the failure",
+         {"h0": _h(exits={1: None, 2: 0}, metrics_of={1: _train(1, 2, 3, 4), 2: _train(4, 5) + _check("differs", 4, 3, JUMP)}),
+          "h1": _h(exits={1: -9}), "s0": _h(exits={2: 0})}, 2, RunState.SUCCEEDED, spares=1,
+         swaps=[{"verdict": "verified", "recovered": True, "differs": [],
+                 "loss_note": "the first step's loss 1.96 is the loss step 4 gave before the failure (1.96): the jump "
+                              "the resume check saw is the run's own"}]),
+    Case("a loss the run did not give before the failure leaves the swap NOT verified, said",
+         {"h0": _h(exits={1: None, 2: 0}, metrics_of={1: _train(1, 2, 3, 4),
+                                                      2: _metrics(MetricRecord(step=4, loss=9.0, time=5.0))
+                                                      + _check("differs", 4, 3, JUMP)}),
+          "h1": _h(exits={1: -9}), "s0": _h(exits={2: 0})}, 2, RunState.SUCCEEDED, spares=1,
+         swaps=[{"verdict": "differs", "recovered": False, "loss_note": ""}], said="swap NOT verified: node 1 (h1)"),
     Case("a failure in the user's code swaps nothing: no spare is asked, the usual retries apply",
          {"h0": _h(exits={1: None, 2: 0}), "h1": _h(exits={1: 1, 2: 0}, log=b"ValueError: bad shape\n"),
           "s0": _h()}, 2, RunState.SUCCEEDED, spares=1, settings={"max_retries": 1},
