@@ -303,13 +303,18 @@ class Sweep(_Model):
     (a relative ``output_dir`` or one with ``$FSDP_TUI_RUN_ID`` is per run already)."""
 
 
+DEFAULT_SWAPS = 2
+"""Swaps a run on SSH hosts may make when ``recovery.max_swaps`` is not set."""
+
+
 class Recovery(_Model):
     """What the run's owner does, unattended, when a node fails: a spare in its place, or the run goes on
     without it (``shrink``). A failure that names no node (the code, a value, NaN) keeps ``max_retries``."""
 
-    max_swaps: int = Field(default=2, ge=0, le=100)
+    max_swaps: int | None = Field(default=None, ge=0, le=100)
     """Nodes replaced at most in one run (by a spare, an excluded SLURM node, or a node dropped with
-    ``shrink``); not counted as retries. 0: a failed node fails the run as before."""
+    ``shrink``); not counted as retries. Default: 2 on SSH hosts (where spares are listed, or ``shrink`` is
+    on); a SLURM run replaces a failed node only when it is set. 0: a failed node fails the run as before."""
     quarantine_after: int = Field(default=2, ge=1, le=100)
     """A host named as the failed node (or failing the doctor as a spare) this many times, over the runs of
     this data dir, is quarantined: no run takes it as a spare and a launch on it is refused until
@@ -318,9 +323,11 @@ class Recovery(_Model):
     """With no spare left, go on without the failed node: the run resumes resharded on the nodes left, its
     global batch kept by gradient accumulation (so the loss curve stays comparable)."""
 
-    @property
-    def enabled(self) -> bool:
-        return self.max_swaps > 0
+    def allowed(self, slurm: bool) -> int:
+        """Swaps allowed in one run: ``max_swaps`` as set, else :data:`DEFAULT_SWAPS` (none on SLURM)."""
+        if self.max_swaps is not None:
+            return self.max_swaps
+        return 0 if slurm else DEFAULT_SWAPS
 
 
 class Workload(_Model):
@@ -387,6 +394,11 @@ class Workload(_Model):
     @property
     def uses_builtin_trainer(self) -> bool:
         return self.command is None
+
+    @property
+    def swaps_allowed(self) -> int:
+        """Failed nodes the run's owner may replace (``recovery.max_swaps``, or its default here)."""
+        return self.recovery.allowed(self.compute.slurm is not None)
 
     @property
     def mlflow_name(self) -> str | None:

@@ -47,7 +47,7 @@ def recovery_findings(w: Workload, num_nodes: int) -> list[Finding]:
     elif c.spares and not c.hosts:
         out.append(Finding(("compute", "spares"), "error", "spares stand in for SSH hosts, and this run has none",
                            "list the nodes in compute.hosts"))
-    if c.spares and not r.enabled:
+    if c.spares and r.max_swaps == 0:
         out.append(Finding(("recovery", "max_swaps"), "warning", "the spares are never used: recovery.max_swaps is 0",
                            "raise it, or remove compute.spares"))
     if r.shrink and num_nodes < 2:

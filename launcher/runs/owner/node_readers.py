@@ -15,6 +15,8 @@ from launcher.runs.owner.settings import READ_CHUNK, Settings, pace
 
 GPU_LOST_SAMPLES = 2
 """GPU samples in a row that list fewer GPUs than the node had before it is judged to have lost one."""
+GPU_RECHECK_S = 1.0
+"""How soon a node that listed fewer GPUs is asked again."""
 
 
 class NodeFollowing:
@@ -69,7 +71,10 @@ class NodeFollowing:
                     self.statuses[rank] = await self.backend.status(rank)
                     last_status = began
                     self.polled.set()
-                if self.clock() - last_gpus > self.settings.gpu_poll_s:
+                # A node that just listed fewer GPUs than it had is asked again soon: a lost GPU is seen in
+                # seconds, not after another full round.
+                every = min(self.settings.gpu_poll_s, GPU_RECHECK_S) if rank in self.gpus_short else self.settings.gpu_poll_s
+                if self.clock() - last_gpus > every:
                     await self._sample_gpus(rank)
                     await self._sample_usage(rank)
                     last_gpus = self.clock()

@@ -104,9 +104,11 @@ class NodeRecovery:
     """Owns the run's swaps: the decision, the spares checked, the plans of the nodes that go on, the
     failures counted towards quarantine, and each swap's record until the first step after it."""
 
-    def __init__(self, rec: Recorder, home: Path, run_id: str, settings: Recovery, *,
+    def __init__(self, rec: Recorder, home: Path, run_id: str, settings: Recovery, allowed: int, *,
                  on_settled: Callable[[Swap], None] = lambda swap: None) -> None:
         self.rec, self.home, self.run_id, self.settings = rec, home, run_id, settings
+        self.allowed = allowed
+        """Swaps the run may make (``recovery.max_swaps``, or its default for the run's backend)."""
         self.on_settled = on_settled
         """Told each swap once it settled (the owner notifies the user)."""
         self.swaps: list[Swap] = read_swaps(rec.dir)
@@ -131,7 +133,7 @@ class NodeRecovery:
     def can_act(self, plan: RunPlan) -> bool:
         """Whether a failed node could be replaced now: swaps left, and a spare, a scheduler or ``shrink``."""
         c = plan.workload.compute
-        return (self.settings.enabled and len(self.swaps) < self.settings.max_swaps
+        return (len(self.swaps) < self.allowed
                 and (bool(c.spares) or c.slurm is not None or (self.settings.shrink and len(plan.nodes) > 1)))
 
     # -- the decision ------------------------------------------------------------------------------

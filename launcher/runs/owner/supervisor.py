@@ -120,13 +120,13 @@ class Supervisor:
         """The backend of the run whose checkpoint this one resumes from, when it is brought here."""
         self.keeper = CheckpointKeeper(self.dir, backend_for, here_checkpoint_files, say=self._say_state,
                                        resume_from=self._resume_from)
-        self.recovery = NodeRecovery(self.rec, home, run_id, w.recovery, on_settled=self._swap_settled)
+        self.recovery = NodeRecovery(self.rec, home, run_id, w.recovery, w.swaps_allowed, on_settled=self._swap_settled)
         """A failed node replaced by a spare (or the run shrunk) without anyone awake."""
         self.policy = RunPolicy(self.backend, self.rec, settings, secrets=self.secrets,
                                 cancel_requested=lambda: cancel_requested(self.dir),
                                 stacks_requested=lambda: take_stacks_request(self.dir),
                                 on_plan=lambda p: save_plan(self.dir, p), keeper=self.keeper,
-                                recovery=self.recovery if w.recovery.enabled else None,
+                                recovery=self.recovery if w.swaps_allowed else None,
                                 make_backend=lambda p, watch: backend_for(p, on_link=watch))
 
     def _swap_settled(self, swap: Swap) -> None:

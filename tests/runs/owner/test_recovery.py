@@ -166,10 +166,16 @@ CASES = [
          hosts_after=["h0", "h2"], swaps=[{"kind": "spare"}, {"kind": "shrink", "node_rank": 1}]),
     Case("SLURM: the node SLURM saw fail is excluded from the next job, which gets another in its place",
          {"h0": _h(exits={1: 1, 2: 0}, log=b"RuntimeError: Connection closed by peer\n"), "h1": _h(exits={1: None, 2: 0})},
-         2, RunState.SUCCEEDED, slurm=True,
+         2, RunState.SUCCEEDED, slurm=True, recovery="{max_swaps: 1}",
          cause=SchedulerCause(1, "fsl-n1", "node_fail", "slurmstepd: error: *** JOB 12 ON fsl-n0 CANCELLED DUE TO NODE "
                                                         "FAILURE, node fsl-n1 ***"),
          swaps=[{"kind": "exclude", "signature": "node_fail", "node_rank": 1}], said="fsl-n1 excluded"),
+    Case("SLURM without recovery.max_swaps: a failed node fails the run as before (the scheduler's root cause)",
+         {"h0": _h(exits={1: 1}, log=b"RuntimeError: Connection closed by peer\n"), "h1": _h(exits={1: None})},
+         2, RunState.FAILED, slurm=True,
+         cause=SchedulerCause(1, "fsl-n1", "node_fail", "slurmstepd: error: *** JOB 12 ON fsl-n0 CANCELLED DUE TO NODE "
+                                                        "FAILURE, node fsl-n1 ***"),
+         swaps=[], said="\"node_rank\": 1, \"rank\": null, \"exit_code\": null, \"signature\": \"node_fail\""),
 ]
 
 
@@ -206,9 +212,9 @@ def run_case(case: Case, home):
         backends.append(b)
         return b
 
-    recovery = NodeRecovery(rec, home, plan.run_id, plan.workload.recovery)
+    recovery = NodeRecovery(rec, home, plan.run_id, plan.workload.recovery, plan.workload.swaps_allowed)
     policy = RunPolicy(make(plan, None), rec, Settings(**{**FAST, **case.settings}), secrets=dict,
-                       cancel_requested=lambda: False, recovery=recovery if plan.workload.recovery.enabled else None,
+                       cancel_requested=lambda: False, recovery=recovery if plan.workload.swaps_allowed else None,
                        make_backend=make)
     backends[0].on_link = policy.on_link
     outcome = asyncio.run(asyncio.wait_for(policy.run(), 20))

@@ -29,10 +29,10 @@ from tests.support.cli import FSDP_TUI, ROOT, cli_env, events, wait_tracked, wai
 
 pytestmark = pytest.mark.slow
 
-STEPS, EVERY, KILL_AT = 40, 5, 8
+STEPS, EVERY, KILL_AT = 24, 5, 8
 """Steps of each run, its checkpoint cadence, and the step from which the fault comes (a few steps after a
 checkpoint: a tiny model's step takes a fraction of a second here, the fault lands a few steps later)."""
-GPU_STEPS = 100
+GPU_STEPS = 50
 SMI_LOST = "Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU"
 
 
