@@ -136,7 +136,8 @@ def shrink_plan(plan: RunPlan, rank: int) -> Shrunk:
             words = (f"per_device_batch_size {b} -> {kept[0]}, gradient_accumulation_steps {a} -> {kept[1]} "
                      f"({plural(rows, 'row')} a step, as before)")
     workload = w.model_copy(update={"compute": c.model_copy(update=update), "parameters": params})
-    dirs = [n.node_dir for n in plan.nodes if n.node_rank != rank]
+    # A SLURM node works in node-<its rank in the job>: the directories follow the ranks there.
+    dirs = None if c.slurm is not None else [n.node_dir for n in plan.nodes if n.node_rank != rank]
     return Shrunk(_rebuilt(plan, workload, dirs, keep_rendezvous=rank != 0), words, problem)
 
 
@@ -153,7 +154,7 @@ def kept_batch(rows: int, world: int, per_device: int) -> tuple[int, int] | None
     return None
 
 
-def _rebuilt(plan: RunPlan, workload: Workload, dirs: list[str], *, keep_rendezvous: bool) -> RunPlan:
+def _rebuilt(plan: RunPlan, workload: Workload, dirs: list[str] | None, *, keep_rendezvous: bool) -> RunPlan:
     """The plan of ``workload`` for the same run (its node root, dependencies, directories ``dirs``); the
     rendezvous kept, or node 0's new one (an alias the backend resolves)."""
     new = build_plan(workload, run_id=plan.run_id, source_file=plan.source_file, node_root=plan.node_root)
@@ -163,4 +164,4 @@ def _rebuilt(plan: RunPlan, workload: Workload, dirs: list[str], *, keep_rendezv
     elif workload.compute.master_port is None and workload.compute.slurm is None:
         new = with_rendezvous(new, port=plan.master_port)  # claimed again on the new node 0
     new = replace(new, dependencies=plan.dependencies, blockers=plan.blockers)
-    return with_node_dirs(new, dirs)
+    return with_node_dirs(new, dirs) if dirs is not None else new

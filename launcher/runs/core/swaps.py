@@ -108,9 +108,10 @@ class Swap:
         if self.kind == "spare":
             parts.append(f"replaced by {self.replacement}")
         elif self.kind == "exclude":
-            parts.append(f"excluded; {self.replacement}" if self.replacement else "excluded")
+            parts.append(f"excluded, {self.replacement}" if self.replacement else "excluded")
         else:
-            parts.append("the run went on without it" + (f" ({self.batch})" if self.batch else ""))
+            excluded = f"{self.replacement}, " if self.replacement else ""
+            parts.append(f"{excluded}the run went on without it" + (f" ({self.batch})" if self.batch else ""))
         if self.settled:
             if self.verdict == "none":
                 parts.append(f"started again from step 0, first step after {self.seconds:.0f} s")

@@ -143,17 +143,14 @@ class NodeRecovery:
         """The nodes that go on without ``fault``'s node, a spare checked first (through a backend of
         ``make_backend``, which the nodes then keep); ``None`` (said) when there is none and the run may not
         shrink."""
-        self._count(fault.host, fault.why)
         number = len(self.swaps) + 1
-        base = dict(number=number, node_rank=fault.rank, failed_host=fault.host, why=fault.why,
-                    signature=fault.signature, failed_at=fault.at, attempt=self.rec.attempt + 1,
+        base = dict(number=number, node_rank=fault.rank, failed_host=fault.scheduler_node or fault.host,
+                    why=fault.why, signature=fault.signature, failed_at=fault.at, attempt=self.rec.attempt + 1,
                     failed_step=self.rec.last_train_step)
         same = {n.node_rank: n.node_rank for n in plan.nodes}
-        if plan.workload.compute.slurm is not None and not (self.settings.shrink and not fault.scheduler_node):
-            if fault.scheduler_node:
-                words = f"SLURM gives the next job another node ({fault.scheduler_node} excluded)"
-                swap = Swap(kind="exclude", replacement=words, **base)  # type: ignore[arg-type]
-                return Replacement(exclude_plan(plan, fault.scheduler_node), None, swap, dict(same))
+        if plan.workload.compute.slurm is not None:
+            return self._exclude(fault, plan, base, same, say, make_backend)
+        self._count(fault.host, fault.why)
         skipped: list[str] = []
         held = quarantine.quarantined(self.home)
         for spare in plan.workload.compute.spares:
@@ -184,6 +181,28 @@ class NodeRecovery:
         say(f"node {fault.rank} ({fault.host}) failed ({fault.signature}) and no spare can take its place"
             + (f" ({left})" if left else " (compute.spares is empty or used up)"))
         return None
+
+    def _exclude(self, fault: NodeFault, plan: RunPlan, base: dict, same: dict[int, int | None],
+                 say: Callable[[str], None], make_backend: Callable[[RunPlan], Backend]) -> Replacement | None:
+        """A SLURM run: the node SLURM named excluded from the next jobs, which get another in its place (or,
+        with ``shrink``, one node fewer: a smaller allocation starts without waiting for a free node)."""
+        node = fault.scheduler_node
+        if not node:
+            say(f"node {fault.rank} failed ({fault.signature}) but SLURM did not name the node: it cannot be "
+                "excluded")
+            return None
+        excluded = exclude_plan(plan, node)
+        if not (self.settings.shrink and len(plan.nodes) > 1):
+            swap = Swap(kind="exclude", replacement="the next job gets another node in its place",  # type: ignore[arg-type]
+                        **base)
+            return Replacement(excluded, None, swap, dict(same))
+        shrunk = shrink_plan(excluded, fault.rank)
+        if shrunk.problem:
+            say(f"node {fault.rank} ({node}) failed and the run cannot go on without it: {shrunk.problem}")
+            return None
+        swap = Swap(kind="shrink", replacement=f"{node} excluded", batch=shrunk.batch, **base)  # type: ignore[arg-type]
+        # Each SLURM node works in node-<rank> of the shared job folder: rank r's log goes on in its file.
+        return Replacement(shrunk.plan, make_backend(shrunk.plan), swap, {r: r for r in range(len(plan.nodes) - 1)})
 
     def _count(self, host: str, why: str) -> None:
         """One more failure of ``host`` towards its quarantine (said when it is quarantined now)."""

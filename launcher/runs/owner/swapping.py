@@ -107,7 +107,7 @@ async def swap_nodes(policy: Swappable, r: Replacement, fault: NodeFault) -> Non
     rec, old = policy.rec, policy.backend.plan
     what = {"spare": f"spare {r.swap.replacement} in its place", "shrink": "the run goes on without it",
             "exclude": r.swap.replacement}[r.swap.kind]
-    rec.set_state(RunState.RETRYING, f"node {fault.rank} ({fault.host}) failed ({fault.signature}): {what}")
+    rec.set_state(RunState.RETRYING, f"node {fault.rank} ({r.swap.failed_host}) failed ({fault.signature}): {what}")
     if r.backend is None:
         policy.backend.use_plan(r.plan)  # the scheduler's own: the next job's script excludes the node
     else:
