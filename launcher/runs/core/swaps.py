@@ -115,6 +115,9 @@ class Swap:
         if self.settled:
             if self.verdict == "none":
                 parts.append(f"started again from step 0, first step after {self.seconds:.0f} s")
+            elif self.verdict == "unchecked" and self.checkpoint_step is None:
+                parts.append(f"went on, first step after {self.seconds:.0f} s (the workload's own resume, "
+                             "not checked)")
             else:
                 step = self.checkpoint_step if self.checkpoint_step is not None else self.resumed_step
                 parts.append(f"resumed {self.verdict} at step {step:,} after {self.seconds:.0f} s")

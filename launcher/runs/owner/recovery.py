@@ -105,8 +105,11 @@ class NodeRecovery:
     failures counted towards quarantine, and each swap's record until the first step after it."""
 
     def __init__(self, rec: Recorder, home: Path, run_id: str, settings: Recovery, allowed: int, *,
-                 on_settled: Callable[[Swap], None] = lambda swap: None) -> None:
+                 checks_resume: bool = True, on_settled: Callable[[Swap], None] = lambda swap: None) -> None:
         self.rec, self.home, self.run_id, self.settings = rec, home, run_id, settings
+        self.checks_resume = checks_resume
+        """The run's trainer checks its resumes (the built-in one); a workload's own command resumes (or not)
+        from checkpoints of its own, which nothing here can prove."""
         self.allowed = allowed
         """Swaps the run may make (``recovery.max_swaps``, or its default for the run's backend)."""
         self.on_settled = on_settled
@@ -242,11 +245,11 @@ class NodeRecovery:
                 self.records_since += 1
         if self.first is None:
             return
-        if (self.check is None and swap.checkpoint_step is not None and self.rec.reporter_seen
+        if (self.check is None and swap.checkpoint_step is not None and self.checks_resume
                 and self.records_since < RECORDS_FOR_CHECK):
             return
         check = self.check
-        verdict = check.verdict if check is not None else ("none" if swap.checkpoint_step is None else "unchecked")
+        verdict = check.verdict if check is not None else self._unchecked(swap)
         differs = check.differs if check is not None else ()
         note = ""
         if check is not None and verdict == "differs":
@@ -268,10 +271,15 @@ class NodeRecovery:
         if swap is None or not ended:
             return
         check = self.check
-        verdict = check.verdict if check is not None else ("none" if swap.checkpoint_step is None else "unchecked")
+        verdict = check.verdict if check is not None else self._unchecked(swap)
         done = settled(swap, time.time(), swap.checkpoint_step or 0, verdict, check.differs if check else ())
         self.swaps[-1] = done
         self._save(done)
+
+    def _unchecked(self, swap: Swap) -> str:
+        """The verdict of a swap whose first step came without a resume check: ``none`` for the built-in
+        trainer starting again from step 0, else ``unchecked``."""
+        return "none" if self.checks_resume and swap.checkpoint_step is None else "unchecked"
 
     def _save(self, swap: Swap) -> None:
         self.rec.write(save_swaps, self.rec.dir, list(self.swaps))

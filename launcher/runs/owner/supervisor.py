@@ -120,7 +120,8 @@ class Supervisor:
         """The backend of the run whose checkpoint this one resumes from, when it is brought here."""
         self.keeper = CheckpointKeeper(self.dir, backend_for, here_checkpoint_files, say=self._say_state,
                                        resume_from=self._resume_from)
-        self.recovery = NodeRecovery(self.rec, home, run_id, w.recovery, w.swaps_allowed, on_settled=self._swap_settled)
+        self.recovery = NodeRecovery(self.rec, home, run_id, w.recovery, w.swaps_allowed,
+                                     checks_resume=w.uses_builtin_trainer, on_settled=self._swap_settled)
         """A failed node replaced by a spare (or the run shrunk) without anyone awake."""
         self.policy = RunPolicy(self.backend, self.rec, settings, secrets=self.secrets,
                                 cancel_requested=lambda: cancel_requested(self.dir),

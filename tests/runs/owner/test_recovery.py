@@ -76,6 +76,8 @@ class Case:
     """Words the run's transitions or triage must contain."""
     failures: dict[str, int] = field(default_factory=dict)
     """Failures counted towards each host's quarantine."""
+    checks_resume: bool = True
+    """The run's trainer checks its resumes (the built-in trainer; the fake workloads stand in for it)."""
 
 
 def _h(**kw) -> FakeNode:
@@ -102,6 +104,11 @@ CASES = [
                                                       + _check("differs", 4, 3, JUMP)}),
           "h1": _h(exits={1: -9}), "s0": _h(exits={2: 0})}, 2, RunState.SUCCEEDED, spares=1,
          swaps=[{"verdict": "differs", "recovered": False, "loss_note": ""}], said="swap NOT verified: node 1 (h1)"),
+    Case("a workload's own command: its first step after the swap settles it, its resume unchecked (nothing proves it)",
+         {"h0": _h(exits={1: None, 2: 0}, metrics_of={2: _train(7)}), "h1": _h(exits={1: -9}), "s0": _h(exits={2: 0})},
+         2, RunState.SUCCEEDED, spares=1, checks_resume=False,
+         swaps=[{"verdict": "unchecked", "recovered": False, "resumed_step": 7}],
+         said="swap NOT verified: node 1 (h1) killed; replaced by s0; went on, first step after"),
     Case("a failure in the user's code swaps nothing: no spare is asked, the usual retries apply",
          {"h0": _h(exits={1: None, 2: 0}), "h1": _h(exits={1: 1, 2: 0}, log=b"ValueError: bad shape\n"),
           "s0": _h()}, 2, RunState.SUCCEEDED, spares=1, settings={"max_retries": 1},
@@ -221,7 +228,8 @@ def run_case(case: Case, home):
         backends.append(b)
         return b
 
-    recovery = NodeRecovery(rec, home, plan.run_id, plan.workload.recovery, plan.workload.swaps_allowed)
+    recovery = NodeRecovery(rec, home, plan.run_id, plan.workload.recovery, plan.workload.swaps_allowed,
+                            checks_resume=case.checks_resume)
     policy = RunPolicy(make(plan, None), rec, Settings(**{**FAST, **case.settings}), secrets=dict,
                        cancel_requested=lambda: False, recovery=recovery if plan.workload.swaps_allowed else None,
                        make_backend=make)
