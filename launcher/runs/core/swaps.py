@@ -77,6 +77,16 @@ class Swap:
         return self.verdict in ("verified", "resharded", "none")
 
     @property
+    def state_word(self) -> str:
+        """How the swap stands, first in a state line: ``recovering`` (no step yet), ``recovered`` (proved),
+        ``went on unchecked`` (nothing could prove it), ``swap NOT verified`` (the resume differs)."""
+        if not self.settled:
+            return "recovering"
+        if self.recovered:
+            return "recovered"
+        return "went on unchecked" if self.verdict == "unchecked" else "swap NOT verified"
+
+    @property
     def seconds(self) -> float | None:
         """From the failure to the first step after it."""
         return None if self.resumed_at is None else max(0.0, self.resumed_at - self.failed_at)

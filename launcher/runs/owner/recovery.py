@@ -259,8 +259,7 @@ class NodeRecovery:
         done = replace(settled(swap, self.first[0], self.first[1], verdict, differs), loss_note=note)
         self.swaps[-1] = done
         self._save(done)
-        state = "recovered" if done.recovered else "swap NOT verified"
-        self.rec.set_state(RunState.RUNNING, f"{state}: {done.words()}")
+        self.rec.set_state(RunState.RUNNING, f"{done.state_word}: {done.words()}")
         self.on_settled(done)
 
     def close(self, ended: bool) -> None:

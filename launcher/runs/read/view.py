@@ -213,8 +213,8 @@ class RunView:
         last = self.swaps[-1]
         if not last.settled:
             return f"RECOVERING node {last.node_rank}"
-        word = "VERIFIED" if last.recovered and last.verdict != "none" else (
-            "FROM STEP 0" if last.verdict == "none" else f"NOT VERIFIED ({last.verdict})")
+        word = {"none": "FROM STEP 0", "unchecked": "UNCHECKED", "resharded": "RESHARDED"}.get(last.verdict or "", "VERIFIED" if last.recovered
+                                                                      else f"NOT VERIFIED ({last.verdict})")
         return f"{len(self.swaps)} swap{'s' if len(self.swaps) != 1 else ''} {word}"
 
     @property
@@ -236,9 +236,7 @@ class RunView:
         if self.resume_check is not None and self.resume_check.differs and not own:
             return "resume differs: " + "; ".join(self.resume_check.differs)
         if self.swaps and not self.state.is_final:
-            last = self.swaps[-1]
-            return f"{'recovered' if last.recovered else 'recovering' if not last.settled else 'swap NOT verified'}: " \
-                   f"{last.words()}"
+            return f"{self.swaps[-1].state_word}: {self.swaps[-1].words()}"
         return ""
 
     def resume_badge(self) -> str:

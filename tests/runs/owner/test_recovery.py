@@ -108,7 +108,7 @@ CASES = [
          {"h0": _h(exits={1: None, 2: 0}, metrics_of={2: _train(7)}), "h1": _h(exits={1: -9}), "s0": _h(exits={2: 0})},
          2, RunState.SUCCEEDED, spares=1, checks_resume=False,
          swaps=[{"verdict": "unchecked", "recovered": False, "resumed_step": 7}],
-         said="swap NOT verified: node 1 (h1) killed; replaced by s0; went on, first step after"),
+         said="went on unchecked: node 1 (h1) killed; replaced by s0; went on, first step after"),
     Case("a failure in the user's code swaps nothing: no spare is asked, the usual retries apply",
          {"h0": _h(exits={1: None, 2: 0}), "h1": _h(exits={1: 1, 2: 0}, log=b"ValueError: bad shape\n"),
           "s0": _h()}, 2, RunState.SUCCEEDED, spares=1, settings={"max_retries": 1},

@@ -88,7 +88,7 @@ def test_the_monitor_says_a_swap_in_its_header_why_line_and_node_list():
                      5, "resharded")
     view.apply(NodeSwapped("r", shrunk.to_dict()), now=4.0)
     assert [r.host for r in node_rows(view, 5.0)] == ["s0", "h2"]  # the node list follows the shrink
-    assert view.swap_badge() == "2 swaps VERIFIED"
+    assert view.swap_badge() == "2 swaps RESHARDED"
     differs = settled(_swap(number=3), 1200.0, 5, "differs", ("seed: 1 then, 2 now",))
     view.apply(NodeSwapped("r", differs.to_dict()), now=6.0)
     assert view.swap_badge() == "3 swaps NOT VERIFIED (differs)"
