@@ -136,9 +136,27 @@ def shrink_plan(plan: RunPlan, rank: int) -> Shrunk:
             words = (f"per_device_batch_size {b} -> {kept[0]}, gradient_accumulation_steps {a} -> {kept[1]} "
                      f"({plural(rows, 'row')} a step, as before)")
     workload = w.model_copy(update={"compute": c.model_copy(update=update), "parameters": params})
+    if not problem and w.uses_builtin_trainer:
+        problem = _trainer_problem(workload)
     # A SLURM node works in node-<its rank in the job>: the directories follow the ranks there.
     dirs = None if c.slurm is not None else [n.node_dir for n in plan.nodes if n.node_rank != rank]
     return Shrunk(_rebuilt(plan, workload, dirs, keep_rendezvous=rank != 0), words, problem)
+
+
+def _trainer_problem(workload: Workload) -> str:
+    """What the built-in trainer's settings refuse on the smaller node set (a hybrid shard's replica count
+    that no longer divides the world size, ...); empty when nothing."""
+    from pydantic import ValidationError
+
+    from launcher.workload.checks import check_trainer
+    from trainer.wire.config import TrainerConfig
+
+    try:
+        cfg = TrainerConfig.model_validate(workload.parameters)
+    except ValidationError as err:
+        return f"its parameters on fewer nodes: {err.errors()[0]['msg']}"
+    errors = [f for f in check_trainer(workload, cfg) if f.severity == "error"]
+    return "; ".join(f"parameters.{'.'.join(map(str, f.path[1:]))}: {f.message}" for f in errors[:2])
 
 
 def kept_batch(rows: int, world: int, per_device: int) -> tuple[int, int] | None:

@@ -142,3 +142,14 @@ def test_a_failed_slurm_node_is_excluded_from_the_next_jobs_batch_script():
     assert "--nodes=2" in sbatch_options(once)
     smaller = shrink_plan(once, 1).plan
     assert "--nodes=1" in sbatch_options(smaller) and "--exclude=fsl-n9,fsl-n1" in sbatch_options(smaller)
+
+
+def test_a_shrink_the_trainer_cannot_run_is_refused_in_its_words():
+    hybrid = BASE.replace("num_accelerators: 3, hosts: [a, b, c]", "num_accelerators: 4, hosts: [a, b, c, d]") \
+        .replace("max_steps: 10,", "max_steps: 10, fsdp: {sharding: hybrid_shard, replicate_degree: 2},") \
+        .replace("per_device_batch_size: 4", "per_device_batch_size: 3")
+    shrunk = shrink_plan(_plan(hybrid), 3)
+    assert shrunk.problem == ("parameters.fsdp.replicate_degree: 3 processes cannot form 2 equal replicas"), shrunk
+    odd = shrink_plan(_plan(BASE.replace("num_accelerators: 3, hosts: [a, b, c]",
+                                         "num_accelerators: 4, hosts: [a, b, c, d]")), 0)
+    assert odd.problem == "its global batch of 16 rows cannot be split evenly over the 3 processes left"

@@ -167,3 +167,29 @@ def test_the_quarantine_command_lists_and_lifts(tmp_path, monkeypatch):
     assert code == 1 and "gpu-07 has no failure counted" in err
     assert cli("quarantine", "lift", "a b")[0] == 2
     assert cli("quarantine", "lift")[0] == 2
+
+
+def test_an_owner_that_adopts_a_swapped_run_reads_each_node_on_where_the_record_ends(tmp_path):
+    """The owner died after a swap: the next one reads the swaps from the record and with them where each
+    node's log (and a new node 0's metrics) begins in the record's copies."""
+    from launcher.runs.core.layout import save_swaps
+    from launcher.runs.core.store import RunStore
+    from launcher.runs.owner.recorder import Recorder
+    from launcher.runs.owner.recovery import NodeRecovery
+
+    plan = _plan("experiment_name: e\ncompute: {hosts: [h0, s0], spares: [s1]}\ncommand: run\n")
+    store = RunStore(tmp_path)
+    store.create_run(plan, None, "x")
+    rec = Recorder(store, plan.run_id, {0: "h0", 1: "s0"}, parse_logs=None)
+    (rec.dir / "nodes" / "1.log").write_bytes(b"h1's line\nthe spare's line\n")
+    (rec.dir / "metrics.jsonl").write_bytes(b'{"step": 1, "loss": 2.0}\n' * 3)
+    swap = _swap(node_rank=1, hosts_after=("h0", "s0"), log_shift={1: len(b"h1's line\n")},
+                 stream_shift={"metrics.jsonl": 25})
+    save_swaps(rec.dir, [swap])
+    again = Recorder(store, plan.run_id, {0: "h0", 1: "s0"}, parse_logs=None)
+    recovery = NodeRecovery(again, tmp_path, plan.run_id, plan.workload.recovery, 2)
+    assert again.log_offset(1) == len(b"the spare's line\n") and again.log_offset(0) == 0
+    assert again.metrics_offset() == 50
+    assert recovery.pending == swap and recovery.can_act(plan)
+    recovery.close(ended=True)  # the run ended before a step came: settled as it stands
+    assert recovery.swaps[-1].verdict == "unchecked" and recovery.pending is None
