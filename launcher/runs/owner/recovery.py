@@ -150,7 +150,7 @@ class NodeRecovery:
         base = dict(number=number, node_rank=fault.rank, failed_host=fault.scheduler_node or fault.host,
                     why=fault.why, signature=fault.signature, failed_at=fault.at, attempt=self.rec.attempt + 1,
                     failed_step=self.rec.last_train_step)
-        same = {n.node_rank: n.node_rank for n in plan.nodes}
+        same: dict[int, int | None] = {n.node_rank: n.node_rank for n in plan.nodes}
         if plan.workload.compute.slurm is not None:
             return self._exclude(fault, plan, base, same, say, make_backend)
         self._count(fault.host, fault.why)
