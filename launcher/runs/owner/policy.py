@@ -18,7 +18,9 @@ from launcher.events import NodeState, RunState
 from launcher.runs.core.space import RecordUnwritable
 from launcher.runs.core.triage import (
     TriageReport,
+    died_first,
     gone_report,
+    gpu_lost_report,
     node_error_report,
     reason_signature,
     said_report,
@@ -52,13 +54,13 @@ class RunPolicy:
                  make_backend: Callable[[RunPlan, LinkWatcher], Backend] | None = None) -> None:
         self.backend, self.rec, self.settings = backend, rec, settings
         self.keeper = keeper
+        """Where the checkpoints land, their gathers beside each attempt, the copy a resume needs."""
         self.recovery = recovery
         """A failed node replaced (a spare, an excluded SLURM node, the run shrunk), unattended; ``None``: never."""
         self.make_backend = make_backend
         """A backend for other nodes of the run (a swap's), told of its links as the run's own is."""
         self.failed_at: dict[int, float] = {}
         """When each failed node of the attempt was seen failing (its job's end, its link down, its GPU gone)."""
-        """Where the checkpoints land, their gathers beside each attempt, the copy a resume needs."""
         self.stacks_requested = stacks_requested
         self.on_plan = on_plan
         """Told the plan once it is final (node 0's address resolved, the rendezvous port claimed)."""
@@ -88,8 +90,6 @@ class RunPolicy:
         """Nodes whose link is down right now: their steps cannot be seen, so no rank is called hung."""
         self.port = PortMoves(backend, rec, lambda: on_plan(self.backend.plan))
         """The rendezvous port moved once when it is found taken (not counted as a retry)."""
-        self.generation = 0
-        """Bumped when a swap replaces the run's backend."""
 
     # -- links: reconnects and losses surface as node states ---------------------------------------
 
@@ -426,14 +426,12 @@ class RunPolicy:
     def triage(self) -> TriageReport:
         """Why the attempt failed: what the logs say, unless a node was found without its job (it is named
         first, the logs' verdict its consequence) or a node's agent saw the cause itself (its disk)."""
-        report = triage_run(self.rec.node_logs(), dict(self.exit_codes), first=self._first_failed())
+        report = triage_run(self.rec.node_logs(), dict(self.exit_codes), first=died_first(self.exit_codes,
+                                                                                           self.failed_at))
         nodes = self.backend.plan.nodes
         if self.following.gpu_lost:
             rank = min(self.following.gpu_lost)
-            words = self.following.gpu_lost[rank]
-            report = TriageReport(node_rank=rank, signature="gpu_lost", excerpt=words,
-                                  said=f"node {rank} ({nodes[rank].host_display}): {words}",
-                                  consequence=report.summary if report.node_rank != rank else "")
+            report = gpu_lost_report(report, rank, nodes[rank].host_display, self.following.gpu_lost[rank])
         elif self.following.gone:
             rank = min(self.following.gone)
             report = gone_report(report, rank, nodes[rank].host_display, self.following.gone[rank])
@@ -442,19 +440,6 @@ class RunPolicy:
             report = node_error_report(report, rank, nodes[rank].host_display, error, self.exit_codes.get(rank))
         self.rec.write_triage(report)
         return report
-
-    def _first_failed(self) -> int | None:
-        """The node whose rank died first: one killed by a signal fsdp-tui did not send, else the one whose
-        job ended first (the others' errors are what its death did to them)."""
-        failed = [r for r, code in self.exit_codes.items() if code not in (0, None)]
-        if len(failed) < 2:
-            return None
-
-        def order(rank: int) -> tuple[bool, float, int]:
-            code = self.exit_codes[rank]
-            signalled = code is not None and (code < 0 or code > 128) and code not in (-15, 143)
-            return (not signalled, self.failed_at.get(rank, float("inf")), rank)
-        return min(failed, key=order)
 
     async def stop_everything(self) -> None:
         """Used when the owner itself must give up (a bug): leave no job behind."""

@@ -51,7 +51,6 @@ class Swappable(Protocol):
     keeper: CheckpointKeeper | None
     recovery: NodeRecovery | None
     on_plan: Callable[[RunPlan], None]
-    generation: int
 
     def new_backend(self, plan: RunPlan) -> Backend: ...
 
@@ -111,7 +110,6 @@ async def swap_nodes(policy: Swappable, r: Replacement, fault: NodeFault) -> Non
     if r.backend is None:
         policy.backend.use_plan(r.plan)  # the scheduler's own: the next job's script excludes the node
     else:
-        policy.generation += 1
         await policy.backend.close()
         policy.backend = r.backend
     backend = policy.backend
@@ -126,8 +124,8 @@ async def swap_nodes(policy: Swappable, r: Replacement, fault: NodeFault) -> Non
         point = ResumePoint(None, "")
         if r.backend is not None:
             await backend.locate()
-            rec.set_state(RunState.RETRYING, f"preparing {what.removeprefix('spare ').split(' in ')[0]}"
-                          if r.swap.kind == "spare" else "preparing the nodes that go on")
+            rec.set_state(RunState.RETRYING, f"preparing {r.swap.replacement}" if r.swap.kind == "spare"
+                          else "preparing the nodes that go on")
             await backend.prepare()
             if policy.keeper is not None:
                 await policy.keeper.reset()
