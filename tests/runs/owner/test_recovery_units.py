@@ -193,3 +193,29 @@ def test_an_owner_that_adopts_a_swapped_run_reads_each_node_on_where_the_record_
     assert recovery.pending == swap and recovery.can_act(plan)
     recovery.close(ended=True)  # the run ended before a step came: settled as it stands
     assert recovery.swaps[-1].verdict == "unchecked" and recovery.pending is None
+
+
+@pytest.mark.slow
+def test_the_swaps_become_tags_of_the_runs_mlflow_run_sent_again_only_when_they_change(tmp_path):
+    """A real MLflow SQLite store (the default), through the owner's tracker."""
+    from mlflow import MlflowClient
+
+    from launcher.runs.owner.tracking import Tracker
+    from trainer.wire.protocol import MetricRecord
+
+    plan = _plan("experiment_name: e\ncompute: {hosts: [h0, h1], spares: [s0]}\ncommand: run\n")
+    directory = tmp_path / "runs" / plan.run_id
+    directory.mkdir(parents=True)
+    tracker = Tracker(tmp_path, plan, directory)
+    assert tracker.sync([MetricRecord(step=1, loss=2.0, time=1.0)], "metrics")
+    pending = _swap()
+    assert tracker.sync_swaps([pending])
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tags = client.get_run(tracker.mlflow_run_id).data.tags
+    assert (tags["fsdp_tui.swaps"], tags["fsdp_tui.recovered"], tags["fsdp_tui.swap.1"]) == ("1", "pending",
+                                                                                          pending.words())
+    done = settled(pending, 1030.0, 5, "verified")
+    assert tracker.sync_swaps([done])
+    tags = client.get_run(tracker.mlflow_run_id).data.tags
+    assert (tags["fsdp_tui.recovered"], tags["fsdp_tui.swap.1"]) == ("yes", done.words())
+    assert tracker.state["swap_tags"]["fsdp_tui.swap.1"] == done.words()  # kept: the same tags are not sent again
