@@ -122,18 +122,19 @@ def by_the_owner(home: Path, client: Path, tmp: Path, started) -> tuple[float, l
     code = run.proc.wait(timeout=900)
     swap = json.loads((run.dir / "swaps.json").read_text())["swaps"][0]
     assert code == 0 and swap["recovered"], (code, swap)
-    lines = [f"{'t (s)':>7}  what (run {run.id})"]
+    first = swap["resumed_at"]
+    timed = [(0.0, f"node 1's training processes killed (step {swap['failed_step']})"),
+             (first - died, f"first step after the swap (step {swap['resumed_step']}), resume {swap['verdict']}; "
+                            f"steps lost {swap['steps_lost']}")]
     for e in run.events():
         if e["at"] < died - 0.5 or e["type"] not in ("RunStateChanged", "NodeSwapped"):
             continue
-        what = e.get("detail") or e.get("state") or ""
+        what = f"{e['state']}: {e['detail']}" if e.get("detail") else e.get("state", "")
         if e["type"] == "NodeSwapped":
             what = f"swap recorded: {e['swap']['text']}"
-        lines.append(f"{e['at'] - died:7.1f}  {e.get('state', '') + ': ' if e.get('state') else ''}{what}")
-    first = swap["resumed_at"]
-    lines.insert(1, f"{0.0:7.1f}  node 1's training processes killed (step {swap['failed_step']})")
-    lines.append(f"{first - died:7.1f}  first step after the swap (step {swap['resumed_step']}), resume "
-                 f"{swap['verdict']}; steps lost {swap['steps_lost']}")
+        timed.append((e["at"] - died, what))
+    lines = [f"{'t (s)':>7}  what (run {run.id})"]
+    lines += [f"{t:7.1f}  {what}" for t, what in sorted(timed, key=lambda x: x[0])]
     return first - died, lines
 
 
