@@ -160,6 +160,14 @@ def _print(r) -> None:
         out(f"  resumed   from {source}: {f['path']}{how}\n")
     if r.resume_check:
         out(f"  resume    {r.resume_check.words()}\n")
+    for swap in r.swaps:
+        out(f"  swap {swap.number:<4} {swap.words()}\n")
+        for skipped in swap.skipped:
+            out(f"            spare skipped: {skipped}\n")
+        if swap.checkpoint_note:
+            out(f"            checkpoint: {swap.checkpoint_note}\n")
+        if swap.steps_lost is not None and swap.settled:
+            out(f"            steps lost: {swap.steps_lost} (trained again from the checkpoint)\n")
     if r.last_safe_step:
         out(f"  safe      {r.last_safe_step.text()}\n")
     if r.checkpoints_place:

@@ -351,6 +351,8 @@ async def launch_refusals(plan: RunPlan, home: Path, *, force: bool = False) -> 
         SecretStore(home).resolve(plan.workload.secrets)
     except MissingSecrets as err:
         said.append(str(err))
+    if not force:
+        said += quarantine_refusals(plan, home)
     backend = backend_for(plan)
     try:
         reached = await asyncio.gather(*(backend.reach(n.node_rank, plan.workload.ssh.connect_timeout_s)
@@ -370,6 +372,15 @@ async def launch_refusals(plan: RunPlan, home: Path, *, force: bool = False) -> 
     finally:
         await backend.close()
     return said
+
+
+def quarantine_refusals(plan: RunPlan, home: Path) -> list[str]:
+    """A node whose host this data dir quarantined (it failed runs ``recovery.quarantine_after`` times)."""
+    from launcher.runs.core.quarantine import quarantined
+
+    held = quarantined(home)
+    return [f"node {n.node_rank} ({n.host_display}): {held[n.host_display].words()}; fsdp-tui quarantine lift "
+            f"{n.host_display} once it is fixed (or --force)" for n in plan.nodes if n.host_display in held]
 
 
 def is_owned(home: Path, run_id: str) -> bool:

@@ -37,9 +37,9 @@ def test_notify_config_shapes(data, error):
 
 @pytest.mark.parametrize(("settings", "workload", "expect"), [
     (None, None, None),
-    ({"ntfy": "https://ntfy.sh/t"}, None, {"ntfy": "https://ntfy.sh/t", "on": 4}),
+    ({"ntfy": "https://ntfy.sh/t"}, None, {"ntfy": "https://ntfy.sh/t", "on": 5}),  # the default states, "recovered" among them
     ({"ntfy": "https://ntfy.sh/t"}, {"on": ["failed"]}, {"ntfy": "https://ntfy.sh/t", "on": 1}),
-    ({"ntfy": "https://ntfy.sh/t"}, {"ntfy": "https://ntfy.sh/other"}, {"ntfy": "https://ntfy.sh/other", "on": 4}),
+    ({"ntfy": "https://ntfy.sh/t"}, {"ntfy": "https://ntfy.sh/other"}, {"ntfy": "https://ntfy.sh/other", "on": 5}),
     (None, {"on": ["failed"]}, None),  # states but no sink: nothing to send
 ])
 def test_workload_keys_win_over_the_settings_key_by_key(settings, workload, expect):

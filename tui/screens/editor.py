@@ -192,8 +192,9 @@ class EditorScreen(Screen):
         if planned.plan is not None:
             plan_text = runs.dry_run_text(planned.plan) + "\n" + "\n".join(
                 runs.estimate_lines(planned.plan, self.path.name)) + "\n"
-        fixes = [fix_for(p, text) if p.file != "--set" else None for p in planned.problems]
-        self.post_message(Validated(version, planned.problems, fixes, plan_text, planned.plan))
+        problems = [*planned.problems, *self.app.client.records.quarantine_problems(planned)]
+        fixes = [fix_for(p, text) if p.file != "--set" else None for p in problems]
+        self.post_message(Validated(version, problems, fixes, plan_text, planned.plan))
 
     @on(Validated)
     def _validated(self, message: Validated) -> None:

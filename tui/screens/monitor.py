@@ -26,6 +26,7 @@ from launcher.events import (
     MetricsRecorded,
     NodeLines,
     NodeStateChanged,
+    NodeSwapped,
     RunEvent,
     RunFinished,
     RunState,
@@ -240,6 +241,10 @@ class RunMonitorScreen(Screen):
             self.pane(event.node_rank).set_gpus(self.view.node(event.node_rank).gpu_summary)
         elif isinstance(event, StacksDumped):
             self.stacks.received(event)
+        elif isinstance(event, NodeSwapped) and self.view.swaps and not self.view.state.is_final:
+            swap = self.view.swaps[-1]  # a failed node replaced, then the run's first step after it
+            self.notify(f"{swap.state_word}: {swap.words()}", title=f"swap {swap.number}", timeout=15,
+                        severity="information" if swap.recovered or not swap.settled else "warning")
         elif isinstance(event, RunFinished):
             if event.state in (RunState.CANCELLED, RunState.TIMED_OUT):
                 self.end_stopped_panes(event.state)

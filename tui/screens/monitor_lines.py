@@ -1,5 +1,5 @@
-"""The two lines above the run monitor's figures: the summary line (state, attempt, the resume check,
-elapsed, ETA, step, throughput, whether the panes follow, the last safe step) and the why-line (what
+"""The two lines above the run monitor's figures: the summary line (state, attempt, the resume check, a
+swap of a failed node, elapsed, ETA, step, throughput, whether the panes follow, the last safe step) and the why-line (what
 holds the run up, or why it failed). What they say is the :class:`RunView`'s; this only words it."""
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ def summary_line(view: RunView, follow: bool, safe_text: str) -> str:
     mfu = f"  MFU {v.mfu:.1%}" if v.mfu is not None else ""
     state = "STALLED" if v.stalled else v.state.value.upper()
     resume = f"  {v.resume_badge()}" if v.resume_badge() else ""
-    return (f"{state}  attempt {v.attempt}{resume}  elapsed {fmt_duration(v.elapsed_s())}  "
+    swaps = f"  {v.swap_badge()}" if v.swap_badge() else ""
+    return (f"{state}  attempt {v.attempt}{resume}{swaps}  elapsed {fmt_duration(v.elapsed_s())}  "
             f"ETA {fmt_duration(v.eta_s())}  step {step}  {tps}{mfu}  follow {'on' if follow else 'off'} (f)"
             f"{safe_text}")
 

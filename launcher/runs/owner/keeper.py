@@ -157,6 +157,12 @@ class CheckpointKeeper:
             return {}
         return await self.gatherer.settle(lost)
 
+    async def reset(self) -> None:
+        """Before the nodes change (a swap): the gathers of the old node set closed; ``locate`` and ``use``
+        the new one's next."""
+        await self.close()
+        self.backend = self.gatherer = None
+
     async def close(self) -> None:
         if self.backend is not None:
             await self.backend.close()
