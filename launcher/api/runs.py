@@ -141,6 +141,11 @@ class Runs:
             out.append(RunListed(summary, usage, check, note))
         return out
 
+    def count(self, *, state: str | None = None, experiment: str | None = None, matching: str = "") -> int:
+        """How many runs :meth:`list` would give without a limit (a list shows a window; this says of how
+        many)."""
+        return self._store().count_runs(state=state, experiment=experiment, matching=matching)
+
     def get(self, run_id: str) -> RunRecord | None:
         """The run's record (summary, state changes, nodes, its folder); ``None`` when there is no such run."""
         return self._store().get_run(run_id)
@@ -230,8 +235,8 @@ class Runs:
         the run has ended."""
         import time
 
+        from launcher.runs.adoption import adopt_orphans_of
         from launcher.runs.core.ownership import request_stacks
-        from launcher.runs.launch import adopt_orphans_of
 
         record = self.record(run_id)
         if record.summary.state.is_final:
@@ -300,7 +305,7 @@ class Runs:
         """Every live run without an owner gets one (a run whose owner died is caught up and finished); an
         ended run with something unsent to MLflow gets a sender. What a front end calls before showing
         runs; the runs adopted."""
-        from launcher.runs.launch import adopt_orphans_of
+        from launcher.runs.adoption import adopt_orphans_of
 
         return adopt_orphans_of(self.home)
 
@@ -368,9 +373,11 @@ class Runs:
 
     # Last in the class: inside its body ``list`` names this method, not the builtin.
     def list(self, *, state: str | None = None, experiment: str | None = None,
-             limit: int | None = None) -> list[RunSummary]:
-        """Runs, newest first, optionally of one state or experiment, at most ``limit``."""
-        return self._store().list_runs(state=state, experiment=experiment, limit=limit)
+             limit: int | None = None, matching: str = "") -> list[RunSummary]:
+        """Runs, newest first, optionally of one state or experiment, or whose id, experiment or state
+        holds every word of ``matching`` (any case), at most ``limit``: the store reads no more rows than
+        that (indexed), however many runs it keeps."""
+        return self._store().list_runs(state=state, experiment=experiment, limit=limit, matching=matching)
 
 
 @dataclass(frozen=True)

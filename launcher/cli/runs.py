@@ -1,9 +1,11 @@
-"""``fsdp-tui runs [--state S] [--experiment E] [--limit N] [--json]``: runs, newest first."""
+"""``fsdp-tui runs [--state S] [--experiment E] [--limit N | --all] [--json]``: runs, newest first; the
+newest :data:`SHOWN` unless asked otherwise, and how many there are."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 
@@ -13,9 +15,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("runs", help="list runs (id, state, nodes, start, duration, step, loss, resume check, why)")
     p.add_argument("--state", choices=[s.value for s in RunState], help="only runs in this state")
     p.add_argument("--experiment", metavar="NAME", help="only runs of this experiment")
-    p.add_argument("--limit", type=int, metavar="N", help="only the newest N")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--limit", type=_positive, metavar="N", help=f"the newest N (default {SHOWN})")
+    shown.add_argument("--all", action="store_true", help="every run (a data dir may keep thousands)")
     p.add_argument("--json", action="store_true", help="one JSON array")
     p.set_defaults(handler=run)
+
+
+SHOWN = 50
+"""Runs listed when no ``--limit`` is given: a screenful. The listing reads each shown run's folder, so
+its time follows what it shows, not the runs kept."""
+
+
+def _positive(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a count of runs (1 or more)")
+    return int(text)
 
 
 def why_shown(state: str, detail: str) -> str:
@@ -58,12 +73,20 @@ def run(args: argparse.Namespace) -> int:
 
     client = Client()
     client.runs.adopt()  # a run whose owner died gets a new one, which catches it up
-    listed = client.runs.listing(state=args.state, experiment=args.experiment, limit=args.limit)
+    limit = None if args.all else args.limit or SHOWN
+    listed = client.runs.listing(state=args.state, experiment=args.experiment, limit=limit)
+    more = ""
+    if limit is not None and len(listed) == limit:
+        total = client.runs.count(state=args.state, experiment=args.experiment)
+        if total > limit:
+            more = f"the newest {limit:,} of {total:,} runs shown (--limit N for more, --all for every one)"
     if args.json:
         print(json.dumps([{**asdict(r.summary), "state": r.summary.state.value, "duration_s": r.summary.duration_s,
                            "usage": r.usage.to_dict() if r.usage else None,
                            "resume_check": asdict(r.resume_check) if r.resume_check else None} for r in listed],
                          indent=2))
+        if more:
+            print(more, file=sys.stderr)
         return 0
     if not listed:
         filtered = args.state or args.experiment
@@ -89,4 +112,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"{r.run_id:<{width}} {r.state.value:<10} {r.num_nodes:>5} {started:<16} {duration:>8} {step:>9} "
               f"{_fmt(r.last_loss, '.4f'):>8} {_fmt(r.best_eval_loss, '.4f'):>8} {_usage_cell(x.usage):>11} "
               f"{check.verdict[:9] if check else '-':<9}  {shorten(why)}")
+    if more:
+        print(more)
     return 0

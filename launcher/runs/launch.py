@@ -21,7 +21,6 @@ from launcher.runs.core.layout import EVENTS, OPTIONS, save_plan
 from launcher.runs.core.output_dirs import HINT, deciding, output_dir_users
 from launcher.runs.core.ownership import (
     OwnerLock,
-    adopt_orphans,
     hand_over,
     owned,
     request_cancel,
@@ -136,15 +135,6 @@ def _forget(home: Path, run_id: str) -> None:
     except (LookupError, ValueError, sqlite3.Error):
         pass  # the disk took none of it
     shutil.rmtree(run_dir(home, run_id), ignore_errors=True)
-
-
-def adopt_orphans_of(home: Path) -> list[str]:
-    """Every live run without an owner gets one; what ``runs``, ``show``, ``logs`` and the app call
-    before showing runs, so a run whose owner died is caught up and finished. An ended run with something
-    its owner could not send to MLflow gets a detached sender (:mod:`launcher.runs.core.pending`)."""
-    adopted = adopt_orphans(home, RunStore(home).active_runs())
-    pending.start_senders(home)
-    return adopted
 
 
 @dataclass(frozen=True)

@@ -65,9 +65,8 @@ def output_dir_users(home: Path, plan: RunPlan) -> str:
     if out is None or not (Path(home) / "runs.db").exists():
         return ""
     host = plan.nodes[0].host_display
-    others = [r for r in RunStore(home).list_runs()
-              if r.run_id != plan.run_id and r.output_dir and (r.output_dir.rstrip("/") or "/") == out
-              and r.hosts[:1] == (host,) and not _same_workload(r, plan, home)]
+    others = [r for r in RunStore(home).using_output_dir(out)
+              if r.run_id != plan.run_id and r.hosts[:1] == (host,) and not _same_workload(r, plan, home)]
     if not others:
         return ""
     named = ", ".join(f"{r.run_id} ({r.state.value}, experiment {r.experiment}"

@@ -164,8 +164,8 @@ def _resumed_from(home: Path, workload: dict, run_id: str) -> dict | None:
     brought = load_options(run_dir(home, run_id)).get("resume_from")  # copied to this run's node 0 first
     if isinstance(brought, dict) and isinstance(brought.get("run"), str):
         return {"path": path, "step": int(step.group(1)) if step else None, "run_id": brought["run"]}
-    runs = [r.run_id for r in RunStore(home).list_runs(limit=1000) if r.run_id != run_id and r.run_id in path]
-    return {"path": path, "step": int(step.group(1)) if step else None, "run_id": max(runs, key=len) if runs else None}
+    runs = [r for r in RunStore(home).runs_named_in(path) if r != run_id]
+    return {"path": path, "step": int(step.group(1)) if step else None, "run_id": runs[0] if runs else None}
 
 
 def _place_words(plan: dict) -> str:

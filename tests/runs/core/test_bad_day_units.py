@@ -287,3 +287,27 @@ def test_each_look_starts_a_few_senders_the_longest_waiting_first_and_none_twice
         assert proc.wait(timeout=120) == 1  # no plan recorded: nothing sent, said why, the mark kept
     assert all(pending.why_pending(home / "runs" / f"run-{i}") for i in range(6))
     assert "its plan cannot be read" in (home / "runs" / "run-4" / "mlflow-sender.log").read_text()
+
+
+def test_a_look_for_unsent_runs_reads_the_index_not_every_run_folder(tmp_path):
+    import os
+
+    from launcher.runs.core import pending
+
+    home = tmp_path / "home"
+    for i in range(3):  # marked before the index existed (an older data dir): walked once, indexed
+        (home / "runs" / f"old-{i}").mkdir(parents=True)
+        (home / "runs" / f"old-{i}" / pending.MARK).write_text("down\n")
+        os.utime(home / "runs" / f"old-{i}" / pending.MARK, (time.time() - 100, time.time() - 100))
+    for i in range(200):
+        (home / "runs" / f"done-{i}").mkdir()
+    assert sorted(path.parent.name for path in pending._marked(home)) == ["old-0", "old-1", "old-2"]
+    assert sorted(os.listdir(home / pending.INDEX)) == ["old-0", "old-1", "old-2"]
+    # From now on only the index is read: a mark no index entry names is not looked for.
+    (home / "runs" / "done-7" / pending.MARK).write_text("down\n")
+    pending.mark(home / "runs" / "done-8", "down")
+    pending.clear(home / "runs" / "old-1")
+    assert sorted(path.parent.name for path in pending._marked(home)) == ["done-8", "old-0", "old-2"]
+    (home / "runs" / "old-2" / pending.MARK).unlink()  # its run forgotten: its entry goes at the next look
+    assert sorted(path.parent.name for path in pending._marked(home)) == ["done-8", "old-0"]
+    assert sorted(os.listdir(home / pending.INDEX)) == ["done-8", "old-0"]
