@@ -32,10 +32,21 @@ class Doctor:
 
     async def diagnose(self, plan: RunPlan) -> DoctorReport:
         """Probe every node of ``plan`` at once and judge each (seconds to minutes: a node that does not
-        answer is judged when its connect times out); the secrets are looked up here too."""
-        from launcher.doctor.diagnose import diagnose
+        answer is judged when its connect times out); the secrets are looked up here too, and a bucket
+        ``output_dir`` is written to (a small object, removed) with the run's credentials."""
+        import asyncio
 
-        return await diagnose(plan, run_root=plan.node_root, home=self.home)
+        from launcher.doctor.diagnose import diagnose
+        from launcher.doctor.judge import bucket_check
+        from launcher.runs.core.bucket import write_check
+
+        bucket = asyncio.ensure_future(asyncio.to_thread(write_check, self.home, plan, launching=False))
+        try:
+            report = await diagnose(plan, run_root=plan.node_root, home=self.home)
+        finally:
+            found = await bucket
+        return report if found is None else report.with_checks(bucket_check(found.url, found.why,
+                                                                             found.own_credentials))
 
     async def probe(self, plan: RunPlan, *, steps: int | None = None, budget_s: float | None = None,
                     on_progress: Callable[[int, float], None] | None = None) -> ProbeResult:

@@ -303,17 +303,23 @@ async def launch_refusals(plan: RunPlan, home: Path, *, force: bool = False) -> 
     """Why ``plan`` cannot start, found before anything of it is recorded: a secret with no value here, a
     node refused for a reason only the user can change (an unknown or changed host key, a refused key), and,
     unless ``force``, the cheap checks every launch runs (no torch where the built-in trainer runs, fewer
-    GPUs than processes, an unwritable ``output_dir``). Empty: launch. A node that does not answer yet is
+    GPUs than processes, an unwritable ``output_dir``, a bucket the run's credentials cannot write to).
+    Empty: launch. A node that does not answer yet is
     no refusal: the run's owner waits for it as for any dropped connection."""
     from launcher.backends.registry import backend_for
     from launcher.doctor.preflight import preflight
+    from launcher.runs.core.bucket import write_check
     from launcher.secrets import MissingSecrets, SecretStore
 
     said: list[str] = []
+    bucket: asyncio.Future | None = None
     try:
         SecretStore(home).resolve(plan.workload.secrets)
     except MissingSecrets as err:
         said.append(str(err))
+    else:
+        if not force:  # a bucket the run cannot write to would fail it at its first save, minutes in
+            bucket = asyncio.ensure_future(asyncio.to_thread(write_check, home, plan))
     backend = backend_for(plan)
     try:
         reached = await asyncio.gather(*(backend.reach(n.node_rank, plan.workload.ssh.connect_timeout_s)
@@ -332,6 +338,9 @@ async def launch_refusals(plan: RunPlan, home: Path, *, force: bool = False) -> 
                 said += [str(refusal) for refusal in await preflight(backend)]
     finally:
         await backend.close()
+        checked = await bucket if bucket is not None else None
+    if checked is not None and not checked.ok and checked.own_credentials:
+        said.append(f"parameters.output_dir: {checked.url}: {checked.why}")
     return said
 
 

@@ -318,7 +318,7 @@ def list_in_bucket(fs, root: str, url_root: str) -> list[CheckpointInfo]:
     imports fsspec: this module stays standard library only."""
     try:
         entries = fs.ls(root, detail=True)
-    except (FileNotFoundError, OSError):
+    except FileNotFoundError:  # nothing saved yet; a bucket that refuses or does not answer is no "none"
         return []
     out = []
     for entry in entries:
