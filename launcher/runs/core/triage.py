@@ -253,6 +253,17 @@ def gone_report(from_logs: TriageReport, rank: int, host: str, words: str) -> Tr
                         consequence=from_logs.summary if from_logs.node_rank != rank else "")
 
 
+def lost_first(report: TriageReport, lost: dict[int, str], hosts: dict[int, str]) -> TriageReport:
+    """The triage of a failed attempt once its gathers are done: a node the gathers found lost (``lost``:
+    rank -> the gather's words) is the root cause, named first, and what the logs blamed (a survivor's
+    connection reset) its consequence; a triage that names a lost node already (found without its job)
+    stays."""
+    if not lost or report.signature == "lost":  # a lost node is named first already
+        return report
+    rank = min(lost)
+    return gone_report(report, rank, hosts.get(rank, "?"), lost[rank])
+
+
 def scheduler_report(from_logs: TriageReport, cause, host: str, exit_code: int | None) -> TriageReport:
     """The triage when the scheduler saw a node die (``cause``: a
     :class:`~launcher.backends.base.SchedulerCause`). The node's own log line stays the excerpt when it

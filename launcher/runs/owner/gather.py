@@ -57,6 +57,9 @@ class Gatherer:
         """Checkpoints of node 0 left alone until the attempt ends (one brought there to resume from)."""
         self.lost: set[int] = set()
         """Nodes the run lost: their shards cannot come (a checkpoint that needs them is not whole)."""
+        self.lost_in_gathers: dict[int, str] = {}
+        """Nodes lost while a gather copied from them (or needed them), and the gather's words: the run's
+        triage names such a node first, whatever the others' logs blamed after."""
 
     def node(self, rank: int) -> Endpoint:
         return Endpoint(self.backend.checkpoint_files(rank), self.place.roots[rank])
@@ -112,8 +115,8 @@ class Gatherer:
                     sources.setdefault(node, {})[file] = size
             gone = sorted(n for n in sources if n in self.lost)
             if gone:
-                raise NodeError(f"node {gone[0]} was lost: its {plural(len(sources[gone[0]]), 'shard')} cannot be "
-                                "copied", gone[0])
+                raise NodeLost(f"node {gone[0]} was lost: its {plural(len(sources[gone[0]]), 'shard')} cannot be "
+                               "copied", gone[0])
             if self.in_place and not sources:
                 self.done.add(c.name)  # whole already (the nodes that wrote it share node 0's folder)
                 await self._drop_leftovers(c.name)
@@ -130,6 +133,8 @@ class Gatherer:
         except NodeError as err:
             why = f"not whole: {err}"
             self.failed[c.name] = why
+            if isinstance(err, NodeLost) and err.node_rank is not None:
+                self.lost_in_gathers.setdefault(err.node_rank, f"lost during the gather of checkpoint {c.name}: {err}")
             self._record(c, ok=False, error=str(err))
             self.say(f"checkpoint {c.name} is {why}")
             return False

@@ -113,6 +113,10 @@ class CheckpointKeeper:
             return {}
         return await self.gatherer.settle(lost)
 
+    def lost_in_gathers(self) -> dict[int, str]:
+        """Nodes lost while a gather needed them, with the gather's words (empty without gathers)."""
+        return dict(self.gatherer.lost_in_gathers) if self.gatherer is not None else {}
+
     async def close(self) -> None:
         if self.backend is not None:
             await self.backend.close()
