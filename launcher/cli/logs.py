@@ -110,6 +110,7 @@ NOTHING_OF_ITS_OWN = ("each rank's lines are kept apart when the job runs under 
 def _rank(client: Client, run_id: str, args: argparse.Namespace) -> int:
     """One rank's own lines, from the node that ran it; with ``--follow``, until the run ends."""
     import asyncio
+    from collections import deque
 
     from launcher.api.run_files import LineSplitter, RankLogError
 
@@ -124,11 +125,20 @@ def _rank(client: Client, run_id: str, args: argparse.Namespace) -> int:
         try:
             while True:
                 final = client.runs.record(run_id).summary.state.is_final
-                lines = splitter.feed(await log.read())
-                if final or not args.follow:
-                    lines += splitter.flush()
-                if first and args.tail is not None:
-                    lines = lines[max(0, len(lines) - args.tail):]
+                # Printed chunk by chunk as it comes: a log of any size passes through, one chunk held. The
+                # first read's --tail keeps only its last N lines, as they pass.
+                tail: deque[str] | None = deque(maxlen=args.tail) if first and args.tail is not None else None
+                async for chunk in log.chunks():
+                    lines = splitter.feed(chunk)
+                    if tail is not None:
+                        tail.extend(lines)
+                    else:
+                        shown += len(lines)
+                        _write(lines, None)
+                lines = splitter.flush() if final or not args.follow else []
+                if tail is not None:
+                    tail.extend(lines)
+                    lines = list(tail)
                 first, shown = False, shown + len(lines)
                 _write(lines, None)
                 if final or not args.follow:
