@@ -88,6 +88,8 @@ class RunListed:
     """Its newest resume's check; ``None``: it did not resume."""
     owner_note: str
     """What its owner says it waits for (``waiting for room: ...``); empty when it says nothing."""
+    resume_ignored: str = ""
+    """A resume check its job wrote though the run did not resume, ignored, in words; empty: none."""
 
 
 class Runs:
@@ -120,6 +122,7 @@ class Runs:
 
         from launcher.runs.core.layout import PLAN, read_resume_check
         from launcher.runs.core.ownership import owner_note
+        from launcher.runs.core.resume_badge import trusted
         from launcher.runs.core.usage import usage_of_record
         from launcher.runs.core.user_settings import SettingsError, load_user_settings
 
@@ -137,8 +140,9 @@ class Runs:
                 plan = {}
             usage = usage_of_record(record, plan.get("workload"), prices, now) if record else None
             note = "" if summary.state.is_final else owner_note(self.home, summary.run_id)
-            check = read_resume_check(record.directory) if record else None
-            out.append(RunListed(summary, usage, check, note))
+            check, ignored = trusted(read_resume_check(record.directory) if record else None, plan.get("workload"),
+                                     summary.attempt)
+            out.append(RunListed(summary, usage, check, note, ignored))
         return out
 
     def count(self, *, state: str | None = None, experiment: str | None = None, matching: str = "") -> int:

@@ -83,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{**asdict(r.summary), "state": r.summary.state.value, "duration_s": r.summary.duration_s,
                            "usage": r.usage.to_dict() if r.usage else None,
-                           "resume_check": asdict(r.resume_check) if r.resume_check else None} for r in listed],
+                           "resume_check": asdict(r.resume_check) if r.resume_check else None,
+                           "resume_ignored": r.resume_ignored or None} for r in listed],
                          indent=2))
         if more:
             print(more, file=sys.stderr)
@@ -109,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
         check = x.resume_check
         if not why and check is not None and check.differs:
             why = "resume differs: " + "; ".join(check.differs)
+        if not why and x.resume_ignored:
+            why = x.resume_ignored
         print(f"{r.run_id:<{width}} {r.state.value:<10} {r.num_nodes:>5} {started:<16} {duration:>8} {step:>9} "
               f"{_fmt(r.last_loss, '.4f'):>8} {_fmt(r.best_eval_loss, '.4f'):>8} {_usage_cell(x.usage):>11} "
               f"{check.verdict[:9] if check else '-':<9}  {shorten(why)}")

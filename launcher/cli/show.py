@@ -158,6 +158,8 @@ def _print(r) -> None:
         out(f"  resumed   from {source}: {f['path']}\n")
     if r.resume_check:
         out(f"  resume    {r.resume_check.words()}\n")
+    elif r.resume_ignored:
+        out(f"  resume    {r.resume_ignored}\n")
     if r.last_safe_step:
         out(f"  safe      {r.last_safe_step.text()}\n")
     if r.checkpoints_place:

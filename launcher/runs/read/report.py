@@ -23,6 +23,7 @@ from launcher.runs.core.layout import (
 )
 from launcher.runs.core.notifying import read_deliveries
 from launcher.runs.core.ownership import owned
+from launcher.runs.core.resume_badge import trusted
 from launcher.runs.core.safe_step import SafeStep, lead_time_of_run
 from launcher.runs.core.store import NodeRecord, RunStore
 from launcher.runs.core.triage import TriageReport
@@ -77,6 +78,8 @@ class RunReport:
     gathers: tuple[JsonPart, ...]
     resume_check: ResumeCheck | None
     """The newest resume's check; ``None``: the run did not resume."""
+    resume_ignored: str = ""
+    """A resume check the job wrote though the run did not resume (the launcher knows), ignored, in words."""
     nettest: JsonPart | None = None
     """The newest interconnect test of the same nodes (filled in by the API, which may read tests)."""
     last_safe_step: SafeStep | None = None
@@ -126,6 +129,7 @@ def run_report(home: Path, run_id: str) -> RunReport:
     odd = _odd_nodes(record)
     if triage is not None and odd:
         triage = replace(triage, odd_nodes=tuple(odd))
+    check, ignored = trusted(read_resume_check(directory), workload, s.attempt)
     next_steps = []
     if live:
         next_steps += [f"fsdp-tui logs {run_id} --follow", f"fsdp-tui cancel {run_id}"]
@@ -148,7 +152,7 @@ def run_report(home: Path, run_id: str) -> RunReport:
         odd_nodes=tuple(odd), data=_data_summary(directory / METRICS),
         resumed_from=_resumed_from(home, workload, run_id), router_aux_loss=_router_aux_loss(records),
         checkpoints_place=_place_words(plan), gathers=tuple(read_gathers(directory)),
-        resume_check=read_resume_check(directory),
+        resume_check=check, resume_ignored=ignored,
     )
 
 
