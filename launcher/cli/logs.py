@@ -9,7 +9,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from launcher.cli import add_run_argument, keep_colour, on_run
+from launcher.cli import add_run_argument, keep_colour, number, on_run
 
 if TYPE_CHECKING:
     from launcher.api import Client
@@ -19,8 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("logs", help="print a run's node logs")
     add_run_argument(p)
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--node", type=int, help="only this node (default: all, prefixed by node)")
-    where.add_argument("--rank", type=int, metavar="R",
+    where.add_argument("--node", type=number, help="only this node (default: all, prefixed by node)")
+    where.add_argument("--rank", type=number, metavar="R",
                        help="only what global rank R wrote, read from its node (jobs under torchrun: the built-in "
                             "trainer, or a command that runs torchrun)")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing while the run is active")

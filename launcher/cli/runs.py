@@ -28,9 +28,12 @@ its time follows what it shows, not the runs kept."""
 
 
 def _positive(text: str) -> int:
-    if not text.isascii() or not text.isdigit() or int(text) < 1:
+    from trainer.wire.ckpt_layout import ascii_int
+
+    value = ascii_int(text)
+    if value is None or value < 1:
         raise argparse.ArgumentTypeError(f"'{text}' is not a count of runs (1 or more)")
-    return int(text)
+    return value
 
 
 def why_shown(state: str, detail: str) -> str:

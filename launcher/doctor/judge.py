@@ -194,7 +194,7 @@ def _python_check(probe: NodeProbe, info: PythonFacts, host: str) -> Check:
 def _version_tuple(text: str) -> tuple[int, ...]:
     parts = []
     for piece in text.split("+")[0].split(".")[:2]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
+        digits = "".join(ch for ch in piece if ch.isascii() and ch.isdigit())  # a node's words: '²' is no digit
         parts.append(int(digits or 0))
     return tuple(parts)
 

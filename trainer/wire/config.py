@@ -25,7 +25,8 @@ MIN_TORCH = (2, 11)
 
 def torch_refusal(version: str) -> str | None:
     """Why the trainer will not run on torch ``version`` (e.g. ``2.10.0+cu128``), or ``None``."""
-    digits = [int("".join(c for c in part if c.isdigit()) or 0) for part in version.split("+")[0].split(".")[:2]]
+    digits = [int("".join(c for c in part if c.isascii() and c.isdigit()) or 0)
+              for part in version.split("+")[0].split(".")[:2]]
     if tuple(digits) >= MIN_TORCH:
         return None
     need = ".".join(map(str, MIN_TORCH))
