@@ -15,7 +15,7 @@ def not_a_resume(workload: dict | None, attempt: int) -> str:
     if not isinstance(workload, dict) or not workload:
         return "its plan is not on record"
     if workload.get("command"):
-        return "it runs a command of its own, which fsdp-tui does not resume"
+        return "it runs a command of its own; only the built-in trainer resumes"
     params = workload.get("parameters") if isinstance(workload.get("parameters"), dict) else {}
     checkpoint = params.get("checkpoint") if isinstance(params.get("checkpoint"), dict) else {}
     resume = checkpoint.get("resume", "auto")

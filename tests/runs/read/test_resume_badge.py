@@ -113,7 +113,7 @@ def test_a_check_from_a_run_that_did_not_resume_is_ignored_and_said(home, monkey
         rec.set_state(RunState.SUCCEEDED)
     shown = _cli(capsys, "show", "20260301-090003-res-dddd")
     assert ("  resume    a resume check (verified) from its job was ignored: the run did not resume (it runs a "
-            "command of its own, which fsdp-tui does not resume)\n") in shown, shown
+            "command of its own; only the built-in trainer resumes)\n") in shown, shown
     assert "verified at step" not in shown
     assert "it was its first attempt: there was nothing to resume from" in _cli(capsys, "show", "20260301-090004-res-eeee")
     lines = {line.split()[0]: line for line in _cli(capsys, "runs").splitlines()}
