@@ -176,8 +176,11 @@ def folder_files(path: str) -> dict[str, int]:
 
 
 def read_meta(path: str) -> str | None:
+    """The folder's ``meta.json``; ``None`` when it is not there, or is a link (never followed: a
+    checkpoint's record is its own file, as its shards are)."""
     try:
-        with open(os.path.join(path, META), encoding="utf-8") as f:
+        fd = os.open(os.path.join(path, META), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with open(fd, encoding="utf-8") as f:
             return f.read()
     except (OSError, UnicodeDecodeError):
         return None
