@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from launcher.events import RunEvent
     from launcher.runs.core.layout import FORCED_NOTE, TRIAGE, ResumeCheck
+    from launcher.runs.core.ownership import KeptEnd
     from launcher.runs.core.safe_step import NONE_YET, SafeStep
     from launcher.runs.core.samples import SampleSet
     from launcher.runs.core.space import RecordUnwritable
@@ -40,6 +41,7 @@ from launcher.api.launching import AlreadyLaunched, Launched, LaunchOutcome, Ref
 
 _FROM = {
     "launcher.runs.core.layout": ("FORCED_NOTE", "TRIAGE", "ResumeCheck"),
+    "launcher.runs.core.ownership": ("KeptEnd",),
     "launcher.runs.core.safe_step": ("NONE_YET", "SafeStep"),
     "launcher.runs.core.samples": ("SampleSet",),
     "launcher.runs.core.space": ("RecordUnwritable",),
@@ -64,7 +66,7 @@ __getattr__ = lazy_names(__name__, _FROM)
 
 __all__ = [
     "COLUMNS", "ComparisonFormat", "FORCED_NOTE", "NONE_YET", "THRESHOLD", "THRESHOLDS", "TRIAGE", "AlreadyLaunched", "CancelReport",
-    "Column", "FollowGaveUp", "LaunchOutcome", "Launched", "NodeRecord", "NodeRow", "RankReport", "RankTimes",
+    "Column", "FollowGaveUp", "KeptEnd", "LaunchOutcome", "Launched", "NodeRecord", "NodeRow", "RankReport", "RankTimes",
     "RecordUnwritable", "Refused", "ResumeCheck", "Resumed", "RunListed", "RunNotFound", "RunRecord", "RunReport",
     "RunStats", "RunSummary", "RunView", "Runs", "SafeStep", "SampleSet", "Sent", "Signature", "StackDumps", "StoreDamaged",
     "TriageReport", "Usage", "classify_line", "fmt", "fmt_duration", "history_lines", "might_signal", "node_rows",
@@ -90,6 +92,8 @@ class RunListed:
     """What its owner says it waits for (``waiting for room: ...``); empty when it says nothing."""
     resume_ignored: str = ""
     """A resume check its job wrote though the run did not resume, ignored, in words; empty: none."""
+    kept_end: KeptEnd | None = None
+    """The end its owner could not write (the data dir's disk refused it) and keeps: its usage stops there."""
 
 
 class Runs:
@@ -121,7 +125,7 @@ class Runs:
         import time
 
         from launcher.runs.core.layout import PLAN, read_resume_check
-        from launcher.runs.core.ownership import owner_note
+        from launcher.runs.core.ownership import kept_end, owner_note
         from launcher.runs.core.resume_badge import trusted
         from launcher.runs.core.usage import usage_of_record
         from launcher.runs.core.user_settings import SettingsError, load_user_settings
@@ -138,11 +142,13 @@ class Runs:
                 plan = json.loads((record.directory / PLAN).read_text()) if record else {}
             except (OSError, ValueError):
                 plan = {}
-            usage = usage_of_record(record, plan.get("workload"), prices, now) if record else None
+            kept = None if summary.state.is_final else kept_end(self.home, summary.run_id)
+            usage = usage_of_record(record, plan.get("workload"), prices, kept.ended_at if kept else now) \
+                if record else None
             note = "" if summary.state.is_final else owner_note(self.home, summary.run_id)
             check, ignored = trusted(read_resume_check(record.directory) if record else None, plan.get("workload"),
                                      summary.attempt)
-            out.append(RunListed(summary, usage, check, note, ignored))
+            out.append(RunListed(summary, usage, check, note, ignored, kept))
         return out
 
     def count(self, *, state: str | None = None, experiment: str | None = None, matching: str = "") -> int:

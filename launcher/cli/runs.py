@@ -68,6 +68,17 @@ def _usage_cell(usage) -> str:
     return f"{usage.hours:.2f} {usage.kind.upper()}-h"
 
 
+def _end_waits(note: str, kept) -> str:
+    """The WHY of a run whose end its owner could not write (the data dir's disk was full): when its job
+    ended first, then why the end is not recorded, then who records it (``show RUN`` has it whole)."""
+    cause, _, words = note.partition(": ")
+    ended = (f"its job ended {kept.state} at {time.strftime('%H:%M:%S', time.localtime(kept.ended_at))}, "
+             if kept is not None else "stopped, ")
+    if cause.startswith("gave up"):
+        return f"{ended}not recorded: {words}; its owner {cause}: the next look with room records it"
+    return f"{ended}not recorded yet: {words}; written as soon as there is room"
+
+
 def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
@@ -103,13 +114,14 @@ def run(args: argparse.Namespace) -> int:
     for x in listed:
         r = x.summary
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at)) if r.started_at else "-"
-        duration = f"{r.duration_s / 60:.1f}m" if r.duration_s is not None else "-"
+        seconds = x.kept_end.ended_at - r.started_at if x.kept_end and r.started_at else r.duration_s
+        duration = f"{seconds / 60:.1f}m" if seconds is not None else "-"
         step = f"{r.step or 0}/{r.max_steps}" if r.max_steps else str(r.step or "-")
         why = why_shown(r.state.value, r.detail)
         if not why and r.detail.startswith((FORCED_NOTE, "idle GPUs")):
             why = r.detail
-        if x.owner_note.startswith("waiting for room"):
-            why = x.owner_note.removeprefix("waiting for room: ") + " (stopped; its end waits for room)"
+        if x.owner_note.startswith(("waiting for room", "gave up waiting for room")):
+            why = _end_waits(x.owner_note, x.kept_end)
         check = x.resume_check
         if not why and check is not None and check.differs:
             why = "resume differs: " + "; ".join(check.differs)

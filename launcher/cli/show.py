@@ -176,6 +176,8 @@ def _print(r) -> None:
         tries = (" (" + " + ".join(f"{h:.2f}" for h in u.per_attempt) + " by attempt)"
                  if len(u.per_attempt) > 1 else "")
         out(f"  usage     {u.hours:.2f} {u.kind.upper()}-hours{tries}{money}\n")
+    if r.end_waits:
+        out(f"  end       {r.end_waits}\n")
     if r.owner:
         out(f"  owner     {r.owner}\n")
     out("  nodes\n")
