@@ -16,8 +16,8 @@ def not_a_resume(workload: dict | None, attempt: int) -> str:
         return "its plan is not on record"
     if workload.get("command"):
         return "it runs a command of its own; only the built-in trainer resumes"
-    params = workload.get("parameters") if isinstance(workload.get("parameters"), dict) else {}
-    checkpoint = params.get("checkpoint") if isinstance(params.get("checkpoint"), dict) else {}
+    params = _section(workload, "parameters")
+    checkpoint = _section(params, "checkpoint")
     resume = checkpoint.get("resume", "auto")
     if resume == "never":
         return "its parameters say checkpoint.resume: never"
@@ -29,6 +29,11 @@ def not_a_resume(workload: dict | None, attempt: int) -> str:
     if attempt <= 1 and RUN_ID_ENV in output_dir:
         return "its output_dir is its own and it was its first attempt: there was nothing to resume from"
     return ""
+
+
+def _section(data: dict, key: str) -> dict:
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
 
 
 def trusted(check: ResumeCheck | None, workload: dict | None, attempt: int) -> tuple[ResumeCheck | None, str]:
