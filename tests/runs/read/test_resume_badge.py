@@ -124,3 +124,15 @@ def test_a_check_from_a_run_that_did_not_resume_is_ignored_and_said(home, monkey
     assert listed["20260301-090003-res-dddd"]["resume_ignored"].startswith("a resume check (verified)")
     report = json.loads(_cli(capsys, "show", "20260301-090003-res-dddd", "--json"))
     assert report["resume_check"] is None and "ignored" in report["resume_ignored"]
+
+
+def test_mlflow_gets_the_badge_only_from_a_run_that_resumed(home):
+    from launcher.runs.core.layout import load_plan
+    from launcher.runs.owner.tracking import Tracker
+
+    train = MetricRecord(step=9, loss=1.0)
+    for run_id, text, kept in (("20260301-090005-res-ffff", "experiment_name: res\ncommand: echo\n", [train]),
+                               ("20260301-090006-res-abab", RESUMED, [train, VERIFIED.record()])):
+        rec = _recorded_run(home, run_id, text)
+        tracker = Tracker(home, load_plan(rec.dir), rec.dir)
+        assert tracker._trusted([train, VERIFIED.record()]) == kept
