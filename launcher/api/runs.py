@@ -303,6 +303,19 @@ class Runs:
         """The workload the run ran, as recorded (not the file as it is now)."""
         return (self.record(run_id).directory / "workload.yaml").read_text()
 
+    def workload_of(self, run_id: str) -> dict | None:
+        """The run's resolved workload as its plan records it (``None``: none on record): what a
+        :class:`RunView` needs to tell a resume's badge from a job's word (``RunView.workload``)."""
+        import json
+
+        from launcher.runs.core.layout import PLAN
+
+        try:
+            workload = json.loads((self.record(run_id).directory / PLAN).read_text()).get("workload")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return workload if isinstance(workload, dict) else None
+
     def plan_of(self, run_id: str) -> RunPlan:
         """The plan the run was launched with. ``OSError``/``ValueError``: none on record (an old run)."""
         from launcher.runs.core.layout import load_plan

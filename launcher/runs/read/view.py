@@ -19,6 +19,7 @@ from launcher.events import (
     RunState,
     RunStateChanged,
 )
+from launcher.runs.core.resume_badge import not_a_resume
 from launcher.runs.core.triage import classify_line, might_signal
 from trainer.wire.protocol import KIND_RESUME_CHECK, RankMemory, ResumeCheck
 
@@ -135,6 +136,9 @@ class RunView:
     """Every rank's own work in the newest step that reported it (seconds, by global rank; built-in trainer)."""
     resume_check: ResumeCheck | None = None
     """The newest resume's check (the built-in trainer's, at the first step after a resume)."""
+    workload: dict | None = None
+    """The run's resolved workload as its plan records it, when known: a resume check from a run the
+    launcher knows did not resume is no badge (:mod:`launcher.runs.core.resume_badge`)."""
 
     def apply(self, event: RunEvent, now: float | None = None) -> None:
         now = time.time() if now is None else now
@@ -209,7 +213,7 @@ class RunView:
             self.max_steps = r.max_steps
         if r.eval_loss is not None:
             self.eval_loss.append(r.eval_loss)
-        if r.kind == KIND_RESUME_CHECK:
+        if r.kind == KIND_RESUME_CHECK and (self.workload is None or not not_a_resume(self.workload, self.attempt)):
             self.resume_check = ResumeCheck.from_record(r) or self.resume_check
         if r.kind != "train":
             return
