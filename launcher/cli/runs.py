@@ -8,6 +8,8 @@ import json
 import sys
 import time
 
+from launcher.words import plural
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     from launcher.events import RunState
@@ -69,14 +71,15 @@ def _usage_cell(usage) -> str:
 
 
 def _end_waits(note: str, kept) -> str:
-    """The WHY of a run whose end its owner could not write (the data dir's disk was full): when its job
-    ended first, then why the end is not recorded, then who records it (``show RUN`` has it whole)."""
+    """The WHY of a run whose end its owner could not write (the data dir's disk was full): the cause's
+    own words first, then when its job ended and who records its end (``show RUN`` has the note whole)."""
     cause, _, words = note.partition(": ")
-    ended = (f"its job ended {kept.state} at {time.strftime('%H:%M:%S', time.localtime(kept.ended_at))}, "
-             if kept is not None else "stopped, ")
+    what = words.split(": ", 1)[0]
+    ended = (f"its job ended {kept.state} at {time.strftime('%H:%M:%S', time.localtime(kept.ended_at))}"
+             if kept is not None else "stopped")
     if cause.startswith("gave up"):
-        return f"{ended}not recorded: {words}; its owner {cause}: the next look with room records it"
-    return f"{ended}not recorded yet: {words}; written as soon as there is room"
+        return f"{what}: {ended}; its owner {cause}: the next look with room records its end"
+    return f"{what}: {ended}; its end is written as soon as there is room"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if limit is not None and len(listed) == limit:
         total = client.runs.count(state=args.state, experiment=args.experiment)
         if total > limit:
-            more = f"the newest {limit:,} of {total:,} runs shown (--limit N for more, --all for every one)"
+            more = f"the newest {limit:,} of {plural(total, 'run')} shown (--limit N for more, --all for every one)"
     if args.json:
         print(json.dumps([{**asdict(r.summary), "state": r.summary.state.value, "duration_s": r.summary.duration_s,
                            "usage": r.usage.to_dict() if r.usage else None,

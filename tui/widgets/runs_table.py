@@ -175,7 +175,7 @@ class RunsTable(DataTable):
             shown, where = f"the newest {held:,} of {plural(window.total, 'run')}", ""
         else:  # the store matched the filter over every run kept; the newest of those are here
             full = window.full and window.matching == self.filter_text.strip()
-            shown = f"the newest {self.row_count:,} runs" if full else plural(self.row_count, "run")
+            shown = f"the newest {plural(self.row_count, 'run')}" if full else plural(self.row_count, "run")
             where = f" matching '{self.filter_text}' (of {window.total:,} kept)"
         order = (f"by {_BY_KEY[self.sort_column].label} {'descending' if self.sort_reverse else 'ascending'}"
                  if self.sort_column else "newest first")
