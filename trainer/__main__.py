@@ -84,8 +84,15 @@ def run(cfg, stop=None) -> None:
         return
     log = job.start_logging(cfg, choices, data, built, training, d, (data_s, build_s))
     steps = job.steps(cfg, choices, data, built, training, log, d)
-    stopped = steps.run(stop)
-    steps.finish(stopped, stop)
+    from trainer.loop.nonfinite import NonFiniteLoss
+
+    try:
+        stopped = steps.run(stop)
+        steps.finish(stopped, stop)
+    except NonFiniteLoss as err:  # found alike on every rank, at the same step
+        training.ckpt.close()  # the saves before it, complete (each was checked before it began)
+        log.close()
+        raise SystemExit(str(err)) from None
     if not stopped:
         job.export(cfg, built, data, d, training.state["step"])
     log.close()

@@ -104,12 +104,18 @@ class StoreFoundDamaged(Message):
 
 @dataclass
 class RunsRead(Message, bubble=False):
-    """The home screen's lists, read off the loop: every run (newest first) and every sweep."""
+    """The home screen's lists, read off the loop: the newest runs (at most ``HOME_RUNS``, newest first;
+    those matching ``matching`` when the store held more) and every sweep."""
 
     runs: list[RunSummary]
     sweeps: list[SweepRecord]
     kinds: dict[str, RunKind] = field(default_factory=dict)
     """Each run's kind by its id (a probe, a nettest, a resume that trained nothing)."""
+    total: int = 0
+    """Runs the store keeps, all of them."""
+    matching: str = ""
+    """The words the store matched the runs against (the filter, asked of the store when it keeps more
+    runs than the window); empty: ``runs`` is the newest of all."""
 
 
 @dataclass

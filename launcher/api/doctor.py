@@ -32,11 +32,23 @@ class Doctor:
 
     async def diagnose(self, plan: RunPlan) -> DoctorReport:
         """Probe every node of ``plan`` at once and judge each (seconds to minutes: a node that does not
-        answer is judged when its connect times out); the secrets are looked up here too, and the hosts
-        and spares this data dir has quarantined are said."""
-        from launcher.doctor.diagnose import diagnose
+        answer is judged when its connect times out); the secrets are looked up here too, the hosts and
+        spares this data dir has quarantined are said, and a bucket ``output_dir`` is written to (a small
+        object, removed) with the run's credentials."""
+        import asyncio
 
-        return with_quarantine(await diagnose(plan, run_root=plan.node_root, home=self.home), plan, self.home)
+        from launcher.doctor.diagnose import diagnose
+        from launcher.doctor.judge import bucket_check
+        from launcher.runs.core.bucket import write_check
+
+        bucket = asyncio.ensure_future(asyncio.to_thread(write_check, self.home, plan, launching=False))
+        try:
+            report = await diagnose(plan, run_root=plan.node_root, home=self.home)
+        finally:
+            found = await bucket
+        if found is not None:
+            report = report.with_checks(bucket_check(found.url, found.why, found.own_credentials))
+        return with_quarantine(report, plan, self.home)
 
 
     async def probe(self, plan: RunPlan, *, steps: int | None = None, budget_s: float | None = None,

@@ -69,6 +69,7 @@ class NettestRecord:
     def from_wire(cls, data: object) -> NettestRecord | None:
         """A test's kept file; ``None`` for one that is not a test's record."""
         from launcher.nettest.figures import BadResult, decode
+        from trainer.wire.ckpt_layout import ascii_int
 
         if not isinstance(data, dict) or not isinstance(data.get("run_id"), str):
             return None
@@ -84,7 +85,7 @@ class NettestRecord:
                    data["workload"] if isinstance(data.get("workload"), str) else None,
                    tuple(str(n) for n in data.get("nodes") or []), measured,
                    tuple(str(p) for p in data.get("problems") or []),
-                   {int(k): v for k, v in health.items() if str(k).isdigit() and isinstance(v, dict)},
+                   {n: v for k, v in health.items() if (n := ascii_int(str(k))) is not None and isinstance(v, dict)},
                    wall if isinstance(wall, (int, float)) else None)
 
     @property

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from launcher.events import RunEvent
     from launcher.runs.core.continuing import FRESH, Continuation
     from launcher.runs.core.layout import FORCED_NOTE, TRIAGE, ResumeCheck
+    from launcher.runs.core.ownership import KeptEnd
     from launcher.runs.core.run_kind import RunKind
     from launcher.runs.core.safe_step import NONE_YET, SafeStep
     from launcher.runs.core.samples import SampleSet
@@ -45,6 +46,7 @@ _FROM = {
     "launcher.runs.core.continuing": ("FRESH", "Continuation"),
     "launcher.runs.core.layout": ("FORCED_NOTE", "TRIAGE", "ResumeCheck"),
     "launcher.runs.core.run_kind": ("RunKind",),
+    "launcher.runs.core.ownership": ("KeptEnd",),
     "launcher.runs.core.safe_step": ("NONE_YET", "SafeStep"),
     "launcher.runs.core.samples": ("SampleSet",),
     "launcher.runs.core.space": ("RecordUnwritable",),
@@ -69,12 +71,12 @@ __getattr__ = lazy_names(__name__, _FROM)
 
 
 __all__ = [
-    "COLUMNS", "ComparisonFormat", "Continuation", "FORCED_NOTE", "FRESH", "NONE_YET", "THRESHOLD", "THRESHOLDS", "TRIAGE", "AlreadyLaunched", "CancelReport",
-    "Column", "FollowGaveUp", "LaunchOutcome", "Launched", "NodeRecord", "NodeRow", "RankReport", "RankTimes",
-    "RecordUnwritable", "Refused", "ResumeCheck", "Resumed", "RunKind", "RunListed", "RunNotFound", "RunRecord", "RunReport",
-    "RunStats", "RunSummary", "RunView", "Runs", "SafeStep", "SampleSet", "Sent", "Signature", "StackDumps", "StopOutput",
-    "StoreDamaged", "TriageReport", "Usage", "classify_line", "fmt", "fmt_duration", "history_lines", "might_signal",
-    "node_rows", "side_by_side_at", "side_lines", "stopped_line",
+    "COLUMNS", "ComparisonFormat", "Continuation", "FORCED_NOTE", "FRESH", "NONE_YET", "THRESHOLD", "THRESHOLDS", "TRIAGE",
+    "AlreadyLaunched", "CancelReport", "Column", "FollowGaveUp", "KeptEnd", "LaunchOutcome", "Launched", "NodeRecord",
+    "NodeRow", "RankReport", "RankTimes", "RecordUnwritable", "Refused", "ResumeCheck", "Resumed", "RunKind", "RunListed",
+    "RunNotFound", "RunRecord", "RunReport", "RunStats", "RunSummary", "RunView", "Runs", "SafeStep", "SampleSet", "Sent",
+    "Signature", "StackDumps", "StopOutput", "StoreDamaged", "TriageReport", "Usage", "classify_line", "fmt",
+    "fmt_duration", "history_lines", "might_signal", "node_rows", "side_by_side_at", "side_lines", "stopped_line",
 ]
 
 
@@ -96,6 +98,10 @@ class RunListed:
     """What its owner says it waits for (``waiting for room: ...``); empty when it says nothing."""
     kind: RunKind
     """A probe, an interconnect test, or a training run (and whether a resume trained nothing)."""
+    resume_ignored: str = ""
+    """A resume check its job wrote though the run did not resume, ignored, in words; empty: none."""
+    kept_end: KeptEnd | None = None
+    """The end its owner could not write (the data dir's disk refused it) and keeps: its usage stops there."""
 
 
 class Runs:
@@ -127,7 +133,8 @@ class Runs:
         import time
 
         from launcher.runs.core.layout import PLAN, read_resume_check
-        from launcher.runs.core.ownership import owner_note
+        from launcher.runs.core.ownership import kept_end, owner_note
+        from launcher.runs.core.resume_badge import trusted
         from launcher.runs.core.run_kind import run_kind
         from launcher.runs.core.usage import usage_of_record
         from launcher.runs.core.user_settings import SettingsError, load_user_settings
@@ -144,10 +151,13 @@ class Runs:
                 plan = json.loads((record.directory / PLAN).read_text()) if record else {}
             except (OSError, ValueError):
                 plan = {}
-            usage = usage_of_record(record, plan.get("workload"), prices, now) if record else None
+            kept = None if summary.state.is_final else kept_end(self.home, summary.run_id)
+            usage = usage_of_record(record, plan.get("workload"), prices, kept.ended_at if kept else now) \
+                if record else None
             note = "" if summary.state.is_final else owner_note(self.home, summary.run_id)
-            check = read_resume_check(record.directory) if record else None
-            out.append(RunListed(summary, usage, check, note, run_kind(self.home, summary)))
+            check, ignored = trusted(read_resume_check(record.directory) if record else None, plan.get("workload"),
+                                     summary.attempt)
+            out.append(RunListed(summary, usage, check, note, run_kind(self.home, summary), ignored, kept))
         return out
 
     def kinds(self, summaries: Sequence[RunSummary]) -> list[RunKind]:
@@ -156,6 +166,11 @@ class Runs:
         from launcher.runs.core.run_kind import run_kind
 
         return [run_kind(self.home, s) for s in summaries]
+
+    def count(self, *, state: str | None = None, experiment: str | None = None, matching: str = "") -> int:
+        """How many runs :meth:`list` would give without a limit (a list shows a window; this says of how
+        many)."""
+        return self._store().count_runs(state=state, experiment=experiment, matching=matching)
 
     def get(self, run_id: str) -> RunRecord | None:
         """The run's record (summary, state changes, nodes, its folder); ``None`` when there is no such run."""
@@ -256,8 +271,8 @@ class Runs:
         the run has ended."""
         import time
 
+        from launcher.runs.adoption import adopt_orphans_of
         from launcher.runs.core.ownership import request_stacks
-        from launcher.runs.launch import adopt_orphans_of
 
         record = self.record(run_id)
         if record.summary.state.is_final:
@@ -314,6 +329,19 @@ class Runs:
         """The workload the run ran, as recorded (not the file as it is now)."""
         return (self.record(run_id).directory / "workload.yaml").read_text()
 
+    def workload_of(self, run_id: str) -> dict | None:
+        """The run's resolved workload as its plan records it (``None``: none on record): what a
+        :class:`RunView` needs to tell a resume's badge from a job's word (``RunView.workload``)."""
+        import json
+
+        from launcher.runs.core.layout import PLAN
+
+        try:
+            workload = json.loads((self.record(run_id).directory / PLAN).read_text()).get("workload")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return workload if isinstance(workload, dict) else None
+
     def plan_of(self, run_id: str) -> RunPlan:
         """The plan the run was launched with. ``OSError``/``ValueError``: none on record (an old run)."""
         from launcher.runs.core.layout import load_plan
@@ -326,7 +354,7 @@ class Runs:
         """Every live run without an owner gets one (a run whose owner died is caught up and finished); an
         ended run with something unsent to MLflow gets a sender. What a front end calls before showing
         runs; the runs adopted."""
-        from launcher.runs.launch import adopt_orphans_of
+        from launcher.runs.adoption import adopt_orphans_of
 
         return adopt_orphans_of(self.home)
 
@@ -394,9 +422,11 @@ class Runs:
 
     # Last in the class: inside its body ``list`` names this method, not the builtin.
     def list(self, *, state: str | None = None, experiment: str | None = None,
-             limit: int | None = None) -> list[RunSummary]:
-        """Runs, newest first, optionally of one state or experiment, at most ``limit``."""
-        return self._store().list_runs(state=state, experiment=experiment, limit=limit)
+             limit: int | None = None, matching: str = "") -> list[RunSummary]:
+        """Runs, newest first, optionally of one state or experiment, or whose id, experiment or state
+        holds every word of ``matching`` (any case), at most ``limit``: the store reads no more rows than
+        that (indexed), however many runs it keeps."""
+        return self._store().list_runs(state=state, experiment=experiment, limit=limit, matching=matching)
 
 
 @dataclass(frozen=True)

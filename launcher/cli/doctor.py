@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from launcher.cli import number
 from launcher.cli.planning import USAGE_ERROR, Verbs, plan_or_say
 from launcher.cli.validate import add_set_option
 from launcher.words import plural
@@ -25,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--estimate", action="store_true",
                    help="then time the workload's first steps on its nodes (a probe run, cancelled after "
                    "--probe-steps or --probe-budget) and estimate the whole run: wall time, GPU-hours, cost")
-    p.add_argument("--probe-steps", type=int, default=20, metavar="N", help="steps the probe times (default 20)")
+    p.add_argument("--probe-steps", type=number, default=20, metavar="N", help="steps the probe times (default 20)")
     p.add_argument("--probe-budget", type=float, default=600.0, metavar="SECONDS",
                    help="the most the probe may take, start-up included (default 600)")
     p.set_defaults(handler=run)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.cli import add_run_argument, on_run
+from launcher.cli import add_run_argument, number, on_run
 
 if TYPE_CHECKING:
     from launcher.api import Client
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="export a checkpoint to a Hugging Face folder (safetensors + tokenizer)")
     add_run_argument(p)
-    p.add_argument("--step", type=int, help="the checkpoint of this step (default: the newest complete one)")
+    p.add_argument("--step", type=number, help="the checkpoint of this step (default: the newest complete one)")
     p.add_argument("--to", type=Path, metavar="DIR", help="also copy the folder here (a new folder)")
     p.add_argument("--merged", action="store_true",
                    help="a LoRA checkpoint: also the base model with the adapter merged (DIR-merged with --to)")

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from launcher.cli import add_run_argument, keep_colour, on_run
+from launcher.cli import add_run_argument, keep_colour, number, on_run
 
 if TYPE_CHECKING:
     from launcher.api import Client
@@ -19,8 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("logs", help="print a run's node logs")
     add_run_argument(p)
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--node", type=int, help="only this node (default: all, prefixed by node)")
-    where.add_argument("--rank", type=int, metavar="R",
+    where.add_argument("--node", type=number, help="only this node (default: all, prefixed by node)")
+    where.add_argument("--rank", type=number, metavar="R",
                        help="only what global rank R wrote, read from its node (jobs under torchrun: the built-in "
                             "trainer, or a command that runs torchrun)")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing while the run is active")
@@ -110,6 +110,7 @@ NOTHING_OF_ITS_OWN = ("each rank's lines are kept apart when the job runs under 
 def _rank(client: Client, run_id: str, args: argparse.Namespace) -> int:
     """One rank's own lines, from the node that ran it; with ``--follow``, until the run ends."""
     import asyncio
+    from collections import deque
 
     from launcher.api.run_files import LineSplitter, RankLogError
 
@@ -124,11 +125,20 @@ def _rank(client: Client, run_id: str, args: argparse.Namespace) -> int:
         try:
             while True:
                 final = client.runs.record(run_id).summary.state.is_final
-                lines = splitter.feed(await log.read())
-                if final or not args.follow:
-                    lines += splitter.flush()
-                if first and args.tail is not None:
-                    lines = lines[max(0, len(lines) - args.tail):]
+                # Printed chunk by chunk as it comes: a log of any size passes through, one chunk held. The
+                # first read's --tail keeps only its last N lines, as they pass.
+                tail: deque[str] | None = deque(maxlen=args.tail) if first and args.tail is not None else None
+                async for chunk in log.chunks():
+                    lines = splitter.feed(chunk)
+                    if tail is not None:
+                        tail.extend(lines)
+                    else:
+                        shown += len(lines)
+                        _write(lines, None)
+                lines = splitter.flush() if final or not args.follow else []
+                if tail is not None:
+                    tail.extend(lines)
+                    lines = list(tail)
                 first, shown = False, shown + len(lines)
                 _write(lines, None)
                 if final or not args.follow:

@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from launcher.cli import add_run_argument, on_run
+from launcher.cli import add_run_argument, number, on_run
 from launcher.cli.run import add_fresh_option, say_continues, with_fresh
 from launcher.cli.validate import add_set_option
 
@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         p = sub.add_parser(name, help=help_text)
         add_run_argument(p)
         if name == "resume":
-            p.add_argument("--from", dest="step", type=int, metavar="STEP",
+            p.add_argument("--from", dest="step", type=number, metavar="STEP",
                            help="the checkpoint of this step (default: the newest complete one of its own)")
         else:
             add_fresh_option(p)

@@ -160,6 +160,8 @@ def _print(r) -> None:
         out(f"  resumed   from {source}: {f['path']}{how}\n")
     if r.resume_check:
         out(f"  resume    {r.resume_check.words()}\n")
+    elif r.resume_ignored:
+        out(f"  resume    {r.resume_ignored}\n")
     for swap in r.swaps:
         out(f"  swap {swap.number:<4} {swap.words()}\n")
         for skipped in swap.skipped:
@@ -184,6 +186,8 @@ def _print(r) -> None:
         tries = (" (" + " + ".join(f"{h:.2f}" for h in u.per_attempt) + " by attempt)"
                  if len(u.per_attempt) > 1 else "")
         out(f"  usage     {u.hours:.2f} {u.kind.upper()}-hours{tries}{money}\n")
+    if r.end_waits:
+        out(f"  end       {r.end_waits}\n")
     if r.owner:
         out(f"  owner     {r.owner}\n")
     out("  nodes\n")

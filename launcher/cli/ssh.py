@@ -34,6 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 @on_run("ssh")
 def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
+    from trainer.wire.ckpt_layout import ascii_int
+
     try:
         plan = client.runs.plan_of(run_id)
     except (OSError, ValueError, KeyError) as err:
@@ -41,8 +43,13 @@ def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
         return 2
     command = args.remote_command[1:] if args.remote_command[:1] == ["--"] else args.remote_command
     rank = 0
-    if args.node is not None and args.node.isdigit():
-        rank = int(args.node)
+    asked = ascii_int(args.node) if args.node is not None else None
+    if asked is not None:
+        rank = asked
+    elif args.node is not None and args.node.isdigit():  # '²', '١': digits of no node number
+        print(f"fsdp-tui ssh: '{args.node}' is not a node number: run {run_id} has nodes 0-{len(plan.nodes) - 1} "
+              "(digits 0-9)", file=sys.stderr)
+        return 2
     elif args.node is not None:  # `fsdp-tui ssh RUN -- COMMAND`: argparse took the command's first word
         command = [args.node, *command]
     if not 0 <= rank < len(plan.nodes):

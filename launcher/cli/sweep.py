@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from launcher.cli import number
 from launcher.cli.validate import add_set_option
 from launcher.words import plural
 
@@ -33,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--over", action="append", default=[], metavar="KEY.PATH=V1,V2,...",
                    help="one axis of the grid (repeatable): every combination is a variant")
     add_set_option(p)
-    p.add_argument("--parallel", type=int, metavar="N", help="variants at once (default: the file's sweep.parallel)")
+    p.add_argument("--parallel", type=number, metavar="N", help="variants at once (default: the file's sweep.parallel)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="list every variant's overrides and plan; touch nothing")
     mode.add_argument("--watch", action="store_true", help="follow the sweep (the default)")
@@ -43,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("table", "csv", "md", "json"), default="table", help="for show")
     p.add_argument("--samples", nargs="?", const="1,2", metavar="I,J",
                    help="for show: variants I and J's answers side by side (logging.samples; default: 1,2)")
-    p.add_argument("--step", type=int, metavar="N",
+    p.add_argument("--step", type=number, metavar="N",
                    help="for show --samples: the answers sampled at step N (default: each variant's newest)")
     p.set_defaults(handler=run)
 

@@ -104,6 +104,14 @@ class DoctorReport:
     def ok(self) -> bool:
         return self.counts["error"] == 0
 
+    def with_checks(self, *checks: Check) -> DoctorReport:
+        """The report with ``checks`` added to node 0's (what concerns the run, not one node)."""
+        if not checks or not self.nodes:
+            return self
+        first = self.nodes[0]
+        return DoctorReport((NodeReport(first.node_rank, first.label, (*first.checks, *checks), first.facts),
+                             *self.nodes[1:]))
+
     def summary(self) -> str:
         n = len(self.nodes)
         return (f"{n} node{'s' if n != 1 else ''}: {self.counts['ok']} ok, {self.counts['warning']} with "
@@ -186,7 +194,7 @@ def _python_check(probe: NodeProbe, info: PythonFacts, host: str) -> Check:
 def _version_tuple(text: str) -> tuple[int, ...]:
     parts = []
     for piece in text.split("+")[0].split(".")[:2]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
+        digits = "".join(ch for ch in piece if ch.isascii() and ch.isdigit())  # a node's words: '²' is no digit
         parts.append(int(digits or 0))
     return tuple(parts)
 
@@ -380,3 +388,22 @@ def _is_loopback(addr: str) -> bool:
         return ipaddress.ip_address(addr.split("%")[0]).is_loopback
     except ValueError:
         return False
+
+
+def bucket_check(url: str, why: str, own_credentials: bool) -> Check:
+    """The doctor's line on the bucket the checkpoints go to: written to (and the object removed) with the
+    run's credentials before any node starts. A workload that names no credentials leaves each node to its
+    own (an instance role): this machine's stood in, and a failure is only a warning."""
+    if not why:
+        if own_credentials:
+            return Check("bucket", "ok", f"{url}: writable with the run's credentials (an object written and removed)")
+        return Check("bucket", "warning", f"{url}: writable with this machine's credentials; the workload names "
+                     "none, so each node uses its own", "name them in secrets (AWS_ACCESS_KEY_ID: scope/key, ...) "
+                     "or make sure every node's own can write there")
+    fix = ("check the endpoint (env_variables: AWS_ENDPOINT_URL) and the credentials (secrets); a launch "
+           "refuses until the run can write there")
+    if own_credentials:
+        return Check("bucket", "error", f"{url}: {why}", fix)
+    return Check("bucket", "warning", f"{url}: {why} (the workload names no credentials: the nodes may have "
+                 "their own)", fix)
+

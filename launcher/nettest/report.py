@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from launcher.nettest.figures import Measured, Scope, Verdict, judge_pairs, rate, size
 from launcher.words import plural
+from trainer.wire.ckpt_layout import ascii_int
 from trainer.wire.nettest_pairs import TOURNAMENT_ROUNDS
 
 
@@ -26,7 +27,8 @@ def scope_label(scope: Scope, nodes: tuple[str, ...]) -> str:
         return "whole world"
     if scope.name == "across_nodes":
         return "across nodes"
-    index = int(scope.name[4:]) if scope.name[4:].isdigit() else -1
+    index = ascii_int(scope.name[4:]) if scope.name.startswith("node") else None
+    index = -1 if index is None else index
     return f"inside node {index} ({nodes[index]})" if 0 <= index < len(nodes) else f"inside {scope.name}"
 
 
@@ -84,7 +86,8 @@ def cut_lines(m: Measured, nodes: tuple[str, ...]) -> list[str]:
     labels = {"world": "whole world", "across_nodes": "across nodes", "pairs": "pairs of nodes"}
     out = []
     for c in m.cuts:
-        index = int(c.scope[4:]) if c.scope.startswith("node") and c.scope[4:].isdigit() else -1
+        number = ascii_int(c.scope[4:]) if c.scope.startswith("node") else None
+        index = -1 if number is None else number
         label = labels.get(c.scope) or (f"inside {node_name(index, nodes)}" if index >= 0 else c.scope)
         what = f"cut to {size(c.kept)}" if c.kept else "skipped"
         budget = f"a round's budget of {c.budget_s:.2f} s" if c.scope == "pairs" else \

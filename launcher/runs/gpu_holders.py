@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from launcher.backends.base import Backend, NodeError
+from trainer.wire.ckpt_layout import ascii_int
 
 MARKER = "FSDP_TUI_GPU_HOLDERS="
 NODE_SCRIPT = r'''
@@ -115,15 +116,17 @@ def parse_holders(host: str, gpus_csv: str, apps_csv: str, tags: dict[str, str])
     by_uuid = {}
     rows = _csv(gpus_csv)
     for row in rows:
-        if len(row) >= 3 and row[0].isdigit():
-            by_uuid[row[1]] = (int(row[0]), row[2])
+        index = ascii_int(row[0]) if len(row) >= 3 else None
+        if index is not None:
+            by_uuid[row[1]] = (index, row[2])
     holders = []
     for row in _csv(apps_csv):
-        if len(row) < 4 or not row[1].isdigit():
+        pid = ascii_int(row[1]) if len(row) >= 4 else None
+        if pid is None:
             continue
         index, name = by_uuid.get(row[0], (None, ""))
         process = ", ".join(row[2:-1])  # a process name may hold commas
-        holders.append(GpuHolder(host, index, name, int(row[1]), process, _number(row[-1]), tags.get(row[1])))
+        holders.append(GpuHolder(host, index, name, pid, process, _number(row[-1]), tags.get(row[1])))
     holders.sort(key=lambda h: (h.gpu if h.gpu is not None else -1, h.pid))
     return holders, len(by_uuid)
 

@@ -22,7 +22,6 @@ from launcher.runs.core.layout import EVENTS, OPTIONS, save_plan
 from launcher.runs.core.output_dirs import HINT, deciding, output_dir_users
 from launcher.runs.core.ownership import (
     OwnerLock,
-    adopt_orphans,
     hand_over,
     owned,
     request_cancel,
@@ -139,15 +138,6 @@ def _forget(home: Path, run_id: str) -> None:
     except (LookupError, ValueError, sqlite3.Error):
         pass  # the disk took none of it
     shutil.rmtree(run_dir(home, run_id), ignore_errors=True)
-
-
-def adopt_orphans_of(home: Path) -> list[str]:
-    """Every live run without an owner gets one; what ``runs``, ``show``, ``logs`` and the app call
-    before showing runs, so a run whose owner died is caught up and finished. An ended run with something
-    its owner could not send to MLflow gets a detached sender (:mod:`launcher.runs.core.pending`)."""
-    adopted = adopt_orphans(home, RunStore(home).active_runs())
-    pending.start_senders(home)
-    return adopted
 
 
 @dataclass(frozen=True)
@@ -340,17 +330,23 @@ async def launch_refusals(plan: RunPlan, home: Path, *, force: bool = False) -> 
     """Why ``plan`` cannot start, found before anything of it is recorded: a secret with no value here, a
     node refused for a reason only the user can change (an unknown or changed host key, a refused key), and,
     unless ``force``, the cheap checks every launch runs (no torch where the built-in trainer runs, fewer
-    GPUs than processes, an unwritable ``output_dir``). Empty: launch. A node that does not answer yet is
+    GPUs than processes, an unwritable ``output_dir``, a bucket the run's credentials cannot write to).
+    Empty: launch. A node that does not answer yet is
     no refusal: the run's owner waits for it as for any dropped connection."""
     from launcher.backends.registry import backend_for
     from launcher.doctor.preflight import preflight
+    from launcher.runs.core.bucket import write_check
     from launcher.secrets import MissingSecrets, SecretStore
 
     said: list[str] = []
+    bucket: asyncio.Future | None = None
     try:
         SecretStore(home).resolve(plan.workload.secrets)
     except MissingSecrets as err:
         said.append(str(err))
+    else:
+        if not force:  # a bucket the run cannot write to would fail it at its first save, minutes in
+            bucket = asyncio.ensure_future(asyncio.to_thread(write_check, home, plan))
     if not force:
         said += quarantine_refusals(plan, home)
     backend = backend_for(plan)
@@ -371,6 +367,9 @@ async def launch_refusals(plan: RunPlan, home: Path, *, force: bool = False) -> 
                 said += [str(refusal) for refusal in await preflight(backend)]
     finally:
         await backend.close()
+        checked = await bucket if bucket is not None else None
+    if checked is not None and not checked.ok and checked.own_credentials:
+        said.append(f"parameters.output_dir: {checked.url}: {checked.why}")
     return said
 
 

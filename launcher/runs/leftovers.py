@@ -12,8 +12,8 @@ import json
 import time
 from pathlib import Path
 
-from launcher.events import NodeState, RunState
-from launcher.runs.core.layout import load_plan
+from launcher.events import NodeState
+from launcher.paths import run_dir
 from launcher.runs.core.store import RunStore
 from launcher.words import plural
 
@@ -37,25 +37,20 @@ def due(home: Path, now: float | None = None) -> list[tuple[str, Path, list[int]
     now = time.time() if now is None else now
     if not (Path(home) / "runs.db").exists():
         return []  # no run yet: nothing to sweep, and no store to create
-    store = RunStore(home)
     out = []
-    for summary in store.list_runs(state=RunState.FAILED.value, limit=200):
-        record = store.get_run(summary.run_id)
-        if record is None:
-            continue
-        lost = [n.node_rank for n in record.nodes if n.state == NodeState.LOST]
-        if not lost:
-            continue
-        seen = _read(record.directory)
+    for run_id, lost in RunStore(home).lost_nodes(limit=200).items():
+        directory = run_dir(Path(home), run_id)
+        seen = _read(directory)
         ranks = [r for r in lost if not seen.get(str(r), {}).get("done")
                  and now - seen.get(str(r), {}).get("tried_at", 0.0) >= RETRY_S]
         if ranks:
-            out.append((summary.run_id, record.directory, ranks))
+            out.append((run_id, directory, ranks))
     return out
 
 
 async def _sweep_run(home: Path, run_id: str, directory: Path, ranks: list[int]) -> list[str]:
     from launcher.backends.registry import backend_for
+    from launcher.runs.core.layout import load_plan  # the workload's models: only when a node is swept
 
     plan = load_plan(directory)
     ssh = plan.workload.ssh.model_copy(update=QUICK_SSH)
@@ -156,6 +151,8 @@ def job_may_live(record) -> str:
     if record is None:
         return ""
     try:
+        from launcher.runs.core.layout import load_plan
+
         slurm = load_plan(record.directory).workload.compute.slurm
     except (OSError, ValueError):
         return ""  # no plan recorded (a run recorded before plans were kept): not a SLURM job of ours

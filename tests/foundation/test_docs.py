@@ -184,7 +184,7 @@ def test_every_command_line_the_docs_show_parses(parser):
     ("fsdp-tui run FILE --detached", "no option --detached"),
     ("fsdp-tui runs --lim 5", "no option --lim"),
     ("fsdp-tui sweep show SWEEP --format yaml", "invalid choice"),
-    ("fsdp-tui runs --limit many", "invalid int value"),
+    ("fsdp-tui runs --limit many", "is not a count of runs"),
     ("fsdp-tui cancel RUN OTHER", "more arguments"),
     ("fsdp-tui --colour dark", "no top-level option"),
 ])

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from launcher.runs.core.ownership import OwnerLock
 from launcher.runs.read.follower import MAX_OWNER_STARTS, _owner_trouble
-from tests.support.cli import cli, tagged, wait_until, write_workload
+from tests.support.cli import FSDP_TUI, ROOT, cli, cli_env, owner_pid, tagged, wait_until, write_workload
 
 CHATTY = """experiment_name: chatty
 mlflow: {enabled: false}
@@ -146,3 +147,44 @@ def test_a_follower_names_what_stops_the_owners(tmp_path):
     assert _owner_trouble(home, run_id, MAX_OWNER_STARTS - 1) is None
     said = _owner_trouble(home, run_id, MAX_OWNER_STARTS)
     assert said and f"started {MAX_OWNER_STARTS} times" in said and "said: cannot read the run store" in said
+
+
+def test_an_end_that_cannot_be_written_is_kept_for_a_bound_then_left_to_the_first_look_with_room(small_disk, tmp_path):
+    """The disk fills while the job runs, so its end cannot be written: the owner keeps it (its usage stops
+    with the job), gives up after its bound (3 s here) and says so where a full disk cannot refuse it; the
+    commands that look at the runs say it and start no owner while there is no room; the first look with room
+    gives the run an owner, which records its end."""
+    home = small_disk / "home"
+    env = {"FSDP_TUI_MIN_FREE_MB": "0", "FSDP_TUI_END_WAIT_S": "3"}
+    wl = write_workload(tmp_path, f"experiment_name: late-end\nmlflow: {{enabled: false}}\n"
+                                  f"command: while [ ! -e {tmp_path}/go ]; do sleep 0.1; done; exit 3\n")
+    proc = subprocess.Popen([FSDP_TUI, "run", str(wl), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=cli_env(home, **env), cwd=ROOT)
+    run_id = json.loads(proc.stdout.readline())["run_id"]
+    wait_until(lambda: [r for r in json.loads(cli(home, "runs", "--json", **env).stdout) if r["state"] == "running"],
+               60, "the job running")
+    filler = _fill(small_disk)
+    (tmp_path / "go").touch()  # the job ends now; its end finds no room
+    wait_until(lambda: owner_pid(run_id) is None, 120, "the owner to give up")
+    proc.wait(timeout=60)
+
+    def listed() -> dict:
+        [row] = json.loads(cli(home, "runs", "--json", timeout=60, **env).stdout)
+        return row
+
+    first = listed()
+    assert first["state"] == "running" and owner_pid(run_id) is None  # no owner while there is no room
+    time.sleep(1.5)  # a running run's usage would grow meanwhile; one whose job ended does not
+    assert listed()["usage"] == first["usage"] and first["usage"]["hours"] < 0.01, first
+    why = cli(home, "runs", timeout=60, **env).stdout.splitlines()[1]
+    assert " no space left on device for the run" in why, why  # the middle cut to the column: show has it whole
+    assert why.endswith(" for room after 3 s: the next look with room records its end"), why
+    assert owner_pid(run_id) is None
+    shown = cli(home, "show", run_id, timeout=60, **env).stdout
+    assert "  end       its job ended failed at " in shown and "not recorded yet: gave up waiting for room after " \
+        "3 s: no space left on device" in shown, shown
+
+    filler.unlink()
+    subprocess.run(["mount", "-o", "remount,size=16m", str(small_disk)], check=True)
+    row = wait_until(lambda: (r := listed())["state"] == "failed" and r, 60, "the run's end recorded by a new owner")
+    assert row["ended_at"] is not None

@@ -114,6 +114,30 @@ async def test_filter_narrows_as_you_type_and_escape_clears_it(home):
         assert "0 of 5 runs matching 'no-such-run'" in str(screen.query_one("#runs-title").render())
 
 
+async def test_a_store_with_more_runs_than_the_window_shows_the_newest_and_the_filter_asks_the_store(
+        home, monkeypatch):
+    import tui.screens.home as home_screen
+
+    monkeypatch.setattr(home_screen, "HOME_RUNS", 3)  # the window (500) at a size the test can fill
+    record_all(home)
+    app = FsdpTuiApp(home)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.runs_table.row_count == 3)
+        screen, table = app.screen, app.screen.runs_table
+        assert _tails(table) == ["e5f7", "d4e6", "c3d5"]
+        title = screen.query_one("#runs-title")
+        assert "Runs: the newest 3 of 5 runs, newest first" in str(title.render())
+        # the oldest run is not in the window: the filter finds it through the store
+        await pilot.press("slash", *"a1f3")
+        await wait_for(pilot, lambda: _tails(table) == ["a1f3"])
+        assert "1 run matching 'a1f3' (of 5 kept)" in str(title.render())
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: _tails(table) == ["e5f7", "d4e6", "c3d5"])
+        await pilot.press("slash", *"llama")  # two match, and the window holds three: all of them
+        await wait_for(pilot, lambda: _tails(table) == ["c3d5", "a1f3"])
+        assert "2 runs matching 'llama' (of 5 kept)" in str(title.render())
+
+
 async def test_sort_keys_order_numbers_as_numbers_with_missing_values_last(home):
     record_all(home)
     app = FsdpTuiApp(home)

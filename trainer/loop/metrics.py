@@ -207,6 +207,8 @@ class MetricsLogger:
         self.excluded_s = 0.0
         """Seconds of evaluation and checkpointing, left out of tokens/s."""
         self.clock = RankClock(d.device)
+        self.rank_loss_sums: list[float] = []
+        """Each rank's own summed loss at the newest logged step (``trainer.loop.nonfinite`` reads it)."""
 
     def add_batches(self, batches: list[dict[str, torch.Tensor]]) -> None:
         for batch in batches:
@@ -247,6 +249,7 @@ class MetricsLogger:
         dist.all_gather(rows, row)
         table = torch.stack(rows)
         tokens, flops, loss_total, router_total = table[:, :4].sum(0).tolist()
+        self.rank_loss_sums = table[:, 2].tolist()
         loss = loss_total / result.count
         router_aux = router_total / (self.d.world * result.micro_steps) if router is not None else None
         memory = [{"rank": r, **dict(zip(keys, values[5:].tolist(), strict=True))} for r, values in enumerate(table)]

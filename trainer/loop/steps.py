@@ -22,6 +22,7 @@ from trainer.data.dataset import RunData
 from trainer.data.rows import GlobalOrder
 from trainer.loop import train
 from trainer.loop.metrics import MetricsLogger
+from trainer.loop.nonfinite import NanGuard
 from trainer.loop.samples import Sampler
 from trainer.model.build import CompileWatch
 from trainer.parallel import Dist
@@ -39,6 +40,8 @@ class Steps:
         self.data, self.order, self.total, self.state, self.d = data, order, total, state, d
         self.log, self.ckpt, self.app, self.proof, self.sampler = log, ckpt, app, proof, sampler
         self.compiled = compiled
+        self.nan = NanGuard(cfg.training.on_nan, d, log, ckpt, cfg.logging.every_steps)
+        """What ``training.on_nan`` does (:mod:`trainer.loop.nonfinite`)."""
 
     def evaluate(self, max_batches: int | None) -> None:
         """The held-out loss (and exact match for squad) at this step, when there are held-out rows."""
@@ -88,7 +91,8 @@ class Steps:
                     self.order, self.data.train_rows, state["epoch"], state["position"], accum, self.data.pad_id,
                     learned)
                 result = train.train_step(self.net, self.optimizer, self.scheduler, batches, d.device,
-                                          cfg.optim.max_grad_norm, d.world, self._staged, log.clock, count)
+                                          cfg.optim.max_grad_norm, d.world, self._staged, log.clock, count,
+                                          self.nan.skip_check(state["step"] + 1))
             state["step"] += 1
             real_tokens += result.real_tokens
             news = watch.news(state["step"]) if watch is not None else None
@@ -114,6 +118,7 @@ class Steps:
         if step % cfg.logging.every_steps == 0 or step == total:
             epoch = self.state["epoch"] + self.state["position"] / max(1, self.order.batches_per_epoch)
             loss = log.train_step(step, epoch, result)
+            self.nan.logged(step, log.rank_loss_sums)
             self.proof.logged(loss)
         checked = self.proof.first_step(result, loss)
         if checked is not None:
@@ -123,6 +128,7 @@ class Steps:
         if step != total:
             self.sample()
         if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0 and step != total:
+            self.nan.before_save(self.net, step, result.loss_sum)
             submit_s = self.ckpt.save(self.app, step)
             log.exclude(submit_s)
             if not cfg.checkpoint.async_save:  # an async save is said with its wait, before the next update
@@ -134,11 +140,14 @@ class Steps:
         and finalised on return."""
         step = self.state["step"]
         if stopped:  # the job's time is nearly up: a checkpoint to resume from, no final eval or export
+            if self.ckpt.saved_step != step:
+                self.nan.before_save(self.net, step, None)
             self.ckpt.save_once(self.app, step)
         else:
             self.evaluate(self.cfg.logging.eval_max_batches)
             self.sample()
             if self.cfg.checkpoint.save_final:
+                self.nan.before_save(self.net, step, None)
                 self.ckpt.save(self.app, step)
         self.ckpt.close()  # an async save is complete and finalised from here on
         if stopped:

@@ -180,14 +180,16 @@ class StepResult:
 def train_step(model, optimizer, scheduler, micro_batches: list[dict[str, torch.Tensor]], device,
                max_grad_norm: float | None, world: int,
                before_update: Callable[[], None] | None = None,
-               clock=None, global_count: float | None = None) -> StepResult:
+               clock=None, global_count: float | None = None,
+               skip_update: Callable[[torch.Tensor, torch.Tensor | None], bool] | None = None) -> StepResult:
     """One optimiser step over ``micro_batches``; ``global_count`` is the learned tokens of the whole
     global batch (every rank's micro-batches) where the caller knows it (:func:`micro_batches`), else it
     is summed over the ranks here, a collective.
 
     ``before_update`` runs just before the optimiser changes the weights (an async checkpoint's copy
     may still be reading them until then); ``clock`` (a :class:`trainer.loop.metrics.RankClock`) times the
-    update, which each rank does alone. Each rank scales its summed loss by world / global label count,
+    update, which each rank does alone; ``skip_update(loss_sum, grad_norm)`` true leaves the weights as they
+    are (``training.on_nan: skip_step``, :mod:`trainer.loop.nonfinite`; the schedule still moves on). Each rank scales its summed loss by world / global label count,
     so after FSDP averages gradients over ranks the step minimises the mean over every learned token of
     every rank and micro-step. A router loss is weighted by its coefficient over the micro-steps: after
     that average, the step adds the coefficient times its mean over every micro-batch, as transformers
@@ -214,15 +216,20 @@ def train_step(model, optimizer, scheduler, micro_batches: list[dict[str, torch.
             routers.append(aux.float().to(total.device))
     grad_norm = clip_grad_norm(model, max_grad_norm) if max_grad_norm is not None else None
     lr = scheduler.get_last_lr()[0]
-    if before_update is not None:
-        before_update()
-    with clock.update() if clock is not None else contextlib.nullcontext():
-        optimizer.step()
-        scheduler.step()
+    loss_total = torch.stack(totals).sum()
+    if skip_update is not None and skip_update(loss_total, grad_norm):
         optimizer.zero_grad(set_to_none=True)
+        scheduler.step()
+    else:
+        if before_update is not None:
+            before_update()
+        with clock.update() if clock is not None else contextlib.nullcontext():
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
     real = int(sum(int(b["real_tokens"]) for b in micro_batches))
     router_sum = torch.stack(routers).sum() if routers else None
-    return StepResult(torch.stack(totals).sum(), global_count, grad_norm, real, lr, router_sum, len(micro_batches))
+    return StepResult(loss_total, global_count, grad_norm, real, lr, router_sum, len(micro_batches))
 
 
 def clip_grad_norm(model: nn.Module, max_norm: float) -> torch.Tensor:

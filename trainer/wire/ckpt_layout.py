@@ -263,10 +263,18 @@ def step_name(step: int, n: int = 0) -> str:
     return f"{PREFIX}{step:08d}" + (f"-{n}" if n else "")
 
 
+def ascii_int(text: str) -> int | None:
+    """The number ``text`` writes in ASCII digits (``"12"`` -> 12), else ``None``: the one rule for every
+    number read from text, a node's or a step's or a rank's, on every side. ``str.isdigit()`` is true for
+    ``"²"`` (which ``int()`` refuses: a crash) and ``int()`` reads ``"١"`` as 1 (another script's digit
+    reaching node 1); neither is a number here."""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
 def step_of_name(name: str) -> int | None:
     """The step a folder name says, or ``None`` for a folder that is not a checkpoint."""
     digits = name[len(PREFIX):].split("-")[0] if name.startswith(PREFIX) else ""
-    return int(digits) if digits.isdigit() else None
+    return ascii_int(digits)
 
 
 _VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
@@ -368,7 +376,7 @@ def list_in_bucket(fs, root: str, url_root: str) -> list[CheckpointInfo]:
     imports fsspec: this module stays standard library only."""
     try:
         entries = fs.ls(root, detail=True)
-    except (FileNotFoundError, OSError):
+    except FileNotFoundError:  # nothing saved yet; a bucket that refuses or does not answer is no "none"
         return []
     out = []
     for entry in entries:

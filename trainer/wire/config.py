@@ -27,7 +27,8 @@ MIN_TORCH = (2, 11)
 
 def torch_refusal(version: str) -> str | None:
     """Why the trainer will not run on torch ``version`` (e.g. ``2.10.0+cu128``), or ``None``."""
-    digits = [int("".join(c for c in part if c.isdigit()) or 0) for part in version.split("+")[0].split(".")[:2]]
+    digits = [int("".join(c for c in part if c.isascii() and c.isdigit()) or 0)
+              for part in version.split("+")[0].split(".")[:2]]
     if tuple(digits) >= MIN_TORCH:
         return None
     need = ".".join(map(str, MIN_TORCH))
@@ -243,6 +244,18 @@ class LoggingConfig(_Section):
     with the run (the monitor's samples pane, ``fsdp-tui show RUN --samples``, MLflow)."""
 
 
+class TrainingConfig(_Section):
+    """What the steps do when something goes wrong in them."""
+
+    on_nan: Literal["stop", "skip_step", "continue"] = "stop"
+    """A loss (or, before a checkpoint, a weight) that is NaN or infinite: ``stop`` ends the run there,
+    failed, with ``loss is NaN at step N on rank R`` (found at the next logged step, so at most
+    ``logging.every_steps - 1`` steps late; no checkpoint is saved after it, so the newest one is the
+    safe step); ``skip_step`` skips that step's update and trains on (it reads the loss before every
+    update: a wait for the device each step), stopping after 10 skipped in a row; ``continue`` says it
+    once and trains on."""
+
+
 class LoraConfig(_Section):
     """LoRA adapters through PEFT (its own names): the base model stays frozen and sharded, only the
     adapters (and ``modules_to_save``) train, get gradients, optimiser state and checkpoints."""
@@ -294,6 +307,7 @@ class TrainerConfig(_Section):
     fsdp: FsdpConfig = FsdpConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     logging: LoggingConfig = LoggingConfig()
+    training: TrainingConfig = TrainingConfig()
     lora: LoraConfig | None = None
     """Train LoRA adapters instead of every weight (``null``: full fine-tuning)."""
 

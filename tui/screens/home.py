@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from textual import getters, on, work
 from textual.app import ComposeResult
@@ -29,11 +28,12 @@ from tui.screens.from_worker import unless_taken_apart
 from tui.screens.workload_files import find_workloads, folder_label
 from tui.widgets.footer import FitFooter
 from tui.widgets.header import Header
-from tui.widgets.runs_table import RunsTable
+from tui.widgets.runs_table import RunsTable, Window
 from tui.widgets.sweeps_table import SweepsTable
 
-if TYPE_CHECKING:
-    from launcher.api.runs import RunKind, RunSummary
+HOME_RUNS = 500
+"""The newest runs the home screen reads and shows (a filter asks the store for older ones): its first
+screen and every reload take the same time with ten runs kept or a hundred thousand."""
 
 
 class HomeScreen(Screen):
@@ -111,24 +111,31 @@ class HomeScreen(Screen):
             for path in find_workloads(self.app.extra_workloads):
                 table.add_row(path.name, folder_label(path.parent), key=str(path))
 
-    @work(thread=True, exclusive=True, group="home-runs")
     def load_runs(self) -> None:
+        """The runs again, with the filter as it is now (the store matches it when it keeps more runs
+        than the table shows)."""
+        self._read_runs(self.runs_table.filter_text)
+
+    @work(thread=True, exclusive=True, group="home-runs")
+    def _read_runs(self, filter_text: str) -> None:
         from launcher.api.runs import StoreDamaged
 
         client = self.app.client
         try:
             client.runs.adopt()  # a run whose owner died gets a new one, which catches it up
-            runs = client.runs.list()
+            total = client.runs.count()
+            matching = filter_text.strip() if total > HOME_RUNS else ""
+            runs = client.runs.list(limit=HOME_RUNS, matching=matching)
             kinds = {k.run_id: k for k in client.runs.kinds(runs)}
         except StoreDamaged as err:
             self.post_message(StoreFoundDamaged(str(err)))
             return
-        self.post_message(RunsRead(runs, client.sweeps.list(), kinds))
+        self.post_message(RunsRead(runs, client.sweeps.list(), kinds, total, matching))
 
     @on(RunsRead)
     def _runs_read(self, message: RunsRead) -> None:
         with unless_taken_apart(self):
-            self._show_runs(message.runs, message.kinds)
+            self._show_runs(message)
             self.query_one(SweepsTable).show(message.sweeps)
             self.set_class(bool(message.sweeps), "-has-sweeps")
 
@@ -150,11 +157,13 @@ class HomeScreen(Screen):
         for line in message.lines:
             self.notify(line, title="a lost node's leftovers stopped", timeout=20)
 
-    def _show_runs(self, runs: list[RunSummary], kinds: dict[str, RunKind]) -> None:
+    def _show_runs(self, read: RunsRead) -> None:
         table = self.runs_table
+        window = Window(read.total, read.matching, len(read.runs) >= HOME_RUNS)
         # Live runs' durations move, so they are redrawn; a finished list that did not change is not.
-        if runs != table.runs or kinds != table.kinds or any(not r.state.is_final for r in runs):
-            table.show(runs, kinds)
+        if (read.runs != table.runs or window != table.window or read.kinds != table.kinds
+                or any(not r.state.is_final for r in read.runs)):
+            table.show(read.runs, window, read.kinds)
             self._update_title()
 
     def _update_title(self) -> None:
@@ -182,6 +191,8 @@ class HomeScreen(Screen):
     def on_input_changed(self, event: Input.Changed) -> None:
         self.runs_table.set_filter(event.value)
         self._update_title()
+        if self.runs_table.window.total > HOME_RUNS:  # older runs than the table holds: the store looks
+            self.load_runs()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if not event.value:

@@ -217,7 +217,10 @@ class RunMonitorScreen(Screen):
     async def consume(self) -> None:
         from launcher.api.runs import FollowGaveUp
 
-        events = self.events if self.events is not None else self.app.client.runs.follow(self.run_id)
+        events = self.events
+        if events is None:
+            self.view.workload = await asyncio.to_thread(self.app.client.runs.workload_of, self.run_id)
+            events = self.app.client.runs.follow(self.run_id)
         try:
             async for event in events:
                 self.on_run_event(event)

@@ -62,10 +62,9 @@ class RankLogModal(ModalScreen[None]):
             while True:
                 record = await asyncio.to_thread(client.runs.get, self.run_id)
                 final = record is None or record.summary.state.is_final
-                lines = splitter.feed(await log.read()) + (splitter.flush() if final else [])
-                if lines:
-                    view.write_lines(lines)
-                    self.lines_shown += len(lines)
+                async for chunk in log.chunks():  # one chunk held at a time, whatever the log's size
+                    self._show(view, splitter.feed(chunk))
+                self._show(view, splitter.flush() if final else [])
                 said = "following" if not final else "the run has ended"
                 title.update(f"{log.label}: {plural(self.lines_shown, 'line')} ({said}; esc: back)"
                              if self.lines_shown else
@@ -78,6 +77,11 @@ class RankLogModal(ModalScreen[None]):
             title.update(str(err))
         finally:
             await log.close()
+
+    def _show(self, view: LogView, lines: list[str]) -> None:
+        if lines:
+            view.write_lines(lines)
+            self.lines_shown += len(lines)
 
     def action_close(self) -> None:
         self.dismiss(None)

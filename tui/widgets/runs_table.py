@@ -1,6 +1,7 @@
-"""The runs browser's table: every recorded run, narrowed by a filter and ordered by any column.
+"""The runs browser's table: the newest recorded runs (a window of a few hundred, however many are kept),
+narrowed by a filter and ordered by any column.
 
-The table is rebuilt from the run summaries on every change (runs are few, hundreds at most) and
+The table is rebuilt from the run summaries on every change (the window's hundreds at most) and
 ordered by a key computed from the summary, so numbers sort as numbers and
 missing values stay last whichever the direction.
 """
@@ -93,6 +94,17 @@ def row_cells(run: RunSummary, mark: str = "") -> tuple[str | Text, ...]:
                  for col, cell in zip(COLUMNS, cells, strict=True))
 
 
+@dataclass(frozen=True)
+class Window:
+    """What the shown runs are a window of: the runs kept (``total``) and, when the store was asked for
+    those matching ``matching`` (it keeps more than the window), whether more matched than it holds
+    (``full``: the store stopped at the window; an exact count would read every run)."""
+
+    total: int = 0
+    matching: str = ""
+    full: bool = False
+
+
 class RunsTable(DataTable):
     """Runs, filtered by :attr:`filter_text` and sorted by :attr:`sort_column` (store order if ``None``)."""
 
@@ -110,6 +122,8 @@ class RunsTable(DataTable):
         """Runs marked for a comparison: their id is shown with a dot."""
         self.kinds: dict[str, RunKind] = {}
         """Each run's kind (a probe, a nettest, a resume that trained nothing), shown beside its state."""
+        self.window = Window()
+        """What :attr:`runs` is a window of (the runs kept, what the store matched)."""
 
     def set_marked(self, run_ids: set[str]) -> None:
         self.marked = set(run_ids)
@@ -132,8 +146,10 @@ class RunsTable(DataTable):
     def summary(self, run_id: str) -> RunSummary | None:
         return next((r for r in self.runs if r.run_id == run_id), None)
 
-    def show(self, runs: list[RunSummary], kinds: dict[str, RunKind] | None = None) -> None:
+    def show(self, runs: list[RunSummary], window: Window | None = None,
+             kinds: dict[str, RunKind] | None = None) -> None:
         self.runs = runs
+        self.window = window or Window(len(runs))
         if kinds is not None:
             self.kinds = kinds
         self._rebuild()
@@ -165,8 +181,16 @@ class RunsTable(DataTable):
 
     def describe(self) -> str:
         """One line for the section title: how many runs are shown and in what order."""
-        shown = f"{self.row_count} of {plural(len(self.runs), 'run')}" if self.filter_text else plural(len(self.runs), "run")
-        where = f" matching '{self.filter_text}'" if self.filter_text else ""
+        held, window = len(self.runs), self.window
+        if window.total <= held:  # every run kept is here
+            shown = f"{self.row_count} of {plural(held, 'run')}" if self.filter_text else plural(held, "run")
+            where = f" matching '{self.filter_text}'" if self.filter_text else ""
+        elif not self.filter_text:
+            shown, where = f"the newest {held:,} of {plural(window.total, 'run')}", ""
+        else:  # the store matched the filter over every run kept; the newest of those are here
+            full = window.full and window.matching == self.filter_text.strip()
+            shown = f"the newest {plural(self.row_count, 'run')}" if full else plural(self.row_count, "run")
+            where = f" matching '{self.filter_text}' (of {window.total:,} kept)"
         order = (f"by {_BY_KEY[self.sort_column].label} {'descending' if self.sort_reverse else 'ascending'}"
                  if self.sort_column else "newest first")
         return f"{shown}{where}, {order}"

@@ -19,6 +19,7 @@ import time
 from trainer.wire.ckpt_layout import PART_PREFIX
 
 from . import ckpt_files
+from .files import open_own
 
 BLOCK = 1 << 20
 _RECEIVING: dict[str, dict] = {}
@@ -104,7 +105,7 @@ def received(token: str, wait_s: float) -> dict:
 def send(root: str, name: str, sizes: dict, addr: str, port: int, token: str, timeout_s: float) -> dict:
     """Send ``sizes``'s files of checkpoint ``name`` to a listening agent; returns each file's SHA-256 as
     read here. A node that cannot be dialled says so (``cannot connect``): the launcher copies instead."""
-    paths = {f: ckpt_files._file(root, name, f) for f in sorted(sizes)}
+    paths = {f: ckpt_files._file(root, name, f, reading=True) for f in sorted(sizes)}
     for f, path in paths.items():
         if os.path.getsize(path) != int(sizes[f]):
             raise ValueError(f"{f}: {os.path.getsize(path)} B here, {sizes[f]} B listed")
@@ -118,7 +119,7 @@ def send(root: str, name: str, sizes: dict, addr: str, port: int, token: str, ti
         conn.sendall((token + "\n").encode("ascii"))
         for f, path in paths.items():
             digest = hashlib.sha256()
-            with open(path, "rb") as source:
+            with open_own(path) as source:
                 for block in iter(lambda source=source: source.read(BLOCK), b""):
                     digest.update(block)
                     conn.sendall(block)

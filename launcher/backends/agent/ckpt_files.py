@@ -15,6 +15,8 @@ import shutil
 from trainer.wire import ckpt_digest, ckpt_layout
 from trainer.wire.ckpt_layout import PART_PREFIX, PLACE_MARKER
 
+from .files import NotOwn, open_own
+
 _RUNNING: dict[str, tuple[int, hashlib._Hash | None]] = {}
 """Copies being written: path -> (bytes so far, their running SHA-256), so the seal needs no re-read."""
 
@@ -31,10 +33,15 @@ def _folder(root: str, name: str) -> str:
     return os.path.join(_root(root), name)
 
 
-def _file(root: str, name: str, file: str) -> str:
+def _file(root: str, name: str, file: str, reading: bool = False) -> str:
+    """The path of ``file`` in checkpoint ``name``; ``reading``: the checkpoint's folder must be the run's
+    own, not a link to another (its files then opened with :func:`~.files.open_own`)."""
     if not ckpt_layout.plain_name(file) or file.startswith(PART_PREFIX):
         raise ValueError(f"not a checkpoint file name: {file!r}")
-    return os.path.join(_folder(root, name), file)
+    folder = _folder(root, name)
+    if reading and os.path.islink(folder):
+        raise NotOwn(f"{folder} is a symbolic link: its files are not read (a checkpoint is the run's own folder)")
+    return os.path.join(folder, file)
 
 
 def _token(token: str) -> str:
@@ -84,7 +91,7 @@ def files(root: str, name: str) -> dict:
 
 
 def read(root: str, name: str, file: str, offset: int, limit: int) -> bytes:
-    with open(_file(root, name, file), "rb") as f:
+    with open_own(_file(root, name, file, reading=True)) as f:
         f.seek(offset)
         return f.read(limit)
 

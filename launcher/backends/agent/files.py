@@ -4,10 +4,12 @@ Names are plain file names of the run directory, never paths out of it."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import os
 import shutil
+import stat
 import tarfile
 import time
 
@@ -19,6 +21,27 @@ UPLOAD_PREFIX = ".upload-"
 
 class BadName(ValueError):
     """A name that is not a plain file name of the run directory."""
+
+
+class NotOwn(ValueError):
+    """A file the agent will not read: a symbolic link (to anything, anywhere) or not a regular file."""
+
+
+def open_own(path: str):
+    """``path`` opened for reading only when it is the run's own regular file: a symbolic link is refused,
+    not followed (``O_NOFOLLOW``: no moment between a check and the open), and so is anything but a regular
+    file (a FIFO would hang the read). Said in one line that names the file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise NotOwn(f"{path} is a symbolic link: not read (the agent reads the run's own files only, "
+                         "never where a link points)") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotOwn(f"{path} is not a regular file: not read")
+    return os.fdopen(fd, "rb")
 
 
 def _plain(name: str) -> str:
@@ -36,7 +59,7 @@ def size(path: str) -> int:
 
 def read(node_dir: str, name: str, offset: int, limit: int) -> bytes:
     try:
-        with open(os.path.join(node_dir, _plain(name)), "rb") as f:
+        with open_own(os.path.join(node_dir, _plain(name))) as f:
             f.seek(offset)
             return f.read(limit)
     except FileNotFoundError:

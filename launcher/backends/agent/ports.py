@@ -1,18 +1,26 @@
-"""The rendezvous port on node 0, claimed on node 0 itself and held until the job starts.
+"""The rendezvous port on node 0, claimed on node 0 itself and held until the job ends.
 
 A port found free and released again is no claim: two launches on the same hosts at the same moment
 both find it free, and the second torchrun fails to bind it (or its other nodes join the first run's
-store). So a claim here is two things, both held by this agent process and then by the job's supervisor:
+store). So a claim here is three sockets, all held by this agent process and then by the job's supervisor:
 
 - a socket in Linux's abstract namespace named for the port (``@fsdp-tui-rendezvous-29500``): binding it
   is atomic, it is scoped to the network namespace exactly as the TCP port is, any user's launch sees it,
   and the kernel drops it when its holder dies however it dies. Two fsdp-tui runs never hold one port;
-- the TCP port itself, bound and listening as torchrun's store binds it, which keeps any other program off
-  it from the claim until the job's supervisor closes it, just before it starts the job.
+- the TCP port bound (``SO_REUSEADDR``, IPv6 and IPv4 where the machine has both) and never listening,
+  the *hold*: the system never hands a bound port to anyone who asks it for a port (``bind`` to port 0,
+  an outgoing connection), while a socket that names the port with ``SO_REUSEADDR``, as torchrun's store
+  does, may still bind and listen beside it;
+- the TCP port listening, as torchrun's store binds it, which keeps every other program off it from the
+  claim until the job's supervisor closes it, just before it starts the job.
 
-The supervisor keeps the first for the job's life. What is left is the moment between that close and the
-job's own bind: a program that is not fsdp-tui may take the port then; the launcher moves the run to
-another port once when that happens (``launcher.runs.owner.rendezvous``).
+The supervisor keeps the lock and the hold for the job's life. So from the claim to the job's end no
+program gets the port from the system, however loaded the machine and however long the job takes to
+bind it: a port the system picked (a run on this machine alone, a port moved to) is in the range it hands
+out to every outgoing connection, and without the hold any of them could take it in the moment between
+the listener's close and the job's own bind. What is left is a program that names this very port itself
+in that moment: the launcher moves the run to another port once when that happens
+(``launcher.runs.owner.rendezvous``).
 """
 
 from __future__ import annotations
@@ -29,22 +37,24 @@ the same run lets go of it as it exits, a moment after its job ended."""
 
 
 class Claim:
-    """A claimed port: its abstract-namespace lock and its listening TCP socket."""
+    """A claimed port: its abstract-namespace lock, its bound TCP hold and its listening TCP socket."""
 
-    def __init__(self, port: int, lock, listener) -> None:
-        self.port, self.lock, self.listener = port, lock, listener
+    def __init__(self, port: int, lock, listener, hold=None) -> None:
+        self.port, self.lock, self.listener, self.hold = port, lock, listener, hold
 
     def release_listener(self) -> None:
-        """Let the job bind the port (the lock stays: no other fsdp-tui run takes it)."""
+        """Let the job bind and listen on the port. The lock stays (no other fsdp-tui run takes it) and so
+        does the hold (the system hands the port to nobody else before the job binds it)."""
         if self.listener is not None:
             self.listener.close()
             self.listener = None
 
     def close(self) -> None:
         self.release_listener()
-        if self.lock is not None:
-            self.lock.close()
-            self.lock = None
+        for held in (self.hold, self.lock):
+            if held is not None:
+                held.close()
+        self.hold = self.lock = None
 
 
 _HELD: dict = {}
@@ -65,6 +75,24 @@ def _lock(port: int):
     return s
 
 
+def _hold(port: int):
+    """``port`` bound and never listening (port 0: one the system picks), ``SO_REUSEADDR``, dual-stack where
+    the machine has IPv6: out of the system's reach for anyone else, open to a job that names it."""
+    try:
+        s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        host = "::"
+    except OSError:  # no IPv6 on this machine
+        s, host = socket.socket(socket.AF_INET, socket.SOCK_STREAM), "0.0.0.0"
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+    except OSError:
+        s.close()
+        raise
+    return s
+
+
 def _listen(port: int):
     """The port bound and listening on every interface, as torchrun's store binds it (SO_REUSEADDR, so a
     port in TIME_WAIT counts as free)."""
@@ -80,17 +108,26 @@ def _listen(port: int):
 
 
 def _claim(port: int):
-    """``(claim, None)`` or ``(None, why not)``; port 0: one the system picks."""
+    """``(claim, None)`` or ``(None, why not)``; port 0: one the system picks. The hold binds first (it
+    never listens, so it disturbs nobody, and a listening socket would refuse it), then the lock, and the
+    listener only once the port is this run's: another run's job about to bind it never meets it."""
+    try:
+        hold = _hold(port)
+    except OSError as err:
+        return None, err.strerror or str(err)
+    port = hold.getsockname()[1]
+    lock = _lock(port)
+    if lock is None:
+        hold.close()
+        return None, "another fsdp-tui run on this machine has claimed it"
     try:
         listener = _listen(port)
     except OSError as err:
+        hold.close()
+        if lock:
+            lock.close()
         return None, err.strerror or str(err)
-    port = listener.getsockname()[1]
-    lock = _lock(port)
-    if lock is None:
-        listener.close()
-        return None, "another fsdp-tui run on this machine has claimed it"
-    return Claim(port, lock or None, listener), None
+    return Claim(port, lock or None, listener, hold), None
 
 
 def claim(port: int) -> dict:

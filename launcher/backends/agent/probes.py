@@ -7,6 +7,8 @@ import os
 import shutil
 import subprocess
 
+from trainer.wire.ckpt_layout import ascii_int
+
 GPU_QUERY = "index,name,memory.used,memory.total,utilization.gpu,power.draw,power.limit"
 
 
@@ -100,7 +102,7 @@ def stacks(pids: list, python: str) -> list:
     out = []
     for pid in sorted(p for p in pids if _is_python(p)):
         env = _environ(pid)
-        rank = int(env["RANK"]) if env.get("RANK", "").isdigit() else None
+        rank = ascii_int(env.get("RANK", ""))
         if py_spy:
             try:
                 done = subprocess.run([py_spy, "dump", "--pid", str(pid)], capture_output=True, text=True,

@@ -12,6 +12,7 @@ from launcher.backends.base import SchedulerCheck
 from launcher.backends.slurm.script import slurm_of
 from launcher.words import plural
 from launcher.workload.slurm import time_minutes, time_option
+from trainer.wire.ckpt_layout import ascii_int
 
 if TYPE_CHECKING:
     from launcher.backends.slurm.login import LoginNode
@@ -53,9 +54,10 @@ def gres_gpus(gres: str) -> int | None:
         parts = item.strip().split(":")
         if parts[0] != "gpu":
             continue
-        if len(parts) < 2 or not parts[-1].isdigit():
+        count = ascii_int(parts[-1]) if len(parts) >= 2 else None
+        if count is None:
             return None
-        total += int(parts[-1])
+        total += count
     return total
 
 

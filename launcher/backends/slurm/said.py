@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from trainer.wire.ckpt_layout import ascii_int
+
 _TASK = re.compile(r"^srun: error: (?P<node>[\w.-]+): tasks? (?P<tasks>[\d,-]+): (?P<what>.+?)\s*$")
 _NODE_FAIL = re.compile(r"^srun: error: Node failure on (?P<node>[\w.-]+)")
 _STEPD = re.compile(r"\*\*\* (?:JOB|STEP) [\d.+_]+ ON (?P<node>[\w.-]+) CANCELLED AT \S+(?: DUE TO (?P<why>[A-Z ]+?))?"
@@ -143,7 +145,7 @@ def parse_sacct_steps(text: str) -> list[StepExit]:
             continue
         code, _, sig = parts[2].partition(":")
         rows.append(StepExit(parts[0], parts[1].split()[0] if parts[1] else "",
-                             int(code) if code.isdigit() else None, int(sig) if sig.isdigit() else None,
+                             ascii_int(code), ascii_int(sig),
                              parts[3] if len(parts) > 3 else ""))
     return rows
 

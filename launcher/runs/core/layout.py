@@ -9,12 +9,15 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launcher.events import RunEvent, event_to_dict
 from launcher.runs.core.swaps import Swap
 from launcher.runs.core.triage import TriageReport
-from launcher.workload.plan import RunPlan, plan_from_json, plan_to_json
 from trainer.wire.protocol import MetricRecord, ResumeCheck
+
+if TYPE_CHECKING:
+    from launcher.workload.plan import RunPlan
 
 PLAN = "plan.json"
 OPTIONS = "options.json"
@@ -43,13 +46,18 @@ TRIAGE = "triage.json"
 
 
 def save_plan(directory: Path, plan: RunPlan) -> None:
-    """The plan a run's owner (and any later one) runs: the resolved workload and the launch's choices."""
+    """The plan a run's owner (and any later one) runs: the resolved workload and the launch's choices.
+    (The workload's models are imported when a plan is read or written: listing runs needs none.)"""
+    from launcher.workload.plan import plan_to_json
+
     tmp = directory / f".{PLAN}.tmp"
     tmp.write_text(json.dumps(plan_to_json(plan)))
     os.replace(tmp, directory / PLAN)
 
 
 def load_plan(directory: Path) -> RunPlan:
+    from launcher.workload.plan import plan_from_json
+
     return plan_from_json(json.loads((directory / PLAN).read_text()))
 
 

@@ -103,8 +103,10 @@ def output_dir_users(home: Path, plan: RunPlan) -> str:
     if out is None or not (Path(home) / "runs.db").exists():
         return ""
     host = plan.nodes[0].host_display
-    others = [r for r in RunStore(home).list_runs()
-              if r.run_id != plan.run_id and r.output_dir and r.hosts[:1] == (host,)
+    store = RunStore(home)
+    candidates = {r.run_id: r for r in store.using_output_dir(out) + store.output_dirs_spelled_otherwise()}
+    others = [r for r in candidates.values()
+              if r.run_id != plan.run_id and r.hosts[:1] == (host,)
               and _their_view(home, r) == out and not _same_workload(r, plan, home)]
     if not others:
         return ""

@@ -8,9 +8,11 @@ a run at the same moment exactly one gets it.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import subprocess
 import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from launcher.paths import run_dir
@@ -54,14 +56,16 @@ class OwnerLock:
         _write_pid(fd)
         return lock
 
-    def note(self, text: str) -> None:
-        """What the owner is stuck on, for followers to say (``owner_note``). Written over the room
-        reserved when the lock was taken, so it needs no free space on the disk."""
+    def note(self, text: str, end: KeptEnd | None = None) -> None:
+        """What the owner is stuck on, for followers to say (``owner_note``), and the run's end it keeps
+        for the disk (``kept_end``). Written over the room reserved when the lock was taken, so it needs no
+        free space on the disk."""
         if self.fd is None:
             return
         line = f"{os.getpid()}\n".encode()
         room = NOTE_ROOM - len(line)
-        data = text.encode()[:room - 1] + b"\n"
+        kept = ("\n" + end.line()).encode() if end is not None else b""
+        data = " ".join(text.split()).encode()[:room - 1 - len(kept)] + kept + b"\n"
         try:
             os.pwrite(self.fd, data.ljust(room, b" "), len(line))
         except OSError:
@@ -83,13 +87,55 @@ def _write_pid(fd: int) -> None:
         pass  # the lock holds without its words
 
 
-def owner_note(home: Path, run_id: str) -> str:
-    """What the run's live owner said it is stuck on (empty when nothing)."""
+def _note_lines(home: Path, run_id: str) -> list[str]:
     try:
         text = (run_dir(home, run_id) / LOCK_FILE).read_text(errors="replace")
     except OSError:
-        return ""
-    return text.partition("\n")[2].strip()
+        return []
+    return text.partition("\n")[2].strip().splitlines()
+
+
+def owner_note(home: Path, run_id: str) -> str:
+    """What the run's owner said it is stuck on (empty when nothing)."""
+    lines = _note_lines(home, run_id)
+    return lines[0].strip() if lines else ""
+
+
+@dataclass(frozen=True)
+class KeptEnd:
+    """A run's end its owner could not write (the data dir's disk refused it), kept in the lock's note
+    (written in place: a full disk cannot refuse it): the run's state, when its job ended, and whether the
+    owner gave up waiting for room."""
+
+    state: str
+    ended_at: float
+    exit_code: int | None = None
+    gave_up: bool = False
+
+    def line(self) -> str:
+        return END_MARK + json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_line(cls, line: str) -> KeptEnd | None:
+        try:
+            data = json.loads(line[len(END_MARK):]) if line.startswith(END_MARK) else None
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("state"), str) \
+                or not isinstance(data.get("ended_at"), (int, float)):
+            return None
+        code = data.get("exit_code")
+        return cls(data["state"][:20], float(data["ended_at"]), code if type(code) is int else None,
+                   data.get("gave_up") is True)
+
+
+END_MARK = "end "
+
+
+def kept_end(home: Path, run_id: str) -> KeptEnd | None:
+    """The end the run's owner keeps for the disk, when it could not write it (``None``: none kept)."""
+    lines = _note_lines(home, run_id)
+    return KeptEnd.from_line(lines[1].strip()) if len(lines) > 1 else None
 
 
 def owned(home: Path, run_id: str) -> bool:

@@ -20,6 +20,9 @@ from launcher.paths import run_dir
 from launcher.runs.core.ownership import ROOT, owned
 
 MARK = "mlflow-pending"
+INDEX = "mlflow-pending"
+"""The data dir's folder of runs with a mark (an empty file named for each): a look reads it, not every
+run's folder (a directory walk of 100,000 runs takes seconds)."""
 SENDING = "sending the run's end to MLflow"
 """The owner's note (:meth:`~launcher.runs.core.ownership.OwnerLock.note`) once the run's end is recorded
 and only tracking keeps it: whoever waits for the run to end need not wait for that."""
@@ -34,15 +37,45 @@ _SENDERS: list[subprocess.Popen] = []
 """Senders this process started, waited for once they end."""
 
 
+def _indexed(directory: Path) -> Path:
+    """The index entry of the run whose folder is ``directory`` (``HOME/runs/RUN``)."""
+    return directory.parent.parent / INDEX / directory.name
+
+
 def mark(directory: Path, why: str) -> None:
     """Say that something of the run is not in MLflow yet, and why (the mark's time: the last try)."""
     with contextlib.suppress(OSError):
         (directory / MARK).write_text(why + "\n")
+        _indexed(directory).parent.mkdir(mode=0o700, exist_ok=True)
+        _indexed(directory).touch()
 
 
 def clear(directory: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        (directory / MARK).unlink()
+    for path in (directory / MARK, _indexed(directory)):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def _marked(home: Path) -> list[Path]:
+    """The marks of every run with something unsent, found through the index. A data dir from before the
+    index is walked once to make it."""
+    index = Path(home) / INDEX
+    if not index.is_dir():
+        found = list((Path(home) / "runs").glob(f"*/{MARK}"))
+        with contextlib.suppress(OSError):
+            index.mkdir(mode=0o700, exist_ok=True)
+            for path in found:
+                (index / path.parent.name).touch()
+        return found
+    marks = []
+    for entry in os.scandir(index):
+        path = run_dir(Path(home), entry.name) / MARK
+        if path.exists():
+            marks.append(path)
+        else:  # sent, or its run forgotten, since
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+    return marks
 
 
 def why_pending(directory: Path) -> str | None:
@@ -58,12 +91,12 @@ def why_pending(directory: Path) -> str | None:
 def start_senders(home: Path) -> list[str]:
     """A detached sender for each ended run with something unsent whose last try is older than
     :data:`RETRY_S` (at most :data:`SENDERS_PER_LOOK`, the longest waiting first); returns their run ids.
-    Cheap when there is nothing to send (one directory listing)."""
+    Cheap when there is nothing to send (one listing of the index, whatever the number of runs)."""
     _SENDERS[:] = [proc for proc in _SENDERS if proc.poll() is None]  # reaped: the app lives long
     started: list[str] = []
     now = time.time()
     marks = []
-    for path in (Path(home) / "runs").glob(f"*/{MARK}"):
+    for path in _marked(home):
         try:
             marks.append((path.stat().st_mtime, path))
         except OSError:

@@ -65,6 +65,10 @@ def check_store(home: Path) -> str | None:
     return None if problems == ["ok"] else "; ".join(problems[:3])
 
 
+REBUILD_BATCH = 500
+"""Runs indexed per transaction when the store is rebuilt (one commit each would take minutes at 100,000)."""
+
+
 def rebuild_store(home: Path) -> RebuildReport:
     """Move ``runs.db`` aside (if any) and index every run folder again."""
     home = Path(home)
@@ -72,17 +76,22 @@ def rebuild_store(home: Path) -> RebuildReport:
     store = RunStore(home)
     report = RebuildReport(moved)
     root = home / "runs"
+    batch: list = []
     for directory in sorted(root.iterdir()) if root.is_dir() else []:
         if not directory.is_dir():
             continue
         try:
-            summary, transitions, nodes, created = read_run(directory)
+            batch.append(read_run(directory))
         except (OSError, ValueError, KeyError, TypeError) as err:
             report.skipped.append(f"{directory}: {err}")
             continue
-        store.restore_run(summary, transitions, nodes, created)
+        summary = batch[-1][0]
         report.rebuilt.append(summary.run_id)
         report.states[summary.state.value] = report.states.get(summary.state.value, 0) + 1
+        if len(batch) >= REBUILD_BATCH:
+            store.restore_runs(batch)
+            batch = []
+    store.restore_runs(batch)
     return report
 
 

@@ -14,6 +14,12 @@ from pathlib import Path
 FLOOR_ENV = "FSDP_TUI_MIN_FREE_MB"
 """The floor in MiB, when the default (64 MiB, or an eighth of a smaller disk) does not suit."""
 FLOOR_MAX = 64 << 20
+END_WAIT_ENV = "FSDP_TUI_END_WAIT_S"
+"""How long a run's owner waits for room to write the run's end, when the default does not suit."""
+END_WAIT_S = 900.0
+"""A run's owner keeps its end in memory this long, writing it as soon as the disk takes it; then it gives
+up, says so where a full disk cannot refuse it (its lock's note), and leaves the run to the next command
+that finds room (which catches the run up from its nodes and records its end)."""
 CHECK_EVERY_S = 0.5
 CHECK_EVERY_BYTES = 256 << 10
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
@@ -101,3 +107,11 @@ class SpaceWatch:
             return shortage(self.path, more_bytes)
         except OSError:
             return None
+
+
+def end_wait_s() -> float:
+    """:data:`END_WAIT_S`, or ``$FSDP_TUI_END_WAIT_S``."""
+    try:
+        return max(0.0, float(os.environ.get(END_WAIT_ENV, END_WAIT_S)))
+    except ValueError:
+        return END_WAIT_S

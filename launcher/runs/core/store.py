@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import re
 import shutil
 import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,8 +35,16 @@ CREATE TABLE IF NOT EXISTS nodes (
 CREATE TABLE IF NOT EXISTS offsets (
     run_id TEXT NOT NULL, node_rank INTEGER NOT NULL, stream TEXT NOT NULL, offset INTEGER NOT NULL,
     PRIMARY KEY (run_id, node_rank, stream));
+CREATE INDEX IF NOT EXISTS runs_by_created ON runs(created_at);
+CREATE INDEX IF NOT EXISTS runs_by_state ON runs(state, created_at);
+CREATE INDEX IF NOT EXISTS runs_by_experiment ON runs(experiment, created_at);
+CREATE INDEX IF NOT EXISTS runs_by_output_dir ON runs(rtrim(output_dir, '/'), created_at);
+CREATE INDEX IF NOT EXISTS transitions_by_run ON transitions(run_id, at);
 """
 _TABLES = ("runs", "transitions", "nodes", "offsets")
+_INDEXES = ("runs_by_created", "runs_by_state", "runs_by_experiment", "runs_by_output_dir", "transitions_by_run")
+"""Every query a command or the app makes is one of these or a primary key: the time a list takes follows
+the rows it shows, not the runs kept (thousands in a team's data dir within weeks)."""
 _NO_ROOM = ("disk i/o error", "disk is full", "readonly", "read-only", "unable to open")
 
 
@@ -142,6 +151,16 @@ def _use_wal(db: sqlite3.Connection) -> None:
             time.sleep(0.05)
 
 
+def _add_indexes(db: sqlite3.Connection) -> None:
+    """The indexes a store made before them lacks, built once (seconds at 100,000 runs). A full or
+    read-only disk leaves them for a later command: reading works without them, only slower."""
+    try:
+        db.executescript(_SCHEMA)
+    except sqlite3.OperationalError as err:
+        if not any(w in str(err).lower() for w in _NO_ROOM):
+            raise
+
+
 class RunStore:
     """The index of the runs in ``home/runs/``: summaries, state changes and node states, queried fast.
     Each run's folder is the truth (:mod:`launcher.runs.core.rebuild` makes the index again from them).
@@ -153,10 +172,13 @@ class RunStore:
         self.path = private_file(self.home / "runs.db")
         self._local = threading.local()
         with self._db() as db:
-            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            names = dict(db.execute("SELECT name, type FROM sqlite_master WHERE type IN ('table', 'index')"))
+            tables = {n for n, kind in names.items() if kind == "table"}
             if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION or tables != set(_TABLES):
                 db.executescript(_SCHEMA)
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            elif not set(_INDEXES) <= set(names):
+                _add_indexes(db)
 
     def _db(self) -> sqlite3.Connection:
         """This thread's connection, opened once (a launch writes node states and offsets often);
@@ -216,20 +238,22 @@ class RunStore:
         return directory
 
     @_guarded
-    def restore_run(self, summary: RunSummary, transitions: list[tuple[float, RunState, int, str]],
-                    nodes: list[NodeRecord], created_at: float) -> None:
-        """A run's index rows as read back from its folder (:mod:`launcher.runs.core.rebuild`), in one
-        transaction: a run is indexed whole or not at all."""
-        s = summary
+    def restore_runs(self, runs: Iterable[tuple[RunSummary, list[tuple[float, RunState, int, str]],
+                                                list[NodeRecord], float]]) -> None:
+        """Runs' index rows as read back from their folders (:mod:`launcher.runs.core.rebuild`: summary,
+        state changes, nodes, when it was created), in one transaction: all are indexed or none (a run is
+        never indexed in part), and thousands take one commit, not one each."""
         with self._transaction("BEGIN") as db:
-            db.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", (
-                s.run_id, s.experiment, s.state.value, s.attempt, s.num_nodes, json.dumps(list(s.hosts)),
-                s.started_at, s.ended_at, s.last_loss, s.best_eval_loss, s.step, s.max_steps, s.workload_path,
-                s.output_dir, None, created_at))
-            db.executemany("INSERT INTO transitions VALUES (?,?,?,?,?)",
-                           [(s.run_id, at, state.value, attempt, detail) for at, state, attempt, detail in transitions])
-            db.executemany("INSERT INTO nodes VALUES (?,?,?,?,?,?,?)", [
-                (s.run_id, n.node_rank, n.host, n.node_dir, n.state.value, n.exit_code, n.detail) for n in nodes])
+            for s, transitions, nodes, created_at in runs:
+                db.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", (
+                    s.run_id, s.experiment, s.state.value, s.attempt, s.num_nodes, json.dumps(list(s.hosts)),
+                    s.started_at, s.ended_at, s.last_loss, s.best_eval_loss, s.step, s.max_steps, s.workload_path,
+                    s.output_dir, None, created_at))
+                db.executemany("INSERT INTO transitions VALUES (?,?,?,?,?)",
+                               [(s.run_id, at, state.value, attempt, detail)
+                                for at, state, attempt, detail in transitions])
+                db.executemany("INSERT INTO nodes VALUES (?,?,?,?,?,?,?)", [
+                    (s.run_id, n.node_rank, n.host, n.node_dir, n.state.value, n.exit_code, n.detail) for n in nodes])
 
     @_guarded
     def set_state(self, run_id: str, state: RunState, attempt: int, detail: str = "",
@@ -288,23 +312,80 @@ class RunStore:
 
     @_guarded
     def list_runs(self, *, state: str | None = None, experiment: str | None = None,
-                  limit: int | None = None) -> list[RunSummary]:
-        """Newest first; ``state`` and ``experiment`` filter exactly, ``limit`` keeps the newest N."""
-        where, args = [], []
-        if state:
-            where.append("state = ?")
-            args.append(state)
-        if experiment:
-            where.append("experiment = ?")
-            args.append(experiment)
-        sql = (f"SELECT runs.*, {_LAST_DETAIL} FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
-               + " ORDER BY created_at DESC" + (" LIMIT ?" if limit else ""))
+                  limit: int | None = None, matching: str = "") -> list[RunSummary]:
+        """Newest first; ``state`` and ``experiment`` filter exactly, ``matching`` keeps the runs whose id,
+        experiment or state holds every one of its words (any case), ``limit`` keeps the newest N. Rows are
+        read in the order of an index and the reading stops at ``limit``."""
+        where, args = _where(state, experiment, matching)
+        sql = (f"SELECT runs.*, {_LAST_DETAIL} FROM runs{where} ORDER BY created_at DESC"
+               + (" LIMIT ?" if limit else ""))
         with self._db() as db:
             rows = db.execute(sql, (*args, *([limit] if limit else []))).fetchall()
         return [_summary(r) for r in rows]
 
+    @_guarded
+    def count_runs(self, *, state: str | None = None, experiment: str | None = None, matching: str = "") -> int:
+        """How many runs :meth:`list_runs` would list without a limit (a count over an index: no rows read)."""
+        where, args = _where(state, experiment, matching)
+        with self._db() as db:
+            return db.execute(f"SELECT COUNT(*) FROM runs{where}", args).fetchone()[0]
+
+    @_guarded
     def active_runs(self) -> list[str]:
-        return [r.run_id for r in self.list_runs() if not r.state.is_final]
+        """Runs that have not ended (read through the state's index: the runs that ended are not read)."""
+        live = [s.value for s in RunState if not s.is_final]
+        with self._db() as db:
+            rows = db.execute(f"SELECT run_id FROM runs WHERE state IN ({', '.join('?' * len(live))})",
+                              live).fetchall()
+        return [r[0] for r in rows]
+
+    @_guarded
+    def lost_nodes(self, limit: int = 200) -> dict[str, list[int]]:
+        """The nodes lost in the newest ``limit`` failed runs that lost any, by run (newest first): the
+        failed runs are read newest first through the state's index, each one's nodes through its key."""
+        with self._db() as db:
+            rows = db.execute("SELECT r.run_id, n.node_rank FROM runs r JOIN nodes n ON n.run_id = r.run_id "
+                              "WHERE r.state = ? AND n.state = ? ORDER BY r.created_at DESC",
+                              (RunState.FAILED.value, NodeState.LOST.value)).fetchmany(limit * 8)
+        out: dict[str, list[int]] = {}
+        for run_id, rank in rows:
+            if run_id in out or len(out) < limit:
+                out.setdefault(run_id, []).append(rank)
+        return out
+
+    @_guarded
+    def using_output_dir(self, output_dir: str, limit: int = 100) -> list[RunSummary]:
+        """The runs whose ``output_dir`` is ``output_dir`` (trailing slashes aside), newest first."""
+        key = output_dir.rstrip("/")
+        with self._db() as db:
+            rows = db.execute(f"SELECT runs.*, {_LAST_DETAIL} FROM runs WHERE rtrim(output_dir, '/') = ? "
+                              "AND output_dir != '' ORDER BY created_at DESC LIMIT ?", (key, limit)).fetchall()
+        return [_summary(r) for r in rows]
+
+    @_guarded
+    def output_dirs_spelled_otherwise(self, limit: int = 1000) -> list[RunSummary]:
+        """The runs whose ``output_dir`` may name a folder other than its text (a ``$VARIABLE``, ``~``,
+        repeated slashes), newest first: only their recorded plan says which (a scan of the runs table, which
+        holds one short row per run)."""
+        with self._db() as db:
+            rows = db.execute(f"SELECT runs.*, {_LAST_DETAIL} FROM runs WHERE output_dir != '' AND ("
+                              "instr(output_dir, '$') > 0 OR output_dir LIKE '~%' OR instr(output_dir, '//') > 0) "
+                              "ORDER BY created_at DESC LIMIT ?", (limit,)).fetchall()
+        return [_summary(r) for r in rows]
+
+    @_guarded
+    def runs_named_in(self, text: str) -> list[str]:
+        """The ids of the runs that ``text`` (a path) holds, longest first. A run id starts with its
+        date and time (``20261122-1130...``, :func:`launcher.paths.new_run_id`): each stretch of the text
+        that starts so is looked up by its every prefix, through the primary key."""
+        candidates = {m.group(1)[:end] for m in _ID_START.finditer(text)
+                      for end in range(_ID_MIN, len(m.group(1)) + 1)}
+        if not candidates:
+            return []
+        with self._db() as db:
+            rows = db.execute(f"SELECT run_id FROM runs WHERE run_id IN ({', '.join('?' * len(candidates))})",
+                              sorted(candidates)).fetchall()
+        return sorted((r[0] for r in rows), key=len, reverse=True)
 
     @_guarded
     def get_run(self, run_id: str) -> RunRecord | None:
@@ -356,6 +437,27 @@ class RunStore:
             for table in ("runs", "transitions", "nodes", "offsets"):
                 db.execute(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
         shutil.rmtree(record.directory, ignore_errors=True)
+
+
+_ID_START = re.compile(r"(?=(\d{8}-\d{4}[A-Za-z0-9_.-]*))")
+"""Where a run id may start in a path, and the stretch of id characters from there."""
+_ID_MIN = len("20261122-1130-x")
+
+
+def _where(state: str | None, experiment: str | None, matching: str) -> tuple[str, list[Any]]:
+    """The ``WHERE`` of a listing (with its leading space, empty when none) and its arguments."""
+    where: list[str] = []
+    args: list[Any] = []
+    if state:
+        where.append("state = ?")
+        args.append(state)
+    if experiment:
+        where.append("experiment = ?")
+        args.append(experiment)
+    for word in matching.lower().split():
+        where.append("instr(lower(run_id || ' ' || experiment || ' ' || state), ?) > 0")
+        args.append(word)
+    return (" WHERE " + " AND ".join(where) if where else ""), args
 
 
 _LAST_DETAIL = ("(SELECT detail FROM transitions t WHERE t.run_id = runs.run_id ORDER BY t.at DESC, t.rowid DESC "

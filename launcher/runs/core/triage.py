@@ -13,6 +13,10 @@ SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("dependencies", re.compile(r"^fsdp-tui: .* for environment\.dependencies failed")),
     ("cannot_start", re.compile(r"^fsdp-tui agent: cannot start ")),
     ("no_space", re.compile(r"[Nn]o space left on device|ENOSPC|Disk quota exceeded")),
+    # The trainer's own stop on a NaN or infinite loss (``training.on_nan``): every rank says it. A step it
+    # skipped or trained on is said in other words, and is no failure.
+    ("nonfinite_loss", re.compile(r"^(?:\[rank\d+\]:\s*)?(?:loss|the largest weight|the gradients' norm) is (?:NaN|-?inf) at step \d+ "
+                                  r"on rank \d+.*: training stopped")),
     ("oom", re.compile(r"CUDA out of memory|OutOfMemoryError|torch\.OutOfMemoryError|Cannot allocate memory")),
     ("nccl_timeout", re.compile(r"Watchdog caught collective operation timeout|NCCL.*[Tt]imeout|ProcessGroupNCCL.*timed out")),
     ("rendezvous_timeout", re.compile(r"RendezvousTimeoutError|The client socket has timed out|"
@@ -114,7 +118,7 @@ class TriageReport:
 
 
 # Every signature needs one of these words: a cheap test that lets ordinary lines skip the regexes.
-_KEYWORDS = ("cannot start", "parameters.", "environment.dependencies", "space", "ENOSPC", "quota", "Error", "Exception", "memory", "imeout", "imed out", "Killed", "Signal", "exitcode")
+_KEYWORDS = (" is NaN at step", "inf at step", "cannot start", "parameters.", "environment.dependencies", "space", "ENOSPC", "quota", "Error", "Exception", "memory", "imeout", "imed out", "Killed", "Signal", "exitcode")
 
 
 def might_signal(text: str) -> bool:
@@ -150,6 +154,11 @@ def triage_run(logs: dict[int, str], exit_codes: dict[int, int | None], first: i
                 kind, line = "killed", f"the job was killed by {signal_name} (not by fsdp-tui)"
             # The excerpt is job output shown wherever the triage is: made safe like every shown line.
             excerpt = sanitize_line(line).strip()[:300]
+            if kind == "nonfinite_loss":  # the rank the trainer names, whichever rank printed it
+                said = _RANK.sub("", excerpt).strip()
+                named = re.search(r" on rank (\d+)", said)
+                return TriageReport(node, int(named.group(1)) if named else rank, exit_codes.get(node), kind,
+                                    line_no, said, said=said)
             return TriageReport(node, rank, exit_codes.get(node), kind, line_no, excerpt)
     return TriageReport(None, None, None, None, None, "")
 
@@ -267,6 +276,17 @@ def gone_report(from_logs: TriageReport, rank: int, host: str, words: str) -> Tr
     blamed (a survivor's "Connection reset by peer") is kept as its consequence."""
     return TriageReport(node_rank=rank, signature="lost", excerpt=words, said=f"node {rank} ({host}): {words}",
                         consequence=from_logs.summary if from_logs.node_rank != rank else "")
+
+
+def lost_first(report: TriageReport, lost: dict[int, str], hosts: dict[int, str]) -> TriageReport:
+    """The triage of a failed attempt once its gathers are done: a node the gathers found lost (``lost``:
+    rank -> the gather's words) is the root cause, named first, and what the logs blamed (a survivor's
+    connection reset) its consequence; a triage that names a lost node already (found without its job)
+    stays."""
+    if not lost or report.signature == "lost":  # a lost node is named first already
+        return report
+    rank = min(lost)
+    return gone_report(report, rank, hosts.get(rank, "?"), lost[rank])
 
 
 def scheduler_report(from_logs: TriageReport, cause, host: str, exit_code: int | None) -> TriageReport:

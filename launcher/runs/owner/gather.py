@@ -81,6 +81,9 @@ class Gatherer:
         """Copies brought to node 0 to resume from: the run's own copies, never gathered or pruned."""
         self.lost: set[int] = set()
         """Nodes the run lost: their shards cannot come (a checkpoint that needs them is not whole)."""
+        self.lost_in_gathers: dict[int, str] = {}
+        """Nodes lost while a gather copied from them (or needed them), and the gather's words: the run's
+        triage names such a node first, whatever the others' logs blamed after."""
 
     def node(self, rank: int) -> Endpoint:
         return Endpoint(self.backend.checkpoint_files(rank), self.place.roots[rank])
@@ -140,8 +143,8 @@ class Gatherer:
                     sources.setdefault(node, {})[file] = size
             gone = sorted(n for n in sources if n in self.lost)
             if gone:
-                raise NodeError(f"node {gone[0]} was lost: its {plural(len(sources[gone[0]]), 'shard')} cannot be "
-                                "copied", gone[0])
+                raise NodeLost(f"node {gone[0]} was lost: its {plural(len(sources[gone[0]]), 'shard')} cannot be "
+                               "copied", gone[0])
             if self.in_place:
                 differs = await node0.files.verify(node0.root, c.name)  # node 0's own shards, hashed there
                 if differs:
@@ -164,6 +167,8 @@ class Gatherer:
             await self._undo(c.name, landed, err)
             why = f"not whole: {err}"
             self.failed[c.name] = why
+            if isinstance(err, NodeLost) and err.node_rank is not None:
+                self.lost_in_gathers.setdefault(err.node_rank, f"lost during the gather of checkpoint {c.name}: {err}")
             self._record(c, ok=False, error=str(err))
             self.say(f"checkpoint {c.name} is {why}")
             return False

@@ -162,6 +162,9 @@ class CheckpointKeeper:
         the new one's next."""
         await self.close()
         self.backend = self.gatherer = None
+    def lost_in_gathers(self) -> dict[int, str]:
+        """Nodes lost while a gather needed them, with the gather's words (empty without gathers)."""
+        return dict(self.gatherer.lost_in_gathers) if self.gatherer is not None else {}
 
     async def close(self) -> None:
         if self.backend is not None:

@@ -21,6 +21,7 @@ from launcher.runs.core.triage import (
     died_first,
     gone_report,
     gpu_lost_report,
+    lost_first,
     node_error_report,
     reason_signature,
     said_report,
@@ -424,8 +425,9 @@ class RunPolicy:
             self.rec.set_node(out.rank, NodeState.STOPPED, detail=detail)
 
     def triage(self) -> TriageReport:
-        """Why the attempt failed: what the logs say, unless a node was found without its job (it is named
-        first, the logs' verdict its consequence) or a node's agent saw the cause itself (its disk)."""
+        """Why the attempt failed: what the logs say, unless a node was found without its job or lost during a
+        checkpoint's gather (it is named first, the logs' verdict its consequence) or a node's agent saw the
+        cause itself (its disk)."""
         report = triage_run(self.rec.node_logs(), dict(self.exit_codes), first=died_first(self.exit_codes,
                                                                                            self.failed_at))
         nodes = self.backend.plan.nodes
@@ -438,6 +440,8 @@ class RunPolicy:
         elif self.node_error is not None:
             rank, error = self.node_error
             report = node_error_report(report, rank, nodes[rank].host_display, error, self.exit_codes.get(rank))
+        if self.keeper is not None:  # a node the gathers lost (they are done by now) before what it set off
+            report = lost_first(report, self.keeper.lost_in_gathers(), {n.node_rank: n.host_display for n in nodes})
         self.rec.write_triage(report)
         return report
 

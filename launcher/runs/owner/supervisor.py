@@ -29,9 +29,16 @@ from launcher.runs.core.continuing import max_steps_of, recorded, trained_nothin
 from launcher.runs.core.estimates import PROBE_TAG, settle
 from launcher.runs.core.layout import load_options, load_plan, read_swaps, save_plan
 from launcher.runs.core.notifying import notify_run, notify_wanted
-from launcher.runs.core.ownership import OwnerLock, cancel_requested, request_cancel, take_stacks_request
+from launcher.runs.core.ownership import (
+    KeptEnd,
+    OwnerLock,
+    cancel_requested,
+    request_cancel,
+    take_stacks_request,
+)
 from launcher.runs.core.safe_step import newest_of_run, save_safe_step
 from launcher.runs.core.samples import read_samples
+from launcher.runs.core.space import end_wait_s
 from launcher.runs.core.store import RunStore, StoreDamaged
 from launcher.runs.core.streams import LogMetrics
 from launcher.runs.core.swaps import Swap
@@ -88,8 +95,10 @@ def in_thread(fn: Callable[[], object]) -> asyncio.Future:
 class Supervisor:
     def __init__(self, home: Path, run_id: str, plan: RunPlan, *, adopted: bool, restart: bool = False) -> None:
         self.home, self.run_id, self.plan, self.adopted, self.restart = home, run_id, plan, adopted, restart
-        self.lock_note: Callable[[str], None] = lambda text: None
+        self.lock_note: Callable[..., None] = lambda text, end=None: None
         """Tells followers what this owner is stuck on (:meth:`OwnerLock.note`)."""
+        self.finished_at = 0.0
+        """When the run's end was recorded (or tried: a full disk may refuse it)."""
         self.dir = run_dir(home, run_id)
         self.store = RunStore(home)
         record = self.store.get_run(run_id)
@@ -176,7 +185,7 @@ class Supervisor:
         if self.idle.stopping and outcome.state == RunState.CANCELLED and not outcome.triage:
             outcome = dataclasses.replace(outcome, triage=TriageReport(signature="idle", said=self.idle.flagged or ""))
         await self._finish(outcome)
-        await self._write_the_rest()
+        await self._write_the_rest(outcome)
         return outcome
 
     def _bug(self, err: Exception) -> str:
@@ -190,15 +199,25 @@ class Supervisor:
             _say(traceback.format_exc())
         return f"the run's supervisor failed: {type(err).__name__}: {err} ({where})"
 
-    async def _write_the_rest(self) -> None:
+    async def _write_the_rest(self, outcome: Outcome) -> None:
         """The records the disk refused, written once it takes them; until then this owner holds the run
-        (nobody else adopts it and loses the cause) and its lock says why it waits."""
+        (nobody else adopts it and loses the cause) and its lock says why it waits, with the run's end
+        (its usage stops there). After :func:`end_wait_s` it gives up and says so in the same place: the
+        next command that finds room gives the run a new owner, which records its end."""
         said = False
+        end = KeptEnd(outcome.state.value, self.policy.ended_at or self.finished_at, outcome.exit_code)
+        deadline = time.monotonic() + end_wait_s()
         while not self.rec.flush_unwritten():
             if not said:
-                self.lock_note(f"waiting for room: {self.rec.write_error}")
+                self.lock_note(f"waiting for room: {self.rec.write_error}", end)
                 _say(f"waiting to write the run's end: {self.rec.write_error}")
                 said = True
+            if time.monotonic() >= deadline:
+                waited = f"{end_wait_s() / 60:.0f} min" if end_wait_s() >= 60 else f"{end_wait_s():.0f} s"
+                self.lock_note(f"gave up waiting for room after {waited}: {self.rec.write_error}",
+                               dataclasses.replace(end, gave_up=True))
+                _say(f"gave up writing the run's end after {waited}: {self.rec.write_error}")
+                return
             await asyncio.sleep(FLUSH_RETRY_S)
         if said:
             self.lock_note("")
@@ -281,6 +300,7 @@ class Supervisor:
         self.rec.write(save_plan, self.dir, self.backend.plan)
         # The run's end is recorded when its job ends, whatever tracking does; MLflow gets it after.
         self.ended = True
+        self.finished_at = time.time()
         self.rec.finished(outcome.state, outcome.exit_code, outcome.triage, at=self.policy.ended_at,
                           detail=self._succeeded_how(outcome))
         tracked = None

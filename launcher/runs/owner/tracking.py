@@ -32,7 +32,7 @@ from launcher.runs.core.layout import EVENTS, STATE_FILE, file_size, load_option
 from launcher.runs.owner.mlflow_sink import MlflowSink
 from launcher.runs.owner.system_metrics import read_from, to_metrics
 from launcher.workload.plan import RunPlan
-from trainer.wire.protocol import MetricRecord
+from trainer.wire.protocol import KIND_RESUME_CHECK, MetricRecord
 
 LOCK_FILE = "mlflow.lock"
 RETRY_S = 30.0
@@ -210,6 +210,20 @@ class Tracker:
     def _ready(self) -> bool:
         return self.opened or (self._guard(self._check, write=False) and self._guard(self._open))
 
+    def _trusted(self, records: list[MetricRecord]) -> list[MetricRecord]:
+        """``records`` without a resume check when the launcher knows the run did not resume: MLflow's
+        badge, like ``show``'s, is never the job's word alone (:mod:`launcher.runs.core.resume_badge`)."""
+        if not any(r.kind == KIND_RESUME_CHECK for r in records):
+            return records
+        from launcher.runs.core.resume_badge import not_a_resume
+        from launcher.runs.core.store import RunStore
+        from launcher.workload.plan import plan_to_json
+
+        record = RunStore(self.home).get_run(self.plan.run_id)
+        if not not_a_resume(plan_to_json(self.plan).get("workload"), record.summary.attempt if record else 1):
+            return records
+        return [r for r in records if r.kind != KIND_RESUME_CHECK]
+
     def sync(self, all_records: list[MetricRecord], source: Literal["metrics", "log-metrics"]) -> bool:
         """Log what ``all_records`` (every record of the run from ``source``) has beyond what is logged."""
         sink = self.sink
@@ -225,7 +239,7 @@ class Tracker:
             return True
 
         def log() -> None:
-            sink.log_records(todo)
+            sink.log_records(self._trusted(todo))
             self.state["synced"] = synced + len(todo)
             self._save()
 

@@ -6,6 +6,7 @@ run's record keeps each node's combined log; a rank's own is asked of its node, 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from launcher.runs.core.layout import load_plan
@@ -44,21 +45,23 @@ class RankLog:
         self.backend = backend_for(dataclasses.replace(plan, workload=plan.workload.model_copy(update={"ssh": ssh})))
         self.offset = 0
 
-    async def read(self) -> bytes:
-        """What the rank wrote since the last read (all of it, in chunks); ``RankLogError`` when its node
-        cannot be asked."""
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """What the rank wrote since the last read, chunk by chunk as its node sends it (at most
+        :data:`CHUNK` bytes each), until it has all of it for now: a reader holds one chunk at a time, so
+        its memory follows the chunk, not the log, whatever the log's size. ``RankLogError`` when its
+        node cannot be asked."""
         from launcher.backends.base import NodeError
 
-        out = b""
         while True:
             try:
                 data = await self.backend.read_rank(self.node, self.rank, self.offset, CHUNK)
             except NodeError as err:
                 raise RankLogError(f"{self.label}: cannot be read: {err}") from None
             self.offset += len(data)
-            out += data
+            if data:
+                yield data
             if len(data) < CHUNK:
-                return out
+                return
 
     async def close(self) -> None:
         await self.backend.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -23,7 +24,8 @@ from launcher.runs.core.layout import (
     read_triage,
 )
 from launcher.runs.core.notifying import read_deliveries
-from launcher.runs.core.ownership import owned
+from launcher.runs.core.ownership import kept_end, owned, owner_note
+from launcher.runs.core.resume_badge import trusted
 from launcher.runs.core.safe_step import SafeStep, lead_time_of_run
 from launcher.runs.core.store import NodeRecord, RunStore
 from launcher.runs.core.swaps import Swap
@@ -81,6 +83,11 @@ class RunReport:
     """The newest resume's check; ``None``: the run did not resume."""
     swaps: tuple[Swap, ...] = ()
     """The failed nodes its owner replaced, oldest first (each with the resume after it)."""
+    resume_ignored: str = ""
+    """A resume check the job wrote though the run did not resume (the launcher knows), ignored, in words."""
+    end_waits: str = ""
+    """A live run whose owner could not write its end (the data dir's disk refused it): when its job ended
+    and what the owner says (waiting for room, or gave up); empty otherwise."""
     nettest: JsonPart | None = None
     """The newest interconnect test of the same nodes (filled in by the API, which may read tests)."""
     last_safe_step: SafeStep | None = None
@@ -132,6 +139,12 @@ def run_report(home: Path, run_id: str) -> RunReport:
     odd = _odd_nodes(record)
     if triage is not None and odd:
         triage = replace(triage, odd_nodes=tuple(odd))
+    check, ignored = trusted(read_resume_check(directory), workload, s.attempt)
+    kept = kept_end(home, run_id) if live else None
+    end_waits = ""
+    if kept is not None:
+        at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(kept.ended_at))
+        end_waits = f"its job ended {kept.state} at {at}; not recorded yet: {owner_note(home, run_id)}"
     next_steps = []
     if live:
         next_steps += [f"fsdp-tui logs {run_id} --follow", f"fsdp-tui cancel {run_id}"]
@@ -148,13 +161,13 @@ def run_report(home: Path, run_id: str) -> RunReport:
                else ("none (the next command that lists runs adopts it)" if live else "")),
         nodes=tuple(record.nodes), triage=triage, mlflow=mlflow, directory=str(directory),
         workload_path=s.workload_path, output_dir=s.output_dir, next=tuple(next_steps),
-        usage=_usage(record, workload), estimate=read_kept(directory),
+        usage=_usage(record, workload, kept.ended_at if kept else None), estimate=read_kept(directory),
         notifications=tuple(read_deliveries(directory)),
         lead_time=lead_time_of_run(directory, workload), ranks=ranks,
         odd_nodes=tuple(odd), data=_data_summary(directory / METRICS),
         resumed_from=_resumed_from(home, workload, run_id), router_aux_loss=_router_aux_loss(records),
         checkpoints_place=_place_words(plan), gathers=tuple(read_gathers(directory)),
-        resume_check=read_resume_check(directory), swaps=tuple(swaps),
+        resume_check=check, resume_ignored=ignored, end_waits=end_waits, swaps=tuple(swaps),
     )
 
 
@@ -177,8 +190,8 @@ def _resumed_from(home: Path, workload: dict, run_id: str) -> dict | None:
     brought = load_options(run_dir(home, run_id)).get("resume_from")  # copied to this run's node 0 first
     if isinstance(brought, dict) and isinstance(brought.get("run"), str):
         return {"path": path, "step": int(step.group(1)) if step else None, "run_id": brought["run"]}
-    runs = [r.run_id for r in RunStore(home).list_runs(limit=1000) if r.run_id != run_id and r.run_id in path]
-    return {"path": path, "step": int(step.group(1)) if step else None, "run_id": max(runs, key=len) if runs else None}
+    runs = [r for r in RunStore(home).runs_named_in(path) if r != run_id]
+    return {"path": path, "step": int(step.group(1)) if step else None, "run_id": runs[0] if runs else None}
 
 
 def _place_words(plan: dict) -> str:
@@ -201,15 +214,14 @@ def _odd_nodes(record) -> list[str]:
     return [r.odd_words() for r in recorded_rows(record) if r.odd]
 
 
-def _usage(record, workload: dict) -> Usage | None:
-    """GPU-hours (CPU-hours) and, with prices in the settings, their cost."""
-    import time
-
+def _usage(record, workload: dict, ended_at: float | None) -> Usage | None:
+    """GPU-hours (CPU-hours) and, with prices in the settings, their cost; ``ended_at``: when the job of a
+    run whose end is not recorded yet ended (its usage stops there)."""
     try:
         prices = load_user_settings().prices
     except SettingsError:
         prices = None
-    return usage_of_record(record, workload or None, prices, time.time())
+    return usage_of_record(record, workload or None, prices, ended_at or time.time())
 
 
 TAIL_BYTES = 8 << 20

@@ -329,3 +329,41 @@ def test_resume_sets_the_exact_folder_as_data(tmp_path):
     assert result.workload.parameters["checkpoint"]["resume"] == path
     assert [o.describe() for o in result.overrides] == [f"parameters.checkpoint.resume: <unset> -> '{path}'"]
     assert str(Path(path)) == path
+
+
+def test_the_agent_reads_no_link_and_no_fifo_as_a_runs_file_and_says_so(tmp_path):
+    """A rank log, a shard, a checkpoint folder or its meta.json that is a symbolic link (to the node's own
+    secret, say) is refused, never followed, in one line naming the file; a FIFO is refused, not waited on."""
+    from launcher.backends.agent import ckpt_files, files, serve
+
+    secret = tmp_path / "elsewhere" / "secret"
+    secret.parent.mkdir()
+    secret.write_bytes(b"the node's own secret\n")
+    node_dir = tmp_path / "node-0"
+    node_dir.mkdir()
+    (node_dir / "rank-1.log").symlink_to(secret)
+    os.mkfifo(node_dir / "rank-2.log")
+    (node_dir / "rank-3.log").write_bytes(b"rank 3 says\n")
+    assert files.read(str(node_dir), "rank-3.log", 0, 100) == b"rank 3 says\n"
+    with pytest.raises(files.NotOwn, match=r"rank-1\.log is a symbolic link: not read"):
+        files.read(str(node_dir), "rank-1.log", 0, 100)
+    with pytest.raises(files.NotOwn, match=r"rank-2\.log is not a regular file: not read"):
+        files.read(str(node_dir), "rank-2.log", 0, 100)
+    head, _body = wire.read_frame(io.BytesIO(serve.answer(str(node_dir), {"op": "read", "name": "rank-1.log",
+                                                                           "offset": 0, "limit": 100}, b"", "")))
+    assert head["ok"] is False and "is a symbolic link: not read" in head["error"]
+    assert "secret" not in head["error"].replace(str(secret), "")  # its path may be named, never its bytes
+
+    root = tmp_path / "checkpoints"
+    whole = root / "step-00000002"
+    whole.mkdir(parents=True)
+    (whole / "__0_0.distcp").write_bytes(b"shard")
+    (whole / "__1_0.distcp").symlink_to(secret)
+    (whole / "meta.json").symlink_to(secret)
+    (root / "step-00000004").symlink_to(whole)
+    assert ckpt_files.read(str(root), "step-00000002", "__0_0.distcp", 0, 10) == b"shard"
+    with pytest.raises(files.NotOwn, match=r"__1_0\.distcp is a symbolic link"):
+        ckpt_files.read(str(root), "step-00000002", "__1_0.distcp", 0, 10)
+    with pytest.raises(files.NotOwn, match=r"step-00000004 is a symbolic link: its files are not read"):
+        ckpt_files.read(str(root), "step-00000004", "__0_0.distcp", 0, 10)
+    assert ckpt_files.files(str(root), "step-00000002")["meta"] is None  # a linked meta.json is no record

@@ -4,10 +4,12 @@ store probed in bounded time, a node found without its job named first."""
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import random
 import socket
+import struct
 import subprocess
 import sys
 import textwrap
@@ -56,21 +58,68 @@ def _let_go() -> None:
 
 
 HOLDER = """
-import sys, time
+import json, time
 from launcher.backends.agent import ports
-print(ports.claim(int(sys.argv[1])), flush=True)
+print(json.dumps(ports.claim(0)), flush=True)
 time.sleep(60)
 """
 
+IP_LOCAL_PORT_RANGE = 51
+"""Linux's per-socket range of the ports the system picks (<linux/in.h>, 6.3 and later)."""
 
-def test_a_port_another_agent_claimed_is_not_claimed_again_and_another_is_held_in_its_place():
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
-        port = s.getsockname()[1]
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(port)], stdout=subprocess.PIPE, text=True,
+
+def _pinned(port: int) -> socket.socket:
+    """A socket whose port, when the system picks one, can only be ``port``: a program on a busy machine
+    that happens to be handed exactly this port, made certain."""
+    s = socket.socket()
+    try:
+        s.setsockopt(socket.IPPROTO_IP, IP_LOCAL_PORT_RANGE, struct.pack("I", port | port << 16))
+    except OSError:
+        s.close()
+        pytest.skip("this kernel cannot pin a socket's port range (IP_LOCAL_PORT_RANGE, Linux 6.3+)")
+    return s
+
+
+def _handed_out(port: int) -> list[str]:
+    """How ``port`` was handed by the system to another program now: an ephemeral bind, an outgoing
+    connection (each held until the caller's test ends, as a busy machine's would be); empty: neither."""
+    got = []
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        for how, use in (("bind to port 0", lambda s: s.bind(("0.0.0.0", 0))),
+                         ("an outgoing connection", lambda s: s.connect(server.getsockname()))):
+            s = _pinned(port)
+            try:
+                use(s)
+            except OSError as err:
+                assert err.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL), err
+                s.close()
+                continue
+            got.append(how)
+            _SQUATTERS.append(s)
+    return got
+
+
+_SQUATTERS: list[socket.socket] = []
+
+
+@pytest.fixture
+def squatters():
+    yield _SQUATTERS
+    for s in _SQUATTERS:
+        s.close()
+    _SQUATTERS.clear()
+
+
+def test_a_port_another_agent_claimed_is_not_claimed_again_and_another_is_held_in_its_place(squatters):
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True,
                               cwd=Path(__file__).resolve().parents[3])
     try:
-        assert "'free': True" in holder.stdout.readline()
+        held = json.loads(holder.stdout.readline())
+        assert held["free"] is True, held
+        port = held["port"]
+        assert _handed_out(port) == []  # claimed: the system hands it to nobody else
         answer = ports.claim(port)  # another agent, as a second launch's would be
         assert answer["free"] is False and answer["suggest"] != port, answer
         assert "another fsdp-tui run" in answer["reason"] or "in use" in answer["reason"], answer
@@ -82,18 +131,21 @@ def test_a_port_another_agent_claimed_is_not_claimed_again_and_another_is_held_i
         claim, why = ports.take(other)  # the job starts: the port opens for it, the claim stays
         assert claim is not None and why is None
         claim.release_listener()
+        # The moment before the job binds, however long a loaded machine makes it: no other program is
+        # handed the port by the system, and the job, naming it as torchrun's store does, binds it.
+        assert _handed_out(other) == []
         with socket.socket() as job:
             job.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             job.bind(("0.0.0.0", other))
+            job.listen(1)
         assert ports.claim(other)["free"] is False  # still this run's until its job ends
         claim.close()
-        assert ports.claim(other)["free"] is True
+        assert ports._lock(other)  # let go: another run may claim it
         _let_go()
     finally:
         holder.kill()
         holder.wait()
-    assert ports.claim(port)["free"] is True  # the holder died: its claim went with it
-    _let_go()
+    assert ports._lock(port)  # the holder died: its claim went with it
 
 
 @pytest.mark.parametrize(("log", "taken"), [
@@ -184,24 +236,25 @@ def test_a_job_recorded_before_the_machine_restarted_is_not_taken_for_running(tm
     assert jobs.status(str(node_dir))["supervisor_alive"] is True
 
 
-def test_the_job_supervisor_holds_node_0s_claim_and_opens_the_port_to_the_job(tmp_path):
-    """A real start on this machine: the port is the job's to bind, and no other launch's while it runs."""
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
-        port = s.getsockname()[1]
+def test_the_job_supervisor_holds_node_0s_claim_and_opens_the_port_to_the_job(tmp_path, squatters):
+    """A real start on this machine: the port is the job's to bind, and no other launch's while it runs.
+    The port is one the system picks (a run on this machine alone), so on a busy machine any outgoing
+    connection may be handed it: one that asks for it the moment the job starts, before the job's own
+    bind, gets nothing."""
+    port = ports.claim(0)["port"]
     script = textwrap.dedent(f"""
         import socket, sys, time
         s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("0.0.0.0", {port})); s.listen(1); print("bound", flush=True); time.sleep(30)
     """)
     tag = f"port-claim-{time.monotonic_ns()}"
-    assert ports.claim(port)["free"] is True
     spec = {"argv": [sys.executable, "-c", script], "env": {"FSDP_TUI_RUN_ID": tag, "NODE_RANK": "0"},
             "attempt": 1, "rendezvous_port": port}
     node_dir = tmp_path / "node-0"
     answer = jobs.start(str(node_dir), spec, jobs.agent_argv("unused.zip"))
     try:
         assert answer["state"] == "running", answer
+        assert _handed_out(port) == []  # the job is starting and has not bound it yet
         deadline = time.monotonic() + 30
         while b"bound" not in (node_dir / jobs.LOG).read_bytes() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -234,3 +287,27 @@ def test_each_look_starts_a_few_senders_the_longest_waiting_first_and_none_twice
         assert proc.wait(timeout=120) == 1  # no plan recorded: nothing sent, said why, the mark kept
     assert all(pending.why_pending(home / "runs" / f"run-{i}") for i in range(6))
     assert "its plan cannot be read" in (home / "runs" / "run-4" / "mlflow-sender.log").read_text()
+
+
+def test_a_look_for_unsent_runs_reads_the_index_not_every_run_folder(tmp_path):
+    import os
+
+    from launcher.runs.core import pending
+
+    home = tmp_path / "home"
+    for i in range(3):  # marked before the index existed (an older data dir): walked once, indexed
+        (home / "runs" / f"old-{i}").mkdir(parents=True)
+        (home / "runs" / f"old-{i}" / pending.MARK).write_text("down\n")
+        os.utime(home / "runs" / f"old-{i}" / pending.MARK, (time.time() - 100, time.time() - 100))
+    for i in range(200):
+        (home / "runs" / f"done-{i}").mkdir()
+    assert sorted(path.parent.name for path in pending._marked(home)) == ["old-0", "old-1", "old-2"]
+    assert sorted(os.listdir(home / pending.INDEX)) == ["old-0", "old-1", "old-2"]
+    # From now on only the index is read: a mark no index entry names is not looked for.
+    (home / "runs" / "done-7" / pending.MARK).write_text("down\n")
+    pending.mark(home / "runs" / "done-8", "down")
+    pending.clear(home / "runs" / "old-1")
+    assert sorted(path.parent.name for path in pending._marked(home)) == ["done-8", "old-0", "old-2"]
+    (home / "runs" / "old-2" / pending.MARK).unlink()  # its run forgotten: its entry goes at the next look
+    assert sorted(path.parent.name for path in pending._marked(home)) == ["done-8", "old-0"]
+    assert sorted(os.listdir(home / pending.INDEX)) == ["done-8", "old-0"]

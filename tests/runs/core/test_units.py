@@ -6,7 +6,7 @@ import pytest
 
 from launcher.events import MetricsRecorded, NodeLines, RunState, RunStateChanged
 from launcher.runs.core.streams import LineSplitter, LogMetrics
-from launcher.runs.core.triage import classify_line, triage_run
+from launcher.runs.core.triage import classify_line, gone_report, lost_first, triage_run
 from launcher.runs.read.view import RunView
 from launcher.workload.model import DEFAULT_METRICS_PATTERN
 from trainer.wire.protocol import MetricRecord, RankMemory
@@ -30,6 +30,16 @@ from trainer.wire.protocol import MetricRecord, RankMemory
      "data"),
     ("[rank1]: /data/a.parquet: parameters.dataset_name: row 3: 'answers' is empty", "data"),
     ("/data/a.jsonl: parameters.dataset_name: no such file on this node", "data"),
+    # the trainer's stop on a non-finite loss; a step it skipped or trained on is no failure
+    ("[rank1]: loss is NaN at step 7 on rank 3: training stopped (training.on_nan: stop); the last checkpoint "
+     "before it is step 5", "nonfinite_loss"),
+    ("loss is inf at step 12 on rank 0 (first seen here: losses are read every 10 steps, logging.every_steps): "
+     "training stopped (training.on_nan: stop); no checkpoint was saved before it", "nonfinite_loss"),
+    ("the largest weight is -inf at step 4 on rank 2: training stopped (training.on_nan: stop); no checkpoint "
+     "was saved before it", "nonfinite_loss"),
+    ("loss is NaN at step 3 on rank 1: the step's update was skipped (training.on_nan: skip_step)", None),
+    ("loss is NaN at step 2 on rank 0: training goes on (training.on_nan: continue); every later loss and "
+     "checkpoint follows from it", None),
 ])
 def test_classify_line(line, kind):
     sig = classify_line(line)
@@ -45,6 +55,32 @@ def test_triage_blames_the_first_failed_node_and_its_rank():
     assert (report.node_rank, report.rank, report.exit_code, report.signature) == (1, 3, 1, "oom")
     assert "node 1 rank 3: oom, exit code 1" in report.summary
 
+
+
+def test_a_nan_stop_is_blamed_on_the_rank_the_trainer_names_before_torchruns_report_of_it():
+    line = ("loss is NaN at step 7 on rank 3: training stopped (training.on_nan: stop); the last checkpoint "
+            "before it is step 5")
+    logs = {0: f"step=6/9 loss=2.1\n[rank0]: {line}\n",
+            1: f"[rank3]: {line}\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+               "Root Cause (first observed failure):\n  rank      : 3 (local_rank: 1)\n"}
+    report = triage_run(logs, {0: 1, 1: 1})
+    assert (report.node_rank, report.rank, report.signature, report.summary) == (0, 3, "nonfinite_loss", line)
+    assert "succeeded" not in report.summary
+
+
+def test_a_node_lost_in_a_gather_is_named_before_the_connection_reset_it_set_off():
+    logs = {0: "step=6/9 loss=2.1\n[rank0]: RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection reset "
+               "by peer\nrank: 0 (local_rank: 0)\n", 1: "step=6/9\n"}
+    from_logs = triage_run(logs, {0: 1, 1: None})
+    assert (from_logs.node_rank, from_logs.signature) == (0, "python_error")  # what the logs alone blame
+    words = "lost during the gather of checkpoint step-00000006: node 1 (gpu-b): lost: no connection for 120 s"
+    report = lost_first(from_logs, {1: words}, {0: "gpu-a", 1: "gpu-b"})
+    assert (report.node_rank, report.signature) == (1, "lost")
+    assert report.summary == f"node 1 (gpu-b): {words}"
+    assert report.consequence == from_logs.summary  # the reset on node 0, kept as what followed
+    assert lost_first(from_logs, {}, {}) is from_logs  # no gather lost a node: the logs' verdict
+    found = gone_report(from_logs, 0, "gpu-a", "lost: the machine restarted since its job started")
+    assert lost_first(found, {1: words}, {1: "gpu-b"}) is found  # a node found without its job: named already
 
 
 @pytest.mark.parametrize("code, signature", [(-9, "killed"), (137, "killed"), (-15, "killed"), (1, None), (3, None)])

@@ -222,6 +222,9 @@ def test_a_node_lost_half_way_leaves_that_step_not_whole_and_named_and_the_one_b
     assert entry["name"] == "step-00000004" and not entry["ok"] and "node 1 (n1): lost" in entry["error"]
     assert said[-1].startswith("checkpoint step-00000004 is not whole: node 1 (n1): lost")
     assert os.listdir(n1) == ["step-00000004"]  # its shards stay where they are
+    # the run's triage will name node 1 first, in the gather's words
+    assert list(g.lost_in_gathers) == [1]
+    assert g.lost_in_gathers[1].startswith("lost during the gather of checkpoint step-00000004: node 1 (n1): lost")
 
 
 def test_a_node_the_run_lost_is_not_asked_at_the_end(tmp_path):
@@ -229,6 +232,7 @@ def test_a_node_the_run_lost_is_not_asked_at_the_end(tmp_path):
     save([n0, n1], 2)
     failed = asyncio.run(g.settle(lost={1}))
     assert "node 1 was lost" in failed["step-00000002"]
+    assert list(g.lost_in_gathers) == [1]
 
 
 def test_gathered_here_the_nodes_keep_nothing_and_a_retry_gets_the_newest_back_on_node_0(tmp_path):

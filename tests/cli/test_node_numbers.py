@@ -1,0 +1,70 @@
+"""Numbers read from text are ASCII digits only, everywhere: a node's, a rank's, a step's, a count. Python's
+``str.isdigit()`` is true for ``²`` (which ``int()`` refuses: it was a traceback) and ``int()`` reads ``١``
+(Arabic-Indic one) as 1 (it reached node 1). Table-driven, then the commands, in this process."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.runs.core.layout import save_plan
+from launcher.runs.core.store import RunStore
+from launcher.runs.gpu_holders import parse_holders
+from launcher.workload.plan import build_plan
+from launcher.workload.validate import validate_text
+from trainer.wire.ckpt_layout import ascii_int, step_of_name
+
+
+@pytest.mark.parametrize(("text", "number"), [
+    ("0", 0), ("1", 1), ("12", 12), ("007", 7),
+    ("²", None), ("١", None), ("٢٢", None), ("１", None), ("1²", None), ("", None), ("-1", None), ("+1", None),
+    (" 1", None), ("1.0", None), ("1_000", None),
+])
+def test_a_number_is_ascii_digits(text, number):
+    assert ascii_int(text) == number
+
+
+@pytest.mark.parametrize(("name", "step"), [
+    ("step-00000006", 6), ("step-00000006-2", 6), ("step-²", None), ("step-١", None), ("step-", None),
+])
+def test_a_checkpoint_folder_named_with_other_digits_is_no_checkpoint(name, step):
+    assert step_of_name(name) == step
+
+
+def test_a_nodes_gpu_table_with_other_digits_is_read_without_them():
+    gpus = "0, GPU-aaa, H100\n²,GPU-bbb, H100\n"
+    apps = "GPU-aaa, 4242, python, 100 MiB\nGPU-aaa, ١٢, python, 5 MiB\n"
+    holders, count = parse_holders("gpu-a", gpus, apps, {})
+    assert [(h.gpu, h.pid) for h in holders] == [(0, 4242)] and count == 1  # the row it cannot read is not counted
+
+
+@pytest.fixture
+def run_on_two_nodes(home, monkeypatch):
+    monkeypatch.setenv("FSDP_TUI_HOME", str(home))
+    text = ("experiment_name: numbers\ncompute: {accelerator_type: CPU, procs_per_node: 1, num_accelerators: 2, "
+            "hosts: [gpu-a, gpu-b]}\ncommand: echo\n")
+    plan = build_plan(validate_text(text, "w.yaml").workload, run_id="20260301-090000-numbers-ab12")
+    save_plan(RunStore(home).create_run(plan, None, text), plan)
+    return plan.run_id
+
+
+@pytest.mark.parametrize("args", [("ssh", "{run}", "²"), ("ssh", "{run}", "١"), ("ssh", "{run}", "٢")])
+def test_ssh_to_a_node_named_with_other_digits_is_one_line(run_on_two_nodes, capsys, args):
+    from launcher.cli.main import main
+
+    code = main([a.format(run=run_on_two_nodes) for a in args])
+    err = capsys.readouterr().err
+    assert code == 2 and err == (f"fsdp-tui ssh: '{args[-1]}' is not a node number: run {run_on_two_nodes} has "
+                                 "nodes 0-1 (digits 0-9)\n")
+
+
+@pytest.mark.parametrize("args", [
+    ("logs", "{run}", "--node", "١"), ("logs", "{run}", "--rank", "²"), ("export", "{run}", "--step", "٣"),
+    ("resume", "{run}", "--from", "²"), ("runs", "--limit", "١٠"),
+])
+def test_every_number_a_command_reads_is_ascii_digits(run_on_two_nodes, capsys, args):
+    from launcher.cli.main import main
+
+    with pytest.raises(SystemExit) as ended:
+        main([a.format(run=run_on_two_nodes) for a in args])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and f"'{args[-1]}' is not a" in err and "Traceback" not in err, err
