@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from launcher.runs.core.continuing import FRESH, Continuation
     from launcher.runs.core.layout import FORCED_NOTE, TRIAGE, ResumeCheck
     from launcher.runs.core.ownership import KeptEnd
+    from launcher.runs.core.resume_badge import ResumeBasis
     from launcher.runs.core.run_kind import RunKind
     from launcher.runs.core.safe_step import NONE_YET, SafeStep
     from launcher.runs.core.samples import SampleSet
@@ -45,6 +46,7 @@ from launcher.api.launching import AlreadyLaunched, Launched, LaunchOutcome, Ref
 _FROM = {
     "launcher.runs.core.continuing": ("FRESH", "Continuation"),
     "launcher.runs.core.layout": ("FORCED_NOTE", "TRIAGE", "ResumeCheck"),
+    "launcher.runs.core.resume_badge": ("ResumeBasis",),
     "launcher.runs.core.run_kind": ("RunKind",),
     "launcher.runs.core.ownership": ("KeptEnd",),
     "launcher.runs.core.safe_step": ("NONE_YET", "SafeStep"),
@@ -73,7 +75,7 @@ __getattr__ = lazy_names(__name__, _FROM)
 __all__ = [
     "COLUMNS", "ComparisonFormat", "Continuation", "FORCED_NOTE", "FRESH", "NONE_YET", "THRESHOLD", "THRESHOLDS", "TRIAGE",
     "AlreadyLaunched", "CancelReport", "Column", "FollowGaveUp", "KeptEnd", "LaunchOutcome", "Launched", "NodeRecord",
-    "NodeRow", "RankReport", "RankTimes", "RecordUnwritable", "Refused", "ResumeCheck", "Resumed", "RunKind", "RunListed",
+    "NodeRow", "RankReport", "RankTimes", "RecordUnwritable", "Refused", "ResumeCheck", "ResumeBasis", "Resumed", "RunKind", "RunListed",
     "RunNotFound", "RunRecord", "RunReport", "RunStats", "RunSummary", "RunView", "Runs", "SafeStep", "SampleSet", "Sent",
     "Signature", "StackDumps", "StopOutput", "StoreDamaged", "TriageReport", "Usage", "classify_line", "fmt",
     "fmt_duration", "history_lines", "might_signal", "node_rows", "side_by_side_at", "side_lines", "stopped_line",
@@ -329,18 +331,19 @@ class Runs:
         """The workload the run ran, as recorded (not the file as it is now)."""
         return (self.record(run_id).directory / "workload.yaml").read_text()
 
-    def workload_of(self, run_id: str) -> dict | None:
-        """The run's resolved workload as its plan records it (``None``: none on record): what a
-        :class:`RunView` needs to tell a resume's badge from a job's word (``RunView.workload``)."""
+    def resume_basis_of(self, run_id: str) -> ResumeBasis | None:
+        """What of the run's recorded workload decides whether it may have resumed (``None``: no plan on
+        record): what a :class:`RunView` needs to tell a resume's badge from a job's word."""
         import json
 
         from launcher.runs.core.layout import PLAN
+        from launcher.runs.core.resume_badge import ResumeBasis
 
         try:
             workload = json.loads((self.record(run_id).directory / PLAN).read_text()).get("workload")
         except (OSError, ValueError, AttributeError):
             return None
-        return workload if isinstance(workload, dict) else None
+        return ResumeBasis.of(workload if isinstance(workload, dict) else None)
 
     def plan_of(self, run_id: str) -> RunPlan:
         """The plan the run was launched with. ``OSError``/``ValueError``: none on record (an old run)."""

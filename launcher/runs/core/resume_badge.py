@@ -6,29 +6,53 @@ one already (a retry's, or a folder other runs write). A check from any other ru
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from trainer.wire.protocol import RUN_ID_ENV, ResumeCheck
+
+
+@dataclass(frozen=True)
+class ResumeBasis:
+    """What of a run's resolved workload decides whether it may have resumed (read once from its plan)."""
+
+    on_record: bool
+    """A workload was on record (a plan that holds none: nothing is known)."""
+    runs_command: bool = False
+    """It runs a command of its own (no built-in trainer)."""
+    resume: object = "auto"
+    """``parameters.checkpoint.resume`` as written (``auto``, ``never``, a checkpoint's path)."""
+    output_dir: str = ""
+
+    @classmethod
+    def of(cls, workload: dict | None) -> ResumeBasis:
+        if not isinstance(workload, dict) or not workload:
+            return cls(on_record=False)
+        params = _section(workload, "parameters")
+        output_dir = params.get("output_dir")
+        return cls(True, bool(workload.get("command")), _section(params, "checkpoint").get("resume", "auto"),
+                   output_dir if isinstance(output_dir, str) else "")
+
+    def not_a_resume(self, attempt: int) -> str:
+        """Why the launcher knows the run, at ``attempt``, did not resume; empty when it resumed or may have."""
+        if not self.on_record:
+            return "its plan is not on record"
+        if self.runs_command:
+            return "it runs a command of its own; only the built-in trainer resumes"
+        if self.resume == "never":
+            return "its parameters say checkpoint.resume: never"
+        if self.resume != "auto":
+            return ""  # a checkpoint named: a resume the launcher asked for
+        if not self.output_dir:
+            return "it has no output_dir to resume from"
+        if attempt <= 1 and RUN_ID_ENV in self.output_dir:
+            return "its output_dir is its own and it was its first attempt: there was nothing to resume from"
+        return ""
 
 
 def not_a_resume(workload: dict | None, attempt: int) -> str:
     """Why the launcher knows the run (its resolved ``workload`` from the plan, at ``attempt``) did not resume;
     empty when it resumed or may have."""
-    if not isinstance(workload, dict) or not workload:
-        return "its plan is not on record"
-    if workload.get("command"):
-        return "it runs a command of its own; only the built-in trainer resumes"
-    params = _section(workload, "parameters")
-    checkpoint = _section(params, "checkpoint")
-    resume = checkpoint.get("resume", "auto")
-    if resume == "never":
-        return "its parameters say checkpoint.resume: never"
-    if resume != "auto":
-        return ""  # a checkpoint named: a resume the launcher asked for
-    output_dir = params.get("output_dir")
-    if not isinstance(output_dir, str) or not output_dir:
-        return "it has no output_dir to resume from"
-    if attempt <= 1 and RUN_ID_ENV in output_dir:
-        return "its output_dir is its own and it was its first attempt: there was nothing to resume from"
-    return ""
+    return ResumeBasis.of(workload).not_a_resume(attempt)
 
 
 def _section(data: dict, key: str) -> dict:

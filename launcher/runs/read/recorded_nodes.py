@@ -16,6 +16,7 @@ from pathlib import Path
 
 from launcher.events import MetricsRecorded, NodeLines, NodeStateChanged, event_from_dict
 from launcher.runs.core.layout import EVENTS, LOG_METRICS, METRICS, PLAN, mirror_path, read_records
+from launcher.runs.core.resume_badge import ResumeBasis
 from launcher.runs.core.store import RunRecord
 from launcher.runs.read.nodes import NodeRow, node_rows
 from launcher.runs.read.view import RunView
@@ -32,7 +33,7 @@ def recorded_view(record: RunRecord) -> tuple[RunView, float]:
         workload = json.loads((record.directory / PLAN).read_text()).get("workload")
     except (OSError, ValueError, AttributeError):
         workload = None
-    view.workload = workload if isinstance(workload, dict) else None
+    view.resume_basis = ResumeBasis.of(workload if isinstance(workload, dict) else None)
     for node in record.nodes:
         view.node(node.node_rank).host = node.host
     last_at = s.started_at or time.time()

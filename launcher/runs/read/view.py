@@ -20,7 +20,7 @@ from launcher.events import (
     RunState,
     RunStateChanged,
 )
-from launcher.runs.core.resume_badge import not_a_resume
+from launcher.runs.core.resume_badge import ResumeBasis
 from launcher.runs.core.swaps import Swap
 from launcher.runs.core.triage import classify_line, might_signal
 from trainer.wire.protocol import KIND_RESUME_CHECK, RankMemory, ResumeCheck
@@ -146,7 +146,7 @@ class RunView:
     launch recorded it; said when nothing weighs more."""
     swaps: list[Swap] = field(default_factory=list)
     """The failed nodes the run's owner replaced, oldest first (each as its newest event said it)."""
-    workload: dict | None = None
+    resume_basis: ResumeBasis | None = None
     """The run's resolved workload as its plan records it, when known: a resume check from a run the
     launcher knows did not resume is no badge (:mod:`launcher.runs.core.resume_badge`)."""
 
@@ -265,7 +265,8 @@ class RunView:
             self.max_steps = r.max_steps
         if r.eval_loss is not None:
             self.eval_loss.append(r.eval_loss)
-        if r.kind == KIND_RESUME_CHECK and (self.workload is None or not not_a_resume(self.workload, self.attempt)):
+        if r.kind == KIND_RESUME_CHECK and (self.resume_basis is None
+                                             or not self.resume_basis.not_a_resume(self.attempt)):
             self.resume_check = ResumeCheck.from_record(r) or self.resume_check
         if r.kind != "train":
             return
