@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.backends.base import Backend, CheckpointFiles, NodeError
-from launcher.runs.core.checkpoints import here_root
+from launcher.runs.core.checkpoints import here_root, lineage_of
 from launcher.runs.core.layout import read_gathers
 from launcher.runs.owner.ckpt_copy import Endpoint
 from launcher.runs.owner.gather import bring
 from launcher.workload.plan import RunPlan
+from trainer.wire import ckpt_owner
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ async def place_for_resume(old: RunPlan, backend: Backend, old_rank: dict[int, i
         return ResumePoint(None, "")
     if place.kind == "bucket":
         listing = await backend.checkpoints(new.output_dir, 0)
-        newest = _newest(listing.checkpoints)
+        newest = newest_resumable(listing.checkpoints, new)
         return ResumePoint(newest[0] if newest else None, f"from the bucket {place.output_dir}" if newest else
                            "no whole checkpoint in the bucket yet: the run starts again from step 0")
     target = Endpoint(backend.checkpoint_files(0), place.roots[0] if place.roots else new.output_dir)
@@ -62,7 +63,7 @@ async def place_for_resume(old: RunPlan, backend: Backend, old_rank: dict[int, i
             continue
         seen.add((src.label, src.root))
         listing = await src.files.listing(src.root)
-        found = _newest(listing.checkpoints) if not listing.error else None
+        found = newest_resumable(listing.checkpoints, new) if not listing.error else None
         if found is not None and (best is None or found[0] > best[0]):
             best = (found[0], found[1], src)
     lost = _lost_note(directory, best[0] if best else None, failed, old)
@@ -79,12 +80,12 @@ async def place_for_resume(old: RunPlan, backend: Backend, old_rank: dict[int, i
     return ResumePoint(step, f"{name} brought from {src.label} ({src.root}) to node 0" + lost)
 
 
-def _newest(checkpoints) -> tuple[int, str] | None:
-    done = [c for c in checkpoints if c.complete and not c.link]
-    if not done:
-        return None
-    c = max(done, key=lambda c: c.step)
-    return c.step, c.name
+def newest_resumable(checkpoints, plan: RunPlan) -> tuple[int, str] | None:
+    """The newest whole checkpoint the run may resume from (its own or its lineage's: one rule,
+    :func:`trainer.wire.ckpt_owner.resume_from`); a folder that is a link is never one."""
+    listed = sorted((c for c in checkpoints if not c.link), key=lambda c: c.step)
+    c = ckpt_owner.resume_from(listed, lineage_of(plan))
+    return (c.step, c.name) if c is not None else None
 
 
 def _lost_note(directory: Path, found: int | None, failed: int, old: RunPlan) -> str:

@@ -23,7 +23,7 @@ from launcher.runs.owner.outcome import LaunchFailed, Outcome
 from launcher.runs.owner.recorder import Recorder
 from launcher.runs.owner.recovery import NodeFault, NodeRecovery, Replacement, node_fault
 from launcher.runs.owner.rendezvous import PortMoves, claim_port
-from launcher.runs.owner.resume_place import ResumePoint, place_for_resume
+from launcher.runs.owner.resume_place import ResumePoint, newest_resumable, place_for_resume
 from launcher.runs.owner.scheduler import SchedulerVerdicts
 from launcher.runs.owner.settings import Settings
 from launcher.runs.owner.stall import StallVerdicts
@@ -135,10 +135,9 @@ async def swap_nodes(policy: Swappable, r: Replacement, fault: NodeFault) -> Non
             await claim_port(backend, rec)
         elif policy.keeper is not None:
             listing = await backend.checkpoints(old.output_dir, 0) if old.output_dir else None
-            done = [c for c in (listing.checkpoints if listing else ()) if c.complete]
-            if done:
-                newest = max(done, key=lambda c: c.step)
-                point = ResumePoint(newest.step, f"{newest.name} on the cluster's shared filesystem")
+            found = newest_resumable(listing.checkpoints if listing else (), old)
+            if found is not None:
+                point = ResumePoint(found[0], f"{found[1]} on the cluster's shared filesystem")
     except NodeError as err:
         raise LaunchFailed(f"node {fault.rank} ({fault.host}) failed and its replacement could not be made "
                            f"ready: {err}") from None

@@ -35,13 +35,14 @@ class Nodes:
         return await self.disks[rank].listing(root or output_dir)
 
 
-def whole(root: Path, step: int) -> None:
-    """A whole checkpoint as the trainer leaves it (one shard, listed in ``meta.json``)."""
+def whole(root: Path, step: int, run_id: str = "r") -> None:
+    """A whole checkpoint as the trainer leaves it for run ``run_id`` (one shard, listed in ``meta.json``)."""
     folder = root / f"step-{step:08d}"
     folder.mkdir(parents=True)
     (folder / "__0_0.distcp").write_bytes(bytes([step]) * 64)
     (folder / ".metadata").write_bytes(b"m" * 5)
-    (folder / "meta.json").write_text(json.dumps({"step": step, "shards": {"__0_0.distcp": {"bytes": 64, "node": 0}}}))
+    (folder / "meta.json").write_text(json.dumps({"step": step, "run_id": run_id,
+                                                       "shards": {"__0_0.distcp": {"bytes": 64, "node": 0}}}))
 
 
 def plans(tmp_path: Path, old_roots: list[Path], new_roots: list[Path], kind: str = "per_node", holder=None):
@@ -67,6 +68,15 @@ def test_node_0_kept_its_folder_the_newest_whole_one_there_is_used_as_it_is(tmp_
     roots = [tmp_path / f"n{i}" for i in range(3)]
     whole(roots[0], 5)
     whole(roots[0], 10)
+    old, new = plans(tmp_path, roots, [roots[0], tmp_path / "n1.1", roots[2]])
+    point = run(old, new, {0: 0, 1: None, 2: 2}, 1, tmp_path)
+    assert (point.step, point.note) == (10, "step-00000010 in node 0's folder")
+
+
+def test_another_runs_newer_checkpoint_in_a_shared_folder_is_never_the_one_resumed(tmp_path):
+    roots = [tmp_path / f"n{i}" for i in range(3)]
+    whole(roots[0], 10)
+    whole(roots[0], 40, run_id="someone-else")  # the same folder, another workload's run
     old, new = plans(tmp_path, roots, [roots[0], tmp_path / "n1.1", roots[2]])
     point = run(old, new, {0: 0, 1: None, 2: 2}, 1, tmp_path)
     assert (point.step, point.note) == (10, "step-00000010 in node 0's folder")
