@@ -15,6 +15,7 @@ from torch import nn
 
 from trainer.parallel import Dist
 from trainer.wire import flops
+from trainer.wire.fit_record import FitSummary
 from trainer.wire.protocol import DataSummary, MetricRecord, RankMemory, ResumeCheck
 from trainer.wire.reporter import Reporter
 
@@ -39,7 +40,8 @@ def rank_memory(d: Dist) -> dict:
                 "peak_gib": torch.cuda.max_memory_allocated(d.device) / _GIB, "total_gib": total / _GIB,
                 "device_used_gib": (total - free) / _GIB}
     ram = _ram_bytes()
-    return {"rank": d.rank, "rss_gib": _rss_bytes() / _GIB, **({"total_gib": ram / _GIB} if ram else {})}
+    return {"rank": d.rank, "rss_gib": _rss_bytes() / _GIB, "peak_rss_gib": status_bytes("VmHWM") / _GIB,
+            **({"total_gib": ram / _GIB} if ram else {})}
 
 
 def _ram_bytes() -> int:
@@ -51,9 +53,14 @@ def _ram_bytes() -> int:
 
 
 def _rss_bytes() -> int:
+    return status_bytes("VmRSS")
+
+
+def status_bytes(key: str) -> int:
+    """A size from ``/proc/self/status`` (``VmRSS``: resident now, ``VmHWM``: its peak so far)."""
     with open("/proc/self/status", encoding="ascii") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{key}:"):
                 return int(line.split()[1]) * 1024
     return 0
 
@@ -304,6 +311,12 @@ class MetricsLogger:
         """What the run trains on (examples, those cut at ``max_seq_len``), once at start."""
         if self.d.is_main:
             self.reporter.write(summary.record())
+
+    def fit(self, summary: FitSummary, lines: list[str]) -> None:
+        """The run's memory prediction, once at start: one record, and its lines."""
+        if self.d.is_main:
+            self.reporter.write(summary.record())
+            print("\n".join(lines), flush=True)
 
     def resume_check(self, check: ResumeCheck) -> None:
         """A resume's judgement at its first step: one record and one line."""

@@ -188,7 +188,7 @@ class EditorScreen(Screen):
         plan_text = "fix the errors to see the plan"
         if planned.plan is not None:
             plan_text = runs.dry_run_text(planned.plan) + "\n" + "\n".join(
-                runs.estimate_lines(planned.plan, self.path.name)) + "\n"
+                [*runs.fit_lines(planned.plan, self.path.name), *runs.estimate_lines(planned.plan, self.path.name)]) + "\n"
         fixes = [fix_for(p, text) if p.file != "--set" else None for p in planned.problems]
         self.post_message(Validated(version, planned.problems, fixes, plan_text, planned.plan))
 
