@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from launcher.doctor.memory import memory_check
 from launcher.doctor.reply import (
     DiskFacts,
     GpuFacts,
@@ -143,6 +144,9 @@ def evaluate(plan: RunPlan, node: NodePlan, probe: NodeProbe, *, node0_hostname:
     if facts is None:
         return NodeReport(node.node_rank, probe.label, tuple(checks))
     checks.append(_gpu_check(plan, facts.gpus, host))
+    memory = memory_check(plan, facts, host)
+    if memory is not None:
+        checks.append(memory)
     checks.append(_disk_check(facts.disk, host))
     if plan.workload.environment.docker_image is not None:
         checks.append(_container_check(plan, facts.containers, host))

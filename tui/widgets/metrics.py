@@ -90,6 +90,8 @@ class MetricsPanel(Vertical):
     MetricsPanel { height: auto; }
     MetricsPanel Grid { grid-size: 2; grid-gutter: 0 1; height: 8; }
     MetricsPanel #gauges { height: auto; max-height: 8; }
+    MetricsPanel #fit { height: 1; display: none; }
+    MetricsPanel #fit.-known { display: block; }
     MetricsPanel.-short Grid { grid-size: 4; height: 4; }
     MetricsPanel.-short #gauges { max-height: 2; }
     """
@@ -100,6 +102,7 @@ class MetricsPanel(Vertical):
             yield MetricSpark("eval loss", "waiting for the first evaluation", id="spark-eval")
             yield MetricSpark("learning rate", id="spark-lr")
             yield MetricSpark("tokens/s", id="spark-tps")
+        yield Label("", id="fit")
         yield Vertical(id="gauges")
 
     def refresh_from(self, view: RunView) -> None:
@@ -108,6 +111,11 @@ class MetricsPanel(Vertical):
         self.query_one("#spark-eval", MetricSpark).show(view.eval_loss)
         self.query_one("#spark-lr", MetricSpark).show(view.lr, ".2e")
         self.query_one("#spark-tps", MetricSpark).show(view.throughput, ".0f")
+        words = view.memory_words()  # the prediction beside the measured peak, once the trainer said one
+        fit = self.query_one("#fit", Label)
+        fit.set_class(bool(words), "-known")
+        if words:
+            fit.update(words, layout=False)
         gauges = self.query_one("#gauges", Vertical)
         existing = {g.rank: g for g in gauges.query(MemoryGauge)}
         for rank, mem in sorted(view.memory.items()):
