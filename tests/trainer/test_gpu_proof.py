@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 STEP_FILES = ["01-gpu-tests.json", "02-mfu.json", "03-checkpoint.json", "04-nettest.json", "05-lora.json",
-              "06-peers.json"]
+              "06-peers.json", "07-fit.json"]
 
 
 def _proof_module():
@@ -97,8 +97,13 @@ def test_the_dry_run_runs_every_step_and_writes_its_json(tmp_path):
     peers = got["06-peers.json"]
     if not (ROOT / "benchmarks/bench_vs_peers.py").exists():
         assert peers["status"] == "skipped" and "does not exist" in peers["reason"]
+    fit = got["07-fit.json"]["result"]  # the memory prediction beside each case's measured peak
+    assert [(r["name"], r["sharding"]) for r in fit["runs"]] == [
+        (shape, sharding) for shape in ("tiny", "tiny-wide") for sharding in ("full_shard", "no_shard")]
+    assert all(r["predicted_gib"] > 0 and r["measured_gib"] > 0 and r["error"] is not None for r in fit["runs"])
+    assert fit["measured_by"].startswith("VmHWM")
     log = (tmp_path / "proof.log").read_text()
-    assert "==== step 6: peers" in log and "bench_gpu.py --json --tiny" in log
+    assert "==== step 6: peers" in log and "bench_gpu.py --json --tiny" in log and "==== step 7: fit" in log
     assert out.stdout.splitlines()[-1].startswith("card: cpu | torch ")
 
 

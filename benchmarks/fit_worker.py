@@ -1,9 +1,11 @@
-"""Run under torchrun by ``test_fit_measured.py``: for each case (a model folder and a sharding), the
-trainer's own parts build, shard and train the model for two steps (the second with AdamW's state), and
-every rank measures its resident peak above what it held before the model, next to the prediction the
-trainer makes for that run (``trainer.wire.fit``). Rank 0 writes the cases as JSON lines.
+"""The memory prediction against each rank's measured peak, run under torchrun: for each case (a model
+folder and a sharding), the trainer's own parts build, shard and train the model for two steps (the
+second with AdamW's state), and every rank measures its peak above what it held before the model (on a
+GPU ``torch.cuda.max_memory_allocated``; on CPU the resident peak, ``VmHWM``), next to the prediction the
+trainer makes for that run (``trainer.wire.fit``). Rank 0 writes one JSON line per case.
+``tests/trainer/test_fit_measured.py`` runs it on CPU, ``benchmarks/gpu_proof.py``'s ``fit`` step on a GPU.
 
-    torchrun --nproc_per_node=2 tests/trainer/fit_worker.py CASES.json OUT.jsonl
+    torchrun --nproc_per_node=2 benchmarks/fit_worker.py CASES.json OUT.jsonl
 """
 
 from __future__ import annotations
@@ -31,6 +33,30 @@ def _settle() -> None:
         pass
 
 
+def _start(cuda: bool) -> int:
+    """Where the peak is counted from: the tensors allocated now on a GPU (its peak reset), else the
+    resident memory now (its peak reset: ``/proc/self/clear_refs``)."""
+    import torch
+
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        return torch.cuda.memory_allocated()
+    before = _status("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return before
+
+
+def _peak(cuda: bool) -> int:
+    import torch
+
+    if cuda:
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated()
+    return _status("VmHWM")
+
+
 def main(cases_path: str, out_path: str) -> None:
     import torch.distributed as dist
 
@@ -39,7 +65,8 @@ def main(cases_path: str, out_path: str) -> None:
     from trainer.wire.config import TrainerConfig
     from trainer.wire.fit import predict
 
-    cases = json.loads(open(cases_path).read())
+    with open(cases_path, encoding="utf-8") as f:
+        cases = json.loads(f.read())
     d = data = None
     for case in cases:
         cfg = TrainerConfig.model_validate(case["params"])
@@ -48,9 +75,8 @@ def main(cases_path: str, out_path: str) -> None:
             d = job.start(cfg)
             data = job.load_data(cfg, choices, d)  # one tokenizer and dataset for every case
         _settle()
-        before = _status("VmRSS")
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # the resident peak starts again from here
+        cuda = d.device.type == "cuda"
+        before = _start(cuda)
         built = job.build_model(cfg, choices, data.total, d)
         run = job.training(cfg, built, data, d)
         epoch, position = 0, 0
@@ -59,17 +85,22 @@ def main(cases_path: str, out_path: str) -> None:
                 data.order, data.rows.train_rows, epoch, position, 1, data.rows.pad_id, None)
             train.train_step(built.net, run.optimizer, run.scheduler, batches, d.device, cfg.optim.max_grad_norm,
                              d.world)
-        measured = _status("VmHWM") - before
+        measured = _peak(cuda) - before
         predicted = predict(built.size, memory.setup(cfg, d, built.sharding.sharding, choices.attention))
         peaks = [None] * d.world
         dist.all_gather_object(peaks, measured)
         if d.rank == 0:
             with open(out_path, "a") as out:
-                out.write(json.dumps({"name": case["name"], "sharding": built.sharding.sharding, "measured": peaks,
+                out.write(json.dumps({"name": case["name"], "sharding": built.sharding.sharding, "device": d.device.type,
+                                      "measured": peaks,
                                       "predicted": predicted.peak, "parts": predicted.parts_gib(),
                                       "params": built.shape.num_params}) + "\n")
         del built, run, batches
         _settle()
+        if cuda:
+            import torch
+
+            torch.cuda.empty_cache()
     dist.barrier()
     dist.destroy_process_group()
 
