@@ -86,7 +86,8 @@ def main(cases_path: str, out_path: str) -> None:
             train.train_step(built.net, run.optimizer, run.scheduler, batches, d.device, cfg.optim.max_grad_norm,
                              d.world)
         measured = _peak(cuda) - before
-        predicted = predict(built.size, memory.setup(cfg, d, built.sharding.sharding, choices.attention))
+        predicted = predict(built.size, memory.setup(cfg, d, built.sharding.sharding, choices.attention,
+                                                     built.size.vocab))
         peaks = [None] * d.world
         dist.all_gather_object(peaks, measured)
         if d.rank == 0:

@@ -123,7 +123,9 @@ def build_model(cfg: TrainerConfig, choices: Choices, total: int, d: parallel.Di
         if adapters is not None:
             net = adapters.apply(net)
         sized.append(memory.model_size(choices.hf_config, net, quantized))  # what auto's choice predicts
-        chosen.append(parallel.choose_sharding(cfg.fsdp, d, sized[0], memory.setup(cfg, d, "no_shard", choices.attention),
+        vocab = sized[0].vocab if sized[0] is not None else 0
+        chosen.append(parallel.choose_sharding(cfg.fsdp, d, sized[0], memory.setup(cfg, d, "no_shard", choices.attention,
+                                                                                    vocab),
                                                before if d.device.type == "cpu" else None))
         model.apply_activation_checkpointing(net, cfg.model.activation_checkpointing)
         if compiled:
@@ -207,7 +209,7 @@ def _fit(cfg: TrainerConfig, choices: Choices, built: Built, d: parallel.Dist):
     """This run's memory prediction as a record, and the lines that say it against the rank's memory."""
     size = built.size
     assert size is not None
-    setup = memory.setup(cfg, d, built.sharding.sharding, choices.attention)  # type: ignore[arg-type]
+    setup = memory.setup(cfg, d, built.sharding.sharding, choices.attention, size.vocab)  # type: ignore[arg-type]
     room = memory.budget(d)
     before = built.process_bytes if d.device.type == "cpu" else None
     said = fit_advice.verdict(size, setup, room, lora_possible=not cfg.model.from_scratch, process_bytes=before)

@@ -20,9 +20,6 @@ from trainer.wire.model_family import packing_refusal, read_config
 from trainer.wire.model_size import ModelSize, builtin_config, size_of
 
 GIB = 2**30
-CHUNKED_LOSS_SETTING: str | None = None
-"""The trainer setting that computes the loss a chunk of positions at a time, when it has one (the
-prediction's ``try`` names it); ``None``: the loss holds every position's logits."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +75,7 @@ def verdict_of(fit: FitPlan, plan: RunPlan, budget: Budget | None) -> Verdict:
 
     def setup(sharding: Sharding):
         return fit_advice.setup_for(cfg, world=topo.world_size, nodes=topo.num_nodes, device=device,
-                                    sharding=sharding, packing=packing, attention=attention)
+                                    sharding=sharding, packing=packing, attention=attention, vocab=fit.size.vocab)
 
     sharding: Sharding
     if cfg.fsdp.sharding != "auto":
@@ -87,8 +84,7 @@ def verdict_of(fit: FitPlan, plan: RunPlan, budget: Budget | None) -> Verdict:
         sharding = "no_shard" if topo.world_size == 1 else "full_shard"
     else:
         sharding = fit_advice.choose_auto(fit.size, setup("no_shard"), budget.bytes)
-    return fit_advice.verdict(fit.size, setup(sharding), budget, lora_possible=not cfg.model.from_scratch,
-                              chunked_loss=CHUNKED_LOSS_SETTING)
+    return fit_advice.verdict(fit.size, setup(sharding), budget, lora_possible=not cfg.model.from_scratch)
 
 
 def fit_lines(plan: RunPlan, budget: Budget | None = None, file: str = "FILE") -> list[str]:

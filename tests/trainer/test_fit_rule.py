@@ -37,7 +37,7 @@ def test_the_state_of_an_8b_model_by_hand():
     ({"sharding": "shard_grad_op"}, "gathered", False),
     ({"checkpointing": "full"}, "activations", True),
     ({"checkpointing": "selective"}, "activations", True),
-    ({"loss": "chunked"}, "loss", True),
+    ({"logit_rows": 512}, "loss", True),
     ({"batch": 4}, "activations", False),
     ({"seq": 8192}, "activations", False),
     ({"attention": "eager"}, "activations", False),
@@ -142,3 +142,18 @@ def test_the_measured_peaks_beside_the_prediction():
     assert memory_check(records[1:]) is None  # a run that predicted nothing
     gpu = RankMemory(0, peak_gib=30.0, device_used_gib=40.0)
     assert gpu.measured_peak_gib == 30.0  # the tensors' peak, as the GPU's prediction counts it
+
+
+def test_the_loss_term_follows_the_trainer_s_cross_entropy_setting():
+    """The chunked cross-entropy holds one chunk's logits (the trainer's own rule, ``trainer.wire.cross_entropy``);
+    the full logits, every position's. Needs a trainer with ``model.cross_entropy``."""
+    rule = pytest.importorskip("trainer.wire.cross_entropy")
+    base = {"model_name": "m", "dataset_name": "d", "output_dir": "o", "max_seq_len": 8192, "per_device_batch_size": 1}
+    full = TrainerConfig.model_validate({**base, "model": {"cross_entropy": "full"}})
+    chunked = TrainerConfig.model_validate({**base, "model": {"cross_entropy": "chunked"}})
+    kw = {"world": 8, "nodes": 1, "device": "cuda", "sharding": "full_shard", "packing": True, "vocab": LLAMA_8B.vocab}
+    assert setup_for(full, **kw).logit_rows is None
+    assert setup_for(chunked, **kw).logit_rows == rule.chunk_rows(LLAMA_8B.vocab, True)
+    assert predict(LLAMA_8B, setup_for(chunked, **kw)).loss < predict(LLAMA_8B, setup_for(full, **kw)).loss / 10
+    tight = verdict(LLAMA_8B, setup_for(full, **kw), Budget(90 * GIB, "a 90 GiB card"))
+    assert any(t.startswith("model.cross_entropy: chunked (~") for t in tight.tries), tight.tries

@@ -52,12 +52,12 @@ def model_size(config, net: nn.Module, quantized: bool = False) -> ModelSize | N
                        block=max((sum(b.values()) for b in blocks), default=0), rest=max(0, rest))
 
 
-def setup(cfg: TrainerConfig, d: Dist, sharding: Sharding, attention) -> Setup:
+def setup(cfg: TrainerConfig, d: Dist, sharding: Sharding, attention, vocab: int) -> Setup:
     """The prediction's settings for this run (``attention``: the run's
-    :class:`trainer.model.attention.AttentionChoice`)."""
+    :class:`trainer.model.attention.AttentionChoice`; ``vocab``: the model's)."""
     return fit_advice.setup_for(cfg, world=d.world, nodes=d.num_nodes, device="cuda" if d.device.type == "cuda" else "cpu",
                                 sharding=sharding, packing=attention.packing, per_example=attention.per_example,
-                                attention=attention.implementation)
+                                attention=attention.implementation, vocab=vocab)
 
 
 def budget(d: Dist) -> fit_advice.Budget:

@@ -18,8 +18,9 @@ what it held before the model):
   unpacked ones are counted at ``max_seq_len``, their worst case), by activation checkpointing: every
   block's (``off``), each block's input and one block's (``full``), or half of each (``selective``); the
   attention scores of the ``eager`` kernel; the packed rows' mask;
-- **loss**: the output layer's logits over the vocabulary for every learned position with their
-  log-softmax and gradients (``full``), or one chunk of positions at a time (``chunked``).
+- **loss**: the output layer's logits over the vocabulary with their log-softmax and gradient, for every
+  learned position of a micro-batch (the full logits), or for one chunk of positions at a time (the
+  chunked cross-entropy: ``Setup.logit_rows``, the trainer's own rule for its ``model.cross_entropy``).
 
 The peak is the largest of the moments that matter: the loss's backward (every activation still held),
 and the last block's gradients reduced (the state's gradients whole). :mod:`trainer.wire.fit_advice`
@@ -37,8 +38,6 @@ from trainer.wire.model_size import ModelSize
 GIB = 1024**3
 UNIT_BYTES = 25 * 2**20
 """The least an FSDP unit gathers (``trainer.parallel.UNIT_BYTES``: blocks smaller are wrapped together)."""
-LOSS_CHUNK_TOKENS = 1024
-"""Learned positions whose logits a ``chunked`` loss holds at once (the prediction's assumption)."""
 LOGIT_BYTES = {2: 12, 4: 12}
 """Bytes a logit costs at the loss's backward, by compute dtype size: the logits, their fp32 log-softmax
 and its gradient (bf16: 2 + 4 + 4 and the gradient's bf16 cast; fp32: three fp32 copies, measured)."""
@@ -72,7 +71,9 @@ class Setup:
     attention: Literal["sdpa", "eager", "flex"] = "sdpa"
     masked: bool = False
     """Packed rows that carry an explicit mask (sdpa or eager through a mask, not once per example)."""
-    loss: Literal["full", "chunked"] = "full"
+    logit_rows: int | None = None
+    """Positions whose logits the loss holds at once: ``None`` for every learned position of a micro-batch
+    (the full logits), a chunk's for the chunked cross-entropy."""
     lora_rank: int | None = None
     lora_targets: tuple[str, ...] | Literal["all-linear"] = "all-linear"
     lora_saved: tuple[str, ...] = ()
@@ -171,7 +172,7 @@ def predict(size: ModelSize, setup: Setup) -> Prediction:
     block = _block_acts(size, setup, 1)
     tokens = setup.batch * setup.seq
     logit_bytes = LOGIT_BYTES.get(cb, 12)
-    logits = (tokens if setup.loss == "full" else min(tokens, LOSS_CHUNK_TOKENS)) * size.vocab * logit_bytes
+    logits = (tokens if setup.logit_rows is None else min(tokens, setup.logit_rows)) * size.vocab * logit_bytes
     # Three moments bound the step: the loss's backward (every activation held, the logits and their
     # gradient), the last block's backward (every activation, the output layer's gradient, the blocks
     # gathered) and the end of backward (every gradient there, the activations gone but the first

@@ -36,12 +36,35 @@ class Budget:
     """In words: ``NVIDIA H100 80GB HBM3 on node0 (doctor)``, ``this machine's RAM / 2 ranks``, ..."""
 
 
+try:  # the chunked cross-entropy's own rule, where the trainer has it (model.cross_entropy)
+    from trainer.wire.cross_entropy import chunk_rows, logits_rows  # type: ignore[import-not-found]
+except ImportError:  # a trainer without it holds every position's logits
+    chunk_rows = logits_rows = None  # type: ignore[assignment]
+
+CROSS_ENTROPY = "model.cross_entropy"
+
+
+def loss_rows(cfg: TrainerConfig, positions: int, vocab: int, device: str) -> int | None:
+    """Positions whose logits the run's loss holds at once (``None``: all of a micro-batch's), by the
+    trainer's rule for its ``model.cross_entropy`` setting."""
+    setting = getattr(cfg.model, "cross_entropy", "full")
+    if logits_rows is None or setting == "full":
+        return None
+    rows = logits_rows(setting, positions, vocab, device == "cuda")
+    return None if rows >= positions else rows
+
+
+def chunk_of(vocab: int, device: str) -> int | None:
+    """A chunk's positions for ``model.cross_entropy: chunked`` (``None``: the trainer has no chunks)."""
+    return None if chunk_rows is None else chunk_rows(vocab, device == "cuda")
+
+
 def setup_for(cfg: TrainerConfig, *, world: int, nodes: int, device: Literal["cuda", "cpu"],
               sharding: Sharding, packing: bool, per_example: bool = False,
-              attention: Literal["sdpa", "eager", "flex"] = "sdpa") -> Setup:
+              attention: Literal["sdpa", "eager", "flex"] = "sdpa", vocab: int = 0) -> Setup:
     """The prediction's settings of a trainer config on ``world`` ranks (``sharding`` resolved: not
     ``auto``); ``packing`` and ``per_example`` as the attention choice made them (the trainer knows them,
-    the launcher reads the model's family)."""
+    the launcher reads the model's family); ``vocab``: the model's, for the loss's chunks."""
     bf16 = cfg.fsdp.mixed_precision == "bf16" or (cfg.fsdp.mixed_precision == "auto" and device == "cuda")
     quantized = cfg.lora is not None and cfg.lora.quantize is not None
     param_bytes = 2 if cfg.model.dtype == "bfloat16" or quantized else 4
@@ -53,6 +76,7 @@ def setup_for(cfg: TrainerConfig, *, world: int, nodes: int, device: Literal["cu
                  param_bytes=param_bytes, compute_bytes=2 if bf16 else param_bytes,
                  reduce_bytes=2 if bf16 and cfg.fsdp.reduce_dtype == "bf16" else 4,
                  checkpointing=cfg.model.activation_checkpointing, batch=cfg.per_device_batch_size,
+                 logit_rows=loss_rows(cfg, cfg.per_device_batch_size * cfg.max_seq_len, vocab, device),
                  seq=cfg.max_seq_len, attention=attention, masked=packing and not per_example,
                  lora_rank=lora.r if lora is not None else None, lora_targets=targets,
                  lora_saved=tuple(lora.modules_to_save or ()) if lora is not None else (), quantized=quantized)
@@ -115,16 +139,16 @@ def _gib(n: int | float) -> str:
 
 
 def verdict(size: ModelSize, setup: Setup, budget: Budget | None, *, lora_possible: bool = True,
-            chunked_loss: str | None = None, process_bytes: int | None = None) -> Verdict:
+            process_bytes: int | None = None) -> Verdict:
     """The prediction against ``budget`` and, when it does not fit, what would: each setting alone that
-    makes it fit, else the fewest of them together. ``chunked_loss``: the setting that computes the loss
-    in chunks, when the trainer has one; ``lora_possible``: LoRA may be suggested (a pretrained model)."""
+    makes it fit, else the fewest of them together. ``lora_possible``: LoRA may be suggested (a
+    pretrained model)."""
     pred = predict(size, setup)
     need = need_bytes(pred, process_bytes)
     if budget is None or need <= FIT_SHARE * budget.bytes:
         return Verdict(pred, need, budget)
     limit = FIT_SHARE * budget.bytes
-    options = _options(setup, lora_possible, chunked_loss)
+    options = _options(setup, lora_possible, chunk_of(size.vocab, setup.device))
     fitting = []
     for words, changed in options:
         after = need_bytes(predict(size, changed), process_bytes)
@@ -142,14 +166,14 @@ def verdict(size: ModelSize, setup: Setup, budget: Budget | None, *, lora_possib
     return Verdict(pred, need, budget, tuple(fitting[:3]))
 
 
-def _options(setup: Setup, lora_possible: bool, chunked_loss: str | None) -> list[tuple[str, Setup]]:
+def _options(setup: Setup, lora_possible: bool, chunk: int | None) -> list[tuple[str, Setup]]:
     out: list[tuple[str, Setup]] = []
     if setup.sharding != "full_shard" and setup.world > 1:
         out.append(("fsdp.sharding: full_shard", replace(setup, sharding="full_shard")))
     if setup.checkpointing != "full":
         out.append(("model.activation_checkpointing: full", replace(setup, checkpointing="full")))
-    if setup.loss == "full" and chunked_loss:
-        out.append((chunked_loss, replace(setup, loss="chunked")))
+    if setup.logit_rows is None and chunk is not None and chunk < setup.batch * setup.seq:
+        out.append((f"{CROSS_ENTROPY}: chunked", replace(setup, logit_rows=chunk)))
     batch = setup.batch
     while batch > 1:
         batch //= 2
