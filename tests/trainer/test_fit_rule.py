@@ -38,6 +38,7 @@ def test_the_state_of_an_8b_model_by_hand():
     ({"checkpointing": "full"}, "activations", True),
     ({"checkpointing": "selective"}, "activations", True),
     ({"logit_rows": 512}, "loss", True),
+    ({"accumulation": 4}, "peak", False),  # the gradients held through the later micro-steps' forward
     ({"batch": 4}, "activations", False),
     ({"seq": 8192}, "activations", False),
     ({"attention": "eager"}, "activations", False),

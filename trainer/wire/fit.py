@@ -30,7 +30,7 @@ turns a prediction into a verdict against a rank's memory and the settings that 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from trainer.wire.model_size import ModelSize
@@ -66,6 +66,8 @@ class Setup:
     """2 under bf16 mixed precision (``auto`` on a GPU), else the stored size."""
     reduce_bytes: int = 4
     checkpointing: Literal["off", "full", "selective"] = "off"
+    accumulation: int = 1
+    """Micro-steps per optimiser step: past the first, the gradients are held through the forward too."""
     batch: int = 1
     seq: int = 1024
     attention: Literal["sdpa", "eager", "flex"] = "sdpa"
@@ -177,7 +179,8 @@ def predict(size: ModelSize, setup: Setup) -> Prediction:
     # gradient), the last block's backward (every activation, the output layer's gradient, the blocks
     # gathered) and the end of backward (every gradient there, the activations gone but the first
     # block's). Gradients live from backward to the optimiser's step.
-    moments = [(g.at_loss, acts, logits, 0), (g.at_last_block, acts + block // 2, 0, 0),
+    held_grads = grads if setup.accumulation > 1 else 0
+    moments = [(g.at_loss, acts, logits, held_grads), (g.at_last_block, acts + block // 2, 0, held_grads),
                (g.at_end, block, 0, grads)]
     gathered, activations, loss, grads = max(moments, key=sum)
     return Prediction(setup, params, grads, optim, g.held + gathered, activations, loss, host, trainable, size.exact)
@@ -185,8 +188,9 @@ def predict(size: ModelSize, setup: Setup) -> Prediction:
 
 @dataclass(frozen=True)
 class _Whole:
-    """Whole parameters and gradients beside the shards, in bytes: ``held`` all step (the root's unit, and
-    plain replication's gradient buckets), and the rest at each moment of :func:`predict`."""
+    """Whole parameters and gradients beside the shards, in bytes: ``held`` all step (the last reduction's
+    input, which FSDP keeps until the next one; plain replication's gradient buckets), and the rest at
+    each moment of :func:`predict`."""
 
     held: int
     at_loss: int
@@ -265,6 +269,3 @@ def _activations(size: ModelSize, setup: Setup) -> int:
         kept += setup.batch * setup.seq * setup.seq * (1 if setup.attention != "eager" else cb)
     return kept
 
-
-def with_sharding(setup: Setup, sharding: Sharding) -> Setup:
-    return replace(setup, sharding=sharding)
