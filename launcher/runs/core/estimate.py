@@ -37,6 +37,12 @@ RATIO_CLAMP = 2.0
 """A ratio counts as at most this (at least its inverse): an outlier's weight in the median is bounded."""
 MAX_CORRECTION = 1.5
 """The most the correction may scale an estimate, either way, whatever the past ratios say."""
+MIN_RATIOS = 3
+"""Ratios a correction needs: fewer say how a run or two differed from the runs before them, not how
+the estimate errs."""
+AGREE = 0.8
+"""The share of the ratios that must lie on the same side of 1 as their median: ratios that scatter
+around 1 are the runs' own spread (a busy hour, a quiet one), which a correction would only add to."""
 LENGTH_KEYS = ("max_steps", "num_epochs", "output_dir")
 """``parameters`` keys that change how long a run is or where it writes, not how fast it steps."""
 IGNORED_SECTIONS = ("checkpoint",)
@@ -152,12 +158,17 @@ def pooled(timings: Sequence[Timing]) -> Timing:
 
 
 def correction_of(ratios: Sequence[float]) -> tuple[float | None, bool]:
-    """The factor past ratios (newest first) apply: the median of the last :data:`RATIO_RUNS`, each
-    clamped to :data:`RATIO_CLAMP`, the result held to :data:`MAX_CORRECTION` (and whether it was);
-    ``None`` without any."""
-    if not ratios:
+    """The factor past ratios (newest first) apply, and whether it was held: the median of the last
+    :data:`RATIO_RUNS`, each clamped to :data:`RATIO_CLAMP`, held to :data:`MAX_CORRECTION`; ``None``
+    with fewer than :data:`MIN_RATIOS` of them, or when they do not agree on a direction (:data:`AGREE`):
+    the estimate errs one way only then, and only that is worth correcting."""
+    used = [min(RATIO_CLAMP, max(1 / RATIO_CLAMP, r)) for r in ratios[:RATIO_RUNS]]
+    if len(used) < MIN_RATIOS:
         return None, False
-    middle = statistics.median(min(RATIO_CLAMP, max(1 / RATIO_CLAMP, r)) for r in ratios[:RATIO_RUNS])
+    middle = statistics.median(used)
+    same_side = sum((r > 1) == (middle > 1) and r != 1 for r in used)
+    if middle == 1 or same_side < AGREE * len(used):
+        return None, False
     held = min(MAX_CORRECTION, max(1 / MAX_CORRECTION, middle))
     return held, held != middle
 
@@ -217,6 +228,11 @@ class Estimate:
             held = f" (held to x{1 / MAX_CORRECTION:.2f}-x{MAX_CORRECTION:.2f})" if self.held else ""
             out.append(f"  x{self.correction:.2f}: the median real/estimated wall time of the last "
                        f"{plural(self.corrected_by, 'run')} of this workload{held}")
+        elif self.corrected_by:
+            why = ("too few to correct by" if self.corrected_by < MIN_RATIOS else
+                   "they scatter around 1: the runs' own spread, not the estimate's error")
+            out.append(f"  not corrected: {plural(self.corrected_by, 'past run')} compared with "
+                       f"{'its' if self.corrected_by == 1 else 'their'} estimates ({why})")
         if self.unmeasured:
             out.append(f"  not measured (taken as nothing): {', '.join(self.unmeasured)}")
         return out

@@ -88,13 +88,14 @@ def test_a_probe_measures_the_steps_and_the_last_finished_run_the_end(home):
 
 
 def test_ratios_correct_only_estimates_from_their_own_kind_of_measurement(home):
-    _past(home, "a", step_s=1.0, ratio=("probe", 1.5))
-    _past(home, "b", step_s=1.0, ratio=("run", 1.1))
-    _past(home, "c", step_s=1.0, ratio=("run", 1.3))
+    for name, ratio in (("a1", 1.5), ("a2", 1.4), ("a3", 1.6)):
+        _past(home, name, step_s=1.0, ratio=("probe", ratio))
+    for name, ratio in (("b1", 1.1), ("b2", 1.3), ("b3", 1.2)):
+        _past(home, name, step_s=1.0, ratio=("run", ratio))
     for name in ("d", "e", "f"):  # the pool: their own ratios would be theirs
         _past(home, name, step_s=1.0)
     from_run = estimate_plan(home, _plan("x"))
-    assert from_run.correction == pytest.approx(1.2) and from_run.corrected_by == 2
+    assert from_run.correction == pytest.approx(1.2) and from_run.corrected_by == 3
     _past(home, "g-probe", step_s=1.0, state=RunState.CANCELLED, probe=True)
     from_probe = estimate_plan(home, _plan("x"))
     assert from_probe.source.startswith("probe") and from_probe.correction == pytest.approx(1.5)
@@ -112,28 +113,24 @@ def test_a_run_s_ratio_never_corrects_an_estimate_from_its_own_measurement(home)
 
 
 def test_a_recorded_history_with_an_outlier_moves_the_estimate_a_bounded_factor(home):
-    """Eight runs of one workload, each with the ratio its end kept; one of them ran at a tenth of its
-    estimate's pace (a machine that was busy for that run alone)."""
-    kept = [1.05, 0.97, 10.0, 1.02, 0.99, 1.03]
-    for i, ratio in enumerate(kept):
-        _past(home, f"r{i}", step_s=1.0, ratio=(f"run r{i - 1 if i else 'x'}", ratio))
-    for name in ("s0", "s1", "s2"):
-        _past(home, name, step_s=1.0)
+    """A workload's history as its runs kept it: each run's real/estimated ratio, one of them from a run
+    that took ten times its estimate (a machine busy for that run alone)."""
+    def history_of(prefix: str, ratios: list[float]) -> None:
+        for i, ratio in enumerate(ratios):
+            _past(home, f"{prefix}{i}", step_s=1.0, ratio=(f"run {prefix}{i - 1 if i else 'x'}", ratio))
+        for i in range(3):  # the newest three: the pool, whose own ratios do not count
+            _past(home, f"{prefix}p{i}", step_s=1.0)
+
     plain = 10 + 49 * 1.0 + 3.0
+    history_of("a", [1.05, 0.97, 10.0, 1.02, 0.99])  # the others met their estimates: nothing to correct
     est = estimate_plan(home, _plan("x"))
-    assert est.corrected_by == 5 and est.correction == pytest.approx(1.02)  # the outlier is one of five
-    assert est.wall_s == pytest.approx(plain * 1.02)
-    _past(home, "t-outlier", step_s=1.0, ratio=("run s2", 40.0))
-    _past(home, "t-outlier2", step_s=1.0, ratio=("run t-outlier", 40.0))
-    for name in ("u0", "u1", "u2"):
-        _past(home, name, step_s=1.0)
-    est = estimate_plan(home, _plan("x"))  # two outliers among five: still the median of the others
-    assert est.correction == pytest.approx(1.03)
-    for i in range(3):
-        _past(home, f"v{i}", step_s=1.0, ratio=(f"run u{i}", 40.0))
-    for name in ("w0", "w1", "w2"):
-        _past(home, name, step_s=1.0)
-    est = estimate_plan(home, _plan("x"))  # outliers for a majority of the five: held to the bound
+    assert est.correction is None and est.corrected_by == 5 and est.wall_s == pytest.approx(plain)
+    assert "they scatter around 1" in "\n".join(est.lines())
+    history_of("b", [1.2, 1.25, 10.0, 1.22, 1.18])  # they ran 20% long: the outlier counts as x2, one of five
+    est = estimate_plan(home, _plan("x"))
+    assert est.correction == pytest.approx(1.22) and est.wall_s == pytest.approx(plain * 1.22)
+    history_of("c", [1.2, 10.0, 10.0, 10.0, 1.25])  # outliers for most of the five: held to the bound
+    est = estimate_plan(home, _plan("x"))
     assert est.correction == pytest.approx(1.5) and est.held and "held to x0.67-x1.50" in "\n".join(est.lines())
 
 

@@ -139,17 +139,30 @@ def test_only_a_run_that_is_what_was_estimated_is_compared(ended, why):
 
 @pytest.mark.parametrize("ratios, expect, held", [
     ([], None, False),
-    ([1.1], 1.1, False),
-    ([1.0, 1.05, 0.95, 1.02, 9.0], 1.02, False),       # one outlier among five: the median ignores it
-    ([9.0], MAX_CORRECTION, True),                     # alone, it is held to the bound
-    ([0.05, 0.6], 1 / MAX_CORRECTION, True),           # 0.05 clamped to 1/2, the median 0.55 held
-    ([1.0, 1.0, 1.0, 1.0, 1.0, 30.0, 30.0], 1.0, False),  # only the last five count
+    ([1.1], None, False),                              # one or two runs: how they differed, not a bias
+    ([1.1, 1.2], None, False),
+    ([1.2, 1.25, 1.3], 1.25, False),                   # three that agree: the estimate errs one way
+    ([1.2, 1.25, 1.3, 0.9, 1.22], 1.22, False),        # four of five agree
+    ([1.0, 1.05, 0.95, 1.02, 9.0], None, False),       # they scatter around 1: an outlier moves nothing
+    ([0.64, 0.77, 1.02, 1.34, 0.97], None, False),     # a loaded machine's runs: their own spread
+    ([9.0, 8.0, 3.0], MAX_CORRECTION, True),           # each counted as x2 at most, the median held
+    ([0.05, 0.4, 0.6], 1 / MAX_CORRECTION, True),
+    ([1.1] * 5 + [30.0, 30.0], 1.1, False),            # only the last five count
 ])
-def test_the_correction_is_the_median_of_clamped_ratios_and_bounded(ratios, expect, held):
+def test_the_correction_needs_agreeing_ratios_and_is_bounded(ratios, expect, held):
     value, was_held = correction_of(ratios)
     assert (value is None) == (expect is None) and was_held is held
     if expect is not None:
         assert value == pytest.approx(expect)
+
+
+def test_an_estimate_says_why_it_was_not_corrected():
+    t = timing_of("r", _records([0.0, 1.0, 1.0]), T0, T0 + 30, probe=False, finished=True)
+    for ratios, words in (([1.3], "1 past run compared with its estimates (too few to correct by)"),
+                          ([0.7, 1.3, 1.0, 0.8, 1.2], "they scatter around 1")):
+        est = estimate(timing=t, steps=50, eval_every=None, end_tail_s=None, unit="CPU", workers=1, ratios=ratios,
+                       price=None, currency="")
+        assert est.correction is None and words in "\n".join(est.lines())
 
 
 def test_a_resumed_run_times_only_the_steps_it_made():
