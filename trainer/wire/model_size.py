@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from trainer.wire.builtin_assets import PREFIX as BUILTIN_PREFIX
 from trainer.wire.model_family import text_config
 
 LLAMA_LIKE = frozenset({"llama", "mistral", "ministral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3",
@@ -38,7 +39,7 @@ BUILTIN_VOCAB = 320
 def builtin_config(name: str) -> dict[str, Any] | None:
     """The ``config.json`` a ``builtin:`` model is built with (``None`` for another name): the launcher
     sizes it without building it."""
-    shape = BUILTIN_SHAPES.get(name.removeprefix("builtin:")) if name.startswith("builtin:") else None
+    shape = BUILTIN_SHAPES.get(name.removeprefix(BUILTIN_PREFIX)) if name.startswith(BUILTIN_PREFIX) else None
     return None if shape is None else builtin_llama(*shape)
 
 
