@@ -3,7 +3,9 @@ against the memory a node reported (its GPUs' from ``nvidia-smi``, else its RAM 
 
 from __future__ import annotations
 
+from launcher.doctor.check import Check
 from launcher.doctor.reply import ProbeReply
+from launcher.words import plural
 from launcher.workload.fit import fit_plan, verdict_of
 from launcher.workload.plan import RunPlan
 from trainer.wire.fit_advice import Budget
@@ -23,15 +25,13 @@ def node_budget(plan: RunPlan, facts: ProbeReply, host: str) -> Budget | None:
         return Budget(min(sizes) * 2**20, f"{name} on {host}, nvidia-smi")
     if facts.ram.total_bytes is None:
         return None
-    return Budget(facts.ram.total_bytes // max(1, procs), f"{host}'s RAM over {procs} processes")
+    return Budget(facts.ram.total_bytes // max(1, procs), f"{host}'s RAM over {plural(procs, 'process')}")
 
 
-def memory_check(plan: RunPlan, facts: ProbeReply, host: str):
+def memory_check(plan: RunPlan, facts: ProbeReply, host: str) -> Check | None:
     """``memory``: ok when the predicted need fits (with headroom), a warning when it fits only without
     headroom or the node did not report its memory, an error when it needs more than the rank has;
     ``None`` for a command of the workload's own (its model is not known)."""
-    from launcher.doctor.judge import Check
-
     fit = fit_plan(plan)
     if isinstance(fit, str):
         return Check("memory", "ok", fit.removeprefix("memory: ")) if plan.uses_builtin_trainer else None
