@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from launcher.words import plural
 from launcher.workload.accelerators import GPU_MEMORY_GIB, TWO_SIZES
 from launcher.workload.plan import RunPlan
 from trainer.wire import fit_advice
@@ -62,7 +63,7 @@ def known_budget(plan: RunPlan) -> Budget | None:
         return Budget(int(gib * GIB), f"{topo.gpu_model}, from compute.accelerator_type{assumed}")
     if topo.is_local:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        return Budget(ram // max(1, topo.procs_per_node), f"this machine's RAM over {topo.procs_per_node} processes")
+        return Budget(ram // max(1, topo.procs_per_node), f"this machine's RAM over {plural(topo.procs_per_node, 'process')}")
     return None
 
 
