@@ -85,6 +85,20 @@ def test_one_change_that_fits_is_named_alone():
     assert any("lora" in t or "cpu_offload" in t for t in tiny.tries) or "nothing" in "\n".join(tiny.lines())
 
 
+def test_changes_together_name_each_setting_once():
+    """Where no one change fits, the fewest together: a setting halved several times is named once, at
+    the value that fits (never ``per_device_batch_size: 4 and per_device_batch_size: 2``)."""
+    setup = replace(GPU, world=16, seq=2048, batch=8)
+    said = verdict(LLAMA_8B, setup, Budget(22 * GIB, "L4"))
+    assert not said.fits and len(said.tries) == 1, said.tries
+    [together] = said.tries
+    assert together.count("per_device_batch_size") == 1, together
+    assert together.startswith("model.activation_checkpointing: full and per_device_batch_size: 1 "
+                               "(gradient_accumulation_steps x8 keeps the batch) (~"), together
+    applied = verdict(LLAMA_8B, replace(setup, checkpointing="full", batch=1), Budget(22 * GIB, "L4"))
+    assert applied.fits, applied.lines()  # what it names, applied, fits
+
+
 def test_auto_keeps_a_model_whole_while_it_fits():
     small = size_of({"model_type": "llama", "vocab_size": 32000, "hidden_size": 2048, "intermediate_size": 5632,
                      "num_hidden_layers": 22, "num_attention_heads": 32, "num_key_value_heads": 4})  # ~1.1B

@@ -155,14 +155,15 @@ def verdict(size: ModelSize, setup: Setup, budget: Budget | None, *, lora_possib
         after = need_bytes(predict(size, changed), process_bytes)
         if after <= limit:
             fitting.append(f"{words} (~{_gib(after)})")
-    if not fitting:  # together, in order, until it fits
-        together, words_all = setup, []
+    if not fitting:  # together, in order, until it fits; a setting named again replaces its earlier value
+        together = setup
+        named: dict[str, str] = {}
         for words, changed in options:
             together = _merge(together, changed, setup)
-            words_all.append(words)
+            named[words.split(":", 1)[0]] = words
             after = need_bytes(predict(size, together), process_bytes)
             if after <= limit:
-                fitting.append(" and ".join(words_all) + f" (~{_gib(after)})")
+                fitting.append(" and ".join(named.values()) + f" (~{_gib(after)})")
                 break
     return Verdict(pred, need, budget, tuple(fitting[:3]))
 
