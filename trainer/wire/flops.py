@@ -23,7 +23,8 @@ from collections.abc import Iterable
 MFU_CONVENTION = ("model FLOPs (forward 2N + activation gradients 2N + weight gradients 2T per token, N "
                   "non-embedding parameters, T of them trained; attention 12 x layers x width x example length; "
                   "recomputation not counted) over the device's dense bf16 peak")
-"""How MFU is counted, in one line: said at a run's start, in ``show`` and in the docs."""
+"""How MFU is counted, in one line: said at a run's start, as its MLflow run's tag ``fsdp_tui.mfu_convention``
+and in the docs."""
 
 
 def dense_flops_per_token(non_embedding: int, trainable_non_embedding: int | None = None) -> float:

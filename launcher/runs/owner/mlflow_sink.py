@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from launcher.paths import private_file
 from trainer.wire.fit_record import FitSummary
+from trainer.wire.flops import MFU_CONVENTION
 from trainer.wire.protocol import MetricRecord, ResumeCheck
 
 if TYPE_CHECKING:
@@ -76,6 +77,8 @@ class MlflowSink:
         self.home = Path(home)
         self.client: MlflowClient | None = None
         self.run_id: str | None = None
+        self._mfu_said: str | None = None
+        """The MLflow run whose MFU convention is tagged already (once a run, with its first MFU)."""
 
     @staticmethod
     def warm() -> None:
@@ -139,6 +142,9 @@ class MlflowSink:
                 client.set_tag(run_id, "fsdp_tui.resume_check", check.verdict)
                 client.set_tag(run_id, "fsdp_tui.resume_differs", "; ".join(check.differs)[:5000] or "nothing")
             stamp = int((r.time or 0) * 1000)
+            if r.mfu is not None and self._mfu_said != run_id:  # what the ``mfu`` metric counts
+                client.set_tag(run_id, "fsdp_tui.mfu_convention", MFU_CONVENTION)
+                self._mfu_said = run_id
             fit = FitSummary.from_record(r)
             if fit is not None:  # the prediction, beside each rank's measured peak in the same charts
                 client.set_tag(run_id, "fsdp_tui.memory_predicted", fit.words())
