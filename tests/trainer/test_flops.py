@@ -65,6 +65,22 @@ def test_the_model_s_shape_counts_what_trains():
     assert "logging.peak_tflops" in metrics.mfu_note(full, None)
 
 
+def test_a_4bit_base_is_counted_by_its_layers_not_its_packed_storage():
+    """QLoRA: bitsandbytes stores each base linear weight packed, four 4-bit values in one bf16 element
+    (``bnb_4bit_quant_storage: bf16``), a parameter of a quarter of the layer's count, and quantizes on
+    CUDA only; here a LoRA model's base weights are replaced by such storage, laid out as bitsandbytes
+    lays it. The FLOPs count the layers' weights, as the matmuls do, not the storage's elements."""
+    non_embedding, trained = _by_hand()
+    model = _model(lora=True)
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and ".lora_" not in name and not name.endswith("lm_head"):
+            packed = torch.zeros(module.weight.numel() // 4, 1, dtype=torch.bfloat16)
+            module.weight = torch.nn.Parameter(packed, requires_grad=False)
+    shape = metrics.ModelShape.of(model)
+    assert (shape.non_embedding_params, shape.trainable_non_embedding) == (non_embedding, trained)
+    assert sum(p.numel() for p in model.parameters()) < shape.num_params  # the storage alone would undercount
+
+
 @pytest.mark.parametrize("lora", [False, True])
 def test_torch_s_flop_counter_agrees_with_the_count(lora):
     """One forward and backward of one 64-token row, counted by torch (matmuls and attention's bmm):

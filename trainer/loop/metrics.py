@@ -82,18 +82,32 @@ class ModelShape:
     @classmethod
     def of(cls, model: nn.Module) -> ModelShape:
         config = model.config
-        total = sum(p.numel() for p in model.parameters())
+        counts = weights_of(model)
+        total = sum(counts.values())
         embed = model.get_input_embeddings().weight
         output = model.get_output_embeddings()
         tied = output is not None and output.weight is embed
         non_embedding = total - embed.numel() + (embed.numel() if tied else 0)
-        trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        trained = sum(counts[id(p)] for p in model.parameters() if p.requires_grad)
         if embed.requires_grad and not tied:
             trained -= embed.numel()  # the input embedding's gradient is a gather, not a matmul
         heads = config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         return cls(total, non_embedding, config.num_hidden_layers, heads * head_dim,
                    None if trained >= non_embedding else trained)
+
+
+def weights_of(model: nn.Module) -> dict[int, int]:
+    """Each parameter's count of weights (by ``id``), as the matmuls use them: a linear layer's
+    ``in_features x out_features`` even where its storage is packed (QLoRA's 4-bit base: bitsandbytes
+    keeps four 4-bit values in each bf16 element, a quarter of the count)."""
+    counts = {id(p): p.numel() for p in model.parameters()}
+    for module in model.modules():
+        weight = module._parameters.get("weight")
+        ins, outs = getattr(module, "in_features", None), getattr(module, "out_features", None)
+        if weight is not None and isinstance(ins, int) and isinstance(outs, int):
+            counts[id(weight)] = max(weight.numel(), ins * outs)
+    return counts
 
 
 def train_flops(shape: ModelShape, example_lengths: Iterable[int]) -> float:
