@@ -61,6 +61,8 @@ def main() -> None:
     from trainer.model import build as model
     from trainer.model import learned_logits
     from trainer.wire.config import FsdpConfig, OptimConfig
+    from trainer.wire.fit import Setup
+    from trainer.wire.model_size import size_of
 
     d = parallel.init_distributed()
     config = LlamaConfig(**(TINY if args.tiny else LLAMA_32_1B), max_position_embeddings=args.seq)
@@ -70,7 +72,10 @@ def main() -> None:
     net.config.use_cache = False
     shape = metrics.ModelShape.of(net)
     # As the trainer's entry does: its sharding choice, recomputation, compile, then FSDP2.
-    chosen = parallel.choose_sharding(FsdpConfig(sharding=args.sharding), shape.num_params, d)
+    cuda = d.device.type == "cuda"
+    setup = Setup(world=d.world, nodes=1, device="cuda" if cuda else "cpu", sharding="no_shard",
+                  compute_bytes=2 if cuda else 4, checkpointing=args.ac, batch=args.batch, seq=args.seq)
+    chosen = parallel.choose_sharding(FsdpConfig(sharding=args.sharding), d, size_of(config.to_dict()), setup)
     model.apply_activation_checkpointing(net, args.ac)
     if args.compile:
         model.apply_compile(net)

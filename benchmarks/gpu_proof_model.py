@@ -1,8 +1,8 @@
-"""A model folder for the proof's LoRA step: a Llama of the given shape with random weights, written with
+"""A model folder for the proof's LoRA and fit steps: a Llama of the given shape with random weights, written with
 ``save_pretrained`` (safetensors, bf16) and the built-in tokenizer beside it, as a pretrained model from
 the hub would be on a node (nothing downloaded), and a text data set of rows that fill ``seq`` tokens.
 
-    python benchmarks/gpu_proof_model.py FOLDER 1b|tiny
+    python benchmarks/gpu_proof_model.py FOLDER 1b|tiny|wide|tiny-wide
 """
 
 from __future__ import annotations
@@ -17,8 +17,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_gpu import LLAMA_32_1B, TINY  # noqa: E402
 
-SHAPES = {"1b": (LLAMA_32_1B, 2048, 64), "tiny": ({**TINY, "vocab_size": 512}, 128, 16)}
-"""Shape, tokens a row, rows. The tiny one's vocabulary is larger than its tokenizer's, as the 1B's is."""
+SHAPES = {"1b": (LLAMA_32_1B, 2048, 64), "tiny": ({**TINY, "vocab_size": 512}, 128, 16),
+          "wide": ({"vocab_size": 32000, "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 4,
+                    "num_attention_heads": 24, "num_key_value_heads": 8, "tie_word_embeddings": False}, 2048, 64),
+          "tiny-wide": ({"vocab_size": 4000, "hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 2,
+                         "num_attention_heads": 4, "num_key_value_heads": 4, "tie_word_embeddings": False}, 128, 16)}
+"""Shape, tokens a row, rows. The tiny ones' vocabularies are larger than their tokenizer's, as the 1B's is;
+``wide`` (few large blocks, an untied output layer) is the fit step's second shape beside the 1B's."""
 
 
 def main() -> None:

@@ -308,4 +308,12 @@ STEPS = (
          lora),
     Step("peers", "the trainer vs Hugging Face Trainer (bench_vs_peers.py --gpu)",
          {"full": 300, "quick": 300, "dry": 60}, peers),
+    Step("fit", "the memory prediction against max_memory_allocated: two shapes, full_shard and no_shard",
+         {"full": 240, "quick": 240, "dry": 300}, lambda proof: _fit_step(proof)),
 )
+
+
+def _fit_step(proof) -> Outcome:
+    from gpu_proof_fit import fit  # its own module: it imports this one
+
+    return fit(proof)

@@ -18,16 +18,15 @@ import tempfile
 from pathlib import Path
 
 from trainer.wire import builtin_assets
+from trainer.wire.model_size import BUILTIN_SHAPES, builtin_llama
 
 BUILTIN = builtin_assets.PREFIX
 ASSET_VERSION = "v2"
 """v2: the tokenizer puts ``<s>`` before a text itself, as Llama's does (v1 declared it and never added it)."""
 DATA_DIR = Path(__file__).parent / "data"
 DATASETS = {"tiny-alpaca": DATA_DIR / "tiny_alpaca.jsonl"}
-MODELS = {"tiny-llama": (64, 192), "small-llama": (512, 1536)}
-"""Built-in Llama-shaped models: (hidden size, MLP size); 4 blocks each. ``small-llama`` (~13M
-parameters, ~200 MB of weights, gradients and Adam state) is large enough for sharding to show in each
-rank's memory on CPU above the noise of activations, small enough for a CPU sweep of a few minutes."""
+MODELS = BUILTIN_SHAPES
+"""Built-in Llama-shaped models (:data:`trainer.wire.model_size.BUILTIN_SHAPES`: the launcher sizes them too)."""
 _DONE = ".fsdp-tui-complete"
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ '<|' + m['role'] + '|>\n' + m['content'] + eos_token + '\n' }}{% endfor %}"
@@ -133,12 +132,9 @@ def _init_model(vocab_size: int, tokenizer, hidden: int = 64, intermediate: int 
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(
-        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False, rope_theta=10000.0,
-    )
+    shape = {k: v for k, v in builtin_llama(hidden, intermediate, vocab_size).items() if k != "model_type"}
+    config = LlamaConfig(**shape, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, rope_theta=10000.0)
     torch.manual_seed(0)
     return LlamaForCausalLM(config)
 

@@ -23,14 +23,16 @@ from trainer.ckpt import checkpoint, resume_facts
 from trainer.ckpt.resume import resume
 from trainer.data import dataset
 from trainer.data.rows import GlobalOrder
-from trainer.loop import metrics, optim, samples
+from trainer.loop import memory, metrics, optim, samples
 from trainer.loop.steps import Steps
 from trainer.lora import adapters as lora
 from trainer.lora import qlora
 from trainer.model import attention, packed_sdpa, router_loss
 from trainer.model import build as model
 from trainer.model.learned_logits import install as learned_logits_only
+from trainer.wire import fit_advice
 from trainer.wire.config import SettingError, TrainerConfig, torch_refusal
+from trainer.wire.model_size import ModelSize
 from trainer.wire.protocol import RUN_ID_ENV
 
 
@@ -100,6 +102,10 @@ class Built:
     compiled: bool
     compile_note: str | None
     shape: metrics.ModelShape
+    size: ModelSize | None = None
+    """What the memory prediction sizes (``None``: a model it cannot size)."""
+    process_bytes: int = 0
+    """This rank's resident memory before the model was built (a CPU rank's memory holds it too)."""
 
 
 def build_model(cfg: TrainerConfig, choices: Choices, total: int, d: parallel.Dist) -> Built:
@@ -108,12 +114,19 @@ def build_model(cfg: TrainerConfig, choices: Choices, total: int, d: parallel.Di
     positions only."""
     compiled, compile_note = model.choose_compile(cfg.model.compile, d.device.type, total)
     chosen: list[parallel.Sharding] = []
+    sized: list[ModelSize | None] = []
     adapters = lora.Adapters(cfg.lora, cfg.seed, cfg.model_name) if cfg.lora is not None else None
+    before = memory.process_bytes()
+    quantized = cfg.lora is not None and cfg.lora.quantize is not None
 
     def prepare(net: nn.Module) -> nn.Module:
         if adapters is not None:
             net = adapters.apply(net)
-        chosen.append(parallel.choose_sharding(cfg.fsdp, lora.state_params(net), d))
+        sized.append(memory.model_size(choices.hf_config, net, quantized))  # what auto's choice predicts
+        vocab = sized[0].vocab if sized[0] is not None else 0
+        chosen.append(parallel.choose_sharding(cfg.fsdp, d, sized[0], memory.setup(cfg, d, "no_shard", choices.attention,
+                                                                                    vocab),
+                                               before if d.device.type == "cpu" else None))
         model.apply_activation_checkpointing(net, cfg.model.activation_checkpointing)
         if compiled:
             model.apply_compile(net)
@@ -129,7 +142,7 @@ def build_model(cfg: TrainerConfig, choices: Choices, total: int, d: parallel.Di
                                 parallel.param_device(cfg.fsdp, d), prepare, buffer_device=d.device, adapters=adapters)
     learned_logits_only(net)  # the output layer runs on learned positions only
     router_loss.keep(net, choices.router_coefficient)
-    return Built(net, adapters, chosen[0], compiled, compile_note, metrics.ModelShape.of(net))
+    return Built(net, adapters, chosen[0], compiled, compile_note, metrics.ModelShape.of(net), sized[0], before)
 
 
 @dataclass
@@ -183,10 +196,24 @@ def start_logging(cfg: TrainerConfig, choices: Choices, data: Data, built: Built
                 print(note, flush=True)
         print(f"data: {rows.summary.words()}", flush=True)
         log.data(rows.summary)
+        print(metrics.mfu_note(built.shape, log.peak), flush=True)
         print(f"training {cfg.model_name}: {built.shape.num_params / 1e6:.2f}M params, {d.world} ranks, "
               f"{len(rows.train_rows)} rows ({rows.fmt}{', packed' if choices.attention.packing else ''}), "
               f"{data.total} steps; start-up: data {start_up_s[0]:.1f} s, model {start_up_s[1]:.1f} s", flush=True)
+    if built.size is not None:  # the memory prediction, beside which each rank's peak is measured
+        log.fit(*_fit(cfg, choices, built, d))
     return log
+
+
+def _fit(cfg: TrainerConfig, choices: Choices, built: Built, d: parallel.Dist):
+    """This run's memory prediction as a record, and the lines that say it against the rank's memory."""
+    size = built.size
+    assert size is not None
+    setup = memory.setup(cfg, d, built.sharding.sharding, choices.attention, size.vocab)  # type: ignore[arg-type]
+    room = memory.budget(d)
+    before = built.process_bytes if d.device.type == "cpu" else None
+    said = fit_advice.verdict(size, setup, room, lora_possible=not cfg.model.from_scratch, process_bytes=before)
+    return memory.summary(said.prediction, room, built.process_bytes), said.lines()
 
 
 def steps(cfg: TrainerConfig, choices: Choices, data: Data, built: Built, run: Training, log: metrics.MetricsLogger,

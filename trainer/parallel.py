@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -16,7 +16,10 @@ except ImportError:  # torch < 2.6
 
 from trainer import flight
 from trainer.model.build import decoder_blocks
+from trainer.wire import fit_advice
 from trainer.wire.config import FsdpConfig
+from trainer.wire.fit import Setup, predict
+from trainer.wire.model_size import ModelSize
 
 
 @dataclass(frozen=True)
@@ -68,22 +71,34 @@ class Sharding:
     root (plain replication: there the collectives, not compute, are the step's cost)."""
 
 
-def choose_sharding(cfg: FsdpConfig, num_params: int, d: Dist) -> Sharding:
-    """``auto``: replicate a model whose training state (fp32 weights, gradients, two Adam moments:
-    16 bytes a parameter) fits in a quarter of a rank's memory, else shard it."""
+def choose_sharding(cfg: FsdpConfig, d: Dist, size: ModelSize | None = None, setup: Setup | None = None,
+                    process_bytes: int | None = None) -> Sharding:
+    """``auto``: replicate the model (``no_shard``) when a rank holding it whole fits its memory, by the
+    memory prediction (:func:`trainer.wire.fit_advice.choose_auto`: ``size`` and ``setup`` are the
+    run's), else shard it; a model the prediction cannot size is sharded."""
     if cfg.sharding != "auto":
         # A replicated model on CPU is plain replication, whether named or chosen (see ``per_block``).
         return Sharding(cfg.sharding, f"sharding: {cfg.sharding}",
                         per_block=cfg.sharding != "no_shard" or d.device.type == "cuda")
-    need = 16 * num_params
-    if d.device.type == "cuda":
-        budget = torch.cuda.get_device_properties(d.device).total_memory
+    room = rank_budget(d)
+    if size is None or setup is None:
+        choice = "no_shard" if d.world == 1 else "full_shard"
+        why = "the memory prediction cannot size this model"
     else:
-        budget = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // max(1, d.local_world)
-    choice = "no_shard" if d.world == 1 or need * 4 <= budget else "full_shard"
-    return Sharding(choice, f"sharding: {choice} (auto: training state {need / 2**30:.2f} GiB, "
-                            f"{budget / 2**30:.0f} GiB per rank; set fsdp.sharding to override)",
+        choice = fit_advice.choose_auto(size, setup, room.bytes, process_bytes)
+        whole = fit_advice.need_bytes(predict(size, replace(setup, sharding="no_shard")), process_bytes)
+        why = f"whole on each rank it needs ~{whole / 2**30:.2f} GiB of {room.bytes / 2**30:.0f} GiB"
+    return Sharding(choice, f"sharding: {choice} (auto: {why}; set fsdp.sharding to override)",
                     per_block=choice != "no_shard" or d.device.type == "cuda")
+
+
+def rank_budget(d: Dist) -> fit_advice.Budget:
+    """A rank's memory: its GPU's, else the node's RAM over the node's ranks."""
+    if d.device.type == "cuda":
+        props = torch.cuda.get_device_properties(d.device)
+        return fit_advice.Budget(props.total_memory, getattr(props, "name", "the GPU"))
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return fit_advice.Budget(ram // max(1, d.local_world), f"this node's RAM over {d.local_world} ranks")
 
 
 def param_device(cfg: FsdpConfig, d: Dist) -> torch.device:

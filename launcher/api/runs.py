@@ -368,6 +368,13 @@ class Runs:
 
         return render_plan_text(plan, ask_nodes=ask_nodes)
 
+    def fit_lines(self, plan: RunPlan, file: str = "FILE") -> list[str]:
+        """Each rank's predicted peak memory against the rank's memory where it is known here, and what
+        would make it fit when it does not (the model's ``config.json`` alone: nothing is downloaded)."""
+        from launcher.workload.fit import fit_lines
+
+        return fit_lines(plan, file=file)
+
     def estimate_lines(self, plan: RunPlan, file: str = "FILE") -> list[str]:
         """The launch's estimate of wall time, GPU-hours and cost, from this data dir's history."""
         from launcher.runs.core.estimates import estimate_lines

@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{args.file}: cannot plan: {err}", file=sys.stderr)
             return USAGE_ERROR
         print()
+        print("\n".join(client.runs.fit_lines(plan, str(args.file))))
         print("\n".join(client.runs.estimate_lines(plan, str(args.file))))
         return 0
     if plan.blockers:

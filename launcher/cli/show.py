@@ -152,6 +152,8 @@ def _print(r) -> None:
             f"  loss {_loss(r.last_loss)}{_router(r)}  best eval {_loss(r.best_eval_loss)}\n")
     if r.data:
         out(f"  data      {r.data['text']}\n")
+    if r.memory:
+        out(f"  memory    {r.memory['text']}\n")
     if r.resumed_from:
         f = r.resumed_from
         step = f"step {f['step']} of " if f["step"] is not None else ""
@@ -232,6 +234,13 @@ def _estimate_words(kept: dict) -> str:
     est, real = kept["estimate"], kept.get("real")
     words = (f"{fmt_duration(est['wall_s'])} ({fmt_duration(est['low_s'])} to {fmt_duration(est['high_s'])}) "
              f"from {est.get('source', '?')}")
-    if real and real.get("error") is not None:
-        words += f"; real {fmt_duration(real['real_wall_s'])} ({real['error']:+.0%})"
-    return words
+    if not real or not isinstance(real.get("real_wall_s"), (int, float)):
+        return words
+    words += f"; real {fmt_duration(real['real_wall_s'])}"
+    # Only a run that is what was estimated (succeeded, every step from the first) is compared: a
+    # record from before that rule kept its error for any run, and says so only with its ratio.
+    compared = real.get("compared", real.get("ratio") is not None)
+    if compared and isinstance(real.get("error"), (int, float)):
+        return words + f" ({real['error']:+.0%})"
+    why = real.get("why") or "not the run estimated"
+    return words + f" (not compared: {why})"

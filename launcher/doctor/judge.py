@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
+from launcher.doctor.check import Check, Status  # Check: re-exported, where the doctor's readers import it
+from launcher.doctor.memory import memory_check
 from launcher.doctor.reply import (
     DiskFacts,
     GpuFacts,
@@ -20,7 +22,6 @@ from launcher.doctor.reply import (
 from launcher.workload.plan import IFACE_ENV, NodePlan, RunPlan
 from trainer.wire.config import MIN_TORCH
 
-Status = Literal["ok", "warning", "error"]
 STATUS_ORDER: dict[str, int] = {"ok": 0, "warning": 1, "error": 2}
 
 MIN_PYTHON = (3, 10)
@@ -45,16 +46,6 @@ def probe_packages(plan: RunPlan) -> list[tuple[str, str]]:
     extra = [*LORA_PACKAGES, *([("bitsandbytes", "bitsandbytes")] if lora.get("quantize") else [])] \
         if isinstance(lora, dict) else []
     return [TORCH, *BUILTIN_TRAINER_PACKAGES, *extra]
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: Status
-    detail: str
-    """One line: what was found."""
-    fix: str = ""
-    """For a warning or error: what to do."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +142,9 @@ def evaluate(plan: RunPlan, node: NodePlan, probe: NodeProbe, *, node0_hostname:
     if facts is None:
         return NodeReport(node.node_rank, probe.label, tuple(checks))
     checks.append(_gpu_check(plan, facts.gpus, host))
+    memory = memory_check(plan, facts, host)
+    if memory is not None:
+        checks.append(memory)
     checks.append(_disk_check(facts.disk, host))
     if plan.workload.environment.docker_image is not None:
         checks.append(_container_check(plan, facts.containers, host))

@@ -14,8 +14,9 @@ from launcher.doctor.diagnose import parse_probe_output, probe_script
 from launcher.doctor.judge import Check, NodeProbe, evaluate, probe_packages
 
 QUICK_TIMEOUT_S = 30.0
-SKIPPED = {"reachable", "hostname", "rendezvous"}
-"""Checks a launch does itself (it is connected; a taken default port moves to a free one)."""
+SKIPPED = {"reachable", "hostname", "rendezvous", "memory"}
+"""Checks a launch does itself (it is connected; a taken default port moves to a free one), and the
+memory prediction (advice: ``doctor`` and ``run --dry-run`` say it, a launch goes ahead)."""
 PACKAGE_CHECKS = {"torch", "transformers", "datasets", "pydantic", "yaml", "peft", "bitsandbytes"}
 
 

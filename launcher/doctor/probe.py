@@ -116,7 +116,21 @@ def _gpus():
     # "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)"; MIG devices are indented lines under their GPU.
     names = [line.split(":", 1)[1].split("(UUID")[0].strip()
              for line in done.stdout.splitlines() if line.startswith("GPU ")]
-    return {"smi": smi, "names": names}
+    sizes = subprocess.run([smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits"], capture_output=True,
+                           text=True, timeout=30)
+    memory = [int(v) for v in sizes.stdout.split() if v.isdigit()] if sizes.returncode == 0 else []
+    return {"smi": smi, "names": names, "memory_mib": memory}
+
+
+def _ram():
+    """The node's memory (``MemTotal``) and what is available now, in bytes."""
+    out = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("MemTotal", "MemAvailable"):
+                out["total_bytes" if key == "MemTotal" else "available_bytes"] = int(rest.split()[0]) * 1024
+    return out
 
 
 def _disk(run_root):
@@ -189,6 +203,7 @@ def main(params_json):
         "python": _guard(_python),
         "packages": _guard(_packages, params["packages"], params["import_timeout_s"], params.get("quick", False)),
         "gpus": _guard(_gpus),
+        "ram": _guard(_ram),
         "disk": _guard(_disk, params["run_root"]),
         "output_dir": (_guard(_output_dir, params["output_dir"], params.get("env", {}),
                               params.get("node_dir") or params["run_root"])

@@ -66,6 +66,15 @@ class GpuFacts:
     """Where ``nvidia-smi`` is; ``None``: not on the node."""
     names: tuple[str, ...] = ()
     error: str = ""
+    memory_mib: tuple[int, ...] = ()
+    """Each GPU's memory as its driver reports it (MiB), in the order of ``names``."""
+
+
+@dataclass(frozen=True)
+class RamFacts:
+    total_bytes: int | None = None
+    available_bytes: int | None = None
+    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -128,6 +137,7 @@ class ProbeReply:
     packages_error: str
     """Why the packages could not be inspected at all."""
     gpus: GpuFacts
+    ram: RamFacts
     disk: DiskFacts
     output_dir: OutputDirFacts | None
     """``None``: the workload has no ``output_dir``."""
@@ -153,6 +163,7 @@ class ProbeReply:
             packages={_text(dist): _package(info) for dist, info in packages.items() if dist != "error"},
             packages_error=_error(packages),
             gpus=_gpus(_dict(data.get("gpus"))),
+            ram=_ram(_dict(data.get("ram"))),
             disk=_disk(_dict(data.get("disk"))),
             output_dir=None if data.get("output_dir") is None else _output_dir(_dict(data.get("output_dir"))),
             master=_master(_dict(data.get("master"))),
@@ -169,7 +180,15 @@ def _package(info: object) -> PackageFacts:
 
 
 def _gpus(data: dict[str, Any]) -> GpuFacts:
-    return GpuFacts(_maybe_text(data.get("smi")), _texts(data.get("names")), _error(data))
+    sizes = data.get("memory_mib")
+    memory = tuple(v for v in sizes if _int(v) is not None and v > 0) if isinstance(sizes, list) else ()
+    return GpuFacts(_maybe_text(data.get("smi")), _texts(data.get("names")), _error(data), memory)
+
+
+def _ram(data: dict[str, Any]) -> RamFacts:
+    total, available = _int(data.get("total_bytes")), _int(data.get("available_bytes"))
+    return RamFacts(total if total and total > 0 else None, available if available and available >= 0 else None,
+                    _error(data) or ("" if total else NOT_SENT))
 
 
 def _disk(data: dict[str, Any]) -> DiskFacts:

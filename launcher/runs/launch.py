@@ -89,7 +89,7 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
             options = {"force": force, "tags": tags or {}, **({"resume_from": resume_from} if resume_from else {}),
                        **({"continues": continues} if continues else {})}
             (run_dir(home, plan.run_id) / OPTIONS).write_text(json.dumps(options))
-            _keep_estimate(home, plan)
+            _keep_estimate(home, plan, tags or {})
             hand_over(lock, home, plan.run_id, adopt=False)
         except (OSError, sqlite3.OperationalError) as err:
             _forget(home, plan.run_id)
@@ -104,11 +104,14 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
     return plan.run_id
 
 
-def _keep_estimate(home: Path, plan: RunPlan) -> None:
+def _keep_estimate(home: Path, plan: RunPlan, tags: dict[str, str]) -> None:
     """The run's cost as estimated at its launch, kept so its owner compares it with the real one at the
-    end (docs/estimate.md); a launch never fails for it."""
-    from launcher.runs.core.estimates import estimate_plan, keep_estimate
+    end (docs/estimate.md); a launch never fails for it. A probe keeps none: it is a measurement, cancelled
+    on purpose, never a run to compare."""
+    from launcher.runs.core.estimates import PROBE_TAG, estimate_plan, keep_estimate
 
+    if tags.get(PROBE_TAG) == "1":
+        return
     try:
         est = estimate_plan(home, plan, exclude=plan.run_id)
         if est is not None:

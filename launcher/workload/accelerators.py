@@ -8,6 +8,11 @@ from dataclasses import dataclass
 from launcher.workload.problems import did_you_mean
 
 KNOWN_GPU_MODELS = ("H100", "H200", "B200", "A100", "A10", "A10G", "L4", "L40S", "V100", "T4", "MI300X")
+GPU_MEMORY_GIB = {"H100": 79.6, "H200": 139.8, "B200": 178.4, "A100": 79.2, "A10": 22.5, "A10G": 22.3, "L4": 22.0,
+                  "L40S": 44.4, "V100": 31.7, "T4": 14.6, "MI300X": 191.5}
+"""Each model's memory as its driver reports it (GiB), for a memory prediction before any node is asked;
+A100 and V100 come in two sizes: the larger is taken (the doctor reads the cards)."""
+TWO_SIZES = frozenset({"A100", "V100"})
 _GPU = re.compile(r"^GPU_(\d+)x([A-Za-z0-9]+)$")
 
 

@@ -378,3 +378,44 @@ parameters: {{output_dir: {blocker}/out}}
     checks = {c["name"]: c for c in found["nodes"][0]["checks"]}
     assert checks["secrets"]["status"] == "ok" and checks["output_dir"]["status"] == "ok"
     assert f"{tmp_path}/outputs/doctor" in checks["output_dir"]["detail"]
+
+
+LLAMA_8B = {"model_type": "llama", "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336,
+            "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "tie_word_embeddings": False}
+H100_MIB = {"gpus": {"memory_mib": [81559] * 8}}
+
+
+@pytest.mark.parametrize(("params", "change", "status", "words", "fix"), [
+    ("{sharding: full_shard}", H100_MIB, "ok", "fits: ", ""),
+    ("{sharding: no_shard}", H100_MIB, "error", "does not fit: ", "try fsdp.sharding: full_shard"),
+    ("{sharding: full_shard}", {"gpus": {"memory_mib": [40960] * 8}}, "ok", "fits: ", ""),
+    ("{sharding: shard_grad_op}", {"gpus": {"memory_mib": [24576] * 8}}, "error", "of 24.0 GiB (NVIDIA H100",
+     "fsdp.sharding: full_shard"),
+    ("{sharding: full_shard}", {}, "warning", "b did not report its memory", "by hand"),
+    ("{sharding: full_shard}", {"gpus": {"memory_mib": ["lots", -5, True]}}, "warning", "did not report", "by hand"),
+])
+def test_the_memory_check_weighs_the_prediction_against_the_node(tmp_path, params, change, status, words, fix):
+    """An 8B Llama on 16 H100s at 4k tokens a row with full recomputation, against what each node's
+    nvidia-smi says its cards hold (the model's config.json alone: no weights here)."""
+    (tmp_path / "llama8b").mkdir()
+    (tmp_path / "llama8b" / "config.json").write_text(json.dumps(LLAMA_8B))
+    text = (f"experiment_name: t\ncompute: {GPU2}\nparameters: {{model_name: {tmp_path / 'llama8b'}, "
+            "dataset_name: tatsu-lab/alpaca, output_dir: /tmp/o, max_seq_len: 4096, per_device_batch_size: 1, "
+            f"model: {{activation_checkpointing: full}}, fsdp: {params}}}\n")
+    result = validate_text(text, base_dir=tmp_path)
+    assert result.workload is not None, [p.format() for p in result.problems]
+    plan = build_plan(result.workload, run_id="t", source_file=tmp_path / "w.yaml")
+    probe = NodeProbe("node 1", "/opt/py/bin/python", local=False, facts=ProbeReply.from_wire(_merge(GOOD, change)))
+    check = {c.name: c for c in evaluate(plan, plan.nodes[1], probe, node0_hostname="gpu01").checks}["memory"]
+    assert check.status == status and words in check.detail and fix in check.fix, check
+    assert check.detail.startswith("each rank needs ~")
+
+
+def test_the_memory_check_of_a_cpu_run_weighs_the_node_s_ram():
+    plan = _plan("{accelerator_type: CPU, procs_per_node: 2}", builtin=True)
+    facts = _merge(GOOD, {"ram": {"total_bytes": 24 * 2**30, "available_bytes": 20 * 2**30}})
+    check = {c.name: c for c in evaluate(plan, plan.nodes[0], NodeProbe("n", "p", True, facts=ProbeReply.from_wire(facts))).checks}
+    assert check["memory"].status == "ok" and "fits: " in check["memory"].detail and "RAM over 2 processes" in check["memory"].detail
+    script = _plan("{accelerator_type: CPU}")
+    assert "memory" not in {c.name for c in evaluate(script, script.nodes[0], NodeProbe("n", "p", True,
+                                                                                       facts=ProbeReply.from_wire(facts))).checks}

@@ -8,25 +8,46 @@ import torch
 
 from trainer.loop.metrics import rank_memory
 from trainer.parallel import Dist, choose_sharding
-from trainer.wire.config import FsdpConfig
+from trainer.wire.config import FsdpConfig, TrainerConfig
+from trainer.wire.fit_advice import setup_for
+from trainer.wire.model_size import builtin_config, size_of
 from trainer.wire.protocol import RankMemory
 
 GIB = 2**30
 
 
-@pytest.mark.parametrize(("device", "world", "params", "sharding", "per_block"), [
-    ("cuda", 8, 1_200_000_000, "no_shard", True),  # fits an 80 GB card: replicated, still wrapped per block
-    ("cuda", 8, 8_000_000_000, "full_shard", True),
-    ("cuda", 1, 8_000_000_000, "no_shard", True),
-    ("cpu", 2, 1_000_000, "no_shard", False),  # plain replication on CPU
-    ("cpu", 1, 1_000_000, "no_shard", False),
+def _llama(hidden: int, layers: int) -> dict:
+    return {"model_type": "llama", "vocab_size": 128256, "hidden_size": hidden, "intermediate_size": int(hidden * 3.5),
+            "num_hidden_layers": layers, "num_attention_heads": hidden // 128, "num_key_value_heads": 8}
+
+
+@pytest.mark.parametrize(("device", "world", "config", "sharding", "per_block"), [
+    ("cuda", 8, _llama(2048, 16), "no_shard", True),  # 1.2B fits an 80 GB card whole: replicated, wrapped per block
+    ("cuda", 8, _llama(4096, 32), "full_shard", True),  # 8B: 128 GB of training state, sharded
+    ("cuda", 1, _llama(4096, 32), "no_shard", True),
+    ("cpu", 2, builtin_config("builtin:tiny-llama"), "no_shard", False),  # plain replication on CPU
+    ("cpu", 1, builtin_config("builtin:tiny-llama"), "no_shard", False),
 ])
-def test_auto_sharding_wraps_blocks_on_every_gpu_choice(monkeypatch, device, world, params, sharding, per_block):
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda _d: SimpleNamespace(total_memory=80 * GIB))
+def test_auto_sharding_wraps_blocks_on_every_gpu_choice(monkeypatch, device, world, config, sharding, per_block):
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda _d: SimpleNamespace(total_memory=80 * GIB,
+                                                                                           name="NVIDIA H100"))
     d = Dist(rank=0, world=world, local_rank=0, local_world=min(world, 8), device=torch.device(device))
-    chosen = choose_sharding(FsdpConfig(), params, d)
+    setup = setup_for(TrainerConfig(model_name="m", dataset_name="d", output_dir="o", max_seq_len=2048),
+                      world=world, nodes=1, device=device, sharding="no_shard", packing=True)
+    chosen = choose_sharding(FsdpConfig(), d, size_of(config), setup)
     assert (chosen.sharding, chosen.per_block) == (sharding, per_block)
-    assert chosen.note.startswith(f"sharding: {sharding} (auto: ")
+    assert chosen.note.startswith(f"sharding: {sharding} (auto: whole on each rank it needs ~")
+
+
+def test_auto_weighs_what_the_run_holds_beyond_its_weights(monkeypatch):
+    """A 1.2B model's weights, gradients and Adam state (19 GB) fit an 80 GB card whole; at 16 rows of
+    8k tokens its activations do not: auto shards it."""
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda _d: SimpleNamespace(total_memory=80 * GIB,
+                                                                                           name="NVIDIA H100"))
+    d = Dist(rank=0, world=8, local_rank=0, local_world=8, device=torch.device("cuda"))
+    big = TrainerConfig(model_name="m", dataset_name="d", output_dir="o", max_seq_len=8192, per_device_batch_size=16)
+    setup = setup_for(big, world=8, nodes=1, device="cuda", sharding="no_shard", packing=True)
+    assert choose_sharding(FsdpConfig(), d, size_of(_llama(2048, 16)), setup).sharding == "full_shard"
 
 
 @pytest.mark.parametrize(("device", "sharding", "per_block"), [
@@ -38,7 +59,7 @@ def test_auto_sharding_wraps_blocks_on_every_gpu_choice(monkeypatch, device, wor
 ])
 def test_a_named_strategy_is_wrapped_per_block_except_replication_on_cpu(device, sharding, per_block):
     d = Dist(rank=0, world=2, local_rank=0, local_world=2, device=torch.device(device))
-    chosen = choose_sharding(FsdpConfig(sharding=sharding), 1000, d)
+    chosen = choose_sharding(FsdpConfig(sharding=sharding), d)
     assert (chosen.sharding, chosen.per_block, chosen.note) == (sharding, per_block, f"sharding: {sharding}")
 
 

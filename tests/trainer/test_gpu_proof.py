@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 STEP_FILES = ["01-gpu-tests.json", "02-mfu.json", "03-checkpoint.json", "04-nettest.json", "05-lora.json",
-              "06-peers.json"]
+              "06-peers.json", "07-fit.json"]
 
 
 def _proof_module():
@@ -97,8 +97,13 @@ def test_the_dry_run_runs_every_step_and_writes_its_json(tmp_path):
     peers = got["06-peers.json"]
     if not (ROOT / "benchmarks/bench_vs_peers.py").exists():
         assert peers["status"] == "skipped" and "does not exist" in peers["reason"]
+    fit = got["07-fit.json"]["result"]  # the memory prediction beside each case's measured peak
+    assert [(r["name"], r["sharding"]) for r in fit["runs"]] == [
+        (shape, sharding) for shape in ("tiny", "tiny-wide") for sharding in ("full_shard", "no_shard")]
+    assert all(r["predicted_gib"] > 0 and r["measured_gib"] > 0 and r["error"] is not None for r in fit["runs"])
+    assert fit["measured_by"].startswith("VmHWM")
     log = (tmp_path / "proof.log").read_text()
-    assert "==== step 6: peers" in log and "bench_gpu.py --json --tiny" in log
+    assert "==== step 6: peers" in log and "bench_gpu.py --json --tiny" in log and "==== step 7: fit" in log
     assert out.stdout.splitlines()[-1].startswith("card: cpu | torch ")
 
 
@@ -139,7 +144,8 @@ def test_a_step_keeps_to_its_limit_and_the_budget_and_its_json_says_what_happene
     assert "==== step 1: slow" in (tmp_path / "proof.log").read_text()
     assert gp.BUDGET_S["full"] <= 540 and gp.BUDGET_S["quick"] <= 300  # 9 minutes; steps 1-3 in 5
     names = [s.name for s in gp.STEPS]
-    for only, mode, runs in (("", "full", [1, 2, 3, 4, 5, 6]), ("", "quick", [1, 2, 3]), ("", "dry", [1, 2, 3, 4, 5, 6]),
+    for only, mode, runs in (("", "full", [1, 2, 3, 4, 5, 6, 7]), ("", "quick", [1, 2, 3]), ("", "dry", [1, 2, 3, 4, 5, 6, 7]),
+                             ("fit", "full", [7]),
                              ("2, nettest", "full", [2, 4]), ("4", "quick", []), ("lora", "dry", [5])):
         assert [i for i, n in enumerate(names, 1) if gp.chosen(i, n, only, mode)] == runs, (only, mode)
 
@@ -247,3 +253,43 @@ def test_the_gpu_branches_build_their_commands_and_read_their_output(tmp_path, m
     peer = _FakeGpu("full", tmp_path, peers)
     got = steps.peers(peer)
     assert got.status == "passed" and got.result["json"] == {"ours_over_hf": 1.9} and "--gpu" in peer.argvs[-1]
+
+
+def test_the_fit_step_on_a_gpu_compares_each_case_with_max_memory_allocated(tmp_path):
+    """The GPU branch of step 7 (the GPU mocked: each command answered as the real one answers there):
+    one rank on the card, no allocator setting, the 1B folder of the LoRA step reused, each case's
+    prediction against its measured peak."""
+    _proof_module()
+    from gpu_proof_fit import fit
+
+    (tmp_path / "lora-model").mkdir()
+    (tmp_path / "lora-model" / "config.json").write_text("{}")
+    peaks = {("1b", "full_shard"): (20.0, 21.0), ("1b", "no_shard"): (22.0, 30.0), ("wide", "full_shard"): (8.0, 7.5),
+             ("wide", "no_shard"): (8.5, 8.0)}
+
+    def worker(argv, env):
+        if argv[-1] == "wide":  # the second shape's folder is made
+            return 0, "wide: 0.9B parameters"
+        cases = json.loads(Path(argv[-2]).read_text())
+        with open(argv[-1], "a") as out:
+            for case in cases:
+                key = (Path(case["params"]["model_name"]).name.replace("lora-model", "1b").replace("fit-", ""),
+                       case["params"]["fsdp"]["sharding"])
+                predicted, measured = peaks[key]
+                out.write(json.dumps({"name": key[0], "sharding": key[1], "device": "cuda",
+                                      "measured": [int(measured * 2**30)], "predicted": int(predicted * 2**30),
+                                      "parts": {}, "params": 1}) + "\n")
+        return 0, ""
+
+    proof = _FakeGpu("full", tmp_path, worker)
+    got = fit(proof)
+    assert got.status == "passed" and got.result["measured_by"] == "torch.cuda.max_memory_allocated"
+    assert [(r["name"], r["sharding"], r["within_25pct"]) for r in got.result["runs"]] == [
+        ("1b", "full_shard", True), ("1b", "no_shard", False), ("wide", "full_shard", True), ("wide", "no_shard", True)]
+    assert "1b no_shard: predicted 22.00 GiB, measured 30.00 (+36%)" in got.summary
+    run = proof.argvs[-1]
+    assert "--nproc_per_node=1" in run and run[-3].endswith("benchmarks/fit_worker.py")
+    assert [a[-1] for a in proof.argvs[:-1]] == ["wide"]  # the 1B folder of the LoRA step is not made again
+    spec = json.loads(Path(run[-2]).read_text())
+    assert {c["params"]["max_seq_len"] for c in spec} == {2048}
+

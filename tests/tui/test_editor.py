@@ -142,6 +142,33 @@ async def test_template_written_by_n_on_home_validates_and_launches(home, tmp_pa
         assert monitor.view.state == RunState.SUCCEEDED
 
 
+async def test_the_plan_preview_says_whether_it_fits_and_follows_the_edit(home, tmp_path):
+    """The Plan tab's memory line from the model's config.json alone: an 8B model unsharded on H100s does
+    not fit and names full_shard; edited to full_shard with activation checkpointing, it fits."""
+    (tmp_path / "llama8b").mkdir()
+    (tmp_path / "llama8b" / "config.json").write_text(
+        '{"model_type": "llama", "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, '
+        '"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8}')
+    wl = tmp_path / "w.yaml"
+    text = ("experiment_name: fit\ncompute:\n  num_accelerators: 16\n  accelerator_type: GPU_8xH100\n"
+            "  hosts: [127.0.0.251, 127.0.0.252]\nparameters:\n  model_name: ./llama8b\n"
+            "  dataset_name: builtin:tiny-alpaca\n  output_dir: /tmp/out\n  max_seq_len: 8192\n"
+            "  per_device_batch_size: 1\n  max_steps: 10\n  fsdp: {sharding: no_shard}\n")
+    wl.write_text(text)
+    app = FsdpTuiApp(home, workload=wl)
+    async with app.run_test(size=(140, 40)) as pilot:
+        editor = await _editor(pilot, app)
+        plan = editor.query_one("#plan")
+        await wait_for(pilot, lambda: "does not fit: " in str(plan.render()))
+        shown = str(plan.render())
+        assert "memory: each rank needs ~" in shown and "(no_shard, 16 ranks)" in shown, shown
+        assert "of 79.6 GiB (H100, from compute.accelerator_type)" in shown and "try fsdp.sharding: full_shard" in shown
+        editor.query_one(WorkloadArea).text = text.replace(
+            "{sharding: no_shard}", "{sharding: full_shard}\n  model: {activation_checkpointing: full}")
+        await wait_for(pilot, lambda: "  fits: " in str(plan.render()))
+        assert "(full_shard, 16 ranks)" in str(plan.render()) and "does not fit" not in str(plan.render())
+
+
 def test_a_fix_replaces_its_span():
     from launcher.workload.fixes import Fix
 

@@ -14,6 +14,8 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer.parallel import Dist
+from trainer.wire import flops
+from trainer.wire.fit_record import FitSummary
 from trainer.wire.protocol import DataSummary, MetricRecord, RankMemory, ResumeCheck
 from trainer.wire.reporter import Reporter
 
@@ -38,7 +40,8 @@ def rank_memory(d: Dist) -> dict:
                 "peak_gib": torch.cuda.max_memory_allocated(d.device) / _GIB, "total_gib": total / _GIB,
                 "device_used_gib": (total - free) / _GIB}
     ram = _ram_bytes()
-    return {"rank": d.rank, "rss_gib": _rss_bytes() / _GIB, **({"total_gib": ram / _GIB} if ram else {})}
+    return {"rank": d.rank, "rss_gib": _rss_bytes() / _GIB, "peak_rss_gib": status_bytes("VmHWM") / _GIB,
+            **({"total_gib": ram / _GIB} if ram else {})}
 
 
 def _ram_bytes() -> int:
@@ -50,16 +53,21 @@ def _ram_bytes() -> int:
 
 
 def _rss_bytes() -> int:
+    return status_bytes("VmRSS")
+
+
+def status_bytes(key: str) -> int:
+    """A size from ``/proc/self/status`` (``VmRSS``: resident now, ``VmHWM``: its peak so far)."""
     with open("/proc/self/status", encoding="ascii") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{key}:"):
                 return int(line.split()[1]) * 1024
     return 0
 
 
 @dataclass(frozen=True)
 class ModelShape:
-    """What the FLOP count needs to know about a model."""
+    """What the FLOP count needs to know about a model (:mod:`trainer.wire.flops`)."""
 
     num_params: int
     non_embedding_params: int
@@ -67,27 +75,58 @@ class ModelShape:
     num_layers: int
     attention_width: int
     """Heads x head dimension of the queries."""
+    trainable_non_embedding: int | None = None
+    """Of ``non_embedding_params``, those that train (``None``: all of them). A frozen weight does no
+    weight-gradient work: a LoRA run's base."""
 
     @classmethod
     def of(cls, model: nn.Module) -> ModelShape:
         config = model.config
-        total = sum(p.numel() for p in model.parameters())
+        counts = weights_of(model)
+        total = sum(counts.values())
         embed = model.get_input_embeddings().weight
         output = model.get_output_embeddings()
         tied = output is not None and output.weight is embed
+        non_embedding = total - embed.numel() + (embed.numel() if tied else 0)
+        trained = sum(counts[id(p)] for p in model.parameters() if p.requires_grad)
+        if embed.requires_grad and not tied:
+            trained -= embed.numel()  # the input embedding's gradient is a gather, not a matmul
         heads = config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        return cls(total, total - embed.numel() + (embed.numel() if tied else 0), config.num_hidden_layers,
-                   heads * head_dim)
+        return cls(total, non_embedding, config.num_hidden_layers, heads * head_dim,
+                   None if trained >= non_embedding else trained)
+
+
+def weights_of(model: nn.Module) -> dict[int, int]:
+    """Each parameter's count of weights (by ``id``), as the matmuls use them: a linear layer's
+    ``in_features x out_features`` even where its storage is packed (QLoRA's 4-bit base: bitsandbytes
+    keeps four 4-bit values in each bf16 element, a quarter of the count)."""
+    counts = {id(p): p.numel() for p in model.parameters()}
+    for module in model.modules():
+        weight = module._parameters.get("weight")
+        ins, outs = getattr(module, "in_features", None), getattr(module, "out_features", None)
+        if weight is not None and isinstance(ins, int) and isinstance(outs, int):
+            counts[id(weight)] = max(weight.numel(), ins * outs)
+    return counts
 
 
 def train_flops(shape: ModelShape, example_lengths: Iterable[int]) -> float:
-    """FLOPs of forward + backward over examples of these lengths (torchtitan's convention):
-    6 x non-embedding parameters per token, plus attention's 12 x layers x width x the length of the
-    token's own example (packed examples do not attend to each other; no causal discount)."""
-    lengths = [int(n) for n in example_lengths]
-    return 6.0 * shape.non_embedding_params * sum(lengths) + \
-        12.0 * shape.num_layers * shape.attention_width * sum(n * n for n in lengths)
+    """FLOPs of forward + backward over examples of these lengths (:func:`trainer.wire.flops.train_flops`:
+    6 x non-embedding parameters per token when every weight trains, 4 + 2 x the trained share when a
+    frozen base does no weight-gradient work, plus attention's 12 x layers x width x the length of the
+    token's own example)."""
+    return flops.train_flops(shape.non_embedding_params, shape.trainable_non_embedding, shape.num_layers,
+                             shape.attention_width, example_lengths)
+
+
+def mfu_note(shape: ModelShape, peak: float | None) -> str:
+    """The line a run starts with that says how its MFU is counted, or why it has none."""
+    if not peak:
+        return "mfu: not reported (the device's peak is unknown: set logging.peak_tflops to its dense bf16 TFLOP/s)"
+    trained = ("" if shape.trainable_non_embedding is None else
+               f"; {shape.trainable_non_embedding / shape.non_embedding_params:.2%} of the weights train, so a "
+               "token costs (2 + trained share)/3 of a full fine-tune's 6N")
+    return f"mfu: {flops.MFU_CONVENTION} ({peak / 1e12:.0f} TFLOP/s){trained}"
 
 
 def mfu(flops_per_s_per_device: float, peak: float | None) -> float | None:
@@ -289,6 +328,12 @@ class MetricsLogger:
         """What the run trains on (examples, those cut at ``max_seq_len``), once at start."""
         if self.d.is_main:
             self.reporter.write(summary.record())
+
+    def fit(self, summary: FitSummary, lines: list[str]) -> None:
+        """The run's memory prediction, once at start: one record, and its lines."""
+        if self.d.is_main:
+            self.reporter.write(summary.record())
+            print("\n".join(lines), flush=True)
 
     def resume_check(self, check: ResumeCheck) -> None:
         """A resume's judgement at its first step: one record and one line."""

@@ -274,12 +274,6 @@ class AdapterState(AppState):
         return state
 
 
-def state_params(model: nn.Module) -> int:
-    """The parameter count the sharding choice weighs: a trainable parameter's training state is 16
-    bytes (weight, gradient, two Adam moments), a frozen one's 4 (its weight): it counts a quarter."""
-    return sum(p.numel() if p.requires_grad else p.numel() // 4 for p in model.parameters())
-
-
 def checkpoint_meta(cfg) -> dict[str, Any]:
     """What a checkpoint's ``meta.json`` says of LoRA: its settings (the checkpoint holds the adapters
     only; export and resume read the base from ``model_name``)."""

@@ -149,8 +149,8 @@ class FsdpConfig(_Section):
     """How parameters, gradients and optimiser state are sharded."""
 
     sharding: Literal["auto", "full_shard", "shard_grad_op", "hybrid_shard", "no_shard"] = "auto"
-    """``auto`` keeps a model whose weights, gradients and Adam state fit in a quarter of a rank's
-    memory whole on every rank (``no_shard``: fastest) and shards a larger one (``full_shard``);
+    """``auto`` keeps the model whole on every rank (``no_shard``: fastest) when the memory prediction
+    says a rank holding it whole fits (docs/memory.md), and shards it otherwise (``full_shard``);
     ``full_shard`` (ZeRO-3), ``shard_grad_op`` (keep params after forward, ZeRO-2),
     ``hybrid_shard`` (shard within a node, replicate across nodes), ``no_shard`` (DDP-like)."""
     replicate_degree: int | None = Field(default=None, gt=0)

@@ -38,6 +38,14 @@ class RankMemory:
     device_used_gib: float | None = None
     """The card's memory in use (total - free): the allocator's tensors and reserve, the CUDA context,
     NCCL's buffers and other processes. What runs out at an OOM; ``peak_gib`` is the tensors' part."""
+    peak_rss_gib: float | None = None
+    """On CPU: the process's peak resident memory so far (``VmHWM``), what its memory prediction is
+    compared with (``peak_gib`` is a GPU's)."""
+
+    @property
+    def measured_peak_gib(self) -> float | None:
+        """The rank's peak so far, as its prediction counts it: the tensors' on a GPU, the process's on CPU."""
+        return self.peak_gib if self.peak_gib is not None else self.peak_rss_gib
 
     @property
     def used_gib(self) -> float | None:

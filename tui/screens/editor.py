@@ -191,7 +191,7 @@ class EditorScreen(Screen):
         plan_text = "fix the errors to see the plan"
         if planned.plan is not None:
             plan_text = runs.dry_run_text(planned.plan) + "\n" + "\n".join(
-                runs.estimate_lines(planned.plan, self.path.name)) + "\n"
+                [*runs.fit_lines(planned.plan, self.path.name), *runs.estimate_lines(planned.plan, self.path.name)]) + "\n"
         problems = [*planned.problems, *self.app.client.records.quarantine_problems(planned)]
         fixes = [fix_for(p, text) if p.file != "--set" else None for p in problems]
         self.post_message(Validated(version, problems, fixes, plan_text, planned.plan))

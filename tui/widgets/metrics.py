@@ -93,6 +93,8 @@ class MetricsPanel(Vertical):
     MetricsPanel { height: auto; }
     MetricsPanel Grid { grid-size: 2; grid-gutter: 0 1; height: 8; }
     MetricsPanel #gauges { height: auto; max-height: 8; }
+    MetricsPanel #fit { height: 1; display: none; }
+    MetricsPanel #fit.-known { display: block; }
     MetricsPanel.-short Grid { grid-size: 4; height: 4; }
     MetricsPanel.-short #gauges { max-height: 2; }
     """
@@ -103,6 +105,7 @@ class MetricsPanel(Vertical):
             yield MetricSpark("eval loss", "waiting for the first evaluation", id="spark-eval")
             yield MetricSpark("learning rate", id="spark-lr")
             yield MetricSpark("tokens/s", id="spark-tps")
+        yield Label("", id="fit")
         yield Vertical(id="gauges")
 
     def refresh_from(self, view: RunView) -> None:
@@ -111,6 +114,11 @@ class MetricsPanel(Vertical):
         self.query_one("#spark-eval", MetricSpark).show(view.eval_loss)
         self.query_one("#spark-lr", MetricSpark).show(view.lr, ".2e")
         self.query_one("#spark-tps", MetricSpark).show(view.throughput, ".0f")
+        words = view.memory_words()  # the prediction beside the measured peak, once the trainer said one
+        fit = self.query_one("#fit", Label)
+        fit.set_class(bool(words), "-known")
+        if words:
+            fit.update(words, layout=False)
         gauges = self.query_one("#gauges", Vertical)
         existing = {g.rank: g for g in gauges.query(MemoryGauge)}
         for rank, mem in sorted(view.memory.items()):

@@ -5,8 +5,14 @@ A run (or a probe: the workload's first steps on its real nodes, then cancelled)
 data), each step's time, each evaluation's, and how long its end took (last evaluation, final save,
 export, teardown). :func:`estimate` turns a timing and the steps the new run will make into wall time,
 GPU-hours (CPU-hours for a CPU run) and their price, with an error bar from the spread of the step
-times. Runs that ended with an estimate recorded leave their real/estimated ratio; the median of the
-last few corrects the next estimate, so a workload's estimates improve as it runs.
+times. The pace is the median of the workload's newest few measurements of one kind (probes, or runs),
+so one slow or fast run does not carry the next estimate with it.
+
+A run that succeeded and made every step from the first, launched with an estimate made before it from
+other runs' measurements, leaves its real/estimated ratio (:func:`real_vs_estimate`); the median of the
+last few such ratios corrects the next estimate, within :data:`MAX_CORRECTION`, and never with the ratio of
+a run whose own measurement the estimate uses (that ratio says how that run differed from the runs
+before it, which its measurement already holds: applied again, the error compounds).
 """
 
 from __future__ import annotations
@@ -19,12 +25,24 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from launcher.words import plural
-from trainer.wire.protocol import MetricRecord
+from trainer.wire.protocol import MetricRecord, ResumeCheck
 
 MIN_STEPS = 3
 """Train records a timing needs (two step times at least)."""
 RATIO_RUNS = 5
 """How many past runs' real/estimated ratios correct an estimate (their median)."""
+POOL_RUNS = 3
+"""How many of a workload's newest measurements (of one kind) give an estimate's pace: their median."""
+RATIO_CLAMP = 2.0
+"""A ratio counts as at most this (at least its inverse): an outlier's weight in the median is bounded."""
+MAX_CORRECTION = 1.5
+"""The most the correction may scale an estimate, either way, whatever the past ratios say."""
+MIN_RATIOS = 3
+"""Ratios a correction needs: fewer say how a run or two differed from the runs before them, not how
+the estimate errs."""
+AGREE = 0.8
+"""The share of the ratios that must lie on the same side of 1 as their median: ratios that scatter
+around 1 are the runs' own spread (a busy hour, a quiet one), which a correction would only add to."""
 LENGTH_KEYS = ("max_steps", "num_epochs", "output_dir")
 """``parameters`` keys that change how long a run is or where it writes, not how fast it steps."""
 IGNORED_SECTIONS = ("checkpoint",)
@@ -67,44 +85,92 @@ class Timing:
     total_steps: int | None
     """The run's total steps as the trainer (or the log's ``step=N/M``) reported it."""
     ended_at: float
+    start_step: int = 0
+    """The step the run started after: 0, or the checkpoint's step for a run that resumed. The steps
+    inside its start-up are ``first_step - start_step``."""
+    runs: tuple[str, ...] = ()
+    """The measurements a pooled timing (:func:`pooled`) is the median of, newest first; empty for one run's."""
+
+    @property
+    def measured_by(self) -> tuple[str, ...]:
+        """Every run whose measurement is in this timing."""
+        return self.runs or (self.run_id,)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "step_s": list(self.step_s)}
+        return {**asdict(self), "step_s": list(self.step_s), "runs": list(self.runs)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Timing:
-        return cls(**{**data, "step_s": tuple(data["step_s"])})
+        return cls(**{**data, "step_s": tuple(data["step_s"]), "runs": tuple(data.get("runs") or ())})
 
 
 def timing_of(run_id: str, records: Sequence[MetricRecord], created_at: float, ended_at: float | None,
               *, probe: bool, finished: bool) -> Timing | None:
     """A run's timing from its metrics records (``None``: too few steps to say). ``finished``: the run
-    made all its steps, so its end is measured too."""
+    made all its steps, so its end is measured too. The loop's pace is taken over the stretches where
+    the step grew (a retry that started again from an earlier step is not a step of negative time)."""
     train = [r for r in records if r.kind == "train" and r.time is not None]
     times = [r.time for r in train if r.time is not None]  # every one of them: a step's moment
     if len(train) < MIN_STEPS:
         return None
     evals = [r for r in records if r.kind == "eval" and isinstance(r.extra.get("eval_seconds"), (int, float))]
     per_step = []
-    eval_in_loop = 0.0
+    loop_time, loop_steps = 0.0, 0
     for after_i, (before, after) in enumerate(zip(train, train[1:], strict=False), start=1):
         steps = after.step - before.step
         if steps <= 0:
             continue
         inside = sum(float(e.extra["eval_seconds"]) for e in evals if before.step <= e.step < after.step
                      and e.step > 0)
-        eval_in_loop += inside
-        per_step.append(max(0.0, (times[after_i] - times[after_i - 1] - inside) / steps))
+        seconds = max(0.0, times[after_i] - times[after_i - 1] - inside)
+        loop_time, loop_steps = loop_time + seconds, loop_steps + steps
+        per_step.append(seconds / steps)
     if len(per_step) < MIN_STEPS - 1:
         return None
-    span = train[-1].step - train[0].step
-    loop = (times[-1] - times[0] - eval_in_loop) / span
     eval_s = statistics.median(float(e.extra["eval_seconds"]) for e in evals) if evals else None
     tail = (ended_at - times[-1]) if finished and ended_at is not None else None
+    resumed = [c.from_step for c in map(ResumeCheck.from_record, records) if c is not None and c.from_step]
+    start = min(resumed[0], train[0].step - 1) if resumed else 0
     return Timing(run_id=run_id, probe=probe, startup_s=max(0.0, times[0] - created_at),
                   first_step=train[0].step, last_step=train[-1].step, step_s=tuple(per_step),
-                  loop_s_per_step=max(0.0, loop), eval_s=eval_s, tail_s=tail,
-                  total_steps=train[-1].max_steps, ended_at=ended_at or times[-1])
+                  loop_s_per_step=loop_time / loop_steps, eval_s=eval_s, tail_s=tail,
+                  total_steps=train[-1].max_steps, ended_at=ended_at or times[-1], start_step=max(0, start))
+
+
+def pooled(timings: Sequence[Timing]) -> Timing:
+    """One timing from a workload's newest measurements (newest first, one kind): each part the median of
+    theirs, the step times' spread all of theirs together (the error bar then holds the change of pace
+    from run to run too). The newest names it and gives its steps and total."""
+    newest = timings[0]
+    if len(timings) == 1:
+        return newest
+    tails = [t.tail_s for t in timings if t.tail_s is not None]
+    evals = [t.eval_s for t in timings if t.eval_s is not None]
+    return Timing(run_id=newest.run_id, probe=newest.probe,
+                  startup_s=statistics.median(t.startup_s for t in timings),
+                  first_step=newest.first_step, last_step=newest.last_step,
+                  step_s=tuple(s for t in timings for s in t.step_s),
+                  loop_s_per_step=statistics.median(t.loop_s_per_step for t in timings),
+                  eval_s=statistics.median(evals) if evals else None,
+                  tail_s=statistics.median(tails) if tails else None, total_steps=newest.total_steps,
+                  ended_at=newest.ended_at, start_step=newest.start_step,
+                  runs=tuple(t.run_id for t in timings))
+
+
+def correction_of(ratios: Sequence[float]) -> tuple[float | None, bool]:
+    """The factor past ratios (newest first) apply, and whether it was held: the median of the last
+    :data:`RATIO_RUNS`, each clamped to :data:`RATIO_CLAMP`, held to :data:`MAX_CORRECTION`; ``None``
+    with fewer than :data:`MIN_RATIOS` of them, or when they do not agree on a direction (:data:`AGREE`):
+    the estimate errs one way only then, and only that is worth correcting."""
+    used = [min(RATIO_CLAMP, max(1 / RATIO_CLAMP, r)) for r in ratios[:RATIO_RUNS]]
+    if len(used) < MIN_RATIOS:
+        return None, False
+    middle = statistics.median(used)
+    same_side = sum((r > 1) == (middle > 1) and r != 1 for r in used)
+    if middle == 1 or same_side < AGREE * len(used):
+        return None, False
+    held = min(MAX_CORRECTION, max(1 / MAX_CORRECTION, middle))
+    return held, held != middle
 
 
 @dataclass(frozen=True)
@@ -135,13 +201,19 @@ class Estimate:
     unmeasured: tuple[str, ...] = field(default=())
     """Parts of the run no measurement covered (taken as nothing)."""
     fingerprint: str = ""
+    source_runs: tuple[str, ...] = ()
+    """Every run whose measurement is in the pace, newest first (``source_run`` is the first)."""
+    held: bool = False
+    """The correction was held to :data:`MAX_CORRECTION` (the ratios' median lay beyond it)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "unmeasured": list(self.unmeasured)}
+        return {**asdict(self), "unmeasured": list(self.unmeasured), "source_runs": list(self.source_runs)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Estimate:
-        return cls(**{**data, "unmeasured": tuple(data.get("unmeasured") or ())})
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**{**known, "unmeasured": tuple(data.get("unmeasured") or ()),
+                      "source_runs": tuple(data.get("source_runs") or ())})
 
     def lines(self) -> list[str]:
         """What ``run --dry-run``, ``doctor --estimate`` and the editor say."""
@@ -153,8 +225,14 @@ class Estimate:
                + (f" + end {_clock(self.tail_s)}" if self.tail_s else ""),
                f"  measured by {self.source}"]
         if self.correction is not None:
+            held = f" (held to x{1 / MAX_CORRECTION:.2f}-x{MAX_CORRECTION:.2f})" if self.held else ""
             out.append(f"  x{self.correction:.2f}: the median real/estimated wall time of the last "
-                       f"{plural(self.corrected_by, 'run')} of this workload")
+                       f"{plural(self.corrected_by, 'run')} of this workload{held}")
+        elif self.corrected_by:
+            why = ("too few to correct by" if self.corrected_by < MIN_RATIOS else
+                   "they scatter around 1: the runs' own spread, not the estimate's error")
+            out.append(f"  not corrected: {plural(self.corrected_by, 'past run')} compared with "
+                       f"{'its' if self.corrected_by == 1 else 'their'} estimates ({why})")
         if self.unmeasured:
             out.append(f"  not measured (taken as nothing): {', '.join(self.unmeasured)}")
         return out
@@ -197,8 +275,9 @@ def estimate(*, timing: Timing, steps: int, eval_every: int | None, end_tail_s: 
     median = statistics.median(timing.step_s)
     low_step = step * (_quantile(timing.step_s, 0.1) / median) if median else step
     high_step = step * (_quantile(timing.step_s, 0.9) / median) if median else step
-    to_go = max(0, steps - timing.first_step)
-    periodic = max(0, steps - 1) // eval_every - max(0, timing.first_step - 1) // eval_every if eval_every else 0
+    in_startup = max(1, timing.first_step - timing.start_step)  # the steps its start-up holds
+    to_go = max(0, steps - in_startup)
+    periodic = max(0, steps - 1) // eval_every - (in_startup - 1) // eval_every if eval_every else 0
     eval_s = timing.eval_s or 0.0
     unmeasured = list(unmeasured)
     tail = timing.tail_s if timing.tail_s is not None else end_tail_s
@@ -210,25 +289,64 @@ def estimate(*, timing: Timing, steps: int, eval_every: int | None, end_tail_s: 
     if timing.eval_s is None:
         evals, eval_s = 0, 0.0
     base = timing.startup_s + evals * eval_s + tail
-    correction = statistics.median(ratios) if ratios else None
+    correction, held = correction_of(ratios)
     factor = correction or 1.0
     wall, low, high = ((base + to_go * s) * factor for s in (step, low_step, high_step))
     hours = workers * wall / 3600
     kind = "probe" if timing.probe else "run"
+    source = f"{kind} {timing.run_id} (steps {timing.first_step}-{timing.last_step})"
+    if len(timing.measured_by) > 1:
+        more = len(timing.measured_by) - 1
+        source += f" and {plural(more, f'earlier {kind}')}: the median of {more + 1}"
+    used = ratios[:RATIO_RUNS]
     return Estimate(wall_s=wall, low_s=low, high_s=high, steps=steps, startup_s=timing.startup_s, step_s=step,
-                    evals=evals, eval_s=eval_s, tail_s=tail,
-                    source=f"{kind} {timing.run_id} (steps {timing.first_step}-{timing.last_step})",
+                    evals=evals, eval_s=eval_s, tail_s=tail, source=source,
                     source_run=timing.run_id, unit=unit, hours=hours,
                     cost=hours * price if price is not None else None, currency=currency if price is not None else "",
-                    correction=correction, corrected_by=len(ratios), unmeasured=tuple(unmeasured),
-                    fingerprint=fingerprint_)
+                    correction=correction, corrected_by=len(used), unmeasured=tuple(unmeasured),
+                    fingerprint=fingerprint_, source_runs=timing.measured_by, held=held)
 
 
-def real_vs_estimate(est: Estimate, wall_s: float, steps_done: int | None, succeeded: bool) -> dict[str, Any]:
-    """What the end of a run keeps beside its estimate; ``ratio`` (real over estimated wall time, before
-    any correction) only for a run that made the steps it was estimated for, as only those teach."""
+@dataclass(frozen=True)
+class Ended:
+    """How a run that launched with an estimate ended, as its record says."""
+
+    state: str
+    """The run's final state (``succeeded``, ``failed``, ``cancelled``, ...)."""
+    first_step: int | None
+    """Its first train record's step (``None``: it made no step)."""
+    last_step: int | None
+    start_step: int = 0
+    """The step it resumed after (0: it started from the first step)."""
+    probe: bool = False
+
+
+def real_vs_estimate(est: Estimate, wall_s: float, ended: Ended) -> dict[str, Any]:
+    """What the end of a run keeps beside its estimate. ``error`` and ``ratio`` (real over estimated wall
+    time, before any correction) only for a run that is what was estimated: it succeeded, made every
+    step from the first (not a resume: the estimate counted from step 1) and is not a probe; ``why`` says
+    why another run is not compared, in words ``show`` prints."""
     raw = est.wall_s / (est.correction or 1.0)
-    complete = succeeded and steps_done is not None and steps_done >= est.steps
-    return {"real_wall_s": wall_s, "steps_done": steps_done, "succeeded": succeeded,
-            "error": (wall_s - est.wall_s) / est.wall_s if est.wall_s else None,
-            "ratio": wall_s / raw if complete and raw > 0 else None}
+    done = 0 if ended.last_step is None else ended.last_step - ended.start_step
+    why = _not_compared(est, ended, done)
+    compared = why is None and est.wall_s > 0 and raw > 0
+    return {"real_wall_s": wall_s, "steps_done": done, "succeeded": ended.state == "succeeded",
+            "compared": compared, "why": why,
+            "error": (wall_s - est.wall_s) / est.wall_s if compared else None,
+            "ratio": wall_s / raw if compared else None}
+
+
+def _not_compared(est: Estimate, ended: Ended, done: int) -> str | None:
+    if ended.probe:
+        return "a probe, cancelled after its first steps"
+    if ended.start_step:
+        trained = "trained nothing" if done <= 0 else f"trained {plural(done, 'step')}"
+        return f"resumed from step {ended.start_step} and {trained}; the estimate counted from step 1"
+    if ended.state != "succeeded":
+        at = f" at step {ended.last_step} of {est.steps}" if ended.last_step is not None else " before its first step"
+        return f"{ended.state}{at}"
+    if done <= 0:
+        return "trained nothing"
+    if done < est.steps:
+        return f"made {done} of the {plural(est.steps, 'step')} estimated"
+    return None

@@ -17,11 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from launcher.runs.core.estimate import (
+    POOL_RUNS,
     RATIO_RUNS,
+    Ended,
     Estimate,
     Timing,
     estimate,
     fingerprint,
+    pooled,
     real_vs_estimate,
     steps_to_run,
     timing_of,
@@ -30,6 +33,7 @@ from launcher.runs.core.layout import LOG_METRICS, METRICS, PLAN, load_options, 
 from launcher.runs.core.store import RunRecord, RunStore, StoreDamaged
 from launcher.words import plural
 from launcher.workload.plan import RunPlan
+from trainer.wire.protocol import ResumeCheck
 
 ESTIMATE = "estimate.json"
 """In a run's folder: the estimate made at its launch and, once it ended, the real figure beside it."""
@@ -45,13 +49,15 @@ class History:
     """What the store knows of a workload's pace."""
 
     timing: Timing | None
-    """The newest timing of a run (or probe) of the same fingerprint."""
+    """The pace of runs (or probes) of the same fingerprint: the median of the newest few of the kind
+    of the newest one (:func:`~launcher.runs.core.estimate.pooled`)."""
     source_parameters: dict[str, Any]
     end_tail_s: float | None
     """The end of the newest finished run of it (for an estimate from a probe)."""
     ratios: tuple[float, ...]
     """Real over estimated wall time of its last runs that kept both, newest first, of estimates made
-    from the same kind of measurement as ``timing`` (a probe, or a whole run)."""
+    from the same kind of measurement as ``timing`` (a probe, or a whole run), less those of the runs
+    whose measurement ``timing`` holds."""
 
 
 def _workload_of(record: RunRecord) -> dict[str, Any] | None:
@@ -110,8 +116,10 @@ def history(home: Path, workload: dict[str, Any], *, exclude: str | None = None)
         return History(None, {}, None, ())  # no run yet: a dry run creates no store
     store = RunStore(home)
     wanted = fingerprint(workload)
-    timing, params, tail = None, {}, None
-    ratios: list[tuple[bool, float]] = []
+    timings: list[Timing] = []
+    params: dict[str, Any] = {}
+    tail = None
+    learned: list[tuple[str, bool, float]] = []  # (the run that learned it, against a probe's estimate, ratio)
     for summary in store.list_runs(experiment=workload.get("experiment_name"), limit=HISTORY_RUNS):
         if summary.run_id == exclude or not summary.state.is_final:
             continue
@@ -121,23 +129,45 @@ def history(home: Path, workload: dict[str, Any], *, exclude: str | None = None)
         theirs = _workload_of(record)
         if theirs is None or fingerprint(theirs) != wanted:
             continue
-        kept = read_kept(record.directory) or {}
-        ratio = (kept.get("real") or {}).get("ratio")
-        if isinstance(ratio, (int, float)) and ratio > 0:
-            ratios.append((str((kept.get("estimate") or {}).get("source", "")).startswith("probe"), float(ratio)))
-        if timing is not None and tail is not None:
+        ratio = _ratio(summary.run_id, read_kept(record.directory) or {})
+        if ratio is not None:
+            learned.append((summary.run_id, *ratio))
+        if tail is not None and _pool_full(timings):
             continue
         found = run_timing(record)
         if found is None:
             continue
-        if timing is None:
-            timing, params = found, theirs.get("parameters") or {}
+        if not timings:
+            params = theirs.get("parameters") or {}
+        timings.append(found)
         if tail is None and found.tail_s is not None:
             tail = found.tail_s
+    if not timings:
+        return History(None, params, tail, ())
+    timing = pooled([t for t in timings if t.probe == timings[0].probe][:POOL_RUNS])
     # A ratio corrects estimates of its own kind: one from a probe (whose end and load were not the
-    # run's) says nothing of an estimate from a whole run, and the other way round.
-    same = tuple(r for probe, r in ratios if timing is not None and probe == timing.probe)[:RATIO_RUNS]
+    # run's) says nothing of an estimate from a whole run, and the other way round. A run whose own
+    # measurement is in the pace lends it no ratio: its ratio is how it differed from the runs before
+    # it, which its measurement already says.
+    same = tuple(r for run, probe, r in learned
+                 if probe == timing.probe and run not in timing.measured_by)[:RATIO_RUNS]
     return History(timing, params, tail, same)
+
+
+def _pool_full(timings: list[Timing]) -> bool:
+    return bool(timings) and sum(t.probe == timings[0].probe for t in timings) >= POOL_RUNS
+
+
+def _ratio(run_id: str, kept: dict[str, Any]) -> tuple[bool, float] | None:
+    """What a run's kept estimate teaches: the ratio of a run compared with an estimate made before it
+    from other runs (an older record without ``compared`` counts when it kept a ratio)."""
+    est, real = kept.get("estimate") or {}, kept.get("real") or {}
+    ratio = real.get("ratio")
+    if real.get("compared") is False or not isinstance(ratio, (int, float)) or ratio <= 0:
+        return None
+    if run_id == est.get("source_run") or run_id in (est.get("source_runs") or ()):
+        return None  # never a run measured against itself
+    return str(est.get("source", "")).startswith("probe"), float(ratio)
 
 
 def estimate_plan(home: Path, plan: RunPlan, *, exclude: str | None = None) -> Estimate | None:
@@ -212,10 +242,35 @@ def settle(directory: Path, record: RunRecord) -> dict[str, Any] | None:
     if created is None:
         return None
     est = Estimate.from_dict(kept["estimate"])
-    real = real_vs_estimate(est, record.summary.ended_at - created, record.summary.step,
-                            record.summary.state.value == "succeeded")
+    real = real_vs_estimate(est, record.summary.ended_at - created, ended_of(record))
     _write(directory, {**kept, "real": real})
     return real
+
+
+def ended_of(record: RunRecord) -> Ended:
+    """How a run ended, from its state and its own train records: the steps it made, and the step it
+    resumed after (its resume check's, else the step before its first record when that is beyond the
+    first logging interval: a resume the trainer did not check)."""
+    records = read_records(record.directory / METRICS) or read_records(record.directory / LOG_METRICS)
+    steps = [r.step for r in records if r.kind == "train"]
+    first, last = (min(steps), max(steps)) if steps else (None, None)
+    start = next((c.from_step for c in map(ResumeCheck.from_record, records) if c is not None and c.from_step), 0)
+    every = _logging_every(record)
+    if not start and first is not None and every is not None and first > every:
+        start = first - 1
+    if start and last is None:
+        last = start  # resumed where it had every step already: nothing trained
+    return Ended(record.summary.state.value, first, last, start, is_probe(record))
+
+
+def _logging_every(record: RunRecord) -> int | None:
+    """The built-in trainer's ``logging.every_steps`` (its first record's step at the latest); ``None``
+    for a script, whose first logged step says nothing of a resume."""
+    workload = _workload_of(record) or {}
+    if workload.get("command"):
+        return None
+    every = ((workload.get("parameters") or {}).get("logging") or {}).get("every_steps", 1)
+    return every if isinstance(every, int) and every > 0 else 1
 
 
 def _write(directory: Path, data: dict[str, Any]) -> None:

@@ -12,14 +12,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from launcher.paths import private_file
+from trainer.wire.fit_record import FitSummary
+from trainer.wire.flops import MFU_CONVENTION
 from trainer.wire.protocol import MetricRecord, ResumeCheck
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
 _METRICS = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu", "eval_loss", "eval_exact_match", "router_aux_loss")
-_MEMORY = ("device_used_gib", "allocated_gib", "reserved_gib", "peak_gib", "rss_gib")
-"""Per rank, as ``memory/rank<N>/<field>``: what the monitor's gauges show."""
+_MEMORY = ("device_used_gib", "allocated_gib", "reserved_gib", "peak_gib", "rss_gib", "peak_rss_gib")
+"""Per rank, as ``memory/rank<N>/<field>``: what the monitor's gauges show, and the peaks the memory
+prediction (``memory/predicted_gib``) is compared with."""
 
 
 SAMPLES_TABLE = "samples.json"
@@ -74,6 +77,8 @@ class MlflowSink:
         self.home = Path(home)
         self.client: MlflowClient | None = None
         self.run_id: str | None = None
+        self._mfu_said: str | None = None
+        """The MLflow run whose MFU convention is tagged already (once a run, with its first MFU)."""
 
     @staticmethod
     def warm() -> None:
@@ -137,6 +142,14 @@ class MlflowSink:
                 client.set_tag(run_id, "fsdp_tui.resume_check", check.verdict)
                 client.set_tag(run_id, "fsdp_tui.resume_differs", "; ".join(check.differs)[:5000] or "nothing")
             stamp = int((r.time or 0) * 1000)
+            if r.mfu is not None and self._mfu_said != run_id:  # what the ``mfu`` metric counts
+                client.set_tag(run_id, "fsdp_tui.mfu_convention", MFU_CONVENTION)
+                self._mfu_said = run_id
+            fit = FitSummary.from_record(r)
+            if fit is not None:  # the prediction, beside each rank's measured peak in the same charts
+                client.set_tag(run_id, "fsdp_tui.memory_predicted", fit.words())
+                metrics += [Metric(name, value, stamp, 0) for name, value in (
+                    ("memory/predicted_gib", fit.expected_gib), ("memory/need_gib", fit.need_gib))]
             values = [(name, getattr(r, name)) for name in _METRICS]
             values += [(f"memory/rank{m.rank}/{f}", getattr(m, f)) for m in r.memory for f in _MEMORY]
             for name, value in values:

@@ -92,6 +92,8 @@ class RunReport:
     """The newest interconnect test of the same nodes (filled in by the API, which may read tests)."""
     last_safe_step: SafeStep | None = None
     """The newest complete checkpoint as its holder says (filled in by the API: it asks a node)."""
+    memory: JsonPart | None = None
+    """Each rank's predicted peak memory beside the highest one measured (the built-in trainer's)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON of ``fsdp-tui show --json``: the fields as named, states and the triage as text."""
@@ -168,6 +170,7 @@ def run_report(home: Path, run_id: str) -> RunReport:
         resumed_from=_resumed_from(home, workload, run_id), router_aux_loss=_router_aux_loss(records),
         checkpoints_place=_place_words(plan), gathers=tuple(read_gathers(directory)),
         resume_check=check, resume_ignored=ignored, end_waits=end_waits, swaps=tuple(swaps),
+        memory=_memory(directory / METRICS, records),
     )
 
 
@@ -240,24 +243,41 @@ HEAD_BYTES = 64 << 10
 """The start of the metrics file, where the trainer's ``data`` record is (written before the first step)."""
 
 
-def _data_summary(path: Path) -> dict | None:
-    """What the run trained on, from its ``data`` record: examples, and how many were cut at
-    ``max_seq_len`` with how many tokens lost; ``None`` for a run without one (a user script)."""
-    from trainer.wire.protocol import DataSummary, MetricRecord
+def _head_records(path: Path) -> list:
+    """The records at the start of the metrics file (what the trainer says before its first step)."""
+    from trainer.wire.protocol import MetricRecord
 
     try:
         with open(path, "rb") as f:
             head = f.read(HEAD_BYTES)
     except OSError:
-        return None
-    for line in head.split(b"\n")[:-1]:
-        record = MetricRecord.from_json(line.decode("utf-8", errors="replace"))
-        summary = DataSummary.from_record(record) if record is not None else None
-        if summary is not None:
-            from dataclasses import asdict
+        return []
+    return [r for line in head.split(b"\n")[:-1] if (r := MetricRecord.from_json(line.decode("utf-8", "replace")))]
 
+
+def _data_summary(path: Path) -> dict | None:
+    """What the run trained on, from its ``data`` record: examples, and how many were cut at
+    ``max_seq_len`` with how many tokens lost; ``None`` for a run without one (a user script)."""
+    from trainer.wire.protocol import DataSummary
+
+    for record in _head_records(path):
+        summary = DataSummary.from_record(record)
+        if summary is not None:
             return {**asdict(summary), "text": summary.words()}
     return None
+
+
+def _memory(path: Path, newest: list) -> dict | None:
+    """The run's memory prediction (its ``fit`` record, at the start) beside each rank's highest peak
+    (the newest records: a peak only grows); ``None`` for a run that predicted nothing."""
+    from trainer.wire.fit_record import memory_check
+
+    check = memory_check([*_head_records(path), *newest])
+    if check is None:
+        return None
+    return {"predicted_gib": check.fit.expected_gib, "need_gib": check.fit.need_gib, "memory_gib": check.fit.memory_gib,
+            "device": check.fit.device, "sharding": check.fit.sharding, "parts_gib": dict(check.fit.parts),
+            "peak_gib": check.peak_gib, "peak_rank": check.peak_rank, "error": check.error, "text": check.words()}
 
 
 def _json(path: Path) -> dict | None:

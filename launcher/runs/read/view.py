@@ -23,6 +23,7 @@ from launcher.events import (
 from launcher.runs.core.resume_badge import ResumeBasis
 from launcher.runs.core.swaps import Swap
 from launcher.runs.core.triage import classify_line, might_signal
+from trainer.wire.fit_record import KIND_FIT, FitSummary, MemoryCheck
 from trainer.wire.protocol import KIND_RESUME_CHECK, RankMemory, ResumeCheck
 
 SERIES_LEN = 600
@@ -141,6 +142,8 @@ class RunView:
     """Every rank's own work in the newest step that reported it (seconds, by global rank; built-in trainer)."""
     resume_check: ResumeCheck | None = None
     """The newest resume's check (the built-in trainer's, at the first step after a resume)."""
+    fit: FitSummary | None = None
+    """Each rank's predicted peak memory (the built-in trainer's, said before its first step)."""
     continues: str = ""
     """The run whose checkpoint this one continues, in words (``continues run X from step N``), as its
     launch recorded it; said when nothing weighs more."""
@@ -248,6 +251,14 @@ class RunView:
             return self.detail
         return self.continues
 
+    def memory_words(self) -> str:
+        """The memory prediction beside the highest peak a rank has measured (empty: nothing predicted)."""
+        if self.fit is None:
+            return ""
+        peaks = {rank: m.measured_peak_gib for rank, m in self.memory.items() if m.measured_peak_gib is not None}
+        top = max(peaks, key=lambda rank: peaks[rank] or 0.0) if peaks else None
+        return "memory: " + MemoryCheck(self.fit, peaks.get(top) if top is not None else None, top, len(peaks)).words()
+
     def resume_badge(self) -> str:
         """``resume VERIFIED`` (``RESHARDED``, ``DIFFERS``, ``UNCHECKED``) for the summary line; empty: no resume."""
         if self.resume_check is None:
@@ -268,6 +279,8 @@ class RunView:
         if r.kind == KIND_RESUME_CHECK and (self.resume_basis is None
                                              or not self.resume_basis.not_a_resume(self.attempt)):
             self.resume_check = ResumeCheck.from_record(r) or self.resume_check
+        if r.kind == KIND_FIT:
+            self.fit = FitSummary.from_record(r) or self.fit
         if r.kind != "train":
             return
         self.step = max(self.step, r.step)

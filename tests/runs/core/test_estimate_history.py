@@ -21,7 +21,7 @@ from launcher.runs.core.store import RunStore
 from launcher.runs.launch import create_run
 from launcher.workload.model import Workload
 from launcher.workload.plan import build_plan
-from trainer.wire.protocol import MetricRecord
+from trainer.wire.protocol import MetricRecord, ResumeCheck
 
 BASE = {"experiment_name": "est", "compute": {"accelerator_type": "CPU", "procs_per_node": 2},
         "parameters": {"model_name": "builtin:tiny-llama", "dataset_name": "builtin:tiny-alpaca", "output_dir": "o",
@@ -35,7 +35,9 @@ def _plan(run_id: str, **params):
 
 def _past(home: Path, run_id: str, *, step_s: float, steps: int = 10, state=RunState.SUCCEEDED, probe=False,
           ratio: tuple[str, float] | None = None, **params) -> None:
-    """A finished run in the store: 10 s of start-up, then ``steps`` steps of ``step_s`` each, 3 s of end."""
+    """A finished run in the store: 10 s of start-up, then ``steps`` steps of ``step_s`` each, 3 s of end;
+    ``ratio``: (the kind of measurement its launch estimate came from, the ratio its end kept), or
+    (``run NAME``, ratio) for an estimate from run NAME."""
     plan = _plan(run_id, **params)
     directory = create_run(plan, home)
     store = RunStore(home)
@@ -47,8 +49,10 @@ def _past(home: Path, run_id: str, *, step_s: float, steps: int = 10, state=RunS
     if probe:
         (directory / "options.json").write_text(json.dumps({"force": False, "tags": {PROBE_TAG: "1"}}))
     if ratio is not None:
-        (directory / "estimate.json").write_text(json.dumps({"estimate": {"source": f"{ratio[0]} x"},
-                                                             "real": {"ratio": ratio[1]}}))
+        source = ratio[0] if " " in ratio[0] else f"{ratio[0]} x"
+        (directory / "estimate.json").write_text(json.dumps({
+            "estimate": {"source": source, "source_run": source.split()[1]},
+            "real": {"ratio": ratio[1], "compared": True}}))
     store.record_metric_summary(run_id, step=steps)
     store.set_state(run_id, state, 1, "", at=times[-1] + 3)
 
@@ -59,16 +63,19 @@ def home(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_the_newest_run_of_the_same_workload_is_the_measurement(home):
-    _past(home, "a-old", step_s=2.0)
-    _past(home, "b-other-batch", step_s=9.0, per_device_batch_size=4)  # another workload: another pace
-    _past(home, "c-new", step_s=1.0, max_steps=500, output_dir="elsewhere")  # same pace, other length
+def test_the_newest_runs_of_the_same_workload_are_the_measurement(home):
+    _past(home, "a-oldest", step_s=7.0)  # a fourth: out of the pool
+    _past(home, "b-old", step_s=2.0)
+    _past(home, "c-other-batch", step_s=9.0, per_device_batch_size=4)  # another workload: another pace
+    _past(home, "d-mid", step_s=1.2)
+    _past(home, "e-new", step_s=1.0, max_steps=500, output_dir="elsewhere")  # same pace, other length
     past = history(home, _plan("x").workload.model_dump(mode="json"))
-    assert past.timing.run_id == "c-new" and past.timing.loop_s_per_step == pytest.approx(1.0)
+    assert past.timing.run_id == "e-new" and past.timing.measured_by == ("e-new", "d-mid", "b-old")
+    assert past.timing.loop_s_per_step == pytest.approx(1.2)  # the median: one slow run does not carry it
     assert past.end_tail_s == pytest.approx(3.0) and past.ratios == ()
     est = estimate_plan(home, _plan("x", max_steps=100))
-    assert est.steps == 100 and est.source.startswith("run c-new")
-    assert est.wall_s == pytest.approx(10 + 99 * 1.0 + 3.0)  # start-up (step 1 included), 99 more, the end
+    assert est.steps == 100 and est.source.startswith("run e-new") and "the median of 3" in est.source
+    assert est.wall_s == pytest.approx(10 + 99 * 1.2 + 3.0)  # start-up (step 1 included), 99 more, the end
     assert est.unit == "CPU" and est.hours == pytest.approx(2 * est.wall_s / 3600) and est.cost is None
 
 
@@ -81,14 +88,50 @@ def test_a_probe_measures_the_steps_and_the_last_finished_run_the_end(home):
 
 
 def test_ratios_correct_only_estimates_from_their_own_kind_of_measurement(home):
-    _past(home, "a", step_s=1.0, ratio=("probe", 1.5))
-    _past(home, "b", step_s=1.0, ratio=("run", 1.1))
-    _past(home, "c", step_s=1.0, ratio=("run", 1.3))
+    for name, ratio in (("a1", 1.5), ("a2", 1.4), ("a3", 1.6)):
+        _past(home, name, step_s=1.0, ratio=("probe", ratio))
+    for name, ratio in (("b1", 1.1), ("b2", 1.3), ("b3", 1.2)):
+        _past(home, name, step_s=1.0, ratio=("run", ratio))
+    for name in ("d", "e", "f"):  # the pool: their own ratios would be theirs
+        _past(home, name, step_s=1.0)
     from_run = estimate_plan(home, _plan("x"))
-    assert from_run.correction == pytest.approx(1.2) and from_run.corrected_by == 2
-    _past(home, "d-probe", step_s=1.0, state=RunState.CANCELLED, probe=True)
+    assert from_run.correction == pytest.approx(1.2) and from_run.corrected_by == 3
+    _past(home, "g-probe", step_s=1.0, state=RunState.CANCELLED, probe=True)
     from_probe = estimate_plan(home, _plan("x"))
     assert from_probe.source.startswith("probe") and from_probe.correction == pytest.approx(1.5)
+
+
+def test_a_run_s_ratio_never_corrects_an_estimate_from_its_own_measurement(home):
+    """A run estimated from an older, slower one ran in half the time: its ratio (0.44) says how it
+    differed from that one. The next estimate measures it; multiplied again by its ratio, it would
+    predict half the time of the very run it measured."""
+    _past(home, "a-slow", step_s=5.0, steps=10)
+    _past(home, "b-fast", step_s=1.0, steps=10, ratio=("run a-slow", 0.44))
+    est = estimate_plan(home, _plan("x", max_steps=10))
+    assert est.source_runs == ("b-fast", "a-slow") and est.correction is None
+    assert est.wall_s == pytest.approx(10 + 9 * 3.0 + 3.0)  # the median of both: no ratio applied on top
+
+
+def test_a_recorded_history_with_an_outlier_moves_the_estimate_a_bounded_factor(home):
+    """A workload's history as its runs kept it: each run's real/estimated ratio, one of them from a run
+    that took ten times its estimate (a machine busy for that run alone)."""
+    def history_of(prefix: str, ratios: list[float]) -> None:
+        for i, ratio in enumerate(ratios):
+            _past(home, f"{prefix}{i}", step_s=1.0, ratio=(f"run {prefix}{i - 1 if i else 'x'}", ratio))
+        for i in range(3):  # the newest three: the pool, whose own ratios do not count
+            _past(home, f"{prefix}p{i}", step_s=1.0)
+
+    plain = 10 + 49 * 1.0 + 3.0
+    history_of("a", [1.05, 0.97, 10.0, 1.02, 0.99])  # the others met their estimates: nothing to correct
+    est = estimate_plan(home, _plan("x"))
+    assert est.correction is None and est.corrected_by == 5 and est.wall_s == pytest.approx(plain)
+    assert "they scatter around 1" in "\n".join(est.lines())
+    history_of("b", [1.2, 1.25, 10.0, 1.22, 1.18])  # they ran 20% long: the outlier counts as x2, one of five
+    est = estimate_plan(home, _plan("x"))
+    assert est.correction == pytest.approx(1.22) and est.wall_s == pytest.approx(plain * 1.22)
+    history_of("c", [1.2, 10.0, 10.0, 10.0, 1.25])  # outliers for most of the five: held to the bound
+    est = estimate_plan(home, _plan("x"))
+    assert est.correction == pytest.approx(1.5) and est.held and "held to x0.67-x1.50" in "\n".join(est.lines())
 
 
 def test_prices_from_the_settings_price_the_estimate(home):
@@ -122,3 +165,36 @@ def test_a_run_keeps_its_estimate_and_its_real_figure_at_the_end(home):
     assert settle(record.directory, record)["ratio"] is None  # a run cut short teaches nothing
     record = store.get_run("a")
     assert settle(record.directory, record) is None  # launched without an estimate
+
+
+def test_a_resume_and_a_cancelled_run_keep_no_ratio_and_say_why(home):
+    """What the end keeps for runs that are not what was estimated: a resume that found every step done
+    (its record still says step 10 of 10), a resume that made the last steps, a run cancelled midway."""
+    _past(home, "a", step_s=1.0)
+    est = estimate_plan(home, _plan("x", max_steps=10))
+    store = RunStore(home)
+    _past(home, "b-resumed-nothing", step_s=1.0)
+    record = store.get_run("b-resumed-nothing")
+    (record.directory / "metrics.jsonl").write_text("")  # no step made: the checkpoint held all ten
+    keep_estimate(record.directory, est)
+    real = settle(record.directory, record)
+    assert record.summary.step == 10 and record.summary.state == RunState.SUCCEEDED
+    assert real["ratio"] is None and real["error"] is None and real["why"] == "trained nothing"
+
+    _past(home, "c-resumed", step_s=1.0)
+    record = store.get_run("c-resumed")
+    lines = (record.directory / "metrics.jsonl").read_text().splitlines()
+    resumed = [json.loads(line) for line in lines[6:]]  # steps 7-10, after a checkpoint of step 6
+    check = ResumeCheck("verified", 7, from_step=6).record().to_json()
+    (record.directory / "metrics.jsonl").write_text(check + "\n" + "".join(json.dumps(r) + "\n" for r in resumed))
+    keep_estimate(record.directory, est)
+    real = settle(record.directory, record)
+    assert real["ratio"] is None and real["steps_done"] == 4
+    assert real["why"].startswith("resumed from step 6 and trained 4 steps")
+
+    _past(home, "d-cancelled", step_s=1.0, steps=4, state=RunState.CANCELLED)
+    record = store.get_run("d-cancelled")
+    keep_estimate(record.directory, est)
+    real = settle(record.directory, record)
+    assert real["ratio"] is None and real["why"] == "cancelled at step 4 of 10"
+    assert history(home, _plan("x").workload.model_dump(mode="json")).ratios == ()

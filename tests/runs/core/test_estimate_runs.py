@@ -2,7 +2,8 @@
 machine, two gloo processes) gives an estimate that is kept; a dry run estimates from it; the run
 launched next keeps that estimate and, at its end, its real wall time beside it; the estimate after that
 comes from the run (its end measured too). No timing is asserted: only that each figure exists,
-is recorded, and says where it came from."""
+is recorded, and says where it came from; the run's memory prediction is said by the dry run and kept
+beside its ranks' measured peaks."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def test_probe_estimate_kept_and_compared_at_the_end(home):
     (home / "settings.json").write_text(json.dumps({"prices": {"currency": "EUR", "cpu_hour": 0.5}}))
     out = cli(home, "run", DEMO, "--dry-run", *SHORT)
     assert out.returncode == 0 and "estimate: nothing measured yet" in out.stdout
+    assert "memory: each rank needs ~" in out.stdout and "  fits: " in out.stdout  # the model's config alone
     assert f"fsdp-tui doctor {DEMO} --estimate" in out.stdout
 
     out = cli(home, "doctor", DEMO, "--estimate", "--probe-steps", "3", "--probe-budget", "240", "--json", *SHORT)
@@ -58,6 +60,10 @@ def test_probe_estimate_kept_and_compared_at_the_end(home):
 
     shown = cli(home, "show", run_id).stdout
     assert "  estimate  " in shown and f"from probe {probe_id}" in shown and "; real " in shown
+    # the trainer's memory prediction beside each rank's measured peak (resident memory on CPU)
+    memory = json.loads(cli(home, "show", run_id, "--json").stdout)["memory"]
+    assert memory["device"] == "cpu" and memory["peak_rank"] in (0, 1) and memory["peak_gib"] > 0
+    assert f"  memory    peak {memory['peak_gib']:.2f} GiB (rank {memory['peak_rank']} of 2) against " in shown
 
     out = cli(home, "run", DEMO, "--dry-run", *SHORT)
     assert f"measured by run {run_id} (steps 1-12)" in out.stdout

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from launcher.runs.owner.mlflow_sink import MlflowSink
-from trainer.wire.protocol import MetricRecord, ResumeCheck
+from trainer.wire.fit_record import FitSummary
+from trainer.wire.protocol import MetricRecord, RankMemory, ResumeCheck
 
 
 @pytest.mark.slow
@@ -18,11 +19,14 @@ def test_params_metrics_artifacts_and_status(tmp_path):
 
     sink = MlflowSink(None, "exp-a", "run-1", tmp_path)
     run_id = sink.start({"model": {"name": "tiny", "lr": 0.001}, "long": "x" * 9000})
-    sink.log_records([MetricRecord(step=s, max_steps=3, loss=3.0 - s, lr=1e-3, time=1000.0 + s,
+    sink.log_records([MetricRecord(step=s, max_steps=3, loss=3.0 - s, lr=1e-3, time=1000.0 + s, mfu=0.3 if s > 1 else None,
                                    router_aux_loss=2.0 + s / 10 if s == 2 else None) for s in (1, 2, 3)]
                      + [MetricRecord(step=3, kind="eval", eval_loss=0.5, time=1004.0)]
                      + [ResumeCheck("differs", 2, differs=("seed: 42 in the checkpoint, 7 now",)).record(),
-                        ResumeCheck("verified", 3).record()])  # a resume's badge as tags: the newest wins
+                        ResumeCheck("verified", 3).record()]  # a resume's badge as tags: the newest wins
+                     + [FitSummary(expected_gib=0.62, need_gib=0.62, device="cpu", sharding="full_shard", world=2).record(),
+                        MetricRecord(step=4, time=1005.0, memory=(RankMemory(0, rss_gib=0.6, peak_rss_gib=0.66),
+                                                                  RankMemory(1, rss_gib=0.6, peak_rss_gib=0.7)))])
     from trainer.wire.samples import Sample, SampleSet
 
     sink.log_samples([SampleSet(0, (Sample("Add 2 + 3.", "zz"), Sample("Reverse: abc", "zz", "cba")))])
@@ -41,9 +45,17 @@ def test_params_metrics_artifacts_and_status(tmp_path):
     assert [(m.step, m.value) for m in client.get_metric_history(run_id, "router_aux_loss")] == [(2, 2.2)]
     assert run.data.metrics["gpu_hours"] == 16.0 and run.data.metrics["cost"] == 40.0
     assert (run.data.tags["fsdp_tui.resume_check"], run.data.tags["fsdp_tui.resume_differs"]) == ("verified", "nothing")
+    # the memory prediction beside each rank's measured peak
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "memory/predicted_gib")] == [(0, 0.62)]
+    assert run.data.metrics["memory/rank1/peak_rss_gib"] == 0.7
+    assert run.data.tags["fsdp_tui.memory_predicted"].startswith("0.62 GiB a rank predicted")
+    # MFU beside what it counts (model FLOPs: a LoRA run's frozen base does no weight-gradient work)
+    assert run.data.metrics["mfu"] == 0.3 and run.data.tags["fsdp_tui.mfu_convention"].startswith(
+        "model FLOPs (forward 2N + activation gradients 2N + weight gradients 2T per token")
     run_b = sink.start({})
     sink.log_records([ResumeCheck("differs", 2, differs=("seed: 42 in the checkpoint, 7 now",)).record()])
     tags = client.get_run(run_b).data.tags
+    assert "fsdp_tui.mfu_convention" not in tags  # a run that reported no MFU names no convention
     assert (tags["fsdp_tui.resume_check"], tags["fsdp_tui.resume_differs"]) == ("differs", "seed: 42 in the checkpoint, 7 now")
     assert [a.path for a in client.list_artifacts(run_id)] == ["samples.json", "triage.json"]
     table = json.loads(Path(client.download_artifacts(run_id, "samples.json", str(tmp_path / "dl"))).read_text())

@@ -20,6 +20,8 @@ from tests.support.cli import FSDP_TUI, ROOT, cli, cli_env, tagged, wait_tracked
 pytestmark = pytest.mark.slow
 STEPS = 60
 MONITOR_METRICS = {"loss", "lr", "tokens_per_s", "eval_loss", "memory/rank0/rss_gib", "memory/rank1/rss_gib"}
+FIT_METRICS = {"memory/predicted_gib", "memory/need_gib", "memory/rank0/peak_rss_gib", "memory/rank1/peak_rss_gib"}
+"""The trainer's memory prediction beside each rank's measured peak (VmHWM on CPU)."""
 
 
 
@@ -55,7 +57,12 @@ def _check_records_equal_the_nodes(home: Path, run_id: str) -> None:
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
     [mlrun] = client.search_runs([client.get_experiment_by_name("tiny-cpu-demo").experiment_id])
     assert mlrun.info.status == "FINISHED"
-    assert set(mlrun.data.metrics) >= MONITOR_METRICS, sorted(mlrun.data.metrics)
+    assert set(mlrun.data.metrics) >= MONITOR_METRICS | FIT_METRICS, sorted(mlrun.data.metrics)
+    predicted = mlrun.data.metrics["memory/predicted_gib"]
+    assert mlrun.data.tags["fsdp_tui.memory_predicted"].startswith(f"{predicted:.2f} GiB a rank predicted (process; ")
+    peak_rank, peak = max(((r, mlrun.data.metrics[f"memory/rank{r}/peak_rss_gib"]) for r in (0, 1)), key=lambda x: x[1])
+    said = cli(home, "show", run_id).stdout  # show: the same prediction beside the same highest peak
+    assert f"memory    peak {peak:.2f} GiB (rank {peak_rank} of 2) against {predicted:.2f} GiB predicted" in said, said
     train_steps = [json.loads(x)["step"] for x in (node_dir / "metrics.jsonl").read_text().splitlines()
                    if json.loads(x).get("kind", "train") == "train"]
     history = client.get_metric_history(mlrun.info.run_id, "loss")
