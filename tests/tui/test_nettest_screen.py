@@ -9,7 +9,7 @@ from textual.widgets import DataTable, Static
 
 from launcher.api.nettests import NettestRecord
 from launcher.events import RunState
-from tests.nettest.test_nettest_units import result
+from tests.support.nettest import result
 from tests.tui.test_app import _wait_for
 from tui.app import FsdpTuiApp
 from tui.screens.nettest import NettestScreen

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from launcher.runs.core.triage import classify_line, triage_run
-from tests.trainer.conftest import ROOT, tiny_params, torchrun_argv, trainer_env
+from tests.support.trainer.run import HERE, ROOT, tiny_params, torchrun_argv, trainer_env
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +45,7 @@ def test_bad_files_stop_every_rank_with_one_line_and_triage_calls_it_data(tmp_pa
         paths.append(params)
     # Every file through the trainer's entry in the same two processes (one start-up for all of them); the
     # last one ends them as `python -m trainer` ends.
-    out = subprocess.run(torchrun_argv(2, str(ROOT / "tests/trainer/bad_data_worker.py"), *map(str, paths)),
+    out = subprocess.run(torchrun_argv(2, str(HERE / "bad_data_worker.py"), *map(str, paths)),
                          cwd=ROOT, env=trainer_env(tmp_path), capture_output=True, text=True, timeout=300)
     names = list(BAD)
     refused = sorted(line.split(" ", 3)[1:] for line in out.stdout.splitlines() if line.startswith("REFUSED "))

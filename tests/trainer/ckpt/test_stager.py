@@ -2,15 +2,15 @@
 torch's ``DefaultStager`` closes its copier after each stage (torch 2.11: simulated here on any torch)."""
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
+from tests.support.trainer.run import HERE
 from trainer.ckpt.stager import ReusingStager
 
-SIMULATION = Path(__file__).with_name("torch_2_11_stager")
+SIMULATION = HERE / "torch_2_11_stager"
 
 
 @pytest.fixture

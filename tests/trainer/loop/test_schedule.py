@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.conftest import run_trainer, tiny_params
+from tests.support.trainer.run import run_trainer, tiny_params
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.trainer.chat_tokenizers import CHATML_GENERATION, LLAMA3, PLAIN, QWEN3, chat_tokenizer
+from tests.support.trainer.chat_tokenizers import CHATML_GENERATION, LLAMA3, PLAIN, QWEN3, chat_tokenizer
 from trainer.data.chat import FALLBACK_TEMPLATE, IGNORE, ChatTokens, choose_template
 from trainer.data.rows import Tokenize
 from trainer.wire.config import ChatFields, SettingError

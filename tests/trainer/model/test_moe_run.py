@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.trainer.conftest import ROOT, run_trainer
+from tests.support.trainer.run import ROOT, run_trainer
 
 pytestmark = pytest.mark.slow
 

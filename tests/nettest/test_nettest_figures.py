@@ -1,5 +1,5 @@
-"""The interconnect self-test's pure parts: bandwidth definitions, the slow-node verdict, decoding a
-result, the FSDP expectation and the test's plan."""
+"""The interconnect self-test's pure parts on the operator's side: bandwidth definitions, the slow-node verdict,
+decoding a result, the FSDP expectation and the test's plan (the node's side: tests/trainer/nettest)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from launcher.nettest.figures import (
     judge_pairs,
 )
 from launcher.nettest.report import to_dict, verdict_lines
-from trainer.nettest.node import ring_pairs, sizes_for
+from tests.support.nettest import result
 
 MIB = 1 << 20
 
@@ -70,41 +70,6 @@ def test_too_few_nodes_to_compare_says_so(n, note):
     pairs = pairs_from({(0, 1): 5}) if n == 2 else []
     verdict = judge_pairs(pairs)
     assert verdict.findings == () and verdict.note.startswith(note)
-
-
-@pytest.mark.parametrize(("nnodes", "rounds", "count"), [(1, 0, 0), (2, 1, 1), (3, 3, 3), (4, 2, 4), (5, 3, 5),
-                                                         (16, 2, 16)])
-def test_ring_pairs_take_at_most_three_rounds_and_no_node_twice_per_round(nnodes, rounds, count):
-    pairs = ring_pairs(nnodes)
-    assert len(pairs) == count and len({r for r, _a, _b in pairs}) == rounds
-    for rnd in {r for r, _a, _b in pairs}:
-        members = [n for r, a, b in pairs if r == rnd for n in (a, b)]
-        assert len(members) == len(set(members))
-    assert {n for _r, a, b in pairs for n in (a, b)} == (set(range(nnodes)) if nnodes > 1 else set())
-
-
-@pytest.mark.parametrize(("max_bytes", "quick", "sizes"), [
-    (256 * MIB, False, [1, 4, 16, 64, 256]), (64 * MIB, True, [1, 16, 64]), (MIB // 2, False, [1]),
-    (24 * MIB, False, [1, 4, 16, 24]),
-])
-def test_sizes_run_from_one_mib_to_the_largest(max_bytes, quick, sizes):
-    assert sizes_for(max_bytes, quick) == [s * MIB for s in sizes]
-
-
-def result(nnodes=3, local=1, pair_s=(0.1, 0.5, 0.5), size=4 * MIB) -> dict:
-    """A result as ``trainer/nettest/node.py`` writes it: every collective takes 0.1 s at ``size``."""
-    world = nnodes * local
-    ops = {op: [[0.09, 0.1, 0.2]] for op in ("all_gather", "reduce_scatter", "all_reduce")}
-    scopes = [{"name": "world", "ranks": list(range(world)), "ops": ops}]
-    if local > 1:
-        scopes += [{"name": "across_nodes", "ranks": [n * local for n in range(nnodes)], "ops": ops}]
-        scopes += [{"name": f"node{n}", "ranks": list(range(n * local, (n + 1) * local)), "ops": ops}
-                   for n in range(nnodes)]
-    pairs = [{"round": r, "a": a, "b": b, "bytes": size, "times": [t, t, t]}
-             for (r, a, b), t in zip(ring_pairs(nnodes), pair_s, strict=False)]
-    return {"version": 1, "backend": "gloo", "device": "cpu", "world_size": world, "nnodes": nnodes,
-            "local_world_size": local, "iters": 3, "sizes": [size], "scopes": scopes, "pairs": pairs,
-            "phases": {"world": 1.0}}
 
 
 def test_decode_computes_bandwidths_from_the_median_time():
@@ -214,44 +179,3 @@ def test_show_links_a_run_to_the_newest_test_of_the_same_nodes(tmp_path, monkeyp
     assert main(["show", "r-1", "--json"]) == 0
     linked = json.loads(capsys.readouterr().out)["nettest"]
     assert linked["run_id"] == "t-new" and linked["verdict"].startswith("one node")
-
-
-@pytest.mark.parametrize(("config", "block", "total"), [
-    # Llama-3.1-8B: 32 blocks of 218,112,000 parameters, untied 128,256 x 4096 embeddings: 8.03 B
-    ({"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
-      "num_hidden_layers": 32, "vocab_size": 128256, "tie_word_embeddings": False}, 218_112_000, 8_030_261_248),
-    ({"hidden_size": 64, "num_hidden_layers": 2}, 64 * 64 * 4 + 3 * 64 * 256 + 128, None),
-    ({"hidden_size": 64}, None, None),
-])
-def test_a_decoder_blocks_parameters_from_its_config(config, block, total):
-    from trainer.nettest.model import block_params
-
-    got = block_params(config)
-    if block is None:
-        assert got is None
-    else:
-        assert got[0] == block and (total is None or got[1] == total)
-
-
-def test_the_node_reads_the_model_shape_where_its_config_is_there(tmp_path):
-    import json
-
-    from trainer.nettest.model import model_shape
-
-    (tmp_path / "m").mkdir()
-    (tmp_path / "m" / "config.json").write_text(json.dumps({"hidden_size": 64, "num_hidden_layers": 2}))
-    params = tmp_path / "parameters.yaml"
-    params.write_text(f"model_name: {tmp_path / 'm'}\n")
-    assert model_shape(str(params))["block_params"] == 64 * 64 * 4 + 3 * 64 * 256 + 128
-    params.write_text("model_name: builtin:tiny-llama\n")
-    assert model_shape(str(params)) is None and model_shape(str(tmp_path / "none.yaml")) is None
-
-
-@pytest.mark.parametrize(("nbytes", "backend", "pieces"), [
-    (MIB, "gloo", 1), (4 * MIB, "gloo", 1), (8 * MIB, "gloo", 2), (16 * MIB, "gloo", 4), (64 * MIB, "gloo", 8),
-    (256 * MIB, "gloo", 8), (256 * MIB, "nccl", 1),
-])
-def test_gloo_messages_go_as_several_collectives_at_once_nccl_as_one(nbytes, backend, pieces):
-    from trainer.nettest.node import pieces_for
-
-    assert pieces_for(nbytes, backend) == pieces

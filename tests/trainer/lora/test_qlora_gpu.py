@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from tests.trainer.conftest import run_trainer
-from tests.trainer.families import save_family
+from tests.support.trainer.families import save_family
+from tests.support.trainer.run import run_trainer
 from trainer.wire.ckpt_layout import list_checkpoints
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow,

@@ -10,7 +10,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from tests.trainer.families import save_family
+from tests.support.trainer.families import save_family
 from trainer.lora import adapters as lora
 from trainer.lora import export as lora_export
 from trainer.wire.config import LoraConfig, SettingError, TrainerConfig

@@ -5,13 +5,12 @@ and its PEFT-format and merged exports load and give the trained model's logits.
 
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
 import torch
 
-from tests.trainer.conftest import ROOT, run_trainer, torchrun_argv, trainer_env
-from tests.trainer.families import save_family
+from tests.support.trainer.families import save_family
+from tests.support.trainer.run import HERE, ROOT, run_trainer, torchrun_argv, trainer_env
 from trainer.wire.ckpt_layout import list_checkpoints
 
 pytestmark = pytest.mark.slow
@@ -39,7 +38,7 @@ def runs(tmp_path_factory, tiny_model_dir):
                                               .splitlines()) if r["kind"] == "train"]}
         pairs += [str(tmp / f"run-{kind}" / "params.yaml"),
                   list_checkpoints(str(tmp / f"run-{kind}" / "out" / "checkpoints"))[-1].path]
-    worker = subprocess.run(torchrun_argv(2, str(Path(__file__).with_name("lora_moe_worker.py")),
+    worker = subprocess.run(torchrun_argv(2, str(HERE / "lora_moe_worker.py"),
                                           str(tmp / "worker.pt"), *pairs),
                             cwd=ROOT, env=trainer_env(tmp), capture_output=True, text=True, timeout=600)
     assert worker.returncode == 0, worker.stderr[-3000:]
@@ -64,7 +63,7 @@ def test_the_adapter_and_the_merged_model_load_and_say_what_the_trained_model_sa
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from tests.trainer.lora_moe_worker import INPUT
+    from tests.support.trainer.lora_moe_worker import INPUT
 
     hf = runs["tmp"] / f"run-{kind}" / "out" / "hf"
     adapter = next(p for p in hf.iterdir() if p.name.startswith("step-") and not p.name.endswith("-merged"))

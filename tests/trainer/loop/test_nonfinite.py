@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from launcher.runs.core.triage import triage_run
-from tests.trainer.conftest import ROOT, tiny_params, torchrun_argv, trainer_env
+from tests.support.trainer.run import HERE, ROOT, tiny_params, torchrun_argv, trainer_env
 from trainer.wire.ckpt_layout import list_checkpoints
 
 pytestmark = pytest.mark.slow
@@ -47,7 +47,7 @@ def _steps(out) -> list[int]:
 
 def test_a_nan_loss_stops_skips_or_goes_on_as_training_on_nan_says(tmp_path):
     paths = {name: _params(tmp_path, name) for name in CASES}
-    argv = torchrun_argv(2, str(ROOT / "tests/trainer/nan_worker.py"), *(str(p) for p, _ in paths.values()))
+    argv = torchrun_argv(2, str(HERE / "nan_worker.py"), *(str(p) for p, _ in paths.values()))
     out = subprocess.run(argv, cwd=ROOT, env=trainer_env(tmp_path), capture_output=True, text=True, timeout=600)
     said = out.stdout + out.stderr
     ended = sorted(line.split(" ", 3)[1:] for line in out.stdout.splitlines()

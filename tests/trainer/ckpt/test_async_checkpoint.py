@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-from tests.trainer.conftest import run_trainer, tiny_params
+from tests.support.trainer.run import HERE, run_trainer, tiny_params
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def _tensors(ckpt: Path, tmp: Path) -> dict[str, torch.Tensor]:
 
 def test_resume_after_several_async_saves_is_bit_exact(tmp_path, tiny_model_dir, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [
-        str(Path(__file__).with_name("torch_2_11_stager")), os.environ.get("PYTHONPATH")])))
+        str(HERE / "torch_2_11_stager"), os.environ.get("PYTHONPATH")])))
     params = tiny_params(tmp_path / "full" / "out", max_steps=9,
                          checkpoint={"every_steps": 2, "keep_last": 5, "async_save": True, "export_hf": False},
                          logging={"eval_every_steps": None, "eval_max_batches": 1})

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.trainer.conftest import ROOT, run_trainer, trainer_env
+from tests.support.trainer.run import ROOT, run_trainer, trainer_env
 
 pytestmark = pytest.mark.slow
 

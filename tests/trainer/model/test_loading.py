@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.trainer.conftest import ROOT, torchrun_argv, trainer_env
+from tests.support.trainer.run import HERE, ROOT, torchrun_argv, trainer_env
 
 pytestmark = pytest.mark.slow
-WORKER = str(Path(__file__).with_name("load_worker.py"))
+WORKER = str(HERE / "load_worker.py")
 
 
 def _load(tmp: Path, model_dir: Path, check: bool) -> list[dict]:

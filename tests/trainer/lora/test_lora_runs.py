@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.trainer.conftest import ROOT, run_trainer, torchrun_argv, trainer_env
-from tests.trainer.families import save_family
+from tests.support.trainer.families import save_family
+from tests.support.trainer.run import HERE, ROOT, run_trainer, torchrun_argv, trainer_env
 from trainer.wire.ckpt_layout import list_checkpoints
 
 pytestmark = pytest.mark.slow
@@ -55,7 +55,7 @@ def runs(tmp_path_factory, tiny_model_dir):
     c = run_trainer(tmp / "c", other)
     assert c.returncode == 0, c.stdout[-3000:] + c.stderr[-3000:]
     worker = subprocess.run(
-        torchrun_argv(2, str(Path(__file__).with_name("lora_worker.py")), str(tmp / "worker.pt"),
+        torchrun_argv(2, str(HERE / "lora_worker.py"), str(tmp / "worker.pt"),
                       str(tmp / "a" / "params.yaml"), list_checkpoints(str(tmp / "a" / "out" / "checkpoints"))[-1].path,
                       str(tmp / "c" / "params.yaml"), list_checkpoints(str(tmp / "c" / "out" / "checkpoints"))[-1].path),
         cwd=ROOT, env=trainer_env(tmp), capture_output=True, text=True, timeout=300)
@@ -106,7 +106,7 @@ def test_peft_and_merged_exports_give_the_trained_models_logits(runs, run, famil
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from tests.trainer.lora_worker import INPUT
+    from tests.support.trainer.lora_worker import INPUT
 
     tmp = runs["tmp"]
     hf = tmp / run / "out" / "hf"

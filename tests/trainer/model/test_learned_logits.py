@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.trainer.conftest import alpaca_examples
+from tests.support.trainer.run import alpaca_examples
 from trainer.data.rows import IGNORE, collate, pack
 from trainer.loop import train
 from trainer.model import learned_logits

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.trainer.conftest import ROOT, free_port, trainer_env
+from tests.support.trainer.run import ROOT, free_port, trainer_env
 from trainer.model import build as model
 from trainer.model import loading
 from trainer.wire.config import ModelConfig

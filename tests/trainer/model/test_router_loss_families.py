@@ -1,5 +1,5 @@
 """Every mixture-of-experts family of the installed transformers whose forward computes a router loss,
-tiny and random (:mod:`tests.trainer.moe_families`): with the router loss asked for or not, a packed row
+tiny and random (:mod:`tests.support.trainer.moe_families`): with the router loss asked for or not, a packed row
 gives each example the logits it has alone, and the router loss is transformers' own for those tokens
 (the family's forward on the examples one per row, padding masked). A family whose layers carry a state
 along the sequence is not packed, and the run says why. One process, no download."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.trainer.moe_families import moe_types, tiny_model
+from tests.support.trainer.moe_families import moe_types, tiny_model
 from trainer.data.rows import Example, collate, pack, pad_rows
 from trainer.loop import train
 from trainer.model import attention, packed_sdpa, router_loss

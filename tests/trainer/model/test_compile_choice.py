@@ -38,7 +38,7 @@ def test_compiled_blocks_stay_few_graphs_over_lengths_packing_batch_sizes_and_ev
     import torch
     import torch.distributed as dist
 
-    from tests.trainer.conftest import alpaca_examples, free_port
+    from tests.support.trainer.run import alpaca_examples, free_port
     from trainer.data.rows import collate, pack, pad_rows
     from trainer.loop import train
     from trainer.model import build as model

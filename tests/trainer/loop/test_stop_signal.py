@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.trainer.conftest import run_trainer, tiny_params, torchrun_argv, trainer_env
+from tests.support.trainer.run import run_trainer, tiny_params, torchrun_argv, trainer_env
 from trainer.wire import ckpt_layout
 from trainer.wire.protocol import CHECKPOINT_SIGNAL_ENV
 

@@ -5,19 +5,18 @@ rank stages is checked on real FSDP2 models under torchrun (gloo, real DCP files
 import json
 import subprocess
 import threading
-from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from tests.trainer.conftest import ROOT, torchrun_argv, trainer_env
+from tests.support.trainer.run import HERE, ROOT, torchrun_argv, trainer_env
 from trainer.ckpt.checkpoint import Checkpointer
 from trainer.ckpt.write import RankDeviceWriter, tensor_bytes, writer_share
 from trainer.parallel import Dist
 from trainer.wire.config import CheckpointConfig
 
-WORKER = str(Path(__file__).with_name("share_worker.py"))
+WORKER = str(HERE / "share_worker.py")
 
 
 def test_an_async_save_writes_from_a_thread_set_to_the_ranks_gpu_and_loads_back(tmp_path, monkeypatch):

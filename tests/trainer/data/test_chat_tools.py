@@ -2,14 +2,14 @@
 the template keeps it and its end-of-turn token, found without ``{% generation %}`` markers, exactly the
 tokens the same template with the markers gives (transformers' ``return_assistant_tokens_mask``); tool
 results are never learned, ``mask_prompt`` true or false. Templates and tokenizers built here
-(:mod:`tests.trainer.tool_templates`); no model, one process."""
+(:mod:`tests.support.trainer.tool_templates`); no model, one process."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.trainer.chat_tokenizers import PLAIN, chat_tokenizer
-from tests.trainer.tool_templates import (
+from tests.support.trainer.chat_tokenizers import PLAIN, chat_tokenizer
+from tests.support.trainer.tool_templates import (
     CONVERSATION,
     PARALLEL,
     TEMPLATES,

@@ -5,7 +5,7 @@ or turned off with a reason."""
 import pytest
 import torch
 
-from tests.trainer.conftest import alpaca_examples
+from tests.support.trainer.run import alpaca_examples
 from trainer.data.rows import collate, pack, pad_rows
 from trainer.loop import train
 from trainer.model import attention, packed_masks, packed_sdpa

@@ -22,6 +22,6 @@ def test_the_doctor_and_the_package_state_the_same_bound():
 
     from launcher.doctor.judge import MIN_TORCH_BUILTIN
 
-    pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
+    pyproject = (Path(__file__).parents[3] / "pyproject.toml").read_text()
     need = ".".join(map(str, MIN_TORCH))
     assert MIN_TORCH_BUILTIN == MIN_TORCH and f'"torch>={need}",' in pyproject
