@@ -9,7 +9,7 @@ import json
 from textual.widgets import Label, Log
 
 from launcher.events import RunState
-from tests.tui.support import RecordedRun, record
+from tests.support.tui import RecordedRun, record
 from tui.app import FsdpTuiApp
 from tui.screens.monitor import RunMonitorScreen
 from tui.screens.samples import SamplesScreen

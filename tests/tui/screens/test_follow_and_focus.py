@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual.widgets import TextArea
 
 from launcher.events import NodeLines
-from tests.tui.support import FedEvents, wait_for
+from tests.support.tui import FedEvents, wait_for
 from tui.app import FsdpTuiApp
 from tui.screens.monitor import RunMonitorScreen
 

@@ -88,6 +88,25 @@ def record(home: Path, run: RecordedRun, created_order: int = 0,
     return directory
 
 
+def record_lines(home: Path, run_id: str, lines: dict[int, list[str]], records: list[dict], state: RunState) -> None:
+    """A run's local record as the launcher writes it: each node's lines (``lines``: rank -> lines), its metric
+    records, and its end in ``state``."""
+    from launcher.runs.core.store import RunStore
+    from launcher.workload.plan import build_plan
+    from launcher.workload.validate import validate_text
+
+    text = "experiment_name: recorded\ncompute: {num_accelerators: 2, gpus_per_node: 1, hosts: [a, b]}\ncommand: x\n"
+    plan = build_plan(validate_text(text, "w.yaml").workload, run_id=run_id)
+    store = RunStore(home)
+    directory = store.create_run(plan, None, text)
+    for rank, node_lines in lines.items():
+        (directory / "nodes" / f"{rank}.log").write_text("\n".join(node_lines) + "\n")
+        store.set_node(run_id, rank, NodeState.EXITED, 0 if rank == 0 else 1)
+    (directory / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    store.set_state(run_id, RunState.RUNNING, 1)
+    store.set_state(run_id, state, 1)
+
+
 _HELD = []
 
 

@@ -11,7 +11,7 @@ from launcher.runs.core.store import RunStore
 from launcher.runs.launch import create_run
 from launcher.workload.plan import build_plan
 from launcher.workload.validate import validate_text
-from tests.tui.support import _owned_elsewhere, wait_for
+from tests.support.tui import _owned_elsewhere, wait_for
 from tui.app import FsdpTuiApp
 from tui.screens.monitor import RunMonitorScreen
 

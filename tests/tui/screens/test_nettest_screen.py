@@ -10,7 +10,7 @@ from textual.widgets import DataTable, Static
 from launcher.api.nettests import NettestRecord
 from launcher.events import RunState
 from tests.support.nettest import result
-from tests.tui.test_app import _wait_for
+from tests.support.tui import wait_for
 from tui.app import FsdpTuiApp
 from tui.screens.nettest import NettestScreen
 
@@ -24,12 +24,12 @@ async def test_a_kept_test_opens_from_the_palette_with_its_table_and_verdict(hom
     async with app.run_test(size=(140, 45)) as pilot:
         await pilot.pause()
         await pilot.press("ctrl+p")
-        await _wait_for(pilot, lambda: isinstance(app.screen, CommandPalette))
+        await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette))
         await pilot.press(*"nettest 20261125-0700")
         await pilot.pause(0.5)
         await pilot.press("enter")
-        await _wait_for(pilot, lambda: isinstance(app.screen, NettestScreen)
-                        and app.screen.query_one(DataTable).row_count > 0)
+        await wait_for(pilot, lambda: isinstance(app.screen, NettestScreen)
+                       and app.screen.query_one(DataTable).row_count > 0)
         screen = app.screen
         # 3 ops x 1 size in: the world, across nodes, and inside each of the 3 nodes
         assert screen.query_one(DataTable).row_count == 3 * 5
@@ -39,16 +39,16 @@ async def test_a_kept_test_opens_from_the_palette_with_its_table_and_verdict(hom
 
 
 async def test_the_monitor_names_the_newest_test_of_its_nodes(home):
-    from tests.tui.test_app import _record_run
+    from tests.support.tui import record_lines
     from tui.screens.monitor import RunMonitorScreen
 
-    _record_run(home, "run-net", {0: ["a"], 1: ["b"]}, [], RunState.SUCCEEDED)
+    record_lines(home, "run-net", {0: ["a"], 1: ["b"]}, [], RunState.SUCCEEDED)
     (home / "nettests").mkdir(parents=True)
     record = {"run_id": "t-net", "started_at": 1.0, "nodes": ["a", "b"], "result": result(nnodes=2, local=1)}
     (home / "nettests" / "t-net.json").write_text(json.dumps(record))
     app = FsdpTuiApp(home, run_id="run-net")
     async with app.run_test(size=(140, 40)) as pilot:
-        await _wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen) and app.screen.sub_title)
+        await wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen) and app.screen.sub_title)
         assert app.screen.sub_title.startswith("network (t-net): ")
         assert app.screen.sub_title.endswith("two nodes: one pair, nothing to compare it with")
 
@@ -65,7 +65,7 @@ async def test_a_pair_measured_twice_is_one_bar_with_the_figure_the_verdict_coun
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.pause()
         app.push_screen(NettestScreen(record=NettestRecord.from_wire(record)))
-        await _wait_for(pilot, lambda: isinstance(app.screen, NettestScreen) and len(app.screen.query("PlotextPlot")) == 2)
+        await wait_for(pilot, lambda: isinstance(app.screen, NettestScreen) and len(app.screen.query("PlotextPlot")) == 2)
         await pilot.pause()
         by_pair = app.screen.query("PlotextPlot")[1]
         drawn = str(by_pair.render())

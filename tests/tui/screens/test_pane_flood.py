@@ -15,7 +15,7 @@ import time
 import pytest
 
 from launcher.events import RunState
-from tests.tui.support import RecordedRun, record, wait_for
+from tests.support.tui import RecordedRun, record, wait_for
 from tui.app import FsdpTuiApp
 from tui.screens.monitor import RunMonitorScreen
 
@@ -121,7 +121,7 @@ async def test_a_covered_pane_counts_what_its_full_buffer_let_go(home, monkeypat
     note when it shows again counts them, and still stands where they are missing after a filter is cleared."""
     import tui.screens.monitor as monitor
     from launcher.events import NodeLines
-    from tests.tui.support import FedEvents
+    from tests.support.tui import FedEvents
 
     monkeypatch.setattr(monitor, "MAX_PENDING", 40)
     run = FedEvents()
@@ -148,7 +148,7 @@ async def test_a_covered_pane_counts_what_its_full_buffer_let_go(home, monkeypat
 async def test_lines_that_leave_the_top_of_a_full_pane_are_counted_in_its_border(home, monkeypatch):
     import tui.widgets.node_log as node_log
     from launcher.events import NodeLines
-    from tests.tui.support import FedEvents
+    from tests.support.tui import FedEvents
 
     monkeypatch.setattr(node_log, "MAX_LINES", 30)
     run = FedEvents()

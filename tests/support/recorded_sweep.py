@@ -8,7 +8,7 @@ from pathlib import Path
 
 from launcher.events import RunState
 from launcher.runs.sweeps.record import SweepRecord, VariantRecord, save_sweep
-from tests.tui.support import T0, RecordedRun, record
+from tests.support.tui import T0, RecordedRun, record
 
 SWEEP_ID = "sweep-20260301-0900-sharding-sweep-cpu-5a5a"
 # label, state, procs, tokens/s, RSS GiB per rank (rank 0, rank 1), loss offset

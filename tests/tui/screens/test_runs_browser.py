@@ -7,7 +7,7 @@ from textual.widgets import Input
 
 from launcher.events import RunState
 from launcher.runs.core.store import RunSummary
-from tests.tui.support import BROWSER_RUNS, RecordedRun, record, record_all, wait_for
+from tests.support.tui import BROWSER_RUNS, RecordedRun, record, record_all, wait_for
 from tui.app import FsdpTuiApp
 from tui.commands import Command, CommandError, parse_command
 from tui.screens.checkpoints import CheckpointsScreen

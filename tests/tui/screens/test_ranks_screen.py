@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.widgets import DataTable, Label
 
 from launcher.events import RunState
-from tests.tui.support import RecordedRun, record
+from tests.support.tui import RecordedRun, record
 from tui.app import FsdpTuiApp
 from tui.screens.monitor import RunMonitorScreen
 from tui.screens.ranks import RanksScreen

@@ -11,11 +11,11 @@ import pytest
 
 from launcher.events import NodeLines, RunFinished, RunState, RunStateChanged
 from launcher.runs.read.stop_output import StopOutput
-from tests.tui.support import FedEvents, wait_for
+from tests.support.tui import FedEvents, wait_for
 from tui.app import FsdpTuiApp
 from tui.screens.monitor import RunMonitorScreen
 
-STOP = (Path(__file__).resolve().parents[1] / "data" / "logs" / "torchrun_cancelled.txt").read_text().splitlines()
+STOP = (Path(__file__).resolve().parents[2] / "data" / "logs" / "torchrun_cancelled.txt").read_text().splitlines()
 ERROR = ["Traceback (most recent call last):", '  File "train.py", line 3, in <module>',
          "    open('missing.txt')", "FileNotFoundError: [Errno 2] No such file or directory: 'missing.txt'"]
 WORKER = ["Traceback (most recent call last):", '  File "/opt/venv/lib/python3.11/site-packages/trainer/loop/steps.py", '

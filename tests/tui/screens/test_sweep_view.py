@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from textual.widgets import TabbedContent
 
-from tests.tui.support import wait_for
-from tests.tui.sweep_support import SWEEP_ID, record_sweep, run_id
+from tests.support.recorded_sweep import SWEEP_ID, record_sweep, run_id
+from tests.support.tui import wait_for
 from tui.app import FsdpTuiApp
 from tui.screens.home import HomeScreen
 from tui.screens.sweep import SweepScreen

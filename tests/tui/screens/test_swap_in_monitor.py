@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from launcher.events import NodeState, NodeStateChanged, NodeSwapped, RunState, RunStateChanged
 from launcher.runs.core.swaps import Swap, settled
-from tests.tui.support import FedEvents, wait_for
+from tests.support.tui import FedEvents, wait_for
 from tui.app import FsdpTuiApp
 from tui.screens.monitor import RunMonitorScreen
 

@@ -4,7 +4,7 @@ the why-line."""
 from __future__ import annotations
 
 from launcher.events import MetricsRecorded, RunState, RunStateChanged
-from tests.tui.support import FedEvents, wait_for
+from tests.support.tui import FedEvents, wait_for
 from trainer.wire.protocol import MetricRecord, ResumeCheck
 from tui.app import FsdpTuiApp
 from tui.screens.monitor import RunMonitorScreen

@@ -11,7 +11,7 @@ from textual.widgets import DataTable
 
 from launcher.events import RunState
 from tests.support.hostile import reached_terminal_safely
-from tests.tui.support import wait_for
+from tests.support.tui import wait_for
 from tui.app import FsdpTuiApp
 
 

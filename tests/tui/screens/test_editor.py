@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from launcher.events import RunState
-from tests.tui.support import wait_for
+from tests.support.tui import wait_for
 from tui.app import FsdpTuiApp
 from tui.screens.editor import EditorScreen
 from tui.screens.home import HomeScreen

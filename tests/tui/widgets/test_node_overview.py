@@ -5,7 +5,7 @@ that node's pane alone (``escape`` back); ``o`` switches between the overview an
 from __future__ import annotations
 
 from launcher.events import NodeLines, NodeState, NodeStateChanged, NodeUsage, RunState, RunStateChanged
-from tests.tui.support import FedEvents, wait_for
+from tests.support.tui import FedEvents, wait_for
 from tui.app import FsdpTuiApp
 from tui.screens.monitor import RunMonitorScreen
 from tui.widgets.node_overview import COLUMNS, NodeOverview

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
-from tests.runs.core.test_repair import _damage, _record
-from tests.tui.support import wait_for
+from tests.support.damaged_store import damage, record_run
+from tests.support.tui import wait_for
 from tui.app import FsdpTuiApp
 from tui.screens.home import HomeScreen
 from tui.screens.store_damaged import StoreDamagedModal
 
 
 async def test_the_app_names_a_damaged_store_and_repairs_it_when_asked(home):
-    _record(home, "20260301-090000-good-aaaa", "good", fail=False)
-    _record(home, "20260301-100000-bad-bbbb", "bad", fail=True)
-    _damage(home / "runs.db", "garbage-headed")
+    record_run(home, "20260301-090000-good-aaaa", "good", fail=False)
+    record_run(home, "20260301-100000-bad-bbbb", "bad", fail=True)
+    damage(home / "runs.db", "garbage-headed")
     app = FsdpTuiApp(home)
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, StoreDamagedModal))
