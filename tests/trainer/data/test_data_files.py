@@ -1,6 +1,6 @@
 """Local data files through the trainer's data entry (``trainer.data.dataset.build``, one process): every
 format read with each row's line, and every bad file stopped with one line naming the file, the line
-and the key. The same files through ``fsdp-tui validate``: tests/foundation/test_data_validation.py."""
+and the key. The same files through ``fsdp-tui validate``: tests/workload/test_data_validation.py."""
 
 from __future__ import annotations
 

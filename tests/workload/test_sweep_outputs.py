@@ -13,7 +13,7 @@ import pytest
 from launcher.workload.sweep import plan_sweep
 from launcher.workload.sweep_outputs import is_per_run
 from launcher.workload.validate import validate_file
-from tests.foundation.sweep_base import SWEEP_BASE
+from tests.support.sweep_base import SWEEP_BASE
 
 FSDP_TUI = str(Path(sys.executable).with_name("fsdp-tui"))
 GRID = "sweep:\n  grid:\n    parameters.fsdp.sharding: [full_shard, no_shard]\n"

@@ -13,9 +13,8 @@ from launcher.backends.ssh.pacing import CONNECT_AT_ONCE, ConnectGate
 from launcher.events import NodeState, RunState
 from launcher.workload.plan import build_plan
 from launcher.workload.validate import validate_text
-from tests.runs.owner.test_policy import Case
-from tests.runs.owner.test_policy import test_policy as run_case
 from tests.support.fake_backend import FakeNode
+from tests.support.policy_cases import Case, run_case
 
 
 def _ssh_plan(count: int, one_host: bool = False):

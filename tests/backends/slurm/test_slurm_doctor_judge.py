@@ -14,7 +14,7 @@ from launcher.backends.slurm.partition import (
     time_check,
 )
 from launcher.backends.slurm.probe_job import MARKER, node_checks, parse_srun, shared_check, srun_argv
-from tests.backends.slurm.test_slurm_units import WORKLOAD, _plan
+from tests.backends.slurm.test_slurm_script import WORKLOAD, _plan
 
 SINFO = """gpu*|up|2-00:00:00|3|gpu:h100:8(S:0-1)
 gpu*|up|2-00:00:00|1|gpu:h100:4

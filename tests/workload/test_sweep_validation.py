@@ -13,7 +13,7 @@ import pytest
 from launcher.workload.load import plan_file
 from launcher.workload.sweep import plan_sweep
 from launcher.workload.validate import validate_file
-from tests.foundation.sweep_base import SWEEP_BASE
+from tests.support.sweep_base import SWEEP_BASE
 
 FSDP_TUI = str(Path(sys.executable).with_name("fsdp-tui"))
 BASE = SWEEP_BASE + "sweep:\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from launcher.workload.sweep import parse_over, plan_sweep
-from tests.foundation.sweep_base import SWEEP_BASE
+from tests.support.sweep_base import SWEEP_BASE
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = SWEEP_BASE
