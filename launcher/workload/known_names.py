@@ -1,6 +1,6 @@
 """Hub names the docs and the shipped samples use for ``parameters.model_name`` and ``dataset_name``,
 each with a line on what it is: what the editor offers beside the built-in names and local files
-(``tests/foundation/test_editor_core.py`` keeps this list and the docs in step)."""
+(``tests/workload/test_editor_core.py`` keeps this list and the docs in step)."""
 
 from __future__ import annotations
 

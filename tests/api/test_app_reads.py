@@ -10,8 +10,8 @@ from launcher.api import Client
 from launcher.api.nettests import NettestRecord
 from launcher.api.runs import RunNotFound
 from launcher.events import RunState
-from tests.nettest.test_nettest_units import result
-from tests.tui.support import RecordedRun, record
+from tests.support.nettest import result
+from tests.support.tui import RecordedRun, record
 
 RUN = RecordedRun("20260301-0900-exp-a1f3", "exp", RunState.SUCCEEDED, 2, 0, 60)
 

@@ -11,7 +11,7 @@ from launcher.api import Client
 from launcher.api.runs import AlreadyLaunched, Launched, Refused, RunNotFound
 from launcher.events import RunState
 from tests.support.cli import owner_pid, wait_until, write_workload
-from tests.tui.support import RecordedRun, record
+from tests.support.tui import RecordedRun, record
 
 RUNS = ("20260301-0900-llama-sft-a1f3", "20260301-1000-bloom-squad-b2c4", "20260301-1100-llama-sft-c3d5")
 

@@ -30,7 +30,7 @@ def test_invalid_or_missing_workloads_exit_2_and_say_what_to_do(home, tmp_path):
 
 def test_sweep_and_relaunch_print_old_and_new_for_every_set(home):
     from launcher.events import RunState
-    from tests.tui.support import RecordedRun, record
+    from tests.support.tui import RecordedRun, record
 
     out = cli(home, "sweep", SWEEP, "--set", "parameters.max_steps=3", "--dry-run")
     assert out.returncode == 0 and "--set parameters.max_steps: 8 -> 3" in out.stderr, out.stderr
@@ -43,7 +43,7 @@ def test_sweep_and_relaunch_print_old_and_new_for_every_set(home):
 
 def test_show_rounds_losses_and_rm_says_what_stays_and_files_removes_the_runs_folder_here(home):
     from launcher.events import RunState
-    from tests.tui.support import RecordedRun, record
+    from tests.support.tui import RecordedRun, record
 
     kept, gone = "20260301-0900-kept-a1f3", "20260301-1000-gone-b2c4"
     for run_id in (kept, gone):
@@ -74,7 +74,7 @@ def test_runs_keeps_both_ends_of_a_long_reason(home):
     from launcher.cli.runs import WHY_WIDTH, shorten
     from launcher.events import RunState
     from launcher.runs.core.store import RunStore
-    from tests.tui.support import RecordedRun, record
+    from tests.support.tui import RecordedRun, record
 
     why = ("node 0 rank 1: python_error, exit code 1: [rank1]: FileNotFoundError: Couldn't find any data file "
            "at /data/team/sft/train-2026-11.jsonl.")

@@ -9,8 +9,8 @@ import os
 import subprocess
 
 from launcher.doctor.judge import Check, DoctorReport, NodeReport
-from tests.nettest.test_nettest_units import result
 from tests.support.cli import FSDP_TUI, ROOT
+from tests.support.nettest import result
 
 LONG_HOST = "gpu-node-with-a-long-name-17.cluster.example.org"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cli.main import build_parser
-from tests.foundation.docs_reader import (
+from tests.support.docs_reader import (
     CODE_SPAN,
     anchors,
     check_invocation,

@@ -199,7 +199,7 @@ def test_why_a_pair_is_judged_by_its_fastest_run():
 
 
 def test_a_cut_is_decoded_and_said_in_the_report():
-    from tests.nettest.test_nettest_units import result
+    from tests.support.nettest import result
 
     raw = result(nnodes=3, local=1, size=MIB)
     raw["sizes"] = [MIB, 16 * MIB]

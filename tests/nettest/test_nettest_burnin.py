@@ -1,6 +1,7 @@
-"""The GPU burn-in's parsing and judging, on nvidia-smi and kernel-log text in the tools' own formats
+"""The GPU burn-in's judging, on nvidia-smi and kernel-log text in the tools' own formats as the node reads it
 (tests/data/nvidia_smi: written in the layout nvidia-smi prints, not recorded on this machine: it has no
-GPU). The burn-in itself runs only where GPUs exist (the ``gpu``-marked test)."""
+GPU; the node's parsing alone: tests/trainer/nettest/test_node.py). The burn-in itself runs only where GPUs
+exist (the ``gpu``-marked test)."""
 
 from __future__ import annotations
 
@@ -15,31 +16,6 @@ from launcher.nettest.burnin import burnin_lines, health_problems, slow_gpus
 from trainer.nettest.node import parse_nvlink, parse_smi_health, parse_xid
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nvidia_smi"
-
-
-def test_a100_counters_per_gpu():
-    gpus = parse_smi_health((DATA / "a100_pending_remap.txt").read_text())
-    assert [g["bus_id"] for g in gpus] == ["00000000:10:1C.0", "00000000:10:1D.0"]
-    first, second = gpus
-    assert (first["ecc_volatile_uncorrectable"], first["remapped_correctable"], first["remap_pending"],
-            first["remap_failure"], first["retired_pending"]) == (0, 1, True, False, None)
-    assert (second["ecc_volatile_uncorrectable"], second["ecc_aggregate_uncorrectable"],
-            second["remapped_uncorrectable"], second["remap_failure"]) == (3, 5, 2, True)
-
-
-def test_older_cards_double_bit_totals_and_pending_retirement():
-    (gpu,) = parse_smi_health((DATA / "v100_double_bit.txt").read_text())
-    assert (gpu["ecc_volatile_uncorrectable"], gpu["ecc_aggregate_uncorrectable"], gpu["retired_pending"],
-            gpu["remap_pending"]) == (2, 2, True, None)
-
-
-def test_nvlink_and_xid_lines():
-    links = parse_nvlink((DATA / "nvlink_one_inactive.txt").read_text())
-    assert links == {"GPU 0: NVIDIA H100 80GB HBM3": {"up": 2, "inactive": 1},
-                     "GPU 1: NVIDIA H100 80GB HBM3": {"up": 3, "inactive": 0}}
-    xids = parse_xid((DATA / "dmesg_xid.txt").read_text())
-    assert len(xids) == 1 and ": 79, " in xids[0]
-    assert parse_smi_health("") == [] and parse_nvlink("") == {} and parse_xid("") == []
 
 
 def test_health_problems_say_what_to_do_and_clean_counters_say_nothing():

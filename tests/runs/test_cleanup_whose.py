@@ -65,7 +65,7 @@ def test_a_folder_per_run_is_said_expanded_and_emptied_of_the_runs_checkpoints(h
 
 def test_rm_says_where_the_files_stay_before_the_record_goes(home, tmp_path, monkeypatch, capsys):
     from launcher.cli.main import main
-    from tests.tui.support import RecordedRun, record
+    from tests.support.tui import RecordedRun, record
 
     monkeypatch.setenv("FSDP_TUI_HOME", str(home))
     run_id = "20260301-0900-kept-a1f3"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.trainer.conftest import ROOT, run_trainer, tiny_params, torchrun_argv, trainer_env
+from tests.support.trainer.run import HERE, ROOT, run_trainer, tiny_params, torchrun_argv, trainer_env
 from trainer.ckpt.checkpoint import list_checkpoints, newest_complete
 
 pytestmark = pytest.mark.slow
@@ -118,7 +118,7 @@ def _kill_tagged(tag: str) -> list[int]:
 def _one_step(tmp: Path, model_dir: Path, nproc: int, *configs: str) -> dict:
     """``configs``: ``sharding:offload``, each one step in the same torchrun job of ``nproc`` ranks."""
     prefix = tmp / f"w{nproc}"
-    script = str(Path(__file__).with_name("one_step.py"))
+    script = str(HERE / "one_step.py")
     out = subprocess.run(torchrun_argv(nproc, script, str(model_dir), str(prefix), *configs), cwd=ROOT,
                          env=trainer_env(tmp), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]

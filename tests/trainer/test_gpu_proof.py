@@ -72,7 +72,7 @@ def test_the_dry_run_runs_every_step_and_writes_its_json(tmp_path):
 
     tests = got["01-gpu-tests.json"]["result"]
     assert len(tests["tests"]) >= 5 and tests["counts"]["skipped"] == len(tests["tests"])  # every one needs CUDA
-    assert {t["test"].split("::")[0] for t in tests["tests"]} >= {"tests.trainer.test_stager",
+    assert {t["test"].split("::")[0] for t in tests["tests"]} >= {"tests.trainer.ckpt.test_stager",
                                                                   "tests.nettest.test_nettest_burnin"}
     assert all(t["message"] for t in tests["tests"])
 
@@ -176,7 +176,7 @@ def test_the_gpu_branches_build_their_commands_and_read_their_output(tmp_path, m
     _proof_module()
     import gpu_proof_steps as steps
 
-    printed = ("tests/trainer/test_stager.py::test_copy PASSED [ 20%]\n"
+    printed = ("tests/trainer/ckpt/test_stager.py::test_copy PASSED [ 20%]\n"
                "tests/nettest/test_nettest_burnin.py::test_nccl_on_this_machines_gpu FAILED [ 40%]\n")
     got = steps.gpu_tests(_FakeGpu("full", tmp_path, lambda argv, env: (None, printed)))  # stopped: no report
     assert got.status == "timeout" and got.result["counts"] == {"passed": 1, "failed": 1, "error": 0, "skipped": 0}

@@ -4,7 +4,7 @@ never the trainer's traceback (torchrun prints its own for a failed child)."""
 import json
 import shutil
 
-from tests.trainer.conftest import run_trainer, tiny_params
+from tests.support.trainer.run import run_trainer, tiny_params
 
 
 def test_resuming_another_models_checkpoint_names_the_folder_and_the_way_out(tmp_path, tiny_model_dir):

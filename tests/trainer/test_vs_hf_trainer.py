@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from tests.trainer.conftest import ROOT, run_trainer, torchrun_argv, trainer_env
+from tests.support.trainer.run import ROOT, run_trainer, torchrun_argv, trainer_env
 
 STEPS, WORLD, BATCH = 50, 2, 4
 
@@ -54,7 +54,7 @@ def test_cohere2_learns_as_slowly_under_hugging_face_trainer_on_the_same_tokens(
     """Cohere 2 (tied embeddings, logits scaled by 0.0625) barely moves in 30 steps where other families fall
     fast: the same 30 steps under ``Trainer`` give the same curve, so the cause is the model's own output
     scale, not the trainer (docs/trainer.md says what it means and what to do)."""
-    from tests.trainer.families import save_family
+    from tests.support.trainer.families import save_family
 
     model = save_family("cohere2", tmp_path / "cohere2", tiny_model_dir)
     data = tmp_path / "data.jsonl"

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable, TextArea
 
-from launcher.events import NodeState, RunState
+from launcher.events import RunState
 from launcher.workload.cursor import key_path_at
 from tests.support.cli import ROOT
+from tests.support.tui import record_lines
 from tui.app import FsdpTuiApp
 from tui.screens.editor import EditorScreen
 from tui.screens.home import HomeScreen
@@ -79,29 +80,11 @@ async def test_home_lists_samples_and_opens_the_editor(home):
         assert app.screen.path.name == "tiny_cpu.yaml"
 
 
-def _record_run(home: Path, run_id: str, lines: dict[int, list[str]], records: list[dict], state: RunState) -> None:
-    """A finished run's local record, as the launcher writes it."""
-    from launcher.runs.core.store import RunStore
-    from launcher.workload.plan import build_plan
-    from launcher.workload.validate import validate_text
-
-    text = "experiment_name: recorded\ncompute: {num_accelerators: 2, gpus_per_node: 1, hosts: [a, b]}\ncommand: x\n"
-    plan = build_plan(validate_text(text, "w.yaml").workload, run_id=run_id)
-    store = RunStore(home)
-    directory = store.create_run(plan, None, text)
-    for rank, node_lines in lines.items():
-        (directory / "nodes" / f"{rank}.log").write_text("\n".join(node_lines) + "\n")
-        store.set_node(run_id, rank, NodeState.EXITED, 0 if rank == 0 else 1)
-    (directory / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    store.set_state(run_id, RunState.RUNNING, 1)
-    store.set_state(run_id, state, 1)
-
-
 async def test_monitor_replays_a_recorded_two_node_run(home):
     records = [{"step": s, "kind": "train", "max_steps": 4, "loss": 4.0 - s, "tokens_per_s": 100.0,
                 "memory": [{"rank": 0, "peak_gib": 70.0, "total_gib": 80.0},
                            {"rank": 1, "peak_gib": 78.0, "total_gib": 80.0}]} for s in range(1, 5)]
-    _record_run(home, "run-rec", {0: [f"step={i}" for i in range(50)],
+    record_lines(home, "run-rec", {0: [f"step={i}" for i in range(50)],
                                   1: ["start", "[rank1]: RuntimeError: NCCL error", "more"]}, records,
                 RunState.FAILED)
     app = FsdpTuiApp(home, run_id="run-rec")
@@ -128,7 +111,7 @@ async def test_monitor_replays_a_recorded_two_node_run(home):
 
 @pytest.mark.parametrize("size, scrolls", [((80, 24), True), ((250, 70), False)])
 async def test_eight_node_panes_stay_readable_at_80x24_and_all_show_at_250x70(home, size, scrolls):
-    from tests.tui.support import RecordedRun, record
+    from tests.support.tui import RecordedRun, record
     from tui.screens.monitor import PANE_MIN_ROWS
 
     run = RecordedRun("20260301-0900-big-a1f3", "big", RunState.SUCCEEDED, 8, 0, 100, 1.0, 1.0, 8, 8)
@@ -247,8 +230,8 @@ async def test_compare_two_runs_shows_numbers_and_config_diff(home):
     from tui.screens.sweep import SweepScreen
     from tui.widgets.comparison_table import ComparisonTable
 
-    _record_run(home, "run-a", {0: ["a"], 1: ["a"]}, [{"step": 1, "loss": 2.0}], RunState.SUCCEEDED)
-    _record_run(home, "run-b", {0: ["b"], 1: ["b"]}, [{"step": 1, "loss": 1.0}], RunState.FAILED)
+    record_lines(home, "run-a", {0: ["a"], 1: ["a"]}, [{"step": 1, "loss": 2.0}], RunState.SUCCEEDED)
+    record_lines(home, "run-b", {0: ["b"], 1: ["b"]}, [{"step": 1, "loss": 1.0}], RunState.FAILED)
     (home / "runs" / "run-b" / "workload.yaml").write_text(
         (home / "runs" / "run-b" / "workload.yaml").read_text().replace("command: x", "command: y"))
     app = FsdpTuiApp(home)
@@ -271,7 +254,7 @@ def _grow_to_1gib(log: Path) -> None:
 
 
 async def test_finished_run_with_a_1gb_log_opens_at_once(home):
-    _record_run(home, "run-big", {0: ["x"], 1: ["y"]}, [], RunState.SUCCEEDED)
+    record_lines(home, "run-big", {0: ["x"], 1: ["y"]}, [], RunState.SUCCEEDED)
     log = home / "runs" / "run-big" / "nodes" / "0.log"
     _grow_to_1gib(log)
     app = FsdpTuiApp(home, run_id="run-big")
@@ -286,7 +269,7 @@ async def test_e_jumps_to_the_error_of_the_last_attempt(home):
     marker = "=== fsdp-tui: attempt {} of 2, started 2026-03-01 09:00:00 UTC ==="
     lines = [marker.format(1), "RuntimeError: the first attempt's failure", marker.format(2), "step 1",
              "ValueError: the second attempt's own failure"]
-    _record_run(home, "run-retried", {0: lines, 1: ["ok"]}, [], RunState.FAILED)
+    record_lines(home, "run-retried", {0: lines, 1: ["ok"]}, [], RunState.FAILED)
     app = FsdpTuiApp(home, run_id="run-retried")
     async with app.run_test(size=(140, 40)) as pilot:
         await _wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen)
@@ -314,7 +297,7 @@ async def test_an_unknown_theme_asked_for_keeps_the_saved_one(home):
 async def test_the_command_palette_finds_runs_workloads_and_themes(home):
     from textual.command import CommandPalette
 
-    _record_run(home, "20260301-0900-llama-a1f3", {0: ["a"], 1: ["b"]}, [], RunState.SUCCEEDED)
+    record_lines(home, "20260301-0900-llama-a1f3", {0: ["a"], 1: ["b"]}, [], RunState.SUCCEEDED)
     app = FsdpTuiApp(home)
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.pause()
@@ -342,7 +325,7 @@ async def test_the_command_palette_finds_runs_workloads_and_themes(home):
 
 
 async def test_the_monitor_filter_applies_as_you_type_and_escape_clears_it(home):
-    _record_run(home, "run-filter", {0: ["alpha one", "beta two", "alpha three"], 1: ["gamma"]}, [],
+    record_lines(home, "run-filter", {0: ["alpha one", "beta two", "alpha three"], 1: ["gamma"]}, [],
                 RunState.SUCCEEDED)
     app = FsdpTuiApp(home, run_id="run-filter")
     async with app.run_test(size=(140, 40)) as pilot:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from launcher.events import NodeState, RunState
-from tests.tui.support import wait_for
+from tests.support.tui import wait_for
 from tui.app import FsdpTuiApp
 from tui.screens.editor import EditorScreen
 from tui.screens.monitor import RunMonitorScreen
@@ -106,8 +106,8 @@ async def test_editor_keys_help_and_templates_say_what_is_there(home, tmp_path):
 async def test_a_runs_first_seconds_say_what_it_waits_for_and_cpu_memory_has_a_bar(home):
     """Before any line and step: words, not blank boxes; then a CPU rank's RSS as a bar against the RAM."""
     from launcher.events import MetricsRecorded, NodeStateChanged, RunStateChanged
-    from tests.tui.support import FedEvents
-    from tests.tui.support import wait_for as _wait
+    from tests.support.tui import FedEvents
+    from tests.support.tui import wait_for as _wait
     from trainer.wire.protocol import MetricRecord, RankMemory
 
     run = FedEvents()
@@ -257,7 +257,7 @@ async def test_one_evaluation_is_a_figure_not_a_full_width_bar(home):
     from textual.widgets import Sparkline
 
     from launcher.events import MetricsRecorded
-    from tests.tui.support import FedEvents
+    from tests.support.tui import FedEvents
     from trainer.wire.protocol import MetricRecord
 
     run = FedEvents([MetricsRecorded("r", MetricRecord(step=25, kind="eval", eval_loss=2.5))])

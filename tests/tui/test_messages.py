@@ -9,7 +9,7 @@ from textual.css.query import NoMatches
 from textual.widgets import DataTable, Input, Label
 
 from launcher.events import RunState
-from tests.tui.support import RecordedRun, record, wait_for
+from tests.support.tui import RecordedRun, record, wait_for
 from tui import messages
 from tui.app import FsdpTuiApp
 from tui.screens.editor import EditorScreen

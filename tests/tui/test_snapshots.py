@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from launcher.events import RunState
-from tests.tui.support import T0, RecordedRun, record, record_all, wait_for
+from tests.support.tui import T0, RecordedRun, record, record_all, wait_for
 from themes import discover
 from tui.app import FsdpTuiApp
 from tui.screens.editor import EditorScreen

@@ -1,6 +1,6 @@
 """SLURM on a bad day, on the real 2-node test cluster (one per module): a node's job processes killed,
 a ``job_dir`` one node cannot see, a time above the partition's MaxTime, and ``scontrol requeue``.
-Each run is short; the parsing of SLURM's words is tested on recorded text in test_slurm_faults_units."""
+Each run is short; the parsing of SLURM's words is tested on recorded text in test_slurm_causes."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def test_a_job_dir_one_node_cannot_see_fails_the_run_with_slurms_message(home, t
 def test_a_time_above_the_partitions_max_time_is_refused_at_launch_naming_the_limit(home, tmp_path, slurm_module):
     """sbatch --test-only alone accepts it (EnforcePartLimits=NO): the launch's sinfo check refuses it
     before anything is submitted. (A job forced past it ends at once on PartitionTimeLimit: see the
-    judge's table in test_slurm_faults_units.)"""
+    judge's table in test_slurm_causes.)"""
     from tests.support.slurm_cluster import SHORT_MAX_TIME
 
     slurm_module.wait_idle()

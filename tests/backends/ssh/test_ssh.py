@@ -427,7 +427,7 @@ command: |
         nodes = {n.node_rank: n for n in RunStore(home).get_run(run_id).nodes}
         assert nodes[1].state.value == "lost" and nodes[0].state.value == "stopped"
 
-        from tests.tui.support import wait_for
+        from tests.support.tui import wait_for
         from tui.app import FsdpTuiApp
 
         async def badge() -> str:
@@ -496,7 +496,7 @@ command: python "$CODE_SOURCE_PATH/hello.py"
 
 async def test_the_editors_plan_tab_glances_at_each_host(home, tmp_path, hosts, monkeypatch):
     """Reachable with a known key, or why not, beside each node; nothing starts on the hosts."""
-    from tests.tui.support import wait_for
+    from tests.support.tui import wait_for
     from tui.app import FsdpTuiApp
     from tui.screens.editor import EditorScreen
 

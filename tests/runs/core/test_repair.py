@@ -3,9 +3,7 @@ rebuilt by ``repair`` from the run folders as the owner wrote them (the real rec
 
 from __future__ import annotations
 
-import gc
 import json
-import os
 import sqlite3
 import subprocess
 from dataclasses import asdict
@@ -16,71 +14,17 @@ import pytest
 from launcher.events import NodeState, RunState
 from launcher.runs.core.rebuild import check_store, read_run, rebuild_store
 from launcher.runs.core.store import RunStore, StoreDamaged
-from launcher.runs.core.triage import TriageReport
-from launcher.runs.launch import create_run
-from launcher.runs.owner.recorder import Recorder
-from launcher.workload.plan import build_plan
-from launcher.workload.validate import validate_text
 from tests.support.cli import FSDP_TUI, ROOT, cli_env
-
-TWO_NODES = """experiment_name: {name}
-compute: {{hosts: [localhost, localhost]}}
-mlflow: {{enabled: false}}
-command: echo hi
-parameters: {{max_steps: 8, output_dir: /tmp/out}}
-"""
-
-
-def _record(home: Path, run_id: str, name: str, *, fail: bool) -> None:
-    """A run recorded as its owner records one: created, started, logs, metrics, nodes, end."""
-    plan = build_plan(validate_text(TWO_NODES.format(name=name), "w.yaml").workload, run_id=run_id)
-    create_run(plan, home)
-    store = RunStore(home)
-    rec = Recorder(store, run_id, {n.node_rank: n.host_display for n in plan.nodes}, parse_logs=None)
-    rec.set_state(RunState.STARTING)
-    for rank in (0, 1):
-        rec.set_node(rank, NodeState.RUNNING)
-        rec.append_log(rank, f"node {rank} says hello\nsecond line of {rank}\n".encode())
-    rec.set_state(RunState.RUNNING)
-    rec.append_metrics(b'{"step": 1, "kind": "train", "max_steps": 8, "loss": 2.5}\n'
-                       b'{"step": 2, "kind": "eval", "max_steps": 8, "eval_loss": 2.25}\n'
-                       b'{"step": 3, "kind": "train", "max_steps": 8, "loss": 2.0}\n')
-    if fail:
-        rec.set_node(1, NodeState.EXITED, 3, "exit code 3")
-        rec.set_node(0, NodeState.STOPPED)
-        rec.set_state(RunState.RETRYING, "attempt 2 of 2")
-        rec.attempt = 2
-        rec.set_state(RunState.RUNNING)
-        rec.finished(RunState.FAILED, 3, TriageReport(node_rank=1, exit_code=3))
-    else:
-        for rank in (0, 1):
-            rec.set_node(rank, NodeState.EXITED, 0)
-        rec.finished(RunState.SUCCEEDED, 0, None)
+from tests.support.damaged_store import damage, record_run
 
 
 @pytest.fixture
 def recorded(tmp_path) -> Path:
     home = tmp_path / "home"
-    _record(home, "20260301-090000-good-aaaa", "good", fail=False)
-    _record(home, "20260301-100000-bad-bbbb", "bad", fail=True)
+    record_run(home, "20260301-090000-good-aaaa", "good", fail=False)
+    record_run(home, "20260301-100000-bad-bbbb", "bad", fail=True)
     (home / "runs" / "stray").mkdir()
     return home
-
-
-def _damage(path: Path, how: str) -> None:
-    """``how`` done to the file once every write is in it (as when no process has it open)."""
-    gc.collect()
-    db = sqlite3.connect(path)
-    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    db.close()
-    data = bytearray(path.read_bytes())
-    if how == "truncated":
-        data = data[:len(data) // 2]
-    elif how == "garbage-headed":
-        data[:8192] = os.urandom(8192)
-    elif how == "page-corrupted":
-        data[4096:8192] = b"\xab" * 4096  # page 2: a table's root, read by every listing
-    path.write_bytes(bytes(data))
 
 
 def _snapshot(store: RunStore) -> list:
@@ -95,11 +39,11 @@ def _snapshot(store: RunStore) -> list:
 def test_a_damaged_store_is_named_and_rebuilt_from_the_run_folders(recorded, how):
     home = recorded
     live = "20260301-110000-live-cccc"
-    _record(home, live, "live", fail=False)
+    record_run(home, live, "live", fail=False)
     RunStore(home).set_state(live, RunState.RUNNING, 1)  # said by the index alone: not in the folder
     (home / "runs" / live / "events.jsonl").unlink()
     before = _snapshot(RunStore(home))
-    _damage(home / "runs.db", how)
+    damage(home / "runs.db", how)
     with pytest.raises(StoreDamaged) as caught:
         RunStore(home).list_runs()
     said = str(caught.value)
@@ -165,7 +109,7 @@ def _cli(home: Path, *args: str) -> subprocess.CompletedProcess:
 def test_the_cli_names_the_damage_and_repair_gives_back_every_run(recorded):
     home = recorded
     before = json.loads(json.dumps([asdict(r) for r in RunStore(home).list_runs()]))
-    _damage(home / "runs.db", "page-corrupted")
+    damage(home / "runs.db", "page-corrupted")
     for args in (("runs",), ("logs", "aaaa")):
         out = _cli(home, *args)
         assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr

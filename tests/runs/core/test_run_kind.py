@@ -109,7 +109,7 @@ def test_runs_says_what_each_run_was(world, capsys):
 
 
 async def test_the_apps_run_table_marks_them(world):
-    from tests.tui.support import wait_for
+    from tests.support.tui import wait_for
     from tui.app import FsdpTuiApp
     from tui.widgets.runs_table import RunsTable
 

@@ -35,7 +35,7 @@ def test_views_by_prompt_and_side_by_side():
 def test_show_samples_and_sweep_show_samples(tmp_path):
     from launcher.events import RunState
     from launcher.runs.sweeps.record import SweepRecord, VariantRecord, save_sweep
-    from tests.tui.support import RecordedRun, record
+    from tests.support.tui import RecordedRun, record
 
     lines = {"run-a": _line(0, "x", "y") + _line(10, "5", "cba"), "run-b": _line(0, "x", "y") + _line(10, "6", "cba")}
     for i, (rid, text) in enumerate(lines.items()):

@@ -61,9 +61,9 @@ def test_a_nodes_dumps_are_kept_under_checked_names_only(tmp_path):
     from launcher.backends.base import StackDump
     from launcher.runs.core.store import RunStore
     from launcher.runs.owner.recorder import Recorder
-    from tests.runs.owner.test_policy import _plan
+    from tests.support.policy_cases import fake_plan
 
-    plan = _plan(1)
+    plan = fake_plan(1)
     store = RunStore(tmp_path)
     store.create_run(plan, None, "x")
     rec = Recorder(store, plan.run_id, {0: "h0"}, parse_logs=None)
@@ -90,8 +90,8 @@ def test_a_stall_takes_the_dumps_by_itself_and_names_the_collective(tmp_path):
     from launcher.runs.owner.policy import RunPolicy
     from launcher.runs.owner.recorder import Recorder
     from launcher.runs.owner.settings import Settings
-    from tests.runs.owner.test_policy import FAST, _plan
     from tests.support.fake_backend import FakeBackend, FakeNode
+    from tests.support.policy_cases import FAST, fake_plan
 
     class Recorded(FakeBackend):
         async def stacks(self, rank: int) -> tuple[StackDump, ...]:
@@ -99,7 +99,7 @@ def test_a_stall_takes_the_dumps_by_itself_and_names_the_collective(tmp_path):
             return (*await super().stacks(rank),
                     *(StackDump(0, r, "flight-recorder", dump(*range(1, 6 if r == 3 else 7))) for r in ranks))
 
-    plan = _plan(2)
+    plan = fake_plan(2)
     store = RunStore(tmp_path)
     store.create_run(plan, None, "x")
     rec = Recorder(store, plan.run_id, {0: "h0", 1: "h1"}, parse_logs=None)

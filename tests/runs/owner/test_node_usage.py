@@ -20,8 +20,8 @@ from launcher.runs.owner.policy import RunPolicy
 from launcher.runs.owner.recorder import Recorder
 from launcher.runs.owner.settings import Settings
 from launcher.untrusted import usage_figures
-from tests.runs.owner.test_policy import FAST, _plan
 from tests.support.fake_backend import FakeBackend, FakeNode
+from tests.support.policy_cases import FAST, fake_plan
 
 TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -109,7 +109,7 @@ def test_a_nodes_usage_reply_is_cleaned_where_it_enters(reply, expect):
 
 
 def test_the_owner_records_each_nodes_usage_and_none_where_a_node_has_no_figure(tmp_path):
-    plan = _plan(2)
+    plan = fake_plan(2)
     store = RunStore(tmp_path)
     store.create_run(plan, None, "x")
     rec = Recorder(store, plan.run_id, {0: "h0", 1: "h1"}, parse_logs=None)
@@ -182,7 +182,7 @@ def test_the_slurm_backend_reads_the_tasks_usage_sample_cleaned_and_fresh(writte
     import time
 
     from launcher.backends.slurm.backend import SlurmBackend
-    from tests.backends.slurm.test_slurm_units import _plan as slurm_plan
+    from tests.backends.slurm.test_slurm_script import _plan as slurm_plan
 
     if isinstance(written, dict):
         age = written.pop("age")

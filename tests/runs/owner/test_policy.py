@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -19,47 +18,7 @@ from launcher.runs.owner.settings import Settings
 from launcher.workload.plan import build_plan
 from launcher.workload.validate import validate_text
 from tests.support.fake_backend import FakeBackend, FakeNode
-
-FAST = {"poll_s": 0.001, "min_round_s": 0.0, "gpu_poll_s": 0.0, "stop_grace_s": 0.0}
-
-
-def _plan(num_nodes: int, master_port: int | None = None, gpus: bool = False):
-    hosts = ", ".join(f"h{i}" for i in range(num_nodes))
-    port = f", master_port: {master_port}" if master_port else ""
-    kind = ", accelerator_type: GPU_2xH100" if gpus else ""
-    text = f"experiment_name: fake\ncompute: {{hosts: [{hosts}]{port}{kind}}}\ncommand: run\n"
-    result = validate_text(text, "w.yaml")
-    assert result.ok, [p.format() for p in result.problems]
-    return build_plan(result.workload, run_id="run-fake", node_root="/nodes")
-
-
-@dataclass
-class Case:
-    name: str
-    nodes: list[FakeNode]
-    expect: RunState
-    settings: dict = field(default_factory=dict)
-    cancel_after_polls: int | None = None
-    adopted: bool = False
-    running_attempt: int | None = None
-    port_free: bool = True
-    master_port: int | None = None
-    prepare_error: str | None = None
-    probe_facts: dict | None = None
-    starts: list[str] | None = None
-    """The start calls the backend saw."""
-    node_states: dict[int, NodeState] | None = None
-    """Each node's last recorded state."""
-    detail: str = ""
-    """Words the run's last transition (or its triage) must contain."""
-    stopped: bool | None = None
-    cause: SchedulerCause | None = None
-    """What the scheduler says ended a failed attempt."""
-    triage: dict | None = None
-    """Entries the run's triage must have."""
-    port_taken_starts: int = 0
-    """Starts node 0 refuses: its rendezvous port was taken after the launch claimed it."""
-
+from tests.support.policy_cases import FAST, Case, fake_plan, run_case
 
 CASES = [
     Case("a cancel asked for while the nodes are prepared ends it before its job starts", [FakeNode()],
@@ -159,39 +118,11 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_policy(case: Case, tmp_path):
-    plan = _plan(len(case.nodes), case.master_port, gpus=case.probe_facts is not None)
-    store = RunStore(tmp_path)
-    store.create_run(plan, None, "experiment_name: fake\n")
-    rec = Recorder(store, plan.run_id, {n.node_rank: n.host_display for n in plan.nodes}, parse_logs=None)
-    backend = FakeBackend(plan, case.nodes, port_free=case.port_free, prepare_error=case.prepare_error,
-                          running_attempt=case.running_attempt, probe_facts=case.probe_facts, cause=case.cause,
-                          port_taken_starts=case.port_taken_starts)
-
-    def cancel() -> bool:
-        return case.cancel_after_polls is not None and case.nodes[0].polls >= case.cancel_after_polls
-
-    policy = RunPolicy(backend, rec, Settings(**{**FAST, **case.settings}), secrets=dict, cancel_requested=cancel)
-    backend.on_link = policy.on_link
-    outcome = asyncio.run(asyncio.wait_for(policy.run(adopted=case.adopted), 10))
-
-    assert outcome.state == case.expect
-    starts = [c for c in backend.calls if c.startswith("start")]
-    if case.starts is not None:
-        assert starts == case.starts
-    record = store.get_run(plan.run_id)
-    if case.node_states is not None:
-        assert {n.node_rank: n.state for n in record.nodes} == case.node_states
-    if case.detail:
-        said = " ".join(t[3] for t in record.transitions) + json.dumps(outcome.triage.to_dict() if outcome.triage else {})
-        assert case.detail in said, said
-    if case.stopped is not None:
-        assert ("stop" in backend.calls) == case.stopped
-    if case.triage is not None:
-        assert {k: outcome.triage.to_dict().get(k) for k in case.triage} == case.triage, outcome.triage
+    run_case(case, tmp_path)
 
 
 def test_a_run_adopted_after_its_job_ended_records_when_the_job_ended(tmp_path):
-    plan = _plan(2)
+    plan = fake_plan(2)
     store = RunStore(tmp_path)
     store.create_run(plan, None, "x")
     rec = Recorder(store, plan.run_id, {0: "h0", 1: "h1"}, parse_logs=None)
@@ -210,7 +141,7 @@ def test_a_run_adopted_after_its_job_ended_records_when_the_job_ended(tmp_path):
 def test_node_output_is_mirrored_byte_for_byte_and_metrics_recorded(tmp_path):
     from trainer.wire.protocol import MetricRecord
 
-    plan = _plan(2)
+    plan = fake_plan(2)
     store = RunStore(tmp_path)
     store.create_run(plan, None, "x")
     rec = Recorder(store, plan.run_id, {0: "h0", 1: "h1"}, parse_logs=None)
@@ -234,7 +165,7 @@ def test_node_output_is_mirrored_byte_for_byte_and_metrics_recorded(tmp_path):
 
 
 def test_a_run_that_stops_stepping_is_flagged_stalled_and_its_stacks_are_kept(tmp_path):
-    plan = _plan(2)
+    plan = fake_plan(2)
     store = RunStore(tmp_path)
     store.create_run(plan, None, "x")
     rec = Recorder(store, plan.run_id, {0: "h0", 1: "h1"}, parse_logs=None)
@@ -268,7 +199,7 @@ def test_a_run_that_stops_stepping_is_flagged_stalled_and_its_stacks_are_kept(tm
 
 
 def test_a_queued_job_is_pending_then_running_and_its_timeout_counts_from_its_start(tmp_path):
-    plan = _plan(2)
+    plan = fake_plan(2)
     store = RunStore(tmp_path)
     store.create_run(plan, None, "x")
     rec = Recorder(store, plan.run_id, {0: "h0", 1: "h1"}, parse_logs=None)
@@ -292,7 +223,7 @@ def test_a_forced_run_says_what_it_ran_without_even_when_it_succeeds(tmp_path):
     from launcher.runs.owner.recorder import FORCED_NOTE
 
     [forced] = [c for c in CASES if c.name == "--force starts it anyway"]
-    plan = _plan(1, gpus=True)
+    plan = fake_plan(1, gpus=True)
     store = RunStore(tmp_path)
     store.create_run(plan, None, "experiment_name: fake\n")
     rec = Recorder(store, plan.run_id, {0: "h0"}, parse_logs=None)
@@ -311,7 +242,7 @@ def test_no_rank_is_called_hung_while_a_nodes_link_is_down(tmp_path):
     """Steps not seen are not steps not made: while a node reconnects the stall watch waits."""
     from launcher.backends.base import LinkState
 
-    plan = _plan(2)
+    plan = fake_plan(2)
     store = RunStore(tmp_path)
     store.create_run(plan, None, "x")
     rec = Recorder(store, plan.run_id, {0: "h0", 1: "h1"}, parse_logs=None)

@@ -274,7 +274,7 @@ def test_a_swapped_node_gets_a_directory_of_its_own_and_its_log_goes_on_in_the_r
     assert [n.node_dir for n in policy.backend.plan.nodes] == ["/nodes/run-fake/node-0", "/nodes/run-fake/node-1.1"]
     assert (rec.dir / "nodes" / "1.log").read_bytes() == b"h1 line\ns0 line\n"
     plan = json.loads((rec.dir / "plan.json").read_text()) if (rec.dir / "plan.json").exists() else None
-    assert plan is None  # the fake policy has no on_plan: the supervisor's saves it (test_recovery_units)
+    assert plan is None  # the fake policy has no on_plan: the supervisor's saves it (test_recovery_swaps)
     events = [json.loads(x) for x in (rec.dir / "events.jsonl").read_text().splitlines()]
     swapped = [e for e in events if e["type"] == "NodeSwapped"]
     assert [e["swap"]["verdict"] for e in swapped] == [None, "none"]  # decided, then settled

@@ -5,13 +5,13 @@ gloo, the built-in trainer) with spares. Three training runs, each checking seve
   program, the one mocked GPU part) is skipped and said, the next spare takes the node's place, the newest
   whole checkpoint is where node 0 resumes from, the resume is ``verified``, the steps trained again give
   the losses they gave the first time; the swap is in ``show``, the events (what the monitor draws), the
-  notification, and the failed host's count towards quarantine (its MLflow tags: test_recovery_units.py);
+  notification, and the failed host's count towards quarantine (its MLflow tags: test_recovery_swaps.py);
   then a failure in the user's code swaps nothing;
 - a shared disk, a node cut off from the network: lost, replaced, resumed ``verified``;
 - a shared disk, node 0's GPU falls off the bus (a stand-in ``nvidia-smi`` that lists one GPU, then fails),
   no spare, ``recovery.shrink``: the run goes on on two nodes, resumed ``resharded``, its global batch kept.
 
-The pure rules and the policy's many cases are in ``test_recovery_units.py`` and ``test_recovery.py``."""
+The pure rules and the policy's many cases are in ``test_recovery_swaps.py`` and ``test_recovery.py``."""
 
 from __future__ import annotations
 

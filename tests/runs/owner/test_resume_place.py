@@ -1,5 +1,5 @@
 """Where the nodes that go on after a swap find their checkpoint: each "node"'s disk a folder here, read
-and written through the agent's own checkpoint functions (as tests/runs/owner/test_gather_units.py)."""
+and written through the agent's own checkpoint functions (as tests/runs/owner/test_gather_folders.py)."""
 
 from __future__ import annotations
 

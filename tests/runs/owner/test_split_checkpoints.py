@@ -175,7 +175,7 @@ def test_a_two_node_run_on_private_disks_is_gathered_listed_exported_and_resumed
     assert "export-step-00000004" in exported.stdout and list(here.glob("*.safetensors"))
 
     # Resume from the app's checkpoints screen on the same two nodes: node 1 has no copy, node 0 sends it.
-    from tests.tui.support import wait_for
+    from tests.support.tui import wait_for
     from tui.app import FsdpTuiApp
     from tui.screens.checkpoints import CheckpointsScreen
 

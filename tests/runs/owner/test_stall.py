@@ -79,7 +79,7 @@ metrics: {{stall_factor: 5, stall_min_s: 3}}
         assert "rank 1" in dumps.stdout.split("hang_forever")[0].rsplit("===", 2)[-2]
 
         # The monitor says it and shows the stacks with one key.
-        from tests.tui.support import wait_for
+        from tests.support.tui import wait_for
         from tui.app import FsdpTuiApp
         from tui.screens.stacks import StacksModal
 

@@ -13,7 +13,7 @@ from launcher.runs.read.comparison import compare_runs, stats_from_records, swee
 from launcher.runs.read.comparison_format import render
 from launcher.runs.sweeps.record import find_sweep, list_sweeps, load_sweep
 from tests.support.cli import cli
-from tests.tui.sweep_support import SWEEP_ID, VARIANTS, metrics, record_sweep, run_id
+from tests.support.recorded_sweep import SWEEP_ID, VARIANTS, metrics, record_sweep, run_id
 from trainer.wire.protocol import MetricRecord
 
 

@@ -118,7 +118,7 @@ def test_rank_step_s_round_trips_and_old_records_still_read():
 def test_show_names_the_slow_rank_in_text_json_and_the_triage(home):
     from launcher.events import RunState
     from tests.support.cli import cli
-    from tests.tui.support import RecordedRun, record
+    from tests.support.tui import RecordedRun, record
 
     run_id = "20260301-0900-slow-a1f3"
     metrics = [json.loads(r.to_json()) for r in records(30, world=4, slow={3: (1.5, ALL)})]

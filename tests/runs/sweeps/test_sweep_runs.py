@@ -93,7 +93,7 @@ sweep:
 
 
 async def test_cancel_from_the_app_leaves_no_process_and_starts_nothing_more(home, tmp_path, monkeypatch):
-    from tests.tui.support import wait_for
+    from tests.support.tui import wait_for
     from tui.app import FsdpTuiApp
     from tui.screens.home import HomeScreen
     from tui.screens.sweep import SweepScreen
