@@ -4,7 +4,7 @@ highest peak its ranks have measured; nothing (no line at all) for a run that pr
 from __future__ import annotations
 
 from launcher.events import MetricsRecorded, RunState, RunStateChanged
-from tests.tui.support import FedEvents, wait_for
+from tests.support.tui import FedEvents, wait_for
 from trainer.wire.fit_record import FitSummary
 from trainer.wire.protocol import MetricRecord, RankMemory
 from tui.app import FsdpTuiApp
