@@ -194,19 +194,22 @@ def test_choose_says_what_it_chose_and_refuses_fused_without_cuda():
         loss.choose("fused", config, 1, 4096, cuda=False)
 
 
-@pytest.mark.parametrize("setting, positions, vocab, chunked, rows", [
-    ("auto", 8192, 128256, True, 65),
-    ("auto", 65, 128256, False, 65),  # one chunk's worth: computed whole
-    ("auto", 66, 128256, True, 65),
-    ("chunked", 10, 128256, True, 10),
-    ("full", 8192, 128256, False, 8192),
-    ("fused", 8192, 256000, True, 32),
-    ("auto", 4096, 32000, True, 262),
+@pytest.mark.parametrize("setting, positions, vocab, cuda, chunked, rows", [
+    ("auto", 8192, 128256, False, True, 65),
+    ("auto", 65, 128256, False, False, 65),  # one chunk's worth: computed whole
+    ("auto", 66, 128256, False, True, 65),
+    ("chunked", 10, 128256, False, True, 10),
+    ("full", 8192, 128256, False, False, 8192),
+    ("fused", 8192, 256000, False, True, 32),
+    ("auto", 4096, 32000, False, True, 262),
+    ("auto", 512, 128256, True, False, 512),  # on a GPU: chunks of 523 positions
+    ("auto", 8192, 128256, True, True, 523),
 ])
-def test_the_rule_the_trainer_and_the_memory_prediction_share(setting, positions, vocab, chunked, rows):
-    assert chunks(setting, positions, vocab) is chunked
-    assert logits_rows(setting, positions, vocab) == rows
-    assert chunk_rows(vocab) * 4 * vocab <= 32 * 2**20 < (chunk_rows(vocab) + 1) * 4 * vocab
+def test_the_rule_the_trainer_and_the_memory_prediction_share(setting, positions, vocab, cuda, chunked, rows):
+    assert chunks(setting, positions, vocab, cuda) is chunked
+    assert logits_rows(setting, positions, vocab, cuda) == rows
+    budget = 256 * 2**20 if cuda else 32 * 2**20
+    assert chunk_rows(vocab, cuda) * 4 * vocab <= budget < (chunk_rows(vocab, cuda) + 1) * 4 * vocab
 
 
 @pytest.mark.parametrize("config, mapping", [

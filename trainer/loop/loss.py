@@ -51,6 +51,8 @@ class LossChoice:
     """Positions a chunk (:func:`trainer.wire.cross_entropy.chunk_rows`)."""
     mapping: LogitMap
     note: str
+    cuda: bool = False
+    """Chunks sized for a GPU (:data:`trainer.wire.cross_entropy.CUDA_CHUNK_BYTES`)."""
 
 
 def choose(setting: str, config: dict, batch: int, seq: int, cuda: bool) -> LossChoice:
@@ -58,7 +60,7 @@ def choose(setting: str, config: dict, batch: int, seq: int, cuda: bool) -> Loss
     ``batch`` rows of ``seq`` tokens; ``fused`` without CUDA or Liger Kernel is refused in one line."""
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     vocab = int(text.get("vocab_size") or config.get("vocab_size") or 1)
-    mapping, rows, most = logit_map(config), chunk_rows(vocab), batch * seq
+    mapping, rows, most = logit_map(config), chunk_rows(vocab, cuda), batch * seq
     if setting == "fused":
         import importlib.util
 
@@ -70,7 +72,7 @@ def choose(setting: str, config: dict, batch: int, seq: int, cuda: bool) -> Loss
     chunk = f"{rows} positions a chunk, {_size(4 * rows * vocab)} of fp32 logits"
     if setting == "fused":
         note = f"cross-entropy: fused (Liger Kernel, model.cross_entropy: fused; the full logits would be {whole})"
-    elif chunks(setting, most, vocab):
+    elif chunks(setting, most, vocab, cuda):
         why = "model.cross_entropy: chunked" if setting == "chunked" else "auto"
         note = (f"cross-entropy: chunked ({why}: a micro-batch's fp32 logits would be up to {whole}, {batch} x {seq} "
                 f"positions x {vocab:,} vocabulary; {chunk}; model.cross_entropy: full computes them whole)")
@@ -80,7 +82,7 @@ def choose(setting: str, config: dict, batch: int, seq: int, cuda: bool) -> Loss
         note = f"cross-entropy: full logits (model.cross_entropy: full; up to {whole} a micro-batch)"
     if mapping != LogitMap() and setting != "full":
         note += f"; logits {mapping.words()}, as the model does"
-    return LossChoice(setting, vocab, rows, mapping, note)
+    return LossChoice(setting, vocab, rows, mapping, note, cuda)
 
 
 def _size(n: int) -> str:
@@ -107,7 +109,7 @@ def uses_chunks(model: nn.Module, positions: int) -> bool:
     choice = getattr(model, _SETTING, None)
     if choice is None or _head(model) is None or getattr(_head(model), _OFF, False):
         return False
-    return chunks(choice.setting, positions, choice.vocab)
+    return chunks(choice.setting, positions, choice.vocab, choice.cuda)
 
 
 def _head(model: nn.Module) -> nn.Module | None:

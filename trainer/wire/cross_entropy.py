@@ -13,34 +13,37 @@ from dataclasses import dataclass
 from typing import Any
 
 CHUNK_BYTES = 32 * 2**20
-"""The fp32 logits of one chunk: positions a chunk are this over 4 bytes x the vocabulary (256 positions of
-a 32k vocabulary, 64 of a 128k one, 32 of a 256k one). Its computation holds a few such tensors at once
-(the logits, their softmax and its gradient). Smaller chunks were no faster on CPU (BENCHMARKS.md); a row
-of the largest vocabularies in use (256k: 1 MiB) fits many times, so a chunk never needs to split the
-vocabulary itself."""
+"""The fp32 logits of one chunk on CPU: positions a chunk are this over 4 bytes x the vocabulary (256 positions
+of a 32k vocabulary, 65 of a 128k one, 32 of a 256k one). Its computation holds a few such tensors at once
+(the logits, their softmax and its gradient). Chunks of 16 to 512 positions of a 128k vocabulary ran at the
+same speed on CPU (BENCHMARKS.md), so the smallest that costs nothing is taken. A row of the largest
+vocabularies in use (256k: 1 MiB) fits many times: a chunk never needs to split the vocabulary itself."""
+CUDA_CHUNK_BYTES = 256 * 2**20
+"""The same on a GPU, where a matrix product needs a few hundred rows to keep the tensor cores busy (512
+positions of a 128k vocabulary); still a small share of a GPU's memory (the GPU proof measures it)."""
 
 
-def chunk_rows(vocab: int) -> int:
-    """Positions per chunk for this vocabulary (at least one)."""
-    return max(1, CHUNK_BYTES // (4 * max(1, vocab)))
+def chunk_rows(vocab: int, cuda: bool = False) -> int:
+    """Positions per chunk for this vocabulary (at least one), on a GPU or on CPU."""
+    return max(1, (CUDA_CHUNK_BYTES if cuda else CHUNK_BYTES) // (4 * max(1, vocab)))
 
 
-def chunks(setting: str, positions: int, vocab: int) -> bool:
+def chunks(setting: str, positions: int, vocab: int, cuda: bool = False) -> bool:
     """Whether a micro-batch of ``positions`` learned positions takes the loss in chunks: ``chunked`` and
     ``fused`` always; ``auto`` where its logits are more than one chunk (below that the full logits are
     one chunk's worth, and computing them whole is the reference way); ``full`` never."""
     if setting == "full":
         return False
     if setting == "auto":
-        return positions > chunk_rows(vocab)
+        return positions > chunk_rows(vocab, cuda)
     return True
 
 
-def logits_rows(setting: str, positions: int, vocab: int) -> int:
+def logits_rows(setting: str, positions: int, vocab: int, cuda: bool = False) -> int:
     """How many positions' logits the loss holds at once for a micro-batch of ``positions`` learned positions
     (the rows of its largest tensor, ``[rows, vocab]``): every position with the full logits, one chunk's
     with chunks."""
-    return min(positions, chunk_rows(vocab)) if chunks(setting, positions, vocab) else positions
+    return min(positions, chunk_rows(vocab, cuda)) if chunks(setting, positions, vocab, cuda) else positions
 
 
 @dataclass(frozen=True)
