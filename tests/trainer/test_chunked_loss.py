@@ -61,7 +61,7 @@ def _choice(model, setting: str = "chunked", rows: int = ROWS) -> loss.LossChoic
     return loss.LossChoice(chosen.setting, chosen.vocab, rows, chosen.mapping, chosen.note)
 
 
-def _step(model, batch, choice: loss.LossChoice | None) -> tuple[float, dict[str, torch.Tensor]]:
+def _step(model, batch, choice: loss.LossChoice | None, device: str = "cpu") -> tuple[float, dict[str, torch.Tensor]]:
     """The mean loss of one micro-step and every gradient (the loss scaled as training scales it)."""
     model.zero_grad(set_to_none=True)
     if choice is not None:
@@ -69,7 +69,7 @@ def _step(model, batch, choice: loss.LossChoice | None) -> tuple[float, dict[str
     labels = train.shifted_labels(batch, "cpu")
     count = int((labels != IGNORE).sum())
     torch.manual_seed(1)  # the same dropout in both
-    total, _ = train.micro_step(model, batch, labels, "cpu", 1.0 / count)
+    total, _ = train.micro_step(model, batch, labels, device, 1.0 / count)
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return float(total) / count, grads
 
@@ -289,3 +289,18 @@ def test_under_fsdp_and_replication_chunks_and_checkpointing_give_the_same_loss_
         assert run["grads"].keys() == reference["grads"].keys(), config
         for name, grad in reference["grads"].items():
             torch.testing.assert_close(run["grads"][name], grad, rtol=0, atol=1e-6, msg=f"{config}: {name}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", ["llama", "gemma2-softcap-2", "cohere-tied-scale"])
+def test_the_fused_kernel_gives_the_chunked_loss_on_a_gpu(batch, name):
+    """``model.cross_entropy: fused`` (Liger Kernel) against the pure PyTorch chunks, on the GPU in fp32."""
+    pytest.importorskip("liger_kernel", reason="liger-kernel is not installed (the fused-loss extra)")
+    model_type, overrides = VARIANTS[name]
+    model = _model(model_type, overrides).cuda()
+    chunked = _step(model, batch, _choice(model), "cuda")
+    got = _step(model, batch, loss.choose("fused", model.config.to_dict(), 2, 40, cuda=True), "cuda")
+    assert abs(got[0] - chunked[0]) <= 1e-4, (got[0], chunked[0])
+    for n, g in chunked[1].items():
+        torch.testing.assert_close(got[1][n], g, rtol=1e-3, atol=1e-5, msg=n)
