@@ -4,9 +4,9 @@ longest row that fits a memory limit, side by side in one run.
 
     .venv/bin/python benchmarks/bench_memory.py [--vocabs 128256,256000] [--seqs 512,1024,2048,4096,8192]
         [--sides ours,ours-full,hf] [--checkpointing off,full,selective] [--steps 4] [--budget-gib 6]
-        [--limit-gib 5] [--longest 512:32768] [--gpu] [--json FILE] [--keep DIR]
+        [--limit-gib 5] [--longest 512:32768] [--shape 64x4] [--gpu] [--json FILE] [--keep DIR]
 
-A Llama with a tiny hidden size (64, 4 layers) and a big vocabulary (``--vocabs``: Llama 3's 128,256 and
+A Llama with a tiny hidden size (``--shape``: 64 wide, 4 layers) and a big vocabulary (``--vocabs``: Llama 3's 128,256 and
 Gemma's 256,000 by default; the built-in 320-token tokenizer, so only the output layer's size changes) trains
 ``--steps`` steps of ``text`` rows (every token learned, one row a rank a step, cut at the sequence length:
 no padding) under ``torchrun`` with 2 processes on CPU (gloo, fp32, one thread each) or one per GPU with
@@ -50,7 +50,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = ROOT / "benchmarks" / "peak_probe"
-SHAPE = {"hidden": 64, "intermediate": 128, "layers": 4, "heads": 4}
+SHAPE = {"hidden": 64, "layers": 4, "heads": 4}
+"""The model's width and depth (``--shape``): tiny, so that the output layer and its loss are what grows."""
 COPIES = {"ours-full": 5.0, "hf": 4.0}
 """About how many copies of a rank's fp32 logits a full-logits step holds at its peak (4.6 measured for ours
 before the chunks, 3.6 for ``Trainer``, with a margin): what decides whether that side is run within the
@@ -92,7 +93,7 @@ def _port() -> int:
 
 
 def make_model(folder: Path, vocab: int) -> Path:
-    """A tiny-hidden Llama with ``vocab`` output rows (random, fixed seed) and the built-in tokenizer."""
+    """A Llama of ``SHAPE`` with ``vocab`` output rows (random, fixed seed) and the built-in tokenizer."""
     if (folder / "config.json").exists():
         return folder
     import torch
@@ -101,7 +102,7 @@ def make_model(folder: Path, vocab: int) -> Path:
     from trainer.assets import resolve_model
 
     tok = AutoTokenizer.from_pretrained(resolve_model("builtin:tiny-llama"))
-    config = LlamaConfig(vocab_size=vocab, hidden_size=SHAPE["hidden"], intermediate_size=SHAPE["intermediate"],
+    config = LlamaConfig(vocab_size=vocab, hidden_size=SHAPE["hidden"], intermediate_size=2 * SHAPE["hidden"],
                          num_hidden_layers=SHAPE["layers"], num_attention_heads=SHAPE["heads"],
                          num_key_value_heads=SHAPE["heads"], max_position_embeddings=65536,
                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
@@ -286,13 +287,13 @@ def ratios(runs: list[Run]) -> list[dict]:
 
 
 def checkpointing(runs: list[Run]) -> None:
-    by = {(r.seq, r.checkpointing): r for r in runs if r.side == "ours" and r.peak_gib}
-    for (seq, mode), r in sorted(by.items()):
-        off = by.get((seq, "off"))
+    by = {(r.vocab, r.seq, r.checkpointing): r for r in runs if r.side == "ours" and r.peak_gib}
+    for (vocab, seq, mode), r in sorted(by.items()):
+        off = by.get((vocab, seq, "off"))
         if mode == "off" or off is None:
             continue
-        print(f"  activation checkpointing {mode:<9} seq {seq:>5}: peak {r.peak:.2f} GiB ({r.peak / off.peak:.2f}x off),"
-              f" tokens/s {r.tokens_per_s:.0f} ({r.tokens_per_s / off.tokens_per_s:.2f}x off)")
+        print(f"  activation checkpointing {mode:<9} vocab {vocab:>7} seq {seq:>5}: peak {r.peak:.2f} GiB "
+              f"({r.peak / off.peak:.2f}x off), tokens/s {r.tokens_per_s:.0f} ({r.tokens_per_s / off.tokens_per_s:.2f}x off)")
 
 
 def longest(bench: Bench, model: Path, vocab: int, lengths: list[int]) -> dict:
@@ -331,10 +332,12 @@ def main() -> None:
     parser.add_argument("--limit-gib", type=float, default=5.0, help="the memory limit of the longest-row search")
     parser.add_argument("--longest", default="512:32768", help="FIRST:LAST lengths of the longest-row search "
                                                               "(doubling); empty: no search")
+    parser.add_argument("--shape", default="64x4", help="the model's WIDTHxLAYERS (4 heads)")
     parser.add_argument("--gpu", action="store_true")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--keep", type=Path)
     args = parser.parse_args()
+    SHAPE["hidden"], SHAPE["layers"] = (int(x) for x in args.shape.split("x"))
     tmp = args.keep or Path(tempfile.mkdtemp(prefix="bench-memory-"))
     tmp.mkdir(parents=True, exist_ok=True)
     bench = Bench(args, tmp)
@@ -347,7 +350,7 @@ def main() -> None:
           f"{SHAPE['hidden']}, {SHAPE['layers']} layers; {args.steps} steps of 1 text row a rank", flush=True)
     runs: list[Run] = []
     for vocab in vocabs:
-        model = make_model(tmp / f"llama-{vocab}", vocab)
+        model = make_model(tmp / f"llama-{args.shape}-{vocab}", vocab)
         for seq in seqs:
             plan = [Run(side, vocab, seq) for side in sides]
             if vocab == vocabs[0] and str(seq) in args.ckpt_seqs.split(",") and "ours" in sides:
@@ -369,7 +372,7 @@ def main() -> None:
     if args.longest:
         first, last = (int(x) for x in args.longest.split(":"))
         lengths = [first * 2**i for i in range(20) if first * 2**i <= last]
-        found = longest(bench, make_model(tmp / f"llama-{vocabs[0]}", vocabs[0]), vocabs[0], lengths)
+        found = longest(bench, make_model(tmp / f"llama-{args.shape}-{vocabs[0]}", vocabs[0]), vocabs[0], lengths)
     memory = [r["memory"] for r in got if r["against"] == "hf"]
     if memory:
         print(f"\nmedian peak memory ours / Trainer: {statistics.median(memory):.2f}x over {len(memory)} shapes")
