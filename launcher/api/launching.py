@@ -78,11 +78,11 @@ def launch(home: Path, source: Path | Planned | RunPlan | Resumed, overrides: Se
     if plan.blockers:
         return Refused("blocked", tuple(plan.blockers), planned)
     check_room(home)  # a data dir with no room says so first: the launch would stop there anyway
-    said = asyncio.run(launch_refusals(plan, home, force=force))
+    said, checked = asyncio.run(launch_refusals(plan, home, force=force))
     if said:
         return Refused("checks", tuple(said), planned, forced=force)
     try:
-        run_id = start_run(plan, home, force=force, idempotent=idempotent, resume_from=bring)
+        run_id = start_run(plan, home, force=force, idempotent=idempotent, resume_from=bring, checked=checked)
     except LaunchRefused as err:
         return Refused("output_dir", (str(err),), planned, forced=force)
     return Launched(run_id, plan) if run_id == plan.run_id else AlreadyLaunched(run_id, plan)

@@ -58,7 +58,7 @@ def create_run(plan: RunPlan, home: Path) -> Path:
 
 
 def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str, str] | None = None,
-              idempotent: bool = True, resume_from: dict | None = None) -> str:
+              idempotent: bool = True, resume_from: dict | None = None, checked: bool = False) -> str:
     """Record the run and start its owner, detached: the run outlives this process and its terminal.
     The run's lock is taken before its record exists, so nobody can take the new run for an orphan.
     ``force``: skip the cheap checks that refuse a launch that cannot run. ``tags``: extra MLflow tags
@@ -67,7 +67,9 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
     With the workload's ``idempotency_token`` (and ``idempotent``, the default: a relaunch is meant as a
     new run), a token launched before answers with that run's id and nothing starts. An ``output_dir``
     that another workload's run uses on the same node refuses the launch (:class:`LaunchRefused`).
-    ``resume_from``: the checkpoint its owner copies to node 0 before the start (:class:`Resumed`)."""
+    ``resume_from``: the checkpoint its owner copies to node 0 before the start (:class:`Resumed`).
+    ``checked``: the cheap checks ran on every node just before (:func:`launch_refusals`) and found nothing;
+    its owner does not run them again."""
     check_room(home)
     with deciding(home, plan):  # two launches into one output_dir at once: the second sees the first
         taken = output_dir_users(home, plan)
@@ -85,7 +87,8 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
             raise RuntimeError(f"run {plan.run_id} exists already")
         try:
             create_run(plan, home)
-            options = {"force": force, "tags": tags or {}, **({"resume_from": resume_from} if resume_from else {})}
+            options = {"force": force, "checked": checked and not force, "tags": tags or {},
+                       **({"resume_from": resume_from} if resume_from else {})}
             (run_dir(home, plan.run_id) / OPTIONS).write_text(json.dumps(options))
             _keep_estimate(home, plan)
             hand_over(lock, home, plan.run_id, adopt=False)
@@ -309,17 +312,19 @@ async def reach_nodes(plan: RunPlan, timeout_s: float = 5.0) -> list[Reach]:
         await backend.close()
 
 
-async def launch_refusals(plan: RunPlan, home: Path, *, force: bool = False) -> list[str]:
+async def launch_refusals(plan: RunPlan, home: Path, *, force: bool = False) -> tuple[list[str], bool]:
     """Why ``plan`` cannot start, found before anything of it is recorded: a secret with no value here, a
     node refused for a reason only the user can change (an unknown or changed host key, a refused key), and,
     unless ``force``, the cheap checks every launch runs (no torch where the built-in trainer runs, fewer
     GPUs than processes, an unwritable ``output_dir``). Empty: launch. A node that does not answer yet is
-    no refusal: the run's owner waits for it as for any dropped connection."""
+    no refusal: the run's owner waits for it as for any dropped connection. Also whether the cheap checks
+    ran on every node (then the owner need not run them again)."""
     from launcher.backends.registry import backend_for
     from launcher.doctor.preflight import preflight
     from launcher.secrets import MissingSecrets, SecretStore
 
     said: list[str] = []
+    checked = False
     try:
         SecretStore(home).resolve(plan.workload.secrets)
     except MissingSecrets as err:
@@ -340,9 +345,10 @@ async def launch_refusals(plan: RunPlan, home: Path, *, force: bool = False) -> 
                 said.append(str(err))
             else:
                 said += [str(refusal) for refusal in await preflight(backend)]
+                checked = True
     finally:
         await backend.close()
-    return said
+    return said, checked
 
 
 def is_owned(home: Path, run_id: str) -> bool:

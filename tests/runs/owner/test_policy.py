@@ -59,6 +59,8 @@ class Case:
     """Entries the run's triage must have."""
     port_taken_starts: int = 0
     """Starts node 0 refuses: its rendezvous port was taken after the launch claimed it."""
+    probes: int | None = None
+    """The doctor's probes the backend ran (one a node for the cheap checks)."""
 
 
 CASES = [
@@ -126,6 +128,17 @@ CASES = [
                       "packages": {"torch": {"version": "2.13.0+cpu", "import": "skipped"}},
                       "disk": {"path": "/n", "existing": "/", "free_bytes": 2**40}, "master": {}},
          starts=["start 1"]),
+    Case("the cheap checks run on every node before the start", [FakeNode()], RunState.SUCCEEDED,
+         probe_facts={"python": {"version": [3, 11, 7]}, "gpus": {"smi": "/x", "names": ["H100"] * 2},
+                      "packages": {"torch": {"version": None}},
+                      "disk": {"path": "/n", "existing": "/", "free_bytes": 2**40}, "master": {}},
+         starts=["start 1"], probes=1),
+    Case("checked by the launch just before: the owner does not probe the nodes again", [FakeNode(), FakeNode()],
+         RunState.SUCCEEDED, settings={"checked": True},
+         probe_facts={"python": {"version": [3, 11, 7]}, "gpus": {"smi": None, "names": []},
+                      "packages": {"torch": {"version": "2.13.0+cpu", "import": "skipped"}},
+                      "disk": {"path": "/n", "existing": "/", "free_bytes": 2**40}, "master": {}},
+         starts=["start 1"], probes=0),
     Case("a job waiting in a scheduler's queue is pending with its reason, then runs", [FakeNode(
          queued_polls={1: 3}), FakeNode(queued_polls={1: 3})], RunState.SUCCEEDED, starts=["start 1"],
          detail="queued (pending: Resources)"),
@@ -178,6 +191,8 @@ def test_policy(case: Case, tmp_path):
     starts = [c for c in backend.calls if c.startswith("start")]
     if case.starts is not None:
         assert starts == case.starts
+    if case.probes is not None:
+        assert backend.calls.count("probe") == case.probes, backend.calls
     record = store.get_run(plan.run_id)
     if case.node_states is not None:
         assert {n.node_rank: n.state for n in record.nodes} == case.node_states
