@@ -62,6 +62,7 @@ LaunchOutcome = Launched | Refused | AlreadyLaunched
 def launch(home: Path, source: Path | Planned | RunPlan | Resumed, overrides: Sequence[Override] = (), *,
            force: bool = False, idempotent: bool = True) -> LaunchOutcome:
     """:meth:`launcher.api.runs.Runs.launch` in the data dir ``home``."""
+    from launcher.runs.core.ownership import WarmOwner
     from launcher.runs.launch import LaunchRefused, Resumed, check_room, launch_refusals, start_run
     from launcher.workload.load import Planned, plan_file
 
@@ -78,11 +79,16 @@ def launch(home: Path, source: Path | Planned | RunPlan | Resumed, overrides: Se
     if plan.blockers:
         return Refused("blocked", tuple(plan.blockers), planned)
     check_room(home)  # a data dir with no room says so first: the launch would stop there anyway
-    said, checked = asyncio.run(launch_refusals(plan, home, force=force))
-    if said:
-        return Refused("checks", tuple(said), planned, forced=force)
+    warm = WarmOwner()  # the run's owner starts (its imports) while the nodes are checked
     try:
-        run_id = start_run(plan, home, force=force, idempotent=idempotent, resume_from=bring, checked=checked)
-    except LaunchRefused as err:
-        return Refused("output_dir", (str(err),), planned, forced=force)
+        said, checked = asyncio.run(launch_refusals(plan, home, force=force))
+        if said:
+            return Refused("checks", tuple(said), planned, forced=force)
+        try:
+            run_id = start_run(plan, home, force=force, idempotent=idempotent, resume_from=bring, checked=checked,
+                               warm=warm)
+        except LaunchRefused as err:
+            return Refused("output_dir", (str(err),), planned, forced=force)
+    finally:
+        warm.discard()  # not taken (a refusal, a token launched before): it leaves
     return Launched(run_id, plan) if run_id == plan.run_id else AlreadyLaunched(run_id, plan)

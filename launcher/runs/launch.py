@@ -21,6 +21,7 @@ from launcher.runs.core.layout import EVENTS, OPTIONS, save_plan
 from launcher.runs.core.output_dirs import HINT, deciding, output_dir_users
 from launcher.runs.core.ownership import (
     OwnerLock,
+    WarmOwner,
     adopt_orphans,
     hand_over,
     owned,
@@ -58,7 +59,8 @@ def create_run(plan: RunPlan, home: Path) -> Path:
 
 
 def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str, str] | None = None,
-              idempotent: bool = True, resume_from: dict | None = None, checked: bool = False) -> str:
+              idempotent: bool = True, resume_from: dict | None = None, checked: bool = False,
+              warm: WarmOwner | None = None) -> str:
     """Record the run and start its owner, detached: the run outlives this process and its terminal.
     The run's lock is taken before its record exists, so nobody can take the new run for an orphan.
     ``force``: skip the cheap checks that refuse a launch that cannot run. ``tags``: extra MLflow tags
@@ -69,7 +71,8 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
     that another workload's run uses on the same node refuses the launch (:class:`LaunchRefused`).
     ``resume_from``: the checkpoint its owner copies to node 0 before the start (:class:`Resumed`).
     ``checked``: the cheap checks ran on every node just before (:func:`launch_refusals`) and found nothing;
-    its owner does not run them again."""
+    its owner does not run them again. ``warm``: an owner started while those checks ran, which takes the
+    run (:class:`launcher.runs.core.ownership.WarmOwner`)."""
     check_room(home)
     with deciding(home, plan):  # two launches into one output_dir at once: the second sees the first
         taken = output_dir_users(home, plan)
@@ -91,7 +94,7 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
                        **({"resume_from": resume_from} if resume_from else {})}
             (run_dir(home, plan.run_id) / OPTIONS).write_text(json.dumps(options))
             _keep_estimate(home, plan)
-            hand_over(lock, home, plan.run_id, adopt=False)
+            hand_over(lock, home, plan.run_id, adopt=False, warm=warm)
         except (OSError, sqlite3.OperationalError) as err:
             _forget(home, plan.run_id)
             if not is_write_failure(err):
