@@ -130,15 +130,22 @@ def test_evaluation_loss_and_predictions_equal_the_full_logits(batch):
 
 
 def _eval(model, batch, choice):
+    import socket
+
     import torch.distributed as dist
 
     if choice is not None:
         loss.keep(model, choice)
     else:
         model.__dict__.pop("_fsdp_tui_cross_entropy", None)
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
-    return train.evaluate(model, [batch], "cpu", with_exact_match=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        return train.evaluate(model, [batch], "cpu", with_exact_match=True)
+    finally:
+        dist.destroy_process_group()  # the next test of this process starts its own
 
 
 def test_a_model_whose_logits_the_map_does_not_describe_keeps_the_full_logits_said_once(batch, capsys):
