@@ -42,7 +42,7 @@ def build(cfg: TrainerConfig, tokenizer, packing: bool) -> RunData:
     template = None
     if fmt == "chat":
         chosen = choose_template(tokenizer, cfg.data.chat_template, cfg.model.tokenizer or cfg.model_name)
-        template, notes = chosen.text, ((chosen.note,) if chosen.note else ())
+        template, notes = chosen.text, chosen.notes
     tokenize = Tokenize(tokenizer, fmt, cfg.max_seq_len, cfg.data.mask_prompt, cfg.data.chat, template)
     examples = tokenize.many(train_raw)
     examples = [ex for ex in examples if any(label != IGNORE for label in ex.labels[1:])]
