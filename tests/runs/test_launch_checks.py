@@ -65,7 +65,8 @@ def _gone(pid: int) -> bool:
 def test_the_owner_started_while_the_nodes_were_checked_takes_the_run_and_a_refusal_leaves_none(tmp_path,
                                                                                                  monkeypatch):
     """The run's owner is the process started before the run was recorded (its imports overlapped the checks):
-    it holds the run's lock and writes its log; a refused launch's waiting process leaves, having done nothing."""
+    it holds the run's lock and writes its log; a refused launch's waiting process leaves, having done nothing; one
+    that died before the run came is replaced by a new owner."""
     from launcher.api import Client
     from launcher.api.runs import Launched, Refused
     from launcher.paths import run_dir
@@ -105,3 +106,23 @@ def test_the_owner_started_while_the_nodes_were_checked_takes_the_run_and_a_refu
     report = asyncio.run(client.runs.cancel(launched.run_id))
     assert not report.leftovers
     wait_until(lambda: _gone(warm), 60, "the owner to leave once the run ended")
+
+    def died(self) -> None:  # the waiting process is gone before the run is recorded: a new owner takes it
+        kept(self)
+        self.proc.kill()
+        self.proc.wait()
+
+    monkeypatch.setattr(ownership.WarmOwner, "__init__", died)
+    fallback = client.runs.launch(write_workload(tmp_path, (
+        "experiment_name: warm\ncompute: {accelerator_type: CPU, procs_per_node: 1, num_accelerators: 1}\n"
+        "command: sleep 60\nmlflow: {enabled: false}\n")))
+    assert isinstance(fallback, Launched) and len(started) == 3
+    directory = run_dir(home, fallback.run_id)
+    wait_until(lambda: f"owner of {fallback.run_id}: pid" in (directory / ownership.LOG_FILE).read_text(),
+               60, "a new owner to say it owns the run")
+    pid = int((directory / ownership.LOCK_FILE).read_text().split()[0])
+    assert pid != started[2].proc.pid and b"launcher.runs.owner.supervisor" in _cmdline(pid)
+    assert ownership.owned(home, fallback.run_id)
+    report = asyncio.run(client.runs.cancel(fallback.run_id))
+    assert not report.leftovers
+    wait_until(lambda: _gone(pid), 60, "the new owner to leave once the run ended")
