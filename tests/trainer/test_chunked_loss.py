@@ -1,7 +1,7 @@
 """The loss without the logits (``model.cross_entropy``): the chunked cross-entropy gives today's loss and
 gradients (1e-6 in fp32) for every family of the packing test (``PACKED``), with tied embeddings, Gemma's
-soft-capping, Cohere's and Granite's scales, LoRA on the output layer and a trained copy of it; evaluation's
-loss and predictions too. A model that changes its logits some other way keeps the full logits, said once.
+soft-capping, Cohere's and Granite's scales, LoRA on the output layer and a trained copy of it, every
+mixture-of-experts family trained with its router loss; evaluation's loss and predictions too. A model that changes its logits some other way keeps the full logits, said once.
 
 The families are tiny random models built from their configs (no weights to read); the micro-batch is two
 packed rows with prompts masked, and a chunk holds 7 positions so that every micro-batch runs several chunks
@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from tests.trainer.test_packing_families import COMMON, PACKED, VOCAB
-from trainer.data.rows import IGNORE, Example, collate, pack
+from trainer.data.rows import IGNORE, Example, collate, pack, pad_rows
 from trainer.loop import loss, train
 from trainer.model import learned_logits
 from trainer.wire.config import SettingError
@@ -61,20 +61,22 @@ def _choice(model, setting: str = "chunked", rows: int = ROWS) -> loss.LossChoic
     return loss.LossChoice(chosen.setting, chosen.vocab, rows, chosen.mapping, chosen.note)
 
 
-def _step(model, batch, choice: loss.LossChoice | None, device: str = "cpu") -> tuple[float, dict[str, torch.Tensor]]:
-    """The mean loss of one micro-step and every gradient (the loss scaled as training scales it)."""
+def _step(model, batch, choice: loss.LossChoice | None, device: str = "cpu",
+          router_weight: float | None = None) -> tuple[float, dict[str, torch.Tensor], float | None]:
+    """The mean loss of one micro-step, every gradient (the loss scaled as training scales it) and the router
+    loss (with ``router_weight``)."""
     model.zero_grad(set_to_none=True)
     if choice is not None:
         loss.keep(model, choice)
     labels = train.shifted_labels(batch, "cpu")
     count = int((labels != IGNORE).sum())
     torch.manual_seed(1)  # the same dropout in both
-    total, _ = train.micro_step(model, batch, labels, device, 1.0 / count)
+    total, aux = train.micro_step(model, batch, labels, device, 1.0 / count, router_weight)
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    return float(total) / count, grads
+    return float(total) / count, grads, None if aux is None else float(aux)
 
 
-def _assert_same(full: tuple[float, dict], chunked: tuple[float, dict], name: str) -> None:
+def _assert_same(full: tuple, chunked: tuple, name: str) -> None:
     assert abs(full[0] - chunked[0]) <= 1e-6, (name, full[0], chunked[0])
     assert full[1].keys() == chunked[1].keys() and full[1], name
     worst = {n: float((full[1][n] - chunked[1][n]).abs().max()) for n in full[1]}
@@ -112,6 +114,48 @@ def test_chunked_loss_equals_the_full_logits_with_lora_on_the_output_layer(batch
     chunked = _step(model, batch, _choice(model))
     assert any("lm_head" in n for n in full[1]), sorted(full[1])  # the output layer's own trainable weights
     _assert_same(full, chunked, f"lora {targets} {saved}")
+
+
+def test_chunked_loss_equals_the_full_logits_with_the_router_loss_for_every_moe_family():
+    """Every mixture-of-experts family that builds tiny here (:mod:`tests.trainer.moe_families`), trained with
+    its router loss as the trainer trains it: the chunked step's loss, router loss and gradients are the full
+    logits' (a family that computes its loss some other way keeps the full logits, and then they agree too)."""
+    from tests.trainer.moe_families import moe_types, tiny_model
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: threads only wait on each other
+    try:
+        kinds = [k for k in moe_types() if f"{k}_text" not in moe_types()]
+        gen = torch.Generator().manual_seed(3)
+        checked, unbuilt, in_chunks = [], [], []
+        for kind in kinds:
+            try:  # a family this transformers cannot build tiny, or whose own forward fails at this size
+                model = tiny_model(kind)
+                vocab = model.config.get_text_config().vocab_size
+                examples = [Example(ids := torch.randint(3, vocab, (n,), generator=gen).tolist(),
+                                    [IGNORE] * 3 + ids[3:]) for n in (13, 9, 11)]
+                moe_batch = collate(pad_rows(examples, 0), 0)  # one example a row: state-space families too
+                learned_logits.install(model)
+                full = _step(model, moe_batch, None, router_weight=0.02)
+            except (TypeError, ValueError, AttributeError, IndexError, RuntimeError) as err:
+                unbuilt.append(f"{kind}: {type(err).__name__}")
+                continue
+            calls = []
+            model.get_output_embeddings().register_forward_hook(lambda m, a, out, calls=calls: calls.append(tuple(out.shape)))
+            chunked = _step(model, moe_batch, _choice(model), router_weight=0.02)
+            if calls == [(1, 1, vocab)]:  # the output layer ran on the probe only: the loss went in chunks
+                in_chunks.append(kind)
+            _assert_same(full, chunked, kind)
+            assert full[2] is not None and abs(full[2] - chunked[2]) <= 1e-6, (kind, full[2], chunked[2])
+            checked.append(kind)
+    finally:
+        torch.set_num_threads(before)
+    assert {"mixtral", "qwen3_moe", "gpt_oss", "granitemoe", "olmoe", "phimoe", "qwen2_moe"} <= set(checked), \
+        (checked, unbuilt)
+    assert len(checked) >= 20, (checked, unbuilt)
+    assert {"mixtral", "qwen3_moe", "gpt_oss", "olmoe", "qwen2_moe"} <= set(in_chunks), (in_chunks, checked)
+    print(f"checked {len(checked)} families, {len(in_chunks)} in chunks: {', '.join(in_chunks)}; full logits: "
+          f"{sorted(set(checked) - set(in_chunks))}; not run tiny here: {unbuilt}")
 
 
 def test_evaluation_loss_and_predictions_equal_the_full_logits(batch):
