@@ -383,6 +383,18 @@ async def launch_refusals(plan: RunPlan, home: Path, *, force: bool = False) -> 
     return said, checked
 
 
+async def before_record(plan: RunPlan, home: Path, *, force: bool = False,
+                        continues: Continuation | None = None) -> tuple[list[str], bool, Continuation | None]:
+    """What a launch asks the nodes before it records the run, asked at once: :func:`launch_refusals`, and
+    (unless already known: ``continues``) what ``resume: auto`` would continue (:func:`continuation_of`,
+    node 0's checkpoints), so that neither waits for the other."""
+    if continues is not None or not auto_may_continue(plan):
+        said, checked = await launch_refusals(plan, home, force=force)
+        return said, checked, continues
+    (said, checked), found = await asyncio.gather(launch_refusals(plan, home, force=force), continuation_of(plan))
+    return said, checked, found
+
+
 def quarantine_refusals(plan: RunPlan, home: Path) -> list[str]:
     """A node whose host this data dir quarantined (it failed runs ``recovery.quarantine_after`` times)."""
     from launcher.runs.core.quarantine import quarantined
