@@ -56,7 +56,7 @@ def main() -> None:
     times = []
     for _ in range(5):
         start = time.perf_counter()
-        said = asyncio.run(launch_refusals(plan, home))
+        said, _ = asyncio.run(launch_refusals(plan, home))
         times.append(time.perf_counter() - start)
     print(f"launch_refusals (the demo, this machine): median {statistics.median(times):.3f} s, "
           f"min {min(times):.3f} s over 5 ({'refused: ' + '; '.join(said) if said else 'nothing refused'})")

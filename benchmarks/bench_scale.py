@@ -165,6 +165,7 @@ def measure(count: int, rate: float, stream_s: float, quiet_s: float, doctor: bo
                 nodes = json.loads(out.stdout)["nodes"] if out.stdout.startswith("{") else []
                 if out.returncode != 0 or len(nodes) != count:
                     raise RuntimeError(f"doctor failed (exit {out.returncode}): {out.stdout[-800:]}{out.stderr[-800:]}")
+            cli_at = time.time()
             run = Follower([FSDP_TUI, "run", str(wl), "--json"], env)
             run.wait_for(lambda evs: bool(evs), 60, "a run id")
             run_id = run.seen()[0][1]["run_id"]
@@ -175,6 +176,7 @@ def measure(count: int, rate: float, stream_s: float, quiet_s: float, doctor: bo
                             and e["state"] == "running"}) == count
 
             launched = run.wait_for(running, 300, "every node running")
+            phases = launch_phases(home, run_id, cli_at, cli_at + launched)
             run.wait_for(lambda evs: sum(1 for _, e in evs if e["type"] == "NodeLines"
                                          for line in e["lines"] if line.endswith(" waiting")) == count,
                          120, "every node's first line")
@@ -238,8 +240,26 @@ def measure(count: int, rate: float, stream_s: float, quiet_s: float, doctor: bo
         "owner_cpu_quiet_per_node_s_ms": per(own_stream, own_quiet, count * quiet_s) * 1000,
         "follower_cpu_quiet_per_node_s_ms": per(fol_stream, fol_quiet, count * quiet_s) * 1000,
         "owner_rss_mib": own_quiet[1], "owner_peak_rss_mib": owner_peak, "follower_rss_mib": fol_quiet[1],
-        "lines_streamed": streamed, "app": app_row,
+        "lines_streamed": streamed, "app": app_row, "launch_phases_s": phases,
     }
+
+
+def launch_phases(home: Path, run_id: str, cli_at: float, running_at: float) -> dict[str, float]:
+    """Where a launch's time goes, from the run's recorded transitions (the owner's clock, as it wrote them):
+    the command until the run is recorded (reading the workload, a connect to every node, the cheap checks),
+    the owner's start (a process of its own), connecting to every node and preparing it (its agent, the
+    parameters and code), and starting the job until every node's ``running`` reached the follower."""
+    from launcher.events import RunState
+    from launcher.runs.core.store import RunStore
+
+    record = RunStore(home).get_run(run_id)
+    at = {}
+    for when, state, _attempt, _detail in record.transitions:
+        at.setdefault(state, when)
+    marks = [("before the record (validate, reach, cheap checks)", cli_at), ("owner start", at[RunState.PENDING]),
+             ("connect and prepare the nodes", at[RunState.PREFLIGHT]), ("start the job", at[RunState.STARTING]),
+             ("end", running_at)]
+    return {name: round(marks[i + 1][1] - when, 3) for i, (name, when) in enumerate(marks[:-1])}
 
 
 def main() -> None:
@@ -261,7 +281,10 @@ def main() -> None:
             print(json.dumps(row), flush=True)
         else:
             print(f"{count} hosts: ssh HOST true (parallel) {row['ssh_true_s']:.2f} s; launch to all running "
-                  f"{row['launch_s']:.2f} s; cancel to nothing left {row['cancel_s']:.2f} s", flush=True)
+                  f"{row['launch_s']:.2f} s ({row['launch_s'] / row['ssh_true_s']:.2f}x); cancel to nothing left "
+                  f"{row['cancel_s']:.2f} s", flush=True)
+            print("  launch: " + ", ".join(f"{name} {s:.2f} s" for name, s in row["launch_phases_s"].items()),
+                  flush=True)
             if row["doctor_s"] is not None:
                 print(f"  fsdp-tui doctor on every host: {row['doctor_s']:.1f} s", flush=True)
             print(f"  owner: {row['owner_cpu_launch_per_node_ms']:.0f} ms CPU per node launched, "

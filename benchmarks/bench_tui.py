@@ -99,8 +99,10 @@ def what_changes(screen, key: str):
             return value, lambda before, now: now < before
         return value, lambda before, now: now > before
 
+    views = getattr(screen, "views", screen)  # which view is shown: MonitorViews' (the screen's before it)
+
     def view():
-        return screen.merged, screen.overview_shown, screen.alone, screen.follow, screen.focused
+        return views.merged, views.overview_shown, views.alone, screen.follow, screen.focused
 
     return view, lambda before, now: now != before
 

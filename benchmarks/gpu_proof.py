@@ -18,6 +18,8 @@ wheels in ``--wheels`` whose distribution is not installed, else the registries;
 6. ``peers``: ``benchmarks/bench_vs_peers.py --gpu``, the trainer against Hugging Face ``Trainer``;
 7. ``fit``: the memory prediction against ``torch.cuda.max_memory_allocated``, two shapes and two
    shardings (``benchmarks/gpu_proof_fit.py``).
+8. ``loss``: the chunked loss against the full logits at vocabulary 128k, sequence 4k (peak memory,
+   tokens/s; ``benchmarks/bench_loss.py``), Liger Kernel's fused kernel beside them where installed.
 
 A step that cannot run says why (``skipped``) from what it checked, never from a figure of its own.
 ``--quick`` runs steps 1-3 with fewer timed steps. The whole run keeps to ``--budget`` seconds (540, 9
@@ -26,7 +28,7 @@ is skipped as out of time.
 
 Each step's JSON is written the moment the step starts (``running``) and again when it ends, to
 ``benchmarks/results/gpu/`` and to ``$OUT`` when set (``NN-name.json``, plus ``00-setup.json`` and
-``proof.log``: nine files), so a run cut short still returns what it had. Every file names the card,
+``proof.log``: ten files), so a run cut short still returns what it had. Every file names the card,
 torch, CUDA, NCCL and the driver. Without CUDA (or with ``--dry-run``, which hides the GPU) every step runs
 in a tiny form on CPU, marked ``"device": "cpu", "dry_run": true``, into ``benchmarks/out/gpu-proof-dry-run/``:
 that is how CI keeps this script from rotting. How to run it on the device machine: BENCHMARKS.md's
@@ -257,7 +259,7 @@ if torch.cuda.is_available():
             info[key] = ".".join(map(str, v)) if isinstance(v, tuple) else v
         except Exception as err:
             info[key] = f"unreadable: {err}"
-for dist in ("transformers", "peft", "bitsandbytes", "triton", "pydantic", "textual", "asyncssh"):
+for dist in ("transformers", "peft", "bitsandbytes", "triton", "liger-kernel", "pydantic", "textual", "asyncssh"):
     try:
         info[dist] = m.version(dist)
     except m.PackageNotFoundError:

@@ -290,6 +290,53 @@ def peers(proof) -> Outcome:
                    _why(call), {"json": data, "output_tail": call.stdout[-4000:]})
 
 
+# 7. The loss without the logits ---------------------------------------------------------------------------
+
+LOSS_SHAPES = {"gpu": ["--vocab", "128256", "--seq", "4096", "--hidden", "2048", "--layers", "2", "--steps", "6"],
+               "dry": ["--vocab", "8192", "--seq", "512", "--hidden", "64", "--layers", "1", "--steps", "2",
+                       "--chunk-rows", "64"]}
+"""A 128k vocabulary and 4k tokens on the GPU (a Llama 2048 wide, 2 blocks); tiny on CPU, with chunks."""
+
+
+def loss(proof) -> Outcome:
+    """``model.cross_entropy``: the chunked loss against the full logits (``benchmarks/bench_loss.py``, each in
+    its own process, through the trainer's micro-step): peak memory, tokens/s and the loss each gives; Liger
+    Kernel's fused kernel beside them where the node has it."""
+    shape = LOSS_SHAPES["dry" if proof.dry else "gpu"]
+    modes = ["full", "chunked"]
+    if not proof.dry and proof.info.get("liger-kernel"):
+        modes.append("fused")
+    runs: dict[str, dict] = {}
+    status = "passed"
+    for mode in modes:
+        call = proof.call([proof.python, str(ROOT / "benchmarks/bench_loss.py"), "--mode", mode, *shape],
+                          env={"OMP_NUM_THREADS": "1"} if proof.dry else None)
+        found = _json_lines(call.stdout, "loss")
+        runs[mode] = found[-1] if found else {"status": _status(call, False), "reason": _why(call) or "no JSON line"}
+        if not found:
+            status = "timeout" if call.timed_out else "failed"
+            if call.timed_out:
+                break
+    full, chunked = runs.get("full", {}), runs.get("chunked", {})
+    result: dict = {"runs": runs}
+    summary = ""
+    if full.get("peak_gib") and chunked.get("peak_gib"):
+        result.update(memory_chunked_over_full=round(chunked["peak_gib"] / full["peak_gib"], 3),
+                      tokens_per_s_chunked_over_full=round(chunked["tokens_per_s"] / full["tokens_per_s"], 3),
+                      loss_difference=abs(chunked["loss"] - full["loss"]))
+        summary = (f"vocab {full['vocab']}, seq {full['seq']}: peak {full['peak_gib']:.2f} -> "
+                   f"{chunked['peak_gib']:.2f} GiB ({result['memory_chunked_over_full']:.2f}x), "
+                   f"{full['tokens_per_s']:,.0f} -> {chunked['tokens_per_s']:,.0f} tok/s "
+                   f"({result['tokens_per_s_chunked_over_full']:.2f}x), loss difference {result['loss_difference']:.1e}")
+        if result["loss_difference"] > 1e-2 * max(1.0, abs(full["loss"])):
+            status = "failed"
+    if "fused" not in runs and not proof.dry:
+        result["fused"] = "not run: liger-kernel is not installed on this node"
+    reason = "; ".join(f"{m}: {r['reason']}" for m, r in runs.items() if r.get("reason")) or (
+        "the chunked loss differs from the full logits'" if status == "failed" else None)
+    return Outcome(status, summary, reason, result)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -310,6 +357,8 @@ STEPS = (
          {"full": 300, "quick": 300, "dry": 60}, peers),
     Step("fit", "the memory prediction against max_memory_allocated: two shapes, full_shard and no_shard",
          {"full": 240, "quick": 240, "dry": 300}, lambda proof: _fit_step(proof)),
+    Step("loss", "the chunked loss vs the full logits at vocabulary 128k, seq 4k: peak memory, tokens/s",
+         {"full": 120, "quick": 120, "dry": 120}, loss),
 )
 
 

@@ -3,7 +3,8 @@
 
     torchrun --nproc_per_node=2 peers_worker.py SETTINGS_JSON
 
-Settings (JSON): ``side`` (``hf``, ``trl`` or ``trl-packed``), ``model``, ``data`` (an alpaca JSON Lines file),
+Settings (JSON): ``side`` (``hf``, ``trl`` or ``trl-packed``), ``model``, ``data`` (a JSON Lines file, alpaca
+unless ``format`` names another of the trainer's formats),
 ``out``, ``seq``, ``batch``, ``lr``, ``epochs`` or ``steps``, ``max_grad_norm``, ``bf16``. The examples are
 tokenized by the trainer's own :class:`trainer.data.rows.Tokenize` (prompt tokens masked, the same filter), so
 every side sees the same tokens; ``hf`` and ``trl`` take them in file order (``sequential``: rank ``r`` gets
@@ -21,7 +22,7 @@ import sys
 import time
 
 
-def examples(model: str, data: str, seq: int) -> list[dict]:
+def examples(model: str, data: str, seq: int, fmt: str = "alpaca") -> list[dict]:
     """``input_ids`` and ``labels`` (prompt masked) of every example our trainer would train on."""
     from transformers import AutoTokenizer
 
@@ -31,7 +32,7 @@ def examples(model: str, data: str, seq: int) -> list[dict]:
 
     tok = AutoTokenizer.from_pretrained(model)
     rows, _ = load_rows(data, DataConfig())
-    out = Tokenize(tok, "alpaca", seq, True).many(rows)
+    out = Tokenize(tok, fmt, seq, True).many(rows)
     return [{"input_ids": e.input_ids, "labels": e.labels} for e in out if any(x != IGNORE for x in e.labels[1:])]
 
 
@@ -40,7 +41,7 @@ def main(settings: dict) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
     side = settings["side"]
-    data = examples(settings["model"], settings["data"], settings["seq"])
+    data = examples(settings["model"], settings["data"], settings["seq"], settings.get("format", "alpaca"))
     tok = AutoTokenizer.from_pretrained(settings["model"])
     model = AutoModelForCausalLM.from_pretrained(settings["model"], attn_implementation="sdpa")
     common = {"output_dir": settings["out"], "per_device_train_batch_size": settings["batch"],

@@ -23,7 +23,7 @@ from trainer.ckpt import checkpoint, resume_facts
 from trainer.ckpt.resume import resume
 from trainer.data import dataset
 from trainer.data.rows import GlobalOrder
-from trainer.loop import memory, metrics, optim, samples
+from trainer.loop import loss, memory, metrics, optim, samples
 from trainer.loop.steps import Steps
 from trainer.lora import adapters as lora
 from trainer.lora import qlora
@@ -45,6 +45,8 @@ class Choices:
     attention: attention.AttentionChoice
     router_coefficient: float | None
     router_note: str | None
+    cross_entropy: loss.LossChoice
+    """How the loss meets the vocabulary (``model.cross_entropy``)."""
 
 
 def choose(cfg: TrainerConfig) -> Choices:
@@ -61,7 +63,9 @@ def choose(cfg: TrainerConfig) -> Choices:
     support = model.attention_support(hf_config, cfg.model_name, cfg.model)
     coefficient, note = router_loss.choose(hf_config, cfg.model.router_aux_loss, support.router_loss)
     choice = attention.choose(cfg, hf_config.to_dict(), support, torch.device(device_kind))
-    return Choices(hf_config, choice, coefficient, note)
+    cross_entropy = loss.choose(cfg.model.cross_entropy, hf_config.to_dict(), cfg.per_device_batch_size,
+                                cfg.max_seq_len, device_kind == "cuda")
+    return Choices(hf_config, choice, coefficient, note, cross_entropy)
 
 
 def start(cfg: TrainerConfig) -> parallel.Dist:
@@ -141,6 +145,7 @@ def build_model(cfg: TrainerConfig, choices: Choices, total: int, d: parallel.Di
         net = model.build_model(cfg.model_name, cfg.model, choices.hf_config, choices.attention.hf_name, cfg.seed,
                                 parallel.param_device(cfg.fsdp, d), prepare, buffer_device=d.device, adapters=adapters)
     learned_logits_only(net)  # the output layer runs on learned positions only
+    loss.keep(net, choices.cross_entropy)  # and the loss over them in chunks, where chosen
     router_loss.keep(net, choices.router_coefficient)
     return Built(net, adapters, chosen[0], compiled, compile_note, metrics.ModelShape.of(net), sized[0], before)
 
@@ -189,8 +194,8 @@ def start_logging(cfg: TrainerConfig, choices: Choices, data: Data, built: Built
     log = metrics.MetricsLogger(d, built.shape, data.total, metrics.peak_flops(d, cfg.logging.peak_tflops))
     if d.is_main:
         rows = data.rows
-        for note in (*choices.attention.notes, *rows.notes, choices.router_note, built.sharding.note,
-                     built.compile_note, built.adapters and built.adapters.summary(built.net),
+        for note in (*choices.attention.notes, *rows.notes, choices.router_note, choices.cross_entropy.note,
+                     built.sharding.note, built.compile_note, built.adapters and built.adapters.summary(built.net),
                      optim.decay_note(run.optimizer)):
             if note:
                 print(note, flush=True)

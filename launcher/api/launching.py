@@ -68,14 +68,8 @@ def launch(home: Path, source: Path | Planned | RunPlan | Resumed, overrides: Se
            force: bool = False, idempotent: bool = True) -> LaunchOutcome:
     """:meth:`launcher.api.runs.Runs.launch` in the data dir ``home``."""
     from launcher.runs.core.continuing import lineage_runs, with_lineage
-    from launcher.runs.launch import (
-        LaunchRefused,
-        Resumed,
-        check_room,
-        continuation_of,
-        launch_refusals,
-        start_run,
-    )
+    from launcher.runs.core.ownership import WarmOwner
+    from launcher.runs.launch import LaunchRefused, Resumed, before_record, check_room, start_run
     from launcher.workload.load import Planned, plan_file
 
     bring, continues = None, None
@@ -91,19 +85,22 @@ def launch(home: Path, source: Path | Planned | RunPlan | Resumed, overrides: Se
     if plan.blockers:
         return Refused("blocked", tuple(plan.blockers), planned)
     check_room(home)  # a data dir with no room says so first: the launch would stop there anyway
-    said = asyncio.run(launch_refusals(plan, home, force=force))
-    if said:
-        return Refused("checks", tuple(said), planned, forced=force)
-    if continues is None:
-        continues = asyncio.run(continuation_of(plan))
-        if continues is not None and continues.nothing_left:
-            where = f"{plan.output_dir} on {plan.nodes[0].host_display}"
-            return Refused("finished", (continues.refusal(where),), planned, forced=force)
-        if continues is not None:  # the trainer reads that run's checkpoint only as this run's lineage
-            plan = with_lineage(plan, lineage_runs(home, continues.run_id))
+    warm = WarmOwner()  # the run's owner starts (its imports) while the nodes are checked
     try:
-        run_id = start_run(plan, home, force=force, idempotent=idempotent, resume_from=bring,
-                           continues=continues.to_option() if continues else None)
-    except LaunchRefused as err:
-        return Refused("output_dir", (str(err),), planned, forced=force)
+        known = continues is not None  # a resume says what it continues
+        said, checked, continues = asyncio.run(before_record(plan, home, force=force, continues=continues))
+        if said:
+            return Refused("checks", tuple(said), planned, forced=force)
+        if not known and continues is not None:
+            if continues.nothing_left:
+                where = f"{plan.output_dir} on {plan.nodes[0].host_display}"
+                return Refused("finished", (continues.refusal(where),), planned, forced=force)
+            plan = with_lineage(plan, lineage_runs(home, continues.run_id))  # that run's checkpoint, as lineage
+        try:
+            run_id = start_run(plan, home, force=force, idempotent=idempotent, resume_from=bring,
+                               continues=continues.to_option() if continues else None, checked=checked, warm=warm)
+        except LaunchRefused as err:
+            return Refused("output_dir", (str(err),), planned, forced=force)
+    finally:
+        warm.discard()  # not taken (a refusal, a token launched before): it leaves
     return Launched(run_id, plan, continues) if run_id == plan.run_id else AlreadyLaunched(run_id, plan)

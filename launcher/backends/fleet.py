@@ -13,6 +13,7 @@ import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from launcher.backends.agent_client import AgentError, AgentLink
 from launcher.backends.base import (
@@ -79,6 +80,10 @@ class AgentFleet:
         self.gate = ConnectGate()
         """SSH connections this run's nodes open at once (a launch, a cancel, reconnects after a blip)."""
         self.links = [self._link(n) for n in plan.nodes]
+        self.reached: dict[int, Any] = {}
+        """The connections :meth:`reach` opened, each kept for its node's next script: a launch's cheap checks
+        run over it with no agent booted and no second handshake (BENCHMARKS.md, launch fan-out). Closed
+        with the fleet when unused."""
 
     def python_of(self, node: NodePlan) -> str:
         """The interpreter a node's job runs with: on this machine, ``python3`` means this one."""
@@ -151,8 +156,15 @@ class AgentFleet:
             return Reach(rank, self.label(rank), False, f"no answer within {timeout_s:.0f} s")
         except SshError as err:
             return Reach(rank, self.label(rank), False, str(err), blocker=not err.transient)
-        conn.close()
+        self._forget_reached(rank)
+        self.reached[rank] = conn
         return Reach(rank, self.label(rank), True, "reachable, host key known")
+
+    def _forget_reached(self, rank: int):
+        conn = self.reached.pop(rank, None)
+        if conn is not None:
+            conn.close()
+        return conn
 
     # -- fan-out helpers ---------------------------------------------------------------------------
 
@@ -249,6 +261,16 @@ class AgentFleet:
         return UsageSample.from_wire(header.get("usage"))
 
     async def run_script(self, rank: int, python: str, script: str, timeout_s: float) -> ScriptRun:
+        conn = self.reached.pop(rank, None)
+        if conn is not None:
+            from launcher.backends.ssh.channel import run_script
+
+            try:
+                ran = await run_script(conn, python, script, timeout_s)
+            finally:
+                conn.close()
+            if ran is not None:
+                return ScriptRun(*ran)
         header, _ = await self.links[rank].call("run", script.encode("utf-8"), python=python, timeout=timeout_s)
         return ScriptRun(header.get("exit_status"), header.get("stdout", ""), header.get("stderr", ""))
 
@@ -363,6 +385,8 @@ class AgentFleet:
         return ()  # nodes reached one by one: no scheduler to ask
 
     async def close(self) -> None:
+        for rank in list(self.reached):
+            self._forget_reached(rank)
         await asyncio.gather(*(link.close() for link in self.links), return_exceptions=True)
 
 

@@ -22,6 +22,7 @@ from launcher.runs.core.layout import EVENTS, OPTIONS, save_plan
 from launcher.runs.core.output_dirs import HINT, deciding, output_dir_users
 from launcher.runs.core.ownership import (
     OwnerLock,
+    WarmOwner,
     hand_over,
     owned,
     request_cancel,
@@ -58,7 +59,8 @@ def create_run(plan: RunPlan, home: Path) -> Path:
 
 
 def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str, str] | None = None,
-              idempotent: bool = True, resume_from: dict | None = None, continues: dict | None = None) -> str:
+              idempotent: bool = True, resume_from: dict | None = None, continues: dict | None = None,
+              checked: bool = False, warm: WarmOwner | None = None) -> str:
     """Record the run and start its owner, detached: the run outlives this process and its terminal.
     The run's lock is taken before its record exists, so nobody can take the new run for an orphan.
     ``force``: skip the cheap checks that refuse a launch that cannot run. ``tags``: extra MLflow tags
@@ -68,7 +70,10 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
     new run), a token launched before answers with that run's id and nothing starts. An ``output_dir``
     that another workload's run uses on the same node refuses the launch (:class:`LaunchRefused`).
     ``resume_from``: the checkpoint its owner copies to node 0 before the start (:class:`Resumed`);
-    ``continues``: the run it continues and from which checkpoint (:mod:`launcher.runs.core.continuing`)."""
+    ``continues``: the run it continues and from which checkpoint (:mod:`launcher.runs.core.continuing`).
+    ``checked``: the cheap checks ran on every node just before (:func:`launch_refusals`) and found nothing;
+    its owner does not run them again. ``warm``: an owner started while those checks ran, which takes the
+    run (:class:`launcher.runs.core.ownership.WarmOwner`)."""
     check_room(home)
     with deciding(home, plan):  # two launches into one output_dir at once: the second sees the first
         taken = output_dir_users(home, plan)
@@ -86,11 +91,12 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
             raise RuntimeError(f"run {plan.run_id} exists already")
         try:
             create_run(plan, home)
-            options = {"force": force, "tags": tags or {}, **({"resume_from": resume_from} if resume_from else {}),
+            options = {"force": force, "checked": checked and not force, "tags": tags or {},
+                       **({"resume_from": resume_from} if resume_from else {}),
                        **({"continues": continues} if continues else {})}
             (run_dir(home, plan.run_id) / OPTIONS).write_text(json.dumps(options))
             _keep_estimate(home, plan, tags or {})
-            hand_over(lock, home, plan.run_id, adopt=False)
+            hand_over(lock, home, plan.run_id, adopt=False, warm=warm)
         except (OSError, sqlite3.OperationalError) as err:
             _forget(home, plan.run_id)
             if not is_write_failure(err):
@@ -329,13 +335,14 @@ async def reach_nodes(plan: RunPlan, timeout_s: float = 5.0) -> list[Reach]:
         await backend.close()
 
 
-async def launch_refusals(plan: RunPlan, home: Path, *, force: bool = False) -> list[str]:
+async def launch_refusals(plan: RunPlan, home: Path, *, force: bool = False) -> tuple[list[str], bool]:
     """Why ``plan`` cannot start, found before anything of it is recorded: a secret with no value here, a
     node refused for a reason only the user can change (an unknown or changed host key, a refused key), and,
     unless ``force``, the cheap checks every launch runs (no torch where the built-in trainer runs, fewer
     GPUs than processes, an unwritable ``output_dir``, a bucket the run's credentials cannot write to).
-    Empty: launch. A node that does not answer yet is
-    no refusal: the run's owner waits for it as for any dropped connection."""
+    Empty: launch. A node that does not answer yet is no refusal: the run's owner waits for it as for any
+    dropped connection. Also whether the cheap checks ran on every node (then the owner need not run them
+    again)."""
     from launcher.backends.registry import backend_for
     from launcher.doctor.preflight import preflight
     from launcher.runs.core.bucket import write_check
@@ -343,6 +350,7 @@ async def launch_refusals(plan: RunPlan, home: Path, *, force: bool = False) -> 
 
     said: list[str] = []
     bucket: asyncio.Future | None = None
+    checked = False
     try:
         SecretStore(home).resolve(plan.workload.secrets)
     except MissingSecrets as err:
@@ -368,12 +376,25 @@ async def launch_refusals(plan: RunPlan, home: Path, *, force: bool = False) -> 
                 said.append(str(err))
             else:
                 said += [str(refusal) for refusal in await preflight(backend)]
+                checked = True
     finally:
         await backend.close()
-        checked = await bucket if bucket is not None else None
-    if checked is not None and not checked.ok and checked.own_credentials:
-        said.append(f"parameters.output_dir: {checked.url}: {checked.why}")
-    return said
+        wrote = await bucket if bucket is not None else None
+    if wrote is not None and not wrote.ok and wrote.own_credentials:
+        said.append(f"parameters.output_dir: {wrote.url}: {wrote.why}")
+    return said, checked
+
+
+async def before_record(plan: RunPlan, home: Path, *, force: bool = False,
+                        continues: Continuation | None = None) -> tuple[list[str], bool, Continuation | None]:
+    """What a launch asks the nodes before it records the run, asked at once: :func:`launch_refusals`, and
+    (unless already known: ``continues``) what ``resume: auto`` would continue (:func:`continuation_of`,
+    node 0's checkpoints), so that neither waits for the other."""
+    if continues is not None or not auto_may_continue(plan):
+        said, checked = await launch_refusals(plan, home, force=force)
+        return said, checked, continues
+    (said, checked), found = await asyncio.gather(launch_refusals(plan, home, force=force), continuation_of(plan))
+    return said, checked, found
 
 
 def quarantine_refusals(plan: RunPlan, home: Path) -> list[str]:

@@ -57,6 +57,8 @@ class Case:
     """Entries the run's triage must have."""
     port_taken_starts: int = 0
     """Starts node 0 refuses: its rendezvous port was taken after the launch claimed it."""
+    probes: int | None = None
+    """The doctor's probes the backend ran (one a node for the cheap checks)."""
 
 
 def run_case(case: Case, tmp_path: Path) -> None:
@@ -80,6 +82,8 @@ def run_case(case: Case, tmp_path: Path) -> None:
     starts = [c for c in backend.calls if c.startswith("start")]
     if case.starts is not None:
         assert starts == case.starts
+    if case.probes is not None:
+        assert sum(call.startswith("probe") for call in backend.calls) == case.probes, backend.calls
     record = store.get_run(plan.run_id)
     if case.node_states is not None:
         assert {n.node_rank: n.state for n in record.nodes} == case.node_states

@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 STEP_FILES = ["01-gpu-tests.json", "02-mfu.json", "03-checkpoint.json", "04-nettest.json", "05-lora.json",
-              "06-peers.json", "07-fit.json"]
+              "06-peers.json", "07-fit.json", "08-loss.json"]
 
 
 def _proof_module():
@@ -102,8 +102,13 @@ def test_the_dry_run_runs_every_step_and_writes_its_json(tmp_path):
         (shape, sharding) for shape in ("tiny", "tiny-wide") for sharding in ("full_shard", "no_shard")]
     assert all(r["predicted_gib"] > 0 and r["measured_gib"] > 0 and r["error"] is not None for r in fit["runs"])
     assert fit["measured_by"].startswith("VmHWM")
+    loss = got["08-loss.json"]["result"]  # the chunked loss against the full logits, tiny, in chunks of 64
+    assert list(loss["runs"]) == ["full", "chunked"] and loss["runs"]["chunked"]["chunk_rows"] == 64
+    assert all(r["peak_gib"] > 0 and r["tokens_per_s"] > 0 for r in loss["runs"].values())
+    assert loss["loss_difference"] < 1e-5 and loss["memory_chunked_over_full"] > 0
     log = (tmp_path / "proof.log").read_text()
     assert "==== step 6: peers" in log and "bench_gpu.py --json --tiny" in log and "==== step 7: fit" in log
+    assert "==== step 8: loss" in log
     assert out.stdout.splitlines()[-1].startswith("card: cpu | torch ")
 
 
@@ -144,8 +149,8 @@ def test_a_step_keeps_to_its_limit_and_the_budget_and_its_json_says_what_happene
     assert "==== step 1: slow" in (tmp_path / "proof.log").read_text()
     assert gp.BUDGET_S["full"] <= 540 and gp.BUDGET_S["quick"] <= 300  # 9 minutes; steps 1-3 in 5
     names = [s.name for s in gp.STEPS]
-    for only, mode, runs in (("", "full", [1, 2, 3, 4, 5, 6, 7]), ("", "quick", [1, 2, 3]), ("", "dry", [1, 2, 3, 4, 5, 6, 7]),
-                             ("fit", "full", [7]),
+    for only, mode, runs in (("", "full", [1, 2, 3, 4, 5, 6, 7, 8]), ("", "quick", [1, 2, 3]),
+                             ("", "dry", [1, 2, 3, 4, 5, 6, 7, 8]), ("fit", "full", [7]), ("loss", "full", [8]),
                              ("2, nettest", "full", [2, 4]), ("4", "quick", []), ("lora", "dry", [5])):
         assert [i for i, n in enumerate(names, 1) if gp.chosen(i, n, only, mode)] == runs, (only, mode)
 
@@ -293,3 +298,31 @@ def test_the_fit_step_on_a_gpu_compares_each_case_with_max_memory_allocated(tmp_
     spec = json.loads(Path(run[-2]).read_text())
     assert {c["params"]["max_seq_len"] for c in spec} == {2048}
 
+
+def test_the_loss_step_on_a_gpu_builds_its_commands_and_reads_their_lines(tmp_path):
+    """Mocked GPU (none here): the chunked loss and the full logits at a 128k vocabulary and 4k tokens, each in its
+    own process; Liger's fused kernel where the node has the package; a loss that differs fails the step."""
+    _proof_module()
+    import gpu_proof_steps as steps
+
+    def answer(losses):
+        def reply(argv, env):
+            mode = argv[argv.index("--mode") + 1]
+            peak, tps = {"full": (9.5, 30000.0), "chunked": (3.8, 33000.0), "fused": (3.1, 41000.0)}[mode]
+            return 0, _bench_line(bench="loss", mode=mode, vocab=128256, seq=4096, peak_gib=peak, tokens_per_s=tps,
+                                  loss=losses[mode], chunk_rows=65)
+        return reply
+
+    proof = _FakeGpu("full", tmp_path, answer({"full": 11.77, "chunked": 11.77, "fused": 11.77}))
+    got = steps.loss(proof)
+    assert got.status == "passed", got
+    assert got.result["memory_chunked_over_full"] == 0.4 and got.result["tokens_per_s_chunked_over_full"] == 1.1
+    assert [a[a.index("--mode") + 1] for a in proof.argvs] == ["full", "chunked"]
+    assert {"--vocab", "128256", "--seq", "4096"} <= set(proof.argvs[0]) and "--chunk-rows" not in proof.argvs[0]
+    assert got.result["fused"].startswith("not run: liger-kernel is not installed")
+    assert "peak 9.50 -> 3.80 GiB (0.40x)" in got.summary
+    with_liger = _FakeGpu("full", tmp_path, answer({"full": 11.77, "chunked": 11.77, "fused": 11.77}))
+    with_liger.info["liger-kernel"] = "0.8.0"
+    assert list(steps.loss(with_liger).result["runs"]) == ["full", "chunked", "fused"]
+    differs = steps.loss(_FakeGpu("full", tmp_path, answer({"full": 11.77, "chunked": 9.0, "fused": 11.77})))
+    assert differs.status == "failed" and differs.reason == "the chunked loss differs from the full logits'"

@@ -1,6 +1,8 @@
 """What each step does and what runs around the steps.
 
 - ``train.py``: one step (micro-batches, token-weighted loss over ranks, clipping) and evaluation.
+- ``loss.py``: the cross-entropy a chunk of positions at a time inside the output layer's forward (the full
+  logits never exist), and the run's choice of it (``model.cross_entropy``).
 - ``steps.py``: the run's steps in order: logging, evaluation, samples and checkpoints at their cadence, the
   stop on request, the final save.
 - ``optim.py``: AdamW (weight-decay groups) and the learning-rate schedule.

@@ -12,6 +12,7 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer.data.rows import IGNORE, collate, needs_segment_mask
+from trainer.loop import loss
 from trainer.model import learned_logits, packed_sdpa, router_loss
 from trainer.model.packed_masks import packed_attention_mask
 from trainer.wire.model_family import layer_windows
@@ -93,13 +94,42 @@ def micro_step(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.T
     attention keeps seeing this batch's examples until backward is done."""
     rows = packed_sdpa.examples(batch["position_ids"]) if _per_example(model, batch) else contextlib.nullcontext()
     with rows:
-        logits, targets, aux = _learned(model, batch, labels, device, router_weight is not None)
-        total = nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
-        objective = total * scale
-        if aux is not None:
-            objective = objective + aux.float() * router_weight
-        objective.backward()
-    return total.detach(), None if aux is None else aux.detach()
+        got = _learned_loss(model, batch, labels, device, router_weight is not None)
+        objective = got.total * scale
+        if got.aux is not None:
+            objective = objective + got.aux.float() * router_weight
+        loss.backward(objective, got.returned)
+    return got.total.detach(), None if got.aux is None else got.aux.detach()
+
+
+@dataclass
+class _LearnedLoss:
+    total: torch.Tensor
+    """The summed cross-entropy of the learned positions."""
+    targets: torch.Tensor
+    aux: torch.Tensor | None = None
+    """The router loss (``None`` without one)."""
+    returned: torch.Tensor | None = None
+    """The model's returned logits when the loss ran in chunks (:mod:`trainer.loop.loss`): a second root of
+    the backward."""
+    predicted: torch.Tensor | None = None
+    """Each learned position's most likely token, when asked."""
+
+
+def _learned_loss(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor, device,
+                  with_router_loss: bool, predictions: bool = False) -> _LearnedLoss:
+    """The loss of the learned positions: in chunks where the run chose them and the micro-batch has more
+    than one chunk's worth, else from their logits computed whole."""
+    labels = labels.cpu()
+    if loss.uses_chunks(model, int((labels != IGNORE).sum())):
+        keep, targets = _selection(labels, device)
+        with loss.chunked(model, keep, targets, predictions) as got:
+            returned, aux = _forward(model, batch, device, None, with_router_loss)
+        if got.matches(returned):
+            return _LearnedLoss(got.total, targets, aux, returned, got.predictions if predictions else None)
+    logits, targets, aux = _learned(model, batch, labels, device, with_router_loss)
+    total = nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
+    return _LearnedLoss(total, targets, aux, None, logits.argmax(-1) if predictions else None)
 
 
 def learned(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor,
@@ -113,10 +143,15 @@ def learned(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tens
 
 def _learned(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor, device,
              with_router_loss: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    labels = labels.cpu()
-    keep = learned_logits.learned_positions(labels).to(device, non_blocking=True)
+    keep, targets = _selection(labels.cpu(), device)
     logits, aux = _forward(model, batch, device, keep, with_router_loss)
-    return logits, labels[labels != IGNORE].to(device, non_blocking=True), aux
+    return logits, targets, aux
+
+
+def _selection(labels: torch.Tensor, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The flat positions whose logits predict a learned label, and those labels, found in host memory."""
+    keep = learned_logits.learned_positions(labels).to(device, non_blocking=True)
+    return keep, labels[labels != IGNORE].to(device, non_blocking=True)
 
 
 def _per_example(model: nn.Module, batch: dict[str, torch.Tensor]) -> bool:
@@ -296,12 +331,12 @@ def evaluate(model, batches, device, with_exact_match: bool) -> tuple[float, flo
 def _evaluate_batches(model, batches, device, with_exact_match: bool, stats: torch.Tensor) -> None:
     for batch in batches:
         labels = shifted_labels(batch, "cpu")
-        logits, targets = learned(model, batch, labels, device)
-        stats[0] += float(nn.functional.cross_entropy(logits.float(), targets, reduction="sum"))
-        stats[1] += targets.numel()
-        if with_exact_match:
+        got = _learned_loss(model, batch, labels, device, False, predictions=with_exact_match)
+        stats[0] += float(got.total)
+        stats[1] += got.targets.numel()
+        if got.predicted is not None:
             row = (labels != IGNORE).nonzero()[:, 0]  # the row of each learned position
-            wrong = torch.zeros(labels.shape[0]).index_add_(0, row, (logits.argmax(-1) != targets).float().cpu())
+            wrong = torch.zeros(labels.shape[0]).index_add_(0, row, (got.predicted != got.targets).float().cpu())
             answered = (labels != IGNORE).any(-1)
             stats[2] += float((answered & (wrong == 0)).sum())
             stats[3] += float(answered.sum())

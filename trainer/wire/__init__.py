@@ -9,6 +9,8 @@ operator's machine, and the rules both sides apply to the same files.
 - ``data_files.py`` and ``formats.py``: local data files read with each row's line, and what each format
   needs of a row (``validate`` applies both to a workload's dataset).
 - ``model_family.py`` and ``lora_targets.py``: what a model folder's ``config.json`` and weight files say.
+- ``cross_entropy.py``: how the loss meets the vocabulary (the chunk a chunked loss holds, when ``auto``
+  chunks, what a family does to its logits), for the trainer and the memory prediction alike.
 - ``nettest_pairs.py`` and ``nettest_budget.py``: the interconnect self-test's pairs and time budget,
   shared by the node script and the verdict.
 

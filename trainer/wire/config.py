@@ -57,6 +57,15 @@ class ModelConfig(_Section):
     work; ``sdpa`` by name keeps the mask)."""
     activation_checkpointing: Literal["off", "full", "selective"] = "off"
     """Recompute activations in backward: ``full`` per block, ``selective`` every other block."""
+    cross_entropy: Literal["auto", "chunked", "full", "fused"] = "auto"
+    """How the loss meets the vocabulary. ``chunked``: the output layer and the cross-entropy run a chunk
+    of learned positions at a time (32 MiB of fp32 logits on CPU, 256 MiB on a GPU:
+    ``trainer.wire.cross_entropy``), each chunk's
+    gradients taken as it goes, so a micro-batch's full logits and their gradient never exist (at 8k
+    tokens and a 128k vocabulary they are 4 GiB each); the same loss and gradients as ``full``, which
+    computes them whole. ``auto``: chunked where a micro-batch's logits are more than one chunk.
+    ``fused``: Liger Kernel's fused linear cross-entropy (CUDA, ``pip install liger-kernel``), for a plain
+    output layer. The start of the run says which."""
     compile: bool | Literal["auto"] = "auto"
     """Wrap each decoder block in ``torch.compile``. ``auto`` compiles on GPUs for runs of at least
     500 optimiser steps (long enough for the one-off compile to pay back), never on CPU (a C++

@@ -34,6 +34,7 @@ from launcher.events import (
     StacksDumped,
 )
 from tui.app_base import AppBase
+from tui.frames import draw_soon
 from tui.messages import ContinuedKnown, NetworkKnown, RelaunchAsked
 from tui.screens.monitor_lines import SummaryLines
 from tui.screens.monitor_views import PANE_MIN_ROWS as PANE_MIN_ROWS  # the grid's rule, named here too
@@ -334,6 +335,7 @@ class RunMonitorScreen(Screen):
         for pane in self.panes.values():
             pane.set_follow(self.follow)
         self.lines.draw_summary(self.follow)  # "follow off (f)" in the frame this key causes, not at the next redraw
+        draw_soon(self)
 
     def action_first_error(self) -> None:
         found = self.view.first_error()

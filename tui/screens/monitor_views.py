@@ -16,6 +16,7 @@ from textual.timer import Timer
 from textual.widgets import Input
 
 from launcher.api.runs import NodeRow
+from tui.frames import draw_soon
 from tui.widgets.node_log import NodeLog
 from tui.widgets.node_overview import NodeOverview
 
@@ -128,12 +129,14 @@ class MonitorViews:
             self.screen.run_worker(self._settle(grid, unmounted, then), group="layout")
         else:  # at once: the frame this switch causes shows the focus moved too
             self._focus_and_fit(then)
+        draw_soon(self.screen)
 
     async def _settle(self, grid: Grid, unmounted: list[NodeLog], then: Callable[[], None] | None) -> None:
         """Mount the panes shown for the first time (in node order), then focus and fit what is shown."""
         await grid.mount(*unmounted)
         grid.sort_children(key=lambda pane: pane.node_rank if isinstance(pane, NodeLog) else 0)
         self._focus_and_fit(then)
+        draw_soon(self.screen)
 
     def _focus_and_fit(self, then: Callable[[], None] | None) -> None:
         self.focus_logs()

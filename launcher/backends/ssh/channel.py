@@ -9,6 +9,7 @@ from launcher.backends import bundle
 from launcher.backends.agent_client import Channel, ChannelDropped, Unreachable
 from launcher.backends.base import NodeError
 from launcher.backends.ssh.connect import SshError, connect
+from launcher.untrusted import printable
 from launcher.workload.hosts import HostTarget
 from launcher.workload.model import Ssh
 
@@ -65,6 +66,23 @@ class SshChannel:
             await asyncio.wait_for(self.conn.wait_closed(), CLOSE_WAIT_S)
         except (asyncio.TimeoutError, OSError, self.errors):
             pass
+
+
+async def run_script(conn, python: str, script: str, timeout_s: float) -> tuple[int | None, str, str] | None:
+    """``script`` on ``python``'s stdin over an open connection, as the agent's ``run`` does it (no agent
+    booted for one script): its exit status (``None`` when it did not finish in time), stdout and stderr,
+    made printable; ``None`` when the connection failed under it."""
+    import shlex
+
+    import asyncssh
+
+    try:
+        done = await conn.run(shlex.join([python, "-"]), input=script, timeout=timeout_s, check=False)
+    except asyncssh.TimeoutError:
+        return None, "", f"the probe did not finish within {timeout_s:.0f}s"
+    except (asyncssh.Error, OSError):
+        return None
+    return done.exit_status, printable(done.stdout or "", newlines=True), printable(done.stderr or "", newlines=True)
 
 
 async def open_ssh(host: HostTarget, ssh: Ssh, python: str, node_dir: str) -> Channel:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import socket
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
@@ -181,28 +182,84 @@ def spawn_owner(home: Path, run_id: str, *, adopt: bool) -> int | None:
         lock.release()  # the child's descriptor keeps the lock
 
 
-def hand_over(lock: OwnerLock, home: Path, run_id: str, *, adopt: bool) -> int:
+def hand_over(lock: OwnerLock, home: Path, run_id: str, *, adopt: bool, warm: WarmOwner | None = None) -> int:
     """Start the run's supervisor, detached (its own session, no terminal, output to its log file),
     holding ``lock``: the lock never lapses in between, so a follower that looks at the same moment
     cannot start a second owner. Secrets reach it through the environment it inherits, never its
-    command line."""
+    command line. With ``warm`` (started before the run was recorded) that process takes the run, unless
+    it cannot (then a new one is started)."""
     fd = lock.fd
     if fd is None:
         raise RuntimeError(f"{run_id}: the owner's lock is not held, so it cannot be handed over")
     directory = run_dir(home, run_id)
-    argv = [sys.executable, "-m", "launcher.runs.owner.supervisor", "--home", str(home), "--lock-fd", str(fd),
-            run_id]
-    if adopt:
-        argv.append("--adopt")
-    # Not tagged as the run's processes (a node's sweep must never take its owner for part of the job).
-    env = {k: v for k, v in os.environ.items() if k not in ("FSDP_TUI_RUN_ID", "NODE_RANK")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    args = ["--home", str(home), run_id] + (["--adopt"] if adopt else [])
     with open(directory / LOG_FILE, "ab") as log:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True, env=env, pass_fds=(fd,))
+        if warm is not None:
+            pid = warm.take(args, fd, log.fileno())
+            if pid is not None:
+                return pid
+        proc = subprocess.Popen([sys.executable, "-m", "launcher.runs.owner.supervisor", "--lock-fd", str(fd), *args],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True, env=_owner_env(), pass_fds=(fd,))
     _STARTED.append(proc)
     _reap()
     return proc.pid
+
+
+def _owner_env() -> dict[str, str]:
+    # Not tagged as the run's processes (a node's sweep must never take its owner for part of the job).
+    env = {k: v for k, v in os.environ.items() if k not in ("FSDP_TUI_RUN_ID", "NODE_RANK")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+TAKE_TIMEOUT_S = 30.0
+"""How long a warm owner gets to say it has the run (it says so at once once its imports are done)."""
+
+
+class WarmOwner:
+    """A run's supervisor started before the run is recorded: its interpreter starts and imports the
+    launcher while the launch checks the nodes, instead of after (a second or more of a launch on a busy
+    machine, BENCHMARKS.md, launch fan-out). It waits on a socket; :meth:`take` hands it the run's
+    arguments, its lock and its log file (the descriptors travel over the socket, so the lock never
+    lapses); :meth:`discard` (a refused launch) or this process ending lets it leave, having done nothing."""
+
+    def __init__(self) -> None:
+        mine, theirs = socket.socketpair()
+        with theirs:
+            self.proc = subprocess.Popen([sys.executable, "-m", "launcher.runs.owner.warm", str(theirs.fileno())],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL, start_new_session=True, env=_owner_env(),
+                                         pass_fds=(theirs.fileno(),))
+        self.sock: socket.socket | None = mine
+
+    def take(self, args: list[str], lock_fd: int, log_fd: int) -> int | None:
+        """Hand the run to the waiting process; its pid once it has the run, ``None`` when it could not
+        take it (it ended, or did not answer in time): the caller starts a new one, still holding the lock."""
+        sock, self.sock = self.sock, None
+        if sock is None:
+            return None
+        with sock:
+            try:
+                socket.send_fds(sock, [json.dumps(args).encode()], [lock_fd, log_fd])
+                sock.settimeout(TAKE_TIMEOUT_S)
+                said = sock.recv(16)
+            except OSError:
+                said = b""
+        if said != b"taken":
+            self.proc.kill()
+            self.proc.wait()
+            return None
+        _STARTED.append(self.proc)
+        _reap()
+        return self.proc.pid
+
+    def discard(self) -> None:
+        """No run for it: it leaves without doing anything."""
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+            _STARTED.append(self.proc)  # waited for once it has left
 
 
 _STARTED: list[subprocess.Popen] = []

@@ -208,7 +208,8 @@ class RunPolicy:
         if self.keeper is not None:
             self.backend.use_plan(await self.keeper.locate(self.backend))
             self.keeper.use(self.backend.plan)
-        refusals = await preflight(self.backend)  # forced or not: a forced run records what it went past
+        # Forced or not: a forced run records what it went past. Checked by the launch: nothing to find again.
+        refusals = [] if self.settings.checked else await preflight(self.backend)
         if refusals and self.settings.preflight:
             raise LaunchFailed("not started, it cannot run there: " + "; ".join(map(str, refusals))
                                + " (fsdp-tui doctor shows every check; --force launches anyway)")

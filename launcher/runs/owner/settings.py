@@ -26,6 +26,9 @@ class Settings:
     stop_grace_s: float = STOP_GRACE_S
     preflight: bool = True
     """Run the doctor's cheap checks before starting; a certain failure stops the launch."""
+    checked: bool = False
+    """The launch ran those checks on every node moments before it recorded the run, and they found nothing:
+    the owner does not run them a second time (a round of probes on every node, BENCHMARKS.md)."""
     max_resubmits: int = 0
     """New submissions after a scheduler's time limit that left a checkpoint (SLURM), beside the retries."""
     stall_factor: float = 10.0

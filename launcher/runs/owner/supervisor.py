@@ -122,8 +122,9 @@ class Supervisor:
         self.idle = IdleGuard(w.metrics.idle_policy)
         self.rec.on_gpus = self.idle.saw
         self.backend = backend_for(plan, on_link=lambda *a: self.policy.on_link(*a))
+        options = load_options(self.dir)
         settings = Settings(max_retries=w.max_retries, timeout_s=w.timeout_minutes * 60 if w.timeout_minutes else None,
-                            preflight=not load_options(self.dir).get("force", False),
+                            preflight=not options.get("force", False), checked=bool(options.get("checked", False)),
                             stall_factor=w.metrics.stall_factor, stall_min_s=w.metrics.stall_min_s,
                             max_resubmits=w.compute.slurm.max_resubmits if w.compute.slurm else 0)
         self.resume_source: Backend | None = None

@@ -105,3 +105,34 @@ def test_a_run_that_trained_nothing_is_never_a_bare_success(tmp_path):
     assert Recorder.trained(Rec()) is False
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "kind": "train", "loss": 2.0}) + "\n")
     assert Recorder.trained(Rec()) is True
+
+
+def test_a_launch_asks_what_it_continues_while_the_nodes_are_checked(tmp_path, monkeypatch):
+    """Both questions a launch asks the nodes before the record are in flight together: the checks here wait
+    until the checkpoint listing has begun, which a launch asking one after the other never sees."""
+    from launcher.runs import launch
+
+    listing = asyncio.Event()
+    found = Continuation("run-a", "step-00000030", 30, 60, auto=True)
+
+    async def checks(plan, home, *, force=False):
+        await asyncio.wait_for(listing.wait(), 30)
+        return [], True
+
+    async def continuation(plan):
+        listing.set()
+        return found
+
+    monkeypatch.setattr(launch, "launch_refusals", checks)
+    monkeypatch.setattr(launch, "continuation_of", continuation)
+    plan = _plan(tmp_path / "o")
+    assert asyncio.run(launch.before_record(plan, tmp_path)) == ([], True, found)
+    known = Continuation("run-z", "step-00000010", 10, 60, auto=False)  # a resume says it: nothing asked
+    listing.clear()
+    monkeypatch.setattr(launch, "launch_refusals", lambda plan, home, force=False: _answer([], False))
+    assert asyncio.run(launch.before_record(plan, tmp_path, continues=known)) == ([], False, known)
+    assert not listing.is_set()
+
+
+async def _answer(said, checked):
+    return said, checked
