@@ -22,6 +22,7 @@ from trainer import assets, parallel
 from trainer.ckpt import checkpoint, resume_facts
 from trainer.ckpt.resume import resume
 from trainer.data import dataset
+from trainer.data.mixture import MixedOrder
 from trainer.data.rows import GlobalOrder
 from trainer.loop import metrics, optim, samples
 from trainer.loop.steps import Steps
@@ -84,10 +85,14 @@ def load_data(cfg: TrainerConfig, choices: Choices, d: parallel.Dist) -> Data:
     tok = model.load_tokenizer(cfg.model_name, cfg.model)
     rows = dataset.build(cfg, tok, choices.attention.packing)
     try:
-        order = GlobalOrder(len(rows.train_rows), d.world, d.rank, cfg.per_device_batch_size, cfg.seed,
-                            cfg.data.shuffle)
+        if rows.mix is not None:
+            order: GlobalOrder = MixedOrder(rows.mix, d.world, d.rank, cfg.per_device_batch_size, cfg.seed,
+                                            cfg.data.shuffle)
+        else:
+            order = GlobalOrder(len(rows.train_rows), d.world, d.rank, cfg.per_device_batch_size, cfg.seed,
+                                cfg.data.shuffle)
     except SettingError as err:  # too little data for one step
-        raise SettingError(f"{cfg.dataset_name}: {err}") from None
+        raise SettingError(f"{cfg.data_label}: {err}") from None
     total = cfg.max_steps or max(1, order.batches_per_epoch * cfg.num_epochs // cfg.gradient_accumulation_steps)
     return Data(tok, rows, order, total)
 
@@ -162,7 +167,7 @@ def training(cfg: TrainerConfig, built: Built, data: Data, d: parallel.Dist) -> 
         "run_id": os.environ.get(RUN_ID_ENV, ""), **lora.checkpoint_meta(cfg)})
     proof = resume_facts.ResumeWatch(order=data.order, rows=data.rows.train_rows,
                                      accum=cfg.gradient_accumulation_steps, seed=cfg.seed,
-                                     sharding=built.sharding.sharding, dataset=cfg.dataset_name,
+                                     sharding=built.sharding.sharding, dataset=cfg.data_label,
                                      run_id=os.environ.get(RUN_ID_ENV) or None, epoch_counted=not cfg.max_steps,
                                      is_main=d.is_main, scheduler=sched,
                                      continues=tuple(cfg.checkpoint.resume_runs))  # what a resume must continue

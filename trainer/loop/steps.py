@@ -69,7 +69,7 @@ class Steps:
         if state["step"] == 0:
             self.evaluate(dataset.first_eval_batches(cfg.logging.eval_max_batches))
             self.sample()
-        learned = train.learned_counts(self.data.train_rows)  # each global batch's loss denominator, counted here
+        learned = self.data.learned_counts()  # each global batch's loss denominator, counted here
         # What start-up built lives for the whole run: collections during training skip it (unfrozen, the
         # first full collection walked it inside the first step: +0.3 s of a 0.3 s step, tiny model).
         gc.freeze()
@@ -113,7 +113,8 @@ class Steps:
         loss = None
         if step % cfg.logging.every_steps == 0 or step == total:
             epoch = self.state["epoch"] + self.state["position"] / max(1, self.order.batches_per_epoch)
-            loss = log.train_step(step, epoch, result)
+            loss = log.train_step(step, epoch, result, self.order.source_counts(self.state["epoch"],
+                                                                                self.state["position"]))
             self.proof.logged(loss)
         checked = self.proof.first_step(result, loss)
         if checked is not None:
