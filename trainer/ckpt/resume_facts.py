@@ -68,9 +68,11 @@ class ResumeWatch:
         """The facts as of now: ``state`` is the trainer's position (step, epoch, position, total_steps)."""
         epoch, position = state["epoch"], state["position"]
         rows = next_step_rows(self.order, epoch, position, self.accum)
+        sources = self.order.source_counts(epoch, position)
         return ResumeFacts(step=state["step"], total_steps=state["total_steps"], epoch=epoch,
                            samples_in_epoch=position * self.order.per_global, next_batch=rows_hash(self.rows, rows),
-                           lr=float(self.scheduler.get_last_lr()[0]), losses=tuple(self.losses), **self.fixed)
+                           lr=float(self.scheduler.get_last_lr()[0]), losses=tuple(self.losses),
+                           source_rows=tuple(sources) if sources is not None else (), **self.fixed)
 
     def record(self, state: dict[str, Any]) -> dict[str, Any] | None:
         """What a save of ``state`` records in ``meta.json`` (rank 0; ``None`` elsewhere)."""

@@ -21,7 +21,7 @@ import torch
 from trainer.data.rows import GlobalOrder
 from trainer.wire.config import DataSource
 
-BLOCK = 256
+BLOCK = 64
 """Slots shuffled among themselves (shares hold exactly at every block's end)."""
 
 

@@ -14,7 +14,15 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer.parallel import Dist
-from trainer.wire.protocol import MIX_ROWS, DataSummary, MetricRecord, RankMemory, ResumeCheck
+from trainer.wire.protocol import (
+    MIX_ROWS,
+    DataSummary,
+    MetricRecord,
+    RankMemory,
+    ResumeCheck,
+    SourceSummary,
+    mix_words,
+)
 from trainer.wire.reporter import Reporter
 
 # Dense bf16 peak TFLOP/s per device, for MFU. A name matches a model only as whole words ("L40" is not
@@ -207,6 +215,8 @@ class MetricsLogger:
         self.excluded_s = 0.0
         """Seconds of evaluation and checkpointing, left out of tokens/s."""
         self.clock = RankClock(d.device)
+        self.sources: tuple[SourceSummary, ...] = ()
+        """A mixture's sources (from the ``data`` record), in the order of a step's ``mix`` counts."""
 
     def add_batches(self, batches: list[dict[str, torch.Tensor]]) -> None:
         for batch in batches:
@@ -270,7 +280,7 @@ class MetricsLogger:
         self.reporter.write(record)
         mfu_text = f" mfu={mfu_value:.1%}" if mfu_value is not None else ""
         aux_text = f" router_aux_loss={router_aux:.4f}" if router_aux is not None else ""
-        mix_text = f" mix={'/'.join(str(n) for n in mix)}" if mix is not None else ""
+        mix_text = f" mix: {mix_words(self.sources, tuple(mix))}" if mix is not None else ""
         print(f"step={step}/{self.max_steps} loss={loss:.4f}{aux_text} lr={result.lr:.3g} "
               f"tok/s={tokens_per_s:.0f}{mfu_text}{mix_text}", flush=True)
         return loss
@@ -286,7 +296,8 @@ class MetricsLogger:
         print(f"eval step={step} eval_loss={eval_loss:.4f}{em} seconds={seconds:.2f}", flush=True)
 
     def data(self, summary: DataSummary) -> None:
-        """What the run trains on (examples, those cut at ``max_seq_len``), once at start."""
+        """What the run trains on (examples, those cut at ``max_seq_len``, a mixture's sources), once at start."""
+        self.sources = summary.sources
         if self.d.is_main:
             self.reporter.write(summary.record())
 

@@ -48,7 +48,11 @@ class Steps:
         d = self.d
         batches = dataset.eval_batches(self.data.eval_rows, d.rank, d.world, self.cfg.per_device_batch_size,
                                        self.data.pad_id, max_batches)
-        loss, exact = train.evaluate(self.net, batches, d.device, with_exact_match=self.data.fmt == "squad")
+        limit = self.cfg.logging.eval_max_s
+        bounded = _Bounded(batches, start + limit) if limit is not None else None
+        loss, exact = train.evaluate(self.net, bounded or batches, d.device, with_exact_match=self.data.fmt == "squad")
+        if bounded is not None and bounded.stopped and d.is_main:
+            print(f"evaluation stopped after {bounded.done} batches: logging.eval_max_s is {limit:g} s", flush=True)
         self.log.eval(self.state["step"], loss, exact, time.perf_counter() - start)
 
     def sample(self) -> None:
@@ -146,3 +150,24 @@ class Steps:
             if self.d.is_main:
                 print(stop.stopping_line(step), flush=True)
             self.log.signal_checkpoint(step, stop.signal_name)
+
+
+class _Bounded:
+    """Evaluation batches until ``deadline`` (``time.perf_counter``) passes on any rank, the first always:
+    the ranks agree before each later batch, so every rank runs the same batches (FSDP needs every rank
+    in every forward)."""
+
+    def __init__(self, batches, deadline: float) -> None:
+        self.batches, self.deadline = batches, deadline
+        self.done, self.stopped = 0, False
+
+    def __iter__(self):
+        for batch in self.batches:
+            if self.done:
+                late = torch.tensor([1.0 if time.perf_counter() > self.deadline else 0.0])
+                dist.all_reduce(late, op=dist.ReduceOp.MAX)
+                if late.item():
+                    self.stopped = True
+                    return
+            self.done += 1
+            yield batch
