@@ -24,6 +24,7 @@ from trainer.ckpt.resume import resume
 from trainer.data import dataset
 from trainer.data.mixture import MixedOrder
 from trainer.data.rows import GlobalOrder
+from trainer.data.stream import StreamOrder
 from trainer.loop import metrics, optim, samples
 from trainer.loop.steps import Steps
 from trainer.lora import adapters as lora
@@ -85,8 +86,10 @@ def load_data(cfg: TrainerConfig, choices: Choices, d: parallel.Dist) -> Data:
     tok = model.load_tokenizer(cfg.model_name, cfg.model)
     rows = dataset.build(cfg, tok, choices.attention.packing)
     try:
-        if rows.mix is not None:
-            order: GlobalOrder = MixedOrder(rows.mix, d.world, d.rank, cfg.per_device_batch_size, cfg.seed,
+        if rows.stream is not None:
+            order: GlobalOrder = StreamOrder(rows.stream, d.world, d.rank, cfg.per_device_batch_size)
+        elif rows.mix is not None:
+            order = MixedOrder(rows.mix, d.world, d.rank, cfg.per_device_batch_size, cfg.seed,
                                             cfg.data.shuffle)
         else:
             order = GlobalOrder(len(rows.train_rows), d.world, d.rank, cfg.per_device_batch_size, cfg.seed,
@@ -160,6 +163,8 @@ def training(cfg: TrainerConfig, built: Built, data: Data, d: parallel.Dist) -> 
     opt = optim.build_optimizer(built.net, cfg.learning_rate, cfg.optim, d.device)
     sched = optim.build_scheduler(opt, data.total, cfg.optim)
     state = {"step": 0, "epoch": 0, "position": 0, "per_global": data.order.per_global, "total_steps": data.total}
+    if data.rows.stream is not None:  # where the stream stands: rows taken, and its position in each source
+        state.update(stream_rows=0, stream="")
     state_of = lora.AdapterState if built.adapters else checkpoint.AppState
     app = state_of(built.net, opt, sched, state)
     ckpt = checkpoint.Checkpointer(cfg.checkpoint, cfg.output_dir, d, {

@@ -15,10 +15,11 @@ import numpy as np
 import torch
 
 from trainer.assets import resolve_dataset
-from trainer.data import encode, token_cache
+from trainer.data import encode, streamed, token_cache
 from trainer.data.chat import choose_template
 from trainer.data.mixture import Mix
 from trainer.data.rows import IGNORE, Tokenize, collate
+from trainer.data.run_data import MixedRows, RunData, eval_note
 from trainer.data.sources import RawSource, local_path, raw_sources
 from trainer.data.token_rows import Plan, TokenRows, make_plan
 from trainer.wire import formats
@@ -29,50 +30,6 @@ from trainer.wire.protocol import DataSummary, SourceSummary
 RULES = ("trainer/data/rows.py", "trainer/data/chat.py", "trainer/wire/formats.py", "trainer/wire/data_files.py",
          "trainer/data/encode.py", "trainer/data/sources.py")
 """The code that decides an example's tokens: a change to it is a new cache key."""
-
-
-@dataclass
-class RunData:
-    train_rows: Sequence[dict[str, torch.Tensor]]
-    eval_rows: Sequence[dict[str, torch.Tensor]]
-    pad_id: int
-    fmt: str
-    summary: DataSummary
-    notes: tuple[str, ...] = ()
-    """Lines for the start of the run (where the tokens came from, a chat template that is not the
-    tokenizer's own, how evaluation is bounded)."""
-    mix: Mix | None = None
-    """A mixture's sources and shares (``None``: one source)."""
-    template: str | None = None
-    """The chat template chat data is rendered with."""
-
-    def learned_counts(self) -> list[int]:
-        """Each training row's learned tokens, as the loss counts them."""
-        rows = self.train_rows
-        assert isinstance(rows, (TokenRows, MixedRows))
-        return rows.learned_counts().tolist()
-
-
-class MixedRows(Sequence):
-    """A mixture's training rows: each source's rows one after another (a row id is its source's
-    offset plus its row there)."""
-
-    def __init__(self, parts: list[TokenRows]) -> None:
-        self.parts = parts
-        self.offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
-
-    def __len__(self) -> int:
-        return int(self.offsets[-1])
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        index = int(index) + (len(self) if index < 0 else 0)
-        source = int(np.searchsorted(self.offsets, index, side="right")) - 1
-        return self.parts[source][index - int(self.offsets[source])]
-
-    def learned_counts(self) -> np.ndarray:
-        return np.concatenate([p.learned_counts() for p in self.parts])
 
 
 @dataclass
@@ -92,6 +49,9 @@ class _Source:
 def build(cfg: TrainerConfig, tokenizer, packing: bool) -> RunData:
     """Rows to train on (packed when ``packing``) and held-out rows to evaluate on, from the node's cache
     (tokenized into it first when this node has not yet)."""
+    why = streamed.streaming(cfg)
+    if why is not None:
+        return streamed.build(cfg, tokenizer, packing, why)
     root = token_cache.cache_root(cfg.data.cache_dir)
     sources = cfg.sources()
     tokenized = [_tokenized(cfg, s, tokenizer, root) for s in sources]
@@ -204,18 +164,6 @@ def _eval_caps(cap: int | None, sources: list[DataSource], usable: list[int]) ->
                                                                                           strict=True)]
     total = sum(weights) or 1.0
     return [max(1, int(cap * w / total)) for w in weights]
-
-
-def eval_note(cfg: TrainerConfig, rows: int) -> str:
-    """How evaluation is bounded, said at the start of the run."""
-    if not rows:
-        return "evaluation: no held-out rows (data.eval_fraction is 0 and there is no data.eval_split)"
-    held = f"{rows:,} held-out rows"
-    if cfg.data.eval_max_rows is not None:
-        held += f" (at most data.eval_max_rows: {cfg.data.eval_max_rows:,})"
-    seconds = (f"each evaluation at most {cfg.logging.eval_max_s:g} s (logging.eval_max_s)"
-               if cfg.logging.eval_max_s is not None else "each evaluation unbounded in time")
-    return f"evaluation: {held}, {seconds}"
 
 
 _RULES_DIGEST: list[str] = []

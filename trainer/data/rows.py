@@ -226,6 +226,21 @@ class GlobalOrder:
         """Rows taken from each source of a mixture before this point (``None``: one source)."""
         return None
 
+    def rows_done(self, epoch: int, position: int) -> int:
+        """Rows of the epoch taken before global micro-batch ``position`` (every rank's)."""
+        return position * self.per_global
+
+    def fit(self, state: dict) -> None:
+        """A loaded checkpoint's position fitted to this order: on another world size or batch, the same
+        rows consumed (rounded down to a whole global micro-batch)."""
+        if state["per_global"] != self.per_global:
+            state["position"] = self.rescale(state["position"], state["per_global"], self.per_global)
+            state["per_global"] = self.per_global
+
+    def note(self, state: dict) -> None:
+        """What the order adds to the state a checkpoint keeps, once a step has taken its rows (a stream's
+        position; nothing here)."""
+
     @staticmethod
     def rescale(position: int, old_per_global: int, new_per_global: int) -> int:
         """Position after a change of world size or batch: the same rows consumed, rounded down."""

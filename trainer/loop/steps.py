@@ -91,6 +91,7 @@ class Steps:
                 batches, state["epoch"], state["position"], count = train.micro_batches(
                     self.order, self.data.train_rows, state["epoch"], state["position"], accum, self.data.pad_id,
                     learned)
+                self.order.note(state)  # a stream's position, for the checkpoints that follow
                 result = train.train_step(self.net, self.optimizer, self.scheduler, batches, d.device,
                                           cfg.optim.max_grad_norm, d.world, self._staged, log.clock, count)
             state["step"] += 1
