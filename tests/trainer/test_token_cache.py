@@ -245,6 +245,7 @@ def test_the_first_bad_row_is_named_as_a_whole_file_reader_names_it_whatever_pro
     path = tmp_path / "bad.jsonl"
     cfg = TrainerConfig(model_name="m", dataset_name=str(path), output_dir="out",
                         data={"cache_dir": str(tmp_path / "c"), "num_proc": 3})
+    said = []
     for change in (None, (5500, '{"instruction": "caf\u00e9", "output": "x"}'.encode("latin-1"))):
         if change is not None:  # bytes, later still
             lines[change[0]] = change[1]
@@ -255,7 +256,17 @@ def test_the_first_bad_row_is_named_as_a_whole_file_reader_names_it_whatever_pro
             build(cfg, tiny_tok, False)
         assert str(err.value) == str(whole.value)
         assert (":3001: " if change is None else ":5501: ") in str(err.value)
-    assert not list((tmp_path / "c").glob("tokens-*")) and not list((tmp_path / "c").glob(".build-*"))
+        said.append(str(err.value))
+    root = tmp_path / "c"
+    assert not [f for f in root.glob("tokens-*") if f.is_dir()] and not list(root.glob(".build-*"))
+    # each problem is remembered: the ranks that waited for the build, and the next run, say it without building
+    calls: list = []
+    again = []
+    for failed in root.glob("tokens-*.failed.json"):
+        with pytest.raises(SettingError) as err:
+            token_cache.obtain(root, failed.name.removesuffix(".failed.json"), lambda work: calls.append(work) or {})
+        again.append(str(err.value))
+    assert sorted(again) == sorted(said) and not calls
 
 
 def test_rows_of_a_part_are_named_by_their_place_in_the_source():

@@ -31,11 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainer.wire.data_files import DataError
+
 CACHE_ENV = "FSDP_TUI_DATA_CACHE"
 META = "meta.json"
 _LOCKS = ".locks"
 _FILES = ".files"
 _BUILDING = ".build-"
+_FAILED = ".failed.json"
 
 
 def cache_root(setting: str | None) -> Path:
@@ -64,15 +67,19 @@ class Obtained:
 
 def obtain(root: Path, key: str, build: Callable[[Path], dict[str, Any]]) -> Obtained:
     """The finished folder of ``key`` under ``root``; built here by ``build(folder)`` (which fills the
-    folder and returns what ``meta.json`` records) when no process has built it yet."""
+    folder and returns what ``meta.json`` records) when no process has built it yet. A build that found
+    a problem in the data (a :class:`DataError`: the same for everyone who builds this key) is
+    remembered: the ranks that waited, and later runs of the same data, say it without building again."""
     final = root / key
     found = read_meta(final)
     if found is not None:
         return Obtained(final, False, 0.0, found)
+    _raise_remembered(root, key)
     with locked(root, key):
         found = read_meta(final)  # built by the one we waited for
         if found is not None:
             return Obtained(final, False, 0.0, found)
+        _raise_remembered(root, key)
         for stale in root.glob(f"{_BUILDING}{key}-*"):  # a builder that died: only the lock holder builds
             shutil.rmtree(stale, ignore_errors=True)
         shutil.rmtree(final, ignore_errors=True)  # a folder without meta.json is no cache
@@ -84,10 +91,24 @@ def obtain(root: Path, key: str, build: Callable[[Path], dict[str, Any]]) -> Obt
                     "build_s": round(time.perf_counter() - started, 3)}
             write_json(work / META, meta)
             os.rename(work, final)
+        except DataError as err:
+            shutil.rmtree(work, ignore_errors=True)
+            write_json(root / f"{key}{_FAILED}", {"source": err.source, "message": err.message, "line": err.line,
+                                                 "row": err.row})
+            raise
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise
         return Obtained(final, True, meta["build_s"], meta)
+
+
+def _raise_remembered(root: Path, key: str) -> None:
+    try:
+        said = json.loads((root / f"{key}{_FAILED}").read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(said, dict) and isinstance(said.get("source"), str) and isinstance(said.get("message"), str):
+        raise DataError(said["source"], said["message"], line=said.get("line"), row=said.get("row"))
 
 
 @contextmanager
