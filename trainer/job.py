@@ -194,7 +194,8 @@ def start_logging(cfg: TrainerConfig, choices: Choices, data: Data, built: Built
         print(f"data: {rows.summary.words()}", flush=True)
         log.data(rows.summary)
         print(f"training {cfg.model_name}: {built.shape.num_params / 1e6:.2f}M params, {d.world} ranks, "
-              f"{len(rows.train_rows)} rows ({rows.summary.format}{', packed' if choices.attention.packing else ''}), "
+              f"{'streamed' if rows.stream is not None else len(rows.train_rows)} rows "
+              f"({rows.summary.format}{', packed' if choices.attention.packing else ''}), "
               f"{data.total} steps; start-up: data {start_up_s[0]:.1f} s, model {start_up_s[1]:.1f} s", flush=True)
     return log
 

@@ -113,9 +113,12 @@ def _cached(root: Path, raw: RawSource, tokenize: Tokenize, settings: dict,
     started = time.perf_counter()
     got = token_cache.obtain(root, key, lambda work: encode.encode(raw, tokenize, work, num_proc))
     encoded = encode.Encoded.load(got.path, got.meta["files"])
+    procs = f"{got.meta['processes']} process{'es' if got.meta['processes'] != 1 else ''}"
     if got.built:
-        said = (f"{len(encoded):,} examples tokenized in {got.seconds:.1f} s ({got.meta['processes']} "
-                f"process{'es' if got.meta['processes'] != 1 else ''}), cached in {got.path}")
+        said = f"{len(encoded):,} examples tokenized in {got.seconds:.1f} s ({procs}), cached in {got.path}"
+    elif got.waited:
+        said = (f"{len(encoded):,} examples tokenized in {got.meta.get('build_s', 0):.1f} s by another process of "
+                f"this node ({procs}; ready here after {time.perf_counter() - started:.1f} s), cached in {got.path}")
     else:
         said = (f"{len(encoded):,} examples read from the cache in {time.perf_counter() - started:.1f} s "
                 f"({got.path}, tokenized in {got.meta.get('build_s', 0):.1f} s)")

@@ -81,8 +81,7 @@ def build(cfg: TrainerConfig, tokenizer, packing: bool, why: str) -> RunData:
     fmts = {d["format"] for d in described}
     fmt = described[0]["format"]
     summary = DataSummary(examples=0, eval_examples=len(held), format=fmt if len(fmts) == 1 else "mixed",
-                          max_seq_len=cfg.max_seq_len, truncated=sum(1 for e in held if e.lost),
-                          truncated_tokens=sum(e.lost for e in held),
+                          max_seq_len=cfg.max_seq_len, truncated=0, truncated_tokens=0,
                           sources=tuple(d["summary"] for d in described) if cfg.datasets is not None else (),
                           streamed=True)
     eval_rows = pad_rows(held, tokenizer.pad_token_id)

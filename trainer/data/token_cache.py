@@ -63,6 +63,8 @@ class Obtained:
     built: bool
     seconds: float
     meta: dict[str, Any]
+    waited: bool = False
+    """Another process was building it when this one asked (another rank of the node): it waited."""
 
 
 def obtain(root: Path, key: str, build: Callable[[Path], dict[str, Any]]) -> Obtained:
@@ -75,10 +77,10 @@ def obtain(root: Path, key: str, build: Callable[[Path], dict[str, Any]]) -> Obt
     if found is not None:
         return Obtained(final, False, 0.0, found)
     _raise_remembered(root, key)
-    with locked(root, key):
+    with locked(root, key) as blocked:
         found = read_meta(final)  # built by the one we waited for
         if found is not None:
-            return Obtained(final, False, 0.0, found)
+            return Obtained(final, False, 0.0, found, waited=blocked)
         _raise_remembered(root, key)
         for stale in root.glob(f"{_BUILDING}{key}-*"):  # a builder that died: only the lock holder builds
             shutil.rmtree(stale, ignore_errors=True)
@@ -112,14 +114,20 @@ def _raise_remembered(root: Path, key: str) -> None:
 
 
 @contextmanager
-def locked(root: Path, key: str) -> Iterator[None]:
-    """``key``'s lock under ``root``, held until the block ends (or the process does)."""
+def locked(root: Path, key: str) -> Iterator[bool]:
+    """``key``'s lock under ``root``, held until the block ends (or the process does); whether another
+    process held it when asked."""
     folder = root / _LOCKS
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / f"{key}.lock", "a+") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         try:
-            yield
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            blocked = False
+        except BlockingIOError:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            blocked = True
+        try:
+            yield blocked
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 

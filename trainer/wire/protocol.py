@@ -191,7 +191,7 @@ class DataSummary:
                if self.truncated else f"none cut at max_seq_len {self.max_seq_len}")
         held = f" + {self.eval_examples} held out" if self.eval_examples else ""
         if self.streamed:
-            return f"streamed ({self.format}), {cut} so far{held.replace(' + ', '; ')}"
+            return f"streamed ({self.format}){held.replace(' + ', '; ')}"
         return f"{self.examples} examples{held} ({self.format}), {cut}"
 
 
