@@ -163,3 +163,27 @@ def test_the_resume_check_compares_the_rows_taken_from_each_source():
     assert check.verdict == "resharded", check.words()
     assert ResumeFacts.from_meta({"resume": saved.to_dict()}) == saved
     assert ResumeFacts.from_meta({"resume": {**saved.to_dict(), "source_rows": [1, "x"]}}).source_rows == ()
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["cached", "streamed"])
+def test_a_bad_source_of_a_mixture_is_named_in_one_line_by_its_key(tmp_path, tiny_model_dir, streaming):
+    from transformers import AutoTokenizer
+
+    from launcher.runs.core.triage import classify_line
+    from trainer.data.dataset import build
+    from trainer.wire.config import SettingError
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"instruction": "x", "output": "y"}) + "\n" for _ in range(9)))
+    (tmp_path / "b.jsonl").write_text('{"instruction": "x", "output": "y"}\n{"instruction": "x", "outptu": "y"}\n')
+    cfg = TrainerConfig(model_name="m", output_dir="o", max_steps=2,
+                        datasets=[{"path": str(tmp_path / "a.jsonl")}, {"path": str(tmp_path / "b.jsonl")}],
+                        data={"cache_dir": str(tmp_path / "cache"), "streaming": streaming, "eval_max_rows": 1})
+    with pytest.raises(SettingError) as err:
+        data = build(cfg, tok, packing=False)
+        for i in range(40):  # a stream finds it when it reads that far
+            data.train_rows[i]
+    said = str(err.value)
+    assert said == (f"{tmp_path}/b.jsonl:2: parameters.datasets[1].path: row has no 'output' (did you mean "
+                    "'outptu'?); the alpaca format needs instruction, output")
+    assert classify_line(said).kind == "data"

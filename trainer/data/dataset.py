@@ -54,7 +54,12 @@ def build(cfg: TrainerConfig, tokenizer, packing: bool) -> RunData:
         return streamed.build(cfg, tokenizer, packing, why)
     root = token_cache.cache_root(cfg.data.cache_dir)
     sources = cfg.sources()
-    tokenized = [_tokenized(cfg, s, tokenizer, root) for s in sources]
+    tokenized = []
+    for index, source in enumerate(sources):
+        try:
+            tokenized.append(_tokenized(cfg, source, tokenizer, root))
+        except DataError as err:  # named by the key that names the source
+            raise err.keyed(cfg.source_key(index)) from None
     usable = [int((t.encoded.learned_count > 0).sum()) for t in tokenized]
     caps = _eval_caps(cfg.data.eval_max_rows, sources, usable)
     plans = [_plan(cfg, t, packing, cap) for t, cap in zip(tokenized, caps, strict=True)]

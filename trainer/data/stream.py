@@ -47,8 +47,8 @@ class SourceStream:
     """One source's training rows, window by window, pass after pass."""
 
     def __init__(self, index: int, reader, tokenize: Tokenize, *, packing: bool, max_len: int, pad_id: int,
-                 seed: int, shuffle: bool, start: Any) -> None:
-        self.index, self.reader, self.tokenize = index, reader, tokenize
+                 seed: int, shuffle: bool, start: Any, key: str) -> None:
+        self.index, self.reader, self.tokenize, self.key = index, reader, tokenize, key
         self.packing, self.max_len, self.pad_id, self.seed, self.shuffle = packing, max_len, pad_id, seed, shuffle
         self.start = start
         """Where training rows start in the source (after the held-out ones)."""
@@ -59,7 +59,10 @@ class SourceStream:
         produced_this_pass = self.state[1] > 0 or self.state[3] > 0
         while True:
             number, window, position, taken = self.state
-            rows, after, ended = self._window(number, window, position)
+            try:
+                rows, after, ended = self._window(number, window, position)
+            except DataError as err:  # named by the key that names the source
+                raise err.keyed(self.key) from None
             produced_this_pass = produced_this_pass or bool(rows)
             for k in range(taken, len(rows)):
                 self.state = [number, window, position, k + 1]
@@ -67,7 +70,7 @@ class SourceStream:
             if ended:
                 if not produced_this_pass:
                     raise DataError(self.reader.source, "no rows to train on (every row is held out for "
-                                    "evaluation or has nothing to learn)")
+                                    "evaluation or has nothing to learn)", key=self.key)
                 self.state, produced_this_pass = [number + 1, 0, self.start, 0], False
             else:
                 self.state = [number, window + 1, after, 0]

@@ -51,8 +51,11 @@ def build(cfg: TrainerConfig, tokenizer, packing: bool, why: str) -> RunData:
     tok_id = token_cache.tokenizer_identity(tokenizer)
     for index, (source, share) in enumerate(zip(sources, shares, strict=True)):
         data = cfg.source_data(source)
-        reader = open_reader(source.path, data)
-        fmt = _format(reader, data)
+        try:
+            reader = open_reader(source.path, data)
+            fmt = _format(reader, data)
+        except DataError as err:  # named by the key that names the source
+            raise err.keyed(cfg.source_key(index)) from None
         template = None
         if fmt == "chat":
             chosen = choose_template(tokenizer, data.chat_template, cfg.model.tokenizer or cfg.model_name)
@@ -64,10 +67,14 @@ def build(cfg: TrainerConfig, tokenizer, packing: bool, why: str) -> RunData:
             raise SettingError("parameters.data.eval_max_rows: a streamed source holds out its first rows: give how "
                                "many (null takes a share of a size that is not known)")
         count = max(1, round(cap * share)) if cap else 0
-        examples, start = held_out(reader, tokenize, count)
+        try:
+            examples, start = held_out(reader, tokenize, count)
+        except DataError as err:
+            raise err.keyed(cfg.source_key(index)) from None
         held += examples
         streams.append(SourceStream(index, reader, tokenize, packing=packing, max_len=cfg.max_seq_len,
-                                    pad_id=tokenizer.pad_token_id, seed=cfg.seed, shuffle=data.shuffle, start=start))
+                                    pad_id=tokenizer.pad_token_id, seed=cfg.seed, shuffle=data.shuffle, start=start,
+                                    key=cfg.source_key(index)))
         label = source.label() if cfg.datasets is not None else reader.source
         described.append({"source": reader.source, "format": fmt, "template": template, "mask": data.mask_prompt,
                           "chat": data.chat.model_dump(), "held": count, "share": share})

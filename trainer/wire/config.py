@@ -379,6 +379,11 @@ class TrainerConfig(_Section):
         """The sources trained on: ``datasets``, or ``dataset_name`` as the one source."""
         return list(self.datasets) if self.datasets is not None else [DataSource(path=self.dataset_name or "")]
 
+    def source_key(self, index: int) -> str:
+        """The key that names source ``index`` in a message: ``parameters.dataset_name``, or a mixture's
+        ``parameters.datasets[i].path``."""
+        return "parameters.dataset_name" if self.datasets is None else f"parameters.datasets[{index}].path"
+
     def source_data(self, source: DataSource) -> DataConfig:
         """``data`` as it applies to ``source``: its own format, split and fields where it sets them."""
         own = {k: getattr(source, k) for k in ("format", "split", "eval_split", "data_files", "chat",

@@ -35,11 +35,16 @@ class DataError(SettingError):
     (``FILE: parameters.dataset_name: row N: what`` where rows have no line, as in parquet). Triage
     names these lines ``data``."""
 
-    def __init__(self, source: str, message: str, line: int | None = None, row: int | None = None) -> None:
-        self.source, self.line, self.row, self.message = source, line, row, message
+    def __init__(self, source: str, message: str, line: int | None = None, row: int | None = None,
+                 key: str = KEY) -> None:
+        self.source, self.line, self.row, self.message, self.key = source, line, row, message, key
         where = f"{source}:{line}" if line is not None else source
         what = f"row {row}: {message}" if row is not None and line is None else message
-        super().__init__(f"{where}: {KEY}: {what}")
+        super().__init__(f"{where}: {key}: {what}")
+
+    def keyed(self, key: str) -> DataError:
+        """The same problem named under another key (a mixture's ``parameters.datasets[i].path``)."""
+        return DataError(self.source, self.message, self.line, self.row, key)
 
 
 @dataclass
