@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from launcher.doctor.data_checks import data_checks, node_sources
 from launcher.doctor.reply import (
     DiskFacts,
     GpuFacts,
@@ -148,6 +149,8 @@ def evaluate(plan: RunPlan, node: NodePlan, probe: NodeProbe, *, node0_hostname:
         checks.append(_container_check(plan, facts.containers, host))
     if facts.output_dir is not None:
         checks.append(_output_dir_check(facts.output_dir, host))
+    checks += [Check(name, status, detail, fix)
+               for name, status, detail, fix in data_checks(node_sources(plan), facts.data, facts.data_error, host)]
     if node.node_rank == 0:
         checks.append(_port_check(plan, facts.master, host))
     else:
