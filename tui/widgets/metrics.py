@@ -92,7 +92,12 @@ class MetricsPanel(Vertical):
     MetricsPanel #gauges { height: auto; max-height: 8; }
     MetricsPanel.-short Grid { grid-size: 4; height: 4; }
     MetricsPanel.-short #gauges { max-height: 2; }
+    MetricsPanel #mix { height: 1; padding: 0 1; color: $text-muted; display: none; }
+    MetricsPanel #mix.-shown { display: block; }
     """
+
+    mix_shown = ""
+    """What the mixture line says (redrawn only when that changes)."""
 
     def compose(self) -> ComposeResult:
         with Grid():
@@ -100,6 +105,7 @@ class MetricsPanel(Vertical):
             yield MetricSpark("eval loss", "waiting for the first evaluation", id="spark-eval")
             yield MetricSpark("learning rate", id="spark-lr")
             yield MetricSpark("tokens/s", id="spark-tps")
+        yield Label("", id="mix")
         yield Vertical(id="gauges")
 
     def refresh_from(self, view: RunView) -> None:
@@ -108,6 +114,12 @@ class MetricsPanel(Vertical):
         self.query_one("#spark-eval", MetricSpark).show(view.eval_loss)
         self.query_one("#spark-lr", MetricSpark).show(view.lr, ".2e")
         self.query_one("#spark-tps", MetricSpark).show(view.throughput, ".0f")
+        mix = view.mix_words()
+        if mix and mix != self.mix_shown:  # a mixture: each source's share so far (and its weight's)
+            self.mix_shown = mix
+            label = self.query_one("#mix", Label)
+            label.update(f"mix: {mix}")
+            label.set_class(True, "-shown")
         gauges = self.query_one("#gauges", Vertical)
         existing = {g.rank: g for g in gauges.query(MemoryGauge)}
         for rank, mem in sorted(view.memory.items()):

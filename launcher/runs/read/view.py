@@ -20,7 +20,15 @@ from launcher.events import (
     RunStateChanged,
 )
 from launcher.runs.core.triage import classify_line, might_signal
-from trainer.wire.protocol import KIND_RESUME_CHECK, RankMemory, ResumeCheck
+from trainer.wire.protocol import (
+    KIND_DATA,
+    KIND_RESUME_CHECK,
+    DataSummary,
+    RankMemory,
+    ResumeCheck,
+    mix_rows,
+    mix_words,
+)
 
 SERIES_LEN = 600
 LINE_RATE_WINDOW_S = 30
@@ -135,6 +143,10 @@ class RunView:
     """Every rank's own work in the newest step that reported it (seconds, by global rank; built-in trainer)."""
     resume_check: ResumeCheck | None = None
     """The newest resume's check (the built-in trainer's, at the first step after a resume)."""
+    data: DataSummary | None = None
+    """What the run trains on (the built-in trainer's ``data`` record): a mixture's sources and shares."""
+    mix_rows: tuple[int, ...] = ()
+    """A mixture's rows taken from each source, as of the newest step that said."""
 
     def apply(self, event: RunEvent, now: float | None = None) -> None:
         now = time.time() if now is None else now
@@ -200,6 +212,12 @@ class RunView:
         """``resume VERIFIED`` (``RESHARDED``, ``DIFFERS``, ``UNCHECKED``) for the summary line; empty: no resume."""
         return f"resume {self.resume_check.verdict.upper()}" if self.resume_check is not None else ""
 
+    def mix_words(self) -> str:
+        """A mixture's realised share of each source against its weight (empty: one source)."""
+        if self.data is None or not self.data.sources:
+            return ""
+        return mix_words(self.data.sources, self.mix_rows)
+
     def node(self, rank: int) -> NodeView:
         return self.nodes.setdefault(rank, NodeView(rank))
 
@@ -211,8 +229,11 @@ class RunView:
             self.eval_loss.append(r.eval_loss)
         if r.kind == KIND_RESUME_CHECK:
             self.resume_check = ResumeCheck.from_record(r) or self.resume_check
+        if r.kind == KIND_DATA:
+            self.data = DataSummary.from_record(r) or self.data
         if r.kind != "train":
             return
+        self.mix_rows = mix_rows(r) or self.mix_rows
         self.step = max(self.step, r.step)
         at = r.time if r.time is not None and r.time <= now + 60 else now  # a node's clock a little ahead: fine
         if self.first_step_at is None:
