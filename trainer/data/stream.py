@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -137,13 +138,45 @@ class GlobalStream:
             yield row, i, self.position()
 
 
+CHUNK_ROWS = 64
+"""Rows a worker process sends at once."""
+
+
+def _work(stream: GlobalStream, out, parent: int) -> None:
+    """A worker process: the stream's rows, sent in chunks until the rank that started it is gone."""
+    import queue
+
+    def send(item) -> bool:
+        while True:
+            try:
+                out.put(item, timeout=1.0)
+                return True
+            except queue.Full:
+                if os.getppid() != parent:
+                    return False
+
+    chunk: list = []
+    try:
+        for row, source, position in stream:  # arrays, not tensors: pickled whole, no shared-memory handles
+            chunk.append(({k: v.numpy() for k, v in row.items()}, source, position))
+            if len(chunk) >= CHUNK_ROWS:
+                if not send(("rows", chunk)):
+                    return
+                chunk = []
+    except BaseException as err:  # said by the rank, in one line
+        send(("rows", chunk))
+        send(("error", err))
+
+
 class StreamRows:
     """The stream's rows by their number since its start, made ahead of training by a thread of this
-    rank's own: rows are asked for in order (this rank's, and every rank's for the loss's token count
-    and the resume check's hash), and dropped once the step that took them is done."""
+    rank's own (or, with ``processes``, a worker process the thread reads from: its tokenizing then never
+    holds the training thread's interpreter lock): rows are asked for in order (this rank's, and every
+    rank's for the loss's token count and the resume check's hash), and dropped once the step that took
+    them is done."""
 
-    def __init__(self, stream: GlobalStream, identity: str) -> None:
-        self.stream, self.identity = stream, identity
+    def __init__(self, stream: GlobalStream, identity: str, processes: int = 0) -> None:
+        self.stream, self.identity, self.processes = stream, identity, processes
         self.rows: dict[int, tuple[dict[str, torch.Tensor], int, dict[str, Any]]] = {}
         self.base, self.frontier, self.low = 0, 0, 0
         self.base_position = stream.position()
@@ -165,9 +198,27 @@ class StreamRows:
         self.thread = threading.Thread(target=self._produce, name="data-stream", daemon=True)
         self.thread.start()
 
+    def _items(self) -> Iterator[tuple[dict[str, torch.Tensor], int, dict[str, Any]]]:
+        if not self.processes:
+            yield from self.stream
+            return
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        out = context.Queue(maxsize=max(2, LOOKAHEAD_ROWS // CHUNK_ROWS))
+        worker = context.Process(target=_work, args=(self.stream, out, os.getpid()), name="data-stream",
+                                 daemon=True)
+        worker.start()
+        while True:
+            kind, value = out.get()
+            if kind == "error":
+                raise value
+            for row, source, position in value:
+                yield {k: torch.from_numpy(v) for k, v in row.items()}, source, position
+
     def _produce(self) -> None:
         try:
-            for row, source, position in self.stream:
+            for row, source, position in self._items():
                 with self.lock:
                     while self.frontier - self.low >= LOOKAHEAD_ROWS and not self.stopped:
                         self.lock.wait()

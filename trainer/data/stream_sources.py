@@ -149,7 +149,9 @@ class _Table:
         self.path, self.kind, self.remote, self.source = path, kind, remote, source or path
         self.start: Any = 0
         self._table = None
-        self._groups: list[int] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_table": None}  # a worker process maps the file again (never a copy of it)
 
     def _file(self):
         if self.remote:

@@ -84,7 +84,7 @@ def build(cfg: TrainerConfig, tokenizer, packing: bool, why: str) -> RunData:
         described[-1]["summary"] = summary_source
     identity = json.dumps([{k: v for k, v in d.items() if k != "summary"} for d in described] +
                           [tok_id, cfg.max_seq_len, packing, cfg.seed], sort_keys=True, default=str)
-    rows = StreamRows(GlobalStream(streams, shares, cfg.seed, cfg.data.shuffle), identity)
+    rows = StreamRows(GlobalStream(streams, shares, cfg.seed, cfg.data.shuffle), identity, cfg.data.num_workers)
     fmts = {d["format"] for d in described}
     fmt = described[0]["format"]
     summary = DataSummary(examples=0, eval_examples=len(held), format=fmt if len(fmts) == 1 else "mixed",

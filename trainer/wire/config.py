@@ -118,8 +118,8 @@ class DataConfig(_Section):
     shuffle: bool = True
     """Shuffle the order of examples (deterministically, from ``seed``)."""
     num_workers: int = Field(default=0, ge=0)
-    """Streaming: processes per rank that read and tokenize ahead of training (``0``: a thread of the
-    rank's own)."""
+    """Streaming: ``1`` (or more) reads and tokenizes ahead of training in a process of each rank's own;
+    ``0`` in a thread of the rank (its Python work then shares the training thread's interpreter lock)."""
     num_proc: int | None = Field(default=None, gt=0)
     """Processes that tokenize a dataset into the node's cache (once per node); ``null``: the node's
     cores, one per 20,000 rows."""

@@ -42,6 +42,10 @@ class DataError(SettingError):
         what = f"row {row}: {message}" if row is not None and line is None else message
         super().__init__(f"{where}: {key}: {what}")
 
+    def __reduce__(self):
+        """Whole through a pickle (a worker process hands its error to the rank)."""
+        return DataError, (self.source, self.message, self.line, self.row, self.key)
+
     def keyed(self, key: str) -> DataError:
         """The same problem named under another key (a mixture's ``parameters.datasets[i].path``)."""
         return DataError(self.source, self.message, self.line, self.row, key)
