@@ -42,7 +42,7 @@ def features():
     import datasets
 
     return datasets.Features({
-        "input_ids": datasets.List(datasets.Value("int32")), "learned": datasets.List(datasets.Value("uint8")),
+        "input_ids": datasets.Sequence(datasets.Value("int32")), "learned": datasets.Sequence(datasets.Value("uint8")),
         "lost": datasets.Value("int32"), "learned_count": datasets.Value("int32"),
         "error": datasets.Value("string"), "error_rank": datasets.Value("int8"),
         "error_line": datasets.Value("int64"), "error_row": datasets.Value("int64"),
