@@ -169,3 +169,26 @@ def test_a_stream_is_refused_where_it_cannot_stream(sources, tok):
     big = _cfg(sources, data={"streaming": "auto", "streaming_above_gb": 0.0001, "cache_dir": str(sources / "c")})
     data = build(big, tok, packing=True)
     assert data.stream is not None and any("over data.streaming_above_gb" in n for n in data.notes), data.notes
+
+
+def test_a_small_streamed_source_holds_out_its_share_and_an_eval_split_is_its_own(tmp_path, tok):
+    import datasets
+
+    _alpaca(tmp_path / "small.jsonl", 100, 5)
+    rows = [{"text": " ".join(WORDS[: i % 9 + 2])} for i in range(60)]
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows[:40]),
+                          "test": datasets.Dataset.from_list(rows[40:])}).save_to_disk(str(tmp_path / "saved"))
+    cfg = TrainerConfig(model_name="m", output_dir="o", max_seq_len=48, max_steps=2,
+                        datasets=[{"path": str(tmp_path / "small.jsonl")},
+                                  {"path": str(tmp_path / "saved"), "eval_split": "test"}],
+                        data={"streaming": True})
+    data = build(cfg, tok, packing=False)
+    assert "its first 5 rows held out" in data.notes[0]  # 5% of its 100: the default 1,000 would be all of it
+    assert "20 rows of its split 'test' held out" in data.notes[1]
+    assert len(data.eval_rows) == 25
+    order = StreamOrder(data.stream, 1, 0, 10)
+    state = {"epoch": 0, "position": 0}
+    for position in range(1, 31):  # three passes over the small source: it has rows to train on
+        state["position"] = position
+        order.note(state)
+    assert json.loads(state["stream"])["sources"][0][0] >= 1

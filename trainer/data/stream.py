@@ -88,13 +88,26 @@ class SourceStream:
         return rows, piece.after, piece.ended
 
 
-def held_out(reader, tokenize: Tokenize, count: int) -> tuple[list[Example], Any]:
-    """The first ``count`` rows of a source, tokenized (its held-out rows), and where training starts."""
+def held_out(reader, tokenize: Tokenize, count: int, fraction: float) -> tuple[list[Example], Any, int]:
+    """A source's first rows, tokenized (its held-out rows), where training starts, and how many rows
+    were held out: ``count``, or ``fraction`` of the source when it has no more than ``count`` rows (so a
+    small source keeps rows to train on)."""
     if count <= 0:
-        return [], reader.start
+        return [], reader.start, 0
     piece = reader.read(reader.start, count)
+    if piece.ended:
+        count = min(count, max(1, round(len(piece.rows) * fraction))) if len(piece.rows) > 1 else 0
+        piece = reader.read(reader.start, count) if count else piece
+        if not count:
+            return [], reader.start, 0
     examples = tokenize.many(piece.rows) if len(piece.rows) else []
-    return examples, piece.after
+    return examples, piece.after, count
+
+
+def evaluation_rows(reader, tokenize: Tokenize, count: int) -> list[Example]:
+    """Up to ``count`` rows of a source's own evaluation split, tokenized."""
+    piece = reader.read(reader.start, count)
+    return tokenize.many(piece.rows) if len(piece.rows) else []
 
 
 class GlobalStream:

@@ -14,7 +14,7 @@ from trainer.data import token_cache
 from trainer.data.chat import choose_template
 from trainer.data.rows import Tokenize, pad_rows
 from trainer.data.run_data import RunData, eval_note
-from trainer.data.stream import GlobalStream, SourceStream, StreamRows, held_out
+from trainer.data.stream import GlobalStream, SourceStream, StreamRows, evaluation_rows, held_out
 from trainer.data.stream_sources import open_reader, source_size
 from trainer.wire import formats
 from trainer.wire.config import SettingError, TrainerConfig
@@ -68,7 +68,13 @@ def build(cfg: TrainerConfig, tokenizer, packing: bool, why: str) -> RunData:
                                "many (null takes a share of a size that is not known)")
         count = max(1, round(cap * share)) if cap else 0
         try:
-            examples, start = held_out(reader, tokenize, count)
+            if data.eval_split:  # its own evaluation rows: training takes every row of the split it trains on
+                examples, start = evaluation_rows(open_reader(source.path, data.model_copy(
+                    update={"split": data.eval_split})), tokenize, count or cfg.data.eval_max_rows or 0), reader.start
+                said = f"{len(examples):,} rows of its split '{data.eval_split}' held out"
+            else:
+                examples, start, count = held_out(reader, tokenize, count, cfg.data.eval_fraction)
+                said = f"its first {count:,} rows held out"
         except DataError as err:
             raise err.keyed(cfg.source_key(index)) from None
         held += examples
@@ -78,8 +84,7 @@ def build(cfg: TrainerConfig, tokenizer, packing: bool, why: str) -> RunData:
         label = source.label() if cfg.datasets is not None else reader.source
         described.append({"source": reader.source, "format": fmt, "template": template, "mask": data.mask_prompt,
                           "chat": data.chat.model_dump(), "held": count, "share": share})
-        notes.append(f"data: {label}: streamed ({why}): read and tokenized as it is trained on, its first "
-                     f"{count:,} rows held out")
+        notes.append(f"data: {label}: streamed ({why}): read and tokenized as it is trained on, {said}")
         summary_source = SourceSummary(name=label, format=fmt, examples=0, rows=0, share=round(share, 6))
         described[-1]["summary"] = summary_source
     identity = json.dumps([{k: v for k, v in d.items() if k != "summary"} for d in described] +
