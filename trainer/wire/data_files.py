@@ -1,9 +1,10 @@
 """Local dataset files read row by row, each row with the line it came from (standard library; pyarrow
 for parquet and arrow, imported only for them).
 
-The trainer reads a local file here rather than through ``datasets``: a bad row is then named by its
-file and line (``data.jsonl:7: parameters.dataset_name: ...``), and start-up skips the Arrow
-conversion and its cache. ``fsdp-tui validate`` reads the first rows through :func:`peek` (no torch, no
+The trainer reads a local file's rows by these rules, never through ``datasets``' own JSON or CSV
+reader: a bad row is then named by its file and line (``data.jsonl:7: parameters.dataset_name: ...``),
+whichever of the node's tokenizing processes reads it (they parse JSON Lines line by line with
+:func:`json_row`). ``fsdp-tui validate`` reads the first rows through :func:`peek` (no torch, no
 ``datasets``), so the launcher and the trainer apply one rule to the same file.
 """
 
