@@ -215,12 +215,12 @@ def script(code: str, *args: str) -> dict:
     return json.loads(found[-1][len("RESULT "):])
 
 
-def old_trainer(work: Path, commit: str) -> Path:
+def old_trainer(work: Path, commit: str, repo: Path) -> Path:
     """The trainer as it was at ``commit`` (its ``trainer/`` from the object store; nothing checked out)."""
     target = work / f"old-{commit}"
     if not (target / "trainer").exists():
         target.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "trainer"], capture_output=True, check=True)
+        archive = subprocess.run(["git", "-C", str(repo), "archive", commit, "trainer"], capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
     return target
 
@@ -230,6 +230,7 @@ def main() -> int:
     ap.add_argument("--rows", type=int, nargs="+", default=[200_000, 1_000_000])
     ap.add_argument("--old-rows", type=int, default=50_000)
     ap.add_argument("--old-commit", default="0071383")
+    ap.add_argument("--repo", type=Path, default=ROOT, help="the git repository that holds --old-commit")
     ap.add_argument("--mix-rows", type=int, default=100_000)
     ap.add_argument("--mix-steps", type=int, default=40)
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "fsdp-bench-data")
@@ -277,7 +278,7 @@ def main() -> int:
                 script(TRL_PREP, str(data), model, str(trl_cache), "2", str(work / "trl-out")))
     if "old" not in skip:
         data = alpaca_rows(work / f"alpaca-{args.old_rows}.jsonl", args.old_rows)
-        old = old_trainer(work, args.old_commit)
+        old = old_trainer(work, args.old_commit, args.repo)
         params = {**base, "dataset_name": str(data), "data": {"format": "alpaca"}}
         say(f"trainer at {args.old_commit}, {args.old_rows:,} rows", trainer_run(work, "old", params, env, old))
         cache = work / f"cache-old-{args.old_rows}"
