@@ -272,3 +272,23 @@ def test_the_first_bad_row_is_named_as_a_whole_file_reader_names_it_whatever_pro
 def test_rows_of_a_part_are_named_by_their_place_in_the_source():
     rows = Rows([{"a": 1}, {"a": 2}], "d.parquet", first=1000)
     assert str(rows.error(1, "bad")) == "d.parquet: parameters.dataset_name: row 1002: bad"
+
+
+def test_a_cache_that_cannot_be_written_is_said_in_one_line(tmp_path):
+    import errno
+
+    def full(work):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(SettingError) as err:
+        token_cache.obtain(tmp_path / "cache", "k", full)
+    assert str(err.value) == (f"parameters.data.cache_dir: cannot write the token cache in {tmp_path}/cache: No space "
+                              "left on device (free space there, or point data.cache_dir or $FSDP_TUI_DATA_CACHE at a "
+                              "disk that has it)")
+    assert not list((tmp_path / "cache").glob(".build-*")) and not (tmp_path / "cache" / "k").exists()
+
+    def lost(work):
+        raise FileNotFoundError(errno.ENOENT, "gone")  # not the cache's own trouble: as it is
+
+    with pytest.raises(FileNotFoundError):
+        token_cache.obtain(tmp_path / "cache", "k", lost)

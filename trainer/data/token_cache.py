@@ -18,6 +18,7 @@ Where: ``parameters.data.cache_dir``, else ``$FSDP_TUI_DATA_CACHE``, else ``~/.c
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainer.wire.config import SettingError
 from trainer.wire.data_files import DataError
 
 CACHE_ENV = "FSDP_TUI_DATA_CACHE"
@@ -67,7 +69,23 @@ class Obtained:
     """Another process was building it when this one asked (another rank of the node): it waited."""
 
 
+_UNWRITABLE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+
+
 def obtain(root: Path, key: str, build: Callable[[Path], dict[str, Any]]) -> Obtained:
+    """:func:`build_or_read`, with a cache that cannot be written (a full disk, a read-only folder) said in
+    one line naming the setting that moves it."""
+    try:
+        return build_or_read(root, key, build)
+    except OSError as err:
+        if err.errno not in _UNWRITABLE:
+            raise
+        raise SettingError(f"parameters.data.cache_dir: cannot write the token cache in {root}: "
+                           f"{err.strerror or err} (free space there, or point data.cache_dir or "
+                           f"${CACHE_ENV} at a disk that has it)") from None
+
+
+def build_or_read(root: Path, key: str, build: Callable[[Path], dict[str, Any]]) -> Obtained:
     """The finished folder of ``key`` under ``root``; built here by ``build(folder)`` (which fills the
     folder and returns what ``meta.json`` records) when no process has built it yet. A build that found
     a problem in the data (a :class:`DataError`: the same for everyone who builds this key) is
