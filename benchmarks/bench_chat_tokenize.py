@@ -1,5 +1,6 @@
 """Chat tokenization: the one-render rule (``trainer.data.chat.ChatTokens``: one render of the whole
-conversation, one more per assistant turn to find its text, one tokenization) against the prefix renders
+conversation, three more per assistant turn to find it whole (the turn as the last one, with a probe in its
+place, its generation prompt), one tokenization) against the prefix renders
 it replaced (one render and one tokenization of ``messages[:i+1]`` for every message ``i``), side by side
 on the same conversations and tokenizer. Prints the load average with its figures.
 

@@ -141,6 +141,16 @@ class StacksDumped:
 
 
 @dataclass(frozen=True)
+class NodeSwapped:
+    """The run's owner replaced a failed node (a spare, an excluded SLURM node, or none: the run shrank), or a
+    swap settled (the first step after it came, the resume checked): the swap as the run's ``swaps.json``
+    keeps it (``launcher.runs.core.swaps.Swap.to_dict``; readers decode it with ``Swap.from_wire``)."""
+
+    run_id: str
+    swap: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class RunFinished:
     run_id: str
     state: RunState
@@ -149,7 +159,7 @@ class RunFinished:
 
 
 RunEvent = (RunStateChanged | NodeStateChanged | NodeLines | MetricsRecorded | GpuTelemetry | NodeUsage
-            | StacksDumped | RunFinished)
+            | StacksDumped | NodeSwapped | RunFinished)
 
 
 def event_to_dict(event: RunEvent) -> dict[str, Any]:
@@ -164,7 +174,7 @@ def event_to_dict(event: RunEvent) -> dict[str, Any]:
 
 
 _EVENT_TYPES = {cls.__name__: cls for cls in (RunStateChanged, NodeStateChanged, NodeLines, MetricsRecorded,
-                                              GpuTelemetry, NodeUsage, StacksDumped, RunFinished)}
+                                              GpuTelemetry, NodeUsage, StacksDumped, NodeSwapped, RunFinished)}
 
 
 def event_from_dict(data: dict[str, Any]) -> RunEvent | None:

@@ -17,8 +17,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-BUILTIN = "builtin:"
-ASSET_VERSION = "v1"
+from trainer.wire import builtin_assets
+
+BUILTIN = builtin_assets.PREFIX
+ASSET_VERSION = "v2"
+"""v2: the tokenizer puts ``<s>`` before a text itself, as Llama's does (v1 declared it and never added it)."""
 DATA_DIR = Path(__file__).parent / "data"
 DATASETS = {"tiny-alpaca": DATA_DIR / "tiny_alpaca.jsonl"}
 MODELS = {"tiny-llama": (64, 192), "small-llama": (512, 1536)}
@@ -107,7 +110,7 @@ def _corpus() -> list[str]:
 
 
 def _train_tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<pad>", "<s>", "</s>", "<unk>"]
@@ -117,6 +120,8 @@ def _train_tokenizer():
     trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(_corpus(), trainer=trainer)
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                       special_tokens=[("<s>", tok.token_to_id("<s>"))])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
                                    pad_token="<pad>", unk_token="<unk>")
     fast.chat_template = CHAT_TEMPLATE

@@ -59,8 +59,8 @@ def choose(cfg: TrainerConfig) -> Choices:
     hf_config = model.hf_config(cfg.model_name, cfg.model)
     device_kind = "cuda" if torch.cuda.is_available() else "cpu"
     support = model.attention_support(hf_config, cfg.model_name, cfg.model)
-    coefficient, note = router_loss.choose(hf_config, cfg.model.router_aux_loss)
-    choice = attention.choose(cfg, hf_config.to_dict(), support, torch.device(device_kind), coefficient is not None)
+    coefficient, note = router_loss.choose(hf_config, cfg.model.router_aux_loss, support.router_loss)
+    choice = attention.choose(cfg, hf_config.to_dict(), support, torch.device(device_kind))
     return Choices(hf_config, choice, coefficient, note)
 
 

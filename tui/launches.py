@@ -72,6 +72,9 @@ class Launches:
         if isinstance(outcome, AlreadyLaunched):
             app.notify(f"idempotency_token was launched before as run {outcome.run_id}: not launched again",
                        timeout=8)
+        continues = getattr(outcome, "continues", None)
+        if continues is not None:  # said as it starts: which run it continues, from which step
+            app.notify(f"run {outcome.run_id} {continues.words()}", timeout=10)
         self.started.append(outcome.run_id)
         self.open_run(outcome.run_id)
         if from_run is None and path is not None and outcome.plan.workload.sweep is not None:

@@ -19,7 +19,7 @@ from textual.message import Message
 
 if TYPE_CHECKING:
     from launcher.api.nettests import Measured
-    from launcher.api.runs import RankReport, RunStats, RunSummary
+    from launcher.api.runs import RankReport, RunKind, RunStats, RunSummary
     from launcher.api.sweeps import SweepRecord
     from launcher.workload.complete import Sources
     from launcher.workload.fixes import Fix
@@ -108,6 +108,8 @@ class RunsRead(Message, bubble=False):
 
     runs: list[RunSummary]
     sweeps: list[SweepRecord]
+    kinds: dict[str, RunKind] = field(default_factory=dict)
+    """Each run's kind by its id (a probe, a nettest, a resume that trained nothing)."""
 
 
 @dataclass
@@ -120,6 +122,13 @@ class LostNodesReaped(Message, bubble=False):
 @dataclass
 class NetworkKnown(Message, bubble=False):
     """The newest interconnect test of a run's nodes, in words for the monitor's header."""
+
+    text: str
+
+
+@dataclass
+class ContinuedKnown(Message, bubble=False):
+    """The run another run's checkpoint continues (``continues run X from step N``), for the monitor."""
 
     text: str
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
+    from launcher.runs.core.continuing import Continuation
     from launcher.runs.launch import Resumed
     from launcher.workload.load import Planned
     from launcher.workload.overrides import Override
@@ -25,6 +26,8 @@ class Launched:
 
     run_id: str
     plan: RunPlan
+    continues: Continuation | None = None
+    """The run it continues (``resume``, or a ``resume: auto`` that found another run's checkpoint): say it."""
 
 
 @dataclass(frozen=True)
@@ -45,10 +48,12 @@ class AlreadyLaunched:
 class Refused:
     """Nothing was launched, nor recorded; :attr:`reasons` says why, one line each."""
 
-    stage: Literal["invalid", "blocked", "checks", "output_dir"]
+    stage: Literal["invalid", "blocked", "checks", "output_dir", "finished"]
     """``invalid``: the workload has errors (:attr:`planned` has them at their lines); ``blocked``: its plan
     cannot run as written; ``checks``: a missing secret, an unknown host key, or (unless forced) what the
-    cheap checks refuse; ``output_dir``: another workload's run uses its ``output_dir`` on that node."""
+    cheap checks refuse; ``output_dir``: another workload's run uses its ``output_dir`` on that node;
+    ``finished``: its ``resume: auto`` would continue a run that trained every step it would (nothing left
+    to train: ``--fresh`` starts afresh)."""
     reasons: tuple[str, ...]
     planned: Planned | None = None
     forced: bool = False
@@ -62,12 +67,20 @@ LaunchOutcome = Launched | Refused | AlreadyLaunched
 def launch(home: Path, source: Path | Planned | RunPlan | Resumed, overrides: Sequence[Override] = (), *,
            force: bool = False, idempotent: bool = True) -> LaunchOutcome:
     """:meth:`launcher.api.runs.Runs.launch` in the data dir ``home``."""
-    from launcher.runs.launch import LaunchRefused, Resumed, check_room, launch_refusals, start_run
+    from launcher.runs.core.continuing import lineage_runs, with_lineage
+    from launcher.runs.launch import (
+        LaunchRefused,
+        Resumed,
+        check_room,
+        continuation_of,
+        launch_refusals,
+        start_run,
+    )
     from launcher.workload.load import Planned, plan_file
 
-    bring = None
+    bring, continues = None, None
     if isinstance(source, Resumed):
-        source, bring, idempotent = source.planned, source.bring, False
+        source, bring, continues, idempotent = source.planned, source.bring, source.continues, False
     if isinstance(source, Path):
         source = plan_file(source, overrides, home=home)
     planned = source if isinstance(source, Planned) else None
@@ -81,8 +94,16 @@ def launch(home: Path, source: Path | Planned | RunPlan | Resumed, overrides: Se
     said = asyncio.run(launch_refusals(plan, home, force=force))
     if said:
         return Refused("checks", tuple(said), planned, forced=force)
+    if continues is None:
+        continues = asyncio.run(continuation_of(plan))
+        if continues is not None and continues.nothing_left:
+            where = f"{plan.output_dir} on {plan.nodes[0].host_display}"
+            return Refused("finished", (continues.refusal(where),), planned, forced=force)
+        if continues is not None:  # the trainer reads that run's checkpoint only as this run's lineage
+            plan = with_lineage(plan, lineage_runs(home, continues.run_id))
     try:
-        run_id = start_run(plan, home, force=force, idempotent=idempotent, resume_from=bring)
+        run_id = start_run(plan, home, force=force, idempotent=idempotent, resume_from=bring,
+                           continues=continues.to_option() if continues else None)
     except LaunchRefused as err:
         return Refused("output_dir", (str(err),), planned, forced=force)
-    return Launched(run_id, plan) if run_id == plan.run_id else AlreadyLaunched(run_id, plan)
+    return Launched(run_id, plan, continues) if run_id == plan.run_id else AlreadyLaunched(run_id, plan)

@@ -1,6 +1,7 @@
 """What is on the nodes besides a run's own work: the leftovers of runs whose nodes were lost (reaped once
 the node answers again), the processes holding GPU memory (ours, of ended runs, or not ours), the nodes'
-host keys, and the ``ssh`` command line that opens a shell on a run's node."""
+host keys, the ``ssh`` command line that opens a shell on a run's node, and the hosts that keep failing
+(quarantined after ``recovery.quarantine_after`` failures, until lifted)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from launcher.backends.base import NodeError, Reach
     from launcher.backends.ssh.common import SshConfigError
     from launcher.backends.ssh.hostkeys import KeyCheck
+    from launcher.runs.core.quarantine import HostHealth
     from launcher.runs.gpu_holders import GpuHolder, NodeHolders
     from launcher.workload.plan import RunPlan
 
@@ -22,10 +24,11 @@ __getattr__ = lazy_names(__name__, {
     "launcher.backends.base": ("NodeError", "Reach"),
     "launcher.backends.ssh.common": ("SshConfigError",),
     "launcher.backends.ssh.hostkeys": ("KeyCheck",),
+    "launcher.runs.core.quarantine": ("HostHealth",),
     "launcher.runs.gpu_holders": ("GpuHolder", "NodeHolders"),
 })
 
-__all__ = ["GpuHolder", "GpuHolders", "HostUnreachable", "KeyCheck", "NodeError", "NodeHolders", "Nodes", "Reach",
+__all__ = ["GpuHolder", "GpuHolders", "HostHealth", "HostUnreachable", "KeyCheck", "NodeError", "NodeHolders", "Nodes", "Reach",
            "SshConfigError"]
 
 
@@ -59,6 +62,19 @@ class Nodes:
 
     def __init__(self, home: Path) -> None:
         self.home = Path(home)
+
+    def health(self) -> list[HostHealth]:
+        """Every host a run's owner counted a failure of (swapped out, or a spare that failed the doctor),
+        quarantined ones first."""
+        from launcher.runs.core.quarantine import hosts
+
+        return hosts(self.home)
+
+    def lift(self, host: str) -> HostHealth | None:
+        """``host`` out of quarantine and its failures forgotten; what was known of it (``None``: nothing)."""
+        from launcher.runs.core.quarantine import lift
+
+        return lift(self.home, host)
 
     def reap_lost(self) -> list[str]:
         """Stop and sweep what runs left on nodes that were lost while they ran and answer again now (each

@@ -16,8 +16,10 @@ if TYPE_CHECKING:
     from launcher.runs.core.rebuild import RebuildReport
     from launcher.runs.core.user_settings import SettingsError
     from launcher.secrets import SecretStore
+    from launcher.workload.load import Planned
     from launcher.workload.notify import Notify
     from launcher.workload.plan import RunPlan
+    from launcher.workload.problems import Problem
 
 __getattr__ = lazy_names(__name__, {
     "launcher.eject.targets": ("Ejected",),
@@ -85,6 +87,24 @@ class Records:
         from launcher.runs.core.output_dirs import output_dir_users
 
         return output_dir_users(self.home, plan)
+
+    def quarantine_problems(self, planned: Planned) -> list[Problem]:
+        """A warning at each host and spare of ``planned``'s workload that this data dir has quarantined (a
+        launch on such a host is refused, a quarantined spare is never used), at the line that names it."""
+        from launcher.runs.core.quarantine import quarantined
+
+        w = planned.result.workload
+        held = quarantined(self.home) if w is not None else {}
+        if not held or w is None:
+            return []
+        out = []
+        for key, hosts in (("hosts", w.compute.hosts), ("spares", w.compute.spares)):
+            for i, host in enumerate(hosts):
+                if host in held:
+                    use = "a launch on it is refused" if key == "hosts" else "it is never used as a spare"
+                    out.append(planned.result.problem(("compute", key, i), "warning", f"{held[host].words()}: {use}",
+                                                      f"fsdp-tui quarantine lift {host} once the machine is fixed"))
+        return out
 
     def send_sample_notification(self, workload_notify: Notify | None = None) -> list[Delivery]:
         """A sample run summary sent to every sink of the user settings (and of ``workload_notify``): what

@@ -65,10 +65,28 @@ class RunFiles:
         return cleaned(run_dir(self.home, run_id)) is not None
 
     def left_behind(self, run_id: str) -> list[str]:
-        """Where the run's files stay once its record is forgotten, each with the command that removes it."""
-        from launcher.runs.cleanup import files_left
+        """Where the run's files stay once its record is forgotten, each with a command that removes it and
+        needs no record (the user's own ``rm``, or ``ssh`` to the node as the launch reached it): say them
+        before the record goes."""
+        import shlex
 
-        return files_left(self.home, run_id)
+        from launcher.paths import run_dir
+        from launcher.runs.cleanup import files_left
+        from launcher.runs.core.layout import load_plan
+
+        try:
+            plan = load_plan(run_dir(self.home, run_id))
+        except (OSError, ValueError, KeyError):
+            plan = None  # recorded before plans were kept: a plain ssh line
+        out = []
+        for left in files_left(self.home, run_id):
+            if left.rank is None:
+                out.append(f"its files here stay: {left.path} ({left.size}: checkpoints, exports, outputs); "
+                           f"remove them: rm -r {shlex.quote(left.path)}")
+            else:
+                out.append(f"its files on {left.where} stay there: {left.path}; remove them: "
+                           f"{_removal(plan, left.rank, left.path, left.host)}")
+        return out
 
     def folders(self, run_id: str) -> list[str]:
         """Where the run's files are, one line each (its folder here with its size; each other node's run
@@ -89,3 +107,22 @@ class RunFiles:
         out += [f"node {n.node_rank} ({n.host}): {n.node_dir}" for n in record.nodes
                 if not n.node_dir.startswith(str(self.home))]
         return out
+
+
+def _removal(plan, rank: int, node_dir: str, recorded_host: str) -> str:
+    """The user's own ``ssh`` line that removes a run's folder on node ``rank`` (``<root>/runs/<run>``, which
+    holds that node's ``node-<rank>``), as the launch reached the node; a plain one without a plan."""
+    import shlex
+
+    runs, run, _node = node_dir.rstrip("/").rsplit("/", 2)
+    try:
+        from launcher.backends.ssh.shell import ssh_argv
+
+        host = plan.nodes[rank].host if plan is not None else None
+        if plan is not None and host is not None:
+            return shlex.join(ssh_argv(host, plan.workload.ssh, runs, ["rm", "-r", "--", run]))
+    except Exception:  # noqa: BLE001 - an ssh config that cannot be read: the plain line below
+        pass
+    folder = f"{runs}/{run}"
+    where = "~/" + shlex.quote(folder[2:]) if folder.startswith("~/") else shlex.quote(folder)  # the node's home
+    return f"ssh {shlex.quote(recorded_host)} rm -r -- {where}"

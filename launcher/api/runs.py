@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from launcher.events import RunEvent
+    from launcher.runs.core.continuing import FRESH, Continuation
     from launcher.runs.core.layout import FORCED_NOTE, TRIAGE, ResumeCheck
+    from launcher.runs.core.run_kind import RunKind
     from launcher.runs.core.safe_step import NONE_YET, SafeStep
     from launcher.runs.core.samples import SampleSet
     from launcher.runs.core.space import RecordUnwritable
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from launcher.runs.read.ranks import THRESHOLD, RankReport, RankTimes
     from launcher.runs.read.report import RunReport
     from launcher.runs.read.samples_view import history_lines, side_by_side_at, side_lines
+    from launcher.runs.read.stop_output import StopOutput, stopped_line
     from launcher.runs.read.view import RunView, fmt_duration
     from launcher.workload.load import Planned
     from launcher.workload.overrides import Override
@@ -39,7 +42,9 @@ from launcher.api._lazy import lazy_names
 from launcher.api.launching import AlreadyLaunched, Launched, LaunchOutcome, Refused
 
 _FROM = {
+    "launcher.runs.core.continuing": ("FRESH", "Continuation"),
     "launcher.runs.core.layout": ("FORCED_NOTE", "TRIAGE", "ResumeCheck"),
+    "launcher.runs.core.run_kind": ("RunKind",),
     "launcher.runs.core.safe_step": ("NONE_YET", "SafeStep"),
     "launcher.runs.core.samples": ("SampleSet",),
     "launcher.runs.core.space": ("RecordUnwritable",),
@@ -55,6 +60,7 @@ _FROM = {
     "launcher.runs.read.ranks": ("THRESHOLD", "RankReport", "RankTimes"),
     "launcher.runs.read.report": ("RunReport",),
     "launcher.runs.read.samples_view": ("history_lines", "side_by_side_at", "side_lines"),
+    "launcher.runs.read.stop_output": ("StopOutput", "stopped_line"),
     "launcher.runs.read.view": ("RunView", "fmt_duration"),
 }
 """The core's types and pure helpers this door hands out, each loaded on first use (a command that only
@@ -63,12 +69,12 @@ __getattr__ = lazy_names(__name__, _FROM)
 
 
 __all__ = [
-    "COLUMNS", "ComparisonFormat", "FORCED_NOTE", "NONE_YET", "THRESHOLD", "THRESHOLDS", "TRIAGE", "AlreadyLaunched", "CancelReport",
+    "COLUMNS", "ComparisonFormat", "Continuation", "FORCED_NOTE", "FRESH", "NONE_YET", "THRESHOLD", "THRESHOLDS", "TRIAGE", "AlreadyLaunched", "CancelReport",
     "Column", "FollowGaveUp", "LaunchOutcome", "Launched", "NodeRecord", "NodeRow", "RankReport", "RankTimes",
-    "RecordUnwritable", "Refused", "ResumeCheck", "Resumed", "RunListed", "RunNotFound", "RunRecord", "RunReport",
-    "RunStats", "RunSummary", "RunView", "Runs", "SafeStep", "SampleSet", "Sent", "Signature", "StackDumps", "StoreDamaged",
-    "TriageReport", "Usage", "classify_line", "fmt", "fmt_duration", "history_lines", "might_signal", "node_rows",
-    "side_by_side_at", "side_lines",
+    "RecordUnwritable", "Refused", "ResumeCheck", "Resumed", "RunKind", "RunListed", "RunNotFound", "RunRecord", "RunReport",
+    "RunStats", "RunSummary", "RunView", "Runs", "SafeStep", "SampleSet", "Sent", "Signature", "StackDumps", "StopOutput",
+    "StoreDamaged", "TriageReport", "Usage", "classify_line", "fmt", "fmt_duration", "history_lines", "might_signal",
+    "node_rows", "side_by_side_at", "side_lines", "stopped_line",
 ]
 
 
@@ -88,6 +94,8 @@ class RunListed:
     """Its newest resume's check; ``None``: it did not resume."""
     owner_note: str
     """What its owner says it waits for (``waiting for room: ...``); empty when it says nothing."""
+    kind: RunKind
+    """A probe, an interconnect test, or a training run (and whether a resume trained nothing)."""
 
 
 class Runs:
@@ -120,6 +128,7 @@ class Runs:
 
         from launcher.runs.core.layout import PLAN, read_resume_check
         from launcher.runs.core.ownership import owner_note
+        from launcher.runs.core.run_kind import run_kind
         from launcher.runs.core.usage import usage_of_record
         from launcher.runs.core.user_settings import SettingsError, load_user_settings
 
@@ -138,8 +147,15 @@ class Runs:
             usage = usage_of_record(record, plan.get("workload"), prices, now) if record else None
             note = "" if summary.state.is_final else owner_note(self.home, summary.run_id)
             check = read_resume_check(record.directory) if record else None
-            out.append(RunListed(summary, usage, check, note))
+            out.append(RunListed(summary, usage, check, note, run_kind(self.home, summary)))
         return out
+
+    def kinds(self, summaries: Sequence[RunSummary]) -> list[RunKind]:
+        """Each run's kind, in the order given: a probe, an interconnect test, a training run, a resume that
+        trained nothing (the app's run table marks them). Reads each run's folder: call it off the UI's loop."""
+        from launcher.runs.core.run_kind import run_kind
+
+        return [run_kind(self.home, s) for s in summaries]
 
     def get(self, run_id: str) -> RunRecord | None:
         """The run's record (summary, state changes, nodes, its folder); ``None`` when there is no such run."""
@@ -197,12 +213,22 @@ class Runs:
         return replace(report, nettest=newest_for(self.home, [n.host for n in report.nodes], besides=run_id),
                        last_safe_step=self.last_safe_step(run_id))
 
-    def last_safe_step(self, run_id: str) -> SafeStep | None:
-        """The newest complete checkpoint, asked of the node that holds it (blocks up to ~15 s: call it from
-        a thread in an event loop); ``None`` for a run without ``output_dir``."""
+    def continued(self, run_id: str) -> str:
+        """``continues run X from step N (NAME)`` when the run continues another run's checkpoint (its launch
+        recorded which: ``resume``, or a ``resume: auto`` that found one); empty otherwise."""
+        from launcher.runs.core.continuing import recorded
+
+        found = recorded(self.record(run_id).directory)
+        return found.words() if found is not None else ""
+
+    def last_safe_step(self, run_id: str, *, ask_node: bool = True) -> SafeStep | None:
+        """The run's own newest complete checkpoint: what its owner recorded (an ended run's, each gathered
+        save of a live one), else asked of the node that holds it (blocks up to ~15 s: call it from a thread
+        in an event loop); ``None`` for a run without ``output_dir``, and, without ``ask_node``, when nothing
+        is recorded (no node is asked then: cheap enough to call every second)."""
         from launcher.runs.core.safe_step import last_safe_step
 
-        return asyncio.run(last_safe_step(self.home, run_id))
+        return asyncio.run(last_safe_step(self.home, run_id, ask_node=ask_node))
 
     def compare(self, run_ids: Sequence[str], labels: dict[str, str] | None = None) -> list[RunStats]:
         """The runs side by side: throughput, memory, losses, one row each (``fsdp-tui compare``)."""

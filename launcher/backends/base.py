@@ -34,6 +34,7 @@ from launcher.backends.replies import (
 from launcher.events import GpuSample
 from launcher.workload.ckpt_place import CheckpointPlace
 from launcher.workload.plan import RunPlan
+from trainer.wire.ckpt_digest import Differs
 
 __all__ = [
     "STREAM_FILES", "AgentStartFailed", "Backend", "CheckpointFiles", "CheckpointListing", "DirectCopy",
@@ -103,10 +104,29 @@ class CheckpointFiles(Protocol):
         """Each copy checked against ``(size, sha256)`` and named; ``NodeError`` when one differs."""
         ...
 
-    async def unpart(self, root: str, name: str) -> None: ...
+    async def unpart(self, root: str, name: str, files: list[str] | None = None) -> None:
+        """Copies that never took their name removed: those of ``files`` only, or every one."""
+        ...
 
-    async def drop(self, root: str, name: str) -> None:
-        """This machine's part of a checkpoint removed (a whole copy holds it elsewhere)."""
+    async def drop(self, root: str, name: str, writer: str | None = None) -> None:
+        """This machine's part of a checkpoint removed (a whole copy holds it elsewhere); with ``writer``,
+        only when its ``meta.json`` names that run or none."""
+        ...
+
+    async def verify(self, root: str, name: str) -> tuple[Differs, ...]:
+        """The checkpoint's bytes there against the trainer's digests; what differs is marked there."""
+        ...
+
+    async def mark(self, root: str, name: str, differs: tuple[Differs, ...]) -> None:
+        """Files found to differ (by a copy's own hash) marked in the checkpoint: it is not whole then."""
+        ...
+
+    async def forget(self, root: str, name: str, files: list[str]) -> None:
+        """Files a failed gather had copied into the checkpoint removed again."""
+        ...
+
+    async def room(self, root: str) -> int:
+        """Bytes free where ``root`` is (or would be made)."""
         ...
 
 
@@ -193,7 +213,11 @@ class Backend(Protocol):
         """The checkpoints of ``output_dir`` on node ``rank`` (or in its folder ``root``: a gather's holder)."""
         ...
 
-    async def delete_checkpoint(self, output_dir: str, name: str, rank: int = 0, root: str | None = None) -> None: ...
+    async def delete_checkpoint(self, output_dir: str, name: str, rank: int = 0, root: str | None = None, *,
+                                writer: str | None = None, continues: tuple[str, ...] = ()) -> None:
+        """Remove the checkpoint ``name`` for the run ``writer`` (continuing ``continues``), when the
+        ownership rule lets that run remove it (the node asks it again)."""
+        ...
 
     async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None,
                                 merged: bool = False, rank: int = 0, root: str | None = None,

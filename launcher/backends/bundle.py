@@ -1,5 +1,6 @@
 """The agent as it travels: a zip of ``launcher/backends/agent`` (as package ``fsdp_tui_agent``) and the
-shared checkpoint layout, plus the boot script that installs it on a node and starts serving.
+shared checkpoint rules (layout and completeness, digests, ownership), plus the boot script that installs
+it on a node and starts serving.
 
 The boot script is the whole command line (``PYTHON -c BOOT NODE_DIR BUILD``); the zip follows on
 stdin (a length line, then the bytes), so a node needs no upload before its first request.
@@ -15,7 +16,9 @@ import zipfile
 from pathlib import Path
 
 AGENT_DIR = Path(__file__).with_name("agent")
-LAYOUT = Path(__file__).resolve().parents[2] / "trainer" / "wire" / "ckpt_layout.py"
+WIRE = Path(__file__).resolve().parents[2] / "trainer" / "wire"
+RULES = ("ckpt_layout.py", "ckpt_digest.py", "ckpt_owner.py")
+"""The checkpoint rules the agent applies, carried as they are (standard library only)."""
 PACKAGE = "fsdp_tui_agent"
 
 BOOT = """import errno, os, shutil, sys
@@ -56,9 +59,10 @@ _STAMP = (2020, 1, 1, 0, 0, 0)
 def agent_zip() -> tuple[bytes, str]:
     """The zip's bytes and its build id (a hash of its content; the same sources give the same zip)."""
     entries = {f"{PACKAGE}/{p.name}": p.read_bytes() for p in sorted(AGENT_DIR.glob("*.py"))}
-    entries["trainer/__init__.py"] = b'"""The checkpoint layout only (the agent\'s copy)."""\n'
-    entries["trainer/wire/__init__.py"] = b'"""The checkpoint layout only (the agent\'s copy)."""\n'
-    entries["trainer/wire/ckpt_layout.py"] = LAYOUT.read_bytes()
+    entries["trainer/__init__.py"] = b'"""The checkpoint rules only (the agent\'s copy)."""\n'
+    entries["trainer/wire/__init__.py"] = b'"""The checkpoint rules only (the agent\'s copy)."""\n'
+    for name in RULES:
+        entries[f"trainer/wire/{name}"] = (WIRE / name).read_bytes()
     entries["__main__.py"] = _ROOT_MAIN.encode()
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:

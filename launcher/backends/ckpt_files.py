@@ -10,7 +10,25 @@ from launcher.backends.agent import checkpoints as agent_checkpoints
 from launcher.backends.agent import ckpt_files
 from launcher.backends.agent_client import AgentLink
 from launcher.backends.base import CheckpointListing, ExportResult, NodeError
+from launcher.untrusted import printable
+from trainer.wire.ckpt_digest import Differs
 from trainer.wire.ckpt_layout import plain_name
+
+
+def _differs(header: dict) -> tuple[Differs, ...]:
+    """A node's ``ckpt_verify`` answer: ``[file, node, why]`` entries of another shape are left out."""
+    found = header.get("differs")
+    out = []
+    for entry in found if isinstance(found, list) else ():
+        if (isinstance(entry, list) and len(entry) == 3 and plain_name(entry[0]) and isinstance(entry[1], int)
+                and not isinstance(entry[1], bool) and entry[1] >= 0 and isinstance(entry[2], str)):
+            out.append(Differs(entry[0], entry[1], printable(entry[2])[:300]))
+    return tuple(out)
+
+
+def _free(header: dict) -> int:
+    free = header.get("free")
+    return free if isinstance(free, int) and not isinstance(free, bool) and free >= 0 else 0
 
 
 def _files(header: dict) -> tuple[dict[str, int], str | None]:
@@ -51,11 +69,26 @@ class NodeCheckpointFiles:
         await self.link.call("ckpt_seal", root=root, name=name, sums={k: list(v) for k, v in sums.items()},
                              env=self.env)
 
-    async def unpart(self, root: str, name: str) -> None:
-        await self.link.call("ckpt_unpart", root=root, name=name, env=self.env)
+    async def unpart(self, root: str, name: str, files: list[str] | None = None) -> None:
+        await self.link.call("ckpt_unpart", root=root, name=name, env=self.env, files=files)
 
-    async def drop(self, root: str, name: str) -> None:
-        await self.link.call("ckpt_drop", root=root, name=name, env=self.env)
+    async def drop(self, root: str, name: str, writer: str | None = None) -> None:
+        await self.link.call("ckpt_drop", root=root, name=name, env=self.env, writer=writer)
+
+    async def verify(self, root: str, name: str) -> tuple[Differs, ...]:
+        header, _ = await self.link.call("ckpt_verify", root=root, name=name, env=self.env)
+        return _differs(header)
+
+    async def mark(self, root: str, name: str, differs: tuple[Differs, ...]) -> None:
+        await self.link.call("ckpt_mark", root=root, name=name, differs=[[d.file, d.node] for d in differs],
+                             env=self.env)
+
+    async def forget(self, root: str, name: str, files: list[str]) -> None:
+        await self.link.call("ckpt_forget", root=root, name=name, files=files, env=self.env)
+
+    async def room(self, root: str) -> int:
+        header, _ = await self.link.call("ckpt_room", root=root, env=self.env)
+        return _free(header)
 
     # -- straight from node to node (DirectCopy) -------------------------------------------------
 
@@ -106,11 +139,23 @@ class HereCheckpointFiles:
     async def seal(self, root: str, name: str, sums: dict[str, tuple[int, str]]) -> None:
         await self._call(ckpt_files.seal, root, name, sums)
 
-    async def unpart(self, root: str, name: str) -> None:
-        await self._call(ckpt_files.unpart, root, name)
+    async def unpart(self, root: str, name: str, files: list[str] | None = None) -> None:
+        await self._call(ckpt_files.unpart, root, name, files)
 
-    async def drop(self, root: str, name: str) -> None:
-        await self._call(ckpt_files.drop, root, name)
+    async def drop(self, root: str, name: str, writer: str | None = None) -> None:
+        await self._call(ckpt_files.drop, root, name, writer)
+
+    async def verify(self, root: str, name: str) -> tuple[Differs, ...]:
+        return _differs(await self._call(ckpt_files.verify, root, name))
+
+    async def mark(self, root: str, name: str, differs: tuple[Differs, ...]) -> None:
+        await self._call(ckpt_files.mark, root, name, [[d.file, d.node] for d in differs])
+
+    async def forget(self, root: str, name: str, files: list[str]) -> None:
+        await self._call(ckpt_files.forget, root, name, files)
+
+    async def room(self, root: str) -> int:
+        return _free(await self._call(ckpt_files.room, root))
 
     async def _call(self, fn, *args):
         try:

@@ -287,9 +287,10 @@ class AgentFleet:
             return CheckpointListing(rank, self.label(rank), root or output_dir, error=str(err))
         return CheckpointListing.from_wire(rank, self.label(rank), root or output_dir, header)
 
-    async def delete_checkpoint(self, output_dir: str, name: str, rank: int = 0, root: str | None = None) -> None:
+    async def delete_checkpoint(self, output_dir: str, name: str, rank: int = 0, root: str | None = None, *,
+                                writer: str | None = None, continues: tuple[str, ...] = ()) -> None:
         await self.links[rank].call("ckpt_delete", output_dir=output_dir, env=self.job_env(rank), name=name,
-                                    root=root)
+                                    root=root, writer=writer, continues=list(continues))
 
     async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None,
                                 merged: bool = False, rank: int = 0, root: str | None = None,

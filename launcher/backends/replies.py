@@ -14,7 +14,7 @@ from typing import Literal
 
 from launcher.events import GpuSample
 from launcher.untrusted import network_figures, printable, usage_figures
-from trainer.wire.ckpt_layout import CheckpointInfo, plain_name
+from trainer.wire.ckpt_layout import CheckpointInfo, plain_name, run_id_or_none
 
 JobState = Literal["absent", "starting", "running", "exited"]
 
@@ -214,7 +214,8 @@ class CheckpointListing:
             ckpts.append(CheckpointInfo(step, path, c.get("complete") is True and c.get("link") is not True,
                                         max(_int(c.get("size_bytes")) or 0, 0), _number(c.get("mtime")),
                                         link=c.get("link") is True, missing=_missing(c.get("missing")),
-                                        saved=c.get("saved") is True, adapter=c.get("adapter") is True))
+                                        saved=c.get("saved") is True, adapter=c.get("adapter") is True,
+                                        run_id=run_id_or_none(c.get("run_id")), why=_text(c.get("why"))[:500]))
         return cls(rank, label, _text(data.get("root")) or output_dir, tuple(ckpts), data.get("exists") is True)
 
 

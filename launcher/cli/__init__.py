@@ -74,3 +74,19 @@ def keep_colour() -> bool:
     import os
 
     return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
+PIPED_WIDTH = 400
+"""Columns a table is laid out in when the output is not a terminal: a script or a file gets each row on
+one line (a terminal's width is its own; ``COLUMNS`` sets it either way)."""
+
+
+def console():
+    """The ``rich`` console a command prints its tables with: the terminal's width on a terminal; piped, no
+    wrap at 80 columns (rich's default there), so each row stays one line for ``grep`` and friends."""
+    import os
+
+    from rich.console import Console
+
+    piped = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
+    return Console(highlight=False, width=PIPED_WIDTH if piped else None)

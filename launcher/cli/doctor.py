@@ -105,11 +105,12 @@ STYLES = {"ok": "green", "warning": "yellow", "error": "bold red"}
 
 def render(report) -> None:
     """One block per node: check, status, detail, and under each problem what to do."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    console = Console(highlight=False)
+    from launcher.cli import console as cli_console
+
+    console = cli_console()
     for node in report.nodes:
         title = Text.assemble((node.label, "bold"), "  ", (node.status, STYLES[node.status]))
         table = Table(title=title, title_justify="left", show_header=False, box=None, padding=(0, 1, 0, 2))

@@ -1,5 +1,6 @@
-"""``fsdp-tui export RUN [--step N] [--to DIR]``: a checkpoint as a Hugging Face folder, written on the
-node that holds it (where torch is) and, with ``--to``, copied here."""
+"""``fsdp-tui export RUN [--step N] [--to DIR]``: one of the run's own checkpoints (never another run's that
+shares its folder) as a Hugging Face folder, written on the node that holds it (where torch is, its bytes
+checked against the trainer's digests first) and, with ``--to``, copied here."""
 
 from __future__ import annotations
 
@@ -41,13 +42,11 @@ def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
     if listing.error:
         print(f"fsdp-tui export: cannot reach the checkpoints of {run_id}: {listing.error}", file=sys.stderr)
         return 1
-    done = [c for c in listing.checkpoints if c.complete and (args.step is None or c.step == args.step)]
-    if not done:
-        have = ", ".join(str(c.step) for c in listing.checkpoints if c.complete) or "none"
-        print(f"fsdp-tui export: no complete checkpoint{'' if args.step is None else f' at step {args.step}'} "
-              f"in {listing.label}: {listing.root} (complete: {have})", file=sys.stderr)
+    chosen = listing.chosen(step=args.step)
+    if chosen is None:
+        print(f"fsdp-tui export: {listing.none_of_its_own('' if args.step is None else f'at step {args.step}')}",
+              file=sys.stderr)
         return 1
-    chosen = done[-1]
     if args.merged and not chosen.adapter:
         print(f"fsdp-tui export: {chosen.name} is a full fine-tune's checkpoint: its export is the whole model "
               "already; leave out --merged", file=sys.stderr)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 COMMANDS: tuple[str, ...] = ("validate", "schema", "run", "runs", "show", "logs", "cancel", "relaunch", "ckpt",
                              "export", "stacks", "ssh", "clean", "rm", "secrets", "trust", "doctor", "sweep",
                              "sweeps", "compare", "repair", "nettest", "nettests", "notify", "gpus", "eject",
-                             "mlflow")
+                             "mlflow", "quarantine")
 ALIASES = {"resume": "relaunch"}
 """Commands that live in another command's module."""
 REAPING = frozenset({"run", "runs", "show", "logs", "doctor"})

@@ -89,15 +89,15 @@ def show(judged, run_id: str, as_json: bool, wall_s: float | None = None, extra:
 
 
 def render(judged, run_id: str, wall_s: float | None) -> None:
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     from launcher.api.nettests import cut_lines, headline, pair_lines, rate, rows, size, verdict_lines
+    from launcher.cli import console as cli_console
 
     measured, nodes, verdict, expectation, burnin = (judged.measured, judged.nodes, judged.verdict,
                                                      judged.expectation, judged.burnin)
-    console = Console(highlight=False)
+    console = cli_console()
     console.print(f"[bold]nettest {run_id}[/]: {headline(measured)}")
     table = Table(box=None, padding=(0, 1))
     table.add_column("scope", overflow="fold")  # the one column that wraps on a narrow terminal

@@ -34,6 +34,13 @@ def output_dir_warnings(planned) -> list:
     return [planned.result.problem(("parameters", "output_dir"), "warning", words, OUTPUT_DIR_HINT)] if words else []
 
 
+def quarantine_warnings(planned) -> list:
+    """The workload's hosts and spares this data dir has quarantined, as warnings at their lines."""
+    from launcher.api import Client
+
+    return Client().records.quarantine_problems(planned)
+
+
 def plan_or_say(file: Path, overrides: list[str], verbs: Verbs, *, run_id: str | None = None,
                 quiet: bool = True, blockers: bool = True, dry_run: bool = False):
     """The plan of ``file``, or ``None`` after printing to stderr why there is none. ``quiet``: print only
@@ -45,7 +52,7 @@ def plan_or_say(file: Path, overrides: list[str], verbs: Verbs, *, run_id: str |
     planned = plan_file(file, overrides, home=data_home(), run_id=run_id)
     for o in planned.result.overrides:
         print(f"--set {o.describe()}", file=sys.stderr)
-    for problem in [*planned.problems, *(output_dir_warnings(planned) if dry_run else [])]:
+    for problem in [*planned.problems, *(output_dir_warnings(planned) + quarantine_warnings(planned) if dry_run else [])]:
         if problem.is_error or not quiet:
             print(problem.format(), file=sys.stderr)
     if planned.plan is None and not file.is_file():

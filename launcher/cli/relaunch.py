@@ -9,6 +9,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from launcher.cli import add_run_argument, on_run
+from launcher.cli.run import add_fresh_option, say_continues, with_fresh
 from launcher.cli.validate import add_set_option
 
 if TYPE_CHECKING:
@@ -22,7 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         add_run_argument(p)
         if name == "resume":
             p.add_argument("--from", dest="step", type=int, metavar="STEP",
-                           help="the checkpoint of this step (default: the newest complete one)")
+                           help="the checkpoint of this step (default: the newest complete one of its own)")
+        else:
+            add_fresh_option(p)
         add_set_option(p)
         mode = p.add_mutually_exclusive_group()
         mode.add_argument("--watch", action="store_true", help="follow it: every node's lines and progress")
@@ -46,7 +49,7 @@ def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
             copied = f" (copied there from run {run_id}'s {bring['root']} first)" if bring else ""
             print(f"resuming from {resumed.path}{copied}", file=sys.stderr)
         else:
-            planned = resumed = client.runs.plan_relaunch(run_id, args.overrides)
+            planned = resumed = client.runs.plan_relaunch(run_id, with_fresh(args))
     except LookupError as err:
         print(f"fsdp-tui {args.verb}: {err}", file=sys.stderr)
         return 2  # as run: nothing was launched
@@ -70,6 +73,7 @@ def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
         refused(f"fsdp-tui {args.verb} {run_id}", outcome, json_events=args.json)
         return 2  # as run: nothing was launched
     new_id = outcome.run_id
+    say_continues(outcome)
     if not args.json:
         print(new_id)
     if args.detach or not (args.watch or args.json):

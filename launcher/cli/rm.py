@@ -1,7 +1,8 @@
 """``fsdp-tui rm [--files] RUN...``: forget finished runs (their local records). Without ``--files`` a run's
-files stay where they are, and ``rm`` says where, with a command that removes each (the run's record,
-which ``fsdp-tui clean`` needs to reach its nodes, is gone then). ``--files`` first removes the run's
-folders on every node and here (``fsdp-tui clean``), and forgets the run only once they are gone."""
+files stay where they are, and ``rm`` says where before it forgets the run, with a command for each that
+needs no record (the user's own ``rm``, or ``ssh`` to the node as the launch reached it); in a terminal it
+asks first. ``--files`` first removes the run's folders on every node and here, and its own checkpoints in
+a fixed ``output_dir`` (``fsdp-tui clean``), and forgets the run only once they are gone."""
 
 from __future__ import annotations
 
@@ -39,12 +40,23 @@ def forget(client: Client, run_id: str, *, files: bool) -> int:
                   file=sys.stderr)
             return 1
     stays = [] if files else client.run_files.left_behind(run_id)
+    for line in stays:  # said while the record still knows where: each line's command needs no record
+        print(line, file=sys.stderr)
+    if stays and sys.stdin.isatty() and not _agreed(run_id):
+        print(f"fsdp-tui rm: {run_id} is kept; fsdp-tui rm --files {run_id} removes its files first", file=sys.stderr)
+        return 1
     try:
         client.runs.delete(run_id)
     except (LookupError, ValueError) as err:
         print(f"fsdp-tui rm: {err}", file=sys.stderr)
         return 1
     print(f"deleted {run_id}")
-    for line in stays:
-        print(line, file=sys.stderr)
     return 0
+
+
+def _agreed(run_id: str) -> bool:
+    try:
+        answer = input(f"forget {run_id} and leave these files where they are? [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")

@@ -26,16 +26,38 @@ def register(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--detach", action="store_true", help="start it, print its id and return at once")
     p.add_argument("--force", action="store_true",
                    help="launch even when the cheap checks say it cannot run there (see fsdp-tui doctor)")
+    add_fresh_option(p)
     p.add_argument("--cancel-on-interrupt", action="store_true",
                    help="Ctrl-C cancels the run (default: Ctrl-C detaches and the run goes on)")
     p.set_defaults(handler=run)
 
 
+def add_fresh_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fresh", action="store_true",
+                   help="start afresh: never continue a checkpoint another run left in a shared output_dir "
+                        "(sets parameters.checkpoint.resume=never)")
+
+
+def with_fresh(args: argparse.Namespace) -> list[str]:
+    """The ``--set`` overrides, with ``--fresh``'s own when given."""
+    from launcher.api.runs import FRESH
+
+    return [*args.overrides, FRESH] if getattr(args, "fresh", False) else list(args.overrides)
+
+
+def say_continues(outcome) -> None:
+    """A run that continues another says so as it starts (the run, its step, its checkpoint)."""
+    from launcher.api.runs import Launched
+
+    if isinstance(outcome, Launched) and outcome.continues is not None:
+        print(f"{outcome.run_id}: {outcome.continues.words()}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     from launcher.api import Client
 
-    plan = plan_or_say(args.file, args.overrides, Verbs("not launched", "cannot run"), quiet=False, blockers=False,
-                       dry_run=args.dry_run)
+    plan = plan_or_say(args.file, with_fresh(args), Verbs("not launched", "cannot run"), quiet=False,
+                       blockers=False, dry_run=args.dry_run)
     if plan is None:
         return USAGE_ERROR
     if plan.workload.sweep is not None:
@@ -68,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(outcome, AlreadyLaunched):
         print(f"{args.file}: idempotency_token {outcome.token!r} was launched before as run "
               f"{outcome.run_id}: not launched again; following {outcome.run_id}", file=sys.stderr)
+    say_continues(outcome)
     if args.detach:
         print(outcome.run_id)
         print(f"run {outcome.run_id} started; follow it: fsdp-tui logs {outcome.run_id} --follow", file=sys.stderr)

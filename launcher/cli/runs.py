@@ -10,7 +10,8 @@ import time
 def register(sub: argparse._SubParsersAction) -> None:
     from launcher.events import RunState
 
-    p = sub.add_parser("runs", help="list runs (id, state, nodes, start, duration, step, loss, resume check, why)")
+    p = sub.add_parser("runs", help="list runs (id, state, nodes, start, duration, step, loss, resume check, why; "
+                                    "probes, nettests and resumes that trained nothing said so)")
     p.add_argument("--state", choices=[s.value for s in RunState], help="only runs in this state")
     p.add_argument("--experiment", metavar="NAME", help="only runs of this experiment")
     p.add_argument("--limit", type=int, metavar="N", help="only the newest N")
@@ -19,8 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def why_shown(state: str, detail: str) -> str:
-    """The WHY column: why a run ended badly, is stalled, or waits in a scheduler's queue (its reason)."""
-    return detail if (state in ("failed", "timed_out", "cancelled", "pending") or detail.startswith("stalled")) else ""
+    """The WHY column: why a run ended badly, is stalled, or waits in a scheduler's queue (its reason); the
+    run it continued, and a run that trained nothing."""
+    return detail if (state in ("failed", "timed_out", "cancelled", "pending")
+                      or detail.startswith(("stalled", "trained nothing", "continued run"))) else ""
 
 
 WHY_WIDTH = 100
@@ -62,7 +65,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{**asdict(r.summary), "state": r.summary.state.value, "duration_s": r.summary.duration_s,
                            "usage": r.usage.to_dict() if r.usage else None,
-                           "resume_check": asdict(r.resume_check) if r.resume_check else None} for r in listed],
+                           "resume_check": asdict(r.resume_check) if r.resume_check else None,
+                           "kind": r.kind.kind, "trained_nothing": r.kind.trained_nothing,
+                           "continued": r.kind.continued} for r in listed],
                          indent=2))
         return 0
     if not listed:
@@ -78,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at)) if r.started_at else "-"
         duration = f"{r.duration_s / 60:.1f}m" if r.duration_s is not None else "-"
         step = f"{r.step or 0}/{r.max_steps}" if r.max_steps else str(r.step or "-")
+        if x.kind.kind == "nettest":
+            step = "-"  # it trains nothing: the workload's max_steps is not its own
         why = why_shown(r.state.value, r.detail)
         if not why and r.detail.startswith((FORCED_NOTE, "idle GPUs")):
             why = r.detail
@@ -86,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
         check = x.resume_check
         if not why and check is not None and check.differs:
             why = "resume differs: " + "; ".join(check.differs)
+        if x.kind.kind != "training":  # a probe, a nettest: said first, whatever else is said (a run that
+            why = x.kind.words() + (f"; {why}" if why else "")  # trained nothing says so in its recorded end)
         print(f"{r.run_id:<{width}} {r.state.value:<10} {r.num_nodes:>5} {started:<16} {duration:>8} {step:>9} "
               f"{_fmt(r.last_loss, '.4f'):>8} {_fmt(r.best_eval_loss, '.4f'):>8} {_usage_cell(x.usage):>11} "
               f"{check.verdict[:9] if check else '-':<9}  {shorten(why)}")

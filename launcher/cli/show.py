@@ -142,7 +142,8 @@ def _print(r) -> None:
     out = sys.stdout.write
     out(f"run {r.run_id}  ({r.experiment})\n")
     why = (f": {r.detail}" if r.detail and (r.state not in ("succeeded", "running")
-                                                 or r.detail.startswith(("stalled", FORCED_NOTE, "idle GPUs"))) else "")
+                                                 or r.detail.startswith(("stalled", FORCED_NOTE, "idle GPUs",
+                                                                         "trained nothing", "continued run"))) else "")
     out(f"  state     {r.state}{why}\n")
     out(f"  attempt   {r.attempt} of {r.max_attempts}\n")
     out(f"  started   {_when(r.started_at)}   ended {_when(r.ended_at)}   duration {r.duration}\n")
@@ -157,9 +158,18 @@ def _print(r) -> None:
         f = r.resumed_from
         step = f"step {f['step']} of " if f["step"] is not None else ""
         source = f"{step}run {f['run_id']}" if f["run_id"] else f"{step}a checkpoint"
-        out(f"  resumed   from {source}: {f['path']}\n")
+        how = " (parameters.checkpoint.resume: auto found it)" if f.get("auto") else ""
+        out(f"  resumed   from {source}: {f['path']}{how}\n")
     if r.resume_check:
         out(f"  resume    {r.resume_check.words()}\n")
+    for swap in r.swaps:
+        out(f"  swap {swap.number:<4} {swap.words()}\n")
+        for skipped in swap.skipped:
+            out(f"            spare skipped: {skipped}\n")
+        if swap.checkpoint_note:
+            out(f"            checkpoint: {swap.checkpoint_note}\n")
+        if swap.steps_lost is not None and swap.settled:
+            out(f"            steps lost: {swap.steps_lost} (trained again from the checkpoint)\n")
     if r.last_safe_step:
         out(f"  safe      {r.last_safe_step.text()}\n")
     if r.checkpoints_place:

@@ -22,8 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ssh", help="a shell on a node of a run, in its run directory (or run COMMAND there)",
                        description="A shell on node NODE (default 0) of RUN, in that node's run directory, "
                        "through your ssh with the host, user, port, key, known_hosts and jump hosts the launch "
-                       "used. After --, a command to run there instead of a shell. For a run on this machine, "
-                       "a shell in the node's folder here.")
+                       "used. After --, a command to run there instead of a shell, as ssh runs one: a single "
+                       "word is a shell command line ('pwd; ls'), several words are a command and its arguments, "
+                       "each quoted once. For a run on this machine, a shell in the node's folder here.")
     add_run_argument(p)
     p.add_argument("node", metavar="NODE", nargs="?", help="the node's rank (default 0)")
     p.add_argument("remote_command", metavar="-- COMMAND", nargs=argparse.REMAINDER,
@@ -45,7 +46,9 @@ def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
     elif args.node is not None:  # `fsdp-tui ssh RUN -- COMMAND`: argparse took the command's first word
         command = [args.node, *command]
     if not 0 <= rank < len(plan.nodes):
-        print(f"fsdp-tui ssh: run {run_id} has nodes 0-{len(plan.nodes) - 1}", file=sys.stderr)
+        count = len(plan.nodes)
+        which = "node 0 only" if count == 1 else f"nodes 0-{count - 1}"
+        print(f"fsdp-tui ssh: run {run_id} has {which}", file=sys.stderr)
         return 2
     args.node = rank
     node = plan.nodes[rank]
@@ -76,8 +79,14 @@ def _here(folder: Path, command: list[str]) -> int:
     if not folder.is_dir():
         print(f"fsdp-tui ssh: {folder} is not there (removed?)", file=sys.stderr)
         return 1
+    if len(command) == 1:  # a shell command line, as over ssh: `pwd; ls`
+        return subprocess.run([os.environ.get("SHELL") or "/bin/sh", "-c", command[0]], cwd=folder).returncode
     if command:
-        return subprocess.run(command, cwd=folder).returncode
+        try:
+            return subprocess.run(command, cwd=folder).returncode
+        except OSError as err:  # as a shell says it: the command is not there, or cannot run
+            print(f"fsdp-tui ssh: {command[0]}: {err.strerror}", file=sys.stderr)
+            return 127 if isinstance(err, FileNotFoundError) else 126
     shell = os.environ.get("SHELL") or "/bin/sh"
     print(f"a shell in {folder} (exit it to come back)", file=sys.stderr)
     os.chdir(folder)

@@ -26,7 +26,7 @@ def add_set_option(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from launcher.cli.planning import output_dir_warnings
+    from launcher.cli.planning import output_dir_warnings, quarantine_warnings
     from launcher.paths import data_home
     from launcher.workload.load import plan_file
 
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     for name in args.files:
         planned = plan_file(Path(name), args.overrides, home=data_home())
         result = planned.result
-        problems += result.problems + output_dir_warnings(planned)
+        problems += result.problems + output_dir_warnings(planned) + quarantine_warnings(planned)
         if not args.json:
             for o in result.overrides:
                 print(f"{name}: --set {o.describe()}", file=sys.stderr)

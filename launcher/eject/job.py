@@ -66,6 +66,9 @@ class Job:
     command: str | None
     """The workload's command; ``None``: the built-in trainer."""
     python: str
+    """The interpreter in the engine's image (``eject.python``); never a path of this machine or a node."""
+    node_python: str | None
+    """``environment.python`` when the workload sets it (an interpreter on its own nodes, left behind)."""
     dependencies: tuple[str, ...]
     max_retries: int
     timeout_s: int | None
@@ -108,7 +111,8 @@ def job_of(plan: RunPlan) -> Job:
     return Job(
         name=w.experiment_name, num_nodes=plan.topology.num_nodes, procs_per_node=plan.topology.procs_per_node,
         kind=plan.topology.kind, gpu_model=plan.topology.gpu_model, env=env, secrets=secrets,
-        parameters_yaml=plan.parameters_yaml, command=w.command, python=w.environment.python,
+        parameters_yaml=plan.parameters_yaml, command=w.command, python=w.eject.python,
+        node_python=w.environment.python if "python" in w.environment.model_fields_set else None,
         dependencies=plan.dependencies, max_retries=w.max_retries,
         timeout_s=round(w.timeout_minutes * 60) if w.timeout_minutes else None,
         output_dir=str(output_dir) if output_dir is not None else None, code_root=plan.code_root, image=image,
@@ -170,6 +174,12 @@ def common_lost(job: Job, *, pin_hint: str = "pin them with its own node selecti
     lost: list[str] = list(ALWAYS_LOST)
     if job.sweep:
         lost.append(SWEEP_LOST)
+    if job.node_python is not None and job.node_python != job.python:
+        lost.append(f"environment.python ({job.node_python}) is an interpreter on your own nodes, not where the "
+                    f"engine runs the job: it runs {job.python} there (set eject.python to name another)")
+        if job.command is not None and job.node_python in job.command:
+            lost.append(f"the command names {job.node_python}: that path is on your nodes; edit the command for "
+                        "the engine's machines")
     if job.hosts:
         lost.append(f"compute.hosts ({', '.join(job.hosts)}): the engine picks the nodes; {pin_hint}")
     if job.num_nodes > 1 and not any(n in job.env for n in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from launcher.nettest.figures import BadResult, Measured, decode
 from launcher.paths import new_run_id, run_dir
+from launcher.runs.core.run_kind import NETTEST_TAG
 from launcher.runs.core.store import RunStore
 from launcher.runs.launch import is_owned, start_run
 from launcher.words import plural
@@ -183,7 +184,7 @@ def run_nettest(plan: RunPlan, options: Options, home: Path, *, on_state=None, p
         if down:
             plan = without_nodes(plan, down)
     test = nettest_plan(plan, options, home)
-    run_id = start_run(test, home)
+    run_id = start_run(test, home, tags={NETTEST_TAG: "1"})
     try:
         _wait(home, run_id, on_state, poll_s)
     except KeyboardInterrupt:

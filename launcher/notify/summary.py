@@ -39,6 +39,8 @@ class RunFacts:
     triage: dict[str, Any] | None = None
     machine: str = ""
     """Where the run's records are (the host of the owner), so the user knows where to run ``show``."""
+    recovery: tuple[str, ...] = ()
+    """The run's swaps, one line each (``node 3 (gpu-07) lost at step 1,840; replaced by gpu-11; ...``)."""
 
 
 _TRIAGE_KEYS = ("node_rank", "rank", "exit_code", "signature", "line_no", "excerpt", "summary")
@@ -48,6 +50,7 @@ def build_summary(facts: RunFacts) -> dict[str, Any]:
     """The summary as a JSON-ready dict (what the command sink reads, what webhooks carry)."""
     out = asdict(facts)
     out["duration"] = fmt_duration(facts.duration_s)
+    out["recovery"] = list(facts.recovery)
     out["triage"] = ({k: facts.triage.get(k) for k in _TRIAGE_KEYS} if facts.triage else None)
     out["open"] = f"fsdp-tui show {facts.run_id}"
     out["logs"] = f"fsdp-tui logs {facts.run_id} --tail 50"
@@ -72,7 +75,8 @@ def fmt_age(seconds: float | None) -> str:
 
 def title(facts: RunFacts) -> str:
     said = {"succeeded": "succeeded", "failed": "FAILED", "stalled": "is STALLED", "timed_out": "TIMED OUT",
-            "cancelled": "was cancelled", "idle": "has IDLE GPUs", "test": "test notification"}
+            "cancelled": "was cancelled", "idle": "has IDLE GPUs", "test": "test notification",
+            "recovered": "replaced a failed node and goes on"}
     return f"fsdp-tui: {facts.experiment} {said.get(facts.event, facts.event)} ({facts.run_id})"
 
 
@@ -88,6 +92,11 @@ def usage_text(usage: dict[str, Any]) -> str:
 def body(summary: dict[str, Any]) -> str:
     """The text every sink shows: a few lines, the most useful first."""
     lines = [f"{summary['event']} after {summary['duration']} (attempt {summary['attempt']})"]
+    swaps = summary.get("recovery") or ()
+    if summary["event"] == "recovered" and swaps:
+        lines = [swaps[-1], *lines]
+    elif swaps:
+        lines += [f"recovered: {s}" for s in swaps]
     if summary["detail"]:
         lines.append(f"why: {summary['detail']}")
     t = summary["triage"]

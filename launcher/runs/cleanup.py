@@ -3,8 +3,11 @@ the outputs a relative ``output_dir`` put under it), over the run's own backend,
 this machine. ``fsdp-tui clean`` keeps the run's record (its logs, metrics and config here); ``fsdp-tui rm
 --files`` and the app's ``d`` forget it too, once every node said its folder is gone.
 
-What lies outside the run directory stays, and the report says so: an absolute ``output_dir`` (shared by
-runs, maybe), and the dependency venvs every run with the same requirements reuses."""
+A fixed ``output_dir`` (outside the run's folders, maybe shared by the workload's runs) keeps what is not
+the run's: ``clean`` removes the run's own checkpoints there, where their whole copies are held, and
+nothing of another run (:mod:`trainer.wire.ckpt_owner`); the folder itself, its exports and the other
+runs' checkpoints stay, and the report says so with the folder as the node sees it. The dependency venvs
+every run with the same requirements reuses stay too."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from pathlib import Path
 from launcher.backends.base import RemovedFiles
 from launcher.runs.core.layout import load_plan
 from launcher.runs.core.store import RunStore
+from launcher.words import plural
 from launcher.workload.load import LOCAL_NODES_DIR
 
 CLEANED = "cleaned.json"
@@ -53,8 +57,6 @@ class CleanReport:
 
 
 def _files(n: int) -> str:
-    from launcher.words import plural
-
     return plural(n, "file")
 
 
@@ -83,10 +85,7 @@ async def remove_run_files(home: Path, run_id: str) -> CleanReport:
             nodes = list(await asyncio.gather(*(backend.remove_files(n.node_rank) for n in plan.nodes)))
         finally:
             await backend.close()
-        output_dir = plan.workload.parameters.get("output_dir") if plan.uses_builtin_trainer else None
-        if isinstance(output_dir, str) and output_dir.startswith(("/", "~")):
-            stays.append(f"its output_dir stays: {output_dir} on {plan.nodes[0].host_display} (outside the run's "
-                         "folder: remove it there yourself once nothing else uses it)")
+        stays += await _own_checkpoints_removed(home, run_id, plan)
     if here.is_dir():  # what a node's agent did not remove (a run recorded before plans), or nothing at all
         size = await asyncio.to_thread(_size, here)
         await asyncio.to_thread(shutil.rmtree, here, True)
@@ -95,6 +94,31 @@ async def remove_run_files(home: Path, run_id: str) -> CleanReport:
     report = CleanReport(run_id, tuple(nodes), tuple(stays))
     (record.directory / CLEANED).write_text(json.dumps({"at": time.time(), "said": report.lines()}))
     return report
+
+
+async def _own_checkpoints_removed(home: Path, run_id: str, plan) -> list[str]:
+    """The run's own checkpoints in an ``output_dir`` outside its folders, removed where their whole copies
+    are (the ownership rule keeps every other run's); what stays, in words."""
+    from launcher.runs.core.checkpoints import NoOutputDir, remove_own_checkpoints
+    from launcher.runs.core.output_dirs import node_view
+    from trainer.wire.ckpt_owner import inside_run_folder
+
+    output_dir = plan.output_dir if plan.uses_builtin_trainer else None
+    if output_dir is None or inside_run_folder(output_dir):
+        return []  # a relative output_dir is inside the run's folders: gone with them
+    where = f"{node_view(output_dir, plan.workload.env_variables, run_id)} on {plan.nodes[0].host_display}"
+    try:
+        removed, kept, error = await remove_own_checkpoints(home, run_id)
+    except (NoOutputDir, LookupError, OSError, ValueError) as err:
+        removed, kept, error = 0, 0, str(err)
+    out = []
+    if error:
+        out.append(f"its checkpoints in {where} could not be removed: {error}")
+    elif removed:
+        out.append(f"removed its {plural(removed, 'checkpoint')} from {where}")
+    others = f"; {plural(kept, 'checkpoint')} of other runs stay there" if kept else ""
+    out.append(f"its output_dir stays: {where} (outside the run's folder: its exports, if any{others})")
+    return out
 
 
 def _size(folder: Path) -> tuple[int, int]:
@@ -120,11 +144,25 @@ def cleaned(directory: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def files_left(home: Path, run_id: str) -> list[str]:
-    """Where a run's files stay once its record is forgotten (``rm`` without ``--files``), each with the
-    command that removes it; empty when its folders were removed already (or it has none)."""
-    import shlex
+@dataclass(frozen=True)
+class Left:
+    """A folder of a run that stays where it is once its record is forgotten (``rm`` without ``--files``)."""
 
+    where: str
+    """``here``, or ``node 1 (gpu-b)``."""
+    path: str
+    rank: int | None
+    """The node whose own ``ssh`` removes it; ``None``: this machine."""
+    host: str = ""
+    """The node's host as the record names it."""
+    size: str = ""
+    """Its size, where it is measured (this machine's)."""
+
+
+def files_left(home: Path, run_id: str) -> list[Left]:
+    """Where a run's files stay once its record is forgotten; empty when its folders were removed already
+    (or it has none). Each says where; the front end adds the command that removes it, which needs no
+    record (:meth:`launcher.api.run_files.RunFiles.left_behind`)."""
     from launcher.runs.core.space import fmt_bytes
 
     record = RunStore(home).get_run(run_id)
@@ -133,15 +171,10 @@ def files_left(home: Path, run_id: str) -> list[str]:
     out = []
     here = Path(home) / LOCAL_NODES_DIR / run_id
     if here.is_dir():
-        size = fmt_bytes(folder_bytes(here))
-        out.append(f"its files here stay: {here} ({size}: checkpoints, exports, outputs); remove them: "
-                   f"rm -r {shlex.quote(str(here))}")
+        out.append(Left("here", str(here), None, size=fmt_bytes(folder_bytes(here))))
     for node in record.nodes:
         if not node.node_dir.startswith(str(home)):
-            out.append(f"its files on node {node.node_rank} ({node.host}) stay there: {node.node_dir}")
-    if out:
-        out.append(f"(fsdp-tui clean {run_id}, or rm --files, removes a run's folders on every node; run it "
-                   "before rm, while the record still knows the nodes)")
+            out.append(Left(f"node {node.node_rank} ({node.host})", node.node_dir, node.node_rank, node.host))
     return out
 
 

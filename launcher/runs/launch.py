@@ -17,6 +17,7 @@ import yaml
 from launcher.events import RunState, RunStateChanged
 from launcher.paths import private_dir, run_dir
 from launcher.runs.core import pending
+from launcher.runs.core.continuing import Continuation, auto_may_continue, continued_by, max_steps_of
 from launcher.runs.core.layout import EVENTS, OPTIONS, save_plan
 from launcher.runs.core.output_dirs import HINT, deciding, output_dir_users
 from launcher.runs.core.ownership import (
@@ -58,7 +59,7 @@ def create_run(plan: RunPlan, home: Path) -> Path:
 
 
 def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str, str] | None = None,
-              idempotent: bool = True, resume_from: dict | None = None) -> str:
+              idempotent: bool = True, resume_from: dict | None = None, continues: dict | None = None) -> str:
     """Record the run and start its owner, detached: the run outlives this process and its terminal.
     The run's lock is taken before its record exists, so nobody can take the new run for an orphan.
     ``force``: skip the cheap checks that refuse a launch that cannot run. ``tags``: extra MLflow tags
@@ -67,7 +68,8 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
     With the workload's ``idempotency_token`` (and ``idempotent``, the default: a relaunch is meant as a
     new run), a token launched before answers with that run's id and nothing starts. An ``output_dir``
     that another workload's run uses on the same node refuses the launch (:class:`LaunchRefused`).
-    ``resume_from``: the checkpoint its owner copies to node 0 before the start (:class:`Resumed`)."""
+    ``resume_from``: the checkpoint its owner copies to node 0 before the start (:class:`Resumed`);
+    ``continues``: the run it continues and from which checkpoint (:mod:`launcher.runs.core.continuing`)."""
     check_room(home)
     with deciding(home, plan):  # two launches into one output_dir at once: the second sees the first
         taken = output_dir_users(home, plan)
@@ -85,7 +87,8 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
             raise RuntimeError(f"run {plan.run_id} exists already")
         try:
             create_run(plan, home)
-            options = {"force": force, "tags": tags or {}, **({"resume_from": resume_from} if resume_from else {})}
+            options = {"force": force, "tags": tags or {}, **({"resume_from": resume_from} if resume_from else {}),
+                       **({"continues": continues} if continues else {})}
             (run_dir(home, plan.run_id) / OPTIONS).write_text(json.dumps(options))
             _keep_estimate(home, plan)
             hand_over(lock, home, plan.run_id, adopt=False)
@@ -223,6 +226,8 @@ class Resumed:
     """Where the new run's node 0 finds the checkpoint."""
     bring: dict | None = None
     """The launch option ``resume_from``: the checkpoint's run, holder and name, when node 0 needs a copy."""
+    continues: Continuation | None = None
+    """The run it continues, from which checkpoint (kept in the new run's launch options)."""
 
 
 async def resume_plan(home: Path, run_id: str, step: int | None = None,
@@ -240,23 +245,45 @@ async def resume_plan(home: Path, run_id: str, step: int | None = None,
     listing = await list_checkpoints(home, run_id)
     if listing.error:
         raise LookupError(f"cannot list the checkpoints of {run_id}: {listing.error}")
-    done = [c for c in listing.checkpoints if c.complete and (step is None or c.step == step)
-            and (name is None or c.name == name)]
-    if not done:
-        which = f"named {name!r}" if name is not None else f"at step {step}" if step is not None else "at all"
-        have = ", ".join(str(c.step) for c in listing.checkpoints if c.complete) or "none"
-        raise LookupError(f"run {run_id} has no complete checkpoint {which} in {listing.label}: {listing.root} "
-                          f"(complete ones: {have})")
-    chosen = done[-1]
+    chosen = listing.chosen(step=step, name=name)
+    if chosen is None:
+        which = f"named {name!r}" if name is not None else f"at step {step}" if step is not None else ""
+        raise LookupError(listing.none_of_its_own(which))
     record = RunStore(home).get_run(run_id)
     continues = resume_runs_override(run_id, (record.directory / "workload.yaml").read_text() if record else "")
     planned = relaunch_plan(home, run_id, [*overrides, resume_override(chosen.path), continues])
     if planned.plan is None:
         return Resumed(planned, chosen.path)
+    going_on = Continuation(run_id, chosen.name, chosen.step, max_steps_of(planned.plan))
+    if going_on.nothing_left:
+        raise NothingLeft(going_on.refusal(f"{listing.label}: {listing.root}"))
     choice = await resume_choice(home, run_id, chosen, listing, planned.plan)
     if choice.path != chosen.path:
         planned = relaunch_plan(home, run_id, [*overrides, resume_override(choice.path), continues])
-    return Resumed(planned, choice.path, choice.bring)
+    return Resumed(planned, choice.path, choice.bring, going_on)
+
+
+class NothingLeft(LookupError):
+    """A resume whose checkpoint already holds every step the new run would train: nothing launched."""
+
+
+async def continuation_of(plan: RunPlan) -> Continuation | None:
+    """What ``plan``'s ``resume: auto`` would continue: another run's newest whole checkpoint in node 0's
+    folder, as the job will see it (asked of node 0; ``None`` when the node cannot say: the trainer then
+    reads only the run's own checkpoints and starts afresh)."""
+    from launcher.backends.base import NodeError
+    from launcher.backends.registry import backend_for
+
+    if not auto_may_continue(plan) or plan.output_dir is None:
+        return None
+    backend = backend_for(plan)
+    try:
+        listing = await asyncio.wait_for(backend.checkpoints(plan.output_dir, 0), PLACE_TIMEOUT_S)
+    except (NodeError, asyncio.TimeoutError):
+        return None
+    finally:
+        await backend.close()
+    return None if listing.error else continued_by(plan, listing.checkpoints)
 
 
 PLACE_TIMEOUT_S = 10.0
@@ -324,6 +351,8 @@ async def launch_refusals(plan: RunPlan, home: Path, *, force: bool = False) -> 
         SecretStore(home).resolve(plan.workload.secrets)
     except MissingSecrets as err:
         said.append(str(err))
+    if not force:
+        said += quarantine_refusals(plan, home)
     backend = backend_for(plan)
     try:
         reached = await asyncio.gather(*(backend.reach(n.node_rank, plan.workload.ssh.connect_timeout_s)
@@ -343,6 +372,15 @@ async def launch_refusals(plan: RunPlan, home: Path, *, force: bool = False) -> 
     finally:
         await backend.close()
     return said
+
+
+def quarantine_refusals(plan: RunPlan, home: Path) -> list[str]:
+    """A node whose host this data dir quarantined (it failed runs ``recovery.quarantine_after`` times)."""
+    from launcher.runs.core.quarantine import quarantined
+
+    held = quarantined(home)
+    return [f"node {n.node_rank} ({n.host_display}): {held[n.host_display].words()}; fsdp-tui quarantine lift "
+            f"{n.host_display} once it is fixed (or --force)" for n in plan.nodes if n.host_display in held]
 
 
 def is_owned(home: Path, run_id: str) -> bool:

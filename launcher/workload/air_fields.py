@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from trainer.wire.yaml_words import WordsAsWritten
 
 
-class _Model(BaseModel):
+class _Model(WordsAsWritten):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False)
 
 

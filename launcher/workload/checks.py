@@ -12,6 +12,7 @@ from launcher.workload.air_rules import check_air
 from launcher.workload.data_check import check_data
 from launcher.workload.lora_checks import lora_findings
 from launcher.workload.model import ENV_NAME, RESERVED_ENV, SECRET_REF, Workload
+from launcher.workload.recovery_checks import recovery_findings
 from launcher.workload.topology import Finding, resolve_topology
 from trainer.wire.config import TrainerConfig
 from trainer.wire.model_family import packing_refusal, read_config, text_config
@@ -31,6 +32,7 @@ def check_workload(w: Workload, base_dir: FsPath | None, written: frozenset[str]
     out += _environment(w)
     out += _misc(w, base_dir, topo.num_nodes, written)
     out += check_air(w, base_dir, source)
+    out += recovery_findings(w, topo.num_nodes)
     return out
 
 

@@ -2,17 +2,25 @@
 ``fsdp-tui schema`` prints. Works on text that does not parse yet (only indentation is read).
 
 Keys valid at the cursor's path (with their one-line help), the allowed values of a field, host
-aliases for ``compute.hosts`` and ``compute.slurm.login``, secret names for ``secrets``, folders for ``root_path``.
+aliases for ``compute.hosts`` and ``compute.slurm.login``, secret names for ``secrets``, folders for ``root_path``,
+and for the built-in trainer's ``model_name`` and ``dataset_name``: the built-in names, the hub names the docs
+use, and local model folders, data files and saved datasets (a typed path is completed in its folder).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
 
 from launcher.workload import schema_walk
 from launcher.workload.cursor import key_path_at
+from launcher.workload.known_names import HUB_DATASETS, HUB_MODELS
+from trainer.wire import builtin_assets
+from trainer.wire.data_files import SUFFIXES, is_saved_folder
 
 MAX_ITEMS = 40
 
@@ -45,6 +53,50 @@ class Sources:
     """``scope/key`` names in the local secret store."""
     folders: Callable[[str], Sequence[str]] | None = None
     """Folders matching a typed prefix, relative to the workload file."""
+    entries: Callable[[str], Sequence[Entry]] | None = None
+    """What a folder holds (:func:`read_entries`), the folder as written: relative to the workload file,
+    absolute, or ``~/...``."""
+
+
+EntryKind = Literal["folder", "model folder", "saved dataset", "data file"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One thing in a folder, as completion offers it."""
+
+    name: str
+    kind: EntryKind
+
+
+MAX_ENTRIES = 200
+"""Entries read from one folder (a folder of many thousand files is cut, not listed whole)."""
+
+
+def read_entries(base: Path, folder: str) -> list[Entry]:
+    """The folders, model folders (a ``config.json``), saved datasets and data files (json, jsonl, csv,
+    parquet, arrow) in ``folder`` (relative to ``base``, absolute, or ``~/...``); hidden ones left out.
+    Reads the disk: the caller runs it where blocking is fine."""
+    where = Path(os.path.expanduser(folder or "."))
+    where = where if where.is_absolute() else base / where
+    out: list[Entry] = []
+    try:
+        with os.scandir(where) as found:
+            for i, item in enumerate(found):
+                if i >= MAX_ENTRIES:
+                    break
+                if item.name.startswith("."):
+                    continue
+                path = Path(item.path)
+                if item.is_dir():
+                    kind: EntryKind = ("model folder" if (path / "config.json").is_file()
+                                       else "saved dataset" if is_saved_folder(path) else "folder")
+                    out.append(Entry(item.name, kind))
+                elif path.suffix.lower() in SUFFIXES:
+                    out.append(Entry(item.name, "data file"))
+    except OSError:
+        return []
+    return sorted(out, key=lambda e: e.name)
 
 
 def complete(text: str, row: int, col: int, sources: Sources = Sources()) -> Completions | None:
@@ -107,6 +159,8 @@ def _values(path: tuple[str, ...], data: dict | None, sources: Sources, word: st
         return [Completion(s, s, "in the local secret store") for s in sources.secrets]
     if path[-1:] == ("root_path",) and sources.folders is not None:
         return [Completion(f, f, "folder") for f in sources.folders(word)]
+    if path in (("parameters", "model_name"), ("parameters", "dataset_name")) and data is None and not list_item:
+        return _model_or_data(path[-1], word, sources)
     if list_item:
         return []
     info = schema_walk.help_for(path, data)
@@ -151,3 +205,33 @@ def _siblings(lines: list[str], row: int, indent: int) -> set[str]:
             if other == indent and ":" in stripped and not stripped.startswith("-"):
                 out.add(stripped.split(":", 1)[0].strip())
     return out
+
+
+_PATH_START = ("/", "~", "./", "../")
+
+
+def _model_or_data(key: str, word: str, sources: Sources) -> list[Completion]:
+    """``model_name`` or ``dataset_name``: a typed path is completed in its folder; otherwise the built-in
+    names, the hub names the docs use, then what the workload's folder holds (as ``./name``: a relative
+    path is read in the code snapshot, which a ``code_source`` ships from there)."""
+    models = key == "model_name"
+    wanted: tuple[EntryKind, ...] = ("model folder",) if models else ("data file", "saved dataset")
+    if word.startswith(_PATH_START) or word in (".", "..", "~"):
+        folder = word.rpartition("/")[0] + "/" if "/" in word else word + "/"  # "~" is "~/"
+        return _local(sources, folder, folder, wanted)
+    builtins = builtin_assets.MODELS if models else builtin_assets.DATASETS
+    hub = HUB_MODELS if models else HUB_DATASETS
+    out = [Completion(f"{builtin_assets.PREFIX}{name}", f"{builtin_assets.PREFIX}{name}", f"built in: {what}")
+           for name, what in builtins.items()]
+    out += [Completion(name, name, f"hub: {what}") for name, what in hub.items()]
+    return out + _local(sources, ".", "./", wanted)
+
+
+def _local(sources: Sources, folder: str, written: str, wanted: tuple[EntryKind, ...]) -> list[Completion]:
+    if sources.entries is None:
+        return []
+    found = sources.entries(folder)
+    fits = [e for e in found if e.kind in wanted]
+    below = [e for e in found if e.kind == "folder" or (e.kind not in wanted and e.kind != "data file")]
+    return ([Completion(written + e.name, written + e.name, e.kind) for e in fits]
+            + [Completion(written + e.name + "/", written + e.name + "/", "folder") for e in below])

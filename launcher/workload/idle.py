@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from trainer.wire.yaml_words import WordsAsWritten
 
 
-class IdlePolicy(BaseModel):
+class IdlePolicy(WordsAsWritten):
     """A run whose every GPU (from the nodes' ``nvidia-smi`` samples) stays under ``below_pct`` for
     ``for_s`` while it runs is flagged (monitor, ``runs``, ``show``, the ``idle`` notification); with
     ``stop_after_s`` it is then stopped, so a hung loop does not hold GPUs for hours. CPU-only nodes

@@ -9,12 +9,13 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_serializer
 
 from launcher.workload.air_fields import DockerImage, GitRef, Permission, Schedule
-from launcher.workload.hosts import check_jump, check_option_value, check_user
+from launcher.workload.hosts import check_jump, check_option_value, check_user, refuse_control
 from launcher.workload.idle import IdlePolicy
 from launcher.workload.notify import Notify
+from trainer.wire.yaml_words import WordsAsWritten
 
 EXPERIMENT_NAME = r"^[A-Za-z0-9_-]{1,100}$"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -52,7 +53,7 @@ def sbatch_value_problem(value: str) -> str | None:
     return None
 
 
-class _Model(BaseModel):
+class _Model(WordsAsWritten):
     # No infinity or NaN in any number: no key has a use for one, and a node would refuse it late.
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False)
 
@@ -80,6 +81,9 @@ class Slurm(_Model):
     """``--constraint``, e.g. ``a100&ib``."""
     exclusive: bool = False
     """``--exclusive``: no other job shares the nodes."""
+    exclude: list[str] = Field(default_factory=list)
+    """``--exclude``: nodes no job of the run may get (``recovery`` adds a node that failed, so the next job
+    gets a replacement)."""
     extra_sbatch: list[str] = Field(default_factory=list)
     """More ``#SBATCH`` lines as written after ``#SBATCH`` (``--mail-type=END``); options only, no shell."""
     job_dir: str = Field(default="~/.fsdp-tui/slurm", min_length=1)
@@ -106,6 +110,15 @@ class Slurm(_Model):
                 raise ValueError(why)
         return value
 
+    @field_validator("exclude")
+    @classmethod
+    def _node_names(cls, value: list[str]) -> list[str]:
+        for name in value:  # joined into `#SBATCH --exclude=a,b`: one word each, no comma of its own
+            why = sbatch_value_problem(name) or ("a comma: list one node per entry" if "," in name else None)
+            if why:
+                raise ValueError(f"{name!r}: {why}")
+        return value
+
 
 class Compute(_Model):
     """How many processes run, and on which machines."""
@@ -120,6 +133,10 @@ class Compute(_Model):
     """Processes per node for CPU runs (gloo)."""
     hosts: list[str] = Field(default_factory=list)
     """SSH targets, one per node: ``alias``, ``user@host``, ``host:port`` or ``localhost``. Left out: this machine, no SSH."""
+    spares: list[str] = Field(default_factory=list)
+    """SSH targets kept in reserve, written like ``hosts``: when a run fails and its triage names a node
+    (lost, cut off, its processes killed, its GPU gone), the run's owner checks a spare with the doctor and
+    puts it in that node's place (``recovery``). A SLURM run has none: the scheduler picks the replacement."""
     master_addr: str | None = None
     """Address of node 0 as the other nodes reach it (default: node 0's host)."""
     master_port: int | None = Field(default=None, ge=1024, le=65535)
@@ -219,6 +236,21 @@ class Environment(_Model):
     """Run the command inside this container image on every node (needs docker or podman there)."""
 
 
+class Eject(_Model):
+    """What ``fsdp-tui eject`` renders for an engine that starts its own image (Kubeflow, a JobSet,
+    SkyPilot): nothing of your machines goes there."""
+
+    python: str = Field(default="python", min_length=1)
+    """The interpreter in that image (its ``python`` on PATH by default). ``environment.python`` names one on
+    your own nodes and is never carried into an image."""
+
+    @field_validator("python")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        refuse_control(value, "an interpreter")
+        return value
+
+
 class Snapshot(_Model):
     root_path: str = "."
     """Folder to upload, relative to the workload file."""
@@ -287,6 +319,33 @@ class Sweep(_Model):
     (a relative ``output_dir`` or one with ``$FSDP_TUI_RUN_ID`` is per run already)."""
 
 
+DEFAULT_SWAPS = 2
+"""Swaps a run on SSH hosts may make when ``recovery.max_swaps`` is not set."""
+
+
+class Recovery(_Model):
+    """What the run's owner does, unattended, when a node fails: a spare in its place, or the run goes on
+    without it (``shrink``). A failure that names no node (the code, a value, NaN) keeps ``max_retries``."""
+
+    max_swaps: int | None = Field(default=None, ge=0, le=100)
+    """Nodes replaced at most in one run (by a spare, an excluded SLURM node, or a node dropped with
+    ``shrink``); not counted as retries. Default: 2 on SSH hosts (where spares are listed, or ``shrink`` is
+    on); a SLURM run replaces a failed node only when it is set. 0: a failed node fails the run as before."""
+    quarantine_after: int = Field(default=2, ge=1, le=100)
+    """A host named as the failed node (or failing the doctor as a spare) this many times, over the runs of
+    this data dir, is quarantined: no run takes it as a spare and a launch on it is refused until
+    ``fsdp-tui quarantine lift HOST``."""
+    shrink: bool = False
+    """With no spare left, go on without the failed node: the run resumes resharded on the nodes left, its
+    global batch kept by gradient accumulation (so the loss curve stays comparable)."""
+
+    def allowed(self, slurm: bool) -> int:
+        """Swaps allowed in one run: ``max_swaps`` as set, else :data:`DEFAULT_SWAPS` (none on SLURM)."""
+        if self.max_swaps is not None:
+            return self.max_swaps
+        return 0 if slurm else DEFAULT_SWAPS
+
+
 class Workload(_Model):
     """One workload file."""
 
@@ -307,6 +366,8 @@ class Workload(_Model):
     """``NAME: scope/key``; values come from the local secret store, never from this file."""
     max_retries: int = Field(default=0, ge=0, le=100)
     """Relaunches after a failure (ours defaults to 0; ``air``'s to 3)."""
+    recovery: Recovery = Field(default_factory=Recovery)
+    """When a node fails: spares (``compute.spares``) swapped in, or the run shrunk, unattended."""
     timeout_minutes: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_MINUTES)
     """Stop the run after this long."""
     parameters: dict[str, Any] = Field(default_factory=dict)
@@ -336,6 +397,8 @@ class Workload(_Model):
 
     notify: Notify | None = None
     """Who is told when the run ends, stalls or idles (default: the ``notify`` of the user settings)."""
+    eject: Eject = Field(default_factory=Eject)
+    """How ``fsdp-tui eject`` renders the workload for another engine (it changes nothing of a run)."""
 
     @field_validator("env_variables", mode="before")
     @classmethod
@@ -349,6 +412,11 @@ class Workload(_Model):
     @property
     def uses_builtin_trainer(self) -> bool:
         return self.command is None
+
+    @property
+    def swaps_allowed(self) -> int:
+        """Failed nodes the run's owner may replace (``recovery.max_swaps``, or its default here)."""
+        return self.recovery.allowed(self.compute.slurm is not None)
 
     @property
     def mlflow_name(self) -> str | None:

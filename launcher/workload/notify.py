@@ -11,9 +11,11 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
-NotifyOn = Literal["succeeded", "failed", "stalled", "timed_out", "cancelled", "idle"]
+from trainer.wire.yaml_words import WordsAsWritten
+
+NotifyOn = Literal["succeeded", "failed", "stalled", "timed_out", "cancelled", "idle", "recovered"]
 SECRET_PREFIX = "secret:"
 _SECRET = re.compile(r"^secret:[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
@@ -28,7 +30,7 @@ def _url_or_secret(value: str) -> str:
     return value
 
 
-class _Model(BaseModel):
+class _Model(WordsAsWritten):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False)
 
 
@@ -64,8 +66,8 @@ class Notify(_Model):
     so they arrive with the app closed; a sink that fails is retried, recorded and shown, and never
     changes the run."""
 
-    on: list[NotifyOn] = Field(default_factory=lambda: ["succeeded", "failed", "stalled", "timed_out"])
-    """The states that send a notification."""
+    on: list[NotifyOn] = Field(default_factory=lambda: ["succeeded", "failed", "stalled", "timed_out", "recovered"])
+    """The states that send a notification (``recovered``: a failed node was replaced and the run resumed)."""
     webhooks: list[str] = Field(default_factory=list)
     """URLs that get a JSON POST (Slack and Discord incoming webhooks understand it as is)."""
     ntfy: str | None = None

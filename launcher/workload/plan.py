@@ -239,6 +239,13 @@ def with_master_port(plan: RunPlan, port: int) -> RunPlan:
     return with_rendezvous(plan, port=port)
 
 
+def with_node_dirs(plan: RunPlan, dirs: list[str] | tuple[str, ...]) -> RunPlan:
+    """The same plan with each node's run directory as given (a node swapped in has one of its own)."""
+    if len(dirs) != len(plan.nodes):
+        raise ValueError(f"{plural(len(dirs), 'directory')} for {plural(len(plan.nodes), 'node')}")
+    return replace(plan, nodes=tuple(replace(n, node_dir=d) for n, d in zip(plan.nodes, dirs, strict=True)))
+
+
 def plan_to_json(plan: RunPlan) -> dict:
     """What rebuilds the same plan later (:func:`plan_from_json`): the resolved workload and the choices
     made at launch (node root, rendezvous)."""
@@ -246,7 +253,7 @@ def plan_to_json(plan: RunPlan) -> dict:
             "source_file": str(plan.source_file) if plan.source_file else None, "node_root": plan.node_root,
             "master_addr": plan.master_addr, "master_port": plan.master_port,
             "master_addr_is_alias": plan.master_addr_is_alias, "dependencies": list(plan.dependencies),
-            "ckpt_place": place_to_json(plan.ckpt_place)}
+            "ckpt_place": place_to_json(plan.ckpt_place), "node_dirs": [n.node_dir for n in plan.nodes]}
 
 
 def plan_from_json(data: dict) -> RunPlan:
@@ -258,6 +265,9 @@ def plan_from_json(data: dict) -> RunPlan:
     if "dependencies" in data:  # as the run had them, whatever its requirements file says today
         plan = replace(plan, dependencies=tuple(data["dependencies"]),
                        blockers=tuple(b for b in plan.blockers if "requirements file" not in b))
+    dirs = data.get("node_dirs")
+    if isinstance(dirs, list) and len(dirs) == len(plan.nodes) and all(isinstance(d, str) and d for d in dirs):
+        plan = with_node_dirs(plan, dirs)  # a node swapped in works in a directory of its own
     return replace(plan, master_addr_is_alias=bool(data.get("master_addr_is_alias")),
                    ckpt_place=place_from_json(data.get("ckpt_place")))
 

@@ -19,17 +19,15 @@ from launcher.workload.overrides import apply_overrides
 from launcher.workload.problems import Problem
 from launcher.workload.sweep_check import DROP_SWEEP, Setting, show_value, variant_list
 from launcher.workload.yaml_loader import LoadedYaml
+from trainer.wire.ckpt_owner import RUN_ID_VAR, private_folder
 
-RUN_ID_VAR = "FSDP_TUI_RUN_ID"
 KEY = "parameters.output_dir"
 
 
 def is_per_run(output_dir: str) -> bool:
-    """Whether every run gets a folder of its own from this ``output_dir`` as written."""
-    text = output_dir.strip()
-    if RUN_ID_VAR in text:
-        return True
-    return "://" not in text and not text.startswith(("/", "~", "$"))
+    """Whether every run gets a folder of its own from this ``output_dir`` as written: the checkpoint
+    rules' own answer (:func:`trainer.wire.ckpt_owner.private_folder`), asked here."""
+    return private_folder(output_dir.strip())
 
 
 def own_folder(output_dir: str) -> str:

@@ -77,6 +77,43 @@ parameters:
     every_steps: 100                    # save a checkpoint this often
 """
 
+SSH_BUILTIN_CPU = """\
+# The built-in FSDP2 trainer on your own machines over SSH, CPU only (gloo): the multi-node path on two
+# small machines, no GPU needed. One host per node; the tiny model is built on each node, nothing downloads.
+experiment_name: my-cpu-sft         # letters, digits, '_' and '-'; also the MLflow experiment
+
+compute:
+  accelerator_type: CPU             # CPU: processes per node below, gloo between them
+  procs_per_node: 2                 # processes on each node
+  num_accelerators: 4               # processes in all: nodes x procs_per_node
+  hosts:                            # ~/.ssh/config aliases or user@host[:port]; the first is node 0
+    - <host-0>
+    - <host-1>
+
+ssh:
+  remote_root: ~/.fsdp-tui          # folder on every node for run directories and venvs
+
+environment:
+  python: python3                   # interpreter on the nodes (needs torch >= 2.11; the CPU build is enough)
+
+env_variables:
+  OMP_NUM_THREADS: 1                # one thread per process keeps a small machine responsive
+
+# No `command:`, so the built-in trainer runs under torchrun with these parameters.
+parameters:
+  model_name: builtin:tiny-llama    # a hub id, a model folder on the nodes, or builtin:tiny-llama
+  dataset_name: builtin:tiny-alpaca # a hub dataset, a json/jsonl/parquet file on the nodes, or builtin:tiny-alpaca
+  output_dir: outputs               # relative: on each node's own disk, gathered into node 0 after each save
+  max_seq_len: 128                  # tokens per example
+  per_device_batch_size: 8          # examples per process per step
+  learning_rate: 0.003              # peak learning rate
+  max_steps: 100                    # stop after this many optimizer steps
+  model:
+    from_scratch: true              # random weights: the tiny model has none to download
+  checkpoint:
+    every_steps: 50                 # save a checkpoint this often
+"""
+
 SSH_SCRIPT = """\
 # Your own air-style train.py (next to this file) under torchrun on SSH hosts, unmodified.
 experiment_name: my-script          # letters, digits, '_' and '-'; also the MLflow experiment
@@ -91,6 +128,40 @@ compute:
 environment:
   dependencies:                     # pip requirements installed into a cached venv on each node
     - transformers>=4.45
+
+code_source:
+  type: snapshot                    # upload a local folder to every node
+  snapshot:
+    root_path: .                    # the folder, relative to this file; $CODE_SOURCE_PATH on the nodes
+
+# fsdp-tui sets NUM_NODES, NODE_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT on every node.
+command: |                          # shell text, run once per node
+  cd "$CODE_SOURCE_PATH"
+  torchrun --nnodes="$NUM_NODES" --node_rank="$NODE_RANK" \\
+    --nproc_per_node="$LOCAL_WORLD_SIZE" \\
+    --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" \\
+    train.py
+
+# Free-form: written to $HYPERPARAMETERS_PATH (YAML) on each node for your script to read.
+parameters:
+  max_steps: 100                    # your script decides what these mean
+"""
+
+SSH_SCRIPT_CPU = """\
+# Your own air-style train.py (next to this file) under torchrun on SSH hosts, CPU only: it picks gloo
+# when there is no GPU (torch.distributed.init_process_group("gloo")).
+experiment_name: my-cpu-script      # letters, digits, '_' and '-'; also the MLflow experiment
+
+compute:
+  accelerator_type: CPU             # CPU: processes per node below
+  procs_per_node: 2                 # processes on each node
+  num_accelerators: 4               # processes in all: nodes x procs_per_node
+  hosts:                            # ~/.ssh/config aliases or user@host[:port]; the first is node 0
+    - <host-0>
+    - <host-1>
+
+env_variables:
+  OMP_NUM_THREADS: 1                # one thread per process keeps a small machine responsive
 
 code_source:
   type: snapshot                    # upload a local folder to every node
@@ -139,16 +210,59 @@ parameters:
     every_steps: 100                    # save a checkpoint this often
 """
 
+SLURM_BUILTIN_CPU = """\
+# The built-in FSDP2 trainer on a SLURM cluster's CPU nodes (gloo): one batch job through the login node.
+experiment_name: my-slurm-cpu       # letters, digits, '_' and '-'; also the MLflow experiment
+
+compute:
+  accelerator_type: CPU             # CPU: processes per node below (--ntasks-per-node is 1, torchrun starts them)
+  procs_per_node: 2                 # processes on each node
+  num_accelerators: 4               # processes in all: nodes x procs_per_node (--nodes)
+  slurm:
+    login: <login-node>             # ~/.ssh/config alias or user@host; `local` on the login node itself
+    partition: <partition>          # `sinfo` lists them
+    time: "01:00:00"                # --time per job; near it the trainer checkpoints, a new job resumes
+    job_dir: ~/fsdp-tui-jobs        # a folder the login and compute nodes share
+
+environment:
+  python: python3                   # interpreter on the compute nodes (needs torch >= 2.11; the CPU build is enough)
+
+env_variables:
+  OMP_NUM_THREADS: 1                # one thread per process
+
+# No `command:`, so the built-in trainer runs under torchrun with these parameters.
+parameters:
+  model_name: builtin:tiny-llama    # a hub id, a model folder the nodes can read, or builtin:tiny-llama
+  dataset_name: builtin:tiny-alpaca # a hub dataset, a json/jsonl/parquet file, or builtin:tiny-alpaca
+  output_dir: outputs               # relative: in the run's folder under job_dir (shared)
+  max_seq_len: 128                  # tokens per example
+  per_device_batch_size: 8          # examples per process per step
+  learning_rate: 0.003              # peak learning rate
+  max_steps: 100                    # stop after this many optimizer steps
+  model:
+    from_scratch: true              # random weights: the tiny model has none to download
+  checkpoint:
+    every_steps: 50                 # save a checkpoint this often
+"""
+
 BUILTIN = (
     Template("local-cpu", "This machine, CPU demo",
              "the built-in trainer on a tiny model, 2 CPU processes here", LOCAL_CPU),
     Template("ssh-builtin", "N SSH hosts, built-in trainer",
              "FSDP2 fine-tuning of a hub model on your GPU machines", SSH_BUILTIN),
+    Template("ssh-builtin-cpu", "N SSH hosts, built-in trainer, CPU",
+             "the same on small machines without GPUs: a tiny model, gloo", SSH_BUILTIN_CPU),
     Template("ssh-script", "Your train.py on SSH hosts",
              "an air-style script under torchrun, code uploaded from here", SSH_SCRIPT),
+    Template("ssh-script-cpu", "Your train.py on SSH hosts, CPU",
+             "the same on machines without GPUs (your script picks gloo)", SSH_SCRIPT_CPU),
     Template("slurm-builtin", "SLURM cluster, built-in trainer",
              "a batch job through the login node; checkpoints ahead of the time limit", SLURM_BUILTIN),
+    Template("slurm-builtin-cpu", "SLURM cluster, built-in trainer, CPU",
+             "the same on CPU nodes: a tiny model, gloo", SLURM_BUILTIN_CPU),
 )
+"""The starting points; each one for GPUs has a CPU variant (its key with ``-cpu``), to try it where there is
+no GPU."""
 
 
 def templates(samples_root: Path = SAMPLES_ROOT) -> list[Template]:

@@ -204,6 +204,16 @@ class _Locator:
                 return OVERRIDE_SOURCE, self.override_index[path[:cut]], 1
         return (self.filename, *self.loaded.mark(path, key=key))
 
+    def written(self, path: YamlPath, value: Any) -> str:
+        """``value`` as the user typed it: the file's text for a scalar YAML read as something else
+        (``off`` is read as ``False``), the ``--set`` value's own text, else the value itself."""
+        for cut in range(len(path), 0, -1):
+            if path[:cut] in self.override_index:
+                text = self.override_texts[self.override_index[path[:cut]] - 1]
+                _, _, typed = text.partition("=")
+                return typed if cut == len(path) and typed else str(value)
+        return self.loaded.written.get(path, str(value))
+
     def problem(self, path: YamlPath, severity: str, message: str, hint: str = "", *, key: bool = False,
                 at: YamlPath | None = None) -> Problem:
         where = self.at(path if at is None else at, key=key)
@@ -275,7 +285,7 @@ def _convert(err: ValidationError, model: type[BaseModel], data: Any, prefix: Ya
                                       _missing_hint(str(path[-1])), key=True, at=path[:-1]))
         elif kind == "literal_error":
             choices = tuple(re.findall(r"'([^']*)'", e.get("ctx", {}).get("expected", "")))
-            got = str(e.get("input"))
+            got = locate.written(path, e.get("input"))
             only = f"use '{choices[0]}'" if len(choices) == 1 else ""
             out.append(locate.problem(path, "error", f"'{got}' is not one of {', '.join(choices)}",
                                       did_you_mean(got, choices) or only))

@@ -14,6 +14,8 @@ from typing import Any
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 """Whole numbers a run's record, its plan and a node's torch can hold (a signed 64-bit integer)."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+BLANK = re.compile(r"<[a-z][a-z0-9_-]*>")
+"""A template's blank (``<host-0>``, ``<partition>``): a value still to write."""
 
 Path = tuple[str | int, ...]
 
@@ -40,6 +42,9 @@ def value_problems(data: Any, path: Path = ()) -> Iterator[tuple[Path, str, str]
     elif isinstance(data, float):
         if not math.isfinite(data):
             yield (path, f"the number must be finite, got {data}", "write a number, not .inf or .nan")
+    elif isinstance(data, str) and BLANK.fullmatch(data.strip()):
+        yield (path, f"'{data.strip()}' is a blank of the template: write the value here",
+               "f8 goes to each blank and selects it: type to replace it")
     elif isinstance(data, str) and "\x00" in data:
         yield (path, f"the value holds a NUL byte (at position {data.index(chr(0)) + 1})",
                "no command line, environment or file name can carry one: remove it")

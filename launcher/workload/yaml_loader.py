@@ -62,6 +62,9 @@ class LoadedYaml:
     value_marks: dict[Path, Mark] = field(default_factory=dict)
     key_marks: dict[Path, Mark] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    written: dict[Path, str] = field(default_factory=dict)
+    """The text of each plain scalar YAML read as something else than text (``off`` -> ``False``, ``1e3``
+    -> ``1000.0``, ``~`` -> ``None``): a message about the value quotes what the user typed."""
 
     def mark(self, path: Path, *, key: bool = False) -> Mark:
         """Best position for ``path``: the key or value itself, else its nearest located parent."""
@@ -266,7 +269,7 @@ class _Builder:
                           "write a smaller number")
             return None
         try:
-            return self.constructor.construct_object(node, deep=True)
+            value = self.constructor.construct_object(node, deep=True)
         except ValueError as err:  # a number Python will not read (e.g. a float's digits past its limit)
             self._problem(node, path, f"unsupported value: {err}", "use plain YAML scalars, lists and mappings")
             return None
@@ -276,6 +279,9 @@ class _Builder:
                                              f"unsupported value: {getattr(err, 'problem', err)}",
                                              "use plain YAML scalars, lists and mappings"))
             return None
+        if not isinstance(value, str) and isinstance(node, yaml.ScalarNode):
+            self.out.written[path] = node.value
+        return value
 
     def _mapping(self, node: yaml.MappingNode, path: Path) -> dict[str, Any]:
         result: dict[str, Any] = {}

@@ -220,7 +220,7 @@ def test_the_ejected_skypilot_task_trains_the_demo_as_skypilot_runs_it(tmp_path)
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     plan = _plan(ROOT / "sample_workloads/tiny_cpu.yaml", tmp_path, [
-        "parameters.max_steps=3", "parameters.checkpoint.export_hf=false", f"environment.python={sys.executable}", f"compute.master_port={port}"])
+        "parameters.max_steps=3", "parameters.checkpoint.export_hf=false", f"eject.python={sys.executable}", f"compute.master_port={port}"])
     task = yaml.safe_load(eject(plan, "skypilot").text)
     home = tmp_path / "node"
     (home / "fsdp-tui-pkg").mkdir(parents=True)
@@ -236,3 +236,65 @@ def test_the_ejected_skypilot_task_trains_the_demo_as_skypilot_runs_it(tmp_path)
     records = [MetricRecord.from_json(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r.step for r in records if r.kind == "train"] == [1, 2, 3]
     assert any((run_dir / "outputs").rglob(".metadata"))  # the final checkpoint, in the relative output_dir
+
+
+NODE_VENV = "/home/me/.venv/bin/python"
+
+
+def _venv_workload(tmp_path: Path, extra: str = "", command: str | None = None) -> Path:
+    run = f"command: |\n  {NODE_VENV} train.py\n" if command else ""
+    params = "" if command else ("parameters: {model_name: builtin:tiny-llama, dataset_name: builtin:tiny-alpaca, "
+                                 "output_dir: outputs}\n")
+    wl = tmp_path / "venv.yaml"
+    wl.write_text(f"experiment_name: venv-job\ncompute: {{accelerator_type: GPU_8xH100, num_accelerators: 16, "
+                  f"hosts: [a, b]}}\nenvironment: {{python: {NODE_VENV}, dependencies: [rich]}}\n{run}{params}{extra}")
+    return wl
+
+
+def _executed(target: str, text: str) -> str:
+    """What the engine runs of a rendering: the container's script, or SkyPilot's setup and run."""
+    doc = yaml.safe_load(text)
+    if target == "skypilot":
+        return doc.get("setup", "") + doc["run"]
+    return _container_script(doc, target)
+
+
+@pytest.mark.parametrize("target", ["kubeflow", "jobset", "skypilot"])
+def test_an_engine_with_its_own_machines_never_gets_a_nodes_interpreter(target, tmp_path):
+    """environment.python names an interpreter on the workload's own nodes (a venv on SSH hosts): an engine
+    that starts its own image or machines runs that image's `python` (or eject.python), and says so."""
+    import sys
+
+    out = eject(_plan(_venv_workload(tmp_path), tmp_path), target)
+    run = _executed(target, out.text)
+    assert NODE_VENV not in run and sys.executable not in run
+    assert "exec python -m torch.distributed.run" in run
+    if target != "skypilot":  # SkyPilot installs in its setup step, the pods at the script's start
+        assert "python -m pip install --quiet rich" in run
+    else:
+        assert yaml.safe_load(out.text)["setup"].startswith("python -m pip install --quiet rich")
+    said = [item for item in out.lost if item.startswith(f"environment.python ({NODE_VENV})")]
+    assert said and "eject.python" in said[0] and f"#  - {said[0]}" in out.text
+
+    chosen = eject(_plan(_venv_workload(tmp_path), tmp_path, ["eject.python=/opt/conda/bin/python3"]), target)
+    run = _executed(target, chosen.text)
+    assert "exec /opt/conda/bin/python3 -m torch.distributed.run" in run and NODE_VENV not in run
+
+    own = eject(_plan(_venv_workload(tmp_path, command=True), tmp_path), target)
+    assert any(item.startswith(f"the command names {NODE_VENV}") for item in own.lost)
+
+
+def test_a_workload_that_names_no_interpreter_says_nothing_of_it(tmp_path):
+    plan = _plan(ROOT / "sample_workloads/tiny_cpu.yaml", tmp_path)
+    for target in ("kubeflow", "jobset", "skypilot"):
+        out = eject(plan, target)
+        assert not any("environment.python" in item for item in out.lost)
+        assert "exec python -m torch.distributed.run" in _executed(target, out.text)
+
+
+def test_the_sbatch_script_keeps_the_nodes_interpreter(tmp_path):
+    """SLURM runs on the user's own nodes, where environment.python is: the batch script starts the node
+    task with it, as the SLURM backend does."""
+    out = eject(_plan(_venv_workload(tmp_path), tmp_path), "sbatch")
+    assert f"{NODE_VENV} node-0/agent.zip slurm-task 1" in out.text
+    assert not any("environment.python" in item for item in out.lost)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -83,7 +84,8 @@ def test_indentation_errors_say_so():
 
 def test_templates_validate_once_their_blanks_are_filled():
     for t in templates():
-        text = t.text.replace("<host-0>", "gpu-a").replace("<host-1>", "gpu-b").replace("<login-node>", "hpc")
+        text = t.text.replace("<host-0>", "gpu-a").replace("<host-1>", "gpu-b").replace("<login-node>", "hpc").replace(
+            "<partition>", "gpu")
         assert validate_text(text).ok, (t.key, validate_text(text).problems)
     for t in BUILTIN:  # every key of the built-in templates carries a comment (list items excepted)
         keys = [line for line in t.text.splitlines() if re.match(r"\s*[a-z_]+:", line)]
@@ -154,3 +156,105 @@ def test_help_names_the_default_and_the_choices():
         "parameters.fsdp.sharding: one of auto, full_shard, shard_grad_op, hybrid_shard, no_shard (default: auto)")
     assert help_for(("ssh", "identity_file"), None).headline() == "ssh.identity_file: text (default: not set)"
     assert help_for(("parameters", "output_dir"), None).headline() == "parameters.output_dir: text, required"
+
+
+def test_every_gpu_template_has_a_cpu_variant_that_plans_on_cpu():
+    """Each starting point for GPUs has its CPU twin (its key with ``-cpu``): the same way to reach the
+    machines (SSH hosts, SLURM) and the same trainer or script, planned as a CPU run, with nothing to download."""
+    from launcher.workload.plan import build_plan
+
+    def filled(t):
+        return t.text.replace("<host-0>", "node-a").replace("<host-1>", "node-b").replace("<login-node>", "hpc").replace(
+            "<partition>", "cpu")
+
+    by_key = {t.key: t for t in BUILTIN}
+    gpu = [t for t in BUILTIN if (validate_text(filled(t)).workload.compute.accelerator_type or "").startswith("GPU")]
+    assert {t.key for t in gpu} == {"ssh-builtin", "ssh-script", "slurm-builtin"}
+    for t in gpu:
+        cpu = by_key[f"{t.key}-cpu"]
+        twin, plan = validate_text(filled(t)).workload, build_plan(validate_text(filled(cpu)).workload, run_id="r")
+        assert plan.topology.kind == "cpu" and plan.topology.num_nodes == 2, cpu.key
+        assert (twin.compute.slurm is None) == (plan.workload.compute.slurm is None), cpu.key
+        assert (twin.command is None) == (plan.workload.command is None), cpu.key
+        if plan.workload.command is None:  # the built-in trainer on the tiny model: nothing to download
+            assert plan.workload.parameters["model_name"].startswith("builtin:"), cpu.key
+            assert plan.workload.parameters["dataset_name"].startswith("builtin:"), cpu.key
+
+
+def _completion_world(tmp_path):
+    from launcher.workload.complete import read_entries
+
+    (tmp_path / "my-model").mkdir()
+    (tmp_path / "my-model" / "config.json").write_text("{}")
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "dataset_info.json").write_text("{}")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "inner-model").mkdir()
+    (tmp_path / "sub" / "inner-model" / "config.json").write_text("{}")
+    (tmp_path / "sub" / "rows.parquet").write_text("")
+    (tmp_path / "train.jsonl").write_text("{}\n")
+    (tmp_path / "notes.txt").write_text("")
+    (tmp_path / ".hidden.jsonl").write_text("")
+    return Sources(entries=lambda folder: read_entries(tmp_path, folder))
+
+
+def _offered(text: str, sources, row: int | None = None) -> dict[str, str]:
+    lines = text.split("\n")
+    row = len(lines) - 1 if row is None else row
+    found = complete(text, row, len(lines[row]), sources)
+    return {} if found is None else {i.label: i.help for i in found.items}
+
+
+HEAD = "experiment_name: x\nparameters:\n"
+
+
+def test_model_name_completes_built_ins_docs_names_and_local_model_folders(tmp_path):
+    from launcher.workload.known_names import HUB_MODELS
+
+    sources = _completion_world(tmp_path)
+    got = _offered(HEAD + "  model_name: ", sources)
+    assert list(got)[:2] == ["builtin:tiny-llama", "builtin:small-llama"] and "built in" in got["builtin:tiny-llama"]
+    assert set(HUB_MODELS) <= set(got) and got["meta-llama/Llama-3.2-1B"].startswith("hub: ")
+    assert got["./my-model"] == "model folder" and got["./sub/"] == "folder"
+    assert "./train.jsonl" not in got and "./notes.txt" not in got and not any("hidden" in k for k in got)
+    assert list(_offered(HEAD + "  model_name: bigsc", sources)) == ["bigscience/bloom-560m"]
+    assert _offered(HEAD + "  model_name: ./sub/", sources) == {"./sub/inner-model": "model folder"}
+    assert _offered(HEAD + f"  model_name: {tmp_path}/my", sources) == {f"{tmp_path}/my-model": "model folder"}
+    # a script of your own: parameters are free-form, nothing is offered
+    assert _offered("experiment_name: x\ncommand: python t.py\nparameters:\n  model_name: ", sources) == {}
+
+
+def test_dataset_name_completes_built_ins_docs_names_data_files_and_saved_datasets(tmp_path):
+    from launcher.workload.known_names import HUB_DATASETS
+
+    sources = _completion_world(tmp_path)
+    got = _offered(HEAD + "  dataset_name: ", sources)
+    assert list(got)[0] == "builtin:tiny-alpaca" and set(HUB_DATASETS) <= set(got)
+    assert got["./train.jsonl"] == "data file" and got["./saved"] == "saved dataset"
+    assert "./my-model" not in got and "./notes.txt" not in got
+    assert _offered(HEAD + "  dataset_name: ./sub/r", sources) == {"./sub/rows.parquet": "data file"}
+    assert list(_offered(HEAD + "  dataset_name: squ", sources)) == ["rajpurkar/squad"]
+
+
+def test_the_names_the_docs_use_are_the_ones_completion_offers():
+    """Every model and dataset the docs, the README, the samples and the templates name is offered: a
+    built-in name, or a hub name of known_names (a path or a variable is a local thing, offered from disk)."""
+    from launcher.workload.known_names import HUB_DATASETS, HUB_MODELS
+    from trainer import assets
+    from trainer.wire import builtin_assets
+
+    assert set(builtin_assets.MODELS) == set(assets.MODELS) and set(builtin_assets.DATASETS) == set(assets.DATASETS)
+    root = Path(__file__).resolve().parents[2]
+    files = [root / "README.md", *(root / "docs").glob("*.md"), *(root / "sample_workloads").rglob("*.yaml")]
+    texts = [f.read_text() for f in files] + [t.text for t in BUILTIN]
+    named = {(key, value) for text in texts
+             for key, value in re.findall(r"\b(model_name|dataset_name): *([A-Za-z0-9_.:/~$-]+)", text)}
+    assert ("model_name", "meta-llama/Llama-3.2-1B") in named
+    for key, value in named:
+        if value.startswith(("/", "~", "./", "$", "<")) or "/" not in value and ":" not in value:
+            continue  # a path, a variable, a blank, or a word in prose
+        if value.startswith("builtin:"):
+            table = builtin_assets.MODELS if key == "model_name" else builtin_assets.DATASETS
+            assert value.removeprefix("builtin:") in table, (key, value)
+        else:
+            assert value in (HUB_MODELS if key == "model_name" else HUB_DATASETS), (key, value)

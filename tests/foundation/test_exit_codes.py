@@ -296,6 +296,16 @@ def scenarios() -> list[tuple[str, int, Callable[[World], int]]]:
     def missing(name):
         return lambda w: w.cli(name, "nosuch-run")[0]
 
+    def quarantined(w):
+        """A host a run's owner counted twice (as a swap would), listed, then lifted: 0 both times."""
+        from launcher.runs.core.quarantine import count_failure
+
+        for _ in range(2):
+            count_failure(w.home, "gpu-07", "some-run", "node 3 (gpu-07): lost", 2)
+        listed, out, _ = w.cli("quarantine")
+        lifted = w.cli("quarantine", "lift", "gpu-07")[0]
+        return listed if "gpu-07: quarantined" in out and lifted == listed else -1
+
     return [
         ("validate", 0, lambda w: w.cli("validate", w.file("ok.yaml", OK))[0]),
         ("validate", 1, lambda w: w.cli("validate", w.file("invalid.yaml", INVALID))[0]),
@@ -376,6 +386,9 @@ def scenarios() -> list[tuple[str, int, Callable[[World], int]]]:
         ("gpus", 0, smi),
         ("gpus", 1, c("gpus", NOWHERE)),
         ("gpus", 2, lambda w: w.cli("gpus", w.file("invalid.yaml", INVALID))[0]),
+        ("quarantine", 0, quarantined),
+        ("quarantine", 1, c("quarantine", "lift", "never-failed")),
+        ("quarantine", 2, c("quarantine", "lift")),
     ]
 
 

@@ -86,7 +86,8 @@ notify: {{on: [succeeded]}}
 parameters: {{output_dir: {tmp_path / 'out'}}}
 command: |
   mkdir -p {ckpts}/step-00000002 {ckpts}/step-00000003
-  echo '{{"step": 2}}' > {ckpts}/step-00000002/meta.json && touch {ckpts}/step-00000002/.metadata
+  printf '{{"step": 2, "run_id": "%s"}}' "$FSDP_TUI_RUN_ID" > {ckpts}/step-00000002/meta.json
+  touch {ckpts}/step-00000002/.metadata
   echo step=3/3 loss=0.5
 """)  # step 3 is incomplete: step 2 is the last safe one
         out2 = cli(home, "run", ok, "--json", **secret_env)

@@ -37,9 +37,9 @@ def test_notify_config_shapes(data, error):
 
 @pytest.mark.parametrize(("settings", "workload", "expect"), [
     (None, None, None),
-    ({"ntfy": "https://ntfy.sh/t"}, None, {"ntfy": "https://ntfy.sh/t", "on": 4}),
+    ({"ntfy": "https://ntfy.sh/t"}, None, {"ntfy": "https://ntfy.sh/t", "on": 5}),  # the default states, "recovered" among them
     ({"ntfy": "https://ntfy.sh/t"}, {"on": ["failed"]}, {"ntfy": "https://ntfy.sh/t", "on": 1}),
-    ({"ntfy": "https://ntfy.sh/t"}, {"ntfy": "https://ntfy.sh/other"}, {"ntfy": "https://ntfy.sh/other", "on": 4}),
+    ({"ntfy": "https://ntfy.sh/t"}, {"ntfy": "https://ntfy.sh/other"}, {"ntfy": "https://ntfy.sh/other", "on": 5}),
     (None, {"on": ["failed"]}, None),  # states but no sink: nothing to send
 ])
 def test_workload_keys_win_over_the_settings_key_by_key(settings, workload, expect):
@@ -214,16 +214,23 @@ def test_the_lead_time_against_the_measured_checkpoint_time(log, lead, says):
     assert (says in note) if says else note == ""
 
 
-def test_the_last_safe_step_is_the_newest_complete_checkpoint():
-    from launcher.runs.core.safe_step import SafeStep, newest_fact
+def test_the_last_safe_step_is_the_runs_own_newest_complete_checkpoint():
+    from launcher.backends.base import CheckpointListing
+    from launcher.runs.core.checkpoints import RunCheckpoints
+    from launcher.runs.core.safe_step import NONE_YET, own_safe
     from trainer.wire.ckpt_layout import CheckpointInfo
+    from trainer.wire.ckpt_owner import Lineage
 
-    ckpts = [CheckpointInfo(10, "/o/step-00000010", True, 1, 100.0), CheckpointInfo(30, "/o/step-00000030", False, 1, 300.0),
-             CheckpointInfo(20, "/o/step-00000020", True, 1, 200.0)]
-    fact = newest_fact(ckpts, now=260.0)
-    assert (fact.step, fact.name, fact.age_s) == (20, "step-00000020", 60.0)
-    assert SafeStep(fact).text() == "step 20 (step-00000020, written 1m00s ago)"
-    assert newest_fact(ckpts[1:2], now=0) is None
+    ckpts = (CheckpointInfo(10, "/o/step-00000010", True, 1, 100.0, run_id="r"),
+             CheckpointInfo(20, "/o/step-00000020", True, 1, 200.0, run_id="r"),
+             CheckpointInfo(30, "/o/step-00000030", False, 1, 300.0, run_id="r"),
+             CheckpointInfo(40, "/o/step-00000040", True, 1, 400.0, run_id="other"))
+    safe = own_safe(RunCheckpoints("r", CheckpointListing(0, "node 0", "/o", ckpts), Lineage("r")), now=260.0)
+    assert (safe.found.step, safe.found.name, safe.age_s(260.0)) == (20, "step-00000020", 60.0)
+    assert safe.text(260.0) == "step 20 (step-00000020, written 1m00s ago)"
+    assert safe.text(320.0) == "step 20 (step-00000020, written 2m00s ago)"  # the age counts on when shown
+    alone = RunCheckpoints("r", CheckpointListing(0, "node 0", "/o", ckpts[2:]), Lineage("r"))
+    assert own_safe(alone, now=0).text() == NONE_YET
 
 
 def test_the_owner_sends_only_the_events_asked_for_and_records_each_delivery(tmp_path, monkeypatch):

@@ -1,7 +1,8 @@
 """A run's files on its SSH nodes, over real sshd hosts (a network namespace each, or loopback addresses):
 a launch refused before anything is recorded for an unknown host key; then a 2-node torchrun job whose
 every rank's own output is read back from the node that ran it (``logs --rank``); a shell (here: a
-command) on node 1 in its run directory through the user's own ``ssh``; and ``clean`` removing the run's
+command, one word a command line, several words quoted once) on node 1 in its run directory through the
+user's own ``ssh``; and ``clean`` removing the run's
 folders on both nodes, after which ``ssh`` says the folder is gone."""
 
 from __future__ import annotations
@@ -71,6 +72,11 @@ command: |
     shell = ssh_cli(home, client, "ssh", run_id, "1", "--", "pwd")
     assert shell.returncode == 0, shell.stderr
     assert shell.stdout.strip() == str(remote / "node-1")
+    line = ssh_cli(home, client, "ssh", run_id, "1", "--", "pwd; ls")  # one word: a command line, as ssh runs it
+    assert line.returncode == 0, line.stderr
+    assert line.stdout.splitlines()[0] == str(remote / "node-1") and "node.log" in line.stdout.splitlines()[1:]
+    words = ssh_cli(home, client, "ssh", run_id, "1", "--", "printf", "%s|", "a b", "$HOME;")  # quoted once
+    assert words.returncode == 0 and words.stdout == "a b|$HOME;|", words.stdout + words.stderr
     assert sorted(p.name for p in remote.iterdir()) == ["node-0", "node-1"]
 
     cleaned = ssh_cli(home, client, "clean", run_id)

@@ -56,6 +56,14 @@ class FakeNode:
     requeued: dict[int, str] = field(default_factory=dict)
     """attempt -> the scheduler's words when it puts that attempt's job back into its queue (after
     ``polls_before_exit`` polls)."""
+    metrics_of: dict[int, bytes] = field(default_factory=dict)
+    """attempt -> metrics lines its job appends to ``metrics`` when it starts (node 0's, on any node set)."""
+    probe_facts: dict | None = None
+    """What the doctor's probe finds on this node (``None``: the backend's ``probe_facts``)."""
+    unreachable: str | None = None
+    """Every call raises ``NodeError`` with these words (a spare whose sshd is down)."""
+    gpus_gone_after_polls: int | None = None
+    """From this status poll of an attempt on, ``nvidia-smi`` lists no GPU (one fell off the bus)."""
     # what happened
     started: list[int] = field(default_factory=list)
     stopped: int = 0
@@ -129,6 +137,7 @@ class FakeBackend:
                 continue
             node.started.append(attempt)
             node.attempt, node.running, node.polls = attempt, True, 0
+            node.metrics += node.metrics_of.get(attempt, b"")
         if errors:  # as the fleet says it: the node, where only one failed
             raise NodeError("; ".join(errors.values()), next(iter(errors)) if len(errors) == 1 else None)
 
@@ -200,7 +209,10 @@ class FakeBackend:
         return tuple(out)
 
     async def gpus(self, rank: int) -> tuple[GpuSample, ...]:
-        return self.nodes[rank].gpus
+        node = self.nodes[rank]
+        if node.gpus_gone_after_polls is not None and node.polls >= node.gpus_gone_after_polls:
+            return ()
+        return node.gpus
 
     async def usage(self, rank: int) -> UsageSample | None:
         return self.nodes[rank].usage
@@ -210,8 +222,12 @@ class FakeBackend:
 
         from launcher.doctor.probe import MARKER
 
-        self.calls.append("probe")
-        out = "" if self.probe_facts is None else f"\n{MARKER}{json.dumps(self.probe_facts)}\n"
+        self.calls.append(f"probe {rank}")
+        node = self.nodes[rank]
+        if node.unreachable:
+            raise NodeError(f"node {rank} (fake): {node.unreachable}", rank)
+        facts = node.probe_facts if node.probe_facts is not None else self.probe_facts
+        out = "" if facts is None else f"\n{MARKER}{json.dumps(facts)}\n"
         return ScriptRun(0, out, "")
 
     async def scheduler_checks(self, quick: bool) -> tuple:
@@ -223,7 +239,8 @@ class FakeBackend:
     async def checkpoints(self, output_dir: str, rank: int = 0, root: str | None = None) -> CheckpointListing:
         return CheckpointListing(rank, f"node {rank} (fake)", root or output_dir)
 
-    async def delete_checkpoint(self, output_dir: str, name: str, rank: int = 0, root: str | None = None) -> None:
+    async def delete_checkpoint(self, output_dir: str, name: str, rank: int = 0, root: str | None = None, *,
+                                writer: str | None = None, continues: tuple[str, ...] = ()) -> None:
         pass
 
     async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None,

@@ -34,6 +34,9 @@ class TestHost:
     disk: Path | None = None
     """With private disks: this host's own folder, bind-mounted over ``home`` in the host's own mount
     namespace (what it writes under its home no other host sees; the test reads it here)."""
+    bin: Path | None = None
+    """With host bins: a folder first on this host's sessions' PATH, empty until a test puts a program
+    there (a stand-in ``nvidia-smi`` on one host only)."""
 
     def restart(self) -> None:
         """Start this host's sshd again (after a test killed it), with the same keys, address and disk."""
@@ -216,13 +219,18 @@ def _sshd_argv(netns: str | None, conf: Path, disk: Path | None, home: Path | No
     return [*enter, "sh", "-c", f'mount --bind "{disk}" "{home}" && exec {SSHD} -D -e -f "{conf}"']
 
 
+SESSION_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
 def start_hosts(tmp: Path, count: int, netns: bool = False, sftp: bool = True,
-                shared_key: bool = False, private_disks: bool = False) -> tuple[Path, list[TestHost]]:
+                shared_key: bool = False, private_disks: bool = False,
+                host_bins: bool = False) -> tuple[Path, list[TestHost]]:
     """Start ``count`` sshd hosts; returns the client HOME (with .ssh/config and known_hosts) and them.
     ``sftp=False``: hosts without an SFTP subsystem, as some hardened servers are. ``shared_key``: one host
     key for every host (each known under its own address), for tests that do not care whose key is whose:
     16-64 hosts start without a key generated each. ``private_disks``: every host's home is a folder of its
-    own (``TestHost.disk``), as machines without a shared filesystem have. The sshds start all at once and
+    own (``TestHost.disk``), as machines without a shared filesystem have. ``host_bins``: every host's
+    sessions find programs in a folder of its own first (``TestHost.bin``). The sshds start all at once and
     are waited for together."""
     if not os.path.exists(SSHD) or shutil.which("ssh-keygen") is None:
         raise RuntimeError("openssh-server is not installed (apt-get install openssh-server)")
@@ -242,15 +250,20 @@ def start_hosts(tmp: Path, count: int, netns: bool = False, sftp: bool = True,
         addr = switch.addrs[i] if switch else f"127.0.0.{i + 2}"
         port = NS_PORT if switch else _free_port(addr)
         conf = tmp / f"sshd{i}.conf"
-        conf.write_text(sshd_config(addr, port, keys[i], authorized, tmp / f"sshd{i}.pid", sftp=sftp,
-                                    env={"HOME": str(remote_home)}))
+        bin_dir = None
+        env = {"HOME": str(remote_home)}
+        if host_bins:
+            bin_dir = tmp / f"bin{i}"
+            bin_dir.mkdir()
+            env["PATH"] = f"{bin_dir}:{SESSION_PATH}"
+        conf.write_text(sshd_config(addr, port, keys[i], authorized, tmp / f"sshd{i}.pid", sftp=sftp, env=env))
         disk = None
         if private_disks:
             disk = tmp / f"disk{i}"
             disk.mkdir()
         with open(str(conf) + ".log", "w") as log:  # the child keeps its own copy of the descriptor
             proc = subprocess.Popen(_sshd_argv(ns, conf, disk, remote_home), stderr=log)  # it execs sshd
-        hosts.append(TestHost(f"node{i}", addr, port, keys[i], proc, ns, switch, remote_home, conf, disk))
+        hosts.append(TestHost(f"node{i}", addr, port, keys[i], proc, ns, switch, remote_home, conf, disk, bin_dir))
         config.append(ssh_config_entry(f"node{i}", addr, port, client))
     (client / ".ssh" / "config").write_text("\n".join(config))
     (client / ".ssh" / "known_hosts").write_text("".join(h.known_hosts_line() + "\n" for h in hosts))

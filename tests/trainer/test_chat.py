@@ -38,12 +38,13 @@ def _learned(tok, ids: list[int], labels: list[int]) -> list[str]:
 def test_a_qwen3_style_template_is_tokenized_from_one_render_with_exact_labels(tok):
     """The last assistant turn gets an empty think block, the earlier one none: prefix renders lost the
     next user header and labelled the earlier turn's think block. Here every token is the one render's
-    and exactly the assistant's text and its <|im_end|> are learned."""
+    and exactly what the model writes after its generation prompt is learned: the last turn's (empty)
+    reasoning, each turn's text and its <|im_end|>."""
     ids, labels = ChatTokens(tok, QWEN3, mask_prompt=True)(TWO_TURNS)
     segments = [("<|im_start|>system\nBe brief, please.<|im_end|>\n<|im_start|>user\nHello there!<|im_end|>\n"
                  "<|im_start|>assistant\n", False), ("hello user<|im_end|>", True),
-                ("\n<|im_start|>user\nwhat is two plus two<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
-                 False), ("four<|im_end|>", True), ("\n", False)]
+                ("\n<|im_start|>user\nwhat is two plus two<|im_end|>\n<|im_start|>assistant\n", False),
+                ("<think>\n\n</think>\n\nfour<|im_end|>", True), ("\n", False)]
     render = "".join(text for text, _ in segments)
     assert tok.apply_chat_template(TWO_TURNS, tokenize=False) == render
     assert ids == tok.apply_chat_template(TWO_TURNS, tokenize=True, return_dict=False)
@@ -55,7 +56,7 @@ def test_a_qwen3_style_template_is_tokenized_from_one_render_with_exact_labels(t
 
 
 @pytest.mark.parametrize(("template", "learned"), [
-    (QWEN3, ["hello user<|im_end|>", "four<|im_end|>"]),
+    (QWEN3, ["hello user<|im_end|>", "<think>\n\n</think>\n\nfour<|im_end|>"]),  # the last turn's reasoning
     (LLAMA3, ["hello user<|eot_id|>", "four<|eot_id|>"]),
     (CHATML_GENERATION, ["hello user<|im_end|>", "four<|im_end|>"]),  # the template's own markers
     # No end-of-turn token to learn: the text alone. A token that starts in the template's text and ends in
@@ -77,9 +78,10 @@ def test_a_reasoning_trace_is_learned_where_the_template_shows_it(tok):
              {"role": "assistant", "content": "<think>\nfour\n</think>\n\nfour"},
              {"role": "user", "content": "thanks"}, {"role": "assistant", "content": "bye"}]
     ids, labels = ChatTokens(tok, QWEN3, mask_prompt=True)(turns)
-    # an earlier turn's trace is dropped by the template, so nothing of it is in the tokens or the labels
+    # an earlier turn's trace is dropped by the template, so nothing of it is in the tokens or the labels; the
+    # last turn's (empty) one is what the model writes before its answer
     assert "</think>\n\nfour" not in tok.decode(ids)
-    assert _learned(tok, ids, labels) == ["four<|im_end|>", "bye<|im_end|>"]
+    assert _learned(tok, ids, labels) == ["four<|im_end|>", "<think>\n\n</think>\n\nbye<|im_end|>"]
 
 
 SHAREGPT = {"conversations": [{"from": "system", "value": "Be brief, please."},
@@ -104,7 +106,7 @@ def test_sharegpt_and_mapped_fields_give_the_same_tokens_as_messages(tok, row, f
     t = Tokenize(tok, "chat", 512, True, fields, QWEN3)
     got = t(row)
     if "hi" in str(row):
-        assert _learned(tok, got.input_ids, got.labels) == ["hi<|im_end|>"]
+        assert _learned(tok, got.input_ids, got.labels) == ["<think>\n\n</think>\n\nhi<|im_end|>"]
         return
     assert got == Tokenize(tok, "chat", 512, True)({"messages": TWO_TURNS})
 

@@ -194,7 +194,7 @@ def test_resume_after_sigkill_gives_the_same_losses(tmp_path, tiny_model_dir):
     checks = [r for r in _records(tmp) if r["kind"] == "resume_check"]
     assert [c["verdict"] for c in checks] == ["verified"], checks
     assert set(checks[0]["checked"]) == {"checkpoint's run", "step", "seed", "data", "next batch", "data position",
-                                         "learning rate", "loss"}
+                                         "learning rate", "loss", "shard digests"}
     assert f"resume check: verified at step {done} (from step {done} of run {tag}): checked step" in resumed.stdout
 
 

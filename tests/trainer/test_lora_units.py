@@ -53,7 +53,7 @@ def test_settings_lora_and_samples_refuse(params, words):
 def folders(tmp_path_factory, tiny_model_dir) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("families")
     return {kind: save_family(kind, tmp / kind, tiny_model_dir)
-            for kind in ("gpt2", "phi3", "gpt_neox", "llama", "qwen2")}
+            for kind in ("gpt2", "phi3", "gpt_neox", "llama", "qwen2", "qwen3_moe", "mixtral", "gpt_oss", "deepseek_v3")}
 
 
 def _skeleton(cfg: LoraConfig, folder: Path):
@@ -98,6 +98,16 @@ def _meta_base(folder: Path):
     ("gpt_neox", ["query_key_value", "dense_4h_to_h"], ["embed_in"]),  # a trained copy of the input embedding
     ("llama", ["q_proj", "embed_tokens"], None),  # an embedding adapted too
     ("qwen2", ["q_proj"], ["lm_head"]),  # a trained copy of a tied output layer
+    # fused expert weights, adapted through PEFT's parameter targeting; Qwen3-MoE, Mixtral and DeepSeek-V3 keep one
+    # tensor per expert in their files (transformers fuses them on load), GPT-OSS keeps them fused
+    ("qwen3_moe", "all-linear", None),
+    ("qwen3_moe", ["q_proj", "down_proj"], None),
+    ("mixtral", "all-linear", None),
+    ("mixtral", ["gate_up_proj", "down_proj", "v_proj"], None),
+    ("gpt_oss", "all-linear", None),
+    ("gpt_oss", ["gate_up_proj", "q_proj"], ["lm_head"]),
+    ("deepseek_v3", "all-linear", None),
+    ("deepseek_v3", ["gate_up_proj", "q_b_proj"], None),
 ])
 def test_exports_give_the_peft_models_logits(folders, tmp_path, kind, targets, kept):
     from peft import PeftModel, get_peft_model
@@ -108,7 +118,9 @@ def test_exports_give_the_peft_models_logits(folders, tmp_path, kind, targets, k
     x = torch.tensor([[1, 17, 42, 99, 7, 250]])
     with torch.no_grad():
         before = base(input_ids=x).logits
-    model = get_peft_model(base, lora.peft_config(cfg), autocast_adapter_dtype=False).eval()
+    model = get_peft_model(base, lora.peft_config(cfg, model=base), autocast_adapter_dtype=False).eval()
+    if kind in ("qwen3_moe", "mixtral", "gpt_oss", "deepseek_v3"):  # the experts are adapted
+        assert any(getattr(m, "parameter_name", "") in ("gate_up_proj", "down_proj") for m in model.modules())
     torch.manual_seed(3)
     with torch.no_grad():
         for p in model.parameters():
@@ -190,3 +202,48 @@ def test_a_samples_prompt_is_rendered_as_the_data_renders_a_prompt(tiny_model_di
     assert tok.decode(render("Say hi.", tok, "chat", 64, template)) == "<|user|>\nSay hi.</s>\n<|assistant|>\n"
     assert tok.decode(render("Say hi.", tok, "alpaca", 64)) == "<s>### Instruction:\nSay hi.\n\n### Response:\n"
     assert tok.decode(render("Say hi.", tok, "text", 64)).startswith("<s>")
+
+
+@pytest.mark.parametrize(("kind", "settings", "said"), [
+    ("qwen3_moe", {"dropout": 0.1}, "parameters.lora.dropout: PEFT adapts Qwen3MoeForCausalLM's fused expert weights "
+                                    "(down_proj, gate_up_proj) without dropout: set lora.dropout: 0"),
+    ("qwen3_moe", {"target_modules": ["gate_proj"]}, "parameters.lora.target_modules: Cannot convert PEFT target(s) "
+                                                     "gate_proj without also targeting up_proj"),
+    ("gpt_oss", {"target_modules": ["w1"]}, "parameters.lora.target_modules: GptOssForCausalLM has no module named "
+                                            "'w1'; its layers are named: down_proj, embed_tokens, gate_up_proj, "
+                                            "k_proj, lm_head, o_proj, q_proj, v_proj"),
+])
+def test_what_cannot_reach_the_experts_is_refused_in_one_line_naming_what_can(folders, kind, settings, said):
+    with pytest.raises(SettingError) as err:
+        _skeleton(LoraConfig(**settings), folders[kind])
+    assert str(err.value).startswith(said) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["qwen3_moe", "mixtral", "gpt_oss", "deepseek_v3"])
+def test_every_weight_of_a_lora_moe_reads_its_base_weight(folders, kind):
+    """What rank 0 broadcasts when the files keep one tensor per expert: every PEFT name finds its base
+    weight (two wrappers around one experts module included)."""
+    from transformers import AutoModelForCausalLM
+
+    cfg = LoraConfig(r=4, target_modules="all-linear")
+    adapters = lora.Adapters(cfg, seed=0)
+    model = adapters.apply(_meta_base(folders[kind]))
+    base = AutoModelForCausalLM.from_pretrained(folders[kind]).state_dict()
+    full = adapters.full_state(base, model)
+    assert set(full) == {lora.clean_name(n) for n in model.state_dict()}
+    wrapped = [n for n in full if ".base_layer.base_layer." in n]
+    assert wrapped and all(torch.equal(full[n], base[lora.base_name(n)]) for n in wrapped)
+
+
+@pytest.mark.parametrize("kind", ["qwen3_moe", "gpt_oss", "mixtral"])
+def test_validate_takes_a_named_expert_projection_as_the_trainer_does(folders, kind):
+    """Qwen3-MoE's and Mixtral's files keep one tensor per expert (gate_proj, w1...), GPT-OSS's one fused
+    tensor without a layer of its own: gate_up_proj names the weight the model holds either way."""
+    from launcher.workload.validate import validate_text
+
+    text = (f"experiment_name: q\ncompute: {{accelerator_type: CPU, procs_per_node: 2, num_accelerators: 2}}\n"
+            f"parameters:\n  model_name: {folders[kind]}\n  dataset_name: builtin:tiny-alpaca\n  output_dir: o\n"
+            "  lora:\n    target_modules: [gate_up_proj, down_proj, q_proj, nothing_proj]\n")
+    problems = validate_text(text, "w.yaml").problems
+    assert [p.path for p in problems] == ["parameters.lora.target_modules[3]"], [p.format() for p in problems]
+    assert "gate_up_proj" in problems[0].hint

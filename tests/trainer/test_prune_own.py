@@ -8,7 +8,7 @@ from pathlib import Path
 
 from trainer.ckpt.checkpoint import Checkpointer
 from trainer.ckpt.store import open_store
-from trainer.wire import ckpt_layout
+from trainer.wire import ckpt_layout, ckpt_owner
 from trainer.wire.config import CheckpointConfig
 
 
@@ -29,6 +29,7 @@ def _pruned_by(run_id: str | None, tmp_path: Path, keep_last: int) -> list[int]:
         _checkpoint(root, step, writer)
     ckpt = Checkpointer.__new__(Checkpointer)  # no process group: only the prune is asked of it
     ckpt.cfg, ckpt.root, ckpt.run_id = CheckpointConfig(keep_last=keep_last), root, run_id
+    ckpt.lineage = ckpt_owner.Lineage.of(run_id, [])
     ckpt.store = open_store(str(root))
     ckpt._prune()
     return [c.step for c in ckpt_layout.list_checkpoints(str(root))]

@@ -67,7 +67,7 @@ def _reference(model, batch: dict, examples_alone: bool) -> torch.Tensor:
     sees another) for packed rows; over the padded batch with its padding mask otherwise."""
     with torch.no_grad():
         if not examples_alone:
-            padding = router_loss.padding_mask(batch)
+            padding = router_loss.real_tokens(batch)
             return model(input_ids=batch["input_ids"], attention_mask=padding, output_router_logits=True).aux_loss
         alone = []  # per example: its router logits, one tensor per layer
         for row, ids in enumerate(batch["input_ids"]):
@@ -107,7 +107,7 @@ def test_the_router_loss_is_transformers_own_and_reaches_the_gradient_times_its_
 
     model.config._attn_implementation = "sdpa"  # the references: transformers' own masks
     model.zero_grad(set_to_none=True)  # the router loss's own gradient, by itself
-    padding = None if packed else router_loss.padding_mask(batch)
+    padding = None if packed else router_loss.real_tokens(batch)
     position_ids = batch["position_ids"] if packed else None
     model(input_ids=batch["input_ids"], position_ids=position_ids, attention_mask=padding,
           output_router_logits=True).aux_loss.backward()

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
-from trainer.ckpt.checkpoint import ReusingStager
+from trainer.ckpt.stager import ReusingStager
 
 SIMULATION = Path(__file__).with_name("torch_2_11_stager")
 

@@ -196,14 +196,14 @@ async def test_bad_user_theme_is_skipped_with_a_notice(home):
         assert any("broken.toml" in str(n.message) for n in app._notifications)
 
 
-def _fake_checkpoints(root: Path, steps: dict[int, bool]) -> None:
+def _fake_checkpoints(root: Path, steps: dict[int, bool], run_id: str = "run-ck") -> None:
     for step, complete in steps.items():
         d = root / f"step-{step:08d}"
         d.mkdir(parents=True)
         (d / "__0_0.distcp").write_bytes(b"x" * 1000)
-        if complete:
+        (d / "meta.json").write_text(json.dumps({"step": step, "run_id": run_id}))
+        if complete:  # DCP's .metadata: an interrupted save never wrote it
             (d / ".metadata").write_bytes(b"m")
-            (d / "meta.json").write_text(json.dumps({"step": step}))
 
 
 async def test_checkpoints_browser_lists_and_never_deletes_the_newest_complete(home, tmp_path):

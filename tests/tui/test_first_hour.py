@@ -216,6 +216,8 @@ async def test_g_on_a_machine_without_gpus_says_so_in_words(home, monkeypatch):
 
 
 async def test_p_picks_a_rank_of_the_pane_and_shows_its_own_lines_from_the_node(home):
+    from textual.widgets import Label
+
     from launcher.runs.core.store import RunStore
     from launcher.runs.launch import create_run
     from launcher.workload.plan import build_plan
@@ -236,6 +238,9 @@ async def test_p_picks_a_rank_of_the_pane_and_shows_its_own_lines_from_the_node(
         await pilot.press("p")
         await wait_for(pilot, lambda: isinstance(app.screen, RankPickerModal))
         assert app.screen.ranks == [0, 1]
+        title = app.screen.query_one(Label)  # every word shown (it wraps in the box; it was cut at its edge)
+        drawn = " ".join("".join(s.text for s in strip).strip() for strip in title.render_lines(title.size.region))
+        assert " ".join(drawn.split()) == "The ranks of node 0: enter shows the one picked, alone (its own lines)"
         await pilot.press("down", "enter")
         await wait_for(pilot, lambda: isinstance(app.screen, RankLogModal) and app.screen.lines_shown == 2, timeout=60)
         view = app.screen.query_one("#rank-lines")
@@ -244,3 +249,68 @@ async def test_p_picks_a_rank_of_the_pane_and_shows_its_own_lines_from_the_node(
             app.screen.query_one("#rank-title").render())
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, RunMonitorScreen))
+
+
+async def test_one_evaluation_is_a_figure_not_a_full_width_bar(home):
+    """A sparkline of one value draws a solid bar the whole box wide, which reads as a flat, high curve: with
+    one evaluation the box says the figure and that the line starts at the second."""
+    from textual.widgets import Sparkline
+
+    from launcher.events import MetricsRecorded
+    from tests.tui.support import FedEvents
+    from trainer.wire.protocol import MetricRecord
+
+    run = FedEvents([MetricsRecorded("r", MetricRecord(step=25, kind="eval", eval_loss=2.5))])
+    app = FsdpTuiApp(home)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = RunMonitorScreen("r", 1, events=run)
+        await app.push_screen(screen)
+        box = screen.query_one("#spark-eval")
+        await wait_for(pilot, lambda: box.shown == (2.5,))
+        title = str(box.query_one(".title").render())
+        assert "eval loss  2.5000  (one so far: the line starts at the second)" in title
+        assert box.query_one(Sparkline).has_class("-empty")
+        run.put(MetricsRecorded("r", MetricRecord(step=50, kind="eval", eval_loss=2.25)))
+        await wait_for(pilot, lambda: box.shown == (2.5, 2.25))
+        assert not box.query_one(Sparkline).has_class("-empty")
+        assert "last 2.2500  min 2.2500" in str(box.query_one(".title").render())
+
+
+async def test_the_cpu_template_f8_on_each_blank_and_model_completion(home, tmp_path):
+    """The CPU variant of the SSH template, filled from the keyboard: f8 goes to the next blank and selects
+    it (typing replaces it, never types beside it); ctrl+space after ``model_name:`` offers the built-in
+    models, the hub names of the docs and the model folders here; the file then validates."""
+    from tui.screens.templates import TemplateModal
+    from tui.widgets.completion import CompletionMenu, WorkloadArea
+
+    (tmp_path / "my-model").mkdir()
+    (tmp_path / "my-model" / "config.json").write_text("{}")
+    app = FsdpTuiApp(home, workload=tmp_path / "new.yaml")
+    async with app.run_test(size=(150, 45)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, TemplateModal))
+        titles = [t.title for t in app.screen.templates]
+        await pilot.press(*["down"] * titles.index("N SSH hosts, built-in trainer, CPU"), "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen))
+        editor = app.screen
+        area = editor.query_one(WorkloadArea)
+        assert area.selected_text == "<host-0>"
+        await pilot.press(*"nc1")
+        await wait_for(pilot, lambda: editor.shown_version == editor.version and len(editor.problems) == 1)
+        area.cursor_location = (0, 0)
+        await pilot.press("f8")
+        assert area.selected_text == "<host-1>"
+        await pilot.press(*"nc2")
+        lines = area.text.split("\n")
+        assert "    - nc1" in lines and "    - nc2" in lines and "<host" not in area.text
+        row = next(i for i, line in enumerate(lines) if line.startswith("  model_name:"))
+        area.cursor_location = (row, len("  model_name: "))
+        area.replace("", (row, len("  model_name: ")), (row, len(lines[row])))  # the value gone: what fits here?
+        await pilot.press("ctrl+space")
+        menu = editor.query_one(CompletionMenu)
+        await wait_for(pilot, lambda: menu.is_open)
+        offered = [item.label for item in menu.completions.items]
+        assert offered[:2] == ["builtin:tiny-llama", "builtin:small-llama"]
+        assert "meta-llama/Llama-3.2-1B" in offered and "./my-model" in offered
+        await pilot.press("enter")
+        assert area.document.get_line(row) == "  model_name: builtin:tiny-llama"
+        await wait_for(pilot, lambda: editor.shown_version == editor.version and not editor.problems)

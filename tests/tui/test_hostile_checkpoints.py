@@ -29,8 +29,8 @@ async def test_hostile_checkpoint_names_links_and_resume_as_data(home, tmp_path,
     from launcher.workload.validate import validate_text
     from tui.screens.checkpoints import CheckpointsScreen
 
-    out = tmp_path / "out"
-    text = f"experiment_name: ck\ncommand: x\nparameters: {{output_dir: '{out}'}}\n"
+    out = home / "nodes" / "run-ck" / "node-0" / "out"  # a relative output_dir: the run's own folder
+    text = "experiment_name: ck\ncommand: x\nparameters: {output_dir: out}\n"
     plan = build_plan(validate_text(text, "w.yaml").workload, run_id="run-ck", node_root=str(home / "nodes"))
     create_run(plan, home)
     RunStore(home).set_state("run-ck", RunState.SUCCEEDED, 1)

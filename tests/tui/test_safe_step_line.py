@@ -32,12 +32,12 @@ async def test_the_safe_step_line_is_asked_again_when_the_run_ends(home, tmp_pat
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.pause()
         await app.push_screen(RunMonitorScreen("run-end", 1))
-        await wait_for(pilot, lambda: "safe no complete checkpoint yet" in _summary(app), timeout=30)
+        await wait_for(pilot, lambda: "safe no complete checkpoint of its own yet" in _summary(app), timeout=30)
         step = out / "checkpoints" / "step-00000100"  # the run's last save, made whole as it ended
         step.mkdir(parents=True)
         (step / "__0_0.distcp").write_bytes(b"x" * 100)
         (step / ".metadata").write_bytes(b"m")
-        (step / "meta.json").write_text(json.dumps({"step": 100, "shards": {"__0_0.distcp": {"bytes": 100,
+        (step / "meta.json").write_text(json.dumps({"step": 100, "run_id": "run-end", "shards": {"__0_0.distcp": {"bytes": 100,
                                                                                              "node": 0}}}))
         store.set_state("run-end", RunState.CANCELLED, 1)
         ended = [RunStateChanged("run-end", RunState.CANCELLED, 1, ""), RunFinished("run-end", RunState.CANCELLED,

@@ -93,7 +93,7 @@ async def test_the_checkpoints_screen_shows_adapter_checkpoints_and_two_steps_an
         d.mkdir(parents=True)
         (d / "__0_0.distcp").write_bytes(b"x" * 3 * 2**20)
         (d / ".metadata").write_bytes(b"m")
-        (d / "meta.json").write_text(json.dumps({"step": step, "lora": {"r": 8}}))
+        (d / "meta.json").write_text(json.dumps({"step": step, "run_id": "run-lora", "lora": {"r": 8}}))
     app = FsdpTuiApp(home)
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.pause()

@@ -15,7 +15,6 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.staging import AsyncStager
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -33,11 +31,12 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.checkpoint.stateful import Stateful
 
 from trainer.ckpt.spread import local_copy, node_index
+from trainer.ckpt.stager import ReusingStager
 from trainer.ckpt.store import open_store
-from trainer.ckpt.write import RankDeviceWriter, tensor_bytes, writer_share
+from trainer.ckpt.write import RankDeviceWriter, writer_share, written_sums
 from trainer.loop.optim import resume_refusal
 from trainer.parallel import Dist
-from trainer.wire import ckpt_layout
+from trainer.wire import ckpt_digest, ckpt_layout, ckpt_owner
 from trainer.wire.ckpt_layout import DCP_META, META, SHARDS
 from trainer.wire.config import CheckpointConfig, SettingError
 from trainer.wire.protocol import RUN_ID_ENV
@@ -48,7 +47,7 @@ def list_checkpoints(root: Path | str) -> list[ckpt_layout.CheckpointInfo]:
 
 
 def newest_complete(root: Path | str) -> Path | str | None:
-    found = ckpt_layout.newest_complete(list_checkpoints(root))
+    found = ckpt_owner.newest_whole(list_checkpoints(root))
     if found is None:
         return None
     return found.path if ckpt_layout.url_scheme(found.path) else Path(found.path)
@@ -103,6 +102,9 @@ class Checkpointer:
         self.cfg, self.d = cfg, d
         self.run_id = os.environ.get(RUN_ID_ENV) or None
         """The fsdp-tui run this job belongs to, recorded in each checkpoint: its prune touches only its own."""
+        self.lineage = ckpt_owner.Lineage.of(self.run_id, cfg.resume_runs)
+        """Whose checkpoints this run may read (its own and the runs it continues) and prune (its own):
+        :mod:`trainer.wire.ckpt_owner`'s rule, the one the launcher asks too."""
         self.meta = {**meta, "run_id": self.run_id}
         self.root = ckpt_layout.checkpoints_root(output_dir)
         self.store = open_store(self.root)
@@ -114,7 +116,7 @@ class Checkpointer:
         # Async saves run collectives from a background thread: give them their own group.
         self.group = dist.new_group(backend="gloo") if cfg.async_save else None
         self.stager = ReusingStager(d.device) if cfg.async_save else None
-        self.pending: tuple[Any, str, str, int, dict[str, Any] | None] | None = None
+        self.pending: tuple[Any, str, str, int, dict[str, Any] | None, Any] | None = None
         self.staged: Any = None
         """Completes when the last async save's copy to host memory is done."""
         self.submit_s = 0.0
@@ -127,27 +129,50 @@ class Checkpointer:
         """The ``meta.json`` of the checkpoint this run resumed from (read on rank 0)."""
 
     def resume_path(self) -> str | None:
-        """The checkpoint to resume from, decided by rank 0 and shared, so every rank agrees."""
+        """The checkpoint to resume from, decided by rank 0 and shared, so every rank agrees: with ``auto``
+        the newest whole one this run may read (its own or its lineage's, :mod:`trainer.wire.ckpt_owner`)
+        whose bytes are the ones written; a named one must be whole and hold them too."""
         choice: list = [None]
         if self.d.is_main:
             if self.cfg.resume == "never":
                 choice[0] = None
             elif self.cfg.resume == "auto":
-                found = ckpt_layout.newest_complete(self.store.list())
-                choice[0] = found.path if found else None
+                choice[0] = self._newest_readable()
             else:
                 path = self.cfg.resume
                 path = path if ckpt_layout.url_scheme(path) else os.path.expanduser(path)
-                verdict = open_store(os.path.dirname(path.rstrip("/"))).judge(path)
+                store = open_store(os.path.dirname(path.rstrip("/")))
+                verdict = store.judge(path)
+                differs = store.verify(path) if verdict.complete else ()
                 if not verdict.complete:
                     choice[0] = SettingError(f"parameters.checkpoint.resume: '{path}' is not a whole checkpoint: "
                                              f"{verdict.why_not()}{_where_missing(verdict)}")
+                elif differs:
+                    choice[0] = SettingError(f"parameters.checkpoint.resume: '{path}' is not a whole checkpoint: "
+                                             f"{ckpt_digest.words(differs)}; resume from another one "
+                                             "(fsdp-tui ckpt RUN lists them)")
                 else:
                     choice[0] = path
         dist.broadcast_object_list(choice, src=0)
         if isinstance(choice[0], Exception):
             raise choice[0]
         return choice[0]
+
+    def _newest_readable(self) -> str | None:
+        """``resume: auto`` on rank 0: the newest whole checkpoint of this run or its lineage whose bytes
+        check out (one that does not is marked, said, and passed over); another run's is said and skipped."""
+        listed = self.store.list()
+        newest = ckpt_owner.newest_whole(listed)
+        if newest is not None and not self.lineage.may_read(newest):
+            print(f"resume: auto: {newest.name} is run {newest.run_id or '(not recorded)'}'s, which this run does "
+                  "not continue (checkpoint.resume_runs): it is not read", flush=True)
+        for c in ckpt_owner.resume_candidates(listed, self.lineage):
+            differs = self.store.verify(c.path)
+            if not differs:
+                return c.path
+            print(f"resume: auto: {c.name} is not whole: {ckpt_digest.words(differs)}; trying an older one",
+                  flush=True)
+        return None
 
     def load(self, state: AppState, path: Path | str) -> None:
         path = str(path)
@@ -209,11 +234,11 @@ class Checkpointer:
             response = dcp.async_save(share, checkpoint_id=write_dir, storage_writer=writer,
                                       process_group=self.group, async_stager=self.stager)
             self.staged = response.staging_completion
-            self.pending = (response.upload_completion, write_dir, target, step, facts)
+            self.pending = (response.upload_completion, write_dir, target, step, facts, writer)
             self.submit_s = time.perf_counter() - start
         else:
             dcp.save(share, checkpoint_id=write_dir, storage_writer=writer)
-            self._finalize(write_dir, target, step, facts)
+            self._finalize(write_dir, target, step, facts, written_sums(writer))
         return time.perf_counter() - start
 
     def writer(self, write_dir: Path | str):
@@ -244,10 +269,10 @@ class Checkpointer:
         self.wait_staged()
         if self.pending is None:
             return
-        future, write_dir, target, step, facts = self.pending
+        future, write_dir, target, step, facts, writer = self.pending
         self.pending = None
         future.result()
-        self._finalize(write_dir, target, step, facts)
+        self._finalize(write_dir, target, step, facts, written_sums(writer))
 
     def _free_name(self, step: int) -> str:
         """A name no node has taken (collective): with one disk per node, a folder left on node 1 by an
@@ -261,9 +286,11 @@ class Checkpointer:
             n += 1
         return ckpt_layout.step_name(step, n)
 
-    def _finalize(self, write_dir: str, target: str, step: int, facts: dict[str, Any] | None = None) -> None:
+    def _finalize(self, write_dir: str, target: str, step: int, facts: dict[str, Any] | None = None,
+                  sums: dict[str, str] | None = None) -> None:
         """The save is written on every node: move it from staging, then list its shards (each node's
-        own files, collective) in ``meta.json``, which marks the save done."""
+        own files, collective) with the digest of each (hashed by the rank that wrote it, as it wrote it)
+        in ``meta.json``, which marks the save done."""
         if self.staging is not None:
             dist.barrier()
             if self.d.local_rank == 0:  # each node moves its own shard files
@@ -278,35 +305,30 @@ class Checkpointer:
         mine = self.store.files(target) if self.d.local_rank == 0 and not (self.store.is_bucket and not
                                                                             self.d.is_main) else {}
         every: list = [None] * self.d.world
-        dist.all_gather_object(every, (node_index(self.d), mine))
+        dist.all_gather_object(every, (node_index(self.d), mine, sums or {}))
         if self.d.is_main:
-            shards: dict[str, dict[str, int]] = {}
-            for node, files in sorted(every, key=lambda e: e[0]):
+            digests: dict[str, str] = {}
+            for _node, _files, written in every:
+                digests.update(written)
+            shards: dict[str, dict[str, Any]] = {}
+            for node, files, _written in sorted(every, key=lambda e: e[0]):
                 for name, size in sorted(files.items()):
                     if name not in (DCP_META, META) and not name.startswith("."):
-                        shards.setdefault(name, {"bytes": size, "node": node})
+                        entry = {"bytes": size, "node": node, **({"sha256": digests[name]} if name in digests else {})}
+                        shards.setdefault(name, entry)
             meta = {**self.meta, "step": step, "time": time.time(), "world_size": self.d.world,
-                    "num_nodes": self.d.num_nodes, SHARDS: shards, **({"resume": facts} if facts else {})}
+                    "num_nodes": self.d.num_nodes, SHARDS: shards,
+                    **({"metadata_sha256": digests[DCP_META]} if DCP_META in digests else {}),
+                    **({"resume": facts} if facts else {})}
             self.store.write_meta(target, json.dumps(meta, indent=2))
             self._prune()
 
     def _prune(self) -> None:
         """``keep_last``: this run's own complete checkpoints beyond the newest K go; another run's (one
-        this run resumed from, one of a run that shares ``output_dir``) are never this run's to delete."""
-        if not self.cfg.keep_last:
-            return
-        own = [c for c in self.store.list() if _run_of(self.store.read_meta(c.path)) == self.run_id]
-        for old in ckpt_layout.to_prune(own, self.cfg.keep_last):
+        this run resumed from, one of a run that shares ``output_dir``) are never this run's to delete
+        (:func:`trainer.wire.ckpt_owner.to_prune`, the rule the launcher's gathers ask too)."""
+        for old in ckpt_owner.to_prune(self.store.list(), self.lineage, self.cfg.keep_last):
             self.store.remove(old.path)
-
-
-def _run_of(meta_text: str | None) -> str | None:
-    """The run id a checkpoint's ``meta.json`` text records (``None``: none, or unreadable)."""
-    try:
-        run_id = json.loads(meta_text or "").get("run_id")
-    except (ValueError, AttributeError):
-        return None
-    return run_id if isinstance(run_id, str) else None
 
 
 def _where_missing(verdict: ckpt_layout.Wholeness) -> str:
@@ -317,57 +339,6 @@ def _where_missing(verdict: ckpt_layout.Wholeness) -> str:
     which = ", ".join(f"node {n}" for n in nodes)
     return (f"; they are in the same folder on {which}'s own disk (the launcher gathers them after each save "
             f"when the nodes do not share output_dir: fsdp-tui ckpt RUN says which checkpoints are whole)")
-
-
-class ReusingStager(AsyncStager):
-    """Copies the state to host memory on a side thread, into host buffers allocated at the first save
-    and reused by every later one (pinned on CUDA), so the copy overlaps the next step's compute.
-
-    torch's ``DefaultStager`` does the same on 2.13+, but on 2.11 it closes its ``StateDictStager``
-    after every stage: that empties the copier's type table (the next save dies with ``KeyError:
-    <class 'type'>``) and drops the buffers. This one keeps its copier until :meth:`close`. On a GPU the
-    copy runs on its own stream, after the compute stream's work up to the save (an event), with the
-    thread on this rank's device (not a new context on GPU 0)."""
-
-    _synchronize_after_execute = False
-
-    def __init__(self, device: torch.device) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from torch.distributed.checkpoint._state_dict_stager import StateDictStager
-
-        self.cuda = device.type == "cuda"
-        self.staged_bytes = 0
-        """The tensor bytes the last save copied to host memory on this rank."""
-        self.copier = StateDictStager(pin_memory=self.cuda, share_memory=False)
-        if self.cuda:
-            self.stream = torch.cuda.Stream(device)
-            self.executor = ThreadPoolExecutor(1, initializer=torch.cuda.set_device, initargs=(device,))
-        else:
-            self.stream = None
-            self.executor = ThreadPoolExecutor(1)
-
-    def stage(self, state_dict: dict[str, Any]) -> Future:
-        ready = torch.cuda.current_stream().record_event() if self.cuda else None
-        return self.executor.submit(self._copy, state_dict, ready)
-
-    def _copy(self, state_dict: dict[str, Any], ready) -> dict[str, Any]:
-        if self.stream is None:
-            out = self.copier.stage(state_dict, non_blocking=False)
-        else:
-            self.stream.wait_event(ready)
-            with torch.cuda.stream(self.stream):
-                out = self.copier.stage(state_dict, non_blocking=True)
-            self.stream.synchronize()
-        self.staged_bytes = tensor_bytes(out)
-        return out
-
-    def synchronize_staging(self) -> None:
-        """Nothing here: the trainer waits for the copy's future before the optimiser step."""
-
-    def close(self) -> None:
-        self.executor.shutdown(wait=True)
-        self.copier.close()
 
 
 def export_hf(model, tokenizer, output_dir: str, name: str, d: Dist) -> str | None:

@@ -60,6 +60,9 @@ class ResumeFacts:
     dataset: str | None = None
     source_rows: tuple[int, ...] = ()
     """A mixture's rows taken from each source up to the save (empty: one source)."""
+    digests: bool | None = None
+    """The checkpoint lists the SHA-256 of its files (``meta.json``'s shards): a resume reads it only once
+    its bytes match them, so the check names them. Read from the shard list, never recorded as a fact."""
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if v not in (None, ())}
@@ -72,6 +75,11 @@ class ResumeFacts:
         saved = meta.get("resume") if isinstance(meta.get("resume"), dict) else {}
         values: dict[str, Any] = {}
         for f in fields(cls):
+            if f.name == "digests":
+                shards = meta.get("shards")
+                values[f.name] = (all(isinstance(e, dict) and isinstance(e.get("sha256"), str) for e in shards.values())
+                                  if isinstance(shards, dict) and shards else None)
+                continue
             value = saved.get(f.name, meta.get(f.name) if f.name in ("run_id", "world_size") else None)
             kind = f.type
             if f.name == "losses":
@@ -182,6 +190,8 @@ def compare(saved: ResumeFacts, now: ResumeFacts, first_loss: float | None,
               and f"learning rate: {saved.lr:.6g} recorded for the next step, {now.lr:.6g} now")
     enough = len(saved.losses) >= LOSSES_NEEDED and first_loss is not None and math.isfinite(first_loss)
     check("loss", enough, enough and loss_jump(first_loss, saved.losses))
+    if saved.digests is not None:  # the load refuses bytes that differ: listed, they matched
+        check("shard digests", saved.digests, None)
     if continues:
         check("checkpoint's run", saved.run_id is not None, saved.run_id not in continues
               and f"checkpoint's run: written by run {saved.run_id}, not by the run this resume continues "

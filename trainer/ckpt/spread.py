@@ -5,7 +5,8 @@ resume on several nodes, or on other nodes than the ones that saved it, finds it
 DCP reads any shard from any rank (that is how it reshards), so every node needs the whole folder.
 Nodes that lack it receive it from rank 0 over the job's own network (a gloo group of rank 0 and one
 rank per such node: no SSH between nodes needed), into ``<checkpoints>/.incoming-<name>`` on their
-own disk; it is checked by the same rule as any checkpoint, loaded, and removed after the load.
+own disk; it is checked by the same rule as any checkpoint (its bytes against the trainer's digests
+too), loaded, and removed after the load.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from trainer.parallel import Dist
-from trainer.wire import ckpt_layout
+from trainer.wire import ckpt_digest, ckpt_layout
 from trainer.wire.ckpt_layout import INCOMING_PREFIX
 
 CHUNK = 32 << 20
@@ -60,6 +61,14 @@ def local_copy(path: str, root: str, d: Dist) -> tuple[str, Callable[[], None]]:
     if mine and not ckpt_layout.is_complete(incoming):
         raise RuntimeError(f"{incoming}: the copy of {path} received from node 0 is not whole: "
                            f"{ckpt_layout.wholeness(incoming).why_not()}")
+    differs = ckpt_digest.verify(incoming, ckpt_layout.read_meta(incoming)) if d.rank in leaders else ()
+    said: list = [None] * d.world
+    dist.all_gather_object(said, (node_index(d), ckpt_digest.words(differs) if differs else ""))
+    bad = [(node, words) for node, words in said if words]
+    if bad:  # every rank stops with the same words, not one rank while the others wait in the load
+        node, words = bad[0]
+        raise RuntimeError(f"the copy of {path} node {node} received from node 0 is not what the trainer wrote: "
+                           f"{words}")
     if d.rank == 0 and d.local_rank == 0:
         print(f"sent {path} ({sum(s for _, s in listing[0]) / 2**20:.1f} MiB) to node{'s' if len(needy) > 1 else ''} "
               f"{', '.join(map(str, needy))} for the resume", flush=True)

@@ -13,8 +13,9 @@ import torch
 from torch.distributed.checkpoint import FileSystemReader
 
 from trainer.ckpt.write import RankDeviceWriter, fsspec_writer
-from trainer.wire import ckpt_layout
-from trainer.wire.ckpt_layout import META, CheckpointInfo, Wholeness
+from trainer.wire import ckpt_digest, ckpt_layout
+from trainer.wire.ckpt_digest import Differs
+from trainer.wire.ckpt_layout import BAD_MARK, META, CheckpointInfo, Wholeness
 
 
 class FolderStore:
@@ -52,6 +53,15 @@ class FolderStore:
 
     def list(self) -> list[CheckpointInfo]:
         return ckpt_layout.list_checkpoints(self.root)
+
+    def verify(self, path: str) -> tuple[Differs, ...]:
+        """The checkpoint's bytes against the trainer's digests; what differs is marked in the folder."""
+        differs = ckpt_digest.verify(path, self.read_meta(path))
+        try:
+            ckpt_digest.mark(path, differs)
+        except OSError:
+            pass  # a folder this node cannot write: the refusal still says what differs
+        return differs
 
     def remove(self, path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
@@ -95,11 +105,12 @@ class BucketStore:
                 for e in entries if e.get("type") == "file"}
 
     def judge(self, path: str) -> Wholeness:
-        return ckpt_layout.judge(self.files(path), self.read_meta(path))
+        files = self.files(path)
+        return ckpt_layout.judge(files, self.read_meta(path), self.read_meta(path, BAD_MARK) if BAD_MARK in files else None)
 
-    def read_meta(self, path: str) -> str | None:
+    def read_meta(self, path: str, name: str = META) -> str | None:
         try:
-            return self.fs.cat_file(f"{self._bare(path)}/{META}").decode("utf-8")
+            return self.fs.cat_file(f"{self._bare(path)}/{name}").decode("utf-8")
         except (FileNotFoundError, OSError, UnicodeDecodeError):
             return None
 
@@ -108,6 +119,23 @@ class BucketStore:
 
     def list(self) -> list[CheckpointInfo]:
         return ckpt_layout.list_in_bucket(self.fs, self.bare, self.root)
+
+    def verify(self, path: str) -> tuple[Differs, ...]:
+        """The checkpoint's objects read back and hashed against the trainer's digests; what differs is
+        marked beside them."""
+        meta = self.read_meta(path)
+        differs = ckpt_digest.verify_with(meta, lambda name: self.fs.open(f"{self._bare(path)}/{name}", "rb"))
+        if differs:
+            try:
+                before = self.fs.cat_file(f"{self._bare(path)}/{BAD_MARK}").decode("utf-8")
+            except (FileNotFoundError, OSError, UnicodeDecodeError):
+                before = None
+            try:
+                self.fs.pipe_file(f"{self._bare(path)}/{BAD_MARK}",
+                                  ckpt_digest.mark_text(differs, before).encode("utf-8"))
+            except OSError:
+                pass
+        return differs
 
     def remove(self, path: str) -> None:
         try:

@@ -7,11 +7,19 @@ writes what: with ``no_shard`` each rank would pin its whole model and Adam stat
 parameter) only for most of it to be dropped. :func:`writer_share` hands each rank only the tensors it
 writes (the replicas split them by size), so a rank stages about 1/replicas of the replicated state.
 A checkpoint loads the same whichever rank wrote a tensor.
+
+Each writer also hashes every file as DCP writes it (:class:`HashingFs`, on the thread that writes: DCP's
+upload thread for an async save, so off the training path): the digests go into ``meta.json``, and every
+later reader checks the bytes against them (:mod:`trainer.wire.ckpt_digest`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import math
+import os
+import threading
 from typing import Any
 
 import torch
@@ -36,6 +44,7 @@ class RankDeviceWriter(FileSystemWriter):
     def __init__(self, path: str, device: torch.device) -> None:
         super().__init__(path)
         self.device = device
+        self.fs = HashingFs(self.fs)
 
     def write_data(self, plan, planner):
         on_device(self.device)
@@ -47,11 +56,88 @@ def fsspec_writer(path: str, device: torch.device):
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
     class Writer(FsspecWriter):
+        def __init__(self, path: str) -> None:
+            super().__init__(path)
+            self.fs = HashingFs(self.fs)
+
         def write_data(self, plan, planner):
             on_device(device)
             return super().write_data(plan, planner)
 
     return Writer(path)
+
+
+def written_sums(writer) -> dict[str, str]:
+    """The SHA-256 of each file ``writer`` wrote, by file name (empty for a writer that did not hash)."""
+    fs = getattr(writer, "fs", None)
+    return dict(fs.sums) if isinstance(fs, HashingFs) else {}
+
+
+class HashingFs:
+    """DCP's filesystem (local or fsspec) with every file it writes hashed as its bytes pass: ``sums``
+    maps each file's name to its SHA-256 (a file written out of order, after a seek, is hashed again from
+    the disk once closed). A rename (``.metadata.tmp`` to ``.metadata``) carries the digest along."""
+
+    def __init__(self, fs) -> None:
+        self._fs = fs
+        self.sums: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str):
+        return getattr(self._fs, name)
+
+    @contextlib.contextmanager
+    def create_stream(self, path, mode: str):
+        with self._fs.create_stream(path, mode) as stream:
+            if "w" not in mode and "a" not in mode:
+                yield stream
+                return
+            hashing = _HashingStream(stream)
+            yield hashing
+        digest = hashing.hexdigest() if hashing.in_order else self._rehash(path)
+        with self._lock:
+            self.sums[_base(path)] = digest
+
+    def _rehash(self, path) -> str:
+        digest = hashlib.sha256()
+        with self._fs.create_stream(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        return digest.hexdigest()
+
+    def rename(self, path, new_path) -> None:
+        self._fs.rename(path, new_path)
+        with self._lock:
+            if _base(path) in self.sums:
+                self.sums[_base(new_path)] = self.sums.pop(_base(path))
+
+
+def _base(path) -> str:
+    return os.path.basename(str(path).rstrip("/"))
+
+
+class _HashingStream:
+    """A writable stream that hashes what is written through it, in order."""
+
+    def __init__(self, raw) -> None:
+        self.raw = raw
+        self.digest = hashlib.sha256()
+        self.in_order = True
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        self.digest.update(view)
+        return self.raw.write(view)
+
+    def seek(self, *args):
+        self.in_order = False  # bytes may be written over: hash the file once it is closed
+        return self.raw.seek(*args)
+
+    def hexdigest(self) -> str:
+        return self.digest.hexdigest()
+
+    def __getattr__(self, name: str):
+        return getattr(self.raw, name)
 
 
 def writer_share(state: dict[str, Any], rank: int, world: int) -> dict[str, Any]:

@@ -10,7 +10,8 @@
 - ``streamed.py``, ``stream.py``, ``stream_sources.py``: the sources read as they are trained on, in
   windows tokenized and packed on the fly, with a position a checkpoint keeps.
 - ``rows.py``: tokenizing each format, prompt masking, packing, padding, and the resumable global order.
-- ``chat.py``: a conversation tokenized from one render of its chat template.
+- ``chat.py``: a conversation tokenized from one render of its chat template; ``turns.py``: where each
+  turn lies in that render (what an assistant writes, a tool result's block), found by rendering again.
 
 May import: torch, transformers, datasets, ``trainer.wire`` and ``trainer.assets``.
 """

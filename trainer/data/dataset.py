@@ -28,7 +28,7 @@ from trainer.wire.data_files import DataError, Rows, expand, is_saved_folder, lo
 from trainer.wire.protocol import DataSummary, SourceSummary
 
 RULES = ("trainer/data/rows.py", "trainer/data/chat.py", "trainer/wire/formats.py", "trainer/wire/data_files.py",
-         "trainer/data/encode.py", "trainer/data/sources.py")
+         "trainer/data/encode.py", "trainer/data/sources.py", "trainer/data/turns.py")
 """The code that decides an example's tokens: a change to it is a new cache key."""
 
 
@@ -96,8 +96,7 @@ def _tokenized(cfg: TrainerConfig, source: DataSource, tokenizer, root: Path) ->
     if fmt == "chat":
         chosen = choose_template(tokenizer, data.chat_template, cfg.model.tokenizer or cfg.model_name)
         template = chosen.text
-        if chosen.note:
-            notes.append(chosen.note)
+        notes.extend(chosen.notes)
     tokenize = Tokenize(tokenizer, fmt, cfg.max_seq_len, data.mask_prompt, data.chat, template)
     settings = {"format": fmt, "tokenizer": token_cache.tokenizer_identity(tokenizer), "template": template,
                 "max_seq_len": cfg.max_seq_len, "mask_prompt": data.mask_prompt, "chat": data.chat.model_dump(),

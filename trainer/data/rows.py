@@ -33,6 +33,17 @@ class Example:
     """Tokens cut off at ``max_seq_len``."""
 
 
+def leading_ids(tokenizer) -> list[int]:
+    """The special tokens the tokenizer itself puts before a text (a Llama-style BOS; none for GPT-2 or
+    Qwen, whatever BOS they declare): a prompt starts with them, as the model's users tokenize it."""
+    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+    full = tokenizer("a")["input_ids"]
+    for start in range(len(full) - len(plain) + 1):
+        if full[start:start + len(plain)] == plain:
+            return list(full[:start])
+    return []
+
+
 def _plain_fail(message: str) -> Exception:
     return ValueError(message)
 
@@ -48,7 +59,7 @@ class Tokenize:
         self.max_len = max_seq_len
         self.mask_prompt = mask_prompt
         self.fields = chat or ChatFields()
-        self.bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+        self.bos = leading_ids(tokenizer)
         self.eos = tokenizer.eos_token or ""
         self.chat = ChatTokens(tokenizer, template or choose_template(tokenizer, None, "").text, mask_prompt) \
             if fmt == "chat" else None
@@ -57,7 +68,7 @@ class Tokenize:
         if self.chat is not None:
             messages = formats.conversation(row, self.fields, fail)
             try:
-                ids, labels = self.chat(messages)
+                ids, labels = self.chat(messages, formats.tools_of(row, fail))
             except TemplateRefused as err:
                 raise fail(str(err)) from None
             return self._cut(ids, labels)

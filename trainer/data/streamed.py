@@ -60,8 +60,7 @@ def build(cfg: TrainerConfig, tokenizer, packing: bool, why: str) -> RunData:
         if fmt == "chat":
             chosen = choose_template(tokenizer, data.chat_template, cfg.model.tokenizer or cfg.model_name)
             template, template_used = chosen.text, template_used or chosen.text
-            if chosen.note:
-                notes.append(chosen.note)
+            notes.extend(chosen.notes)
         tokenize = Tokenize(tokenizer, fmt, cfg.max_seq_len, data.mask_prompt, data.chat, template)
         if cap is None:
             raise SettingError("parameters.data.eval_max_rows: a streamed source holds out its first rows: give how "

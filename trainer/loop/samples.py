@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer.data.rows import IGNORE, Tokenize
+from trainer.data.rows import IGNORE, Tokenize, leading_ids
 from trainer.parallel import Dist
 from trainer.wire.config import SamplesConfig, SettingError
 from trainer.wire.protocol import METRICS_FILE_ENV
@@ -38,7 +38,8 @@ class Prompt:
 def render(text: str, tok, fmt: str, max_seq_len: int, chat_template: str | None = None) -> list[int]:
     """``text`` as the model sees a prompt of this format: the run's chat template (``chat_template``,
     the one its data is rendered with) on the user's turn with the assistant's turn opened, the alpaca
-    template, or the text itself."""
+    template, or the text itself; after the special tokens the tokenizer puts before a text, as the
+    exported tokenizer gives them (``AutoTokenizer`` + ``generate`` on the export answers the same)."""
     if fmt == "chat" and chat_template:
         rendered = tok.apply_chat_template([{"role": "user", "content": text}], chat_template=chat_template,
                                            tokenize=False, add_generation_prompt=True)
@@ -46,8 +47,7 @@ def render(text: str, tok, fmt: str, max_seq_len: int, chat_template: str | None
     if fmt == "alpaca":
         example = Tokenize(tok, fmt, max_seq_len, mask_prompt=True)({"instruction": text, "output": ""})
         return example.input_ids[:_first_learned(example.labels)]
-    bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
-    return bos + tok(text, add_special_tokens=False)["input_ids"]
+    return leading_ids(tok) + tok(text, add_special_tokens=False)["input_ids"]
 
 
 def _first_learned(labels: list[int]) -> int:

@@ -32,27 +32,27 @@ def forward_logits(model: nn.Module, batch: dict[str, torch.Tensor], device: tor
 
 def _forward(model: nn.Module, batch: dict[str, torch.Tensor], device, keep: torch.Tensor | None,
              with_router_loss: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Logits as :func:`forward_logits` says, and the router's load-balancing loss when asked (a
-    forward that asks passes no 4-D mask: :mod:`trainer.model.router_loss` says why)."""
+    """Logits as :func:`forward_logits` says, and the router's load-balancing loss when asked: the layers
+    see what any forward gives them, the loss counts the rows' real tokens (:mod:`trainer.model.router_loss`)."""
     ids = to_device(batch["input_ids"], device)
     pos = to_device(batch["position_ids"], device)
     extra = {}
     if router_loss.has_router(model.config):  # the config's own setting never decides alone
         extra["output_router_logits"] = with_router_loss
-    if with_router_loss:  # no cache: transformers finds packed examples only without one
+    counted = contextlib.nullcontext()
+    if with_router_loss:
         extra["use_cache"] = False
-        padding = router_loss.padding_mask(batch)
-        extra["attention_mask"] = None if padding is None else to_device(padding, device)
-    if _per_example(model, batch, with_router_loss):
-        with packed_sdpa.examples(batch["position_ids"]):
-            return _outputs(model, keep, lambda: model(input_ids=ids, position_ids=pos, **extra))
-    if not with_router_loss:
+        counted = router_loss.counting(model, to_device(router_loss.real_tokens(batch), device))
+    with counted:
+        if _per_example(model, batch):
+            with packed_sdpa.examples(batch["position_ids"]):
+                return _outputs(model, keep, lambda: model(input_ids=ids, position_ids=pos, **extra))
         implementation = model.config._attn_implementation
         if implementation == packed_sdpa.NAME:
             implementation = "sdpa"  # rows too short to pay for a call per example: the mask
         extra["attention_mask"] = (packed_attention_mask(implementation, pos, attention_layers(model.config))
                                    if needs_segment_mask(batch) else None)
-    return _outputs(model, keep, lambda: model(input_ids=ids, position_ids=pos, **extra))
+        return _outputs(model, keep, lambda: model(input_ids=ids, position_ids=pos, **extra))
 
 
 def attention_layers(config) -> dict[str, int | None]:
@@ -91,8 +91,7 @@ def micro_step(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.T
     it). Returns the summed loss and the router loss (``None`` without one), both detached.
     Blocks under activation checkpointing run their forward again during backward: per-example
     attention keeps seeing this batch's examples until backward is done."""
-    per_example = _per_example(model, batch, router_weight is not None)
-    rows = packed_sdpa.examples(batch["position_ids"]) if per_example else contextlib.nullcontext()
+    rows = packed_sdpa.examples(batch["position_ids"]) if _per_example(model, batch) else contextlib.nullcontext()
     with rows:
         logits, targets, aux = _learned(model, batch, labels, device, router_weight is not None)
         total = nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
@@ -120,12 +119,11 @@ def _learned(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Ten
     return logits, labels[labels != IGNORE].to(device, non_blocking=True), aux
 
 
-def _per_example(model: nn.Module, batch: dict[str, torch.Tensor], with_router_loss: bool = False) -> bool:
+def _per_example(model: nn.Module, batch: dict[str, torch.Tensor]) -> bool:
     """Whether the rows go through sdpa once per example: with that implementation, on rows long enough
-    to pay for it, or on any row of a forward that asks for the router loss (it gets no 4-D mask, and
-    for this implementation transformers builds none)."""
+    to pay for it."""
     return (model.config._attn_implementation == packed_sdpa.NAME
-            and (with_router_loss or batch["position_ids"].shape[-1] >= packed_sdpa.MIN_ROW_LENGTH))
+            and batch["position_ids"].shape[-1] >= packed_sdpa.MIN_ROW_LENGTH)
 
 
 def shifted_labels(batch: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:

@@ -27,43 +27,83 @@ _PREFIX = "base_model.model."
 _TRAINED_COPY = f".modules_to_save.{ADAPTER}."
 
 
-def peft_config(cfg: LoraConfig, base_model: str = ""):
-    """The ``peft.LoraConfig`` of ``cfg``: PEFT's names, one adapter, no bias."""
+def peft_config(cfg: LoraConfig, base_model: str = "", model: nn.Module | None = None):
+    """The ``peft.LoraConfig`` of ``cfg``: PEFT's names, one adapter, no bias. With the base ``model``, a
+    mixture of experts' fused expert weights (3-D parameters such as ``mlp.experts.gate_up_proj``, no
+    layer of their own) are adapted through PEFT's parameter targeting: every one of them for
+    ``all-linear`` (as ``all-linear`` adapts every linear layer of a dense model), and those a listed
+    name matches."""
     from peft import LoraConfig as PeftLoraConfig
     from peft import TaskType
 
     targets = cfg.target_modules if isinstance(cfg.target_modules, str) else list(cfg.target_modules)
+    parameters = None
+    if model is not None:
+        experts = expert_weights(model)
+        if isinstance(targets, str):
+            parameters = sorted({leaf for leaf, _ in experts}) or None
+        else:
+            modules = _module_paths(model)
+            named = [t for t in targets if not _matches(t, modules) and _matches(t, [path for _, path in experts])]
+            targets = [t for t in targets if t not in named]
+            parameters = named or None
     return PeftLoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=targets,
+                          target_parameters=parameters,
                           modules_to_save=list(cfg.modules_to_save) if cfg.modules_to_save else None,
                           task_type=TaskType.CAUSAL_LM, bias="none", base_model_name_or_path=base_model or None)
+
+
+def expert_weights(model: nn.Module) -> list[tuple[str, str]]:
+    """(leaf name, path) of every fused expert weight: a parameter of three or more dimensions held by a
+    module directly (PEFT's wrapper names stripped), e.g. ``("gate_up_proj", "model.layers.0.mlp.experts.gate_up_proj")``."""
+    found = []
+    for name, module in model.named_modules():
+        for pname, param in module.named_parameters(recurse=False):
+            if param.dim() >= 3:
+                found.append((pname, base_name(f"{name}.{pname}" if name else pname) or pname))
+    return found
+
+
+def _module_paths(model: nn.Module) -> list[str]:
+    return [n for n, _ in model.named_modules() if n]
+
+
+def _matches(target: str, paths: list[str]) -> bool:
+    """PEFT's rule for a listed name: a path that is the name or ends with it."""
+    return any(p == target or p.endswith(f".{target}") for p in paths)
 
 
 def base_name(name: str) -> str | None:
     """The base model's name of a PEFT model's parameter or buffer (``None`` for an adapter's own):
     ``base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight`` ->
     ``model.layers.0.self_attn.q_proj.weight``; a trained copy (``modules_to_save``) reads the weight
-    it copies."""
+    it copies; an expert weight wrapped twice (``mlp.experts.base_layer.base_layer.gate_up_proj``) the
+    weight itself."""
     name = clean_name(name)
     if name.startswith(_PREFIX):
         name = name[len(_PREFIX):]
     if ".lora_" in f".{name}":
         return None
     for part in (".base_layer.", _TRAINED_COPY, ".original_module."):
-        name = name.replace(part, ".")
+        while part in name:
+            name = name.replace(part, ".")
     return name
 
 
 def missing_targets(model: nn.Module, cfg: LoraConfig) -> list[str]:
     """The names of ``target_modules`` and ``modules_to_save`` that no module of ``model`` matches, by
-    PEFT's own rule (a name matches a module whose path ends with it)."""
+    PEFT's own rule (a name matches a module whose path ends with it), nor a fused expert weight, nor an
+    expert layer's name before transformers fused them (``gate_proj``, ``w1``: PEFT maps those)."""
     from peft.tuners.tuners_utils import check_target_module_exists
 
     names = [n for n, _ in model.named_modules() if n]
+    experts = [path for _, path in expert_weights(model)]
     missing = []
     if isinstance(cfg.target_modules, list):
         for target in cfg.target_modules:
             one = peft_config(cfg.model_copy(update={"target_modules": [target], "modules_to_save": None}))
-            if not any(check_target_module_exists(one, n) for n in names):
+            if not any(check_target_module_exists(one, n) for n in names) and not _matches(target, experts) \
+                    and target not in _fused_names(model):
                 missing.append(target)
     for kept in cfg.modules_to_save or ():
         if not any(n == kept or n.endswith(f".{kept}") for n in names):
@@ -71,12 +111,27 @@ def missing_targets(model: nn.Module, cfg: LoraConfig) -> list[str]:
     return missing
 
 
+def _fused_names(model: nn.Module) -> set[str]:
+    """The expert layers' names before transformers fused them, which PEFT maps onto the fused weights
+    for this model's family (``peft.utils.transformers_weight_conversion``); none where it maps nothing."""
+    try:
+        from peft.utils.transformers_weight_conversion import (
+            _MODEL_TO_CONVERSION_PATTERN,
+            _MOE_TARGET_MODULE_MAPPING,
+        )
+    except ImportError:
+        return set()
+    pattern = _MODEL_TO_CONVERSION_PATTERN.get(getattr(getattr(model, "config", None), "model_type", None))
+    return set(_MOE_TARGET_MODULE_MAPPING.get(pattern, {})) if pattern else set()
+
+
 def module_names(model: nn.Module) -> list[str]:
-    """The distinct last names of the model's layers that LoRA can adapt (what a target may name)."""
+    """The distinct last names of the model's layers that LoRA can adapt (what a target may name), its
+    fused expert weights among them."""
     kinds = (nn.Linear, nn.Embedding)
     found = {n.rsplit(".", 1)[-1] for n, m in model.named_modules()
              if n and (isinstance(m, kinds) or type(m).__name__ == "Conv1D")}
-    return sorted(found)
+    return sorted(found | {leaf for leaf, _ in expert_weights(model)})
 
 
 class Adapters:
@@ -102,7 +157,16 @@ class Adapters:
                 f"parameters.lora.{key}: {type(skeleton).__name__} has no module named "
                 f"{', '.join(repr(m) for m in missing)}; its layers are named: {', '.join(module_names(skeleton))} "
                 "(or use target_modules: all-linear)")
-        model = get_peft_model(skeleton, peft_config(self.cfg, self.model_name), autocast_adapter_dtype=False)
+        config = peft_config(self.cfg, self.model_name, skeleton)
+        if config.target_parameters and self.cfg.dropout:
+            raise SettingError(
+                f"parameters.lora.dropout: PEFT adapts {type(skeleton).__name__}'s fused expert weights "
+                f"({', '.join(sorted(config.target_parameters))}) without dropout: set lora.dropout: 0, or list "
+                f"target_modules without them (its layers are named: {', '.join(module_names(skeleton))})")
+        try:
+            model = get_peft_model(skeleton, config, autocast_adapter_dtype=False)
+        except ValueError as err:  # PEFT's own word on targets it cannot adapt (a fused pair named by half)
+            raise SettingError(f"parameters.lora.target_modules: {str(err).splitlines()[0]}") from None
         self.initial = self._initial_values(model)
         return model
 
@@ -160,11 +224,17 @@ class Adapters:
         """One line for the log: what is adapted and how much trains."""
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         total = sum(p.numel() for p in model.parameters())
-        adapted = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if _is_lora_layer(m)})
+        adapted = sorted({_adapted_name(n, m) for n, m in model.named_modules() if _is_lora_layer(m)})
         targets = self.cfg.target_modules if isinstance(self.cfg.target_modules, str) else "listed"
         return (f"lora: r={self.cfg.r} alpha={self.cfg.alpha:g} dropout={self.cfg.dropout:g} on "
                 f"{', '.join(adapted)} ({targets}); {trainable / 1e6:.3f}M of {total / 1e6:.2f}M parameters "
                 f"train ({100 * trainable / max(total, 1):.2f}%), the base is frozen")
+
+
+def _adapted_name(name: str, layer: nn.Module) -> str:
+    """What a LoRA layer adapts, as a target names it: its layer, or the expert weight it wraps."""
+    weight = getattr(layer, "parameter_name", None)
+    return weight if weight and weight != "weight" else base_name(name).rsplit(".", 1)[-1]
 
 
 def _is_lora_layer(module: nn.Module) -> bool:

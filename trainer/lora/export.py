@@ -9,7 +9,9 @@ the adapter's values, which are small: at the end of a run rank 0 gathers them f
 - The merged model: the base's safetensors files are read one at a time; each weight an adapter
   changes is merged by PEFT's own layer (``merge``), and the file is written out under the same name
   before the next is read. Only one file of the model is in memory at once, never the whole model; a
-  base without safetensors files is loaded once and merged with ``merge_and_unload``.
+  base without safetensors files, or whose files keep an adapted weight under other names (a mixture of
+  experts stored one expert per tensor, which transformers fuses on load), is loaded once and merged
+  with ``merge_and_unload``.
 """
 
 from __future__ import annotations
@@ -109,13 +111,17 @@ def write_merged(state: dict[str, torch.Tensor], cfg: LoraConfig, model_name: st
     model = skeleton(cfg, model_name, trust_remote_code)
     _with_values(model, state)
     owners = _merge_owners(model)
+    index = SafetensorsIndex(folder)
+    prefix = getattr(model.get_base_model(), "base_model_prefix", "")
+    if any(not isinstance(owner, torch.Tensor) and index.find(name, prefix) is None for name, owner in owners.items()):
+        # a weight the files keep otherwise than the model holds it (transformers fuses a mixture of experts'
+        # per-expert files on load and splits them again on save): merged on the loaded model, as PEFT does
+        return _new_folder(out_dir, lambda tmp: _merge_whole(state, cfg, model_name, trust_remote_code, tmp, tok))
 
     def write(tmp: Path) -> None:
         from safetensors import safe_open
         from safetensors.torch import save_file
 
-        index = SafetensorsIndex(folder)
-        prefix = getattr(model.get_base_model(), "base_model_prefix", "")
         by_key = {key: owner for name, owner in owners.items() if (key := index.find(name, prefix)) is not None}
         # A trained copy of a weight the files hold once under another name (a tied output layer): written
         # under its own name, in the last file, and the tie undone in the config.
@@ -163,7 +169,8 @@ def _merge_owners(model: nn.Module) -> dict[str, object]:
     out: dict[str, object] = {}
     for name, module in model.named_modules():
         if isinstance(module, LoraLayer):
-            out[lora.base_name(f"{name}.base_layer.weight")] = module
+            weight = getattr(module, "parameter_name", None)  # an expert weight PEFT adapts as a parameter
+            out[lora.base_name(f"{name}.{weight}" if weight else f"{name}.base_layer.weight")] = module
     for name, param in model.named_parameters():
         if lora._TRAINED_COPY in clean_name(name):
             out[lora.base_name(name)] = param.detach()
@@ -176,10 +183,11 @@ def _merged(tensor: torch.Tensor, owner) -> torch.Tensor:
     if isinstance(owner, torch.Tensor):
         return owner.to(tensor.dtype).contiguous()
     base = owner.get_base_layer()
-    base.weight = nn.Parameter(tensor, requires_grad=False)
+    weight = getattr(owner, "parameter_name", None) or "weight"
+    setattr(base, weight, nn.Parameter(tensor, requires_grad=False))
     owner.merge(adapter_names=[lora.ADAPTER])
-    out = base.weight.detach().contiguous()
-    base.weight = nn.Parameter(torch.empty_like(tensor, device="meta"), requires_grad=False)  # freed
+    out = getattr(base, weight).detach().contiguous()
+    setattr(base, weight, nn.Parameter(torch.empty_like(tensor, device="meta"), requires_grad=False))  # freed
     owner.merged_adapters.clear()
     return out
 
@@ -192,7 +200,7 @@ def _merge_whole(state, cfg: LoraConfig, model_name: str, trust_remote_code: boo
     from trainer.assets import resolve_model
 
     base = AutoModelForCausalLM.from_pretrained(resolve_model(model_name), trust_remote_code=trust_remote_code)
-    model = get_peft_model(base, lora.peft_config(cfg), autocast_adapter_dtype=False)
+    model = get_peft_model(base, lora.peft_config(cfg, model=base), autocast_adapter_dtype=False)
     _with_values(model, state)
     model.merge_and_unload().save_pretrained(str(tmp), safe_serialization=True)
     if tok is not None:

@@ -28,6 +28,9 @@ class AttentionSupport(NamedTuple):
     """Its layers carry a state along the sequence (transformers' ``_is_stateful``: Mamba, hybrids)."""
     position_ids: bool = True
     """Its forward takes ``position_ids`` (BART-style decoders and BLOOM derive positions themselves)."""
+    router_loss: bool = False
+    """Its forward computes a router load-balancing loss from a token mask it can be handed
+    (:func:`trainer.model.router_loss.computes_loss`)."""
 
     @property
     def inference(self) -> str:
@@ -52,12 +55,10 @@ class AttentionChoice:
         return HF_NAMES[self.implementation]
 
 
-def choose(cfg: TrainerConfig, config: dict, support: AttentionSupport, device: torch.device,
-           router_loss: bool = False) -> AttentionChoice:
+def choose(cfg: TrainerConfig, config: dict, support: AttentionSupport, device: torch.device) -> AttentionChoice:
     """Resolve ``model.attention`` and ``data.packing`` for this model (its ``config.json`` as a dict, and
-    what its class declares) and device, or refuse. ``router_loss``: it trains with its router loss, so
-    transformers masks its packed rows (:mod:`trainer.model.router_loss`), which needs a transformers that
-    finds examples from ``position_ids``."""
+    what its class declares) and device, or refuse. A model trained with its router loss packs as any
+    other (:mod:`trainer.model.router_loss`)."""
     notes = []
     impl = cfg.model.attention
     if impl == "auto":
@@ -79,9 +80,6 @@ def choose(cfg: TrainerConfig, config: dict, support: AttentionSupport, device: 
     if refusal is None and not support.position_ids:
         refusal = ("its forward takes no position_ids: positions would run on from one packed example into the "
                    "next")
-    if refusal is None and router_loss and not _finds_packed_examples():
-        refusal = ("this transformers cannot mask packed rows for a model trained with its router loss (no "
-                   "packed-sequence detection); upgrade transformers")
     packing = cfg.data.packing
     if packing is None:
         packing = refusal is None
@@ -97,11 +95,3 @@ def choose(cfg: TrainerConfig, config: dict, support: AttentionSupport, device: 
                     "a mask would compute each whole row)")
     return AttentionChoice(impl, packing, tuple(notes), per_example)
 
-
-def _finds_packed_examples() -> bool:
-    """Whether transformers builds per-example masks from ``position_ids`` alone (its masking_utils)."""
-    try:
-        from transformers.masking_utils import find_packed_sequence_indices  # noqa: F401
-    except ImportError:
-        return False
-    return True

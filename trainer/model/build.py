@@ -49,9 +49,11 @@ def attention_support(config, model_name: str, cfg: ModelConfig) -> AttentionSup
         from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
         cls = get_class_from_dynamic_module(config.auto_map["AutoModelForCausalLM"], resolve_model(model_name))
+    from trainer.model.router_loss import computes_loss
+
     return AttentionSupport(*(bool(getattr(cls, name, False)) for name in (
         "_supports_sdpa", "_supports_flex_attn", "_supports_attention_backend", "_is_stateful")),
-        position_ids="position_ids" in inspect.signature(cls.forward).parameters)
+        position_ids="position_ids" in inspect.signature(cls.forward).parameters, router_loss=computes_loss(cls))
 
 
 def build_model(model_name: str, cfg: ModelConfig, config, attn: str, seed: int, device: torch.device,

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from trainer.model.packed_masks import causal_band, segment_mask
 from trainer.wire.config import SettingError
+from trainer.wire.model_family import layer_windows
 
 NAME = "fsdp_tui_per_example_sdpa"
 MIN_ROW_LENGTH = 256
@@ -85,18 +86,18 @@ def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, v
     _calls += 1
     rows = _ROWS.get()
     if rows is None or query.shape[2] != key.shape[2]:
-        window = kwargs.get("sliding_window") or None
+        window = _window(module, kwargs)
         if attention_mask is None and window and query.shape[2] == key.shape[2] > window:
             attention_mask = causal_band(query.shape[2], window, query.device)  # no 4-D mask came: keep the window
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, **kwargs)
     position_ids, row_spans = rows
     if attention_mask is not None or any(kwargs.get(name) is not None for name in UNSUPPORTED):
-        mask = segment_mask(position_ids.to(query.device), kwargs.get("sliding_window") or None)
+        mask = segment_mask(position_ids.to(query.device), _window(module, kwargs))
         if attention_mask is not None:
             mask = _within(attention_mask, mask)
         return sdpa_attention_forward(module, query, key, value, mask, dropout=dropout, scaling=scaling, **kwargs)
-    window = kwargs.get("sliding_window") or None
+    window = _window(module, kwargs)
     gqa = key.shape[1] != query.shape[1]  # fewer key/value heads: the kernel shares them, no copies
     parts = []
     # split, not slices: each split's backward is one concatenation, where every slice's would fill a
@@ -113,6 +114,22 @@ def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, v
     # contiguous, as sdpa's own output is: some models view it afterwards (JetMoE)
     out = torch.cat(parts, dim=2).transpose(1, 2).reshape(batch, length, heads, dim).contiguous()
     return out, None
+
+
+def _window(module: torch.nn.Module, kwargs: dict) -> int | None:
+    """The sliding window of this layer: the one it passes, else the one its config gives its layer type
+    (PhiMoE keeps its window in the mask transformers builds, and none is built for this implementation)."""
+    if kwargs.get("sliding_window"):
+        return kwargs["sliding_window"]
+    config = getattr(module, "config", None)
+    if config is None:
+        return None
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    windows = layer_windows({key: getattr(text, key, None) for key in ("sliding_window", "use_sliding_window",
+                                                                       "layer_types")})
+    types, index = getattr(text, "layer_types", None), getattr(module, "layer_idx", None)
+    kind = types[index] if types and isinstance(index, int) and index < len(types) else next(iter(windows))
+    return windows.get(kind)
 
 
 def _within(model_mask: torch.Tensor, examples: torch.Tensor) -> torch.Tensor:

@@ -11,8 +11,15 @@ shards into it (each copy verified by size and checksum before it takes its name
 checkpoint is never "the newest", never resumed from, and says which shards are missing on which node.
 A checkpoint saved before ``shards`` existed is complete with ``.metadata`` and ``meta.json``, as then.
 
-A save never reuses a folder (``step-00000100-1`` when the name is taken on any node), and the newest
-complete checkpoint is never deleted.
+Each listed shard also carries the SHA-256 of the bytes the trainer wrote (``sha256``), and
+``meta.json`` the digest of ``.metadata`` (``metadata_sha256``): every gather, copy, export and resume
+checks the bytes against them (:mod:`trainer.wire.ckpt_digest`). Whoever finds bytes that differ leaves
+a mark in the folder (``.fsdp-tui-bytes-differ``, naming the files and their nodes): the checkpoint is
+not whole from then on, for every reader, and says why.
+
+A save never reuses a folder (``step-00000100-1`` when the name is taken on any node). Whose a
+checkpoint is (``meta.json``'s ``run_id``) and what each run may read, prune or delete is
+:mod:`trainer.wire.ckpt_owner`'s rule.
 
 Listing never follows a link: an entry that is a symbolic link (``step-00000006 -> /``) is listed as a link,
 never complete (so never resumable, never "the newest"), with no size, and nothing behind it is walked.
@@ -20,6 +27,7 @@ never complete (so never resumable, never "the newest"), with no size, and nothi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -39,6 +47,11 @@ PLACE_MARKER = ".fsdp-tui-place-"
 """The file node 0 writes in its checkpoints folder and the other nodes look for: one place, or one each."""
 INCOMING_PREFIX = ".incoming-"
 """A whole checkpoint received from node 0 before a resume, on a node that has none: removed after the load."""
+BAD_MARK = ".fsdp-tui-bytes-differ"
+"""Left in a checkpoint whose bytes were found to differ from the digests its ``meta.json`` lists: a JSON
+list of ``[file, node]``. The checkpoint is not whole while it is there."""
+_RUN_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -56,6 +69,10 @@ class CheckpointInfo:
     """The trainer marked its save done (``meta.json`` written): what a gather waits for."""
     adapter: bool = False
     """A LoRA run's checkpoint: the adapters (and ``modules_to_save``) only, the base read from the model."""
+    run_id: str | None = None
+    """The run that wrote it (``meta.json``'s ``run_id``): whose it is (:mod:`trainer.wire.ckpt_owner`)."""
+    why: str = ""
+    """Why it is not whole, in words ("" when it is)."""
 
     @property
     def kind(self) -> str:
@@ -87,13 +104,25 @@ class Wholeness:
     """Listed shards not in the folder, or there with another size: ``(file, node)``."""
     shards: tuple[tuple[str, int, int], ...] = ()
     """Every listed shard: ``(file, bytes, node)``."""
+    problem: str = ""
+    """``meta.json`` is there but cannot be taken as it is (a shard name out of the folder, a size that is
+    not one): what is wrong with it."""
+    differ: tuple[tuple[str, int], ...] = ()
+    """Files whose bytes were found to differ from the trainer's digests (:data:`BAD_MARK`): ``(file, node)``."""
 
     def why_not(self) -> str:
         """Why the folder is not whole, in words ("" when it is)."""
         if self.complete:
             return ""
+        if self.problem:
+            return f"its {META} cannot be trusted: {self.problem}"
         if not self.saved:
             return f"its save did not finish (no {DCP_META} or {META})"
+        if self.differ:
+            named = "; ".join(f"{name} (written on node {node})" for name, node in self.differ[:3])
+            more = f" and {len(self.differ) - 3} more" if len(self.differ) > 3 else ""
+            return (f"the bytes of {named}{more} differ from what the trainer wrote (SHA-256): it is not "
+                    "resumed from or exported")
         by_node: dict[int, list[str]] = {}
         for name, node in self.missing:
             by_node.setdefault(node, []).append(name)
@@ -103,22 +132,36 @@ class Wholeness:
         return "missing " + "; ".join(parts) + " and not gathered here"
 
 
-def judge(files: Mapping[str, int], meta_text: str | None) -> Wholeness:
+def judge(files: Mapping[str, int], meta_text: str | None, mark_text: str | None = None) -> Wholeness:
     """The completeness rule: ``files`` are the folder's regular files and their sizes, ``meta_text`` the
-    content of its ``meta.json`` (``None``: absent)."""
-    meta = _meta(meta_text)
+    content of its ``meta.json`` (``None``: absent), ``mark_text`` that of its :data:`BAD_MARK` (read when
+    ``files`` lists one)."""
+    meta = parse_meta(meta_text)
     if meta is None or DCP_META not in files:
         return Wholeness(False, False, None)
     step = meta.get("step")
     step = step if isinstance(step, int) and not isinstance(step, bool) else None
-    shards = shard_list(meta)
+    shards, problem = _shards(meta)
     if shards is None:
-        return Wholeness(False, False, step)  # a shard list that is not one: unreadable, not whole
+        return Wholeness(False, False, step, problem=problem)  # a list that is not one: not whole, and why
     missing = tuple((name, node) for name, size, node in shards if files.get(name) != size)
-    return Wholeness(not missing, True, step, missing, shards)
+    differ = read_mark(mark_text) if BAD_MARK in files else ()
+    if BAD_MARK in files and not differ:
+        differ = (("?", 0),)  # a mark that does not say which: still a mark
+    return Wholeness(not missing and not differ, True, step, missing, shards, differ=differ)
 
 
-def _meta(text: str | None) -> dict | None:
+def read_mark(text: str | None) -> tuple[tuple[str, int], ...]:
+    """The files a :data:`BAD_MARK` names, ``(file, node)`` (what is not of that shape is left out)."""
+    try:
+        entries = json.loads(text or "")
+    except ValueError:
+        return ()
+    return tuple((e[0], e[1]) for e in (entries if isinstance(entries, list) else ())
+                 if isinstance(e, list) and len(e) == 2 and plain_name(e[0]) and _count(e[1]))
+
+
+def parse_meta(text: str | None) -> dict | None:
     if text is None:
         return None
     try:
@@ -131,19 +174,39 @@ def _meta(text: str | None) -> dict | None:
 def shard_list(meta: dict) -> tuple[tuple[str, int, int], ...] | None:
     """``meta.json``'s shards as ``(file, bytes, node)``; ``()`` when it lists none (an older save);
     ``None`` when the list is malformed (a name that is not a plain file name, a size that is not one)."""
+    return _shards(meta)[0]
+
+
+def _shards(meta: dict) -> tuple[tuple[tuple[str, int, int], ...] | None, str]:
+    """:func:`shard_list`, and what is wrong with the list when it is malformed (shown, never the name raw)."""
     entries = meta.get(SHARDS)
     if entries is None:
-        return ()
+        return (), ""
     if not isinstance(entries, dict):
-        return None
+        return None, f"'{SHARDS}' is not a table of files"
     out = []
     for name, entry in entries.items():
         size = entry.get("bytes") if isinstance(entry, dict) else None
         node = entry.get("node", 0) if isinstance(entry, dict) else None
-        if (not plain_name(name) or not _count(size) or not _count(node)):
-            return None
+        digest = entry.get("sha256") if isinstance(entry, dict) else None
+        if not plain_name(name):
+            return None, f"it lists a shard named {ascii(name)[:80]}, not a file name of this folder"
+        if not _count(size) or not _count(node):
+            return None, f"shard {name}: its size or node is not a count"
+        if digest is not None and not (isinstance(digest, str) and SHA256_HEX.fullmatch(digest)):
+            return None, f"shard {name}: its sha256 is not a SHA-256 digest"
         out.append((name, size, node))
-    return tuple(sorted(out))
+    return tuple(sorted(out)), ""
+
+
+def run_of(meta_text: str | None) -> str | None:
+    """The run id a checkpoint's ``meta.json`` records (``None``: none, unreadable, or not an id's shape)."""
+    return run_id_or_none((parse_meta(meta_text) or {}).get("run_id"))
+
+
+def run_id_or_none(value: object) -> str | None:
+    """``value`` when it has a run id's shape (letters, digits, ``_.-``), else ``None``."""
+    return value if isinstance(value, str) and _RUN_ID.fullmatch(value) else None
 
 
 def _count(value: object) -> bool:
@@ -175,17 +238,20 @@ def folder_files(path: str) -> dict[str, int]:
     return out
 
 
-def read_meta(path: str) -> str | None:
+def read_meta(path: str, name: str = META) -> str | None:
+    """``meta.json`` of the checkpoint folder ``path`` (or its file ``name``), never through a link."""
     try:
-        with open(os.path.join(path, META), encoding="utf-8") as f:
-            return f.read()
+        fd = os.open(os.path.join(path, name), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with open(fd, encoding="utf-8") as f:
+            return f.read(1 << 24)
     except (OSError, UnicodeDecodeError):
         return None
 
 
 def wholeness(path: str) -> Wholeness:
     """The rule applied to a folder on this machine."""
-    return judge(folder_files(path), read_meta(path))
+    files = folder_files(path)
+    return judge(files, read_meta(path), read_meta(path, BAD_MARK) if BAD_MARK in files else None)
 
 
 def is_complete(path: str) -> bool:
@@ -213,15 +279,20 @@ def url_scheme(path: str) -> str | None:
     return match.group(1).lower() if match and match.group(1).lower() != "file" else None
 
 
-def expand_path(path: str, env: dict) -> str:
-    """``$NAME``/``${NAME}`` from ``env`` (unknown names stay as written), then ``~``: how a node's job
-    sees its ``output_dir`` (the trainer expands it in the job's environment). ``file:///x`` is ``/x``;
-    another URL (``s3://...``) keeps its ``//``."""
+def expand_vars(path: str, env: Mapping[str, str]) -> str:
+    """``$NAME``/``${NAME}`` from ``env``; unknown names stay as written (``~`` too)."""
     def value(match: re.Match) -> str:
         name = match.group(1) or match.group(2)
         return env.get(name, match.group(0))
 
-    expanded = _VAR.sub(value, path)
+    return _VAR.sub(value, path)
+
+
+def expand_path(path: str, env: dict) -> str:
+    """``$NAME``/``${NAME}`` from ``env`` (unknown names stay as written), then ``~``: how a node's job
+    sees its ``output_dir`` (the trainer expands it in the job's environment). ``file:///x`` is ``/x``;
+    another URL (``s3://...``) keeps its ``//``."""
+    expanded = expand_vars(path, env)
     if expanded.lower().startswith("file://"):
         expanded = expanded[len("file://"):]
     return expanded if url_scheme(expanded) else os.path.expanduser(expanded)
@@ -233,14 +304,15 @@ def checkpoints_root(output_dir: str) -> str:
     return os.path.join(os.path.expanduser(output_dir), CHECKPOINTS_DIR)
 
 
-def info_of(step: int, path: str, files: Mapping[str, int], meta_text: str | None, mtime: float) -> CheckpointInfo:
+def info_of(step: int, path: str, files: Mapping[str, int], meta_text: str | None, mtime: float,
+            mark_text: str | None = None) -> CheckpointInfo:
     """One listed checkpoint from its files (local or in a bucket), by the rule."""
-    verdict = judge(files, meta_text)
+    verdict = judge(files, meta_text, mark_text)
     if verdict.complete and verdict.step is not None:
         step = verdict.step
-    adapter = verdict.complete and "lora" in (_meta(meta_text) or {})
+    adapter = verdict.complete and "lora" in (parse_meta(meta_text) or {})
     return CheckpointInfo(step, path, verdict.complete, sum(files.values()), mtime, missing=verdict.missing,
-                          saved=verdict.saved, adapter=adapter)
+                          saved=verdict.saved, adapter=adapter, run_id=run_of(meta_text), why=verdict.why_not())
 
 
 def list_checkpoints(root: str) -> list[CheckpointInfo]:
@@ -260,12 +332,13 @@ def list_checkpoints(root: str) -> list[CheckpointInfo]:
         if step is None or not (stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode)):
             continue
         if stat.S_ISLNK(st.st_mode):
-            out.append(CheckpointInfo(step, path, False, 0, st.st_mtime, link=True))
+            out.append(CheckpointInfo(step, path, False, 0, st.st_mtime, link=True,
+                                      why="a symbolic link, not a folder: never followed"))
             continue
         size, mtime = _size_and_mtime(path)
-        info = info_of(step, path, folder_files(path), read_meta(path), mtime)
-        out.append(CheckpointInfo(info.step, path, info.complete, size, mtime, missing=info.missing,
-                                  saved=info.saved, adapter=info.adapter))
+        files = folder_files(path)
+        info = info_of(step, path, files, read_meta(path), mtime, read_meta(path, BAD_MARK) if BAD_MARK in files else None)
+        out.append(dataclasses.replace(info, size_bytes=size))
     return sorted(out, key=lambda c: (c.step, c.name))
 
 
@@ -285,30 +358,7 @@ def _size_and_mtime(path: str) -> tuple[int, float]:
 
 def written_by(path: str) -> str | None:
     """The run id a checkpoint's ``meta.json`` records (``None``: not recorded, or unreadable)."""
-    try:
-        with open(os.path.join(path, META), encoding="utf-8") as f:
-            run_id = json.load(f).get("run_id")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return run_id if isinstance(run_id, str) else None
-
-
-def newest_complete(ckpts: list[CheckpointInfo]) -> CheckpointInfo | None:
-    done = [c for c in ckpts if c.complete]
-    return done[-1] if done else None
-
-
-def deletable(ckpts: list[CheckpointInfo], target: CheckpointInfo) -> bool:
-    """Every checkpoint may go except the newest complete one."""
-    newest = newest_complete(ckpts)
-    return newest is None or target.path != newest.path
-
-
-def to_prune(ckpts: list[CheckpointInfo], keep_last: int) -> list[CheckpointInfo]:
-    """Complete checkpoints beyond the newest ``keep_last`` (never the newest complete one)."""
-    done = [c for c in ckpts if c.complete]
-    old = done[: max(0, len(done) - max(keep_last, 1))]
-    return [c for c in old if deletable(ckpts, c)]
+    return run_of(read_meta(path))
 
 
 
@@ -332,14 +382,17 @@ def list_in_bucket(fs, root: str, url_root: str) -> list[CheckpointInfo]:
             if item.get("type") == "file" and not base.startswith(PART_PREFIX):
                 files[base] = int(item.get("size") or 0)
                 mtime = max(mtime, _entry_time(item))
-        meta = None
-        if META in files:
-            try:
-                meta = fs.cat_file(f"{root.rstrip('/')}/{name}/{META}").decode("utf-8")
-            except (OSError, UnicodeDecodeError):
-                meta = None
-        out.append(info_of(step, f"{url_root.rstrip('/')}/{name}", files, meta, mtime))
+        meta = _cat(fs, f"{root.rstrip('/')}/{name}/{META}") if META in files else None
+        mark = _cat(fs, f"{root.rstrip('/')}/{name}/{BAD_MARK}") if BAD_MARK in files else None
+        out.append(info_of(step, f"{url_root.rstrip('/')}/{name}", files, meta, mtime, mark))
     return sorted(out, key=lambda c: (c.step, c.name))
+
+
+def _cat(fs, path: str) -> str | None:
+    try:
+        return fs.cat_file(path).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def _entry_time(item: Mapping) -> float:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from trainer.wire.yaml_words import WordsAsWritten
 
 
 class SettingError(ValueError):
@@ -34,7 +36,7 @@ def torch_refusal(version: str) -> str | None:
             "interpreter that has one")
 
 
-class _Section(BaseModel):
+class _Section(WordsAsWritten):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
 
 

@@ -146,6 +146,19 @@ def conversation(row: dict[str, Any], chat: ChatFields, fail: Fail) -> list[dict
     return out
 
 
+def tools_of(row: dict[str, Any], fail: Fail) -> list[dict[str, Any]] | None:
+    """The function definitions a chat row offers the model (its ``tools`` column: JSON schemas as the
+    chat template takes them, or that list as JSON text in a CSV or parquet cell); ``None`` without."""
+    value = row.get("tools")
+    if isinstance(value, str):
+        value = _json_cell(value, "tools", fail) if value.strip() else None
+    if value is None or value == []:
+        return None
+    if not isinstance(value, list) or not all(isinstance(tool, dict) for tool in value):
+        raise fail(f"'tools' must be a list of function definitions (JSON schemas), not {_shown(value)}")
+    return value
+
+
 def _content(value: Any, where: str, key: str, turn: dict[str, Any], fail: Fail) -> str:
     if isinstance(value, str):
         return value

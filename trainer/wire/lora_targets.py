@@ -3,13 +3,16 @@
 ``fsdp-tui validate`` (no torch on the operator's machine) names a ``parameters.lora.target_modules`` entry
 that the model does not have, at its line, once the model is known: a local folder, or a hub id already in
 the Hugging Face cache. The layers' names come from the tensor names of its safetensors files (the index,
-else each file's header); a name matches as PEFT matches it (the layer's path is the name or ends in
-``.name``). The trainer applies PEFT's own rule at start for everything this cannot see.
+else each file's header), with a mixture of experts' fused expert weights (``gate_up_proj``, ``down_proj``:
+a parameter of the experts, kept fused or one tensor per expert); a name matches as PEFT matches it (the
+layer's path is the name or ends in ``.name``). The trainer applies PEFT's own rule at start for everything
+this cannot see.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -35,7 +38,24 @@ def layer_paths(model_name: str, base_dir: Path | None = None) -> list[str] | No
     except (OSError, ValueError, AttributeError, struct.error):
         return None
     paths = {n.rsplit(".", 1)[0] for n in names if n.endswith(".weight")}
-    return sorted(paths) or None
+    paths |= {n for n in names if not n.endswith((".weight", "bias"))}  # fused expert weights: a parameter, no layer
+    return sorted(paths | _fused(paths)) or None
+
+
+_PER_EXPERT = re.compile(r"^(.*\.experts)\.\d+\.(gate_proj|up_proj|down_proj|w1|w2|w3)$")
+_FUSED = {"gate_proj": "gate_up_proj", "up_proj": "gate_up_proj", "w1": "gate_up_proj", "w3": "gate_up_proj",
+          "down_proj": "down_proj", "w2": "down_proj"}
+
+
+def _fused(paths: set[str]) -> set[str]:
+    """The fused expert weights transformers builds from files that keep one tensor per expert
+    (``mlp.experts.0.gate_proj`` and ``up_proj`` -> ``mlp.experts.gate_up_proj``): a target may name those."""
+    out = set()
+    for path in paths:
+        found = _PER_EXPERT.match(path)
+        if found:
+            out.add(f"{found.group(1)}.{_FUSED[found.group(2)]}")
+    return out
 
 
 def _header_names(path: Path) -> set[str]:

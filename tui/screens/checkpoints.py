@@ -1,5 +1,7 @@
 """A run's checkpoints: step, complete or not, kind (full, or a LoRA run's adapters), size, age; resume from
-one, export one (a LoRA adapter, or merged), delete one, and two checkpoints' answers side by side."""
+one, export one (a LoRA adapter, or merged), delete one, and two checkpoints' answers side by side. The run's
+own and, marked with their run, the ones it continued; what is whose is the launcher's rule (the listing
+says it), never decided here."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Label
 
-from launcher.api.checkpoints import CheckpointInfo, completeness, deletable
+from launcher.api.checkpoints import CheckpointInfo, RunCheckpoints, completeness
 from tui.app_base import AppBase
 from tui.messages import ResumeAsked
 from tui.widgets.footer import FitFooter
@@ -38,6 +40,7 @@ class CheckpointsScreen(Screen):
         super().__init__()
         self.run_id = run_id
         self.ckpts: list[CheckpointInfo] = []
+        self.listing: RunCheckpoints | None = None
         self.marked: CheckpointInfo | None = None
         """The checkpoint whose answers the next ``v`` puts beside the selected one's."""
 
@@ -61,11 +64,11 @@ class CheckpointsScreen(Screen):
         try:
             listing = await self.app.client.checkpoints.list(self.run_id)
         except (NoOutputDir, LookupError) as err:
-            self.ckpts = []
+            self.ckpts, self.listing = [], None
             where.update(str(err))
             self._show()
             return
-        self.ckpts = list(listing.checkpoints)
+        self.ckpts, self.listing = list(listing.checkpoints), listing
         if listing.error:
             where.update(f"cannot reach {listing.label}: {listing.error}")
         elif not self.ckpts:
@@ -83,8 +86,9 @@ class CheckpointsScreen(Screen):
             age = now - c.mtime
             age_text = f"{age / 3600:.1f} h" if age > 3600 else f"{age / 60:.0f} min"
             mark = " (marked)" if self.marked is not None and self.marked.path == c.path else ""
+            whose = f" ({self.listing.whose_words(c)})" if self.listing and self.listing.whose(c) != "own" else ""
             table.add_row(str(c.step), completeness(c), c.kind, f"{c.size_bytes / 2**20:.1f} MiB", age_text,
-                          c.name + mark, key=c.path)
+                          c.name + whose + mark, key=c.path)
 
     def selected(self) -> CheckpointInfo | None:
         table = self.query_one(DataTable)
@@ -96,15 +100,19 @@ class CheckpointsScreen(Screen):
     def action_resume(self) -> None:
         c = self.selected()
         if c is None or not c.complete:
-            self.notify("pick a complete checkpoint", severity="warning")
+            self.notify(f"pick a complete checkpoint{f': {c.why}' if c is not None and c.why else ''}",
+                        severity="warning")
             return
-        self.notify(f"resuming from {c.name} (where its whole copy is)")
-        self.post_message(ResumeAsked(self.run_id, c.name))
+        # A checkpoint this run continued is its writer's: the resume is of that run, from it.
+        run_id = c.run_id if self.listing and self.listing.whose(c) == "continued" and c.run_id else self.run_id
+        self.notify(f"resuming run {run_id} from {c.name} (where its whole copy is)")
+        self.post_message(ResumeAsked(run_id, c.name))
 
     def action_export(self, merged: bool = False) -> None:
         c = self.selected()
         if c is None or not c.complete:
-            self.notify("pick a complete checkpoint", severity="warning")
+            self.notify(f"pick a complete checkpoint{f': {c.why}' if c is not None and c.why else ''}",
+                        severity="warning")
             return
         if merged and not c.adapter:
             self.notify("a full fine-tune's checkpoint exports the whole model already: press x",
@@ -150,8 +158,9 @@ class CheckpointsScreen(Screen):
         c = self.selected()
         if c is None:
             return
-        if not deletable(self.ckpts, c):
-            self.notify("this is the newest complete checkpoint: it is kept", severity="warning")
+        why = self.listing.why_kept(c) if self.listing is not None else "not listed yet"
+        if why:
+            self.notify(why, severity="warning")
             return
 
         def done(yes: bool | None) -> None:

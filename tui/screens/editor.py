@@ -4,6 +4,7 @@ in a worker, debounced."""
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -110,6 +111,7 @@ class EditorScreen(Screen):
     def load_sources(self) -> None:
         """Host aliases and secret names for completion, read once per editor, off the UI thread."""
         from launcher.paths import ssh_config_path
+        from launcher.workload.complete import read_entries
         from launcher.workload.hosts import read_config_aliases
 
         base = self.path.parent
@@ -122,7 +124,8 @@ class EditorScreen(Screen):
                 return []
             return [f"{head}/{p.name}" if head else p.name for p in found][:40]
 
-        sources = Sources(read_config_aliases(ssh_config_path()), self.app.client.records.secrets.list(), folders)
+        sources = Sources(read_config_aliases(ssh_config_path()), self.app.client.records.secrets.list(), folders,
+                          functools.partial(read_entries, base))
         self.post_message(SourcesLoaded(sources))
 
     @on(SourcesLoaded)
@@ -189,8 +192,9 @@ class EditorScreen(Screen):
         if planned.plan is not None:
             plan_text = runs.dry_run_text(planned.plan) + "\n" + "\n".join(
                 runs.estimate_lines(planned.plan, self.path.name)) + "\n"
-        fixes = [fix_for(p, text) if p.file != "--set" else None for p in planned.problems]
-        self.post_message(Validated(version, planned.problems, fixes, plan_text, planned.plan))
+        problems = [*planned.problems, *self.app.client.records.quarantine_problems(planned)]
+        fixes = [fix_for(p, text) if p.file != "--set" else None for p in problems]
+        self.post_message(Validated(version, problems, fixes, plan_text, planned.plan))
 
     @on(Validated)
     def _validated(self, message: Validated) -> None:
@@ -311,10 +315,21 @@ class EditorScreen(Screen):
         after = [(i, p) for i, p in located if (p.line - 1, p.column - 1) > here]
         index, problem = min(after or located, key=lambda ip: (ip[1].line, ip[1].column))
         self.area.cursor_location = (problem.line - 1, problem.column - 1)
+        self._select_blank(problem.line - 1, problem.column - 1)
         self.area.focus()
         self.query_one(ProblemsList).highlighted = index
         self.notify(f"{problem.line}:{problem.column} {problem.path + ': ' if problem.path else ''}{problem.message}",
                     severity="error" if problem.is_error else "warning", timeout=4)
+
+    def _select_blank(self, row: int, column: int) -> None:
+        """A template's blank (``<host-1>``) where the cursor landed is selected: what is typed replaces it."""
+        from textual.widgets.text_area import Selection
+
+        line = self.area.document.get_line(row)
+        for blank in re.finditer(r"<[^<>#\s]+>", line.split("#", 1)[0]):
+            if blank.start() <= column < blank.end() or line[column:blank.start()].strip() in ("", "-"):
+                self.area.selection = Selection((row, blank.start()), (row, blank.end()))
+                return
 
     def action_nettest(self) -> None:
         if any(p.is_error for p in self.problems):

@@ -33,7 +33,7 @@ from tui.widgets.runs_table import RunsTable
 from tui.widgets.sweeps_table import SweepsTable
 
 if TYPE_CHECKING:
-    from launcher.api.runs import RunSummary
+    from launcher.api.runs import RunKind, RunSummary
 
 
 class HomeScreen(Screen):
@@ -119,15 +119,16 @@ class HomeScreen(Screen):
         try:
             client.runs.adopt()  # a run whose owner died gets a new one, which catches it up
             runs = client.runs.list()
+            kinds = {k.run_id: k for k in client.runs.kinds(runs)}
         except StoreDamaged as err:
             self.post_message(StoreFoundDamaged(str(err)))
             return
-        self.post_message(RunsRead(runs, client.sweeps.list()))
+        self.post_message(RunsRead(runs, client.sweeps.list(), kinds))
 
     @on(RunsRead)
     def _runs_read(self, message: RunsRead) -> None:
         with unless_taken_apart(self):
-            self._show_runs(message.runs)
+            self._show_runs(message.runs, message.kinds)
             self.query_one(SweepsTable).show(message.sweeps)
             self.set_class(bool(message.sweeps), "-has-sweeps")
 
@@ -149,11 +150,11 @@ class HomeScreen(Screen):
         for line in message.lines:
             self.notify(line, title="a lost node's leftovers stopped", timeout=20)
 
-    def _show_runs(self, runs: list[RunSummary]) -> None:
+    def _show_runs(self, runs: list[RunSummary], kinds: dict[str, RunKind]) -> None:
         table = self.runs_table
         # Live runs' durations move, so they are redrawn; a finished list that did not change is not.
-        if runs != table.runs or any(not r.state.is_final for r in runs):
-            table.show(runs)
+        if runs != table.runs or kinds != table.kinds or any(not r.state.is_final for r in runs):
+            table.show(runs, kinds)
             self._update_title()
 
     def _update_title(self) -> None:

@@ -20,12 +20,13 @@ from textual.containers import Grid, Vertical
 from textual.screen import Screen
 from textual.widgets import Input, Label, Static
 
-from launcher.api.runs import NodeRow, RunSummary, RunView, node_rows
+from launcher.api.runs import NodeRow, RunSummary, RunView, StopOutput, node_rows, stopped_line
 from launcher.events import (
     GpuTelemetry,
     MetricsRecorded,
     NodeLines,
     NodeStateChanged,
+    NodeSwapped,
     RunEvent,
     RunFinished,
     RunState,
@@ -33,7 +34,7 @@ from launcher.events import (
     StacksDumped,
 )
 from tui.app_base import AppBase
-from tui.messages import NetworkKnown, RelaunchAsked
+from tui.messages import ContinuedKnown, NetworkKnown, RelaunchAsked
 from tui.screens.monitor_lines import SummaryLines
 from tui.screens.monitor_views import PANE_MIN_ROWS as PANE_MIN_ROWS  # the grid's rule, named here too
 from tui.screens.monitor_views import MonitorViews
@@ -61,8 +62,12 @@ SHORT_BELOW = 32
 INPUT_FIRST_S = 0.1
 """After a key (or a click, or the wheel), the panes' flush and the redraw wait this long, once: the frame
 the key causes is drawn first, not behind (or together with) a frame of new lines and figures."""
+STOPPED = (RunState.CANCELLING, RunState.CANCELLED, RunState.TIMED_OUT)
+"""States from which the run's lines are the stop's: torchrun's stop tracebacks are folded away."""
 SAFE_STEP_EVERY_S = 30.0
 """How often the monitor asks rank 0's node for the newest complete checkpoint (the last safe step)."""
+SAFE_RECORD_EVERY_S = 1.0
+"""How often it reads what the run's owner recorded of it (each gathered save as it comes; no node asked)."""
 
 
 class RunMonitorScreen(Screen):
@@ -124,6 +129,9 @@ class RunMonitorScreen(Screen):
         """The stack dumps asked for with ``s``, until every node's has come."""
         self.recorded_end: float | None = None
         """When a reopened run ended, from its record; replaying its end must not restart the clock."""
+        self.stop_output: dict[int, StopOutput] = {}
+        """Once the run is being stopped: each node's lines through its :class:`StopOutput`, which folds
+        torchrun's stop tracebacks away (the panes end with one line saying so)."""
         if recorded is not None:
             self.view.started_at = recorded.started_at
             self.recorded_end = recorded.ended_at
@@ -161,6 +169,7 @@ class RunMonitorScreen(Screen):
         if self.events is None:  # a recording handed in has no nodes to ask
             self.refresh_safe_step()
             self.set_interval(SAFE_STEP_EVERY_S, self.refresh_safe_step)
+            self.set_interval(SAFE_RECORD_EVERY_S, self.read_safe_step)
 
     @work(thread=True, group="network")
     def show_network(self) -> None:
@@ -171,6 +180,13 @@ class RunMonitorScreen(Screen):
         test = client.nettests.newest_for(hosts, besides=self.run_id) if hosts else None
         if test is not None:
             self.post_message(NetworkKnown(f"network ({test.run_id}): {test.summary}"))
+        continued = client.runs.continued(self.run_id) if record else ""
+        if continued:
+            self.post_message(ContinuedKnown(continued))
+
+    @on(ContinuedKnown)
+    def _continued_known(self, message: ContinuedKnown) -> None:
+        self.view.continues = message.text  # the why-line says it when nothing weighs more
 
     @on(NetworkKnown)
     def _network_known(self, message: NetworkKnown) -> None:
@@ -179,6 +195,10 @@ class RunMonitorScreen(Screen):
     @work(exclusive=True, group="safe-step")
     async def refresh_safe_step(self) -> None:
         await self.lines.refresh_safe_step(self.app.client.runs, self.run_id)
+
+    @work(exclusive=True, group="safe-record")
+    async def read_safe_step(self) -> None:
+        await self.lines.refresh_safe_step(self.app.client.runs, self.run_id, ask_node=False)
 
     def on_resize(self, event) -> None:
         self.query_one(MetricsPanel).set_class(event.size.height < SHORT_BELOW, "-short")
@@ -207,22 +227,27 @@ class RunMonitorScreen(Screen):
 
     def on_run_event(self, event: RunEvent) -> None:
         self.view.apply(event)
-        if isinstance(event, RunStateChanged) and event.state in (RunState.CANCELLING, RunState.CANCELLED):
+        if isinstance(event, RunStateChanged) and event.state in STOPPED and not self.stop_output:
             for pane in self.panes.values():
                 pane.flush()  # what came before the stop is marked as usual
                 pane.marking = False
+            self.stop_output = {rank: StopOutput() for rank in range(self.num_nodes)}
         if isinstance(event, NodeLines):
-            if 0 <= event.node_rank < self.num_nodes:
-                self.pane(event.node_rank).push(event.lines)
-            prefix = f"[{event.node_rank}] "
-            self.pane(-1).push([prefix + line for line in event.lines])
+            fold = self.stop_output.get(event.node_rank)
+            self.push_lines(event.node_rank, event.lines if fold is None else fold.feed(event.lines))
         elif isinstance(event, NodeStateChanged) and 0 <= event.node_rank < self.num_nodes:
             self.pane(event.node_rank).set_state(event.state, event.exit_code, event.host)
         elif isinstance(event, GpuTelemetry) and 0 <= event.node_rank < self.num_nodes:
             self.pane(event.node_rank).set_gpus(self.view.node(event.node_rank).gpu_summary)
         elif isinstance(event, StacksDumped):
             self.stacks.received(event)
+        elif isinstance(event, NodeSwapped) and self.view.swaps and not self.view.state.is_final:
+            swap = self.view.swaps[-1]  # a failed node replaced, then the run's first step after it
+            self.notify(f"{swap.state_word}: {swap.words()}", title=f"swap {swap.number}", timeout=15,
+                        severity="information" if swap.recovered or not swap.settled else "warning")
         elif isinstance(event, RunFinished):
+            if event.state in (RunState.CANCELLED, RunState.TIMED_OUT):
+                self.end_stopped_panes(event.state)
             if self.recorded_end is not None:
                 self.view.ended_at = self.recorded_end
             if self.events is None:
@@ -232,6 +257,27 @@ class RunMonitorScreen(Screen):
                         severity="information" if event.state.value == "succeeded" else "error", timeout=10)
         elif isinstance(event, MetricsRecorded):
             pass
+
+    def push_lines(self, rank: int, lines: tuple[str, ...] | list[str]) -> None:
+        """Node ``rank``'s lines into its pane and, prefixed, into the merged one."""
+        if not lines:
+            return
+        if 0 <= rank < self.num_nodes:
+            self.pane(rank).push(lines)
+        prefix = f"[{rank}] "
+        self.pane(-1).push([prefix + line for line in lines])
+
+    def end_stopped_panes(self, state: RunState) -> None:
+        """A cancelled (or timed-out) run: what each node held back is shown or folded, and every pane ends
+        with one line that says the run was stopped and what was folded."""
+        folds = self.stop_output or {rank: StopOutput() for rank in range(self.num_nodes)}
+        total = 0
+        for rank, fold in sorted(folds.items()):
+            self.push_lines(rank, fold.end())
+            total += fold.folded
+            self.pane(rank).push([stopped_line(state.value, fold.folded, self.run_id, rank)])
+        self.pane(-1).push([stopped_line(state.value, total, self.run_id, None)])
+        self.stop_output = {}
 
     def after_input(self, job: str) -> bool:
         """Whether periodic ``job`` should let the user's last input be drawn first (then it waits until its

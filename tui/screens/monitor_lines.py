@@ -1,10 +1,11 @@
-"""The two lines above the run monitor's figures: the summary line (state, attempt, the resume check,
-elapsed, ETA, step, throughput, whether the panes follow, the last safe step) and the why-line (what
+"""The two lines above the run monitor's figures: the summary line (state, attempt, the resume check, a
+swap of a failed node, elapsed, ETA, step, throughput, whether the panes follow, the last safe step) and the why-line (what
 holds the run up, or why it failed). What they say is the :class:`RunView`'s; this only words it."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING
 
 from textual.screen import Screen
@@ -13,7 +14,7 @@ from textual.widgets import Label, Static
 from launcher.api.runs import RunView, fmt_duration
 
 if TYPE_CHECKING:
-    from launcher.api.runs import Runs
+    from launcher.api.runs import Runs, SafeStep
 
 
 def summary_line(view: RunView, follow: bool, safe_text: str) -> str:
@@ -27,7 +28,8 @@ def summary_line(view: RunView, follow: bool, safe_text: str) -> str:
     mfu = f"  MFU {v.mfu:.1%}" if v.mfu is not None else ""
     state = "STALLED" if v.stalled else v.state.value.upper()
     resume = f"  {v.resume_badge()}" if v.resume_badge() else ""
-    return (f"{state}  attempt {v.attempt}{resume}  elapsed {fmt_duration(v.elapsed_s())}  "
+    swaps = f"  {v.swap_badge()}" if v.swap_badge() else ""
+    return (f"{state}  attempt {v.attempt}{resume}{swaps}  elapsed {fmt_duration(v.elapsed_s())}  "
             f"ETA {fmt_duration(v.eta_s())}  step {step}  {tps}{mfu}  follow {'on' if follow else 'off'} (f)"
             f"{safe_text}")
 
@@ -41,8 +43,8 @@ class SummaryLines:
         self.summary_shown = ""
         self.why_shown = ""
         """What the why-line says (it is redrawn only when that changes)."""
-        self.safe_text = ""
-        """``safe step N (... ago)`` on the summary line, once the node has said."""
+        self.safe: SafeStep | None = None
+        """The run's safe step as last found (its age is counted at each draw, never frozen)."""
         self.safe_final = False
         """The safe step was asked once more after the run ended (its last saves gathered): it is final."""
 
@@ -56,16 +58,22 @@ class SummaryLines:
             why.set_class(bool(said), "-shown")
 
     def draw_summary(self, follow: bool) -> None:
-        text = summary_line(self.view, follow, self.safe_text)
+        text = summary_line(self.view, follow, self.safe_text())
         if text != self.summary_shown:  # only when it reads differently; a fixed size: a repaint, no layout
             self.summary_shown = text
             self.screen.query_one("#summary", Label).update(text, layout=False)
 
-    async def refresh_safe_step(self, runs: Runs, run_id: str) -> None:
-        """Ask the node for the newest complete checkpoint (until the answer is final)."""
+    def safe_text(self) -> str:
+        """``  safe step N (NAME, written 12s ago)``, its age as of now."""
+        return "" if self.safe is None else f"  safe {self.safe.text(time.time())}"
+
+    async def refresh_safe_step(self, runs: Runs, run_id: str, *, ask_node: bool = True) -> None:
+        """The run's safe step again (until the answer is final): what its owner recorded (each gathered
+        save as it comes), and with ``ask_node`` the node that holds the checkpoints where nothing is."""
         if self.safe_final:
             return  # an ended run's checkpoints do not change by themselves
         ended = self.view.state.is_final  # asked after the end: its final save and gathers are in
-        safe = await asyncio.to_thread(runs.last_safe_step, run_id)
-        self.safe_text = "" if safe is None else f"  safe {safe.text()}"
-        self.safe_final = ended
+        safe = await asyncio.to_thread(runs.last_safe_step, run_id, ask_node=ask_node)
+        if safe is not None or ask_node:
+            self.safe = safe
+        self.safe_final = ended and ask_node

@@ -18,6 +18,7 @@ class RankPickerModal(ModalScreen[int | None]):
     RankPickerModal > Vertical { width: 50; height: auto; max-height: 80%; border: round $accent;
                                  background: $surface; padding: 0 1; }
     RankPickerModal OptionList { height: auto; max-height: 20; border: none; }
+    RankPickerModal Label { width: 1fr; }
     """
     BINDINGS = [Binding("escape", "close", "back")]
 
@@ -28,7 +29,7 @@ class RankPickerModal(ModalScreen[int | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(f"The ranks of {self.where}: enter shows one's own lines")
+            yield Label(f"The ranks of {self.where}: enter shows the one picked, alone (its own lines)")
             yield OptionList(*(Option(f"rank {r}", id=f"rank-{r}") for r in self.ranks))
 
     def on_mount(self) -> None:

@@ -39,9 +39,12 @@ class MetricSpark(Vertical):
         self.shown = data
         spark = self.query_one(Sparkline)
         spark.data = list(data)  # a new list: Sparkline redraws on a new object
-        spark.set_class(not data, "-empty")
+        # One figure has no line: a sparkline would draw it as a solid bar the whole width.
+        spark.set_class(len(data) < 2, "-empty")
         text = f"{self.title_text}  ({self.waiting})"
-        if data:
+        if len(data) == 1:
+            text = f"{self.title_text}  {format(data[0], fmt)}{beside}  (one so far: the line starts at the second)"
+        elif data:
             text = f"{self.title_text}  last {format(data[-1], fmt)}{beside}  min {format(min(data), fmt)}"
         self.query_one(".title", Label).update(text, layout=False)  # a fixed size: a repaint is enough
 

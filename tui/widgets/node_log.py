@@ -20,11 +20,17 @@ MAX_LINES = 20_000
 """Lines kept per pane."""
 MAX_PENDING = MAX_LINES
 """Lines buffered per pane between flushes or while hidden (or not mounted yet: past 8 nodes a pane is
-mounted when first shown); older ones are dropped from the view. More than the pane keeps would never be
-shown, so this bounds a node's memory to about two panes' worth."""
+mounted when first shown); older ones are dropped from the view, counted, and the note before the next
+lines shown says how many. More than the pane keeps would never be shown, so this bounds a node's memory to
+about two panes' worth."""
 MAX_WRITE = 50
 """Lines written per pane per flush (10 Hz). Faster output shows its newest lines and says how many
 it skipped: nobody reads 5,000 lines a second, and every line stays in the node's log file."""
+
+
+def _note(count: int) -> str:
+    """The line where lines are missing from a pane: how many, and where they all are."""
+    return f"··· {plural(count, 'line')} not shown (fast output; all are in the node log)"
 
 
 class NodeLog(LogView):
@@ -44,6 +50,10 @@ class NodeLog(LogView):
         self.node_rank = node_rank
         self.host = host
         self.pending: deque[str] = deque(maxlen=max_pending)
+        self.unshown = 0
+        """Lines the full buffer let go since the last flush (the oldest): counted in the next note."""
+        self.trimmed = 0
+        """Lines the pane let go from its top to keep ``MAX_LINES`` (the border says so)."""
         self.filter_text = ""
         self.seen_output = False
         self.all_lines: deque[str] = deque(maxlen=MAX_LINES)
@@ -59,6 +69,10 @@ class NodeLog(LogView):
         self._show_waiting()
 
     def push(self, lines: tuple[str, ...] | list[str]) -> None:
+        maxlen = self.pending.maxlen or 0
+        over = len(self.pending) + len(lines) - maxlen
+        if over > 0:  # the oldest go; the note says how many
+            self.unshown += min(over, len(self.pending) + len(lines))
         self.pending.extend(lines)
 
     def flush(self) -> int:
@@ -67,22 +81,35 @@ class NodeLog(LogView):
             return 0
         lines = list(self.pending)
         self.pending.clear()
+        if self.unshown:  # what the full buffer let go stays said where it was, through a re-filter too
+            self.all_lines.append(_note(self.unshown))
         self.all_lines.extend(lines)
-        if self.border_subtitle:
+        if self.border_subtitle and not self.trimmed:
             self.border_subtitle = ""  # the first line: nothing to wait for any more
         wanted = [line for line in lines if self._wanted(line)] if self.filter_text else lines
-        # The first batch is history (a reopened run): all of it. After that, live output is capped.
-        limit = MAX_LINES if not self.seen_output else MAX_WRITE
+        # The first batch is history (a reopened run): all the pane keeps, and room for a note above it.
+        # After that, live output is capped.
+        limit = MAX_LINES - 1 if not self.seen_output else MAX_WRITE
         self.seen_output = True
-        skipped = len(wanted) - limit
+        skipped = max(0, len(wanted) - limit) + self.unshown
+        self.unshown = 0
         tail = wanted[-limit:]
         shown = [self._mark(line) for line in tail] if self.marking and might_signal("\n".join(tail)) else tail
         if skipped > 0:
-            shown.insert(0, f"··· {plural(skipped, 'line')} not shown (fast output; all are in the node log)")
+            shown.insert(0, _note(skipped))
         if shown:
+            before = self.line_count
             self.write_lines(shown)
+            self._count_trimmed(before + len(shown) - self.line_count)
             self._keep_end()
         return len(shown)
+
+    def _count_trimmed(self, gone: int) -> None:
+        """The pane keeps its newest ``MAX_LINES``: those it lets go from the top are counted in its border."""
+        if gone <= 0:
+            return
+        self.trimmed += gone
+        self.border_subtitle = f"··· {self.trimmed:,} earlier lines left the pane (all are in the node log)"
 
     @property
     def is_on_screen(self) -> bool:

@@ -34,7 +34,7 @@ class Column:
 
 COLUMNS: tuple[Column, ...] = (
     Column("node", lambda r: str(r.node), lambda r: r.node),
-    Column("host", lambda r: r.host, lambda r: r.host),
+    Column("host", lambda r: f"{r.host} ({r.swapped_in})" if r.swapped_in else r.host, lambda r: r.host),
     Column("state", lambda r: r.state, lambda r: r.state),
     Column("exit", lambda r: _num(r.exit_code, "{}"), lambda r: r.exit_code),
     Column("lines", lambda r: f"{r.lines:,}", lambda r: r.lines),

@@ -14,7 +14,7 @@ from typing import Literal
 from rich.text import Text
 from textual.widgets import DataTable
 
-from launcher.api.runs import RunSummary, fmt_duration
+from launcher.api.runs import RunKind, RunSummary, fmt_duration
 from launcher.words import plural
 
 ColumnKey = Literal["id", "experiment", "state", "nodes", "start", "duration", "step", "loss", "eval"]
@@ -65,9 +65,9 @@ def sort_key(run: RunSummary, column: ColumnKey, reverse: bool) -> tuple:
     return (missing != reverse, 0 if missing else value, run.run_id)
 
 
-def matches(run: RunSummary, text: str) -> bool:
-    """Whether every word of ``text`` occurs (any case) in the run's id, experiment or state."""
-    haystack = f"{run.run_id} {run.experiment} {run.state.value}".lower()
+def matches(run: RunSummary, text: str, mark: str = "") -> bool:
+    """Whether every word of ``text`` occurs (any case) in the run's id, experiment, state or mark."""
+    haystack = f"{run.run_id} {run.experiment} {run.state.value} {mark}".lower()
     return all(word in haystack for word in text.lower().split())
 
 
@@ -77,15 +77,20 @@ def short_id(run_id: str) -> str:
     return run_id.rsplit("-", 1)[-1] if "-" in run_id else run_id
 
 
-def row_cells(run: RunSummary) -> tuple[str | Text, ...]:
-    """The shown cells of one run, in ``COLUMNS`` order."""
+def row_cells(run: RunSummary, mark: str = "") -> tuple[str | Text, ...]:
+    """The shown cells of one run, in ``COLUMNS`` order; ``mark`` (a probe, a nettest, a resume that trained
+    nothing) beside its state, dimmed."""
     started = time.strftime("%m-%d %H:%M", time.localtime(run.started_at)) if run.started_at else "-"
     step = f"{run.step or 0}/{run.max_steps}" if run.max_steps else str(run.step or "-")
+    if mark == "nettest":
+        step = "-"  # it trains nothing: the workload's max_steps is not its own
     loss = f"{run.last_loss:.4f}" if run.last_loss is not None else "-"
     best = f"{run.best_eval_loss:.4f}" if run.best_eval_loss is not None else "-"
-    cells = (short_id(run.run_id), run.experiment, run.state.value, str(run.num_nodes), started,
+    state: str | Text = Text.assemble(run.state.value, (f" · {mark}", "dim")) if mark else run.state.value
+    cells = (short_id(run.run_id), run.experiment, state, str(run.num_nodes), started,
              fmt_duration(run.duration_s), step, loss, best)
-    return tuple(Text(cell, justify="right") if col.numeric else cell for col, cell in zip(COLUMNS, cells, strict=True))
+    return tuple(Text(cell, justify="right") if col.numeric and isinstance(cell, str) else cell
+                 for col, cell in zip(COLUMNS, cells, strict=True))
 
 
 class RunsTable(DataTable):
@@ -103,6 +108,8 @@ class RunsTable(DataTable):
         self.sort_reverse = False
         self.marked: set[str] = set()
         """Runs marked for a comparison: their id is shown with a dot."""
+        self.kinds: dict[str, RunKind] = {}
+        """Each run's kind (a probe, a nettest, a resume that trained nothing), shown beside its state."""
 
     def set_marked(self, run_ids: set[str]) -> None:
         self.marked = set(run_ids)
@@ -125,9 +132,15 @@ class RunsTable(DataTable):
     def summary(self, run_id: str) -> RunSummary | None:
         return next((r for r in self.runs if r.run_id == run_id), None)
 
-    def show(self, runs: list[RunSummary]) -> None:
+    def show(self, runs: list[RunSummary], kinds: dict[str, RunKind] | None = None) -> None:
         self.runs = runs
+        if kinds is not None:
+            self.kinds = kinds
         self._rebuild()
+
+    def mark_of(self, run_id: str) -> str:
+        kind = self.kinds.get(run_id)
+        return kind.mark if kind is not None else ""
 
     def set_filter(self, text: str) -> None:
         self.filter_text = text
@@ -166,12 +179,12 @@ class RunsTable(DataTable):
             if col.key == self.sort_column:
                 label += " ▼" if self.sort_reverse else " ▲"
             self.add_column(Text(label, justify="right") if col.numeric else label, key=col.key)
-        shown = [run for run in self.runs if matches(run, self.filter_text)]
+        shown = [run for run in self.runs if matches(run, self.filter_text, self.mark_of(run.run_id))]
         if self.sort_column is not None:
             column, reverse = self.sort_column, self.sort_reverse
             shown.sort(key=lambda run: sort_key(run, column, reverse), reverse=reverse)
         for run in shown:
-            cells = row_cells(run)
+            cells = row_cells(run, self.mark_of(run.run_id))
             if run.run_id in self.marked:
                 cells = (Text.assemble(("● ", "bold $accent"), cells[0]), *cells[1:])
             self.add_row(*cells, key=run.run_id)

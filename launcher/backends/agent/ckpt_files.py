@@ -12,7 +12,7 @@ import hashlib
 import os
 import shutil
 
-from trainer.wire import ckpt_layout
+from trainer.wire import ckpt_digest, ckpt_layout
 from trainer.wire.ckpt_layout import PART_PREFIX, PLACE_MARKER
 
 _RUNNING: dict[str, tuple[int, hashlib._Hash | None]] = {}
@@ -120,11 +120,11 @@ def seal(root: str, name: str, sums: dict) -> dict:
         done, digest = _RUNNING.pop(part, (-1, None))
         got = os.path.getsize(part) if os.path.exists(part) else -1
         if got != size:
-            unpart(root, name)
+            unpart(root, name, list(sums))
             raise ValueError(f"{file}: {got} of its {size} B arrived")
         actual = digest.hexdigest() if digest is not None and done == size else _sha256(part)
         if actual != sha256:
-            unpart(root, name)
+            unpart(root, name, list(sums))
             raise ValueError(f"{file}: the copy's SHA-256 differs from the sender's")
         checked.append((part, target))
     for part, target in checked:
@@ -140,16 +140,18 @@ def _sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def unpart(root: str, name: str) -> dict:
-    """Copies that never took their name (a gather that failed) removed."""
+def unpart(root: str, name: str, files: list | None = None) -> dict:
+    """Copies that never took their name (a gather that failed) removed: those of ``files`` only (a copy
+    under way beside it, from another node, keeps its own), or every one."""
     folder = _folder(root, name)
     removed = 0
     try:
         entries = os.listdir(folder)
     except OSError:
         return {"removed": 0}
+    mine = None if files is None else {PART_PREFIX + str(f) for f in files}
     for entry in entries:
-        if entry.startswith(PART_PREFIX):
+        if entry.startswith(PART_PREFIX) and (mine is None or entry in mine):
             path = os.path.join(folder, entry)
             _RUNNING.pop(path, None)
             os.remove(path)
@@ -157,11 +159,58 @@ def unpart(root: str, name: str) -> dict:
     return {"removed": removed}
 
 
-def drop(root: str, name: str) -> dict:
-    """A node's part of a checkpoint removed once a whole copy holds it (never a link's target)."""
+def drop(root: str, name: str, writer: str | None = None) -> dict:
+    """A node's part of a checkpoint removed once a whole copy holds it (never a link's target). With
+    ``writer``, only when the folder's ``meta.json`` names that run (or there is none: a node's part of a
+    split save has none): a folder of the same name written by another run stays, and says so."""
     folder = _folder(root, name)
+    if writer is not None and not os.path.islink(folder):
+        found = ckpt_layout.written_by(folder)
+        if found is not None and found != writer:
+            raise ValueError(f"{folder} is run {found}'s, not run {writer}'s: it is left alone")
     if os.path.islink(folder):
         os.unlink(folder)
     elif os.path.isdir(folder):
         shutil.rmtree(folder)
     return {"dropped": folder}
+
+
+def verify(root: str, name: str) -> dict:
+    """The checkpoint's files hashed here against the digests its ``meta.json`` lists; files that differ
+    are marked in the folder (it is not whole from then on) and named."""
+    folder = _folder(root, name)
+    differs = ckpt_digest.verify(folder, ckpt_layout.read_meta(folder))
+    ckpt_digest.mark(folder, differs)
+    return {"differs": [[d.file, d.node, d.why] for d in differs]}
+
+
+def mark(root: str, name: str, differs: list) -> dict:
+    """Files found to differ elsewhere (a copy's own hash, said by the launcher) marked in this folder."""
+    folder = _folder(root, name)
+    found = tuple(ckpt_digest.Differs(str(f), int(n)) for f, n in differs if ckpt_layout.plain_name(f))
+    ckpt_digest.mark(folder, found)
+    return {"marked": len(found)}
+
+
+def forget(root: str, name: str, names: list) -> dict:
+    """Files a failed gather had copied into the checkpoint removed again (never its own files: the
+    launcher names only what it copied)."""
+    removed = 0
+    for file in names:
+        try:
+            os.remove(_file(root, name, str(file)))
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return {"removed": removed}
+
+
+def room(root: str) -> dict:
+    """Bytes free where ``root`` is (or would be made): what a gather checks before it copies."""
+    probe = _root(root)
+    while not os.path.isdir(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    return {"free": shutil.disk_usage(probe).free}

@@ -125,7 +125,8 @@ def _ckpt_seal(node_dir, req, body):
 
 
 def _ckpt_unpart(node_dir, req, body):
-    return ckpt_files.unpart(_ckpt_root(node_dir, req), str(req["name"])), b""
+    files = [str(f) for f in req["files"]] if isinstance(req.get("files"), list) else None
+    return ckpt_files.unpart(_ckpt_root(node_dir, req), str(req["name"]), files), b""
 
 
 def _ckpt_listen(node_dir, req, body):
@@ -143,12 +144,31 @@ def _ckpt_send(node_dir, req, body):
 
 
 def _ckpt_drop(node_dir, req, body):
-    return ckpt_files.drop(_ckpt_root(node_dir, req), str(req["name"])), b""
+    return ckpt_files.drop(_ckpt_root(node_dir, req), str(req["name"]),
+                           str(req["writer"]) if req.get("writer") else None), b""
+
+
+def _ckpt_verify(node_dir, req, body):
+    return ckpt_files.verify(_ckpt_root(node_dir, req), str(req["name"])), b""
+
+
+def _ckpt_mark(node_dir, req, body):
+    return ckpt_files.mark(_ckpt_root(node_dir, req), str(req["name"]), list(req["differs"])), b""
+
+
+def _ckpt_forget(node_dir, req, body):
+    return ckpt_files.forget(_ckpt_root(node_dir, req), str(req["name"]), list(req["files"])), b""
+
+
+def _ckpt_room(node_dir, req, body):
+    return ckpt_files.room(_ckpt_root(node_dir, req)), b""
 
 
 def _ckpt_delete(node_dir, req, body):
     return checkpoints.delete(str(req["output_dir"]), dict(req.get("env", {})), node_dir, str(req["name"]),
-                              str(req["root"]) if req.get("root") else None), b""
+                              str(req["root"]) if req.get("root") else None,
+                              str(req["writer"]) if req.get("writer") else None,
+                              [str(r) for r in req.get("continues", [])]), b""
 
 
 def _ckpt_export(node_dir, req, body):
@@ -189,7 +209,8 @@ HANDLERS = {
     "ckpt_export": _ckpt_export, "pack": _pack, "slurm": _slurm, "remove": _remove, "place": _place,
     "ckpt_files": _ckpt_files, "ckpt_read": _ckpt_read, "ckpt_put": _ckpt_put, "ckpt_seal": _ckpt_seal,
     "ckpt_unpart": _ckpt_unpart, "ckpt_drop": _ckpt_drop, "ckpt_listen": _ckpt_listen,
-    "ckpt_received": _ckpt_received, "ckpt_send": _ckpt_send,
+    "ckpt_received": _ckpt_received, "ckpt_send": _ckpt_send, "ckpt_verify": _ckpt_verify, "ckpt_mark": _ckpt_mark,
+    "ckpt_forget": _ckpt_forget, "ckpt_room": _ckpt_room,
 }
 
 

@@ -161,8 +161,9 @@ class SlurmBackend:
     async def checkpoints(self, output_dir: str, rank: int = 0, root: str | None = None) -> CheckpointListing:
         return await self.fleet.checkpoints(output_dir, rank, root)
 
-    async def delete_checkpoint(self, output_dir: str, name: str, rank: int = 0, root: str | None = None) -> None:
-        await self.fleet.delete_checkpoint(output_dir, name, rank, root)
+    async def delete_checkpoint(self, output_dir: str, name: str, rank: int = 0, root: str | None = None, *,
+                                writer: str | None = None, continues: tuple[str, ...] = ()) -> None:
+        await self.fleet.delete_checkpoint(output_dir, name, rank, root, writer=writer, continues=continues)
 
     async def export_checkpoint(self, output_dir: str, name: str, copy_to: str | None = None,
                                 merged: bool = False, rank: int = 0, root: str | None = None,

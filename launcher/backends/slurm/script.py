@@ -63,6 +63,8 @@ def sbatch_options(plan: RunPlan) -> list[str]:
     opts += placement_options(plan)
     if s.exclusive:
         opts.append("--exclusive")
+    if s.exclude:
+        opts.append(f"--exclude={','.join(s.exclude)}")
     opts += [sbatch_option(line) for line in s.extra_sbatch]
     return opts
 

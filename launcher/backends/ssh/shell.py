@@ -20,7 +20,8 @@ from launcher.workload.model import Ssh
 
 def ssh_argv(host: HostTarget, ssh: Ssh, directory: str, command: list[str] | None = None,
              binary: str = "ssh") -> list[str]:
-    """``ssh ... HOST 'cd DIR && exec $SHELL -l'`` (or ``command`` run in DIR) for one node of a run."""
+    """``ssh ... HOST 'cd DIR && exec $SHELL -l'`` (or ``command`` run in DIR, see :func:`command_line`) for
+    one node of a run."""
     resolved = resolve(host, ssh)
     args = [binary]
     if os.path.realpath(str(Path.home())) != os.path.realpath(_passwd_home()):
@@ -42,11 +43,18 @@ def ssh_argv(host: HostTarget, ssh: Ssh, directory: str, command: list[str] | No
     args += ["-o", f"UserKnownHostsFile={files}", "-o", "StrictHostKeyChecking=yes",
              "-o", f"ConnectTimeout={ssh.connect_timeout_s:g}"]
     where = _shell_path(directory)
-    then = shlex.join(command) if command else 'exec "${SHELL:-/bin/sh}" -l'
+    then = command_line(command) if command else 'exec "${SHELL:-/bin/sh}" -l'
     args += ["-t" if not command else "-T", "--", host.hostname,
              f"cd {where} 2>/dev/null || {{ echo 'fsdp-tui: {_quoted_note(directory)} is not there (removed?)' >&2;"
              f" exit 1; }}; {then}"]
     return args
+
+
+def command_line(command: list[str]) -> str:
+    """``COMMAND`` of ``fsdp-tui ssh RUN N -- COMMAND`` as the remote shell gets it, as ``ssh`` users expect:
+    one word is a shell command line of its own (``'pwd; ls'``, ``'cd x && make'``), several are one command
+    and its arguments, each quoted once (``ls 'my dir'`` lists one folder)."""
+    return command[0] if len(command) == 1 else shlex.join(command)
 
 
 def _shell_path(path: str) -> str:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from launcher.secrets import MissingSecrets, SecretStore
 from launcher.workload.plan import RunPlan
-from trainer.wire.ckpt_layout import CheckpointInfo, list_in_bucket
+from trainer.wire import ckpt_digest
+from trainer.wire.ckpt_layout import BAD_MARK, META, CheckpointInfo, list_in_bucket
 
 _ENV_LOCK = threading.Lock()
 
@@ -78,3 +79,22 @@ def remove_from_bucket(path: str, env: dict[str, str]) -> None:
             fs.rm(bare, recursive=True)
         except (OSError, PermissionError) as err:
             raise BucketError(f"{path}: {err}") from None
+
+
+def verify_in_bucket(path: str, env: dict[str, str]) -> tuple[ckpt_digest.Differs, ...]:
+    """A checkpoint's objects read back and hashed against the trainer's digests; what differs is marked
+    beside them (it is not whole from then on). Blocking: it reads every byte."""
+    with _environment(env):
+        fs, bare = _fs(path)
+        try:
+            meta = fs.cat_file(f"{bare}/{META}").decode("utf-8")
+            differs = ckpt_digest.verify_with(meta, lambda name: fs.open(f"{bare}/{name}", "rb"))
+            if differs:
+                try:
+                    before = fs.cat_file(f"{bare}/{BAD_MARK}").decode("utf-8")
+                except (FileNotFoundError, OSError, UnicodeDecodeError):
+                    before = None
+                fs.pipe_file(f"{bare}/{BAD_MARK}", ckpt_digest.mark_text(differs, before).encode("utf-8"))
+        except (OSError, PermissionError, UnicodeDecodeError) as err:
+            raise BucketError(f"{path}: {err}") from None
+    return differs

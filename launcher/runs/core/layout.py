@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from launcher.events import RunEvent, event_to_dict
+from launcher.runs.core.swaps import Swap
 from launcher.runs.core.triage import TriageReport
 from launcher.workload.plan import RunPlan, plan_from_json, plan_to_json
 from trainer.wire.protocol import MetricRecord, ResumeCheck
@@ -35,6 +36,8 @@ RESUME_CHECK = "resume-check.json"
 ``show``, ``runs`` and the app read without scanning the metrics."""
 STATE_FILE = "mlflow.json"
 """What the owner has logged to MLflow for the run (its MLflow run id, the last step sent)."""
+SWAPS = "swaps.json"
+"""The nodes the run's owner replaced after failures (:class:`~launcher.runs.core.swaps.Swap`), oldest first."""
 TRIAGE = "triage.json"
 """Why the run ended as it did (:class:`~launcher.runs.core.triage.TriageReport`), written by its owner."""
 
@@ -138,3 +141,20 @@ def read_gathers(directory: Path) -> list[dict]:
         if isinstance(entry, dict):
             out.append(entry)
     return out
+
+
+def read_swaps(directory: Path) -> list[Swap]:
+    """The run's swaps, oldest first (none: it never replaced a node)."""
+    try:
+        data = json.loads((directory / SWAPS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    items = data.get("swaps") if isinstance(data, dict) else None
+    return [s for s in (Swap.from_wire(x) for x in (items if isinstance(items, list) else ())) if s is not None]
+
+
+def save_swaps(directory: Path, swaps: list[Swap]) -> None:
+    """The run's swaps, whole or not at all (the owner rewrites the file as a swap settles)."""
+    tmp = directory / f".{SWAPS}.tmp"
+    tmp.write_text(json.dumps({"swaps": [s.to_dict() for s in swaps]}, indent=1), encoding="utf-8")
+    os.replace(tmp, directory / SWAPS)

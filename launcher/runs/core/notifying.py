@@ -15,7 +15,7 @@ from pathlib import Path
 from launcher.notify.deliver import Delivery, deliver
 from launcher.notify.summary import CheckpointFact, RunFacts, build_summary
 from launcher.paths import run_dir
-from launcher.runs.core.layout import read_triage
+from launcher.runs.core.layout import read_swaps, read_triage
 from launcher.runs.core.store import RunStore
 from launcher.runs.core.usage import usage_of_record
 from launcher.runs.core.user_settings import SettingsError, effective_notify, load_user_settings
@@ -31,7 +31,7 @@ def gather_facts(home: Path, run_id: str, event: str, checkpoint: CheckpointFact
         raise LookupError(f"no run '{run_id}'")
     s = record.summary
     directory = run_dir(home, run_id)
-    found = read_triage(directory) if event != "succeeded" else None
+    found = read_triage(directory) if event not in ("succeeded", "recovered") else None
     triage = found.to_dict() if found is not None else None
     try:
         prices = load_user_settings().prices
@@ -42,7 +42,8 @@ def gather_facts(home: Path, run_id: str, event: str, checkpoint: CheckpointFact
     return RunFacts(run_id=run_id, experiment=s.experiment, event=event, detail=s.detail, attempt=s.attempt,
                     duration_s=s.duration_s, step=s.step, max_steps=s.max_steps, last_loss=s.last_loss,
                     best_eval_loss=s.best_eval_loss, usage=usage.to_dict() if usage else {},
-                    checkpoint=checkpoint, triage=triage, machine=socket.gethostname())
+                    checkpoint=checkpoint, triage=triage, machine=socket.gethostname(),
+                    recovery=tuple(swap.words() for swap in read_swaps(directory)))
 
 
 def notify_wanted(workload_notify: Notify | None, event: str) -> bool:

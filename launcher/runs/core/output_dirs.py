@@ -2,33 +2,71 @@
 (its checkpoints, its export) for another workload. Two workloads in one folder mix their checkpoints:
 each lists the other's, resumes from them, and says the other's step is its safe step.
 
-A relative ``output_dir`` lies inside the run's own folder on the node and is never shared; an absolute
-one (``/``, ``~``, ``$VAR``, a bucket URL) is shared by every run that names it. Runs of the same workload
-(the same file; the same experiment where a run has no file) share it on purpose: a relaunch, a resume,
-a sweep's variants. ``parameters.output_dir_shared: true`` says a workload shares it on purpose too.
+A relative ``output_dir`` lies inside the run's own folder on the node, and one naming ``$FSDP_TUI_RUN_ID``
+is a folder per run: neither is ever shared (:func:`trainer.wire.ckpt_owner.private_folder`). Another one
+(``/``, ``~``, ``$VAR``, a bucket URL) is compared as the node will see it: the workload's own variables
+expanded, ``$HOME`` as ``~`` (the node's home: the same user on the same host), slashes tidied; every
+message shows the folder so expanded. Runs of the same workload (the same file; the same experiment where a
+run has no file) share it on purpose: a relaunch, a resume, a sweep's variants.
+``parameters.output_dir_shared: true`` says a workload shares it on purpose too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from launcher.runs.core.store import RunStore, RunSummary
 from launcher.workload.plan import RunPlan
+from trainer.wire.ckpt_layout import expand_vars, url_scheme
+from trainer.wire.ckpt_owner import RUN_ID_VAR, private_folder
 
 HINT = ("give this workload an output_dir of its own, remove that run's record (fsdp-tui rm RUN), or set "
         "parameters.output_dir_shared: true to share the folder on purpose")
 
 
+def node_view(output_dir: str, env_variables: Mapping[str, object], run_id: str) -> str:
+    """``output_dir`` as the node will see it, for comparing and showing: the workload's variables and
+    ``$FSDP_TUI_RUN_ID`` expanded (a variable of the node's own environment stays as written: the same on
+    the same node), ``$HOME`` as ``~`` (the node's home), repeated and trailing slashes dropped."""
+    text = expand_vars(output_dir.strip(), {**{k: str(v) for k, v in env_variables.items()}, RUN_ID_VAR: run_id})
+    for home in ("${HOME}", "$HOME"):
+        if text == home or text.startswith(home + "/"):
+            text = "~" + text[len(home):]
+    if url_scheme(text) is None:
+        text = re.sub("/{2,}", "/", text)
+    return text.rstrip("/") or "/"
+
+
 def fixed_output_dir(plan: RunPlan) -> str | None:
-    """The plan's ``output_dir`` when other runs can name the same folder (not relative), else ``None``;
-    also ``None`` when the workload shares it on purpose."""
+    """The plan's ``output_dir`` as its node 0 will see it when other runs can name the same folder (not
+    relative, no ``$FSDP_TUI_RUN_ID``), else ``None``; also ``None`` when the workload shares it on purpose."""
     params = plan.workload.parameters
     out = params.get("output_dir")
-    if not isinstance(out, str) or not out or params.get("output_dir_shared") is True:
+    if not isinstance(out, str) or not out or params.get("output_dir_shared") is True or private_folder(out):
         return None
-    return (out.rstrip("/") or "/") if out.startswith(("/", "~", "$")) or "://" in out else None
+    return node_view(out, plan.workload.env_variables, plan.run_id)
+
+
+def _their_view(home: Path, run: RunSummary) -> str | None:
+    """Another run's ``output_dir`` as its node saw it (``None``: a folder of its own); its recorded plan
+    is read only when its text names a variable."""
+    out = run.output_dir or ""
+    if not out or private_folder(out):
+        return None
+    env: Mapping[str, object] = {}
+    if "$" in out:
+        from launcher.paths import run_dir
+        from launcher.runs.core.layout import load_plan
+
+        try:
+            env = load_plan(run_dir(home, run.run_id)).workload.env_variables
+        except (OSError, ValueError, KeyError):
+            env = {}
+    return node_view(out, env, run.run_id)
 
 
 LOCK = "launch.lock"
@@ -66,8 +104,8 @@ def output_dir_users(home: Path, plan: RunPlan) -> str:
         return ""
     host = plan.nodes[0].host_display
     others = [r for r in RunStore(home).list_runs()
-              if r.run_id != plan.run_id and r.output_dir and (r.output_dir.rstrip("/") or "/") == out
-              and r.hosts[:1] == (host,) and not _same_workload(r, plan, home)]
+              if r.run_id != plan.run_id and r.output_dir and r.hosts[:1] == (host,)
+              and _their_view(home, r) == out and not _same_workload(r, plan, home)]
     if not others:
         return ""
     named = ", ".join(f"{r.run_id} ({r.state.value}, experiment {r.experiment}"

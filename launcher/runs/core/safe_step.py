@@ -1,6 +1,11 @@
-"""The last safe step: the newest complete checkpoint of a run (what a relaunch resumes from) and how long
-ago it was written, asked of the node that holds it. Shown by ``fsdp-tui show`` and the run monitor, and
-sent in notifications."""
+"""The last safe step: the run's own newest complete checkpoint (what a relaunch resumes from; another
+run's never, :mod:`trainer.wire.ckpt_owner`) and how long ago it was written. Shown by ``fsdp-tui show``
+and the run monitor, and sent in notifications.
+
+The run's owner records it (``safe-step.json``) after each gather that makes a checkpoint whole and at
+the run's end, so the monitor follows a gathered save within a second by reading a file here, no node
+asked; a live run whose checkpoints are not gathered is asked of the node that holds them. The age is
+counted when it is shown (:meth:`SafeStep.text`), never frozen at the time of asking."""
 
 from __future__ import annotations
 
@@ -12,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.notify.summary import CheckpointFact, fmt_age
-from launcher.runs.core.checkpoints import NoOutputDir, list_checkpoints
+from launcher.runs.core.checkpoints import NoOutputDir, RunCheckpoints, list_checkpoints
 
-NONE_YET = "no complete checkpoint yet"
-"""What the holder said: it answered, and none of the run's checkpoints is whole."""
+NONE_YET = "no complete checkpoint of its own yet"
+"""What the holder said: it answered, and none of the run's own checkpoints is whole."""
 
 
 @dataclass(frozen=True)
@@ -23,56 +28,85 @@ class SafeStep:
     found: CheckpointFact | None
     why_not: str = ""
     """Why there is no step to show: none complete yet, or the node could not be asked (and why)."""
+    written_at: float | None = None
+    """When the checkpoint was written (its newest file's time): its age is counted from it when shown."""
 
-    def text(self) -> str:
+    def text(self, now: float | None = None) -> str:
         if self.found is not None:
-            return f"step {self.found.step} ({self.found.name}, written {fmt_age(self.found.age_s)})"
+            return f"step {self.found.step} ({self.found.name}, written {fmt_age(self.age_s(now))})"
         return self.why_not
+
+    def age_s(self, now: float | None = None) -> float | None:
+        if self.written_at is None:
+            return self.found.age_s if self.found is not None else None
+        return max(0.0, (time.time() if now is None else now) - self.written_at)
 
     def to_dict(self) -> dict:
         c = self.found
-        return {"step": c.step, "name": c.name, "age_s": c.age_s} if c else {"step": None, "why_not": self.why_not}
+        return ({"step": c.step, "name": c.name, "age_s": self.age_s()} if c
+                else {"step": None, "why_not": self.why_not})
 
 
-def newest_fact(checkpoints, now: float) -> CheckpointFact | None:
-    """The complete checkpoint with the highest step (an incomplete one is never safe)."""
-    done = [c for c in checkpoints if c.complete]
-    if not done:
-        return None
-    newest = max(done, key=lambda c: c.step)
-    return CheckpointFact(newest.name, newest.step, max(0.0, now - newest.mtime))
+def own_safe(listing: RunCheckpoints, now: float) -> SafeStep:
+    """The run's safe step from its listing (its own whole checkpoints only)."""
+    safe = listing.safe()
+    if safe is None:
+        return SafeStep(None, NONE_YET)
+    return SafeStep(CheckpointFact(safe.name, safe.step, max(0.0, now - safe.mtime)), written_at=safe.mtime)
 
 
 RECORD = "safe-step.json"
-"""The newest complete checkpoint as the run's owner found it when the run ended."""
+"""The run's own newest complete checkpoint as its owner last found it (after a gather, at the end)."""
 
 
 def save_safe_step(directory: Path, fact: CheckpointFact, now: float) -> None:
     data = {"name": fact.name, "step": fact.step, "written_at": now - (fact.age_s or 0.0)}
-    (directory / RECORD).write_text(json.dumps(data))
+    tmp = directory / f".{RECORD}.tmp"
+    tmp.write_text(json.dumps(data))
+    tmp.replace(directory / RECORD)
 
 
 def recorded_safe_step(directory: Path, now: float) -> SafeStep | None:
-    """What the owner recorded at the run's end (``None``: nothing recorded: none found, or the node did
-    not answer then)."""
+    """What the owner recorded (``None``: nothing recorded: none found yet, or the node did not answer)."""
     try:
         data = json.loads((directory / RECORD).read_text())
-    except (OSError, ValueError):
+        fact = CheckpointFact(str(data["name"]), int(data["step"]), max(0.0, now - float(data["written_at"])))
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    return SafeStep(CheckpointFact(data["name"], data["step"], max(0.0, now - data["written_at"])))
+    return SafeStep(fact, written_at=float(data["written_at"]))
 
 
-async def last_safe_step(home: Path, run_id: str, timeout_s: float = 15.0) -> SafeStep | None:
+def _gathered(home: Path, run_id: str) -> bool:
+    """The run's checkpoints are gathered by its owner (it records each whole one as it comes)."""
+    from launcher.paths import run_dir
+    from launcher.runs.core.layout import load_plan
+
+    try:
+        place = load_plan(run_dir(home, run_id)).ckpt_place
+    except (OSError, ValueError, KeyError):
+        return False
+    return place is not None and place.gathers
+
+
+async def last_safe_step(home: Path, run_id: str, timeout_s: float = 15.0, *,
+                         ask_node: bool = True) -> SafeStep | None:
     """``None`` for a run without ``parameters.output_dir`` (its script keeps its own checkpoints). An ended
-    run's comes from what its owner recorded (no node is asked); a live run's node is asked."""
+    run's, and a gathered live run's, come from what its owner recorded (no node is asked); another live
+    run's node is asked, unless not ``ask_node`` (then ``None``)."""
     from launcher.paths import run_dir
     from launcher.runs.core.store import RunStore
 
     record = RunStore(home).get_run(run_id)
-    if record is not None and record.summary.state.is_final and record.summary.output_dir:
-        recorded = recorded_safe_step(run_dir(home, run_id), time.time())
-        if recorded is not None:
-            return recorded
+    if record is not None and record.summary.output_dir:
+        final = record.summary.state.is_final
+        if final or _gathered(home, run_id):
+            recorded = recorded_safe_step(run_dir(home, run_id), time.time())
+            if recorded is not None:
+                return recorded
+            if not final:
+                return SafeStep(None, NONE_YET)  # its owner records each gathered one as it comes
+    if not ask_node:
+        return None
     try:
         listing = await asyncio.wait_for(list_checkpoints(home, run_id), timeout_s)
     except NoOutputDir:
@@ -83,18 +117,17 @@ async def last_safe_step(home: Path, run_id: str, timeout_s: float = 15.0) -> Sa
         return SafeStep(None, f"cannot list the checkpoints: {err}")
     if listing.error:
         return SafeStep(None, f"cannot list the checkpoints on {listing.label}: {listing.error}")
-    found = newest_fact(listing.checkpoints, time.time())
-    return SafeStep(found, "" if found else NONE_YET)
+    return own_safe(listing, time.time())
 
 
 async def newest_of_run(home: Path, run_id: str, timeout_s: float = 20.0) -> CheckpointFact | None:
-    """The newest complete checkpoint of a run where its whole copies are; ``None`` when there is none,
+    """The run's own newest complete checkpoint where its whole copies are; ``None`` when there is none,
     the run has no ``output_dir`` or its holder does not answer in time."""
     try:
         listing = await asyncio.wait_for(list_checkpoints(home, run_id), timeout_s)
     except (NoOutputDir, LookupError, OSError, ValueError, asyncio.TimeoutError):
         return None
-    return None if listing.error else newest_fact(listing.checkpoints, time.time())
+    return None if listing.error else own_safe(listing, time.time()).found
 
 
 _CHECKPOINT_TIME = re.compile(r"checkpoint blocked training for ([0-9]+(?:\.[0-9]+)?) s")

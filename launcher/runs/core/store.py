@@ -259,6 +259,18 @@ class RunStore:
                        (state.value, exit_code, detail, run_id, node_rank))
 
     @_guarded
+    def set_nodes(self, run_id: str, nodes: list[tuple[int, str, str]]) -> None:
+        """The run's nodes after its owner replaced one (``(rank, host, node_dir)`` each): one transaction,
+        so a reader sees the old node set or the new one."""
+        with self._transaction() as db:
+            db.execute("DELETE FROM nodes WHERE run_id=?", (run_id,))
+            db.executemany("INSERT INTO nodes VALUES (?,?,?,?,?,?,?)",
+                           [(run_id, rank, host, node_dir, NodeState.PENDING.value, None, "")
+                            for rank, host, node_dir in nodes])
+            db.execute("UPDATE runs SET num_nodes=?, hosts=? WHERE run_id=?",
+                       (len(nodes), json.dumps([host for _, host, _ in nodes]), run_id))
+
+    @_guarded
     def save_offset(self, run_id: str, node_rank: int, stream: str, offset: int) -> None:
         with self._db() as db:
             db.execute("INSERT OR REPLACE INTO offsets VALUES (?,?,?,?)", (run_id, node_rank, stream, offset))

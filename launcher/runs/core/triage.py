@@ -134,9 +134,12 @@ def classify_line(line: str) -> Signature | None:
     return None
 
 
-def triage_run(logs: dict[int, str], exit_codes: dict[int, int | None]) -> TriageReport:
-    """Blame the first node that failed on its own (non-zero exit, not stopped by us), else any error."""
+def triage_run(logs: dict[int, str], exit_codes: dict[int, int | None], first: int | None = None) -> TriageReport:
+    """Blame the first node that failed on its own (non-zero exit, not stopped by us), else any error.
+    ``first``: the failed node whose rank died first, when the caller knows it (it is asked first)."""
     failed = [n for n, code in sorted(exit_codes.items()) if code not in (0, None)]
+    if first in failed:
+        failed = [first, *(n for n in failed if n != first)]
     order = failed + [n for n in sorted(logs) if n not in failed]
     for node in order:
         text = logs.get(node, "")
@@ -237,6 +240,28 @@ def gone_words(status, reconnected: bool) -> str:
     if status.state == "absent":
         return "lost: no job is recorded there any more (its run directory is gone)"
     return "lost: the process recording its job on the node died"
+
+
+def died_first(exit_codes: dict[int, int | None], failed_at: dict[int, float]) -> int | None:
+    """Of the nodes that exited with an error, the one whose rank died first: one killed by a signal
+    fsdp-tui did not send (a SIGTERM is more likely its stop of a survivor), else the one whose job ended
+    first; ``None`` with fewer than two (nothing to choose)."""
+    failed = [r for r, code in exit_codes.items() if code not in (0, None)]
+    if len(failed) < 2:
+        return None
+
+    def order(rank: int) -> tuple[bool, float, int]:
+        code = exit_codes[rank]
+        signalled = code is not None and (code < 0 or code > 128) and code not in (-15, 143)
+        return (not signalled, failed_at.get(rank, float("inf")), rank)
+    return min(failed, key=order)
+
+
+def gpu_lost_report(from_logs: TriageReport, rank: int, host: str, words: str) -> TriageReport:
+    """The triage when a node's GPU vanished (it fell off the bus): that node is the root cause, what the
+    logs blamed its consequence."""
+    return TriageReport(node_rank=rank, signature="gpu_lost", excerpt=words, said=f"node {rank} ({host}): {words}",
+                        consequence=from_logs.summary if from_logs.node_rank != rank else "")
 
 
 def gone_report(from_logs: TriageReport, rank: int, host: str, words: str) -> TriageReport:

@@ -5,26 +5,35 @@ answer in the run's plan, which every checkpoint tool reads later. When the node
 it runs a :class:`~launcher.runs.owner.gather.Gatherer` beside each attempt (on connections of its
 own) and one last pass after it. Before an attempt that resumes, it brings the checkpoint to node 0
 when it is elsewhere: another run's holder (``fsdp-tui resume`` onto other nodes), or this run's own
-holder when that is not node 0's folder (a retry with ``gather_to: here``).
+holder when that is not node 0's folder (a retry with ``gather_to: here``). Each copy it brings is the
+run's own copy (recorded in the run's folder, ``brought.json``): removed when the run ends, and nothing
+else is; the checkpoint it was copied from is never moved or touched.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import traceback
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from launcher.backends.base import Backend, CheckpointFiles, NodeError
-from launcher.runs.core.checkpoints import here_root
+from launcher.notify.summary import CheckpointFact
+from launcher.runs.core.checkpoints import here_root, lineage_of
 from launcher.runs.core.layout import GATHERS
+from launcher.runs.core.safe_step import save_safe_step
 from launcher.runs.owner.ckpt_copy import Endpoint
 from launcher.runs.owner.gather import Gatherer, bring
 from launcher.runs.owner.outcome import LaunchFailed
 from launcher.words import plural
 from launcher.workload.ckpt_place import CheckpointPlace, with_holder
 from launcher.workload.plan import RunPlan
+from trainer.wire.ckpt_layout import CheckpointInfo, run_of
+
+BROUGHT = "brought.json"
+"""In the run's record: the copies its owner brought to node 0 to resume from, removed at the run's end."""
 
 
 class CheckpointKeeper:
@@ -67,7 +76,8 @@ class CheckpointKeeper:
         backend = self.backend = self.make_backend(plan)
         direct = plan.master_addr if plan.workload.compute.slurm is None else None
         self.gatherer = Gatherer(backend, place, self._holder(place, backend), keep_last=_keep_last(plan),
-                                 journal=self.dir / GATHERS, say=self.say, direct_addr=direct)
+                                 journal=self.dir / GATHERS, lineage=lineage_of(plan), say=self.say,
+                                 direct_addr=direct, on_safe=self._safe)
 
     def _holder(self, place: CheckpointPlace, backend: Backend) -> Endpoint:
         holder = place.holder
@@ -87,13 +97,47 @@ class CheckpointKeeper:
                     if here.error:
                         raise NodeError(here.error)
                     self.say(f"bringing checkpoint {name} from {source.label} to node 0")
-                    await bring(source, Endpoint(backend.checkpoint_files(0), here.root), name)
+                    node0 = Endpoint(backend.checkpoint_files(0), here.root)
+                    if await bring(source, node0, name) is not None:
+                        await self._brought(node0, name)
             elif attempt > 1 and self.gatherer is not None:
-                name = await self.gatherer.bring_newest()
-                if name:
+                found = await self.gatherer.bring_newest()
+                if found:
+                    name, copied = found
+                    if copied:
+                        await self._brought(self.gatherer.node(0), name)
                     self.say(f"brought checkpoint {name} from {self.gatherer.holder.label} to node 0 to resume from")
         except NodeError as err:
             raise LaunchFailed(f"cannot bring the checkpoint to resume from to node 0: {err}") from None
+
+    def _safe(self, c: CheckpointInfo) -> None:
+        """The run's safe step recorded as soon as a gather makes it whole (the monitor reads it here)."""
+        import time
+
+        try:
+            save_safe_step(self.dir, CheckpointFact(c.name, c.step, max(0.0, time.time() - c.mtime)), time.time())
+        except OSError:
+            pass  # a full disk: the safe step is asked of the node instead
+
+    async def _brought(self, node0: Endpoint, name: str) -> None:
+        """Record a copy this run made on node 0 (and whose checkpoint it copies) before anything else."""
+        _files, meta = await node0.files.files(node0.root, name)
+        entries = brought(self.dir)
+        entries.append({"root": node0.root, "name": name, "writer": run_of(meta)})
+        (self.dir / BROUGHT).write_text(json.dumps(entries))
+
+    async def finish(self, backend: Backend) -> list[str]:
+        """The run ended: the copies it brought to node 0 to resume from removed (each only if it is still
+        that checkpoint's copy); what could not be, in words."""
+        left = []
+        for entry in brought(self.dir):
+            try:
+                await backend.checkpoint_files(0).drop(entry["root"], entry["name"], entry["writer"])
+            except NodeError as err:
+                left.append(f"the copy of {entry['name']} brought to node 0 to resume from stays: {err}")
+        if not left:
+            (self.dir / BROUGHT).unlink(missing_ok=True)
+        return left
 
     def start(self) -> None:
         if self.gatherer is not None:
@@ -113,9 +157,26 @@ class CheckpointKeeper:
             return {}
         return await self.gatherer.settle(lost)
 
+    async def reset(self) -> None:
+        """Before the nodes change (a swap): the gathers of the old node set closed; ``locate`` and ``use``
+        the new one's next."""
+        await self.close()
+        self.backend = self.gatherer = None
+
     async def close(self) -> None:
         if self.backend is not None:
             await self.backend.close()
+
+
+def brought(directory: Path) -> list[dict]:
+    """The copies recorded in ``brought.json`` (entries of another shape left out)."""
+    try:
+        entries = json.loads((directory / BROUGHT).read_text())
+    except (OSError, ValueError):
+        return []
+    return [e for e in entries if isinstance(e, dict) and isinstance(e.get("root"), str)
+            and isinstance(e.get("name"), str) and (e.get("writer") is None or isinstance(e.get("writer"), str))] \
+        if isinstance(entries, list) else []
 
 
 def _keep_last(plan: RunPlan) -> int | None:

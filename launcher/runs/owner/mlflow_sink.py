@@ -145,6 +145,12 @@ class MlflowSink:
         for i in range(0, len(metrics), 1000):
             client.log_batch(run_id, metrics=metrics[i:i + 1000])
 
+    def set_tags(self, tags: dict[str, str]) -> None:
+        """Tags of the run (what a swap says: :meth:`Tracker.sync_swaps`)."""
+        client, run_id = self._run()
+        for key, value in tags.items():
+            client.set_tag(run_id, key, value)
+
     def log_system(self, metrics) -> None:
         """Nodes' system metrics (:class:`~launcher.runs.owner.system_metrics.SystemMetric`), in
         ``log_batch`` calls of at most MLflow's limit each."""

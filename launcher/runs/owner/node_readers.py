@@ -13,6 +13,11 @@ from launcher.runs.core.triage import gone_words
 from launcher.runs.owner.recorder import Recorder
 from launcher.runs.owner.settings import READ_CHUNK, Settings, pace
 
+GPU_LOST_SAMPLES = 2
+"""GPU samples in a row that list fewer GPUs than the node had before it is judged to have lost one."""
+GPU_RECHECK_S = 1.0
+"""How soon a node that listed fewer GPUs is asked again."""
+
 
 class NodeFollowing:
     """Owns the following of each node of one attempt: a follower per node (its output into the records by a
@@ -32,6 +37,12 @@ class NodeFollowing:
         """Nodes of this attempt found without their job (restarted, their processes killed), and why."""
         self.reconnected: set[int] = set()
         """Nodes whose link came back during this attempt (a node that restarted comes back without its job)."""
+        self.gpus_seen: dict[int, int] = {}
+        """The most GPUs each node's ``nvidia-smi`` listed during this attempt."""
+        self.gpus_short: dict[int, int] = {}
+        """Samples in a row in which a node listed fewer GPUs than it had."""
+        self.gpu_lost: dict[int, str] = {}
+        """Nodes whose GPU vanished during this attempt (fell off the bus), and in words."""
         self.polled = asyncio.Event()
         """Set each time a follower has a node's new status: the policy judges then."""
         self.unfollowing = asyncio.Event()
@@ -42,6 +53,9 @@ class NodeFollowing:
         self.statuses.clear()
         self.gone.clear()
         self.reconnected.clear()
+        self.gpus_seen.clear()
+        self.gpus_short.clear()
+        self.gpu_lost.clear()
 
     async def follow(self, rank: int) -> None:
         """Follow node ``rank`` until the attempt ends (:class:`NodeLost` ends it when its link is lost)."""
@@ -57,7 +71,10 @@ class NodeFollowing:
                     self.statuses[rank] = await self.backend.status(rank)
                     last_status = began
                     self.polled.set()
-                if self.clock() - last_gpus > self.settings.gpu_poll_s:
+                # A node that just listed fewer GPUs than it had is asked again soon: a lost GPU is seen in
+                # seconds, not after another full round.
+                every = min(self.settings.gpu_poll_s, GPU_RECHECK_S) if rank in self.gpus_short else self.settings.gpu_poll_s
+                if self.clock() - last_gpus > every:
                     await self._sample_gpus(rank)
                     await self._sample_usage(rank)
                     last_gpus = self.clock()
@@ -134,6 +151,24 @@ class NodeFollowing:
             return
         if samples:
             self.rec.gpus(rank, samples)
+        self.count_gpus(rank, len(samples))
+
+    def count_gpus(self, rank: int, count: int) -> None:
+        """A node that listed GPUs and lists fewer in :data:`GPU_LOST_SAMPLES` samples in a row has lost one
+        (``nvidia-smi`` fails, or leaves it out, once a GPU fell off the bus): the node has failed. One short
+        sample is not enough (``nvidia-smi`` can time out on a busy machine)."""
+        seen = self.gpus_seen.get(rank, 0)
+        if count >= seen:
+            self.gpus_seen[rank] = count
+            self.gpus_short.pop(rank, None)
+            return
+        self.gpus_short[rank] = self.gpus_short.get(rank, 0) + 1
+        if self.gpus_short[rank] >= GPU_LOST_SAMPLES and rank not in self.gpu_lost:
+            now = "none" if count == 0 else str(count)
+            self.gpu_lost[rank] = (f"lost its GPU: nvidia-smi listed {seen} and now lists {now} "
+                                   "(a GPU that fell off the bus)")
+            self.rec.set_node(rank, NodeState.LOST, None, self.gpu_lost[rank])
+            self.polled.set()
 
     async def _sample_usage(self, rank: int) -> None:
         """What the node's job costs there (CPU use, RSS, processes), at the GPU samples' pace."""

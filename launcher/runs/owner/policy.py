@@ -12,13 +12,15 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from launcher.backends.base import Backend, LinkState, NodeError, NodeStatus
+from launcher.backends.base import Backend, LinkState, LinkWatcher, NodeError, NodeLost, NodeStatus
 from launcher.doctor.preflight import preflight
 from launcher.events import NodeState, RunState
 from launcher.runs.core.space import RecordUnwritable
 from launcher.runs.core.triage import (
     TriageReport,
+    died_first,
     gone_report,
+    gpu_lost_report,
     node_error_report,
     reason_signature,
     said_report,
@@ -28,10 +30,12 @@ from launcher.runs.owner.keeper import CheckpointKeeper
 from launcher.runs.owner.node_readers import NodeFollowing
 from launcher.runs.owner.outcome import LaunchFailed, Outcome
 from launcher.runs.owner.recorder import Recorder
+from launcher.runs.owner.recovery import NodeRecovery
 from launcher.runs.owner.rendezvous import PortMoves, claim_port
 from launcher.runs.owner.scheduler import SchedulerVerdicts
 from launcher.runs.owner.settings import Settings
 from launcher.runs.owner.stall import StallVerdicts
+from launcher.runs.owner.swapping import recover, stop_after_lost
 from launcher.workload.plan import RunPlan
 
 
@@ -45,10 +49,18 @@ class RunPolicy:
                  secrets: Callable[[], dict[str, str]], cancel_requested: Callable[[], bool],
                  stacks_requested: Callable[[], bool] = lambda: False,
                  on_plan: Callable[[RunPlan], None] = lambda plan: None,
-                 clock: Callable[[], float] = time.monotonic, keeper: CheckpointKeeper | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, keeper: CheckpointKeeper | None = None,
+                 recovery: NodeRecovery | None = None,
+                 make_backend: Callable[[RunPlan, LinkWatcher], Backend] | None = None) -> None:
         self.backend, self.rec, self.settings = backend, rec, settings
         self.keeper = keeper
         """Where the checkpoints land, their gathers beside each attempt, the copy a resume needs."""
+        self.recovery = recovery
+        """A failed node replaced (a spare, an excluded SLURM node, the run shrunk), unattended; ``None``: never."""
+        self.make_backend = make_backend
+        """A backend for other nodes of the run (a swap's), told of its links as the run's own is."""
+        self.failed_at: dict[int, float] = {}
+        """When each failed node of the attempt was seen failing (its job's end, its link down, its GPU gone)."""
         self.stacks_requested = stacks_requested
         self.on_plan = on_plan
         """Told the plan once it is final (node 0's address resolved, the rendezvous port claimed)."""
@@ -68,7 +80,7 @@ class RunPolicy:
         """The first node whose agent said why its job ended (e.g. its disk filled): rank and words."""
         self.deadline: float | None = None
         """When the attempt times out (``timeout_minutes``), counted from when its job has its nodes."""
-        self.scheduler = SchedulerVerdicts(rec, self.ranks, lambda rank: backend.plan.nodes[rank].host_display,
+        self.scheduler = SchedulerVerdicts(rec, self.ranks, lambda rank: self.backend.plan.nodes[rank].host_display,
                                            settings.max_resubmits)
         """Queue, requeue and time-limit verdicts, and the scheduler's root cause of a failure."""
         self.ended_at: float | None = None
@@ -76,10 +88,21 @@ class RunPolicy:
         self.adopted_at: float | None = None
         self.reconnecting: set[int] = set()
         """Nodes whose link is down right now: their steps cannot be seen, so no rank is called hung."""
-        self.port = PortMoves(backend, rec, lambda: on_plan(backend.plan))
+        self.port = PortMoves(backend, rec, lambda: on_plan(self.backend.plan))
         """The rendezvous port moved once when it is found taken (not counted as a retry)."""
 
     # -- links: reconnects and losses surface as node states ---------------------------------------
+
+    def new_backend(self, plan: RunPlan) -> Backend:
+        """A backend for ``plan`` (a swap's nodes) whose links are heard once it is the run's backend."""
+        assert self.make_backend is not None  # a policy that recovers is given one
+        made: list[Backend] = []
+
+        def watch(rank: int, state: LinkState, detail: str) -> None:
+            if made and made[0] is self.backend:
+                self.on_link(rank, state, detail)
+        made.append(self.make_backend(plan, watch))
+        return made[0]
 
     def on_link(self, rank: int, state: LinkState, detail: str) -> None:
         node = {LinkState.OK: NodeState.RUNNING, LinkState.RECONNECTING: NodeState.RECONNECTING,
@@ -88,6 +111,7 @@ class RunPolicy:
             self.following.lost[rank] = detail
         if state == LinkState.RECONNECTING:
             self.reconnecting.add(rank)
+            self.failed_at.setdefault(rank, time.time())  # if it is lost, this is when
         else:
             if state == LinkState.OK and rank in self.reconnecting:
                 self.following.reconnected.add(rank)  # back: whether its job still runs is asked next
@@ -110,23 +134,32 @@ class RunPolicy:
                     self.rec.set_state(RunState.CANCELLED, "cancelled before its job started")
                     return Outcome(RunState.CANCELLED)
             while True:
-                outcome = await self._attempt(adopted)
+                try:
+                    outcome = await self._attempt(adopted)
+                except NodeLost as err:
+                    if self.recovery is None or not self.recovery.can_act(self.backend.plan):
+                        raise
+                    outcome = await stop_after_lost(self, err)
                 adopted = False
                 if outcome.state == RunState.FAILED and await self.port.moved_after_race(self.exit_codes.get(0)):
                     continue  # a new attempt on another port: the job found its port taken
+                if outcome.state == RunState.FAILED and self.recovery is not None and await recover(self, outcome):
+                    continue  # a new attempt on the nodes that go on: not counted as a retry
+                if outcome.why == "lost":
+                    raise NodeLost(outcome.triage.said if outcome.triage else "a node was lost")
                 if outcome.state == RunState.RETRYING:  # a scheduler's time limit: it goes on from a checkpoint
                     self.scheduler.resubmits += 1
                     self.rec.attempt += 1
                     self.rec.set_state(RunState.RETRYING, f"attempt {self.rec.attempt}: {outcome.why}")
                     continue
-                resubmits = self.scheduler.resubmits + self.port.attempts
+                resubmits = self.scheduler.resubmits + self.port.attempts + self.swaps
                 if outcome.state != RunState.FAILED or self.rec.attempt - resubmits > self.settings.max_retries:
                     break
                 self.rec.attempt += 1
                 self.rec.set_state(RunState.RETRYING,
                                    f"attempt {self.rec.attempt} of {self.settings.max_retries + 1 + resubmits}")
             if outcome.state == RunState.FAILED:
-                triage = self._triage()
+                triage = self.triage()
                 cause = await self.backend.scheduler_cause()
                 if cause is not None:
                     triage = self.scheduler.cause_triage(triage, cause, self.exit_codes)
@@ -141,11 +174,20 @@ class RunPolicy:
         except (LaunchFailed, NodeError, RecordUnwritable) as err:
             return await self._fail(str(err), getattr(err, "node_rank", None))
 
+    @property
+    def swaps(self) -> int:
+        """Attempts that began on other nodes after a node failed (not counted as retries)."""
+        return len(self.recovery.swaps) if self.recovery is not None else 0
+
+    def say(self, text: str) -> None:
+        """A line in the run's state, keeping the state it is in."""
+        self.rec.set_state(self.rec.last_state or RunState.RUNNING, text)
+
     async def _fail(self, why: str, node_rank: int | None = None) -> Outcome:
         """The run cannot go on: say why, and stop whatever had started."""
         self.rec.set_state(RunState.FAILED, why)
         if self.started:
-            await self._stop_all()
+            await self.stop_all()
         triage = said_report(why, reason_signature(why), node_rank)
         for rank, detail in self.following.lost.items():  # a lost node is the cause the user can act on
             triage = TriageReport(node_rank=rank, signature="lost", excerpt=detail, said=why)
@@ -178,6 +220,7 @@ class RunPolicy:
 
     async def _attempt(self, adopted: bool) -> Outcome:
         self.exit_codes.clear()
+        self.failed_at.clear()
         self.following.new_attempt()
         if adopted:
             self.started = True
@@ -194,7 +237,7 @@ class RunPolicy:
                 await self.port.start(lambda: self.backend.start(self.secrets(), self.rec.attempt))
             except NodeError as err:
                 self.start_error = err
-                await self._stop_all()
+                await self.stop_all()
                 self.rec.set_state(RunState.FAILED, str(err))
                 return Outcome(RunState.FAILED)
             first = await self.backend.status(0)
@@ -253,6 +296,8 @@ class RunPolicy:
             if status.orphaned or (status.state == "absent" and status.attempt is None):
                 self.orphan = status
                 return "orphaned"
+        if self.following.gpu_lost:
+            return "gpu_lost"
         if len(exited) == len(self.ranks) or any(s.exit_code != 0 for s in exited.values()):
             return "exited"
         if deadline is not None and self.scheduler.queued is None and self.clock() > deadline:
@@ -285,15 +330,23 @@ class RunPolicy:
         """Stop what must stop and read every node's output to its end."""
         if outcome == "cancel":
             self.rec.set_state(RunState.CANCELLING)
-            await self._stop_all()
+            await self.stop_all()
             await self.following.pump_all()
             return Outcome(RunState.CANCELLED)
         if outcome == "timeout":
-            await self._stop_all()
+            await self.stop_all()
             await self.following.pump_all()
             return Outcome(RunState.TIMED_OUT)
         if outcome == "orphaned":
             return await self._orphaned()
+        if outcome == "gpu_lost":  # the job may run on (or hang): the node is stopped with the others
+            rank = min(self.following.gpu_lost)
+            self.failed_at.setdefault(rank, time.time())
+            self.rec.set_state(RunState.RUNNING, f"stopping: node {rank} ({self.backend.plan.nodes[rank].host_display})"
+                                                 f" {self.following.gpu_lost[rank]}")
+            await self.stop_all()
+            await self.following.pump_all()
+            return Outcome(RunState.FAILED)
         if outcome == "requeued":
             return await self._requeued()
         exited = self._exited()
@@ -307,6 +360,8 @@ class RunPolicy:
         if self.adopted_at is not None and ends and len(ends) == len(exited) and max(ends) <= self.adopted_at:
             self.ended_at = max(ends)  # it had ended before this owner came: that is when the run ended
         for rank, s in exited.items():
+            if s.exit_code != 0:
+                self.failed_at.setdefault(rank, s.ended_at or time.time())
             self.exit_codes[rank] = s.exit_code
             self.rec.set_node(rank, NodeState.EXITED, s.exit_code, s.error)
             if s.error and self.node_error is None:
@@ -323,7 +378,7 @@ class RunPolicy:
             self.rec.set_state(RunState.RUNNING, f"stopping: node {dead} ({self.backend.plan.nodes[dead].host_display}) "
                                                  + how)
         if failed or resubmit:
-            await self._stop_all()
+            await self.stop_all()
         await self.following.pump_all()
         if resubmit:
             return self.scheduler.resubmitted(resubmit)
@@ -344,20 +399,20 @@ class RunPolicy:
         if s.rank in self.following.reconnected and not s.error:  # back without its job: the node restarted
             self.following.mark_gone(s.rank, s)
             self.exit_codes[s.rank] = None
-            await self._stop_all()
+            await self.stop_all()
             await self.following.pump_all()
             return Outcome(RunState.FAILED)
         why = s.error or ("no job was recorded there (the launch was interrupted before it started)"
                           if s.state == "absent" else "the process recording its job on the node died")
         self.exit_codes[s.rank] = None
         self.rec.set_node(s.rank, NodeState.EXITED, None, why)
-        await self._stop_all()
+        await self.stop_all()
         await self.following.pump_all()
         raise LaunchFailed(f"node {s.rank} ({self.backend.plan.nodes[s.rank].host_display}): {why}", s.rank)
 
     # -- stopping and triage -----------------------------------------------------------------------
 
-    async def _stop_all(self) -> None:
+    async def stop_all(self) -> None:
         outcomes = await self.backend.stop(self.settings.stop_grace_s)
         for out in outcomes:
             if out.rank in self.exit_codes:
@@ -368,12 +423,16 @@ class RunPolicy:
             detail = f"processes left: {list(out.left)}" if out.left else out.error
             self.rec.set_node(out.rank, NodeState.STOPPED, detail=detail)
 
-    def _triage(self) -> TriageReport:
+    def triage(self) -> TriageReport:
         """Why the attempt failed: what the logs say, unless a node was found without its job (it is named
         first, the logs' verdict its consequence) or a node's agent saw the cause itself (its disk)."""
-        report = triage_run(self.rec.node_logs(), dict(self.exit_codes))
+        report = triage_run(self.rec.node_logs(), dict(self.exit_codes), first=died_first(self.exit_codes,
+                                                                                           self.failed_at))
         nodes = self.backend.plan.nodes
-        if self.following.gone:
+        if self.following.gpu_lost:
+            rank = min(self.following.gpu_lost)
+            report = gpu_lost_report(report, rank, nodes[rank].host_display, self.following.gpu_lost[rank])
+        elif self.following.gone:
             rank = min(self.following.gone)
             report = gone_report(report, rank, nodes[rank].host_display, self.following.gone[rank])
         elif self.node_error is not None:
@@ -385,4 +444,4 @@ class RunPolicy:
     async def stop_everything(self) -> None:
         """Used when the owner itself must give up (a bug): leave no job behind."""
         if self.started:
-            await self._stop_all()
+            await self.stop_all()

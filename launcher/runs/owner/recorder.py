@@ -74,6 +74,13 @@ class Recorder:
         self.dir = store.home / "runs" / run_id
         (self.dir / "nodes").mkdir(parents=True, exist_ok=True)
         self.attempt = 1
+        self.log_shift: dict[int, int] = {}
+        """Per rank, the bytes of its log copy written before its node's current log began (a node swapped
+        in starts its log at 0 where the copy holds the failed node's): the copy's size less this is the
+        offset to read on from. Kept with the run's swaps, so an owner that adopts the run knows it."""
+        self.stream_shift: dict[str, int] = {}
+        """The same for node 0's metrics and samples files (``metrics.jsonl``, ``samples.jsonl``), once another
+        node is node 0."""
         self.parse_logs = parse_logs
         self.metrics_rest = _tail_after_newline(self.dir / METRICS)
         self.log_rest = b""
@@ -82,6 +89,8 @@ class Recorder:
         """The newest training step recorded (what the stall watch follows)."""
         self.new_records: list[MetricRecord] = []
         """Records not yet handed to the tracking sink (see :meth:`take_records`)."""
+        self.on_records: Callable[[list[MetricRecord]], None] | None = None
+        """Also called with each batch of new metrics records (the owner's swaps settle on them)."""
         self.on_gpus: Callable[[int, tuple[GpuSample, ...], float], None] | None = None
         """Also called with ``(rank, samples, time)`` for each GPU sample (the owner's idle watch)."""
         self.space = SpaceWatch(store.home)
@@ -108,13 +117,39 @@ class Recorder:
     # -- offsets are the sizes of the copies -------------------------------------------------------
 
     def log_offset(self, rank: int) -> int:
-        return file_size(mirror_path(self.dir, rank))
+        return file_size(mirror_path(self.dir, rank)) - self.log_shift.get(rank, 0)
+
+    def use_nodes(self, nodes: list[tuple[int, str, str]],
+                  old_rank: dict[int, int | None]) -> tuple[dict[int, int], dict[str, int]]:
+        """The node set after a swap: ``(rank, host, node_dir)`` each, and for each rank the rank its node had
+        before (``None``: a node swapped in, whose log starts at 0). Each rank's copy goes on where it ends,
+        reading its node's log from where that node's log was read to; a new node 0's metrics and samples
+        (only rank 0 writes them) from their first byte. A copy that ends inside a line (a node that died
+        mid-write) is ended first, so the next node's first line stays whole. Returns the new shifts (per
+        rank's log, per stream)."""
+        offsets = {old: self.log_offset(old) for old in self.hosts}
+        hosts = {rank: host for rank, host, _ in nodes}
+        shift = {}
+        for rank in hosts:
+            before = old_rank.get(rank)
+            if before != rank:
+                _end_line(mirror_path(self.dir, rank))
+            size = file_size(mirror_path(self.dir, rank))
+            shift[rank] = size - (offsets.get(before, 0) if before is not None else 0)
+        if old_rank.get(0) != 0:  # another node writes the metrics now, from the start of its own file
+            for name in (METRICS, SAMPLES):
+                _end_line(self.dir / name)
+                self.stream_shift[name] = file_size(self.dir / name)
+            self.metrics_rest = b""
+        self.hosts, self.log_shift = dict(hosts), {r: s for r, s in shift.items() if s}
+        self.write(self.store.set_nodes, self.run_id, nodes)
+        return self.log_shift, dict(self.stream_shift)
 
     def metrics_offset(self) -> int:
-        return file_size(self.dir / METRICS)
+        return file_size(self.dir / METRICS) - self.stream_shift.get(METRICS, 0)
 
     def samples_offset(self) -> int:
-        return file_size(self.dir / SAMPLES)
+        return file_size(self.dir / SAMPLES) - self.stream_shift.get(SAMPLES, 0)
 
     # -- node output -------------------------------------------------------------------------------
 
@@ -221,6 +256,12 @@ class Recorder:
         if steps:
             self.last_train_step = max(steps + [self.last_train_step or 0])
         self._refresh_summary(records)
+        if self.on_records is not None:
+            self.on_records(records)
+
+    def trained(self) -> bool:
+        """Whether any training step was recorded (by this owner, or before it adopted the run)."""
+        return self.last_train_step is not None or any(r.kind == "train" for r in self.records())
 
     def take_records(self) -> list[MetricRecord]:
         records, self.new_records = self.new_records, []
@@ -299,11 +340,12 @@ class Recorder:
         self.set_state(RunState.PREFLIGHT, self.forced)
 
     def finished(self, state: RunState, exit_code: int | None, triage: TriageReport | None,
-                 at: float | None = None) -> None:
+                 at: float | None = None, detail: str = "") -> None:
+        """The run's end; ``detail``: what its state says when no triage does (a run that trained nothing)."""
         record = self.store.get_run(self.run_id)
         if (record is None or not record.summary.state.is_final) and not (
                 self.unwritten and self.last_state is not None and self.last_state.is_final):
-            self.set_state(state, (triage.summary if triage else "") or self.forced, at)
+            self.set_state(state, (triage.summary if triage else "") or detail or self.forced, at)
         self.emit(RunFinished(self.run_id, state, exit_code, triage.to_dict() if triage else None))
 
     MAX_FLIGHT_DUMPS = 1024
@@ -349,6 +391,17 @@ def _tail_text(path: Path, max_bytes: int) -> str:
     with open(path, "rb") as f:
         f.seek(max(0, size - max_bytes))
         return f.read().decode("utf-8", "replace")
+
+
+def _end_line(path: Path) -> None:
+    """``path`` ends with a newline (nothing to do when it is empty or ends with one)."""
+    size = file_size(path)
+    if not size:
+        return
+    with open(path, "rb+") as f:
+        f.seek(size - 1)
+        if f.read(1) != b"\n":
+            f.write(b"\n")
 
 
 def _replace_text(path: Path, text: str) -> None:

@@ -25,14 +25,16 @@ from launcher.backends.registry import backend_for, here_checkpoint_files
 from launcher.events import RunState
 from launcher.paths import private_files, run_dir
 from launcher.runs.core import pending
+from launcher.runs.core.continuing import max_steps_of, recorded, trained_nothing
 from launcher.runs.core.estimates import PROBE_TAG, settle
-from launcher.runs.core.layout import load_options, load_plan, save_plan
+from launcher.runs.core.layout import load_options, load_plan, read_swaps, save_plan
 from launcher.runs.core.notifying import notify_run, notify_wanted
 from launcher.runs.core.ownership import OwnerLock, cancel_requested, request_cancel, take_stacks_request
 from launcher.runs.core.safe_step import newest_of_run, save_safe_step
 from launcher.runs.core.samples import read_samples
 from launcher.runs.core.store import RunStore, StoreDamaged
 from launcher.runs.core.streams import LogMetrics
+from launcher.runs.core.swaps import Swap
 from launcher.runs.core.triage import TriageReport
 from launcher.runs.core.usage import usage_totals
 from launcher.runs.owner.ckpt_copy import Endpoint
@@ -40,6 +42,7 @@ from launcher.runs.owner.idle import IdleGuard
 from launcher.runs.owner.keeper import CheckpointKeeper
 from launcher.runs.owner.policy import LaunchFailed, Outcome, RunPolicy
 from launcher.runs.owner.recorder import Recorder
+from launcher.runs.owner.recovery import NodeRecovery
 from launcher.runs.owner.send_later import artifacts
 from launcher.runs.owner.settings import Settings
 from launcher.runs.owner.tracking import Status, Tracker
@@ -103,6 +106,10 @@ class Supervisor:
         self.ended = False
         """The run's end is recorded: tracking failures are no longer said as the run's state."""
         self.stall_told: str | None = None
+        self.swap_told: asyncio.Future | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The owner's event loop, once it runs (what other threads hand work to)."""
+        """The notification of a settled swap, while it is sent."""
         self.idle = IdleGuard(w.metrics.idle_policy)
         self.rec.on_gpus = self.idle.saw
         self.backend = backend_for(plan, on_link=lambda *a: self.policy.on_link(*a))
@@ -114,10 +121,23 @@ class Supervisor:
         """The backend of the run whose checkpoint this one resumes from, when it is brought here."""
         self.keeper = CheckpointKeeper(self.dir, backend_for, here_checkpoint_files, say=self._say_state,
                                        resume_from=self._resume_from)
+        self.recovery = NodeRecovery(self.rec, home, run_id, w.recovery, w.swaps_allowed,
+                                     checks_resume=w.uses_builtin_trainer, on_settled=self._swap_settled)
+        """A failed node replaced by a spare (or the run shrunk) without anyone awake."""
         self.policy = RunPolicy(self.backend, self.rec, settings, secrets=self.secrets,
                                 cancel_requested=lambda: cancel_requested(self.dir),
                                 stacks_requested=lambda: take_stacks_request(self.dir),
-                                on_plan=lambda p: save_plan(self.dir, p), keeper=self.keeper)
+                                on_plan=lambda p: save_plan(self.dir, p), keeper=self.keeper,
+                                recovery=self.recovery if w.swaps_allowed else None,
+                                make_backend=lambda p, watch: backend_for(p, on_link=watch))
+
+    def _swap_settled(self, swap: Swap) -> None:
+        """A swap's first step came (said from the thread that records metrics): the user is told how the
+        run recovered, in the background of the owner's loop."""
+        def tell() -> None:
+            self.swap_told = asyncio.ensure_future(self._notify("recovered"))
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(tell)
 
     def _say_state(self, text: str) -> None:
         """A line in the run's state, keeping the state it is in (a gather at the end of a cancel)."""
@@ -141,6 +161,7 @@ class Supervisor:
             raise LaunchFailed(str(err)) from None
 
     async def run(self) -> Outcome:
+        self.loop = asyncio.get_running_loop()
         self.rec.write(self.store.set_launcher, self.run_id, os.getpid())
         syncing = asyncio.create_task(self._sync_loop())
         try:
@@ -151,6 +172,7 @@ class Supervisor:
             outcome = await self.policy._fail(self._bug(err))
         finally:
             syncing.cancel()
+        self.recovery.close(outcome.state == RunState.SUCCEEDED)
         if self.idle.stopping and outcome.state == RunState.CANCELLED and not outcome.triage:
             outcome = dataclasses.replace(outcome, triage=TriageReport(signature="idle", said=self.idle.flagged or ""))
         await self._finish(outcome)
@@ -230,7 +252,7 @@ class Supervisor:
             self.rec.take_records()
             source = "metrics" if self.rec.reporter_seen else "log-metrics"
             return (self.tracker.sync(self.rec.records(), source) and self.tracker.sync_samples(read_samples(self.dir))
-                    and self.tracker.sync_system())
+                    and self.tracker.sync_system() and self.tracker.sync_swaps(read_swaps(self.dir)))
 
     def _say_tracking(self, ok: bool) -> None:
         """A failure is said once (and again when it changes), while the run goes on."""
@@ -250,14 +272,17 @@ class Supervisor:
             source = "metrics" if self.rec.reporter_seen else "log-metrics"
             records, samples = self.rec.records(), read_samples(self.dir)
             sent = (self.tracker.sync(records, source) and self.tracker.sync_samples(samples)
-                    and self.tracker.sync_system(to_end=True) and self.tracker.finish(artifacts(self.dir)))
+                    and self.tracker.sync_system(to_end=True) and self.tracker.sync_swaps(read_swaps(self.dir))
+                    and self.tracker.finish(artifacts(self.dir)))
             return sent and not self.tracker.unsent(len(records), len(samples))
 
     async def _finish(self, outcome: Outcome) -> None:
+        self.backend = self.policy.backend  # the nodes it ended on (a swap replaces them)
         self.rec.write(save_plan, self.dir, self.backend.plan)
         # The run's end is recorded when its job ends, whatever tracking does; MLflow gets it after.
         self.ended = True
-        self.rec.finished(outcome.state, outcome.exit_code, outcome.triage, at=self.policy.ended_at)
+        self.rec.finished(outcome.state, outcome.exit_code, outcome.triage, at=self.policy.ended_at,
+                          detail=self._succeeded_how(outcome))
         tracked = None
         if self.tracker.sink is not None:
             try:
@@ -273,12 +298,16 @@ class Supervisor:
                 settle(self.dir, record)  # the real figure beside the launch's estimate, for later ones
             except OSError:
                 pass
+        for left in await self.keeper.finish(self.backend):
+            _say(left)
         ckpt = await newest_of_run(self.home, self.run_id)
         if ckpt is not None:
             try:
                 save_safe_step(self.dir, ckpt, time.time())
             except OSError:
                 pass  # a full disk: `show` asks the nodes for the newest checkpoint instead
+        if self.swap_told is not None:
+            await asyncio.gather(self.swap_told, return_exceptions=True)  # told in the order it happened
         await self._notify(outcome.state.value, ckpt)
         if tracked is not None:
             await self._wait_tracking(tracked)
@@ -287,6 +316,16 @@ class Supervisor:
         if self.resume_source is not None:
             await self.resume_source.close()
         await self.backend.close()
+
+    def _succeeded_how(self, outcome: Outcome) -> str:
+        """A succeeded run's words: that it trained nothing (never a bare "succeeded"), or the run it
+        continued; empty for another end, or a run that continued none."""
+        if outcome.state != RunState.SUCCEEDED or not self.plan.uses_builtin_trainer:
+            return ""
+        if not self.rec.trained():
+            return trained_nothing(self.dir, max_steps_of(self.plan))
+        found = recorded(self.dir)
+        return found.said() if found is not None else ""
 
     async def _wait_tracking(self, tracked: asyncio.Future) -> None:
         """What tracking can send of the run's end within :data:`TRACKING_END_S` (nothing is waited for

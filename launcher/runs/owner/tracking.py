@@ -275,6 +275,27 @@ class Tracker:
             if not to_end:
                 return True
 
+    def sync_swaps(self, swaps: list) -> bool:
+        """The run's swaps (:class:`~launcher.runs.core.swaps.Swap`, oldest first) as tags of its MLflow run:
+        ``fsdp_tui.swaps`` (how many), ``fsdp_tui.swap.N`` (each in words) and ``fsdp_tui.recovered`` (every
+        swap's resume proved itself); sent again only when they changed."""
+        sink = self.sink
+        if sink is None or not self.opened or not swaps:
+            return True
+        tags = {"fsdp_tui.swaps": str(len(swaps)),
+                "fsdp_tui.recovered": "yes" if all(s.recovered for s in swaps) else
+                ("pending" if not swaps[-1].settled else "no")}
+        tags.update({f"fsdp_tui.swap.{s.number}": s.words()[:5000] for s in swaps})
+        if self.state.get("swap_tags") == tags:
+            return True
+
+        def log() -> None:
+            sink.set_tags(tags)
+            self.state["swap_tags"] = tags
+            self._save()
+
+        return self._guard(log)
+
     def ended(self, status: Status, totals: dict[str, float] | None) -> None:
         """Remember the run's end (its MLflow status, GPU-hours and cost) before it is sent: whoever sends
         it later sends this, as the run ended."""

@@ -210,12 +210,16 @@ def _json(path: Path) -> dict | None:
 
 def sweep_stats(home: Path, record) -> list[RunStats]:
     """One row per variant of a sweep record (``SweepRecord``), in its order; a variant not started (or
-    skipped) is a row with its state and why."""
+    skipped) is a row with its state and why, and so is one whose run's record was removed since (its
+    figures went with it: the row says so rather than a row of dashes)."""
     store = RunStore(home)
     rows = []
     for v in record.variants:
         if store.get_run(v.run_id) is None:
-            rows.append(RunStats(v.run_id, v.label, v.state, signature=v.detail, num_nodes=None, world_size=None))
+            gone = v.state not in ("pending", "skipped") and v.run_id
+            why = (f"its run's record was removed (fsdp-tui rm {v.run_id}): no figures are left"
+                   if gone else v.detail)
+            rows.append(RunStats(v.run_id, v.label, v.state, signature=why, num_nodes=None, world_size=None))
         else:
             rows.append(run_stats(home, v.run_id, v.label))
     return with_scaling(rows)

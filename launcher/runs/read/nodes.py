@@ -85,6 +85,8 @@ class NodeRow:
     step_s: float | None = None
     """The node's slowest rank's own work in the newest step (built-in trainer; ``docs/ranks.md``)."""
     odd: tuple[OddMark, ...] = ()
+    swapped_in: str = ""
+    """A node that took a failed node's place: which, and why (``replaced gpu-07 (lost at step 1,840)``)."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -119,6 +121,7 @@ def _row(n: NodeView, view: RunView, now: float) -> NodeRow:
         gpu_mem_used_gib=round(sum(g.memory_used_mib for g in gpus) / 1024, 2) if gpus else None,
         step=view.step if n.node_rank == 0 and view.first_step_at is not None else None,
         step_s=None if (t := view.node_step_s(n.node_rank)) is None else round(t, 4),
+        swapped_in=n.swapped_in,
     )
 
 

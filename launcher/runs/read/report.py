@@ -19,12 +19,14 @@ from launcher.runs.core.layout import (
     load_options,
     read_gathers,
     read_resume_check,
+    read_swaps,
     read_triage,
 )
 from launcher.runs.core.notifying import read_deliveries
 from launcher.runs.core.ownership import owned
 from launcher.runs.core.safe_step import SafeStep, lead_time_of_run
 from launcher.runs.core.store import NodeRecord, RunStore
+from launcher.runs.core.swaps import Swap
 from launcher.runs.core.triage import TriageReport
 from launcher.runs.core.usage import Usage, usage_of_record
 from launcher.runs.core.user_settings import SettingsError, load_user_settings
@@ -77,6 +79,8 @@ class RunReport:
     gathers: tuple[JsonPart, ...]
     resume_check: ResumeCheck | None
     """The newest resume's check; ``None``: the run did not resume."""
+    swaps: tuple[Swap, ...] = ()
+    """The failed nodes its owner replaced, oldest first (each with the resume after it)."""
     nettest: JsonPart | None = None
     """The newest interconnect test of the same nodes (filled in by the API, which may read tests)."""
     last_safe_step: SafeStep | None = None
@@ -96,6 +100,7 @@ class RunReport:
                                   {**self.last_safe_step.to_dict(), "text": self.last_safe_step.text()})
         for key in ("next", "notifications", "odd_nodes", "gathers"):
             data[key] = list(data[key])
+        data["swaps"] = [s.to_dict() for s in self.swaps]
         return data
 
 
@@ -119,6 +124,7 @@ def run_report(home: Path, run_id: str) -> RunReport:
                   "unsent": unsent and f"not all sent yet ({unsent}); sent on the next look, or now: "
                                        f"fsdp-tui mlflow sync {run_id}"}
     records = _newest_records(directory / METRICS)
+    swaps = read_swaps(directory)
     ranks = rank_report(records, len(record.nodes) or None)
     if triage is not None and ranks.slow:  # a slow rank is worth reading beside why the run ended
         triage = replace(triage, slow_ranks=tuple(r.says for r in ranks.slow))
@@ -135,7 +141,7 @@ def run_report(home: Path, run_id: str) -> RunReport:
             next_steps.append(f"fsdp-tui resume {run_id}  (from its newest complete checkpoint)")
     return RunReport(
         run_id=s.run_id, experiment=s.experiment, state=s.state.value, detail=s.detail,
-        attempt=s.attempt, max_attempts=int(workload.get("max_retries", 0)) + 1,
+        attempt=s.attempt, max_attempts=int(workload.get("max_retries", 0)) + 1 + len(swaps),
         started_at=s.started_at, ended_at=s.ended_at, duration=fmt_duration(s.duration_s),
         step=s.step, max_steps=s.max_steps, last_loss=s.last_loss, best_eval_loss=s.best_eval_loss,
         owner=(f"pid {record.launcher_pid}" if record.launcher_pid and owned(home, run_id)
@@ -148,7 +154,7 @@ def run_report(home: Path, run_id: str) -> RunReport:
         odd_nodes=tuple(odd), data=_data_summary(directory / METRICS, records),
         resumed_from=_resumed_from(home, workload, run_id), router_aux_loss=_router_aux_loss(records),
         checkpoints_place=_place_words(plan), gathers=tuple(read_gathers(directory)),
-        resume_check=read_resume_check(directory),
+        resume_check=read_resume_check(directory), swaps=tuple(swaps),
     )
 
 
@@ -157,8 +163,15 @@ def _resumed_from(home: Path, workload: dict, run_id: str) -> dict | None:
     checkpoints screen set it) and, when its path names one, the run that wrote it."""
     import re
 
+    from launcher.runs.core.continuing import recorded
+
     path = ((workload.get("parameters") or {}).get("checkpoint") or {}).get("resume")
-    if not isinstance(path, str) or not path:
+    found = recorded(run_dir(home, run_id))  # what its launch said it continues (resume, or resume: auto)
+    if found is not None:
+        named = isinstance(path, str) and path not in ("", "auto", "never")
+        return {"path": path if named else found.name, "step": found.step, "run_id": found.run_id,
+                "auto": found.auto}
+    if not isinstance(path, str) or path in ("", "auto", "never"):
         return None
     step = re.search(r"step-0*(\d+)", path)
     brought = load_options(run_dir(home, run_id)).get("resume_from")  # copied to this run's node 0 first

@@ -13,12 +13,14 @@ from launcher.events import (
     NodeLines,
     NodeState,
     NodeStateChanged,
+    NodeSwapped,
     NodeUsage,
     RunEvent,
     RunFinished,
     RunState,
     RunStateChanged,
 )
+from launcher.runs.core.swaps import Swap
 from launcher.runs.core.triage import classify_line, might_signal
 from trainer.wire.protocol import (
     KIND_DATA,
@@ -94,6 +96,9 @@ class NodeView:
     """When the node stopped (exited, lost, stopped): which node failed first."""
     last_output_at: float | None = None
     rate: LineRate = field(default_factory=LineRate)
+    swapped_in: str = ""
+    """For a node swapped into a failed node's place: which host it replaced and why (``replaced gpu-07
+    (lost at step 1,840)``); empty for the run's own nodes."""
 
     def lines_per_s(self, now: float) -> float:
         return self.rate.per_s(now, self.running_since)
@@ -147,6 +152,11 @@ class RunView:
     """What the run trains on (the built-in trainer's ``data`` record): a mixture's sources and shares."""
     mix_rows: tuple[int, ...] = ()
     """A mixture's rows taken from each source, as of the newest step that said."""
+    continues: str = ""
+    """The run whose checkpoint this one continues, in words (``continues run X from step N``), as its
+    launch recorded it; said when nothing weighs more."""
+    swaps: list[Swap] = field(default_factory=list)
+    """The failed nodes the run's owner replaced, oldest first (each as its newest event said it)."""
 
     def apply(self, event: RunEvent, now: float | None = None) -> None:
         now = time.time() if now is None else now
@@ -186,8 +196,41 @@ class RunView:
             self.node(event.node_rank).gpus = event.gpus
         elif isinstance(event, NodeUsage):
             self.node(event.node_rank).usage = event
+        elif isinstance(event, NodeSwapped):
+            self._swapped(Swap.from_wire(event.swap))
         elif isinstance(event, RunFinished):
             self.state, self.triage, self.ended_at = event.state, event.triage, now
+
+    def _swapped(self, swap: Swap | None) -> None:
+        """A swap decided or settled: the node list follows the run's new nodes (fewer after a shrink)."""
+        if swap is None:
+            return
+        self.swaps = [s for s in self.swaps if s.number != swap.number] + [swap]
+        self.swaps.sort(key=lambda s: s.number)
+        if not swap.hosts_after:
+            return
+        for rank in [r for r in self.nodes if r >= len(swap.hosts_after)]:
+            del self.nodes[rank]
+        for rank, host in enumerate(swap.hosts_after):
+            node = self.node(rank)
+            if node.host != host:
+                node.host = host
+                node.swapped_in = ""
+        if swap.kind == "spare" and swap.node_rank < len(swap.hosts_after):
+            node = self.node(swap.node_rank)
+            node.swapped_in = swap.replaced_words()
+
+    def swap_badge(self) -> str:
+        """``RECOVERING node 1`` while a swap waits for its first step, then ``1 swap VERIFIED`` (the resume
+        check's word; ``NOT VERIFIED`` when it differs); empty for a run that never swapped."""
+        if not self.swaps:
+            return ""
+        last = self.swaps[-1]
+        if not last.settled:
+            return f"RECOVERING node {last.node_rank}"
+        word = {"none": "FROM STEP 0", "unchecked": "UNCHECKED", "resharded": "RESHARDED"}.get(last.verdict or "", "VERIFIED" if last.recovered
+                                                                      else f"NOT VERIFIED ({last.verdict})")
+        return f"{len(self.swaps)} swap{'s' if len(self.swaps) != 1 else ''} {word}"
 
     @property
     def stalled(self) -> bool:
@@ -204,13 +247,22 @@ class RunView:
         if self.state in (RunState.FAILED, RunState.TIMED_OUT):
             summary = (self.triage or {}).get("summary")
             return f"{self.state.value}: {summary or self.detail or 'no reason was recorded'}"
-        if self.resume_check is not None and self.resume_check.differs:
+        own = bool(self.swaps) and bool(self.swaps[-1].loss_note)  # the check's loss jump, settled by the swap
+        if self.resume_check is not None and self.resume_check.differs and not own:
             return "resume differs: " + "; ".join(self.resume_check.differs)
-        return ""
+        if self.swaps and not self.state.is_final:
+            return f"{self.swaps[-1].state_word}: {self.swaps[-1].words()}"
+        if self.state == RunState.SUCCEEDED and self.detail.startswith("trained nothing"):
+            return self.detail
+        return self.continues
 
     def resume_badge(self) -> str:
         """``resume VERIFIED`` (``RESHARDED``, ``DIFFERS``, ``UNCHECKED``) for the summary line; empty: no resume."""
-        return f"resume {self.resume_check.verdict.upper()}" if self.resume_check is not None else ""
+        if self.resume_check is None:
+            return ""
+        if self.resume_check.verdict == "differs" and self.swaps and self.swaps[-1].loss_note and self.swaps[-1].verdict:
+            return f"resume {self.swaps[-1].verdict.upper()}"  # the jump was the run's own: the swap settled it
+        return f"resume {self.resume_check.verdict.upper()}"
 
     def mix_words(self) -> str:
         """A mixture's realised share of each source against its weight (empty: one source)."""

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING
 
 from launcher.events import RunState
 from launcher.paths import private_files
+from launcher.runs.core.continuing import lineage_runs, with_lineage
 from launcher.runs.core.ownership import ROOT, adopt_orphans
 from launcher.runs.core.store import RunStore
-from launcher.runs.launch import cancel_run, start_run
+from launcher.runs.launch import cancel_run, continuation_of, start_run
 from launcher.runs.sweeps.record import (
     LOCK,
     PARENT_TAG,
@@ -149,7 +150,7 @@ class Driver:
             while (pending and len(live) < self.record.parallel and not cancel_requested(self.home, self.sweep_id)
                    and all(self._settled(run_id) for run_id in live.values())):
                 v = pending.pop(0)
-                live[v.index] = self._start(v.index, v.run_id, parent)
+                live[v.index] = await self._start(v.index, v.run_id, parent)
             if not live and not pending:
                 break
             rounds += 1
@@ -171,13 +172,24 @@ class Driver:
         running = [at for at, state, _a, _d in record.transitions if state == RunState.RUNNING]
         return bool(running) and time.time() - running[0] >= SETTLE_S
 
-    def _start(self, index: int, run_id: str, parent: str | None) -> str:
-        plan: RunPlan = plan_from_json(json.loads(Path(plan_path(self.home, self.sweep_id, index)).read_text()))
+    def _plan(self, index: int) -> RunPlan:
+        return plan_from_json(json.loads(Path(plan_path(self.home, self.sweep_id, index)).read_text()))
+
+    async def _start(self, index: int, run_id: str, parent: str | None) -> str:
+        plan = await asyncio.to_thread(self._plan, index)
         tags = {SWEEP_TAG: self.sweep_id, "fsdp_tui.variant": self.record.variants[index - 1].label}
         if parent:
             tags[PARENT_TAG] = parent
+        # Variants that share a fixed output_dir on purpose (sweep.share_output_dir) continue each other:
+        # said and recorded as any launch's, refused when nothing would be left to train.
+        continues = await continuation_of(plan)
+        if continues is not None and continues.nothing_left:
+            self.set_variant(index, state="failed", detail=f"not started: {continues.refusal(plan.output_dir or '')}")
+            return run_id
+        if continues is not None:
+            plan = with_lineage(plan, lineage_runs(self.home, continues.run_id))
         try:
-            start_run(plan, self.home, tags=tags)
+            start_run(plan, self.home, tags=tags, continues=continues.to_option() if continues else None)
         except (RuntimeError, OSError) as err:
             self.set_variant(index, state="failed", detail=f"could not start: {err}")
             return run_id

@@ -25,7 +25,8 @@ from launcher.backends.shipping import unpack_here
 from launcher.backends.transfer import fetch_tree
 from launcher.untrusted import clean_reply, printable
 from tests.support.hostile import CORPUS, SAFE_TEXT, reached_terminal_safely
-from trainer.wire.ckpt_layout import list_checkpoints, newest_complete
+from trainer.wire.ckpt_layout import list_checkpoints
+from trainer.wire.ckpt_owner import newest_whole
 
 BIDI = "\u202e\u2066\u200f\u2028"
 
@@ -172,7 +173,7 @@ def test_listing_never_follows_a_link(tmp_path):
 
     got = list_checkpoints(str(root))
     assert [(c.step, c.complete, c.link) for c in got] == [(6, False, True), (11, True, False), (30, False, True)]
-    assert newest_complete(got).name == "step-00000011-a #b: c"
+    assert newest_whole(got).name == "step-00000011-a #b: c"
     assert got[0].size_bytes == 0 and got[1].size_bytes < 1000
 
     delete("out", {}, str(tmp_path), "step-00000030")  # the link goes, never what it points at

@@ -80,28 +80,19 @@ parameters: {{max_steps: 8}}
 
 
 def test_builtin_trainer_over_two_ssh_nodes_two_procs_each(home, tmp_path, ns_hosts):
-    """The hosts share one home (as an NFS home is): the launch finds that node 1 sees node 0's
-    checkpoints folder, so every save is whole where the ranks wrote it and nothing is gathered (private
-    disks, gathers, export and resume: test_split_checkpoints.py)."""
+    """The editor's CPU template for SSH hosts, its two blanks filled, runs as written on two machines (a
+    few keys set for the test). The hosts share one home (as an NFS home is): the launch finds that node 1
+    sees node 0's checkpoints folder, so every save is whole where the ranks wrote it and nothing is
+    gathered (private disks, gathers, export and resume: test_split_checkpoints.py)."""
+    from launcher.workload.templates import SSH_BUILTIN_CPU
+
     client, started = ns_hosts
-    wl = write_workload(tmp_path, f"""experiment_name: ssh-trainer
-compute: {{accelerator_type: CPU, procs_per_node: 2, num_accelerators: 4, hosts: [node0, node1]}}
-environment: {{python: {sys.executable}}}
-env_variables: {{OMP_NUM_THREADS: 1, FSDP_TUI_ASSETS: /tmp/fsdp-tui-test-assets,
-                GLOO_SOCKET_IFNAME: {gloo_iface(started)}}}
-parameters:
-  model_name: builtin:tiny-llama
-  dataset_name: builtin:tiny-alpaca
-  output_dir: ~/out_$FSDP_TUI_RUN_ID
-  max_seq_len: 128
-  per_device_batch_size: 4
-  learning_rate: 0.003
-  max_steps: 6
-  model: {{from_scratch: true}}
-  logging: {{eval_max_batches: 2}}
-  checkpoint: {{every_steps: 3, export_hf: false}}
-""")
-    out = ssh_cli(home, client, "run", wl, "--json")
+    wl = write_workload(tmp_path, SSH_BUILTIN_CPU.replace("<host-0>", "node0").replace("<host-1>", "node1"))
+    settings = [f"environment.python={sys.executable}", "env_variables.FSDP_TUI_ASSETS=/tmp/fsdp-tui-test-assets",
+                f"env_variables.GLOO_SOCKET_IFNAME={gloo_iface(started)}", "parameters.output_dir=~/out_$FSDP_TUI_RUN_ID",
+                "parameters.per_device_batch_size=4", "parameters.max_steps=6",
+                "parameters.logging={eval_max_batches: 2}", "parameters.checkpoint={every_steps: 3, export_hf: false}"]
+    out = ssh_cli(home, client, "run", wl, "--json", *[w for s in settings for w in ("--set", s)])
     evs = events(out.stdout)
     run_id = evs[0]["run_id"]
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]

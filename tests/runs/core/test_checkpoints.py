@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainer.wire.ckpt_layout import deletable, list_checkpoints
+from trainer.wire.ckpt_layout import list_checkpoints
+from trainer.wire.ckpt_owner import Lineage, why_kept
 
 
 def _ckpt(root: Path, name: str, *, metadata: bool, meta: dict | str | None) -> Path:
@@ -34,7 +35,8 @@ def test_complete_partial_corrupt_and_foreign_folders(tmp_path):
     assert [(c.step, c.complete) for c in got] == [(5, True), (20, True), (30, False), (40, False)]
     assert got[1].size_bytes == 100 + 10 + len(json.dumps({"step": 20}))
     assert got[0].to_dict()["path"] == str(root / "step-5")
-    assert not deletable(got, got[1]) and deletable(got, got[0]) and deletable(got, got[2])
+    alone = Lineage(None)  # a trainer run by hand: the checkpoints that name no run are its own
+    assert why_kept(got, got[1], alone) and not why_kept(got, got[0], alone) and not why_kept(got, got[2], alone)
 
 
 def test_missing_folder_is_empty(tmp_path):

@@ -27,6 +27,10 @@ from launcher.workload.ckpt_place import (
     with_holder,
 )
 from trainer.wire.ckpt_layout import judge, list_checkpoints
+from trainer.wire.ckpt_owner import Lineage
+
+MINE = Lineage.of("r", [], "out")
+"""The run the gathers below work for: a relative output_dir, its folder its own."""
 
 SHARDS = {"__0_0.distcp": (100, 0), "__1_0.distcp": (120, 0), "__2_0.distcp": (90, 1), "__3_0.distcp": (80, 1)}
 
@@ -180,7 +184,8 @@ def gatherer(tmp_path: Path, holder: str = "node0", lose_after: int | None = Non
     target = Endpoint(disks.files[0], str(roots[0])) if holder == "node0" else Endpoint(HereCheckpointFiles(),
                                                                                          str(tmp_path / "here"))
     said = []
-    g = Gatherer(disks, place, target, keep_last=keep_last, journal=tmp_path / "gathers.jsonl", say=said.append)
+    g = Gatherer(disks, place, target, keep_last=keep_last, journal=tmp_path / "gathers.jsonl", lineage=MINE,
+                 say=said.append)
     return g, roots, said
 
 
@@ -233,7 +238,7 @@ def test_gathered_here_the_nodes_keep_nothing_and_a_retry_gets_the_newest_back_o
     here = tmp_path / "here"
     assert [(c.step, c.complete) for c in list_checkpoints(str(here))] == [(2, True)]
     assert os.listdir(n0) == [] and os.listdir(n1) == []
-    assert asyncio.run(g.bring_newest()) == "step-00000002"
+    assert asyncio.run(g.bring_newest()) == ("step-00000002", True)
     assert [(c.step, c.complete) for c in list_checkpoints(str(n0))] == [(2, True)]
     asyncio.run(g.pass_once(final=False))  # the copy brought for the resume is left alone while it runs
     assert os.listdir(n0) == ["step-00000002"]
@@ -259,7 +264,7 @@ def test_bringing_a_checkpoint_that_is_there_copies_nothing(tmp_path):
     for f in os.listdir(roots[1] / name):
         os.replace(roots[1] / name / f, roots[0] / name / f)
     files = HereCheckpointFiles()
-    assert asyncio.run(bring(Endpoint(files, str(roots[0])), Endpoint(files, str(roots[0])), name)).bytes == 0
+    assert asyncio.run(bring(Endpoint(files, str(roots[0])), Endpoint(files, str(roots[0])), name)) is None
     copied = asyncio.run(bring(Endpoint(files, str(roots[0])), Endpoint(files, str(tmp_path / "other")), name))
     assert copied.files == 6 and list_checkpoints(str(tmp_path / "other"))[0].complete
 
@@ -328,7 +333,7 @@ def test_a_gather_goes_node_to_node_and_through_here_when_the_nodes_cannot_dial_
     disks = Disks(roots, [DirectNodeFiles(0), DirectNodeFiles(1, refused)])
     place = with_holder(judge_marks("out", [str(r) for r in roots], [True, False], ["", ""]), "node0")
     g = Gatherer(disks, place, Endpoint(disks.files[0], str(roots[0])), keep_last=None,
-                 journal=tmp_path / "gathers.jsonl", direct_addr="127.0.0.1")
+                 journal=tmp_path / "gathers.jsonl", lineage=MINE, direct_addr="127.0.0.1")
     save(roots, 2)
     asyncio.run(g.pass_once(final=False))
     assert [(c.step, c.complete) for c in list_checkpoints(str(roots[0]))] == [(2, True)]

@@ -225,5 +225,7 @@ def test_a_two_node_run_on_private_disks_is_gathered_listed_exported_and_resumed
     assert (check["verdict"], check["world_before"], check["world_after"]) == ("resharded", 2, 1), check
     line = next(x for x in ssh_cli(home, client, "show", single).stdout.splitlines() if x.startswith("  resume "))
     assert "resharded" in line and "2 ranks" in line and "-> 1 rank" in line, line
+    # The copy the resume brought for itself was its own: gone when it ended; the original stays the old run's.
     brought = disk1 / ".fsdp-tui/runs" / single / "node-0/outputs/checkpoints/step-00000004"
-    assert sorted(f.name for f in brought.iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp", "meta.json"]
+    assert not brought.exists() and sorted(_steps_on(disk1, single, 0)) == ["step-00000006"]
+    assert _steps_on(disk0, run_id, 0)["step-00000004"] == [".metadata", "__0_0.distcp", "__1_0.distcp", "meta.json"]
