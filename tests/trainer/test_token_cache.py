@@ -184,6 +184,10 @@ def _obtain(root: str, key: str, started, gate) -> None:
     token_cache.obtain(token_cache.Path(root), key, slow)
 
 
+def _never(work):
+    raise AssertionError("built again")
+
+
 def test_one_build_per_key_and_a_dead_builder_leaves_nothing_half_made(tmp_path):
     root = tmp_path / "cache"
     ctx = multiprocessing.get_context("fork")
@@ -197,6 +201,12 @@ def test_one_build_per_key_and_a_dead_builder_leaves_nothing_half_made(tmp_path)
         p.join(30)
     assert started.empty() and all(p.exitcode == 0 for p in builders)
     assert (root / "k" / "x").read_text() == "built" and token_cache.read_meta(root / "k") is not None
+    # finished by another process since this one began (another rank of this start): said as built for it
+    assert token_cache.obtain(root, "k", _never).waited
+    meta = token_cache.read_meta(root / "k")
+    assert meta is not None
+    token_cache.write_json(root / "k" / "meta.json", {**meta, "built_at": meta["built_at"] - 86400})
+    assert not token_cache.obtain(root, "k", _never).waited  # an earlier run's: read from the cache
 
     dying = ctx.Process(target=_obtain, args=(str(root), "d", started, ctx.Event()))
     dying.start()
@@ -206,6 +216,7 @@ def test_one_build_per_key_and_a_dead_builder_leaves_nothing_half_made(tmp_path)
     assert [p.name for p in root.glob(".build-d-*")]
     got = token_cache.obtain(root, "d", lambda work: {"files": [], "again": True})
     assert got.built and got.meta["again"] and not list(root.glob(".build-d-*"))
+    assert not token_cache.obtain(root, "d", _never).waited  # this process's own build
 
 
 def _reference_ffd(lengths: list[int], capacity: int) -> list[list[int]]:

@@ -41,6 +41,13 @@ _LOCKS = ".locks"
 _FILES = ".files"
 _BUILDING = ".build-"
 _FAILED = ".failed.json"
+_STARTED = time.time()
+"""When this process began asking for tokens (this module is imported before any build): a folder another
+process finished after it was built for this start (another rank of the node), not found from before."""
+
+
+def _builder() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
 
 
 def cache_root(setting: str | None) -> Path:
@@ -66,7 +73,8 @@ class Obtained:
     seconds: float
     meta: dict[str, Any]
     waited: bool = False
-    """Another process was building it when this one asked (another rank of the node): it waited."""
+    """Another process built it for this start (another rank of the node): this one waited for it, or
+    found it finished since this process began."""
 
 
 _UNWRITABLE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
@@ -93,12 +101,12 @@ def build_or_read(root: Path, key: str, build: Callable[[Path], dict[str, Any]])
     final = root / key
     found = read_meta(final)
     if found is not None:
-        return Obtained(final, False, 0.0, found)
+        return Obtained(final, False, 0.0, found, waited=_built_since_start(found))
     _raise_remembered(root, key)
     with locked(root, key) as blocked:
         found = read_meta(final)  # built by the one we waited for
         if found is not None:
-            return Obtained(final, False, 0.0, found, waited=blocked)
+            return Obtained(final, False, 0.0, found, waited=blocked or _built_since_start(found))
         _raise_remembered(root, key)
         for stale in root.glob(f"{_BUILDING}{key}-*"):  # a builder that died: only the lock holder builds
             shutil.rmtree(stale, ignore_errors=True)
@@ -108,7 +116,7 @@ def build_or_read(root: Path, key: str, build: Callable[[Path], dict[str, Any]])
         started = time.perf_counter()
         try:
             meta = {**build(work), "key": key, "built_at": time.time(),
-                    "build_s": round(time.perf_counter() - started, 3)}
+                    "build_s": round(time.perf_counter() - started, 3), "builder": _builder()}
             write_json(work / META, meta)
             os.rename(work, final)
         except DataError as err:
@@ -120,6 +128,12 @@ def build_or_read(root: Path, key: str, build: Callable[[Path], dict[str, Any]])
             shutil.rmtree(work, ignore_errors=True)
             raise
         return Obtained(final, True, meta["build_s"], meta)
+
+
+def _built_since_start(meta: dict[str, Any]) -> bool:
+    """Finished by another process after this one began: built for this start, not by an earlier run."""
+    at = meta.get("built_at")
+    return isinstance(at, (int, float)) and at >= _STARTED and meta.get("builder") != _builder()
 
 
 def _raise_remembered(root: Path, key: str) -> None:
