@@ -77,12 +77,7 @@ def _problem(facts: DataFacts, data: DataConfig, host: str) -> tuple[str, str]:
         return "", ""
     fmt = data.format if data.format != "auto" else formats.detect_format(facts.columns, data.chat)
     try:
-        if fmt == "chat":
-            formats.conversation(dict(facts.row), data.chat, ValueError)
-        elif fmt == "text":
-            formats.text_of(dict(facts.row), ValueError)
-        elif fmt in ("alpaca", "squad"):
-            formats.prompt_answer(fmt, dict(facts.row), ValueError)
+        formats.read_row(fmt or "auto", dict(facts.row), data.chat, ValueError)
     except ValueError as err:
         return f"{facts.path}: first row: {err}", ""
     return "", ""

@@ -77,12 +77,7 @@ def judge_peek(name: str, found, data: DataConfig, at: tuple[str | int, ...]) ->
     for i, row in enumerate(found.rows):
         place = f"{name}:{found.lines[i]}" if found.lines else f"{name}: row {i + 1}"
         try:
-            if fmt == "chat":
-                formats.conversation(row, data.chat, ValueError)
-            elif fmt == "text":
-                formats.text_of(row, ValueError)
-            elif fmt in ("alpaca", "squad"):
-                formats.prompt_answer(fmt, row, ValueError)
+            formats.read_row(fmt or "auto", row, data.chat, ValueError)
         except ValueError as err:
             return [Finding(at, "error", f"{place}: {err}")]
     return []

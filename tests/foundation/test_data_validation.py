@@ -81,6 +81,10 @@ CASES = [
       "for chat, no column 'dialog' (did you mean 'dialogue'?) (name the columns as a format needs them (alpaca: "
       "instruction, output; squad: context, question, answers; chat: messages or conversations; text: text), or "
       "set parameters.data.format)"]),
+    ("tools not function definitions", _workload(HERE, "{d}/s.jsonl"),
+     {"s.jsonl": json.dumps({"messages": [{"role": "user", "content": "hi"}], "tools": ["get_weather"]}) + "\n"},
+     ["w.yaml:6:17: error: parameters.dataset_name: {d}/s.jsonl:1: 'tools' must be a list of function definitions "
+      "(JSON schemas), not [\"get_weather\"]"]),
     ("template with a syntax error", _workload(HERE, "{d}/s.jsonl", "    chat_template: '{% for m in messages %}'\n"),
      {"s.jsonl": json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n"},
      ["w.yaml:10:20: error: parameters.data.chat_template: not a valid Jinja template: Unexpected end of template. "
