@@ -11,7 +11,7 @@ memory, on generated alpaca rows (200,000 and 1,000,000 by default), 2 CPU ranks
   smaller here);
 - tokens/s of a streamed two-source mixture against the same mixture from the cache.
 
-    flock /tmp/fsdp-bench.lock .venv/bin/python benchmarks/bench_data.py [--rows 200000 1000000]
+    flock /tmp/fsdp-bench.lock .venv/bin/python benchmarks/bench_data.py [--rows [200000 1000000]]
         [--old-rows 50000] [--old-commit 0071383] [--mix-steps 40] [--work DIR] [--skip trl,old,mix]
 
 Peak memory: each rank's ``VmHWM`` (peak resident) and, summed over the node's ranks, their proportional
@@ -227,7 +227,8 @@ def old_trainer(work: Path, commit: str, repo: Path) -> Path:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, nargs="+", default=[200_000, 1_000_000])
+    ap.add_argument("--rows", type=int, nargs="*", default=[200_000, 1_000_000],
+                    help="the sizes of the start-up comparison (none: only --old-rows and the mixture)")
     ap.add_argument("--old-rows", type=int, default=50_000)
     ap.add_argument("--old-commit", default="0071383")
     ap.add_argument("--repo", type=Path, default=ROOT, help="the git repository that holds --old-commit")
