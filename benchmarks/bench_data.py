@@ -15,7 +15,9 @@ memory, on generated alpaca rows (200,000 and 1,000,000 by default), 2 CPU ranks
         [--old-rows 50000] [--old-commit 0071383] [--mix-steps 40] [--work DIR] [--skip trl,old,mix]
 
 Peak memory: each rank's ``VmHWM`` (peak resident) and, summed over the node's ranks, their proportional
-set size (``Pss``: a page two ranks map counts half for each), polled every 0.2 s.
+set size (``Pss``: a page two ranks map counts half for each), polled every 0.2 s; of it, the token
+cache's mapped files: resident in each rank, and their ``Pss`` summed over the node (one copy a node
+however many ranks map it).
 """
 
 from __future__ import annotations
@@ -79,17 +81,20 @@ class Peaks:
     """Each process tagged with ``tag`` in its environment: its peak resident memory, and the node's summed
     proportional set size at its highest, polled until stopped."""
 
-    def __init__(self, tag: str) -> None:
+    def __init__(self, tag: str, mapped: Path | None = None) -> None:
         self.needle = f"FSDP_TUI_RUN_ID={tag}".encode()
+        self.mapped = f" {mapped}/" if mapped is not None else None
         self.hwm: dict[int, int] = {}
         self.pss_sum = 0
+        self.cache_rss: dict[int, int] = {}
+        self.cache_pss_sum = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._poll, daemon=True)
         self.thread.start()
 
     def _poll(self) -> None:
         while not self.stop.wait(0.2):
-            total = 0
+            total = cache_total = 0
             for entry in Path("/proc").iterdir():
                 if not entry.name.isdigit():
                     continue
@@ -104,15 +109,38 @@ class Peaks:
                     self.hwm[int(entry.name)] = max(self.hwm.get(int(entry.name), 0), hwm)
                     pss = re.search(r"Pss:\s+(\d+)", (entry / "smaps_rollup").read_text())
                     total += int(pss.group(1)) * 1024 if pss else 0
+                    if self.mapped is not None:
+                        rss, shared = self._cache_pages(entry / "smaps")
+                        self.cache_rss[int(entry.name)] = max(self.cache_rss.get(int(entry.name), 0), rss)
+                        cache_total += shared
                 except (OSError, AttributeError):
                     continue
             self.pss_sum = max(self.pss_sum, total)
+            self.cache_pss_sum = max(self.cache_pss_sum, cache_total)
+
+    def _cache_pages(self, smaps: Path) -> tuple[int, int]:
+        """Resident and proportional bytes of the token cache's files this process maps."""
+        rss = pss = 0
+        inside = False
+        assert self.mapped is not None
+        for line in smaps.read_text().splitlines():
+            if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):
+                inside = self.mapped in line
+            elif inside and line.startswith("Rss:"):
+                rss += int(line.split()[1]) * 1024
+            elif inside and line.startswith("Pss:"):
+                pss += int(line.split()[1]) * 1024
+        return rss, pss
 
     def done(self) -> dict:
         self.stop.set()
         self.thread.join()
         ranks = sorted(self.hwm.values(), reverse=True)
-        return {"rank_peak_gb": [round(v / 1e9, 2) for v in ranks], "node_pss_peak_gb": round(self.pss_sum / 1e9, 2)}
+        out = {"rank_peak_gb": [round(v / 1e9, 2) for v in ranks], "node_pss_peak_gb": round(self.pss_sum / 1e9, 2)}
+        if self.mapped is not None:
+            out["cache_mapped_rank_gb"] = [round(v / 1e9, 2) for v in sorted(self.cache_rss.values(), reverse=True) if v]
+            out["cache_mapped_node_pss_gb"] = round(self.cache_pss_sum / 1e9, 2)
+        return out
 
 
 def trainer_run(work: Path, name: str, params: dict, env: dict, pythonpath: Path = ROOT, nproc: int = 2) -> dict:
@@ -127,7 +155,8 @@ def trainer_run(work: Path, name: str, params: dict, env: dict, pythonpath: Path
                "FSDP_TUI_METRICS_FILE": str(folder / "metrics.jsonl"), "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", f"--master_port={_port()}",
            "-m", "trainer", str(folder / "params.yaml")]
-    peaks = Peaks(tag)
+    cache = params.get("data", {}).get("cache_dir")
+    peaks = Peaks(tag, Path(cache) if cache else None)
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=folder, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     first_step, lines = None, []
