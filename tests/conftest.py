@@ -22,6 +22,22 @@ from tests.support.cli import home, hosts, ns_hosts, slurm, slurm_module  # noqa
 SHARED_SCOPES = ("module", "package", "class")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def data_cache(tmp_path_factory):
+    """Tokenized data goes to a cache of the test session's own (a node's cache is ``~/.cache``), shared
+    by the trainer processes the tests start (they inherit the environment)."""
+    import os
+
+    from trainer.data.token_cache import CACHE_ENV
+
+    if CACHE_ENV in os.environ:
+        yield os.environ[CACHE_ENV]
+        return
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("data-cache"))
+    yield os.environ[CACHE_ENV]
+    del os.environ[CACHE_ENV]
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:

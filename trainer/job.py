@@ -22,7 +22,9 @@ from trainer import assets, parallel
 from trainer.ckpt import checkpoint, resume_facts
 from trainer.ckpt.resume import resume
 from trainer.data import dataset
+from trainer.data.mixture import MixedOrder
 from trainer.data.rows import GlobalOrder
+from trainer.data.stream import StreamOrder
 from trainer.loop import loss, memory, metrics, optim, samples
 from trainer.loop.steps import Steps
 from trainer.lora import adapters as lora
@@ -90,10 +92,16 @@ def load_data(cfg: TrainerConfig, choices: Choices, d: parallel.Dist) -> Data:
     tok = model.load_tokenizer(cfg.model_name, cfg.model)
     rows = dataset.build(cfg, tok, choices.attention.packing)
     try:
-        order = GlobalOrder(len(rows.train_rows), d.world, d.rank, cfg.per_device_batch_size, cfg.seed,
-                            cfg.data.shuffle)
+        if rows.stream is not None:
+            order: GlobalOrder = StreamOrder(rows.stream, d.world, d.rank, cfg.per_device_batch_size)
+        elif rows.mix is not None:
+            order = MixedOrder(rows.mix, d.world, d.rank, cfg.per_device_batch_size, cfg.seed,
+                                            cfg.data.shuffle)
+        else:
+            order = GlobalOrder(len(rows.train_rows), d.world, d.rank, cfg.per_device_batch_size, cfg.seed,
+                                cfg.data.shuffle)
     except SettingError as err:  # too little data for one step
-        raise SettingError(f"{cfg.dataset_name}: {err}") from None
+        raise SettingError(f"{cfg.data_label}: {err}") from None
     total = cfg.max_steps or max(1, order.batches_per_epoch * cfg.num_epochs // cfg.gradient_accumulation_steps)
     return Data(tok, rows, order, total)
 
@@ -173,6 +181,8 @@ def training(cfg: TrainerConfig, built: Built, data: Data, d: parallel.Dist) -> 
     opt = optim.build_optimizer(built.net, cfg.learning_rate, cfg.optim, d.device)
     sched = optim.build_scheduler(opt, data.total, cfg.optim)
     state = {"step": 0, "epoch": 0, "position": 0, "per_global": data.order.per_global, "total_steps": data.total}
+    if data.rows.stream is not None:  # where the stream stands: rows taken, and its position in each source
+        state.update(stream_rows=0, stream="")
     state_of = lora.AdapterState if built.adapters else checkpoint.AppState
     app = state_of(built.net, opt, sched, state)
     ckpt = checkpoint.Checkpointer(cfg.checkpoint, cfg.output_dir, d, {
@@ -180,7 +190,7 @@ def training(cfg: TrainerConfig, built: Built, data: Data, d: parallel.Dist) -> 
         "run_id": os.environ.get(RUN_ID_ENV, ""), **lora.checkpoint_meta(cfg)})
     proof = resume_facts.ResumeWatch(order=data.order, rows=data.rows.train_rows,
                                      accum=cfg.gradient_accumulation_steps, seed=cfg.seed,
-                                     sharding=built.sharding.sharding, dataset=cfg.dataset_name,
+                                     sharding=built.sharding.sharding, dataset=cfg.data_label,
                                      run_id=os.environ.get(RUN_ID_ENV) or None, epoch_counted=not cfg.max_steps,
                                      is_main=d.is_main, scheduler=sched,
                                      continues=tuple(cfg.checkpoint.resume_runs))  # what a resume must continue
@@ -203,7 +213,8 @@ def start_logging(cfg: TrainerConfig, choices: Choices, data: Data, built: Built
         log.data(rows.summary)
         print(metrics.mfu_note(built.shape, log.peak), flush=True)
         print(f"training {cfg.model_name}: {built.shape.num_params / 1e6:.2f}M params, {d.world} ranks, "
-              f"{len(rows.train_rows)} rows ({rows.fmt}{', packed' if choices.attention.packing else ''}), "
+              f"{'streamed' if rows.stream is not None else len(rows.train_rows)} rows "
+              f"({rows.summary.format}{', packed' if choices.attention.packing else ''}), "
               f"{data.total} steps; start-up: data {start_up_s[0]:.1f} s, model {start_up_s[1]:.1f} s", flush=True)
     if built.size is not None:  # the memory prediction, beside which each rank's peak is measured
         log.fit(*_fit(cfg, choices, built, d))

@@ -152,6 +152,8 @@ def _print(r) -> None:
             f"  loss {_loss(r.last_loss)}{_router(r)}  best eval {_loss(r.best_eval_loss)}\n")
     if r.data:
         out(f"  data      {r.data['text']}\n")
+        if r.data.get("mix"):
+            out(f"  mix       {r.data['mix']}  (rows trained on so far, and what the weights ask)\n")
     if r.memory:
         out(f"  memory    {r.memory['text']}\n")
     if r.resumed_from:

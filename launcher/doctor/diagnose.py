@@ -11,6 +11,7 @@ from pathlib import Path
 
 from launcher.backends.base import AgentStartFailed, Backend, NodeError, ScriptRun
 from launcher.backends.registry import backend_for
+from launcher.doctor.data_checks import node_sources
 from launcher.doctor.judge import Check, DoctorReport, NodeProbe, NodeReport, evaluate, probe_packages
 from launcher.doctor.reply import ProbeReply
 from launcher.untrusted import clean_reply
@@ -109,6 +110,7 @@ async def diagnose(plan: RunPlan, *, run_root: str, import_timeout_s: float = IM
         return {"packages": probe_packages(plan), "import_timeout_s": import_timeout_s, "run_root": run_root,
                 "master_addr": plan.master_addr, "master_port": plan.master_port, "bind": rank == 0,
                 "output_dir": plan.workload.parameters.get("output_dir"),
+                "data": [path for _, _, path, _ in node_sources(plan)],
                 "env": {**node.env}, "node_dir": node.node_dir}
 
     try:

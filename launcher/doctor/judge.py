@@ -9,6 +9,7 @@ from typing import Any
 
 from launcher.doctor.check import Check, Status  # Check: re-exported, where the doctor's readers import it
 from launcher.doctor.memory import memory_check
+from launcher.doctor.data_checks import data_checks, node_sources
 from launcher.doctor.reply import (
     DiskFacts,
     GpuFacts,
@@ -150,6 +151,8 @@ def evaluate(plan: RunPlan, node: NodePlan, probe: NodeProbe, *, node0_hostname:
         checks.append(_container_check(plan, facts.containers, host))
     if facts.output_dir is not None:
         checks.append(_output_dir_check(facts.output_dir, host))
+    checks += [Check(name, status, detail, fix)
+               for name, status, detail, fix in data_checks(node_sources(plan), facts.data, facts.data_error, host)]
     if node.node_rank == 0:
         checks.append(_port_check(plan, facts.master, host))
     else:

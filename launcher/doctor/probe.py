@@ -162,6 +162,102 @@ def _output_dir(template, env, base):
             "is_dir": os.path.isdir(existing)}
 
 
+def _data(paths, env):
+    """Each data file the workload names on this node (its variables and ``~`` expanded): whether it is
+    there and readable, and its columns and first row as read from its start (the launcher judges them)."""
+    import re
+
+    values = dict(os.environ, **env)
+
+    def value(match: "re.Match[str]") -> str:
+        return values.get(match.group(1) or match.group(2) or "", match.group(0))
+
+    out = []
+    for template in paths:
+        path = os.path.expanduser(re.sub(r"\$(?:\{(\w+)\}|(\w+))", value, template))
+        entry: dict = {"path": path}
+        if not os.path.exists(path):
+            entry["kind"] = "missing"
+        elif os.path.isdir(path):
+            entry["kind"] = "folder"
+            entry.update(_guard(_folder_columns, path))
+        else:
+            entry["kind"] = "file"
+            entry["size"] = os.path.getsize(path)
+            entry["readable"] = os.access(path, os.R_OK)
+            if entry["readable"]:
+                entry.update(_guard(_file_head, path))
+        out.append(entry)
+    return out
+
+
+def _folder_columns(path):
+    for name in ("dataset_info.json", os.path.join("train", "dataset_info.json")):
+        info = os.path.join(path, name)
+        if os.path.exists(info):
+            with open(info) as f:
+                features = json.load(f).get("features") or {}
+            return {"columns": list(features) if isinstance(features, dict) else []}
+    return {"problem": "this folder was not saved by datasets (no dataset_info.json)"}
+
+
+def _file_head(path):
+    """The columns and first row of a data file, from its first 64 KiB (parquet and arrow: their schema)."""
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix in (".parquet", ".arrow"):
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            return {}
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if suffix == ".parquet":
+            return {"columns": list(pq.read_schema(path).names)}
+        with pa.memory_map(path) as source:
+            try:
+                return {"columns": list(pa.ipc.open_stream(source).schema.names)}
+            except pa.ArrowInvalid:
+                return {"columns": list(pa.ipc.open_file(source).schema.names)}
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if err.start < len(head) - 4:
+            return {"problem": f"not UTF-8 text: byte 0x{head[err.start]:02x} near the start (save the file as UTF-8)"}
+        text = head[:err.start].decode("utf-8")
+    text = text.lstrip("\ufeff")
+    if suffix == ".csv":
+        import csv
+        import io
+
+        rows = list(csv.reader(io.StringIO(text)))[:2]
+        if not rows:
+            return {"problem": "the file has no rows"}
+        names = [h.strip() for h in rows[0]]
+        first = dict(zip(names, rows[1])) if len(rows) > 1 else None  # noqa: B905 (Python 3.7 has no strict=)
+        return {"columns": names, "row": first}
+    start = text.lstrip()
+    if start.startswith("["):
+        try:
+            row, _ = json.JSONDecoder().raw_decode(start[1:].lstrip())
+        except ValueError:
+            return {}
+    else:
+        line = next((ln for ln in text.split("\n") if ln.strip()), "")
+        if not line:
+            return {"problem": "the file has no rows"} if len(head) < (1 << 16) else {}
+        try:
+            row = json.loads(line)
+        except ValueError as err:
+            return {"problem": f"line 1: not JSON: {getattr(err, 'msg', err)}"} if len(line) < len(text) else {}
+    if not isinstance(row, dict):
+        return {"problem": "a row must be a JSON object"}
+    small = len(json.dumps(row)) <= 8192
+    return {"columns": list(row), "row": row if small else None}
+
+
 def _bind(family, sockaddr):
     # torchrun's TCPStore sets SO_REUSEADDR too, so a port in TIME_WAIT counts as free.
     with socket.socket(family, socket.SOCK_STREAM) as s:
@@ -211,5 +307,6 @@ def main(params_json):
         "master": _guard(_master, params["master_addr"], params["master_port"], params["bind"]),
         "containers": {name: shutil.which(name) for name in ("docker", "podman")},
         "interfaces": _guard(_interfaces, params["master_addr"], params["master_port"]),
+        "data": _guard(_data, params.get("data") or [], params.get("env", {})),
     }
     sys.stdout.write("\n" + MARKER + json.dumps(facts) + "\n")

@@ -127,6 +127,23 @@ class InterfaceFacts:
 
 
 @dataclass(frozen=True)
+class DataFacts:
+    """One data file the workload names, as the node found it."""
+
+    path: str
+    kind: str = ""
+    """``file``, ``folder`` or ``missing``."""
+    size: int | None = None
+    readable: bool = True
+    columns: tuple[str, ...] | None = None
+    """``None``: not read (a parquet file without pyarrow on the node, a row longer than the part read)."""
+    row: Mapping[str, Any] | None = None
+    """Its first row (small ones only), for the format's rules."""
+    problem: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class ProbeReply:
     """What one node's probe found, typed."""
 
@@ -146,6 +163,9 @@ class ProbeReply:
     """``docker``/``podman`` -> where it is on the node, ``None`` where it is not."""
     interfaces: InterfaceFacts
     raw: Mapping[str, Any]
+    data: tuple[DataFacts, ...] = ()
+    """The data files the workload names on this node, in the order they were asked for."""
+    data_error: str = ""
     """The reply as it came (printable), for ``doctor --json``."""
 
     @classmethod
@@ -170,6 +190,8 @@ class ProbeReply:
             containers={_text(k): _maybe_text(v) for k, v in _dict(data.get("containers")).items()},
             interfaces=_interfaces(_dict(data.get("interfaces"))),
             raw=data,
+            data=tuple(_data_file(_dict(d)) for d in data["data"]) if isinstance(data.get("data"), list) else (),
+            data_error=_error(_dict(data.get("data"))),
         )
 
 
@@ -216,3 +238,25 @@ def _interfaces(data: dict[str, Any]) -> InterfaceFacts:
     return InterfaceFacts(_texts(data.get("names")),
                           RouteFacts(_text(route.get("iface")), _text(route.get("local")), _error(route)),
                           _error(data))
+
+
+def _data_file(data: dict[str, Any]) -> DataFacts:
+    columns = data.get("columns")
+    row = data.get("row")
+    return DataFacts(_text(data.get("path")), _text(data.get("kind")), _int(data.get("size")),
+                     _flag(data.get("readable")), _texts(columns) if isinstance(columns, list) else None,
+                     _clean_row(row) if isinstance(row, dict) else None, _text(data.get("problem")), _error(data))
+
+
+def _clean_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as the node sent it, its keys and text printable (the format's rules read it as data)."""
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            return printable(value, newlines=True)
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        if isinstance(value, dict):
+            return {printable(str(k)): clean(v) for k, v in value.items()}
+        return value if isinstance(value, (int, float, bool)) or value is None else printable(str(value))
+
+    return {printable(str(k)): clean(v) for k, v in row.items()}

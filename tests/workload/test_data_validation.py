@@ -81,6 +81,10 @@ CASES = [
       "for chat, no column 'dialog' (did you mean 'dialogue'?) (name the columns as a format needs them (alpaca: "
       "instruction, output; squad: context, question, answers; chat: messages or conversations; text: text), or "
       "set parameters.data.format)"]),
+    ("tools not function definitions", _workload(HERE, "{d}/s.jsonl"),
+     {"s.jsonl": json.dumps({"messages": [{"role": "user", "content": "hi"}], "tools": ["get_weather"]}) + "\n"},
+     ["w.yaml:6:17: error: parameters.dataset_name: {d}/s.jsonl:1: 'tools' must be a list of function definitions "
+      "(JSON schemas), not [\"get_weather\"]"]),
     ("template with a syntax error", _workload(HERE, "{d}/s.jsonl", "    chat_template: '{% for m in messages %}'\n"),
      {"s.jsonl": json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n"},
      ["w.yaml:10:20: error: parameters.data.chat_template: not a valid Jinja template: Unexpected end of template. "
@@ -120,3 +124,42 @@ def test_the_cli_names_a_bad_column_and_exits_one(tmp_path):
     assert out.stdout.splitlines()[0].startswith(f"{wl}:6:17: error: parameters.dataset_name: {tmp_path}/a.jsonl: "
                                                  "cannot tell the format from columns [instruction, outptu]: for "
                                                  "alpaca, no column 'output' (did you mean 'outptu'?)")
+
+
+MIXTURE = """experiment_name: d
+{compute}parameters:
+  model_name: builtin:tiny-llama
+  output_dir: out
+  datasets:
+    - {{path: {d}/a.jsonl, weight: 2}}
+    - path: {d}/b.jsonl
+      weight: 1
+      format: alpaca
+    - {{path: {d}/nope.jsonl, weight: 1}}
+    - {{path: org/hub-set, weight: 1, format: chat, chat_template: '{{% for m in messages %}}'}}
+    - {{path: s3://bucket/c.jsonl, weight: 1}}
+"""
+
+
+def test_validate_opens_every_source_of_a_mixture_and_names_each_bad_one_at_its_line(tmp_path):
+    (tmp_path / "a.jsonl").write_text(ALPACA)
+    (tmp_path / "b.jsonl").write_text('{"instruction": "x", "outptu": "y"}\n')
+    wl = tmp_path / "w.yaml"
+    wl.write_text(MIXTURE.format(compute=HERE, d=tmp_path))
+    got = [p.format().removeprefix(str(tmp_path) + "/") for p in validate_file(wl).problems
+           if p.path.startswith("parameters.datasets")]
+    assert got == [
+        f"w.yaml:8:13: error: parameters.datasets[1].path: {tmp_path}/b.jsonl: no column 'output' (did you mean "
+        "'outptu'?): the alpaca format needs instruction, output (columns: [instruction, outptu])",
+        f"w.yaml:11:14: error: parameters.datasets[2].path: no such file or folder: {tmp_path}/nope.jsonl",
+        "w.yaml:12:67: error: parameters.datasets[3].chat_template: not a valid Jinja template: Unexpected end of "
+        "template. Jinja was looking for the following tags: 'endfor' or 'else'. The innermost block that needs to "
+        "be closed is 'for'. (line 1 of the template)"]
+    # on other nodes, an absolute path that is not here is theirs (the doctor looks there)
+    wl.write_text(MIXTURE.format(compute=NODES, d=tmp_path))
+    assert [p.path for p in validate_file(wl).problems if p.path.startswith("parameters.datasets")] == [
+        "parameters.datasets[1].path", "parameters.datasets[3].chat_template"]
+    # a mixture that contradicts itself is said once, at its key
+    wl.write_text(MIXTURE.format(compute=HERE, d=tmp_path).replace("weight: 2", "weight: 2, epochs: 1"))
+    assert [p.format().removeprefix(str(tmp_path) + "/") for p in validate_file(wl).problems if p.is_error] == [
+        "w.yaml:7:7: error: parameters.datasets[0]: give weight or epochs, not both"]

@@ -18,9 +18,7 @@ def resume(ckpt, app, state: dict[str, Any], order: GlobalOrder, total: int, max
     if path is None:
         return False
     ckpt.load(app, path)
-    if state["per_global"] != order.per_global:
-        state["position"] = GlobalOrder.rescale(state["position"], state["per_global"], order.per_global)
-        state["per_global"] = order.per_global
+    order.fit(state)
     if not max_steps and state.get("total_steps", total) != total:
         # Another world size: the same share of the data done, the same point of the LR curve.
         state["step"] = state["step"] * total // state["total_steps"]

@@ -58,6 +58,8 @@ class ResumeFacts:
     data: str | None = None
     """A fingerprint of the training rows (their count and the first rows' token ids)."""
     dataset: str | None = None
+    source_rows: tuple[int, ...] = ()
+    """A mixture's rows taken from each source up to the save (empty: one source)."""
     digests: bool | None = None
     """The checkpoint lists the SHA-256 of its files (``meta.json``'s shards): a resume reads it only once
     its bytes match them, so the check names them. Read from the shard list, never recorded as a fact."""
@@ -83,6 +85,10 @@ class ResumeFacts:
             if f.name == "losses":
                 good = isinstance(value, list) and all(_number(x) for x in value)
                 values[f.name] = tuple(float(x) for x in value) if good else ()
+            elif f.name == "source_rows":
+                good = isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                                       for x in value)
+                values[f.name] = tuple(value) if good else ()
             elif "bool" in kind:
                 values[f.name] = value if isinstance(value, bool) else None
             elif "int" in kind:
@@ -165,6 +171,17 @@ def compare(saved: ResumeFacts, now: ResumeFacts, first_loss: float | None,
     check("data position", position_known, position_known and moved
           and f"data position: epoch {saved.epoch} sample {saved.samples_in_epoch} in the checkpoint, "
               f"epoch {now.epoch} sample {now.samples_in_epoch} now")
+    if saved.source_rows or now.source_rows:
+        known = bool(saved.source_rows) and bool(now.source_rows)
+        if known and len(saved.source_rows) != len(now.source_rows):
+            off = True
+        elif known:
+            # Another step size: the position is rounded down to a whole step of the new size.
+            apart = sum(abs(a - b) for a, b in zip(saved.source_rows, now.source_rows, strict=True))
+            off = apart != 0 if same_rows else apart >= (now.batch_rows or 1)
+        check("rows from each source", known, known and off
+              and f"rows from each source: {', '.join(map(str, saved.source_rows))} in the checkpoint, "
+                  f"{', '.join(map(str, now.source_rows))} now")
     if longer:
         unchecked.append(f"learning rate (the schedule is {now.total_steps} steps now, {saved.total_steps} then)")
     else:

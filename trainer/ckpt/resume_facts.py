@@ -27,6 +27,15 @@ def rows_hash(rows: list[dict[str, Any]], indices: list[int], count: int | None 
     return h.hexdigest()[:16]
 
 
+def _fingerprint(rows) -> str:
+    """The training rows' count and first rows' token ids; a stream's own (its sources and how they are
+    tokenized: its first rows are long gone after a resume)."""
+    own = getattr(rows, "fingerprint", None)
+    if own is not None:
+        return own()
+    return rows_hash(rows, list(range(min(FINGERPRINT_ROWS, len(rows)))), len(rows))
+
+
 def next_step_rows(order: GlobalOrder, epoch: int, position: int, accum: int) -> list[int]:
     """The rows (of every rank) the next optimiser step trains on, rolling into the next epoch as
     :func:`trainer.loop.train.micro_batches` does."""
@@ -54,8 +63,7 @@ class ResumeWatch:
         self.fixed = {"seed": seed, "sharding": sharding, "dataset": dataset, "run_id": run_id,
                       "epoch_counted": epoch_counted,
                       "world_size": order.world, "batch_rows": order.per_global * accum,
-                      "data": rows_hash(rows, list(range(min(FINGERPRINT_ROWS, len(rows)))), len(rows))
-                      if is_main else None}
+                      "data": _fingerprint(rows) if is_main else None}
         self.pending: tuple[ResumeFacts, ResumeFacts] | None = None
         """(recorded, now) until the first step after a resume is judged."""
         self.judging = False
@@ -68,9 +76,11 @@ class ResumeWatch:
         """The facts as of now: ``state`` is the trainer's position (step, epoch, position, total_steps)."""
         epoch, position = state["epoch"], state["position"]
         rows = next_step_rows(self.order, epoch, position, self.accum)
+        sources = self.order.source_counts(epoch, position)
         return ResumeFacts(step=state["step"], total_steps=state["total_steps"], epoch=epoch,
-                           samples_in_epoch=position * self.order.per_global, next_batch=rows_hash(self.rows, rows),
-                           lr=float(self.scheduler.get_last_lr()[0]), losses=tuple(self.losses), **self.fixed)
+                           samples_in_epoch=self.order.rows_done(epoch, position), next_batch=rows_hash(self.rows, rows),
+                           lr=float(self.scheduler.get_last_lr()[0]), losses=tuple(self.losses),
+                           source_rows=tuple(sources) if sources is not None else (), **self.fixed)
 
     def record(self, state: dict[str, Any]) -> dict[str, Any] | None:
         """What a save of ``state`` records in ``meta.json`` (rank 0; ``None`` elsewhere)."""

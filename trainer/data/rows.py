@@ -11,9 +11,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from trainer.data.chat import ChatTokens, TemplateRefused, choose_template
+from trainer.data.packing import first_fit_decreasing
 from trainer.wire import formats
 from trainer.wire.config import ChatFields, SettingError
 from trainer.wire.data_files import Rows
@@ -89,8 +91,14 @@ class Tokenize:
         def fail_at(i: int):
             return lambda message: rows.error(i, message)
 
-        if self.fmt in ("chat", "text"):
+        if self.fmt == "chat":
             return [self(row, fail_at(i)) for i, row in enumerate(rows.items)]
+        if self.fmt == "text":
+            texts = [formats.text_of(row, fail_at(i)) + self.eos for i, row in enumerate(rows.items)]
+            if not texts:
+                return []
+            return [self._cut(self.bos + ids, self.bos + ids)
+                    for ids in self.tok(texts, add_special_tokens=False)["input_ids"]]
         pairs = [formats.prompt_answer(self.fmt, row, fail_at(i)) for i, row in enumerate(rows.items)]
         if not pairs:
             return []
@@ -113,57 +121,31 @@ class Tokenize:
 
 def pack(examples: list[Example], max_len: int, pad_id: int) -> list[dict[str, torch.Tensor]]:
     """First-fit-decreasing packing into ``max_len`` rows (fuller rows than greedy, fewer steps per
-    epoch); deterministic: ties keep the examples' order. Each row holds input_ids, labels and
-    position_ids that restart at every example."""
-    order = sorted(range(len(examples)), key=lambda i: -len(examples[i].input_ids))
-    bins: list[list[int]] = []
-    free = _FreeSpace(len(examples), max_len)
-    for i in order:
-        row = free.first_fit(len(examples[i].input_ids))
-        if row == len(bins):
-            bins.append([])
-        bins[row].append(i)
+    epoch); deterministic: ties keep the examples' order (:func:`trainer.data.packing.first_fit_decreasing`).
+    Each row holds input_ids, labels and position_ids that restart at every example."""
+    offsets, members = first_fit_decreasing(np.array([len(ex.input_ids) for ex in examples], dtype=np.int64),
+                                            max_len)
     rows = []
-    for members in bins:
-        ids: list[int] = []
-        labels: list[int] = []
-        pos: list[int] = []
-        for i in sorted(members):
-            ids += examples[i].input_ids
-            labels += examples[i].labels
-            pos += range(len(examples[i].input_ids))
-        pad = max_len - len(ids)
-        rows.append({
-            "input_ids": torch.tensor(ids + [pad_id] * pad),
-            "labels": torch.tensor(labels + [IGNORE] * pad),
-            "position_ids": torch.tensor(pos + list(range(pos[-1] + 1, pos[-1] + 1 + pad))),
-            "real_tokens": torch.tensor(len(ids)),
-            "lengths": torch.tensor([len(examples[i].input_ids) for i in sorted(members)]),
-        })
+    for r in range(len(offsets) - 1):
+        chosen = [examples[i] for i in members[offsets[r]:offsets[r + 1]].tolist()]
+        rows.append(packed_row([ex.input_ids for ex in chosen], [ex.labels for ex in chosen], max_len, pad_id))
     return rows
 
 
-class _FreeSpace:
-    """Free space of up to ``count`` rows in a max-segment tree: the first row with room for an item
-    in O(log count)."""
-
-    def __init__(self, count: int, capacity: int) -> None:
-        self.size = 1
-        while self.size < max(count, 1):
-            self.size *= 2
-        self.tree = [capacity] * (2 * self.size)
-
-    def first_fit(self, length: int) -> int:
-        node = 1
-        while node < self.size:
-            node = 2 * node if self.tree[2 * node] >= length else 2 * node + 1
-        self.tree[node] -= length
-        row = node - self.size
-        node //= 2
-        while node:
-            self.tree[node] = max(self.tree[2 * node], self.tree[2 * node + 1])
-            node //= 2
-        return row
+def packed_row(ids: list[list[int]], labels: list[list[int]], max_len: int, pad_id: int) -> dict[str, torch.Tensor]:
+    """One packed row of these examples' ids and labels, in this order, padded to ``max_len``: padding is
+    never learned and its positions continue the last example's."""
+    flat_ids = [t for one in ids for t in one]
+    flat_labels = [t for one in labels for t in one]
+    pos = [p for one in ids for p in range(len(one))]
+    pad = max_len - len(flat_ids)
+    return {
+        "input_ids": torch.tensor(flat_ids + [pad_id] * pad),
+        "labels": torch.tensor(flat_labels + [IGNORE] * pad),
+        "position_ids": torch.tensor(pos + list(range(pos[-1] + 1, pos[-1] + 1 + pad))),
+        "real_tokens": torch.tensor(len(flat_ids)),
+        "lengths": torch.tensor([len(one) for one in ids]),
+    }
 
 
 def pad_rows(examples: list[Example], pad_id: int) -> list[dict[str, torch.Tensor]]:
@@ -250,6 +232,25 @@ class GlobalOrder:
             perm = torch.randperm(self.num_rows, generator=g).tolist()
         self._cached = (epoch, perm)
         return perm
+
+    def source_counts(self, epoch: int, position: int) -> list[int] | None:
+        """Rows taken from each source of a mixture before this point (``None``: one source)."""
+        return None
+
+    def rows_done(self, epoch: int, position: int) -> int:
+        """Rows of the epoch taken before global micro-batch ``position`` (every rank's)."""
+        return position * self.per_global
+
+    def fit(self, state: dict) -> None:
+        """A loaded checkpoint's position fitted to this order: on another world size or batch, the same
+        rows consumed (rounded down to a whole global micro-batch)."""
+        if state["per_global"] != self.per_global:
+            state["position"] = self.rescale(state["position"], state["per_global"], self.per_global)
+            state["per_global"] = self.per_global
+
+    def note(self, state: dict) -> None:
+        """What the order adds to the state a checkpoint keeps, once a step has taken its rows (a stream's
+        position; nothing here)."""
 
     @staticmethod
     def rescale(position: int, old_per_global: int, new_per_global: int) -> int:

@@ -16,7 +16,15 @@ from torch import nn
 from trainer.parallel import Dist
 from trainer.wire import flops
 from trainer.wire.fit_record import FitSummary
-from trainer.wire.protocol import DataSummary, MetricRecord, RankMemory, ResumeCheck
+from trainer.wire.protocol import (
+    MIX_ROWS,
+    DataSummary,
+    MetricRecord,
+    RankMemory,
+    ResumeCheck,
+    SourceSummary,
+    mix_words,
+)
 from trainer.wire.reporter import Reporter
 
 # Dense bf16 peak TFLOP/s per device, for MFU. A name matches a model only as whole words ("L40" is not
@@ -248,6 +256,8 @@ class MetricsLogger:
         self.clock = RankClock(d.device)
         self.rank_loss_sums: list[float] = []
         """Each rank's own summed loss at the newest logged step (``trainer.loop.nonfinite`` reads it)."""
+        self.sources: tuple[SourceSummary, ...] = ()
+        """A mixture's sources (from the ``data`` record), in the order of a step's ``mix`` counts."""
 
     def add_batches(self, batches: list[dict[str, torch.Tensor]]) -> None:
         for batch in batches:
@@ -272,11 +282,12 @@ class MetricsLogger:
             print(f"checkpoint blocked training for {submit_s + staging_s:.2f} s (submit {submit_s:.2f} s, "
                   f"waiting for the copy to host memory {staging_s:.2f} s)", flush=True)
 
-    def train_step(self, step: int, epoch: float, result) -> float:
+    def train_step(self, step: int, epoch: float, result, mix: list[int] | None = None) -> float:
         """Log step ``step`` (``result``: a :class:`trainer.loop.train.StepResult`): its global mean loss (each
         rank's summed loss over the learned tokens of all ranks), the router loss where the model has one,
         throughput and each rank's memory and step time, gathered in one collective (each rank's figures as
-        one row of floats). Returns the loss (on every rank)."""
+        one row of floats); a mixture's rows taken from each source so far (``mix``). Returns the loss (on
+        every rank)."""
         mine = rank_memory(self.d)
         keys = [k for k in mine if k != "rank"]
         step_s = self.clock.take()
@@ -306,12 +317,14 @@ class MetricsLogger:
         record = MetricRecord(step=step, kind="train", max_steps=self.max_steps, epoch=round(epoch, 4),
                               loss=loss, lr=result.lr, grad_norm=norm, tokens_per_s=tokens_per_s, mfu=mfu_value,
                               router_aux_loss=router_aux, time=time.time(),
-                              memory=tuple(RankMemory(**m) for m in memory), rank_step_s=step_times)
+                              memory=tuple(RankMemory(**m) for m in memory), rank_step_s=step_times,
+                              extra={MIX_ROWS: mix} if mix is not None else {})
         self.reporter.write(record)
         mfu_text = f" mfu={mfu_value:.1%}" if mfu_value is not None else ""
         aux_text = f" router_aux_loss={router_aux:.4f}" if router_aux is not None else ""
+        mix_text = f" mix: {mix_words(self.sources, tuple(mix))}" if mix is not None else ""
         print(f"step={step}/{self.max_steps} loss={loss:.4f}{aux_text} lr={result.lr:.3g} "
-              f"tok/s={tokens_per_s:.0f}{mfu_text}", flush=True)
+              f"tok/s={tokens_per_s:.0f}{mfu_text}{mix_text}", flush=True)
         return loss
 
     def eval(self, step: int, eval_loss: float, exact_match: float | None, seconds: float) -> None:
@@ -325,7 +338,8 @@ class MetricsLogger:
         print(f"eval step={step} eval_loss={eval_loss:.4f}{em} seconds={seconds:.2f}", flush=True)
 
     def data(self, summary: DataSummary) -> None:
-        """What the run trains on (examples, those cut at ``max_seq_len``), once at start."""
+        """What the run trains on (examples, those cut at ``max_seq_len``, a mixture's sources), once at start."""
+        self.sources = summary.sources
         if self.d.is_main:
             self.reporter.write(summary.record())
 

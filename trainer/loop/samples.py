@@ -152,10 +152,6 @@ def build(cfg, tok, data, d: Dist, hf_config) -> Sampler | None:
     """The run's sampler, or ``None`` without ``logging.samples``."""
     if cfg.logging.samples is None:
         return None
-    template = None
-    if data.fmt == "chat":
-        from trainer.data.chat import choose_template
-
-        template = choose_template(tok, cfg.data.chat_template, cfg.model.tokenizer or cfg.model_name).text
+    template = data.template if data.fmt == "chat" else None
     prompts = prompts_of(cfg.logging.samples, tok, data.fmt, data.eval_rows, cfg.max_seq_len, template)
     return Sampler(cfg.logging.samples, tok, prompts, d, cfg.seed, cfg.max_seq_len, eos_ids(tok, hf_config))

@@ -51,7 +51,11 @@ class Steps:
         d = self.d
         batches = dataset.eval_batches(self.data.eval_rows, d.rank, d.world, self.cfg.per_device_batch_size,
                                        self.data.pad_id, max_batches)
-        loss, exact = train.evaluate(self.net, batches, d.device, with_exact_match=self.data.fmt == "squad")
+        limit = self.cfg.logging.eval_max_s
+        bounded = _Bounded(batches, start + limit) if limit is not None else None
+        loss, exact = train.evaluate(self.net, bounded or batches, d.device, with_exact_match=self.data.fmt == "squad")
+        if bounded is not None and bounded.stopped and d.is_main:
+            print(f"evaluation stopped after {bounded.done} batches: logging.eval_max_s is {limit:g} s", flush=True)
         self.log.eval(self.state["step"], loss, exact, time.perf_counter() - start)
 
     def sample(self) -> None:
@@ -72,7 +76,7 @@ class Steps:
         if state["step"] == 0:
             self.evaluate(dataset.first_eval_batches(cfg.logging.eval_max_batches))
             self.sample()
-        learned = train.learned_counts(self.data.train_rows)  # each global batch's loss denominator, counted here
+        learned = self.data.learned_counts()  # each global batch's loss denominator, counted here
         # What start-up built lives for the whole run: collections during training skip it (unfrozen, the
         # first full collection walked it inside the first step: +0.3 s of a 0.3 s step, tiny model).
         gc.freeze()
@@ -90,6 +94,7 @@ class Steps:
                 batches, state["epoch"], state["position"], count = train.micro_batches(
                     self.order, self.data.train_rows, state["epoch"], state["position"], accum, self.data.pad_id,
                     learned)
+                self.order.note(state)  # a stream's position, for the checkpoints that follow
                 result = train.train_step(self.net, self.optimizer, self.scheduler, batches, d.device,
                                           cfg.optim.max_grad_norm, d.world, self._staged, log.clock, count,
                                           self.nan.skip_check(state["step"] + 1))
@@ -117,7 +122,8 @@ class Steps:
         loss = None
         if step % cfg.logging.every_steps == 0 or step == total:
             epoch = self.state["epoch"] + self.state["position"] / max(1, self.order.batches_per_epoch)
-            loss = log.train_step(step, epoch, result)
+            loss = log.train_step(step, epoch, result, self.order.source_counts(self.state["epoch"],
+                                                                                self.state["position"]))
             self.nan.logged(step, log.rank_loss_sums)
             self.proof.logged(loss)
         checked = self.proof.first_step(result, loss)
@@ -154,3 +160,24 @@ class Steps:
             if self.d.is_main:
                 print(stop.stopping_line(step), flush=True)
             self.log.signal_checkpoint(step, stop.signal_name)
+
+
+class _Bounded:
+    """Evaluation batches until ``deadline`` (``time.perf_counter``) passes on any rank, the first always:
+    the ranks agree before each later batch, so every rank runs the same batches (FSDP needs every rank
+    in every forward)."""
+
+    def __init__(self, batches, deadline: float) -> None:
+        self.batches, self.deadline = batches, deadline
+        self.done, self.stopped = 0, False
+
+    def __iter__(self):
+        for batch in self.batches:
+            if self.done:
+                late = torch.tensor([1.0 if time.perf_counter() > self.deadline else 0.0])
+                dist.all_reduce(late, op=dist.ReduceOp.MAX)
+                if late.item():
+                    self.stopped = True
+                    return
+            self.done += 1
+            yield batch

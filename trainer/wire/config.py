@@ -118,7 +118,11 @@ class DataConfig(_Section):
     mask_prompt: bool = True
     """Leave prompt tokens out of the loss; only responses are learned."""
     eval_fraction: float = Field(default=0.05, ge=0.0, lt=1.0)
-    """Share of examples held out for evaluation when the dataset has no eval split."""
+    """Share of examples held out for evaluation when the dataset has no eval split (at most
+    ``eval_max_rows`` of them)."""
+    eval_max_rows: int | None = Field(default=1000, gt=0)
+    """Hold out at most this many examples (the rest train); ``null``: all of ``eval_fraction``. A
+    mixture holds out at most this many over all its sources (each its share by weight)."""
     eval_split: str | None = None
     """Name of an existing evaluation split; takes precedence over ``eval_fraction``."""
     max_examples: int | None = Field(default=None, gt=0)
@@ -126,7 +130,53 @@ class DataConfig(_Section):
     shuffle: bool = True
     """Shuffle the order of examples (deterministically, from ``seed``)."""
     num_workers: int = Field(default=0, ge=0)
-    """DataLoader worker processes per rank."""
+    """Streaming: ``1`` (or more) reads and tokenizes ahead of training in a process of each rank's own;
+    ``0`` in a thread of the rank (its Python work then shares the training thread's interpreter lock)."""
+    num_proc: int | None = Field(default=None, gt=0)
+    """Processes that tokenize a dataset into the node's cache (once per node); ``null``: the node's
+    cores, one per 20,000 rows."""
+    cache_dir: str | None = None
+    """Where each node keeps tokenized data (``null``: ``$FSDP_TUI_DATA_CACHE``, else
+    ``~/.cache/fsdp-tui/data``); a path every node of one machine shares."""
+    streaming: bool | Literal["auto"] = "auto"
+    """Read the data as it is trained on, tokenized and packed on the fly, instead of tokenizing it
+    into the cache first: ``true``; ``auto`` streams a source larger than ``streaming_above_gb`` (a
+    local file or a bucket object). Needs ``max_steps``."""
+    streaming_above_gb: float = Field(default=20.0, gt=0)
+    """With ``streaming: auto``: a source of more than this many GB is streamed."""
+
+
+class DataSource(_Section):
+    """One source of a mixture (``parameters.datasets``): where its rows are, how they read, and its
+    part of the mix. Unset fields take ``parameters.data``'s."""
+
+    path: str
+    """A local json/jsonl/csv/parquet/arrow file, a folder saved by ``datasets``, a hub dataset name, or
+    a bucket URL (``s3://bucket/data.jsonl``)."""
+    name: str | None = None
+    """How logs, the monitor and ``show`` call it (default: the file's name, or the hub name)."""
+    weight: float | None = Field(default=None, gt=0)
+    """Its share of the rows trained on (relative to the others' weights)."""
+    epochs: float | None = Field(default=None, gt=0)
+    """Instead of a weight: how many passes over it the run makes (its share follows its size)."""
+    format: Literal["auto", "alpaca", "squad", "chat", "text"] | None = None
+    split: str | None = None
+    eval_split: str | None = None
+    data_files: str | list[str] | None = None
+    chat: ChatFields | None = None
+    chat_template: str | None = None
+
+    @model_validator(mode="after")
+    def _one_share(self) -> DataSource:
+        if self.weight is not None and self.epochs is not None:
+            raise ValueError("give weight or epochs, not both")
+        return self
+
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        tail = self.path.rstrip("/").rsplit("/", 1)[-1]
+        return tail if "." in tail or "://" in self.path else self.path
 
 
 class OptimConfig(_Section):
@@ -246,6 +296,8 @@ class LoggingConfig(_Section):
     """Evaluate every N steps (``null``: at the start and the end only)."""
     eval_max_batches: int | None = Field(default=None, gt=0)
     """Cap evaluation at this many batches per rank."""
+    eval_max_s: float | None = Field(default=60.0, gt=0)
+    """End each evaluation after this many seconds (every rank at the same batch); ``null``: no limit."""
     peak_tflops: float | None = Field(default=None, gt=0.0)
     """Peak dense bf16 TFLOP/s per device for MFU, when the device is not recognised."""
     samples: SamplesConfig | None = None
@@ -289,8 +341,12 @@ class TrainerConfig(_Section):
 
     model_name: str
     """Hugging Face model id or local folder (``from_pretrained``), or a config for ``from_scratch``."""
-    dataset_name: str
-    """Hub dataset name, a local json/jsonl/parquet/arrow file, or a folder saved by ``datasets``."""
+    dataset_name: str | None = None
+    """Hub dataset name, a local json/jsonl/csv/parquet/arrow file, a folder saved by ``datasets``, or a
+    bucket URL; or ``datasets`` instead, for a mixture."""
+    datasets: list[DataSource] | None = Field(default=None, min_length=1)
+    """A mixture of sources, each with a weight (or an epoch count): the rows of every step are drawn
+    from them in those shares, deterministically by ``seed`` and step, whatever the world size."""
     output_dir: str
     """Where checkpoints and the final export go."""
     output_dir_shared: bool = False
@@ -329,4 +385,39 @@ class TrainerConfig(_Section):
                              "none; remove lora, or set model.from_scratch: false")
         if self.checkpoint.export_merged and self.lora is None:
             raise ValueError("checkpoint.export_merged merges LoRA adapters: set lora, or remove export_merged")
+        if (self.dataset_name is None) == (self.datasets is None):
+            raise ValueError("give dataset_name (one source) or datasets (a mixture: a list of {path, weight})"
+                             if self.dataset_name is None else "give dataset_name or datasets, not both")
+        if self.datasets is not None:
+            weights = [s.weight is not None for s in self.datasets]
+            epochs = [s.epochs is not None for s in self.datasets]
+            if any(weights) and not all(weights) or any(epochs) and not all(epochs):
+                raise ValueError("datasets: give every source a weight, or every source an epoch count (or none: "
+                                 "each source once)")
+            labels = [s.label() for s in self.datasets]
+            twice = sorted({x for x in labels if labels.count(x) > 1})
+            if twice:
+                raise ValueError(f"datasets: two sources are called {twice[0]}: give one a name")
         return self
+
+    def sources(self) -> list[DataSource]:
+        """The sources trained on: ``datasets``, or ``dataset_name`` as the one source."""
+        return list(self.datasets) if self.datasets is not None else [DataSource(path=self.dataset_name or "")]
+
+    def source_key(self, index: int) -> str:
+        """The key that names source ``index`` in a message: ``parameters.dataset_name``, or a mixture's
+        ``parameters.datasets[i].path``."""
+        return "parameters.dataset_name" if self.datasets is None else f"parameters.datasets[{index}].path"
+
+    def source_data(self, source: DataSource) -> DataConfig:
+        """``data`` as it applies to ``source``: its own format, split and fields where it sets them."""
+        own = {k: getattr(source, k) for k in ("format", "split", "eval_split", "data_files", "chat",
+                                               "chat_template") if getattr(source, k) is not None}
+        return self.data.model_copy(update=own)
+
+    @property
+    def data_label(self) -> str:
+        """The data in a few words: ``dataset_name``, or the mixture's sources."""
+        if self.datasets is None:
+            return self.dataset_name or ""
+        return "mixture of " + ", ".join(s.label() for s in self.datasets)

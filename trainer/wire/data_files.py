@@ -1,9 +1,10 @@
 """Local dataset files read row by row, each row with the line it came from (standard library; pyarrow
 for parquet and arrow, imported only for them).
 
-The trainer reads a local file here rather than through ``datasets``: a bad row is then named by its
-file and line (``data.jsonl:7: parameters.dataset_name: ...``), and start-up skips the Arrow
-conversion and its cache. ``fsdp-tui validate`` reads the first rows through :func:`peek` (no torch, no
+The trainer reads a local file's rows by these rules, never through ``datasets``' own JSON or CSV
+reader: a bad row is then named by its file and line (``data.jsonl:7: parameters.dataset_name: ...``),
+whichever of the node's tokenizing processes reads it (they parse JSON Lines line by line with
+:func:`json_row`). ``fsdp-tui validate`` reads the first rows through :func:`peek` (no torch, no
 ``datasets``), so the launcher and the trainer apply one rule to the same file.
 """
 
@@ -18,6 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from trainer.wire.ckpt_layout import url_scheme
 from trainer.wire.config import SettingError
 
 KEY = "parameters.dataset_name"
@@ -34,11 +36,20 @@ class DataError(SettingError):
     (``FILE: parameters.dataset_name: row N: what`` where rows have no line, as in parquet). Triage
     names these lines ``data``."""
 
-    def __init__(self, source: str, message: str, line: int | None = None, row: int | None = None) -> None:
-        self.source, self.line, self.row, self.message = source, line, row, message
+    def __init__(self, source: str, message: str, line: int | None = None, row: int | None = None,
+                 key: str = KEY) -> None:
+        self.source, self.line, self.row, self.message, self.key = source, line, row, message, key
         where = f"{source}:{line}" if line is not None else source
         what = f"row {row}: {message}" if row is not None and line is None else message
-        super().__init__(f"{where}: {KEY}: {what}")
+        super().__init__(f"{where}: {key}: {what}")
+
+    def __reduce__(self):
+        """Whole through a pickle (a worker process hands its error to the rank)."""
+        return DataError, (self.source, self.message, self.line, self.row, self.key)
+
+    def keyed(self, key: str) -> DataError:
+        """The same problem named under another key (a mixture's ``parameters.datasets[i].path``)."""
+        return DataError(self.source, self.message, self.line, self.row, key)
 
 
 @dataclass
@@ -51,6 +62,9 @@ class Rows:
     """The file, or the hub name and split."""
     lines: list[int] | None = None
     """The line each row starts on, for text files."""
+    first: int = 0
+    """The number of rows before these in their source (a part of a larger one): a row is named by its
+    place in the source."""
 
     def __len__(self) -> int:
         return len(self.items)
@@ -59,7 +73,7 @@ class Rows:
         """A :class:`DataError` at row ``index`` (0-based)."""
         if self.lines is not None:
             return DataError(self.source, message, line=self.lines[index])
-        return DataError(self.source, message, row=index + 1)
+        return DataError(self.source, message, row=self.first + index + 1)
 
 
 @dataclass(frozen=True)
@@ -82,10 +96,17 @@ def expand(name: str) -> str:
     return os.path.expanduser(os.path.expandvars(name))
 
 
+def is_url(name: str) -> bool:
+    """Whether ``dataset_name`` is a URL (``s3://bucket/data.jsonl``, read through fsspec); ``file://`` is a path."""
+    return url_scheme(name.strip()) is not None
+
+
 def looks_local(name: str) -> bool:
     """Whether ``dataset_name`` names a file or folder rather than a hub dataset: a path (``/``, ``./``,
-    ``~``, ``$VAR``) or a name with a data file's suffix. ``user/dataset`` is a hub name."""
+    ``~``, ``$VAR``) or a name with a data file's suffix. ``user/dataset`` is a hub name; a URL is neither."""
     stripped = name.strip()
+    if is_url(stripped):
+        return False
     if stripped.startswith(("/", "./", "../", "~", "$")) or stripped in (".", ".."):
         return True
     return Path(stripped).suffix.lower() in SUFFIXES
@@ -209,6 +230,23 @@ def _arrow_schema(path: Path, kind: str):
             return pa.ipc.open_file(source).schema
 
 
+def arrow_schema(path: Path, kind: str):
+    """The schema and row count of a parquet or arrow file (from its metadata, or its memory-mapped
+    batches: nothing is copied)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if kind == "parquet":
+        meta = pq.ParquetFile(path).metadata
+        return meta.schema.to_arrow_schema(), meta.num_rows
+    with pa.memory_map(str(path)) as source:
+        try:
+            table = pa.ipc.open_stream(source).read_all()
+        except pa.ArrowInvalid:
+            table = pa.ipc.open_file(source).read_all()
+        return table.schema, table.num_rows
+
+
 def _arrow_rows(path: Path, kind: str, source: str) -> list[dict[str, Any]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -243,9 +281,23 @@ def _decode(data: bytes, source: str) -> str:
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
         column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
-        raise DataError(source, f"not UTF-8 text: byte 0x{data[err.start]:02x} at column {column} (save the "
-                        "file as UTF-8)", line=line) from None
+        raise not_utf8(source, data[err.start], column, line) from None
     return text.removeprefix("\ufeff")
+
+
+def not_utf8(source: str, byte: int, column: int, line: int) -> DataError:
+    """The error for a byte that is not UTF-8 at ``column`` (in bytes, from 1) of ``line``."""
+    return DataError(source, f"not UTF-8 text: byte 0x{byte:02x} at column {column} (save the file as UTF-8)",
+                     line=line)
+
+
+def json_row(line: str, source: str, number: int) -> dict[str, Any]:
+    """One line of JSON Lines as a row, or the :class:`DataError` that names its line."""
+    try:
+        row = json.loads(line)
+    except ValueError as err:
+        raise DataError(source, f"not JSON: {_json_words(err)}", line=number) from None
+    return _mapping(row, source, number)
 
 
 def _text_rows(text: str, kind: str, source: str, limit: int | None, partial: bool = False) -> Rows:
@@ -270,11 +322,7 @@ def _json_lines(text: str, source: str, limit: int | None, partial: bool) -> Row
     for number, line in enumerate(split, start=1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except ValueError as err:
-            raise DataError(source, f"not JSON: {_json_words(err)}", line=number) from None
-        rows.append(_mapping(row, source, number))
+        rows.append(json_row(line, source, number))
         lines.append(number)
         if limit is not None and len(rows) >= limit:
             break

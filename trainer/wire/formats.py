@@ -146,6 +146,19 @@ def conversation(row: dict[str, Any], chat: ChatFields, fail: Fail) -> list[dict
     return out
 
 
+def read_row(fmt: str, row: dict[str, Any], chat: ChatFields, fail: Fail) -> None:
+    """Raise ``fail``'s error where the trainer could not read ``row`` as ``fmt`` (its text, its
+    conversation and tools, its prompt and answer): what ``validate`` and the doctor ask of a source's
+    first rows."""
+    if fmt == "chat":
+        conversation(row, chat, fail)
+        tools_of(row, fail)
+    elif fmt == "text":
+        text_of(row, fail)
+    elif fmt in ("alpaca", "squad"):
+        prompt_answer(fmt, row, fail)
+
+
 def tools_of(row: dict[str, Any], fail: Fail) -> list[dict[str, Any]] | None:
     """The function definitions a chat row offers the model (its ``tools`` column: JSON schemas as the
     chat template takes them, or that list as JSON text in a CSV or parquet cell); ``None`` without."""

@@ -128,9 +128,35 @@ class MetricRecord:
 
 
 @dataclass(frozen=True)
+class SourceSummary:
+    """One source of a mixture: what it holds and its share of the rows trained on."""
+
+    name: str
+    format: str
+    examples: int
+    rows: int
+    """Training rows (packed sequences when packing)."""
+    share: float
+    """Its share of the rows of every step, by its weight (or epochs and size)."""
+
+    @classmethod
+    def from_wire(cls, value: Any) -> SourceSummary | None:
+        """One decoded entry of a ``data`` record (untrusted: ``None`` for anything malformed)."""
+        if not isinstance(value, dict):
+            return None
+        name, fmt, share = value.get("name"), value.get("format"), value.get("share")
+        counts = [value.get(k) for k in ("examples", "rows")]
+        if not isinstance(name, str) or not name or not isinstance(fmt, str) or not fmt.isidentifier() \
+                or any(not _count(c) for c in counts) or not _number(share) or not 0 <= share <= 1:
+            return None
+        return cls(_clean(name)[:80], fmt[:20], counts[0], counts[1], float(share))
+
+
+@dataclass(frozen=True)
 class DataSummary:
     """What the run trains on, said once at start (a ``data`` record at step 0): how many examples, and
-    how many of them were cut at ``max_seq_len`` with how many tokens lost (``fsdp-tui show``)."""
+    how many of them were cut at ``max_seq_len`` with how many tokens lost (``fsdp-tui show``); for a
+    mixture, each source and its share."""
 
     examples: int
     eval_examples: int
@@ -140,29 +166,71 @@ class DataSummary:
     """Training examples longer than ``max_seq_len``, cut to it."""
     truncated_tokens: int
     """Tokens those examples lost."""
+    sources: tuple[SourceSummary, ...] = ()
+    """A mixture's sources, in the order of a train record's ``mix_rows`` (empty: one source)."""
+    streamed: bool = False
+    """The rows are read as they are trained on (``examples`` counts none ahead)."""
 
     def record(self) -> MetricRecord:
-        return MetricRecord(step=0, kind=KIND_DATA, extra=asdict(self))
+        extra = asdict(self)
+        extra["sources"] = [asdict(s) for s in self.sources]
+        return MetricRecord(step=0, kind=KIND_DATA, extra=extra)
 
     @classmethod
     def from_record(cls, record: MetricRecord) -> DataSummary | None:
         """The summary a ``data`` record carries; ``None`` for any other record or a malformed one."""
         if record.kind != KIND_DATA:
             return None
-        values = {k: record.extra.get(k) for k in cls.__dataclass_fields__}
+        names = [k for k in cls.__dataclass_fields__ if k not in ("sources", "streamed")]
+        values = {k: record.extra.get(k) for k in names}
         counts = [k for k in values if k != "format"]
-        if any(not isinstance(values[k], int) or isinstance(values[k], bool) or values[k] < 0 for k in counts) \
+        if any(not _count(values[k]) for k in counts) \
                 or not isinstance(values["format"], str) or not values["format"].isidentifier() \
                 or len(values["format"]) > 20:
             return None
-        return cls(**values)
+        raw = record.extra.get("sources")
+        sources = tuple(s for s in (SourceSummary.from_wire(v) for v in raw[:64]) if s is not None) \
+            if isinstance(raw, list) else ()
+        return cls(**values, sources=sources, streamed=record.extra.get("streamed") is True)
 
     def words(self) -> str:
         """``1200 examples (alpaca), 37 cut at max_seq_len 512 (5,120 tokens lost)``."""
         cut = (f"{self.truncated} cut at max_seq_len {self.max_seq_len} ({self.truncated_tokens:,} tokens lost)"
                if self.truncated else f"none cut at max_seq_len {self.max_seq_len}")
         held = f" + {self.eval_examples} held out" if self.eval_examples else ""
+        if self.streamed:
+            return f"streamed ({self.format}){held.replace(' + ', '; ')}"
         return f"{self.examples} examples{held} ({self.format}), {cut}"
+
+
+MIX_ROWS = "mix_rows"
+"""A train record's rows taken from each source of a mixture so far (a list, in the ``data`` record's
+order of ``sources``)."""
+
+
+def mix_rows(record: MetricRecord) -> tuple[int, ...]:
+    """The rows each source of a mixture gave up to this train record (empty: not a mixture's)."""
+    value = record.extra.get(MIX_ROWS)
+    if not isinstance(value, list) or len(value) > 64 or not all(_count(v) for v in value):
+        return ()
+    return tuple(value)
+
+
+def mix_words(sources: tuple[SourceSummary, ...], rows: tuple[int, ...]) -> str:
+    """``alpaca 74.9% (75%), chat 25.1% (25%)``: each source's realised share of the rows trained on so
+    far, and (in brackets) the share its weight asks for."""
+    total = sum(rows)
+    if not sources or len(rows) != len(sources) or not total:
+        return ", ".join(f"{s.name} ({s.share:.0%})" for s in sources)
+    return ", ".join(f"{s.name} {n / total:.1%} ({s.share:.0%})" for s, n in zip(sources, rows, strict=True))
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 RESUME_VERDICTS = ("verified", "resharded", "differs", "unchecked")

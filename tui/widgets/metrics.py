@@ -97,7 +97,12 @@ class MetricsPanel(Vertical):
     MetricsPanel #fit.-known { display: block; }
     MetricsPanel.-short Grid { grid-size: 4; height: 4; }
     MetricsPanel.-short #gauges { max-height: 2; }
+    MetricsPanel #mix { height: 1; padding: 0 1; color: $text-muted; display: none; }
+    MetricsPanel #mix.-shown { display: block; }
     """
+
+    mix_shown = ""
+    """What the mixture line says (redrawn only when that changes)."""
 
     def compose(self) -> ComposeResult:
         with Grid():
@@ -106,6 +111,7 @@ class MetricsPanel(Vertical):
             yield MetricSpark("learning rate", id="spark-lr")
             yield MetricSpark("tokens/s", id="spark-tps")
         yield Label("", id="fit")
+        yield Label("", id="mix")
         yield Vertical(id="gauges")
 
     def refresh_from(self, view: RunView) -> None:
@@ -119,6 +125,12 @@ class MetricsPanel(Vertical):
         fit.set_class(bool(words), "-known")
         if words:
             fit.update(words, layout=False)
+        mix = view.mix_words()
+        if mix and mix != self.mix_shown:  # a mixture: each source's share so far (and its weight's)
+            self.mix_shown = mix
+            label = self.query_one("#mix", Label)
+            label.update(f"mix: {mix}")
+            label.set_class(True, "-shown")
         gauges = self.query_one("#gauges", Vertical)
         existing = {g.rank: g for g in gauges.query(MemoryGauge)}
         for rank, mem in sorted(view.memory.items()):

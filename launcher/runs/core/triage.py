@@ -23,8 +23,10 @@ SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
                                       r"RendezvousConnectionError|Timed out waiting for .* rendezvous")),
     # The trainer's refusals name the key (``FILE: parameters.KEY: what to do``) and carry no traceback;
     # before Python errors, or torchrun's ``ChildFailedError:`` after them would name the failure. A
-    # problem in the data itself names the file and its line (``FILE:LINE: parameters.dataset_name: ...``).
-    ("data", re.compile(r"^(?:\[rank\d+\]:\s*)?(?:\S+: )?parameters\.dataset_name: (?:\S+ )*\S")),
+    # problem in the data itself names the file and its line (``FILE:LINE: parameters.dataset_name: ...``, a
+    # mixture's source ``parameters.datasets[1].path``).
+    ("data", re.compile(r"^(?:\[rank\d+\]:\s*)?(?:\S+: )?parameters\.(?:dataset_name|datasets\[\d+\]\.path): "
+                        r"(?:\S+ )*\S")),
     ("settings", re.compile(r"^(?:\[rank\d+\]:\s*)?(?:\S+: )?parameters\.[A-Za-z_][\w.]*: (?:\S+ )+\S")),
     ("python_error", re.compile(r"^(?:\[rank\d+\]:\s*)?(\w+(?:\.\w+)*(?:Error|Exception)): (.*)$")),
     ("killed", re.compile(r"Signal (9|15) \(SIG(?:KILL|TERM)\)|exitcode\s*:\s*-(9|15)|\bKilled\b")),

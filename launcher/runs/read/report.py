@@ -166,7 +166,7 @@ def run_report(home: Path, run_id: str) -> RunReport:
         usage=_usage(record, workload, kept.ended_at if kept else None), estimate=read_kept(directory),
         notifications=tuple(read_deliveries(directory)),
         lead_time=lead_time_of_run(directory, workload), ranks=ranks,
-        odd_nodes=tuple(odd), data=_data_summary(directory / METRICS),
+        odd_nodes=tuple(odd), data=_data_summary(directory / METRICS, records),
         resumed_from=_resumed_from(home, workload, run_id), router_aux_loss=_router_aux_loss(records),
         checkpoints_place=_place_words(plan), gathers=tuple(read_gathers(directory)),
         resume_check=check, resume_ignored=ignored, end_waits=end_waits, swaps=tuple(swaps),
@@ -255,15 +255,18 @@ def _head_records(path: Path) -> list:
     return [r for line in head.split(b"\n")[:-1] if (r := MetricRecord.from_json(line.decode("utf-8", "replace")))]
 
 
-def _data_summary(path: Path) -> dict | None:
+def _data_summary(path: Path, records: list) -> dict | None:
     """What the run trained on, from its ``data`` record: examples, and how many were cut at
-    ``max_seq_len`` with how many tokens lost; ``None`` for a run without one (a user script)."""
-    from trainer.wire.protocol import DataSummary
+    ``max_seq_len`` with how many tokens lost; a mixture's realised share of each source (from the newest
+    step that said) against its weight; ``None`` for a run without one (a user script)."""
+    from trainer.wire.protocol import DataSummary, mix_rows, mix_words
 
     for record in _head_records(path):
         summary = DataSummary.from_record(record)
         if summary is not None:
-            return {**asdict(summary), "text": summary.words()}
+            rows = next((mix_rows(r) for r in reversed(records) if mix_rows(r)), ())
+            mix = mix_words(summary.sources, rows) if summary.sources else ""
+            return {**asdict(summary), "text": summary.words(), "mix": mix, "mix_rows": list(rows)}
     return None
 
 

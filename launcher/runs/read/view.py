@@ -24,7 +24,15 @@ from launcher.runs.core.resume_badge import ResumeBasis
 from launcher.runs.core.swaps import Swap
 from launcher.runs.core.triage import classify_line, might_signal
 from trainer.wire.fit_record import KIND_FIT, FitSummary, MemoryCheck
-from trainer.wire.protocol import KIND_RESUME_CHECK, RankMemory, ResumeCheck
+from trainer.wire.protocol import (
+    KIND_DATA,
+    KIND_RESUME_CHECK,
+    DataSummary,
+    RankMemory,
+    ResumeCheck,
+    mix_rows,
+    mix_words,
+)
 
 SERIES_LEN = 600
 LINE_RATE_WINDOW_S = 30
@@ -144,6 +152,10 @@ class RunView:
     """The newest resume's check (the built-in trainer's, at the first step after a resume)."""
     fit: FitSummary | None = None
     """Each rank's predicted peak memory (the built-in trainer's, said before its first step)."""
+    data: DataSummary | None = None
+    """What the run trains on (the built-in trainer's ``data`` record): a mixture's sources and shares."""
+    mix_rows: tuple[int, ...] = ()
+    """A mixture's rows taken from each source, as of the newest step that said."""
     continues: str = ""
     """The run whose checkpoint this one continues, in words (``continues run X from step N``), as its
     launch recorded it; said when nothing weighs more."""
@@ -267,6 +279,12 @@ class RunView:
             return f"resume {self.swaps[-1].verdict.upper()}"  # the jump was the run's own: the swap settled it
         return f"resume {self.resume_check.verdict.upper()}"
 
+    def mix_words(self) -> str:
+        """A mixture's realised share of each source against its weight (empty: one source)."""
+        if self.data is None or not self.data.sources:
+            return ""
+        return mix_words(self.data.sources, self.mix_rows)
+
     def node(self, rank: int) -> NodeView:
         return self.nodes.setdefault(rank, NodeView(rank))
 
@@ -281,8 +299,11 @@ class RunView:
             self.resume_check = ResumeCheck.from_record(r) or self.resume_check
         if r.kind == KIND_FIT:
             self.fit = FitSummary.from_record(r) or self.fit
+        if r.kind == KIND_DATA:
+            self.data = DataSummary.from_record(r) or self.data
         if r.kind != "train":
             return
+        self.mix_rows = mix_rows(r) or self.mix_rows
         self.step = max(self.step, r.step)
         at = r.time if r.time is not None and r.time <= now + 60 else now  # a node's clock a little ahead: fine
         if self.first_step_at is None:

@@ -1,0 +1,132 @@
+"""The trainer's data end to end under torchrun (gloo, CPU processes): a streamed mixture killed and
+resumed trains what an unbroken run trains (same world size: the same losses; another: the same rows,
+the resume check's verdict), its shares and bounded evaluation said; a cached mixture's second start
+reads the node's cache and every rank maps one copy."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.trainer.conftest import run_trainer, tiny_params, torchrun_argv, trainer_env
+from tests.trainer.test_distributed import _kill_tagged
+
+pytestmark = pytest.mark.slow
+
+WORDS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+def _records(tmp: Path) -> list[dict]:
+    return [json.loads(line) for line in (tmp / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory) -> Path:
+    import random
+
+    root = tmp_path_factory.mktemp("sources")
+    rng = random.Random(0)
+    with open(root / "alpaca.jsonl", "w") as f:
+        for _ in range(3000):
+            f.write(json.dumps({"instruction": "Say the words.", "input": "",
+                                "output": " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 24)))}) + "\n")
+    with open(root / "numbers.jsonl", "w") as f:
+        for _ in range(1500):
+            f.write(json.dumps({"text": " ".join(str(rng.randint(0, 99)) for _ in range(rng.randint(2, 20)))}) + "\n")
+    return root
+
+
+def _params(out: Path, sources: Path, **data) -> dict:
+    params = tiny_params(out, max_steps=12, per_device_batch_size=4, max_seq_len=64,
+                         datasets=[{"path": str(sources / "alpaca.jsonl"), "weight": 3},
+                                   {"path": str(sources / "numbers.jsonl"), "weight": 1, "name": "numbers"}],
+                         data={"eval_max_rows": 40, **data},
+                         logging={"eval_every_steps": 4, "eval_max_batches": 3, "eval_max_s": 1e-6},
+                         checkpoint={"every_steps": 4, "keep_last": 5, "export_hf": False})
+    del params["dataset_name"]
+    return params
+
+
+def _losses(tmp: Path, after: int = 0) -> dict[int, float]:
+    train = [r for r in _records(tmp) if r["kind"] == "train"]
+    start = max((i for i, r in enumerate(train) if r["step"] == after + 1), default=0)
+    return {r["step"]: r["loss"] for r in train[start:]}
+
+
+def test_a_streamed_mixture_killed_and_resumed_trains_what_an_unbroken_run_trains(tmp_path, sources, tiny_model_dir):
+    params = _params(tmp_path / "ref" / "out", sources, streaming=True)
+    ref = run_trainer(tmp_path / "ref", params)
+    assert ref.returncode == 0, ref.stdout[-3000:] + ref.stderr[-3000:]
+    ref_losses = _losses(tmp_path / "ref")
+    assert sorted(ref_losses) == list(range(1, 13))
+    # what the start says: streamed sources, their held-out rows, bounded evaluation
+    assert "data: alpaca.jsonl: streamed (data.streaming): read and tokenized as it is trained on, its first 30 rows " \
+           "held out" in ref.stdout
+    assert "evaluation: 40 held-out rows (at most data.eval_max_rows: 40), each evaluation at most 1e-06 s" in ref.stdout
+    assert "evaluation stopped after 1 batches: logging.eval_max_s is 1e-06 s" in ref.stdout
+    data = next(r for r in _records(tmp_path / "ref") if r["kind"] == "data")
+    assert data["streamed"] and [s["name"] for s in data["sources"]] == ["alpaca.jsonl", "numbers"]
+    last = [r for r in _records(tmp_path / "ref") if r["kind"] == "train"][-1]
+    assert sum(last["mix_rows"]) == 12 * 8 and abs(last["mix_rows"][0] / 96 - 0.75) < 0.1
+    assert "mix: alpaca.jsonl" in ref.stdout
+
+    # killed for real after its step-4 checkpoint, then started again on the same two ranks
+    tmp = tmp_path / "killed"
+    tmp.mkdir()
+    params["output_dir"] = str(tmp / "out")
+    (tmp / "params.yaml").write_text(json.dumps(params))
+    tag = f"stream-resume-{os.getpid()}"
+    proc = subprocess.Popen(torchrun_argv(2, "-m", "trainer", str(tmp / "params.yaml")), cwd=tmp,
+                            env={**trainer_env(tmp), "FSDP_TUI_RUN_ID": tag}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("step=6/"):
+            break
+    assert len(_kill_tagged(tag)) >= 3
+    proc.wait(timeout=30)
+    time.sleep(0.5)
+    resumed = run_trainer(tmp, params, env={"FSDP_TUI_RUN_ID": tag})
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "at step 4" in resumed.stdout
+    for step, loss in _losses(tmp, after=4).items():
+        assert loss == pytest.approx(ref_losses[step], rel=1e-6, abs=1e-7), step
+    check = next(r for r in _records(tmp) if r["kind"] == "resume_check")
+    assert check["verdict"] == "verified", check
+    assert {"next batch", "data position", "rows from each source", "data"} <= set(check["checked"])
+
+    # another world size, the same rows a step: one rank of 8 from the unbroken run's step-4 checkpoint
+    one = tmp_path / "one"
+    (one / "out" / "checkpoints").mkdir(parents=True)
+    shutil.copytree(tmp_path / "ref" / "out" / "checkpoints" / "step-00000004",
+                    one / "out" / "checkpoints" / "step-00000004")
+    params.update(output_dir=str(one / "out"), per_device_batch_size=8)
+    single = run_trainer(one, params, nproc=1)
+    assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
+    check = next(r for r in _records(one) if r["kind"] == "resume_check")
+    assert check["verdict"] == "resharded" and (check["world_before"], check["world_after"]) == (2, 1), check
+    assert {"next batch", "data position", "rows from each source"} <= set(check["checked"])
+    for step, loss in _losses(one, after=4).items():
+        assert loss == pytest.approx(ref_losses[step], rel=1e-4), step
+
+
+def test_a_cached_mixture_is_tokenized_once_and_read_from_the_cache_after(tmp_path, sources, tiny_model_dir):
+    params = _params(tmp_path / "a" / "out", sources)
+    params.update(max_steps=3, checkpoint={"every_steps": None, "save_final": False, "export_hf": False})
+    first = run_trainer(tmp_path / "a", params)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert first.stdout.count("examples tokenized in") == 2  # each source once, by one rank
+    params["output_dir"] = str(tmp_path / "b" / "out")
+    second = run_trainer(tmp_path / "b", params)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.stdout.count("examples read from the cache") == 2 and "tokenized in" not in second.stdout.split(
+        "read from the cache")[0]
+    assert _losses(tmp_path / "a") == pytest.approx(_losses(tmp_path / "b"), rel=1e-6)
+    data = next(r for r in _records(tmp_path / "b") if r["kind"] == "data")
+    assert [s["share"] for s in data["sources"]] == [0.75, 0.25] and not data["streamed"]

@@ -1,0 +1,194 @@
+"""Streaming, in one process without a model: the rows each rank trains on, step by step, from a stream
+stopped at a checkpoint's position and started again (same and other world size) are the rows of an
+unbroken stream, tensor for tensor; a streamed mixture keeps its shares; a bad row later in a stream is
+named in one line; a streamed source is refused where it cannot stream. The trainer end to end:
+tests/trainer/test_data_runs.py."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from trainer.data.dataset import build
+from trainer.data.stream import StreamOrder
+from trainer.loop.train import micro_batches
+from trainer.wire.config import SettingError, TrainerConfig
+
+WORDS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+def _alpaca(path, count: int, seed: int) -> None:
+    rng = random.Random(seed)
+    with open(path, "w") as f:
+        for i in range(count):
+            f.write(json.dumps({"instruction": " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 5))),
+                                "input": "", "output": " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 20))),
+                                "id": i}) + "\n")
+
+
+def _text(path, count: int, seed: int) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = random.Random(seed)
+    rows = [{"text": " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 30)))} for _ in range(count)]
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=300)
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("stream")
+    _alpaca(root / "a.jsonl", 9000, 1)
+    _text(root / "t.parquet", 5000, 2)
+    return root
+
+
+def _cfg(root, **over) -> TrainerConfig:
+    params = {"model_name": "m", "output_dir": "o", "max_seq_len": 48, "max_steps": 10, "seed": 3,
+              "datasets": [{"path": str(root / "a.jsonl"), "weight": 3}, {"path": str(root / "t.parquet"), "weight": 1}],
+              "data": {"streaming": True, "eval_max_rows": 40, "cache_dir": str(root / "cache")}}
+    params.update(over)
+    return TrainerConfig(**params)
+
+
+def _ranks(cfg, tok, world: int, batch: int, state: dict | None = None):
+    """Each rank's data and order, as every rank of a run of ``world`` makes them (each its own stream)."""
+    out = []
+    for rank in range(world):
+        data = build(cfg, tok, packing=True)
+        order = StreamOrder(data.stream, world, rank, batch)
+        if state is not None:
+            order.fit(state)
+        out.append((data, order))
+    return out
+
+
+def _steps(ranks, state: dict, steps: int, accum: int) -> list[list[dict[str, torch.Tensor]]]:
+    """``steps`` optimiser steps: every rank's micro-batches, in rank order, and the state after them."""
+    taken = []
+    for _ in range(steps):
+        per_rank, counts = [], set()
+        for data, order in ranks:
+            batches, epoch, position, count = micro_batches(order, data.train_rows, state["epoch"], state["position"],
+                                                            accum, data.pad_id, data.learned_counts())
+            per_rank.append(batches)
+            counts.add(count)
+        assert len(counts) == 1  # every rank counts the same global batch
+        state["epoch"], state["position"] = epoch, position
+        for _, order in ranks:
+            order.note(state)
+        taken.append(per_rank)
+    return taken
+
+
+def _rows(step: list[list[dict[str, torch.Tensor]]]) -> list[list[int]]:
+    """A step's rows over every rank, micro-batch by micro-batch, as token ids (padding dropped)."""
+    out = []
+    for micro in range(len(step[0])):
+        for batches in step:
+            batch = batches[micro]
+            for row in range(batch["input_ids"].shape[0]):
+                ids, labels = batch["input_ids"][row].tolist(), batch["labels"][row].tolist()
+                while ids and ids[-1] == 0 and labels[-1] == -100:  # the batch's padding (its width varies)
+                    ids, labels = ids[:-1], labels[:-1]
+                out.append(ids + labels)
+    return out
+
+
+@pytest.mark.parametrize(("before", "after", "workers"), [((2, 4), (2, 4), 0), ((2, 4), (1, 8), 0),
+                                                      ((1, 8), (4, 2), 0), ((1, 8), (2, 4), 1)],
+                         ids=["same-world", "two-ranks-to-one", "one-rank-to-four", "worker-process"])
+def test_a_stream_stopped_and_started_again_trains_the_rows_an_unbroken_one_does(sources, tok, before, after,
+                                                                                 workers):
+    cfg = _cfg(sources, data={"streaming": True, "eval_max_rows": 40, "cache_dir": str(sources / "cache"),
+                              "num_workers": workers})
+    unbroken_state = {"step": 0, "epoch": 0, "position": 0, "stream_rows": 0, "stream": ""}
+    unbroken = _steps(_ranks(cfg, tok, *before), unbroken_state, 14, accum=2)
+    state = {"step": 0, "epoch": 0, "position": 0, "stream_rows": 0, "stream": ""}
+    first = _steps(_ranks(cfg, tok, *before), state, 6, accum=2)
+    saved = json.loads(json.dumps({**state, "per_global": before[0] * before[1]}))  # as a checkpoint keeps it
+    assert saved["stream_rows"] == 6 * 2 * 8 and json.loads(saved["stream"])["slot"] == 96
+    resumed = _ranks(cfg, tok, *after, state=saved)
+    assert saved["position"] == 0 and saved["per_global"] == after[0] * after[1]
+    rest = _steps(resumed, saved, 8, accum=2)
+    assert [_rows(s) for s in first + rest] == [_rows(s) for s in unbroken]
+    counts = resumed[0][1].source_counts(0, saved["position"])
+    assert sum(counts) == 14 * 16 and abs(counts[0] / sum(counts) - 0.75) < 0.05
+
+
+def test_a_streamed_mixture_keeps_its_shares_and_each_source_passes_again(sources, tok):
+    cfg = _cfg(sources, datasets=[{"path": str(sources / "a.jsonl"), "weight": 1},
+                                  {"path": str(sources / "t.parquet"), "weight": 2, "name": "text"}],
+               data={"streaming": True, "cache_dir": str(sources / "cache"), "eval_fraction": 0.0})
+    data = build(cfg, tok, packing=False)
+    order = StreamOrder(data.stream, 1, 0, 100)
+    state = {"epoch": 0, "position": 0}
+    for position in range(1, 101):  # as the steps go: each one's rows dropped once taken
+        state["position"] = position
+        order.note(state)
+    counts = np.array(order.source_counts(0, 100))
+    assert counts.sum() == 10_000 and abs(counts[0] / 10_000 - 1 / 3) < 0.01
+    assert counts[1] > 5000  # more than a pass over its 5,000 rows (one a row, none held out)
+    assert json.loads(state["stream"])["sources"][1][0] == 1  # the text source is in its second pass
+
+
+@pytest.mark.parametrize("workers", [0, 1], ids=["thread", "worker-process"])
+def test_a_bad_row_later_in_a_stream_is_named_in_one_line(tmp_path, tok, workers):
+    path = tmp_path / "a.jsonl"
+    _alpaca(path, 6000, 4)
+    lines = path.read_bytes().split(b"\n")
+    lines[5000] = b'{"instruction": "x", "input": ""}'
+    path.write_bytes(b"\n".join(lines))
+    cfg = TrainerConfig(model_name="m", output_dir="o", dataset_name=str(path), max_seq_len=48, max_steps=5,
+                        data={"streaming": True, "eval_max_rows": 10, "shuffle": False, "num_workers": workers})
+    data = build(cfg, tok, packing=False)
+    with pytest.raises(SettingError) as err:
+        for i in range(6000):
+            data.train_rows[i]
+            data.stream.release(i)
+    assert str(err.value) == (f"{path}:5001: parameters.dataset_name: row has no 'output'; the alpaca format needs "
+                              "instruction, output")
+
+
+def test_a_stream_is_refused_where_it_cannot_stream(sources, tok):
+    with pytest.raises(SettingError, match="parameters.max_steps: the data is streamed"):
+        build(_cfg(sources, max_steps=None), tok, packing=True)
+    with pytest.raises(SettingError, match="a streamed source takes a weight, not epochs"):
+        build(_cfg(sources, datasets=[{"path": str(sources / "a.jsonl"), "epochs": 2}]), tok, packing=True)
+    big = _cfg(sources, data={"streaming": "auto", "streaming_above_gb": 0.0001, "cache_dir": str(sources / "c")})
+    data = build(big, tok, packing=True)
+    assert data.stream is not None and any("over data.streaming_above_gb" in n for n in data.notes), data.notes
+
+
+def test_a_small_streamed_source_holds_out_its_share_and_an_eval_split_is_its_own(tmp_path, tok):
+    import datasets
+
+    _alpaca(tmp_path / "small.jsonl", 100, 5)
+    rows = [{"text": " ".join(WORDS[: i % 9 + 2])} for i in range(60)]
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows[:40]),
+                          "test": datasets.Dataset.from_list(rows[40:])}).save_to_disk(str(tmp_path / "saved"))
+    cfg = TrainerConfig(model_name="m", output_dir="o", max_seq_len=48, max_steps=2,
+                        datasets=[{"path": str(tmp_path / "small.jsonl")},
+                                  {"path": str(tmp_path / "saved"), "eval_split": "test"}],
+                        data={"streaming": True})
+    data = build(cfg, tok, packing=False)
+    assert "its first 5 rows held out" in data.notes[0]  # 5% of its 100: the default 1,000 would be all of it
+    assert "20 rows of its split 'test' held out" in data.notes[1]
+    assert len(data.eval_rows) == 25
+    order = StreamOrder(data.stream, 1, 0, 10)
+    state = {"epoch": 0, "position": 0}
+    for position in range(1, 31):  # three passes over the small source: it has rows to train on
+        state["position"] = position
+        order.note(state)
+    assert json.loads(state["stream"])["sources"][0][0] >= 1
