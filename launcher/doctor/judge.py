@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from launcher.doctor.check import Check, Status  # Check: re-exported, where the doctor's readers import it
-from launcher.doctor.memory import memory_check
 from launcher.doctor.data_checks import data_checks, node_sources
+from launcher.doctor.memory import memory_check
 from launcher.doctor.reply import (
     DiskFacts,
     GpuFacts,

@@ -2,7 +2,6 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -11,7 +10,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.support.trainer.run import HERE, ROOT, run_trainer, tiny_params, torchrun_argv, trainer_env
+from tests.support.trainer.run import (
+    HERE,
+    ROOT,
+    kill_tagged,
+    run_trainer,
+    tiny_params,
+    torchrun_argv,
+    trainer_env,
+)
 from trainer.ckpt.checkpoint import list_checkpoints, newest_complete
 
 pytestmark = pytest.mark.slow
@@ -97,24 +104,6 @@ def test_dcp_checkpoint_loads_in_a_plain_process(demo_run):
     assert "PARAMS 238144" in out.stdout
 
 
-def _kill_tagged(tag: str) -> list[int]:
-    needle = f"FSDP_TUI_RUN_ID={tag}".encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if needle in (entry / "environ").read_bytes().split(b"\0"):
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return pids
-
-
 def _one_step(tmp: Path, model_dir: Path, nproc: int, *configs: str) -> dict:
     """``configs``: ``sharding:offload``, each one step in the same torchrun job of ``nproc`` ranks."""
     prefix = tmp / f"w{nproc}"
@@ -163,7 +152,7 @@ def test_resume_after_sigkill_gives_the_same_losses(tmp_path, tiny_model_dir):
         if line.startswith("step=8/"):
             break
     # SIGKILL torchrun and its workers (each in a session of its own), found by their run tag.
-    killed = _kill_tagged(tag)
+    killed = kill_tagged(tag)
     assert len(killed) >= 3
     proc.wait(timeout=30)
     time.sleep(0.5)

@@ -9,7 +9,7 @@ import json
 
 from launcher.events import MetricsRecorded, RunState
 from launcher.runs.read.view import RunView
-from tests.tui.support import RecordedRun, record
+from tests.support.tui import RecordedRun, record
 from trainer.wire.protocol import DataSummary, MetricRecord, SourceSummary
 
 SUMMARY = DataSummary(examples=3000, eval_examples=40, format="mixed", max_seq_len=64, truncated=0,

@@ -4,6 +4,7 @@ its environment, and rows tokenized by its own code."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -77,3 +78,23 @@ def alpaca_examples(model_dir: Path, count: int, max_len: int, mask_prompt: bool
         rows = [json.loads(line) for line in f.readlines()[:count]]
     t = Tokenize(tok, "alpaca", max_len, mask_prompt=mask_prompt)
     return [t(r) for r in rows], tok.pad_token_id
+
+
+def kill_tagged(tag: str) -> list[int]:
+    """Every process whose environment names the run ``tag`` (``FSDP_TUI_RUN_ID``), killed: a rank
+    killed mid-run as a crash would; the pids it found."""
+    needle = f"FSDP_TUI_RUN_ID={tag}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return pids

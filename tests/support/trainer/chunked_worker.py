@@ -15,7 +15,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from tests.trainer.conftest import alpaca_examples
+from tests.support.trainer.run import alpaca_examples
 from trainer import parallel
 from trainer.data.rows import IGNORE, collate, pack
 from trainer.loop import loss, train

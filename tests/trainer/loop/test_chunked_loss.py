@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.trainer.test_packing_families import COMMON, PACKED, VOCAB
+from tests.trainer.model.test_packing_families import COMMON, PACKED, VOCAB
 from trainer.data.rows import IGNORE, Example, collate, pack, pad_rows
 from trainer.loop import loss, train
 from trainer.model import learned_logits
@@ -117,10 +117,10 @@ def test_chunked_loss_equals_the_full_logits_with_lora_on_the_output_layer(batch
 
 
 def test_chunked_loss_equals_the_full_logits_with_the_router_loss_for_every_moe_family():
-    """Every mixture-of-experts family that builds tiny here (:mod:`tests.trainer.moe_families`), trained with
+    """Every mixture-of-experts family that builds tiny here (:mod:`tests.support.trainer.moe_families`), trained with
     its router loss as the trainer trains it: the chunked step's loss, router loss and gradients are the full
     logits' (a family that computes its loss some other way keeps the full logits, and then they agree too)."""
-    from tests.trainer.moe_families import moe_types, tiny_model
+    from tests.support.trainer.moe_families import moe_types, tiny_model
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: threads only wait on each other
@@ -322,13 +322,13 @@ def test_under_fsdp_and_replication_chunks_and_checkpointing_give_the_same_loss_
     (``selective``: every other block, ``full``: every block) gives the same as ``off``."""
     import subprocess
 
-    from tests.trainer.conftest import ROOT, torchrun_argv, trainer_env
+    from tests.support.trainer.run import HERE, ROOT, torchrun_argv, trainer_env
 
     configs = [f"{s}:{ce}:off" for s in ("no_shard", "full_shard", "full_shard_blocks") for ce in ("full", "chunked")]
     configs += ["full_shard_blocks:full:selective", "full_shard_blocks:chunked:selective",
                 "full_shard_blocks:chunked:full", "no_shard:full:selective"]
     prefix = tmp_path / "step"
-    script = str(Path(__file__).with_name("chunked_worker.py"))
+    script = str(HERE / "chunked_worker.py")
     out = subprocess.run(torchrun_argv(2, script, str(tiny_model_dir), str(prefix), *configs), cwd=ROOT,
                          env=trainer_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]

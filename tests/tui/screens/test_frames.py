@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from textual import events
 
-from tests.tui.support import FedEvents
+from tests.support.tui import FedEvents
 from tui.app import FsdpTuiApp
 from tui.screens.monitor import RunMonitorScreen
 

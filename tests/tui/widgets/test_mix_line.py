@@ -4,7 +4,7 @@ on so far beside its weight's, updated as steps come; a run of one source shows 
 from __future__ import annotations
 
 from launcher.events import MetricsRecorded, RunState, RunStateChanged
-from tests.tui.support import FedEvents, wait_for
+from tests.support.tui import FedEvents, wait_for
 from trainer.wire.protocol import DataSummary, MetricRecord, SourceSummary
 from tui.app import FsdpTuiApp
 from tui.screens.monitor import RunMonitorScreen

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.conftest import run_trainer, tiny_params, torchrun_argv, trainer_env
-from tests.trainer.test_distributed import _kill_tagged
+from tests.support.trainer.run import kill_tagged, run_trainer, tiny_params, torchrun_argv, trainer_env
 
 pytestmark = pytest.mark.slow
 
@@ -89,7 +88,7 @@ def test_a_streamed_mixture_killed_and_resumed_trains_what_an_unbroken_run_train
     for line in proc.stdout:
         if line.startswith("step=6/"):
             break
-    assert len(_kill_tagged(tag)) >= 3
+    assert len(kill_tagged(tag)) >= 3
     proc.wait(timeout=30)
     time.sleep(0.5)
     resumed = run_trainer(tmp, params, env={"FSDP_TUI_RUN_ID": tag})

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.trainer.chat_tokenizers import CHATML_GENERATION, LLAMA3, QWEN3, chat_tokenizer
+from tests.support.trainer.chat_tokenizers import CHATML_GENERATION, LLAMA3, QWEN3, chat_tokenizer
 from trainer.data import token_cache
 from trainer.data.chat import choose_template
 from trainer.data.dataset import build, load_rows
