@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from launcher.api.runs import Runs
     from launcher.api.sweeps import Sweeps
 
+__all__ = ["Client"]
+
 
 class Client:
     """The core as one data dir's front end sees it. Owns nothing but ``home``: every room it hands out
