@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from launcher.events import RunEvent
     from launcher.runs.core.continuing import FRESH, Continuation
-    from launcher.runs.core.layout import FORCED_NOTE, TRIAGE, ResumeCheck
+    from launcher.runs.core.layout import FORCED_NOTE, TRIAGE, PlanShape, RecordedPlan, ResumeCheck
     from launcher.runs.core.ownership import KeptEnd
     from launcher.runs.core.run_kind import RunKind
     from launcher.runs.core.safe_step import NONE_YET, SafeStep
@@ -44,7 +44,7 @@ from launcher.api.launching import AlreadyLaunched, Launched, LaunchOutcome, Ref
 
 _FROM = {
     "launcher.runs.core.continuing": ("FRESH", "Continuation"),
-    "launcher.runs.core.layout": ("FORCED_NOTE", "TRIAGE", "ResumeCheck"),
+    "launcher.runs.core.layout": ("FORCED_NOTE", "TRIAGE", "PlanShape", "RecordedPlan", "ResumeCheck"),
     "launcher.runs.core.run_kind": ("RunKind",),
     "launcher.runs.core.ownership": ("KeptEnd",),
     "launcher.runs.core.safe_step": ("NONE_YET", "SafeStep"),
@@ -73,7 +73,7 @@ __getattr__ = lazy_names(__name__, _FROM)
 __all__ = [
     "COLUMNS", "ComparisonFormat", "Continuation", "FORCED_NOTE", "FRESH", "NONE_YET", "THRESHOLD", "THRESHOLDS", "TRIAGE",
     "AlreadyLaunched", "CancelReport", "Column", "FollowGaveUp", "KeptEnd", "LaunchOutcome", "Launched", "NodeRecord",
-    "NodeRow", "RankReport", "RankTimes", "RecordUnwritable", "Refused", "ResumeCheck", "Resumed", "RunKind", "RunListed",
+    "NodeRow", "PlanShape", "RankReport", "RankTimes", "RecordUnwritable", "RecordedPlan", "Refused", "ResumeCheck", "Resumed", "RunKind", "RunListed",
     "RunNotFound", "RunRecord", "RunReport", "RunStats", "RunSummary", "RunView", "Runs", "SafeStep", "SampleSet", "Sent",
     "Signature", "StackDumps", "StopOutput", "StoreDamaged", "TriageReport", "Usage", "classify_line", "fmt",
     "fmt_duration", "history_lines", "might_signal", "node_rows", "side_by_side_at", "side_lines", "stopped_line",
@@ -129,10 +129,9 @@ class Runs:
     def listing(self, *, state: str | None = None, experiment: str | None = None,
                 limit: int | None = None) -> list[RunListed]:
         """As ``list``, each run with its usage, resume check and its owner's note (``fsdp-tui runs``)."""
-        import json
         import time
 
-        from launcher.runs.core.layout import PLAN, read_resume_check
+        from launcher.runs.core.layout import read_plan, read_resume_check
         from launcher.runs.core.ownership import kept_end, owner_note
         from launcher.runs.core.resume_badge import trusted
         from launcher.runs.core.run_kind import run_kind
@@ -147,16 +146,12 @@ class Runs:
         now, out = time.time(), []
         for summary in store.list_runs(state=state, experiment=experiment, limit=limit):
             record = store.get_run(summary.run_id)
-            try:
-                plan = json.loads((record.directory / PLAN).read_text()) if record else {}
-            except (OSError, ValueError):
-                plan = {}
+            plan = read_plan(record.directory) if record else None  # read once, not validated again
             kept = None if summary.state.is_final else kept_end(self.home, summary.run_id)
-            usage = usage_of_record(record, plan.get("workload"), prices, kept.ended_at if kept else now) \
-                if record else None
+            usage = usage_of_record(record, plan, prices, kept.ended_at if kept else now) if record else None
             note = "" if summary.state.is_final else owner_note(self.home, summary.run_id)
-            check, ignored = trusted(read_resume_check(record.directory) if record else None, plan.get("workload"),
-                                     summary.attempt)
+            check, ignored = trusted(read_resume_check(record.directory) if record else None,
+                                     plan.workload if plan else None, summary.attempt)
             out.append(RunListed(summary, usage, check, note, run_kind(self.home, summary), ignored, kept))
         return out
 
@@ -329,18 +324,12 @@ class Runs:
         """The workload the run ran, as recorded (not the file as it is now)."""
         return (self.record(run_id).directory / "workload.yaml").read_text()
 
-    def workload_of(self, run_id: str) -> dict | None:
-        """The run's resolved workload as its plan records it (``None``: none on record): what a
-        :class:`RunView` needs to tell a resume's badge from a job's word (``RunView.workload``)."""
-        import json
+    def recorded_plan(self, run_id: str) -> RecordedPlan | None:
+        """The run's plan as recorded, not validated again (``None``: none on record): what a
+        :class:`RunView` needs to tell a resume's badge from a job's word (``RunView.plan``)."""
+        from launcher.runs.core.layout import read_plan
 
-        from launcher.runs.core.layout import PLAN
-
-        try:
-            workload = json.loads((self.record(run_id).directory / PLAN).read_text()).get("workload")
-        except (OSError, ValueError, AttributeError):
-            return None
-        return workload if isinstance(workload, dict) else None
+        return read_plan(self.record(run_id).directory)
 
     def plan_of(self, run_id: str) -> RunPlan:
         """The plan the run was launched with. ``OSError``/``ValueError``: none on record (an old run)."""

@@ -219,7 +219,7 @@ class RunMonitorScreen(Screen):
 
         events = self.events
         if events is None:
-            self.view.workload = await asyncio.to_thread(self.app.client.runs.workload_of, self.run_id)
+            self.view.plan = await asyncio.to_thread(self.app.client.runs.recorded_plan, self.run_id)
             events = self.app.client.runs.follow(self.run_id)
         try:
             async for event in events:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -31,7 +31,7 @@ IGNORED_SECTIONS = ("checkpoint",)
 """``parameters`` sections left out of the fingerprint: how often a run saves (a probe saves nothing)."""
 
 
-def fingerprint(workload: dict[str, Any]) -> str:
+def fingerprint(workload: Mapping[str, Any]) -> str:
     """What makes two runs step alike: the workload as recorded, less its length, its outputs, its
     checkpoints, its MLflow settings and its identity tokens. Runs with the same fingerprint are the
     history an estimate reads."""

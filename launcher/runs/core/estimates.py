@@ -12,6 +12,7 @@ import functools
 import json
 import os
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from launcher.runs.core.estimate import (
     steps_to_run,
     timing_of,
 )
-from launcher.runs.core.layout import LOG_METRICS, METRICS, PLAN, load_options, read_records
+from launcher.runs.core.layout import LOG_METRICS, METRICS, load_options, read_plan, read_records
 from launcher.runs.core.store import RunRecord, RunStore, StoreDamaged
 from launcher.words import plural
 from launcher.workload.plan import RunPlan
@@ -54,11 +55,9 @@ class History:
     from the same kind of measurement as ``timing`` (a probe, or a whole run)."""
 
 
-def _workload_of(record: RunRecord) -> dict[str, Any] | None:
-    try:
-        return json.loads((record.directory / PLAN).read_text())["workload"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+def _workload_of(record: RunRecord) -> Mapping[str, Any] | None:
+    plan = read_plan(record.directory)
+    return plan.workload if plan is not None and plan.workload else None
 
 
 def _created_at(record: RunRecord) -> float | None:

@@ -6,13 +6,16 @@ one already (a retry's, or a folder other runs write). A check from any other ru
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from trainer.wire.protocol import RUN_ID_ENV, ResumeCheck
 
 
-def not_a_resume(workload: dict | None, attempt: int) -> str:
+def not_a_resume(workload: Mapping[str, Any] | None, attempt: int) -> str:
     """Why the launcher knows the run (its resolved ``workload`` from the plan, at ``attempt``) did not resume;
     empty when it resumed or may have."""
-    if not isinstance(workload, dict) or not workload:
+    if not isinstance(workload, Mapping) or not workload:
         return "its plan is not on record"
     if workload.get("command"):
         return "it runs a command of its own; only the built-in trainer resumes"
@@ -31,12 +34,12 @@ def not_a_resume(workload: dict | None, attempt: int) -> str:
     return ""
 
 
-def _section(data: dict, key: str) -> dict:
+def _section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     value = data.get(key)
-    return value if isinstance(value, dict) else {}
+    return value if isinstance(value, Mapping) else {}
 
 
-def trusted(check: ResumeCheck | None, workload: dict | None, attempt: int) -> tuple[ResumeCheck | None, str]:
+def trusted(check: ResumeCheck | None, workload: Mapping[str, Any] | None, attempt: int) -> tuple[ResumeCheck | None, str]:
     """The check the badge shows, and the words for one it ignores (empty when none was ignored)."""
     if check is None:
         return None, ""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
@@ -14,11 +13,13 @@ from launcher.runs.core import pending
 from launcher.runs.core.estimates import read_kept
 from launcher.runs.core.layout import (
     METRICS,
-    STATE_FILE,
+    RecordedPlan,
     ResumeCheck,
     last_lines,
     load_options,
     read_gathers,
+    read_mlflow_run_id,
+    read_plan,
     read_resume_check,
     read_swaps,
     read_triage,
@@ -118,15 +119,16 @@ def run_report(home: Path, run_id: str) -> RunReport:
     s = record.summary
     directory = record.directory
     triage = read_triage(directory)
-    plan = _json(directory / "plan.json") or {}
-    workload = plan.get("workload", {})
-    mlflow_state = _json(directory / STATE_FILE) or {}
+    plan = read_plan(directory)
+    workload = plan.workload if plan is not None else {}
+    mlflow_run_id = read_mlflow_run_id(directory)
     mlflow = None
     unsent = pending.why_pending(directory)
-    if mlflow_state.get("run_id") or unsent:
-        uri = (workload.get("mlflow") or {}).get("tracking_uri") or f"sqlite:///{Path(home) / 'mlflow.db'}"
-        experiment = (workload.get("mlflow") or {}).get("experiment") or s.experiment
-        mlflow = {"run_id": mlflow_state.get("run_id"), "experiment": experiment, "tracking_uri": uri,
+    if mlflow_run_id or unsent:
+        tracking = plan.section("mlflow") if plan is not None else {}
+        uri = tracking.get("tracking_uri") or f"sqlite:///{Path(home) / 'mlflow.db'}"
+        experiment = tracking.get("experiment") or s.experiment
+        mlflow = {"run_id": mlflow_run_id, "experiment": experiment, "tracking_uri": uri,
                   "ui_command": f"mlflow ui --backend-store-uri {uri}",
                   "unsent": unsent and f"not all sent yet ({unsent}); sent on the next look, or now: "
                                        f"fsdp-tui mlflow sync {run_id}"}
@@ -139,7 +141,7 @@ def run_report(home: Path, run_id: str) -> RunReport:
     odd = _odd_nodes(record)
     if triage is not None and odd:
         triage = replace(triage, odd_nodes=tuple(odd))
-    check, ignored = trusted(read_resume_check(directory), workload, s.attempt)
+    check, ignored = trusted(read_resume_check(directory), plan.workload if plan is not None else None, s.attempt)
     kept = kept_end(home, run_id) if live else None
     end_waits = ""
     if kept is not None:
@@ -154,24 +156,24 @@ def run_report(home: Path, run_id: str) -> RunReport:
             next_steps.append(f"fsdp-tui resume {run_id}  (from its newest complete checkpoint)")
     return RunReport(
         run_id=s.run_id, experiment=s.experiment, state=s.state.value, detail=s.detail,
-        attempt=s.attempt, max_attempts=int(workload.get("max_retries", 0)) + 1 + len(swaps),
+        attempt=s.attempt, max_attempts=(plan.max_retries if plan is not None else 0) + 1 + len(swaps),
         started_at=s.started_at, ended_at=s.ended_at, duration=fmt_duration(s.duration_s),
         step=s.step, max_steps=s.max_steps, last_loss=s.last_loss, best_eval_loss=s.best_eval_loss,
         owner=(f"pid {record.launcher_pid}" if record.launcher_pid and owned(home, run_id)
                else ("none (the next command that lists runs adopts it)" if live else "")),
         nodes=tuple(record.nodes), triage=triage, mlflow=mlflow, directory=str(directory),
         workload_path=s.workload_path, output_dir=s.output_dir, next=tuple(next_steps),
-        usage=_usage(record, workload, kept.ended_at if kept else None), estimate=read_kept(directory),
+        usage=_usage(record, plan, kept.ended_at if kept else None), estimate=read_kept(directory),
         notifications=tuple(read_deliveries(directory)),
         lead_time=lead_time_of_run(directory, workload), ranks=ranks,
         odd_nodes=tuple(odd), data=_data_summary(directory / METRICS),
         resumed_from=_resumed_from(home, workload, run_id), router_aux_loss=_router_aux_loss(records),
-        checkpoints_place=_place_words(plan), gathers=tuple(read_gathers(directory)),
+        checkpoints_place=plan.place_words() if plan is not None else "", gathers=tuple(read_gathers(directory)),
         resume_check=check, resume_ignored=ignored, end_waits=end_waits, swaps=tuple(swaps),
     )
 
 
-def _resumed_from(home: Path, workload: dict, run_id: str) -> dict | None:
+def _resumed_from(home: Path, workload: Mapping[str, Any], run_id: str) -> dict | None:
     """The checkpoint this run started from (``parameters.checkpoint.resume``: ``resume`` and the
     checkpoints screen set it) and, when its path names one, the run that wrote it."""
     import re
@@ -194,14 +196,6 @@ def _resumed_from(home: Path, workload: dict, run_id: str) -> dict | None:
     return {"path": path, "step": int(step.group(1)) if step else None, "run_id": runs[0] if runs else None}
 
 
-def _place_words(plan: dict) -> str:
-    """Where the run's checkpoints land, as its launch found it ("" for a run without ``output_dir``)."""
-    from launcher.workload.ckpt_place import place_from_json
-
-    place = place_from_json(plan.get("ckpt_place"))
-    return place.words() if place is not None else ""
-
-
 def _router_aux_loss(records: list) -> float | None:
     """The newest router load-balancing loss a mixture-of-experts run reported (``None``: none)."""
     return next((r.router_aux_loss for r in reversed(records) if r.router_aux_loss is not None), None)
@@ -214,14 +208,14 @@ def _odd_nodes(record) -> list[str]:
     return [r.odd_words() for r in recorded_rows(record) if r.odd]
 
 
-def _usage(record, workload: dict, ended_at: float | None) -> Usage | None:
+def _usage(record, plan: RecordedPlan | None, ended_at: float | None) -> Usage | None:
     """GPU-hours (CPU-hours) and, with prices in the settings, their cost; ``ended_at``: when the job of a
     run whose end is not recorded yet ended (its usage stops there)."""
     try:
         prices = load_user_settings().prices
     except SettingsError:
         prices = None
-    return usage_of_record(record, workload or None, prices, ended_at or time.time())
+    return usage_of_record(record, plan, prices, ended_at or time.time())
 
 
 TAIL_BYTES = 8 << 20
@@ -258,10 +252,3 @@ def _data_summary(path: Path) -> dict | None:
 
             return {**asdict(summary), "text": summary.words()}
     return None
-
-
-def _json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None

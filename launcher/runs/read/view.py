@@ -20,6 +20,7 @@ from launcher.events import (
     RunState,
     RunStateChanged,
 )
+from launcher.runs.core.layout import RecordedPlan
 from launcher.runs.core.resume_badge import not_a_resume
 from launcher.runs.core.swaps import Swap
 from launcher.runs.core.triage import classify_line, might_signal
@@ -146,9 +147,9 @@ class RunView:
     launch recorded it; said when nothing weighs more."""
     swaps: list[Swap] = field(default_factory=list)
     """The failed nodes the run's owner replaced, oldest first (each as its newest event said it)."""
-    workload: dict | None = None
-    """The run's resolved workload as its plan records it, when known: a resume check from a run the
-    launcher knows did not resume is no badge (:mod:`launcher.runs.core.resume_badge`)."""
+    plan: RecordedPlan | None = None
+    """The run's plan as recorded, when known: a resume check from a run the launcher knows did not
+    resume is no badge (:mod:`launcher.runs.core.resume_badge`)."""
 
     def apply(self, event: RunEvent, now: float | None = None) -> None:
         now = time.time() if now is None else now
@@ -265,7 +266,7 @@ class RunView:
             self.max_steps = r.max_steps
         if r.eval_loss is not None:
             self.eval_loss.append(r.eval_loss)
-        if r.kind == KIND_RESUME_CHECK and (self.workload is None or not not_a_resume(self.workload, self.attempt)):
+        if r.kind == KIND_RESUME_CHECK and (self.plan is None or not not_a_resume(self.plan.workload, self.attempt)):
             self.resume_check = ResumeCheck.from_record(r) or self.resume_check
         if r.kind != "train":
             return
