@@ -103,7 +103,7 @@ def launch(home: Path, source: Path | Planned | RunPlan | Resumed, overrides: Se
             plan = with_lineage(plan, lineage_runs(home, continues.run_id))
     try:
         run_id = start_run(plan, home, force=force, idempotent=idempotent, resume_from=bring,
-                           continues=continues.to_option() if continues else None)
+                           continues=continues)
     except LaunchRefused as err:
         return Refused("output_dir", (str(err),), planned, forced=force)
     return Launched(run_id, plan, continues) if run_id == plan.run_id else AlreadyLaunched(run_id, plan)

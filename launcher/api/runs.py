@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from launcher.events import RunEvent
-    from launcher.runs.core.continuing import FRESH, Continuation
+    from launcher.runs.core.continuation import FRESH, Continuation
     from launcher.runs.core.layout import FORCED_NOTE, TRIAGE, PlanShape, RecordedPlan, ResumeCheck
     from launcher.runs.core.ownership import KeptEnd
     from launcher.runs.core.run_kind import RunKind
@@ -43,7 +43,7 @@ from launcher.api._lazy import lazy_names
 from launcher.api.launching import AlreadyLaunched, Launched, LaunchOutcome, Refused
 
 _FROM = {
-    "launcher.runs.core.continuing": ("FRESH", "Continuation"),
+    "launcher.runs.core.continuation": ("FRESH", "Continuation"),
     "launcher.runs.core.layout": ("FORCED_NOTE", "TRIAGE", "PlanShape", "RecordedPlan", "ResumeCheck"),
     "launcher.runs.core.run_kind": ("RunKind",),
     "launcher.runs.core.ownership": ("KeptEnd",),

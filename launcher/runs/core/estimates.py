@@ -27,7 +27,7 @@ from launcher.runs.core.estimate import (
     steps_to_run,
     timing_of,
 )
-from launcher.runs.core.layout import LOG_METRICS, METRICS, load_options, read_plan, read_records
+from launcher.runs.core.layout import LOG_METRICS, METRICS, read_options, read_plan, read_records
 from launcher.runs.core.store import RunRecord, RunStore, StoreDamaged
 from launcher.words import plural
 from launcher.workload.plan import RunPlan
@@ -65,7 +65,7 @@ def _created_at(record: RunRecord) -> float | None:
 
 
 def is_probe(record: RunRecord) -> bool:
-    return load_options(record.directory).get("tags", {}).get(PROBE_TAG) == "1"
+    return read_options(record.directory).tagged(PROBE_TAG)
 
 
 def run_timing(record: RunRecord) -> Timing | None:

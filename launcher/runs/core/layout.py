@@ -9,11 +9,12 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.events import RunEvent, event_to_dict
+from launcher.runs.core.continuation import OPTION, Continuation
 from launcher.runs.core.swaps import Swap
 from launcher.runs.core.triage import TriageReport
 from trainer.wire.protocol import MetricRecord, ResumeCheck
@@ -211,11 +212,69 @@ def read_mlflow_run_id(directory: Path) -> str | None:
     return found if isinstance(found, str) and found else None
 
 
-def load_options(directory: Path) -> dict:
-    try:
-        return json.loads((directory / OPTIONS).read_text())
-    except (OSError, ValueError):
-        return {}
+@dataclass(frozen=True)
+class Brought:
+    """A checkpoint a resume's owner copies to its node 0 before the start (the launch option ``resume_from``):
+    the run that wrote it, the folder of its checkpoints on the node that holds it (``None``: this machine)."""
+
+    run: str
+    root: str
+    name: str
+    node: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run": self.run, "node": self.node, "root": self.root, "name": self.name}
+
+    @classmethod
+    def from_wire(cls, data: object) -> Brought | None:
+        if not isinstance(data, dict):
+            return None
+        run, root, name, node = data.get("run"), data.get("root"), data.get("name"), data.get("node")
+        if not (isinstance(run, str) and isinstance(root, str) and isinstance(name, str)):
+            return None
+        return cls(run, root, name, node if isinstance(node, int) and not isinstance(node, bool) else None)
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """How the run was asked to launch (``options.json``, written once by the launch): ``force`` skips the
+    preflight checks; the launch's tags (a probe's, an interconnect test's); the checkpoint its owner brings
+    to node 0 first; the run it continues."""
+
+    force: bool = False
+    tags: Mapping[str, str] = field(default_factory=dict)
+    resume_from: Brought | None = None
+    continues: Continuation | None = None
+
+    def tagged(self, tag: str) -> bool:
+        """The launch carried ``tag`` (set to ``"1"``)."""
+        return self.tags.get(tag) == "1"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"force": self.force, "tags": dict(self.tags),
+                **({"resume_from": self.resume_from.to_dict()} if self.resume_from else {}),
+                **({OPTION: self.continues.to_option()} if self.continues else {})}
+
+    @classmethod
+    def from_wire(cls, data: object) -> LaunchOptions:
+        """``options.json`` decoded; what is missing or of the wrong type reads as not asked."""
+        if not isinstance(data, dict):
+            return cls()
+        tags = data.get("tags")
+        return cls(force=data.get("force") is True,
+                   tags={str(k): str(v) for k, v in tags.items()} if isinstance(tags, dict) else {},
+                   resume_from=Brought.from_wire(data.get("resume_from")),
+                   continues=Continuation.from_option(data.get(OPTION)))
+
+
+def save_options(directory: Path, options: LaunchOptions) -> None:
+    """The launch's options, written once before the run's owner starts."""
+    (directory / OPTIONS).write_text(json.dumps(options.to_dict()))
+
+
+def read_options(directory: Path) -> LaunchOptions:
+    """How the run was asked to launch (nothing asked: no file, or not one)."""
+    return LaunchOptions.from_wire(read_json(directory / OPTIONS))
 
 
 def mirror_path(directory: Path, rank: int) -> Path:

@@ -30,8 +30,8 @@ from launcher.runs.core.layout import (
     EVENTS,
     STATE_FILE,
     file_size,
-    load_options,
     read_mlflow_state,
+    read_options,
     save_mlflow_state,
 )
 from launcher.runs.owner.mlflow_sink import MlflowSink
@@ -201,7 +201,7 @@ class Tracker:
         if self.mlflow_run_id:
             sink.reopen(self.mlflow_run_id)
         else:
-            tags = {**load_options(self.path.parent).get("tags", {}), "fsdp_tui.run_id": self.plan.run_id}
+            tags = {**read_options(self.path.parent).tags, "fsdp_tui.run_id": self.plan.run_id}
             run_id = sink.start(self.plan.workload.parameters, tags)
             self.state.update(run_id=run_id, source="metrics", synced=0)
             self._save()

@@ -16,9 +16,9 @@ from launcher.runs.core.layout import (
     RecordedPlan,
     ResumeCheck,
     last_lines,
-    load_options,
     read_gathers,
     read_mlflow_run_id,
+    read_options,
     read_plan,
     read_resume_check,
     read_swaps,
@@ -189,9 +189,9 @@ def _resumed_from(home: Path, workload: Mapping[str, Any], run_id: str) -> dict 
     if not isinstance(path, str) or path in ("", "auto", "never"):
         return None
     step = re.search(r"step-0*(\d+)", path)
-    brought = load_options(run_dir(home, run_id)).get("resume_from")  # copied to this run's node 0 first
-    if isinstance(brought, dict) and isinstance(brought.get("run"), str):
-        return {"path": path, "step": int(step.group(1)) if step else None, "run_id": brought["run"]}
+    brought = read_options(run_dir(home, run_id)).resume_from  # copied to this run's node 0 first
+    if brought is not None:
+        return {"path": path, "step": int(step.group(1)) if step else None, "run_id": brought.run}
     runs = [r for r in RunStore(home).runs_named_in(path) if r != run_id]
     return {"path": path, "step": int(step.group(1)) if step else None, "run_id": runs[0] if runs else None}
 

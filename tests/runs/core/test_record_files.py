@@ -11,7 +11,20 @@ from pathlib import Path
 import pytest
 
 from launcher.events import RunState
-from launcher.runs.core.layout import PLAN, SHAPE, PlanShape, RecordedPlan, read_plan, save_plan
+from launcher.runs.core.continuation import Continuation
+from launcher.runs.core.layout import (
+    OPTIONS,
+    PLAN,
+    SHAPE,
+    Brought,
+    LaunchOptions,
+    PlanShape,
+    RecordedPlan,
+    read_options,
+    read_plan,
+    save_options,
+    save_plan,
+)
 from launcher.runs.core.store import RunStore
 from launcher.workload.plan import build_plan
 from launcher.workload.validate import validate_text
@@ -141,3 +154,38 @@ def test_one_json_reader_for_the_run_folder():
     copies = [f"{p.relative_to(ROOT)}:{n.lineno}" for p in (ROOT / "launcher").rglob("*.py")
               for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.FunctionDef) and n.name == "_json"]
     assert copies == [] or all("backends/slurm" in c for c in copies), copies
+
+
+OPTIONS_AS_WRITTEN = {"force": True, "tags": {"fsdp_tui.probe": "1"},
+                      "resume_from": {"run": "r-old", "node": 1, "root": "/ckpts/r-old/checkpoints", "name": "step-00000004"},
+                      "continues": {"run": "r-old", "name": "step-00000004", "step": 4, "auto": False}}
+
+
+@pytest.mark.parametrize("wire, expect", [
+    (OPTIONS_AS_WRITTEN, LaunchOptions(True, {"fsdp_tui.probe": "1"},
+                                       Brought("r-old", "/ckpts/r-old/checkpoints", "step-00000004", 1),
+                                       Continuation("r-old", "step-00000004", 4))),
+    ({"force": False, "tags": {}}, LaunchOptions()),
+    (None, LaunchOptions()),                                # no file, or not JSON
+    ({"force": "yes", "tags": ["a"], "resume_from": {"run": "r", "node": True, "root": "/c", "name": "s"},
+      "continues": {"run": "r", "step": "4"}},
+     LaunchOptions(resume_from=Brought("r", "/c", "s", None))),
+    ({"resume_from": {"run": "r", "name": "s"}}, LaunchOptions()),  # no root: nothing to bring
+])
+def test_the_launch_options_are_one_type_written_as_they_were(tmp_path, wire, expect):
+    if wire is not None:
+        (tmp_path / OPTIONS).write_text(json.dumps(wire))
+    options = read_options(tmp_path)
+    assert options == expect
+    save_options(tmp_path, options)
+    assert read_options(tmp_path) == options
+    if wire is OPTIONS_AS_WRITTEN:  # what the launch writes reads back byte for byte the same JSON
+        assert json.loads((tmp_path / OPTIONS).read_text()) == OPTIONS_AS_WRITTEN
+
+
+def test_no_module_but_the_layout_reads_the_launch_options_raw():
+    layout = ROOT / "launcher/runs/core/layout.py"
+    hits = [f"{p.relative_to(ROOT)}:{n.lineno}" for p in (ROOT / "launcher").rglob("*.py") if p != layout
+            for n in ast.walk(ast.parse(p.read_text()))
+            if isinstance(n, ast.BinOp) and isinstance(n.right, ast.Name) and n.right.id == "OPTIONS"]
+    assert hits == []
