@@ -151,13 +151,9 @@ def _print(r) -> None:
         out(f"  progress  step {r.step}{'/' + str(r.max_steps) if r.max_steps else ''}"
             f"  loss {_loss(r.last_loss)}{_router(r)}  best eval {_loss(r.best_eval_loss)}\n")
     if r.data:
-        out(f"  data      {r.data['text']}\n")
+        out(f"  data      {r.data.words()}\n")
     if r.resumed_from:
-        f = r.resumed_from
-        step = f"step {f['step']} of " if f["step"] is not None else ""
-        source = f"{step}run {f['run_id']}" if f["run_id"] else f"{step}a checkpoint"
-        how = " (parameters.checkpoint.resume: auto found it)" if f.get("auto") else ""
-        out(f"  resumed   from {source}: {f['path']}{how}\n")
+        out(f"  resumed   {r.resumed_from.words()}\n")
     if r.resume_check:
         out(f"  resume    {r.resume_check.words()}\n")
     elif r.resume_ignored:
@@ -198,8 +194,7 @@ def _print(r) -> None:
         out(f"           its directory there: {n.node_dir}\n")
     if r.nettest:
         t = r.nettest
-        out(f"  network   newest test of these nodes: {t['run_id']} ({_when(t['started_at'])}): {t['summary']}; "
-            f"{t['verdict']}\n")
+        out(f"  network   newest test of these nodes: {t.run_id} ({_when(t.started_at)}): {t.summary}; {t.verdict}\n")
     for slow in r.ranks.slow:
         out(f"  slow      {slow.says}\n")
     if r.triage:
@@ -207,16 +202,16 @@ def _print(r) -> None:
     for words in r.odd_nodes:
         out(f"  odd node  {words}  (fsdp-tui show {r.run_id} --nodes)\n")
     for d in r.notifications:
-        tries = f" after {d['attempts']} tries" if d["attempts"] > 1 else ""
-        said = "sent" if d["ok"] else f"FAILED{tries}: {d['error']}"
-        out(f"  notified  {d['event']}: {d['sink']}: {said}{tries if d['ok'] else ''}\n")
+        tries = f" after {d.attempts} tries" if d.attempts > 1 else ""
+        said = "sent" if d.ok else f"FAILED{tries}: {d.error}"
+        out(f"  notified  {d.event}: {d.sink}: {said}{tries if d.ok else ''}\n")
     if r.mlflow:
         m = r.mlflow
-        if m["run_id"]:
-            out(f"  mlflow    run {m['run_id']} in experiment {m['experiment']}\n")
-            out(f"            see it: {m['ui_command']}\n")
-        if m.get("unsent"):
-            out(f"  mlflow    {m['unsent']}\n")
+        if m.run_id:
+            out(f"  mlflow    run {m.run_id} in experiment {m.experiment}\n")
+            out(f"            see it: {m.ui_command}\n")
+        if m.unsent:
+            out(f"  mlflow    {m.unsent}\n")
     out(f"  files     {r.directory}  (workload.yaml, nodes/<rank>.log, metrics, events.jsonl,"
         f" {TRIAGE}, supervisor.log)\n")
     if r.workload_path:

@@ -253,7 +253,7 @@ def test_the_owner_sends_only_the_events_asked_for_and_records_each_delivery(tmp
     summary = json.loads(got.read_text())
     assert d.ok and summary["event"] == "stalled" and summary["detail"].startswith("stalled at step 5")
     assert summary["title"] == "fsdp-tui: st is STALLED (r-st)" and summary["usage"]["kind"] == "cpu"
-    assert read_deliveries(store.home / "runs" / "r-st") == [d.to_dict()]
+    assert read_deliveries(store.home / "runs" / "r-st") == [d]
     (tmp_path / "settings.json").write_text('{"notify": {"ntfy": "nope"}}')  # a bad setting is recorded, not raised
     [bad] = notify_run(tmp_path, "r-st", None, "failed")
     assert not bad.ok and "settings.json: notify.ntfy" in bad.error and "nothing was sent" in bad.error

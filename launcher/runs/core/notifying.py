@@ -77,7 +77,8 @@ def record_deliveries(home: Path, run_id: str, done: list[Delivery]) -> None:
         f.write("".join(json.dumps(d.to_dict()) + "\n" for d in done))
 
 
-def read_deliveries(directory: Path) -> list[dict]:
+def read_deliveries(directory: Path) -> list[Delivery]:
+    """What happened to each sink of the run's notifications, oldest first (a line that is not one is skipped)."""
     try:
         lines = (directory / RECORD).read_text(encoding="utf-8").splitlines()
     except OSError:
@@ -85,7 +86,9 @@ def read_deliveries(directory: Path) -> list[dict]:
     out = []
     for line in lines:
         try:
-            out.append(json.loads(line))
+            found = Delivery.from_wire(json.loads(line))
         except ValueError:
             continue
+        if found is not None:
+            out.append(found)
     return out

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from launcher.notify.deliver import Delivery
 from launcher.paths import run_dir
 from launcher.runs.core import pending
 from launcher.runs.core.estimates import read_kept
@@ -34,7 +35,9 @@ from launcher.runs.core.triage import TriageReport
 from launcher.runs.core.usage import Usage, usage_of_record
 from launcher.runs.core.user_settings import SettingsError, load_user_settings
 from launcher.runs.read.ranks import RankReport, rank_report
+from launcher.runs.read.report_parts import MlflowLink, NettestSeen, ResumedFrom
 from launcher.runs.read.view import fmt_duration
+from trainer.wire.protocol import DataSummary
 
 JsonPart = Mapping[str, Any]
 """A part of the report kept as the JSON its own module writes (usage, estimate, MLflow, ...)."""
@@ -62,7 +65,7 @@ class RunReport:
     """``pid N`` of its owner, what happens to a live run without one, or empty."""
     nodes: tuple[NodeRecord, ...]
     triage: TriageReport | None
-    mlflow: JsonPart | None
+    mlflow: MlflowLink | None
     directory: str
     workload_path: str | None
     output_dir: str | None
@@ -71,12 +74,13 @@ class RunReport:
     usage: Usage | None
     """GPU-hours (CPU-hours) and, with prices in the settings, their cost."""
     estimate: JsonPart | None
-    notifications: tuple[JsonPart, ...]
+    notifications: tuple[Delivery, ...]
     lead_time: str
     ranks: RankReport
     odd_nodes: tuple[str, ...]
-    data: JsonPart | None
-    resumed_from: JsonPart | None
+    data: DataSummary | None
+    """What the run trained on (its trainer's ``data`` record); ``None`` for a run without one (a script)."""
+    resumed_from: ResumedFrom | None
     router_aux_loss: float | None
     checkpoints_place: str
     gathers: tuple[JsonPart, ...]
@@ -89,7 +93,7 @@ class RunReport:
     end_waits: str = ""
     """A live run whose owner could not write its end (the data dir's disk refused it): when its job ended
     and what the owner says (waiting for room, or gave up); empty otherwise."""
-    nettest: JsonPart | None = None
+    nettest: NettestSeen | None = None
     """The newest interconnect test of the same nodes (filled in by the API, which may read tests)."""
     last_safe_step: SafeStep | None = None
     """The newest complete checkpoint as its holder says (filled in by the API: it asks a node)."""
@@ -106,8 +110,12 @@ class RunReport:
                                 {**asdict(self.resume_check), "text": self.resume_check.words()})
         data["last_safe_step"] = (None if self.last_safe_step is None else
                                   {**self.last_safe_step.to_dict(), "text": self.last_safe_step.text()})
-        for key in ("next", "notifications", "odd_nodes", "gathers"):
+        for key in ("next", "odd_nodes", "gathers"):
             data[key] = list(data[key])
+        data["notifications"] = [d.to_dict() for d in self.notifications]
+        data["data"] = None if self.data is None else {**asdict(self.data), "text": self.data.words()}
+        for key in ("mlflow", "resumed_from", "nettest"):
+            data[key] = None if data[key] is None else data[key].to_dict()
         data["swaps"] = [s.to_dict() for s in self.swaps]
         return data
 
@@ -128,10 +136,9 @@ def run_report(home: Path, run_id: str) -> RunReport:
         tracking = plan.section("mlflow") if plan is not None else {}
         uri = tracking.get("tracking_uri") or f"sqlite:///{Path(home) / 'mlflow.db'}"
         experiment = tracking.get("experiment") or s.experiment
-        mlflow = {"run_id": mlflow_run_id, "experiment": experiment, "tracking_uri": uri,
-                  "ui_command": f"mlflow ui --backend-store-uri {uri}",
-                  "unsent": unsent and f"not all sent yet ({unsent}); sent on the next look, or now: "
-                                       f"fsdp-tui mlflow sync {run_id}"}
+        mlflow = MlflowLink(mlflow_run_id, experiment, uri, f"mlflow ui --backend-store-uri {uri}",
+                            unsent and f"not all sent yet ({unsent}); sent on the next look, or now: "
+                                       f"fsdp-tui mlflow sync {run_id}")
     records = _newest_records(directory / METRICS)
     swaps = read_swaps(directory)
     ranks = rank_report(records, len(record.nodes) or None)
@@ -173,7 +180,7 @@ def run_report(home: Path, run_id: str) -> RunReport:
     )
 
 
-def _resumed_from(home: Path, workload: Mapping[str, Any], run_id: str) -> dict | None:
+def _resumed_from(home: Path, workload: Mapping[str, Any], run_id: str) -> ResumedFrom | None:
     """The checkpoint this run started from (``parameters.checkpoint.resume``: ``resume`` and the
     checkpoints screen set it) and, when its path names one, the run that wrote it."""
     import re
@@ -183,17 +190,16 @@ def _resumed_from(home: Path, workload: Mapping[str, Any], run_id: str) -> dict 
     path = ((workload.get("parameters") or {}).get("checkpoint") or {}).get("resume")
     found = recorded(run_dir(home, run_id))  # what its launch said it continues (resume, or resume: auto)
     if found is not None:
-        named = isinstance(path, str) and path not in ("", "auto", "never")
-        return {"path": path if named else found.name, "step": found.step, "run_id": found.run_id,
-                "auto": found.auto}
+        named = path if isinstance(path, str) and path not in ("", "auto", "never") else None
+        return ResumedFrom(named or found.name, found.step, found.run_id, found.auto)
     if not isinstance(path, str) or path in ("", "auto", "never"):
         return None
     step = re.search(r"step-0*(\d+)", path)
     brought = read_options(run_dir(home, run_id)).resume_from  # copied to this run's node 0 first
     if brought is not None:
-        return {"path": path, "step": int(step.group(1)) if step else None, "run_id": brought.run}
+        return ResumedFrom(path, int(step.group(1)) if step else None, brought.run)
     runs = [r for r in RunStore(home).runs_named_in(path) if r != run_id]
-    return {"path": path, "step": int(step.group(1)) if step else None, "run_id": runs[0] if runs else None}
+    return ResumedFrom(path, int(step.group(1)) if step else None, runs[0] if runs else None)
 
 
 def _router_aux_loss(records: list) -> float | None:
@@ -234,10 +240,10 @@ HEAD_BYTES = 64 << 10
 """The start of the metrics file, where the trainer's ``data`` record is (written before the first step)."""
 
 
-def _data_summary(path: Path) -> dict | None:
+def _data_summary(path: Path) -> DataSummary | None:
     """What the run trained on, from its ``data`` record: examples, and how many were cut at
     ``max_seq_len`` with how many tokens lost; ``None`` for a run without one (a user script)."""
-    from trainer.wire.protocol import DataSummary, MetricRecord
+    from trainer.wire.protocol import MetricRecord
 
     try:
         with open(path, "rb") as f:
@@ -248,7 +254,5 @@ def _data_summary(path: Path) -> dict | None:
         record = MetricRecord.from_json(line.decode("utf-8", errors="replace"))
         summary = DataSummary.from_record(record) if record is not None else None
         if summary is not None:
-            from dataclasses import asdict
-
-            return {**asdict(summary), "text": summary.words()}
+            return summary
     return None
