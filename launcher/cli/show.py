@@ -15,6 +15,7 @@ from launcher.words import plural
 
 if TYPE_CHECKING:
     from launcher.api import Client
+    from launcher.api.runs import SafeStep
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,8 +39,7 @@ def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
     if args.samples:
         return _samples(client, run_id, args.json)
     report = client.runs.report(run_id)
-    safe = report.last_safe_step
-    report = replace(report, next=tuple(_resumable(list(report.next), safe and safe.to_dict(), run_id)))
+    report = replace(report, next=tuple(_resumable(list(report.next), report.last_safe_step, run_id)))
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
         return 0
@@ -94,11 +94,11 @@ def _dash(value, fmt: str = "{}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def _resumable(steps: list[str], safe: dict | None, run_id: str) -> list[str]:
+def _resumable(steps: list[str], safe: SafeStep | None, run_id: str) -> list[str]:
     """``resume`` is suggested only with a complete checkpoint to resume from; with none, that is said."""
     from launcher.api.runs import NONE_YET
 
-    if safe is None or safe.get("step") is not None or safe.get("why_not") != NONE_YET:
+    if safe is None or safe.found is not None or safe.why_not != NONE_YET:
         return steps
     kept = [s for s in steps if not s.startswith("fsdp-tui resume ")]
     if len(kept) < len(steps):
@@ -106,19 +106,20 @@ def _resumable(steps: list[str], safe: dict | None, run_id: str) -> list[str]:
     return kept
 
 
-def _gathers(gathers: list[dict]) -> list[str]:
+def _gathers(entries) -> list[str]:
     """The run's gathers in a line or two: how many checkpoints were made whole, and any that were not."""
+    from launcher.api.runs import Gather
     from launcher.words import plural
 
-    gathers = [g for g in gathers if "name" in g]  # the rest are notes (a route given up)
-    done = [g for g in gathers if g.get("ok")]
+    gathers = [g for g in entries if isinstance(g, Gather)]  # the rest are notes (a route given up)
+    done = [g for g in gathers if g.ok]
     lines = []
     if done:
-        size = sum(g.get("bytes", 0) for g in done) / 2**20
-        seconds = sum(g.get("seconds", 0.0) for g in done)
-        lines.append(f"{plural(len(done), 'checkpoint')} gathered into {done[-1].get('to', '?')}: {size:.1f} MiB "
+        size = sum(g.bytes or 0 for g in done) / 2**20
+        seconds = sum(g.seconds or 0.0 for g in done)
+        lines.append(f"{plural(len(done), 'checkpoint')} gathered into {done[-1].to}: {size:.1f} MiB "
                      f"in {seconds:.1f} s, off the training path")
-    lines += [f"{g.get('name', '?')} NOT whole: {g.get('error', '?')}" for g in gathers if not g.get("ok")]
+    lines += [f"{g.name} NOT whole: {g.error}" for g in gathers if not g.ok]
     return lines
 
 

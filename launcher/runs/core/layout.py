@@ -36,7 +36,8 @@ SAMPLES = "samples.jsonl"
 LOG_METRICS = "log-metrics.jsonl"
 GATHERS = "gathers.jsonl"
 """The run's gathers of checkpoints (when its nodes keep separate folders): one JSON line per checkpoint
-made whole (what, from which nodes, bytes, seconds) or not (why)."""
+made whole (what, from which nodes, bytes, seconds) or not (why), read and written by
+:mod:`launcher.runs.core.gathers`."""
 RESUME_CHECK = "resume-check.json"
 """The newest attempt's resume check (the trainer's ``resume_check`` record, as sent): the badge that
 ``show``, ``runs`` and the app read without scanning the metrics."""
@@ -328,23 +329,6 @@ def read_resume_check(directory: Path) -> ResumeCheck | None:
     except OSError:
         return None
     return ResumeCheck.from_record(record) if record is not None else None
-
-
-def read_gathers(directory: Path) -> list[dict]:
-    """The run's gathers as recorded (``show``): what was made whole, how fast, what could not be."""
-    try:
-        lines = (directory / GATHERS).read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict):
-            out.append(entry)
-    return out
 
 
 def read_swaps(directory: Path) -> list[Swap]:

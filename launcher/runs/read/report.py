@@ -12,12 +12,12 @@ from launcher.notify.deliver import Delivery
 from launcher.paths import run_dir
 from launcher.runs.core import pending
 from launcher.runs.core.estimates import read_kept
+from launcher.runs.core.gathers import Gather, GatherNote, read_gathers
 from launcher.runs.core.layout import (
     METRICS,
     RecordedPlan,
     ResumeCheck,
     last_lines,
-    read_gathers,
     read_mlflow_run_id,
     read_options,
     read_plan,
@@ -83,7 +83,8 @@ class RunReport:
     resumed_from: ResumedFrom | None
     router_aux_loss: float | None
     checkpoints_place: str
-    gathers: tuple[JsonPart, ...]
+    gathers: tuple[Gather | GatherNote, ...]
+    """The run's gathers (checkpoints made whole, or not, and the notes between them), oldest first."""
     resume_check: ResumeCheck | None
     """The newest resume's check; ``None``: the run did not resume."""
     swaps: tuple[Swap, ...] = ()
@@ -110,8 +111,9 @@ class RunReport:
                                 {**asdict(self.resume_check), "text": self.resume_check.words()})
         data["last_safe_step"] = (None if self.last_safe_step is None else
                                   {**self.last_safe_step.to_dict(), "text": self.last_safe_step.text()})
-        for key in ("next", "odd_nodes", "gathers"):
+        for key in ("next", "odd_nodes"):
             data[key] = list(data[key])
+        data["gathers"] = [g.to_dict() for g in self.gathers]
         data["notifications"] = [d.to_dict() for d in self.notifications]
         data["data"] = None if self.data is None else {**asdict(self.data), "text": self.data.words()}
         for key in ("mlflow", "resumed_from", "nettest"):

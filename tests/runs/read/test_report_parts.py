@@ -11,6 +11,7 @@ import pytest
 
 from launcher.events import RunState
 from launcher.notify.deliver import Delivery
+from launcher.runs.core.gathers import Gather, GatherNote
 from launcher.runs.core.layout import save_plan
 from launcher.runs.core.store import RunStore
 from launcher.runs.read.report import RunReport, run_report
@@ -41,6 +42,10 @@ DATA = {"examples": 1200, "eval_examples": 40, "format": "alpaca", "max_seq_len"
         "truncated_tokens": 5120,
         "text": "1200 examples + 40 held out (alpaca), 37 cut at max_seq_len 512 (5,120 tokens lost)"}
 PATH = "/tmp/ckpts/checkpoints/step-00000004"
+WHOLE = {"name": "step-00000002", "step": 2, "ok": True, "at": 7.0, "to": "node 0 (a)", "bytes": 3145728, "files": 4,
+         "seconds": 1.25, "from_nodes": [1], "via": "direct"}
+NOTE = {"note": "node 1 cannot dial node 0; copying through this machine", "at": 8.0}
+NOT_WHOLE = {"name": "step-00000004", "step": 4, "ok": False, "at": 9.0, "to": "node 0 (a)", "error": "node 1 lost"}
 RESUMED = {"continues": {"path": PATH, "step": 4, "run_id": "r-old", "auto": False},
            "brought": {"path": PATH, "step": 4, "run_id": "r-old"},
            "named": {"path": PATH, "step": 4, "run_id": None}}
@@ -58,6 +63,8 @@ def _run(home: Path, run_id: str, variant: str) -> None:
         f"{json.dumps(SENT)}\nnot json\n{json.dumps({**FAILED, 'ok': 'no'})}\n{json.dumps(FAILED)}\n")
     data = DataSummary(1200, 40, "alpaca", 512, 37, 5120).record().to_json()
     (directory / "metrics.jsonl").write_text(f"{data}\n{json.dumps({'step': 1, 'kind': 'train', 'loss': 2.0})}\n")
+    (directory / "gathers.jsonl").write_text(
+        "".join(json.dumps(g) + "\n" for g in (WHOLE, NOTE, [1], {"name": 3, "ok": True}, NOT_WHOLE)) + "{torn\n")
     (directory / "options.json").write_text(json.dumps({"force": False, "tags": {}, **OPTIONS[variant]}))
 
 
@@ -69,9 +76,12 @@ def test_the_reports_parts_are_types_and_its_json_is_as_it_was(tmp_path, variant
     assert isinstance(report.mlflow, MlflowLink) and isinstance(report.data, DataSummary)
     assert isinstance(report.resumed_from, ResumedFrom)
     assert [type(d) for d in report.notifications] == [Delivery, Delivery]  # the torn lines are left out
+    assert [type(g) for g in report.gathers] == [Gather, GatherNote, Gather]
     data = report.to_dict()
     assert data["mlflow"] == MLFLOW and data["data"] == DATA and data["notifications"] == [SENT, FAILED]
     assert data["resumed_from"] == RESUMED[variant] and list(data["resumed_from"]) == list(RESUMED[variant])
+    assert data["gathers"] == [WHOLE, NOTE, NOT_WHOLE] and [list(g) for g in data["gathers"]] == [
+        list(WHOLE), list(NOTE), list(NOT_WHOLE)]  # the lines as written, key for key
     assert data["nettest"] is None and data["max_attempts"] == 3
     json.dumps(data)  # what --json prints
 
@@ -87,4 +97,17 @@ def test_no_part_of_the_report_is_untyped_json():
 
     hints = typing.get_type_hints(RunReport)
     untyped = [name for name, hint in hints.items() if "Mapping" in str(hint) or "dict" in str(hint).lower()]
-    assert untyped == ["estimate", "gathers"]  # the estimate and the gathers are kept as their writers wrote them
+    assert untyped == ["estimate"]  # the launch's estimate is kept as its writer wrote it
+
+
+def test_the_gatherer_writes_its_lines_through_the_one_type(tmp_path):
+    """What the owner's gatherer appends reads back as the same type and JSON (one writer, one reader)."""
+    from launcher.runs.core.gathers import append_gather, read_gathers
+
+    entries = [Gather("step-00000002", 2, True, 7.0, "node 0 (a)", 3145728, 4, 1.25, (1,), "direct"),
+               GatherNote(NOTE["note"], 8.0), Gather("step-00000004", 4, False, 9.0, "node 0 (a)", error="lost")]
+    for entry in entries:
+        append_gather(tmp_path / "gathers.jsonl", entry)
+    assert read_gathers(tmp_path) == entries
+    assert [json.loads(x) for x in (tmp_path / "gathers.jsonl").read_text().splitlines()] == [WHOLE, NOTE, {
+        **NOT_WHOLE, "error": "lost"}]
