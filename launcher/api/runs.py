@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from launcher.events import RunEvent
     from launcher.runs.core.continuation import FRESH, Continuation
+    from launcher.runs.core.estimate import Estimate, RealFigures
+    from launcher.runs.core.estimates import KeptEstimate
     from launcher.runs.core.gathers import Gather, GatherNote
     from launcher.runs.core.layout import FORCED_NOTE, TRIAGE, PlanShape, RecordedPlan, ResumeCheck
     from launcher.runs.core.ownership import KeptEnd
@@ -45,6 +47,8 @@ from launcher.api.launching import AlreadyLaunched, Launched, LaunchOutcome, Ref
 
 _FROM = {
     "launcher.runs.core.continuation": ("FRESH", "Continuation"),
+    "launcher.runs.core.estimate": ("Estimate", "RealFigures"),
+    "launcher.runs.core.estimates": ("KeptEstimate",),
     "launcher.runs.core.gathers": ("Gather", "GatherNote"),
     "launcher.runs.core.layout": ("FORCED_NOTE", "TRIAGE", "PlanShape", "RecordedPlan", "ResumeCheck"),
     "launcher.runs.core.run_kind": ("RunKind",),
@@ -74,10 +78,10 @@ __getattr__ = lazy_names(__name__, _FROM)
 
 __all__ = [
     "COLUMNS", "ComparisonFormat", "Continuation", "FORCED_NOTE", "FRESH", "NONE_YET", "THRESHOLD", "THRESHOLDS", "TRIAGE",
-    "AlreadyLaunched", "CancelReport", "Column", "FollowGaveUp", "Gather", "GatherNote", "KeptEnd", "LaunchOutcome", "Launched", "NodeRecord",
+    "AlreadyLaunched", "CancelReport", "Column", "Estimate", "FollowGaveUp", "Gather", "GatherNote", "KeptEstimate", "KeptEnd", "LaunchOutcome", "Launched", "NodeRecord",
     "NodeRow", "PlanShape", "RankReport", "RankTimes", "RecordUnwritable", "RecordedPlan", "Refused", "ResumeCheck", "Resumed", "RunKind", "RunListed",
     "RunNotFound", "RunRecord", "RunReport", "RunStats", "RunSummary", "RunView", "Runs", "SafeStep", "SampleSet", "Sent",
-    "Signature", "StackDumps", "StopOutput", "StoreDamaged", "TriageReport", "Usage", "classify_line", "fmt",
+    "RealFigures", "Signature", "StackDumps", "StopOutput", "StoreDamaged", "TriageReport", "Usage", "classify_line", "fmt",
     "fmt_duration", "history_lines", "might_signal", "node_rows", "side_by_side_at", "side_lines", "stopped_line",
 ]
 

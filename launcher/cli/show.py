@@ -15,7 +15,7 @@ from launcher.words import plural
 
 if TYPE_CHECKING:
     from launcher.api import Client
-    from launcher.api.runs import SafeStep
+    from launcher.api.runs import Estimate, RealFigures, SafeStep
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -175,8 +175,8 @@ def _print(r) -> None:
         out(f"  gathered  {line}\n")
     if r.lead_time:
         out(f"  lead time {r.lead_time}\n")
-    if (r.estimate or {}).get("estimate"):
-        out(f"  estimate  {_estimate_words(r.estimate)}\n")
+    if r.estimate is not None and r.estimate.estimate is not None:
+        out(f"  estimate  {_estimate_words(r.estimate.estimate, r.estimate.real)}\n")
     if r.usage:
         u = r.usage
         money = f"  ~{u.cost:.2f} {u.currency}" if u.cost is not None else ""
@@ -221,13 +221,12 @@ def _print(r) -> None:
         out(f"  next      {line}\n")
 
 
-def _estimate_words(kept: dict) -> str:
+def _estimate_words(est: Estimate, real: RealFigures | None) -> str:
     """The launch's estimate and, once the run ended, the real wall time against it (docs/estimate.md)."""
     from launcher.api.runs import fmt_duration
 
-    est, real = kept["estimate"], kept.get("real")
-    words = (f"{fmt_duration(est['wall_s'])} ({fmt_duration(est['low_s'])} to {fmt_duration(est['high_s'])}) "
-             f"from {est.get('source', '?')}")
-    if real and real.get("error") is not None:
-        words += f"; real {fmt_duration(real['real_wall_s'])} ({real['error']:+.0%})"
+    words = (f"{fmt_duration(est.wall_s)} ({fmt_duration(est.low_s)} to {fmt_duration(est.high_s)}) "
+             f"from {est.source}")
+    if real is not None and real.error is not None:
+        words += f"; real {fmt_duration(real.real_wall_s)} ({real.error:+.0%})"
     return words

@@ -224,11 +224,38 @@ def estimate(*, timing: Timing, steps: int, eval_every: int | None, end_tail_s: 
                     fingerprint=fingerprint_)
 
 
-def real_vs_estimate(est: Estimate, wall_s: float, steps_done: int | None, succeeded: bool) -> dict[str, Any]:
-    """What the end of a run keeps beside its estimate; ``ratio`` (real over estimated wall time, before
-    any correction) only for a run that made the steps it was estimated for, as only those teach."""
+@dataclass(frozen=True)
+class RealFigures:
+    """What the end of a run keeps beside its estimate: its real wall time and steps, the error against the
+    estimate, and ``ratio`` (real over estimated wall time, before any correction) only for a run that made
+    the steps it was estimated for, as only those teach (``None`` otherwise, or not on record)."""
+
+    real_wall_s: float | None
+    steps_done: int | None
+    succeeded: bool
+    error: float | None
+    ratio: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, data: object) -> RealFigures | None:
+        if not isinstance(data, dict):
+            return None
+
+        def number(key: str) -> float | None:
+            value = data.get(key)
+            return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+        steps = data.get("steps_done")
+        return cls(number("real_wall_s"), steps if isinstance(steps, int) and not isinstance(steps, bool) else None,
+                   data.get("succeeded") is True, number("error"), number("ratio"))
+
+
+def real_vs_estimate(est: Estimate, wall_s: float, steps_done: int | None, succeeded: bool) -> RealFigures:
+    """What the end of a run keeps beside its estimate (:class:`RealFigures`)."""
     raw = est.wall_s / (est.correction or 1.0)
     complete = succeeded and steps_done is not None and steps_done >= est.steps
-    return {"real_wall_s": wall_s, "steps_done": steps_done, "succeeded": succeeded,
-            "error": (wall_s - est.wall_s) / est.wall_s if est.wall_s else None,
-            "ratio": wall_s / raw if complete and raw > 0 else None}
+    return RealFigures(wall_s, steps_done, succeeded, (wall_s - est.wall_s) / est.wall_s if est.wall_s else None,
+                       wall_s / raw if complete and raw > 0 else None)

@@ -20,6 +20,7 @@ from typing import Any
 from launcher.runs.core.estimate import (
     RATIO_RUNS,
     Estimate,
+    RealFigures,
     Timing,
     estimate,
     fingerprint,
@@ -27,7 +28,7 @@ from launcher.runs.core.estimate import (
     steps_to_run,
     timing_of,
 )
-from launcher.runs.core.layout import LOG_METRICS, METRICS, read_options, read_plan, read_records
+from launcher.runs.core.layout import LOG_METRICS, METRICS, read_json, read_options, read_plan, read_records
 from launcher.runs.core.store import RunRecord, RunStore, StoreDamaged
 from launcher.words import plural
 from launcher.workload.plan import RunPlan
@@ -95,12 +96,36 @@ def _timing(directory: str, run_id: str, created: float, ended_at: float | None,
     return timing_of(run_id, records, created, ended_at, probe=probe, finished=finished)
 
 
-def read_kept(directory: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((directory / ESTIMATE).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+@dataclass(frozen=True)
+class KeptEstimate:
+    """A run's ``estimate.json``: the estimate its launch made (``None``: the file's is not one) and, once it
+    ended, the real figures beside it; ``source`` where the estimate came from, in words."""
+
+    estimate: Estimate | None
+    real: RealFigures | None = None
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file's JSON, as the launch and the owner wrote it (``show --json``)."""
+        return {**({"estimate": self.estimate.to_dict()} if self.estimate is not None else {}),
+                **({"real": self.real.to_dict()} if self.real is not None else {})}
+
+    @classmethod
+    def from_wire(cls, data: object) -> KeptEstimate | None:
+        if not isinstance(data, dict):
+            return None
+        given = data.get("estimate")
+        try:
+            est = Estimate.from_dict(given) if isinstance(given, dict) else None
+        except TypeError:  # another version's fields, or not an estimate
+            est = None
+        source = given.get("source") if isinstance(given, dict) else None
+        return cls(est, RealFigures.from_wire(data.get("real")), source if isinstance(source, str) else "")
+
+
+def read_kept(directory: Path) -> KeptEstimate | None:
+    """The run's kept estimate (``None``: it launched without one)."""
+    return KeptEstimate.from_wire(read_json(directory / ESTIMATE))
 
 
 def history(home: Path, workload: dict[str, Any], *, exclude: str | None = None) -> History:
@@ -120,10 +145,10 @@ def history(home: Path, workload: dict[str, Any], *, exclude: str | None = None)
         theirs = _workload_of(record)
         if theirs is None or fingerprint(theirs) != wanted:
             continue
-        kept = read_kept(record.directory) or {}
-        ratio = (kept.get("real") or {}).get("ratio")
-        if isinstance(ratio, (int, float)) and ratio > 0:
-            ratios.append((str((kept.get("estimate") or {}).get("source", "")).startswith("probe"), float(ratio)))
+        kept = read_kept(record.directory)
+        ratio = kept.real.ratio if kept is not None and kept.real is not None else None
+        if kept is not None and ratio is not None and ratio > 0:
+            ratios.append((kept.source.startswith("probe"), float(ratio)))
         if timing is not None and tail is not None:
             continue
         found = run_timing(record)
@@ -201,19 +226,18 @@ def keep_estimate(directory: Path, est: Estimate) -> None:
     _write(directory, {"estimate": est.to_dict()})
 
 
-def settle(directory: Path, record: RunRecord) -> dict[str, Any] | None:
+def settle(directory: Path, record: RunRecord) -> RealFigures | None:
     """At a run's end: its real wall time and steps beside the estimate it launched with (kept in the
     folder for later estimates); ``None`` when it launched without one."""
     kept = read_kept(directory)
-    if kept is None or "estimate" not in kept or record.summary.ended_at is None:
+    if kept is None or kept.estimate is None or record.summary.ended_at is None:
         return None
     created = _created_at(record)
     if created is None:
         return None
-    est = Estimate.from_dict(kept["estimate"])
-    real = real_vs_estimate(est, record.summary.ended_at - created, record.summary.step,
+    real = real_vs_estimate(kept.estimate, record.summary.ended_at - created, record.summary.step,
                             record.summary.state.value == "succeeded")
-    _write(directory, {**kept, "real": real})
+    _write(directory, KeptEstimate(kept.estimate, real).to_dict())
     return real
 
 

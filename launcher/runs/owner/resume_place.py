@@ -21,6 +21,7 @@ from launcher.runs.core.gathers import read_gathers, whole_steps
 from launcher.runs.owner.ckpt_copy import Endpoint
 from launcher.runs.owner.gather import bring
 from launcher.workload.plan import RunPlan
+from trainer.wire import ckpt_owner
 
 
 @dataclass(frozen=True)
@@ -80,11 +81,8 @@ async def place_for_resume(old: RunPlan, backend: Backend, old_rank: dict[int, i
 
 
 def _newest(checkpoints) -> tuple[int, str] | None:
-    done = [c for c in checkpoints if c.complete and not c.link]
-    if not done:
-        return None
-    c = max(done, key=lambda c: c.step)
-    return c.step, c.name
+    c = ckpt_owner.newest_whole(sorted((c for c in checkpoints if not c.link), key=lambda c: c.step))
+    return (c.step, c.name) if c is not None else None
 
 
 def _lost_note(directory: Path, found: int | None, failed: int, old: RunPlan) -> str:

@@ -28,6 +28,7 @@ from launcher.runs.owner.scheduler import SchedulerVerdicts
 from launcher.runs.owner.settings import Settings
 from launcher.runs.owner.stall import StallVerdicts
 from launcher.workload.plan import RunPlan
+from trainer.wire import ckpt_owner
 
 
 class Swappable(Protocol):
@@ -135,9 +136,8 @@ async def swap_nodes(policy: Swappable, r: Replacement, fault: NodeFault) -> Non
             await claim_port(backend, rec)
         elif policy.keeper is not None:
             listing = await backend.checkpoints(old.output_dir, 0) if old.output_dir else None
-            done = [c for c in (listing.checkpoints if listing else ()) if c.complete]
-            if done:
-                newest = max(done, key=lambda c: c.step)
+            newest = ckpt_owner.newest_whole(sorted(listing.checkpoints if listing else (), key=lambda c: c.step))
+            if newest is not None:
                 point = ResumePoint(newest.step, f"{newest.name} on the cluster's shared filesystem")
     except NodeError as err:
         raise LaunchFailed(f"node {fault.rank} ({fault.host}) failed and its replacement could not be made "

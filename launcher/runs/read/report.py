@@ -11,7 +11,7 @@ from typing import Any
 from launcher.notify.deliver import Delivery
 from launcher.paths import run_dir
 from launcher.runs.core import pending
-from launcher.runs.core.estimates import read_kept
+from launcher.runs.core.estimates import KeptEstimate, read_kept
 from launcher.runs.core.gathers import Gather, GatherNote, read_gathers
 from launcher.runs.core.layout import (
     METRICS,
@@ -73,7 +73,8 @@ class RunReport:
     """Commands worth running next, in words."""
     usage: Usage | None
     """GPU-hours (CPU-hours) and, with prices in the settings, their cost."""
-    estimate: JsonPart | None
+    estimate: KeptEstimate | None
+    """The launch's estimate and, once the run ended, the real figures beside it; ``None``: none made."""
     notifications: tuple[Delivery, ...]
     lead_time: str
     ranks: RankReport
@@ -114,6 +115,7 @@ class RunReport:
         for key in ("next", "odd_nodes"):
             data[key] = list(data[key])
         data["gathers"] = [g.to_dict() for g in self.gathers]
+        data["estimate"] = self.estimate.to_dict() if self.estimate is not None else None
         data["notifications"] = [d.to_dict() for d in self.notifications]
         data["data"] = None if self.data is None else {**asdict(self.data), "text": self.data.words()}
         for key in ("mlflow", "resumed_from", "nettest"):

@@ -113,12 +113,12 @@ def test_a_run_keeps_its_estimate_and_its_real_figure_at_the_end(home):
     keep_estimate(record.directory, est)
     real = settle(record.directory, record)
     kept = json.loads((record.directory / "estimate.json").read_text())
-    assert kept["real"] == real and real["steps_done"] == 10 and real["succeeded"]
-    assert real["real_wall_s"] == pytest.approx(record.summary.ended_at - record.transitions[0][0])
-    assert real["ratio"] == pytest.approx(real["real_wall_s"] / est.wall_s)
+    assert kept["real"] == real.to_dict() and real.steps_done == 10 and real.succeeded
+    assert real.real_wall_s == pytest.approx(record.summary.ended_at - record.transitions[0][0])
+    assert real.ratio == pytest.approx(real.real_wall_s / est.wall_s)
     _past(home, "c-failed", step_s=1.0, steps=4, state=RunState.FAILED)
     record = store.get_run("c-failed")
     keep_estimate(record.directory, est)
-    assert settle(record.directory, record)["ratio"] is None  # a run cut short teaches nothing
+    assert settle(record.directory, record).ratio is None  # a run cut short teaches nothing
     record = store.get_run("a")
     assert settle(record.directory, record) is None  # launched without an estimate

@@ -102,9 +102,9 @@ def test_past_ratios_correct_the_estimate_and_only_complete_runs_teach():
     assert fixed.wall_s == pytest.approx(plain.wall_s * 1.2) and fixed.corrected_by == 3
     assert "x1.20" in "\n".join(fixed.lines())
     kept = real_vs_estimate(fixed, fixed.wall_s / 1.2 * 1.3, steps_done=50, succeeded=True)
-    assert kept["ratio"] == pytest.approx(1.3)  # against the uncorrected figure: ratios do not compound
-    assert real_vs_estimate(fixed, 10.0, steps_done=20, succeeded=False)["ratio"] is None
-    assert real_vs_estimate(fixed, 10.0, steps_done=20, succeeded=True)["ratio"] is None
+    assert kept.ratio == pytest.approx(1.3)  # against the uncorrected figure: ratios do not compound
+    assert real_vs_estimate(fixed, 10.0, steps_done=20, succeeded=False).ratio is None
+    assert real_vs_estimate(fixed, 10.0, steps_done=20, succeeded=True).ratio is None
     assert Estimate.from_dict(fixed.to_dict()) == fixed
 
 

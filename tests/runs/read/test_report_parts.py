@@ -46,6 +46,13 @@ WHOLE = {"name": "step-00000002", "step": 2, "ok": True, "at": 7.0, "to": "node 
          "seconds": 1.25, "from_nodes": [1], "via": "direct"}
 NOTE = {"note": "node 1 cannot dial node 0; copying through this machine", "at": 8.0}
 NOT_WHOLE = {"name": "step-00000004", "step": 4, "ok": False, "at": 9.0, "to": "node 0 (a)", "error": "node 1 lost"}
+ESTIMATE = {"wall_s": 600.0, "low_s": 500.0, "high_s": 700.0, "steps": 100, "startup_s": 30.0, "step_s": 5.5,
+            "evals": 2, "eval_s": 10.0, "tail_s": 5.0, "source": "probe 20260301-0800", "source_run": "r-probe",
+            "unit": "GPU", "hours": 1.5, "cost": 3.0, "currency": "USD", "correction": 1.1, "corrected_by": 2,
+            "unmeasured": ["eval"], "fingerprint": "abc"}
+KEPT = {"continues": {"estimate": ESTIMATE, "real": {"real_wall_s": 660.0, "steps_done": 100, "succeeded": True,
+                                                     "error": 0.1, "ratio": 1.2}},
+        "brought": {"estimate": ESTIMATE}, "named": None}
 RESUMED = {"continues": {"path": PATH, "step": 4, "run_id": "r-old", "auto": False},
            "brought": {"path": PATH, "step": 4, "run_id": "r-old"},
            "named": {"path": PATH, "step": 4, "run_id": None}}
@@ -65,6 +72,8 @@ def _run(home: Path, run_id: str, variant: str) -> None:
     (directory / "metrics.jsonl").write_text(f"{data}\n{json.dumps({'step': 1, 'kind': 'train', 'loss': 2.0})}\n")
     (directory / "gathers.jsonl").write_text(
         "".join(json.dumps(g) + "\n" for g in (WHOLE, NOTE, [1], {"name": 3, "ok": True}, NOT_WHOLE)) + "{torn\n")
+    if KEPT[variant] is not None:
+        (directory / "estimate.json").write_text(json.dumps(KEPT[variant], indent=1))
     (directory / "options.json").write_text(json.dumps({"force": False, "tags": {}, **OPTIONS[variant]}))
 
 
@@ -82,6 +91,7 @@ def test_the_reports_parts_are_types_and_its_json_is_as_it_was(tmp_path, variant
     assert data["resumed_from"] == RESUMED[variant] and list(data["resumed_from"]) == list(RESUMED[variant])
     assert data["gathers"] == [WHOLE, NOTE, NOT_WHOLE] and [list(g) for g in data["gathers"]] == [
         list(WHOLE), list(NOTE), list(NOT_WHOLE)]  # the lines as written, key for key
+    assert data["estimate"] == KEPT[variant] and (report.estimate is None) == (KEPT[variant] is None)
     assert data["nettest"] is None and data["max_attempts"] == 3
     json.dumps(data)  # what --json prints
 
@@ -97,7 +107,7 @@ def test_no_part_of_the_report_is_untyped_json():
 
     hints = typing.get_type_hints(RunReport)
     untyped = [name for name, hint in hints.items() if "Mapping" in str(hint) or "dict" in str(hint).lower()]
-    assert untyped == ["estimate"]  # the launch's estimate is kept as its writer wrote it
+    assert untyped == []
 
 
 def test_the_gatherer_writes_its_lines_through_the_one_type(tmp_path):
