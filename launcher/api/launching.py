@@ -98,7 +98,7 @@ def launch(home: Path, source: Path | Planned | RunPlan | Resumed, overrides: Se
             plan = with_lineage(plan, lineage_runs(home, continues.run_id))  # that run's checkpoint, as lineage
         try:
             run_id = start_run(plan, home, force=force, idempotent=idempotent, resume_from=bring,
-                               continues=continues.to_option() if continues else None, checked=checked, warm=warm)
+                               continues=continues, checked=checked, warm=warm)
         except LaunchRefused as err:
             return Refused("output_dir", (str(err),), planned, forced=force)
     finally:

@@ -15,6 +15,7 @@ from launcher.api._lazy import lazy_names
 if TYPE_CHECKING:
     from launcher.nettest.expect import Expectation
     from launcher.nettest.figures import Measured, Verdict, judge_pairs, rate, size
+    from launcher.nettest.health import GpuHealth, LinkState, NodeHealth
     from launcher.nettest.launch import Options, Outcome
     from launcher.nettest.report import cut_lines, headline, pair_bars, pair_lines, rows, verdict_lines
     from launcher.nettest.report import to_dict as to_json
@@ -23,12 +24,13 @@ if TYPE_CHECKING:
 __getattr__ = lazy_names(__name__, {
     "launcher.nettest.expect": ("Expectation",),
     "launcher.nettest.figures": ("Measured", "Verdict", "judge_pairs", "rate", "size"),
+    "launcher.nettest.health": ("GpuHealth", "LinkState", "NodeHealth"),
     "launcher.nettest.launch": ("Options", "Outcome"),
     "launcher.nettest.report": ("cut_lines", "headline", "pair_bars", "pair_lines", "rows", "verdict_lines",
                                 "to_json=to_dict"),
 })
 
-__all__ = ["Deadlines", "Expectation", "Judged", "Measured", "NettestNotFound", "NettestRecord", "Nettests",
+__all__ = ["Deadlines", "Expectation", "GpuHealth", "Judged", "LinkState", "NodeHealth", "Measured", "NettestNotFound", "NettestRecord", "Nettests",
            "Options", "Outcome", "Verdict", "cut_lines", "headline", "judge_pairs", "pair_bars", "pair_lines",
            "rate", "rows", "size", "to_json", "verdict_lines"]
 
@@ -61,7 +63,7 @@ class NettestRecord:
     """Each node's name, by node rank."""
     measured: Measured | None
     problems: tuple[str, ...]
-    health: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    health: Mapping[int, NodeHealth] = field(default_factory=dict)
     """Each GPU node's health report, by node rank."""
     wall_s: float | None = None
 
@@ -69,7 +71,7 @@ class NettestRecord:
     def from_wire(cls, data: object) -> NettestRecord | None:
         """A test's kept file; ``None`` for one that is not a test's record."""
         from launcher.nettest.figures import BadResult, decode
-        from trainer.wire.ckpt_layout import ascii_int
+        from launcher.nettest.health import health_by_node
 
         if not isinstance(data, dict) or not isinstance(data.get("run_id"), str):
             return None
@@ -77,15 +79,13 @@ class NettestRecord:
             measured = decode(data.get("result"))
         except BadResult:
             measured = None
-        given = data.get("health")
-        health = given if isinstance(given, dict) else {}
         started, wall = data.get("started_at"), data.get("wall_s")
         return cls(data["run_id"], started if isinstance(started, (int, float)) else None,
                    data["state"] if isinstance(data.get("state"), str) else None,
                    data["workload"] if isinstance(data.get("workload"), str) else None,
                    tuple(str(n) for n in data.get("nodes") or []), measured,
                    tuple(str(p) for p in data.get("problems") or []),
-                   {n: v for k, v in health.items() if (n := ascii_int(str(k))) is not None and isinstance(v, dict)},
+                   health_by_node(data.get("health")),
                    wall if isinstance(wall, (int, float)) else None)
 
     @property
@@ -117,7 +117,7 @@ class Judged:
     """A node's health counters need a look."""
     slow_gpu: bool
     expectation: Expectation | None
-    health: Mapping[int, Mapping[str, Any]]
+    health: Mapping[int, NodeHealth]
 
     @property
     def failed(self) -> bool:
@@ -135,7 +135,7 @@ class Judged:
         data: dict[str, Any] = {}
         if self.burnin:
             data["burn_in"] = {"gemm_tflops": list(self.measured.gemm_tflops), "text": list(self.burnin),
-                               "health": {str(k): v for k, v in self.health.items()}}
+                               "health": {str(k): v.to_dict() for k, v in self.health.items()}}
         if self.expectation is not None:
             e = self.expectation
             data["fsdp"] = {"sharding": e.sharding, "bytes_per_rank": e.bytes_per_rank, "comm_s": e.comm_s,
@@ -174,7 +174,7 @@ class Nettests:
         return found[0]
 
     @staticmethod
-    def judge(measured: Measured, nodes: tuple[str, ...], *, health: Mapping[int, Mapping[str, Any]] | None = None,
+    def judge(measured: Measured, nodes: tuple[str, ...], *, health: Mapping[int, NodeHealth] | None = None,
               plan: RunPlan | None = None, params: float | None = None, peak_tflops: float | None = None,
               mfu: float = 0.4) -> Judged:
         """Judge ``measured``: slow pairs, slow GPUs, health problems; with ``plan`` and a model size

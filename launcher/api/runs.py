@@ -13,8 +13,11 @@ from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from launcher.events import RunEvent
-    from launcher.runs.core.continuing import FRESH, Continuation
-    from launcher.runs.core.layout import FORCED_NOTE, TRIAGE, ResumeCheck
+    from launcher.runs.core.continuation import FRESH, Continuation
+    from launcher.runs.core.estimate import Estimate, RealFigures
+    from launcher.runs.core.estimates import KeptEstimate
+    from launcher.runs.core.gathers import Gather, GatherNote
+    from launcher.runs.core.layout import FORCED_NOTE, TRIAGE, PlanShape, RecordedPlan, ResumeCheck
     from launcher.runs.core.ownership import KeptEnd
     from launcher.runs.core.resume_badge import ResumeBasis
     from launcher.runs.core.run_kind import RunKind
@@ -44,8 +47,11 @@ from launcher.api._lazy import lazy_names
 from launcher.api.launching import AlreadyLaunched, Launched, LaunchOutcome, Refused
 
 _FROM = {
-    "launcher.runs.core.continuing": ("FRESH", "Continuation"),
-    "launcher.runs.core.layout": ("FORCED_NOTE", "TRIAGE", "ResumeCheck"),
+    "launcher.runs.core.continuation": ("FRESH", "Continuation"),
+    "launcher.runs.core.estimate": ("Estimate", "RealFigures"),
+    "launcher.runs.core.estimates": ("KeptEstimate",),
+    "launcher.runs.core.gathers": ("Gather", "GatherNote"),
+    "launcher.runs.core.layout": ("FORCED_NOTE", "TRIAGE", "PlanShape", "RecordedPlan", "ResumeCheck"),
     "launcher.runs.core.resume_badge": ("ResumeBasis",),
     "launcher.runs.core.run_kind": ("RunKind",),
     "launcher.runs.core.ownership": ("KeptEnd",),
@@ -74,10 +80,10 @@ __getattr__ = lazy_names(__name__, _FROM)
 
 __all__ = [
     "COLUMNS", "ComparisonFormat", "Continuation", "FORCED_NOTE", "FRESH", "NONE_YET", "THRESHOLD", "THRESHOLDS", "TRIAGE",
-    "AlreadyLaunched", "CancelReport", "Column", "FollowGaveUp", "KeptEnd", "LaunchOutcome", "Launched", "NodeRecord",
-    "NodeRow", "RankReport", "RankTimes", "RecordUnwritable", "Refused", "ResumeCheck", "ResumeBasis", "Resumed", "RunKind", "RunListed",
+    "AlreadyLaunched", "CancelReport", "Column", "Estimate", "FollowGaveUp", "Gather", "GatherNote", "KeptEstimate", "KeptEnd", "LaunchOutcome", "Launched", "NodeRecord",
+    "NodeRow", "PlanShape", "RankReport", "RankTimes", "RecordUnwritable", "RecordedPlan", "Refused", "ResumeCheck", "ResumeBasis", "Resumed", "RunKind", "RunListed",
     "RunNotFound", "RunRecord", "RunReport", "RunStats", "RunSummary", "RunView", "Runs", "SafeStep", "SampleSet", "Sent",
-    "Signature", "StackDumps", "StopOutput", "StoreDamaged", "TriageReport", "Usage", "classify_line", "fmt",
+    "RealFigures", "Signature", "StackDumps", "StopOutput", "StoreDamaged", "TriageReport", "Usage", "classify_line", "fmt",
     "fmt_duration", "history_lines", "might_signal", "node_rows", "side_by_side_at", "side_lines", "stopped_line",
 ]
 
@@ -131,10 +137,9 @@ class Runs:
     def listing(self, *, state: str | None = None, experiment: str | None = None,
                 limit: int | None = None) -> list[RunListed]:
         """As ``list``, each run with its usage, resume check and its owner's note (``fsdp-tui runs``)."""
-        import json
         import time
 
-        from launcher.runs.core.layout import PLAN, read_resume_check
+        from launcher.runs.core.layout import read_plan, read_resume_check
         from launcher.runs.core.ownership import kept_end, owner_note
         from launcher.runs.core.resume_badge import trusted
         from launcher.runs.core.run_kind import run_kind
@@ -149,16 +154,12 @@ class Runs:
         now, out = time.time(), []
         for summary in store.list_runs(state=state, experiment=experiment, limit=limit):
             record = store.get_run(summary.run_id)
-            try:
-                plan = json.loads((record.directory / PLAN).read_text()) if record else {}
-            except (OSError, ValueError):
-                plan = {}
+            plan = read_plan(record.directory) if record else None  # read once, not validated again
             kept = None if summary.state.is_final else kept_end(self.home, summary.run_id)
-            usage = usage_of_record(record, plan.get("workload"), prices, kept.ended_at if kept else now) \
-                if record else None
+            usage = usage_of_record(record, plan, prices, kept.ended_at if kept else now) if record else None
             note = "" if summary.state.is_final else owner_note(self.home, summary.run_id)
-            check, ignored = trusted(read_resume_check(record.directory) if record else None, plan.get("workload"),
-                                     summary.attempt)
+            check, ignored = trusted(read_resume_check(record.directory) if record else None,
+                                     plan.workload if plan else None, summary.attempt)
             out.append(RunListed(summary, usage, check, note, run_kind(self.home, summary), ignored, kept))
         return out
 
@@ -332,18 +333,13 @@ class Runs:
         return (self.record(run_id).directory / "workload.yaml").read_text()
 
     def resume_basis_of(self, run_id: str) -> ResumeBasis | None:
-        """What of the run's recorded workload decides whether it may have resumed (``None``: no plan on
-        record): what a :class:`RunView` needs to tell a resume's badge from a job's word."""
-        import json
-
-        from launcher.runs.core.layout import PLAN
+        """What of the run's plan as recorded (not validated again) decides whether it may have resumed
+        (``None``: no plan on record): what a :class:`RunView` needs to tell a resume's badge from a job's word."""
+        from launcher.runs.core.layout import read_plan
         from launcher.runs.core.resume_badge import ResumeBasis
 
-        try:
-            workload = json.loads((self.record(run_id).directory / PLAN).read_text()).get("workload")
-        except (OSError, ValueError, AttributeError):
-            return None
-        return ResumeBasis.of(workload if isinstance(workload, dict) else None)
+        plan = read_plan(self.record(run_id).directory)
+        return ResumeBasis.of_plan(plan) if plan is not None else None
 
     def plan_of(self, run_id: str) -> RunPlan:
         """The plan the run was launched with. ``OSError``/``ValueError``: none on record (an old run)."""

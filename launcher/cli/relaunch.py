@@ -46,7 +46,7 @@ def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
         if args.verb == "resume":
             resumed = asyncio.run(client.runs.plan_resume(run_id, step=args.step, overrides=args.overrides))
             planned, bring = resumed.planned, resumed.bring
-            copied = f" (copied there from run {run_id}'s {bring['root']} first)" if bring else ""
+            copied = f" (copied there from run {run_id}'s {bring.root} first)" if bring else ""
             print(f"resuming from {resumed.path}{copied}", file=sys.stderr)
         else:
             planned = resumed = client.runs.plan_relaunch(run_id, with_fresh(args))

@@ -15,6 +15,7 @@ from launcher.words import plural
 
 if TYPE_CHECKING:
     from launcher.api import Client
+    from launcher.api.runs import Estimate, RealFigures, SafeStep
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,8 +39,7 @@ def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
     if args.samples:
         return _samples(client, run_id, args.json)
     report = client.runs.report(run_id)
-    safe = report.last_safe_step
-    report = replace(report, next=tuple(_resumable(list(report.next), safe and safe.to_dict(), run_id)))
+    report = replace(report, next=tuple(_resumable(list(report.next), report.last_safe_step, run_id)))
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
         return 0
@@ -94,11 +94,11 @@ def _dash(value, fmt: str = "{}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def _resumable(steps: list[str], safe: dict | None, run_id: str) -> list[str]:
+def _resumable(steps: list[str], safe: SafeStep | None, run_id: str) -> list[str]:
     """``resume`` is suggested only with a complete checkpoint to resume from; with none, that is said."""
     from launcher.api.runs import NONE_YET
 
-    if safe is None or safe.get("step") is not None or safe.get("why_not") != NONE_YET:
+    if safe is None or safe.found is not None or safe.why_not != NONE_YET:
         return steps
     kept = [s for s in steps if not s.startswith("fsdp-tui resume ")]
     if len(kept) < len(steps):
@@ -106,19 +106,20 @@ def _resumable(steps: list[str], safe: dict | None, run_id: str) -> list[str]:
     return kept
 
 
-def _gathers(gathers: list[dict]) -> list[str]:
+def _gathers(entries) -> list[str]:
     """The run's gathers in a line or two: how many checkpoints were made whole, and any that were not."""
+    from launcher.api.runs import Gather
     from launcher.words import plural
 
-    gathers = [g for g in gathers if "name" in g]  # the rest are notes (a route given up)
-    done = [g for g in gathers if g.get("ok")]
+    gathers = [g for g in entries if isinstance(g, Gather)]  # the rest are notes (a route given up)
+    done = [g for g in gathers if g.ok]
     lines = []
     if done:
-        size = sum(g.get("bytes", 0) for g in done) / 2**20
-        seconds = sum(g.get("seconds", 0.0) for g in done)
-        lines.append(f"{plural(len(done), 'checkpoint')} gathered into {done[-1].get('to', '?')}: {size:.1f} MiB "
+        size = sum(g.bytes or 0 for g in done) / 2**20
+        seconds = sum(g.seconds or 0.0 for g in done)
+        lines.append(f"{plural(len(done), 'checkpoint')} gathered into {done[-1].to}: {size:.1f} MiB "
                      f"in {seconds:.1f} s, off the training path")
-    lines += [f"{g.get('name', '?')} NOT whole: {g.get('error', '?')}" for g in gathers if not g.get("ok")]
+    lines += [f"{g.name} NOT whole: {g.error}" for g in gathers if not g.ok]
     return lines
 
 
@@ -151,17 +152,13 @@ def _print(r) -> None:
         out(f"  progress  step {r.step}{'/' + str(r.max_steps) if r.max_steps else ''}"
             f"  loss {_loss(r.last_loss)}{_router(r)}  best eval {_loss(r.best_eval_loss)}\n")
     if r.data:
-        out(f"  data      {r.data['text']}\n")
-        if r.data.get("mix"):
-            out(f"  mix       {r.data['mix']}  (rows trained on so far, and what the weights ask)\n")
+        out(f"  data      {r.data.words()}\n")
+        if r.data.mix:
+            out(f"  mix       {r.data.mix}  (rows trained on so far, and what the weights ask)\n")
     if r.memory:
-        out(f"  memory    {r.memory['text']}\n")
+        out(f"  memory    {r.memory.words()}\n")
     if r.resumed_from:
-        f = r.resumed_from
-        step = f"step {f['step']} of " if f["step"] is not None else ""
-        source = f"{step}run {f['run_id']}" if f["run_id"] else f"{step}a checkpoint"
-        how = " (parameters.checkpoint.resume: auto found it)" if f.get("auto") else ""
-        out(f"  resumed   from {source}: {f['path']}{how}\n")
+        out(f"  resumed   {r.resumed_from.words()}\n")
     if r.resume_check:
         out(f"  resume    {r.resume_check.words()}\n")
     elif r.resume_ignored:
@@ -182,8 +179,8 @@ def _print(r) -> None:
         out(f"  gathered  {line}\n")
     if r.lead_time:
         out(f"  lead time {r.lead_time}\n")
-    if (r.estimate or {}).get("estimate"):
-        out(f"  estimate  {_estimate_words(r.estimate)}\n")
+    if r.estimate is not None and r.estimate.estimate is not None:
+        out(f"  estimate  {_estimate_words(r.estimate.estimate, r.estimate.real)}\n")
     if r.usage:
         u = r.usage
         money = f"  ~{u.cost:.2f} {u.currency}" if u.cost is not None else ""
@@ -202,8 +199,7 @@ def _print(r) -> None:
         out(f"           its directory there: {n.node_dir}\n")
     if r.nettest:
         t = r.nettest
-        out(f"  network   newest test of these nodes: {t['run_id']} ({_when(t['started_at'])}): {t['summary']}; "
-            f"{t['verdict']}\n")
+        out(f"  network   newest test of these nodes: {t.run_id} ({_when(t.started_at)}): {t.summary}; {t.verdict}\n")
     for slow in r.ranks.slow:
         out(f"  slow      {slow.says}\n")
     if r.triage:
@@ -211,16 +207,16 @@ def _print(r) -> None:
     for words in r.odd_nodes:
         out(f"  odd node  {words}  (fsdp-tui show {r.run_id} --nodes)\n")
     for d in r.notifications:
-        tries = f" after {d['attempts']} tries" if d["attempts"] > 1 else ""
-        said = "sent" if d["ok"] else f"FAILED{tries}: {d['error']}"
-        out(f"  notified  {d['event']}: {d['sink']}: {said}{tries if d['ok'] else ''}\n")
+        tries = f" after {d.attempts} tries" if d.attempts > 1 else ""
+        said = "sent" if d.ok else f"FAILED{tries}: {d.error}"
+        out(f"  notified  {d.event}: {d.sink}: {said}{tries if d.ok else ''}\n")
     if r.mlflow:
         m = r.mlflow
-        if m["run_id"]:
-            out(f"  mlflow    run {m['run_id']} in experiment {m['experiment']}\n")
-            out(f"            see it: {m['ui_command']}\n")
-        if m.get("unsent"):
-            out(f"  mlflow    {m['unsent']}\n")
+        if m.run_id:
+            out(f"  mlflow    run {m.run_id} in experiment {m.experiment}\n")
+            out(f"            see it: {m.ui_command}\n")
+        if m.unsent:
+            out(f"  mlflow    {m.unsent}\n")
     out(f"  files     {r.directory}  (workload.yaml, nodes/<rank>.log, metrics, events.jsonl,"
         f" {TRIAGE}, supervisor.log)\n")
     if r.workload_path:
@@ -229,20 +225,17 @@ def _print(r) -> None:
         out(f"  next      {line}\n")
 
 
-def _estimate_words(kept: dict) -> str:
+def _estimate_words(est: Estimate, real: RealFigures | None) -> str:
     """The launch's estimate and, once the run ended, the real wall time against it (docs/estimate.md)."""
     from launcher.api.runs import fmt_duration
 
-    est, real = kept["estimate"], kept.get("real")
-    words = (f"{fmt_duration(est['wall_s'])} ({fmt_duration(est['low_s'])} to {fmt_duration(est['high_s'])}) "
-             f"from {est.get('source', '?')}")
-    if not real or not isinstance(real.get("real_wall_s"), (int, float)):
+    words = (f"{fmt_duration(est.wall_s)} ({fmt_duration(est.low_s)} to {fmt_duration(est.high_s)}) "
+             f"from {est.source or '?'}")
+    if real is None or real.real_wall_s is None:
         return words
-    words += f"; real {fmt_duration(real['real_wall_s'])}"
+    words += f"; real {fmt_duration(real.real_wall_s)}"
     # Only a run that is what was estimated (succeeded, every step from the first) is compared: a
     # record from before that rule kept its error for any run, and says so only with its ratio.
-    compared = real.get("compared", real.get("ratio") is not None)
-    if compared and isinstance(real.get("error"), (int, float)):
-        return words + f" ({real['error']:+.0%})"
-    why = real.get("why") or "not the run estimated"
-    return words + f" (not compared: {why})"
+    if real.was_compared and real.error is not None:
+        return words + f" ({real.error:+.0%})"
+    return words + f" (not compared: {real.why or 'not the run estimated'})"

@@ -9,6 +9,7 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from launcher.nettest.health import NodeHealth
 from launcher.words import plural
 
 GPU_SLOW_RATIO = 0.8
@@ -43,38 +44,38 @@ def _count(value) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def health_problems(health: Mapping) -> list[str]:
-    """What needs a look on one node, each with what to do; empty when its counters are clean."""
-    if not isinstance(health, dict):
+def health_problems(health: NodeHealth | object) -> list[str]:
+    """What needs a look on one node (its report, or what it sent), each with what to do; empty when its
+    counters are clean."""
+    report = health if isinstance(health, NodeHealth) else NodeHealth.from_wire(health)
+    if report is None:
         return ["its health report is not readable"]
     out = []
-    for gpu in health.get("gpus") or []:
-        if not isinstance(gpu, dict):
-            continue
-        name = f"GPU {_clean(gpu.get('bus_id'), 40)}"
-        if _count(gpu.get("ecc_volatile_uncorrectable")):
-            out.append(f"{name}: {gpu['ecc_volatile_uncorrectable']} uncorrectable ECC errors since the driver "
+    for gpu in report.gpus or ():
+        name = f"GPU {_clean(gpu.bus_id, 40)}"
+        if _count(gpu.ecc_volatile_uncorrectable):
+            out.append(f"{name}: {gpu.ecc_volatile_uncorrectable} uncorrectable ECC errors since the driver "
                        "loaded: drain the node and run the vendor's diagnostic (dcgmi diag -r 3)")
-        if gpu.get("remap_failure") is True:
+        if gpu.remap_failure is True:
             out.append(f"{name}: a row remapping failed: the card needs replacing")
-        elif gpu.get("remap_pending") is True or gpu.get("retired_pending") is True:
+        elif gpu.remap_pending is True or gpu.retired_pending is True:
             out.append(f"{name}: a row remap (or page retirement) is pending: reset the GPU (or reboot) before "
                        "training on it")
-        if _count(gpu.get("remapped_uncorrectable")):
-            out.append(f"{name}: {plural(gpu['remapped_uncorrectable'], 'row')} remapped after uncorrectable errors")
-    for gpu, links in (health.get("nvlink") or {}).items():
-        if isinstance(links, dict) and _count(links.get("inactive")):
-            out.append(f"{_clean(gpu, 40)}: {plural(links['inactive'], 'NVLink link')} inactive ({_count(links.get('up'))} "
+        if _count(gpu.remapped_uncorrectable):
+            out.append(f"{name}: {plural(gpu.remapped_uncorrectable or 0, 'row')} remapped after uncorrectable errors")
+    for gpu_name, links in (report.nvlink or {}).items():
+        if _count(links.inactive):
+            out.append(f"{_clean(gpu_name, 40)}: {plural(links.inactive, 'NVLink link')} inactive ({_count(links.up)} "
                        "up): traffic inside the node takes PCIe")
-    xids = [_clean(x, 200) for x in health.get("xid") or []]
+    xids = [_clean(x, 200) for x in report.xid or ()]
     if xids:
         out.append(f"{plural(len(xids), 'Xid line')} in the kernel log, the last: {xids[-1]}")
-    if health.get("smi_readable") is False:
+    if report.smi_readable is False:
         out.append("nvidia-smi gave nothing: its counters were not checked")
     return out
 
 
-def burnin_lines(tflops: list[float], local_world_size: int, health: Mapping[int, Mapping], nodes: tuple[str, ...],
+def burnin_lines(tflops: list[float], local_world_size: int, health: Mapping[int, NodeHealth], nodes: tuple[str, ...],
                  peak_tflops: float | None) -> list[str]:
     """The burn-in in words: GEMM figures, the slow GPU named, and each node's health problems."""
     if not tflops:

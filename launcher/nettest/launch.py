@@ -13,10 +13,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from launcher.nettest.figures import BadResult, Measured, decode
+from launcher.nettest.health import NodeHealth
 from launcher.paths import new_run_id, run_dir
 from launcher.runs.core.run_kind import NETTEST_TAG
 from launcher.runs.core.store import RunStore
 from launcher.runs.launch import is_owned, start_run
+from launcher.runs.read.report_parts import NettestSeen
 from launcher.words import plural
 from launcher.workload.model import CodeSource, Mlflow, Snapshot
 from launcher.workload.plan import RunPlan, build_plan
@@ -64,7 +66,7 @@ class Outcome:
     """Why there is no result, node by node (empty when there is one)."""
     started_at: float
     wall_s: float
-    health: dict[int, dict] = field(default_factory=dict)
+    health: dict[int, NodeHealth] = field(default_factory=dict)
     """Each GPU node's health report, by node rank (none on CPU nodes)."""
     unreachable: tuple[str, ...] = ()
     """The workload's nodes that did not answer in the connect phase, each named with what to do; the test
@@ -260,9 +262,9 @@ def collect(home: Path, run_id: str, started_at: float) -> Outcome:
                    time.time() - started_at, read_health(home, run_id, len(nodes)))
 
 
-def read_health(home: Path, run_id: str, num_nodes: int) -> dict[int, dict]:
-    """Each node's last health line from its log's local mirror (only GPU nodes print one)."""
-    out: dict[int, dict] = {}
+def read_health(home: Path, run_id: str, num_nodes: int) -> dict[int, NodeHealth]:
+    """Each node's last health line from its log's local mirror (only GPU nodes print one), decoded."""
+    out: dict[int, NodeHealth] = {}
     for rank in range(num_nodes):
         log = run_dir(home, run_id) / "nodes" / f"{rank}.log"
         if not log.exists():
@@ -273,7 +275,7 @@ def read_health(home: Path, run_id: str, num_nodes: int) -> dict[int, dict]:
                     data = json.loads(line[len(HEALTH_MARK):])
                 except ValueError:
                     data = {"smi_readable": False}
-                out[rank] = data if isinstance(data, dict) else {"smi_readable": False}
+                out[rank] = NodeHealth.from_wire(data) or NodeHealth(smi_readable=False)
                 break
     return out
 
@@ -286,7 +288,7 @@ def save_record(home: Path, outcome: Outcome, plan: RunPlan) -> Path:
             "wall_s": round(outcome.wall_s, 2), "nodes": list(outcome.nodes),
             "workload": str(plan.source_file) if plan.source_file else None,
             "experiment": plan.workload.experiment_name, "result": outcome.raw, "problems": list(outcome.problems),
-            "health": {str(k): v for k, v in outcome.health.items()}}
+            "health": {str(k): v.to_dict() for k, v in outcome.health.items()}}
     path = folder / f"{outcome.run_id}.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1))
@@ -307,7 +309,7 @@ def list_records(home: Path) -> list[dict]:
     return sorted(out, key=lambda d: d.get("started_at") or 0, reverse=True)
 
 
-def newest_for(home: Path, hosts: list[str] | tuple[str, ...], *, besides: str = "") -> dict | None:
+def newest_for(home: Path, hosts: list[str] | tuple[str, ...], *, besides: str = "") -> NettestSeen | None:
     """The newest kept test with a result on exactly these nodes (in rank order), other than ``besides``,
     summarised: id, date, the verdict's first line and the whole world's all-gather bus bandwidth."""
     from launcher.nettest.figures import judge_pairs, rate
@@ -322,10 +324,11 @@ def newest_for(home: Path, hosts: list[str] | tuple[str, ...], *, besides: str =
             continue
         world = measured.scope("world")
         ag = world.largest("all_gather") if world else None
-        return {"run_id": record["run_id"], "started_at": record.get("started_at"),
-                "verdict": verdict_lines(judge_pairs(measured.pairs), tuple(record["nodes"]))[0],
-                "all_gather_busbw": ag.busbw if ag else None,
-                "summary": f"{rate(ag.busbw) if ag else '-'} all-gather bus bandwidth over the whole world"}
+        started = record.get("started_at")
+        return NettestSeen(str(record["run_id"]), started if isinstance(started, (int, float)) else None,
+                           verdict_lines(judge_pairs(measured.pairs), tuple(record["nodes"]))[0],
+                           ag.busbw if ag else None,
+                           f"{rate(ag.busbw) if ag else '-'} all-gather bus bandwidth over the whole world")
     return None
 
 

@@ -4,7 +4,6 @@ cancel, and render a plan for a dry run. Everything here returns quickly; the ow
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -18,7 +17,7 @@ from launcher.events import RunState, RunStateChanged
 from launcher.paths import private_dir, run_dir
 from launcher.runs.core import pending
 from launcher.runs.core.continuing import Continuation, auto_may_continue, continued_by, max_steps_of
-from launcher.runs.core.layout import EVENTS, OPTIONS, save_plan
+from launcher.runs.core.layout import EVENTS, Brought, LaunchOptions, save_options, save_plan
 from launcher.runs.core.output_dirs import HINT, deciding, output_dir_users
 from launcher.runs.core.ownership import (
     OwnerLock,
@@ -59,7 +58,7 @@ def create_run(plan: RunPlan, home: Path) -> Path:
 
 
 def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str, str] | None = None,
-              idempotent: bool = True, resume_from: dict | None = None, continues: dict | None = None,
+              idempotent: bool = True, resume_from: Brought | None = None, continues: Continuation | None = None,
               checked: bool = False, warm: WarmOwner | None = None) -> str:
     """Record the run and start its owner, detached: the run outlives this process and its terminal.
     The run's lock is taken before its record exists, so nobody can take the new run for an orphan.
@@ -91,10 +90,8 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
             raise RuntimeError(f"run {plan.run_id} exists already")
         try:
             create_run(plan, home)
-            options = {"force": force, "checked": checked and not force, "tags": tags or {},
-                       **({"resume_from": resume_from} if resume_from else {}),
-                       **({"continues": continues} if continues else {})}
-            (run_dir(home, plan.run_id) / OPTIONS).write_text(json.dumps(options))
+            save_options(run_dir(home, plan.run_id), LaunchOptions(force, tags or {}, resume_from, continues,
+                                                                   checked=checked and not force))
             _keep_estimate(home, plan, tags or {})
             hand_over(lock, home, plan.run_id, adopt=False, warm=warm)
         except (OSError, sqlite3.OperationalError) as err:
@@ -223,7 +220,7 @@ class Resumed:
     planned: Planned
     path: str
     """Where the new run's node 0 finds the checkpoint."""
-    bring: dict | None = None
+    bring: Brought | None = None
     """The launch option ``resume_from``: the checkpoint's run, holder and name, when node 0 needs a copy."""
     continues: Continuation | None = None
     """The run it continues, from which checkpoint (kept in the new run's launch options)."""

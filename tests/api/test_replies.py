@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from launcher.api.nettests import NettestRecord
+from launcher.api.nettests import NettestRecord, NodeHealth
 from launcher.backends.base import StackDump
 from launcher.runs.core.layout import TRIAGE, read_triage, save_triage
 from launcher.runs.core.triage import TriageReport, gone_report, said_report
@@ -70,7 +70,7 @@ RESULT_LESS = {"run_id": "nt-1", "started_at": 5.0, "state": "failed", "nodes": 
 
 @pytest.mark.parametrize("wire, expect", [
     (RESULT_LESS, {"run_id": "nt-1", "state": "failed", "nodes": ("a", "b"), "measured": None,
-                   "problems": ("node 1 (b): no answer",), "health": {0: {"ecc": 0}}}),
+                   "problems": ("node 1 (b): no answer",), "health": {0: NodeHealth()}}),
     ({"run_id": "nt-2", "started_at": "soon", "result": {"bad": 1}, "nodes": None},
      {"run_id": "nt-2", "started_at": None, "state": None, "nodes": (), "measured": None, "problems": ()}),
 ])
@@ -123,3 +123,30 @@ def test_kept_tests_are_listed_newest_first_and_found_by_a_prefix_or_one_line_sa
     for prefix, said in (("nt-", "more than one test matches 'nt-'"), ("zz", "no test matches 'zz'")):
         with pytest.raises(NettestNotFound, match=said):
             nettests.find(prefix)
+
+
+HEALTH = {"gpus": [{"bus_id": "00000000:10:1C.0", "ecc_volatile_uncorrectable": 0, "ecc_aggregate_uncorrectable": 2,
+                    "retired_pending": None, "remapped_correctable": 1, "remapped_uncorrectable": 0,
+                    "remap_pending": True, "remap_failure": False}],
+          "nvlink": {"GPU 0": {"up": 2, "inactive": 1}}, "xid": ["[ 8123.4] NVRM: Xid 79"], "smi_readable": True,
+          "kernel_log_readable": False}
+
+
+@pytest.mark.parametrize("wire, expect", [
+    (HEALTH, HEALTH),                                                    # written back as it came
+    ({"smi_readable": False}, {"smi_readable": False}),                  # what an unreadable health line becomes
+    ({"gpus": [{"bus_id": 7, "ecc_volatile_uncorrectable": "9", "remap_pending": 1}, "x"], "nvlink": [1],
+      "xid": "Xid", "smi_readable": "yes"},
+     {"gpus": [{"bus_id": "7", "ecc_volatile_uncorrectable": None, "ecc_aggregate_uncorrectable": None,
+                "retired_pending": None, "remapped_correctable": None, "remapped_uncorrectable": None,
+                "remap_pending": None, "remap_failure": None}]}),
+])
+def test_a_nodes_health_report_is_decoded_once_into_a_type(wire, expect):
+    from launcher.api.nettests import GpuHealth, LinkState
+
+    report = NodeHealth.from_wire(wire)
+    assert isinstance(report, NodeHealth) and report.to_dict() == expect
+    assert all(isinstance(g, GpuHealth) for g in report.gpus or ())
+    assert all(isinstance(s, LinkState) for s in (report.nvlink or {}).values())
+    kept = NettestRecord.from_wire({"run_id": "nt-3", "health": {"1": wire, "2": "garbage"}})
+    assert kept is not None and kept.health == {1: report}

@@ -6,8 +6,11 @@ from __future__ import annotations
 import pytest
 
 from launcher.cli.show import _estimate_words
+from launcher.runs.core.estimate import Estimate, RealFigures
 
-EST = {"wall_s": 135.0, "low_s": 120.0, "high_s": 150.0, "source": "run a (steps 1-300)"}
+EST = Estimate(wall_s=135.0, low_s=120.0, high_s=150.0, steps=300, startup_s=5.0, step_s=0.4, evals=0, eval_s=0.0,
+               tail_s=0.0, source="run a (steps 1-300)", source_run="a", unit="CPU", hours=0.04, cost=None,
+               currency="", correction=1.0, corrected_by=0)
 
 
 @pytest.mark.parametrize("real, says, never", [
@@ -23,5 +26,5 @@ EST = {"wall_s": 135.0, "low_s": 120.0, "high_s": 150.0, "source": "run a (steps
     ({"real_wall_s": 140.0, "steps_done": 300, "succeeded": True, "error": 0.037, "ratio": 1.04}, "(+4%)", "not"),
 ])
 def test_the_percentage_is_shown_only_where_it_means_something(real, says, never):
-    words = _estimate_words({"estimate": EST, **({"real": real} if real else {})})
+    words = _estimate_words(EST, RealFigures.from_wire(real))  # the record's real figures as read
     assert says in words and never not in words.split("from run a")[1]

@@ -160,11 +160,11 @@ def test_a_finished_gpu_runs_hours_from_its_record(tmp_path):
     import time as clock
 
     from launcher.events import RunState
-    from launcher.runs.core.layout import save_plan
+    from launcher.runs.core.layout import read_plan, save_plan
     from launcher.runs.core.store import RunStore
     from launcher.runs.core.usage import usage_of_record
     from launcher.workload.model import Workload
-    from launcher.workload.plan import build_plan, plan_to_json
+    from launcher.workload.plan import build_plan
 
     w = Workload.model_validate({"experiment_name": "gpu", "compute": {
         "accelerator_type": "GPU_8xH100", "num_accelerators": 16, "hosts": ["n1", "n2"]}})
@@ -176,8 +176,7 @@ def test_a_finished_gpu_runs_hours_from_its_record(tmp_path):
         store.set_state("r-gpu", state, 1)
         clock.sleep(0.05)
     record = store.get_run("r-gpu")
-    u = usage_of_record(record, plan_to_json(plan)["workload"], Prices(by_accelerator={"H100": 2.0}),
-                        clock.time())
+    u = usage_of_record(record, read_plan(directory), Prices(by_accelerator={"H100": 2.0}), clock.time())
     wall = record.summary.ended_at - record.summary.started_at
     assert u.kind == "gpu" and u.hours == pytest.approx(2 * 8 * wall / 3600) and u.hours > 0
     assert u.cost == pytest.approx(u.hours * 2.0)
@@ -254,7 +253,7 @@ def test_the_owner_sends_only_the_events_asked_for_and_records_each_delivery(tmp
     summary = json.loads(got.read_text())
     assert d.ok and summary["event"] == "stalled" and summary["detail"].startswith("stalled at step 5")
     assert summary["title"] == "fsdp-tui: st is STALLED (r-st)" and summary["usage"]["kind"] == "cpu"
-    assert read_deliveries(store.home / "runs" / "r-st") == [d.to_dict()]
+    assert read_deliveries(store.home / "runs" / "r-st") == [d]
     (tmp_path / "settings.json").write_text('{"notify": {"ntfy": "nope"}}')  # a bad setting is recorded, not raised
     [bad] = notify_run(tmp_path, "r-st", None, "failed")
     assert not bad.ok and "settings.json: notify.ntfy" in bad.error and "nothing was sent" in bad.error

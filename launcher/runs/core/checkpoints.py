@@ -28,7 +28,7 @@ from launcher.runs.core.bucket import (
     remove_from_bucket,
     verify_in_bucket,
 )
-from launcher.runs.core.layout import load_plan
+from launcher.runs.core.layout import Brought, load_plan
 from launcher.runs.core.store import RunStore
 from launcher.workload.ckpt_place import Holder
 from launcher.workload.overrides import SetValue
@@ -367,7 +367,7 @@ class ResumeChoice:
 
     path: str
     """``parameters.checkpoint.resume``: the checkpoint where the new run's node 0 finds it."""
-    bring: dict | None = None
+    bring: Brought | None = None
     """What the new run's owner copies to node 0 first (the checkpoint's run, node, folder and name), when
     its node 0 is not the machine that holds it; kept in the new run's launch options."""
 
@@ -382,7 +382,7 @@ async def resume_choice(home: Path, run_id: str, chosen: CheckpointInfo, listing
         return ResumeChoice(chosen.path)
     output_dir = new_plan.output_dir or h.output_dir
     return ResumeChoice(posixpath.join(output_dir, "checkpoints", chosen.name),
-                        {"run": run_id, "node": h.rank, "root": listing.root, "name": chosen.name})
+                        Brought(run_id, listing.root, chosen.name, h.rank))
 
 
 def _same_machine(old: RunPlan, rank: int, new: RunPlan) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -49,7 +49,7 @@ IGNORED_SECTIONS = ("checkpoint",)
 """``parameters`` sections left out of the fingerprint: how often a run saves (a probe saves nothing)."""
 
 
-def fingerprint(workload: dict[str, Any]) -> str:
+def fingerprint(workload: Mapping[str, Any]) -> str:
     """What makes two runs step alike: the workload as recorded, less its length, its outputs, its
     checkpoints, its MLflow settings and its identity tokens. Runs with the same fingerprint are the
     history an estimate reads."""
@@ -321,19 +321,58 @@ class Ended:
     probe: bool = False
 
 
-def real_vs_estimate(est: Estimate, wall_s: float, ended: Ended) -> dict[str, Any]:
-    """What the end of a run keeps beside its estimate. ``error`` and ``ratio`` (real over estimated wall
-    time, before any correction) only for a run that is what was estimated: it succeeded, made every
-    step from the first (not a resume: the estimate counted from step 1) and is not a probe; ``why`` says
-    why another run is not compared, in words ``show`` prints."""
+@dataclass(frozen=True)
+class RealFigures:
+    """What the end of a run keeps beside its estimate: its real wall time and steps; ``error`` and
+    ``ratio`` (real over estimated wall time, before any correction) only for a run that is what was
+    estimated (``compared``); ``why`` says why another run is not compared, in words ``show`` prints.
+    ``compared`` is ``None`` for a record written before it was kept (then a kept ratio says it was)."""
+
+    real_wall_s: float | None
+    steps_done: int | None
+    succeeded: bool
+    error: float | None
+    ratio: float | None
+    compared: bool | None = None
+    why: str | None = None
+
+    @property
+    def was_compared(self) -> bool:
+        """The run was compared with its estimate (an older record: it kept a ratio)."""
+        return self.compared if self.compared is not None else self.ratio is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record's JSON as the owner wrote it (an older record without ``compared`` stays without)."""
+        said = {"compared": self.compared, "why": self.why} if self.compared is not None else {}
+        return {"real_wall_s": self.real_wall_s, "steps_done": self.steps_done, "succeeded": self.succeeded,
+                **said, "error": self.error, "ratio": self.ratio}
+
+    @classmethod
+    def from_wire(cls, data: object) -> RealFigures | None:
+        if not isinstance(data, dict):
+            return None
+
+        def number(key: str) -> float | None:
+            value = data.get(key)
+            return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+        steps, compared, why = data.get("steps_done"), data.get("compared"), data.get("why")
+        return cls(number("real_wall_s"), steps if isinstance(steps, int) and not isinstance(steps, bool) else None,
+                   data.get("succeeded") is True, number("error"), number("ratio"),
+                   compared if isinstance(compared, bool) else None, why if isinstance(why, str) else None)
+
+
+def real_vs_estimate(est: Estimate, wall_s: float, ended: Ended) -> RealFigures:
+    """What the end of a run keeps beside its estimate (:class:`RealFigures`). ``error`` and ``ratio`` only
+    for a run that is what was estimated: it succeeded, made every step from the first (not a resume: the
+    estimate counted from step 1) and is not a probe."""
     raw = est.wall_s / (est.correction or 1.0)
     done = 0 if ended.last_step is None else ended.last_step - ended.start_step
     why = _not_compared(est, ended, done)
     compared = why is None and est.wall_s > 0 and raw > 0
-    return {"real_wall_s": wall_s, "steps_done": done, "succeeded": ended.state == "succeeded",
-            "compared": compared, "why": why,
-            "error": (wall_s - est.wall_s) / est.wall_s if compared else None,
-            "ratio": wall_s / raw if compared else None}
+    return RealFigures(wall_s, done, ended.state == "succeeded",
+                       (wall_s - est.wall_s) / est.wall_s if compared else None,
+                       wall_s / raw if compared else None, compared, why)
 
 
 def _not_compared(est: Estimate, ended: Ended, done: int) -> str | None:

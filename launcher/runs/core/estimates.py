@@ -12,6 +12,7 @@ import functools
 import json
 import os
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from launcher.runs.core.estimate import (
     RATIO_RUNS,
     Ended,
     Estimate,
+    RealFigures,
     Timing,
     estimate,
     fingerprint,
@@ -29,7 +31,7 @@ from launcher.runs.core.estimate import (
     steps_to_run,
     timing_of,
 )
-from launcher.runs.core.layout import LOG_METRICS, METRICS, PLAN, load_options, read_records
+from launcher.runs.core.layout import LOG_METRICS, METRICS, read_json, read_options, read_plan, read_records
 from launcher.runs.core.store import RunRecord, RunStore, StoreDamaged
 from launcher.words import plural
 from launcher.workload.plan import RunPlan
@@ -60,11 +62,9 @@ class History:
     whose measurement ``timing`` holds."""
 
 
-def _workload_of(record: RunRecord) -> dict[str, Any] | None:
-    try:
-        return json.loads((record.directory / PLAN).read_text())["workload"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+def _workload_of(record: RunRecord) -> Mapping[str, Any] | None:
+    plan = read_plan(record.directory)
+    return plan.workload if plan is not None and plan.workload else None
 
 
 def _created_at(record: RunRecord) -> float | None:
@@ -72,7 +72,7 @@ def _created_at(record: RunRecord) -> float | None:
 
 
 def is_probe(record: RunRecord) -> bool:
-    return load_options(record.directory).get("tags", {}).get(PROBE_TAG) == "1"
+    return read_options(record.directory).tagged(PROBE_TAG)
 
 
 def run_timing(record: RunRecord) -> Timing | None:
@@ -102,12 +102,36 @@ def _timing(directory: str, run_id: str, created: float, ended_at: float | None,
     return timing_of(run_id, records, created, ended_at, probe=probe, finished=finished)
 
 
-def read_kept(directory: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((directory / ESTIMATE).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+@dataclass(frozen=True)
+class KeptEstimate:
+    """A run's ``estimate.json``: the estimate its launch made (``None``: the file's is not one) and, once it
+    ended, the real figures beside it; ``source`` where the estimate came from, in words."""
+
+    estimate: Estimate | None
+    real: RealFigures | None = None
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file's JSON, as the launch and the owner wrote it (``show --json``)."""
+        return {**({"estimate": self.estimate.to_dict()} if self.estimate is not None else {}),
+                **({"real": self.real.to_dict()} if self.real is not None else {})}
+
+    @classmethod
+    def from_wire(cls, data: object) -> KeptEstimate | None:
+        if not isinstance(data, dict):
+            return None
+        given = data.get("estimate")
+        try:
+            est = Estimate.from_dict(given) if isinstance(given, dict) else None
+        except TypeError:  # another version's fields, or not an estimate
+            est = None
+        source = given.get("source") if isinstance(given, dict) else None
+        return cls(est, RealFigures.from_wire(data.get("real")), source if isinstance(source, str) else "")
+
+
+def read_kept(directory: Path) -> KeptEstimate | None:
+    """The run's kept estimate (``None``: it launched without one)."""
+    return KeptEstimate.from_wire(read_json(directory / ESTIMATE))
 
 
 def history(home: Path, workload: dict[str, Any], *, exclude: str | None = None) -> History:
@@ -129,7 +153,7 @@ def history(home: Path, workload: dict[str, Any], *, exclude: str | None = None)
         theirs = _workload_of(record)
         if theirs is None or fingerprint(theirs) != wanted:
             continue
-        ratio = _ratio(summary.run_id, read_kept(record.directory) or {})
+        ratio = _ratio(summary.run_id, read_kept(record.directory))
         if ratio is not None:
             learned.append((summary.run_id, *ratio))
         if tail is not None and _pool_full(timings):
@@ -158,16 +182,16 @@ def _pool_full(timings: list[Timing]) -> bool:
     return bool(timings) and sum(t.probe == timings[0].probe for t in timings) >= POOL_RUNS
 
 
-def _ratio(run_id: str, kept: dict[str, Any]) -> tuple[bool, float] | None:
+def _ratio(run_id: str, kept: KeptEstimate | None) -> tuple[bool, float] | None:
     """What a run's kept estimate teaches: the ratio of a run compared with an estimate made before it
     from other runs (an older record without ``compared`` counts when it kept a ratio)."""
-    est, real = kept.get("estimate") or {}, kept.get("real") or {}
-    ratio = real.get("ratio")
-    if real.get("compared") is False or not isinstance(ratio, (int, float)) or ratio <= 0:
+    real = kept.real if kept is not None else None
+    if kept is None or real is None or real.compared is False or real.ratio is None or real.ratio <= 0:
         return None
-    if run_id == est.get("source_run") or run_id in (est.get("source_runs") or ()):
+    est = kept.estimate
+    if est is not None and (run_id == est.source_run or run_id in est.source_runs):
         return None  # never a run measured against itself
-    return str(est.get("source", "")).startswith("probe"), float(ratio)
+    return kept.source.startswith("probe"), float(real.ratio)
 
 
 def estimate_plan(home: Path, plan: RunPlan, *, exclude: str | None = None) -> Estimate | None:
@@ -232,18 +256,17 @@ def keep_estimate(directory: Path, est: Estimate) -> None:
     _write(directory, {"estimate": est.to_dict()})
 
 
-def settle(directory: Path, record: RunRecord) -> dict[str, Any] | None:
+def settle(directory: Path, record: RunRecord) -> RealFigures | None:
     """At a run's end: its real wall time and steps beside the estimate it launched with (kept in the
     folder for later estimates); ``None`` when it launched without one."""
     kept = read_kept(directory)
-    if kept is None or "estimate" not in kept or record.summary.ended_at is None:
+    if kept is None or kept.estimate is None or record.summary.ended_at is None:
         return None
     created = _created_at(record)
     if created is None:
         return None
-    est = Estimate.from_dict(kept["estimate"])
-    real = real_vs_estimate(est, record.summary.ended_at - created, ended_of(record))
-    _write(directory, {**kept, "real": real})
+    real = real_vs_estimate(kept.estimate, record.summary.ended_at - created, ended_of(record))
+    _write(directory, KeptEstimate(kept.estimate, real).to_dict())
     return real
 
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from launcher.events import RunEvent, event_to_dict
+from launcher.runs.core.continuation import OPTION, Continuation
 from launcher.runs.core.swaps import Swap
 from launcher.runs.core.triage import TriageReport
 from trainer.wire.protocol import MetricRecord, ResumeCheck
@@ -33,7 +36,8 @@ SAMPLES = "samples.jsonl"
 LOG_METRICS = "log-metrics.jsonl"
 GATHERS = "gathers.jsonl"
 """The run's gathers of checkpoints (when its nodes keep separate folders): one JSON line per checkpoint
-made whole (what, from which nodes, bytes, seconds) or not (why)."""
+made whole (what, from which nodes, bytes, seconds) or not (why), read and written by
+:mod:`launcher.runs.core.gathers`."""
 RESUME_CHECK = "resume-check.json"
 """The newest attempt's resume check (the trainer's ``resume_check`` record, as sent): the badge that
 ``show``, ``runs`` and the app read without scanning the metrics."""
@@ -45,20 +49,135 @@ TRIAGE = "triage.json"
 """Why the run ended as it did (:class:`~launcher.runs.core.triage.TriageReport`), written by its owner."""
 
 
+@dataclass(frozen=True)
+class PlanShape:
+    """What a run's usage counts of its plan (its topology as the launch resolved it): ``gpu`` or ``cpu``,
+    processes per node, the GPU model (``None``: not known)."""
+
+    kind: str
+    procs_per_node: int
+    gpu_model: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "procs_per_node": self.procs_per_node, "gpu_model": self.gpu_model}
+
+    @classmethod
+    def from_wire(cls, data: object) -> PlanShape | None:
+        if not isinstance(data, dict):
+            return None
+        kind, procs, model = data.get("kind"), data.get("procs_per_node"), data.get("gpu_model")
+        if kind not in ("gpu", "cpu") or not isinstance(procs, int) or isinstance(procs, bool) or procs < 1:
+            return None
+        return cls(kind, procs, model if isinstance(model, str) and model else None)
+
+
+SHAPE = "shape"
+"""The key of ``plan.json`` that keeps the plan's :class:`PlanShape` (a plan written before it has none)."""
+
+
+@dataclass(frozen=True)
+class RecordedPlan:
+    """A run's plan as its launch recorded it (``plan.json``), read once and validated never again: what the
+    run's readers (its row in the run list, ``show``, comparisons, notifications, estimates, the monitor's
+    resume badge) take from it. :meth:`to_plan` rebuilds the :class:`RunPlan` (validated) for whoever runs it."""
+
+    run_id: str
+    workload: Mapping[str, Any]
+    """The resolved workload as recorded (JSON): what a fingerprint and the resume badge read whole."""
+    node_dirs: tuple[str, ...]
+    """Each node's folder there, as the launch (or a node swap) set it; empty for a plan without them."""
+    shape: PlanShape | None
+    """The plan's shape as its launch recorded it; ``None`` for a plan written before (:meth:`usage_shape`)."""
+    document: Mapping[str, Any]
+    """The file's JSON, whole: what :meth:`to_plan` rebuilds the plan from."""
+
+    @classmethod
+    def from_wire(cls, data: object) -> RecordedPlan | None:
+        """``plan.json`` decoded (``None``: not a plan); the parts the readers take are checked here, once."""
+        if not isinstance(data, dict):
+            return None
+        workload, dirs = data.get("workload"), data.get("node_dirs")
+        return cls(run_id=str(data.get("run_id") or ""), workload=workload if isinstance(workload, dict) else {},
+                   node_dirs=tuple(d for d in dirs if isinstance(d, str)) if isinstance(dirs, list) else (),
+                   shape=PlanShape.from_wire(data.get(SHAPE)), document=data)
+
+    def section(self, *keys: str) -> Mapping[str, Any]:
+        """The workload's section at ``keys`` (``section("parameters", "checkpoint")``); empty when absent."""
+        data: object = self.workload
+        for key in keys:
+            data = data.get(key) if isinstance(data, Mapping) else None
+        return data if isinstance(data, Mapping) else {}
+
+    @property
+    def max_retries(self) -> int:
+        value = self.workload.get("max_retries")
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    @property
+    def experiment_name(self) -> str | None:
+        value = self.workload.get("experiment_name")
+        return value if isinstance(value, str) else None
+
+    def usage_shape(self) -> PlanShape | None:
+        """The shape usage counts: as recorded, or (a plan written before the launch kept it) resolved from
+        its workload, validated this once; ``None`` when it no longer validates."""
+        if self.shape is not None:
+            return self.shape
+        from launcher.workload.model import Workload
+        from launcher.workload.topology import resolve_topology
+
+        try:
+            topo = resolve_topology(Workload.model_validate(dict(self.workload)))
+        except ValueError:
+            return None
+        return PlanShape(topo.kind, topo.procs_per_node, topo.gpu_model)
+
+    def place_words(self) -> str:
+        """Where the run's checkpoints land, as its launch found it ("" for a run without ``output_dir``)."""
+        from launcher.workload.ckpt_place import place_from_json
+
+        place = place_from_json(self.document.get("ckpt_place"))
+        return place.words() if place is not None else ""
+
+    def to_plan(self) -> RunPlan:
+        """The plan itself, rebuilt and validated (``ValueError``/``KeyError`` when it no longer is one)."""
+        from launcher.workload.plan import plan_from_json
+
+        return plan_from_json(dict(self.document))
+
+
 def save_plan(directory: Path, plan: RunPlan) -> None:
-    """The plan a run's owner (and any later one) runs: the resolved workload and the launch's choices.
-    (The workload's models are imported when a plan is read or written: listing runs needs none.)"""
+    """The plan a run's owner (and any later one) runs: the resolved workload and the launch's choices, with
+    its shape for the readers that count usage. (The workload's models are imported when a plan is written
+    or rebuilt: listing runs needs none.)"""
     from launcher.workload.plan import plan_to_json
 
+    t = plan.topology
+    shape = PlanShape(t.kind, t.procs_per_node, t.gpu_model)
     tmp = directory / f".{PLAN}.tmp"
-    tmp.write_text(json.dumps(plan_to_json(plan)))
+    tmp.write_text(json.dumps({**plan_to_json(plan), SHAPE: shape.to_dict()}))
     os.replace(tmp, directory / PLAN)
 
 
+def read_plan(directory: Path) -> RecordedPlan | None:
+    """The run's plan as recorded, not validated (``None``: none on record, or not a plan)."""
+    return RecordedPlan.from_wire(read_json(directory / PLAN))
+
+
 def load_plan(directory: Path) -> RunPlan:
+    """The run's plan rebuilt and validated (``OSError``/``ValueError``: none on record, or no longer one)."""
     from launcher.workload.plan import plan_from_json
 
     return plan_from_json(json.loads((directory / PLAN).read_text()))
+
+
+def read_json(path: Path) -> object:
+    """A record file's JSON (``None`` when it is absent or not JSON): the one raw read of a run's files,
+    whose readers here each decode it into their type."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def save_triage(directory: Path, report: TriageReport) -> None:
@@ -74,11 +193,91 @@ def read_triage(directory: Path) -> TriageReport | None:
         return None
 
 
-def load_options(directory: Path) -> dict:
-    try:
-        return json.loads((directory / OPTIONS).read_text())
-    except (OSError, ValueError):
-        return {}
+def read_mlflow_state(directory: Path) -> dict[str, Any]:
+    """What the run's owner has logged to MLflow (``mlflow.json``, its tracker's own notes: the MLflow run id,
+    how far each source is sent, the end it still owes); empty before it logged anything."""
+    data = read_json(directory / STATE_FILE)
+    return data if isinstance(data, dict) else {}
+
+
+def save_mlflow_state(directory: Path, state: Mapping[str, Any]) -> None:
+    """The tracker's notes, whole or not at all."""
+    tmp = directory / f".{STATE_FILE}.tmp"
+    tmp.write_text(json.dumps(dict(state)))
+    os.replace(tmp, directory / STATE_FILE)
+
+
+def read_mlflow_run_id(directory: Path) -> str | None:
+    """The run's MLflow run id, once its owner opened one (``show``, the app); ``None`` before."""
+    found = read_mlflow_state(directory).get("run_id")
+    return found if isinstance(found, str) and found else None
+
+
+@dataclass(frozen=True)
+class Brought:
+    """A checkpoint a resume's owner copies to its node 0 before the start (the launch option ``resume_from``):
+    the run that wrote it, the folder of its checkpoints on the node that holds it (``None``: this machine)."""
+
+    run: str
+    root: str
+    name: str
+    node: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run": self.run, "node": self.node, "root": self.root, "name": self.name}
+
+    @classmethod
+    def from_wire(cls, data: object) -> Brought | None:
+        if not isinstance(data, dict):
+            return None
+        run, root, name, node = data.get("run"), data.get("root"), data.get("name"), data.get("node")
+        if not (isinstance(run, str) and isinstance(root, str) and isinstance(name, str)):
+            return None
+        return cls(run, root, name, node if isinstance(node, int) and not isinstance(node, bool) else None)
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """How the run was asked to launch (``options.json``, written once by the launch): ``force`` skips the
+    preflight checks; the launch's tags (a probe's, an interconnect test's); the checkpoint its owner brings
+    to node 0 first; the run it continues; ``checked``: the launch ran the preflight checks already (its
+    owner does not run them again)."""
+
+    force: bool = False
+    tags: Mapping[str, str] = field(default_factory=dict)
+    resume_from: Brought | None = None
+    continues: Continuation | None = None
+    checked: bool = False
+
+    def tagged(self, tag: str) -> bool:
+        """The launch carried ``tag`` (set to ``"1"``)."""
+        return self.tags.get(tag) == "1"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"force": self.force, "checked": self.checked, "tags": dict(self.tags),
+                **({"resume_from": self.resume_from.to_dict()} if self.resume_from else {}),
+                **({OPTION: self.continues.to_option()} if self.continues else {})}
+
+    @classmethod
+    def from_wire(cls, data: object) -> LaunchOptions:
+        """``options.json`` decoded; what is missing or of the wrong type reads as not asked."""
+        if not isinstance(data, dict):
+            return cls()
+        tags = data.get("tags")
+        return cls(force=data.get("force") is True,
+                   tags={str(k): str(v) for k, v in tags.items()} if isinstance(tags, dict) else {},
+                   resume_from=Brought.from_wire(data.get("resume_from")),
+                   continues=Continuation.from_option(data.get(OPTION)), checked=data.get("checked") is True)
+
+
+def save_options(directory: Path, options: LaunchOptions) -> None:
+    """The launch's options, written once before the run's owner starts."""
+    (directory / OPTIONS).write_text(json.dumps(options.to_dict()))
+
+
+def read_options(directory: Path) -> LaunchOptions:
+    """How the run was asked to launch (nothing asked: no file, or not one)."""
+    return LaunchOptions.from_wire(read_json(directory / OPTIONS))
 
 
 def mirror_path(directory: Path, rank: int) -> Path:
@@ -132,23 +331,6 @@ def read_resume_check(directory: Path) -> ResumeCheck | None:
     except OSError:
         return None
     return ResumeCheck.from_record(record) if record is not None else None
-
-
-def read_gathers(directory: Path) -> list[dict]:
-    """The run's gathers as recorded (``show``): what was made whole, how fast, what could not be."""
-    try:
-        lines = (directory / GATHERS).read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict):
-            out.append(entry)
-    return out
 
 
 def read_swaps(directory: Path) -> list[Swap]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from launcher.notify.deliver import Delivery, deliver
 from launcher.notify.summary import CheckpointFact, RunFacts, build_summary
 from launcher.paths import run_dir
-from launcher.runs.core.layout import read_swaps, read_triage
+from launcher.runs.core.layout import read_plan, read_swaps, read_triage
 from launcher.runs.core.store import RunStore
 from launcher.runs.core.usage import usage_of_record
 from launcher.runs.core.user_settings import SettingsError, effective_notify, load_user_settings
@@ -37,8 +37,7 @@ def gather_facts(home: Path, run_id: str, event: str, checkpoint: CheckpointFact
         prices = load_user_settings().prices
     except SettingsError:
         prices = None
-    plan = _json(directory / "plan.json") or {}
-    usage = usage_of_record(record, plan.get("workload"), prices, time.time())
+    usage = usage_of_record(record, read_plan(directory), prices, time.time())
     return RunFacts(run_id=run_id, experiment=s.experiment, event=event, detail=s.detail, attempt=s.attempt,
                     duration_s=s.duration_s, step=s.step, max_steps=s.max_steps, last_loss=s.last_loss,
                     best_eval_loss=s.best_eval_loss, usage=usage.to_dict() if usage else {},
@@ -78,7 +77,8 @@ def record_deliveries(home: Path, run_id: str, done: list[Delivery]) -> None:
         f.write("".join(json.dumps(d.to_dict()) + "\n" for d in done))
 
 
-def read_deliveries(directory: Path) -> list[dict]:
+def read_deliveries(directory: Path) -> list[Delivery]:
+    """What happened to each sink of the run's notifications, oldest first (a line that is not one is skipped)."""
     try:
         lines = (directory / RECORD).read_text(encoding="utf-8").splitlines()
     except OSError:
@@ -86,14 +86,9 @@ def read_deliveries(directory: Path) -> list[dict]:
     out = []
     for line in lines:
         try:
-            out.append(json.loads(line))
+            found = Delivery.from_wire(json.loads(line))
         except ValueError:
             continue
+        if found is not None:
+            out.append(found)
     return out
-
-
-def _json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from launcher.events import NodeState, RunState
-from launcher.runs.core.layout import EVENTS, LOG_METRICS, METRICS, PLAN, read_records
+from launcher.runs.core.layout import EVENTS, LOG_METRICS, METRICS, PLAN, load_plan, read_records
 from launcher.runs.core.store import NodeRecord, RunStore, RunSummary, StoreDamaged
 from launcher.words import plural
 
@@ -141,11 +141,8 @@ def read_run(directory: Path) -> tuple[RunSummary, list[tuple[float, RunState, i
 
 def _identity(directory: Path) -> tuple[str, list[str], list[str], dict, str | None]:
     """Experiment, node hosts, node folders, parameters and workload file: from the plan, else the workload."""
-    plan_path = directory / PLAN
-    if plan_path.exists():
-        from launcher.workload.plan import plan_from_json
-
-        plan = plan_from_json(json.loads(plan_path.read_text()))
+    if (directory / PLAN).exists():
+        plan = load_plan(directory)
         return (plan.workload.experiment_name, [n.host_display for n in plan.nodes],
                 [n.node_dir for n in plan.nodes], dict(plan.workload.parameters or {}),
                 str(plan.source_file) if plan.source_file else None)

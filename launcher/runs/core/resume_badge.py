@@ -6,9 +6,14 @@ one already (a retry's, or a folder other runs write). A check from any other ru
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from trainer.wire.protocol import RUN_ID_ENV, ResumeCheck
+
+if TYPE_CHECKING:
+    from launcher.runs.core.layout import RecordedPlan
 
 
 @dataclass(frozen=True)
@@ -24,8 +29,13 @@ class ResumeBasis:
     output_dir: str = ""
 
     @classmethod
-    def of(cls, workload: dict | None) -> ResumeBasis:
-        if not isinstance(workload, dict) or not workload:
+    def of_plan(cls, plan: RecordedPlan | None) -> ResumeBasis:
+        """The basis of a plan as recorded (``None``: no plan on record, nothing known)."""
+        return cls.of(plan.workload if plan is not None else None)
+
+    @classmethod
+    def of(cls, workload: Mapping[str, Any] | None) -> ResumeBasis:
+        if not isinstance(workload, Mapping) or not workload:
             return cls(on_record=False)
         params = _section(workload, "parameters")
         output_dir = params.get("output_dir")
@@ -49,18 +59,18 @@ class ResumeBasis:
         return ""
 
 
-def not_a_resume(workload: dict | None, attempt: int) -> str:
+def not_a_resume(workload: Mapping[str, Any] | None, attempt: int) -> str:
     """Why the launcher knows the run (its resolved ``workload`` from the plan, at ``attempt``) did not resume;
     empty when it resumed or may have."""
     return ResumeBasis.of(workload).not_a_resume(attempt)
 
 
-def _section(data: dict, key: str) -> dict:
+def _section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     value = data.get(key)
-    return value if isinstance(value, dict) else {}
+    return value if isinstance(value, Mapping) else {}
 
 
-def trusted(check: ResumeCheck | None, workload: dict | None, attempt: int) -> tuple[ResumeCheck | None, str]:
+def trusted(check: ResumeCheck | None, workload: Mapping[str, Any] | None, attempt: int) -> tuple[ResumeCheck | None, str]:
     """The check the badge shows, and the words for one it ignores (empty when none was ignored)."""
     if check is None:
         return None, ""

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Literal
 
 from launcher.paths import run_dir
-from launcher.runs.core.continuing import TRAINED_NOTHING, recorded
+from launcher.runs.core.continuing import TRAINED_NOTHING
 from launcher.runs.core.estimates import PROBE_TAG
-from launcher.runs.core.layout import load_options
+from launcher.runs.core.layout import read_options
 from launcher.runs.core.store import RunSummary
 
 NETTEST_TAG = "fsdp_tui.nettest"
@@ -58,11 +58,11 @@ class RunKind:
 def run_kind(home: Path, summary: RunSummary) -> RunKind:
     """The kind of the run ``summary`` sums up, from its folder (and a kept nettest record under ``home``)."""
     directory = run_dir(home, summary.run_id)
-    tags = load_options(directory).get("tags", {})
-    if tags.get(PROBE_TAG) == "1":
+    options = read_options(directory)
+    if options.tagged(PROBE_TAG):
         return RunKind(summary.run_id, "probe")
-    if tags.get(NETTEST_TAG) == "1" or (home / NETTEST_RECORDS / f"{summary.run_id}.json").is_file():
+    if options.tagged(NETTEST_TAG) or (home / NETTEST_RECORDS / f"{summary.run_id}.json").is_file():
         return RunKind(summary.run_id, "nettest")
-    found = recorded(directory)
+    found = options.continues
     nothing = summary.state.is_final and summary.detail.startswith(TRAINED_NOTHING)
     return RunKind(summary.run_id, trained_nothing=nothing, continued=found.run_id if found else None)

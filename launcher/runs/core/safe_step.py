@@ -13,8 +13,10 @@ import asyncio
 import json
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from launcher.notify.summary import CheckpointFact, fmt_age
 from launcher.runs.core.checkpoints import NoOutputDir, RunCheckpoints, list_checkpoints
@@ -153,7 +155,7 @@ def lead_time_note(seconds: list[float], lead_s: int) -> str:
     return note
 
 
-def lead_time_of_run(directory: Path, workload: dict) -> str:
+def lead_time_of_run(directory: Path, workload: Mapping[str, Any]) -> str:
     """:func:`lead_time_note` for a SLURM run from node 0's log mirror; "" for other runs."""
     slurm = (workload.get("compute") or {}).get("slurm")
     if not slurm:

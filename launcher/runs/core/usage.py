@@ -6,9 +6,12 @@ time of each attempt while it ran (from its first ``running`` to the next attemp
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.runs.core.user_settings import Prices
+
+if TYPE_CHECKING:
+    from launcher.runs.core.layout import RecordedPlan
 
 
 @dataclass(frozen=True)
@@ -75,17 +78,11 @@ def run_usage(*, kind: str, procs_per_node: int, hosts: list[str], num_nodes: in
     return Usage(kind, hours, per_attempt, cost, prices.currency if prices and cost is not None else "")
 
 
-def usage_of_record(record, workload_json: dict | None, prices: Prices | None, now: float) -> Usage | None:
-    """A stored run's usage (``record`` a :class:`~launcher.runs.core.store.RunRecord`, the workload as its
-    plan recorded it); ``None`` for a run that never started or whose plan is not recorded."""
-    from launcher.workload.model import Workload
-    from launcher.workload.topology import resolve_topology
-
-    if workload_json is None:
-        return None
-    try:
-        topo = resolve_topology(Workload.model_validate(workload_json))
-    except ValueError:
+def usage_of_record(record, plan: RecordedPlan | None, prices: Prices | None, now: float) -> Usage | None:
+    """A stored run's usage (``record`` a :class:`~launcher.runs.core.store.RunRecord`, ``plan`` its plan as
+    recorded: its shape); ``None`` for a run that never started or whose plan is not recorded."""
+    topo = plan.usage_shape() if plan is not None else None
+    if topo is None:
         return None
     s = record.summary
     spans = attempt_spans(record.transitions, s.ended_at, now)
@@ -98,9 +95,9 @@ def usage_of_record(record, workload_json: dict | None, prices: Prices | None, n
 def usage_totals(home, run_id: str) -> dict[str, float]:
     """The MLflow metrics of a run's usage so far (``gpu_hours`` or ``cpu_hours``, and ``cost`` with a
     price): what its owner logs as the run ends."""
-    import json
     import time
 
+    from launcher.runs.core.layout import read_plan
     from launcher.runs.core.store import RunStore
     from launcher.runs.core.user_settings import SettingsError, load_user_settings
 
@@ -111,11 +108,7 @@ def usage_totals(home, run_id: str) -> dict[str, float]:
         prices = load_user_settings().prices
     except SettingsError:
         prices = None
-    try:
-        workload = json.loads((record.directory / "plan.json").read_text()).get("workload")
-    except (OSError, ValueError):
-        return {}
-    usage = usage_of_record(record, workload, prices, time.time())
+    usage = usage_of_record(record, read_plan(record.directory), prices, time.time())
     if usage is None:
         return {}
     out = {f"{usage.kind}_hours": usage.hours}

@@ -24,13 +24,13 @@ run may need it and removed when it ends (:meth:`Gatherer.bring_newest`, the kee
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from launcher.backends.base import Backend, CheckpointListing, NodeError, NodeLost
+from launcher.runs.core.gathers import Gather, GatherNote, append_gather
 from launcher.runs.owner.ckpt_copy import (
     BytesDiffer,
     Copied,
@@ -231,8 +231,7 @@ class Gatherer:
 
     def _note(self, text: str) -> None:
         try:
-            with open(self.journal, "a", encoding="utf-8") as f:
-                f.write(json.dumps({"note": text, "at": time.time()}) + "\n")
+            append_gather(self.journal, GatherNote(text, time.time()))
         except OSError:
             pass
 
@@ -281,16 +280,14 @@ class Gatherer:
 
     def _record(self, c: CheckpointInfo, *, ok: bool, copied: Sequence[Copied] = (), seconds: float = 0.0,
                 nodes: Sequence[int] = (), error: str = "") -> None:
-        line = {"name": c.name, "step": c.step, "ok": ok, "at": time.time(), "to": self.holder.label}
         if ok:
             routes = sorted({x.via for x in copied if x.files})
-            line.update(bytes=sum(x.bytes for x in copied), files=sum(x.files for x in copied),
-                        seconds=round(seconds, 3), from_nodes=nodes, via="+".join(routes) or "none")
+            entry = Gather(c.name, c.step, True, time.time(), self.holder.label, sum(x.bytes for x in copied),
+                           sum(x.files for x in copied), round(seconds, 3), tuple(nodes), "+".join(routes) or "none")
         else:
-            line.update(error=error)
+            entry = Gather(c.name, c.step, False, time.time(), self.holder.label, error=error)
         try:
-            with open(self.journal, "a", encoding="utf-8") as f:
-                f.write(json.dumps(line) + "\n")
+            append_gather(self.journal, entry)
         except OSError:
             pass  # the operator's disk is full: the record's own checks say so
 

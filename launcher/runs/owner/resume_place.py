@@ -17,7 +17,7 @@ from pathlib import Path
 
 from launcher.backends.base import Backend, CheckpointFiles, NodeError
 from launcher.runs.core.checkpoints import here_root, lineage_of
-from launcher.runs.core.layout import read_gathers
+from launcher.runs.core.gathers import read_gathers, whole_steps
 from launcher.runs.owner.ckpt_copy import Endpoint
 from launcher.runs.owner.gather import bring
 from launcher.workload.plan import RunPlan
@@ -90,7 +90,7 @@ def newest_resumable(checkpoints, plan: RunPlan) -> tuple[int, str] | None:
 
 def _lost_note(directory: Path, found: int | None, failed: int, old: RunPlan) -> str:
     """Whole checkpoints newer than ``found`` the gathers had made, now unreadable (on the failed node's disk)."""
-    gathered = [step for g in read_gathers(directory) if g.get("ok") and isinstance(step := g.get("step"), int)]
+    gathered = whole_steps(read_gathers(directory))
     newer = sorted(s for s in gathered if found is None or s > found)
     if not newer:
         return ""

@@ -27,7 +27,7 @@ from launcher.paths import private_files, run_dir
 from launcher.runs.core import pending
 from launcher.runs.core.continuing import max_steps_of, recorded, trained_nothing
 from launcher.runs.core.estimates import PROBE_TAG, settle
-from launcher.runs.core.layout import load_options, load_plan, read_swaps, save_plan
+from launcher.runs.core.layout import load_plan, read_options, read_swaps, save_plan
 from launcher.runs.core.notifying import notify_run, notify_wanted
 from launcher.runs.core.ownership import (
     KeptEnd,
@@ -122,9 +122,9 @@ class Supervisor:
         self.idle = IdleGuard(w.metrics.idle_policy)
         self.rec.on_gpus = self.idle.saw
         self.backend = backend_for(plan, on_link=lambda *a: self.policy.on_link(*a))
-        options = load_options(self.dir)
+        options = read_options(self.dir)
         settings = Settings(max_retries=w.max_retries, timeout_s=w.timeout_minutes * 60 if w.timeout_minutes else None,
-                            preflight=not options.get("force", False), checked=bool(options.get("checked", False)),
+                            preflight=not options.force, checked=options.checked,
                             stall_factor=w.metrics.stall_factor, stall_min_s=w.metrics.stall_min_s,
                             max_resubmits=w.compute.slurm.max_resubmits if w.compute.slurm else 0)
         self.resume_source: Backend | None = None
@@ -155,14 +155,13 @@ class Supervisor:
 
     def _resume_from(self) -> tuple[Endpoint, str] | None:
         """The checkpoint a resume onto another node 0 copies there first (the launch options say which)."""
-        found = load_options(self.dir).get("resume_from")
-        if not isinstance(found, dict):
+        found = read_options(self.dir).resume_from
+        if found is None:
             return None
-        source = run_dir(self.home, str(found["run"]))
-        self.resume_source = backend_for(load_plan(source))
-        node = found.get("node")
-        files = here_checkpoint_files() if node is None else self.resume_source.checkpoint_files(int(node))
-        return Endpoint(files, str(found["root"])), str(found["name"])
+        self.resume_source = backend_for(load_plan(run_dir(self.home, found.run)))
+        node = found.node
+        files = here_checkpoint_files() if node is None else self.resume_source.checkpoint_files(node)
+        return Endpoint(files, found.root), found.name
 
     def secrets(self) -> dict[str, str]:
         try:
@@ -226,7 +225,7 @@ class Supervisor:
     async def _notify(self, event: str, ckpt=None) -> None:
         """Tell the user (``notify:`` and the user settings); what happens is recorded, never raised. A
         probe (``doctor --estimate``) tells nobody: it is cancelled on purpose."""
-        if load_options(self.dir).get("tags", {}).get(PROBE_TAG) == "1":
+        if read_options(self.dir).tagged(PROBE_TAG):
             return
         if not notify_wanted(self.plan.workload.notify, event):
             return

@@ -20,15 +20,20 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
-import os
 import socket
 import time
 import urllib.parse
 from pathlib import Path
 from typing import Literal
 
-from launcher.runs.core.layout import EVENTS, STATE_FILE, file_size, load_options
+from launcher.runs.core.layout import (
+    EVENTS,
+    STATE_FILE,
+    file_size,
+    read_mlflow_state,
+    read_options,
+    save_mlflow_state,
+)
 from launcher.runs.owner.mlflow_sink import MlflowSink
 from launcher.runs.owner.system_metrics import read_from, to_metrics
 from launcher.workload.plan import RunPlan
@@ -122,15 +127,10 @@ class Tracker:
         self.retry_at = 0.0
 
     def _load(self) -> dict:
-        try:
-            return json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}
+        return read_mlflow_state(self.path.parent)
 
     def _save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.state))
-        os.replace(tmp, self.path)
+        save_mlflow_state(self.path.parent, self.state)
 
     @property
     def mlflow_run_id(self) -> str | None:
@@ -201,7 +201,7 @@ class Tracker:
         if self.mlflow_run_id:
             sink.reopen(self.mlflow_run_id)
         else:
-            tags = {**load_options(self.path.parent).get("tags", {}), "fsdp_tui.run_id": self.plan.run_id}
+            tags = {**read_options(self.path.parent).tags, "fsdp_tui.run_id": self.plan.run_id}
             run_id = sink.start(self.plan.workload.parameters, tags)
             self.state.update(run_id=run_id, source="metrics", synced=0)
             self._save()

@@ -4,14 +4,13 @@ view, ``sweep show`` and ``compare`` render what this computes."""
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from launcher.runs.core.layout import LOG_METRICS, METRICS, PLAN, read_records, read_triage
+from launcher.runs.core.layout import LOG_METRICS, METRICS, read_plan, read_records, read_triage
 from launcher.runs.core.store import RunStore
 from launcher.runs.core.usage import usage_of_record
 from trainer.wire.protocol import MetricRecord
@@ -127,10 +126,9 @@ def run_stats(home: Path, run_id: str, label: str = "") -> RunStats:
         raise LookupError(f"no run '{run_id}'")
     directory = record.directory
     records = read_records(directory / METRICS) or read_records(directory / LOG_METRICS)
-    plan = _json(directory / PLAN) or {}
-    compute = (plan.get("workload") or {}).get("compute") or {}
-    nodes = len(plan.get("nodes") or ()) or record.summary.num_nodes
-    procs = int(compute.get("procs_per_node") or 1)
+    plan = read_plan(directory)
+    nodes = record.summary.num_nodes
+    procs = int((plan.section("compute") if plan is not None else {}).get("procs_per_node") or 1)
     triage = read_triage(directory)
     s = record.summary
     failed = s.state.value in ("failed", "timed_out")
@@ -138,7 +136,7 @@ def run_stats(home: Path, run_id: str, label: str = "") -> RunStats:
                                signature=((triage.summary if triage else "") or s.detail) if failed else "",
                                num_nodes=nodes, world_size=nodes * procs,
                                wall_s=(s.ended_at - s.started_at) if s.started_at and s.ended_at else s.duration_s)
-    usage = usage_of_record(record, plan.get("workload"), None, time.time())
+    usage = usage_of_record(record, plan, None, time.time())
     return replace(stats, usage_h=usage.hours) if usage else stats
 
 
@@ -199,13 +197,6 @@ def _flatten(data: dict, prefix: str = "") -> dict[str, Any]:
         name = f"{prefix}{key}"
         out.update(_flatten(value, name + ".") if isinstance(value, dict) else {name: value})
     return out
-
-
-def _json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def sweep_stats(home: Path, record) -> list[RunStats]:

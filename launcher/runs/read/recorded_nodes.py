@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from launcher.events import MetricsRecorded, NodeLines, NodeStateChanged, event_from_dict
-from launcher.runs.core.layout import EVENTS, LOG_METRICS, METRICS, PLAN, mirror_path, read_records
+from launcher.runs.core.layout import EVENTS, LOG_METRICS, METRICS, mirror_path, read_plan, read_records
 from launcher.runs.core.resume_badge import ResumeBasis
 from launcher.runs.core.store import RunRecord
 from launcher.runs.read.nodes import NodeRow, node_rows
@@ -29,11 +29,7 @@ def recorded_view(record: RunRecord) -> tuple[RunView, float]:
     live run, its end for a finished one (how long a node had been quiet when the run ended)."""
     s = record.summary
     view = RunView(s.run_id)
-    try:
-        workload = json.loads((record.directory / PLAN).read_text()).get("workload")
-    except (OSError, ValueError, AttributeError):
-        workload = None
-    view.resume_basis = ResumeBasis.of(workload if isinstance(workload, dict) else None)
+    view.resume_basis = ResumeBasis.of_plan(read_plan(record.directory))
     for node in record.nodes:
         view.node(node.node_rank).host = node.host
     last_at = s.started_at or time.time()

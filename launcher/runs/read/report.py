@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from launcher.notify.deliver import Delivery
 from launcher.paths import run_dir
 from launcher.runs.core import pending
-from launcher.runs.core.estimates import read_kept
+from launcher.runs.core.estimates import KeptEstimate, read_kept
+from launcher.runs.core.gathers import Gather, GatherNote, read_gathers
 from launcher.runs.core.layout import (
     METRICS,
-    STATE_FILE,
+    RecordedPlan,
     ResumeCheck,
     last_lines,
-    load_options,
-    read_gathers,
+    read_mlflow_run_id,
+    read_options,
+    read_plan,
     read_resume_check,
     read_swaps,
     read_triage,
@@ -33,16 +35,15 @@ from launcher.runs.core.triage import TriageReport
 from launcher.runs.core.usage import Usage, usage_of_record
 from launcher.runs.core.user_settings import SettingsError, load_user_settings
 from launcher.runs.read.ranks import RankReport, rank_report
+from launcher.runs.read.report_parts import DataSeen, MlflowLink, NettestSeen, ResumedFrom
 from launcher.runs.read.view import fmt_duration
-
-JsonPart = Mapping[str, Any]
-"""A part of the report kept as the JSON its own module writes (usage, estimate, MLflow, ...)."""
+from trainer.wire.fit_record import MemoryCheck
+from trainer.wire.protocol import DataSummary
 
 
 @dataclass(frozen=True)
 class RunReport:
-    """One run told in full (``fsdp-tui show``, ``--json`` through :meth:`to_dict`). The parts named
-    ``JsonPart`` are the JSON their own modules keep, passed through as read."""
+    """One run told in full (``fsdp-tui show``, ``--json`` through :meth:`to_dict`); every part a type."""
 
     run_id: str
     experiment: str
@@ -61,7 +62,7 @@ class RunReport:
     """``pid N`` of its owner, what happens to a live run without one, or empty."""
     nodes: tuple[NodeRecord, ...]
     triage: TriageReport | None
-    mlflow: JsonPart | None
+    mlflow: MlflowLink | None
     directory: str
     workload_path: str | None
     output_dir: str | None
@@ -69,16 +70,20 @@ class RunReport:
     """Commands worth running next, in words."""
     usage: Usage | None
     """GPU-hours (CPU-hours) and, with prices in the settings, their cost."""
-    estimate: JsonPart | None
-    notifications: tuple[JsonPart, ...]
+    estimate: KeptEstimate | None
+    """The launch's estimate and, once the run ended, the real figures beside it; ``None``: none made."""
+    notifications: tuple[Delivery, ...]
     lead_time: str
     ranks: RankReport
     odd_nodes: tuple[str, ...]
-    data: JsonPart | None
-    resumed_from: JsonPart | None
+    data: DataSeen | None
+    """What the run trained on (its trainer's ``data`` record, and a mixture's rows so far); ``None`` for a
+    run without one (a script)."""
+    resumed_from: ResumedFrom | None
     router_aux_loss: float | None
     checkpoints_place: str
-    gathers: tuple[JsonPart, ...]
+    gathers: tuple[Gather | GatherNote, ...]
+    """The run's gathers (checkpoints made whole, or not, and the notes between them), oldest first."""
     resume_check: ResumeCheck | None
     """The newest resume's check; ``None``: the run did not resume."""
     swaps: tuple[Swap, ...] = ()
@@ -88,11 +93,11 @@ class RunReport:
     end_waits: str = ""
     """A live run whose owner could not write its end (the data dir's disk refused it): when its job ended
     and what the owner says (waiting for room, or gave up); empty otherwise."""
-    nettest: JsonPart | None = None
+    nettest: NettestSeen | None = None
     """The newest interconnect test of the same nodes (filled in by the API, which may read tests)."""
     last_safe_step: SafeStep | None = None
     """The newest complete checkpoint as its holder says (filled in by the API: it asks a node)."""
-    memory: JsonPart | None = None
+    memory: MemoryCheck | None = None
     """Each rank's predicted peak memory beside the highest one measured (the built-in trainer's)."""
 
     def to_dict(self) -> dict[str, Any]:
@@ -107,8 +112,15 @@ class RunReport:
                                 {**asdict(self.resume_check), "text": self.resume_check.words()})
         data["last_safe_step"] = (None if self.last_safe_step is None else
                                   {**self.last_safe_step.to_dict(), "text": self.last_safe_step.text()})
-        for key in ("next", "notifications", "odd_nodes", "gathers"):
+        for key in ("next", "odd_nodes"):
             data[key] = list(data[key])
+        data["gathers"] = [g.to_dict() for g in self.gathers]
+        data["estimate"] = self.estimate.to_dict() if self.estimate is not None else None
+        data["notifications"] = [d.to_dict() for d in self.notifications]
+        data["data"] = None if self.data is None else self.data.to_dict()
+        data["memory"] = None if self.memory is None else _memory_json(self.memory)
+        for key in ("mlflow", "resumed_from", "nettest"):
+            data[key] = None if data[key] is None else data[key].to_dict()
         data["swaps"] = [s.to_dict() for s in self.swaps]
         return data
 
@@ -120,18 +132,18 @@ def run_report(home: Path, run_id: str) -> RunReport:
     s = record.summary
     directory = record.directory
     triage = read_triage(directory)
-    plan = _json(directory / "plan.json") or {}
-    workload = plan.get("workload", {})
-    mlflow_state = _json(directory / STATE_FILE) or {}
+    plan = read_plan(directory)
+    workload = plan.workload if plan is not None else {}
+    mlflow_run_id = read_mlflow_run_id(directory)
     mlflow = None
     unsent = pending.why_pending(directory)
-    if mlflow_state.get("run_id") or unsent:
-        uri = (workload.get("mlflow") or {}).get("tracking_uri") or f"sqlite:///{Path(home) / 'mlflow.db'}"
-        experiment = (workload.get("mlflow") or {}).get("experiment") or s.experiment
-        mlflow = {"run_id": mlflow_state.get("run_id"), "experiment": experiment, "tracking_uri": uri,
-                  "ui_command": f"mlflow ui --backend-store-uri {uri}",
-                  "unsent": unsent and f"not all sent yet ({unsent}); sent on the next look, or now: "
-                                       f"fsdp-tui mlflow sync {run_id}"}
+    if mlflow_run_id or unsent:
+        tracking = plan.section("mlflow") if plan is not None else {}
+        uri = tracking.get("tracking_uri") or f"sqlite:///{Path(home) / 'mlflow.db'}"
+        experiment = tracking.get("experiment") or s.experiment
+        mlflow = MlflowLink(mlflow_run_id, experiment, uri, f"mlflow ui --backend-store-uri {uri}",
+                            unsent and f"not all sent yet ({unsent}); sent on the next look, or now: "
+                                       f"fsdp-tui mlflow sync {run_id}")
     records = _newest_records(directory / METRICS)
     swaps = read_swaps(directory)
     ranks = rank_report(records, len(record.nodes) or None)
@@ -141,7 +153,7 @@ def run_report(home: Path, run_id: str) -> RunReport:
     odd = _odd_nodes(record)
     if triage is not None and odd:
         triage = replace(triage, odd_nodes=tuple(odd))
-    check, ignored = trusted(read_resume_check(directory), workload, s.attempt)
+    check, ignored = trusted(read_resume_check(directory), plan.workload if plan is not None else None, s.attempt)
     kept = kept_end(home, run_id) if live else None
     end_waits = ""
     if kept is not None:
@@ -156,25 +168,25 @@ def run_report(home: Path, run_id: str) -> RunReport:
             next_steps.append(f"fsdp-tui resume {run_id}  (from its newest complete checkpoint)")
     return RunReport(
         run_id=s.run_id, experiment=s.experiment, state=s.state.value, detail=s.detail,
-        attempt=s.attempt, max_attempts=int(workload.get("max_retries", 0)) + 1 + len(swaps),
+        attempt=s.attempt, max_attempts=(plan.max_retries if plan is not None else 0) + 1 + len(swaps),
         started_at=s.started_at, ended_at=s.ended_at, duration=fmt_duration(s.duration_s),
         step=s.step, max_steps=s.max_steps, last_loss=s.last_loss, best_eval_loss=s.best_eval_loss,
         owner=(f"pid {record.launcher_pid}" if record.launcher_pid and owned(home, run_id)
                else ("none (the next command that lists runs adopts it)" if live else "")),
         nodes=tuple(record.nodes), triage=triage, mlflow=mlflow, directory=str(directory),
         workload_path=s.workload_path, output_dir=s.output_dir, next=tuple(next_steps),
-        usage=_usage(record, workload, kept.ended_at if kept else None), estimate=read_kept(directory),
+        usage=_usage(record, plan, kept.ended_at if kept else None), estimate=read_kept(directory),
         notifications=tuple(read_deliveries(directory)),
         lead_time=lead_time_of_run(directory, workload), ranks=ranks,
         odd_nodes=tuple(odd), data=_data_summary(directory / METRICS, records),
         resumed_from=_resumed_from(home, workload, run_id), router_aux_loss=_router_aux_loss(records),
-        checkpoints_place=_place_words(plan), gathers=tuple(read_gathers(directory)),
+        checkpoints_place=plan.place_words() if plan is not None else "", gathers=tuple(read_gathers(directory)),
         resume_check=check, resume_ignored=ignored, end_waits=end_waits, swaps=tuple(swaps),
         memory=_memory(directory / METRICS, records),
     )
 
 
-def _resumed_from(home: Path, workload: dict, run_id: str) -> dict | None:
+def _resumed_from(home: Path, workload: Mapping[str, Any], run_id: str) -> ResumedFrom | None:
     """The checkpoint this run started from (``parameters.checkpoint.resume``: ``resume`` and the
     checkpoints screen set it) and, when its path names one, the run that wrote it."""
     import re
@@ -184,25 +196,16 @@ def _resumed_from(home: Path, workload: dict, run_id: str) -> dict | None:
     path = ((workload.get("parameters") or {}).get("checkpoint") or {}).get("resume")
     found = recorded(run_dir(home, run_id))  # what its launch said it continues (resume, or resume: auto)
     if found is not None:
-        named = isinstance(path, str) and path not in ("", "auto", "never")
-        return {"path": path if named else found.name, "step": found.step, "run_id": found.run_id,
-                "auto": found.auto}
+        named = path if isinstance(path, str) and path not in ("", "auto", "never") else None
+        return ResumedFrom(named or found.name, found.step, found.run_id, found.auto)
     if not isinstance(path, str) or path in ("", "auto", "never"):
         return None
     step = re.search(r"step-0*(\d+)", path)
-    brought = load_options(run_dir(home, run_id)).get("resume_from")  # copied to this run's node 0 first
-    if isinstance(brought, dict) and isinstance(brought.get("run"), str):
-        return {"path": path, "step": int(step.group(1)) if step else None, "run_id": brought["run"]}
+    brought = read_options(run_dir(home, run_id)).resume_from  # copied to this run's node 0 first
+    if brought is not None:
+        return ResumedFrom(path, int(step.group(1)) if step else None, brought.run)
     runs = [r for r in RunStore(home).runs_named_in(path) if r != run_id]
-    return {"path": path, "step": int(step.group(1)) if step else None, "run_id": runs[0] if runs else None}
-
-
-def _place_words(plan: dict) -> str:
-    """Where the run's checkpoints land, as its launch found it ("" for a run without ``output_dir``)."""
-    from launcher.workload.ckpt_place import place_from_json
-
-    place = place_from_json(plan.get("ckpt_place"))
-    return place.words() if place is not None else ""
+    return ResumedFrom(path, int(step.group(1)) if step else None, runs[0] if runs else None)
 
 
 def _router_aux_loss(records: list) -> float | None:
@@ -217,14 +220,14 @@ def _odd_nodes(record) -> list[str]:
     return [r.odd_words() for r in recorded_rows(record) if r.odd]
 
 
-def _usage(record, workload: dict, ended_at: float | None) -> Usage | None:
+def _usage(record, plan: RecordedPlan | None, ended_at: float | None) -> Usage | None:
     """GPU-hours (CPU-hours) and, with prices in the settings, their cost; ``ended_at``: when the job of a
     run whose end is not recorded yet ended (its usage stops there)."""
     try:
         prices = load_user_settings().prices
     except SettingsError:
         prices = None
-    return usage_of_record(record, workload or None, prices, ended_at or time.time())
+    return usage_of_record(record, plan, prices, ended_at or time.time())
 
 
 TAIL_BYTES = 8 << 20
@@ -255,36 +258,28 @@ def _head_records(path: Path) -> list:
     return [r for line in head.split(b"\n")[:-1] if (r := MetricRecord.from_json(line.decode("utf-8", "replace")))]
 
 
-def _data_summary(path: Path, records: list) -> dict | None:
+def _data_summary(path: Path, records: list) -> DataSeen | None:
     """What the run trained on, from its ``data`` record: examples, and how many were cut at
     ``max_seq_len`` with how many tokens lost; a mixture's realised share of each source (from the newest
     step that said) against its weight; ``None`` for a run without one (a user script)."""
-    from trainer.wire.protocol import DataSummary, mix_rows, mix_words
+    from trainer.wire.protocol import mix_rows
 
     for record in _head_records(path):
         summary = DataSummary.from_record(record)
         if summary is not None:
-            rows = next((mix_rows(r) for r in reversed(records) if mix_rows(r)), ())
-            mix = mix_words(summary.sources, rows) if summary.sources else ""
-            return {**asdict(summary), "text": summary.words(), "mix": mix, "mix_rows": list(rows)}
+            return DataSeen(summary, next((mix_rows(r) for r in reversed(records) if mix_rows(r)), ()))
     return None
 
 
-def _memory(path: Path, newest: list) -> dict | None:
+def _memory(path: Path, newest: list) -> MemoryCheck | None:
     """The run's memory prediction (its ``fit`` record, at the start) beside each rank's highest peak
     (the newest records: a peak only grows); ``None`` for a run that predicted nothing."""
     from trainer.wire.fit_record import memory_check
 
-    check = memory_check([*_head_records(path), *newest])
-    if check is None:
-        return None
+    return memory_check([*_head_records(path), *newest])
+
+
+def _memory_json(check: MemoryCheck) -> dict[str, Any]:
     return {"predicted_gib": check.fit.expected_gib, "need_gib": check.fit.need_gib, "memory_gib": check.fit.memory_gib,
             "device": check.fit.device, "sharding": check.fit.sharding, "parts_gib": dict(check.fit.parts),
             "peak_gib": check.peak_gib, "peak_rank": check.peak_rank, "error": check.error, "text": check.words()}
-
-
-def _json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None

@@ -162,8 +162,8 @@ class RunView:
     swaps: list[Swap] = field(default_factory=list)
     """The failed nodes the run's owner replaced, oldest first (each as its newest event said it)."""
     resume_basis: ResumeBasis | None = None
-    """The run's resolved workload as its plan records it, when known: a resume check from a run the
-    launcher knows did not resume is no badge (:mod:`launcher.runs.core.resume_badge`)."""
+    """What of the run's plan as recorded decides whether it may have resumed, when known: a resume check
+    from a run the launcher knows did not resume is no badge (:mod:`launcher.runs.core.resume_badge`)."""
 
     def apply(self, event: RunEvent, now: float | None = None) -> None:
         now = time.time() if now is None else now

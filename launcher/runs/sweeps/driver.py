@@ -189,7 +189,7 @@ class Driver:
         if continues is not None:
             plan = with_lineage(plan, lineage_runs(self.home, continues.run_id))
         try:
-            start_run(plan, self.home, tags=tags, continues=continues.to_option() if continues else None)
+            start_run(plan, self.home, tags=tags, continues=continues)
         except (RuntimeError, OSError) as err:
             self.set_variant(index, state="failed", detail=f"could not start: {err}")
             return run_id

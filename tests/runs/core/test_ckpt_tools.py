@@ -9,8 +9,10 @@ import pytest
 
 from launcher.backends.base import CheckpointListing
 from launcher.cli.show import _gathers, _resumable
+from launcher.notify.summary import CheckpointFact
 from launcher.runs.core.checkpoints import completeness
-from launcher.runs.core.safe_step import NONE_YET
+from launcher.runs.core.gathers import Gather, GatherNote
+from launcher.runs.core.safe_step import NONE_YET, SafeStep
 from trainer.wire.ckpt_layout import CheckpointInfo
 
 RESUME = "fsdp-tui resume r1  (from its newest complete checkpoint)"
@@ -28,9 +30,9 @@ def test_the_complete_column_names_the_nodes_a_split_checkpoint_waits_for(info, 
 
 
 @pytest.mark.parametrize("safe, suggested", [
-    ({"step": 6, "name": "step-6", "age_s": 1.0}, True),
-    ({"step": None, "why_not": NONE_YET}, False),
-    ({"step": None, "why_not": "cannot list the checkpoints on node 0: lost"}, True),  # unknown: still offered
+    (SafeStep(CheckpointFact("step-6", 6, 1.0)), True),
+    (SafeStep(None, NONE_YET), False),
+    (SafeStep(None, "cannot list the checkpoints on node 0: lost"), True),  # unknown: still offered
     (None, True),
 ])
 def test_show_suggests_resume_only_with_a_complete_checkpoint(safe, suggested):
@@ -42,9 +44,10 @@ def test_show_suggests_resume_only_with_a_complete_checkpoint(safe, suggested):
 
 def test_show_tells_the_gathers_and_the_step_that_is_not_whole():
     lines = _gathers([
-        {"name": "step-2", "ok": True, "bytes": 3 << 20, "seconds": 1.5, "to": "node 0 (gpu-a)"},
-        {"name": "step-4", "ok": True, "bytes": 3 << 20, "seconds": 0.5, "to": "node 0 (gpu-a)"},
-        {"name": "step-6", "ok": False, "error": "node 1 (gpu-b): lost: no connection for 120 s"}])
+        Gather("step-2", 2, True, None, "node 0 (gpu-a)", bytes=3 << 20, seconds=1.5),
+        GatherNote("node 1 cannot dial node 0; copying through this machine", None),
+        Gather("step-4", 4, True, None, "node 0 (gpu-a)", bytes=3 << 20, seconds=0.5),
+        Gather("step-6", 6, False, None, "?", error="node 1 (gpu-b): lost: no connection for 120 s")])
     assert lines == ["2 checkpoints gathered into node 0 (gpu-a): 6.0 MiB in 2.0 s, off the training path",
                      "step-6 NOT whole: node 1 (gpu-b): lost: no connection for 120 s"]
 

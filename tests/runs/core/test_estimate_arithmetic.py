@@ -106,10 +106,10 @@ def test_past_ratios_correct_the_estimate_and_only_complete_runs_teach():
     assert fixed.wall_s == pytest.approx(plain.wall_s * 1.2) and fixed.corrected_by == 3
     assert "x1.20" in "\n".join(fixed.lines())
     kept = real_vs_estimate(fixed, fixed.wall_s / 1.2 * 1.3, Ended("succeeded", 1, 50))
-    assert kept["ratio"] == pytest.approx(1.3)  # against the uncorrected figure: ratios do not compound
-    assert kept["compared"] and kept["error"] == pytest.approx(1.3 / 1.2 - 1)
-    assert real_vs_estimate(fixed, 10.0, Ended("failed", 1, 20))["ratio"] is None
-    assert real_vs_estimate(fixed, 10.0, Ended("succeeded", 1, 20))["ratio"] is None
+    assert kept.ratio == pytest.approx(1.3)  # against the uncorrected figure: ratios do not compound
+    assert kept.compared and kept.error == pytest.approx(1.3 / 1.2 - 1)
+    assert real_vs_estimate(fixed, 10.0, Ended("failed", 1, 20)).ratio is None
+    assert real_vs_estimate(fixed, 10.0, Ended("succeeded", 1, 20)).ratio is None
     assert Estimate.from_dict(fixed.to_dict()) == fixed
 
 
@@ -131,10 +131,10 @@ def test_only_a_run_that_is_what_was_estimated_is_compared(ended, why):
                    price=None, currency="")
     kept = real_vs_estimate(est, 80.0, ended)
     if why is None:
-        assert kept["compared"] and kept["error"] is not None and kept["ratio"] is not None and kept["why"] is None
+        assert kept.compared and kept.error is not None and kept.ratio is not None and kept.why is None
         return
-    assert not kept["compared"] and kept["error"] is None and kept["ratio"] is None
-    assert kept["why"].startswith(why)
+    assert not kept.compared and kept.error is None and kept.ratio is None
+    assert (kept.why or "").startswith(why)
 
 
 @pytest.mark.parametrize("ratios, expect, held", [

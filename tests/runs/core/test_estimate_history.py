@@ -156,13 +156,13 @@ def test_a_run_keeps_its_estimate_and_its_real_figure_at_the_end(home):
     keep_estimate(record.directory, est)
     real = settle(record.directory, record)
     kept = json.loads((record.directory / "estimate.json").read_text())
-    assert kept["real"] == real and real["steps_done"] == 10 and real["succeeded"]
-    assert real["real_wall_s"] == pytest.approx(record.summary.ended_at - record.transitions[0][0])
-    assert real["ratio"] == pytest.approx(real["real_wall_s"] / est.wall_s)
+    assert kept["real"] == real.to_dict() and real.steps_done == 10 and real.succeeded
+    assert real.real_wall_s == pytest.approx(record.summary.ended_at - record.transitions[0][0])
+    assert real.ratio == pytest.approx(real.real_wall_s / est.wall_s)
     _past(home, "c-failed", step_s=1.0, steps=4, state=RunState.FAILED)
     record = store.get_run("c-failed")
     keep_estimate(record.directory, est)
-    assert settle(record.directory, record)["ratio"] is None  # a run cut short teaches nothing
+    assert settle(record.directory, record).ratio is None  # a run cut short teaches nothing
     record = store.get_run("a")
     assert settle(record.directory, record) is None  # launched without an estimate
 
@@ -179,7 +179,7 @@ def test_a_resume_and_a_cancelled_run_keep_no_ratio_and_say_why(home):
     keep_estimate(record.directory, est)
     real = settle(record.directory, record)
     assert record.summary.step == 10 and record.summary.state == RunState.SUCCEEDED
-    assert real["ratio"] is None and real["error"] is None and real["why"] == "trained nothing"
+    assert real.ratio is None and real.error is None and real.why == "trained nothing"
 
     _past(home, "c-resumed", step_s=1.0)
     record = store.get_run("c-resumed")
@@ -189,12 +189,12 @@ def test_a_resume_and_a_cancelled_run_keep_no_ratio_and_say_why(home):
     (record.directory / "metrics.jsonl").write_text(check + "\n" + "".join(json.dumps(r) + "\n" for r in resumed))
     keep_estimate(record.directory, est)
     real = settle(record.directory, record)
-    assert real["ratio"] is None and real["steps_done"] == 4
-    assert real["why"].startswith("resumed from step 6 and trained 4 steps")
+    assert real.ratio is None and real.steps_done == 4
+    assert real.why.startswith("resumed from step 6 and trained 4 steps")
 
     _past(home, "d-cancelled", step_s=1.0, steps=4, state=RunState.CANCELLED)
     record = store.get_run("d-cancelled")
     keep_estimate(record.directory, est)
     real = settle(record.directory, record)
-    assert real["ratio"] is None and real["why"] == "cancelled at step 4 of 10"
+    assert real.ratio is None and real.why == "cancelled at step 4 of 10"
     assert history(home, _plan("x").workload.model_dump(mode="json")).ratios == ()

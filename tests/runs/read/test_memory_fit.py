@@ -40,6 +40,6 @@ def test_show_reads_the_prediction_at_the_start_and_the_peaks_at_the_end(tmp_pat
     directory = create_run(build_plan(workload, run_id="m-1"), tmp_path)
     lines = [FIT.record(), *(_train(s, 0.5 + s / 100, 0.4) for s in range(1, 400))]
     (directory / "metrics.jsonl").write_text("".join(r.to_json() + "\n" for r in lines))
-    memory = run_report(tmp_path, "m-1").memory
+    memory = run_report(tmp_path, "m-1").to_dict()["memory"]  # as show --json prints it
     assert memory["predicted_gib"] == 0.62 and memory["peak_gib"] == 0.5 + 399 / 100 and memory["peak_rank"] == 0
     assert memory["text"].startswith("peak 4.49 GiB (rank 0 of 2) against 0.62 GiB predicted")

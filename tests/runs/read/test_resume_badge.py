@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from launcher.events import MetricsRecorded, RunState, RunStateChanged
-from launcher.runs.core.layout import RESUME_CHECK, read_resume_check, save_plan
+from launcher.runs.core.layout import RESUME_CHECK, RecordedPlan, read_resume_check, save_plan
 from launcher.runs.core.resume_badge import ResumeBasis
 from launcher.runs.core.store import RunStore
 from launcher.runs.owner.recorder import Recorder
@@ -142,11 +142,11 @@ def test_mlflow_gets_the_badge_only_from_a_run_that_resumed(home):
 def test_the_monitor_shows_no_badge_from_a_run_that_did_not_resume():
     plain = {"experiment_name": "res", "command": "echo", "parameters": {}}
     view = RunView("20260301-090007-res-cdcd")
-    view.resume_basis = ResumeBasis.of(plain)
+    view.resume_basis = ResumeBasis.of_plan(RecordedPlan.from_wire({"workload": plain}))
     view.apply(MetricsRecorded(view.run_id, VERIFIED.record()), now=1.0)
     assert view.resume_badge() == ""
     trainer = {"experiment_name": "res", "parameters": {"output_dir": "/ckpts/$FSDP_TUI_RUN_ID"}}
-    view.resume_basis = ResumeBasis.of(trainer)  # its first attempt in a folder of its own: nothing to resume from
+    view.resume_basis = ResumeBasis.of_plan(RecordedPlan.from_wire({"workload": trainer}))  # its first attempt in a folder of its own: nothing to resume from
     view.apply(MetricsRecorded(view.run_id, VERIFIED.record()), now=2.0)
     assert view.resume_badge() == ""
     view.apply(RunStateChanged(view.run_id, RunState.RUNNING, 2), now=3.0)  # a retry resumes

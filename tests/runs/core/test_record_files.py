@@ -1,0 +1,191 @@
+"""A run's folder is read through one module, ``launcher/runs/core/layout.py``, each file into its type: the
+plan is read once per reader and validated never again (listing runs costs a JSON read per run, not a model
+validation and a topology); no other module reads the plan's file raw."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from launcher.events import RunState
+from launcher.runs.core.continuation import Continuation
+from launcher.runs.core.layout import (
+    OPTIONS,
+    PLAN,
+    SHAPE,
+    Brought,
+    LaunchOptions,
+    PlanShape,
+    RecordedPlan,
+    read_options,
+    read_plan,
+    save_options,
+    save_plan,
+)
+from launcher.runs.core.store import RunStore
+from launcher.workload.plan import build_plan
+from launcher.workload.validate import validate_text
+
+ROOT = Path(__file__).resolve().parents[3]
+GPU = """experiment_name: gpu
+compute: {accelerator_type: GPU_8xH100, num_accelerators: 16, hosts: [n1, n2]}
+parameters: {model_name: builtin:tiny-llama, dataset_name: builtin:tiny-alpaca, output_dir: /tmp/ckpts}
+"""
+
+
+def _run(home: Path, run_id: str, text: str = GPU) -> Path:
+    plan = build_plan(validate_text(text, "w.yaml").workload, run_id=run_id)
+    store = RunStore(home)
+    directory = store.create_run(plan, None, text)
+    save_plan(directory, plan)
+    for state in (RunState.RUNNING, RunState.SUCCEEDED):
+        store.set_state(run_id, state, 1)
+    return directory
+
+
+def test_listing_runs_reads_each_plan_once_and_validates_none(tmp_path, monkeypatch):
+    from launcher.api import Client
+    from launcher.workload.model import Workload
+
+    home = tmp_path / "home"
+    ids = [f"20260301-09000{i}-gpu-a{i}" for i in range(3)]
+    for run_id in ids:
+        _run(home, run_id)
+    reads: dict[str, int] = {}
+    validated = []
+    real_read, real_validate = Path.read_text, Workload.model_validate.__func__
+
+    def read_text(self, *args, **kwargs):
+        if self.name == PLAN:
+            reads[self.parent.name] = reads.get(self.parent.name, 0) + 1
+        return real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    monkeypatch.setattr(Workload, "model_validate", classmethod(lambda cls, *a, **k: validated.append(1)
+                                                                or real_validate(cls, *a, **k)))
+    listed = Client(home).runs.listing()
+    assert sorted(r.summary.run_id for r in listed) == ids
+    assert all(r.usage is not None and r.usage.kind == "gpu" for r in listed)  # what the list needs is there
+    assert reads == {run_id: 1 for run_id in ids}
+    assert validated == []
+
+
+def test_a_plan_written_before_its_shape_was_kept_counts_the_same_usage(tmp_path):
+    from launcher.runs.core.usage import usage_of_record
+
+    directory = _run(tmp_path, "20260301-090000-gpu-old")
+    record = RunStore(tmp_path).get_run("20260301-090000-gpu-old")
+    kept = read_plan(directory)
+    assert kept is not None and kept.shape == PlanShape("gpu", 8, "H100")
+    data = json.loads((directory / PLAN).read_text())
+    del data[SHAPE]
+    (directory / PLAN).write_text(json.dumps(data))
+    old = read_plan(directory)
+    assert old is not None and old.shape is None and old.usage_shape() == kept.shape
+    assert usage_of_record(record, old, None, 0.0) == usage_of_record(record, kept, None, 0.0)
+    assert old.to_plan().topology.procs_per_node == 8  # the plan itself, rebuilt for whoever runs it
+
+
+@pytest.mark.parametrize("text, expect", [
+    (None, None),                                          # no file
+    ("{not json", None),
+    ("[1, 2]", None),
+    ('{"workload": 3, "node_dirs": ["a", 3], "shape": {"kind": "tpu", "procs_per_node": 1}}',
+     {"workload": {}, "node_dirs": ("a",), "shape": None, "max_retries": 0, "experiment_name": None}),
+    ('{"run_id": "r", "workload": {"max_retries": true, "experiment_name": "x", "mlflow": [1]},'
+     ' "shape": {"kind": "cpu", "procs_per_node": 2, "gpu_model": 5}}',
+     {"node_dirs": (), "shape": PlanShape("cpu", 2), "max_retries": 0, "experiment_name": "x"}),
+])
+def test_a_plan_file_is_decoded_once_what_is_not_one_reads_as_none(tmp_path, text, expect):
+    if text is not None:
+        (tmp_path / PLAN).write_text(text)
+    plan = read_plan(tmp_path)
+    if expect is None:
+        assert plan is None
+        return
+    assert isinstance(plan, RecordedPlan) and {k: getattr(plan, k) for k in expect} == expect
+    assert plan.section("mlflow") == {} and plan.section("parameters", "checkpoint") == {}
+    assert plan.place_words() == ""
+
+
+def _raw_plan_reads(path: Path) -> list[str]:
+    """Where ``path`` names the plan's file itself: the literal, or ``PLAN`` outside an existence check."""
+    tree = ast.parse(path.read_text())
+    found = [f"{path.name}:{n.lineno}: the literal {n.value!r}" for n in ast.walk(tree)
+             if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value == PLAN]
+    def names_plan(node: ast.AST) -> bool:
+        return isinstance(node, ast.BinOp) and isinstance(node.right, ast.Name) and node.right.id == "PLAN"
+
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        method = node.func.attr if isinstance(node.func, ast.Attribute) else None
+        if method is not None and method != "exists" and names_plan(node.func.value):
+            found.append(f"{path.name}:{node.lineno}: reads PLAN raw (.{method})")
+        if any(names_plan(arg) for arg in node.args):
+            found.append(f"{path.name}:{node.lineno}: hands PLAN's path to {ast.unparse(node.func)}()")
+    return found
+
+
+def test_no_module_but_the_layout_reads_the_plan_file_raw():
+    layout = ROOT / "launcher/runs/core/layout.py"
+    files = [p for d in ("launcher", "tui") for p in (ROOT / d).rglob("*.py") if p != layout]
+    assert [hit for p in files for hit in _raw_plan_reads(p)] == []
+    assert _raw_plan_reads(layout)  # the check sees a raw read where there is one: the layout's own
+
+
+@pytest.mark.parametrize("source", [
+    'plan = json.loads((d / "plan.json").read_text())',
+    "plan = json.loads((record.directory / PLAN).read_text())",
+    "text = (directory / PLAN).read_bytes()",
+    "plan = _json(directory / PLAN) or {}",
+    "with open(record.directory / PLAN) as f: pass",
+])
+def test_the_check_catches_a_raw_read_of_the_plan(tmp_path, source):
+    (tmp_path / "m.py").write_text(source + "\n")
+    assert _raw_plan_reads(tmp_path / "m.py")
+
+
+def test_one_json_reader_for_the_run_folder():
+    """The ``_json()`` helper once copied into the report, the comparison and the notifications is gone."""
+    copies = [f"{p.relative_to(ROOT)}:{n.lineno}" for p in (ROOT / "launcher").rglob("*.py")
+              for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.FunctionDef) and n.name == "_json"]
+    assert copies == [] or all("backends/slurm" in c for c in copies), copies
+
+
+OPTIONS_AS_WRITTEN = {"force": True, "checked": False, "tags": {"fsdp_tui.probe": "1"},
+                      "resume_from": {"run": "r-old", "node": 1, "root": "/ckpts/r-old/checkpoints", "name": "step-00000004"},
+                      "continues": {"run": "r-old", "name": "step-00000004", "step": 4, "auto": False}}
+
+
+@pytest.mark.parametrize("wire, expect", [
+    (OPTIONS_AS_WRITTEN, LaunchOptions(True, {"fsdp_tui.probe": "1"},
+                                       Brought("r-old", "/ckpts/r-old/checkpoints", "step-00000004", 1),
+                                       Continuation("r-old", "step-00000004", 4))),
+    ({"force": False, "tags": {}}, LaunchOptions()),
+    (None, LaunchOptions()),                                # no file, or not JSON
+    ({"force": "yes", "tags": ["a"], "resume_from": {"run": "r", "node": True, "root": "/c", "name": "s"},
+      "continues": {"run": "r", "step": "4"}},
+     LaunchOptions(resume_from=Brought("r", "/c", "s", None))),
+    ({"resume_from": {"run": "r", "name": "s"}}, LaunchOptions()),  # no root: nothing to bring
+])
+def test_the_launch_options_are_one_type_written_as_they_were(tmp_path, wire, expect):
+    if wire is not None:
+        (tmp_path / OPTIONS).write_text(json.dumps(wire))
+    options = read_options(tmp_path)
+    assert options == expect
+    save_options(tmp_path, options)
+    assert read_options(tmp_path) == options
+    if wire is OPTIONS_AS_WRITTEN:  # what the launch writes reads back byte for byte the same JSON
+        assert json.loads((tmp_path / OPTIONS).read_text()) == OPTIONS_AS_WRITTEN
+
+
+def test_no_module_but_the_layout_reads_the_launch_options_raw():
+    layout = ROOT / "launcher/runs/core/layout.py"
+    hits = [f"{p.relative_to(ROOT)}:{n.lineno}" for p in (ROOT / "launcher").rglob("*.py") if p != layout
+            for n in ast.walk(ast.parse(p.read_text()))
+            if isinstance(n, ast.BinOp) and isinstance(n.right, ast.Name) and n.right.id == "OPTIONS"]
+    assert hits == []
