@@ -139,5 +139,27 @@ def _exit_without_teardown(code: int) -> None:
     os._exit(code)
 
 
+@contextlib.contextmanager
+def refusal_written():
+    """A refusal (``SystemExit`` with a message) written to stderr in one write and turned into exit code 1:
+    the interpreter writes the message and its newline apart, and unbuffered, as a node runs the trainer,
+    two ranks' lines would run together."""
+    try:
+        yield
+    except SystemExit as exit_:
+        if not isinstance(exit_.code, str):
+            raise
+        sys.stderr.write(exit_.code + "\n")
+        raise SystemExit(1) from None
+
+
+def entry(argv: list[str] | None = None) -> None:
+    """``python -m trainer``: :func:`main`, its refusal written whole, then the process ended."""
+    code = 1
+    with refusal_written():
+        code = main(argv)
+    _exit_without_teardown(code)
+
+
 if __name__ == "__main__":
-    _exit_without_teardown(main())
+    entry()

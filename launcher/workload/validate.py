@@ -300,6 +300,14 @@ def _convert(err: ValidationError, model: type[BaseModel], data: Any, prefix: Ya
             if not isinstance(got, (dict, list)) and "got" not in message and path[:1] != ("notify",):
                 message += f", got {got!r}"
             out.append(locate.problem(path, "error", message))
+    # Without its other required keys the section's own rule (one source: dataset_name or datasets) never
+    # runs: the data is asked for with them, so that every problem shows at once.
+    if (any(e["type"] == "missing" for e in err.errors()) and isinstance(data, dict)
+            and {"dataset_name", "datasets"} <= set(model.model_fields)
+            and data.get("dataset_name") is None and data.get("datasets") is None
+            and prefix + ("dataset_name",) not in seen):
+        out.append(locate.problem(prefix + ("dataset_name",), "error", "missing required key 'dataset_name'",
+                                  _missing_hint("dataset_name"), key=True, at=prefix))
     return out
 
 

@@ -42,7 +42,8 @@ def test_export_doctor_and_resume_end_without_a_traceback(home, tmp_path):
     assert _finish(doctor)[0] == 0
 
     exported = _start(home, "export", run_id, "--to", tmp_path / "hf")
-    resumed = _start(home, "resume", run_id, "--from", "2", "--watch")  # from the last step: nothing to train
+    resumed = _start(home, "resume", run_id, "--from", "2", "--set", "parameters.max_steps=3",
+                     "--watch")  # from its last step, trained a step further
     code, out, err = _finish(resumed)
     assert code == 0 and "resuming from" in err, out[-2000:] + err[-2000:]
     code, _, err = _finish(exported)

@@ -85,10 +85,9 @@ def test_a_card_s_memory_decides_and_what_would_fit_is_named(home, models):
     assert "  fits: " in _said(home, _workload(models, "./llama8b", extra=sharded, seq=2048, batch=1))  # H100
     small = _said(home, _workload(models, "./llama8b", gpu="GPU_8xL40S", extra=sharded, seq=4096, batch=4))
     assert "does not fit: " in small and "(L40S, from compute.accelerator_type)" in small, small
-    assert "  try model.activation_checkpointing: full and per_device_batch_size: 2 (gradient_accumulation_steps x2" \
-        in small, small
-    applied = sharded + "  model: {activation_checkpointing: full}\n  gradient_accumulation_steps: 2\n"
-    assert "  fits: " in _said(home, _workload(models, "./llama8b", gpu="GPU_8xL40S", extra=applied, seq=4096, batch=2))
+    assert "  try model.activation_checkpointing: full (~" in small, small
+    applied = sharded + "  model: {activation_checkpointing: full}\n"
+    assert "  fits: " in _said(home, _workload(models, "./llama8b", gpu="GPU_8xL40S", extra=applied, seq=4096, batch=4))
 
 
 def test_a_command_of_one_s_own_is_not_predicted(home, tmp_path):

@@ -236,6 +236,13 @@ def test_a_job_recorded_before_the_machine_restarted_is_not_taken_for_running(tm
     assert jobs.status(str(node_dir))["supervisor_alive"] is True
 
 
+def _log(node_dir) -> bytes:
+    try:
+        return (node_dir / jobs.LOG).read_bytes()[-2000:]
+    except OSError as err:
+        return str(err).encode()
+
+
 def test_the_job_supervisor_holds_node_0s_claim_and_opens_the_port_to_the_job(tmp_path, squatters):
     """A real start on this machine: the port is the job's to bind, and no other launch's while it runs.
     The port is one the system picks (a run on this machine alone), so on a busy machine any outgoing
@@ -253,7 +260,7 @@ def test_the_job_supervisor_holds_node_0s_claim_and_opens_the_port_to_the_job(tm
     node_dir = tmp_path / "node-0"
     answer = jobs.start(str(node_dir), spec, jobs.agent_argv("unused.zip"))
     try:
-        assert answer["state"] == "running", answer
+        assert answer["state"] == "running", (answer, _log(node_dir))
         assert _handed_out(port) == []  # the job is starting and has not bound it yet
         deadline = time.monotonic() + 30
         while b"bound" not in (node_dir / jobs.LOG).read_bytes() and time.monotonic() < deadline:

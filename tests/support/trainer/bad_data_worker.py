@@ -9,7 +9,7 @@ the same processes (the process group is made once and kept). Each refusal's exi
 import os
 import sys
 
-from trainer.__main__ import main
+from trainer.__main__ import main, refusal_written
 
 *first, last = sys.argv[1:]
 for index, path in enumerate(first):
@@ -19,5 +19,6 @@ for index, path in enumerate(first):
         sys.stdout.write(f"REFUSED {index} {os.environ['RANK']} {exit_.code}\n")  # one write: ranks share the pipe
     else:
         sys.stdout.write(f"TRAINED {index} {os.environ['RANK']}\n")
-main([last])
+with refusal_written():  # as `python -m trainer` ends: its message in one write, exit code 1
+    main([last])
 sys.stdout.write(f"TRAINED {len(first)} {os.environ['RANK']}\n")

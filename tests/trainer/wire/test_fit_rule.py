@@ -10,7 +10,7 @@ import pytest
 
 from trainer.wire.config import TrainerConfig
 from trainer.wire.fit import GIB, Setup, lora_params, predict
-from trainer.wire.fit_advice import Budget, choose_auto, need_bytes, setup_for, verdict
+from trainer.wire.fit_advice import Budget, choose_auto, chunk_of, need_bytes, setup_for, verdict
 from trainer.wire.fit_record import FitSummary, MemoryCheck, memory_check
 from trainer.wire.model_size import size_of
 from trainer.wire.protocol import MetricRecord, RankMemory
@@ -93,9 +93,10 @@ def test_changes_together_name_each_setting_once():
     assert not said.fits and len(said.tries) == 1, said.tries
     [together] = said.tries
     assert together.count("per_device_batch_size") == 1, together
-    assert together.startswith("model.activation_checkpointing: full and per_device_batch_size: 1 "
-                               "(gradient_accumulation_steps x8 keeps the batch) (~"), together
-    applied = verdict(LLAMA_8B, replace(setup, checkpointing="full", batch=1), Budget(22 * GIB, "L4"))
+    assert together.startswith("model.activation_checkpointing: full and model.cross_entropy: chunked and "
+                               "per_device_batch_size: 2 (gradient_accumulation_steps x4 keeps the batch) (~"), together
+    chunk = chunk_of(LLAMA_8B.vocab, "cuda")  # the loss in the trainer's chunks on a GPU
+    applied = verdict(LLAMA_8B, replace(setup, checkpointing="full", batch=2, logit_rows=chunk), Budget(22 * GIB, "L4"))
     assert applied.fits, applied.lines()  # what it names, applied, fits
 
 
