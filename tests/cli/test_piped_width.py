@@ -50,7 +50,9 @@ def test_doctor_piped_keeps_each_check_on_its_line(capsys, monkeypatch):
 def test_the_console_is_wide_only_when_piped(monkeypatch):
     from launcher.cli import PIPED_WIDTH, console
 
-    monkeypatch.delenv("COLUMNS", raising=False)
+    for name in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE"):  # a forced terminal named dumb is 80 wide in rich
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm")
     assert console().width == PIPED_WIDTH
     monkeypatch.setenv("COLUMNS", "100")
     assert console().width == 100
