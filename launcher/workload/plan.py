@@ -266,8 +266,10 @@ def plan_from_json(data: dict) -> RunPlan:
         plan = replace(plan, dependencies=tuple(data["dependencies"]),
                        blockers=tuple(b for b in plan.blockers if "requirements file" not in b))
     dirs = data.get("node_dirs")
-    if isinstance(dirs, list) and len(dirs) == len(plan.nodes) and all(isinstance(d, str) and d for d in dirs):
-        plan = with_node_dirs(plan, dirs)  # a node swapped in works in a directory of its own
+    if (isinstance(dirs, list) and len(dirs) == len(plan.nodes)
+            and all(isinstance(d, str) and plan.run_id in d for d in dirs)):
+        plan = with_node_dirs(plan, dirs)  # a node swapped in works in a directory of its own (of its run:
+        # another run's plan taken for a new run, as a sweep's resumed variant, never works in the old one's)
     return replace(plan, master_addr_is_alias=bool(data.get("master_addr_is_alias")),
                    ckpt_place=place_from_json(data.get("ckpt_place")))
 

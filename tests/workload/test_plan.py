@@ -63,3 +63,13 @@ def test_render_shows_every_node_with_secrets_masked():
     assert "node 0: this machine" in out
     assert "TOKEN=******  (secret s/k)" in out
     assert "A='it'\"'\"'s $(x)'" in out
+
+
+def test_a_recorded_plan_keeps_its_nodes_directories_and_a_new_run_never_takes_them():
+    from launcher.workload.plan import plan_from_json, plan_to_json, with_node_dirs
+
+    plan = _plan((ROOT / "sample_workloads/tiny_cpu.yaml").read_text(), node_root="/data/nodes")
+    swapped = with_node_dirs(plan, ["/data/nodes/r1/node-0.s1"])  # a node swapped in: a directory of its own
+    assert plan_from_json(plan_to_json(swapped)).nodes[0].node_dir == "/data/nodes/r1/node-0.s1"
+    again = {**plan_to_json(swapped), "run_id": "r2"}  # the same plan for a new run (a sweep's variant resumed)
+    assert plan_from_json(again).nodes[0].node_dir == "/data/nodes/r2/node-0"
