@@ -104,10 +104,10 @@ def test_a_launch_starts_one_run_and_its_token_answers_with_it_after(client, tmp
     first = client.runs.launch(path)
     assert isinstance(first, Launched) and first.run_id == first.plan.run_id
     from launcher.paths import run_dir
-    from launcher.runs.core.layout import load_options
+    from launcher.runs.core.layout import read_options
 
     # The launch probed the node before recording the run: its owner does not probe it a second time.
-    assert load_options(run_dir(client.home, first.run_id))["checked"] is True
+    assert read_options(run_dir(client.home, first.run_id)).checked is True
     again = client.runs.launch(path)
     assert isinstance(again, AlreadyLaunched) and again.run_id == first.run_id and again.token == "api-once-1"
     wait_until(lambda: client.runs.record(first.run_id).summary.state.is_final and owner_pid(first.run_id) is None,

@@ -115,7 +115,8 @@ def _cached(root: Path, raw: RawSource, tokenize: Tokenize, settings: dict,
             num_proc: int | None) -> tuple[encode.Encoded, str, Path, str]:
     key = "tokens-" + token_cache.digest({"source": raw.identity, **settings})
     started = time.perf_counter()
-    got = token_cache.obtain(root, key, lambda work: encode.encode(raw, tokenize, work, num_proc))
+    got = token_cache.obtain(root, key, lambda work: encode.encode(raw, tokenize, work, num_proc),
+                            source=raw.source)
     encoded = encode.Encoded.load(got.path, got.meta["files"])
     procs = f"{got.meta['processes']} process{'es' if got.meta['processes'] != 1 else ''}"
     if got.built:

@@ -80,11 +80,11 @@ class Obtained:
 _UNWRITABLE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
-def obtain(root: Path, key: str, build: Callable[[Path], dict[str, Any]]) -> Obtained:
+def obtain(root: Path, key: str, build: Callable[[Path], dict[str, Any]], *, source: str | None = None) -> Obtained:
     """:func:`build_or_read`, with a cache that cannot be written (a full disk, a read-only folder) said in
     one line naming the setting that moves it."""
     try:
-        return build_or_read(root, key, build)
+        return build_or_read(root, key, build, source=source)
     except OSError as err:
         if err.errno not in _UNWRITABLE:
             raise
@@ -93,7 +93,8 @@ def obtain(root: Path, key: str, build: Callable[[Path], dict[str, Any]]) -> Obt
                            f"${CACHE_ENV} at a disk that has it)") from None
 
 
-def build_or_read(root: Path, key: str, build: Callable[[Path], dict[str, Any]]) -> Obtained:
+def build_or_read(root: Path, key: str, build: Callable[[Path], dict[str, Any]], *,
+                  source: str | None = None) -> Obtained:
     """The finished folder of ``key`` under ``root``; built here by ``build(folder)`` (which fills the
     folder and returns what ``meta.json`` records) when no process has built it yet. A build that found
     a problem in the data (a :class:`DataError`: the same for everyone who builds this key) is
@@ -102,12 +103,12 @@ def build_or_read(root: Path, key: str, build: Callable[[Path], dict[str, Any]])
     found = read_meta(final)
     if found is not None:
         return Obtained(final, False, 0.0, found, waited=_built_since_start(found))
-    _raise_remembered(root, key)
+    _raise_remembered(root, key, source)
     with locked(root, key) as blocked:
         found = read_meta(final)  # built by the one we waited for
         if found is not None:
             return Obtained(final, False, 0.0, found, waited=blocked or _built_since_start(found))
-        _raise_remembered(root, key)
+        _raise_remembered(root, key, source)
         for stale in root.glob(f"{_BUILDING}{key}-*"):  # a builder that died: only the lock holder builds
             shutil.rmtree(stale, ignore_errors=True)
         shutil.rmtree(final, ignore_errors=True)  # a folder without meta.json is no cache
@@ -136,13 +137,15 @@ def _built_since_start(meta: dict[str, Any]) -> bool:
     return isinstance(at, (int, float)) and at >= _STARTED and meta.get("builder") != _builder()
 
 
-def _raise_remembered(root: Path, key: str) -> None:
+def _raise_remembered(root: Path, key: str, source: str | None = None) -> None:
+    """A problem remembered under ``key``, said again; of ``source`` (the file as this run names it: the
+    same bytes elsewhere have the same key) when given."""
     try:
         said = json.loads((root / f"{key}{_FAILED}").read_text())
     except (OSError, ValueError):
         return
     if isinstance(said, dict) and isinstance(said.get("source"), str) and isinstance(said.get("message"), str):
-        raise DataError(said["source"], said["message"], line=said.get("line"), row=said.get("row"))
+        raise DataError(source or said["source"], said["message"], line=said.get("line"), row=said.get("row"))
 
 
 @contextmanager

@@ -303,3 +303,18 @@ def test_a_cache_that_cannot_be_written_is_said_in_one_line(tmp_path):
 
     with pytest.raises(FileNotFoundError):
         token_cache.obtain(tmp_path / "cache", "k", lost)
+
+
+def test_a_remembered_data_problem_names_the_file_as_this_run_names_it(tmp_path):
+    """The same bytes under another path have the same key: the problem a build found in one is said of
+    the other by the other's own name, never by the path of the run that found it."""
+    from trainer.wire.data_files import DataError
+
+    def bad(work):
+        raise DataError("/old/run/data.jsonl", "row has no 'output'", line=26)
+
+    with pytest.raises(DataError):
+        token_cache.build_or_read(tmp_path, "tokens-k", bad, source="/old/run/data.jsonl")
+    with pytest.raises(DataError) as again:
+        token_cache.build_or_read(tmp_path, "tokens-k", bad, source="/new/run/data.jsonl")
+    assert again.value.source == "/new/run/data.jsonl" and again.value.line == 26
