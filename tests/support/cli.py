@@ -147,7 +147,8 @@ def write_workload(tmp: Path, text: str) -> Path:
 
 
 def owner_pid(run_id: str) -> int | None:
-    """The run's supervisor process (``python -m launcher.runs.owner.supervisor ... RUN``), if one lives."""
+    """The run's owner process, if one lives: ``python -m launcher.runs.owner.supervisor ... RUN``, or the
+    owner a launch started ahead of its run (``launcher.runs.owner.warm``), which holds the run's lock open."""
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
@@ -156,7 +157,16 @@ def owner_pid(run_id: str) -> int | None:
                 continue
             if b"launcher.runs.owner.supervisor" in argv and run_id.encode() in argv:
                 return int(entry.name)
+            if b"launcher.runs.owner.warm" in argv and _holds_a_file_of(entry, run_id):
+                return int(entry.name)
     return None
+
+
+def _holds_a_file_of(proc: Path, run_id: str) -> bool:
+    try:
+        return any(f"/{run_id}/" in os.readlink(fd) for fd in (proc / "fd").iterdir())
+    except OSError:
+        return False
 
 
 def tagged(run_id: str) -> list[int]:
