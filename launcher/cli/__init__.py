@@ -90,6 +90,8 @@ def console():
 
     piped = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
     return Console(highlight=False, width=PIPED_WIDTH if piped else None)
+
+
 def number(text: str) -> int:
     """An argparse type: a count or a node's, rank's or step's number, in ASCII digits only (``²`` and
     ``١`` are refused in one line, never read as 2 or 1)."""

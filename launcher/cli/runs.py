@@ -31,10 +31,14 @@ its time follows what it shows, not the runs kept."""
 
 
 def _positive(text: str) -> int:
-    from trainer.wire.ckpt_layout import ascii_int
+    """A count of runs: :func:`launcher.cli.number`'s digits, 1 or more."""
+    from launcher.cli import number
 
-    value = ascii_int(text)
-    if value is None or value < 1:
+    try:
+        value = number(text)
+    except argparse.ArgumentTypeError:
+        value = 0
+    if value < 1:
         raise argparse.ArgumentTypeError(f"'{text}' is not a count of runs (1 or more)")
     return value
 
