@@ -144,9 +144,11 @@ def start(node_dir: str, spec: dict, agent_argv: list) -> dict:
         claim.close()  # the supervisor holds it now (its own copies, inherited by the fork)
     os.close(read_end)
     os.close(say_end)
+    # The middle process holds copies of the claim until it exits: the supervisor waits for the spec,
+    # so it lets the job bind the port only once nobody but the supervisor holds the listener.
+    os.waitpid(pid, 0)
     with os.fdopen(write_end, "wb") as pipe:
         pipe.write(json.dumps(spec).encode("utf-8"))  # secrets travel through the pipe, not argv
-    os.waitpid(pid, 0)
     try:
         return _wait_started(node_dir, attempt, said_end)
     finally:
