@@ -223,12 +223,21 @@ class Adapters:
     def summary(self, model: nn.Module) -> str:
         """One line for the log: what is adapted and how much trains."""
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        total = sum(p.numel() for p in model.parameters())
+        total = weight_count(model)
         adapted = sorted({_adapted_name(n, m) for n, m in model.named_modules() if _is_lora_layer(m)})
         targets = self.cfg.target_modules if isinstance(self.cfg.target_modules, str) else "listed"
         return (f"lora: r={self.cfg.r} alpha={self.cfg.alpha:g} dropout={self.cfg.dropout:g} on "
                 f"{', '.join(adapted)} ({targets}); {trainable / 1e6:.3f}M of {total / 1e6:.2f}M parameters "
                 f"train ({100 * trainable / max(total, 1):.2f}%), the base is frozen")
+
+
+def weight_count(model: nn.Module) -> int:
+    """How many weights ``model`` has, a 4-bit layer's counted by its shape: QLoRA stores several 4-bit
+    weights in each bf16 element (``bnb_4bit_quant_storage``), so the stored elements undercount the base
+    and would make the trained share look larger than it is."""
+    packed = {id(m.weight): m.in_features * m.out_features for m in model.modules()
+              if type(m).__name__ == "Linear4bit" and isinstance(getattr(m, "weight", None), torch.Tensor)}
+    return sum(packed.get(id(p), p.numel()) for p in model.parameters())
 
 
 def _adapted_name(name: str, layer: nn.Module) -> str:
