@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -159,6 +160,13 @@ def _work(stream: GlobalStream, out, parent: int) -> None:
     """A worker process: the stream's rows, sent in chunks until the rank that started it is gone."""
     import queue
 
+    def watch() -> None:  # the rank killed outright: nothing reads the queue and nothing stops this worker
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="data-stream-parent", daemon=True).start()
+
     def send(item) -> bool:
         while True:
             try:
@@ -222,12 +230,16 @@ class StreamRows:
         worker = context.Process(target=_work, args=(self.stream, out, os.getpid()), name="data-stream",
                                  daemon=True)
         worker.start()
-        while True:
-            kind, value = out.get()
-            if kind == "error":
-                raise value
-            for row, source, position in value:
-                yield {k: torch.from_numpy(v) for k, v in row.items()}, source, position
+        try:
+            while True:
+                kind, value = out.get()
+                if kind == "error":
+                    raise value
+                for row, source, position in value:
+                    yield {k: torch.from_numpy(v) for k, v in row.items()}, source, position
+        finally:  # stopped, or the rows are no longer wanted: the worker is not left waiting on the queue
+            worker.terminate()
+            worker.join(timeout=5)
 
     def _produce(self) -> None:
         try:

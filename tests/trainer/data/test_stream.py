@@ -192,3 +192,71 @@ def test_a_small_streamed_source_holds_out_its_share_and_an_eval_split_is_its_ow
         state["position"] = position
         order.note(state)
     assert json.loads(state["stream"])["sources"][0][0] >= 1
+
+
+def _gone(pid: int, within: float = 20.0) -> bool:
+    """Whether process ``pid`` has ended (or is a zombie) within ``within`` seconds, polled."""
+    import os
+    import time
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(") ", 1)[1][0] == "Z":
+                    return True
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        time.sleep(0.1)
+    return os.path.exists(f"/proc/{pid}") is False
+
+
+def test_a_stream_closed_ends_its_worker_process(sources, tok):
+    import multiprocessing
+
+    cfg = _cfg(sources, data={"streaming": True, "eval_max_rows": 10, "cache_dir": str(sources / "cache"),
+                              "num_workers": 1})
+    data = build(cfg, tok, packing=False)
+    before = {p.pid for p in multiprocessing.active_children()}
+    data.train_rows[0]
+    workers = [p.pid for p in multiprocessing.active_children() if p.pid not in before and p.name == "data-stream"]
+    assert len(workers) == 1
+    data.stream.close()
+    data.stream.thread.join(timeout=20)  # the reading thread stops, and the rows are no longer wanted
+    assert _gone(workers[0]), "the stream's worker outlived the stream"
+
+
+KILLED_PARENT = """
+import json, multiprocessing, os, sys, time
+from transformers import AutoTokenizer
+from trainer.data.dataset import build
+from trainer.wire.config import TrainerConfig
+root, model = sys.argv[1], sys.argv[2]
+cfg = TrainerConfig(model_name="m", output_dir="o", max_seq_len=48, max_steps=10, seed=3,
+                    datasets=[{"path": root + "/a.jsonl", "weight": 3}, {"path": root + "/t.parquet", "weight": 1}],
+                    data={"streaming": True, "eval_max_rows": 10, "cache_dir": root + "/cache", "num_workers": 1})
+data = build(cfg, AutoTokenizer.from_pretrained(model), packing=False)
+data.train_rows[0]
+print(json.dumps([p.pid for p in multiprocessing.active_children() if p.name == "data-stream"]), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_rank_killed_outright_takes_its_stream_worker_with_it(sources, tiny_model_dir):
+    """A rank killed with SIGKILL runs no clean-up: its worker process sees it gone and ends by itself."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    rank = subprocess.Popen([sys.executable, "-c", KILLED_PARENT, str(sources), str(tiny_model_dir)],
+                            stdout=subprocess.PIPE, text=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    try:
+        assert rank.stdout is not None
+        workers = json.loads(rank.stdout.readline())
+        assert len(workers) == 1
+    finally:
+        rank.kill()
+        rank.wait()
+    assert _gone(workers[0]), "the killed rank's stream worker outlived it"
