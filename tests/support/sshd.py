@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -90,6 +91,7 @@ class Switch:
     def remove(self) -> None:
         """Every veth (its peer goes with it), namespace and the bridge, in one ``ip -force -batch``: what is
         already gone is skipped, the rest still removed."""
+        kill_namespace_processes(self.namespaces)
         lines = [f"link del {self.veth(i)}" for i in range(len(self.namespaces))]
         lines += [f"netns del {ns}" for ns in self.namespaces] + [f"link del {self.bridge}"]
         subprocess.run(["ip", "-force", "-batch", "-"], input="\n".join(lines) + "\n", capture_output=True,
@@ -101,6 +103,21 @@ class Switch:
     def veth(self, i: int) -> str:
         """The bridge's end of host ``i``'s link (the other end is that namespace's eth0)."""
         return f"{self.bridge.replace('br', 'v', 1)}-{i}"
+
+
+def kill_namespace_processes(namespaces: list[str]) -> list[int]:
+    """Every process still running in ``namespaces`` (a session's shell, an agent uploading into a host a
+    test cut off: sshd's children outlive its listener), killed; the pids it found."""
+    pids = []
+    for ns in namespaces:
+        out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+        pids += [int(p) for p in out.split() if p.isdigit()]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return pids
 
 
 def make_switch(count: int, *, name: str = "fsdp", subnet: str = "10.251", tag: int | None = None) -> Switch:
@@ -294,10 +311,36 @@ def _host_keys(tmp: Path, count: int, shared: bool) -> list[Path]:
     return paths
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (its children, theirs...), read from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(") ", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def stop_hosts(hosts: list[TestHost]) -> None:
-    """Every sshd (SIGTERM to all, then each waited for), then the switch: nothing is left behind."""
+    """Every sshd (SIGTERM to all, then each waited for) and every session it still serves (its children
+    outlive it), then the switch: nothing is left behind."""
+    sessions = [pid for h in hosts if h.proc.poll() is None for pid in descendants(h.proc.pid)]
     for h in hosts:
         h.proc.terminate()
+    for pid in sessions:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     for h in hosts:
         try:
             h.proc.wait(timeout=5)
