@@ -270,8 +270,13 @@ def ascii_int(text: str) -> int | None:
     """The number ``text`` writes in ASCII digits (``"12"`` -> 12), else ``None``: the one rule for every
     number read from text, a node's or a step's or a rank's, on every side. ``str.isdigit()`` is true for
     ``"²"`` (which ``int()`` refuses: a crash) and ``int()`` reads ``"١"`` as 1 (another script's digit
-    reaching node 1); neither is a number here."""
-    return int(text) if text.isascii() and text.isdigit() else None
+    reaching node 1); neither is a number here, nor are more digits than ``int()`` reads (it raises)."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    try:
+        return int(text)
+    except ValueError:  # past sys.get_int_max_str_digits()
+        return None
 
 
 def step_of_name(name: str) -> int | None:
