@@ -48,7 +48,7 @@ def main() -> None:
         kind = "tagged (torchrun's tee)" if tagged else "untagged"
         print(f"{kind:>24}: {plain:,.0f} lines/s written as they come, {split:,.0f} lines/s split by rank")
 
-    from launcher.runs.launch import launch_refusals
+    from launcher.runs.launch_checks import launch_refusals
     from launcher.workload.load import plan_file
 
     home = Path(tempfile.mkdtemp())

@@ -70,7 +70,7 @@ def _with_local_dataset() -> None:
     import tempfile
 
     from launcher.workload.validate import validate_file
-    from trainer.wire import data_files
+    from trainer.wire import data_peek
 
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "train.jsonl"
@@ -83,7 +83,7 @@ def _with_local_dataset() -> None:
         cached = _row("validate_file: + local 10 MB jsonl (cached)", _time(lambda: validate_file(wl), 200))
 
         def fresh() -> None:
-            data_files._peek.cache_clear()
+            data_peek._peek.cache_clear()
             validate_file(wl)
 
         first = _row("validate_file: + local 10 MB jsonl (first read)", _time(fresh, 50))

@@ -23,7 +23,7 @@ def main(model_dir: str, out: str, steps: int, batch: int, seq: int, lora: dict)
 
     from trainer.data.dataset import load_rows
     from trainer.data.rows import IGNORE, Tokenize
-    from trainer.wire.config import DataConfig
+    from trainer.wire.data_config import DataConfig
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     rows, _ = load_rows("builtin:tiny-alpaca", DataConfig())

@@ -28,7 +28,7 @@ def examples(model: str, data: str, seq: int, fmt: str = "alpaca") -> list[dict]
 
     from trainer.data.dataset import load_rows
     from trainer.data.rows import IGNORE, Tokenize
-    from trainer.wire.config import DataConfig
+    from trainer.wire.data_config import DataConfig
 
     tok = AutoTokenizer.from_pretrained(model)
     rows, _ = load_rows(data, DataConfig())

@@ -41,7 +41,7 @@ def load_config(argv: list[str]):
 
 def _expand(path: str | None) -> str | None:
     """``$NAME`` and ``~`` as the job sees them; ``file://`` is a path, another URL stays one."""
-    from trainer.wire.ckpt_layout import expand_path
+    from trainer.wire.ckpt_paths import expand_path
 
     return expand_path(path, dict(os.environ)) if path else path
 

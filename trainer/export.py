@@ -25,7 +25,7 @@ def load_for_inference(checkpoint: str | Path):
 
     from trainer.ckpt.store import open_store
     from trainer.model.build import load_model, load_tokenizer
-    from trainer.wire.ckpt_layout import url_scheme
+    from trainer.wire.ckpt_paths import url_scheme
     from trainer.wire.config import ModelConfig
 
     path = str(checkpoint)

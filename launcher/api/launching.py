@@ -69,7 +69,8 @@ def launch(home: Path, source: Path | Planned | RunPlan | Resumed, overrides: Se
     """:meth:`launcher.api.runs.Runs.launch` in the data dir ``home``."""
     from launcher.runs.core.continuing import lineage_runs, with_lineage
     from launcher.runs.core.ownership import WarmOwner
-    from launcher.runs.launch import LaunchRefused, Resumed, before_record, check_room, start_run
+    from launcher.runs.launch import LaunchRefused, Resumed, check_room, start_run
+    from launcher.runs.launch_checks import before_record
     from launcher.workload.load import Planned, plan_file
 
     bring, continues = None, None

@@ -108,7 +108,7 @@ class Nodes:
 
     async def reach(self, plan: RunPlan, timeout_s: float = 5.0) -> list[Reach]:
         """Every node's answer to a cheap connect (host key verified), all at once; nothing starts there."""
-        from launcher.runs.launch import reach_nodes
+        from launcher.runs.launch_checks import reach_nodes
 
         return await reach_nodes(plan, timeout_s)
 
@@ -119,7 +119,7 @@ class Nodes:
 
         from launcher.backends.ssh.connect import SshError, asyncssh_errors, check_host_key
         from launcher.workload.hosts import parse_host
-        from launcher.workload.model import Ssh
+        from launcher.workload.machines import Ssh
 
         target = parse_host(host)
         try:
@@ -131,7 +131,7 @@ class Nodes:
     def trust(self, check: KeyCheck) -> Path:
         """Add the key of ``check`` to the first ``UserKnownHostsFile``; the file written."""
         from launcher.backends.ssh.connect import trust
-        from launcher.workload.model import Ssh
+        from launcher.workload.machines import Ssh
 
         return trust(check, Ssh())
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 AGENT_DIR = Path(__file__).with_name("agent")
 WIRE = Path(__file__).resolve().parents[2] / "trainer" / "wire"
-RULES = ("ckpt_layout.py", "ckpt_digest.py", "ckpt_owner.py")
+RULES = ("ckpt_layout.py", "ckpt_paths.py", "ckpt_digest.py", "ckpt_owner.py")
 """The checkpoint rules the agent applies, carried as they are (standard library only)."""
 PACKAGE = "fsdp_tui_agent"
 

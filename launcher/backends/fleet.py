@@ -54,7 +54,7 @@ from launcher.workload.plan import (
     render_plan,
     with_rendezvous,
 )
-from trainer.wire.ckpt_layout import expand_path, url_scheme
+from trainer.wire.ckpt_paths import expand_path, url_scheme
 from trainer.wire.protocol import RUN_ID_ENV
 
 DEFAULT_PYTHON = "python3"

@@ -101,3 +101,24 @@ def number(text: str) -> int:
     if value is None:
         raise argparse.ArgumentTypeError(f"'{text}' is not a number (digits 0-9)")
     return value
+
+
+def reads_as_number(text: str) -> bool:
+    """Whether ``text``, not a :func:`number`, still reads as one some other way: another script's digits
+    (``٣``, ``²``), a sign, spaces, an exponent, a point or underscores (``+1``, `` 1``, ``1e3``, ``-1``,
+    ``1.0``, ``1_000``). Where a word may be a number or something else (``ssh RUN [NODE] [COMMAND]``), such
+    a word is a number written wrong, refused in one line, never taken for the other."""
+    if not any(c.isnumeric() for c in text):
+        return False  # "inf", "nan": words
+    if text.strip().lstrip("+-").isnumeric():
+        return True
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def shown_word(text: str, limit: int = 40) -> str:
+    """``text`` quoted as a message names it, cut short past ``limit`` characters (a line stays a line)."""
+    return f"'{text}'" if len(text) <= limit else f"'{text[:limit]}...' ({len(text)} characters)"

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.cli import add_run_argument, on_run
+from launcher.cli import add_run_argument, on_run, reads_as_number, shown_word
 
 if TYPE_CHECKING:
     from launcher.api import Client
@@ -46,9 +46,9 @@ def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
     asked = ascii_int(args.node) if args.node is not None else None
     if asked is not None:
         rank = asked
-    elif args.node is not None and args.node.isdigit():  # '²', '١': digits of no node number
-        print(f"fsdp-tui ssh: '{args.node}' is not a node number: run {run_id} has nodes 0-{len(plan.nodes) - 1} "
-              "(digits 0-9)", file=sys.stderr)
+    elif args.node is not None and reads_as_number(args.node):  # '٣', ' 1', '+1', '1e3', '-1': no node number
+        print(f"fsdp-tui ssh: {shown_word(args.node)} is not a node number: run {run_id} has nodes "
+              f"0-{len(plan.nodes) - 1} (digits 0-9)", file=sys.stderr)
         return 2
     elif args.node is not None:  # `fsdp-tui ssh RUN -- COMMAND`: argparse took the command's first word
         command = [args.node, *command]

@@ -11,7 +11,8 @@ from pydantic import ValidationError
 from launcher.doctor.reply import DataFacts
 from launcher.workload.plan import RunPlan
 from trainer.wire import formats
-from trainer.wire.config import DataConfig, TrainerConfig
+from trainer.wire.config import TrainerConfig
+from trainer.wire.data_config import DataConfig
 from trainer.wire.data_files import is_url, looks_local
 
 

@@ -1,5 +1,6 @@
 """Judging a node's probe, purely: the facts it found against the plan, one ``Check`` per concern,
-each ok / warning / error with what to do."""
+each ok / warning / error with what to do (the network's, node 0's port and address and each node's
+interface: :mod:`launcher.doctor.network_checks`)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,16 @@ from typing import Any
 from launcher.doctor.check import Check, Status  # Check: re-exported, where the doctor's readers import it
 from launcher.doctor.data_checks import data_checks, node_sources
 from launcher.doctor.memory import memory_check
+from launcher.doctor.network_checks import iface_check, port_check, resolve_check
 from launcher.doctor.reply import (
     DiskFacts,
     GpuFacts,
-    InterfaceFacts,
-    MasterFacts,
     OutputDirFacts,
     PackageFacts,
     ProbeReply,
     PythonFacts,
 )
-from launcher.workload.plan import IFACE_ENV, NodePlan, RunPlan
+from launcher.workload.plan import NodePlan, RunPlan
 from trainer.wire.config import MIN_TORCH
 
 STATUS_ORDER: dict[str, int] = {"ok": 0, "warning": 1, "error": 2}
@@ -154,11 +154,11 @@ def evaluate(plan: RunPlan, node: NodePlan, probe: NodeProbe, *, node0_hostname:
     checks += [Check(name, status, detail, fix)
                for name, status, detail, fix in data_checks(node_sources(plan), facts.data, facts.data_error, host)]
     if node.node_rank == 0:
-        checks.append(_port_check(plan, facts.master, host))
+        checks.append(port_check(plan, facts.master, host))
     else:
-        checks.append(_resolve_check(plan, facts.master, host, facts.hostname, node0_hostname))
+        checks.append(resolve_check(plan, facts.master, host, facts.hostname, node0_hostname))
     if plan.topology.num_nodes > 1:
-        checks.append(_iface_check(plan, node, facts.interfaces, host))
+        checks.append(iface_check(plan, node, facts.interfaces, host))
     return NodeReport(node.node_rank, probe.label, tuple(checks), facts.raw)
 
 
@@ -287,104 +287,6 @@ def _output_dir_check(out: OutputDirFacts, host: str) -> Check:
         return Check("output_dir", "error", f"parameters.output_dir {out.path}: {out.existing} is not "
                      "writable", f"make it writable on {host}, or point parameters.output_dir elsewhere")
     return Check("output_dir", "ok", f"{out.path} can be written")
-
-
-def _port_check(plan: RunPlan, master: MasterFacts, host: str) -> Check:
-    target = f"{plan.master_addr}:{plan.master_port}"
-    if master.error:
-        return Check("rendezvous", "error", f"could not check {target}: {master.error}")
-    if master.resolve_error:
-        return Check("rendezvous", "error", f"MASTER_ADDR {plan.master_addr!r} does not resolve on {host}: "
-                     f"{master.resolve_error}",
-                     "set compute.master_addr to node 0's IP address (an ~/.ssh/config alias is not a DNS name)")
-    bind = master.bind_error
-    if bind is None:
-        return Check("rendezvous", "ok", f"{target} is free to bind")
-    if bind.errno == "EADDRINUSE":
-        where = "" if bind.where == "addr" else " (held on another interface)"
-        held = f"port {plan.master_port} is in use on {host}{where}"
-        if plan.workload.compute.master_port is None:
-            return Check("rendezvous", "warning", f"{held}; the launch will rendezvous on a free port instead",
-                         f"stop what holds it (ss -ltnp 'sport = :{plan.master_port}') or set "
-                         "compute.master_port to pin a port")
-        return Check("rendezvous", "error", held,
-                     f"pick a free one (--set compute.master_port={plan.master_port + 1}), or stop what holds it "
-                     f"(ss -ltnp 'sport = :{plan.master_port}')")
-    if bind.errno == "EADDRNOTAVAIL":
-        return Check("rendezvous", "error", f"MASTER_ADDR {plan.master_addr} ({', '.join(master.addrs)}) "
-                     f"is not an address of node 0 ({host})",
-                     "set compute.master_addr to node 0's address as the other nodes reach it")
-    return Check("rendezvous", "error", f"cannot bind {target}: {bind.errno} {bind.message}",
-                 "use a port of 1024 or above that nothing else uses (compute.master_port)")
-
-
-def _resolve_check(plan: RunPlan, master: MasterFacts, host: str, hostname: str | None,
-                   node0_hostname: str | None) -> Check:
-
-    addr = plan.master_addr
-    if master.error:
-        return Check("master_addr", "error", f"could not resolve {addr}: {master.error}")
-    if master.resolve_error:
-        return Check("master_addr", "error", f"MASTER_ADDR {addr!r} does not resolve on {host}: "
-                     f"{master.resolve_error}",
-                     "set compute.master_addr to node 0's IP address (an ~/.ssh/config alias is not a DNS name)")
-    addrs = master.addrs
-    if (addrs and all(_is_loopback(a) for a in addrs)
-            and hostname and node0_hostname and hostname != node0_hostname):
-        return Check("master_addr", "error", f"MASTER_ADDR {addr} is a loopback address: on {host} "
-                     f"({hostname}) it is not node 0 ({node0_hostname})",
-                     "set compute.master_addr to node 0's address on the nodes' network")
-    return Check("master_addr", "ok", f"{addr} resolves to {', '.join(addrs)}")
-
-
-def _iface_check(plan: RunPlan, node: NodePlan, found: InterfaceFacts, host: str) -> Check:
-    """The interface gloo and NCCL will use on this node: the one the workload names (it must exist
-    there), else the one that reaches MASTER_ADDR, which the node sets at the job's start."""
-    if found.error:
-        return Check("interface", "warning", f"could not list the interfaces: {found.error}",
-                     f"set env_variables.GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME) to {host}'s interface on "
-                     "the nodes' network if the run hangs at its start")
-    named = {n: plan.workload.env_variables[n] for n in IFACE_ENV if n in plan.workload.env_variables}
-    names = list(found.names)
-    missing = {n: v for n, v in named.items() if names and not _iface_exists(n, v, names)}
-    if missing:
-        what = ", ".join(f"env_variables.{n}={v}" for n, v in missing.items())
-        return Check("interface", "error", f"{what}: no such interface on {host} (it has {', '.join(names)})",
-                     f"name the interface that reaches MASTER_ADDR {plan.master_addr} on {host}, or remove the "
-                     "variable: the launcher then sets it to that interface on each node")
-    route = found.route
-    if not node.iface_env:
-        return Check("interface", "ok", ", ".join(f"{n}={v} (set by the workload)" for n, v in named.items()))
-    if not route.iface:
-        return Check("interface", "error", f"no interface of {host} reaches MASTER_ADDR {plan.master_addr}: "
-                     f"{route.error or 'nothing found'}",
-                     f"set env_variables.GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME) to {host}'s interface on "
-                     "the nodes' network")
-    return Check("interface", "ok", f"{' and '.join(node.iface_env)}={route.iface} ({route.local}, "
-                 f"the interface that reaches MASTER_ADDR {plan.master_addr}; set by the launcher at the start)")
-
-
-def _iface_exists(variable: str, value: str, names: list[str]) -> bool:
-    """Whether ``value`` names interfaces of the node: gloo takes exact names (comma-separated); NCCL
-    takes prefixes, ``=name`` for an exact one and ``^...`` for exclusions (not judged)."""
-    if value.startswith("^"):
-        return True
-    for item in filter(None, value.split(",")):
-        exact = variable == "GLOO_SOCKET_IFNAME" or item.startswith("=")
-        item = item.lstrip("=")
-        if not any(n == item if exact else n.startswith(item) for n in names):
-            return False
-    return True
-
-
-def _is_loopback(addr: str) -> bool:
-    """Whether a node's resolved address is a loopback one (an address that does not parse is not)."""
-    import ipaddress
-
-    try:
-        return ipaddress.ip_address(addr.split("%")[0]).is_loopback
-    except ValueError:
-        return False
 
 
 def bucket_check(url: str, why: str, own_credentials: bool) -> Check:

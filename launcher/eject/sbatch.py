@@ -10,7 +10,7 @@ import sys
 
 from launcher.backends.slurm.script import AGENT_ZIP, batch_script, job_file
 from launcher.eject.job import ALWAYS_LOST, SWEEP_LOST
-from launcher.workload.model import Slurm
+from launcher.workload.machines import Slurm
 from launcher.workload.plan import RunPlan, build_plan
 
 DEFAULT_PYTHON = "python3"

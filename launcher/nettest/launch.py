@@ -155,7 +155,7 @@ def reach(plan: RunPlan) -> list[tuple[int | None, str]]:
     answer (its rank; ``None``: all of them), named with what to do. Nothing starts on any node."""
     import asyncio
 
-    from launcher.runs.launch import reach_nodes
+    from launcher.runs.launch_checks import reach_nodes
 
     limit = reach_deadline_s(plan)
     try:

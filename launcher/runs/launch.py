@@ -1,5 +1,6 @@
 """What the app and the CLI ask of runs: start one (its owner starts detached), adopt the orphaned,
-cancel, and render a plan for a dry run. Everything here returns quickly; the owner does the work."""
+cancel, and render a plan for a dry run. Everything here returns quickly; the owner does the work. What a
+launch asks the nodes before it records the run is :mod:`launcher.runs.launch_checks`'."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import yaml
 from launcher.events import RunState, RunStateChanged
 from launcher.paths import private_dir, run_dir
 from launcher.runs.core import pending
-from launcher.runs.core.continuing import Continuation, auto_may_continue, continued_by, max_steps_of
+from launcher.runs.core.continuing import Continuation, max_steps_of
 from launcher.runs.core.layout import EVENTS, Brought, LaunchOptions, save_options, save_plan
 from launcher.runs.core.output_dirs import HINT, deciding, output_dir_users
 from launcher.runs.core.ownership import (
@@ -35,7 +36,7 @@ from launcher.workload.overrides import Override
 from launcher.workload.plan import RunPlan
 
 if TYPE_CHECKING:
-    from launcher.backends.base import Reach
+    pass
 
 
 class LaunchRefused(RuntimeError):
@@ -70,7 +71,7 @@ def start_run(plan: RunPlan, home: Path, *, force: bool = False, tags: dict[str,
     that another workload's run uses on the same node refuses the launch (:class:`LaunchRefused`).
     ``resume_from``: the checkpoint its owner copies to node 0 before the start (:class:`Resumed`);
     ``continues``: the run it continues and from which checkpoint (:mod:`launcher.runs.core.continuing`).
-    ``checked``: the cheap checks ran on every node just before (:func:`launch_refusals`) and found nothing;
+    ``checked``: the cheap checks ran on every node just before (:func:`launcher.runs.launch_checks.launch_refusals`) and found nothing;
     its owner does not run them again. ``warm``: an owner started while those checks ran, which takes the
     run (:class:`launcher.runs.core.ownership.WarmOwner`)."""
     check_room(home)
@@ -263,25 +264,6 @@ class NothingLeft(LookupError):
     """A resume whose checkpoint already holds every step the new run would train: nothing launched."""
 
 
-async def continuation_of(plan: RunPlan) -> Continuation | None:
-    """What ``plan``'s ``resume: auto`` would continue: another run's newest whole checkpoint in node 0's
-    folder, as the job will see it (asked of node 0; ``None`` when the node cannot say: the trainer then
-    reads only the run's own checkpoints and starts afresh)."""
-    from launcher.backends.base import NodeError
-    from launcher.backends.registry import backend_for
-
-    if not auto_may_continue(plan) or plan.output_dir is None:
-        return None
-    backend = backend_for(plan)
-    try:
-        listing = await asyncio.wait_for(backend.checkpoints(plan.output_dir, 0), PLACE_TIMEOUT_S)
-    except (NodeError, asyncio.TimeoutError):
-        return None
-    finally:
-        await backend.close()
-    return None if listing.error else continued_by(plan, listing.checkpoints)
-
-
 PLACE_TIMEOUT_S = 10.0
 """How long a dry run waits for the nodes to say where checkpoints land."""
 
@@ -319,88 +301,6 @@ async def checkpoint_place(plan: RunPlan):
         return CheckpointPlace("unchecked", output_dir, detail=f"no answer within {PLACE_TIMEOUT_S:.0f} s")
     finally:
         await backend.close()
-
-
-async def reach_nodes(plan: RunPlan, timeout_s: float = 5.0) -> list[Reach]:
-    """Every node's answer to a cheap connect (host key verified), all at once; nothing starts there."""
-    from launcher.backends.registry import backend_for
-
-    backend = backend_for(plan)
-    try:
-        return list(await asyncio.gather(*(backend.reach(n.node_rank, timeout_s) for n in plan.nodes)))
-    finally:
-        await backend.close()
-
-
-async def launch_refusals(plan: RunPlan, home: Path, *, force: bool = False) -> tuple[list[str], bool]:
-    """Why ``plan`` cannot start, found before anything of it is recorded: a secret with no value here, a
-    node refused for a reason only the user can change (an unknown or changed host key, a refused key), and,
-    unless ``force``, the cheap checks every launch runs (no torch where the built-in trainer runs, fewer
-    GPUs than processes, an unwritable ``output_dir``, a bucket the run's credentials cannot write to).
-    Empty: launch. A node that does not answer yet is no refusal: the run's owner waits for it as for any
-    dropped connection. Also whether the cheap checks ran on every node (then the owner need not run them
-    again)."""
-    from launcher.backends.registry import backend_for
-    from launcher.doctor.preflight import preflight
-    from launcher.runs.core.bucket import write_check
-    from launcher.secrets import MissingSecrets, SecretStore
-
-    said: list[str] = []
-    bucket: asyncio.Future | None = None
-    checked = False
-    try:
-        SecretStore(home).resolve(plan.workload.secrets)
-    except MissingSecrets as err:
-        said.append(str(err))
-    else:
-        if not force:  # a bucket the run cannot write to would fail it at its first save, minutes in
-            bucket = asyncio.ensure_future(asyncio.to_thread(write_check, home, plan))
-    if not force:
-        said += quarantine_refusals(plan, home)
-    backend = backend_for(plan)
-    try:
-        reached = await asyncio.gather(*(backend.reach(n.node_rank, plan.workload.ssh.connect_timeout_s)
-                                         for n in plan.nodes))
-        for r in reached:
-            if not r.ok and r.blocker:  # "node 1 (gpu-b): unknown host key ...", the node named once
-                said.append(f"{r.label}: {r.detail.removeprefix(plan.nodes[r.rank].host_display + ': ')}")
-        if not force and all(r.ok for r in reached):
-            from launcher.backends.base import NodeError
-
-            try:
-                await backend.locate()  # MASTER_ADDR as the nodes dial it (an ~/.ssh/config alias resolved), as the owner does
-            except NodeError as err:
-                said.append(str(err))
-            else:
-                said += [str(refusal) for refusal in await preflight(backend)]
-                checked = True
-    finally:
-        await backend.close()
-        wrote = await bucket if bucket is not None else None
-    if wrote is not None and not wrote.ok and wrote.own_credentials:
-        said.append(f"parameters.output_dir: {wrote.url}: {wrote.why}")
-    return said, checked
-
-
-async def before_record(plan: RunPlan, home: Path, *, force: bool = False,
-                        continues: Continuation | None = None) -> tuple[list[str], bool, Continuation | None]:
-    """What a launch asks the nodes before it records the run, asked at once: :func:`launch_refusals`, and
-    (unless already known: ``continues``) what ``resume: auto`` would continue (:func:`continuation_of`,
-    node 0's checkpoints), so that neither waits for the other."""
-    if continues is not None or not auto_may_continue(plan):
-        said, checked = await launch_refusals(plan, home, force=force)
-        return said, checked, continues
-    (said, checked), found = await asyncio.gather(launch_refusals(plan, home, force=force), continuation_of(plan))
-    return said, checked, found
-
-
-def quarantine_refusals(plan: RunPlan, home: Path) -> list[str]:
-    """A node whose host this data dir quarantined (it failed runs ``recovery.quarantine_after`` times)."""
-    from launcher.runs.core.quarantine import quarantined
-
-    held = quarantined(home)
-    return [f"node {n.node_rank} ({n.host_display}): {held[n.host_display].words()}; fsdp-tui quarantine lift "
-            f"{n.host_display} once it is fixed (or --force)" for n in plan.nodes if n.host_display in held]
 
 
 def is_owned(home: Path, run_id: str) -> bool:

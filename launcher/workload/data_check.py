@@ -2,7 +2,7 @@
 
 ``parameters.dataset_name`` that names a local file or folder is found where the trainer will look
 (an absolute path as it is; a relative one in the code snapshot, which ships from here), its first
-rows are read (no torch, no ``datasets``: :func:`trainer.wire.data_files.peek`) and checked with the
+rows are read (no torch, no ``datasets``: :func:`trainer.wire.data_peek.peek`) and checked with the
 trainer's own rules (:mod:`trainer.wire.formats`), so a missing file, a wrong column or a bad first row is
 an error at the ``dataset_name`` line. Hub names and the built-in datasets are left alone; an absolute path that is not on this
 machine is left alone for a run on other nodes (it may be there).
@@ -17,8 +17,10 @@ from pathlib import Path
 from launcher.workload.model import Workload
 from launcher.workload.topology import Finding
 from trainer.wire import formats
-from trainer.wire.config import DataConfig, DataSource, TrainerConfig
-from trainer.wire.data_files import looks_local, peek
+from trainer.wire.config import TrainerConfig
+from trainer.wire.data_config import DataConfig, DataSource
+from trainer.wire.data_files import looks_local
+from trainer.wire.data_peek import peek
 
 _AT = ("parameters", "dataset_name")
 _TEMPLATE_AT = ("parameters", "data", "chat_template")

@@ -6,7 +6,8 @@ import math
 import re
 
 from launcher.words import plural
-from launcher.workload.model import Slurm, Workload
+from launcher.workload.machines import Slurm
+from launcher.workload.model import Workload
 
 _TIME = re.compile(r"^(?:(?P<d>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?"
                    r"|(?P<h>\d+):(?P<hm>\d+):(?P<hs>\d+)|(?P<m>\d+)(?::(?P<ms>\d+))?)$")

@@ -17,7 +17,7 @@ from trainer.wire.ckpt_layout import ascii_int, step_of_name
 @pytest.mark.parametrize(("text", "number"), [
     ("0", 0), ("1", 1), ("12", 12), ("007", 7),
     ("²", None), ("١", None), ("٢٢", None), ("１", None), ("1²", None), ("", None), ("-1", None), ("+1", None),
-    (" 1", None), ("1.0", None), ("1_000", None),
+    (" 1", None), ("1.0", None), ("1_000", None), pytest.param("9" * 5000, None, id="5000 digits"),  # past int()'s digits: no crash
 ])
 def test_a_number_is_ascii_digits(text, number):
     assert ascii_int(text) == number
@@ -55,6 +55,45 @@ def test_ssh_to_a_node_named_with_other_digits_is_one_line(run_on_two_nodes, cap
     err = capsys.readouterr().err
     assert code == 2 and err == (f"fsdp-tui ssh: '{args[-1]}' is not a node number: run {run_on_two_nodes} has "
                                  "nodes 0-1 (digits 0-9)\n")
+
+
+HUGE = "9" * 5000
+
+
+@pytest.mark.parametrize(("node", "said"), [
+    ("٣", "'٣' is not a node number: run {run} has nodes 0-1 (digits 0-9)"),
+    (" 1", "' 1' is not a node number: run {run} has nodes 0-1 (digits 0-9)"),
+    ("1 ", "'1 ' is not a node number: run {run} has nodes 0-1 (digits 0-9)"),
+    ("+1", "'+1' is not a node number: run {run} has nodes 0-1 (digits 0-9)"),
+    ("1e3", "'1e3' is not a node number: run {run} has nodes 0-1 (digits 0-9)"),
+    ("-1", "'-1' is not a node number: run {run} has nodes 0-1 (digits 0-9)"),
+    ("1.0", "'1.0' is not a node number: run {run} has nodes 0-1 (digits 0-9)"),
+    ("1_000", "'1_000' is not a node number: run {run} has nodes 0-1 (digits 0-9)"),
+    ("²", "'²' is not a node number: run {run} has nodes 0-1 (digits 0-9)"),
+    pytest.param("9" * 30, "run {run} has nodes 0-1", id="30 digits"),
+    pytest.param(HUGE, f"'{HUGE[:40]}...' (5000 characters) is not a node number: run {{run}} has nodes 0-1 "
+                 "(digits 0-9)", id="5000 digits"),
+    ("2", "run {run} has nodes 0-1"),
+])
+def test_ssh_reads_node_by_the_one_number_rule(run_on_two_nodes, capsys, monkeypatch, node, said):
+    """``ssh RUN NODE``'s NODE is an ASCII number or no node: a number written another way is refused in one
+    line, never taken for a command run on node 0 (no ssh is reached: which("ssh") finds none here)."""
+    from launcher.cli.main import main
+
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    code = main(["ssh", run_on_two_nodes, node])
+    err = capsys.readouterr().err
+    assert code == 2 and err == f"fsdp-tui ssh: {said.format(run=run_on_two_nodes)}\n", err
+
+
+def test_ssh_after_two_dashes_runs_a_word_as_the_command(run_on_two_nodes, capsys, monkeypatch):
+    """A word that is no number at all is still the command's first word (``ssh RUN -- pwd``): the shell line
+    for node 0 is built (here no ssh binary is found, which is said instead)."""
+    from launcher.cli.main import main
+
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    assert main(["ssh", run_on_two_nodes, "--", "pwd"]) == 2
+    assert "needs OpenSSH's client" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args", [

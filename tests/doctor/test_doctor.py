@@ -18,6 +18,7 @@ from launcher.doctor.reply import ProbeReply
 from launcher.workload.plan import build_plan
 from launcher.workload.validate import validate_text
 from tests.support.cli import ROOT, cli, write_workload
+from tests.support.doctor_replies import GOOD, GPU2
 
 VENV_PYTHON = sys.executable
 
@@ -264,16 +265,6 @@ def _plan(compute: str, *, builtin: bool = False):
     result = validate_text(text)
     assert result.workload is not None, [p.format() for p in result.problems]
     return build_plan(result.workload, run_id="t")
-
-
-GOOD = {"hostname": "gpu01", "python": {"version": [3, 11, 7], "executable": "/opt/py/bin/python"},
-        "packages": {"torch": {"version": "2.6.0+cu124", "import": "ok", "cuda": "12.4"}},
-        "gpus": {"smi": "/usr/bin/nvidia-smi", "names": ["NVIDIA H100 80GB HBM3"] * 8},
-        "disk": {"path": "/home/u/.fsdp-tui/runs", "existing": "/home/u", "free_bytes": 100 * 2**30,
-                 "total_bytes": 500 * 2**30, "writable": True},
-        "master": {"addrs": ["10.0.0.11"]},
-        "interfaces": {"route": {"iface": "eth0", "local": "10.0.0.11"}, "names": ["lo", "eth0"]}}
-GPU2 = "{accelerator_type: GPU_8xH100, num_accelerators: 16, hosts: [a, b], master_addr: 10.0.0.11}"
 
 
 def _merge(base: dict, change: dict) -> dict:

@@ -14,7 +14,7 @@ from launcher.doctor.judge import NodeProbe, evaluate
 from launcher.doctor.reply import ProbeReply
 from launcher.workload.plan import build_plan
 from launcher.workload.validate import validate_text
-from tests.doctor.test_doctor import GOOD, GPU2
+from tests.support.doctor_replies import GOOD, GPU2
 
 MIXTURE = """experiment_name: t
 compute: {compute}

@@ -10,7 +10,7 @@ import pytest
 
 from launcher.nettest.figures import PairFigure, decode, judge_pairs
 from launcher.nettest.report import cut_lines, pair_bars, to_dict
-from tests.nettest.test_nettest_tournament import noise
+from tests.support.nettest import noise
 from trainer.wire.nettest_budget import (
     QUICK,
     Clock,

@@ -8,6 +8,7 @@ import pytest
 
 from launcher.nettest.figures import PairFigure, judge_pairs
 from launcher.nettest.report import pair_lines, to_dict, verdict_lines
+from tests.support.nettest import noise
 from trainer.wire.nettest_pairs import (
     NEIGHBOUR_ROUNDS,
     TOURNAMENT_ROUNDS,
@@ -17,11 +18,6 @@ from trainer.wire.nettest_pairs import (
 )
 
 FAST, SLOW = 100.0, 20.0  # MB/s: a slow node at 1/5, as the shaped real test
-
-
-def noise(a: int, b: int) -> float:
-    """A steady factor in [0.75, 1.25] per pair (a shared network is not even)."""
-    return 0.75 + ((a * 7919 + b * 104729) % 101) / 200
 
 
 def fake_network(nnodes: int, slow: set[int] = frozenset(), links: dict[tuple[int, int], float] | None = None,

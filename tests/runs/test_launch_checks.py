@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 def test_each_node_is_checked_over_the_one_connection_that_reached_it(home, tmp_path, hosts, monkeypatch):
     from launcher.backends.ssh import channel
     from launcher.backends.ssh import connect as connecting
-    from launcher.runs.launch import launch_refusals
+    from launcher.runs.launch_checks import launch_refusals
     from launcher.workload.plan import build_plan
     from launcher.workload.validate import validate_text
 

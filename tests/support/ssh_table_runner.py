@@ -37,7 +37,7 @@ def _reset(home: Path, files: dict[str, str], case: dict) -> None:
 async def _ours(case: dict) -> dict:
     from launcher.backends.ssh.connect import SshError, connect
     from launcher.workload.hosts import parse_host
-    from launcher.workload.model import Ssh
+    from launcher.workload.machines import Ssh
 
     target, ssh = parse_host(case["target"]), Ssh(**case.get("ssh", {}))
     try:

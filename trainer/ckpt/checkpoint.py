@@ -36,7 +36,7 @@ from trainer.ckpt.store import open_store
 from trainer.ckpt.write import RankDeviceWriter, writer_share, written_sums
 from trainer.loop.optim import resume_refusal
 from trainer.parallel import Dist
-from trainer.wire import ckpt_digest, ckpt_layout, ckpt_owner
+from trainer.wire import ckpt_digest, ckpt_layout, ckpt_owner, ckpt_paths
 from trainer.wire.ckpt_layout import DCP_META, META, SHARDS
 from trainer.wire.config import CheckpointConfig, SettingError
 from trainer.wire.protocol import RUN_ID_ENV
@@ -50,7 +50,7 @@ def newest_complete(root: Path | str) -> Path | str | None:
     found = ckpt_owner.newest_whole(list_checkpoints(root))
     if found is None:
         return None
-    return found.path if ckpt_layout.url_scheme(found.path) else Path(found.path)
+    return found.path if ckpt_paths.url_scheme(found.path) else Path(found.path)
 
 
 class AppState(Stateful):
@@ -106,7 +106,7 @@ class Checkpointer:
         """Whose checkpoints this run may read (its own and the runs it continues) and prune (its own):
         :mod:`trainer.wire.ckpt_owner`'s rule, the one the launcher asks too."""
         self.meta = {**meta, "run_id": self.run_id}
-        self.root = ckpt_layout.checkpoints_root(output_dir)
+        self.root = ckpt_paths.checkpoints_root(output_dir)
         self.store = open_store(self.root)
         """Where the checkpoints are: this node's folder, or a bucket every rank writes directly."""
         if self.store.is_bucket and cfg.staging_dir:
@@ -140,7 +140,7 @@ class Checkpointer:
                 choice[0] = self._newest_readable()
             else:
                 path = self.cfg.resume
-                path = path if ckpt_layout.url_scheme(path) else os.path.expanduser(path)
+                path = path if ckpt_paths.url_scheme(path) else os.path.expanduser(path)
                 store = open_store(os.path.dirname(path.rstrip("/")))
                 verdict = store.judge(path)
                 differs = store.verify(path) if verdict.complete else ()
@@ -347,7 +347,7 @@ def export_hf(model, tokenizer, output_dir: str, name: str, d: Dist) -> str | No
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if not d.is_main:
         return None
-    bucket = ckpt_layout.url_scheme(output_dir) is not None
+    bucket = ckpt_paths.url_scheme(output_dir) is not None
     out_dir = Path("hf-export" if bucket else output_dir).expanduser() / "hf" / name
     tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -359,6 +359,6 @@ def export_hf(model, tokenizer, output_dir: str, name: str, d: Dist) -> str | No
     if not bucket:
         return str(out_dir)
     try:
-        return open_store(ckpt_layout.checkpoints_root(output_dir)).upload(str(out_dir), f"hf/{out_dir.name}")
+        return open_store(ckpt_paths.checkpoints_root(output_dir)).upload(str(out_dir), f"hf/{out_dir.name}")
     finally:
         shutil.rmtree(out_dir.parent.parent, ignore_errors=True)

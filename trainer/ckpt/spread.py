@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from trainer.parallel import Dist
-from trainer.wire import ckpt_digest, ckpt_layout
+from trainer.wire import ckpt_digest, ckpt_layout, ckpt_paths
 from trainer.wire.ckpt_layout import INCOMING_PREFIX
 
 CHUNK = 32 << 20
@@ -39,7 +39,7 @@ def node_index(d: Dist) -> int:
 def local_copy(path: str, root: str, d: Dist) -> tuple[str, Callable[[], None]]:
     """The folder this rank loads ``path`` from, and what to call (on every rank) once loaded: ``path``
     where this node sees it whole, else a copy received from rank 0 under ``root``. Collective."""
-    if ckpt_layout.url_scheme(path):
+    if ckpt_paths.url_scheme(path):
         return path, lambda: None  # a bucket: every rank reads it directly
     seen: list = [None] * d.world
     dist.all_gather_object(seen, (node_index(d), ckpt_layout.is_complete(path)))

@@ -13,7 +13,7 @@ import torch
 from torch.distributed.checkpoint import FileSystemReader
 
 from trainer.ckpt.write import RankDeviceWriter, fsspec_writer
-from trainer.wire import ckpt_digest, ckpt_layout
+from trainer.wire import ckpt_digest, ckpt_layout, ckpt_paths
 from trainer.wire.ckpt_digest import Differs
 from trainer.wire.ckpt_layout import BAD_MARK, META, CheckpointInfo, Wholeness
 
@@ -160,4 +160,4 @@ class BucketStore:
 
 def open_store(root: str) -> Any:
     """The store of a checkpoints folder ``root`` (``<output_dir>/checkpoints``, expanded)."""
-    return BucketStore(root) if ckpt_layout.url_scheme(root) else FolderStore(root)
+    return BucketStore(root) if ckpt_paths.url_scheme(root) else FolderStore(root)

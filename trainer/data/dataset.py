@@ -23,7 +23,8 @@ from trainer.data.run_data import MixedRows, RunData, eval_note
 from trainer.data.sources import RawSource, local_path, raw_sources
 from trainer.data.token_rows import Plan, TokenRows, make_plan
 from trainer.wire import formats
-from trainer.wire.config import ChatFields, DataConfig, DataSource, TrainerConfig
+from trainer.wire.config import TrainerConfig
+from trainer.wire.data_config import ChatFields, DataConfig, DataSource
 from trainer.wire.data_files import DataError, Rows, expand, is_saved_folder, looks_local, read_file
 from trainer.wire.protocol import DataSummary, SourceSummary
 

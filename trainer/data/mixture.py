@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from trainer.data.rows import GlobalOrder
-from trainer.wire.config import DataSource
+from trainer.wire.data_config import DataSource
 
 BLOCK = 64
 """Slots shuffled among themselves (shares hold exactly at every block's end)."""

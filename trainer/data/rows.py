@@ -17,7 +17,8 @@ import torch
 from trainer.data.chat import ChatTokens, TemplateRefused, choose_template
 from trainer.data.packing import first_fit_decreasing
 from trainer.wire import formats
-from trainer.wire.config import ChatFields, SettingError
+from trainer.wire.config import SettingError
+from trainer.wire.data_config import ChatFields
 from trainer.wire.data_files import Rows
 
 IGNORE = -100

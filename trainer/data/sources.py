@@ -26,7 +26,8 @@ from typing import Any, Literal
 from trainer.assets import resolve_dataset
 from trainer.data import token_cache
 from trainer.wire import formats
-from trainer.wire.config import DataConfig, SettingError
+from trainer.wire.config import SettingError
+from trainer.wire.data_config import DataConfig
 from trainer.wire.data_files import (
     SUFFIXES,
     DataError,

@@ -17,7 +17,7 @@ from typing import Any
 
 from trainer.assets import resolve_dataset
 from trainer.data.sources import local_path
-from trainer.wire.config import DataConfig
+from trainer.wire.data_config import DataConfig
 from trainer.wire.data_files import (
     SUFFIXES,
     DataError,

@@ -21,6 +21,9 @@ A save never reuses a folder (``step-00000100-1`` when the name is taken on any 
 checkpoint is (``meta.json``'s ``run_id``) and what each run may read, prune or delete is
 :mod:`trainer.wire.ckpt_owner`'s rule.
 
+Where ``output_dir`` lies (a path or a bucket's URL, its variables expanded as a node's job sees them) is
+:mod:`trainer.wire.ckpt_paths`'s.
+
 Listing never follows a link: an entry that is a symbolic link (``step-00000006 -> /``) is listed as a link,
 never complete (so never resumable, never "the newest"), with no size, and nothing behind it is walked.
 """
@@ -267,49 +270,19 @@ def ascii_int(text: str) -> int | None:
     """The number ``text`` writes in ASCII digits (``"12"`` -> 12), else ``None``: the one rule for every
     number read from text, a node's or a step's or a rank's, on every side. ``str.isdigit()`` is true for
     ``"²"`` (which ``int()`` refuses: a crash) and ``int()`` reads ``"١"`` as 1 (another script's digit
-    reaching node 1); neither is a number here."""
-    return int(text) if text.isascii() and text.isdigit() else None
+    reaching node 1); neither is a number here, nor are more digits than ``int()`` reads (it raises)."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    try:
+        return int(text)
+    except ValueError:  # past sys.get_int_max_str_digits()
+        return None
 
 
 def step_of_name(name: str) -> int | None:
     """The step a folder name says, or ``None`` for a folder that is not a checkpoint."""
     digits = name[len(PREFIX):].split("-")[0] if name.startswith(PREFIX) else ""
     return ascii_int(digits)
-
-
-_VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
-_URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
-
-
-def url_scheme(path: str) -> str | None:
-    """``s3`` for ``s3://bucket/x``; ``None`` for a path (``file://`` URLs are paths: see :func:`expand_path`)."""
-    match = _URL.match(path)
-    return match.group(1).lower() if match and match.group(1).lower() != "file" else None
-
-
-def expand_vars(path: str, env: Mapping[str, str]) -> str:
-    """``$NAME``/``${NAME}`` from ``env``; unknown names stay as written (``~`` too)."""
-    def value(match: re.Match) -> str:
-        name = match.group(1) or match.group(2)
-        return env.get(name, match.group(0))
-
-    return _VAR.sub(value, path)
-
-
-def expand_path(path: str, env: dict) -> str:
-    """``$NAME``/``${NAME}`` from ``env`` (unknown names stay as written), then ``~``: how a node's job
-    sees its ``output_dir`` (the trainer expands it in the job's environment). ``file:///x`` is ``/x``;
-    another URL (``s3://...``) keeps its ``//``."""
-    expanded = expand_vars(path, env)
-    if expanded.lower().startswith("file://"):
-        expanded = expanded[len("file://"):]
-    return expanded if url_scheme(expanded) else os.path.expanduser(expanded)
-
-
-def checkpoints_root(output_dir: str) -> str:
-    if url_scheme(output_dir):
-        return output_dir.rstrip("/") + "/" + CHECKPOINTS_DIR
-    return os.path.join(os.path.expanduser(output_dir), CHECKPOINTS_DIR)
 
 
 def info_of(step: int, path: str, files: Mapping[str, int], meta_text: str | None, mtime: float,

@@ -4,8 +4,9 @@ for parquet and arrow, imported only for them).
 The trainer reads a local file's rows by these rules, never through ``datasets``' own JSON or CSV
 reader: a bad row is then named by its file and line (``data.jsonl:7: parameters.dataset_name: ...``),
 whichever of the node's tokenizing processes reads it (they parse JSON Lines line by line with
-:func:`json_row`). ``fsdp-tui validate`` reads the first rows through :func:`peek` (no torch, no
-``datasets``), so the launcher and the trainer apply one rule to the same file.
+:func:`json_row`). ``fsdp-tui validate`` reads the first rows by the same rules through
+:func:`trainer.wire.data_peek.peek` (no torch, no ``datasets``), so the launcher and the trainer apply one
+rule to the same file.
 """
 
 from __future__ import annotations
@@ -14,21 +15,17 @@ import csv
 import io
 import json
 import os
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.wire.ckpt_layout import url_scheme
+from trainer.wire.ckpt_paths import url_scheme
 from trainer.wire.config import SettingError
 
 KEY = "parameters.dataset_name"
 SUFFIXES = {".jsonl": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet", ".arrow": "arrow"}
 """Local file types by suffix (``datasets``' folders are recognised by their ``dataset_info.json``)."""
 _FOLDER_MARKERS = ("dataset_info.json", "dataset_dict.json", "state.json")
-PEEK_ROWS = 20
-PEEK_BYTES = 1 << 20
-"""What ``validate`` reads of a file: its first rows, within its first MiB."""
 
 
 class DataError(SettingError):
@@ -76,21 +73,6 @@ class Rows:
         return DataError(self.source, message, row=self.first + index + 1)
 
 
-@dataclass(frozen=True)
-class Peek:
-    """What ``validate`` learns of a local dataset from its first rows."""
-
-    kind: str
-    """``jsonl``, ``json``, ``csv``, ``parquet``, ``arrow`` or ``folder``."""
-    columns: tuple[str, ...]
-    rows: tuple[dict[str, Any], ...] = ()
-    lines: tuple[int, ...] | None = None
-    """The line each of ``rows`` starts on (text files)."""
-    problem: str | None = None
-    """Why its rows cannot be read (bad UTF-8, not JSON, empty), with the line where there is one."""
-    notes: tuple[str, ...] = field(default=())
-
-
 def expand(name: str) -> str:
     """``~`` and ``$VARS`` in a path, as the trainer reads ``output_dir``."""
     return os.path.expanduser(os.path.expandvars(name))
@@ -128,7 +110,7 @@ def read_file(path: Path, source: str | None = None) -> Rows:
         if kind in ("parquet", "arrow"):
             rows = Rows(_arrow_rows(path, kind, source), source)
         else:
-            rows = _text_rows(_decode(path.read_bytes(), source), kind, source, limit=None)
+            rows = text_rows(decode(path.read_bytes(), source), kind, source, limit=None)
     except FileNotFoundError:
         raise DataError(source, "no such file on this node (a local path: it must be here, or on storage "
                         "every node sees)") from None
@@ -139,95 +121,6 @@ def read_file(path: Path, source: str | None = None) -> Rows:
     if not len(rows):
         raise DataError(source, "the file has no rows")
     return rows
-
-
-def peek(path: Path) -> Peek:
-    """The kind, columns and first rows of a local file or saved folder, cheaply (the first MiB, or the
-    parquet/arrow schema). Cached by the file's size and time, for the editor's validation per keystroke."""
-    try:
-        st = path.stat()
-    except OSError:
-        return Peek("missing", ())
-    return _peek(str(path), st.st_size, st.st_mtime_ns)
-
-
-@lru_cache(maxsize=32)
-def _peek(name: str, _size: int, _mtime_ns: int) -> Peek:
-    path = Path(name)
-    if path.is_dir():
-        return _peek_folder(path)
-    kind = SUFFIXES.get(path.suffix.lower(), "")
-    if not kind:
-        return Peek("", (), problem=f"'{path.suffix or path.name}' is not a data file the trainer reads "
-                    f"(use {', '.join(SUFFIXES)} or a folder saved by datasets)")
-    if kind in ("parquet", "arrow"):
-        return _peek_arrow(path, kind)
-    try:
-        with open(path, "rb") as f:
-            head = f.read(PEEK_BYTES)
-            whole = not f.read(1)
-        if not whole:  # a character cut in two at the end is not bad UTF-8
-            head = head[: len(head) - _cut_tail(head)]
-        text = _decode(head, name)
-    except DataError as err:
-        return Peek(kind, (), problem=f"line {err.line}: {err.message}")
-    except OSError as err:
-        return Peek(kind, (), problem=f"cannot read it: {err.strerror}")
-    try:
-        rows = _text_rows(text, kind, name, limit=PEEK_ROWS, partial=not whole)
-    except DataError as err:
-        if not whole and kind == "json":
-            return Peek(kind, ())  # one large object cut at the first MiB: its columns are checked at run time
-        return Peek(kind, (), problem=err.message if err.line is None else f"line {err.line}: {err.message}")
-    if not len(rows):  # a first row longer than the part read says nothing about the file
-        return Peek(kind, (), problem="the file has no rows" if whole else None)
-    columns: dict[str, None] = {}
-    for item in rows.items:
-        columns.update(dict.fromkeys(item))
-    return Peek(kind, tuple(columns), tuple(rows.items), tuple(rows.lines) if rows.lines is not None else None)
-
-
-def _peek_folder(path: Path) -> Peek:
-    info = path / "dataset_info.json"
-    if not info.exists() and (path / "dataset_dict.json").exists():
-        try:
-            splits = json.loads((path / "dataset_dict.json").read_text()).get("splits") or []
-        except (OSError, ValueError, AttributeError):
-            splits = []
-        info = next((path / s / "dataset_info.json" for s in splits if (path / s / "dataset_info.json").exists()),
-                    info)
-    if not info.exists():
-        return Peek("folder", (), problem="this folder was not saved by datasets (no dataset_info.json)")
-    try:
-        features = json.loads(info.read_text()).get("features") or {}
-    except (OSError, ValueError, AttributeError):
-        return Peek("folder", ())
-    return Peek("folder", tuple(features) if isinstance(features, dict) else ())
-
-
-def _peek_arrow(path: Path, kind: str) -> Peek:
-    try:
-        import pyarrow  # noqa: F401  (not every operator's machine has it: then only the file's existence)
-    except ImportError:
-        return Peek(kind, (), notes=("pyarrow is not installed here: its columns are checked at run time",))
-    try:
-        schema = _arrow_schema(path, kind)
-    except Exception as err:  # pyarrow raises its own error types for a damaged file
-        return Peek(kind, (), problem=f"not a readable {kind} file: {str(err).splitlines()[0]}")
-    return Peek(kind, tuple(schema.names))
-
-
-def _arrow_schema(path: Path, kind: str):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    if kind == "parquet":
-        return pq.read_schema(path)
-    with pa.memory_map(str(path)) as source:
-        try:
-            return pa.ipc.open_stream(source).schema
-        except pa.ArrowInvalid:
-            return pa.ipc.open_file(source).schema
 
 
 def arrow_schema(path: Path, kind: str):
@@ -265,7 +158,7 @@ def _arrow_rows(path: Path, kind: str, source: str) -> list[dict[str, Any]]:
         raise DataError(source, f"not a readable {kind} file: {str(err).splitlines()[0]}") from None
 
 
-def _cut_tail(data: bytes) -> int:
+def cut_tail(data: bytes) -> int:
     """How many bytes at the end of ``data`` belong to a UTF-8 character that goes on past it."""
     for back in range(1, min(4, len(data)) + 1):
         byte = data[-back]
@@ -275,7 +168,8 @@ def _cut_tail(data: bytes) -> int:
     return 0
 
 
-def _decode(data: bytes, source: str) -> str:
+def decode(data: bytes, source: str) -> str:
+    """``data`` as text (a byte-order mark dropped), or the :class:`DataError` naming the first byte that is not UTF-8."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -300,7 +194,9 @@ def json_row(line: str, source: str, number: int) -> dict[str, Any]:
     return _mapping(row, source, number)
 
 
-def _text_rows(text: str, kind: str, source: str, limit: int | None, partial: bool = False) -> Rows:
+def text_rows(text: str, kind: str, source: str, limit: int | None, partial: bool = False) -> Rows:
+    """The rows of a text file's ``text`` (``jsonl``, ``json`` or ``csv``), at most ``limit``; ``partial``: the
+    text is the file's start, so a row cut at its end is not an error."""
     if kind == "csv":
         return _csv_rows(text, source, limit, partial)
     start = len(text) - len(text.lstrip())

@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from trainer.wire.config import ChatFields
+from trainer.wire.data_config import ChatFields
 
 FORMATS = ("alpaca", "squad", "chat", "text")
 _NEEDS = {"alpaca": ("instruction", "output"), "squad": ("context", "question", "answers"), "text": ("text",)}

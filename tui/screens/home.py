@@ -25,6 +25,7 @@ from tui.messages import (
     WorkloadChosen,
 )
 from tui.screens.from_worker import unless_taken_apart
+from tui.screens.run_kinds import KnownKinds
 from tui.screens.workload_files import find_workloads, folder_label
 from tui.widgets.footer import FitFooter
 from tui.widgets.header import Header
@@ -71,6 +72,11 @@ class HomeScreen(Screen):
         Binding("shift+tab", "app.focus_previous", "previous table", show=False),
         Binding("r", "reload", "refresh", show=False),
     ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kinds = KnownKinds()
+        """Each listed run's kind, asked once per run and state (not at every refresh)."""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -126,7 +132,7 @@ class HomeScreen(Screen):
             total = client.runs.count()
             matching = filter_text.strip() if total > HOME_RUNS else ""
             runs = client.runs.list(limit=HOME_RUNS, matching=matching)
-            kinds = {k.run_id: k for k in client.runs.kinds(runs)}
+            kinds = self.kinds.of(runs, client.runs.kinds)
         except StoreDamaged as err:
             self.post_message(StoreFoundDamaged(str(err)))
             return

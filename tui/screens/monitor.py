@@ -20,23 +20,19 @@ from textual.containers import Grid, Vertical
 from textual.screen import Screen
 from textual.widgets import Input, Label, Static
 
-from launcher.api.runs import NodeRow, RunSummary, RunView, StopOutput, node_rows, stopped_line
+from launcher.api.runs import NodeRow, RunSummary, RunView, node_rows
 from launcher.events import (
-    GpuTelemetry,
-    MetricsRecorded,
-    NodeLines,
-    NodeStateChanged,
     NodeSwapped,
     RunEvent,
     RunFinished,
     RunState,
-    RunStateChanged,
     StacksDumped,
 )
 from tui.app_base import AppBase
 from tui.frames import draw_soon
 from tui.messages import ContinuedKnown, NetworkKnown, RelaunchAsked
 from tui.screens.monitor_lines import SummaryLines
+from tui.screens.monitor_panes import LOG_GROUPS, PaneFeed
 from tui.screens.monitor_views import PANE_MIN_ROWS as PANE_MIN_ROWS  # the grid's rule, named here too
 from tui.screens.monitor_views import MonitorViews
 from tui.screens.stacks import StackGathering
@@ -48,9 +44,6 @@ from tui.widgets.node_overview import NodeOverview
 
 LOG_HZ = 10
 """How often each shown pane is written."""
-LOG_GROUPS = 2
-"""The panes are written in this many groups, one group per tick (``LOG_HZ`` x ``LOG_GROUPS`` ticks a second):
-a frame of new lines for 8 panes took ~12 ms here, and a key that came during it waited for all of it."""
 DRAW_HZ = 2
 OVERVIEW_PAST = 8
 """More nodes than this open on the node overview instead of the panes (up to this many, panes keep
@@ -63,8 +56,6 @@ SHORT_BELOW = 32
 INPUT_FIRST_S = 0.1
 """After a key (or a click, or the wheel), the panes' flush and the redraw wait this long, once: the frame
 the key causes is drawn first, not behind (or together with) a frame of new lines and figures."""
-STOPPED = (RunState.CANCELLING, RunState.CANCELLED, RunState.TIMED_OUT)
-"""States from which the run's lines are the stop's: torchrun's stop tracebacks are folded away."""
 SAFE_STEP_EVERY_S = 30.0
 """How often the monitor asks rank 0's node for the newest complete checkpoint (the last safe step)."""
 SAFE_RECORD_EVERY_S = 1.0
@@ -73,7 +64,8 @@ SAFE_RECORD_EVERY_S = 1.0
 
 class RunMonitorScreen(Screen):
     """Owns one run's view (:class:`RunView`, fed by the run's events), its panes and the pace at which
-    they are written and the costly widgets redrawn; which view is shown is its :class:`MonitorViews`'."""
+    they are written and the costly widgets redrawn; what goes into the panes is its :class:`PaneFeed`'s,
+    which view is shown its :class:`MonitorViews`'."""
 
     app = getters.app(AppBase)
     DEFAULT_CSS = """
@@ -114,8 +106,6 @@ class RunMonitorScreen(Screen):
         self.follow = True
         self.lines = SummaryLines(self, self.view)
         """The summary line and the why-line, with the last safe step."""
-        self.flush_group = 0
-        """The group of panes the last flush wrote (``LOG_GROUPS``)."""
         self.waited: set[str] = set()
         """The periodic jobs that have let a key go first and are due at their next tick."""
         unseen = UNSEEN_LINES if num_nodes > OVERVIEW_PAST else MAX_PENDING
@@ -124,15 +114,14 @@ class RunMonitorScreen(Screen):
         """Each node's pane (-1: all nodes merged). Past ``OVERVIEW_PAST`` nodes a pane is mounted when first
         shown: until then it only buffers (bounded), and the screen stays small."""
         self.panes[-1] = NodeLog(-1, "all nodes", id="node-all")
+        self.feed = PaneFeed(run_id, num_nodes, self.panes, self.view)
+        """What goes into the panes: each node's lines, the stop's folding, a group of panes per flush."""
         self.views = MonitorViews(self, self.panes, num_nodes, self.overview_rows)
         """Which view is shown (panes, one node alone, merged, overview), the keys' focus, the filter."""
         self.stacks = StackGathering(self, run_id, num_nodes)
         """The stack dumps asked for with ``s``, until every node's has come."""
         self.recorded_end: float | None = None
         """When a reopened run ended, from its record; replaying its end must not restart the clock."""
-        self.stop_output: dict[int, StopOutput] = {}
-        """Once the run is being stopped: each node's lines through its :class:`StopOutput`, which folds
-        torchrun's stop tracebacks away (the panes end with one line saying so)."""
         if recorded is not None:
             self.view.started_at = recorded.started_at
             self.recorded_end = recorded.ended_at
@@ -231,19 +220,8 @@ class RunMonitorScreen(Screen):
 
     def on_run_event(self, event: RunEvent) -> None:
         self.view.apply(event)
-        if isinstance(event, RunStateChanged) and event.state in STOPPED and not self.stop_output:
-            for pane in self.panes.values():
-                pane.flush()  # what came before the stop is marked as usual
-                pane.marking = False
-            self.stop_output = {rank: StopOutput() for rank in range(self.num_nodes)}
-        if isinstance(event, NodeLines):
-            fold = self.stop_output.get(event.node_rank)
-            self.push_lines(event.node_rank, event.lines if fold is None else fold.feed(event.lines))
-        elif isinstance(event, NodeStateChanged) and 0 <= event.node_rank < self.num_nodes:
-            self.pane(event.node_rank).set_state(event.state, event.exit_code, event.host)
-        elif isinstance(event, GpuTelemetry) and 0 <= event.node_rank < self.num_nodes:
-            self.pane(event.node_rank).set_gpus(self.view.node(event.node_rank).gpu_summary)
-        elif isinstance(event, StacksDumped):
+        self.feed.apply(event)
+        if isinstance(event, StacksDumped):
             self.stacks.received(event)
         elif isinstance(event, NodeSwapped) and self.view.swaps and not self.view.state.is_final:
             swap = self.view.swaps[-1]  # a failed node replaced, then the run's first step after it
@@ -251,7 +229,7 @@ class RunMonitorScreen(Screen):
                         severity="information" if swap.recovered or not swap.settled else "warning")
         elif isinstance(event, RunFinished):
             if event.state in (RunState.CANCELLED, RunState.TIMED_OUT):
-                self.end_stopped_panes(event.state)
+                self.feed.end_stopped(event.state)
             if self.recorded_end is not None:
                 self.view.ended_at = self.recorded_end
             if self.events is None:
@@ -259,29 +237,6 @@ class RunMonitorScreen(Screen):
             summary = (event.triage or {}).get("summary")
             self.notify(f"run {event.state.value}" + (f": {summary}" if summary else ""),
                         severity="information" if event.state.value == "succeeded" else "error", timeout=10)
-        elif isinstance(event, MetricsRecorded):
-            pass
-
-    def push_lines(self, rank: int, lines: tuple[str, ...] | list[str]) -> None:
-        """Node ``rank``'s lines into its pane and, prefixed, into the merged one."""
-        if not lines:
-            return
-        if 0 <= rank < self.num_nodes:
-            self.pane(rank).push(lines)
-        prefix = f"[{rank}] "
-        self.pane(-1).push([prefix + line for line in lines])
-
-    def end_stopped_panes(self, state: RunState) -> None:
-        """A cancelled (or timed-out) run: what each node held back is shown or folded, and every pane ends
-        with one line that says the run was stopped and what was folded."""
-        folds = self.stop_output or {rank: StopOutput() for rank in range(self.num_nodes)}
-        total = 0
-        for rank, fold in sorted(folds.items()):
-            self.push_lines(rank, fold.end())
-            total += fold.folded
-            self.pane(rank).push([stopped_line(state.value, fold.folded, self.run_id, rank)])
-        self.pane(-1).push([stopped_line(state.value, total, self.run_id, None)])
-        self.stop_output = {}
 
     def after_input(self, job: str) -> bool:
         """Whether periodic ``job`` should let the user's last input be drawn first (then it waits until its
@@ -295,10 +250,7 @@ class RunMonitorScreen(Screen):
     def flush_logs(self) -> None:
         if self.after_input("flush"):
             return
-        self.flush_group = (self.flush_group + 1) % LOG_GROUPS
-        for rank, pane in self.panes.items():
-            if rank % LOG_GROUPS == self.flush_group:  # the merged pane (-1) is in the last group
-                pane.flush()
+        self.feed.flush_next_group()
 
     def redraw(self) -> None:
         if self.after_input("redraw"):

@@ -9,19 +9,19 @@ import os
 import shutil
 import subprocess
 
-from trainer.wire import ckpt_layout, ckpt_owner
+from trainer.wire import ckpt_layout, ckpt_owner, ckpt_paths
 
 
 def resolve_root(path: str, env: dict, node_dir: str) -> str:
     """A folder as the job would see it: its variables, this node's ``~``, and a relative path inside the
     node's run directory (the job's working directory); absolute and normalised."""
-    path = ckpt_layout.expand_path(path, {**os.environ, **env})
+    path = ckpt_paths.expand_path(path, {**os.environ, **env})
     return os.path.normpath(os.path.join(os.path.expanduser(node_dir), path))
 
 
 def root_of(output_dir: str, env: dict, node_dir: str) -> str:
     """The checkpoints folder of ``output_dir`` as the job saw it."""
-    return ckpt_layout.checkpoints_root(resolve_root(output_dir, env, node_dir))
+    return ckpt_paths.checkpoints_root(resolve_root(output_dir, env, node_dir))
 
 
 def listing(output_dir: str, env: dict, node_dir: str, root: str | None = None) -> dict:
@@ -68,7 +68,7 @@ def export(output_dir: str, env: dict, node_dir: str, name: str, python: str, py
     node's run directory. The export checks the checkpoint's bytes against the trainer's digests first."""
     only_merged = False
     if url is not None:
-        if ckpt_layout.url_scheme(url) is None or url.rstrip("/").rsplit("/", 1)[-1] != name:
+        if ckpt_paths.url_scheme(url) is None or url.rstrip("/").rsplit("/", 1)[-1] != name:
             raise ValueError(f"not a checkpoint in a bucket: {url!r}")
         source, base = url, os.path.join(os.path.expanduser(node_dir), "hf")
     else:

@@ -21,13 +21,13 @@ import time
 
 from . import ports
 from .netif import fill_iface_env
+from .processes import RUN_ID_ENV, alive, group_alive, signal_group, tagged_pids
 from .ranklogs import RankFiles
 
 STATE = "state.json"
 LOG = "node.log"
 TEE_DIR = "ranks"
 """Where torchrun tees each rank's output when the launcher asked for it (``PET_LOG_DIR``, the plan's ``TEE_DIR``)."""
-RUN_ID_ENV = "FSDP_TUI_RUN_ID"
 MASK = "******"
 START_TIMEOUT_S = 30.0
 ATTEMPT_MARKER = "=== fsdp-tui: attempt "
@@ -314,47 +314,6 @@ def supervise(node_dir: str, spec: dict, agent_argv: list, say_end: int | None =
     return 0
 
 
-def signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def alive(pid) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().split(") ")[-1][:1] != "Z"
-    except OSError:
-        return True
-
-
-def tagged_pids(run_id: str, node_rank=None) -> list:
-    """Every process whose environment carries this run's id (setsid'd and double-forked included), and
-    this node's rank when given: two nodes of a run may share a machine, and each stops only its own."""
-    needles = {f"{RUN_ID_ENV}={run_id}".encode()}
-    if node_rank is not None:
-        needles.add(f"NODE_RANK={node_rank}".encode())
-    pids = []
-    me = os.getpid()
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if needles <= set(f.read().split(b"\0")):
-                    pids.append(int(name))
-        except OSError:
-            continue
-    return pids
-
-
 def stop(node_dir: str, grace_s: float = 10.0) -> dict:
     """SIGTERM the job's group and every tagged process, wait, SIGKILL, sweep; report what is left."""
     state = read_state(node_dir)
@@ -371,7 +330,7 @@ def stop(node_dir: str, grace_s: float = 10.0) -> dict:
 
     targets = tagged()
     pgid = state.get("pgid")
-    found = bool(targets) or bool(pgid and _group_alive(int(pgid)))
+    found = bool(targets) or bool(pgid and group_alive(int(pgid)))
     for sig in (signal.SIGTERM, signal.SIGKILL):
         if pgid:
             signal_group(int(pgid), sig)
@@ -383,19 +342,11 @@ def stop(node_dir: str, grace_s: float = 10.0) -> dict:
         deadline = time.time() + (grace_s if sig == signal.SIGTERM else 5)
         while time.time() < deadline:
             left = [p for p in tagged() if alive(p)]
-            if not left and not (pgid and _group_alive(int(pgid))):
+            if not left and not (pgid and group_alive(int(pgid))):
                 return {"stopped": True, "left": [], "was": was, "found": found}
             time.sleep(0.1)
     left = [p for p in tagged() if alive(p)]
     return {"stopped": not left, "left": sorted(left), "was": was, "found": found}
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
 
 
 def agent_argv(agent_zip: str) -> list:

@@ -11,7 +11,20 @@ import json
 import os
 import sys
 
-from . import checkpoints, ckpt_direct, ckpt_files, files, flight, jobs, ports, probes, scheduler, usage, wire
+from . import (
+    checkpoints,
+    ckpt_direct,
+    ckpt_files,
+    files,
+    flight,
+    jobs,
+    ports,
+    probes,
+    processes,
+    scheduler,
+    usage,
+    wire,
+)
 
 EXPORT_TIMEOUT_S = 3600.0
 
@@ -61,7 +74,7 @@ def _usage(node_dir, req, body):
     """The job's CPU use, RSS and process count (its tagged processes; none when no job ran here yet)."""
     state = jobs.read_state(node_dir)
     run_id, rank = state.get("run_id"), state.get("node_rank")
-    pids = jobs.tagged_pids(run_id, rank) if run_id else []
+    pids = processes.tagged_pids(run_id, rank) if run_id else []
     return {"usage": usage.usage(node_dir, pids)}, b""
 
 
@@ -76,7 +89,7 @@ def _run(node_dir, req, body):
 def _stacks(node_dir, req, body):
     state = jobs.read_state(node_dir)
     run_id, rank = state.get("run_id"), state.get("node_rank")
-    pids = jobs.tagged_pids(run_id, rank) if run_id else []
+    pids = processes.tagged_pids(run_id, rank) if run_id else []
     asked = flight.ask(node_dir) if run_id else None  # the ranks dump while py-spy looks at them
     stacks = probes.stacks(pids, str(req.get("python") or "python3"))
     return {"stacks": stacks + flight.collect(node_dir, asked)}, b""

@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 
-from . import flight, jobs, probes, usage
+from . import flight, jobs, probes, processes, usage
 
 GPU_FILE = "gpus.json"
 USAGE_SAMPLE_FILE = "usage-sample.json"
@@ -73,7 +73,7 @@ def node_spec(spec: dict, rank: int, master_addr: str, job_id: str) -> dict:
 def _workers(run_id: str, rank: int) -> list:
     """The trainer's worker processes on this node (they carry ``RANK``; torchrun does not)."""
     out = []
-    for pid in jobs.tagged_pids(run_id, rank):
+    for pid in processes.tagged_pids(run_id, rank):
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
                 if any(v.startswith(b"RANK=") for v in f.read().split(b"\0")):
@@ -101,7 +101,7 @@ def _answer_stacks(node_dir: str, spec: dict, rank: int, seen: list) -> None:
     if not token or token in seen:
         return
     seen.append(token)
-    pids = jobs.tagged_pids(spec["env"].get(jobs.RUN_ID_ENV, ""), rank)
+    pids = processes.tagged_pids(spec["env"].get(processes.RUN_ID_ENV, ""), rank)
     asked = flight.ask(node_dir)
     stacks = probes.stacks(pids, spec.get("python") or "python3")
     _write_json(node_dir, STACKS_FILE, {"request": token, "stacks": stacks + flight.collect(node_dir, asked)})
@@ -113,13 +113,13 @@ def _watch(node_dir: str, run_dir: str, spec: dict, rank: int, done: threading.E
     flag = os.path.join(run_dir, CHECKPOINT_NOW.format(attempt=spec.get("flag_attempt", spec["attempt"])))
     has_gpus = bool(probes.gpu_samples())
     signalled, last_gpus, last_usage, seen = False, 0.0, 0.0, []
-    run_id = spec["env"].get(jobs.RUN_ID_ENV, "")
+    run_id = spec["env"].get(processes.RUN_ID_ENV, "")
     while not done.wait(SIGNAL_POLL_S):
         _answer_stacks(node_dir, spec, rank, seen)
         if not signalled and os.path.exists(flag):
             signalled = True
             if spec.get("builtin_trainer"):
-                for pid in _workers(spec["env"].get(jobs.RUN_ID_ENV, ""), rank):
+                for pid in _workers(spec["env"].get(processes.RUN_ID_ENV, ""), rank):
                     try:
                         os.kill(pid, signal.SIGUSR1)
                     except (ProcessLookupError, PermissionError):
@@ -130,7 +130,7 @@ def _watch(node_dir: str, run_dir: str, spec: dict, rank: int, done: threading.E
             _write_json(node_dir, GPU_FILE, {"at": time.time(), "gpus": probes.gpu_samples()})
         if time.monotonic() - last_usage > GPU_EVERY_S:
             last_usage = time.monotonic()
-            pids = jobs.tagged_pids(run_id, rank) if run_id else []
+            pids = processes.tagged_pids(run_id, rank) if run_id else []
             _write_json(node_dir, USAGE_SAMPLE_FILE, usage.usage(node_dir, pids))
 
 
@@ -162,7 +162,7 @@ def task(submitted: int, agent_zip: str) -> int:
     attempt, spec = requeued_attempt(submitted, spec, run_dir)
     spec["flag_attempt"] = submitted
     jobs.write_state(node_dir, state="starting", attempt=attempt, exit_code=None, stopped=False, stopping=False,
-                     error=None, resubmit=None, run_id=spec["env"].get(jobs.RUN_ID_ENV), node_rank=str(rank),
+                     error=None, resubmit=None, run_id=spec["env"].get(processes.RUN_ID_ENV), node_rank=str(rank),
                      host=socket.gethostname(), job_id=job_id)
     try:
         spec = node_spec(spec, rank, node_list()[0], job_id)
@@ -174,7 +174,7 @@ def task(submitted: int, agent_zip: str) -> int:
         jobs.write_state(node_dir, stopping=True)
         pgid = jobs.read_state(node_dir).get("pgid")
         if pgid:
-            jobs.signal_group(int(pgid), signal.SIGTERM)
+            processes.signal_group(int(pgid), signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # meant for the workers, never for this task

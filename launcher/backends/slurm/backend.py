@@ -39,7 +39,7 @@ from launcher.backends.slurm.task_files import TaskFiles
 from launcher.events import GpuSample
 from launcher.workload.ckpt_place import CheckpointPlace
 from launcher.workload.plan import RunPlan
-from trainer.wire.ckpt_layout import expand_path, url_scheme
+from trainer.wire.ckpt_paths import expand_path, url_scheme
 from trainer.wire.protocol import CHECKPOINT_SIGNAL_ENV
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from launcher.workload.model import Slurm, sbatch_value_problem
+from launcher.workload.machines import Slurm, sbatch_value_problem
 from launcher.workload.plan import RunPlan, render_plan
 from launcher.workload.slurm import sbatch_option, time_option
 

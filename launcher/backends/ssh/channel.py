@@ -11,7 +11,7 @@ from launcher.backends.base import NodeError
 from launcher.backends.ssh.connect import SshError, connect
 from launcher.untrusted import printable
 from launcher.workload.hosts import HostTarget
-from launcher.workload.model import Ssh
+from launcher.workload.machines import Ssh
 
 CLOSE_WAIT_S = 5.0
 """How long a closed connection gets to say goodbye before the launcher moves on."""

@@ -28,7 +28,7 @@ from launcher.backends.ssh.common import (
 )
 from launcher.paths import ssh_config_path
 from launcher.workload.hosts import HostTarget
-from launcher.workload.model import Ssh
+from launcher.workload.machines import Ssh
 
 SSH_G_TIMEOUT_S = 30.0
 """``ssh -G`` runs the config's ``Match exec`` commands (``nc -z -w1 ...``): slow ones are the user's."""

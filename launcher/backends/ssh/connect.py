@@ -16,7 +16,7 @@ from launcher.backends.ssh.config import ResolvedHost, SshConfigError, resolve
 from launcher.backends.ssh.hostkeys import KeyCheck, key_check, trusted
 from launcher.backends.ssh.hostkeys import trust as _trust
 from launcher.workload.hosts import HostTarget, parse_host
-from launcher.workload.model import Ssh
+from launcher.workload.machines import Ssh
 
 __all__ = ["CIPHERS", "KeyCheck", "SshError", "check_host_key", "connect", "connect_options", "trust"]
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.backends.ssh.config import ResolvedHost, SshConfigError
-from launcher.workload.model import Ssh
+from launcher.workload.machines import Ssh
 
 
 @dataclass(frozen=True)

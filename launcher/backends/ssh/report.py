@@ -9,7 +9,7 @@ from launcher.backends.ssh.config import ResolvedHost, SshConfigError, resolve
 from launcher.backends.ssh.connect import effective_timeouts
 from launcher.backends.ssh.hostkeys import user_files
 from launcher.workload.hosts import HostTarget
-from launcher.workload.model import Ssh
+from launcher.workload.machines import Ssh
 from launcher.workload.plan import RunPlan
 
 IGNORED_STRICT = ("no", "off", "accept-new")

@@ -15,7 +15,7 @@ from launcher.backends.ssh.common import _passwd_home
 from launcher.backends.ssh.config import config_path, resolve
 from launcher.backends.ssh.hostkeys import all_files
 from launcher.workload.hosts import HostTarget
-from launcher.workload.model import Ssh
+from launcher.workload.machines import Ssh
 
 
 def ssh_argv(host: HostTarget, ssh: Ssh, directory: str, command: list[str] | None = None,

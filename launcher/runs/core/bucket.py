@@ -16,7 +16,8 @@ from pathlib import Path
 from launcher.secrets import MissingSecrets, SecretStore
 from launcher.workload.plan import RunPlan
 from trainer.wire import ckpt_digest
-from trainer.wire.ckpt_layout import BAD_MARK, META, CheckpointInfo, expand_path, list_in_bucket, url_scheme
+from trainer.wire.ckpt_layout import BAD_MARK, META, CheckpointInfo, list_in_bucket
+from trainer.wire.ckpt_paths import expand_path, url_scheme
 from trainer.wire.protocol import RUN_ID_ENV
 
 _ENV_LOCK = threading.Lock()

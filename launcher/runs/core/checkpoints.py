@@ -35,8 +35,9 @@ from launcher.workload.overrides import SetValue
 from launcher.workload.plan import RunPlan
 from trainer.wire import ckpt_owner
 from trainer.wire.ckpt_digest import Differs, words
-from trainer.wire.ckpt_layout import CheckpointInfo, checkpoints_root
+from trainer.wire.ckpt_layout import CheckpointInfo
 from trainer.wire.ckpt_owner import Lineage, Whose
+from trainer.wire.ckpt_paths import checkpoints_root
 
 __all__ = ["CheckpointInfo", "list_checkpoints", "delete_checkpoint", "RunCheckpoints", "lineage_of",
            "remove_own_checkpoints", "BytesChecked", "verify_checkpoints",

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from launcher.runs.core.store import RunStore, RunSummary
 from launcher.workload.plan import RunPlan
-from trainer.wire.ckpt_layout import expand_vars, url_scheme
 from trainer.wire.ckpt_owner import RUN_ID_VAR, private_folder
+from trainer.wire.ckpt_paths import expand_vars, url_scheme
 
 HINT = ("give this workload an output_dir of its own, remove that run's record (fsdp-tui rm RUN), or set "
         "parameters.output_dir_shared: true to share the folder on purpose")

@@ -3,7 +3,8 @@
 It asks only the :class:`~launcher.backends.base.Backend` protocol and writes only through the
 :class:`~launcher.runs.owner.recorder.Recorder`, so it is tested against a fake backend in milliseconds.
 Each node is followed on its own (log, metrics on node 0, status, GPUs): a node that is reconnecting
-holds up only itself; a node whose link is lost fails the run, named.
+holds up only itself; a node whose link is lost fails the run, named. How an attempt ends (the stop its
+verdict asks, each node's exit, the failure's triage) is :mod:`~launcher.runs.owner.attempt_end`'s.
 """
 
 from __future__ import annotations
@@ -16,17 +17,8 @@ from launcher.backends.base import Backend, LinkState, LinkWatcher, NodeError, N
 from launcher.doctor.preflight import preflight
 from launcher.events import NodeState, RunState
 from launcher.runs.core.space import RecordUnwritable
-from launcher.runs.core.triage import (
-    TriageReport,
-    died_first,
-    gone_report,
-    gpu_lost_report,
-    lost_first,
-    node_error_report,
-    reason_signature,
-    said_report,
-    triage_run,
-)
+from launcher.runs.core.triage import TriageReport, reason_signature, said_report
+from launcher.runs.owner.attempt_end import end_attempt, exited_nodes, failure_triage
 from launcher.runs.owner.keeper import CheckpointKeeper
 from launcher.runs.owner.node_readers import NodeFollowing
 from launcher.runs.owner.outcome import LaunchFailed, Outcome
@@ -260,7 +252,7 @@ class RunPolicy:
             finally:
                 self.following.unfollowing.set()
                 await asyncio.gather(*followers, return_exceptions=True)
-            return await self._end(outcome)
+            return await end_attempt(self, outcome)
         finally:
             if self.keeper is not None:
                 await self.keeper.settle(set(self.following.lost))  # the attempt's last saves made whole
@@ -291,7 +283,7 @@ class RunPolicy:
     def _judge(self, deadline: float | None) -> str | None:
         if self.scheduler.requeued(self.following.statuses):
             return "requeued"
-        exited = self._exited()
+        exited = exited_nodes(self)
         if self.cancel_requested() or any(s.stopped for s in exited.values()):
             return "cancel"
         for status in self.following.statuses.values():
@@ -324,94 +316,6 @@ class RunPolicy:
             return True
         return False
 
-    def _exited(self) -> dict[int, NodeStatus]:
-        return {rank: s for rank, s in self.following.statuses.items()
-                if s.state == "exited" and s.attempt == self.rec.attempt}
-
-    async def _end(self, outcome: str) -> Outcome:
-        """Stop what must stop and read every node's output to its end."""
-        if outcome == "cancel":
-            self.rec.set_state(RunState.CANCELLING)
-            await self.stop_all()
-            await self.following.pump_all()
-            return Outcome(RunState.CANCELLED)
-        if outcome == "timeout":
-            await self.stop_all()
-            await self.following.pump_all()
-            return Outcome(RunState.TIMED_OUT)
-        if outcome == "orphaned":
-            return await self._orphaned()
-        if outcome == "gpu_lost":  # the job may run on (or hang): the node is stopped with the others
-            rank = min(self.following.gpu_lost)
-            self.failed_at.setdefault(rank, time.time())
-            self.rec.set_state(RunState.RUNNING, f"stopping: node {rank} ({self.backend.plan.nodes[rank].host_display})"
-                                                 f" {self.following.gpu_lost[rank]}")
-            await self.stop_all()
-            await self.following.pump_all()
-            return Outcome(RunState.FAILED)
-        if outcome == "requeued":
-            return await self._requeued()
-        exited = self._exited()
-        failed = {r: s for r, s in exited.items() if s.exit_code != 0}
-        if failed:
-            for rank in await self.following.poll_the_others(exited):  # which node ended first: the first question
-                self.exit_codes[rank] = None
-            exited = self._exited()
-            failed = {r: s for r, s in exited.items() if s.exit_code != 0}
-        ends = [s.ended_at for s in exited.values() if s.ended_at is not None]
-        if self.adopted_at is not None and ends and len(ends) == len(exited) and max(ends) <= self.adopted_at:
-            self.ended_at = max(ends)  # it had ended before this owner came: that is when the run ended
-        for rank, s in exited.items():
-            if s.exit_code != 0:
-                self.failed_at.setdefault(rank, s.ended_at or time.time())
-            self.exit_codes[rank] = s.exit_code
-            self.rec.set_node(rank, NodeState.EXITED, s.exit_code, s.error)
-            if s.error and self.node_error is None:
-                self.node_error = (rank, s.error)
-        resubmit = next((s.resubmit for s in exited.values() if s.resubmit), "")
-        if failed:  # said before the stop, which may take a while (a scheduler's job completing)
-            # No recorded end: it died; a SIGTERM (-15, 143) is more likely the stop of a survivor.
-            dead = min(failed, key=lambda r: (failed[r].exit_code is not None, failed[r].exit_code in (-15, 143), r))
-            code = failed[dead].exit_code
-            how = "died" if code is None else f"exited with code {code}"
-            if self.following.gone:  # a node whose job vanished is why the others failed
-                dead = min(self.following.gone)
-                how = self.following.gone[dead]
-            self.rec.set_state(RunState.RUNNING, f"stopping: node {dead} ({self.backend.plan.nodes[dead].host_display}) "
-                                                 + how)
-        if failed or resubmit:
-            await self.stop_all()
-        await self.following.pump_all()
-        if resubmit:
-            return self.scheduler.resubmitted(resubmit)
-        if not failed:
-            return Outcome(RunState.SUCCEEDED, 0)
-        return Outcome(RunState.FAILED, failed[min(failed)].exit_code)
-
-    async def _requeued(self) -> Outcome:
-        """The scheduler put the job back into its queue: this attempt's output is read to its end."""
-        await self.following.pump_all()
-        return self.scheduler.end_requeued(self.following.statuses)
-
-    async def _orphaned(self) -> Outcome:
-        """A node records its job as running but nothing there records it any more (its disk filled,
-        or the node-side supervisor was killed): that node has failed."""
-        s = self.orphan
-        assert s is not None  # _judge named it with its "orphaned" verdict
-        if s.rank in self.following.reconnected and not s.error:  # back without its job: the node restarted
-            self.following.mark_gone(s.rank, s)
-            self.exit_codes[s.rank] = None
-            await self.stop_all()
-            await self.following.pump_all()
-            return Outcome(RunState.FAILED)
-        why = s.error or ("no job was recorded there (the launch was interrupted before it started)"
-                          if s.state == "absent" else "the process recording its job on the node died")
-        self.exit_codes[s.rank] = None
-        self.rec.set_node(s.rank, NodeState.EXITED, None, why)
-        await self.stop_all()
-        await self.following.pump_all()
-        raise LaunchFailed(f"node {s.rank} ({self.backend.plan.nodes[s.rank].host_display}): {why}", s.rank)
-
     # -- stopping and triage -----------------------------------------------------------------------
 
     async def stop_all(self) -> None:
@@ -426,25 +330,8 @@ class RunPolicy:
             self.rec.set_node(out.rank, NodeState.STOPPED, detail=detail)
 
     def triage(self) -> TriageReport:
-        """Why the attempt failed: what the logs say, unless a node was found without its job or lost during a
-        checkpoint's gather (it is named first, the logs' verdict its consequence) or a node's agent saw the
-        cause itself (its disk)."""
-        report = triage_run(self.rec.node_logs(), dict(self.exit_codes), first=died_first(self.exit_codes,
-                                                                                           self.failed_at))
-        nodes = self.backend.plan.nodes
-        if self.following.gpu_lost:
-            rank = min(self.following.gpu_lost)
-            report = gpu_lost_report(report, rank, nodes[rank].host_display, self.following.gpu_lost[rank])
-        elif self.following.gone:
-            rank = min(self.following.gone)
-            report = gone_report(report, rank, nodes[rank].host_display, self.following.gone[rank])
-        elif self.node_error is not None:
-            rank, error = self.node_error
-            report = node_error_report(report, rank, nodes[rank].host_display, error, self.exit_codes.get(rank))
-        if self.keeper is not None:  # a node the gathers lost (they are done by now) before what it set off
-            report = lost_first(report, self.keeper.lost_in_gathers(), {n.node_rank: n.host_display for n in nodes})
-        self.rec.write_triage(report)
-        return report
+        """Why the attempt failed (:func:`~launcher.runs.owner.attempt_end.failure_triage`)."""
+        return failure_triage(self)
 
     async def stop_everything(self) -> None:
         """Used when the owner itself must give up (a bug): leave no job behind."""

@@ -30,7 +30,6 @@ from launcher.events import (
     RunFinished,
     RunState,
     RunStateChanged,
-    StacksDumped,
     last_attempt,
 )
 from launcher.runs.core.layout import (
@@ -51,19 +50,14 @@ from launcher.runs.core.space import RecordUnwritable, SpaceWatch, is_write_fail
 from launcher.runs.core.store import RunStore
 from launcher.runs.core.streams import LogMetrics
 from launcher.runs.core.triage import TriageReport
-from launcher.words import plural
+from launcher.runs.owner.record_files import (
+    append_lines,
+    end_line,
+    replace_text,
+    tail_after_newline,
+    tail_text,
+)
 from trainer.wire.protocol import KIND_RESUME_CHECK, MetricRecord
-
-
-def _tail_after_newline(path: Path) -> bytes:
-    """The bytes after the last newline of ``path`` (a line still being written)."""
-    size = file_size(path)
-    if not size:
-        return b""
-    with open(path, "rb") as f:
-        f.seek(max(0, size - (1 << 20)))
-        data = f.read()
-    return data[data.rfind(b"\n") + 1:]
 
 
 class Recorder:
@@ -82,7 +76,7 @@ class Recorder:
         """The same for node 0's metrics and samples files (``metrics.jsonl``, ``samples.jsonl``), once another
         node is node 0."""
         self.parse_logs = parse_logs
-        self.metrics_rest = _tail_after_newline(self.dir / METRICS)
+        self.metrics_rest = tail_after_newline(self.dir / METRICS)
         self.log_rest = b""
         self.reporter_seen = file_size(self.dir / METRICS) > 0
         self.last_train_step: int | None = None
@@ -133,12 +127,12 @@ class Recorder:
         for rank in hosts:
             before = old_rank.get(rank)
             if before != rank:
-                _end_line(mirror_path(self.dir, rank))
+                end_line(mirror_path(self.dir, rank))
             size = file_size(mirror_path(self.dir, rank))
             shift[rank] = size - (offsets.get(before, 0) if before is not None else 0)
         if old_rank.get(0) != 0:  # another node writes the metrics now, from the start of its own file
             for name in (METRICS, SAMPLES):
-                _end_line(self.dir / name)
+                end_line(self.dir / name)
                 self.stream_shift[name] = file_size(self.dir / name)
             self.metrics_rest = b""
         self.hosts, self.log_shift = dict(hosts), {r: s for r, s in shift.items() if s}
@@ -226,7 +220,7 @@ class Recorder:
                 # When it was read: a log line has no time of its own, and the estimate times steps by it.
                 found.append(record if record.time is not None else dataclasses.replace(record, time=now))
         if found:
-            self.write(_append_lines, self.dir / LOG_METRICS, [r.to_json() for r in found])
+            self.write(append_lines, self.dir / LOG_METRICS, [r.to_json() for r in found])
             self._took(found)
 
     def append_metrics(self, data: bytes) -> None:
@@ -251,7 +245,7 @@ class Recorder:
         self.new_records.extend(records)
         checks = [r for r in records if r.kind == KIND_RESUME_CHECK]
         if checks:  # the newest attempt's badge, kept apart from the metrics it would be hard to find in
-            self.write(_replace_text, self.dir / RESUME_CHECK, checks[-1].to_json() + "\n")
+            self.write(replace_text, self.dir / RESUME_CHECK, checks[-1].to_json() + "\n")
         steps = [r.step for r in records if r.kind == "train"]
         if steps:
             self.last_train_step = max(steps + [self.last_train_step or 0])
@@ -310,7 +304,7 @@ class Recorder:
     # -- states and events -------------------------------------------------------------------------
 
     def emit(self, event: RunEvent, at: float | None = None) -> None:
-        self.write(_append_lines, self.dir / EVENTS, [event_line(event, at)])
+        self.write(append_lines, self.dir / EVENTS, [event_line(event, at)])
 
     def set_state(self, state: RunState, detail: str = "", at: float | None = None) -> None:
         """``at``: when it happened, when that was before now (a job that ended before its owner looked)."""
@@ -348,32 +342,6 @@ class Recorder:
             self.set_state(state, (triage.summary if triage else "") or detail or self.forced, at)
         self.emit(RunFinished(self.run_id, state, exit_code, triage.to_dict() if triage else None))
 
-    MAX_FLIGHT_DUMPS = 1024
-    MAX_FLIGHT_CHARS = 1 << 20
-    """What a node's flight recorder dumps may take of the record (the node's agent sends far less)."""
-
-    def save_stacks(self, rank: int, dumps) -> tuple[Path, str]:
-        """Keep a node's stack dumps with the run; returns the file and a one-line summary."""
-        folder = self.dir / "stacks"
-        folder.mkdir(exist_ok=True)
-        stamp = time.strftime('%Y%m%d-%H%M%S')
-        path = folder / f"{stamp}-node{rank}.txt"
-        flights = [d for d in dumps if d.how == "flight-recorder" and type(d.rank) is int and d.rank >= 0]  # names a file
-        for d in flights[:self.MAX_FLIGHT_DUMPS]:  # torch's recorder, kept as sent: its own analyser reads these too
-            (folder / f"{stamp}-node{rank}-rank{d.rank}-flight-recorder.json").write_text(str(d.text)[:self.MAX_FLIGHT_CHARS])
-        dumps = [d for d in dumps if d.how != "flight-recorder"]
-        parts = []
-        for d in dumps:
-            who = f"rank {d.rank}" if d.rank is not None else "process"
-            parts.append(f"=== node {rank}, {who}, pid {d.pid} ({d.how}) ===\n{d.text.rstrip()}\n")
-        path.write_text("\n".join(parts) if parts else f"node {rank}: no Python process of the run is running\n")
-        hows = sorted({d.how for d in dumps})
-        summary = f"node {rank}: {plural(len(dumps), 'process')} ({', '.join(hows) or 'none running'})"
-        if flights:
-            summary += f", flight recorder of {plural(len(flights), 'rank')}"
-        self.emit(StacksDumped(self.run_id, rank, str(path), summary))
-        return path, summary
-
     def write_triage(self, report: TriageReport) -> None:
         self.write(save_triage, self.dir, report)
 
@@ -382,43 +350,5 @@ class Recorder:
         out = {}
         for rank in self.hosts:
             path = mirror_path(self.dir, rank)
-            out[rank] = last_attempt(_tail_text(path, max_bytes)) if path.exists() else ""
+            out[rank] = last_attempt(tail_text(path, max_bytes)) if path.exists() else ""
         return out
-
-
-def _tail_text(path: Path, max_bytes: int) -> str:
-    size = file_size(path)
-    with open(path, "rb") as f:
-        f.seek(max(0, size - max_bytes))
-        return f.read().decode("utf-8", "replace")
-
-
-def _end_line(path: Path) -> None:
-    """``path`` ends with a newline (nothing to do when it is empty or ends with one)."""
-    size = file_size(path)
-    if not size:
-        return
-    with open(path, "rb+") as f:
-        f.seek(size - 1)
-        if f.read(1) != b"\n":
-            f.write(b"\n")
-
-
-def _replace_text(path: Path, text: str) -> None:
-    """``path`` holds ``text``, whole or not at all (written aside, then renamed)."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _append_lines(path: Path, lines: list[str]) -> None:
-    """Whole lines or nothing: a write the disk refused halfway is undone, so a later retry leaves no
-    torn line behind."""
-    with open(path, "ab") as f:
-        size = f.tell()
-        try:
-            f.write("".join(x + "\n" for x in lines).encode())
-            f.flush()
-        except OSError:
-            f.truncate(size)
-            raise

@@ -14,7 +14,6 @@ import dataclasses
 import os
 import sqlite3
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -24,10 +23,9 @@ from launcher.backends.base import Backend
 from launcher.backends.registry import backend_for, here_checkpoint_files
 from launcher.events import RunState
 from launcher.paths import private_files, run_dir
-from launcher.runs.core import pending
 from launcher.runs.core.continuing import max_steps_of, recorded, trained_nothing
 from launcher.runs.core.estimates import PROBE_TAG, settle
-from launcher.runs.core.layout import load_plan, read_options, read_swaps, save_plan
+from launcher.runs.core.layout import load_plan, read_options, save_plan
 from launcher.runs.core.notifying import notify_run, notify_wanted
 from launcher.runs.core.ownership import (
     KeptEnd,
@@ -37,59 +35,25 @@ from launcher.runs.core.ownership import (
     take_stacks_request,
 )
 from launcher.runs.core.safe_step import newest_of_run, save_safe_step
-from launcher.runs.core.samples import read_samples
 from launcher.runs.core.space import end_wait_s
 from launcher.runs.core.store import RunStore, StoreDamaged
 from launcher.runs.core.streams import LogMetrics
 from launcher.runs.core.swaps import Swap
 from launcher.runs.core.triage import TriageReport
-from launcher.runs.core.usage import usage_totals
 from launcher.runs.owner.ckpt_copy import Endpoint
 from launcher.runs.owner.idle import IdleGuard
 from launcher.runs.owner.keeper import CheckpointKeeper
 from launcher.runs.owner.policy import LaunchFailed, Outcome, RunPolicy
 from launcher.runs.owner.recorder import Recorder
 from launcher.runs.owner.recovery import NodeRecovery
-from launcher.runs.owner.send_later import artifacts
 from launcher.runs.owner.settings import Settings
-from launcher.runs.owner.tracking import Status, Tracker
+from launcher.runs.owner.tracking import Tracker
+from launcher.runs.owner.tracking_rounds import TrackingRounds
 from launcher.secrets import MissingSecrets, SecretStore
 from launcher.workload.plan import RunPlan
 
 SYNC_EVERY_S = 2.0
 FLUSH_RETRY_S = 2.0
-MLFLOW_STATUS: dict[RunState, Status] = {RunState.SUCCEEDED: "FINISHED", RunState.CANCELLED: "KILLED"}
-TRACKING_END_S = 20.0
-"""How long the owner, once the run's end is recorded, goes on sending it to a remote MLflow server before
-it leaves the rest to a later sender (:mod:`launcher.runs.core.pending`). A store that failed in the last
-30 s is not waited for at all."""
-LOCAL_TRACKING_END_S = 120.0
-"""The same for a local SQLite store: no network to fail, only other writers of the file to wait for
-(several first launches at once create and migrate it one after the other)."""
-
-
-def in_thread(fn: Callable[[], object]) -> asyncio.Future:
-    """``fn()`` in a daemon thread of its own, as a future of this loop. Not the loop's executor: its
-    threads are waited for when the process ends, and a tracking call must never hold the owner there."""
-    loop = asyncio.get_running_loop()
-    future = loop.create_future()
-
-    def settle(result: object, error: BaseException | None) -> None:
-        if not future.done():
-            future.set_exception(error) if error is not None else future.set_result(result)
-
-    def run() -> None:
-        try:
-            result, error = fn(), None
-        except BaseException as err:  # noqa: BLE001 - handed to the awaiting side, whatever it is
-            result, error = None, err
-        try:
-            loop.call_soon_threadsafe(settle, result, error)
-        except RuntimeError:
-            pass  # the loop has ended: nobody waits for it any more
-
-    threading.Thread(target=run, name="tracking", daemon=True).start()
-    return future
 
 
 class Supervisor:
@@ -106,14 +70,9 @@ class Supervisor:
         parse = LogMetrics(w.metrics.pattern) if w.metrics.from_logs and not w.uses_builtin_trainer else None
         self.rec = Recorder(self.store, run_id, {n.node_rank: n.host_display for n in plan.nodes}, parse_logs=parse)
         self.rec.attempt = record.summary.attempt if record else 1
-        self.tracker = Tracker(home, plan, self.dir)
-        self.tracking: asyncio.Future | None = None
-        """The tracking round in flight (one at a time, off the event loop; never waited for by the run)."""
-        self.tracking_lock = threading.Lock()
-        """Held by whichever thread uses the tracker (a round, the run's end)."""
-        self.tracking_said: str | None = None
-        self.ended = False
-        """The run's end is recorded: tracking failures are no longer said as the run's state."""
+        self.tracking = TrackingRounds(home, run_id, self.dir, Tracker(home, plan, self.dir), self.rec, self.store,
+                                       note=lambda text: self.lock_note(text), say=_say)
+        """MLflow sent to, a round at a time off the loop, and the run's end at its end."""
         self.stall_told: str | None = None
         self.swap_told: asyncio.Future | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -249,7 +208,7 @@ class Supervisor:
 
     async def _sync_loop(self) -> None:
         while True:
-            self._track()
+            self.tracking.round()
             stall = (self.policy.stalls.stalled or "").partition("; ")[0]  # the stall, not what was learnt of it since
             if stall and stall != self.stall_told:
                 self.stall_told = stall
@@ -257,61 +216,15 @@ class Supervisor:
             await self._watch_idle()
             await asyncio.sleep(SYNC_EVERY_S)
 
-    def _track(self) -> None:
-        """Start a tracking round unless one is in flight; how it went is said as soon as it is known."""
-        if self.tracking is not None and not self.tracking.done():
-            return
-        self.tracking = in_thread(self._sync)
-        self.tracking.add_done_callback(
-            lambda done: self._say_tracking(not done.cancelled() and not done.exception() and bool(done.result())))
-
-    def _sync(self) -> bool:
-        """MLflow up to date with the records and the generation samples (in a tracking thread)."""
-        with self.tracking_lock:
-            self.rec.take_records()
-            source = "metrics" if self.rec.reporter_seen else "log-metrics"
-            return (self.tracker.sync(self.rec.records(), source) and self.tracker.sync_samples(read_samples(self.dir))
-                    and self.tracker.sync_system() and self.tracker.sync_swaps(read_swaps(self.dir)))
-
-    def _say_tracking(self, ok: bool) -> None:
-        """A failure is said once (and again when it changes), while the run goes on."""
-        if ok or self.ended:
-            self.tracking_said = None if ok else self.tracking_said
-            return
-        if self.tracker.error != self.tracking_said:
-            self.tracking_said = self.tracker.error
-            record = self.store.get_run(self.run_id)
-            state = record.summary.state if record else RunState.RUNNING
-            if not state.is_final:
-                self.rec.set_state(state, f"tracking (MLflow) failed, the run goes on: {self.tracker.error}")
-
-    def _send_end(self) -> bool:
-        """The records and the run's end to MLflow (in a tracking thread, after any round in flight)."""
-        with self.tracking_lock:
-            source = "metrics" if self.rec.reporter_seen else "log-metrics"
-            records, samples = self.rec.records(), read_samples(self.dir)
-            sent = (self.tracker.sync(records, source) and self.tracker.sync_samples(samples)
-                    and self.tracker.sync_system(to_end=True) and self.tracker.sync_swaps(read_swaps(self.dir))
-                    and self.tracker.finish(artifacts(self.dir)))
-            return sent and not self.tracker.unsent(len(records), len(samples))
-
     async def _finish(self, outcome: Outcome) -> None:
         self.backend = self.policy.backend  # the nodes it ended on (a swap replaces them)
         self.rec.write(save_plan, self.dir, self.backend.plan)
         # The run's end is recorded when its job ends, whatever tracking does; MLflow gets it after.
-        self.ended = True
+        self.tracking.ended = True
         self.finished_at = time.time()
         self.rec.finished(outcome.state, outcome.exit_code, outcome.triage, at=self.policy.ended_at,
                           detail=self._succeeded_how(outcome))
-        tracked = None
-        if self.tracker.sink is not None:
-            try:
-                self.tracker.ended(MLFLOW_STATUS.get(outcome.state, "FAILED"), usage_totals(self.home, self.run_id))
-                pending.mark(self.dir, "the run's end is being sent")
-                self.lock_note(pending.SENDING)
-                tracked = in_thread(self._send_end)
-            except OSError as err:
-                _say(f"cannot keep the run's MLflow state: {err}")
+        tracked = self.tracking.send_end(outcome.state)
         record = self.store.get_run(self.run_id)
         if record is not None:
             try:
@@ -330,7 +243,7 @@ class Supervisor:
             await asyncio.gather(self.swap_told, return_exceptions=True)  # told in the order it happened
         await self._notify(outcome.state.value, ckpt)
         if tracked is not None:
-            await self._wait_tracking(tracked)
+            await self.tracking.wait_end(tracked)
         self.rec.write(self.store.set_launcher, self.run_id, None)
         await self.keeper.close()
         if self.resume_source is not None:
@@ -346,24 +259,6 @@ class Supervisor:
             return trained_nothing(self.dir, max_steps_of(self.plan))
         found = recorded(self.dir)
         return found.said() if found is not None else ""
-
-    async def _wait_tracking(self, tracked: asyncio.Future) -> None:
-        """What tracking can send of the run's end within :data:`TRACKING_END_S` (nothing is waited for
-        when the store failed in the last 30 s); the rest is left marked for a later sender."""
-        limit = LOCAL_TRACKING_END_S if self.tracker.local else TRACKING_END_S
-        try:
-            sent = await asyncio.wait_for(asyncio.shield(tracked), limit)
-        except asyncio.TimeoutError:
-            sent = False
-            self.tracker.error = self.tracker.error or f"no answer within {limit:.0f} s"
-        except Exception as err:  # noqa: BLE001 - tracking is not the job
-            sent, self.tracker.error = False, f"{type(err).__name__}: {err}"
-        self.lock_note("")
-        if sent:
-            pending.clear(self.dir)
-        else:
-            pending.mark(self.dir, self.tracker.error or "not sent yet")
-            _say(f"MLflow not up to date, sent later (fsdp-tui mlflow sync {self.run_id}): {self.tracker.error}")
 
 
 def _say(text: str) -> None:

@@ -25,7 +25,8 @@ from launcher.paths import private_files
 from launcher.runs.core.continuing import lineage_runs, with_lineage
 from launcher.runs.core.ownership import ROOT, adopt_orphans
 from launcher.runs.core.store import RunStore
-from launcher.runs.launch import cancel_run, continuation_of, start_run
+from launcher.runs.launch import cancel_run, start_run
+from launcher.runs.launch_checks import continuation_of
 from launcher.runs.sweeps.record import (
     LOCK,
     PARENT_TAG,

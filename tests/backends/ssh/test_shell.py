@@ -12,7 +12,7 @@ import pytest
 
 from launcher.backends.ssh.shell import command_line, ssh_argv
 from launcher.workload.hosts import parse_host
-from launcher.workload.model import Ssh
+from launcher.workload.machines import Ssh
 
 CASES = [
     (["pwd; echo two"], ["{dir}", "two"]),

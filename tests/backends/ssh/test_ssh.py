@@ -348,7 +348,7 @@ def test_hostile_strings_and_a_canary_secret_over_ssh(home, tmp_path, ns_hosts):
 async def test_connections_prefer_aes_gcm_unless_the_config_names_ciphers(hosts, monkeypatch):
     from launcher.backends.ssh.connect import connect
     from launcher.workload.hosts import parse_host
-    from launcher.workload.model import Ssh
+    from launcher.workload.machines import Ssh
 
     client, _ = hosts
     monkeypatch.setenv("HOME", str(client))

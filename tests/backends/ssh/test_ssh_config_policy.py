@@ -11,7 +11,7 @@ import pytest
 from launcher.backends.ssh.config import ResolvedHost, SshConfigError, Tokens, agent_socket
 from launcher.backends.ssh.connect import CIPHERS, connect_options, effective_timeouts, parse_jump
 from launcher.backends.ssh.fallback import _one_line, _refuse_unexpanded_exec
-from launcher.workload.model import Ssh
+from launcher.workload.machines import Ssh
 
 
 def _host(**changes) -> ResolvedHost:

@@ -18,7 +18,7 @@ from launcher.runs.core.continuing import (
     trained_nothing,
     with_lineage,
 )
-from launcher.runs.launch import continuation_of
+from launcher.runs.launch_checks import continuation_of
 from launcher.workload.plan import build_plan
 from launcher.workload.validate import validate_text
 from trainer.wire.ckpt_layout import CheckpointInfo
@@ -110,7 +110,7 @@ def test_a_run_that_trained_nothing_is_never_a_bare_success(tmp_path):
 def test_a_launch_asks_what_it_continues_while_the_nodes_are_checked(tmp_path, monkeypatch):
     """Both questions a launch asks the nodes before the record are in flight together: the checks here wait
     until the checkpoint listing has begun, which a launch asking one after the other never sees."""
-    from launcher.runs import launch
+    from launcher.runs import launch_checks
 
     listing = asyncio.Event()
     found = Continuation("run-a", "step-00000030", 30, 60, auto=True)
@@ -123,14 +123,14 @@ def test_a_launch_asks_what_it_continues_while_the_nodes_are_checked(tmp_path, m
         listing.set()
         return found
 
-    monkeypatch.setattr(launch, "launch_refusals", checks)
-    monkeypatch.setattr(launch, "continuation_of", continuation)
+    monkeypatch.setattr(launch_checks, "launch_refusals", checks)
+    monkeypatch.setattr(launch_checks, "continuation_of", continuation)
     plan = _plan(tmp_path / "o")
-    assert asyncio.run(launch.before_record(plan, tmp_path)) == ([], True, found)
+    assert asyncio.run(launch_checks.before_record(plan, tmp_path)) == ([], True, found)
     known = Continuation("run-z", "step-00000010", 10, 60, auto=False)  # a resume says it: nothing asked
     listing.clear()
-    monkeypatch.setattr(launch, "launch_refusals", lambda plan, home, force=False: _answer([], False))
-    assert asyncio.run(launch.before_record(plan, tmp_path, continues=known)) == ([], False, known)
+    monkeypatch.setattr(launch_checks, "launch_refusals", lambda plan, home, force=False: _answer([], False))
+    assert asyncio.run(launch_checks.before_record(plan, tmp_path, continues=known)) == ([], False, known)
     assert not listing.is_set()
 
 

@@ -61,13 +61,14 @@ def test_a_nodes_dumps_are_kept_under_checked_names_only(tmp_path):
     from launcher.backends.base import StackDump
     from launcher.runs.core.store import RunStore
     from launcher.runs.owner.recorder import Recorder
+    from launcher.runs.owner.stack_dumps import keep_stacks
     from tests.support.policy_cases import fake_plan
 
     plan = fake_plan(1)
     store = RunStore(tmp_path)
     store.create_run(plan, None, "x")
     rec = Recorder(store, plan.run_id, {0: "h0"}, parse_logs=None)
-    path, summary = rec.save_stacks(0, (
+    path, summary = keep_stacks(rec, 0, (
         StackDump(7, 0, "py-spy", "Thread 7\n    all_reduce (x.py:3)"),
         StackDump(0, 0, "flight-recorder", dump(1, 2)),
         StackDump(0, "../../escaped", "flight-recorder", dump(1)),  # a hostile node's rank

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from launcher.backends.agent import ckpt_files
-from launcher.backends.base import CheckpointListing, NodeError, NodeLost
+from launcher.backends.base import NodeError
 from launcher.backends.ckpt_files import HereCheckpointFiles
 from launcher.runs.owner.ckpt_copy import Endpoint, copy_checkpoint
 from launcher.runs.owner.gather import Gatherer, bring
@@ -26,44 +26,37 @@ from launcher.workload.ckpt_place import (
     place_to_json,
     with_holder,
 )
+from tests.support.ckpt_disks import Disks, NodeFiles, meta_text, save, shard_bytes
 from trainer.wire.ckpt_layout import judge, list_checkpoints
 from trainer.wire.ckpt_owner import Lineage
 
 MINE = Lineage.of("r", [], "out")
 """The run the gathers below work for: a relative output_dir, its folder its own."""
 
-SHARDS = {"__0_0.distcp": (100, 0), "__1_0.distcp": (120, 0), "__2_0.distcp": (90, 1), "__3_0.distcp": (80, 1)}
-
-
-def meta(step: int = 6, shards: dict | None = None, **extra) -> str:
-    listed = {f: {"bytes": b, "node": n} for f, (b, n) in (SHARDS if shards is None else shards).items()}
-    return json.dumps({"step": step, "model_name": "m", "shards": listed, **extra})
-
-
-@pytest.mark.parametrize("files, meta_text, complete, saved, missing", [
-    ({".metadata": 5, "__0_0.distcp": 100, "__1_0.distcp": 120, "__2_0.distcp": 90, "__3_0.distcp": 80}, meta(),
-     True, True, ()),
-    ({".metadata": 5, "__0_0.distcp": 100, "__1_0.distcp": 120}, meta(), False, True,
+@pytest.mark.parametrize("files, meta, complete, saved, missing", [
+    ({".metadata": 5, "__0_0.distcp": 100, "__1_0.distcp": 120, "__2_0.distcp": 90, "__3_0.distcp": 80},
+     meta_text(6, None), True, True, ()),
+    ({".metadata": 5, "__0_0.distcp": 100, "__1_0.distcp": 120}, meta_text(6, None), False, True,
      (("__2_0.distcp", 1), ("__3_0.distcp", 1))),
-    ({".metadata": 5, "__0_0.distcp": 100, "__1_0.distcp": 120, "__2_0.distcp": 89, "__3_0.distcp": 80}, meta(),
+    ({".metadata": 5, "__0_0.distcp": 100, "__1_0.distcp": 120, "__2_0.distcp": 89, "__3_0.distcp": 80}, meta_text(6, None),
      False, True, (("__2_0.distcp", 1),)),  # a shard of another size: a torn copy is not the shard
     ({".metadata": 5, "__0_0.distcp": 100}, json.dumps({"step": 3}), True, True, ()),  # saved before shard lists
-    ({"__0_0.distcp": 100}, meta(), False, False, ()),  # DCP never finished: no .metadata
+    ({"__0_0.distcp": 100}, meta_text(6, None), False, False, ()),  # DCP never finished: no .metadata
     ({".metadata": 5}, None, False, False, ()),  # meta.json not written yet
     ({".metadata": 5}, "{not json", False, False, ()),
-    ({".metadata": 5}, meta(shards={"../x": (1, 0)}), False, False, ()),  # a name out of the folder
+    ({".metadata": 5}, meta_text(6, None, {"../x": (1, 0)}), False, False, ()),  # a name out of the folder
     ({".metadata": 5}, json.dumps({"step": 1, "shards": {"a": {"bytes": "9", "node": 0}}}), False, False, ()),
     ({".metadata": 5}, json.dumps({"step": 1, "shards": ["a"]}), False, False, ()),
 ])
-def test_a_checkpoint_is_whole_only_with_every_listed_shard_at_its_size(files, meta_text, complete, saved, missing):
-    verdict = judge(files, meta_text)
+def test_a_checkpoint_is_whole_only_with_every_listed_shard_at_its_size(files, meta, complete, saved, missing):
+    verdict = judge(files, meta)
     assert (verdict.complete, verdict.saved, verdict.missing) == (complete, saved, missing)
     if missing:
         assert "written on node 1 and not gathered here" in verdict.why_not()
 
 
 def test_the_why_of_a_split_checkpoint_names_the_shards_and_their_node():
-    verdict = judge({".metadata": 5, "__0_0.distcp": 100, "__1_0.distcp": 120}, meta())
+    verdict = judge({".metadata": 5, "__0_0.distcp": 100, "__1_0.distcp": 120}, meta_text(6, None))
     assert verdict.why_not() == ("missing __2_0.distcp, __3_0.distcp (2 shards) written on node 1 and not "
                                  "gathered here")
 
@@ -136,47 +129,6 @@ def test_the_place_marker_leaves_nothing_behind(tmp_path):
 # -- the gathers ----------------------------------------------------------------------------------------
 
 
-class NodeFiles(HereCheckpointFiles):
-    """One "node"'s disk, a folder here, through the agent's functions; ``lose_after`` bytes read, it dies."""
-
-    def __init__(self, rank: int, lose_after: int | None = None) -> None:
-        self.rank, self.label, self.lose_after, self.sent = rank, f"node {rank} (n{rank})", lose_after, 0
-
-    async def read(self, root, name, file, offset, limit):
-        if self.lose_after is not None and self.sent + limit > self.lose_after:
-            raise NodeLost(f"{self.label}: lost: no connection for 8 s (connection refused)", self.rank)
-        self.sent += limit
-        return await super().read(root, name, file, offset, limit)
-
-
-class Disks:
-    """The part of a backend the gathers use: each node's listing and files, one folder per node."""
-
-    def __init__(self, roots: list[Path], files: list[NodeFiles]) -> None:
-        self.roots, self.files = roots, files
-
-    async def checkpoints(self, output_dir: str, rank: int = 0, root: str | None = None) -> CheckpointListing:
-        return await self.files[rank].listing(root or str(self.roots[rank]))
-
-    def checkpoint_files(self, rank: int) -> NodeFiles:
-        return self.files[rank]
-
-
-def save(roots: list[Path], step: int) -> str:
-    """What the trainer leaves after a save on two nodes with their own disks."""
-    name = f"step-{step:08d}"
-    for rank, root in enumerate(roots):
-        folder = root / name
-        folder.mkdir(parents=True)
-        for file, (size, node) in {f: (b, 0 if f < "__2" else 1) for f, (b, _) in SHARDS.items()}.items():
-            if node == rank:
-                (folder / file).write_bytes(bytes([step]) * size)
-    shards = {f: (b, 0 if f < "__2" else 1) for f, (b, _) in SHARDS.items()}
-    (roots[0] / name / ".metadata").write_bytes(b"m" * 5)
-    (roots[0] / name / "meta.json").write_text(meta(step, shards))
-    return name
-
-
 def gatherer(tmp_path: Path, holder: str = "node0", lose_after: int | None = None, keep_last: int | None = 3):
     roots = [tmp_path / "n0", tmp_path / "n1"]
     disks = Disks(roots, [NodeFiles(0), NodeFiles(1, lose_after)])
@@ -199,7 +151,7 @@ def test_a_save_split_over_two_disks_is_gathered_whole_and_the_leftovers_go(tmp_
     assert [(c.step, c.complete, c.missing_nodes) for c in list_checkpoints(str(n0))] == [(2, False, (1,))]
     asyncio.run(g.pass_once(final=True))
     assert [(c.step, c.complete) for c in list_checkpoints(str(n0))] == [(2, True)]
-    assert (n0 / "step-00000002" / "__2_0.distcp").read_bytes() == bytes([2]) * 90
+    assert (n0 / "step-00000002" / "__2_0.distcp").read_bytes() == shard_bytes(2, "__2_0.distcp", 90, None)
     assert os.listdir(n1) == []
     save([n0, n1], 4)
     asyncio.run(g.pass_once(final=False))

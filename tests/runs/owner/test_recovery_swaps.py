@@ -16,7 +16,7 @@ from launcher.notify.summary import RunFacts, body, build_summary
 from launcher.runs.core import quarantine
 from launcher.runs.core.swaps import Swap, settled
 from launcher.runs.core.triage import TriageReport, triage_run
-from launcher.runs.launch import quarantine_refusals
+from launcher.runs.launch_checks import quarantine_refusals
 from launcher.runs.owner.recovery import node_fault
 from launcher.runs.read.nodes import node_rows
 from launcher.runs.read.view import RunView

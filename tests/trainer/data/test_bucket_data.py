@@ -12,7 +12,8 @@ import pytest
 from tests.runs.owner.test_bucket_checkpoints import KEY, SECRET, s3_server  # noqa: F401  (the server fixture)
 from trainer.data.dataset import build
 from trainer.data.stream import StreamOrder
-from trainer.wire.config import DataConfig, TrainerConfig
+from trainer.wire.config import TrainerConfig
+from trainer.wire.data_config import DataConfig
 
 pytestmark = pytest.mark.slow
 

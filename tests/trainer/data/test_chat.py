@@ -9,7 +9,8 @@ import pytest
 from tests.support.trainer.chat_tokenizers import CHATML_GENERATION, LLAMA3, PLAIN, QWEN3, chat_tokenizer
 from trainer.data.chat import FALLBACK_TEMPLATE, IGNORE, ChatTokens, choose_template
 from trainer.data.rows import Tokenize
-from trainer.wire.config import ChatFields, SettingError
+from trainer.wire.config import SettingError
+from trainer.wire.data_config import ChatFields
 from trainer.wire.data_files import DataError, Rows
 
 TWO_TURNS = [{"role": "system", "content": "Be brief, please."},

@@ -22,7 +22,7 @@ from tests.support.trainer.tool_templates import (
 from trainer.data.chat import FALLBACK_TEMPLATE, IGNORE, ChatTokens
 from trainer.data.rows import Tokenize
 from trainer.wire import formats
-from trainer.wire.config import ChatFields
+from trainer.wire.data_config import ChatFields
 
 CASES = [(family, name) for family in TEMPLATES for name in ("sequential", "parallel")
          if (family, name) != ("llama3.1", "parallel")]  # Llama 3.1 takes one call a turn

@@ -11,7 +11,7 @@ import pytest
 from trainer.data.dataset import build
 from trainer.data.rows import IGNORE
 from trainer.wire.config import SettingError, TrainerConfig
-from trainer.wire.data_files import peek
+from trainer.wire.data_peek import peek
 
 ALPACA = [{"instruction": f"Say {w}.", "input": "", "output": w} for w in ("one", "two", "three", "four")]
 SQUAD_CSV = ('context,question,answers\n'
@@ -143,7 +143,7 @@ def test_examples_cut_at_max_seq_len_are_counted_for_the_start_of_the_run(tmp_pa
 
 
 def _one_mib_cut_in_a_character() -> bytes:
-    from trainer.wire.data_files import PEEK_BYTES
+    from trainer.wire.data_peek import PEEK_BYTES
 
     first = b'{"text": "short"}\n'
     if (PEEK_BYTES - len(first) - len(b'{"text": "')) % 2 == 0:

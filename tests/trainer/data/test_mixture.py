@@ -11,7 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 from trainer.data.mixture import Mix, MixedOrder
-from trainer.wire.config import DataSource, TrainerConfig
+from trainer.wire.config import TrainerConfig
+from trainer.wire.data_config import DataSource
 from trainer.wire.protocol import DataSummary, MetricRecord, SourceSummary, mix_rows, mix_words
 
 
