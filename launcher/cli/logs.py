@@ -88,12 +88,14 @@ def _print_from(path, splitter, rank: int | None, tail: int | None, follow: bool
 
 
 def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--tail takes a count of lines, 0 or more (got {text!r})") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"--tail takes a count of lines, 0 or more (got {value})")
+    """``--tail``'s count, by the one ASCII-number rule of the commands (:func:`launcher.cli.number`)."""
+    from launcher.cli import shown_word
+    from trainer.wire.ckpt_layout import ascii_int
+
+    value = ascii_int(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"--tail takes a count of lines in digits 0-9, 0 or more (got "
+                                         f"{shown_word(text)})")
     return value
 
 

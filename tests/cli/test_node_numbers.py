@@ -107,3 +107,14 @@ def test_every_number_a_command_reads_is_ascii_digits(run_on_two_nodes, capsys, 
         main([a.format(run=run_on_two_nodes) for a in args])
     err = capsys.readouterr().err
     assert ended.value.code == 2 and f"'{args[-1]}' is not a" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("tail", ["٣", " 1", "+1", "1e3", "-1", "1.0", HUGE])
+def test_logs_tail_reads_its_count_in_ascii_digits_only(run_on_two_nodes, capsys, tail):
+    from launcher.cli.main import main
+
+    with pytest.raises(SystemExit) as end:
+        main(["logs", run_on_two_nodes, "--tail", tail])
+    err = capsys.readouterr().err
+    assert end.value.code == 2 and "--tail takes a count of lines in digits 0-9, 0 or more" in err, err
+    assert "Traceback" not in err and len(err) < 400  # a huge word is one short line, not the word again
