@@ -13,11 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from torch.distributed.checkpoint.stateful import Stateful
+
 from trainer.data.position import DataPosition
 
 
 @dataclass
-class TrainState:
+class TrainState(Stateful):
     """The step counter and the data's position (DCP's ``Stateful``: ``state_dict`` / ``load_state_dict``)."""
 
     step: int = 0

@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.stateful import Stateful
 
 from trainer.ckpt.checkpoint import AppState, Checkpointer
 from trainer.data.position import DataPosition
@@ -64,6 +65,7 @@ def test_the_train_state_saves_the_entries_the_old_form_saved(tmp_path: Path, ol
 
 
 def test_a_run_that_does_not_stream_keeps_no_stream_entries():
+    assert isinstance(TrainState(), Stateful)
     assert set(TrainState.start(10, 8, streamed=False).state_dict()) == set(OLD)
     assert TrainState.start(10, 8, streamed=True).state_dict() == {**OLD, "step": 0, "epoch": 0, "position": 0,
                                                                    "total_steps": 10, "stream_rows": 0, "stream": ""}
