@@ -78,7 +78,7 @@ def main(cases_path: str, out_path: str) -> None:
         cuda = d.device.type == "cuda"
         before = _start(cuda)
         built = job.build_model(cfg, choices, data.total, d)
-        run = job.training(cfg, built, data, d)
+        run = job.training(cfg, choices, built, data, d)
         epoch, position = 0, 0
         for _ in range(2):
             batches, epoch, position, count = train.micro_batches(

@@ -6,7 +6,6 @@ import contextlib
 import gc
 import os
 import sys
-import time
 from pathlib import Path
 
 PROGRESS_BARS = ("TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS")
@@ -63,8 +62,9 @@ def _start_up_without_gc():
 
 
 def run(cfg, stop=None) -> None:
-    """Train: the parts come from the rooms (assembled in :mod:`trainer.job`); this is their order.
-    ``stop`` (a :class:`trainer.loop.stop_signal.StopSignal`) ends the run early with a checkpoint."""
+    """Train: the parts come from the rooms (assembled in :mod:`trainer.job`, owned by its ``Run``); this
+    is their order. ``stop`` (a :class:`trainer.loop.stop_signal.StopSignal`) ends the run early with a
+    checkpoint."""
     for name in PROGRESS_BARS:  # noise in node logs: off before tqdm and huggingface_hub read them at import
         os.environ.setdefault(name, "1")
     with _start_up_without_gc():
@@ -72,29 +72,24 @@ def run(cfg, stop=None) -> None:
 
         choices = job.choose(cfg)
     d = job.start(cfg)
-    started = time.perf_counter()
-    data = job.load_data(cfg, choices, d)
-    data_s = time.perf_counter() - started
-    built = job.build_model(cfg, choices, data.total, d)
-    build_s = time.perf_counter() - started - data_s
-    training = job.training(cfg, built, data, d)
-    if training.resume(cfg, data, d):  # a finished run started again: its checkpoint and export are there
-        training.ckpt.close()
+    parts = job.assemble(cfg, choices, d)
+    if parts.resume():  # a finished run started again: its checkpoint and export are there
+        parts.checkpoints.close()
         job.end()
         return
-    log = job.start_logging(cfg, choices, data, built, training, d, (data_s, build_s))
-    steps = job.steps(cfg, choices, data, built, training, log, d)
+    log = parts.start_logging()
+    steps = parts.steps(log)
     from trainer.loop.nonfinite import NonFiniteLoss
 
     try:
         stopped = steps.run(stop)
         steps.finish(stopped, stop)
     except NonFiniteLoss as err:  # found alike on every rank, at the same step
-        training.ckpt.close()  # the saves before it, complete (each was checked before it began)
+        parts.checkpoints.close()  # the saves before it, complete (each was checked before it began)
         log.close()
         raise SystemExit(str(err)) from None
     if not stopped:
-        job.export(cfg, built, data, d, training.state["step"])
+        parts.export()
     log.close()
     job.end()
 

@@ -35,6 +35,7 @@ from trainer.ckpt.stager import ReusingStager
 from trainer.ckpt.store import open_store
 from trainer.ckpt.write import RankDeviceWriter, writer_share, written_sums
 from trainer.loop.optim import resume_refusal
+from trainer.loop.state import TrainState
 from trainer.parallel import Dist
 from trainer.wire import ckpt_digest, ckpt_layout, ckpt_owner, ckpt_paths
 from trainer.wire.ckpt_layout import DCP_META, META, SHARDS
@@ -56,9 +57,11 @@ def newest_complete(root: Path | str) -> Path | str | None:
 class AppState(Stateful):
     """Model, optimiser, scheduler and trainer position, as DCP saves and restores them."""
 
-    def __init__(self, model, optimizer, scheduler, trainer: dict[str, Any],
+    def __init__(self, model, optimizer, scheduler, trainer: TrainState | dict[str, Any],
                  options: StateDictOptions | None = None) -> None:
         self.model, self.optimizer, self.scheduler, self.trainer = model, optimizer, scheduler, trainer
+        """The trainer's position: the run's :class:`trainer.loop.state.TrainState`, or a plain dict of the
+        same keys (a script's)."""
         self.options = options
         """What of the model is saved and restored (LoRA: the trainable weights only)."""
         self.with_cuda_rng = True
@@ -68,7 +71,7 @@ class AppState(Stateful):
     def state_dict(self) -> dict[str, Any]:
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self.options)
         return {"model": model_sd, "optim": optim_sd, "sched": self.scheduler.state_dict(),
-                "trainer": dict(self.trainer), "rng": torch.get_rng_state(),
+                "trainer": self._position(), "rng": torch.get_rng_state(),
                 **(_cuda_rng() if self.with_cuda_rng else {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -78,10 +81,22 @@ class AppState(Stateful):
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optim"], options=self.options)
         self.scheduler.load_state_dict(state["sched"])
-        self.trainer.update(state["trainer"])
+        if isinstance(self.trainer, TrainState):
+            self.trainer.load_state_dict(state["trainer"])
+        else:
+            self.trainer.update(state["trainer"])
         torch.set_rng_state(state["rng"])
         if "cuda_rng" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state(state["cuda_rng"])
+
+    @property
+    def step(self) -> int:
+        """The step this state stands at."""
+        return int(self._position()["step"])
+
+    def _position(self) -> dict[str, Any]:
+        """The trainer's position as the checkpoint keeps it (one value per key)."""
+        return self.trainer.state_dict() if isinstance(self.trainer, TrainState) else dict(self.trainer)
 
 
 def _holds(reader, key: str) -> bool:
@@ -187,7 +202,7 @@ class Checkpointer:
         finally:
             state.with_cuda_rng = True
         done()
-        self.saved_step = state.trainer["step"]
+        self.saved_step = state.step
         if self.d.is_main:
             try:
                 meta = json.loads(self.store.read_meta(local) or "{}")

@@ -11,6 +11,7 @@ from typing import Any
 
 from trainer.ckpt.resume_check import LOSSES_KEPT, ResumeFacts, compare
 from trainer.data.rows import GlobalOrder
+from trainer.loop.state import TrainState
 from trainer.wire.protocol import ResumeCheck
 
 FINGERPRINT_ROWS = 16
@@ -72,21 +73,21 @@ class ResumeWatch:
     def logged(self, loss: float) -> None:
         self.losses.append(loss)
 
-    def facts(self, state: dict[str, Any]) -> ResumeFacts:
-        """The facts as of now: ``state`` is the trainer's position (step, epoch, position, total_steps)."""
-        epoch, position = state["epoch"], state["position"]
+    def facts(self, state: TrainState) -> ResumeFacts:
+        """The facts as of now: ``state`` is the trainer's position."""
+        epoch, position = state.data.epoch, state.data.position
         rows = next_step_rows(self.order, epoch, position, self.accum)
         sources = self.order.source_counts(epoch, position)
-        return ResumeFacts(step=state["step"], total_steps=state["total_steps"], epoch=epoch,
+        return ResumeFacts(step=state.step, total_steps=state.total_steps, epoch=epoch,
                            samples_in_epoch=self.order.rows_done(epoch, position), next_batch=rows_hash(self.rows, rows),
                            lr=float(self.scheduler.get_last_lr()[0]), losses=tuple(self.losses),
                            source_rows=tuple(sources) if sources is not None else (), **self.fixed)
 
-    def record(self, state: dict[str, Any]) -> dict[str, Any] | None:
+    def record(self, state: TrainState) -> dict[str, Any] | None:
         """What a save of ``state`` records in ``meta.json`` (rank 0; ``None`` elsewhere)."""
         return self.facts(state).to_dict() if self.is_main else None
 
-    def resumed(self, meta: dict | None, state: dict[str, Any]) -> None:
+    def resumed(self, meta: dict | None, state: TrainState) -> None:
         """The run resumed from a checkpoint whose ``meta.json`` is ``meta`` (read on rank 0) and now stands
         at ``state``: its first step will be judged."""
         self.judging = True

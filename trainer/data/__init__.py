@@ -9,7 +9,8 @@
   saved folder, a hub name, a bucket object, the built-in ``tiny_alpaca.jsonl`` beside this file).
 - ``streamed.py``, ``stream.py``, ``stream_sources.py``: the sources read as they are trained on, in
   windows tokenized and packed on the fly, with a position a checkpoint keeps.
-- ``rows.py``: tokenizing each format, prompt masking, packing, padding, and the resumable global order.
+- ``rows.py``: tokenizing each format, prompt masking, packing, padding, and the resumable global order;
+  ``position.py``: where a run stands in its data (the part of the training state the order moves).
 - ``chat.py``: a conversation tokenized from one render of its chat template; ``turns.py``: where each
   turn lies in that render (what an assistant writes, a tool result's block), found by rendering again.
 

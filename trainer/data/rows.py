@@ -16,6 +16,7 @@ import torch
 
 from trainer.data.chat import ChatTokens, TemplateRefused, choose_template
 from trainer.data.packing import first_fit_decreasing
+from trainer.data.position import DataPosition
 from trainer.wire import formats
 from trainer.wire.config import SettingError
 from trainer.wire.data_config import ChatFields
@@ -242,14 +243,14 @@ class GlobalOrder:
         """Rows of the epoch taken before global micro-batch ``position`` (every rank's)."""
         return position * self.per_global
 
-    def fit(self, state: dict) -> None:
+    def fit(self, state: DataPosition) -> None:
         """A loaded checkpoint's position fitted to this order: on another world size or batch, the same
         rows consumed (rounded down to a whole global micro-batch)."""
-        if state["per_global"] != self.per_global:
-            state["position"] = self.rescale(state["position"], state["per_global"], self.per_global)
-            state["per_global"] = self.per_global
+        if state.per_global != self.per_global:
+            state.position = self.rescale(state.position, state.per_global, self.per_global)
+            state.per_global = self.per_global
 
-    def note(self, state: dict) -> None:
+    def note(self, state: DataPosition) -> None:
         """What the order adds to the state a checkpoint keeps, once a step has taken its rows (a stream's
         position; nothing here)."""
 

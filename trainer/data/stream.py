@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from trainer.data.mixture import BLOCK, Mix, slots
+from trainer.data.position import DataPosition
 from trainer.data.rows import IGNORE, Example, GlobalOrder, Tokenize, pack, pad_rows
 from trainer.wire.data_files import DataError
 
@@ -341,16 +342,14 @@ class StreamOrder(GlobalOrder):
             return None
         return list(self.stream_rows.position_after(self.rows_done(epoch, position))["counts"])
 
-    def fit(self, state: dict[str, Any]) -> None:
+    def fit(self, state: DataPosition) -> None:
         """Continue where a loaded checkpoint's stream stood, on this world size."""
-        done = int(state.get("stream_rows") or 0)
-        saved = state.get("stream")
-        self.stream_rows.start(done, json.loads(saved) if saved else None)
-        state.update(epoch=0, position=0, per_global=self.per_global)
+        self.stream_rows.start(state.stream_rows, json.loads(state.stream) if state.stream else None)
+        state.epoch, state.position, state.per_global = 0, 0, self.per_global
 
-    def note(self, state: dict[str, Any]) -> None:
+    def note(self, state: DataPosition) -> None:
         """The stream's position as of ``state`` (what a checkpoint saves), and the rows behind it dropped."""
-        done = self.rows_done(state["epoch"], state["position"])
-        state["stream_rows"] = done
-        state["stream"] = json.dumps(self.stream_rows.position_after(done))
+        done = self.rows_done(state.epoch, state.position)
+        state.stream_rows = done
+        state.stream = json.dumps(self.stream_rows.position_after(done))
         self.stream_rows.release(done)

@@ -4,7 +4,8 @@
 - ``loss.py``: the cross-entropy a chunk of positions at a time inside the output layer's forward (the full
   logits never exist), and the run's choice of it (``model.cross_entropy``).
 - ``steps.py``: the run's steps in order: logging, evaluation, samples and checkpoints at their cadence, the
-  stop on request, the final save.
+  stop on request, the final save; ``parts.py``: what the steps are given, as types (the checkpoints by a
+  protocol); ``state.py``: the :class:`TrainState` a checkpoint keeps (step, run length, data position).
 - ``optim.py``: AdamW (weight-decay groups) and the learning-rate schedule.
 - ``metrics.py``: what rank 0 reports (progress lines, metrics records through ``trainer.wire.protocol``).
 - ``samples.py``: the model's answers to a few prompts at a cadence.

@@ -29,6 +29,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from trainer.loop.metrics import MetricsLogger
+from trainer.loop.parts import Saves
 from trainer.parallel import Dist
 from trainer.wire.protocol import MetricRecord
 
@@ -67,7 +69,7 @@ class NanGuard:
     """What ``training.on_nan`` does, for one run: checks at logged steps, before saves, and (with
     ``skip_step``) before each update."""
 
-    def __init__(self, mode: str, d: Dist, log, ckpt, every_steps: int) -> None:
+    def __init__(self, mode: str, d: Dist, log: MetricsLogger, ckpt: Saves, every_steps: int) -> None:
         self.mode, self.d, self.log, self.ckpt, self.every_steps = mode, d, log, ckpt, every_steps
         self.said = False
         """``continue``: the first non-finite loss was said."""

@@ -18,6 +18,8 @@ import torch
 from torch import nn
 
 from trainer.ckpt.checkpoint import AppState
+from trainer.loop.state import TrainState
+from trainer.model.build import BaseWeights
 from trainer.model.loading import clean_name
 from trainer.wire.config import LoraConfig, SettingError
 
@@ -134,7 +136,7 @@ def module_names(model: nn.Module) -> list[str]:
     return sorted(found | {leaf for leaf, _ in expert_weights(model)})
 
 
-class Adapters:
+class Adapters(BaseWeights):
     """The run's LoRA adapters between building the skeleton and filling its shards: PEFT's initial
     values (host copies, the same on every rank) and the names that map to the base's weights."""
 
@@ -273,7 +275,7 @@ class AdapterState(AppState):
     ``ignore_frozen_params`` misses a frozen weight reached under a second name (a tied output layer:
     the whole embedding), so the model's entries are also kept to the trainable parameters' names."""
 
-    def __init__(self, model: nn.Module, optimizer, scheduler, trainer: dict[str, Any]) -> None:
+    def __init__(self, model: nn.Module, optimizer, scheduler, trainer: TrainState | dict[str, Any]) -> None:
         super().__init__(model, optimizer, scheduler, trainer, state_dict_options())
         self.trainable = {clean_name(n) for n, p in model.named_parameters() if p.requires_grad}
 
@@ -281,9 +283,3 @@ class AdapterState(AppState):
         state = super().state_dict()
         state["model"] = {k: v for k, v in state["model"].items() if clean_name(k) in self.trainable}
         return state
-
-
-def checkpoint_meta(cfg) -> dict[str, Any]:
-    """What a checkpoint's ``meta.json`` says of LoRA: its settings (the checkpoint holds the adapters
-    only; export and resume read the base from ``model_name``)."""
-    return {"lora": cfg.lora.model_dump(mode="json")} if cfg.lora is not None else {}

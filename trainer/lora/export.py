@@ -27,6 +27,7 @@ from torch import nn
 
 from trainer.lora import adapters as lora
 from trainer.model.loading import SafetensorsIndex, clean_name, parameters_on_meta
+from trainer.model.source import ModelSource
 from trainer.parallel import Dist
 from trainer.wire.config import LoraConfig, TrainerConfig
 
@@ -34,7 +35,7 @@ MERGED_SUFFIX = "-merged"
 """The merged model's folder is the adapter's folder name with this after it."""
 
 
-def export_in_job(net: nn.Module, tok, cfg: TrainerConfig, out_dir: Path, d: Dist) -> None:
+def export_in_job(net: nn.Module, tok, cfg: TrainerConfig, source: ModelSource, out_dir: Path, d: Dist) -> None:
     """At the end of a run: gather the adapter to rank 0 (collective), which writes the adapter
     (``checkpoint.export_hf``) and the merged model (``checkpoint.export_merged``)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -46,25 +47,24 @@ def export_in_job(net: nn.Module, tok, cfg: TrainerConfig, out_dir: Path, d: Dis
     state = {clean_name(k): v for k, v in state.items()}
     if cfg.checkpoint.export_hf:
         print(f"exported the LoRA adapter (PEFT format) to "
-              f"{write_adapter(state, cfg.lora, cfg.model_name, cfg.model.trust_remote_code, out_dir, tok)}",
+              f"{write_adapter(state, cfg.lora, source, cfg.model.trust_remote_code, out_dir, tok)}",
               flush=True)
     if cfg.checkpoint.export_merged:
         merged = out_dir.with_name(out_dir.name + MERGED_SUFFIX)
         print(f"exported the merged model to "
-              f"{write_merged(state, cfg.lora, cfg.model_name, cfg.model.trust_remote_code, merged, tok)}",
+              f"{write_merged(state, cfg.lora, source, cfg.model.trust_remote_code, merged, tok)}",
               flush=True)
 
 
-def skeleton(cfg: LoraConfig, model_name: str, trust_remote_code: bool) -> nn.Module:
+def skeleton(cfg: LoraConfig, model: ModelSource | str, trust_remote_code: bool) -> nn.Module:
     """The PEFT model with every weight on the meta device (no memory): names and layers only."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from trainer.assets import resolve_model
-
-    config = AutoConfig.from_pretrained(resolve_model(model_name), trust_remote_code=trust_remote_code)
+    source = ModelSource.of(model)
+    config = AutoConfig.from_pretrained(source.path, trust_remote_code=trust_remote_code)
     with parameters_on_meta():
         base = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
-    return lora.Adapters(cfg, seed=0, model_name=model_name).apply(base)
+    return lora.Adapters(cfg, seed=0, model_name=source.name).apply(base)
 
 
 def adapter_names(model: nn.Module) -> dict[str, torch.Size]:
@@ -81,13 +81,12 @@ def _with_values(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
                 module._parameters[pname] = nn.Parameter(state[full].to(param.dtype), requires_grad=False)
 
 
-def write_adapter(state: dict[str, torch.Tensor], cfg: LoraConfig, model_name: str, trust_remote_code: bool,
+def write_adapter(state: dict[str, torch.Tensor], cfg: LoraConfig, base: ModelSource | str, trust_remote_code: bool,
                   out_dir: Path, tok=None) -> Path:
     """The adapter in PEFT's format in a new folder (``out_dir``, or ``out_dir-<time>`` when taken)."""
-    from trainer.assets import resolve_model
-
-    model = skeleton(cfg, model_name, trust_remote_code)
-    model.peft_config[lora.ADAPTER].base_model_name_or_path = resolve_model(model_name)
+    source = ModelSource.of(base)
+    model = skeleton(cfg, source, trust_remote_code)
+    model.peft_config[lora.ADAPTER].base_model_name_or_path = source.path
     _with_values(model, state)
 
     def write(tmp: Path) -> None:
@@ -99,16 +98,17 @@ def write_adapter(state: dict[str, torch.Tensor], cfg: LoraConfig, model_name: s
     return _new_folder(out_dir, write)
 
 
-def write_merged(state: dict[str, torch.Tensor], cfg: LoraConfig, model_name: str, trust_remote_code: bool,
+def write_merged(state: dict[str, torch.Tensor], cfg: LoraConfig, base: ModelSource | str, trust_remote_code: bool,
                  out_dir: Path, tok=None) -> Path:
     """The base with the adapter merged, a folder ``from_pretrained`` loads, written file by file."""
     from trainer.model.build import weights_folder
 
-    folder = weights_folder(model_name)
+    source = ModelSource.of(base)
+    folder = weights_folder(source)
     files = sorted(folder.glob("*.safetensors"))
     if not files:
-        return _new_folder(out_dir, lambda tmp: _merge_whole(state, cfg, model_name, trust_remote_code, tmp, tok))
-    model = skeleton(cfg, model_name, trust_remote_code)
+        return _new_folder(out_dir, lambda tmp: _merge_whole(state, cfg, source, trust_remote_code, tmp, tok))
+    model = skeleton(cfg, source, trust_remote_code)
     _with_values(model, state)
     owners = _merge_owners(model)
     index = SafetensorsIndex(folder)
@@ -116,7 +116,7 @@ def write_merged(state: dict[str, torch.Tensor], cfg: LoraConfig, model_name: st
     if any(not isinstance(owner, torch.Tensor) and index.find(name, prefix) is None for name, owner in owners.items()):
         # a weight the files keep otherwise than the model holds it (transformers fuses a mixture of experts'
         # per-expert files on load and splits them again on save): merged on the loaded model, as PEFT does
-        return _new_folder(out_dir, lambda tmp: _merge_whole(state, cfg, model_name, trust_remote_code, tmp, tok))
+        return _new_folder(out_dir, lambda tmp: _merge_whole(state, cfg, source, trust_remote_code, tmp, tok))
 
     def write(tmp: Path) -> None:
         from safetensors import safe_open
@@ -192,14 +192,12 @@ def _merged(tensor: torch.Tensor, owner) -> torch.Tensor:
     return out
 
 
-def _merge_whole(state, cfg: LoraConfig, model_name: str, trust_remote_code: bool, tmp: Path, tok) -> None:
+def _merge_whole(state, cfg: LoraConfig, source: ModelSource, trust_remote_code: bool, tmp: Path, tok) -> None:
     """A base without safetensors files (``.bin``): loaded once, merged by PEFT, saved."""
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from trainer.assets import resolve_model
-
-    base = AutoModelForCausalLM.from_pretrained(resolve_model(model_name), trust_remote_code=trust_remote_code)
+    base = AutoModelForCausalLM.from_pretrained(source.path, trust_remote_code=trust_remote_code)
     model = get_peft_model(base, lora.peft_config(cfg, model=base), autocast_adapter_dtype=False)
     _with_values(model, state)
     model.merge_and_unload().save_pretrained(str(tmp), safe_serialization=True)
@@ -220,16 +218,16 @@ def _new_folder(out_dir: Path, write) -> Path:
     return out_dir
 
 
-def load_adapter(checkpoint: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+def load_adapter(checkpoint: Path, source: ModelSource | None = None) -> tuple[dict, dict[str, torch.Tensor]]:
     """(``meta.json``, the adapter's values by clean name) from an adapters-only DCP checkpoint, in
-    this process: only the adapter is read."""
+    this process: only the adapter is read (``source``: its base, resolved already)."""
     import torch.distributed.checkpoint as dcp
 
     from trainer.wire.ckpt_layout import META
 
     meta = json.loads((checkpoint / META).read_text())
     cfg = LoraConfig.model_validate(meta["lora"])
-    shapes = adapter_names(skeleton(cfg, meta["model_name"], False))
+    shapes = adapter_names(skeleton(cfg, source or meta["model_name"], False))
     state = {"app": {"model": {name: torch.empty(shape) for name, shape in shapes.items()}}}
     dcp.load(state, checkpoint_id=str(checkpoint))
     return meta, state["app"]["model"]

@@ -18,6 +18,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from trainer.lora.adapters import Adapters
+from trainer.model.source import ModelSource
 from trainer.parallel import Dist
 from trainer.wire.config import TrainerConfig
 
@@ -44,17 +46,16 @@ def refusal(cfg: TrainerConfig, cuda: bool) -> str | None:
     return None
 
 
-def build(cfg: TrainerConfig, attn: str, d: Dist, prepare: Callable[[nn.Module], nn.Module], adapters) -> nn.Module:
+def build(cfg: TrainerConfig, source: ModelSource, attn: str, d: Dist, prepare: Callable[[nn.Module], nn.Module],
+          adapters: Adapters) -> nn.Module:
     """The base loaded in 4-bit on this rank's GPU, then ``prepare`` (adapters, activation checkpointing,
     compile, FSDP2) and the adapters' initial values."""
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
-    from trainer.assets import resolve_model
-
     quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=cfg.lora.quantize,
                                bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16,
                                bnb_4bit_quant_storage=torch.bfloat16)
-    model = AutoModelForCausalLM.from_pretrained(resolve_model(cfg.model_name), quantization_config=quant,
+    model = AutoModelForCausalLM.from_pretrained(source.path, quantization_config=quant,
                                                  dtype=torch.bfloat16, device_map={"": d.device},
                                                  attn_implementation=attn,
                                                  trust_remote_code=cfg.model.trust_remote_code)

@@ -8,31 +8,32 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from trainer.assets import resolve_model
 from trainer.model import loading
 from trainer.model.attention import AttentionSupport
+from trainer.model.source import ModelSource
 from trainer.wire.config import ModelConfig
 
 _DTYPES = {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def load_tokenizer(model_name: str, cfg: ModelConfig):
+def load_tokenizer(model: ModelSource | str, cfg: ModelConfig):
+    """The tokenizer of ``model`` (``model.tokenizer``'s where a name is given), with a pad token."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(resolve_model(cfg.tokenizer or model_name),
+    tok = AutoTokenizer.from_pretrained(ModelSource.of(model, cfg.tokenizer).tokenizer_path,
                                         trust_remote_code=cfg.trust_remote_code)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
 
 
-def hf_config(model_name: str, cfg: ModelConfig):
+def hf_config(model: ModelSource | str, cfg: ModelConfig):
     from transformers import AutoConfig
 
-    return AutoConfig.from_pretrained(resolve_model(model_name), trust_remote_code=cfg.trust_remote_code)
+    return AutoConfig.from_pretrained(ModelSource.of(model).path, trust_remote_code=cfg.trust_remote_code)
 
 
-def attention_support(config, model_name: str, cfg: ModelConfig) -> AttentionSupport:
+def attention_support(config, model: ModelSource | str, cfg: ModelConfig) -> AttentionSupport:
     """What the model's class declares: an sdpa and a flex attention implementation, attention through
     Hugging Face's attention interface, a state carried along the sequence, a forward that takes
     ``position_ids``."""
@@ -48,7 +49,7 @@ def attention_support(config, model_name: str, cfg: ModelConfig) -> AttentionSup
     else:
         from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
-        cls = get_class_from_dynamic_module(config.auto_map["AutoModelForCausalLM"], resolve_model(model_name))
+        cls = get_class_from_dynamic_module(config.auto_map["AutoModelForCausalLM"], ModelSource.of(model).path)
     from trainer.model.router_loss import computes_loss
 
     return AttentionSupport(*(bool(getattr(cls, name, False)) for name in (
@@ -56,18 +57,39 @@ def attention_support(config, model_name: str, cfg: ModelConfig) -> AttentionSup
         position_ids="position_ids" in inspect.signature(cls.forward).parameters, router_loss=computes_loss(cls))
 
 
-def build_model(model_name: str, cfg: ModelConfig, config, attn: str, seed: int, device: torch.device,
+class BaseWeights:
+    """How a built model's weights meet the base model's files in full fine-tuning, the null case of an
+    adaptation: every weight under its own name, none of the model's own to fill. LoRA's adapters
+    (:class:`trainer.lora.adapters.Adapters`) answer the same three questions for a model with adapters;
+    :func:`build_model` asks them without knowing which it has."""
+
+    def base_name(self, name: str) -> str | None:
+        """The weights' name of the model's parameter ``name`` (``None``: the model's own, not the base's)."""
+        return loading.clean_name(name)
+
+    def full_state(self, base: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
+        """The whole model's state from the base's (rank 0, before it broadcasts the weights)."""
+        return base
+
+    def fill(self, model: nn.Module) -> None:
+        """Fill what the base's files do not hold, once they are read (here: nothing)."""
+
+
+def build_model(model_name: ModelSource | str, cfg: ModelConfig, config, attn: str, seed: int, device: torch.device,
                 prepare: Callable[[nn.Module], nn.Module], buffer_device: torch.device | None = None,
-                adapters=None) -> nn.Module:
+                adapters: BaseWeights | None = None) -> nn.Module:
     """The model with its weights in place, built on the meta device and filled shard by shard: its
     parameters on ``device`` (the host with CPU offload), its buffers on ``buffer_device`` (the GPU).
 
     ``prepare`` wraps and shards the weightless skeleton (activation checkpointing, compile, FSDP);
     then each rank reads its shards from the safetensors, or rank 0 broadcasts a model it loads or
-    initialises (``from_scratch``, non-safetensors weights). With ``adapters`` (a
-    :class:`trainer.lora.adapters.Adapters` that ``prepare`` applied) the base weights are read under their base
-    names and the adapters take PEFT's initial values."""
+    initialises (``from_scratch``, non-safetensors weights). ``adapters`` says how the weights meet the
+    base's files (:class:`BaseWeights`, the default; LoRA's :class:`trainer.lora.adapters.Adapters`, which
+    ``prepare`` applied, reads the base weights under their base names and gives the adapters PEFT's
+    initial values)."""
     from transformers import AutoModelForCausalLM
+
+    source, weights = ModelSource.of(model_name), adapters or BaseWeights()
 
     with loading.parameters_on_meta():
         model = AutoModelForCausalLM.from_config(config, attn_implementation=attn, dtype=_DTYPES[cfg.dtype],
@@ -75,42 +97,40 @@ def build_model(model_name: str, cfg: ModelConfig, config, attn: str, seed: int,
     model.config.use_cache = False
     model = prepare(model)
     loading.materialize(model, device)
-    names = loading.clean_name if adapters is None else adapters.base_name
-    if cfg.from_scratch or not loading.fill_from_safetensors(model, weights_folder(model_name), names):
+    if cfg.from_scratch or not loading.fill_from_safetensors(model, weights_folder(source), weights.base_name):
         import torch.distributed as dist
 
-        full = load_model(model_name, cfg, seed, attn).state_dict() if dist.get_rank() == 0 else None
-        if adapters is not None and full is not None:
-            full = adapters.full_state(full, model)
-        loading.fill_by_broadcast(model, full)
-    elif adapters is not None:
-        adapters.fill(model)
+        full = load_model(source, cfg, seed, attn).state_dict() if dist.get_rank() == 0 else None
+        loading.fill_by_broadcast(model, None if full is None else weights.full_state(full, model))
+    else:
+        weights.fill(model)
     loading.move_buffers(model, buffer_device or device)
     return model
 
 
-def weights_folder(model_name: str) -> Path:
+def weights_folder(model: ModelSource | str) -> Path:
     """A local folder holding the model's weights: the folder itself, or the hub snapshot (downloaded
     once per node into the Hugging Face cache)."""
-    path = Path(resolve_model(model_name)).expanduser()
+    source = ModelSource.of(model)
+    path = Path(source.path).expanduser()
     if path.is_dir():
         return path
     from huggingface_hub import snapshot_download
 
-    return Path(snapshot_download(model_name, allow_patterns=["*.json", "*.safetensors"]))
+    return Path(snapshot_download(source.path, allow_patterns=["*.json", "*.safetensors"]))
 
 
-def load_model(model_name: str, cfg: ModelConfig, seed: int, attn: str | None = None) -> nn.Module:
+def load_model(model_name: ModelSource | str, cfg: ModelConfig, seed: int, attn: str | None = None) -> nn.Module:
     """The whole model on the host: fp32 master weights unless ``dtype`` says otherwise (mixed
     precision is FSDP's job). ``attn`` is the Hugging Face implementation name; ``None`` takes what
     the model has for inference (sdpa, else eager: :attr:`AttentionSupport.inference`)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    path = resolve_model(model_name)
-    dtype = _DTYPES[cfg.dtype]
+    source = ModelSource.of(model_name)
+    path, dtype = source.path, _DTYPES[cfg.dtype]
     config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
     if attn is None:
-        attn = attention_support(config, model_name, cfg).inference
+        attn = attention_support(config, source, cfg).inference
     if cfg.from_scratch:
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, attn_implementation=attn, dtype=dtype,

@@ -11,6 +11,7 @@ import pytest
 
 from tests.runs.owner.test_bucket_checkpoints import KEY, SECRET, s3_server  # noqa: F401  (the server fixture)
 from trainer.data.dataset import build
+from trainer.data.position import DataPosition
 from trainer.data.stream import StreamOrder
 from trainer.wire.config import TrainerConfig
 from trainer.wire.data_config import DataConfig
@@ -65,7 +66,7 @@ def test_a_bucket_source_is_cached_and_streamed_as_the_same_file_here(tmp_path, 
         rows = [[d.train_rows[i] for i in o.indices(0, g)] for d, o in zip(streamed, orders, strict=True)]
         _same(rows[1], rows[0])
         for o in orders:
-            o.note({"epoch": 0, "position": g + 1})
+            o.note(DataPosition(position=g + 1, stream=""))
     with pytest.raises(Exception, match="no such object in the bucket"):
         build(cfg("s3://data/sft/none.jsonl"), tok, packing=True)
 

@@ -14,7 +14,9 @@ import pytest
 import torch
 
 from trainer.data.dataset import build
+from trainer.data.position import DataPosition
 from trainer.data.stream import StreamOrder
+from trainer.loop.state import TrainState
 from trainer.loop.train import micro_batches
 from trainer.wire.config import SettingError, TrainerConfig
 
@@ -62,7 +64,7 @@ def _cfg(root, **over) -> TrainerConfig:
     return TrainerConfig(**params)
 
 
-def _ranks(cfg, tok, world: int, batch: int, state: dict | None = None):
+def _ranks(cfg, tok, world: int, batch: int, state: DataPosition | None = None):
     """Each rank's data and order, as every rank of a run of ``world`` makes them (each its own stream)."""
     out = []
     for rank in range(world):
@@ -74,18 +76,18 @@ def _ranks(cfg, tok, world: int, batch: int, state: dict | None = None):
     return out
 
 
-def _steps(ranks, state: dict, steps: int, accum: int) -> list[list[dict[str, torch.Tensor]]]:
+def _steps(ranks, state: DataPosition, steps: int, accum: int) -> list[list[dict[str, torch.Tensor]]]:
     """``steps`` optimiser steps: every rank's micro-batches, in rank order, and the state after them."""
     taken = []
     for _ in range(steps):
         per_rank, counts = [], set()
         for data, order in ranks:
-            batches, epoch, position, count = micro_batches(order, data.train_rows, state["epoch"], state["position"],
+            batches, epoch, position, count = micro_batches(order, data.train_rows, state.epoch, state.position,
                                                             accum, data.pad_id, data.learned_counts())
             per_rank.append(batches)
             counts.add(count)
         assert len(counts) == 1  # every rank counts the same global batch
-        state["epoch"], state["position"] = epoch, position
+        state.epoch, state.position = epoch, position
         for _, order in ranks:
             order.note(state)
         taken.append(per_rank)
@@ -113,17 +115,18 @@ def test_a_stream_stopped_and_started_again_trains_the_rows_an_unbroken_one_does
                                                                                  workers):
     cfg = _cfg(sources, data={"streaming": True, "eval_max_rows": 40, "cache_dir": str(sources / "cache"),
                               "num_workers": workers})
-    unbroken_state = {"step": 0, "epoch": 0, "position": 0, "stream_rows": 0, "stream": ""}
-    unbroken = _steps(_ranks(cfg, tok, *before), unbroken_state, 14, accum=2)
-    state = {"step": 0, "epoch": 0, "position": 0, "stream_rows": 0, "stream": ""}
-    first = _steps(_ranks(cfg, tok, *before), state, 6, accum=2)
-    saved = json.loads(json.dumps({**state, "per_global": before[0] * before[1]}))  # as a checkpoint keeps it
-    assert saved["stream_rows"] == 6 * 2 * 8 and json.loads(saved["stream"])["slot"] == 96
-    resumed = _ranks(cfg, tok, *after, state=saved)
-    assert saved["position"] == 0 and saved["per_global"] == after[0] * after[1]
-    rest = _steps(resumed, saved, 8, accum=2)
+    unbroken = _steps(_ranks(cfg, tok, *before), DataPosition(stream=""), 14, accum=2)
+    state = TrainState.start(14, before[0] * before[1], streamed=True)
+    first = _steps(_ranks(cfg, tok, *before), state.data, 6, accum=2)
+    kept = json.loads(json.dumps(state.state_dict()))  # as a checkpoint keeps it
+    assert kept["stream_rows"] == 6 * 2 * 8 and json.loads(kept["stream"])["slot"] == 96
+    saved = TrainState.start(14, after[0] * after[1], streamed=True)
+    saved.load_state_dict(kept)
+    resumed = _ranks(cfg, tok, *after, state=saved.data)
+    assert saved.data.position == 0 and saved.data.per_global == after[0] * after[1]
+    rest = _steps(resumed, saved.data, 8, accum=2)
     assert [_rows(s) for s in first + rest] == [_rows(s) for s in unbroken]
-    counts = resumed[0][1].source_counts(0, saved["position"])
+    counts = resumed[0][1].source_counts(0, saved.data.position)
     assert sum(counts) == 14 * 16 and abs(counts[0] / sum(counts) - 0.75) < 0.05
 
 
@@ -133,14 +136,14 @@ def test_a_streamed_mixture_keeps_its_shares_and_each_source_passes_again(source
                data={"streaming": True, "cache_dir": str(sources / "cache"), "eval_fraction": 0.0})
     data = build(cfg, tok, packing=False)
     order = StreamOrder(data.stream, 1, 0, 100)
-    state = {"epoch": 0, "position": 0}
+    state = DataPosition(stream="")
     for position in range(1, 101):  # as the steps go: each one's rows dropped once taken
-        state["position"] = position
+        state.position = position
         order.note(state)
     counts = np.array(order.source_counts(0, 100))
     assert counts.sum() == 10_000 and abs(counts[0] / 10_000 - 1 / 3) < 0.01
     assert counts[1] > 5000  # more than a pass over its 5,000 rows (one a row, none held out)
-    assert json.loads(state["stream"])["sources"][1][0] == 1  # the text source is in its second pass
+    assert json.loads(state.stream)["sources"][1][0] == 1  # the text source is in its second pass
 
 
 @pytest.mark.parametrize("workers", [0, 1], ids=["thread", "worker-process"])
@@ -187,11 +190,11 @@ def test_a_small_streamed_source_holds_out_its_share_and_an_eval_split_is_its_ow
     assert "20 rows of its split 'test' held out" in data.notes[1]
     assert len(data.eval_rows) == 25
     order = StreamOrder(data.stream, 1, 0, 10)
-    state = {"epoch": 0, "position": 0}
+    state = DataPosition(stream="")
     for position in range(1, 31):  # three passes over the small source: it has rows to train on
-        state["position"] = position
+        state.position = position
         order.note(state)
-    assert json.loads(state["stream"])["sources"][0][0] >= 1
+    assert json.loads(state.stream)["sources"][0][0] >= 1
 
 
 def _gone(pid: int, within: float = 20.0) -> bool:
