@@ -6,48 +6,55 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parents[1]
 
 
-def _imported_test_modules(path: Path) -> list[str]:
+def _imported_modules(node: ast.AST, package: list[str]) -> list[str]:
+    """The modules an import statement may load: ``from a.b import c`` may be ``a.b`` or ``a.b.c``; a relative
+    one is read from ``package`` (the importing file's own)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = package[:len(package) - node.level + 1] if node.level else []
+    module = ".".join([*base, *([node.module] if node.module else [])])
+    return [module, *(f"{module}.{alias.name}" for alias in node.names)]
+
+
+def _imported_test_modules(path: Path, source: str | None = None) -> list[str]:
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        names = [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        for name in names:
+    rel = path.relative_to(TESTS.parent)
+    package = list(rel.parent.parts)
+    text = path.read_text(encoding="utf-8") if source is None else source
+    for node in ast.walk(ast.parse(text, str(path))):
+        for name in dict.fromkeys(_imported_modules(node, package)):
             parts = name.split(".")
             if parts[0] == "tests" and any(part.startswith("test_") for part in parts[1:]):
-                found.append(f"{path.relative_to(TESTS.parent)}:{node.lineno}: imports {name}")
+                found.append(f"{rel}:{node.lineno}: imports {name}")
+                break
     return found
 
 
-NOT_YET = {
-    # Fixtures and helpers of the real-part rooms (sshd hosts, the SLURM cluster), still taken from the test
-    # modules that start them: each goes to tests/support/ (fixtures to a conftest.py), then leaves this set.
-    ("tests/backends/slurm/test_slurm.py", "tests.runs.owner.test_stall"),
-    ("tests/backends/slurm/test_slurm_doctor.py", "tests.backends.slurm.test_slurm"),
-    ("tests/backends/slurm/test_slurm_doctor_judge.py", "tests.backends.slurm.test_slurm_script"),
-    ("tests/backends/slurm/test_slurm_faults.py", "tests.backends.slurm.test_slurm"),
-    ("tests/backends/slurm/test_slurm_recovery.py", "tests.backends.slurm.test_slurm"),
-    ("tests/backends/slurm/test_slurm_recovery.py", "tests.backends.slurm.test_slurm_faults"),
-    ("tests/backends/ssh/test_dependencies.py", "tests.backends.ssh.test_ssh"),
-    ("tests/backends/ssh/test_ssh.py", "tests.runs.read.test_local_runs"),
-    ("tests/nettest/test_nettest_runs.py", "tests.backends.slurm.test_slurm"),
-    ("tests/runs/owner/test_ckpt_invariant_real.py", "tests.backends.ssh.test_ssh"),
-    ("tests/runs/owner/test_node_usage.py", "tests.backends.slurm.test_slurm_script"),
-    ("tests/runs/owner/test_recovery_runs.py", "tests.backends.ssh.test_ssh"),
-    ("tests/runs/owner/test_split_checkpoints.py", "tests.backends.ssh.test_ssh"),
-    ("tests/trainer/data/test_bucket_data.py", "tests.runs.owner.test_bucket_checkpoints"),
-    ("tests/trainer/loop/test_chunked_loss.py", "tests.trainer.model.test_packing_families"),
-}
-"""Known cross-imports left to move; the set only shrinks (one that is gone must leave it)."""
+@pytest.mark.parametrize(("source", "caught"), [
+    ("from tests.backends.ssh.test_ssh import ssh_cli", "tests.backends.ssh.test_ssh"),
+    ("import tests.backends.ssh.test_ssh", "tests.backends.ssh.test_ssh"),
+    ("from tests.backends.ssh import test_ssh", "tests.backends.ssh.test_ssh"),
+    ("def f():\n    from tests.runs.read.test_local_runs import HOSTILE", "tests.runs.read.test_local_runs"),
+    ("from .test_ssh import ssh_cli", "tests.backends.ssh.test_ssh"),
+    ("from ..slurm.test_slurm import workload", "tests.backends.slurm.test_slurm"),
+    ("from . import test_shell", "tests.backends.ssh.test_shell"),
+    ("from tests.support.ssh_runs import ssh_cli", None),
+    ("from tests.support import sshd", None),
+    ("import pytest_asyncio", None),
+], ids=["from-module", "import", "from-package", "inside-a-function", "relative", "relative-up", "relative-package",
+        "support", "support-package", "not-tests"])
+def test_every_form_of_a_test_to_test_import_is_caught(source, caught):
+    found = _imported_test_modules(TESTS / "backends" / "ssh" / "test_x.py", source)
+    assert found == ([f"tests/backends/ssh/test_x.py:{source.count(chr(10)) + 1}: imports {caught}"] if caught else [])
 
 
 def test_no_test_module_imports_another():
     found = [line for path in sorted(TESTS.rglob("*.py")) for line in _imported_test_modules(path)]
-    pairs = {(line.split(":")[0], line.rsplit(" ", 1)[-1]) for line in found}
-    new = [line for line in found if (line.split(":")[0], line.rsplit(" ", 1)[-1]) not in NOT_YET]
-    assert not new, "move what they share into tests/support/:\n" + "\n".join(new)
-    gone = sorted(NOT_YET - pairs)
-    assert not gone, f"moved to tests/support/ already: take them out of NOT_YET: {gone}"
+    assert not found, "move what they share into tests/support/ (fixtures: a conftest.py):\n" + "\n".join(found)

@@ -144,7 +144,7 @@ command: "true"
 
 
 def test_the_two_node_slurm_cluster_gives_the_same_report(home, tmp_path, slurm):
-    from tests.backends.slurm.test_slurm import slurm_cli, workload
+    from tests.support.slurm_runs import slurm_cli, workload
 
     wl = workload(tmp_path, slurm, 'command: "true"\n')
     out = slurm_cli(home, slurm, "nettest", wl, "--quick", "--max-size", "1", "--json")

@@ -1,4 +1,5 @@
-"""A corpus of hostile job output: every control form a job could use to reach the user's terminal."""
+"""Hostile strings: a corpus of job output with every control form a job could use to reach the user's terminal,
+and values (env, parameters, paths) full of shell and YAML syntax that must arrive byte for byte and run nothing."""
 
 from __future__ import annotations
 
@@ -23,6 +24,15 @@ CORPUS: list[tuple[str, bytes]] = [
     ("unterminated osc", ESC + b"]2;PWNED"),
 ]
 SAFE_TEXT = "ok"
+HOSTILE = [
+    "it's", 'say "hi"', "$(touch PWNED)", "`touch PWNED`", "; touch PWNED", "a && touch PWNED", "|| true",
+    "line1\nline2", "\ttab", "-rf", "--help", "-", "$HOME", "${PATH}", "%s%n", "\\", "\\n", "'", '"', "*",
+    "?", "[abc]", "~", "!!", "#comment", "a=b", "üñíçødé", "🚀", "x" * 4000, " leading", "trailing ",
+    "", "null", "true", "0", "1e5", "{a: b}", "[1, 2]", "&anchor", "*alias", "| block", "> folded",
+    "<(cat /etc/passwd)", "$((1+1))", "\x1b[31mred", "back\\slash", "semi;colon", "new\r\nline", "--",
+]
+"""Strings a shell or YAML would read as syntax (quotes, substitutions, operators, escapes, anchors, a long
+word, control characters): a value that crosses a boundary must arrive as itself."""
 
 
 def hostile_log() -> bytes:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+KEY, SECRET = "fsdp-tui-test-key", "fsdp-tui-test-secret-value"
+"""The credentials a test hands out for the :func:`s3_server` fixture's server (it checks none)."""
 BOOT_ACTIONS = 4
 """Requests moto lets through unauthenticated before it checks every key: the user, its key, its policy
 and the bucket made by :func:`moto_s3`."""
@@ -80,3 +82,10 @@ def moto_s3(log: Path, bucket: str = "ckpts", auth: bool = True) -> Iterator[S3S
         yield server_
     finally:
         server_.stop()
+
+
+@pytest.fixture
+def s3_server(tmp_path) -> Iterator[str]:
+    """``moto_server`` on a free loopback port with the bucket ``ckpts``, credentials not checked; its URL."""
+    with moto_s3(tmp_path / "moto.log", auth=False) as server:
+        yield server.url

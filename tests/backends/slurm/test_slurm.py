@@ -6,39 +6,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.runs.owner.test_stall import SCRIPT as HANG  # rank 1 hangs at step 6
-from tests.support.cli import FSDP_TUI, ROOT, cli_env, events, tagged, write_workload
+from tests.support.cli import FSDP_TUI, ROOT, cli_env, events, tagged
+from tests.support.hung_rank import HUNG_RANK as HANG  # rank 1 hangs at step 6
+from tests.support.slurm_runs import first_event, node_file, slurm_cli, slurm_popen, wait_said, workload
 
 pytestmark = pytest.mark.slow
-ASSETS = "/tmp/fsdp-tui-test-assets"
-
-
-def slurm_cli(home: Path, cluster, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([FSDP_TUI, *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          env=cli_env(home, HOME=str(cluster.client_home)), cwd=ROOT)
-
-
-def slurm_popen(home: Path, cluster, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([FSDP_TUI, *map(str, args)], stdout=subprocess.PIPE, text=True,
-                            env=cli_env(home, HOME=str(cluster.client_home)), cwd=ROOT)
-
-
-def workload(tmp: Path, cluster, body: str, *, slurm: str = "", procs: int = 1) -> Path:
-    return write_workload(tmp, f"""experiment_name: slurm-test
-compute:
-  accelerator_type: CPU
-  procs_per_node: {procs}
-  num_accelerators: {2 * procs}
-  slurm: {{login: {cluster.login_alias}, partition: {cluster.partition}, job_dir: {cluster.job_dir}{slurm}}}
-environment: {{python: {sys.executable}}}
-env_variables: {{OMP_NUM_THREADS: 1, GLOO_SOCKET_IFNAME: eth0, FSDP_TUI_ASSETS: {ASSETS}}}
-{body}""")
 
 
 TRAINER = """parameters:
@@ -55,10 +32,6 @@ TRAINER = """parameters:
 """
 
 
-def node_file(cluster, run_id: str, rank: int, name: str) -> Path:
-    return Path(cluster.job_dir) / run_id / f"node-{rank}" / name
-
-
 def wait_state(home: Path, run_id: str, states: set[str], timeout: float = 120) -> dict:
     from launcher.runs.core.store import RunStore
 
@@ -70,24 +43,6 @@ def wait_state(home: Path, run_id: str, states: set[str], timeout: float = 120) 
             return {"state": record.summary.state.value, "transitions": record.transitions}
         time.sleep(0.2)
     raise AssertionError(f"{run_id} never reached {states}: {store.get_run(run_id).transitions[-5:]}")
-
-
-def wait_said(home: Path, run_id: str, words: str, timeout: float = 120) -> list:
-    """Until a state transition of the run says ``words``; its transitions."""
-    from launcher.runs.core.store import RunStore
-
-    store = RunStore(home)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        record = store.get_run(run_id)
-        if record is not None and any(words in t[3] for t in record.transitions):
-            return record.transitions
-        time.sleep(0.2)
-    raise AssertionError(f"{run_id} never said {words!r}: {store.get_run(run_id).transitions[-5:]}")
-
-
-def first_event(proc: subprocess.Popen) -> str:
-    return json.loads(proc.stdout.readline())["run_id"]
 
 
 def test_air_style_script_on_two_slurm_nodes_every_line_mirrored_once(home, tmp_path, slurm):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends.slurm.test_slurm import slurm_cli, workload
+from tests.support.slurm_runs import slurm_cli, workload
 
 pytestmark = pytest.mark.slow
 ACTIVE = "pending,running,completing,configuring,suspended"

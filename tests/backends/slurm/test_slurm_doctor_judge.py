@@ -14,7 +14,7 @@ from launcher.backends.slurm.partition import (
     time_check,
 )
 from launcher.backends.slurm.probe_job import MARKER, node_checks, parse_srun, shared_check, srun_argv
-from tests.backends.slurm.test_slurm_script import WORKLOAD, _plan
+from tests.support.slurm_workload import WORKLOAD, slurm_plan
 
 SINFO = """gpu*|up|2-00:00:00|3|gpu:h100:8(S:0-1)
 gpu*|up|2-00:00:00|1|gpu:h100:4
@@ -61,27 +61,27 @@ def test_time_limit_against_max_time():
 
 
 def test_partition_checks_for_a_gpu_workload():
-    checks = by_name(partition_checks(_plan(), SINFO))  # 2 nodes of 8 GPUs, 04:00:00, partition gpu
+    checks = by_name(partition_checks(slurm_plan(), SINFO))  # 2 nodes of 8 GPUs, 04:00:00, partition gpu
     assert [checks[n].status for n in ("partition", "nodes", "gpus per node", "time limit")] == ["ok"] * 4
     assert checks["nodes"].detail == "gpu has 4 nodes; the run needs 2"
 
 
 def test_a_wrong_partition_says_did_you_mean():
-    checks = partition_checks(_plan(WORKLOAD.replace("partition: gpu", "partition: gppu")), SINFO)
+    checks = partition_checks(slurm_plan(WORKLOAD.replace("partition: gpu", "partition: gppu")), SINFO)
     assert [c.name for c in checks] == ["partition"] and checks[0].status == "error"
     assert "did you mean gpu?" in checks[0].fix and "cpu, gpu, short" in checks[0].fix
 
 
 def test_no_partition_named_uses_the_default_and_too_few_gpu_nodes_is_an_error():
     text = WORKLOAD.replace("    partition: gpu\n", "").replace("num_accelerators: 16", "num_accelerators: 32")
-    checks = by_name(partition_checks(_plan(text), SINFO))
+    checks = by_name(partition_checks(slurm_plan(text), SINFO))
     assert "gpu (the default)" in checks["partition"].detail
     assert checks["nodes"].status == "ok" and checks["gpus per node"].status == "error"
 
 
 def test_a_partition_that_is_down_or_too_small():
     text = WORKLOAD.replace("partition: gpu", "partition: short").replace('time: "04:00:00"', "time: 20")
-    checks = by_name(partition_checks(_plan(text), SINFO))
+    checks = by_name(partition_checks(slurm_plan(text), SINFO))
     assert checks["partition"].status == "warning" and checks["gpus per node"].status == "error"
     assert checks["time limit"].status == "ok"
 
@@ -112,7 +112,7 @@ def test_job_dir_shared_only_when_the_login_sees_every_node_file():
 
 
 def test_node_checks_group_per_concern():
-    plan = _plan()
+    plan = slurm_plan()
     checks = by_name(node_checks(plan, "/venv/bin/python", {0: report("n0"), 1: report("n1", torch=None)},
                                  ["n0", "n1"]))
     assert checks["python"].status == "ok" and checks["python"].detail == "3.12.1 (/venv/bin/python) on n0, n1"
@@ -124,7 +124,7 @@ def test_node_checks_group_per_concern():
 
 
 def test_the_probe_job_asks_for_the_runs_nodes_partition_and_gpus():
-    argv = srun_argv(_plan(), "/venv/bin/python", "/shared/x/doctor-probe-1", "fsdp-tui-doctor-1")
+    argv = srun_argv(slurm_plan(), "/venv/bin/python", "/shared/x/doctor-probe-1", "fsdp-tui-doctor-1")
     assert argv[0] == "srun" and "--nodes=2" in argv and "--partition=gpu" in argv and "--account=nlp" in argv
     assert "--gpus-per-node=8" in argv and "--label" in argv and "--time=2" in argv
     assert argv[argv.index("-c") - 1] == "/venv/bin/python"
@@ -163,7 +163,7 @@ def test_the_doctor_reports_a_slurm_workload_as_one_node_via_the_login(monkeypat
     from launcher.backends.base import SchedulerCheck
     from launcher.doctor import diagnose as d
 
-    plan = _plan()
+    plan = slurm_plan()
     fake = FakeScheduler(plan, checks=(SchedulerCheck("sbatch --test-only", "ok", "fine"),
                                        SchedulerCheck("time limit", "error", "too long", "shorten it")))
     monkeypatch.setattr(d, "backend_for", lambda plan, **kw: fake)
@@ -181,7 +181,7 @@ def test_an_unreachable_login_node_asks_the_scheduler_nothing(monkeypatch):
 
     from launcher.doctor import diagnose as d
 
-    plan = _plan()
+    plan = slurm_plan()
     fake = FakeScheduler(plan, reach_ok=False)
     monkeypatch.setattr(d, "backend_for", lambda plan, **kw: fake)
     report = asyncio.run(d.diagnose(plan, run_root=plan.node_root))
@@ -191,5 +191,5 @@ def test_an_unreachable_login_node_asks_the_scheduler_nothing(monkeypatch):
 
 
 def test_a_cpu_only_torch_is_an_error_for_a_gpu_workload():
-    checks = by_name(node_checks(_plan(), "p", {0: report("n0", torch="2.13.0+cpu")}, ["n0"]))
+    checks = by_name(node_checks(slurm_plan(), "p", {0: report("n0", torch="2.13.0+cpu")}, ["n0"]))
     assert checks["torch"].status == "error" and "CUDA build" in checks["torch"].detail

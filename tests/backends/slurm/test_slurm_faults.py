@@ -14,46 +14,24 @@ from pathlib import Path
 import pytest
 
 from launcher.runs.core.store import RunStore
-from tests.backends.slurm.test_slurm import (
+from tests.support.cli import events, tagged, wait_until
+from tests.support.slurm_runs import (
+    RESUMING,
     first_event,
+    job_of,
     node_file,
+    node_pids,
     slurm_cli,
     slurm_popen,
     wait_said,
     workload,
 )
-from tests.support.cli import events, tagged
 
 pytestmark = pytest.mark.slow
 
 
-def _wait(what: str, ok, timeout: float = 90):
-    deadline = time.monotonic() + timeout
-    while not (found := ok()):
-        assert time.monotonic() < deadline, what
-        time.sleep(0.2)
-    return found
-
-
-def _job_of(cluster, run_id: str, attempt: str = "1") -> str:
-    jobs = node_file(cluster, run_id, 0, "jobs.json")
-    return _wait("the job was submitted", lambda: jobs.exists() and json.loads(jobs.read_text()).get(attempt))
-
-
 def _triage(home: Path, run_id: str) -> dict:
     return json.loads((home / "runs" / run_id / "triage.json").read_text())
-
-
-def _node_pids(cluster, job_id: str, node_id: int) -> list[int]:
-    mine = f"SLURM_NODEID={node_id}".encode()
-    out = []
-    for pid in cluster.job_pids(job_id):
-        try:
-            if mine in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-                out.append(pid)
-        except OSError:
-            continue
-    return out
 
 
 SLEEPER = "command: |\n  echo up $NODE_RANK; sleep 300 & wait\n"
@@ -67,11 +45,11 @@ def test_a_killed_node_is_named_with_slurms_line_and_requeue_is_refused_by_defau
     proc = slurm_popen(home, slurm_module, "run", workload(tmp_path, slurm_module, SLEEPER), "--json")
     try:
         run_id = first_event(proc)
-        job = _job_of(slurm_module, run_id)
-        _wait("both nodes run the command", lambda: len(tagged(run_id)) >= 4)
+        job = job_of(slurm_module, run_id)
+        wait_until(lambda: len(tagged(run_id)) >= 4, 90, "both nodes run the command")
         refused = slurm_module.run(["scontrol", "requeue", job], check=False)
         assert refused.returncode != 0 and "disabled" in refused.stderr, refused
-        for pid in _node_pids(slurm_module, job, 1):
+        for pid in node_pids(slurm_module, job, 1):
             os.kill(pid, signal.SIGKILL)
         proc.communicate(timeout=120)
         assert proc.returncode != 0
@@ -126,20 +104,6 @@ def test_a_time_above_the_partitions_max_time_is_refused_at_launch_naming_the_li
     assert slurm_cli(home, slurm_module, "runs", "--json").stdout.strip() == "[]"
 
 
-# A script that checkpoints every 3 steps (one file per node, in the shared node-0 folder where every node
-# works) and resumes from there, as the built-in trainer does (its own resume is tested elsewhere).
-RESUMING = r"""command: |
-  start=$(cat ckpt-$NODE_RANK 2>/dev/null || echo 0)
-  if [ "$start" -gt 0 ]; then echo "resumed from step $start"; fi
-  for i in $(seq $((start + 1)) 12); do
-    echo "step $i of node $NODE_RANK"
-    if [ "$NODE_RANK" = 0 ]; then echo '{"step": '$i', "loss": 1.0}' >> "$FSDP_TUI_METRICS_FILE"; fi
-    if [ $((i % 3)) = 0 ]; then echo $i > ckpt-$NODE_RANK; fi
-    sleep 0.5
-  done
-"""
-
-
 def test_a_requeue_is_a_new_attempt_that_resumes_from_the_newest_checkpoint(home, tmp_path, slurm_module):
     """compute.slurm.requeue: true; `scontrol requeue` mid-run. (SLURM holds a requeued job ~2 minutes
     (BeginTime); the test releases it at once with `scontrol update StartTime=now`.)"""
@@ -148,12 +112,13 @@ def test_a_requeue_is_a_new_attempt_that_resumes_from_the_newest_checkpoint(home
                        "--json")
     try:
         run_id = first_event(proc)
-        job = _job_of(slurm_module, run_id)
+        job = job_of(slurm_module, run_id)
         metrics = node_file(slurm_module, run_id, 0, "metrics.jsonl")
-        _wait("a checkpoint and a few steps", lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 5)
+        wait_until(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 5, 90,
+                   "a checkpoint and a few steps")
         slurm_module.run(["scontrol", "requeue", job])
         said = wait_said(home, run_id, "requeued by SLURM", timeout=90)
-        _wait("the job waits again", lambda: slurm_module.jobs().get(job) == "PENDING")  # not while COMPLETING
+        wait_until(lambda: slurm_module.jobs().get(job) == "PENDING", 90, "the job waits again")  # not while COMPLETING
         # slurmd revoked the job's credential when the cut-short run ended, to the second: a credential
         # issued in that same second is refused ("Job N already killed, do not launch batch job") and
         # the job FAILS, which SLURM's own BeginTime hold of a requeued job avoids. Release it in the
@@ -227,13 +192,14 @@ def test_a_login_away_past_lost_after_s_is_not_the_job(home, tmp_path, slurm_mod
     try:
         run_id = first_event(proc)
         log0 = node_file(slurm_module, run_id, 0, "node.log")
-        _wait("the job prints", lambda: log0.exists() and b"line 3 of" in log0.read_bytes())
+        wait_until(lambda: log0.exists() and b"line 3 of" in log0.read_bytes(), 90, "the job prints")
         _login_down(slurm_module)
         try:
             store = RunStore(home)
-            rows = _wait("the nodes say the job may still be running", lambda: [
+            rows = wait_until(lambda: [
                 n for n in store.get_run(run_id).nodes
-                if n.state.value == "reconnecting" and "the SLURM job may still be running" in n.detail], timeout=60)
+                if n.state.value == "reconnecting" and "the SLURM job may still be running" in n.detail], 60,
+                "the nodes say the job may still be running")
             time.sleep(4)  # the login stays away past lost_after_s (1 s): nothing to poll for on our side
             assert store.get_run(run_id).summary.state.value == "running"
         finally:

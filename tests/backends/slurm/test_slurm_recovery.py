@@ -13,9 +13,16 @@ import time
 
 import pytest
 
-from tests.backends.slurm.test_slurm import first_event, node_file, slurm_popen, workload
-from tests.backends.slurm.test_slurm_faults import RESUMING, _job_of, _node_pids, _wait
-from tests.support.cli import events, tagged
+from tests.support.cli import events, tagged, wait_until
+from tests.support.slurm_runs import (
+    RESUMING,
+    first_event,
+    job_of,
+    node_file,
+    node_pids,
+    slurm_popen,
+    workload,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -39,12 +46,13 @@ def test_a_node_killed_in_a_slurm_job_is_excluded_and_the_next_job_goes_on_elsew
     proc = slurm_popen(home, slurm3, "run", workload(tmp_path, slurm3, body), "--json")
     try:
         run_id = first_event(proc)
-        job = _job_of(slurm3, run_id)
+        job = job_of(slurm3, run_id)
         metrics = node_file(slurm3, run_id, 0, "metrics.jsonl")
-        _wait("a checkpoint and a few steps", lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 5)
+        wait_until(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 5, 90,
+                   "a checkpoint and a few steps")
         log1 = node_file(slurm3, run_id, 1, "node.log").read_text()
         failed = log1.split("node 1 on ")[1].split()[0]  # where SLURM put node 1
-        for pid in _node_pids(slurm3, job, 1):
+        for pid in node_pids(slurm3, job, 1):
             os.kill(pid, signal.SIGKILL)
         out, _ = proc.communicate(timeout=240)
     finally:

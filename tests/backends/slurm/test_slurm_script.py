@@ -12,47 +12,15 @@ from launcher.backends.base import NodeStatus
 from launcher.backends.slurm.queue import parse_squeue
 from launcher.backends.slurm.script import render_slurm
 from launcher.backends.slurm.verdict import judge
-from launcher.workload.plan import build_plan
 from launcher.workload.slurm import sbatch_line_problem, time_minutes
 from launcher.workload.validate import validate_text
+from tests.support.slurm_workload import WORKLOAD, slurm_plan
 
 GOLDEN = Path(__file__).with_name("golden") / "slurm_dry_run.txt"
-WORKLOAD = """\
-experiment_name: squad-560m
-compute:
-  num_accelerators: 16
-  accelerator_type: GPU_8xH100
-  slurm:
-    login: alice@login.cluster.example
-    partition: gpu
-    account: nlp
-    qos: high
-    time: "04:00:00"
-    constraint: h100&ib
-    exclusive: true
-    extra_sbatch: ["#SBATCH --mail-type=END", "--comment=squad"]
-    job_dir: /shared/alice/fsdp-tui
-environment:
-  python: /shared/alice/venv/bin/python
-env_variables:
-  NCCL_DEBUG: WARN
-secrets:
-  HF_TOKEN: hf/token
-parameters:
-  model_name: bigscience/bloom-560m
-  dataset_name: squad
-  output_dir: checkpoints
-"""
-
-
-def _plan(text: str = WORKLOAD):
-    result = validate_text(text, "w.yaml")
-    assert result.ok, [p.format() for p in result.problems]
-    return build_plan(result.workload, run_id="20261123-1200-squad-560m-abcd", node_root="/shared/alice/fsdp-tui")
 
 
 def test_the_dry_run_shows_the_exact_batch_script(request):
-    text = render_slurm(_plan(), "/shared/alice/venv/bin/python")
+    text = render_slurm(slurm_plan(), "/shared/alice/venv/bin/python")
     if request.config.getoption("--snapshot-update", default=False):
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text()
@@ -92,7 +60,7 @@ def test_slurm_and_hosts_exclude_each_other_and_problems_name_their_line():
 
 
 def test_nodes_follow_the_accelerators_and_a_mismatch_is_refused():
-    plan = _plan()
+    plan = slurm_plan()
     assert plan.topology.num_nodes == 2 and plan.topology.procs_per_node == 8 and not plan.topology.is_local
     assert [n.node_dir for n in plan.nodes] == [f"/shared/alice/fsdp-tui/{plan.run_id}/node-{r}" for r in (0, 1)]
     assert plan.nodes[1].host_display == "SLURM node 1 via alice@login.cluster.example"
@@ -198,7 +166,7 @@ def test_sbatch_test_only_tells_a_refused_job_from_a_login_without_slurm(status,
     from launcher.backends.slurm.checks import test_only
 
     class Login:
-        plan = _plan()
+        plan = slurm_plan()
         label = "alice@login"
 
         async def ask(self, argv, env=None, **kw):

@@ -93,7 +93,7 @@ def test_a_failed_install_fails_the_run_with_pips_reason_and_caches_nothing(home
 
 def test_nodes_sharing_a_home_build_the_venv_once_over_ssh(home, tmp_path, hosts):
     """Two SSH nodes whose ``ssh.remote_root`` is the same folder, as on an NFS home: one builds, one waits."""
-    from tests.backends.ssh.test_ssh import ssh_cli
+    from tests.support.ssh_runs import ssh_cli
 
     client, _ = hosts
     wheels = tmp_path / "wheels"

@@ -20,21 +20,10 @@ from tests.support.cli import (
     tagged,
     write_workload,
 )
+from tests.support.ssh_runs import gloo_iface, ssh_cli
 from tests.support.sshd import keygen
 
 pytestmark = pytest.mark.slow
-
-
-def ssh_cli(home: Path, client: Path, *args: str, timeout: int = 300):
-    return subprocess.run([FSDP_TUI, *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          env=cli_env(home, HOME=str(client)), cwd=ROOT)
-
-
-def gloo_iface(started) -> str:
-    """The interface gloo binds on each host: the namespace's own, or loopback for loopback hosts."""
-    from tests.support.sshd import NS_IFACE
-
-    return NS_IFACE if started[0].netns else "lo"
 
 
 def test_air_style_script_on_two_ssh_nodes(home, tmp_path, ns_hosts):
@@ -311,7 +300,7 @@ def test_hostile_strings_and_a_canary_secret_over_ssh(home, tmp_path, ns_hosts):
 
     import yaml
 
-    from tests.runs.read.test_local_runs import HOSTILE
+    from tests.support.hostile import HOSTILE
 
     client, started = ns_hosts
     canary = "canary-5b1d0e77aa"

@@ -5,52 +5,14 @@ workload's secrets; listed, exported and resumed from it as from any checkpoint.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.cli import cli, events, write_workload
+from tests.support.s3_server import KEY, SECRET
 
 pytestmark = pytest.mark.slow
-
-KEY, SECRET = "fsdp-tui-test-key", "fsdp-tui-test-secret-value"
-
-
-@pytest.fixture
-def s3_server(tmp_path):
-    """``moto_server`` on a free loopback port, with one bucket; its URL."""
-    server = shutil.which("moto_server") or str(Path(sys.executable).with_name("moto_server"))
-    if not os.path.exists(server):
-        pytest.skip("moto[server] is not installed (pip install '.[test]')")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with open(tmp_path / "moto.log", "w") as log:  # the child keeps its own copy of the descriptor
-        proc = subprocess.Popen([server, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.fail(f"moto_server did not start: {(tmp_path / 'moto.log').read_text()[-1000:]}")
-            time.sleep(0.1)
-    import boto3
-
-    boto3.client("s3", endpoint_url=url, aws_access_key_id=KEY, aws_secret_access_key=SECRET,
-                 region_name="us-east-1").create_bucket(Bucket="ckpts")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
 
 
 def _losses(home: Path, run_id: str) -> dict[int, float]:

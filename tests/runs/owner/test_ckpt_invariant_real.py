@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends.ssh.test_ssh import gloo_iface, ssh_cli
 from tests.support.cli import events, write_workload
+from tests.support.ssh_runs import gloo_iface, ssh_cli
 
 pytestmark = pytest.mark.slow
 

@@ -182,7 +182,7 @@ def test_the_slurm_backend_reads_the_tasks_usage_sample_cleaned_and_fresh(writte
     import time
 
     from launcher.backends.slurm.backend import SlurmBackend
-    from tests.backends.slurm.test_slurm_script import _plan as slurm_plan
+    from tests.support.slurm_workload import slurm_plan
 
     if isinstance(written, dict):
         age = written.pop("age")

@@ -99,7 +99,7 @@ def _training(cmd: bytes) -> bool:
 
 def _workload(tmp: Path, started, *, hosts: str, spares: str = "", extra: str = "", output_dir: str = "outputs",
               steps: int = STEPS) -> Path:
-    from tests.backends.ssh.test_ssh import gloo_iface
+    from tests.support.ssh_runs import gloo_iface
 
     return write_workload(tmp, f"""experiment_name: recovery
 compute: {{accelerator_type: CPU, procs_per_node: 1, num_accelerators: 3, hosts: [{hosts}], spares: [{spares}]}}

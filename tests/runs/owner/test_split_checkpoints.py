@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends.ssh.test_ssh import gloo_iface, ssh_cli
 from tests.support.cli import FSDP_TUI, ROOT, cli_env, events, wait_until, write_workload
+from tests.support.ssh_runs import gloo_iface, ssh_cli
 
 pytestmark = pytest.mark.slow
 

@@ -14,39 +14,15 @@ import time
 import pytest
 
 from tests.support.cli import FSDP_TUI, ROOT, cli, cli_env, tagged, write_workload
+from tests.support.hung_rank import HUNG_RANK
 
 pytestmark = pytest.mark.slow
-
-SCRIPT = """import os, time
-import torch
-import torch.distributed as dist
-
-
-def hang_forever():
-    while True:
-        time.sleep(3600)
-
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-from trainer.flight import start  # noqa: E402 (the collectives each rank is in, dumped on a stall)
-
-start(rank)
-for step in range(1, 1001):
-    if rank == 1 and step == 6:
-        hang_forever()
-    value = torch.ones(1)
-    dist.all_reduce(value)
-    time.sleep(0.1)
-    if rank == 0:
-        print(f"step={step}/1000 loss={1.0 / step:.4f}", flush=True)
-"""
 
 
 def test_a_hung_rank_is_flagged_and_its_stack_shown(home, tmp_path, monkeypatch):
     code = tmp_path / "code"
     code.mkdir()
-    (code / "hang.py").write_text(SCRIPT)
+    (code / "hang.py").write_text(HUNG_RANK)
     wl = write_workload(tmp_path, f"""experiment_name: hung
 environment: {{python: {sys.executable}}}
 code_source: {{type: snapshot, snapshot: {{root_path: {code}}}}}

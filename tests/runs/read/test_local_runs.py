@@ -20,6 +20,7 @@ from tests.support.cli import (
     wait_tracked,
     write_workload,
 )
+from tests.support.hostile import HOSTILE
 
 pytestmark = pytest.mark.slow
 
@@ -177,15 +178,6 @@ command: |
     rest = [json.loads(line) for line in proc.stdout]
     assert proc.wait(timeout=30) == 130
     assert rest[-1]["type"] == "RunFinished" and rest[-1]["state"] == "cancelled"
-
-
-HOSTILE = [
-    "it's", 'say "hi"', "$(touch PWNED)", "`touch PWNED`", "; touch PWNED", "a && touch PWNED", "|| true",
-    "line1\nline2", "\ttab", "-rf", "--help", "-", "$HOME", "${PATH}", "%s%n", "\\", "\\n", "'", '"', "*",
-    "?", "[abc]", "~", "!!", "#comment", "a=b", "üñíçødé", "🚀", "x" * 4000, " leading", "trailing ",
-    "", "null", "true", "0", "1e5", "{a: b}", "[1, 2]", "&anchor", "*alias", "| block", "> folded",
-    "<(cat /etc/passwd)", "$((1+1))", "\x1b[31mred", "back\\slash", "semi;colon", "new\r\nline", "--",
-]
 
 
 def test_hostile_strings_arrive_byte_for_byte_and_run_nothing(home, tmp_path):

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.runs.owner.test_bucket_checkpoints import KEY, SECRET, s3_server  # noqa: F401  (the server fixture)
+from tests.support.s3_server import KEY, SECRET
 from trainer.data.dataset import build
 from trainer.data.position import DataPosition
 from trainer.data.stream import StreamOrder
@@ -34,7 +34,7 @@ def _same(a, b) -> None:
         assert all(bool((x[k] == y[k]).all()) for k in y)
 
 
-def test_a_bucket_source_is_cached_and_streamed_as_the_same_file_here(tmp_path, tok, s3_server, monkeypatch):  # noqa: F811
+def test_a_bucket_source_is_cached_and_streamed_as_the_same_file_here(tmp_path, tok, s3_server, monkeypatch):
     import boto3
 
     for name, value in (("AWS_ENDPOINT_URL", s3_server), ("AWS_ACCESS_KEY_ID", KEY), ("AWS_SECRET_ACCESS_KEY", SECRET),

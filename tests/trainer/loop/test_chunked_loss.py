@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.trainer.model.test_packing_families import COMMON, PACKED, VOCAB
+from tests.support.trainer.packed_families import COMMON, PACKED, VOCAB
 from trainer.data.rows import IGNORE, Example, collate, pack, pad_rows
 from trainer.loop import loss, train
 from trainer.model import learned_logits
