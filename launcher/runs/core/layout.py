@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.events import RunEvent, event_to_dict
 from launcher.runs.core.continuation import OPTION, Continuation
+from launcher.runs.core.mlflow_notes import MlflowNotes
 from launcher.runs.core.swaps import Swap
 from launcher.runs.core.triage import TriageReport
 from trainer.wire.protocol import MetricRecord, ResumeCheck
@@ -193,24 +194,22 @@ def read_triage(directory: Path) -> TriageReport | None:
         return None
 
 
-def read_mlflow_state(directory: Path) -> dict[str, Any]:
+def read_mlflow_state(directory: Path) -> MlflowNotes:
     """What the run's owner has logged to MLflow (``mlflow.json``, its tracker's own notes: the MLflow run id,
     how far each source is sent, the end it still owes); empty before it logged anything."""
-    data = read_json(directory / STATE_FILE)
-    return data if isinstance(data, dict) else {}
+    return MlflowNotes.of(read_json(directory / STATE_FILE))
 
 
-def save_mlflow_state(directory: Path, state: Mapping[str, Any]) -> None:
+def save_mlflow_state(directory: Path, state: MlflowNotes) -> None:
     """The tracker's notes, whole or not at all."""
     tmp = directory / f".{STATE_FILE}.tmp"
-    tmp.write_text(json.dumps(dict(state)))
+    tmp.write_text(json.dumps(state.to_json()))
     os.replace(tmp, directory / STATE_FILE)
 
 
 def read_mlflow_run_id(directory: Path) -> str | None:
     """The run's MLflow run id, once its owner opened one (``show``, the app); ``None`` before."""
-    found = read_mlflow_state(directory).get("run_id")
-    return found if isinstance(found, str) and found else None
+    return read_mlflow_state(directory).run_id
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ def send(home: Path, run_id: str) -> Sent:
         if not tracker.unsent(len(records), len(samples)):
             pending.clear(directory)
             return Sent(True, f"in MLflow: run {tracker.mlflow_run_id} at {tracker.sink.uri}, "
-                              f"{len(records)} records" + (", its end" if tracker.state.get("end") else ""))
+                              f"{len(records)} records" + (", its end" if tracker.state.end else ""))
         pending.mark(directory, tracker.error or "not sent yet")
         return Sent(False, f"not sent to {tracker.sink.uri}: {tracker.error or 'not sent yet'}")
     finally:

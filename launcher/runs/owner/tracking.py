@@ -34,6 +34,7 @@ from launcher.runs.core.layout import (
     read_options,
     save_mlflow_state,
 )
+from launcher.runs.core.mlflow_notes import EndStatus, MlflowNotes, OwedEnd, SystemSent
 from launcher.runs.owner.mlflow_sink import MlflowSink
 from launcher.runs.owner.system_metrics import read_from, to_metrics
 from launcher.workload.plan import RunPlan
@@ -48,7 +49,7 @@ the first writer of a fresh store creates and migrates it, which takes a while o
 it the round is given up and tried again later. Waited for in a tracking thread, never by the run."""
 PROBE_TIMEOUT_S = 3.0
 """A remote store that does not answer a connection and a request within this long is down."""
-Status = Literal["FINISHED", "FAILED", "KILLED"]
+Status = EndStatus
 
 
 class TrackingBusy(Exception):
@@ -122,11 +123,11 @@ class Tracker:
         self.local = self.sink is not None and self.sink.uri.startswith("sqlite:")
         self.state = self._load()
         self.opened = False
-        self.error: str | None = self.state.get("error")
+        self.error: str | None = self.state.error
         """The last failure, in words; ``None`` while tracking works."""
         self.retry_at = 0.0
 
-    def _load(self) -> dict:
+    def _load(self) -> MlflowNotes:
         return read_mlflow_state(self.path.parent)
 
     def _save(self) -> None:
@@ -134,7 +135,7 @@ class Tracker:
 
     @property
     def mlflow_run_id(self) -> str | None:
-        return self.state.get("run_id")
+        return self.state.run_id
 
     @property
     def waiting(self) -> bool:
@@ -146,18 +147,11 @@ class Tracker:
         ``samples`` steps of generation samples, the nodes' system metrics, or its end)."""
         if self.sink is None:
             return False
-        end = self.state.get("end")
-        return (not self.mlflow_run_id or int(self.state.get("synced", 0)) < records or int(self.state.get("samples_synced", 0)) < samples
-                or self._system_sent()[0] < file_size(self.path.parent / EVENTS)
-                or (end is not None and not end.get("sent")))
+        end = self.state.end
+        return (not self.mlflow_run_id or self.state.synced < records or self.state.samples_synced < samples
+                or self.state.system.offset < file_size(self.path.parent / EVENTS)
+                or (end is not None and not end.sent))
 
-    def _system_sent(self) -> tuple[int, dict[str, int]]:
-        """How far ``events.jsonl`` was sent as system metrics (a byte offset), and each node's steps."""
-        sent = self.state.get("system")
-        if not isinstance(sent, dict):
-            return 0, {}
-        steps = sent.get("steps")
-        return int(sent.get("offset", 0)), dict(steps) if isinstance(steps, dict) else {}
 
     def _guard(self, what, *args, write: bool = True) -> bool:
         """Run ``what(*args)`` (a ``write`` under the store's lock if it is local); a failure is kept in
@@ -180,7 +174,7 @@ class Tracker:
         return True
 
     def _remember_error(self) -> None:
-        self.state["error"] = self.error
+        self.state.error = self.error
         with contextlib.suppress(OSError):
             self._save()
 
@@ -203,7 +197,7 @@ class Tracker:
         else:
             tags = {**read_options(self.path.parent).tags, "fsdp_tui.run_id": self.plan.run_id}
             run_id = sink.start(self.plan.workload.parameters, tags)
-            self.state.update(run_id=run_id, source="metrics", synced=0)
+            self.state.run_id, self.state.source, self.state.synced = run_id, "metrics", 0
             self._save()
         self.opened = True
 
@@ -231,16 +225,16 @@ class Tracker:
             return True
         if self.waiting or not self._ready():
             return False
-        if self.state.get("source") != source:
-            self.state.update(source=source, synced=0)
-        synced = int(self.state.get("synced", 0))
+        if self.state.source != source:
+            self.state.source, self.state.synced = source, 0
+        synced = self.state.synced
         todo = all_records[synced:]
         if not todo:
             return True
 
         def log() -> None:
             sink.log_records(self._trusted(todo))
-            self.state["synced"] = synced + len(todo)
+            self.state.synced = synced + len(todo)
             self._save()
 
         return self._guard(log)
@@ -251,14 +245,14 @@ class Tracker:
         sink = self.sink
         if sink is None or not self.opened:
             return True
-        logged = int(self.state.get("samples_synced", 0))
+        logged = self.state.samples_synced
         todo = sets[logged:]
         if not todo:
             return True
 
         def log() -> None:
             sink.log_samples(todo)
-            self.state["samples_synced"] = logged + len(todo)
+            self.state.samples_synced = logged + len(todo)
             self._save()
 
         return self._guard(log)
@@ -271,7 +265,7 @@ class Tracker:
         if sink is None or not self.opened:
             return True
         while True:
-            offset, steps = self._system_sent()
+            offset, steps = self.state.system.offset, dict(self.state.system.steps)
             lines, end = read_from(self.path.parent / EVENTS, offset)
             if end == offset:
                 return True
@@ -280,7 +274,7 @@ class Tracker:
             def log(metrics=metrics, end=end, steps=steps) -> None:
                 if metrics:
                     sink.log_system(metrics)
-                self.state["system"] = {"offset": end, "steps": steps}
+                self.state.system = SystemSent(end, steps)
                 self._save()
 
             # Lines of no sample (state changes) send nothing: no store lock is taken for them.
@@ -300,12 +294,12 @@ class Tracker:
                 "fsdp_tui.recovered": "yes" if all(s.recovered for s in swaps) else
                 ("pending" if not swaps[-1].settled else "no")}
         tags.update({f"fsdp_tui.swap.{s.number}": s.words()[:5000] for s in swaps})
-        if self.state.get("swap_tags") == tags:
+        if self.state.swap_tags == tags:
             return True
 
         def log() -> None:
             sink.set_tags(tags)
-            self.state["swap_tags"] = tags
+            self.state.swap_tags = tags
             self._save()
 
         return self._guard(log)
@@ -315,7 +309,7 @@ class Tracker:
         it later sends this, as the run ended."""
         if self.sink is None:
             return
-        self.state["end"] = {"status": status, "totals": totals or {}, "sent": False}
+        self.state.end = OwedEnd(status, dict(totals or {}))
         self._save()
 
     def finish(self, artifacts: list[Path]) -> bool:
@@ -323,15 +317,15 @@ class Tracker:
         sink = self.sink
         if sink is None:
             return True
-        end = self.state.get("end")
-        if end is None or end.get("sent"):
+        end = self.state.end
+        if end is None or end.sent:
             return True
         if self.waiting or not self._ready():
             return False
 
         def send() -> None:
-            sink.finish(end["status"], artifacts, end.get("totals"))
-            end["sent"] = True
+            sink.finish(end.status, artifacts, end.totals)
+            end.sent = True
             self._save()
 
         return self._guard(send)
