@@ -5,7 +5,6 @@ both call :meth:`Runs.launch` and show its typed outcome (:class:`Launched`, :cl
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,14 +142,11 @@ class Runs:
         from launcher.runs.core.ownership import kept_end, owner_note
         from launcher.runs.core.resume_badge import trusted
         from launcher.runs.core.run_kind import run_kind
+        from launcher.runs.core.settings_prices import prices_set
         from launcher.runs.core.usage import usage_of_record
-        from launcher.runs.core.user_settings import SettingsError, load_user_settings
 
         store = self._store()
-        try:
-            prices = load_user_settings().prices
-        except SettingsError:
-            prices = None
+        prices = prices_set()
         now, out = time.time(), []
         for summary in store.list_runs(state=state, experiment=experiment, limit=limit):
             record = store.get_run(summary.run_id)
@@ -244,6 +240,8 @@ class Runs:
         save of a live one), else asked of the node that holds it (blocks up to ~15 s: call it from a thread
         in an event loop); ``None`` for a run without ``output_dir``, and, without ``ask_node``, when nothing
         is recorded (no node is asked then: cheap enough to call every second)."""
+        import asyncio
+
         from launcher.runs.core.safe_step import last_safe_step
 
         return asyncio.run(last_safe_step(self.home, run_id, ask_node=ask_node))

@@ -16,6 +16,7 @@ from launcher.notify.deliver import Delivery, deliver
 from launcher.notify.summary import CheckpointFact, RunFacts, build_summary
 from launcher.paths import run_dir
 from launcher.runs.core.layout import read_plan, read_swaps, read_triage
+from launcher.runs.core.settings_prices import prices_set
 from launcher.runs.core.store import RunStore
 from launcher.runs.core.usage import usage_of_record
 from launcher.runs.core.user_settings import SettingsError, effective_notify, load_user_settings
@@ -33,11 +34,7 @@ def gather_facts(home: Path, run_id: str, event: str, checkpoint: CheckpointFact
     directory = run_dir(home, run_id)
     found = read_triage(directory) if event not in ("succeeded", "recovered") else None
     triage = found.to_dict() if found is not None else None
-    try:
-        prices = load_user_settings().prices
-    except SettingsError:
-        prices = None
-    usage = usage_of_record(record, read_plan(directory), prices, time.time())
+    usage = usage_of_record(record, read_plan(directory), prices_set(), time.time())
     return RunFacts(run_id=run_id, experiment=s.experiment, event=event, detail=s.detail, attempt=s.attempt,
                     duration_s=s.duration_s, step=s.step, max_steps=s.max_steps, last_loss=s.last_loss,
                     best_eval_loss=s.best_eval_loss, usage=usage.to_dict() if usage else {},

@@ -29,11 +29,11 @@ from launcher.runs.core.notifying import read_deliveries
 from launcher.runs.core.ownership import kept_end, owned, owner_note
 from launcher.runs.core.resume_badge import trusted
 from launcher.runs.core.safe_step import SafeStep, lead_time_of_run
+from launcher.runs.core.settings_prices import prices_set
 from launcher.runs.core.store import NodeRecord, RunStore
 from launcher.runs.core.swaps import Swap
 from launcher.runs.core.triage import TriageReport
 from launcher.runs.core.usage import Usage, usage_of_record
-from launcher.runs.core.user_settings import SettingsError, load_user_settings
 from launcher.runs.read.ranks import RankReport, rank_report
 from launcher.runs.read.report_parts import DataSeen, MlflowLink, NettestSeen, ResumedFrom
 from launcher.runs.read.view import fmt_duration
@@ -223,11 +223,7 @@ def _odd_nodes(record) -> list[str]:
 def _usage(record, plan: RecordedPlan | None, ended_at: float | None) -> Usage | None:
     """GPU-hours (CPU-hours) and, with prices in the settings, their cost; ``ended_at``: when the job of a
     run whose end is not recorded yet ended (its usage stops there)."""
-    try:
-        prices = load_user_settings().prices
-    except SettingsError:
-        prices = None
-    return usage_of_record(record, plan, prices, ended_at or time.time())
+    return usage_of_record(record, plan, prices_set(), ended_at or time.time())
 
 
 TAIL_BYTES = 8 << 20
