@@ -220,7 +220,7 @@ class Runs:
         checkpoint is complete: :attr:`RunReport.last_safe_step` says whether one is)."""
         from dataclasses import replace
 
-        from launcher.nettest.launch import newest_for
+        from launcher.nettest.records import newest_for
         from launcher.runs.read.report import run_report
 
         report = run_report(self.home, run_id)

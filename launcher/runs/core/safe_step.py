@@ -9,17 +9,21 @@ counted when it is shown (:meth:`SafeStep.text`), never frozen at the time of as
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.notify.summary import CheckpointFact, fmt_age
-from launcher.runs.core.checkpoints import NoOutputDir, RunCheckpoints, list_checkpoints
+
+if TYPE_CHECKING:
+    from launcher.runs.core.checkpoints import RunCheckpoints
+
+# A node is asked through :mod:`launcher.runs.core.checkpoints` (the backends, the workload's models),
+# imported where a node is asked: a recorded safe step is read without them.
 
 NONE_YET = "no complete checkpoint of its own yet"
 """What the holder said: it answered, and none of the run's own checkpoints is whole."""
@@ -109,6 +113,10 @@ async def last_safe_step(home: Path, run_id: str, timeout_s: float = 15.0, *,
                 return SafeStep(None, NONE_YET)  # its owner records each gathered one as it comes
     if not ask_node:
         return None
+    import asyncio
+
+    from launcher.runs.core.checkpoints import NoOutputDir, list_checkpoints
+
     try:
         listing = await asyncio.wait_for(list_checkpoints(home, run_id), timeout_s)
     except NoOutputDir:
@@ -125,6 +133,10 @@ async def last_safe_step(home: Path, run_id: str, timeout_s: float = 15.0, *,
 async def newest_of_run(home: Path, run_id: str, timeout_s: float = 20.0) -> CheckpointFact | None:
     """The run's own newest complete checkpoint where its whole copies are; ``None`` when there is none,
     the run has no ``output_dir`` or its holder does not answer in time."""
+    import asyncio
+
+    from launcher.runs.core.checkpoints import NoOutputDir, list_checkpoints
+
     try:
         listing = await asyncio.wait_for(list_checkpoints(home, run_id), timeout_s)
     except (NoOutputDir, LookupError, OSError, ValueError, asyncio.TimeoutError):

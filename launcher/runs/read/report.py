@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from launcher.notify.deliver import Delivery
+from launcher.notify.delivery import Delivery
 from launcher.paths import run_dir
 from launcher.runs.core import pending
 from launcher.runs.core.estimates import KeptEstimate, read_kept
@@ -191,10 +191,10 @@ def _resumed_from(home: Path, workload: Mapping[str, Any], run_id: str) -> Resum
     checkpoints screen set it) and, when its path names one, the run that wrote it."""
     import re
 
-    from launcher.runs.core.continuing import recorded
-
     path = ((workload.get("parameters") or {}).get("checkpoint") or {}).get("resume")
-    found = recorded(run_dir(home, run_id))  # what its launch said it continues (resume, or resume: auto)
+    # What its launch said it continues (resume, or resume: auto): continuing.recorded, read here without
+    # the workload's models that module holds.
+    found = read_options(run_dir(home, run_id)).continues
     if found is not None:
         named = path if isinstance(path, str) and path not in ("", "auto", "never") else None
         return ResumedFrom(named or found.name, found.step, found.run_id, found.auto)
