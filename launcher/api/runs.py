@@ -240,9 +240,12 @@ class Runs:
         save of a live one), else asked of the node that holds it (blocks up to ~15 s: call it from a thread
         in an event loop); ``None`` for a run without ``output_dir``, and, without ``ask_node``, when nothing
         is recorded (no node is asked then: cheap enough to call every second)."""
-        import asyncio
+        from launcher.runs.core.safe_step import known_safe_step, last_safe_step
 
-        from launcher.runs.core.safe_step import last_safe_step
+        known, answer = known_safe_step(self.home, run_id)
+        if known or not ask_node:
+            return answer  # no event loop to start: nothing to ask
+        import asyncio
 
         return asyncio.run(last_safe_step(self.home, run_id, ask_node=ask_node))
 

@@ -72,6 +72,12 @@ class HomeScreen(Screen):
         Binding("r", "reload", "refresh", show=False),
     ]
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs_read = False
+        """The runs have been read whole (kinds, sweeps) at least once: a first look that comes later is
+        dropped."""
+
     def compose(self) -> ComposeResult:
         yield Header()
         with Vertical():
@@ -99,13 +105,24 @@ class HomeScreen(Screen):
         self.query_one("#workloads", DataTable).add_columns("workload", "folder")
         self.filter_box.disabled = True  # keys go to the screen until "/" is pressed
         self._update_title()
-        self.action_reload()
+        self._list_workloads()
+        # The first screen: the newest runs as the store has them, alone (two indexed statements), before
+        # any other work competes with drawing them; the rest once they are drawn (_after_first_look).
+        self._first_look()
         self.set_interval(2.0, self.action_reload)
-        self.reap_lost_nodes()
         self.set_interval(30.0, self.reap_lost_nodes)
+
+    def _after_first_look(self) -> None:
+        """What the first look left for later: live runs adopted, each run's kind, the sweeps, and the
+        leftovers of lost nodes."""
+        self.load_runs()
+        self.reap_lost_nodes()
 
     def action_reload(self) -> None:
         self.load_runs()
+        self._list_workloads()
+
+    def _list_workloads(self) -> None:
         table = self.query_one("#workloads", DataTable)
         if table.row_count == 0:
             for path in find_workloads(self.app.extra_workloads):
@@ -116,6 +133,15 @@ class HomeScreen(Screen):
         than the table shows)."""
         self._read_runs(self.runs_table.filter_text)
 
+    @work(thread=True, exclusive=True, group="home-first-look")
+    def _first_look(self) -> None:
+        from launcher.api.runs import StoreDamaged
+
+        try:
+            self.post_message(self._newest("", kinds=None, sweeps=None))
+        except StoreDamaged as err:
+            self.post_message(StoreFoundDamaged(str(err)))
+
     @work(thread=True, exclusive=True, group="home-runs")
     def _read_runs(self, filter_text: str) -> None:
         from launcher.api.runs import StoreDamaged
@@ -123,18 +149,29 @@ class HomeScreen(Screen):
         client = self.app.client
         try:
             client.runs.adopt()  # a run whose owner died gets a new one, which catches it up
-            total = client.runs.count()
-            matching = filter_text.strip() if total > HOME_RUNS else ""
-            runs = client.runs.list(limit=HOME_RUNS, matching=matching)
-            kinds = {k.run_id: k for k in client.runs.kinds(runs)}
+            read = self._newest(filter_text, kinds={}, sweeps=client.sweeps.list())
+            read.kinds = {k.run_id: k for k in client.runs.kinds(read.runs)}  # each run's folder read
         except StoreDamaged as err:
             self.post_message(StoreFoundDamaged(str(err)))
             return
-        self.post_message(RunsRead(runs, client.sweeps.list(), kinds, total, matching))
+        self.post_message(read)
+
+    def _newest(self, filter_text: str, *, kinds: dict | None, sweeps: list | None) -> RunsRead:
+        """The window of runs the table shows, as the store has it (two indexed statements)."""
+        client = self.app.client
+        total = client.runs.count()
+        matching = filter_text.strip() if total > HOME_RUNS else ""
+        return RunsRead(client.runs.list(limit=HOME_RUNS, matching=matching), sweeps, kinds, total, matching)
 
     @on(RunsRead)
     def _runs_read(self, message: RunsRead) -> None:
         with unless_taken_apart(self):
+            if message.sweeps is None:  # the first look
+                if not self.runs_read:  # (a whole read may have come first)
+                    self._show_runs(message)
+                self.call_after_refresh(self._after_first_look)
+                return
+            self.runs_read = True
             self._show_runs(message)
             self.query_one(SweepsTable).show(message.sweeps)
             self.set_class(bool(message.sweeps), "-has-sweeps")
@@ -160,11 +197,15 @@ class HomeScreen(Screen):
     def _show_runs(self, read: RunsRead) -> None:
         table = self.runs_table
         window = Window(read.total, read.matching, len(read.runs) >= HOME_RUNS)
-        # Live runs' durations move, so they are redrawn; a finished list that did not change is not.
-        if (read.runs != table.runs or window != table.window or read.kinds != table.kinds
+        kinds = table.kinds if read.kinds is None else read.kinds
+        # Live runs' durations move, so they are redrawn; a finished list that did not change is not, nor
+        # one whose kinds, first read, mark no run differently.
+        if (read.runs != table.runs or window != table.window or table.marks_differ(kinds)
                 or any(not r.state.is_final for r in read.runs)):
-            table.show(read.runs, window, read.kinds)
+            table.show(read.runs, window, kinds)
             self._update_title()
+        else:
+            table.kinds = kinds
 
     def _update_title(self) -> None:
         if not self.runs_table.runs:

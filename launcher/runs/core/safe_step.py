@@ -94,25 +94,36 @@ def _gathered(home: Path, run_id: str) -> bool:
     return place is not None and place.gathers
 
 
+def known_safe_step(home: Path, run_id: str) -> tuple[bool, SafeStep | None]:
+    """What :func:`last_safe_step` answers without asking a node, and whether that is its answer: ``None``
+    for a run without ``output_dir``; what its owner recorded for an ended run, or a gathered live one.
+    ``(False, None)``: only the node that holds the checkpoints can say."""
+    from launcher.paths import run_dir
+    from launcher.runs.core.store import RunStore
+
+    record = RunStore(home).get_run(run_id)
+    if record is None:
+        return False, None
+    if not record.summary.output_dir:
+        return True, None  # as the listing would say (NoOutputDir, from the same record), without its modules
+    final = record.summary.state.is_final
+    if final or _gathered(home, run_id):
+        recorded = recorded_safe_step(run_dir(home, run_id), time.time())
+        if recorded is not None:
+            return True, recorded
+        if not final:
+            return True, SafeStep(None, NONE_YET)  # its owner records each gathered one as it comes
+    return False, None
+
+
 async def last_safe_step(home: Path, run_id: str, timeout_s: float = 15.0, *,
                          ask_node: bool = True) -> SafeStep | None:
     """``None`` for a run without ``parameters.output_dir`` (its script keeps its own checkpoints). An ended
     run's, and a gathered live run's, come from what its owner recorded (no node is asked); another live
     run's node is asked, unless not ``ask_node`` (then ``None``)."""
-    from launcher.paths import run_dir
-    from launcher.runs.core.store import RunStore
-
-    record = RunStore(home).get_run(run_id)
-    if record is not None and record.summary.output_dir:
-        final = record.summary.state.is_final
-        if final or _gathered(home, run_id):
-            recorded = recorded_safe_step(run_dir(home, run_id), time.time())
-            if recorded is not None:
-                return recorded
-            if not final:
-                return SafeStep(None, NONE_YET)  # its owner records each gathered one as it comes
-    if not ask_node:
-        return None
+    known, answer = known_safe_step(home, run_id)
+    if known or not ask_node:
+        return answer
     import asyncio
 
     from launcher.runs.core.checkpoints import NoOutputDir, list_checkpoints
