@@ -14,7 +14,7 @@ from pathlib import Path
 
 from launcher.nettest.figures import BadResult, Measured, decode
 from launcher.nettest.health import NodeHealth
-from launcher.nettest.records import RECORDS, save_record
+from launcher.nettest.records import RECORDS
 from launcher.paths import new_run_id, run_dir
 from launcher.runs.core.run_kind import NETTEST_TAG
 from launcher.runs.core.store import RunStore
@@ -277,6 +277,22 @@ def read_health(home: Path, run_id: str, num_nodes: int) -> dict[int, NodeHealth
                 out[rank] = NodeHealth.from_wire(data) or NodeHealth(smi_readable=False)
                 break
     return out
+
+
+def save_record(home: Path, outcome: Outcome, plan: RunPlan) -> Path:
+    """``<data dir>/nettests/<run id>.json``: nodes, workload, figures and date, comparable later."""
+    folder = home / RECORDS
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {"run_id": outcome.run_id, "state": outcome.state, "started_at": outcome.started_at,
+            "wall_s": round(outcome.wall_s, 2), "nodes": list(outcome.nodes),
+            "workload": str(plan.source_file) if plan.source_file else None,
+            "experiment": plan.workload.experiment_name, "result": outcome.raw, "problems": list(outcome.problems),
+            "health": {str(k): v.to_dict() for k, v in outcome.health.items()}}
+    path = folder / f"{outcome.run_id}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)
+    return path
 
 
 def _ssh_words(node) -> str:

@@ -1,39 +1,18 @@
-"""The kept interconnect tests, ``<data dir>/nettests/<run id>.json`` (nodes, workload, figures, date): one
-written as each test ends, read newest first to compare a run's nodes with (``show``, the monitor).
-Light: ``show`` reads them without the launch's modules."""
+"""The kept interconnect tests, ``<data dir>/nettests/<run id>.json`` (nodes, workload, figures, date):
+written as each test ends (:func:`launcher.nettest.launch.save_record`), read here newest first to compare
+a run's nodes with (``show``, the monitor), without the launch's modules."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from launcher.nettest.figures import BadResult, decode
 from launcher.runs.core.run_kind import NETTEST_RECORDS
 from launcher.runs.read.report_parts import NettestSeen
 
-if TYPE_CHECKING:
-    from launcher.nettest.launch import Outcome
-    from launcher.workload.plan import RunPlan
-
 RECORDS = NETTEST_RECORDS
 """Where the kept tests lie under the data dir (a run is known as a test by its record there too)."""
-
-
-def save_record(home: Path, outcome: Outcome, plan: RunPlan) -> Path:
-    """``<data dir>/nettests/<run id>.json``: nodes, workload, figures and date, comparable later."""
-    folder = home / RECORDS
-    folder.mkdir(parents=True, exist_ok=True)
-    data = {"run_id": outcome.run_id, "state": outcome.state, "started_at": outcome.started_at,
-            "wall_s": round(outcome.wall_s, 2), "nodes": list(outcome.nodes),
-            "workload": str(plan.source_file) if plan.source_file else None,
-            "experiment": plan.workload.experiment_name, "result": outcome.raw, "problems": list(outcome.problems),
-            "health": {str(k): v.to_dict() for k, v in outcome.health.items()}}
-    path = folder / f"{outcome.run_id}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
-    return path
 
 
 def list_records(home: Path) -> list[dict]:

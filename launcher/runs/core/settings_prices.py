@@ -9,15 +9,10 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.paths import config_home
+from launcher.paths import settings_file
 
 if TYPE_CHECKING:
     from launcher.runs.core.user_settings import Prices
-
-
-def settings_file() -> Path:
-    """Where the user's settings are (the app keeps its theme in the same file)."""
-    return config_home() / "settings.json"
 
 
 def prices_set(path: Path | None = None) -> Prices | None:

@@ -12,92 +12,26 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from launcher.events import NodeState, RunState
 from launcher.paths import private_dir, private_file, run_dir
+from launcher.runs.core.run_records import NodeRecord as NodeRecord
+from launcher.runs.core.run_records import RunRecord as RunRecord
+from launcher.runs.core.run_records import RunSummary as RunSummary
+from launcher.runs.core.store_schema import (
+    INDEXES,
+    LOST,
+    NO_ROOM,
+    SCHEMA,
+    SCHEMA_VERSION,
+    TABLES,
+    add_indexes,
+    refuse_foreign,
+    use_wal,
+)
 from launcher.words import plural
-
-SCHEMA_VERSION = 1
-_LOST = f"state = '{NodeState.LOST.value}'"
-"""The partial index of lost nodes and the query that reads it say this alike (SQLite uses such an index
-only for a query whose WHERE holds its own)."""
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY, experiment TEXT NOT NULL, state TEXT NOT NULL, attempt INTEGER NOT NULL,
-    num_nodes INTEGER NOT NULL, hosts TEXT NOT NULL, started_at REAL, ended_at REAL, last_loss REAL,
-    best_eval_loss REAL, step INTEGER, max_steps INTEGER, workload_path TEXT, output_dir TEXT,
-    launcher_pid INTEGER, created_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS transitions (
-    run_id TEXT NOT NULL, at REAL NOT NULL, state TEXT NOT NULL, attempt INTEGER NOT NULL, detail TEXT);
-CREATE TABLE IF NOT EXISTS nodes (
-    run_id TEXT NOT NULL, node_rank INTEGER NOT NULL, host TEXT NOT NULL, node_dir TEXT NOT NULL,
-    state TEXT NOT NULL, exit_code INTEGER, detail TEXT, PRIMARY KEY (run_id, node_rank));
-CREATE TABLE IF NOT EXISTS offsets (
-    run_id TEXT NOT NULL, node_rank INTEGER NOT NULL, stream TEXT NOT NULL, offset INTEGER NOT NULL,
-    PRIMARY KEY (run_id, node_rank, stream));
-CREATE INDEX IF NOT EXISTS runs_by_created ON runs(created_at);
-CREATE INDEX IF NOT EXISTS runs_by_state ON runs(state, created_at);
-CREATE INDEX IF NOT EXISTS runs_by_experiment ON runs(experiment, created_at);
-CREATE INDEX IF NOT EXISTS runs_by_output_dir ON runs(rtrim(output_dir, '/'), created_at);
-CREATE INDEX IF NOT EXISTS transitions_by_run ON transitions(run_id, at);
-CREATE INDEX IF NOT EXISTS runs_by_id_nocase ON runs(run_id COLLATE NOCASE);
-CREATE INDEX IF NOT EXISTS nodes_lost ON nodes(run_id) WHERE {_LOST};
-"""
-_TABLES = ("runs", "transitions", "nodes", "offsets")
-_INDEXES = ("runs_by_created", "runs_by_state", "runs_by_experiment", "runs_by_output_dir", "transitions_by_run",
-            "runs_by_id_nocase", "nodes_lost")
-"""Every query a command or the app makes is one of these or a primary key: the time a list takes follows
-the rows it shows, not the runs kept (thousands in a team's data dir within weeks)."""
-_NO_ROOM = ("disk i/o error", "disk is full", "readonly", "read-only", "unable to open")
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    run_id: str
-    experiment: str
-    state: RunState
-    attempt: int
-    num_nodes: int
-    hosts: tuple[str, ...]
-    started_at: float | None
-    ended_at: float | None
-    last_loss: float | None
-    best_eval_loss: float | None
-    step: int | None
-    max_steps: int | None
-    workload_path: str | None
-    output_dir: str | None = None
-    detail: str = ""
-    """What the run's last state change said (for a failed run: why)."""
-
-    @property
-    def duration_s(self) -> float | None:
-        if self.started_at is None:
-            return None
-        return (self.ended_at or time.time()) - self.started_at
-
-
-@dataclass(frozen=True)
-class NodeRecord:
-    node_rank: int
-    host: str
-    node_dir: str
-    state: NodeState
-    exit_code: int | None
-    detail: str
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    summary: RunSummary
-    transitions: list[tuple[float, RunState, int, str]]
-    nodes: list[NodeRecord]
-    directory: Path
-    launcher_pid: int | None = None
-    offsets: dict[tuple[int, str], int] = field(default_factory=dict)
 
 
 class StoreDamaged(Exception):
@@ -133,40 +67,6 @@ def _guarded(method: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
-def _refuse_foreign(db: sqlite3.Connection) -> None:
-    """Another program's database is never written into (not even switched to WAL)."""
-    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    if tables - set(_TABLES):
-        db.close()
-        raise sqlite3.DatabaseError(f"file is not a run store (it holds tables {sorted(tables)})")
-
-
-def _use_wal(db: sqlite3.Connection) -> None:
-    """WAL mode, which persists in the file. Switching needs the file to itself, and SQLite says "locked"
-    at once (no busy wait) while another connection opens it: a fresh data dir opened by two threads or
-    processes at the same moment. So: only when not yet WAL, and retried for a while."""
-    for attempt in range(100):
-        try:
-            if db.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
-                return
-            db.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as err:
-            if "locked" not in str(err) or attempt == 99:
-                raise
-            time.sleep(0.05)
-
-
-def _add_indexes(db: sqlite3.Connection) -> None:
-    """The indexes a store made before them lacks, built once (seconds at 100,000 runs). A full or
-    read-only disk leaves them for a later command: reading works without them, only slower."""
-    try:
-        db.executescript(_SCHEMA)
-    except sqlite3.OperationalError as err:
-        if not any(w in str(err).lower() for w in _NO_ROOM):
-            raise
-
-
 class RunStore:
     """The index of the runs in ``home/runs/``: summaries, state changes and node states, queried fast.
     Each run's folder is the truth (:mod:`launcher.runs.core.rebuild` makes the index again from them).
@@ -180,11 +80,11 @@ class RunStore:
         with self._db() as db:
             names = dict(db.execute("SELECT name, type FROM sqlite_master WHERE type IN ('table', 'index')"))
             tables = {n for n, kind in names.items() if kind == "table"}
-            if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION or tables != set(_TABLES):
-                db.executescript(_SCHEMA)
+            if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION or tables != set(TABLES):
+                db.executescript(SCHEMA)
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            elif not set(_INDEXES) <= set(names):
-                _add_indexes(db)
+            elif not set(INDEXES) <= set(names):
+                add_indexes(db)
 
     def _db(self) -> sqlite3.Connection:
         """This thread's connection, opened once (a launch writes node states and offsets often);
@@ -194,14 +94,14 @@ class RunStore:
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             db.execute("PRAGMA busy_timeout=30000")
             try:
-                _refuse_foreign(db)
-                _use_wal(db)
+                refuse_foreign(db)
+                use_wal(db)
             except sqlite3.OperationalError as err:
-                if not self.path.exists() or not any(w in str(err).lower() for w in _NO_ROOM):
+                if not self.path.exists() or not any(w in str(err).lower() for w in NO_ROOM):
                     raise
                 db.close()
                 db = self._read_only()
-                _refuse_foreign(db)
+                refuse_foreign(db)
             self._local.db = db
         return db
 
@@ -352,7 +252,7 @@ class RunStore:
         reads follows the nodes ever lost, not the runs kept (every command that shows runs asks it first)."""
         with self._db() as db:
             rows = db.execute("SELECT r.run_id, n.node_rank, r.created_at FROM nodes n CROSS JOIN runs r "
-                              f"ON r.run_id = n.run_id WHERE n.{_LOST} AND r.state = ?",
+                              f"ON r.run_id = n.run_id WHERE n.{LOST} AND r.state = ?",
                               (RunState.FAILED.value,)).fetchall()
         out: dict[str, list[int]] = {}
         for run_id, rank, _at in sorted(rows, key=lambda row: (-row[2], row[0], row[1])):

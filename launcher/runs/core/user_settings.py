@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from launcher.runs.core.settings_prices import settings_file as settings_file
+from launcher.paths import settings_file as settings_file
 from launcher.workload.notify import Notify
 
 
