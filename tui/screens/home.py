@@ -106,9 +106,11 @@ class HomeScreen(Screen):
         self.filter_box.disabled = True  # keys go to the screen until "/" is pressed
         self._update_title()
         self._list_workloads()
-        # The first screen: the newest runs as the store has them, alone (two indexed statements), before
-        # any other work competes with drawing them; the rest once they are drawn (_after_first_look).
-        self._first_look()
+        # The first screen: a screenful of the newest runs as the store has them, alone (two indexed
+        # statements), before any other work competes with drawing them; the window of HOME_RUNS and the
+        # rest once they are drawn (_after_first_look). A table measures every cell it is given: 500
+        # rows cost Textual a few hundred ms, a screenful a tenth of that.
+        self._first_look(max(self.app.size.height, 24))
         self.set_interval(2.0, self.action_reload)
         self.set_interval(30.0, self.reap_lost_nodes)
 
@@ -134,11 +136,11 @@ class HomeScreen(Screen):
         self._read_runs(self.runs_table.filter_text)
 
     @work(thread=True, exclusive=True, group="home-first-look")
-    def _first_look(self) -> None:
+    def _first_look(self, rows: int) -> None:
         from launcher.api.runs import StoreDamaged
 
         try:
-            self.post_message(self._newest("", kinds=None, sweeps=None))
+            self.post_message(self._newest("", kinds=None, sweeps=None, limit=min(rows, HOME_RUNS)))
         except StoreDamaged as err:
             self.post_message(StoreFoundDamaged(str(err)))
 
@@ -156,12 +158,15 @@ class HomeScreen(Screen):
             return
         self.post_message(read)
 
-    def _newest(self, filter_text: str, *, kinds: dict | None, sweeps: list | None) -> RunsRead:
-        """The window of runs the table shows, as the store has it (two indexed statements)."""
+    def _newest(self, filter_text: str, *, kinds: dict | None, sweeps: list | None,
+                limit: int | None = None) -> RunsRead:
+        """The window of runs the table shows (its newest ``limit``; ``None``: ``HOME_RUNS``), as the store
+        has it (two indexed statements)."""
         client = self.app.client
         total = client.runs.count()
         matching = filter_text.strip() if total > HOME_RUNS else ""
-        return RunsRead(client.runs.list(limit=HOME_RUNS, matching=matching), sweeps, kinds, total, matching)
+        return RunsRead(client.runs.list(limit=limit or HOME_RUNS, matching=matching), sweeps, kinds, total,
+                        matching)
 
     @on(RunsRead)
     def _runs_read(self, message: RunsRead) -> None:
