@@ -54,7 +54,7 @@ def child_env(home: Path, code_root: Path, cache: bool = True) -> dict[str, str]
     return env
 
 
-def command(argv: list[str], home: Path, code_root: Path = ROOT, times: int = 3,
+def command(argv: list[str], home: Path, code_root: Path = ROOT, times: int = 5,
             cache: bool = True) -> tuple[float, str]:
     """Median wall seconds of ``argv`` (run ``times`` times, after one untimed run that writes the bytecode
     cache) and its last output's first line."""
@@ -154,9 +154,11 @@ def first_screen(home: Path, runs: int, tries: int = 3, code_root: Path = ROOT, 
     if shutil.which("tmux") is None:
         return []
     want = "a bare app, drawn" if bare else f"of {runs:,} runs"
+    server = f"bench-store-{runs}-{code_root.name}-{int(bare)}"  # a tmux server of its own each time: one that
+    # is still exiting when the next is asked for says "server exited unexpectedly"
     times = []
     # A session that stays while the measured ones come and go: the server never exits between them.
-    subprocess.run(["tmux", "-L", "bench-store", "new-session", "-d", "-s", "keep", "sleep 3600"], check=True)
+    subprocess.run(["tmux", "-L", server, "new-session", "-d", "-s", "keep", "sleep 3600"], check=True)
     env = child_env(home, code_root)
     cache = f"PYTHONPYCACHEPREFIX={env['PYTHONPYCACHEPREFIX']} " if "PYTHONPYCACHEPREFIX" in env else ""
     line = (f"cd {code_root} && unset PYTHONDONTWRITEBYTECODE && {cache}PYTHONPATH={code_root} "
@@ -164,11 +166,11 @@ def first_screen(home: Path, runs: int, tries: int = 3, code_root: Path = ROOT, 
     for i in range(tries + 1):
         session = f"bench-store-{runs}-{i}"
         began = time.perf_counter()
-        subprocess.run(["tmux", "-L", "bench-store", "new-session", "-d", "-s", session, "-x", "160", "-y", "50",
+        subprocess.run(["tmux", "-L", server, "new-session", "-d", "-s", session, "-x", "160", "-y", "50",
                         line], check=True)
         try:
             while True:
-                shown = subprocess.run(["tmux", "-L", "bench-store", "capture-pane", "-t", session, "-p"],
+                shown = subprocess.run(["tmux", "-L", server, "capture-pane", "-t", session, "-p"],
                                        capture_output=True, text=True).stdout
                 if want in shown:
                     if i:  # the first start wrote the bytecode cache
@@ -178,8 +180,8 @@ def first_screen(home: Path, runs: int, tries: int = 3, code_root: Path = ROOT, 
                     raise SystemExit(f"the app did not show '{want}' in 60 s:\n{shown}")
                 time.sleep(0.01)
         finally:
-            subprocess.run(["tmux", "-L", "bench-store", "kill-session", "-t", session])
-    subprocess.run(["tmux", "-L", "bench-store", "kill-server"], capture_output=True)
+            subprocess.run(["tmux", "-L", server, "kill-session", "-t", session])
+    subprocess.run(["tmux", "-L", server, "kill-server"], capture_output=True)
     return times
 
 
@@ -206,12 +208,17 @@ def main() -> None:
             home = Path(tmp) / f"home-{size}"
             began = time.perf_counter()
             fill(home, 0, size, folders="all")
+            recorded = run_id(size - 3)  # an ended run with an output_dir whose owner recorded its safe step
+            (home / "runs" / recorded / "safe-step.json").write_text(json.dumps(
+                {"name": "step-100", "step": 100, "written_at": time.time() - 3600}))
             print(f"\n### {size:,} runs (filled in {time.perf_counter() - began:.0f} s)\n")
             print("| what | wall | said |\n|---|---|---|")
             walls: dict[tuple[str, str], float] = {}
             for what, argv in (("fsdp-tui runs", [FSDP_TUI, "runs"]),
                                ("fsdp-tui runs --limit 20", [FSDP_TUI, "runs", "--limit", "20"]),
-                               ("fsdp-tui show RUN", [FSDP_TUI, "show", run_id(size - 1)])):
+                               ("fsdp-tui show RUN (its safe step recorded)", [FSDP_TUI, "show", recorded]),
+                               ("fsdp-tui show RUN (none recorded: its node is asked)",
+                                [FSDP_TUI, "show", run_id(size - 1)])):
                 for label, root in roots:
                     wall, said = command(argv, home, root)
                     walls[(what, label)] = wall
