@@ -319,31 +319,14 @@ class HomeScreen(Screen):
 
     def action_new(self) -> None:
         """Pick a template, name the file (in the current folder), write it, open it in the editor."""
-        from launcher.workload.templates import Template, templates
-        from tui.screens.templates import FileNameModal, TemplateModal
+        from tui.screens.templates import new_workload
 
-        folder = Path.cwd()
-
-        def named(target: Path | None, template: Template) -> None:
-            if target is None:
-                return
-            from launcher.workload.templates import write_template
-
-            try:
-                write_template(template, target)
-            except OSError as err:
-                self.notify(f"cannot write {target}: {err.strerror or err}", severity="error")
-                return
-            self.notify(f"wrote {target}")
+        def written(target: Path) -> None:
             self.query_one("#workloads", DataTable).add_row(target.name, folder_label(target.parent),
                                                             key=str(target))
             self.post_message(WorkloadChosen(target))
 
-        def chosen(template: Template | None) -> None:
-            if template is not None:
-                self.app.push_screen(FileNameModal(template, folder), lambda t: named(t, template))
-
-        self.app.push_screen(TemplateModal(templates(), "A new workload: start from"), chosen)
+        new_workload(self, Path.cwd(), written)
 
     def action_clone(self) -> None:
         """A copy of the run's workload next to the original, opened in the editor."""
@@ -405,26 +388,9 @@ class HomeScreen(Screen):
 
     @work(group="delete", exclusive=False)
     async def delete_run(self, run_id: str, *, files: bool) -> None:
-        """Forget the run; with ``files``, remove its folders on every node first (the record stays when a
-        node could not, so that the user can try again)."""
-        import asyncio
+        """Forget the run (:func:`tui.screens.delete_run.forget_run`), then show the runs again."""
+        from tui.screens.delete_run import forget_run
 
-        client = self.app.client
-        if files:
-            self.notify(f"removing the folders of {run_id} on its nodes ...")
-            try:
-                report = await client.run_files.clean(run_id)
-            except (LookupError, ValueError) as err:
-                self.notify(str(err), severity="error", timeout=10)
-                return
-            if not report.ok:
-                self.notify("; ".join(report.lines()) + ". The run is kept: d tries again.", severity="error",
-                            timeout=20)
-                return
-            self.notify("; ".join(report.lines()) or "no folder of it was left", timeout=8)
-        try:
-            await asyncio.to_thread(client.runs.delete, run_id)
-        except (LookupError, ValueError) as err:
-            self.notify(str(err), severity="error")
-        self.action_reload()
+        if await forget_run(self, self.app.client, run_id, files=files):
+            self.action_reload()
 
