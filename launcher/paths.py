@@ -26,6 +26,11 @@ def config_home() -> Path:
     return Path(base) / "fsdp-tui"
 
 
+def settings_file() -> Path:
+    """The user's settings, one file: the app's theme, and the defaults of every run (``notify``, ``prices``)."""
+    return config_home() / "settings.json"
+
+
 def ssh_config_path() -> Path:
     """The OpenSSH client config: what the SSH backend resolves hosts with, the editor completes from."""
     return Path.home() / ".ssh" / "config"

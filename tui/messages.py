@@ -105,11 +105,12 @@ class StoreFoundDamaged(Message):
 @dataclass
 class RunsRead(Message, bubble=False):
     """The home screen's lists, read off the loop: the newest runs (at most ``HOME_RUNS``, newest first;
-    those matching ``matching`` when the store held more) and every sweep."""
+    those matching ``matching`` when the store held more) and every sweep. The first look posts the runs
+    alone first (``sweeps`` and ``kinds`` ``None``: not read yet), then everything."""
 
     runs: list[RunSummary]
-    sweeps: list[SweepRecord]
-    kinds: dict[str, RunKind] = field(default_factory=dict)
+    sweeps: list[SweepRecord] | None
+    kinds: dict[str, RunKind] | None = field(default_factory=dict)
     """Each run's kind by its id (a probe, a nettest, a resume that trained nothing)."""
     total: int = 0
     """Runs the store keeps, all of them."""

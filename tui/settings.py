@@ -8,9 +8,9 @@ from pathlib import Path
 
 
 def settings_path() -> Path:
-    from launcher.paths import config_home
+    from launcher.paths import settings_file
 
-    return config_home() / "settings.json"
+    return settings_file()
 
 
 def load() -> dict:

@@ -4,7 +4,6 @@ is the way in."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +66,8 @@ LaunchOutcome = Launched | Refused | AlreadyLaunched
 def launch(home: Path, source: Path | Planned | RunPlan | Resumed, overrides: Sequence[Override] = (), *,
            force: bool = False, idempotent: bool = True) -> LaunchOutcome:
     """:meth:`launcher.api.runs.Runs.launch` in the data dir ``home``."""
+    import asyncio
+
     from launcher.runs.core.continuing import lineage_runs, with_lineage
     from launcher.runs.core.ownership import WarmOwner
     from launcher.runs.launch import LaunchRefused, Resumed, check_room, start_run

@@ -204,6 +204,6 @@ class Nettests:
     # Last in the class: inside its body ``list`` names this method, not the builtin.
     def list(self) -> builtins.list[NettestRecord]:
         """Every kept test, newest first; a file that is not a test's record is skipped."""
-        from launcher.nettest.launch import list_records
+        from launcher.nettest.records import list_records
 
         return [r for r in map(NettestRecord.from_wire, list_records(self.home)) if r is not None]

@@ -25,20 +25,27 @@ def build_parser() -> argparse.ArgumentParser:
         "With no command, opens the app; with a workload FILE, opens it in the editor.",
     )
     parser.add_argument("--theme", help="colour theme of the app (persists)")
-    parser.add_argument("--version", action="version", version=f"fsdp-tui {_version()}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show program's version number and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"launcher.cli.{name}").register(sub)
     return parser
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+class _Version(argparse.Action):
+    """``--version``: the installed package's version, looked up only when asked (reading the package
+    metadata costs more than the rest of a command's start)."""
 
-    try:
-        return version("fsdp-tui")
-    except PackageNotFoundError:
-        return "(not installed)"
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("fsdp-tui")
+        except PackageNotFoundError:
+            found = "(not installed)"
+        print(f"fsdp-tui {found}")
+        parser.exit()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
 
@@ -18,6 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import asyncio
+
     from launcher.api import Client
     from launcher.api.nodes import HostUnreachable
 

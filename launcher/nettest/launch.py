@@ -14,11 +14,11 @@ from pathlib import Path
 
 from launcher.nettest.figures import BadResult, Measured, decode
 from launcher.nettest.health import NodeHealth
+from launcher.nettest.records import RECORDS
 from launcher.paths import new_run_id, run_dir
 from launcher.runs.core.run_kind import NETTEST_TAG
 from launcher.runs.core.store import RunStore
 from launcher.runs.launch import is_owned, start_run
-from launcher.runs.read.report_parts import NettestSeen
 from launcher.words import plural
 from launcher.workload.model import CodeSource, Mlflow, Snapshot
 from launcher.workload.plan import RunPlan, build_plan
@@ -35,7 +35,6 @@ RESULT_MARK = "FSDP_TUI_NETTEST "
 """The mark before rank 0's result line (``trainer/nettest/node.py`` prints it)."""
 HEALTH_MARK = "FSDP_TUI_NETTEST_HEALTH "
 """The mark before each GPU node's health line."""
-RECORDS = "nettests"
 REACH_SLACK_S = 5.0
 """The connect phase's deadline is the workload's ``ssh.connect_timeout_s`` plus this."""
 OWNER_GRACE_S = 60.0
@@ -294,42 +293,6 @@ def save_record(home: Path, outcome: Outcome, plan: RunPlan) -> Path:
     tmp.write_text(json.dumps(data, indent=1))
     tmp.replace(path)
     return path
-
-
-def list_records(home: Path) -> list[dict]:
-    """Every kept test, newest first; a file that does not parse is skipped."""
-    out = []
-    for path in (home / RECORDS).glob("*.json"):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and isinstance(data.get("run_id"), str):
-            out.append(data)
-    return sorted(out, key=lambda d: d.get("started_at") or 0, reverse=True)
-
-
-def newest_for(home: Path, hosts: list[str] | tuple[str, ...], *, besides: str = "") -> NettestSeen | None:
-    """The newest kept test with a result on exactly these nodes (in rank order), other than ``besides``,
-    summarised: id, date, the verdict's first line and the whole world's all-gather bus bandwidth."""
-    from launcher.nettest.figures import judge_pairs, rate
-    from launcher.nettest.report import verdict_lines
-
-    for record in list_records(home):
-        if record["run_id"] == besides or list(record.get("nodes") or []) != list(hosts):
-            continue
-        try:
-            measured = decode(record.get("result"))
-        except BadResult:
-            continue
-        world = measured.scope("world")
-        ag = world.largest("all_gather") if world else None
-        started = record.get("started_at")
-        return NettestSeen(str(record["run_id"]), started if isinstance(started, (int, float)) else None,
-                           verdict_lines(judge_pairs(measured.pairs), tuple(record["nodes"]))[0],
-                           ag.busbw if ag else None,
-                           f"{rate(ag.busbw) if ag else '-'} all-gather bus bandwidth over the whole world")
-    return None
 
 
 def _ssh_words(node) -> str:

@@ -8,40 +8,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from launcher.notify import sinks
+from launcher.notify.delivery import Delivery as Delivery
 from launcher.notify.sinks import SinkError
 from launcher.secrets import SecretStore, env_name, mask
 from launcher.workload.notify import SECRET_PREFIX, Notify
-
-
-@dataclass(frozen=True)
-class Delivery:
-    sink: str
-    ok: bool
-    attempts: int
-    error: str = ""
-    at: float = 0.0
-    event: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_wire(cls, data: object) -> Delivery | None:
-        """A delivery as the run's record keeps it (``None``: a line that is not one)."""
-        if not isinstance(data, dict):
-            return None
-        sink, ok, attempts = data.get("sink"), data.get("ok"), data.get("attempts")
-        error, at, event = data.get("error", ""), data.get("at", 0.0), data.get("event", "")
-        if not (isinstance(sink, str) and isinstance(ok, bool) and isinstance(attempts, int)
-                and not isinstance(attempts, bool) and isinstance(error, str) and isinstance(event, str)
-                and isinstance(at, (int, float)) and not isinstance(at, bool)):
-            return None
-        return cls(sink, ok, attempts, error, float(at), event)
 
 
 def label(kind: str, target: str | None) -> str:

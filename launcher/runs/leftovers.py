@@ -6,7 +6,6 @@ stopped and swept, and the user is told once. A node still away is tried again 1
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import time
@@ -97,6 +96,8 @@ async def _sweep_run(home: Path, run_id: str, directory: Path, ranks: list[int])
 async def _catch_up(backend, directory: Path, rank: int) -> int | str:
     """The node's log (and node 0's metrics) past the record's copies, appended to them, so each copy
     equals the node's file byte for byte again; how many log bytes came, or why none could."""
+    import asyncio
+
     from launcher.backends.base import NodeError
     from launcher.runs.core.layout import METRICS, SAMPLES, mirror_path
     from launcher.runs.owner.settings import READ_CHUNK
@@ -126,6 +127,8 @@ def _append(path: Path, data: bytes) -> None:
 
 async def sweep_lost(home: Path) -> list[str]:
     """Try every lost node that is due; what to tell the user about the ones that answered."""
+    import asyncio
+
     work = await asyncio.to_thread(due, home)
     results = await asyncio.gather(*(_sweep_run(home, *job) for job in work), return_exceptions=True)
     said = []
@@ -140,7 +143,9 @@ async def sweep_lost(home: Path) -> list[str]:
 def sweep_lost_now(home: Path) -> list[str]:
     """:func:`sweep_lost` from synchronous code (the commands, the app's thread workers)."""
     if not due(home):
-        return []
+        return []  # the usual case: no event loop, not even asyncio loaded
+    import asyncio
+
     return asyncio.run(sweep_lost(home))
 
 

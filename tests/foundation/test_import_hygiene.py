@@ -1,6 +1,7 @@
 """The three worlds import only what they may (STYLE.md): checked in fresh interpreters."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -91,3 +92,44 @@ def test_a_users_script_imports_the_reporter_where_the_docs_say_without_torch():
             "assert Reporter is R; assert 'torch' not in sys.modules")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+
+
+HEAVY_FOR_A_LOOK = ("pydantic", "yaml", "asyncio", "asyncssh", "mlflow", "textual", "rich", "torch",
+                    "importlib.metadata", "launcher.workload.model", "launcher.workload.plan", "launcher.backends.base",
+                    "launcher.notify.sinks", "launcher.nettest.launch", "launcher.runs.launch")
+"""What a command that only reads the store never needs: the workload's models (pydantic, YAML), the
+backends and their event loop, the tracking and the sinks, the launch, the package metadata (``--version``
+alone reads it). Each costs tens to hundreds of ms of a command whose own queries take a few ms
+(BENCHMARKS.md: the run store at 100,000 runs)."""
+
+
+@pytest.fixture(scope="module")
+def a_kept_store(tmp_path_factory):
+    """A data dir of 120 ended runs (more than ``runs`` shows), half with an ``output_dir`` whose owner
+    recorded their safe step, and the app's settings file (its theme; no prices)."""
+    from tests.support.many_runs import fill, run_id
+
+    home = tmp_path_factory.mktemp("kept")
+    fill(home, 0, 120, folders="all")
+    for i in range(1, 120, 2):
+        (home / "runs" / run_id(i) / "safe-step.json").write_text(json.dumps(
+            {"name": "step-100", "step": 100, "written_at": 1_780_000_000.0}))
+    (home / "settings.json").write_text(json.dumps({"theme": "fsdp-dark"}))  # $FSDP_TUI_HOME holds it too
+    return home, run_id
+
+
+@pytest.mark.parametrize("argv", [["runs"], ["runs", "--limit", "20"], ["runs", "--all", "--json"],
+                                  ["show", "ODD"], ["show", "EVEN"], ["--help"]])
+def test_a_command_that_reads_runs_loads_nothing_heavy(a_kept_store, argv):
+    home, run_id = a_kept_store
+    argv = [{"ODD": run_id(119), "EVEN": run_id(118)}.get(a, a) for a in argv]
+    code = ("import sys, json\nfrom launcher.cli.main import main\n"
+            f"try:\n    code = main({argv!r})\nexcept SystemExit as stop:\n    code = stop.code\n"
+            "print(json.dumps([code, sorted(sys.modules)]), file=sys.stderr)")
+    env = {**os.environ, "FSDP_TUI_HOME": str(home)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    code, loaded = json.loads(out.stderr.splitlines()[-1])
+    assert code in (0, None), out.stderr
+    assert out.stdout.strip()  # it said something: the runs, the run, the help
+    heavy = sorted(m for m in HEAVY_FOR_A_LOOK if m in loaded)
+    assert not heavy, f"fsdp-tui {' '.join(argv)} loaded {heavy}"

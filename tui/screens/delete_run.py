@@ -3,13 +3,18 @@ where), remove its folders on every node first and then forget it (``fsdp-tui rm
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
+
+if TYPE_CHECKING:
+    from textual.screen import Screen
+
+    from launcher.api import Client
 
 Choice = Literal["files", "record", "keep"]
 
@@ -53,3 +58,28 @@ class DeleteRunModal(ModalScreen[Choice]):
 
     def action_choose(self, choice: Choice) -> None:
         self.dismiss(choice)
+
+
+async def forget_run(screen: Screen, client: Client, run_id: str, *, files: bool) -> bool:
+    """Forget the run; with ``files``, remove its folders on every node first (the record stays when a
+    node could not, so that the user can try again). How it went is said in ``screen``'s notifications;
+    ``False``: its folders could not be removed, and it was not asked to forget the run."""
+    import asyncio
+
+    if files:
+        screen.notify(f"removing the folders of {run_id} on its nodes ...")
+        try:
+            report = await client.run_files.clean(run_id)
+        except (LookupError, ValueError) as err:
+            screen.notify(str(err), severity="error", timeout=10)
+            return False
+        if not report.ok:
+            screen.notify("; ".join(report.lines()) + ". The run is kept: d tries again.", severity="error",
+                          timeout=20)
+            return False
+        screen.notify("; ".join(report.lines()) or "no folder of it was left", timeout=8)
+    try:
+        await asyncio.to_thread(client.runs.delete, run_id)
+    except (LookupError, ValueError) as err:
+        screen.notify(str(err), severity="error")
+    return True

@@ -77,6 +77,9 @@ class HomeScreen(Screen):
         super().__init__()
         self.kinds = KnownKinds()
         """Each listed run's kind, asked once per run and state (not at every refresh)."""
+        self.runs_read = False
+        """The runs have been read whole (kinds, sweeps) at least once: a first look that comes later is
+        dropped."""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -105,13 +108,26 @@ class HomeScreen(Screen):
         self.query_one("#workloads", DataTable).add_columns("workload", "folder")
         self.filter_box.disabled = True  # keys go to the screen until "/" is pressed
         self._update_title()
-        self.action_reload()
+        self._list_workloads()
+        # The first screen: a screenful of the newest runs as the store has them, alone (two indexed
+        # statements), before any other work competes with drawing them; the window of HOME_RUNS and the
+        # rest once they are drawn (_after_first_look). A table measures every cell it is given: 500
+        # rows cost Textual a few hundred ms, a screenful a tenth of that.
+        self._first_look(max(self.app.size.height, 24))
         self.set_interval(2.0, self.action_reload)
-        self.reap_lost_nodes()
         self.set_interval(30.0, self.reap_lost_nodes)
+
+    def _after_first_look(self) -> None:
+        """What the first look left for later: live runs adopted, each run's kind, the sweeps, and the
+        leftovers of lost nodes."""
+        self.load_runs()
+        self.reap_lost_nodes()
 
     def action_reload(self) -> None:
         self.load_runs()
+        self._list_workloads()
+
+    def _list_workloads(self) -> None:
         table = self.query_one("#workloads", DataTable)
         if table.row_count == 0:
             for path in find_workloads(self.app.extra_workloads):
@@ -122,6 +138,15 @@ class HomeScreen(Screen):
         than the table shows)."""
         self._read_runs(self.runs_table.filter_text)
 
+    @work(thread=True, exclusive=True, group="home-first-look")
+    def _first_look(self, rows: int) -> None:
+        from launcher.api.runs import StoreDamaged
+
+        try:
+            self.post_message(self._newest("", kinds=None, sweeps=None, limit=min(rows, HOME_RUNS)))
+        except StoreDamaged as err:
+            self.post_message(StoreFoundDamaged(str(err)))
+
     @work(thread=True, exclusive=True, group="home-runs")
     def _read_runs(self, filter_text: str) -> None:
         from launcher.api.runs import StoreDamaged
@@ -129,18 +154,32 @@ class HomeScreen(Screen):
         client = self.app.client
         try:
             client.runs.adopt()  # a run whose owner died gets a new one, which catches it up
-            total = client.runs.count()
-            matching = filter_text.strip() if total > HOME_RUNS else ""
-            runs = client.runs.list(limit=HOME_RUNS, matching=matching)
-            kinds = self.kinds.of(runs, client.runs.kinds)
+            read = self._newest(filter_text, kinds={}, sweeps=client.sweeps.list())
+            read.kinds = self.kinds.of(read.runs, client.runs.kinds)  # a run's folder read once per run and state
         except StoreDamaged as err:
             self.post_message(StoreFoundDamaged(str(err)))
             return
-        self.post_message(RunsRead(runs, client.sweeps.list(), kinds, total, matching))
+        self.post_message(read)
+
+    def _newest(self, filter_text: str, *, kinds: dict | None, sweeps: list | None,
+                limit: int | None = None) -> RunsRead:
+        """The window of runs the table shows (its newest ``limit``; ``None``: ``HOME_RUNS``), as the store
+        has it (two indexed statements)."""
+        client = self.app.client
+        total = client.runs.count()
+        matching = filter_text.strip() if total > HOME_RUNS else ""
+        return RunsRead(client.runs.list(limit=limit or HOME_RUNS, matching=matching), sweeps, kinds, total,
+                        matching)
 
     @on(RunsRead)
     def _runs_read(self, message: RunsRead) -> None:
         with unless_taken_apart(self):
+            if message.sweeps is None:  # the first look
+                if not self.runs_read:  # (a whole read may have come first)
+                    self._show_runs(message)
+                self.call_after_refresh(self._after_first_look)
+                return
+            self.runs_read = True
             self._show_runs(message)
             self.query_one(SweepsTable).show(message.sweeps)
             self.set_class(bool(message.sweeps), "-has-sweeps")
@@ -166,11 +205,15 @@ class HomeScreen(Screen):
     def _show_runs(self, read: RunsRead) -> None:
         table = self.runs_table
         window = Window(read.total, read.matching, len(read.runs) >= HOME_RUNS)
-        # Live runs' durations move, so they are redrawn; a finished list that did not change is not.
-        if (read.runs != table.runs or window != table.window or read.kinds != table.kinds
+        kinds = table.kinds if read.kinds is None else read.kinds
+        # Live runs' durations move, so they are redrawn; a finished list that did not change is not, nor
+        # one whose kinds, first read, mark no run differently.
+        if (read.runs != table.runs or window != table.window or table.marks_differ(kinds)
                 or any(not r.state.is_final for r in read.runs)):
-            table.show(read.runs, window, read.kinds)
+            table.show(read.runs, window, kinds)
             self._update_title()
+        else:
+            table.kinds = kinds
 
     def _update_title(self) -> None:
         if not self.runs_table.runs:
@@ -279,31 +322,14 @@ class HomeScreen(Screen):
 
     def action_new(self) -> None:
         """Pick a template, name the file (in the current folder), write it, open it in the editor."""
-        from launcher.workload.templates import Template, templates
-        from tui.screens.templates import FileNameModal, TemplateModal
+        from tui.screens.templates import new_workload
 
-        folder = Path.cwd()
-
-        def named(target: Path | None, template: Template) -> None:
-            if target is None:
-                return
-            from launcher.workload.templates import write_template
-
-            try:
-                write_template(template, target)
-            except OSError as err:
-                self.notify(f"cannot write {target}: {err.strerror or err}", severity="error")
-                return
-            self.notify(f"wrote {target}")
+        def written(target: Path) -> None:
             self.query_one("#workloads", DataTable).add_row(target.name, folder_label(target.parent),
                                                             key=str(target))
             self.post_message(WorkloadChosen(target))
 
-        def chosen(template: Template | None) -> None:
-            if template is not None:
-                self.app.push_screen(FileNameModal(template, folder), lambda t: named(t, template))
-
-        self.app.push_screen(TemplateModal(templates(), "A new workload: start from"), chosen)
+        new_workload(self, Path.cwd(), written)
 
     def action_clone(self) -> None:
         """A copy of the run's workload next to the original, opened in the editor."""
@@ -365,26 +391,9 @@ class HomeScreen(Screen):
 
     @work(group="delete", exclusive=False)
     async def delete_run(self, run_id: str, *, files: bool) -> None:
-        """Forget the run; with ``files``, remove its folders on every node first (the record stays when a
-        node could not, so that the user can try again)."""
-        import asyncio
+        """Forget the run (:func:`tui.screens.delete_run.forget_run`), then show the runs again."""
+        from tui.screens.delete_run import forget_run
 
-        client = self.app.client
-        if files:
-            self.notify(f"removing the folders of {run_id} on its nodes ...")
-            try:
-                report = await client.run_files.clean(run_id)
-            except (LookupError, ValueError) as err:
-                self.notify(str(err), severity="error", timeout=10)
-                return
-            if not report.ok:
-                self.notify("; ".join(report.lines()) + ". The run is kept: d tries again.", severity="error",
-                            timeout=20)
-                return
-            self.notify("; ".join(report.lines()) or "no folder of it was left", timeout=8)
-        try:
-            await asyncio.to_thread(client.runs.delete, run_id)
-        except (LookupError, ValueError) as err:
-            self.notify(str(err), severity="error")
-        self.action_reload()
+        if await forget_run(self, self.app.client, run_id, files=files):
+            self.action_reload()
 

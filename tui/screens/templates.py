@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -13,6 +15,9 @@ from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
 from launcher.workload.templates import Template
+
+if TYPE_CHECKING:
+    from textual.screen import Screen
 
 _MODAL_CSS = """
 {name} {{ align: center middle; }}
@@ -103,3 +108,26 @@ def suggest_name(template: Template, folder: Path) -> str:
     while (folder / name).exists():
         name, n = f"{stem}-{n}.yaml", n + 1
     return name
+
+
+def new_workload(screen: Screen, folder: Path, written: Callable[[Path], None]) -> None:
+    """Pick a template, name its file in ``folder``, write it (a refusal is said in a notification); then
+    ``written(target)``."""
+    from launcher.workload.templates import templates, write_template
+
+    def named(target: Path | None, template: Template) -> None:
+        if target is None:
+            return
+        try:
+            write_template(template, target)
+        except OSError as err:
+            screen.notify(f"cannot write {target}: {err.strerror or err}", severity="error")
+            return
+        screen.notify(f"wrote {target}")
+        written(target)
+
+    def chosen(template: Template | None) -> None:
+        if template is not None:
+            screen.app.push_screen(FileNameModal(template, folder), lambda t: named(t, template))
+
+    screen.app.push_screen(TemplateModal(templates(), "A new workload: start from"), chosen)

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from rich.text import Text
 from textual.widgets import DataTable
 
-from launcher.api.runs import RunKind, RunSummary, fmt_duration
+from launcher.api.runs import fmt_duration
 from launcher.words import plural
+
+if TYPE_CHECKING:  # the kinds come once the first screen is drawn (home.py): their module with them
+    from launcher.api.runs import RunKind, RunSummary
 
 ColumnKey = Literal["id", "experiment", "state", "nodes", "start", "duration", "step", "loss", "eval"]
 
@@ -153,6 +156,10 @@ class RunsTable(DataTable):
         if kinds is not None:
             self.kinds = kinds
         self._rebuild()
+
+    def marks_differ(self, kinds: dict[str, RunKind]) -> bool:
+        """Whether ``kinds`` would mark a run of the table otherwise than it is marked now."""
+        return any((kinds[r].mark if r in kinds else "") != self.mark_of(r) for r in {*kinds, *self.kinds})
 
     def mark_of(self, run_id: str) -> str:
         kind = self.kinds.get(run_id)

@@ -13,6 +13,8 @@ OPTION = "continues"
 """The launch option (the run's ``options.json``) that records what the run continues."""
 FRESH = "parameters.checkpoint.resume=never"
 """What ``--fresh`` sets."""
+TRAINED_NOTHING = "trained nothing"
+"""How the recorded end of a run that made no training step of its own begins (``runs`` and the app mark it)."""
 
 
 @dataclass(frozen=True)

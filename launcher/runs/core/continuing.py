@@ -18,6 +18,7 @@ from pathlib import Path
 
 from launcher.runs.core.continuation import FRESH as FRESH
 from launcher.runs.core.continuation import OPTION as OPTION
+from launcher.runs.core.continuation import TRAINED_NOTHING as TRAINED_NOTHING
 from launcher.runs.core.continuation import Continuation as Continuation
 from launcher.words import plural
 from launcher.workload.plan import RunPlan, build_plan
@@ -85,10 +86,6 @@ def recorded(directory: Path) -> Continuation | None:
     from launcher.runs.core.layout import read_options
 
     return read_options(directory).continues
-
-
-TRAINED_NOTHING = "trained nothing"
-"""How the recorded end of a run that made no training step of its own begins (``runs`` and the app mark it)."""
 
 
 def trained_nothing(directory: Path, max_steps: int | None) -> str:

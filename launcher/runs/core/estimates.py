@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.runs.core.estimate import (
     POOL_RUNS,
@@ -32,15 +32,16 @@ from launcher.runs.core.estimate import (
     timing_of,
 )
 from launcher.runs.core.layout import LOG_METRICS, METRICS, read_json, read_options, read_plan, read_records
+from launcher.runs.core.run_kind import PROBE_TAG as PROBE_TAG
 from launcher.runs.core.store import RunRecord, RunStore, StoreDamaged
 from launcher.words import plural
-from launcher.workload.plan import RunPlan
 from trainer.wire.protocol import ResumeCheck
+
+if TYPE_CHECKING:
+    from launcher.workload.plan import RunPlan
 
 ESTIMATE = "estimate.json"
 """In a run's folder: the estimate made at its launch and, once it ended, the real figure beside it."""
-PROBE_TAG = "fsdp_tui.probe"
-"""The launch tag (``options.json``) that marks a run as an estimate's probe."""
 STORE_FILE = "runs.db"
 HISTORY_RUNS = 30
 """How many of an experiment's newest runs are read for its history."""
@@ -220,13 +221,10 @@ def estimate_plan(home: Path, plan: RunPlan, *, exclude: str | None = None) -> E
 
 def _price(plan: RunPlan) -> tuple[float | None, str]:
     """Per GPU-hour (CPU-hour) from the user's price settings, as ``show`` prices a run's usage."""
+    from launcher.runs.core.settings_prices import prices_set
     from launcher.runs.core.usage import price_per_hour
-    from launcher.runs.core.user_settings import SettingsError, load_user_settings
 
-    try:
-        prices = load_user_settings().prices
-    except SettingsError:
-        return None, ""
+    prices = prices_set()
     if prices is None:
         return None, ""
     topo = plan.topology

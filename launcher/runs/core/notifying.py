@@ -8,24 +8,32 @@ settings is recorded like a failed send."""
 from __future__ import annotations
 
 import json
-import socket
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from launcher.notify.deliver import Delivery, deliver
-from launcher.notify.summary import CheckpointFact, RunFacts, build_summary
+from launcher.notify.delivery import Delivery
 from launcher.paths import run_dir
-from launcher.runs.core.layout import read_plan, read_swaps, read_triage
-from launcher.runs.core.store import RunStore
-from launcher.runs.core.usage import usage_of_record
-from launcher.runs.core.user_settings import SettingsError, effective_notify, load_user_settings
-from launcher.secrets import SecretStore
-from launcher.workload.notify import Notify
+
+if TYPE_CHECKING:
+    from launcher.notify.summary import CheckpointFact, RunFacts
+    from launcher.workload.notify import Notify
+
+# Sending's modules (the sinks, the settings' models) are imported where a run's owner sends: ``show``
+# reads what was sent (:func:`read_deliveries`) without them.
 
 RECORD = "notifications.jsonl"
 
 
 def gather_facts(home: Path, run_id: str, event: str, checkpoint: CheckpointFact | None = None) -> RunFacts:
+    import socket
+
+    from launcher.notify.summary import RunFacts
+    from launcher.runs.core.layout import read_plan, read_swaps, read_triage
+    from launcher.runs.core.settings_prices import prices_set
+    from launcher.runs.core.store import RunStore
+    from launcher.runs.core.usage import usage_of_record
+
     record = RunStore(home).get_run(run_id)
     if record is None:
         raise LookupError(f"no run '{run_id}'")
@@ -33,11 +41,7 @@ def gather_facts(home: Path, run_id: str, event: str, checkpoint: CheckpointFact
     directory = run_dir(home, run_id)
     found = read_triage(directory) if event not in ("succeeded", "recovered") else None
     triage = found.to_dict() if found is not None else None
-    try:
-        prices = load_user_settings().prices
-    except SettingsError:
-        prices = None
-    usage = usage_of_record(record, read_plan(directory), prices, time.time())
+    usage = usage_of_record(record, read_plan(directory), prices_set(), time.time())
     return RunFacts(run_id=run_id, experiment=s.experiment, event=event, detail=s.detail, attempt=s.attempt,
                     duration_s=s.duration_s, step=s.step, max_steps=s.max_steps, last_loss=s.last_loss,
                     best_eval_loss=s.best_eval_loss, usage=usage.to_dict() if usage else {},
@@ -47,6 +51,8 @@ def gather_facts(home: Path, run_id: str, event: str, checkpoint: CheckpointFact
 
 def notify_wanted(workload_notify: Notify | None, event: str) -> bool:
     """Whether ``event`` is to be sent (a settings problem counts: it is recorded where sends would be)."""
+    from launcher.runs.core.user_settings import SettingsError, effective_notify, load_user_settings
+
     try:
         notify = effective_notify(workload_notify, load_user_settings())
     except SettingsError:
@@ -58,6 +64,11 @@ def notify_run(home: Path, run_id: str, workload_notify: Notify | None, event: s
                checkpoint: CheckpointFact | None = None) -> list[Delivery]:
     """Send the run's summary for ``event`` to every configured sink when the user asked for that event;
     records and returns what happened (empty: nothing configured, or not for this event)."""
+    from launcher.notify.deliver import deliver
+    from launcher.notify.summary import build_summary
+    from launcher.runs.core.user_settings import SettingsError, effective_notify, load_user_settings
+    from launcher.secrets import SecretStore
+
     try:
         notify = effective_notify(workload_notify, load_user_settings())
     except SettingsError as err:

@@ -5,7 +5,8 @@ stopped early: the run list says what it was.
 
 Read from the run's launch options (the tags a probe and a nettest are started with, and the run a launch
 continued) and from how its owner recorded its end: a run that ended without a step of its own is recorded
-``trained nothing: ...`` by its owner (:mod:`launcher.runs.core.continuing`), the one place that decides it."""
+``trained nothing: ...`` by its owner (:mod:`launcher.runs.core.continuing`), the one place that decides it.
+Light (no workload models): the run list and the app's home read it for every run they show."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from pathlib import Path
 from typing import Literal
 
 from launcher.paths import run_dir
-from launcher.runs.core.continuing import TRAINED_NOTHING
-from launcher.runs.core.estimates import PROBE_TAG
+from launcher.runs.core.continuation import TRAINED_NOTHING
 from launcher.runs.core.layout import read_options
 from launcher.runs.core.store import RunSummary
 
+PROBE_TAG = "fsdp_tui.probe"
+"""The launch tag (``options.json``) that marks a run as an estimate's probe."""
 NETTEST_TAG = "fsdp_tui.nettest"
 """The launch tag of an interconnect test's run (``fsdp-tui nettest``)."""
 NETTEST_RECORDS = "nettests"

@@ -9,17 +9,21 @@ counted when it is shown (:meth:`SafeStep.text`), never frozen at the time of as
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.notify.summary import CheckpointFact, fmt_age
-from launcher.runs.core.checkpoints import NoOutputDir, RunCheckpoints, list_checkpoints
+
+if TYPE_CHECKING:
+    from launcher.runs.core.checkpoints import RunCheckpoints
+
+# A node is asked through :mod:`launcher.runs.core.checkpoints` (the backends, the workload's models),
+# imported where a node is asked: a recorded safe step is read without them.
 
 NONE_YET = "no complete checkpoint of its own yet"
 """What the holder said: it answered, and none of the run's own checkpoints is whole."""
@@ -90,25 +94,40 @@ def _gathered(home: Path, run_id: str) -> bool:
     return place is not None and place.gathers
 
 
+def known_safe_step(home: Path, run_id: str) -> tuple[bool, SafeStep | None]:
+    """What :func:`last_safe_step` answers without asking a node, and whether that is its answer: ``None``
+    for a run without ``output_dir``; what its owner recorded for an ended run, or a gathered live one.
+    ``(False, None)``: only the node that holds the checkpoints can say."""
+    from launcher.paths import run_dir
+    from launcher.runs.core.store import RunStore
+
+    record = RunStore(home).get_run(run_id)
+    if record is None:
+        return False, None
+    if not record.summary.output_dir:
+        return True, None  # as the listing would say (NoOutputDir, from the same record), without its modules
+    final = record.summary.state.is_final
+    if final or _gathered(home, run_id):
+        recorded = recorded_safe_step(run_dir(home, run_id), time.time())
+        if recorded is not None:
+            return True, recorded
+        if not final:
+            return True, SafeStep(None, NONE_YET)  # its owner records each gathered one as it comes
+    return False, None
+
+
 async def last_safe_step(home: Path, run_id: str, timeout_s: float = 15.0, *,
                          ask_node: bool = True) -> SafeStep | None:
     """``None`` for a run without ``parameters.output_dir`` (its script keeps its own checkpoints). An ended
     run's, and a gathered live run's, come from what its owner recorded (no node is asked); another live
     run's node is asked, unless not ``ask_node`` (then ``None``)."""
-    from launcher.paths import run_dir
-    from launcher.runs.core.store import RunStore
+    known, answer = known_safe_step(home, run_id)
+    if known or not ask_node:
+        return answer
+    import asyncio
 
-    record = RunStore(home).get_run(run_id)
-    if record is not None and record.summary.output_dir:
-        final = record.summary.state.is_final
-        if final or _gathered(home, run_id):
-            recorded = recorded_safe_step(run_dir(home, run_id), time.time())
-            if recorded is not None:
-                return recorded
-            if not final:
-                return SafeStep(None, NONE_YET)  # its owner records each gathered one as it comes
-    if not ask_node:
-        return None
+    from launcher.runs.core.checkpoints import NoOutputDir, list_checkpoints
+
     try:
         listing = await asyncio.wait_for(list_checkpoints(home, run_id), timeout_s)
     except NoOutputDir:
@@ -125,6 +144,10 @@ async def last_safe_step(home: Path, run_id: str, timeout_s: float = 15.0, *,
 async def newest_of_run(home: Path, run_id: str, timeout_s: float = 20.0) -> CheckpointFact | None:
     """The run's own newest complete checkpoint where its whole copies are; ``None`` when there is none,
     the run has no ``output_dir`` or its holder does not answer in time."""
+    import asyncio
+
+    from launcher.runs.core.checkpoints import NoOutputDir, list_checkpoints
+
     try:
         listing = await asyncio.wait_for(list_checkpoints(home, run_id), timeout_s)
     except (NoOutputDir, LookupError, OSError, ValueError, asyncio.TimeoutError):

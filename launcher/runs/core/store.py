@@ -12,86 +12,26 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from launcher.events import NodeState, RunState
 from launcher.paths import private_dir, private_file, run_dir
+from launcher.runs.core.run_records import NodeRecord as NodeRecord
+from launcher.runs.core.run_records import RunRecord as RunRecord
+from launcher.runs.core.run_records import RunSummary as RunSummary
+from launcher.runs.core.store_schema import (
+    INDEXES,
+    LOST,
+    NO_ROOM,
+    SCHEMA,
+    SCHEMA_VERSION,
+    TABLES,
+    add_indexes,
+    refuse_foreign,
+    use_wal,
+)
 from launcher.words import plural
-
-SCHEMA_VERSION = 1
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY, experiment TEXT NOT NULL, state TEXT NOT NULL, attempt INTEGER NOT NULL,
-    num_nodes INTEGER NOT NULL, hosts TEXT NOT NULL, started_at REAL, ended_at REAL, last_loss REAL,
-    best_eval_loss REAL, step INTEGER, max_steps INTEGER, workload_path TEXT, output_dir TEXT,
-    launcher_pid INTEGER, created_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS transitions (
-    run_id TEXT NOT NULL, at REAL NOT NULL, state TEXT NOT NULL, attempt INTEGER NOT NULL, detail TEXT);
-CREATE TABLE IF NOT EXISTS nodes (
-    run_id TEXT NOT NULL, node_rank INTEGER NOT NULL, host TEXT NOT NULL, node_dir TEXT NOT NULL,
-    state TEXT NOT NULL, exit_code INTEGER, detail TEXT, PRIMARY KEY (run_id, node_rank));
-CREATE TABLE IF NOT EXISTS offsets (
-    run_id TEXT NOT NULL, node_rank INTEGER NOT NULL, stream TEXT NOT NULL, offset INTEGER NOT NULL,
-    PRIMARY KEY (run_id, node_rank, stream));
-CREATE INDEX IF NOT EXISTS runs_by_created ON runs(created_at);
-CREATE INDEX IF NOT EXISTS runs_by_state ON runs(state, created_at);
-CREATE INDEX IF NOT EXISTS runs_by_experiment ON runs(experiment, created_at);
-CREATE INDEX IF NOT EXISTS runs_by_output_dir ON runs(rtrim(output_dir, '/'), created_at);
-CREATE INDEX IF NOT EXISTS transitions_by_run ON transitions(run_id, at);
-"""
-_TABLES = ("runs", "transitions", "nodes", "offsets")
-_INDEXES = ("runs_by_created", "runs_by_state", "runs_by_experiment", "runs_by_output_dir", "transitions_by_run")
-"""Every query a command or the app makes is one of these or a primary key: the time a list takes follows
-the rows it shows, not the runs kept (thousands in a team's data dir within weeks)."""
-_NO_ROOM = ("disk i/o error", "disk is full", "readonly", "read-only", "unable to open")
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    run_id: str
-    experiment: str
-    state: RunState
-    attempt: int
-    num_nodes: int
-    hosts: tuple[str, ...]
-    started_at: float | None
-    ended_at: float | None
-    last_loss: float | None
-    best_eval_loss: float | None
-    step: int | None
-    max_steps: int | None
-    workload_path: str | None
-    output_dir: str | None = None
-    detail: str = ""
-    """What the run's last state change said (for a failed run: why)."""
-
-    @property
-    def duration_s(self) -> float | None:
-        if self.started_at is None:
-            return None
-        return (self.ended_at or time.time()) - self.started_at
-
-
-@dataclass(frozen=True)
-class NodeRecord:
-    node_rank: int
-    host: str
-    node_dir: str
-    state: NodeState
-    exit_code: int | None
-    detail: str
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    summary: RunSummary
-    transitions: list[tuple[float, RunState, int, str]]
-    nodes: list[NodeRecord]
-    directory: Path
-    launcher_pid: int | None = None
-    offsets: dict[tuple[int, str], int] = field(default_factory=dict)
 
 
 class StoreDamaged(Exception):
@@ -127,40 +67,6 @@ def _guarded(method: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
-def _refuse_foreign(db: sqlite3.Connection) -> None:
-    """Another program's database is never written into (not even switched to WAL)."""
-    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    if tables - set(_TABLES):
-        db.close()
-        raise sqlite3.DatabaseError(f"file is not a run store (it holds tables {sorted(tables)})")
-
-
-def _use_wal(db: sqlite3.Connection) -> None:
-    """WAL mode, which persists in the file. Switching needs the file to itself, and SQLite says "locked"
-    at once (no busy wait) while another connection opens it: a fresh data dir opened by two threads or
-    processes at the same moment. So: only when not yet WAL, and retried for a while."""
-    for attempt in range(100):
-        try:
-            if db.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
-                return
-            db.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as err:
-            if "locked" not in str(err) or attempt == 99:
-                raise
-            time.sleep(0.05)
-
-
-def _add_indexes(db: sqlite3.Connection) -> None:
-    """The indexes a store made before them lacks, built once (seconds at 100,000 runs). A full or
-    read-only disk leaves them for a later command: reading works without them, only slower."""
-    try:
-        db.executescript(_SCHEMA)
-    except sqlite3.OperationalError as err:
-        if not any(w in str(err).lower() for w in _NO_ROOM):
-            raise
-
-
 class RunStore:
     """The index of the runs in ``home/runs/``: summaries, state changes and node states, queried fast.
     Each run's folder is the truth (:mod:`launcher.runs.core.rebuild` makes the index again from them).
@@ -174,11 +80,11 @@ class RunStore:
         with self._db() as db:
             names = dict(db.execute("SELECT name, type FROM sqlite_master WHERE type IN ('table', 'index')"))
             tables = {n for n, kind in names.items() if kind == "table"}
-            if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION or tables != set(_TABLES):
-                db.executescript(_SCHEMA)
+            if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION or tables != set(TABLES):
+                db.executescript(SCHEMA)
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            elif not set(_INDEXES) <= set(names):
-                _add_indexes(db)
+            elif not set(INDEXES) <= set(names):
+                add_indexes(db)
 
     def _db(self) -> sqlite3.Connection:
         """This thread's connection, opened once (a launch writes node states and offsets often);
@@ -188,14 +94,14 @@ class RunStore:
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             db.execute("PRAGMA busy_timeout=30000")
             try:
-                _refuse_foreign(db)
-                _use_wal(db)
+                refuse_foreign(db)
+                use_wal(db)
             except sqlite3.OperationalError as err:
-                if not self.path.exists() or not any(w in str(err).lower() for w in _NO_ROOM):
+                if not self.path.exists() or not any(w in str(err).lower() for w in NO_ROOM):
                     raise
                 db.close()
                 db = self._read_only()
-                _refuse_foreign(db)
+                refuse_foreign(db)
             self._local.db = db
         return db
 
@@ -341,14 +247,15 @@ class RunStore:
 
     @_guarded
     def lost_nodes(self, limit: int = 200) -> dict[str, list[int]]:
-        """The nodes lost in the newest ``limit`` failed runs that lost any, by run (newest first): the
-        failed runs are read newest first through the state's index, each one's nodes through its key."""
+        """The nodes lost in the newest ``limit`` failed runs that lost any, by run (newest first). Read
+        through the index of lost nodes alone (``nodes_lost``), each one's run through its key: what this
+        reads follows the nodes ever lost, not the runs kept (every command that shows runs asks it first)."""
         with self._db() as db:
-            rows = db.execute("SELECT r.run_id, n.node_rank FROM runs r JOIN nodes n ON n.run_id = r.run_id "
-                              "WHERE r.state = ? AND n.state = ? ORDER BY r.created_at DESC",
-                              (RunState.FAILED.value, NodeState.LOST.value)).fetchmany(limit * 8)
+            rows = db.execute("SELECT r.run_id, n.node_rank, r.created_at FROM nodes n CROSS JOIN runs r "
+                              f"ON r.run_id = n.run_id WHERE n.{LOST} AND r.state = ?",
+                              (RunState.FAILED.value,)).fetchall()
         out: dict[str, list[int]] = {}
-        for run_id, rank in rows:
+        for run_id, rank, _at in sorted(rows, key=lambda row: (-row[2], row[0], row[1])):
             if run_id in out or len(out) < limit:
                 out.setdefault(run_id, []).append(rank)
         return out
@@ -410,7 +317,8 @@ class RunStore:
     @_guarded
     def find(self, prefix: str) -> str:
         """The run whose id starts with ``prefix`` (like git), or ends with it (the short id the app
-        shows); ``LookupError`` says why not."""
+        shows); ``LookupError`` says why not. A prefix is read through ``runs_by_id_nocase`` (LIKE's
+        own case folding); an id's end is not indexed: it reads every id (tens of ms at 100,000 runs)."""
         escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         with self._db() as db:
             rows = db.execute("SELECT run_id FROM runs WHERE run_id LIKE ? ESCAPE '\\'", (escaped + "%",)).fetchall()

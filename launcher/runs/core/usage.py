@@ -8,10 +8,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from launcher.runs.core.user_settings import Prices
-
 if TYPE_CHECKING:
     from launcher.runs.core.layout import RecordedPlan
+    from launcher.runs.core.user_settings import Prices
 
 
 @dataclass(frozen=True)
@@ -98,17 +97,13 @@ def usage_totals(home, run_id: str) -> dict[str, float]:
     import time
 
     from launcher.runs.core.layout import read_plan
+    from launcher.runs.core.settings_prices import prices_set
     from launcher.runs.core.store import RunStore
-    from launcher.runs.core.user_settings import SettingsError, load_user_settings
 
     record = RunStore(home).get_run(run_id)
     if record is None:
         return {}
-    try:
-        prices = load_user_settings().prices
-    except SettingsError:
-        prices = None
-    usage = usage_of_record(record, read_plan(record.directory), prices, time.time())
+    usage = usage_of_record(record, read_plan(record.directory), prices_set(), time.time())
     if usage is None:
         return {}
     out = {f"{usage.kind}_hours": usage.hours}

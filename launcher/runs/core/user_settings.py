@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from launcher.paths import config_home
+from launcher.paths import settings_file as settings_file
 from launcher.workload.notify import Notify
 
 
@@ -41,10 +41,6 @@ class UserSettings(BaseModel):
 
 class SettingsError(ValueError):
     """``settings.json`` has a value that is not understood: the message names the file and the key."""
-
-
-def settings_file() -> Path:
-    return config_home() / "settings.json"
 
 
 def load_user_settings(path: Path | None = None) -> UserSettings:

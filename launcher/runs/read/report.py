@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from launcher.notify.deliver import Delivery
+from launcher.notify.delivery import Delivery
 from launcher.paths import run_dir
 from launcher.runs.core import pending
 from launcher.runs.core.estimates import KeptEstimate, read_kept
@@ -29,11 +29,11 @@ from launcher.runs.core.notifying import read_deliveries
 from launcher.runs.core.ownership import kept_end, owned, owner_note
 from launcher.runs.core.resume_badge import trusted
 from launcher.runs.core.safe_step import SafeStep, lead_time_of_run
+from launcher.runs.core.settings_prices import prices_set
 from launcher.runs.core.store import NodeRecord, RunStore
 from launcher.runs.core.swaps import Swap
 from launcher.runs.core.triage import TriageReport
 from launcher.runs.core.usage import Usage, usage_of_record
-from launcher.runs.core.user_settings import SettingsError, load_user_settings
 from launcher.runs.read.ranks import RankReport, rank_report
 from launcher.runs.read.report_parts import DataSeen, MlflowLink, NettestSeen, ResumedFrom
 from launcher.runs.read.view import fmt_duration
@@ -191,10 +191,10 @@ def _resumed_from(home: Path, workload: Mapping[str, Any], run_id: str) -> Resum
     checkpoints screen set it) and, when its path names one, the run that wrote it."""
     import re
 
-    from launcher.runs.core.continuing import recorded
-
     path = ((workload.get("parameters") or {}).get("checkpoint") or {}).get("resume")
-    found = recorded(run_dir(home, run_id))  # what its launch said it continues (resume, or resume: auto)
+    # What its launch said it continues (resume, or resume: auto): continuing.recorded, read here without
+    # the workload's models that module holds.
+    found = read_options(run_dir(home, run_id)).continues
     if found is not None:
         named = path if isinstance(path, str) and path not in ("", "auto", "never") else None
         return ResumedFrom(named or found.name, found.step, found.run_id, found.auto)
@@ -223,11 +223,7 @@ def _odd_nodes(record) -> list[str]:
 def _usage(record, plan: RecordedPlan | None, ended_at: float | None) -> Usage | None:
     """GPU-hours (CPU-hours) and, with prices in the settings, their cost; ``ended_at``: when the job of a
     run whose end is not recorded yet ended (its usage stops there)."""
-    try:
-        prices = load_user_settings().prices
-    except SettingsError:
-        prices = None
-    return usage_of_record(record, plan, prices, ended_at or time.time())
+    return usage_of_record(record, plan, prices_set(), ended_at or time.time())
 
 
 TAIL_BYTES = 8 << 20
