@@ -56,21 +56,23 @@ async def test_the_home_screens_refreshes_ask_the_door_for_new_kinds_only(home):
     record_all(home)
     app = FsdpTuiApp(home)
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.runs_table.row_count == 5)
-        runs, sweeps = app.client.runs, app.client.sweeps
+        await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.runs_read
+                       and len(app.screen.kinds.known) == 5)  # the first look, then the runs read whole
+        screen, runs = app.screen, app.client.runs
         asked: list[int] = []
         reads: list[int] = []
-        kinds, listed = runs.kinds, sweeps.list
+        kinds, known_of = runs.kinds, screen.kinds.of
 
         def counted_kinds(summaries):
             asked.append(len(summaries))
             return kinds(summaries)
 
-        def counted_list():  # read after the kinds in every refresh: that refresh is through them
+        def counted_of(listed, ask):  # once in every refresh that reads the runs whole, after its kinds
+            found = known_of(listed, ask)
             reads.append(1)
-            return listed()
+            return found
 
-        runs.kinds, sweeps.list = counted_kinds, counted_list
+        runs.kinds, screen.kinds.of = counted_kinds, counted_of
         for _ in range(3):
             before = len(reads)
             await pilot.press("r")
