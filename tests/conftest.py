@@ -39,6 +39,15 @@ def data_cache(tmp_path_factory):
     del os.environ[CACHE_ENV]
 
 
+def pytest_configure(config):
+    """A suite started in the background of a script (``bash .ci/run &``) inherits SIGINT ignored, and so
+    would every process a test starts: the tests that press Ctrl-C on a command need a terminal's Ctrl-C."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:

@@ -88,8 +88,10 @@ def console():
 
     from rich.console import Console
 
-    piped = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
-    return Console(highlight=False, width=PIPED_WIDTH if piped else None)
+    columns = os.environ.get("COLUMNS", "")
+    asked = int(columns) if columns.isascii() and columns.isdigit() and 0 < len(columns) < 6 and int(columns) else None
+    piped = not sys.stdout.isatty() and asked is None
+    return Console(highlight=False, width=PIPED_WIDTH if piped else asked)  # the width asked for, as rich's own
 
 
 def number(text: str) -> int:

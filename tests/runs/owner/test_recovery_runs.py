@@ -79,14 +79,15 @@ def _smi(host, body: str) -> Path:
     return path
 
 
-def _kill(host, which) -> list[int]:
-    """SIGKILL the processes of ``host`` (its network namespace) whose command line ``which`` picks."""
+def _kill(host, which, how: int = signal.SIGKILL) -> list[int]:
+    """Send ``how`` (SIGKILL) to the processes of ``host`` (its network namespace) that ``which`` picks by
+    their command line."""
     killed = []
     for pid in subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout.split():
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             if which(cmd):
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(int(pid), how)
                 killed.append(int(pid))
         except OSError:
             continue
@@ -328,6 +329,9 @@ case "$*" in *--query-gpu*) echo "0, NVIDIA H100 80GB HBM3, 1024, 81559, 97, 350
     gpus = [e for e in run.events() if e["type"] == "GpuTelemetry" and e["node_rank"] == 0]
     assert gpus and gpus[-1]["gpus"][0]["name"] == "NVIDIA H100 80GB HBM3"  # the stand-in is heard
     lost.touch()
+    # A rank whose GPU fell off the bus hangs in its next call on the GPU: node 0's ranks stop where they are
+    # (torchrun itself answers), so the run cannot end before the lost GPU is seen, however fast its steps.
+    assert _kill(started[0], lambda cmd: _training(cmd) and b"torch.distributed.run" not in cmd, signal.SIGSTOP)
     code = run.end()
     swap = _one_recovered_swap(run, code, verdict="resharded", steps=GPU_STEPS)
     assert (swap["kind"], swap["signature"], swap["node_rank"], swap["failed_host"]) == ("shrink", "gpu_lost", 0,

@@ -218,4 +218,4 @@ def test_the_swaps_become_tags_of_the_runs_mlflow_run_sent_again_only_when_they_
     assert tracker.sync_swaps([done])
     tags = client.get_run(tracker.mlflow_run_id).data.tags
     assert (tags["fsdp_tui.recovered"], tags["fsdp_tui.swap.1"]) == ("yes", done.words())
-    assert tracker.state["swap_tags"]["fsdp_tui.swap.1"] == done.words()  # kept: the same tags are not sent again
+    assert tracker.state.swap_tags is not None and tracker.state.swap_tags["fsdp_tui.swap.1"] == done.words()  # kept: the same tags are not sent again
