@@ -50,9 +50,9 @@ else:
     conn.sendall(me)
     peer = conn.recv(200)
 print("rendezvous", "ok" if peer == me else "MIXED with " + peer.decode(), flush=True)
-for i in range(1, 5):
+for i in range(1, 5):  # 6 s: longer than the tracking probe's timeout, so a dead server is said as it runs
     print(f"step={i}/4 loss=0.{9 - i}", flush=True)
-    time.sleep(0.5)
+    time.sleep(1.5)
 sys.exit(0 if peer == me else 3)
 """
 
