@@ -89,10 +89,9 @@ def _print_from(path, splitter, rank: int | None, tail: int | None, follow: bool
 
 def _count(text: str) -> int:
     """``--tail``'s count, by the one ASCII-number rule of the commands (:func:`launcher.cli.number`)."""
-    from launcher.cli import shown_word
-    from trainer.wire.ckpt_layout import ascii_int
+    from launcher.cli import digits, shown_word
 
-    value = ascii_int(text)
+    value = digits(text)
     if value is None:
         raise argparse.ArgumentTypeError(f"--tail takes a count of lines in digits 0-9, 0 or more (got "
                                          f"{shown_word(text)})")

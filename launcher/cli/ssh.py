@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 @on_run("ssh")
 def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
-    from trainer.wire.ckpt_layout import ascii_int
+    from launcher.cli import digits
 
     try:
         plan = client.runs.plan_of(run_id)
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
         return 2
     command = args.remote_command[1:] if args.remote_command[:1] == ["--"] else args.remote_command
     rank = 0
-    asked = ascii_int(args.node) if args.node is not None else None
+    asked = digits(args.node) if args.node is not None else None
     if asked is not None:
         rank = asked
     elif args.node is not None and reads_as_number(args.node):  # '٣', ' 1', '+1', '1e3', '-1': no node number
