@@ -160,8 +160,10 @@ def test_a_time_limit_checkpoints_on_the_signal_and_the_next_job_resumes(home, t
              if "checkpoint at step " in line and "SIGUSR1" in line]
     assert len(saved) == 1, first[-3000:]
     assert f"at step {saved[0]}" in second.split("resumed from")[1].splitlines()[0]
+    # One SLURM job per attempt. The second job has the same one-minute limit, so on a slow machine its own
+    # signal can come before the cancel does, and a third attempt is submitted: each its own job still.
     jobs = json.loads(node_file(slurm, run_id, 0, "jobs.json").read_text())
-    assert sorted(jobs) == ["1", "2"] and jobs["1"] != jobs["2"]
+    assert sorted(jobs)[:2] == ["1", "2"] and len(set(jobs.values())) == len(jobs), jobs
     assert tagged(run_id) == []
 
 
