@@ -1,8 +1,10 @@
-"""How counts read in every message of the app, the CLI and the docs: ``1 node``, ``2 nodes``, ``0 runs``.
+"""How counts and quantities read in every message of the app, the CLI and the docs: ``1 node``, ``2 nodes``,
+``1:05:09``, ``1.5 GiB``, ``12.50 GB/s``, ``node 1 (h1)``.
 
 One rule, in one place: a count names its noun in the singular for exactly one, else the plural
 (``tests/foundation/test_words.py`` finds any message that writes ``node(s)`` or puts a count before a
-plural noun by hand)."""
+plural noun by hand). The quantities here are the ones both the core (a report's text, an error) and the
+front ends say; what only the front ends say is in :mod:`launcher.present`."""
 
 from __future__ import annotations
 
@@ -27,3 +29,42 @@ def plural_of(noun: str) -> str:
     if last.endswith(("s", "x", "ch", "sh")):
         return prefix + last + "es"
     return prefix + last + "s"
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """A run's elapsed time as a clock reads it: ``4:05``, ``1:05:09`` (whole seconds); ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def fmt_bytes(n: int) -> str:
+    """A size on disk in binary units with one decimal: ``1.5 GiB``, ``12.0 KiB``, ``512 B``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def fmt_bandwidth(bytes_per_s: float) -> str:
+    """A bandwidth in the unit people compare links in: decimal GB/s or MB/s (as nccl-tests prints GB/s)."""
+    if bytes_per_s >= 1e9:
+        return f"{bytes_per_s / 1e9:.2f} GB/s"
+    return f"{bytes_per_s / 1e6:.1f} MB/s"
+
+
+def fmt_message_size(nbytes: int) -> str:
+    """A collective's message size as the sizes an interconnect test picks read: ``64 MiB``, ``0.5 KiB``."""
+    if nbytes >= 1 << 30:
+        return f"{nbytes / (1 << 30):g} GiB"
+    if nbytes >= 1 << 20:
+        return f"{nbytes / (1 << 20):g} MiB"
+    return f"{nbytes / 1024:g} KiB"
+
+
+def node_name(rank: int, hosts: tuple[str, ...]) -> str:
+    """A node by its rank and, where known, its host: ``node 1 (h1)``; ``node 5`` past the hosts given."""
+    return f"node {rank} ({hosts[rank]})" if 0 <= rank < len(hosts) else f"node {rank}"

@@ -24,8 +24,12 @@ The rooms (one module each, every public method documented, every reply typed: n
 Import rules (``pyproject.toml``, checked by ``lint-imports``): ``launcher.api`` sits between the front ends
 and the rest of the launcher: it may import every room of ``launcher`` (``runs``, ``backends`` through their
 registry, ``doctor``, ``nettest``, ``notify``, ``eject``, ``workload``, ``events``, ``paths``...) and
-``trainer``'s torch-free vocabulary; never ``launcher.cli`` or ``tui``. The front ends import only
-``launcher.api``, ``launcher.workload``, ``launcher.events``, ``launcher.paths`` and ``launcher.words``.
+``trainer``'s torch-free vocabulary; never ``launcher.cli``, ``launcher.present`` or ``tui``. The front ends
+import only ``launcher.api``, ``launcher.present`` (the door's values as text), ``launcher.workload``,
+``launcher.events``, ``launcher.paths`` and ``launcher.words``.
+
+The rooms hand out types, errors and constants, and the few functions the core computes with; never
+presentation (``tests/api/test_door_presentation.py``).
 
 Nothing heavy at import time: ``import launcher.api`` loads no room; each room is imported on first use.
 """

@@ -1,4 +1,4 @@
-"""The door's rooms hand out the core's types and pure helpers without loading them at import: a front end
+"""The door's rooms hand out the core's types, errors and constants without loading them at import: a front end
 that imports a room for one name pays for the module that name lives in, on first use, and nothing else.
 (Type checkers read each room's ``TYPE_CHECKING`` imports of the same names.)"""
 

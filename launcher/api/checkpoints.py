@@ -19,17 +19,16 @@ if TYPE_CHECKING:
         CheckpointInfo,
         NoOutputDir,
         RunCheckpoints,
-        completeness,
     )
 
 __getattr__ = lazy_names(__name__, {
     "launcher.backends.base": ("CheckpointListing", "ExportResult"),
     "launcher.runs.core.checkpoints": ("BytesChecked", "CheckpointError", "CheckpointInfo", "NoOutputDir",
-                                       "RunCheckpoints", "completeness"),
+                                       "RunCheckpoints"),
 })
 
 __all__ = ["BytesChecked", "CheckpointError", "CheckpointInfo", "CheckpointListing", "Checkpoints", "ExportResult", "NoOutputDir",
-           "RunCheckpoints", "completeness"]
+           "RunCheckpoints"]
 
 
 class Checkpoints:

@@ -14,25 +14,24 @@ from launcher.api._lazy import lazy_names
 
 if TYPE_CHECKING:
     from launcher.nettest.expect import Expectation
-    from launcher.nettest.figures import Measured, Verdict, judge_pairs, rate, size
+    from launcher.nettest.figures import Measured, Verdict, judge_pairs
     from launcher.nettest.health import GpuHealth, LinkState, NodeHealth
     from launcher.nettest.launch import Options, Outcome
-    from launcher.nettest.report import cut_lines, headline, pair_bars, pair_lines, rows, verdict_lines
+    from launcher.nettest.report import cut_lines, rows, verdict_lines
     from launcher.nettest.report import to_dict as to_json
     from launcher.workload.plan import RunPlan
 
 __getattr__ = lazy_names(__name__, {
     "launcher.nettest.expect": ("Expectation",),
-    "launcher.nettest.figures": ("Measured", "Verdict", "judge_pairs", "rate", "size"),
+    "launcher.nettest.figures": ("Measured", "Verdict", "judge_pairs"),
     "launcher.nettest.health": ("GpuHealth", "LinkState", "NodeHealth"),
     "launcher.nettest.launch": ("Options", "Outcome"),
-    "launcher.nettest.report": ("cut_lines", "headline", "pair_bars", "pair_lines", "rows", "verdict_lines",
-                                "to_json=to_dict"),
+    "launcher.nettest.report": ("cut_lines", "rows", "verdict_lines", "to_json=to_dict"),
 })
 
-__all__ = ["Deadlines", "Expectation", "GpuHealth", "Judged", "LinkState", "NodeHealth", "Measured", "NettestNotFound", "NettestRecord", "Nettests",
-           "Options", "Outcome", "Verdict", "cut_lines", "headline", "judge_pairs", "pair_bars", "pair_lines",
-           "rate", "rows", "size", "to_json", "verdict_lines"]
+__all__ = ["Deadlines", "Expectation", "GpuHealth", "Judged", "LinkState", "NodeHealth", "Measured", "NettestNotFound",
+           "NettestRecord", "Nettests", "Options", "Outcome", "Verdict", "cut_lines", "judge_pairs", "rows", "to_json",
+           "verdict_lines"]
 
 
 class NettestNotFound(LookupError):
@@ -92,15 +91,16 @@ class NettestRecord:
     def summary(self) -> str:
         """The test in one line: its whole world's all-gather bus bandwidth and its verdict's first words (the
         run monitor's header); empty without figures."""
-        from launcher.nettest.figures import judge_pairs, rate
+        from launcher.nettest.figures import judge_pairs
         from launcher.nettest.report import verdict_lines
+        from launcher.words import fmt_bandwidth
 
         if self.measured is None:
             return ""
         world = self.measured.scope("world")
         gather = world.largest("all_gather") if world else None
         verdict = verdict_lines(judge_pairs(self.measured.pairs), self.nodes)[0]
-        return (f"{rate(gather.busbw) if gather else '-'} all-gather bus bandwidth over the whole world; "
+        return (f"{fmt_bandwidth(gather.busbw) if gather else '-'} all-gather bus bandwidth over the whole world; "
                 f"{verdict.split(' (')[0]}")
 
 

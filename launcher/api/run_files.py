@@ -10,18 +10,16 @@ from launcher.api._lazy import lazy_names
 
 if TYPE_CHECKING:
     from launcher.runs.cleanup import CleanReport
-    from launcher.runs.core.space import fmt_bytes
     from launcher.runs.core.streams import LineSplitter, tail_offset
     from launcher.runs.read.rank_log import RankLog, RankLogError
 
 __getattr__ = lazy_names(__name__, {
     "launcher.runs.cleanup": ("CleanReport",),
-    "launcher.runs.core.space": ("fmt_bytes",),
     "launcher.runs.core.streams": ("LineSplitter", "tail_offset"),
     "launcher.runs.read.rank_log": ("RankLog", "RankLogError"),
 })
 
-__all__ = ["CleanReport", "LineSplitter", "RankLog", "RankLogError", "RunFiles", "fmt_bytes", "tail_offset"]
+__all__ = ["CleanReport", "LineSplitter", "RankLog", "RankLogError", "RunFiles", "tail_offset"]
 
 
 class RunFiles:
@@ -93,8 +91,8 @@ class RunFiles:
         directory), for the question before it is deleted; empty once they were removed (``clean``) or for a
         run this data dir does not know."""
         from launcher.runs.cleanup import cleaned, folder_bytes
-        from launcher.runs.core.space import fmt_bytes
         from launcher.runs.core.store import RunStore
+        from launcher.words import fmt_bytes
         from launcher.workload.load import LOCAL_NODES_DIR
 
         record = RunStore(self.home).get_run(run_id)

@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from launcher.runs.core.samples import SampleSet
     from launcher.runs.core.store import RunRecord, RunStore
     from launcher.runs.read.comparison import RunStats
-    from launcher.runs.read.comparison_format import Format as ComparisonFormat
     from launcher.runs.read.nodes import NodeRow
     from launcher.runs.read.report import RunReport
     from launcher.runs.read.view import RunView
@@ -104,13 +103,6 @@ class RunReading:
         from launcher.runs.read.comparison import compare_runs
 
         return compare_runs(self.home, list(run_ids), labels)
-
-    @staticmethod
-    def comparison_text(rows: list[RunStats], form: ComparisonFormat) -> str:
-        """Rows of :meth:`compare` as a table, CSV, Markdown or JSON."""
-        from launcher.runs.read.comparison_format import render
-
-        return render(rows, form)
 
     def clone(self, run_id: str) -> Path:
         """A copy of the run's workload file next to the original (``NAME-clone.yaml``, never over a file),

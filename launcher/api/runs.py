@@ -28,15 +28,12 @@ if TYPE_CHECKING:
     from launcher.runs.core.usage import Usage
     from launcher.runs.launch import CancelReport, Resumed
     from launcher.runs.owner.send_later import Sent
-    from launcher.runs.read.comparison import COLUMNS, Column, RunStats, fmt
-    from launcher.runs.read.comparison_format import Format as ComparisonFormat
+    from launcher.runs.read.comparison import RunStats
     from launcher.runs.read.follower import FollowGaveUp
     from launcher.runs.read.nodes import THRESHOLDS, NodeRow, node_rows
     from launcher.runs.read.ranks import THRESHOLD, RankReport, RankTimes
     from launcher.runs.read.report import RunReport
-    from launcher.runs.read.samples_view import history_lines, side_by_side_at, side_lines
-    from launcher.runs.read.stop_output import StopOutput, stopped_line
-    from launcher.runs.read.view import RunView, fmt_duration
+    from launcher.runs.read.view import RunView
     from launcher.workload.load import Planned
     from launcher.workload.overrides import Override
     from launcher.workload.plan import RunPlan
@@ -62,28 +59,26 @@ _FROM = {
     "launcher.runs.core.usage": ("Usage",),
     "launcher.runs.launch": ("CancelReport", "Resumed"),
     "launcher.runs.owner.send_later": ("Sent",),
-    "launcher.runs.read.comparison": ("COLUMNS", "Column", "RunStats", "fmt"),
-    "launcher.runs.read.comparison_format": ("ComparisonFormat=Format",),
+    "launcher.runs.read.comparison": ("RunStats",),
     "launcher.runs.read.follower": ("FollowGaveUp",),
     "launcher.runs.read.nodes": ("THRESHOLDS", "NodeRow", "node_rows"),
     "launcher.runs.read.ranks": ("THRESHOLD", "RankReport", "RankTimes"),
     "launcher.runs.read.report": ("RunReport",),
-    "launcher.runs.read.samples_view": ("history_lines", "side_by_side_at", "side_lines"),
-    "launcher.runs.read.stop_output": ("StopOutput", "stopped_line"),
-    "launcher.runs.read.view": ("RunView", "fmt_duration"),
+    "launcher.runs.read.view": ("RunView",),
 }
-"""The core's types and pure helpers this door hands out, each loaded on first use (a command that only
-finds a run loads none of them)."""
+"""The core's types, errors and constants this door hands out (and the few functions the core computes with:
+a log line's triage, a run's node rows), each loaded on first use (a command that only finds a run loads none
+of them)."""
 __getattr__ = lazy_names(__name__, _FROM)
 
 
 __all__ = [
-    "COLUMNS", "ComparisonFormat", "Continuation", "FORCED_NOTE", "FRESH", "NONE_YET", "THRESHOLD", "THRESHOLDS", "TRIAGE",
-    "AlreadyLaunched", "CancelReport", "Column", "Estimate", "FollowGaveUp", "Gather", "GatherNote", "KeptEstimate", "KeptEnd", "LaunchOutcome", "Launched", "NodeRecord",
+    "Continuation", "FORCED_NOTE", "FRESH", "NONE_YET", "THRESHOLD", "THRESHOLDS", "TRIAGE",
+    "AlreadyLaunched", "CancelReport", "Estimate", "FollowGaveUp", "Gather", "GatherNote", "KeptEstimate", "KeptEnd", "LaunchOutcome", "Launched", "NodeRecord",
     "NodeRow", "PlanShape", "RankReport", "RankTimes", "RecordUnwritable", "RecordedPlan", "Refused", "ResumeCheck", "ResumeBasis", "Resumed", "RunKind", "RunListed",
     "RunNotFound", "RunRecord", "RunReport", "RunStats", "RunSummary", "RunView", "Runs", "SafeStep", "SampleSet", "Sent",
-    "RealFigures", "Signature", "StackDumps", "StopOutput", "StoreDamaged", "TriageReport", "Usage", "classify_line", "fmt",
-    "fmt_duration", "history_lines", "might_signal", "node_rows", "side_by_side_at", "side_lines", "stopped_line",
+    "RealFigures", "Signature", "StackDumps", "StoreDamaged", "TriageReport", "Usage", "classify_line", "might_signal",
+    "node_rows",
 ]
 
 

@@ -3,8 +3,9 @@ doctor | secrets | trust | ...``. One module per command, each with ``register(s
 ``run(args) -> int``; modules keep imports light at the top (``fsdp-tui --help`` imports all of them).
 
 Import rules (``pyproject.toml``): a command imports ``launcher.api`` (the one door to the core),
-``launcher.workload``, ``launcher.events``, ``launcher.paths``, ``launcher.words`` and its own modules; never
-a room behind the door (``launcher.runs``, ``launcher.backends``, ``launcher.doctor``, ...)."""
+``launcher.present`` (the door's values as text), ``launcher.workload``, ``launcher.events``, ``launcher.paths``,
+``launcher.words`` and its own modules; never a room behind the door (``launcher.runs``, ``launcher.backends``,
+``launcher.doctor``, ...)."""
 
 from __future__ import annotations
 

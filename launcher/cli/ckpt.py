@@ -79,7 +79,7 @@ def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
 
 
 def _table(listing: RunCheckpoints, shown: list[CheckpointInfo]) -> None:
-    from launcher.api.checkpoints import completeness
+    from launcher.present.checkpoints import completeness
 
     width = max(9, *(len(completeness(c)) + 1 for c in shown))  # "NO (node 1, 2)" fits
     print(f"{'STEP':>8}  {'COMPLETE':<{width}} {'KIND':<8} {'SIZE':>9}  {'AGE':>8}  NAME")

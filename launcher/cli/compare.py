@@ -16,6 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from launcher.api import Client
     from launcher.api.runs import RunNotFound
+    from launcher.present.comparison import render
 
     runs = Client().runs
     try:
@@ -23,5 +24,5 @@ def run(args: argparse.Namespace) -> int:
     except RunNotFound as err:
         print(f"fsdp-tui compare: {err}", file=sys.stderr)
         return 2
-    sys.stdout.write(runs.comparison_text(runs.compare(run_ids), args.format))
+    sys.stdout.write(render(runs.compare(run_ids), args.format))
     return 0

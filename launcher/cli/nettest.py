@@ -92,8 +92,10 @@ def render(judged, run_id: str, wall_s: float | None) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from launcher.api.nettests import cut_lines, headline, pair_lines, rate, rows, size, verdict_lines
+    from launcher.api.nettests import cut_lines, rows, verdict_lines
     from launcher.cli import console as cli_console
+    from launcher.present.nettest import headline, pair_lines
+    from launcher.words import fmt_bandwidth, fmt_message_size
 
     measured, nodes, verdict, expectation, burnin = (judged.measured, judged.nodes, judged.verdict,
                                                      judged.expectation, judged.burnin)
@@ -104,8 +106,8 @@ def render(judged, run_id: str, wall_s: float | None) -> None:
     for col in ("collective", "size", "median", "spread", "algbw", "busbw"):
         table.add_column(col, justify="left" if col == "collective" else "right", no_wrap=True)
     for r in rows(measured, nodes):
-        table.add_row(r.scope, r.op.replace("_", "-"), size(r.nbytes), f"{r.median_s * 1e3:.2f} ms",
-                      f"{r.spread:.0%}", rate(r.algbw), rate(r.busbw))
+        table.add_row(r.scope, r.op.replace("_", "-"), fmt_message_size(r.nbytes), f"{r.median_s * 1e3:.2f} ms",
+                      f"{r.spread:.0%}", fmt_bandwidth(r.algbw), fmt_bandwidth(r.busbw))
     console.print(table)
     for line in cut_lines(measured, nodes):
         console.print(Text(f"budget: {line}", style="yellow"))

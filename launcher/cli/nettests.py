@@ -17,7 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from launcher.api import Client
-    from launcher.api.nettests import NettestNotFound, judge_pairs, rate, to_json, verdict_lines
+    from launcher.api.nettests import NettestNotFound, judge_pairs, to_json, verdict_lines
+    from launcher.words import fmt_bandwidth
 
     nettests = Client().nettests
     if args.test_id:
@@ -57,5 +58,5 @@ def run(args: argparse.Namespace) -> int:
         world = m.scope("world")
         ag = world.largest("all_gather") if world else None
         verdict = verdict_lines(judge_pairs(m.pairs), r.nodes)[0]
-        print(f"{r.run_id:<{width}} {started:<16} {m.nnodes:>5} {rate(ag.busbw) if ag else '-':>17}  {verdict}")
+        print(f"{r.run_id:<{width}} {started:<16} {m.nnodes:>5} {fmt_bandwidth(ag.busbw) if ag else '-':>17}  {verdict}")
     return 0

@@ -74,7 +74,7 @@ def _nodes(client: Client, run_id: str, as_json: bool) -> int:
 def _samples(client: Client, run_id: str, as_json: bool) -> int:
     from dataclasses import asdict
 
-    from launcher.api.runs import history_lines
+    from launcher.present.samples import history_lines
 
     sets = client.runs.samples(run_id)
     if as_json:
@@ -227,7 +227,7 @@ def _print(r) -> None:
 
 def _estimate_words(est: Estimate, real: RealFigures | None) -> str:
     """The launch's estimate and, once the run ended, the real wall time against it (docs/estimate.md)."""
-    from launcher.api.runs import fmt_duration
+    from launcher.words import fmt_duration
 
     words = (f"{fmt_duration(est.wall_s)} ({fmt_duration(est.low_s)} to {fmt_duration(est.high_s)}) "
              f"from {est.source or '?'}")

@@ -17,7 +17,7 @@ from launcher.words import plural
 
 if TYPE_CHECKING:
     from launcher.api import Client
-    from launcher.api.runs import ComparisonFormat
+    from launcher.present.comparison import Format as ComparisonFormat
 
 EXIT_CODES = {"succeeded": 0, "failed": 1, "cancelled": 130}
 
@@ -94,16 +94,18 @@ def resume(client: Client, sweep_id: str, args: argparse.Namespace) -> int:
 
 
 def show(client: Client, sweep_id: str, form: ComparisonFormat) -> int:
+    from launcher.present.comparison import render
+
     record = client.sweeps.get(sweep_id)
     if form == "table":
         print(f"sweep {record.sweep_id}: {record.state} ({record.detail or plural(len(record.variants), 'variant')})")
-    sys.stdout.write(client.runs.comparison_text(client.sweeps.stats(record), form))
+    sys.stdout.write(render(client.sweeps.stats(record), form))
     return 0
 
 
 def show_samples(client: Client, sweep_id: str, which: str, step: int | None) -> int:
     """Two variants' answers to the same prompts, side by side (at ``step``, else each one's newest)."""
-    from launcher.api.runs import side_by_side_at, side_lines
+    from launcher.present.samples import side_by_side_at, side_lines
 
     record = client.sweeps.get(sweep_id)
     try:

@@ -271,18 +271,3 @@ def judge_pairs(pairs: tuple[PairFigure, ...] | list[PairFigure], threshold: flo
     findings += [Finding("link", p, figures[p], st.reference) for p in st.links]
     findings += [Finding("unconfirmed", (n,), best(n), st.reference) for n in sorted(st.open)]
     return Verdict(tuple(findings), "", threshold)
-
-
-def rate(bytes_per_s: float) -> str:
-    """A bandwidth in the unit people compare links in: decimal GB/s or MB/s (as nccl-tests prints GB/s)."""
-    if bytes_per_s >= 1e9:
-        return f"{bytes_per_s / 1e9:.2f} GB/s"
-    return f"{bytes_per_s / 1e6:.1f} MB/s"
-
-
-def size(nbytes: int) -> str:
-    if nbytes >= 1 << 30:
-        return f"{nbytes / (1 << 30):g} GiB"
-    if nbytes >= 1 << 20:
-        return f"{nbytes / (1 << 20):g} MiB"
-    return f"{nbytes / 1024:g} KiB"

@@ -31,8 +31,9 @@ def list_records(home: Path) -> list[dict]:
 def newest_for(home: Path, hosts: list[str] | tuple[str, ...], *, besides: str = "") -> NettestSeen | None:
     """The newest kept test with a result on exactly these nodes (in rank order), other than ``besides``,
     summarised: id, date, the verdict's first line and the whole world's all-gather bus bandwidth."""
-    from launcher.nettest.figures import judge_pairs, rate
+    from launcher.nettest.figures import judge_pairs
     from launcher.nettest.report import verdict_lines
+    from launcher.words import fmt_bandwidth
 
     for record in list_records(home):
         if record["run_id"] == besides or list(record.get("nodes") or []) != list(hosts):
@@ -47,5 +48,5 @@ def newest_for(home: Path, hosts: list[str] | tuple[str, ...], *, besides: str =
         return NettestSeen(str(record["run_id"]), started if isinstance(started, (int, float)) else None,
                            verdict_lines(judge_pairs(measured.pairs), tuple(record["nodes"]))[0],
                            ag.busbw if ag else None,
-                           f"{rate(ag.busbw) if ag else '-'} all-gather bus bandwidth over the whole world")
+                           f"{fmt_bandwidth(ag.busbw) if ag else '-'} all-gather bus bandwidth over the whole world")
     return None

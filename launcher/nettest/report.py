@@ -1,11 +1,12 @@
-"""A measured test as rows and sentences, the same for the CLI, ``--json`` and the app."""
+"""A measured test as rows and sentences, the same for the CLI, ``--json`` and the app (what only the front ends
+say of it, its headline and its pairs, is :mod:`launcher.present.nettest`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.nettest.figures import Measured, Scope, Verdict, judge_pairs, rate, size
-from launcher.words import plural
+from launcher.nettest.figures import Measured, Scope, Verdict, judge_pairs
+from launcher.words import fmt_bandwidth, fmt_message_size, node_name
 from trainer.wire.ckpt_layout import ascii_int
 from trainer.wire.nettest_pairs import TOURNAMENT_ROUNDS
 
@@ -45,10 +46,6 @@ def rows(m: Measured, nodes: tuple[str, ...]) -> list[Row]:
     return out
 
 
-def node_name(rank: int, nodes: tuple[str, ...]) -> str:
-    return f"node {rank} ({nodes[rank]})" if 0 <= rank < len(nodes) else f"node {rank}"
-
-
 def verdict_lines(verdict: Verdict, nodes: tuple[str, ...]) -> list[str]:
     """The verdict in words, with the rule it applied."""
     rule = (f"(a pair's figure is its fastest run; a pair is slow under {verdict.threshold:.2f}x the median "
@@ -61,7 +58,7 @@ def verdict_lines(verdict: Verdict, nodes: tuple[str, ...]) -> list[str]:
         return [f"no slow node or link {rule}"]
     out = []
     for f in verdict.findings:
-        figure = f"{rate(f.busbw)} all-gather bus bandwidth against {rate(f.reference)} for the fast pairs " \
+        figure = f"{fmt_bandwidth(f.busbw)} all-gather bus bandwidth against {fmt_bandwidth(f.reference)} for the fast pairs " \
                  f"({f.ratio:.2f}x)"
         if f.kind == "unconfirmed":
             out.append(f"unconfirmed: {node_name(f.nodes[0], nodes)}: every pair slow ({figure}), but it never "
@@ -74,12 +71,6 @@ def verdict_lines(verdict: Verdict, nodes: tuple[str, ...]) -> list[str]:
     return [*out, rule]
 
 
-def pair_lines(m: Measured, nodes: tuple[str, ...]) -> list[str]:
-    return [f"round {p.round + 1}{' (tournament)' if p.stage == 'tournament' else ''}: {node_name(p.a, nodes)} - "
-            f"{node_name(p.b, nodes)}: {rate(p.busbw)} ({size(p.nbytes)} all-gather, {_runs(p)})"
-            for p in m.pairs]
-
-
 def cut_lines(m: Measured, nodes: tuple[str, ...]) -> list[str]:
     """What ``--quick``'s time budget cut, each size with the figure it judged by and what it would have
     cost (a warm-up and the fewest timed runs of each collective)."""
@@ -89,38 +80,12 @@ def cut_lines(m: Measured, nodes: tuple[str, ...]) -> list[str]:
         number = ascii_int(c.scope[4:]) if c.scope.startswith("node") else None
         index = -1 if number is None else number
         label = labels.get(c.scope) or (f"inside {node_name(index, nodes)}" if index >= 0 else c.scope)
-        what = f"cut to {size(c.kept)}" if c.kept else "skipped"
+        what = f"cut to {fmt_message_size(c.kept)}" if c.kept else "skipped"
         budget = f"a round's budget of {c.budget_s:.2f} s" if c.scope == "pairs" else \
             f"the {c.budget_s:.1f} s left of the phase's budget"
-        out.append(f"{label}: {size(c.size)} {what}: at {rate(c.busbw)} it would take {c.predicted_s:.1f} s, "
+        out.append(f"{label}: {fmt_message_size(c.size)} {what}: at {fmt_bandwidth(c.busbw)} it would take {c.predicted_s:.1f} s, "
                    f"over {budget}")
     return out
-
-
-def pair_bars(m: Measured) -> list[tuple[str, float]]:
-    """One bar per pair of nodes, ``("a-b", busbw)``: a pair measured twice (a slow link, again) shows the
-    figure the verdict counts, its better one, and says so in its label."""
-    best: dict[tuple[int, int], float] = {}
-    times: dict[tuple[int, int], int] = {}
-    for p in m.pairs:
-        key = (min(p.a, p.b), max(p.a, p.b))
-        best[key] = max(best.get(key, 0.0), p.busbw)
-        times[key] = times.get(key, 0) + 1
-    return [(f"{a}-{b}" + (f" (best of {times[(a, b)]})" if times[(a, b)] > 1 else ""), bw)
-            for (a, b), bw in best.items()]
-
-
-def _runs(p) -> str:
-    if p.best_s is None:
-        return f"median {p.median_s * 1e3:.1f} ms"
-    return f"fastest of {plural(p.runs, 'run')} {p.best_s * 1e3:.1f} ms, median {p.median_s * 1e3:.1f} ms"
-
-
-def headline(m: Measured) -> str:
-    world = m.scope("world")
-    ag = world.largest("all_gather") if world else None
-    return (f"{plural(m.nnodes, 'node')} x {plural(m.local_world_size, 'process')}, {m.backend} on {m.device}; whole world "
-            f"all-gather {rate(ag.busbw) if ag else '-'} bus bandwidth at {size(ag.nbytes) if ag else '-'}")
 
 
 def to_dict(m: Measured, nodes: tuple[str, ...], verdict: Verdict | None = None) -> dict:

@@ -43,7 +43,7 @@ class CleanReport:
         return all(not n.error for n in self.nodes)
 
     def lines(self) -> list[str]:
-        from launcher.runs.core.space import fmt_bytes
+        from launcher.words import fmt_bytes
 
         out = []
         for n in self.nodes:
@@ -163,7 +163,7 @@ def files_left(home: Path, run_id: str) -> list[Left]:
     """Where a run's files stay once its record is forgotten; empty when its folders were removed already
     (or it has none). Each says where; the front end adds the command that removes it, which needs no
     record (:meth:`launcher.api.run_files.RunFiles.left_behind`)."""
-    from launcher.runs.core.space import fmt_bytes
+    from launcher.words import fmt_bytes
 
     record = RunStore(home).get_run(run_id)
     if record is None or cleaned(record.directory) is not None:

@@ -47,6 +47,13 @@ def test_the_tree_keeps_every_contract():
     ("launcher/workload/data_check.py", "import trainer.data.dataset", "the operator's side imports only trainer.wire"),
     ("trainer/model/build.py", "import trainer.loop.train", "the trainer's rooms"),
     ("launcher/api/runs.py", "import textual", "the door serves both front ends"),
+    ("launcher/present/nettest.py", "import asyncio", "the presentation room is pure"),
+    ("launcher/present/comparison.py", "import launcher.runs.read.comparison", "the presentation room is pure"),
+    ("launcher/present/stop_output.py", "import rich.text", "the presentation room is pure"),
+    # The door never loads presentation (its lazy tables are read by tests/api/test_door_presentation.py).
+    ("launcher/api/runs.py", "import launcher.present.comparison", "launcher layers"),
+    # Indirectly: the CLI prints through the presentation room, which would then reach a room behind the door.
+    ("launcher/present/samples.py", "import launcher.runs.core.samples", "the CLI goes through one door"),
 ])
 def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract):
     for name in ("launcher", "tui", "trainer", "themes"):

@@ -133,3 +133,24 @@ def test_a_command_that_reads_runs_loads_nothing_heavy(a_kept_store, argv):
     assert out.stdout.strip()  # it said something: the runs, the run, the help
     heavy = sorted(m for m in HEAVY_FOR_A_LOOK if m in loaded)
     assert not heavy, f"fsdp-tui {' '.join(argv)} loaded {heavy}"
+
+
+def test_the_presentation_room_loads_nothing_but_the_standard_library_and_words():
+    """Every ``launcher.present`` module, imported for real, loads no room of the launcher but ``launcher.words``
+    (the door's types it names are for the type checker only) and no event loop, SSH, tracking or terminal UI:
+    a command that prints a table pays for the table."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    modules = [f"launcher.present.{p.stem}" for p in sorted((root / "launcher" / "present").glob("*.py"))
+               if p.stem != "__init__"]
+    code = ("import sys, importlib, json\n"
+            f"for m in {modules!r}:\n    importlib.import_module(m)\n"
+            "print(json.dumps(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    loaded = set(json.loads(out.stdout))
+    rooms = sorted(m for m in loaded if m.startswith("launcher.") and not m.startswith(("launcher.present", "launcher.words")))
+    heavy = sorted({m.split(".")[0] for m in loaded} & {"asyncio", "subprocess", "asyncssh", "mlflow", "textual", "rich",
+                                                         "torch", "pydantic", "yaml", "tui", "trainer"})
+    assert len(modules) >= 5 and not rooms and not heavy, (rooms, heavy)

@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from launcher.words import plural, plural_of
+from launcher.words import (
+    fmt_bandwidth,
+    fmt_bytes,
+    fmt_duration,
+    fmt_message_size,
+    node_name,
+    plural,
+    plural_of,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 NOUNS = ("node", "run", "rank", "file", "line", "step", "checkpoint", "variant", "process", "GPU", "error", "warning",
@@ -89,3 +97,16 @@ def test_a_node_without_output_is_quiet_everywhere():
 def test_plural(count, noun, said):
     assert plural(count, noun) == said
     assert plural_of("Xid line") == "Xid lines"
+
+
+@pytest.mark.parametrize("said, expected", [
+    (fmt_duration(None), "-"), (fmt_duration(59.9), "0:59"), (fmt_duration(245), "4:05"),
+    (fmt_duration(3909), "1:05:09"),
+    (fmt_bytes(512), "512 B"), (fmt_bytes(12 << 10), "12.0 KiB"), (fmt_bytes(3 << 19), "1.5 MiB"),
+    (fmt_bytes(5 << 30), "5.0 GiB"),
+    (fmt_bandwidth(12.5e9), "12.50 GB/s"), (fmt_bandwidth(1e9), "1.00 GB/s"), (fmt_bandwidth(28e6), "28.0 MB/s"),
+    (fmt_message_size(512), "0.5 KiB"), (fmt_message_size(64 << 20), "64 MiB"), (fmt_message_size(3 << 29), "1.5 GiB"),
+    (node_name(1, ("h0", "h1")), "node 1 (h1)"), (node_name(5, ("h0",)), "node 5"), (node_name(-1, ("h0",)), "node -1"),
+])
+def test_quantities_read_the_same_everywhere(said, expected):
+    assert said == expected

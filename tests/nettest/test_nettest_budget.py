@@ -9,7 +9,7 @@ import statistics
 import pytest
 
 from launcher.nettest.figures import PairFigure, decode, judge_pairs
-from launcher.nettest.report import cut_lines, pair_bars, to_dict
+from launcher.nettest.report import cut_lines, to_dict
 from tests.support.nettest import noise
 from trainer.wire.nettest_budget import (
     QUICK,
@@ -215,14 +215,3 @@ def test_a_cut_is_decoded_and_said_in_the_report():
                      "budget of 1.00 s"]
     assert [c["text"] for c in to_dict(m, ("a", "b", "c"))["cuts"]] == lines
     assert cut_lines(decode(result()), ("a", "b", "c")) == []  # an older result: no cuts, its own sizes
-
-
-def test_one_bar_per_pair_the_figure_the_verdict_counts():
-    nbytes = 1_000_000
-    pairs = [PairFigure(0, 1, 0, nbytes, 0.01), PairFigure(1, 2, 1, nbytes, 0.1),
-             PairFigure(0, 2, 2, nbytes, 0.01, "tournament"), PairFigure(1, 2, 3, nbytes, 0.02, "tournament")]
-    from launcher.nettest.figures import Measured
-
-    m = Measured("gloo", "cpu", 3, 3, 1, (nbytes,), 3, (), tuple(pairs), {})
-    assert pair_bars(m) == [("0-1", pytest.approx(50e6)), ("1-2 (best of 2)", pytest.approx(25e6)),
-                            ("0-2", pytest.approx(50e6))]

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from launcher.nettest.figures import PairFigure, judge_pairs
-from launcher.nettest.report import pair_lines, to_dict, verdict_lines
+from launcher.nettest.report import to_dict, verdict_lines
+from launcher.present.nettest import pair_lines
 from tests.support.nettest import noise
 from trainer.wire.nettest_pairs import (
     NEIGHBOUR_ROUNDS,

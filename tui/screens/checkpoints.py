@@ -13,7 +13,8 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Label
 
-from launcher.api.checkpoints import CheckpointInfo, RunCheckpoints, completeness
+from launcher.api.checkpoints import CheckpointInfo, RunCheckpoints
+from launcher.present.checkpoints import completeness
 from tui.app_base import AppBase
 from tui.messages import ResumeAsked
 from tui.widgets.footer import FitFooter

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from textual.screen import Screen
 from textual.widgets import Label, Static
 
-from launcher.api.runs import RunView, fmt_duration
+from launcher.api.runs import RunView
+from launcher.words import fmt_duration
 
 if TYPE_CHECKING:
     from launcher.api.runs import Runs, SafeStep

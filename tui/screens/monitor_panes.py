@@ -8,8 +8,9 @@ after its :class:`RunView` took it."""
 
 from __future__ import annotations
 
-from launcher.api.runs import RunView, StopOutput, stopped_line
+from launcher.api.runs import RunView
 from launcher.events import GpuTelemetry, NodeLines, NodeStateChanged, RunEvent, RunState, RunStateChanged
+from launcher.present.stop_output import StopOutput, stopped_line
 from tui.widgets.node_log import NodeLog
 
 LOG_GROUPS = 2

@@ -14,7 +14,9 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Label, Static
 
-from launcher.api.nettests import cut_lines, headline, judge_pairs, pair_bars, rate, rows, size, verdict_lines
+from launcher.api.nettests import cut_lines, judge_pairs, rows, verdict_lines
+from launcher.present.nettest import headline, pair_bars
+from launcher.words import fmt_bandwidth, fmt_message_size
 from tui.app_base import AppBase
 from tui.messages import NettestDone, NettestProgress
 from tui.widgets.footer import FitFooter
@@ -108,8 +110,8 @@ class NettestScreen(Screen):
         table = self.query_one(DataTable)
         table.clear()
         for r in rows(m, message.nodes):
-            table.add_row(r.scope, r.op.replace("_", "-"), size(r.nbytes), f"{r.median_s * 1e3:.2f} ms",
-                          f"{r.spread:.0%}", rate(r.algbw), rate(r.busbw))
+            table.add_row(r.scope, r.op.replace("_", "-"), fmt_message_size(r.nbytes), f"{r.median_s * 1e3:.2f} ms",
+                          f"{r.spread:.0%}", fmt_bandwidth(r.algbw), fmt_bandwidth(r.busbw))
         verdict = judge_pairs(m.pairs)
         # Nodes left out (not reached) come first: the figures below are of the others.
         unreached = [p for p in message.problems if ": not reached within the connect phase" in p]
@@ -128,7 +130,7 @@ class NettestScreen(Screen):
         figures = [f for f in (world.figures if world else ()) if f.op == "all_gather"]
         by_size.plt.title("whole world all-gather busbw (MB/s) per size")
         if figures:
-            by_size.plt.bar([size(f.nbytes) for f in figures], [f.busbw / 1e6 for f in figures])
+            by_size.plt.bar([fmt_message_size(f.nbytes) for f in figures], [f.busbw / 1e6 for f in figures])
         by_pair.plt.title("all-gather busbw (MB/s) per pair of nodes" if m.pairs else "one node: no pairs")
         bars = pair_bars(m)
         if bars:

@@ -1,7 +1,7 @@
 """What the model answers as it learns: each prompt with its answer per step (``logging.samples``), read
 from the run's record as it grows; or two checkpoints' answers side by side. The text is decoded and made
 printable once, in :mod:`launcher.runs.core.samples`; the lines come from
-:mod:`launcher.runs.read.samples_view`: this screen only reads and draws them."""
+:mod:`launcher.present.samples`: this screen only reads and draws them."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ class SamplesScreen(Screen):
             self.draw(message.said, message.lines)
 
     def _lines(self, sets) -> tuple[str, list[str]]:
-        from launcher.api.runs import history_lines, side_by_side_at, side_lines
+        from launcher.present.samples import history_lines, side_by_side_at, side_lines
 
         if not sets:
             return NO_SAMPLES, []

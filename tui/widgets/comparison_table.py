@@ -6,7 +6,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
-from launcher.api.runs import COLUMNS, Column, RunStats, fmt
+from launcher.api.runs import RunStats
+from launcher.present.comparison import COLUMNS, Column, fmt
 
 BAR_WIDTH = 6
 _EIGHTHS = " ▏▎▍▌▋▊▉█"

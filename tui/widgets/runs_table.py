@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from rich.text import Text
 from textual.widgets import DataTable
 
-from launcher.api.runs import fmt_duration
-from launcher.words import plural
+from launcher.words import fmt_duration, plural
 
 if TYPE_CHECKING:  # the kinds come once the first screen is drawn (home.py): their module with them
     from launcher.api.runs import RunKind, RunSummary

@@ -41,7 +41,7 @@ from trainer.wire.ckpt_paths import checkpoints_root
 
 __all__ = ["CheckpointInfo", "list_checkpoints", "delete_checkpoint", "RunCheckpoints", "lineage_of",
            "remove_own_checkpoints", "BytesChecked", "verify_checkpoints",
-           "export_checkpoint", "NoOutputDir", "CheckpointError", "completeness", "resume_override",
+           "export_checkpoint", "NoOutputDir", "CheckpointError", "resume_override",
            "resume_runs_override", "ResumeChoice", "resume_choice", "here_root"]
 
 HOLDER_DIR = "checkpoints"
@@ -140,17 +140,6 @@ class RunCheckpoints:
         have = f"; its own complete ones: {', '.join(mine)}" if mine else ""
         return (f"run {self.run_id} has no complete checkpoint of its own{suffix} in {self.label}: {self.root} "
                 f"(the folder holds {self.held()}){have}")
-
-
-def completeness(c: CheckpointInfo) -> str:
-    """The "complete" column: ``yes``, ``NO`` (with the nodes whose shards are missing), or ``link`` for
-    an entry that is a symbolic link (never followed, never resumed from)."""
-    if c.link:
-        return "link"
-    if c.complete:
-        return "yes"
-    nodes = c.missing_nodes
-    return f"NO (node {', '.join(map(str, nodes))})" if nodes else "NO"
 
 
 def resume_override(path: str) -> SetValue:

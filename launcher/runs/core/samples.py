@@ -34,10 +34,3 @@ def _clean(found: SampleSet) -> SampleSet:
     return replace(found, samples=tuple(
         Sample(printable(s.prompt, newlines=True), printable(s.answer, newlines=True),
                None if s.reference is None else printable(s.reference, newlines=True)) for s in found.samples))
-
-
-def at_step(sets: list[SampleSet], step: int) -> SampleSet | None:
-    """The answers the model gave at ``step``, else the newest before it (a checkpoint's step need not
-    be a sampling step); ``None`` when none was taken by then."""
-    before = [s for s in sets if s.step <= step]
-    return max(before, key=lambda s: s.step) if before else None

@@ -11,6 +11,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+from launcher.words import fmt_bytes
+
 FLOOR_ENV = "FSDP_TUI_MIN_FREE_MB"
 """The floor in MiB, when the default (64 MiB, or an eighth of a smaller disk) does not suit."""
 FLOOR_MAX = 64 << 20
@@ -29,13 +31,6 @@ _SQLITE_WRITE_WORDS = ("disk is full", "disk i/o error", "readonly database", "r
 class RecordUnwritable(Exception):
     """The run's record cannot be written (or is about to be unable to): the run must stop.
     ``str()`` names the path, the free space and what to do."""
-
-
-def fmt_bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
 
 
 def free_bytes(path: Path) -> int:

@@ -1,6 +1,6 @@
 """Runs side by side, from their records: one row of measured numbers per run (a sweep's variants, or
 any runs), loss curves, and speed-up against the smallest run. Pure reading, no terminal: the sweep
-view, ``sweep show`` and ``compare`` render what this computes."""
+view, ``sweep show`` and ``compare`` render what this computes (:mod:`launcher.present.comparison`)."""
 
 from __future__ import annotations
 
@@ -48,39 +48,6 @@ class RunStats:
     efficiency: float | None = None
     """Speed-up over the smallest world size, divided by the growth in processes."""
     losses: tuple[tuple[int, float], ...] = field(default=(), repr=False)
-
-    def row(self) -> dict[str, Any]:
-        """The exported columns (every number as measured, unrounded)."""
-        return {c.key: getattr(self, c.key) for c in COLUMNS}
-
-
-@dataclass(frozen=True)
-class Column:
-    key: str
-    label: str
-    spec: str = ""
-    """Format of a number; empty for text."""
-    bars: bool = False
-    """Drawn with inline bars in the sweep view."""
-
-
-COLUMNS: tuple[Column, ...] = (
-    Column("run_id", "run"), Column("label", "variant"), Column("state", "state"),
-    Column("world_size", "procs", "d"), Column("tokens_per_s", "tok/s", ".0f", bars=True),
-    Column("mfu", "MFU", ".1%"), Column("step_time_s", "step s", ".3f"),
-    Column("peak_gib", "peak GiB", ".3f", bars=True), Column("peak_spread_gib", "spread", ".3f"),
-    Column("gpu_allocated_gib", "alloc GiB", ".2f"), Column("gpu_reserved_gib", "resv GiB", ".2f"),
-    Column("rss_gib", "RSS GiB", ".3f"), Column("final_loss", "loss", ".4f"), Column("best_loss", "best", ".4f"),
-    Column("eval_loss", "eval", ".4f"), Column("wall_s", "wall s", ".1f"),
-    Column("usage_h", "GPU/CPU-h", ".3f"), Column("speedup", "speed-up", ".2f"),
-    Column("efficiency", "eff.", ".0%"), Column("signature", "why"),
-)
-
-
-def fmt(value: Any, spec: str) -> str:
-    if value is None or value == "":
-        return "-"
-    return format(value, spec) if spec else str(value)
 
 
 def stats_from_records(run_id: str, label: str, state: str, records: list[MetricRecord], *,

@@ -36,7 +36,7 @@ from launcher.runs.core.triage import TriageReport
 from launcher.runs.core.usage import Usage, usage_of_record
 from launcher.runs.read.ranks import RankReport, rank_report
 from launcher.runs.read.report_parts import DataSeen, MlflowLink, NettestSeen, ResumedFrom
-from launcher.runs.read.view import fmt_duration
+from launcher.words import fmt_duration
 from trainer.wire.fit_record import MemoryCheck
 from trainer.wire.protocol import DataSummary
 

@@ -361,12 +361,3 @@ class RunView:
         per_node = world // nodes
         times = [t for t in self.rank_step_s[node_rank * per_node:(node_rank + 1) * per_node] if t is not None]
         return max(times) if times else None
-
-
-def fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(seconds)
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"

@@ -1,4 +1,4 @@
-"""What the checkpoint tools say, purely: the "complete" column, ``show``'s resume suggestion and gathers,
+"""What the checkpoint tools say, purely: ``show``'s resume suggestion and gathers,
 a node's listing decoded (missing shards as data), the trainer's resume refusal of a split checkpoint."""
 
 from __future__ import annotations
@@ -10,23 +10,10 @@ import pytest
 from launcher.backends.base import CheckpointListing
 from launcher.cli.show import _gathers, _resumable
 from launcher.notify.summary import CheckpointFact
-from launcher.runs.core.checkpoints import completeness
 from launcher.runs.core.gathers import Gather, GatherNote
 from launcher.runs.core.safe_step import NONE_YET, SafeStep
-from trainer.wire.ckpt_layout import CheckpointInfo
 
 RESUME = "fsdp-tui resume r1  (from its newest complete checkpoint)"
-
-
-@pytest.mark.parametrize("info, column", [
-    (CheckpointInfo(6, "/c/step-6", True, 1, 0.0), "yes"),
-    (CheckpointInfo(6, "/c/step-6", False, 1, 0.0, missing=(("__2_0.distcp", 1), ("__5_0.distcp", 2))),
-     "NO (node 1, 2)"),
-    (CheckpointInfo(6, "/c/step-6", False, 1, 0.0), "NO"),
-    (CheckpointInfo(6, "/c/step-6", False, 0, 0.0, link=True), "link"),
-])
-def test_the_complete_column_names_the_nodes_a_split_checkpoint_waits_for(info, column):
-    assert completeness(info) == column
 
 
 @pytest.mark.parametrize("safe, suggested", [

@@ -1,5 +1,5 @@
-"""A run's samples as its readers get them: ``show --samples`` and ``sweep show --samples`` from the real console script on recorded runs, and the pure
-views (each prompt per step; two sides by prompt)."""
+"""A run's samples as its readers get them: ``show --samples`` and ``sweep show --samples`` from the real console
+script on recorded runs (the pure views: tests/present/test_samples.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launcher.runs.core.samples import at_step
-from launcher.runs.read.samples_view import by_prompt, side_by_side
-from trainer.wire.samples import Sample, SampleSet
-
 ROOT = Path(__file__).resolve().parents[3]
 FSDP_TUI = str(Path(sys.executable).with_name("fsdp-tui"))
 
@@ -21,15 +17,6 @@ def _line(step: int, *answers: str) -> str:
     prompts = ("Add 2 + 3.", "Reverse: abc")
     return json.dumps({"step": step, "samples": [{"prompt": p, "answer": a, **({"reference": "cba"} if i else {})}
                                                  for i, (p, a) in enumerate(zip(prompts, answers, strict=True))]}) + "\n"
-
-
-def test_views_by_prompt_and_side_by_side():
-    sets = [SampleSet(4, (Sample("p", "b"), Sample("q", "y", "ref"))), SampleSet(0, (Sample("p", "a"),))]
-    assert [(h.prompt, h.reference, h.answers) for h in by_prompt(sets)] == [
-        ("p", None, ((0, "a"), (4, "b"))), ("q", "ref", ((4, "y"),))]
-    assert at_step(sets, 3).step == 0 and at_step(sets, 9).step == 4 and at_step(sets[1:], -1) is None
-    pairs = side_by_side(sets[1], sets[0])
-    assert [(p.prompt, p.left, p.right, p.reference) for p in pairs] == [("p", "a", "b", None), ("q", None, "y", "ref")]
 
 
 def test_show_samples_and_sweep_show_samples(tmp_path):

@@ -9,8 +9,8 @@ import statistics
 
 import pytest
 
+from launcher.present.comparison import exported, render
 from launcher.runs.read.comparison import compare_runs, stats_from_records, sweep_stats, with_scaling
-from launcher.runs.read.comparison_format import render
 from launcher.runs.sweeps.record import find_sweep, list_sweeps, load_sweep
 from tests.support.cli import cli
 from tests.support.recorded_sweep import SWEEP_ID, VARIANTS, metrics, record_sweep, run_id
@@ -56,7 +56,7 @@ def test_sweep_rows_csv_json_and_md_equal_the_records(home):
     assert rows[2].peak_gib > rows[0].peak_gib  # no_shard holds more per rank than full_shard
     parsed = list(csv.DictReader(io.StringIO(render(rows, "csv"))))
     for row, stats in zip(parsed, rows, strict=True):
-        for key, value in stats.row().items():
+        for key, value in exported(stats).items():
             assert row[key] == ("" if value is None else str(value)), key
     as_json = json.loads(render(rows, "json"))
     assert as_json[0]["tokens_per_s"] == rows[0].tokens_per_s and len(as_json[0]["losses"]) == 12

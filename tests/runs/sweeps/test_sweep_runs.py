@@ -11,9 +11,9 @@ import subprocess
 
 import pytest
 
+from launcher.present.comparison import render
 from launcher.runs.core.store import RunStore
 from launcher.runs.read.comparison import sweep_stats
-from launcher.runs.read.comparison_format import render
 from launcher.runs.sweeps.driver import driver_alive
 from launcher.runs.sweeps.record import load_sweep
 from tests.support.cli import FSDP_TUI, ROOT, cli, cli_env, tagged, wait_tracked, write_workload

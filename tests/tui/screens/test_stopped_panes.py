@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from launcher.events import NodeLines, RunFinished, RunState, RunStateChanged
-from launcher.runs.read.stop_output import StopOutput
+from launcher.present.stop_output import StopOutput
 from tests.support.tui import FedEvents, wait_for
 from tui.app import FsdpTuiApp
 from tui.screens.monitor import RunMonitorScreen

@@ -5,9 +5,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from launcher.runs.core.samples import at_step
-from trainer.wire.samples import SampleSet
+if TYPE_CHECKING:
+    from launcher.api.runs import SampleSet
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,13 @@ def side_by_side(left: SampleSet | None, right: SampleSet | None) -> list[SidePa
     prompts = list(lefts) + [p for p in rights if p not in lefts]
     return [SidePair(p, (lefts.get(p) or rights[p]).reference, lefts[p].answer if p in lefts else None,
                      rights[p].answer if p in rights else None) for p in prompts]
+
+
+def at_step(sets: list[SampleSet], step: int) -> SampleSet | None:
+    """The answers the model gave at ``step``, else the newest before it (a checkpoint's step need not
+    be a sampling step); ``None`` when none was taken by then."""
+    before = [s for s in sets if s.step <= step]
+    return max(before, key=lambda s: s.step) if before else None
 
 
 def side_by_side_at(left_sets: list[SampleSet], left_step: int, right_sets: list[SampleSet],
