@@ -3,6 +3,7 @@ plus the judging of probe facts, table-driven."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import shutil
 import socket
@@ -68,8 +69,7 @@ def test_tiny_cpu_sample_is_all_ok_with_the_venvs_torch(home):
     assert [n for n, c in found.items() if c["status"] != "ok"] == []
     # The built-in trainer: its packages are checked too, and torch really imported.
     assert {"python", "torch", "transformers", "datasets", "gpus", "disk", "rendezvous"} <= set(found)
-    torch_version = subprocess.run([VENV_PYTHON, "-c", "import torch; print(torch.__version__)"],
-                                   capture_output=True, text=True, check=True).stdout.strip()
+    torch_version = importlib.metadata.version("torch")  # VENV_PYTHON is this interpreter
     assert found["torch"]["detail"].startswith(torch_version + " ")
     assert report["nodes"][0]["facts"]["packages"]["torch"] == {
         "version": torch_version, "import": "ok", "cuda": report["nodes"][0]["facts"]["packages"]["torch"]["cuda"]}

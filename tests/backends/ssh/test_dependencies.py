@@ -30,7 +30,10 @@ def make_wheel(folder: Path, version: str) -> None:
             whl.writestr(name, text)
 
 
-def workload(tmp_path: Path, wheels: Path, requirement: str) -> Path:
+def workload(tmp_path: Path, wheels: Path, requirement: str, *, with_torch: bool = False) -> Path:
+    """A job that prints the canary's VALUE and its venv; ``with_torch`` imports the node's torch in it too
+    (a few seconds of CPU, so only where a test asks whether the node's packages stay visible)."""
+    imports = "fsdptui_canary, torch" if with_torch else "fsdptui_canary"
     return write_workload(tmp_path, f"""experiment_name: deps
 environment:
   dependencies: ['{requirement}']
@@ -38,7 +41,7 @@ env_variables:
   PIP_NO_INDEX: '1'
   PIP_FIND_LINKS: '{wheels}'
 command: |
-  python -c "import sys, fsdptui_canary, torch; print('VALUE', fsdptui_canary.VALUE, 'PREFIX', sys.prefix)"
+  python -c "import sys, {imports}; print('VALUE', fsdptui_canary.VALUE, 'PREFIX', sys.prefix)"
 """)
 
 
@@ -56,7 +59,7 @@ def test_dependencies_go_into_a_venv_built_once_and_reused(home, tmp_path):
     make_wheel(wheels, "1.0")
     make_wheel(wheels, "2.0")
 
-    end, log = run_log(home, workload(tmp_path, wheels, "fsdptui-canary==1.0"))
+    end, log = run_log(home, workload(tmp_path, wheels, "fsdptui-canary==1.0", with_torch=True))
     assert end["state"] == "succeeded"
     [value] = [line.split() for line in log if line.startswith("VALUE ")]
     venvs = home / "venvs"
