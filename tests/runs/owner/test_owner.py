@@ -18,7 +18,10 @@ from launcher.runs.core.store import RunStore
 from tests.support.cli import FSDP_TUI, ROOT, cli, cli_env, tagged, wait_tracked, wait_until
 
 pytestmark = pytest.mark.slow
-STEPS = 60
+STEPS = 30
+SHORT = ("--set", "parameters.logging.eval_max_batches=1")
+"""The demo's steps, fewer, each evaluation one batch: the run only has to outlast its kill, by a margin."""
+KILL_AT = 8
 MONITOR_METRICS = {"loss", "lr", "tokens_per_s", "eval_loss", "memory/rank0/rss_gib", "memory/rank1/rss_gib"}
 FIT_METRICS = {"memory/predicted_gib", "memory/need_gib", "memory/rank0/peak_rss_gib", "memory/rank1/peak_rss_gib"}
 """The trainer's memory prediction beside each rank's measured peak (VmHWM on CPU)."""
@@ -78,12 +81,13 @@ def test_the_app_killed_mid_run_leaves_a_run_that_ends_and_records_itself(tmp_pa
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in cli_env(home, TERM="xterm-256color").items()
                    if k.startswith(("FSDP_TUI_", "TERM", "PATH", "HOME")))
     cmd = (f"cd {shlex.quote(str(ROOT))} && exec env {env} {FSDP_TUI} run sample_workloads/tiny_cpu.yaml "
-           f"--set parameters.max_steps={STEPS} --set parameters.output_dir={shlex.quote(str(tmp_path / 'out'))}")
+           f"--set parameters.max_steps={STEPS} {' '.join(SHORT)} "
+           f"--set parameters.output_dir={shlex.quote(str(tmp_path / 'out'))}")
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "150", "-y", "45", cmd], check=True)
     try:
         app_pid = int(subprocess.run(["tmux", "display", "-p", "-t", session, "#{pane_pid}"],
                                      capture_output=True, text=True, check=True).stdout)
-        wait_until(lambda: _step(home) >= 20, 240, "step 20")
+        wait_until(lambda: _step(home) >= KILL_AT, 240, f"step {KILL_AT}")
         os.kill(app_pid, signal.SIGKILL)  # the app dies; nothing else is opened afterwards
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
@@ -99,11 +103,11 @@ def test_the_app_killed_mid_run_leaves_a_run_that_ends_and_records_itself(tmp_pa
 def test_a_killed_owner_is_adopted_by_exactly_one_of_two_commands_and_catches_up_exactly(tmp_path):
     home = tmp_path / "home"
     proc = subprocess.Popen([FSDP_TUI, "run", "sample_workloads/tiny_cpu.yaml", "--json",
-                             "--set", f"parameters.max_steps={STEPS}",
+                             "--set", f"parameters.max_steps={STEPS}", *SHORT,
                              "--set", f"parameters.output_dir={tmp_path / 'out'}"],
                             stdout=subprocess.DEVNULL, env=cli_env(home), cwd=ROOT)
     try:
-        wait_until(lambda: _step(home) >= 10, 240, "step 10")
+        wait_until(lambda: _step(home) >= KILL_AT, 240, f"step {KILL_AT}")
         run_id = _only_run(home).run_id
         owner = int((home / "runs" / run_id / "owner.lock").read_text())
         os.kill(owner, signal.SIGKILL)  # the run's supervisor dies mid-run

@@ -33,7 +33,6 @@ pytestmark = pytest.mark.slow
 STEPS, EVERY, KILL_AT = 24, 5, 8
 """Steps of each run, its checkpoint cadence, and the step from which the fault comes (a few steps after a
 checkpoint: a tiny model's step takes a fraction of a second here, the fault lands a few steps later)."""
-GPU_STEPS = 50
 SMI_LOST = "Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU"
 
 
@@ -98,8 +97,8 @@ def _training(cmd: bytes) -> bool:
     return b"torch.distributed.run" in cmd or b"trainer" in cmd.split(b"\0")
 
 
-def _workload(tmp: Path, started, *, hosts: str, spares: str = "", extra: str = "", output_dir: str = "outputs",
-              steps: int = STEPS) -> Path:
+def _workload(tmp: Path, started, *, hosts: str, spares: str = "", extra: str = "",
+              output_dir: str = "outputs") -> Path:
     from tests.support.ssh_runs import gloo_iface
 
     return write_workload(tmp, f"""experiment_name: recovery
@@ -114,7 +113,7 @@ parameters:
   max_seq_len: 64
   per_device_batch_size: 4
   learning_rate: 0.003
-  max_steps: {steps}
+  max_steps: {STEPS}
   model: {{from_scratch: true}}
   logging: {{eval_max_batches: 1}}
   checkpoint: {{every_steps: {EVERY}, export_hf: false}}
@@ -177,19 +176,20 @@ class Run:
         return [json.loads(x) for x in (self.dir / "events.jsonl").read_text().splitlines()]
 
 
-def _one_recovered_swap(run: Run, code: int, *, verdict: str, steps: int = STEPS) -> dict:
-    """What every recovered run shows: succeeded with all its steps, one swap, the resume proved."""
+def _one_recovered_swap(run: Run, code: int, *, verdict: str) -> tuple[dict, dict]:
+    """What every recovered run shows: succeeded with all its steps, one swap, the resume proved; the swap,
+    and ``show --json``'s answer (the run has ended: it is final)."""
     shown = run.show()
     assert (code, shown["state"]) == (0, "succeeded"), "".join(run.seen)[-4000:] + run.show_text()
     trained = run.train()
-    assert {s for s, _ in trained} == set(range(1, steps + 1)), trained
-    assert trained[-1][0] == steps
+    assert {s for s, _ in trained} == set(range(1, STEPS + 1)), trained
+    assert trained[-1][0] == STEPS
     (swap,) = shown["swaps"]
     assert (swap["verdict"], swap["recovered"]) == (verdict, True), swap
     assert shown["resume_check"]["verdict"] == verdict and shown["resume_check"]["from_step"] == swap["checkpoint_step"]
     assert swap["checkpoint_step"] >= EVERY and swap["steps_lost"] == swap["failed_step"] - swap["checkpoint_step"]
     assert 0 < swap["seconds"] < 600 and swap["resumed_step"] == swap["checkpoint_step"] + 1
-    return swap
+    return swap, shown
 
 
 def _losses_again(run: Run, swap: dict) -> None:
@@ -216,14 +216,13 @@ mlflow: {{enabled: false}}
     run.wait_step(KILL_AT)
     assert _kill(started[1], _training), "node 1's training processes"
     code = run.end()
-    swap = _one_recovered_swap(run, code, verdict="verified")
+    swap, shown = _one_recovered_swap(run, code, verdict="verified")
     assert (swap["kind"], swap["node_rank"], swap["failed_host"], swap["replacement"], swap["signature"]) == (
         "spare", 1, "node1", "node4", "killed")
     assert swap["skipped"] == [f"node3: doctor: gpus: nvidia-smi failed: {SMI_LOST}"]
     assert "in node 0's folder" in swap["checkpoint_note"]
     assert swap["hosts_after"] == ["node0", "node4", "node2"]
     _losses_again(run, swap)
-    shown = run.show()
     assert [n["host"] for n in shown["nodes"]] == ["node0", "node4", "node2"]
     assert shown["nodes"][1]["node_dir"].endswith("/node-1.1")
     # The spare worked in a directory of its own on its own disk; the failed node's stays as it was left.
@@ -300,7 +299,7 @@ def test_a_node_cut_off_from_the_network_is_lost_and_replaced_on_a_shared_disk(h
     finally:
         _mend(started[2])
         _kill(started[2], lambda cmd: b"fsdp-tui" in cmd or _training(cmd))  # what it ran on, cut off
-    swap = _one_recovered_swap(run, code, verdict="verified")
+    swap, _ = _one_recovered_swap(run, code, verdict="verified")
     assert (swap["signature"], swap["node_rank"], swap["failed_host"], swap["replacement"]) == (
         "lost", 2, "node2", "node3"), swap
     assert swap["failed_at"] >= cut_at - 1
@@ -320,9 +319,9 @@ def test_node_0s_gpu_falls_off_the_bus_and_the_run_shrinks_onto_the_nodes_left_r
     _smi(started[0], f"""if [ -e {lost} ]; then echo '{SMI_LOST}' >&2; exit 15; fi
 case "$*" in *--query-gpu*) echo "0, NVIDIA H100 80GB HBM3, 1024, 81559, 97, 350.5, 700.00";;
 *) echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0000)";; esac""")
-    # Its GPU samples come every 5 s and two short ones in a row are a lost GPU: a longer run, so that the
-    # failure is seen while it trains.
-    wl = _workload(tmp_path, started, hosts="node0, node1, node4", steps=GPU_STEPS,
+    # Its GPU samples come every 5 s and two short ones in a row are a lost GPU; node 0's ranks are stopped
+    # below, so the run waits for that however few steps it has.
+    wl = _workload(tmp_path, started, hosts="node0, node1, node4",
                    extra="recovery: {shrink: true}\nmlflow: {enabled: false}\n")
     run = Run(home, client, wl)
     run.wait_step(KILL_AT)
@@ -333,17 +332,17 @@ case "$*" in *--query-gpu*) echo "0, NVIDIA H100 80GB HBM3, 1024, 81559, 97, 350
     # (torchrun itself answers), so the run cannot end before the lost GPU is seen, however fast its steps.
     assert _kill(started[0], lambda cmd: _training(cmd) and b"torch.distributed.run" not in cmd, signal.SIGSTOP)
     code = run.end()
-    swap = _one_recovered_swap(run, code, verdict="resharded", steps=GPU_STEPS)
+    swap, shown = _one_recovered_swap(run, code, verdict="resharded")
     assert (swap["kind"], swap["signature"], swap["node_rank"], swap["failed_host"]) == ("shrink", "gpu_lost", 0,
                                                                                          "node0"), swap
     assert swap["hosts_after"] == ["node1", "node4"]
     assert "brought from" in swap["checkpoint_note"], swap["checkpoint_note"]
     assert swap["batch"] == "per_device_batch_size 4 -> 3, gradient_accumulation_steps 1 -> 2 (12 rows a step, as before)"
-    check = run.show()["resume_check"]
+    check = shown["resume_check"]
     assert (check["world_before"], check["world_after"]) == (3, 2) and "next batch" in check["checked"], check
     plan = json.loads((run.dir / "plan.json").read_text())
     assert plan["workload"]["parameters"]["gradient_accumulation_steps"] == 2
-    assert [n["host"] for n in run.show()["nodes"]] == ["node1", "node4"]
+    assert [n["host"] for n in shown["nodes"]] == ["node1", "node4"]
     # The same rows each step on fewer ranks: the loss goes on where it was, within the run's own noise.
     first, again = {}, {}
     for step, loss in run.train():

@@ -45,8 +45,8 @@ metrics: {{stall_factor: 5, stall_min_s: 3}}
         assert stalled and stalled.startswith("stalled at step 5: no step for"), stalled
         assert "rank 1 (node 0) never entered all_reduce #6; rank 0 (node 0) waits in it" in collective
         assert list((home / "runs" / run_id / "stacks").glob("*-node0-rank1-flight-recorder.json"))
-        assert "never entered all_reduce #6" in cli(home, "show", run_id).stdout
-        assert "stalled at step 5" in cli(home, "show", run_id).stdout
+        shown = cli(home, "show", run_id).stdout
+        assert "never entered all_reduce #6" in shown and "stalled at step 5" in shown, shown
         assert "stalled at step 5" in cli(home, "runs").stdout
 
         dumps = cli(home, "stacks", run_id, timeout=120)
