@@ -32,7 +32,7 @@ def _wait(server: str, session: str, predicate, timeout: float = 120) -> str:
         text = _tmux(server, "capture-pane", "-t", session, "-p")
         if predicate(text):
             return text
-        time.sleep(0.5)
+        time.sleep(0.1)
     raise AssertionError("the screen never showed what we waited for:\n" + text)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import ROOT, tagged
+from tests.support.cli import ROOT, cli, tagged
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
 FSDP_TUI = str(Path(sys.executable).with_name("fsdp-tui"))
@@ -27,8 +28,18 @@ def _wait_screen(session: str, predicate, timeout: float = 90) -> str:
         text = _screen(session)
         if predicate(text):
             return text
-        time.sleep(0.5)
+        time.sleep(0.1)
     raise AssertionError("screen never showed what we waited for:\n" + _screen(session))
+
+
+def _cancel_left(home: Path) -> None:
+    """A run the test left going (it failed before its cancel) is cancelled: its 2,000 steps would hold both
+    cores long after the test."""
+    from launcher.events import RunState
+
+    for run in json.loads(cli(home, "runs", "--json").stdout or "[]"):
+        if not RunState(run["state"]).is_final:
+            cli(home, "cancel", run["run_id"])
 
 
 def test_demo_in_a_real_terminal(tmp_path):
@@ -56,3 +67,4 @@ def test_demo_in_a_real_terminal(tmp_path):
         assert "EXITED=0" in done and "Traceback" not in done
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        _cancel_left(tmp_path)
