@@ -18,6 +18,7 @@ pytestmark = pytest.mark.slow
 
 def test_killed_launcher_is_adopted_on_reattach(home, tmp_path, monkeypatch):
     wl = write_workload(tmp_path, """experiment_name: reattach
+mlflow: {enabled: false}
 command: |
   echo job-started
   for i in $(seq 1 40); do echo "line $i"; sleep 0.1; done

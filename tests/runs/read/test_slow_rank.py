@@ -93,6 +93,7 @@ def test_a_throttled_node_is_flagged_as_slow_ranks(home, tmp_path, four_ns_hosts
     steps = WINDOW_STEPS + 6  # the flag's window, and the steps made before the throttle bites
     wl = write_workload(tmp_path, f"""experiment_name: slow-node
 compute: {{accelerator_type: CPU, procs_per_node: 1, num_accelerators: 4, hosts: [node0, node1, node2, node3]}}
+mlflow: {{enabled: false}}
 environment: {{python: {sys.executable}}}
 env_variables: {{OMP_NUM_THREADS: 1, FSDP_TUI_ASSETS: /tmp/fsdp-tui-test-assets, GLOO_SOCKET_IFNAME: {NS_IFACE}}}
 parameters:

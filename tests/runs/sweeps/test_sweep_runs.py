@@ -33,7 +33,8 @@ def test_a_cpu_sweep_compares_its_variants_and_a_failed_one_keeps_its_signature(
     wl = write_workload(home.parent, SAMPLE.read_text().split("\nsweep:")[0] + sweep)
     shared = home.parent / "shared"
     sets = ["--set", "parameters.max_steps=3", "--set", "parameters.logging.eval_every_steps=3",
-            "--set", f"parameters.output_dir={shared}", "--set", "parameters.checkpoint.save_final=true"]
+            "--set", f"parameters.output_dir={shared}", "--set", "parameters.checkpoint.save_final=true",
+            "--set", "parameters.logging.eval_max_batches=1"]
     proc = subprocess.run([FSDP_TUI, "sweep", str(wl), *sets, "--json"], capture_output=True, text=True,
                           timeout=900, env=cli_env(home), cwd=ROOT)
     lines = [json.loads(x) for x in proc.stdout.splitlines()]
