@@ -254,21 +254,24 @@ def keep_estimate(directory: Path, est: Estimate) -> None:
     _write(directory, {"estimate": est.to_dict()})
 
 
-def settle(directory: Path, record: RunRecord) -> RealFigures | None:
+def settle(directory: Path, record: RunRecord, *, state: str | None = None,
+           ended_at: float | None = None) -> RealFigures | None:
     """At a run's end: its real wall time and steps beside the estimate it launched with (kept in the
-    folder for later estimates); ``None`` when it launched without one."""
+    folder for later estimates); ``None`` when it launched without one. ``state`` and ``ended_at``: the end
+    about to be recorded, when the figure is settled before it (a reader told of the end finds it there)."""
     kept = read_kept(directory)
-    if kept is None or kept.estimate is None or record.summary.ended_at is None:
+    ended_at = record.summary.ended_at if ended_at is None else ended_at
+    if kept is None or kept.estimate is None or ended_at is None:
         return None
     created = _created_at(record)
     if created is None:
         return None
-    real = real_vs_estimate(kept.estimate, record.summary.ended_at - created, ended_of(record))
+    real = real_vs_estimate(kept.estimate, ended_at - created, ended_of(record, state))
     _write(directory, KeptEstimate(kept.estimate, real).to_dict())
     return real
 
 
-def ended_of(record: RunRecord) -> Ended:
+def ended_of(record: RunRecord, state: str | None = None) -> Ended:
     """How a run ended, from its state and its own train records: the steps it made, and the step it
     resumed after (its resume check's, else the step before its first record when that is beyond the
     first logging interval: a resume the trainer did not check)."""
@@ -281,7 +284,7 @@ def ended_of(record: RunRecord) -> Ended:
         start = first - 1
     if start and last is None:
         last = start  # resumed where it had every step already: nothing trained
-    return Ended(record.summary.state.value, first, last, start, is_probe(record))
+    return Ended(state or record.summary.state.value, first, last, start, is_probe(record))
 
 
 def _logging_every(record: RunRecord) -> int | None:

@@ -222,15 +222,16 @@ class Supervisor:
         # The run's end is recorded when its job ends, whatever tracking does; MLflow gets it after.
         self.tracking.ended = True
         self.finished_at = time.time()
-        self.rec.finished(outcome.state, outcome.exit_code, outcome.triage, at=self.policy.ended_at,
-                          detail=self._succeeded_how(outcome))
-        tracked = self.tracking.send_end(outcome.state)
+        ended_at = self.policy.ended_at or self.finished_at
         record = self.store.get_run(self.run_id)
         if record is not None:
-            try:
-                settle(self.dir, record)  # the real figure beside the launch's estimate, for later ones
+            try:  # the real figure beside the launch's estimate, for later ones: kept before the end is told
+                settle(self.dir, record, state=outcome.state.value, ended_at=ended_at)
             except OSError:
                 pass
+        self.rec.finished(outcome.state, outcome.exit_code, outcome.triage, at=ended_at,
+                          detail=self._succeeded_how(outcome))
+        tracked = self.tracking.send_end(outcome.state)
         for left in await self.keeper.finish(self.backend):
             _say(left)
         ckpt = await newest_of_run(self.home, self.run_id)

@@ -167,6 +167,25 @@ def test_a_run_keeps_its_estimate_and_its_real_figure_at_the_end(home):
     assert settle(record.directory, record) is None  # launched without an estimate
 
 
+
+def test_the_real_figure_is_kept_before_the_end_is_recorded_and_equals_the_figure_after(home):
+    """The owner settles the real figure before it records the run's end (a reader told of the end, as
+    ``run`` is, finds the figure there): from the running record and the end about to be recorded, the
+    same figure as from the ended record."""
+    _past(home, "a", step_s=1.0)
+    est = estimate_plan(home, _plan("x", max_steps=10))
+    _past(home, "b", step_s=1.0, state=RunState.RUNNING)
+    store = RunStore(home)
+    running = store.get_run("b")
+    keep_estimate(running.directory, est)
+    ended_at = running.transitions[0][0] + 10 + 9 * 1.0 + 3
+    before = settle(running.directory, running, state="succeeded", ended_at=ended_at)
+    assert json.loads((running.directory / "estimate.json").read_text())["real"] == before.to_dict()
+    store.set_state("b", RunState.SUCCEEDED, 1, "", at=ended_at)
+    after = settle(running.directory, store.get_run("b"))
+    assert before == after and before.succeeded and before.ratio == pytest.approx(before.real_wall_s / est.wall_s)
+    assert settle(running.directory, running) is None  # still running, no end given: nothing to settle
+
 def test_a_resume_and_a_cancelled_run_keep_no_ratio_and_say_why(home):
     """What the end keeps for runs that are not what was estimated: a resume that found every step done
     (its record still says step 10 of 10), a resume that made the last steps, a run cancelled midway."""
