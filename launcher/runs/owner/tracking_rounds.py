@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,11 +23,14 @@ from launcher.runs.owner.tracking import Status, Tracker
 MLFLOW_STATUS: dict[RunState, Status] = {RunState.SUCCEEDED: "FINISHED", RunState.CANCELLED: "KILLED"}
 TRACKING_END_S = 20.0
 """How long the owner, once the run's end is recorded, goes on sending it to a remote MLflow server before
-it leaves the rest to a later sender (:mod:`launcher.runs.core.pending`). A store that failed in the last
-30 s is not waited for at all."""
+it leaves the rest to a later sender (:mod:`launcher.runs.core.pending`). A remote store that failed is
+asked again only once its retry time (30 s after the failure) falls within this bound."""
 LOCAL_TRACKING_END_S = 120.0
 """The same for a local SQLite store: no network to fail, only other writers of the file to wait for
 (several first launches at once create and migrate it one after the other)."""
+END_RETRY_S = 2.0
+"""While the run's end is sent to a local store, a failed try (another writer or reader held the file: an
+``mlflow ui`` on the same database, a busy machine) is tried again this soon, not :data:`RETRY_S` later."""
 
 
 def in_thread(fn: Callable[[], object]) -> asyncio.Future:
@@ -115,8 +119,27 @@ class TrackingRounds:
             self.say(f"cannot keep the run's MLflow state: {err}")
             return None
 
+    def _end_limit(self) -> float:
+        return LOCAL_TRACKING_END_S if self.tracker.local else TRACKING_END_S
+
     def _send_end(self) -> bool:
-        """The records and the run's end to MLflow (in a tracking thread, after any round in flight)."""
+        """The records and the run's end to MLflow (in a tracking thread, after any round in flight), tried
+        again while :meth:`_end_limit` lasts: a local store every :data:`END_RETRY_S`, a remote one at its
+        retry time."""
+        deadline = time.monotonic() + self._end_limit()
+        while True:
+            if self._send_end_once():
+                return True
+            tracker = self.tracker
+            if tracker.error is None:
+                return False
+            retry = min(tracker.retry_at, time.monotonic() + END_RETRY_S) if tracker.local else tracker.retry_at
+            if retry >= deadline:
+                return False
+            time.sleep(max(0.0, retry - time.monotonic()))
+            tracker.retry_at = min(tracker.retry_at, retry)
+
+    def _send_end_once(self) -> bool:
         with self.tracking_lock:
             source = "metrics" if self.rec.reporter_seen else "log-metrics"
             records, samples = self.rec.records(), read_samples(self.dir)
@@ -126,9 +149,9 @@ class TrackingRounds:
             return sent and not self.tracker.unsent(len(records), len(samples))
 
     async def wait_end(self, tracked: asyncio.Future) -> None:
-        """What tracking can send of the run's end within :data:`TRACKING_END_S` (nothing is waited for
-        when the store failed in the last 30 s); the rest is left marked for a later sender."""
-        limit = LOCAL_TRACKING_END_S if self.tracker.local else TRACKING_END_S
+        """What tracking can send of the run's end within :data:`TRACKING_END_S` (a local store:
+        :data:`LOCAL_TRACKING_END_S`); the rest is left marked for a later sender."""
+        limit = self._end_limit()
         try:
             sent = await asyncio.wait_for(asyncio.shield(tracked), limit)
         except asyncio.TimeoutError:

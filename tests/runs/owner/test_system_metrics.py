@@ -5,9 +5,11 @@ SSH (two nodes, a running job) is in tests/runs/owner/test_system_metrics_ssh.py
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -221,3 +223,62 @@ def test_metric_names_are_those_of_mlflows_own_monitor():
     network = (package / "metrics" / "network_monitor.py").read_text()
     assert '"network_receive_megabytes"' in network and '"network_transmit_megabytes"' in network
     assert metric_key(3, "x") == "system/node_3/x"
+
+
+def test_the_runs_end_is_sent_to_a_local_store_that_failed_moments_before(tmp_path, monkeypatch):
+    """A local store that failed a round just before the run ended (another writer or reader held the file)
+    is tried again within the end's bound, not left for a later sender."""
+    from mlflow import MlflowClient
+
+    from launcher.runs.core import pending
+    from launcher.runs.core.store import RunStore
+    from launcher.runs.owner import tracking_rounds
+    from launcher.runs.owner.recorder import Recorder
+    from launcher.runs.owner.tracking import Tracker
+    from launcher.runs.owner.tracking_rounds import TrackingRounds
+    from launcher.workload.plan import build_plan
+    from launcher.workload.validate import validate_text
+
+    store = tmp_path / "later" / "mlflow.db"
+    result = validate_text(f"experiment_name: sys\ncompute: {{hosts: [h0]}}\ncommand: run\n"
+                           f"mlflow: {{tracking_uri: 'sqlite:///{store}'}}\n", "w.yaml")
+    plan = build_plan(result.workload, run_id="run-end", node_root="/nodes")
+    rec = Recorder(RunStore(tmp_path), "run-end", {0: "h0"}, parse_logs=None)
+    tracker = Tracker(tmp_path, plan, rec.dir)
+    said: list[str] = []
+    rounds = TrackingRounds(tmp_path, "run-end", rec.dir, tracker, rec, RunStore(tmp_path),
+                            note=lambda _: None, say=said.append)
+    assert not tracker.sync([], "metrics") and tracker.waiting  # the store failed: not asked for 30 s
+    store.parent.mkdir()  # ... and works again a moment later
+    monkeypatch.setattr(tracking_rounds, "END_RETRY_S", 0.2)
+
+    async def end() -> None:
+        await rounds.wait_end(rounds.send_end(RunState.SUCCEEDED))
+
+    asyncio.run(end())
+    assert not tracker.unsent(0) and said == []
+    run = MlflowClient(tracking_uri=f"sqlite:///{store}").get_run(tracker.mlflow_run_id)
+    assert run.info.status == "FINISHED" and pending.why_pending(rec.dir) is None
+
+
+def test_the_runs_end_gives_up_on_a_remote_store_whose_retry_falls_past_its_bound(tmp_path, monkeypatch):
+    from launcher.runs.core.store import RunStore
+    from launcher.runs.owner import tracking_rounds
+    from launcher.runs.owner.recorder import Recorder
+    from launcher.runs.owner.tracking import Tracker
+    from launcher.runs.owner.tracking_rounds import TrackingRounds
+    from launcher.workload.plan import build_plan
+    from launcher.workload.validate import validate_text
+
+    result = validate_text("experiment_name: sys\ncompute: {hosts: [h0]}\ncommand: run\n"
+                           "mlflow: {tracking_uri: 'http://127.0.0.1:9'}\n", "w.yaml")
+    plan = build_plan(result.workload, run_id="run-end", node_root="/nodes")
+    rec = Recorder(RunStore(tmp_path), "run-end", {0: "h0"}, parse_logs=None)
+    tracker = Tracker(tmp_path, plan, rec.dir)
+    rounds = TrackingRounds(tmp_path, "run-end", rec.dir, tracker, rec, RunStore(tmp_path),
+                            note=lambda _: None, say=lambda _: None)
+    monkeypatch.setattr(tracking_rounds, "TRACKING_END_S", 5.0)
+    tracker.ended("FINISHED", None)
+    started = time.monotonic()
+    assert not rounds._send_end() and "9" in (tracker.error or "")
+    assert time.monotonic() - started < 5.0  # refused at once; its retry (30 s on) is past the bound

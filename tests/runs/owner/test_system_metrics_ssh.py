@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from launcher.runs.owner.system_metrics import metric_key
-from tests.support.cli import FSDP_TUI, ROOT, cli_env, tagged, wait_until, write_workload
+from tests.support.cli import FSDP_TUI, ROOT, cli_env, tagged, wait_tracked, wait_until, write_workload
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ command: |
     said = (tmp_path / "run.out").read_text()
     assert code == 0, said[-3000:]
     run_id = run_dir.name
-    assert not (run_dir / "mlflow-pending").exists(), said[-2000:]
+    wait_tracked(home, run_id)  # `run` returns once the end is recorded; the owner sends it to MLflow after
     store = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
     run = store.get_run(mlflow_id)
     assert run.info.status == "FINISHED" and run.data.tags["fsdp_tui.run_id"] == run_id
