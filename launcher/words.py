@@ -8,6 +8,15 @@ front ends say; what only the front ends say is in :mod:`launcher.present`."""
 
 from __future__ import annotations
 
+
+def ascii_number(text: str) -> int | None:
+    """``text`` as a number written in ASCII digits only, else ``None`` (``²`` and ``٣`` are digits to
+    ``str.isdigit``, not here): the rule the trainer reads checkpoint steps by, handed to the front ends."""
+    from trainer.wire.ckpt_layout import ascii_int
+
+    return ascii_int(text)
+
+
 IRREGULAR = {"process": "processes", "entry": "entries", "retry": "retries", "GPU": "GPUs", "index": "indexes",
              "resubmission": "resubmissions", "match": "matches", "mistake": "mistakes"}
 
@@ -41,6 +50,24 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+def fmt_span(seconds: float | None) -> str:
+    """A span in a sentence, short: ``45s``, ``1m05s``, ``2h03m`` (how long a run took in a notification, how
+    old a checkpoint is); ``-`` when unknown. :func:`fmt_duration` is the clock a table column shows."""
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def fmt_age(seconds: float | None) -> str:
+    """How long ago: ``1m15s ago``; ``age unknown``."""
+    return "age unknown" if seconds is None else f"{fmt_span(seconds)} ago"
+
+
 def fmt_bytes(n: int) -> str:
     """A size on disk in binary units with one decimal: ``1.5 GiB``, ``12.0 KiB``, ``512 B``."""
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -67,4 +94,9 @@ def fmt_message_size(nbytes: int) -> str:
 
 def node_name(rank: int, hosts: tuple[str, ...]) -> str:
     """A node by its rank and, where known, its host: ``node 1 (h1)``; ``node 5`` past the hosts given."""
-    return f"node {rank} ({hosts[rank]})" if 0 <= rank < len(hosts) else f"node {rank}"
+    return node_at(rank, hosts[rank]) if 0 <= rank < len(hosts) else f"node {rank}"
+
+
+def node_at(rank: object, host: object) -> str:
+    """A node by its rank and host: ``node 1 (h1)``."""
+    return f"node {rank} ({host})"

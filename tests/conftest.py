@@ -26,7 +26,9 @@ SHARED_SCOPES = ("module", "package", "class")
 @pytest.fixture(scope="session", autouse=True)
 def data_cache(tmp_path_factory):
     """Tokenized data goes to a cache of the test session's own (a node's cache is ``~/.cache``), shared
-    by the trainer processes the tests start (they inherit the environment)."""
+    by the trainer processes the tests start (they inherit the environment) and by every xdist worker of
+    the session (the cache takes a key's lock to build it: one worker tokenizes a dataset, the others wait
+    and read it). A test of the cache itself points ``data.cache_dir`` at a folder of its own."""
     import os
 
     from trainer.data.token_cache import CACHE_ENV
@@ -34,7 +36,10 @@ def data_cache(tmp_path_factory):
     if CACHE_ENV in os.environ:
         yield os.environ[CACHE_ENV]
         return
-    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("data-cache"))
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' common folder
+    (shared / "data-cache").mkdir(exist_ok=True)
+    os.environ[CACHE_ENV] = str(shared / "data-cache")
     yield os.environ[CACHE_ENV]
     del os.environ[CACHE_ENV]
 

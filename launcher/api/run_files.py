@@ -92,7 +92,7 @@ class RunFiles:
         run this data dir does not know."""
         from launcher.runs.cleanup import cleaned, folder_bytes
         from launcher.runs.core.store import RunStore
-        from launcher.words import fmt_bytes
+        from launcher.words import fmt_bytes, node_at
         from launcher.workload.load import LOCAL_NODES_DIR
 
         record = RunStore(self.home).get_run(run_id)
@@ -102,7 +102,7 @@ class RunFiles:
         here = self.home / LOCAL_NODES_DIR / run_id
         if here.is_dir():
             out.append(f"here: {here} ({fmt_bytes(folder_bytes(here))}: checkpoints, exports, outputs)")
-        out += [f"node {n.node_rank} ({n.host}): {n.node_dir}" for n in record.nodes
+        out += [f"{node_at(n.node_rank, n.host)}: {n.node_dir}" for n in record.nodes
                 if not n.node_dir.startswith(str(self.home))]
         return out
 

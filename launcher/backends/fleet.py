@@ -44,6 +44,7 @@ from launcher.backends.ssh.pacing import ConnectGate
 from launcher.backends.transfer import fetch_tree, upload
 from launcher.events import GpuSample
 from launcher.untrusted import printable
+from launcher.words import node_at
 from launcher.workload.ckpt_place import CheckpointPlace, judge_marks
 from launcher.workload.plan import (
     RANK_TAG_ENV,
@@ -91,7 +92,7 @@ class AgentFleet:
         return sys.executable if _is_local(node) and python == DEFAULT_PYTHON else python
 
     def label(self, rank: int) -> str:
-        return f"node {rank} ({self.plan.nodes[rank].host_display})"
+        return node_at(rank, self.plan.nodes[rank].host_display)
 
     def node_info(self, rank: int) -> NodeInfo:
         node = self.plan.nodes[rank]

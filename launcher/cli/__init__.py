@@ -97,10 +97,10 @@ def console():
 
 def digits(text: str) -> int | None:
     """``text`` as a number written in ASCII digits only, else ``None``: the one rule every command reads
-    numbers by (the trainer's own, for checkpoint steps)."""
-    from trainer.wire.ckpt_layout import ascii_int
+    numbers by (the trainer's own, for checkpoint steps: :func:`launcher.words.ascii_number`)."""
+    from launcher.words import ascii_number
 
-    return ascii_int(text)
+    return ascii_number(text)
 
 
 def number(text: str) -> int:

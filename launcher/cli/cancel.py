@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from launcher.cli import add_run_argument, on_run
-from launcher.words import plural
+from launcher.words import node_at, plural
 
 if TYPE_CHECKING:
     from launcher.api import Client
@@ -36,9 +36,9 @@ def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
         print(f"{line} (still alive after SIGKILL)", file=sys.stderr)
     for rank, host, state, detail in report.nodes:
         if state == "lost":
-            print(f"node {rank} ({host}): {detail}", file=sys.stderr)
+            print(f"{node_at(rank, host)}: {detail}", file=sys.stderr)
     for rank, host, state, detail in report.nodes:
         if state == "exited" and detail:
-            print(f"node {rank} ({host}): {detail}", file=sys.stderr)
+            print(f"{node_at(rank, host)}: {detail}", file=sys.stderr)
     print(f"run {run_id}: {report.state.value} on {plural(len(report.nodes), 'node')}")
     return 1 if report.leftovers else 0

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher.cli import add_run_argument, on_run, reads_as_number, shown_word
+from launcher.words import node_at
 
 if TYPE_CHECKING:
     from launcher.api import Client
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
     try:
         argv = client.nodes.shell_argv(plan, rank, command, binary=binary)
     except SshConfigError as err:
-        print(f"fsdp-tui ssh: node {args.node} ({node.host_display}): {err}", file=sys.stderr)
+        print(f"fsdp-tui ssh: {node_at(args.node, node.host_display)}: {err}", file=sys.stderr)
         return 2
     sys.stdout.flush()
     os.execv(binary, argv)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from launcher.nettest.health import NodeHealth
-from launcher.words import plural
+from launcher.words import node_at, plural
 
 GPU_SLOW_RATIO = 0.8
 """A GPU is named slow under this fraction of the median GEMM TFLOP/s of the other GPUs: cards of one model
@@ -84,7 +84,7 @@ def burnin_lines(tflops: list[float], local_world_size: int, health: Mapping[int
     def who(rank: int) -> str:
         node = rank // max(local_world_size, 1)
         host = nodes[node] if node < len(nodes) else "?"
-        return f"node {node} ({host}) GPU {rank % max(local_world_size, 1)}"
+        return f"{node_at(node, host)} GPU {rank % max(local_world_size, 1)}"
 
     median = statistics.median(tflops)
     of_peak = f" ({median / peak_tflops:.0%} of the {peak_tflops:.0f} TFLOP/s peak)" if peak_tflops else ""
@@ -95,7 +95,7 @@ def burnin_lines(tflops: list[float], local_world_size: int, health: Mapping[int
     for node in sorted(health):
         host = nodes[node] if node < len(nodes) else "?"
         problems = health_problems(health[node])
-        lines += [f"node {node} ({host}): {p}" for p in problems]
+        lines += [f"{node_at(node, host)}: {p}" for p in problems]
         if not problems:
-            lines.append(f"node {node} ({host}): ECC, remapped rows, NVLink and Xid lines clean")
+            lines.append(f"{node_at(node, host)}: ECC, remapped rows, NVLink and Xid lines clean")
     return lines

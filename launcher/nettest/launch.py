@@ -19,7 +19,7 @@ from launcher.paths import new_run_id, run_dir
 from launcher.runs.core.run_kind import NETTEST_TAG
 from launcher.runs.core.store import RunStore
 from launcher.runs.launch import is_owned, start_run
-from launcher.words import plural
+from launcher.words import node_at, plural
 from launcher.workload.model import CodeSource, Mlflow, Snapshot
 from launcher.workload.plan import RunPlan, build_plan
 from trainer.wire.nettest_pairs import NEIGHBOUR_ROUNDS, TOURNAMENT_ROUNDS
@@ -251,10 +251,10 @@ def collect(home: Path, run_id: str, started_at: float) -> Outcome:
         problems.append(f"the test run {run_id} {record.summary.state.value}: {record.summary.detail or 'no result'}")
         for n in sorted(record.nodes, key=lambda n: n.node_rank):
             if n.state.value == "pending":
-                problems.append(f"node {n.node_rank} ({n.host}): not started: the test stopped before its job "
+                problems.append(f"{node_at(n.node_rank, n.host)}: not started: the test stopped before its job "
                                 "began (see above)")
             elif n.state.value != "succeeded":
-                problems.append(f"node {n.node_rank} ({n.host}): {n.state.value}"
+                problems.append(f"{node_at(n.node_rank, n.host)}: {n.state.value}"
                                 + (f": {n.detail}" if n.detail else ""))
         problems.append(f"see its logs: fsdp-tui logs {run_id}")
     return Outcome(run_id, record.summary.state.value, measured, raw, nodes, tuple(problems), started_at,

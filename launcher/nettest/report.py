@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.nettest.figures import Measured, Scope, Verdict, judge_pairs
-from launcher.words import fmt_bandwidth, fmt_message_size, node_name
+from launcher.words import fmt_bandwidth, fmt_message_size, node_at, node_name
 from trainer.wire.ckpt_layout import ascii_int
 from trainer.wire.nettest_pairs import TOURNAMENT_ROUNDS
 
@@ -30,7 +30,7 @@ def scope_label(scope: Scope, nodes: tuple[str, ...]) -> str:
         return "across nodes"
     index = ascii_int(scope.name[4:]) if scope.name.startswith("node") else None
     index = -1 if index is None else index
-    return f"inside node {index} ({nodes[index]})" if 0 <= index < len(nodes) else f"inside {scope.name}"
+    return f"inside {node_at(index, nodes[index])}" if 0 <= index < len(nodes) else f"inside {scope.name}"
 
 
 def rows(m: Measured, nodes: tuple[str, ...]) -> list[Row]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from launcher.words import fmt_age, fmt_span
+
 
 @dataclass(frozen=True)
 class CheckpointFact:
@@ -49,28 +51,13 @@ _TRIAGE_KEYS = ("node_rank", "rank", "exit_code", "signature", "line_no", "excer
 def build_summary(facts: RunFacts) -> dict[str, Any]:
     """The summary as a JSON-ready dict (what the command sink reads, what webhooks carry)."""
     out = asdict(facts)
-    out["duration"] = fmt_duration(facts.duration_s)
+    out["duration"] = fmt_span(facts.duration_s)
     out["recovery"] = list(facts.recovery)
     out["triage"] = ({k: facts.triage.get(k) for k in _TRIAGE_KEYS} if facts.triage else None)
     out["open"] = f"fsdp-tui show {facts.run_id}"
     out["logs"] = f"fsdp-tui logs {facts.run_id} --tail 50"
     out["title"] = title(facts)
     return out
-
-
-def fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
-
-
-def fmt_age(seconds: float | None) -> str:
-    return "age unknown" if seconds is None else f"{fmt_duration(seconds)} ago"
 
 
 def title(facts: RunFacts) -> str:

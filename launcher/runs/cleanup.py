@@ -22,7 +22,7 @@ from pathlib import Path
 from launcher.backends.base import RemovedFiles
 from launcher.runs.core.layout import load_plan
 from launcher.runs.core.store import RunStore
-from launcher.words import plural
+from launcher.words import node_at, plural
 from launcher.workload.load import LOCAL_NODES_DIR
 
 CLEANED = "cleaned.json"
@@ -174,7 +174,7 @@ def files_left(home: Path, run_id: str) -> list[Left]:
         out.append(Left("here", str(here), None, size=fmt_bytes(folder_bytes(here))))
     for node in record.nodes:
         if not node.node_dir.startswith(str(home)):
-            out.append(Left(f"node {node.node_rank} ({node.host})", node.node_dir, node.node_rank, node.host))
+            out.append(Left(node_at(node.node_rank, node.host), node.node_dir, node.node_rank, node.host))
     return out
 
 

@@ -31,6 +31,7 @@ from launcher.runs.core.ownership import (
 from launcher.runs.core.space import RecordUnwritable, is_write_failure, shortage, write_failure
 from launcher.runs.core.store import RunRecord, RunStore
 from launcher.runs.owner.recorder import event_line
+from launcher.words import node_at
 from launcher.workload.load import Planned, plan_file
 from launcher.workload.overrides import Override
 from launcher.workload.plan import RunPlan
@@ -161,7 +162,7 @@ class CancelReport:
 
     @property
     def leftovers(self) -> list[str]:
-        return [f"node {r} ({h}): {d}" for r, h, _s, d in self.nodes if d.startswith("processes left")]
+        return [f"{node_at(r, h)}: {d}" for r, h, _s, d in self.nodes if d.startswith("processes left")]
 
 
 async def cancel_run(home: Path, run_id: str, *, timeout_s: float = 120.0) -> CancelReport:

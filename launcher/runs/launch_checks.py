@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from launcher.runs.core.continuing import Continuation, auto_may_continue, continued_by
 from launcher.runs.launch import PLACE_TIMEOUT_S
+from launcher.words import node_at
 from launcher.workload.plan import RunPlan
 
 if TYPE_CHECKING:
@@ -114,5 +115,5 @@ def quarantine_refusals(plan: RunPlan, home: Path) -> list[str]:
     from launcher.runs.core.quarantine import quarantined
 
     held = quarantined(home)
-    return [f"node {n.node_rank} ({n.host_display}): {held[n.host_display].words()}; fsdp-tui quarantine lift "
+    return [f"{node_at(n.node_rank, n.host_display)}: {held[n.host_display].words()}; fsdp-tui quarantine lift "
             f"{n.host_display} once it is fixed (or --force)" for n in plan.nodes if n.host_display in held]

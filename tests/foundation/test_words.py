@@ -17,6 +17,7 @@ from launcher.words import (
     fmt_bytes,
     fmt_duration,
     fmt_message_size,
+    node_at,
     node_name,
     plural,
     plural_of,
@@ -110,3 +111,23 @@ def test_plural(count, noun, said):
 ])
 def test_quantities_read_the_same_everywhere(said, expected):
     assert said == expected
+
+
+def test_no_message_names_a_node_by_hand():
+    """``node 1 (h1)`` is written by :func:`launcher.words.node_at` alone: an f-string with ``node {rank} (``
+    followed by a value and ``)`` elsewhere is a second copy of the rule."""
+    wrong = []
+    for rel, line, node in _messages():
+        if rel == "launcher/words.py":
+            continue
+        parts = node.values
+        for a, b, c, d in zip(parts, parts[1:], parts[2:], parts[3:], strict=False):
+            if (isinstance(a, ast.Constant) and str(a.value).endswith("node ") and isinstance(b, ast.FormattedValue)
+                    and isinstance(c, ast.Constant) and c.value == " (" and isinstance(d, ast.FormattedValue)):
+                wrong.append(f"{rel}:{line}: use node_at()")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_node_reads_by_its_rank_and_host():
+    assert node_at(1, "h1") == "node 1 (h1)" == node_name(1, ("h0", "h1"))
+    assert node_name(5, ("h0",)) == "node 5"

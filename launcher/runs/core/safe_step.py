@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.notify.summary import CheckpointFact, fmt_age
+from launcher.notify.summary import CheckpointFact
+from launcher.words import fmt_age
 
 if TYPE_CHECKING:
     from launcher.runs.core.checkpoints import RunCheckpoints

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from launcher.runs.core.display import sanitize_line
+from launcher.words import node_at
 
 SwapKind = Literal["spare", "exclude", "shrink"]
 
@@ -105,7 +106,7 @@ class Swap:
 
     def failure_words(self) -> str:
         """``node 3 (gpu-07) lost at step 1,840``."""
-        return f"node {self.node_rank} ({self.failed_host}) {self._what()}"
+        return f"{node_at(self.node_rank, self.failed_host)} {self._what()}"
 
     def replaced_words(self) -> str:
         """What the node that took the failed one's place stands in for: ``replaced gpu-07 (lost at step 1,840)``."""

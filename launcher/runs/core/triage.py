@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from launcher.runs.core.display import sanitize_line
+from launcher.words import node_at
 
 # Checked in order; the first signature found in a node's log names the failure.
 SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -234,7 +235,7 @@ def stalled_report(why: str) -> TriageReport:
 def node_error_report(from_logs: TriageReport, rank: int, host: str, error: str,
                       exit_code: int | None) -> TriageReport:
     """The triage when a node's agent saw the cause itself (its disk, not the job)."""
-    return replace(from_logs, said=f"node {rank} ({host}): {error}", node_rank=rank,
+    return replace(from_logs, said=f"{node_at(rank, host)}: {error}", node_rank=rank,
                    signature=reason_signature(error), excerpt=error, exit_code=exit_code)
 
 
@@ -269,14 +270,14 @@ def died_first(exit_codes: dict[int, int | None], failed_at: dict[int, float]) -
 def gpu_lost_report(from_logs: TriageReport, rank: int, host: str, words: str) -> TriageReport:
     """The triage when a node's GPU vanished (it fell off the bus): that node is the root cause, what the
     logs blamed its consequence."""
-    return TriageReport(node_rank=rank, signature="gpu_lost", excerpt=words, said=f"node {rank} ({host}): {words}",
+    return TriageReport(node_rank=rank, signature="gpu_lost", excerpt=words, said=f"{node_at(rank, host)}: {words}",
                         consequence=from_logs.summary if from_logs.node_rank != rank else "")
 
 
 def gone_report(from_logs: TriageReport, rank: int, host: str, words: str) -> TriageReport:
     """The triage when a node was found without its job: that node is the root cause, and what the logs
     blamed (a survivor's "Connection reset by peer") is kept as its consequence."""
-    return TriageReport(node_rank=rank, signature="lost", excerpt=words, said=f"node {rank} ({host}): {words}",
+    return TriageReport(node_rank=rank, signature="lost", excerpt=words, said=f"{node_at(rank, host)}: {words}",
                         consequence=from_logs.summary if from_logs.node_rank != rank else "")
 
 
@@ -296,7 +297,7 @@ def scheduler_report(from_logs: TriageReport, cause, host: str, exit_code: int |
     :class:`~launcher.backends.base.SchedulerCause`). The node's own log line stays the excerpt when it
     is the same node and tells more; else the scheduler's node is the root cause and what the logs blamed
     is kept as its consequence."""
-    where = f"node {cause.rank} ({host})" if cause.rank is not None else host
+    where = node_at(cause.rank, host) if cause.rank is not None else host
     if from_logs.node_rank == cause.rank and from_logs.signature not in (None, "launch"):
         return replace(from_logs, scheduler=cause.words)
     return TriageReport(node_rank=cause.rank, exit_code=exit_code, signature=cause.signature, excerpt=cause.words,

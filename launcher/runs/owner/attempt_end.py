@@ -26,6 +26,7 @@ from launcher.runs.owner.node_readers import NodeFollowing
 from launcher.runs.owner.outcome import LaunchFailed, Outcome
 from launcher.runs.owner.recorder import Recorder
 from launcher.runs.owner.scheduler import SchedulerVerdicts
+from launcher.words import node_at
 
 
 class Ending(Protocol):
@@ -69,7 +70,7 @@ async def end_attempt(policy: Ending, outcome: str) -> Outcome:
         rank = min(policy.following.gpu_lost)
         policy.failed_at.setdefault(rank, time.time())
         host = policy.backend.plan.nodes[rank].host_display
-        policy.rec.set_state(RunState.RUNNING, f"stopping: node {rank} ({host}) {policy.following.gpu_lost[rank]}")
+        policy.rec.set_state(RunState.RUNNING, f"stopping: {node_at(rank, host)} {policy.following.gpu_lost[rank]}")
         await policy.stop_all()
         await policy.following.pump_all()
         return Outcome(RunState.FAILED)
@@ -102,7 +103,7 @@ async def end_attempt(policy: Ending, outcome: str) -> Outcome:
             dead = min(policy.following.gone)
             how = policy.following.gone[dead]
         policy.rec.set_state(RunState.RUNNING,
-                             f"stopping: node {dead} ({policy.backend.plan.nodes[dead].host_display}) " + how)
+                             f"stopping: {node_at(dead, policy.backend.plan.nodes[dead].host_display)} " + how)
     if failed or resubmit:
         await policy.stop_all()
     await policy.following.pump_all()
@@ -136,7 +137,7 @@ async def _orphaned(policy: Ending) -> Outcome:
     policy.rec.set_node(s.rank, NodeState.EXITED, None, why)
     await policy.stop_all()
     await policy.following.pump_all()
-    raise LaunchFailed(f"node {s.rank} ({policy.backend.plan.nodes[s.rank].host_display}): {why}", s.rank)
+    raise LaunchFailed(f"{node_at(s.rank, policy.backend.plan.nodes[s.rank].host_display)}: {why}", s.rank)
 
 
 def failure_triage(policy: Ending) -> TriageReport:

@@ -27,7 +27,7 @@ from launcher.runs.core.layout import read_swaps, save_swaps
 from launcher.runs.core.swaps import Swap, settled
 from launcher.runs.core.triage import TriageReport
 from launcher.runs.owner.recorder import Recorder
-from launcher.words import plural
+from launcher.words import node_at, plural
 from launcher.workload.model import Recovery
 from launcher.workload.plan import RunPlan
 from launcher.workload.recovery import exclude_plan, shrink_plan, swap_plan, without_spares
@@ -160,7 +160,7 @@ class NodeRecovery:
             if spare in held:
                 skipped.append(f"{spare}: quarantined ({held[spare].failures} failures; fsdp-tui quarantine lift {spare})")
                 continue
-            say(f"node {fault.rank} ({fault.host}) failed ({fault.signature}); checking spare {spare} with the doctor")
+            say(f"{node_at(fault.rank, fault.host)} failed ({fault.signature}); checking spare {spare} with the doctor")
             trial = swap_plan(without_spares(plan, [s.partition(':')[0] for s in skipped]), fault.rank, spare, number)
             backend = make_backend(trial)
             refusals = await node_refusals(backend, fault.rank, spare=True)
@@ -175,13 +175,13 @@ class NodeRecovery:
         if self.settings.shrink and len(plan.nodes) > 1:
             shrunk = shrink_plan(without_spares(plan, [s.partition(':')[0] for s in skipped]), fault.rank)
             if shrunk.problem:
-                say(f"node {fault.rank} ({fault.host}) failed and the run cannot go on without it: {shrunk.problem}")
+                say(f"{node_at(fault.rank, fault.host)} failed and the run cannot go on without it: {shrunk.problem}")
                 return None
             old = {new: (new if new < fault.rank else new + 1) for new in range(len(plan.nodes) - 1)}
             swap = Swap(kind="shrink", skipped=tuple(skipped), batch=shrunk.batch, **base)  # type: ignore[arg-type]
             return Replacement(shrunk.plan, make_backend(shrunk.plan), swap, dict(old))
         left = "; ".join(skipped)
-        say(f"node {fault.rank} ({fault.host}) failed ({fault.signature}) and no spare can take its place"
+        say(f"{node_at(fault.rank, fault.host)} failed ({fault.signature}) and no spare can take its place"
             + (f" ({left})" if left else " (compute.spares is empty or used up)"))
         return None
 
@@ -201,7 +201,7 @@ class NodeRecovery:
             return Replacement(excluded, None, swap, dict(same))
         shrunk = shrink_plan(excluded, fault.rank)
         if shrunk.problem:
-            say(f"node {fault.rank} ({node}) failed and the run cannot go on without it: {shrunk.problem}")
+            say(f"{node_at(fault.rank, node)} failed and the run cannot go on without it: {shrunk.problem}")
             return None
         swap = Swap(kind="shrink", replacement=f"{node} excluded", batch=shrunk.batch, **base)  # type: ignore[arg-type]
         # Each SLURM node works in node-<rank> of the shared job folder: rank r's log goes on in its file.

@@ -20,6 +20,7 @@ from launcher.runs.core.checkpoints import here_root, lineage_of
 from launcher.runs.core.gathers import read_gathers, whole_steps
 from launcher.runs.owner.ckpt_copy import Endpoint
 from launcher.runs.owner.gather import bring
+from launcher.words import node_at
 from launcher.workload.plan import RunPlan
 from trainer.wire import ckpt_owner
 
@@ -96,4 +97,4 @@ def _lost_note(directory: Path, found: int | None, failed: int, old: RunPlan) ->
         return ""
     host = old.nodes[failed].host_display if failed < len(old.nodes) else "?"
     steps = ", ".join(str(s) for s in newer)
-    return f"; step {steps} was whole only on node {failed} ({host})'s disk, lost with it"
+    return f"; step {steps} was whole only on {node_at(failed, host)}'s disk, lost with it"

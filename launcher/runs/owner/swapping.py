@@ -27,6 +27,7 @@ from launcher.runs.owner.resume_place import ResumePoint, newest_resumable, plac
 from launcher.runs.owner.scheduler import SchedulerVerdicts
 from launcher.runs.owner.settings import Settings
 from launcher.runs.owner.stall import StallVerdicts
+from launcher.words import node_at
 from launcher.workload.plan import RunPlan
 
 
@@ -67,7 +68,7 @@ async def stop_after_lost(policy: Swappable, err: NodeLost) -> Outcome:
     lost = policy.following.lost
     rank = min(lost) if lost else None
     host = policy.backend.plan.nodes[rank].host_display if rank is not None else "?"
-    why = f"node {rank} ({host}): {lost.get(rank, str(err))}" if rank is not None else str(err)
+    why = f"{node_at(rank, host)}: {lost.get(rank, str(err))}" if rank is not None else str(err)
     policy.rec.set_state(RunState.RUNNING, f"stopping: {why}")
     await policy.stop_all()
     await policy.following.pump_all()
@@ -106,7 +107,7 @@ async def swap_nodes(policy: Swappable, r: Replacement, fault: NodeFault) -> Non
     rec, old = policy.rec, policy.backend.plan
     what = {"spare": f"spare {r.swap.replacement} in its place", "shrink": "the run goes on without it",
             "exclude": r.swap.replacement}[r.swap.kind]
-    rec.set_state(RunState.RETRYING, f"node {fault.rank} ({r.swap.failed_host}) failed ({fault.signature}): {what}")
+    rec.set_state(RunState.RETRYING, f"{node_at(fault.rank, r.swap.failed_host)} failed ({fault.signature}): {what}")
     if r.backend is None:
         policy.backend.use_plan(r.plan)  # the scheduler's own: the next job's script excludes the node
     else:
@@ -139,7 +140,7 @@ async def swap_nodes(policy: Swappable, r: Replacement, fault: NodeFault) -> Non
             if found is not None:
                 point = ResumePoint(found[0], f"{found[1]} on the cluster's shared filesystem")
     except NodeError as err:
-        raise LaunchFailed(f"node {fault.rank} ({fault.host}) failed and its replacement could not be made "
+        raise LaunchFailed(f"{node_at(fault.rank, fault.host)} failed and its replacement could not be made "
                            f"ready: {err}") from None
     policy.on_plan(backend.plan)
     nodes = [(n.node_rank, n.host_display, n.node_dir) for n in backend.plan.nodes]

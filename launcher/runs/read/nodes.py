@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 
 from launcher.events import NodeState
 from launcher.runs.read.view import NodeView, RunView
+from launcher.words import node_at
 
 MIN_OTHERS = 3
 """Figures are compared once at least this many other nodes run (4 nodes in all): the median of one or
@@ -95,7 +96,7 @@ class NodeRow:
         """``node 3 (host-3): no output for 40 s (others: 1 s)`` (empty when the node is even)."""
         if not self.odd:
             return ""
-        return f"node {self.node} ({self.host}): " + "; ".join(m.says for m in self.odd)
+        return f"{node_at(self.node, self.host)}: " + "; ".join(m.says for m in self.odd)
 
 
 def node_rows(view: RunView, now: float) -> list[NodeRow]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from launcher.runs.core.layout import load_plan
 from launcher.runs.core.store import RunStore
+from launcher.words import node_at
 
 QUICK_SSH = {"connect_timeout_s": 10.0, "lost_after_s": 10.0}
 """A look, not a run: a node that does not answer is said at once."""
@@ -40,7 +41,7 @@ class RankLog:
         self.rank = rank
         self.node = rank // per_node
         """The node that ran it (torchrun numbers a node's ranks from ``node_rank x procs_per_node``)."""
-        self.label = f"rank {rank} on node {self.node} ({plan.nodes[self.node].host_display})"
+        self.label = f"rank {rank} on {node_at(self.node, plan.nodes[self.node].host_display)}"
         ssh = plan.workload.ssh.model_copy(update=QUICK_SSH)
         self.backend = backend_for(dataclasses.replace(plan, workload=plan.workload.model_copy(update={"ssh": ssh})))
         self.offset = 0
