@@ -126,6 +126,9 @@ class Tracker:
         self.error: str | None = self.state.error
         """The last failure, in words; ``None`` while tracking works."""
         self.retry_at = 0.0
+        self.contended = False
+        """The last failure was another writer or reader holding the local store (its lock, or SQLite's
+        ``database is locked``): it lets go in moments, unlike a store that cannot be opened."""
 
     def _load(self) -> MlflowNotes:
         return read_mlflow_state(self.path.parent)
@@ -166,10 +169,11 @@ class Tracker:
         except Exception as err:  # noqa: BLE001 - tracking is not the job: any failure is reported, not fatal
             self.error = f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
             self.retry_at = time.monotonic() + RETRY_S
+            self.contended = self.local and (isinstance(err, TrackingBusy) or "database is locked" in str(err))
             self._remember_error()
             return False
         if self.error is not None:
-            self.error = None
+            self.error, self.contended = None, False
             self._remember_error()
         return True
 

@@ -23,14 +23,16 @@ from launcher.runs.owner.tracking import Status, Tracker
 MLFLOW_STATUS: dict[RunState, Status] = {RunState.SUCCEEDED: "FINISHED", RunState.CANCELLED: "KILLED"}
 TRACKING_END_S = 20.0
 """How long the owner, once the run's end is recorded, goes on sending it to a remote MLflow server before
-it leaves the rest to a later sender (:mod:`launcher.runs.core.pending`). A remote store that failed is
-asked again only once its retry time (30 s after the failure) falls within this bound."""
+it leaves the rest to a later sender (:mod:`launcher.runs.core.pending`). A store that failed in the last
+30 s is not waited for at all."""
 LOCAL_TRACKING_END_S = 120.0
 """The same for a local SQLite store: no network to fail, only other writers of the file to wait for
-(several first launches at once create and migrate it one after the other)."""
+(several first launches at once create and migrate it one after the other), tried again within this
+bound while another holds the file (:data:`END_RETRY_S`)."""
 END_RETRY_S = 2.0
-"""While the run's end is sent to a local store, a failed try (another writer or reader held the file: an
-``mlflow ui`` on the same database, a busy machine) is tried again this soon, not :data:`RETRY_S` later."""
+"""While the run's end is sent to a local store, a try that found the store held by another writer or reader
+(an ``mlflow ui`` on the same database, another owner: :attr:`Tracker.contended`) is tried again this soon,
+not 30 s later. A store that cannot be opened is not tried again before the run's owner leaves."""
 
 
 def in_thread(fn: Callable[[], object]) -> asyncio.Future:
@@ -123,21 +125,18 @@ class TrackingRounds:
         return LOCAL_TRACKING_END_S if self.tracker.local else TRACKING_END_S
 
     def _send_end(self) -> bool:
-        """The records and the run's end to MLflow (in a tracking thread, after any round in flight), tried
-        again while :meth:`_end_limit` lasts: a local store every :data:`END_RETRY_S`, a remote one at its
-        retry time."""
+        """The records and the run's end to MLflow (in a tracking thread, after any round in flight). A
+        local store held by another writer or reader is tried again every :data:`END_RETRY_S` while
+        :meth:`_end_limit` lasts; any other failure leaves the rest to a later sender at once."""
         deadline = time.monotonic() + self._end_limit()
         while True:
             if self._send_end_once():
                 return True
             tracker = self.tracker
-            if tracker.error is None:
+            if tracker.error is None or not tracker.contended or time.monotonic() + END_RETRY_S >= deadline:
                 return False
-            retry = min(tracker.retry_at, time.monotonic() + END_RETRY_S) if tracker.local else tracker.retry_at
-            if retry >= deadline:
-                return False
-            time.sleep(max(0.0, retry - time.monotonic()))
-            tracker.retry_at = min(tracker.retry_at, retry)
+            time.sleep(END_RETRY_S)
+            tracker.retry_at = 0.0  # held by another, not broken: asked again now
 
     def _send_end_once(self) -> bool:
         with self.tracking_lock:

@@ -225,60 +225,79 @@ def test_metric_names_are_those_of_mlflows_own_monitor():
     assert metric_key(3, "x") == "system/node_3/x"
 
 
-def test_the_runs_end_is_sent_to_a_local_store_that_failed_moments_before(tmp_path, monkeypatch):
-    """A local store that failed a round just before the run ended (another writer or reader held the file)
-    is tried again within the end's bound, not left for a later sender."""
-    from mlflow import MlflowClient
-
-    from launcher.runs.core import pending
+def _ending(tmp_path, uri: str):
+    """A run's tracker and its owner's tracking rounds, for a one-node workload logging to ``uri``."""
     from launcher.runs.core.store import RunStore
-    from launcher.runs.owner import tracking_rounds
     from launcher.runs.owner.recorder import Recorder
     from launcher.runs.owner.tracking import Tracker
     from launcher.runs.owner.tracking_rounds import TrackingRounds
     from launcher.workload.plan import build_plan
     from launcher.workload.validate import validate_text
 
-    store = tmp_path / "later" / "mlflow.db"
     result = validate_text(f"experiment_name: sys\ncompute: {{hosts: [h0]}}\ncommand: run\n"
-                           f"mlflow: {{tracking_uri: 'sqlite:///{store}'}}\n", "w.yaml")
+                           f"mlflow: {{tracking_uri: '{uri}'}}\n", "w.yaml")
     plan = build_plan(result.workload, run_id="run-end", node_root="/nodes")
     rec = Recorder(RunStore(tmp_path), "run-end", {0: "h0"}, parse_logs=None)
     tracker = Tracker(tmp_path, plan, rec.dir)
     said: list[str] = []
     rounds = TrackingRounds(tmp_path, "run-end", rec.dir, tracker, rec, RunStore(tmp_path),
                             note=lambda _: None, say=said.append)
-    assert not tracker.sync([], "metrics") and tracker.waiting  # the store failed: not asked for 30 s
-    store.parent.mkdir()  # ... and works again a moment later
-    monkeypatch.setattr(tracking_rounds, "END_RETRY_S", 0.2)
+    return tracker, rounds, said
+
+
+def _end(rounds) -> float:
+    """The owner's end of the run: sent, and waited for within its bound; the seconds it took."""
+    started = time.monotonic()
 
     async def end() -> None:
         await rounds.wait_end(rounds.send_end(RunState.SUCCEEDED))
 
     asyncio.run(end())
-    assert not tracker.unsent(0) and said == []
+    return time.monotonic() - started
+
+
+def test_the_runs_end_is_sent_to_a_local_store_another_writer_held_moments_before(tmp_path, monkeypatch):
+    """A local store held by another writer when a round ran just before the run ended (another owner, an
+    ``mlflow ui`` on the same file) is tried again within the end's bound, not left for a later sender."""
+    import fcntl
+    import threading
+
+    from mlflow import MlflowClient
+
+    from launcher.runs.core import pending
+    from launcher.runs.owner import tracking, tracking_rounds
+
+    store = tmp_path / "mlflow.db"
+    tracker, rounds, said = _ending(tmp_path, f"sqlite:///{store}")
+    assert tracker.sync([], "metrics")  # the MLflow run is made
+    monkeypatch.setattr(tracking, "LOCK_WAIT_S", 0.3)
+    monkeypatch.setattr(tracking_rounds, "END_RETRY_S", 0.2)
+    other = open(tmp_path / tracking.LOCK_FILE, "a")  # noqa: SIM115 - held across the calls below
+    fcntl.flock(other, fcntl.LOCK_EX)
+    tracker.ended("FINISHED", None)
+    assert not tracker.finish([]) and tracker.waiting and tracker.contended  # the round before the end
+    threading.Timer(1.0, other.close).start()  # ... and the other writer lets go a moment later
+    took = _end(rounds)
+    assert not tracker.unsent(0) and said == [] and took < 30
     run = MlflowClient(tracking_uri=f"sqlite:///{store}").get_run(tracker.mlflow_run_id)
-    assert run.info.status == "FINISHED" and pending.why_pending(rec.dir) is None
+    assert run.info.status == "FINISHED" and pending.why_pending(rounds.dir) is None
 
 
-def test_the_runs_end_gives_up_on_a_remote_store_whose_retry_falls_past_its_bound(tmp_path, monkeypatch):
-    from launcher.runs.core.store import RunStore
+def test_the_runs_end_does_not_wait_on_a_local_store_that_cannot_be_opened(tmp_path):
+    from launcher.runs.core import pending
+
+    tracker, rounds, said = _ending(tmp_path, f"sqlite:///{tmp_path / 'not-there' / 'mlflow.db'}")
+    assert not tracker.sync([], "metrics") and tracker.waiting and not tracker.contended
+    assert _end(rounds) < 10  # not the end's 120 s: it is left for a later sender at once
+    assert pending.why_pending(rounds.dir) and said and "sent later" in said[-1]
+
+
+def test_the_runs_end_does_not_wait_on_a_remote_store_that_refused(tmp_path, monkeypatch):
     from launcher.runs.owner import tracking_rounds
-    from launcher.runs.owner.recorder import Recorder
-    from launcher.runs.owner.tracking import Tracker
-    from launcher.runs.owner.tracking_rounds import TrackingRounds
-    from launcher.workload.plan import build_plan
-    from launcher.workload.validate import validate_text
 
-    result = validate_text("experiment_name: sys\ncompute: {hosts: [h0]}\ncommand: run\n"
-                           "mlflow: {tracking_uri: 'http://127.0.0.1:9'}\n", "w.yaml")
-    plan = build_plan(result.workload, run_id="run-end", node_root="/nodes")
-    rec = Recorder(RunStore(tmp_path), "run-end", {0: "h0"}, parse_logs=None)
-    tracker = Tracker(tmp_path, plan, rec.dir)
-    rounds = TrackingRounds(tmp_path, "run-end", rec.dir, tracker, rec, RunStore(tmp_path),
-                            note=lambda _: None, say=lambda _: None)
+    tracker, rounds, _said = _ending(tmp_path, "http://127.0.0.1:9")
     monkeypatch.setattr(tracking_rounds, "TRACKING_END_S", 5.0)
     tracker.ended("FINISHED", None)
     started = time.monotonic()
     assert not rounds._send_end() and "9" in (tracker.error or "")
-    assert time.monotonic() - started < 5.0  # refused at once; its retry (30 s on) is past the bound
+    assert time.monotonic() - started < 5.0  # refused at once: not asked again before a later sender
