@@ -60,3 +60,16 @@ def group_alive(pgid: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether ``pid`` has a handler of its own for ``signum`` (its ``SigCgt`` mask): a process still
+    starting has none yet, and a signal whose default is to end it would end it."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        return False
+    return False

@@ -83,6 +83,21 @@ def _workers(run_id: str, rank: int) -> list:
     return out
 
 
+def _stop_workers(run_id: str, rank: int) -> bool:
+    """SIGUSR1 to this node's workers that catch it; ``True`` once one did (the ranks agree at the next step
+    boundary, so one is enough). A worker still starting (no handler yet: the signal would end it) or
+    none yet (torchrun still starting them) is asked again at the next poll."""
+    sent = False
+    for pid in _workers(run_id, rank):
+        if processes.catches(pid, signal.SIGUSR1):
+            try:
+                os.kill(pid, signal.SIGUSR1)
+                sent = True
+            except (ProcessLookupError, PermissionError):
+                pass
+    return sent
+
+
 def _write_json(node_dir: str, name: str, data: dict) -> None:
     tmp = os.path.join(node_dir, f".{name}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
@@ -112,19 +127,18 @@ def _watch(node_dir: str, run_dir: str, spec: dict, rank: int, done: threading.E
     ``usage-sample.json``, checkpoint requests to the workers, stack dumps on request."""
     flag = os.path.join(run_dir, CHECKPOINT_NOW.format(attempt=spec.get("flag_attempt", spec["attempt"])))
     has_gpus = bool(probes.gpu_samples())
-    signalled, last_gpus, last_usage, seen = False, 0.0, 0.0, []
+    signalled, flagged, last_gpus, last_usage, seen = False, False, 0.0, 0.0, []
     run_id = spec["env"].get(processes.RUN_ID_ENV, "")
     while not done.wait(SIGNAL_POLL_S):
         _answer_stacks(node_dir, spec, rank, seen)
         if not signalled and os.path.exists(flag):
-            signalled = True
-            if spec.get("builtin_trainer"):
-                for pid in _workers(spec["env"].get(processes.RUN_ID_ENV, ""), rank):
-                    try:
-                        os.kill(pid, signal.SIGUSR1)
-                    except (ProcessLookupError, PermissionError):
-                        pass
-                jobs.write_state(node_dir, resubmit="time limit")
+            if not spec.get("builtin_trainer"):
+                signalled = True
+            else:
+                signalled = _stop_workers(run_id, rank)
+                if not flagged:
+                    flagged = True
+                    jobs.write_state(node_dir, resubmit="time limit")
         if has_gpus and time.monotonic() - last_gpus > GPU_EVERY_S:
             last_gpus = time.monotonic()
             _write_json(node_dir, GPU_FILE, {"at": time.time(), "gpus": probes.gpu_samples()})

@@ -182,3 +182,41 @@ def test_sbatch_test_only_tells_a_refused_job_from_a_login_without_slurm(status,
     assert words in check.detail + check.fix
     if words == "would refuse the job":
         assert "(sinfo: n2 down, not responding: Not responding)" in check.detail
+
+
+def test_the_time_limits_signal_waits_for_a_worker_that_catches_it(tmp_path):
+    """The flag that SLURM's signal leaves can come while the trainer's workers are still starting: none is
+    signalled before it has its handler (SIGUSR1's default would end it), and the signal still reaches it
+    once it has. A real process stands in for a worker: it installs its handler after a second."""
+    import json
+    import subprocess
+    import sys
+    import threading
+
+    from launcher.backends.agent import slurm_task
+
+    node_dir = tmp_path / "node-0"
+    node_dir.mkdir()
+    (tmp_path / slurm_task.CHECKPOINT_NOW.format(attempt=1)).touch()  # the job was signalled already
+    got = tmp_path / "got"
+    worker = subprocess.Popen(
+        [sys.executable, "-c", "import signal, sys, time\ntime.sleep(1.0)\n"
+         "signal.signal(signal.SIGUSR1, lambda *a: open(sys.argv[1], 'w').write('USR1'))\n"
+         "time.sleep(30)\n", str(got)],
+        env={"PATH": "/usr/bin:/bin", "FSDP_TUI_RUN_ID": "r-sig", "NODE_RANK": "0", "RANK": "0"})
+    done = threading.Event()
+    spec = {"attempt": 1, "env": {"FSDP_TUI_RUN_ID": "r-sig"}, "builtin_trainer": True}
+    watcher = threading.Thread(target=slurm_task._watch, args=(str(node_dir), str(tmp_path), spec, 0, done))
+    watcher.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not (got.exists() and got.read_text()) and worker.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # the handler's file can be there a moment before its word is
+        assert worker.poll() is None, "the signal ended a worker that had no handler yet"
+        assert got.read_text() == "USR1"
+        assert json.loads((node_dir / "state.json").read_text())["resubmit"] == "time limit"
+    finally:
+        done.set()
+        watcher.join()
+        worker.kill()
+        worker.wait()
