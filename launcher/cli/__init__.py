@@ -95,18 +95,12 @@ def console():
     return Console(highlight=False, width=PIPED_WIDTH if piped else asked)  # the width asked for, as rich's own
 
 
-def digits(text: str) -> int | None:
-    """``text`` as a number written in ASCII digits only, else ``None``: the one rule every command reads
-    numbers by (the trainer's own, for checkpoint steps: :func:`launcher.words.ascii_number`)."""
-    from launcher.words import ascii_number
-
-    return ascii_number(text)
-
-
 def number(text: str) -> int:
     """An argparse type: a count or a node's, rank's or step's number, in ASCII digits only (``²`` and
-    ``١`` are refused in one line, never read as 2 or 1)."""
-    value = digits(text)
+    ``١`` are refused in one line, never read as 2 or 1): the trainer's own rule for checkpoint steps."""
+    from launcher.words import ascii_number
+
+    value = ascii_number(text)
     if value is None:
         raise argparse.ArgumentTypeError(f"'{text}' is not a number (digits 0-9)")
     return value

@@ -89,9 +89,10 @@ def _print_from(path, splitter, rank: int | None, tail: int | None, follow: bool
 
 def _count(text: str) -> int:
     """``--tail``'s count, by the one ASCII-number rule of the commands (:func:`launcher.cli.number`)."""
-    from launcher.cli import digits, shown_word
+    from launcher.cli import shown_word
+    from launcher.words import ascii_number
 
-    value = digits(text)
+    value = ascii_number(text)
     if value is None:
         raise argparse.ArgumentTypeError(f"--tail takes a count of lines in digits 0-9, 0 or more (got "
                                          f"{shown_word(text)})")

@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 @on_run("ssh")
 def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
-    from launcher.cli import digits
+    from launcher.words import ascii_number
 
     try:
         plan = client.runs.plan_of(run_id)
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
         return 2
     command = args.remote_command[1:] if args.remote_command[:1] == ["--"] else args.remote_command
     rank = 0
-    asked = digits(args.node) if args.node is not None else None
+    asked = ascii_number(args.node) if args.node is not None else None
     if asked is not None:
         rank = asked
     elif args.node is not None and reads_as_number(args.node):  # '٣', ' 1', '+1', '1e3', '-1': no node number

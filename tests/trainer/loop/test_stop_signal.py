@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launcher.backends.agent.processes import catches
 from tests.support.trainer.run import run_trainer, tiny_params, torchrun_argv, trainer_env
 from trainer.wire import ckpt_layout
 from trainer.wire.protocol import CHECKPOINT_SIGNAL_ENV
@@ -34,10 +35,7 @@ def _workers(parent: int) -> list[int]:
 
 
 def _catches_sigusr1(pid: int) -> bool:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("SigCgt:"):
-            return bool(int(line.split()[1], 16) >> (signal.SIGUSR1 - 1) & 1)
-    return False
+    return catches(pid, signal.SIGUSR1)  # what the SLURM node task asks before it signals a worker
 
 
 def _run_signalled(tmp: Path, params: dict, after_line: str | None) -> tuple[int, str]:
