@@ -18,6 +18,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.cli import home, hosts, ns_hosts, slurm, slurm_module  # noqa: F401  (fixtures for every room)
+from tests.support.reruns import pytest_runtest_logreport, pytest_terminal_summary  # noqa: F401  (a rerun's first failure)
 from tests.support.s3_server import s3_server  # noqa: F401  (a fixture of two rooms: runs/owner, trainer/data)
 
 SHARED_SCOPES = ("module", "package", "class")

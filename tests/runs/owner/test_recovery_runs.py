@@ -31,8 +31,8 @@ from tests.support.cli import FSDP_TUI, ROOT, cli_env, events, wait_until, write
 pytestmark = pytest.mark.slow
 
 STEPS, EVERY, KILL_AT = 24, 5, 8
-"""Steps of each run, its checkpoint cadence, and the step from which the fault comes (a few steps after a
-checkpoint: a tiny model's step takes a fraction of a second here, the fault lands a few steps later)."""
+"""Steps of each run, its checkpoint cadence, and the step at which the run is held for the fault (a few steps
+after a checkpoint: ``Run.hold_at``)."""
 SMI_LOST = "Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU"
 
 
@@ -97,6 +97,11 @@ def _training(cmd: bytes) -> bool:
     return b"torch.distributed.run" in cmd or b"trainer" in cmd.split(b"\0")
 
 
+def _worker(cmd: bytes) -> bool:
+    """A training rank, not the torchrun that watches it."""
+    return _training(cmd) and b"torch.distributed.run" not in cmd
+
+
 def _workload(tmp: Path, started, *, hosts: str, spares: str = "", extra: str = "",
               output_dir: str = "outputs") -> Path:
     from tests.support.ssh_runs import gloo_iface
@@ -144,13 +149,34 @@ class Run:
     def train(self) -> list[tuple[int, float]]:
         return [(r["step"], r["loss"]) for r in self.records() if r.get("kind", "train") == "train"]
 
-    def wait_step(self, step: int, timeout: float = 300) -> None:
-        """Until step ``step`` is recorded and the newest save before it is whole in node 0's folder (gathered:
-        the fault then comes between two checkpoints, the last one whole)."""
-        wait_until(lambda: any(s >= step for s, _ in self.train()), timeout, f"step {step}")
+    def hold_at(self, started, step: int, timeout: float = 300) -> int:
+        """Hold the run between two checkpoints, the older one whole: once node 0's trainer has written step
+        ``step`` (read from node 0's own disk as it is written), every node's training processes are stopped
+        (SIGSTOP) where they are, until the newest save before ``step`` is gathered into node 0's folder. The
+        owner hears of a step a second or more after it is trained, and a tiny model's 24 steps take about as
+        long: without the hold, the fault could come after the run's last step. The step node 0 held at."""
+        own = (started[0].disk or started[0].home) / ".fsdp-tui/runs" / self.id / "node-0" / "metrics.jsonl"
+
+        def written() -> int:
+            try:
+                lines = own.read_text().split("\n")[:-1]
+            except OSError:
+                return 0
+            return max((r["step"] for r in map(json.loads, lines) if r.get("kind", "train") == "train"), default=0)
+
+        wait_until(lambda: written() >= step, timeout, f"step {step} on node 0", every_s=0.01)
+        stopped = [pid for host in started for pid in _kill(host, _worker, signal.SIGSTOP)]
+        assert stopped, "no training process to hold"
+        held = written()
         saved = step // EVERY * EVERY
         wait_until(lambda: any(g.get("ok") and g.get("step") == saved for g in self.gathers()), timeout,
                    f"step {saved} gathered")
+        return held
+
+    def go_on(self, hosts) -> None:
+        """The held training processes of ``hosts`` go on (SIGCONT) where they were."""
+        for host in hosts:
+            _kill(host, _worker, signal.SIGCONT)
 
     def gathers(self) -> list[dict]:
         try:
@@ -213,8 +239,9 @@ notify: {{on: [recovered, succeeded], command: "cat >> {told}"}}
 mlflow: {{enabled: false}}
 """)
     run = Run(home, client, wl)
-    run.wait_step(KILL_AT)
+    run.hold_at(started, KILL_AT)
     assert _kill(started[1], _training), "node 1's training processes"
+    run.go_on(started)
     code = run.end()
     swap, shown = _one_recovered_swap(run, code, verdict="verified")
     assert (swap["kind"], swap["node_rank"], swap["failed_host"], swap["replacement"], swap["signature"]) == (
@@ -291,9 +318,10 @@ def test_a_node_cut_off_from_the_network_is_lost_and_replaced_on_a_shared_disk(h
     client, started = shared_hosts
     wl = _workload(tmp_path, started, hosts="node0, node1, node2", spares="node3", extra="mlflow: {enabled: false}\n")
     run = Run(home, client, wl)
-    run.wait_step(KILL_AT)
+    run.hold_at(started, KILL_AT)
     cut_at = time.time()
     _cut(started[2])
+    run.go_on(started)
     try:
         code = run.end()
     finally:
@@ -324,13 +352,13 @@ case "$*" in *--query-gpu*) echo "0, NVIDIA H100 80GB HBM3, 1024, 81559, 97, 350
     wl = _workload(tmp_path, started, hosts="node0, node1, node4",
                    extra="recovery: {shrink: true}\nmlflow: {enabled: false}\n")
     run = Run(home, client, wl)
-    run.wait_step(KILL_AT)
+    run.hold_at(started, KILL_AT)  # node 0's ranks stay stopped (below), the others' go on
     gpus = [e for e in run.events() if e["type"] == "GpuTelemetry" and e["node_rank"] == 0]
     assert gpus and gpus[-1]["gpus"][0]["name"] == "NVIDIA H100 80GB HBM3"  # the stand-in is heard
     lost.touch()
-    # A rank whose GPU fell off the bus hangs in its next call on the GPU: node 0's ranks stop where they are
-    # (torchrun itself answers), so the run cannot end before the lost GPU is seen, however fast its steps.
-    assert _kill(started[0], lambda cmd: _training(cmd) and b"torch.distributed.run" not in cmd, signal.SIGSTOP)
+    # A rank whose GPU fell off the bus hangs in its next call on the GPU: node 0's ranks stay stopped where
+    # they are (torchrun itself answers), so the run cannot end before the lost GPU is seen.
+    run.go_on(started[1:])
     code = run.end()
     swap, shown = _one_recovered_swap(run, code, verdict="resharded")
     assert (swap["kind"], swap["signature"], swap["node_rank"], swap["failed_host"]) == ("shrink", "gpu_lost", 0,
