@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.widgets import DataTable
 
@@ -96,6 +97,10 @@ def row_cells(run: RunSummary, mark: str = "") -> tuple[str | Text, ...]:
                  for col, cell in zip(COLUMNS, cells, strict=True))
 
 
+def _width(cell: str | Text) -> int:
+    return cell.cell_len if isinstance(cell, Text) else cell_len(cell)
+
+
 @dataclass(frozen=True)
 class Window:
     """What the shown runs are a window of: the runs kept (``total``) and, when the store was asked for
@@ -126,6 +131,9 @@ class RunsTable(DataTable):
         """Each run's kind (a probe, a nettest, a resume that trained nothing), shown beside its state."""
         self.window = Window()
         """What :attr:`runs` is a window of (the runs kept, what the store matched)."""
+        self._shown_headers: tuple[str | Text, ...] = ()
+        self._shown_cells: dict[str, tuple[str | Text, ...]] = {}
+        """What the table holds now: its headers, and each row's cells by run id, in the order shown."""
 
     def set_marked(self, run_ids: set[str]) -> None:
         self.marked = set(run_ids)
@@ -202,21 +210,56 @@ class RunsTable(DataTable):
         return f"{shown}{where}, {order}"
 
     def _rebuild(self) -> None:
+        """The table as :attr:`runs`, the filter, the sort and the marks make it. When the same runs are shown
+        in the same order under the same headers (a live run's duration or step moved), only the cells that
+        changed are written: a refresh every 2 s does not measure 500 rows again."""
+        headers = self._headers()
+        rows = self._rows()
+        if headers == self._shown_headers and [key for key, _ in rows] == list(self._shown_cells):
+            columns = list(self.columns.values())  # in COLUMNS order
+            for key, cells in rows:
+                for column, old, cell in zip(columns, self._shown_cells[key], cells, strict=True):
+                    if old != cell:  # a column widens for a wider cell; it is not measured again for a narrower
+                        wider = _width(cell) > column.content_width
+                        self.update_cell(key, column.key, cell, update_width=wider)
+                self._shown_cells[key] = cells
+            return
+        self.rebuild_all(headers, rows)
+
+    def rebuild_all(self, headers: tuple[str | Text, ...] | None = None,
+                    rows: list[tuple[str, tuple[str | Text, ...]]] | None = None) -> None:
+        """Every column and row cleared and added again (the order, the headers or the runs changed)."""
+        headers = self._headers() if headers is None else headers
+        rows = self._rows() if rows is None else rows
         keep = self.selected_id
         self.clear(columns=True)
+        for col, label in zip(COLUMNS, headers, strict=True):
+            self.add_column(label, key=col.key)
+        for key, cells in rows:
+            self.add_row(*cells, key=key)
+        self._shown_headers, self._shown_cells = headers, dict(rows)
+        if keep is not None and keep in self.rows:
+            self.move_cursor(row=self.get_row_index(keep))
+
+    def _headers(self) -> tuple[str | Text, ...]:
+        labels = []
         for col in COLUMNS:
             label = col.label
             if col.key == self.sort_column:
                 label += " ▼" if self.sort_reverse else " ▲"
-            self.add_column(Text(label, justify="right") if col.numeric else label, key=col.key)
+            labels.append(Text(label, justify="right") if col.numeric else label)
+        return tuple(labels)
+
+    def _rows(self) -> list[tuple[str, tuple[str | Text, ...]]]:
+        """Each shown run's key and cells, in the order shown."""
         shown = [run for run in self.runs if matches(run, self.filter_text, self.mark_of(run.run_id))]
         if self.sort_column is not None:
             column, reverse = self.sort_column, self.sort_reverse
             shown.sort(key=lambda run: sort_key(run, column, reverse), reverse=reverse)
+        rows = []
         for run in shown:
             cells = row_cells(run, self.mark_of(run.run_id))
             if run.run_id in self.marked:
                 cells = (Text.assemble(("● ", "bold $accent"), cells[0]), *cells[1:])
-            self.add_row(*cells, key=run.run_id)
-        if keep is not None and keep in self.rows:
-            self.move_cursor(row=self.get_row_index(keep))
+            rows.append((run.run_id, cells))
+        return rows
