@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -23,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.processes import namespace_pids, send
 from tests.support.sshd import (
     NS_PORT,
     SSHD,
@@ -131,8 +131,7 @@ class Cluster:
         """Live processes this cluster started: its daemons and everything in its nodes' namespaces."""
         pids = {p.pid for p in self.procs.values() if p.poll() is None}
         for ns in self.switch.namespaces:
-            out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
-            pids.update(int(p) for p in out.split())
+            pids.update(namespace_pids(ns))
         return sorted(pids)
 
 
@@ -311,13 +310,6 @@ def _bring_up(c: Cluster, tmp_path: Path) -> None:
           root / "sshd-login.log")
 
 
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
 def stop_cluster(cluster: Cluster, timeout: float = 5) -> None:
     """Cancel what is left in the queue, stop every daemon, kill every process left in the nodes'
     namespaces (job steps included), remove the namespaces and the bridge. Safe on a half-built cluster."""
@@ -353,8 +345,7 @@ def stop_cluster(cluster: Cluster, timeout: float = 5) -> None:
         left = [pid for pid in c.pids() if pid != os.getpid()]
         if not left:
             break
-        for pid in left:
-            _signal(pid, signal.SIGKILL)
+        send(left)
         time.sleep(0.05)
     c.switch.remove()
     if c.munge_dir is not None:

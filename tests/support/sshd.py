@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support.processes import namespace_pids, send
 
 SSHD = "/usr/sbin/sshd"
 
@@ -108,15 +109,8 @@ class Switch:
 def kill_namespace_processes(namespaces: list[str]) -> list[int]:
     """Every process still running in ``namespaces`` (a session's shell, an agent uploading into a host a
     test cut off: sshd's children outlive its listener), killed; the pids it found."""
-    pids = []
-    for ns in namespaces:
-        out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
-        pids += [int(p) for p in out.split() if p.isdigit()]
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    pids = [pid for ns in namespaces for pid in namespace_pids(ns)]
+    send(pids)
     return pids
 
 
@@ -336,11 +330,7 @@ def stop_hosts(hosts: list[TestHost]) -> None:
     sessions = [pid for h in hosts if h.proc.poll() is None for pid in descendants(h.proc.pid)]
     for h in hosts:
         h.proc.terminate()
-    for pid in sessions:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    send(sessions)
     for h in hosts:
         try:
             h.proc.wait(timeout=5)

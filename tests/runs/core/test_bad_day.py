@@ -22,6 +22,7 @@ from launcher.runs.core.ownership import owned
 from launcher.runs.core.pending import why_pending
 from launcher.runs.core.store import RunStore
 from tests.support.cli import FSDP_TUI, ROOT, cli_env, events, tagged, wait_until
+from tests.support.processes import namespace_pids, send
 
 pytestmark = pytest.mark.slow
 
@@ -196,8 +197,7 @@ for step in range(1, 100000):
 
 def _kill_namespace(netns: str) -> None:
     """Every process in the host's network namespace (its sshd, the agent, the job): as a reboot ends them."""
-    pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout.split()
-    subprocess.run(["kill", "-9", *pids], capture_output=True)
+    send(namespace_pids(netns))
 
 
 def test_a_node_restarted_mid_run_is_named_lost_and_its_output_dir_stays_its_own(home, tmp_path, ns_hosts):

@@ -16,7 +16,6 @@ The pure rules and the policy's many cases are in ``test_recovery_swaps.py`` and
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import FSDP_TUI, ROOT, cli_env, events, wait_until, write_workload
+from tests.support.processes import namespace_pids, send
 
 pytestmark = pytest.mark.slow
 
@@ -81,16 +81,14 @@ def _smi(host, body: str) -> Path:
 def _kill(host, which, how: int = signal.SIGKILL) -> list[int]:
     """Send ``how`` (SIGKILL) to the processes of ``host`` (its network namespace) that ``which`` picks by
     their command line."""
-    killed = []
-    for pid in subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout.split():
+    picked = []
+    for pid in namespace_pids(host.netns):
         try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if which(cmd):
-                os.kill(int(pid), how)
-                killed.append(int(pid))
+            if which(Path(f"/proc/{pid}/cmdline").read_bytes()):
+                picked.append(pid)
         except OSError:
             continue
-    return killed
+    return send(picked, how)
 
 
 def _training(cmd: bytes) -> bool:

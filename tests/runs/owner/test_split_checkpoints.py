@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -17,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import FSDP_TUI, ROOT, cli_env, events, wait_until, write_workload
+from tests.support.processes import namespace_pids, send
 from tests.support.ssh_runs import gloo_iface, ssh_cli
 
 pytestmark = pytest.mark.slow
@@ -70,12 +69,7 @@ def _slow_egress(host, rate: str = "2mbit") -> None:
 
 def _kill_host(host) -> None:
     """Every process of the host (its sshd, the agents, anything its jobs left), as a machine that dies."""
-    pids = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout.split()
-    for pid in map(int, pids):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    send(namespace_pids(host.netns))
     host.proc.wait()
 
 

@@ -4,13 +4,14 @@ its environment, and rows tokenized by its own code."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+
+from tests.support.processes import send
 
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
@@ -92,9 +93,5 @@ def kill_tagged(tag: str) -> list[int]:
                     pids.append(int(entry.name))
             except OSError:
                 continue
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    send(pids)
     return pids
