@@ -147,12 +147,12 @@ class Run:
     def train(self) -> list[tuple[int, float]]:
         return [(r["step"], r["loss"]) for r in self.records() if r.get("kind", "train") == "train"]
 
-    def hold_at(self, started, step: int, timeout: float = 300) -> int:
+    def hold_at(self, started, step: int, timeout: float = 300) -> None:
         """Hold the run between two checkpoints, the older one whole: once node 0's trainer has written step
         ``step`` (read from node 0's own disk as it is written), every node's training processes are stopped
         (SIGSTOP) where they are, until the newest save before ``step`` is gathered into node 0's folder. The
         owner hears of a step a second or more after it is trained, and a tiny model's 24 steps take about as
-        long: without the hold, the fault could come after the run's last step. The step node 0 held at."""
+        long: without the hold, the fault could come after the run's last step."""
         own = (started[0].disk or started[0].home) / ".fsdp-tui/runs" / self.id / "node-0" / "metrics.jsonl"
 
         def written() -> int:
@@ -165,11 +165,9 @@ class Run:
         wait_until(lambda: written() >= step, timeout, f"step {step} on node 0", every_s=0.01)
         stopped = [pid for host in started for pid in _kill(host, _worker, signal.SIGSTOP)]
         assert stopped, "no training process to hold"
-        held = written()
         saved = step // EVERY * EVERY
         wait_until(lambda: any(g.get("ok") and g.get("step") == saved for g in self.gathers()), timeout,
                    f"step {saved} gathered")
-        return held
 
     def go_on(self, hosts) -> None:
         """The held training processes of ``hosts`` go on (SIGCONT) where they were."""
