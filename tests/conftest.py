@@ -15,7 +15,14 @@ bridges claimed by name (``tests/support/sshd.py``), run ids in every process's 
 
 from __future__ import annotations
 
-import pytest
+import os
+
+# One thread per process: two or three workers share two cores, and every trainer, torchrun and CLI the
+# tests start inherits this (torch's default, a thread per core in each of them, spends much of the CPU
+# waiting on the others; set before anything imports torch).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
 
 from tests.support.cli import home, hosts, ns_hosts, slurm, slurm_module  # noqa: F401  (fixtures for every room)
 from tests.support.reruns import pytest_runtest_logreport, pytest_terminal_summary  # noqa: F401  (a rerun's first failure)

@@ -121,7 +121,8 @@ def wait_tracked(home: Path, *run_ids: str, timeout: float = 120) -> None:
 
     ids = run_ids or tuple(p.name for p in (home / "runs").iterdir())
     wait_until(lambda: not any(owned(home, r) for r in ids), timeout, "the owners to send the runs to MLflow")
-    assert [why_pending(home / "runs" / r) for r in ids] == [None] * len(ids)
+    unsent = {r: why for r in ids if (why := why_pending(home / "runs" / r)) is not None}
+    assert not unsent, f"not in MLflow: {unsent}"
 
 
 def wait_until(predicate, timeout: float, what: str, every_s: float = 0.2):

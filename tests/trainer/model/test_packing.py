@@ -52,8 +52,11 @@ def test_packed_gradients_equal_one_by_one(tiny_model_dir, examples, implementat
     loss_packed, grads_packed = _grads(model, [packed], pad_id)
     loss_single, grads_single = _grads(model, [pad_rows([ex], pad_id) for ex in exs], pad_id)
     assert loss_packed == pytest.approx(loss_single, rel=1e-6)  # the loss is summed in fp32
+    # float64 throughout, but transformers' eager attention takes its softmax in float32: a sum over a
+    # longer row rounds differently (seen with one thread). A leak between examples is orders above both.
+    tol = 1e-7 if implementation == "eager" else 1e-12
     for name, grad in grads_single.items():
-        torch.testing.assert_close(grads_packed[name], grad, rtol=1e-9, atol=1e-12 * float(grad.abs().max()),
+        torch.testing.assert_close(grads_packed[name], grad, rtol=tol * 1000, atol=tol * float(grad.abs().max()),
                                    msg=name)
 
 
