@@ -114,17 +114,18 @@ class Cluster:
             time.sleep(0.05)
 
     def job_pids(self, job_id: str | int) -> list[int]:
-        """Live processes on this machine (any namespace) whose environment has SLURM_JOB_ID=job_id."""
+        """Live processes of this cluster whose environment has SLURM_JOB_ID=job_id. Only this cluster's: every
+        test cluster numbers its jobs from 1, and another worker's cluster may run a job of the same number."""
         needle = f"SLURM_JOB_ID={job_id}".encode()
         found = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    if needle in (entry / "environ").read_bytes().split(b"\0"):
-                        if (entry / "stat").read_text().rsplit(") ", 1)[1][0] != "Z":
-                            found.append(int(entry.name))
-                except OSError:
-                    continue
+        for pid in self.pids():
+            entry = Path(f"/proc/{pid}")
+            try:
+                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                    if (entry / "stat").read_text().rsplit(") ", 1)[1][0] != "Z":
+                        found.append(pid)
+            except OSError:
+                continue
         return found
 
     def pids(self) -> list[int]:

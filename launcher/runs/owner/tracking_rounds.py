@@ -33,6 +33,9 @@ END_RETRY_S = 2.0
 """While the run's end is sent to a local store, a try that found the store held by another writer or reader
 (an ``mlflow ui`` on the same database, another owner: :attr:`Tracker.contended`) is tried again this soon,
 not 30 s later. A store that cannot be opened is not tried again before the run's owner leaves."""
+END_GROWN_TRIES = 3
+"""Sends of the run's end again, at once, when a send that went through left something unsent: lines the
+record gained meanwhile."""
 
 
 def in_thread(fn: Callable[[], object]) -> asyncio.Future:
@@ -127,13 +130,21 @@ class TrackingRounds:
     def _send_end(self) -> bool:
         """The records and the run's end to MLflow (in a tracking thread, after any round in flight). A
         local store held by another writer or reader is tried again every :data:`END_RETRY_S` while
-        :meth:`_end_limit` lasts; any other failure leaves the rest to a later sender at once."""
+        :meth:`_end_limit` lasts, and what the record gained while it was sent (a node's last sample
+        written meanwhile) is sent at once, a few times at most; any other failure leaves the rest to a
+        later sender at once."""
         deadline = time.monotonic() + self._end_limit()
+        grown = 0
         while True:
             if self._send_end_once():
                 return True
             tracker = self.tracker
-            if tracker.error is None or not tracker.contended or time.monotonic() + END_RETRY_S >= deadline:
+            if tracker.error is None:  # everything sent without a failure, yet more is there now
+                grown += 1
+                if grown > END_GROWN_TRIES:
+                    return False
+                continue
+            if not tracker.contended or time.monotonic() + END_RETRY_S >= deadline:
                 return False
             time.sleep(END_RETRY_S)
             tracker.retry_at = 0.0  # held by another, not broken: asked again now

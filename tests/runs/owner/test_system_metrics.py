@@ -283,6 +283,32 @@ def test_the_runs_end_is_sent_to_a_local_store_another_writer_held_moments_befor
     assert run.info.status == "FINISHED" and pending.why_pending(rounds.dir) is None
 
 
+def test_what_the_record_gains_while_the_runs_end_is_sent_is_sent_with_it(tmp_path):
+    """A node's sample written to the record while the end is being sent (the owner's loop goes on meanwhile)
+    is sent with the end, not left marked for a later sender."""
+    from mlflow import MlflowClient
+
+    from launcher.runs.core import pending
+
+    store = tmp_path / "mlflow.db"
+    tracker, rounds, said = _ending(tmp_path, f"sqlite:///{store}")
+    assert tracker.sync([], "metrics")
+    finish = tracker.finish
+
+    def finish_as_a_sample_lands(artifacts):
+        if not (rounds.dir / EVENTS).exists() or "cpu_pct" not in (rounds.dir / EVENTS).read_text():
+            with open(rounds.dir / EVENTS, "a") as events:
+                events.write(event_line(NodeUsage("run-end", 0, 42.0, 512.0, 2, time.time())) + "\n")
+        return finish(artifacts)
+
+    tracker.finish = finish_as_a_sample_lands
+    _end(rounds)
+    assert not tracker.unsent(0) and said == [] and pending.why_pending(rounds.dir) is None
+    history = MlflowClient(tracking_uri=f"sqlite:///{store}").get_metric_history(
+        tracker.mlflow_run_id, metric_key(0, "job_cpu_utilization_percentage"))
+    assert [m.value for m in history] == [42.0]
+
+
 def test_the_runs_end_does_not_wait_on_a_local_store_that_cannot_be_opened(tmp_path):
     from launcher.runs.core import pending
 
