@@ -18,7 +18,8 @@ async def test_the_app_names_a_damaged_store_and_repairs_it_when_asked(home):
     damage(home / "runs.db", "garbage-headed")
     app = FsdpTuiApp(home)
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, StoreDamagedModal))
+        # pushed first, composed after: its message is there once the window is mounted
+        await wait_for(pilot, lambda: isinstance(app.screen, StoreDamagedModal) and app.screen.query("#store-message"))
         message = app.screen.query_one("#store-message", Static)
         assert f"the run store {home / 'runs.db'} is damaged" in str(message.render())
         assert "file is not a database" in str(message.render())
