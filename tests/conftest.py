@@ -74,17 +74,3 @@ def pytest_collection_modifyitems(config, items):
             if any(d.scope in SHARED_SCOPES for d in defs):
                 item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
                 break
-    _slow_first(items)
-
-
-def _group(item) -> str | None:
-    mark = item.get_closest_marker("xdist_group")
-    return None if mark is None else mark.kwargs.get("name", mark.args[0] if mark.args else None)
-
-
-def _slow_first(items) -> None:
-    """The ``slow`` tests (and every test of a group that has one) handed out first: started early, the long
-    real-part tests end while the short ones still keep the other workers busy, instead of one worker
-    finishing a long test alone at the end. The order is otherwise kept (a stable sort)."""
-    slow_groups = {_group(i) for i in items if i.get_closest_marker("slow") is not None} - {None}
-    items.sort(key=lambda i: 0 if i.get_closest_marker("slow") is not None or _group(i) in slow_groups else 1)
