@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from gpu_proof_steps import ROOT, Outcome, _status, _why, free_port
+from gpu_proof_steps import ROOT, Outcome, _status, _why, free_port, lora_shape
 
 SHAPES = {"full": ("1b", "wide"), "quick": ("1b", "wide"), "dry": ("tiny", "tiny-wide")}
 STRATEGIES = ("full_shard", "no_shard")
@@ -20,8 +20,8 @@ def fit(proof) -> Outcome:
     folders = {}
     for shape in SHAPES[proof.mode]:
         folder = proof.tmp / f"fit-{shape}"
-        lora_folder = proof.tmp / "lora-model"  # the LoRA step's 1B folder, when it ran: not written twice
-        if shape == "1b" and (lora_folder / "config.json").exists():
+        lora_folder = proof.tmp / "lora-model"  # the LoRA step's folder of that shape, when it ran: not written twice
+        if shape == lora_shape(proof) and (lora_folder / "config.json").exists():
             folder = lora_folder
         elif not (folder / "config.json").exists():
             made = proof.call([proof.python, str(ROOT / "benchmarks/gpu_proof_model.py"), str(folder), shape], limit=240)

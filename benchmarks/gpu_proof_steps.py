@@ -197,8 +197,7 @@ def lora(proof) -> Outcome:
     has = json.loads(probe.stdout.strip().splitlines()[-1])
     if not has["lora"]:
         raise Skip("the trainer has no LoRA (trainer.wire.config.TrainerConfig has no 'lora' setting)")
-    folder = proof.tmp / "lora-model"
-    shape = "tiny" if proof.dry else "1b"
+    folder, shape = proof.tmp / "lora-model", lora_shape(proof)
     made = proof.call([proof.python, str(ROOT / "benchmarks/gpu_proof_model.py"), str(folder), shape], limit=240)
     if made.rc != 0:
         return Outcome(_status(made, False), "", f"building the model folder: {_why(made)}")
@@ -225,6 +224,11 @@ def lora(proof) -> Outcome:
             run["tokens_per_s_vs_full"] = round(run["tokens_per_s"] / full["tokens_per_s"], 3)
     reasons = [f"{n}: {r['reason']}" for n, r in runs.items() if r.get("reason") and r["status"] != "skipped"]
     return Outcome(status, "; ".join(summary), "; ".join(reasons) or None, {"shape": shape, "runs": runs})
+
+
+def lora_shape(proof) -> str:
+    """The model shape the LoRA step builds its folder for (the fit step reuses that folder)."""
+    return "tiny" if proof.dry else "1b"
 
 
 def _qlora_missing(proof, has: dict) -> str | None:
