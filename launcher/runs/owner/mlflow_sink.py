@@ -107,7 +107,11 @@ class MlflowSink:
         self.check_local()
         return MlflowClient(tracking_uri=self.uri)
 
-    def start(self, params: dict[str, Any], tags: dict[str, str] | None = None) -> str:
+    def start(self, params: dict[str, Any], tags: dict[str, str] | None = None, *, key: str | None = None) -> str:
+        """The MLflow run of this launch, with ``params`` and ``tags``. ``key`` names the tag (among ``tags``)
+        that is the launch's identity: a run that already carries it is carried on, not started twice (an
+        earlier owner killed after MLflow made its run but before it noted the id: its adopter, or a
+        restarted sweep driver, finds it by that tag). Params logged again hold the same values."""
         from mlflow.entities import Param
 
         client = self.client = self._client()
@@ -118,12 +122,25 @@ class MlflowSink:
             # A SQLite store puts artifacts under ./mlruns of whatever folder we run in: keep them with it.
             location = (self.home / "mlflow-artifacts").as_uri() if self.uri.startswith("sqlite:") else None
             exp_id = client.create_experiment(self.experiment, artifact_location=location)
-        run = client.create_run(exp_id, run_name=self.run_name, tags=tags or {})
+        found = self._started(client, exp_id, key, (tags or {})[key]) if key is not None else None
+        run = found or client.create_run(exp_id, run_name=self.run_name, tags=tags or {})
         run_id = self.run_id = run.info.run_id
         items = [Param(k, v) for k, v in flatten(params).items()]
         for i in range(0, len(items), 100):
             client.log_batch(run_id, params=items[i:i + 100])
         return run_id
+
+    @staticmethod
+    def _started(client: MlflowClient, exp_id: str, key: str, value: str):
+        """The experiment's run tagged ``key`` = ``value`` (the oldest, should there be more), or ``None``.
+        MLflow's filter has no escape inside a quoted value: a value holding both quotes is never found
+        (launch and sweep ids are letters, digits and dashes)."""
+        quote = next((q for q in ("'", '"') if q not in value), None)
+        if quote is None:
+            return None
+        runs = client.search_runs([exp_id], filter_string=f"tags.`{key}` = {quote}{value}{quote}",
+                                  order_by=["start_time ASC"], max_results=1)
+        return runs[0] if runs else None
 
     def reopen(self, run_id: str) -> None:
         """Carry on writing an MLflow run started by an earlier owner of the same launch."""

@@ -50,6 +50,8 @@ it the round is given up and tried again later. Waited for in a tracking thread,
 PROBE_TIMEOUT_S = 3.0
 """A remote store that does not answer a connection and a request within this long is down."""
 Status = EndStatus
+RUN_TAG = "fsdp_tui.run_id"
+"""The MLflow run's tag naming the launch it records: one MLflow run per launch, found by it."""
 
 
 class TrackingBusy(Exception):
@@ -199,8 +201,8 @@ class Tracker:
         if self.mlflow_run_id:
             sink.reopen(self.mlflow_run_id)
         else:
-            tags = {**read_options(self.path.parent).tags, "fsdp_tui.run_id": self.plan.run_id}
-            run_id = sink.start(self.plan.workload.parameters, tags)
+            tags = {**read_options(self.path.parent).tags, RUN_TAG: self.plan.run_id}
+            run_id = sink.start(self.plan.workload.parameters, tags, key=RUN_TAG)
             self.state.run_id, self.state.source, self.state.synced = run_id, "metrics", 0
             self._save()
         self.opened = True

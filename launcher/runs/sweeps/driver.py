@@ -231,7 +231,8 @@ class Driver:
                 return None
             with writing(self.home, sink):
                 return sink.start({"sweep": {"file": self.record.file, "variants": len(self.record.variants),
-                                             "parallel": self.record.parallel}}, {SWEEP_TAG: self.sweep_id})
+                                             "parallel": self.record.parallel}}, {SWEEP_TAG: self.sweep_id},
+                                  key=SWEEP_TAG)
         except Exception as err:  # noqa: BLE001 - tracking is not the job
             self.save(detail=f"MLflow parent run not created: {type(err).__name__}: {err}")
             return None

@@ -62,3 +62,35 @@ def test_params_metrics_artifacts_and_status(tmp_path):
     assert table["columns"] == ["step", "prompt", "answer", "reference"]
     assert table["data"] == [[0, "Add 2 + 3.", "zz", ""], [0, "Reverse: abc", "zz", "cba"], [4, "Add 2 + 3.", "5", ""]]
     assert (tmp_path / "mlflow-artifacts").is_dir()
+
+
+@pytest.mark.slow
+def test_an_owner_killed_after_mlflow_made_its_run_leaves_one_run_that_its_adopter_carries_on(tmp_path):
+    """The window between MLflow making a launch's run and the owner noting its id in ``mlflow.json``: the
+    next owner finds the run by its launch tag instead of starting a second one; another launch gets its own."""
+    from mlflow import MlflowClient
+
+    from launcher.runs.owner.tracking import RUN_TAG, Tracker
+    from launcher.workload.plan import build_plan
+    from launcher.workload.validate import validate_text
+
+    result = validate_text("experiment_name: adopt\ncompute: {hosts: [h0]}\ncommand: run\n", "w.yaml")
+    plans = [build_plan(result.workload, run_id=run_id, node_root="/nodes") for run_id in ("run-o'1", "run-2")]
+    run_dirs = [tmp_path / "runs" / str(i) for i in range(2)]
+    for directory in run_dirs:
+        directory.mkdir(parents=True)
+    killed = Tracker(tmp_path, plans[0], run_dirs[0])
+    made = killed._sink().start(plans[0].workload.parameters, {RUN_TAG: plans[0].run_id}, key=RUN_TAG)
+    assert killed.mlflow_run_id is None  # the owner died here: mlflow.json never named the run
+
+    adopter = Tracker(tmp_path, plans[0], run_dirs[0])
+    assert adopter.sync([MetricRecord(step=1, max_steps=2, loss=2.0, time=1000.0)], "metrics"), adopter.error
+    assert adopter.mlflow_run_id == made
+    other = Tracker(tmp_path, plans[1], run_dirs[1])
+    assert other.sync([], "metrics"), other.error
+    assert other.mlflow_run_id not in (None, made)
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("adopt").experiment_id])
+    assert sorted(r.data.tags[RUN_TAG] for r in runs) == ["run-2", "run-o'1"]
+    assert [m.value for m in client.get_metric_history(made, "loss")] == [2.0]
