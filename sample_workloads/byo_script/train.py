@@ -29,9 +29,15 @@ def load_params() -> dict:
 def main() -> None:
     use_cuda = torch.cuda.is_available()
     dist.init_process_group(backend="nccl" if use_cuda else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device(f"cuda:{int(os.environ['LOCAL_RANK'])}" if use_cuda else "cpu")
-    p = load_params()
+    train(load_params(), dist.get_rank(), dist.get_world_size(), device)
+    # The model, its optimizer and their collectives' state are freed on train()'s return, before the
+    # process group goes and while the interpreter is whole (not in its teardown, after main returns).
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def train(p: dict, rank: int, world: int, device: torch.device) -> None:
     max_steps = int(p.get("max_steps", 50))
     width = int(p.get("width", 64))
     torch.manual_seed(0)
@@ -59,8 +65,6 @@ def main() -> None:
         opt.step()
         if rank == 0:
             print(f"step={step}/{max_steps} loss={loss.item():.4f}", flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
