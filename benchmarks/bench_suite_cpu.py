@@ -1,0 +1,107 @@
+"""Where the test suite's CPU goes, by kind of process: ranks, torchrun agents, run owners, node agents,
+commands, pytest workers.
+
+A hook in the venv (a ``.pth`` line, removed at the end) has every Python process that starts from it,
+on this machine's namespaced hosts and SLURM nodes too, note at its exit its own CPU (user + system), its
+command and whether it imported torch. ``.ci/run`` then runs as CI runs it (the arguments are passed on),
+while the machine's whole CPU is read from ``/proc/stat`` before and after: what no Python process noted is
+the rest (sshd, SLURM's daemons, ``ip``/``tc``, pyright, and Python processes ended by a signal).
+
+    python3 benchmarks/bench_suite_cpu.py [.ci/run's arguments]    # a fresh clone will do: .ci/run installs
+
+Run nothing else from a checkout meanwhile: ``.ci/run``'s check for left-over processes stops another
+suite's as its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HOOK = '''import atexit, os, sys, time
+_start = time.monotonic()
+def _note():
+    import json, resource
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    line = json.dumps({{"argv": list(getattr(sys, "orig_argv", sys.argv))[:4], "cpu": use.ru_utime + use.ru_stime,
+                       "wall": time.monotonic() - _start, "torch": "torch" in sys.modules,
+                       "rank": "LOCAL_RANK" in os.environ}})
+    fd = os.open({log!r}, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    os.write(fd, (line + "\\n").encode())
+    os.close(fd)
+atexit.register(_note)
+'''
+
+
+def kind(note: dict) -> str:
+    """The kind of process a note is from, by its command (and a rank by torchrun's variables)."""
+    argv = [*note["argv"], "", "", ""]
+    if note["rank"]:
+        return "rank (and its data workers)"
+    if argv[1] == "-m" and argv[2] == "torch.distributed.run" or argv[1].endswith("torchrun"):
+        return "torchrun agent"
+    if argv[1] == "-m" and argv[2].startswith("launcher.runs.owner."):
+        return "run owner" if argv[2] in ("launcher.runs.owner.warm", "launcher.runs.owner.supervisor") \
+            else f"owner's helper ({argv[2].rsplit('.', 1)[1]})"
+    if argv[1] == "-c" and "fsdp_tui_agent" in argv[2] or "agent.zip" in argv[1]:
+        return "node agent"
+    if argv[1].endswith("/fsdp-tui"):
+        return "fsdp-tui command"
+    if argv[1] == "-c" and "execnet" in argv[2] or argv[1] == "-c" and "exec(eval(" in argv[2]:
+        return "pytest worker"
+    if argv[1] == "-" or argv[1] == "-c":
+        return "python - / -c (probes, node scripts)"
+    return "other (tests' own scripts, pytest's main, tools)"
+
+
+def machine_cpu_s() -> float:
+    """Every core's busy time since boot (``/proc/stat``: user, nice, system, irq, softirq), seconds."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def main(args: list[str]) -> int:
+    python = ROOT / ".venv" / "bin" / "python"
+    if not python.exists():  # as .ci/run makes it, which then installs into it (the install is noted too)
+        subprocess.run([sys.executable, "-m", "venv", str(ROOT / ".venv")], check=True)
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    log = Path(tempfile.mkdtemp(prefix="suite-cpu-")) / "notes.jsonl"
+    module, pth = site / "_fsdp_tui_cpu_note.py", site / "_fsdp_tui_cpu_note.pth"
+    module.write_text(HOOK.format(log=str(log)))
+    pth.write_text("import _fsdp_tui_cpu_note\n")
+    try:
+        cpu0, wall0 = machine_cpu_s(), time.monotonic()
+        code = subprocess.run(["bash", ".ci/run", *args], cwd=ROOT).returncode
+        cpu, wall = machine_cpu_s() - cpu0, time.monotonic() - wall0
+    finally:
+        pth.unlink(missing_ok=True)
+        module.unlink(missing_ok=True)
+    notes = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    by: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0])
+    for note in notes:
+        row = by[kind(note)]
+        row[0] += 1
+        row[1] += note["cpu"]
+        row[2] += note["torch"]
+    noted = sum(row[1] for row in by.values())
+    print(f"\n.ci/run exit {code}: {wall / 60:.1f} min of wall, {cpu:,.0f} s of CPU on {os.cpu_count()} cores "
+          f"({cpu / wall / (os.cpu_count() or 1):.0%} busy); {len(notes):,} Python processes noted {noted:,.0f} s")
+    print(f"{'CPU s':>8} {'share':>6} {'procs':>6} {'torch':>6} {'s each':>7}  kind")
+    for name, (count, seconds, torch) in sorted(by.items(), key=lambda kv: -kv[1][1]):
+        print(f"{seconds:8,.0f} {seconds / cpu:6.1%} {count:6,} {torch:6,} {seconds / count:7.2f}  {name}")
+    rest = cpu - noted
+    print(f"{rest:8,.0f} {rest / cpu:6.1%} {'':6} {'':6} {'':7}  the rest: not Python, or ended by a signal")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
