@@ -30,6 +30,7 @@ from launcher.runs.launch_checks import continuation_of
 from launcher.runs.sweeps.record import (
     LOCK,
     PARENT_TAG,
+    SWEEP_PARENT_TAG,
     SWEEP_TAG,
     cancel_requested,
     load_sweep,
@@ -231,8 +232,8 @@ class Driver:
                 return None
             with writing(self.home, sink):
                 return sink.start({"sweep": {"file": self.record.file, "variants": len(self.record.variants),
-                                             "parallel": self.record.parallel}}, {SWEEP_TAG: self.sweep_id},
-                                  key=SWEEP_TAG)
+                                             "parallel": self.record.parallel}},
+                                  {SWEEP_TAG: self.sweep_id, SWEEP_PARENT_TAG: self.sweep_id}, key=SWEEP_PARENT_TAG)
         except Exception as err:  # noqa: BLE001 - tracking is not the job
             self.save(detail=f"MLflow parent run not created: {type(err).__name__}: {err}")
             return None

@@ -21,6 +21,9 @@ RECORD = "sweep.json"
 CANCEL = "cancel"
 LOCK = "driver.lock"
 SWEEP_TAG = "fsdp_tui.sweep_id"
+"""Every MLflow run of a sweep: its parent and each variant's."""
+SWEEP_PARENT_TAG = "fsdp_tui.sweep_parent"
+"""The sweep's parent MLflow run alone: what a restarted driver finds it by."""
 PARENT_TAG = "mlflow.parentRunId"
 
 
