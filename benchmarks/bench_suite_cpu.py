@@ -8,6 +8,8 @@ while the machine's whole CPU is read from ``/proc/stat`` before and after: what
 the rest (sshd, SLURM's daemons, ``ip``/``tc``, pyright, and Python processes ended by a signal).
 
     python3 benchmarks/bench_suite_cpu.py [.ci/run's arguments]    # a fresh clone will do: .ci/run installs
+    python3 benchmarks/bench_suite_cpu.py --notes NOTES [CPU_S]     # a run's notes read again
+    python3 benchmarks/bench_suite_cpu.py --rank-start              # a rank's start alone, three times
 
 Run nothing else from a checkout meanwhile: ``.ci/run``'s check for left-over processes stops another
 suite's as its own.
@@ -32,6 +34,7 @@ def _note():
     use = resource.getrusage(resource.RUSAGE_SELF)
     line = json.dumps({{"argv": list(getattr(sys, "orig_argv", sys.argv))[:4], "cpu": use.ru_utime + use.ru_stime,
                        "wall": time.monotonic() - _start, "torch": "torch" in sys.modules,
+                       "mlflow": "mlflow" in sys.modules,
                        "rank": "LOCAL_RANK" in os.environ}})
     fd = os.open({log!r}, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     os.write(fd, (line + "\\n").encode())
@@ -42,14 +45,20 @@ atexit.register(_note)
 
 def kind(note: dict) -> str:
     """The kind of process a note is from, by its command (and a rank by torchrun's variables)."""
-    argv = [*note["argv"], "", "", ""]
+    argv = list(note["argv"][:1])
+    rest = list(note["argv"][1:])
+    while rest and rest[0] in ("-u", "-B", "-I", "-E", "-s", "-S", "-O"):  # the interpreter's own flags
+        rest.pop(0)
+    argv = [*argv, *rest, "", "", ""]
     if note["rank"]:
         return "rank (and its data workers)"
     if argv[1] == "-m" and argv[2] == "torch.distributed.run" or argv[1].endswith("torchrun"):
         return "torchrun agent"
     if argv[1] == "-m" and argv[2].startswith("launcher.runs.owner."):
-        return "run owner" if argv[2] in ("launcher.runs.owner.warm", "launcher.runs.owner.supervisor") \
-            else f"owner's helper ({argv[2].rsplit('.', 1)[1]})"
+        if argv[2] in ("launcher.runs.owner.warm", "launcher.runs.owner.supervisor"):
+            said = {True: ", logging to MLflow", False: ", no MLflow"}.get(note.get("mlflow"), "")  # older notes: ""
+            return f"run owner{said}"
+        return f"owner's helper ({argv[2].rsplit('.', 1)[1]})"
     if argv[1] == "-c" and "fsdp_tui_agent" in argv[2] or "agent.zip" in argv[1]:
         return "node agent"
     if argv[1].endswith("/fsdp-tui"):
@@ -68,7 +77,36 @@ def machine_cpu_s() -> float:
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
+RANK_START = """import sys, time
+start = time.process_time()
+import trainer.job
+job = time.process_time()
+from transformers import AutoConfig, AutoModelForCausalLM
+library = time.process_time()
+AutoModelForCausalLM.from_config(AutoConfig.for_model("llama", hidden_size=32, intermediate_size=64,
+    num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, vocab_size=128))
+model = time.process_time()
+print(f"{job - start:.2f} {library - job:.2f} {model - library:.2f}")
+"""
+
+
+def rank_start(times: int = 3) -> None:
+    """What a rank's start costs before it trains, in a fresh process each time: the trainer's imports
+    (torch, FSDP, its own parts), transformers', and a tiny Llama built from its config (the model's classes)."""
+    python = ROOT / ".venv" / "bin" / "python"
+    print("CPU s: trainer.job, transformers, a tiny model's classes and build")
+    for _ in range(times):
+        out = subprocess.run([python, "-c", RANK_START], cwd=ROOT, capture_output=True, text=True, check=True)
+        print("  " + out.stdout.strip().splitlines()[-1])
+
+
 def main(args: list[str]) -> int:
+    if args == ["--rank-start"]:
+        rank_start()
+        return 0
+    if args[:1] == ["--notes"] and len(args) in (2, 3):  # a run's notes read again: FILE [its machine CPU s]
+        summary(Path(args[1]), float(args[2]) if len(args) == 3 else None)
+        return 0
     python = ROOT / ".venv" / "bin" / "python"
     if not python.exists():  # as .ci/run makes it, which then installs into it (the install is noted too)
         subprocess.run([sys.executable, "-m", "venv", str(ROOT / ".venv")], check=True)
@@ -85,6 +123,15 @@ def main(args: list[str]) -> int:
     finally:
         pth.unlink(missing_ok=True)
         module.unlink(missing_ok=True)
+    print(f"\n.ci/run exit {code}: {wall / 60:.1f} min of wall, {cpu:,.0f} s of CPU on {os.cpu_count()} cores "
+          f"({cpu / wall / (os.cpu_count() or 1):.0%} busy); the notes: {log}")
+    summary(log, cpu)
+    return code
+
+
+def summary(log: Path, cpu: float | None) -> None:
+    """The notes in ``log`` by kind of process, each kind's share of the machine's ``cpu`` seconds (of the
+    notes' own total when ``None``: a notes file read again, ``--notes FILE``)."""
     notes = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     by: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0])
     for note in notes:
@@ -93,14 +140,14 @@ def main(args: list[str]) -> int:
         row[1] += note["cpu"]
         row[2] += note["torch"]
     noted = sum(row[1] for row in by.values())
-    print(f"\n.ci/run exit {code}: {wall / 60:.1f} min of wall, {cpu:,.0f} s of CPU on {os.cpu_count()} cores "
-          f"({cpu / wall / (os.cpu_count() or 1):.0%} busy); {len(notes):,} Python processes noted {noted:,.0f} s")
+    whole = cpu or noted
+    print(f"{len(notes):,} Python processes noted {noted:,.0f} s of CPU")
     print(f"{'CPU s':>8} {'share':>6} {'procs':>6} {'torch':>6} {'s each':>7}  kind")
     for name, (count, seconds, torch) in sorted(by.items(), key=lambda kv: -kv[1][1]):
-        print(f"{seconds:8,.0f} {seconds / cpu:6.1%} {count:6,} {torch:6,} {seconds / count:7.2f}  {name}")
-    rest = cpu - noted
-    print(f"{rest:8,.0f} {rest / cpu:6.1%} {'':6} {'':6} {'':7}  the rest: not Python, or ended by a signal")
-    return code
+        print(f"{seconds:8,.0f} {seconds / whole:6.1%} {count:6,} {torch:6,} {seconds / count:7.2f}  {name}")
+    if cpu:
+        rest = cpu - noted
+        print(f"{rest:8,.0f} {rest / cpu:6.1%} {'':6} {'':6} {'':7}  the rest: not Python, or ended by a signal")
 
 
 if __name__ == "__main__":
