@@ -18,6 +18,7 @@ from trainer.wire.protocol import MetricRecord, ResumeCheck
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
+    from mlflow.entities import Run
 
 _METRICS = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu", "eval_loss", "eval_exact_match", "router_aux_loss")
 _MEMORY = ("device_used_gib", "allocated_gib", "reserved_gib", "peak_gib", "rss_gib", "peak_rss_gib")
@@ -131,7 +132,7 @@ class MlflowSink:
         return run_id
 
     @staticmethod
-    def _started(client: MlflowClient, exp_id: str, key: str, value: str):
+    def _started(client: MlflowClient, exp_id: str, key: str, value: str) -> Run | None:
         """The experiment's run tagged ``key`` = ``value`` (the oldest, should there be more), or ``None``.
         MLflow's filter has no escape inside a quoted value: a value holding both quotes is never found
         (launch and sweep ids are letters, digits and dashes)."""
