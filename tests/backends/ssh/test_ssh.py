@@ -26,10 +26,6 @@ from tests.support.sshd import keygen
 pytestmark = pytest.mark.slow
 
 
-# Seen once in about ten full suites on a loaded machine: the sample's rank 0 ended by SIGABRT in torch after
-# its last step and destroy_process_group() on gloo (not reproduced in 40 runs of the sample alone). The sample
-# now frees its model before the process group goes; whether that was the cause is not shown, so the rerun stays.
-@pytest.mark.flaky(reruns=1)
 def test_air_style_script_on_two_ssh_nodes(home, tmp_path, ns_hosts):
     """The workload names no interface for gloo: the hosts' hostname resolves to a loopback address
     (as 127.0.1.1 on stock Debian/Ubuntu), so the run trains only because each node sets

@@ -6,6 +6,7 @@ The NaN is put on one rank by ``nan_worker.py`` (the test's fault, not the train
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -16,6 +17,8 @@ from tests.support.trainer.run import HERE, ROOT, tiny_params, torchrun_argv, tr
 from trainer.wire.ckpt_layout import list_checkpoints
 
 pytestmark = pytest.mark.slow
+ENDED = re.compile(r"(?:STOPPED|TRAINED) (\d+) (\d+)(?: ([^\n]*))?\n")
+"""``nan_worker.py``'s line at each file's end: the file's index, the rank, and a stop's message."""
 
 QUIET = {"logging": {"eval_every_steps": None, "eval_max_batches": 1},
          "checkpoint": {"export_hf": False, "keep_last": 10}}
@@ -50,8 +53,10 @@ def test_a_nan_loss_stops_skips_or_goes_on_as_training_on_nan_says(tmp_path):
     argv = torchrun_argv(2, str(HERE / "nan_worker.py"), *(str(p) for p, _ in paths.values()))
     out = subprocess.run(argv, cwd=ROOT, env=trainer_env(tmp_path), capture_output=True, text=True, timeout=600)
     said = out.stdout + out.stderr
-    ended = sorted(line.split(" ", 3)[1:] for line in out.stdout.splitlines()
-                   if line.startswith(("STOPPED ", "TRAINED ")))
+    # Each of these is one write, but a rank's print() of its own lines is two (text, then newline): another
+    # rank's line can land between them, so they are found anywhere in the output, not at a line's start.
+    ended = sorted([index, rank, *([message] if message else [])]
+                   for index, rank, message in ENDED.findall(out.stdout))
     names = list(CASES)
 
     def end(name: str) -> list[list[str]]:
