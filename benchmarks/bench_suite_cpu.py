@@ -27,13 +27,12 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HOOK = '''import atexit, os, sys, time
-_start = time.monotonic()
+HOOK = '''import atexit, os, sys
 def _note():
     import json, resource
     use = resource.getrusage(resource.RUSAGE_SELF)
     line = json.dumps({{"argv": list(getattr(sys, "orig_argv", sys.argv))[:4], "cpu": use.ru_utime + use.ru_stime,
-                       "wall": time.monotonic() - _start, "torch": "torch" in sys.modules,
+                       "torch": "torch" in sys.modules,
                        "mlflow": "mlflow" in sys.modules,
                        "rank": "LOCAL_RANK" in os.environ}})
     fd = os.open({log!r}, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
@@ -45,18 +44,18 @@ atexit.register(_note)
 
 def kind(note: dict) -> str:
     """The kind of process a note is from, by its command (and a rank by torchrun's variables)."""
-    argv = list(note["argv"][:1])
-    rest = list(note["argv"][1:])
+    head, *rest = note["argv"] or [""]
     while rest and rest[0] in ("-u", "-B", "-I", "-E", "-s", "-S", "-O"):  # the interpreter's own flags
         rest.pop(0)
-    argv = [*argv, *rest, "", "", ""]
+    argv = [head, *rest, "", "", ""]
     if note["rank"]:
         return "rank (and its data workers)"
     if argv[1] == "-m" and argv[2] == "torch.distributed.run" or argv[1].endswith("torchrun"):
         return "torchrun agent"
     if argv[1] == "-m" and argv[2].startswith("launcher.runs.owner."):
         if argv[2] in ("launcher.runs.owner.warm", "launcher.runs.owner.supervisor"):
-            said = {True: ", logging to MLflow", False: ", no MLflow"}.get(note.get("mlflow"), "")  # older notes: ""
+            mlflow = note.get("mlflow")  # absent from older notes
+            said = "" if mlflow is None else ", logging to MLflow" if mlflow else ", no MLflow"
             return f"run owner{said}"
         return f"owner's helper ({argv[2].rsplit('.', 1)[1]})"
     if argv[1] == "-c" and "fsdp_tui_agent" in argv[2] or "agent.zip" in argv[1]:
