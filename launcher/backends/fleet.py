@@ -175,16 +175,20 @@ class AgentFleet:
 
     async def _every_nodes(self, call, ranks: list[int]) -> None:
         results = await asyncio.gather(*(call(rank) for rank in ranks), return_exceptions=True)
-        failed = [r for r in results if isinstance(r, BaseException)]
-        for r in failed:
+        failed = [(rank, r) for rank, r in zip(ranks, results, strict=True) if isinstance(r, BaseException)]
+        for _, r in failed:
             if not isinstance(r, (NodeError, OSError)):
                 raise r
-        if len(failed) == 1 and isinstance(failed[0], PortTaken):
-            raise failed[0]
+        if len(failed) == 1 and isinstance(failed[0][1], PortTaken):
+            raise failed[0][1]
         if failed:
-            rank = getattr(failed[0], "node_rank", None) if len(failed) == 1 else None
+            # One node failed: the run's triage names it (an agent's own error does not carry its rank).
+            rank = None
+            if len(failed) == 1:
+                own = getattr(failed[0][1], "node_rank", None)
+                rank = failed[0][0] if own is None else own
             # Nodes reached through one machine (a SLURM login node) fail alike: each cause said once.
-            raise NodeError("; ".join(dict.fromkeys(str(r) for r in failed)), rank)
+            raise NodeError("; ".join(dict.fromkeys(str(r) for _, r in failed)), rank)
 
     # -- preparing and starting --------------------------------------------------------------------
 

@@ -100,3 +100,27 @@ def test_a_disk_that_fills_as_the_job_starts_is_said_at_once_by_the_start(tiny_d
     finally:
         for pid in tagged(tag):
             os.kill(pid, 9)
+
+
+@pytest.mark.parametrize("failing", [0, 2])
+def test_one_nodes_agent_error_names_that_node_for_the_triage(failing):
+    """An agent's own error (its disk full as the job starts, say) comes without a rank: the fleet, which
+    asked each node, gives the one that failed its rank, so the run's triage points at it."""
+    import asyncio
+
+    from launcher.backends.agent_client import AgentError
+    from launcher.backends.base import NodeError
+    from launcher.backends.fleet import AgentFleet
+    from launcher.workload.plan import build_plan
+    from launcher.workload.validate import validate_text
+
+    result = validate_text("experiment_name: three\ncompute: {hosts: [a, b, c]}\ncommand: run\n", "w.yaml")
+    fleet = AgentFleet(build_plan(result.workload, run_id="run-three", node_root="/nodes"))
+
+    async def call(rank: int) -> None:
+        if rank == failing:
+            raise AgentError(f"node {rank} ({'abc'[rank]}): start: no space left on device")
+
+    with pytest.raises(NodeError) as raised:
+        asyncio.run(fleet._every_nodes(call, [0, 1, 2]))
+    assert raised.value.node_rank == failing and "no space" in str(raised.value)
