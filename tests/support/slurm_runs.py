@@ -26,7 +26,10 @@ def slurm_popen(home: Path, cluster, *args: str) -> subprocess.Popen:
 
 
 def workload(tmp: Path, cluster, body: str, *, slurm: str = "", procs: int = 1) -> Path:
+    """A workload for the cluster. MLflow off: the owner logs a run the same way on every backend, and the
+    local runs check it (an owner that logs costs three seconds of CPU more)."""
     return write_workload(tmp, f"""experiment_name: slurm-test
+mlflow: {{enabled: false}}
 compute:
   accelerator_type: CPU
   procs_per_node: {procs}

@@ -43,6 +43,7 @@ def test_hostile_output_through_the_app_watch_and_logs(tmp_path):
     (tmp_path / "hostile.bin").write_bytes(payload)
     wl = tmp_path / "workload.yaml"
     wl.write_text(f"""experiment_name: hostile-output
+mlflow: {{enabled: false}}
 command: |
   sleep 2; cat {tmp_path / 'hostile.bin'}; sleep 1
   head -c {HUGE} /dev/zero | tr '\\0' x

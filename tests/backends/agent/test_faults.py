@@ -28,6 +28,7 @@ def tiny_disk(home):
 
 def test_a_node_whose_disk_fills_fails_the_run_at_once_naming_node_and_no_space(home, tmp_path, tiny_disk):
     wl = write_workload(tmp_path, """experiment_name: disk-full
+mlflow: {enabled: false}
 command: |
   echo started
   head -c 4000000 /dev/zero > filler 2>/dev/null
@@ -62,7 +63,7 @@ command: |
 
 def test_launching_onto_a_full_disk_names_the_node_and_the_disk_without_a_traceback(home, tmp_path, tiny_disk):
     subprocess.run(["sh", "-c", f"head -c 4000000 /dev/zero > {tiny_disk / 'filler'}"], capture_output=True)
-    wl = write_workload(tmp_path, "experiment_name: disk-already-full\ncommand: echo never\n")
+    wl = write_workload(tmp_path, "experiment_name: disk-already-full\nmlflow: {enabled: false}\ncommand: echo never\n")
     out = cli(home, "run", wl, "--json", timeout=120)
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
     end = events(out.stdout)[-1]

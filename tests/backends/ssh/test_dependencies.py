@@ -35,6 +35,7 @@ def workload(tmp_path: Path, wheels: Path, requirement: str, *, with_torch: bool
     (a few seconds of CPU, so only where a test asks whether the node's packages stay visible)."""
     imports = "fsdptui_canary, torch" if with_torch else "fsdptui_canary"
     return write_workload(tmp_path, f"""experiment_name: deps
+mlflow: {{enabled: false}}
 environment:
   dependencies: ['{requirement}']
 env_variables:
@@ -104,6 +105,7 @@ def test_nodes_sharing_a_home_build_the_venv_once_over_ssh(home, tmp_path, hosts
     make_wheel(wheels, "1.0")
     remote = tmp_path / "remote"
     wl = write_workload(tmp_path, f"""experiment_name: ssh-deps
+mlflow: {{enabled: false}}
 compute: {{hosts: [node0, node1]}}
 ssh: {{remote_root: {remote}}}
 environment: {{python: {sys.executable}, dependencies: [fsdptui-canary==1.0]}}

@@ -36,6 +36,7 @@ def test_air_style_script_on_two_ssh_nodes(home, tmp_path, ns_hosts):
     client, started = ns_hosts
     assert socket.gethostbyname(socket.gethostname()).startswith("127.")  # what makes gloo need it
     wl = write_workload(tmp_path, f"""experiment_name: ssh-byo
+mlflow: {{enabled: false}}
 compute: {{accelerator_type: CPU, procs_per_node: 1, hosts: [node0, node1]}}  # MASTER_ADDR from ~/.ssh/config
 environment: {{python: {sys.executable}}}
 code_source: {{type: snapshot, snapshot: {{root_path: {ROOT / 'sample_workloads/byo_script'}}}}}
@@ -106,6 +107,7 @@ def test_builtin_trainer_over_two_ssh_nodes_two_procs_each(home, tmp_path, ns_ho
 def test_dropped_connection_reconnects_and_loses_no_line(home, tmp_path, ns_hosts):
     client, started = ns_hosts
     wl = write_workload(tmp_path, """experiment_name: ssh-drop
+mlflow: {enabled: false}
 compute: {hosts: [node0]}
 command: |
   for i in $(seq 1 60); do echo "line $i"; sleep 0.1; done
@@ -137,6 +139,7 @@ def test_a_node_without_connection_holds_up_only_itself(home, tmp_path, ns_hosts
 
     client, started = ns_hosts
     wl = write_workload(tmp_path, """experiment_name: ssh-outage
+mlflow: {enabled: false}
 compute: {hosts: [node0, node1]}
 command: |
   for i in $(seq 1 80); do echo "line $i"; sleep 0.1; done
@@ -175,7 +178,7 @@ command: |
 
 
 def _one_node_workload(tmp_path: Path) -> Path:
-    return write_workload(tmp_path, "experiment_name: keys\ncompute: {hosts: [node1]}\ncommand: echo never\n")
+    return write_workload(tmp_path, "experiment_name: keys\nmlflow: {enabled: false}\ncompute: {hosts: [node1]}\ncommand: echo never\n")
 
 
 
@@ -233,6 +236,7 @@ def test_changed_host_key_is_a_hard_failure_naming_both_fingerprints(home, tmp_p
 
 def _two_node_ticker(tmp_path: Path, body: str) -> Path:
     return write_workload(tmp_path, f"""experiment_name: ssh-faults
+mlflow: {{enabled: false}}
 compute: {{hosts: [node0, node1]}}
 command: |
 {body}  while true; do echo "tick $NODE_RANK"; sleep 0.2; done
@@ -310,7 +314,7 @@ def test_hostile_strings_and_a_canary_secret_over_ssh(home, tmp_path, ns_hosts):
     (code / "show.py").write_text(SHOW)
     env = {f"HOSTILE_{i}": v for i, v in enumerate(HOSTILE)}
     params = {"values": HOSTILE, "-dash-key": "$(touch PWNED)"}
-    doc = {"experiment_name": "ssh-hostile", "compute": {"hosts": ["node0", "node1"]},
+    doc = {"experiment_name": "ssh-hostile", "mlflow": {"enabled": False}, "compute": {"hosts": ["node0", "node1"]},
            "ssh": {"remote_root": str(remote)}, "environment": {"python": sys.executable},
            "code_source": {"type": "snapshot", "snapshot": {"root_path": str(code)}},
            "command": f'python "$CODE_SOURCE_PATH/show.py" {hashlib.sha256(canary.encode()).hexdigest()}',
@@ -356,7 +360,7 @@ def test_a_node_that_cannot_run_the_agent_is_named_at_once(home, tmp_path, hosts
     blocker.write_text("")
     for section, expect in ((f"environment: {{python: {tmp_path}/no/python3}}", "No such file"),
                             (f"ssh: {{remote_root: {blocker}}}", "Not a directory")):
-        wl = write_workload(tmp_path, f"experiment_name: no-agent\ncompute: {{hosts: [node0]}}\n{section}\n"
+        wl = write_workload(tmp_path, f"experiment_name: no-agent\nmlflow: {{enabled: false}}\ncompute: {{hosts: [node0]}}\n{section}\n"
                                       "command: echo never\n")
         out = ssh_cli(home, client, "run", wl, "--json", timeout=120)
         end = events(out.stdout)[-1]
@@ -372,7 +376,7 @@ def test_a_chatty_login_before_the_agent_is_skipped(home, tmp_path, hosts):
     noisy.parent.mkdir()
     noisy.write_text(f"#!/bin/sh\necho 'Welcome! 3 updates are available.'\nexec {sys.executable} \"$@\"\n")
     noisy.chmod(0o755)
-    wl = write_workload(tmp_path, f"experiment_name: chatty\ncompute: {{hosts: [node0]}}\n"
+    wl = write_workload(tmp_path, f"experiment_name: chatty\nmlflow: {{enabled: false}}\ncompute: {{hosts: [node0]}}\n"
                                   f"environment: {{python: {noisy}}}\ncommand: echo hello from $NODE_RANK\n")
     out = ssh_cli(home, client, "run", wl, "--json", timeout=60)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
@@ -389,6 +393,7 @@ def test_a_node_away_past_the_window_is_lost_and_fails_the_run_naming_it(home, t
 
     client, started = ns_hosts
     wl = write_workload(tmp_path, """experiment_name: ssh-lost
+mlflow: {enabled: false}
 compute: {hosts: [node0, node1]}
 ssh: {lost_after_s: 4}
 command: |
@@ -470,6 +475,7 @@ def test_a_node_without_sftp_gets_its_code_and_trainer_over_the_agent_channel(ho
         code.mkdir()
         (code / "hello.py").write_text("import os\nprint('hello from', os.environ['NODE_RANK'])\n")
         wl = write_workload(tmp_path, f"""experiment_name: no-sftp
+mlflow: {{enabled: false}}
 compute: {{hosts: [node0]}}
 environment: {{python: {sys.executable}}}
 code_source: {{type: snapshot, snapshot: {{root_path: {code}}}}}
@@ -493,7 +499,7 @@ async def test_the_editors_plan_tab_glances_at_each_host(home, tmp_path, hosts, 
     with (client / ".ssh" / "config").open("a") as f:
         f.write("\nHost ghost\n  HostName 127.0.0.250\n  Port 1\n")
     monkeypatch.setenv("HOME", str(client))
-    wl = write_workload(tmp_path, "experiment_name: glance\ncompute: {hosts: [node0, ghost]}\ncommand: echo hi\n")
+    wl = write_workload(tmp_path, "experiment_name: glance\nmlflow: {enabled: false}\ncompute: {hosts: [node0, ghost]}\ncommand: echo hi\n")
     app = FsdpTuiApp(home, workload=wl)
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen))
@@ -532,6 +538,7 @@ def test_a_host_that_hangs_is_noticed_by_keepalive_and_lost(home, tmp_path, ns_h
 
     client, started = ns_hosts
     wl = write_workload(tmp_path, """experiment_name: ssh-hung
+mlflow: {enabled: false}
 compute: {hosts: [node0, node1]}
 ssh: {keepalive_interval_s: 1, keepalive_count_max: 3, connect_timeout_s: 2, lost_after_s: 5}
 command: |

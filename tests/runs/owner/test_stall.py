@@ -24,6 +24,7 @@ def test_a_hung_rank_is_flagged_and_its_stack_shown(home, tmp_path, monkeypatch)
     code.mkdir()
     (code / "hang.py").write_text(HUNG_RANK)
     wl = write_workload(tmp_path, f"""experiment_name: hung
+mlflow: {{enabled: false}}
 environment: {{python: {sys.executable}}}
 code_source: {{type: snapshot, snapshot: {{root_path: {code}}}}}
 command: python -m torch.distributed.run --nproc_per_node=2 --master_port="$MASTER_PORT" "$CODE_SOURCE_PATH/hang.py"
