@@ -188,3 +188,35 @@ def test_an_end_that_cannot_be_written_is_kept_for_a_bound_then_left_to_the_firs
     subprocess.run(["mount", "-o", "remount,size=16m", str(small_disk)], check=True)
     row = wait_until(lambda: (r := listed())["state"] == "failed" and r, 60, "the run's end recorded by a new owner")
     assert row["ended_at"] is not None
+
+
+def test_a_follower_says_an_owner_waiting_to_write_the_end_it_already_recorded_as_failed(tmp_path):
+    """The disk filled after the owner recorded the run as failed but before it wrote the run's end: the
+    run reads as ended, its owner lives on to write the end once there is room. A follower says so and
+    stops, as it does for an owner stuck before the end (it used to follow such a run forever)."""
+    import asyncio
+
+    from launcher.events import RunState
+    from launcher.runs.core.store import RunStore
+    from launcher.runs.read.follower import FollowGaveUp, follow_run
+    from launcher.workload.plan import build_plan
+    from launcher.workload.validate import validate_text
+
+    plan = build_plan(validate_text("experiment_name: full\ncommand: echo\n", "w.yaml").workload,
+                      run_id="20260301-090000-full-cccc")
+    store = RunStore(tmp_path)
+    store.create_run(plan, None, "experiment_name: full\n")
+    store.set_state(plan.run_id, RunState.FAILED, 1, "no space left on device for the run's record")
+    lock = OwnerLock(tmp_path / "runs" / plan.run_id)
+    assert lock.acquire()
+    lock.note("waiting for room: no space left on device for the run's record: /d has 0 B free")
+
+    async def follow() -> None:
+        async for _ in follow_run(tmp_path, plan.run_id, poll_s=0.05):
+            pass
+
+    try:
+        with pytest.raises(FollowGaveUp, match="its owner stopped the job and cannot write the run's record"):
+            asyncio.run(asyncio.wait_for(follow(), 30))
+    finally:
+        lock.release()
