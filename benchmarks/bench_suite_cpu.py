@@ -5,7 +5,9 @@ A hook in the venv (a ``.pth`` line, removed at the end) has every Python proces
 on this machine's namespaced hosts and SLURM nodes too, note at its exit its own CPU (user + system), its
 command and whether it imported torch. ``.ci/run`` then runs as CI runs it (the arguments are passed on),
 while the machine's whole CPU is read from ``/proc/stat`` before and after: what no Python process noted is
-the rest (sshd, SLURM's daemons, ``ip``/``tc``, pyright, and Python processes ended by a signal).
+the rest (sshd, SLURM's daemons, ``ip``/``tc``, pyright, and Python processes ended by a signal). As root
+with ``accton`` (Debian's ``acct``), the kernel's process accounting runs beside it and names the rest: every
+process's CPU by command, and how much of the Python processes' never reached their exit handlers.
 
     python3 benchmarks/bench_suite_cpu.py [.ci/run's arguments]    # a fresh clone will do: .ci/run installs
     python3 benchmarks/bench_suite_cpu.py --notes NOTES [CPU_S]     # a run's notes read again
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -34,7 +38,8 @@ def _note():
     line = json.dumps({{"argv": list(getattr(sys, "orig_argv", sys.argv))[:4], "cpu": use.ru_utime + use.ru_stime,
                        "torch": "torch" in sys.modules,
                        "mlflow": "mlflow" in sys.modules,
-                       "rank": "LOCAL_RANK" in os.environ}})
+                       "rank": "LOCAL_RANK" in os.environ,
+                       "test": os.environ.get("PYTEST_CURRENT_TEST", "").split("::")[0]}})
     fd = os.open({log!r}, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     os.write(fd, (line + "\\n").encode())
     os.close(fd)
@@ -115,6 +120,10 @@ def main(args: list[str]) -> int:
     module, pth = site / "_fsdp_tui_cpu_note.py", site / "_fsdp_tui_cpu_note.pth"
     module.write_text(HOOK.format(log=str(log)))
     pth.write_text("import _fsdp_tui_cpu_note\n")
+    accounting = log.with_name("pacct")
+    accounting.touch()
+    accounted = subprocess.run(["accton", str(accounting)], capture_output=True).returncode == 0 \
+        if shutil.which("accton") else False
     try:
         cpu0, wall0 = machine_cpu_s(), time.monotonic()
         code = subprocess.run(["bash", ".ci/run", *args], cwd=ROOT).returncode
@@ -122,9 +131,13 @@ def main(args: list[str]) -> int:
     finally:
         pth.unlink(missing_ok=True)
         module.unlink(missing_ok=True)
+        if accounted:
+            subprocess.run(["accton", "off"], capture_output=True)
     print(f"\n.ci/run exit {code}: {wall / 60:.1f} min of wall, {cpu:,.0f} s of CPU on {os.cpu_count()} cores "
           f"({cpu / wall / (os.cpu_count() or 1):.0%} busy); the notes: {log}")
     summary(log, cpu)
+    if accounted:
+        by_command(accounting, log)
     return code
 
 
@@ -144,9 +157,51 @@ def summary(log: Path, cpu: float | None) -> None:
     print(f"{'CPU s':>8} {'share':>6} {'procs':>6} {'torch':>6} {'s each':>7}  kind")
     for name, (count, seconds, torch) in sorted(by.items(), key=lambda kv: -kv[1][1]):
         print(f"{seconds:8,.0f} {seconds / whole:6.1%} {count:6,} {torch:6,} {seconds / count:7.2f}  {name}")
+    files: dict[str, float] = defaultdict(float)
+    for note in notes:
+        if note.get("test"):  # started by a test (a process of a namespaced host or a SLURM node is not)
+            files[note["test"]] += note["cpu"]
+    if files:
+        print(f"{'CPU s':>8}  the test files whose processes used the most (pytest's own work not counted)")
+        for name, seconds in sorted(files.items(), key=lambda kv: -kv[1])[:12]:
+            print(f"{seconds:8,.0f}  {name}")
     if cpu:
         rest = cpu - noted
         print(f"{rest:8,.0f} {rest / cpu:6.1%} {'':6} {'':6} {'':7}  the rest: not Python, or ended by a signal")
+
+
+# What the kernel's process accounting names a process by: the command of its last thread to end, so a
+# Python process may be named by one of torch's, gloo's or jemalloc's threads.
+PYTHON_NAMES = ("python", "fsdp-tui", "torchrun", "lint-imports", "pip", "moto_server", "pt_", "gloo_",
+                "jemalloc_bg_thd", "ctrl-c")
+PACCT_V3 = struct.Struct("<BBHIIIIIIf8H16s")  # struct acct_v3 (linux/acct.h): 64 bytes a process
+
+
+def _comp_t(value: int) -> int:
+    """A ``comp_t``: 13 bits of mantissa, 3 of base-8 exponent."""
+    return (value & 0x1FFF) << (3 * (value >> 13))
+
+
+def by_command(accounting: Path, log: Path) -> None:
+    """Every process the kernel accounted during the run (BSD process accounting, ``accton``; namespaced
+    hosts and SLURM nodes share this kernel), by command: what no Python process noted at its exit."""
+    data = accounting.read_bytes()
+    rows: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for at in range(0, len(data) - PACCT_V3.size + 1, PACCT_V3.size):
+        fields = PACCT_V3.unpack_from(data, at)
+        name = fields[-1].split(b"\0", 1)[0].decode(errors="replace")
+        rows[name][0] += 1
+        rows[name][1] += (_comp_t(fields[10]) + _comp_t(fields[11])) / os.sysconf("SC_CLK_TCK")
+    python = sum(r[1] for n, r in rows.items() if n.startswith(PYTHON_NAMES))
+    noted = sum(json.loads(line)["cpu"] for line in log.read_text().splitlines()) if log.exists() else 0.0
+    whole = sum(r[1] for r in rows.values())
+    print(f"\nprocess accounting: {sum(int(r[0]) for r in rows.values()):,} processes, {whole:,.0f} s of CPU; "
+          f"Python {python:,.0f} s, of which {python - noted:,.0f} s in processes that never ran their exit "
+          "handlers (ended by a signal or os._exit: ranks stopped by torchrun, a daemon's fork, a killed worker)")
+    print(f"{'CPU s':>8} {'procs':>6}  command (not Python)")
+    for name, (count, seconds) in sorted(rows.items(), key=lambda kv: -kv[1][1]):
+        if not name.startswith(PYTHON_NAMES) and seconds >= 0.5:
+            print(f"{seconds:8,.1f} {int(count):6,}  {name}")
 
 
 if __name__ == "__main__":
