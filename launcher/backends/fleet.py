@@ -182,11 +182,9 @@ class AgentFleet:
         if len(failed) == 1 and isinstance(failed[0][1], PortTaken):
             raise failed[0][1]
         if failed:
+            rank, err = failed[0] if len(failed) == 1 else (None, None)
             # One node failed: the run's triage names it (an agent's own error does not carry its rank).
-            rank = None
-            if len(failed) == 1:
-                own = getattr(failed[0][1], "node_rank", None)
-                rank = failed[0][0] if own is None else own
+            rank = rank if (own := getattr(err, "node_rank", None)) is None else own
             # Nodes reached through one machine (a SLURM login node) fail alike: each cause said once.
             raise NodeError("; ".join(dict.fromkeys(str(r) for _, r in failed)), rank)
 
