@@ -96,7 +96,7 @@ class AgentLink:
         header, data = await self._retrying(lambda: self._once({"op": op, **fields}, body))
         header = clean_reply(header)  # a node's words enter here, once: printable from here on
         if not header.get("ok"):
-            raise AgentError(f"{self.label}: {header.get('error') or 'the agent failed without saying why'}")
+            raise AgentError(f"{self.label}: {header.get('error') or 'the agent failed without saying why'}", self.rank)
         return header, data
 
     async def _once(self, request: dict, body: bytes) -> tuple[dict, bytes]:
@@ -151,7 +151,7 @@ class AgentLink:
         if version != str(wire.PROTOCOL):
             self._close(channel)
             raise NodeError(f"{self.label}: the agent speaks protocol {version or '?'}, this launcher "
-                            f"{wire.PROTOCOL}; reinstall fsdp-tui here")
+                            f"{wire.PROTOCOL}; reinstall fsdp-tui here", self.rank)
 
     def _drop(self) -> None:
         if self.channel is not None:
@@ -169,7 +169,7 @@ class AgentLink:
                 return await call()
             except (ChannelDropped, Unreachable):
                 self._drop()
-                raise NodeLost(self.lost) from None
+                raise NodeLost(self.lost, self.rank) from None
         delay, deadline, dropped = BACKOFF_START_S, None, False
         while True:
             try:
@@ -182,7 +182,7 @@ class AgentLink:
                     self.lost = (f"{self.label}: lost: no connection for {self.lost_after_s:.0f} s "
                                  f"({_short(err)}); check the host and the network")
                     self._tell(LinkState.LOST, self.lost)
-                    raise NodeLost(self.lost) from None
+                    raise NodeLost(self.lost, self.rank) from None
                 if not dropped:
                     self._tell(LinkState.RECONNECTING, f"connection dropped ({_short(err)}); reconnecting")
                 dropped = True

@@ -183,7 +183,7 @@ class AgentFleet:
             raise failed[0][1]
         if failed:
             rank, err = failed[0] if len(failed) == 1 else (None, None)
-            # One node failed: the run's triage names it (an agent's own error does not carry its rank).
+            # One node failed: the run's triage names it, whether or not its error carries the rank (an OSError).
             rank = rank if (own := getattr(err, "node_rank", None)) is None else own
             # Nodes reached through one machine (a SLURM login node) fail alike: each cause said once.
             raise NodeError("; ".join(dict.fromkeys(str(r) for _, r in failed)), rank)

@@ -159,16 +159,14 @@ async def follow_run(home: Path, run_id: str, *, tail_bytes: int | None = REPLAY
             if record is None or (record.summary.state.is_final and not seen_finish and not owned(home, run_id)):
                 finished = _synthesised_end(store, run_id, record)
                 continue
-            if record.summary.state.is_final:
-                # Its end's state is recorded, the end itself not yet: an owner that waits for room to
-                # write it is said now (it writes the end once there is room), not followed forever.
-                trouble = await asyncio.to_thread(_owner_trouble, home, run_id, 0)
+            final = record.summary.state.is_final
+            # A final state with its end not yet written: an owner waiting for room to write the end is
+            # said now (it writes it once there is room), not followed forever.
+            if final or adopt:
+                trouble = await asyncio.to_thread(_owner_trouble, home, run_id, 0 if final else starts)
                 if trouble:
                     raise FollowGaveUp(trouble)
-            elif adopt:
-                trouble = await asyncio.to_thread(_owner_trouble, home, run_id, starts)
-                if trouble:
-                    raise FollowGaveUp(trouble)
+            if adopt and not final:
                 if owned(home, run_id):
                     if time.monotonic() - started_at > OWNER_SETTLED_S:
                         starts = 0  # an owner that has lived a while counts as a good start

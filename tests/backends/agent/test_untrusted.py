@@ -316,6 +316,7 @@ def test_an_agents_error_reaches_the_user_printable():
         asyncio.run(_link(agent).call("ckpt_delete", name="x"))
     assert reached_terminal_safely(str(err.value)) and "PWNED" not in str(err.value)
     assert str(err.value) == "node 0 (lab-box): no checkpoint x here"
+    assert err.value.node_rank == 0  # the node the link is to: the run's triage names it
 
 
 def test_resume_sets_the_exact_folder_as_data(tmp_path):
