@@ -69,6 +69,7 @@ metrics: {{stall_factor: 5, stall_min_s: 3}}
                                and "STALLED" in str(app.screen.query_one("#summary").render()), timeout=60)
                 await pilot.press("s")
                 await wait_for(pilot, lambda: isinstance(app.screen, StacksModal), timeout=60)
+                await pilot.pause()  # its mount done before the app closes (not a query in a closing app)
                 return app.screen.text
 
         assert "hang_forever" in asyncio.run(in_the_app())
