@@ -5,16 +5,28 @@ built from nothing shows. The real widget in a real app under Pilot, beside a tw
 from __future__ import annotations
 
 import dataclasses
+import types
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from textual.app import App, ComposeResult
 
 from launcher.events import RunState
+from launcher.runs.core import run_records
 from launcher.runs.core.run_records import RunSummary
 from tui.widgets.runs_table import COLUMNS, RunsTable
 
 T0 = 1_790_000_000.0
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _a_clock_that_stands_still():
+    """A running run's duration counts to now: the twins are built a moment apart, so both read one clock that
+    stands still, or a second ticking between them shows as a difference."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(run_records, "time", types.SimpleNamespace(time=lambda: T0 + 100_000.0))
+        yield
 
 
 def _run(i: int, state: RunState = RunState.SUCCEEDED, **changes) -> RunSummary:
