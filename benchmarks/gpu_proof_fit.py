@@ -39,7 +39,7 @@ def fit(proof) -> Outcome:
     spec.write_text(json.dumps(cases))
     out.unlink(missing_ok=True)
     env = {"OMP_NUM_THREADS": "1"} if gpu else {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
-    call = proof.call([proof.python, "-m", "torch.distributed.run", f"--nproc_per_node={1 if gpu else 2}",
+    call = proof.call([proof.python, "-m", "torch.distributed.run", "--nproc_per_node=1",
                        f"--master_port={free_port()}", str(ROOT / "benchmarks/fit_worker.py"), str(spec), str(out)],
                       env=env, cwd=proof.tmp)
     runs = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []

@@ -74,3 +74,19 @@ def pytest_collection_modifyitems(config, items):
             if any(d.scope in SHARED_SCOPES for d in defs):
                 item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
                 break
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session):
+    """No cyclic garbage collection while the test modules are imported (torch, transformers, textual: the
+    objects they allocate set off collections that find almost nothing; a worker's collection takes half
+    the CPU without them). What the imports made lives as long as the worker: frozen afterwards, so that the
+    collections the tests set off (a Textual app under Pilot allocates a lot) skip it."""
+    import gc
+
+    gc.disable()
+    try:
+        return (yield)
+    finally:
+        gc.freeze()
+        gc.enable()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import sys
 from pathlib import Path
+
+from trainer.wire.startup import imports_without_gc
 
 PROGRESS_BARS = ("TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS")
 
@@ -45,29 +46,13 @@ def _expand(path: str | None) -> str | None:
     return expand_path(path, dict(os.environ)) if path else path
 
 
-@contextlib.contextmanager
-def _start_up_without_gc():
-    """No cyclic garbage collection while torch and transformers are imported and the model's config
-    is read: the ~650k objects they allocate set off dozens of collections that find almost nothing
-    (~10% of the import time measured). They live as long as the process, so they are then frozen
-    (later collections skip them) and collection is back on before any data or weights are loaded."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if enabled:
-            gc.enable()
-
-
 def run(cfg, stop=None) -> None:
     """Train: the parts come from the rooms (assembled in :mod:`trainer.job`, owned by its ``Run``); this
     is their order. ``stop`` (a :class:`trainer.loop.stop_signal.StopSignal`) ends the run early with a
     checkpoint."""
     for name in PROGRESS_BARS:  # noise in node logs: off before tqdm and huggingface_hub read them at import
         os.environ.setdefault(name, "1")
-    with _start_up_without_gc():
+    with imports_without_gc():
         from trainer import job
 
         choices = job.choose(cfg)
@@ -103,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.loop import stop_signal
 
     stop = stop_signal.install()  # before anything slow: a signal during start-up waits for the first step
-    with _start_up_without_gc():
+    with imports_without_gc():
         cfg = load_config(list(sys.argv[1:] if argv is None else argv))
     from trainer.wire.config import SettingError  # imported by load_config
 

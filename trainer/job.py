@@ -5,7 +5,7 @@ order, the sharded model, the optimiser with its checkpoints and their resume, t
 owns them: the metrics, the steps, the export. Every rank builds every part the same way.
 
 Importing this module imports torch, transformers' pieces and every room: the entry does it with cyclic
-garbage collection off (``__main__._start_up_without_gc``).
+garbage collection off (``trainer.wire.startup.imports_without_gc``).
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def agent_zip() -> tuple[bytes, str]:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for name in sorted(entries):
-            zf.writestr(zipfile.ZipInfo(name, _STAMP), entries[name])
+            zf.writestr(zipfile.ZipInfo(name, _STAMP), entries[name], compress_type=zipfile.ZIP_DEFLATED)
     data = buf.getvalue()
     return data, hashlib.sha256(data).hexdigest()[:12]
 

@@ -5,31 +5,47 @@ import gc
 import subprocess
 import sys
 import textwrap
+import weakref
 from pathlib import Path
 
-from trainer.__main__ import _start_up_without_gc
+from trainer.wire.startup import imports_without_gc
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_gc_is_back_on_after_start_up_even_on_error():
     assert gc.isenabled()
-    with _start_up_without_gc():
+    with imports_without_gc():
         assert not gc.isenabled()
     assert gc.isenabled()
     try:
-        with _start_up_without_gc():
+        with imports_without_gc():
             raise SystemExit("bad parameters")
     except SystemExit:
         pass
     assert gc.isenabled()
     gc.disable()
     try:
-        with _start_up_without_gc():
+        with imports_without_gc():
             pass
         assert not gc.isenabled()  # left as the caller had it
     finally:
         gc.enable()
+
+
+def test_without_freeze_what_was_made_inside_can_still_be_collected():
+    class Cycle:
+        pass
+
+    frozen = gc.get_freeze_count()
+    with imports_without_gc(freeze=False):
+        loop = Cycle()
+        loop.me = loop
+    assert gc.get_freeze_count() == frozen and gc.isenabled()
+    gone = weakref.ref(loop)
+    del loop
+    gc.collect()
+    assert gone() is None  # the cycle made inside, found and freed
 
 
 def _exit_script(tmp_path: Path, body: str) -> subprocess.CompletedProcess:

@@ -84,8 +84,11 @@ class MlflowSink:
     @staticmethod
     def warm() -> None:
         """Import MLflow (seconds on a busy machine) before any lock is taken for a write."""
-        import mlflow.entities  # noqa: F401
-        from mlflow import MlflowClient  # noqa: F401
+        from trainer.wire.startup import imports_without_gc
+
+        with imports_without_gc(freeze=False):
+            import mlflow.entities  # noqa: F401
+            from mlflow import MlflowClient  # noqa: F401
 
     def check_local(self) -> None:
         """A SQLite store that cannot be opened fails here, at once and before MLflow is imported."""
