@@ -75,3 +75,17 @@ def test_everything_is_collected_once_nobody_presses_a_key_and_at_least_every_mi
         clock[0] += collector.TICK_S
         idle.tick()
     assert collected.count(2) == 1, "a full pass after a minute even while keys keep coming"
+
+
+def test_the_start_collects_the_young_and_middle_generations_then_freezes(monkeypatch):
+    """No full pass at the start: it would go over every object the process's imports made (0.3 s in a
+    process that holds torch, as a test worker does), for the few cycles among them."""
+    calls: list[tuple] = []
+    monkeypatch.setattr(collector.gc, "collect", lambda generation=2: calls.append(("collect", generation)))
+    monkeypatch.setattr(collector.gc, "freeze", lambda: calls.append(("freeze",)))
+    idle = collector.IdleCollector(FakeApp([0.0]))
+    idle.start()
+    assert calls == [("collect", 1), ("freeze",)]
+    monkeypatch.undo()
+    idle.stop()
+    assert gc.isenabled()
