@@ -25,7 +25,8 @@ class AttentionSupport(NamedTuple):
     """Its attention goes through Hugging Face's attention interface (any registered function), so
     packed rows on CPU can take sdpa once per example instead of the whole row under a mask."""
     stateful: bool = False
-    """Its layers carry a state along the sequence (transformers' ``_is_stateful``: Mamba, hybrids)."""
+    """Its layers carry a state along the sequence (as transformers says: :func:`trainer.model.build.carries_state`;
+    Mamba, hybrids)."""
     position_ids: bool = True
     """Its forward takes ``position_ids`` (BART-style decoders and BLOOM derive positions themselves)."""
     router_loss: bool = False

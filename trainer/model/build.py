@@ -53,8 +53,30 @@ def attention_support(config, model: ModelSource | str, cfg: ModelConfig) -> Att
     from trainer.model.router_loss import computes_loss
 
     return AttentionSupport(*(bool(getattr(cls, name, False)) for name in (
-        "_supports_sdpa", "_supports_flex_attn", "_supports_attention_backend", "_is_stateful")),
+        "_supports_sdpa", "_supports_flex_attn", "_supports_attention_backend")), stateful=carries_state(cls, config),
         position_ids="position_ids" in inspect.signature(cls.forward).parameters, router_loss=computes_loss(cls))
+
+
+def carries_state(cls, config) -> bool:
+    """Whether the model's layers carry a state along the sequence, as the installed transformers says: its
+    class's ``_is_stateful`` mark (up to transformers 5.24), or a layer type of its config (or its text
+    config) that transformers' cache keeps as a recurrent state, not per token (5.25 on: ``linear_attention``,
+    ``conv``, the hybrids)."""
+    if getattr(cls, "_is_stateful", False):
+        return True
+    try:
+        from transformers.cache_utils import DYNAMIC_LAYER_TYPE_MAPPING, LinearAttentionCacheLayerMixin
+    except ImportError:
+        return False
+    recurrent = {name for name, layer in DYNAMIC_LAYER_TYPE_MAPPING.items()
+                 if isinstance(layer, type) and issubclass(layer, LinearAttentionCacheLayerMixin)}
+    configs = [config]
+    try:
+        configs.append(config.get_text_config())
+    except (AttributeError, ValueError):  # no text config, or several of them
+        pass
+    return any(isinstance(kind, str) and kind in recurrent
+               for c in configs for kind in (getattr(c, "layer_types", None) or ()))
 
 
 class BaseWeights:

@@ -35,8 +35,9 @@ STATEFUL = frozenset({
     "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "qwen4_exp", "qwen4_exp_text", "recurrent_gemma", "rwkv",
     "xlstm", "zamba", "zamba2", "zaya",
 })
-"""Families whose layers carry a state along the sequence (transformers marks their models
-``_is_stateful``; the trainer also reads that mark, for families newer than this list)."""
+"""Families whose layers carry a state along the sequence (transformers marks their models ``_is_stateful``
+up to 5.24, and caches their layer types as a recurrent state from 5.25; the trainer also asks transformers,
+for families newer than this list: ``trainer.model.build.carries_state``)."""
 
 ATTENTION_LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})
 """The ``layer_types`` entries packed rows can be masked for: causal, or causal within a window."""

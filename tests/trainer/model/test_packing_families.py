@@ -23,7 +23,7 @@ from tests.support.trainer.packed_families import COMMON, PACKED, VOCAB, WINDOW
 from trainer.data.rows import Example, collate, pack, pad_rows
 from trainer.loop import train
 from trainer.model import attention, packed_sdpa
-from trainer.model.build import attention_support, load_model
+from trainer.model.build import attention_support, carries_state, load_model
 from trainer.wire.config import SettingError, TrainerConfig
 from trainer.wire.model_family import STATEFUL, packing_refusal, read_config
 
@@ -168,19 +168,30 @@ class _Without(torch.nn.Module):
 
 
 def test_every_stateful_causal_lm_of_this_transformers_is_refused_before_a_run():
-    """``validate`` reads config.json without transformers: its list must hold every family whose model
-    transformers marks ``_is_stateful`` (read from the sources; no model module imported)."""
+    """``validate`` reads config.json without transformers: its list must hold every family the installed
+    transformers says carries a state (the trainer's :func:`carries_state`): up to 5.24 the models marked
+    ``_is_stateful`` (read from the sources: no model module imported), from 5.25 the families whose default
+    config has a layer type its cache keeps as a recurrent state (configuration modules only)."""
     import transformers
-    from transformers.models.auto.configuration_auto import model_type_to_module_name
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, model_type_to_module_name
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     models = Path(transformers.__file__).parent / "models"
+    by_layer_types = (Path(transformers.__file__).parent / "cache_utils.py").read_text(
+        encoding="utf-8").count("class LinearAttentionCacheLayerMixin") == 1
     stateful = set()
     for model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         module = model_type_to_module_name(model_type)
         source = models / module / f"modeling_{module}.py"
         if source.is_file() and "_is_stateful = True" in source.read_text(encoding="utf-8"):
             stateful.add(model_type)
+        elif by_layer_types and model_type in CONFIG_MAPPING:
+            try:
+                config = CONFIG_MAPPING[model_type]()
+            except Exception:  # noqa: BLE001 - a config that needs arguments says nothing here
+                continue
+            if carries_state(object, config):
+                stateful.add(model_type)
     assert {"mamba", "jamba", "qwen3_next"} <= stateful  # the scan finds what it looks for
     assert stateful <= STATEFUL, sorted(stateful - STATEFUL)
     for model_type in sorted(stateful):
@@ -219,3 +230,19 @@ def test_validate_refuses_packing_a_stateful_model_at_its_line(tmp_path_factory)
     assert [(p.line, p.path) for p in errors] == [(line, "parameters.data.packing")], errors
     assert "mamba carries a state along the sequence" in errors[0].message
     assert validate_text(_workload(folder), "w.yaml").ok  # left out: the trainer turns packing off and says so
+
+
+def test_a_state_is_known_by_the_class_mark_or_by_a_layer_type_the_cache_keeps_as_a_state():
+    """Both ways transformers has said it: ``_is_stateful`` on the class (up to 5.24), a recurrent layer type
+    in the config (5.25 dropped the mark: Mamba's config has ``linear_attention`` layers); attention layers
+    alone carry none, whatever the class."""
+    from types import SimpleNamespace
+
+    from transformers import LlamaConfig
+
+    marked = type("Marked", (), {"_is_stateful": True})
+    assert carries_state(marked, LlamaConfig())
+    assert carries_state(object, SimpleNamespace(layer_types=["full_attention", "linear_attention"]))
+    assert carries_state(object, SimpleNamespace(layer_types=["conv", "full_attention"]))
+    assert not carries_state(object, SimpleNamespace(layer_types=["full_attention", "sliding_attention"]))
+    assert not carries_state(object, LlamaConfig())
