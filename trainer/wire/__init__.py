@@ -15,6 +15,8 @@ operator's machine, and the rules both sides apply to the same files.
   chunks, what a family does to its logits), for the trainer and the memory prediction alike.
 - ``nettest_pairs.py`` and ``nettest_budget.py``: the interconnect self-test's pairs and time budget,
   shared by the node script and the verdict.
+- ``startup.py``: a process's heavy imports without the cyclic garbage collector (the trainer's ranks, the
+  owner's first use of MLflow).
 
 May import: the standard library, pydantic, and modules of this room. Never torch, transformers,
 datasets, peft or anything else of ``trainer`` (``lint-imports`` checks it): the operator's side imports
