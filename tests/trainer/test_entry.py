@@ -41,7 +41,7 @@ def test_without_freeze_what_was_made_inside_can_still_be_collected():
     with imports_without_gc(freeze=False):
         loop = Cycle()
         loop.me = loop
-    assert gc.get_freeze_count() == frozen and gc.isenabled()
+    assert gc.get_freeze_count() <= frozen and gc.isenabled()  # nothing frozen (frozen objects may die)
     gone = weakref.ref(loop)
     del loop
     gc.collect()
