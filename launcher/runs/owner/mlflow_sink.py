@@ -57,6 +57,23 @@ def check_sqlite(path: Path) -> None:
         raise RuntimeError(f"cannot open the tracking store {path}: {err}") from None
 
 
+def made_whole(path: Path) -> None:
+    """A fresh SQLite store (no file, or the empty one :func:`check_sqlite` leaves) made, its tables and every
+    migration, in a file beside it and moved into place whole. MLflow migrates a SQLite store one statement at
+    a time: a process killed in the middle (a run's owner stopped while it made the data dir's store) left a
+    half-made store every later write failed on ("duplicate column name"). Called with the store's lock held."""
+    if path.exists() and path.stat().st_size > 0:
+        return
+    from mlflow.tracking._tracking_service.utils import _get_store
+
+    new = path.with_name(f".{path.name}.{os.getpid()}.new")
+    for leftover in (new, Path(f"{new}-wal"), Path(f"{new}-shm"), Path(f"{new}-journal")):
+        leftover.unlink(missing_ok=True)
+    new.touch(mode=path.stat().st_mode & 0o777 if path.exists() else 0o600)
+    _get_store(f"sqlite:///{new}").engine.dispose()
+    os.replace(new, path)
+
+
 def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in params.items():
@@ -109,6 +126,8 @@ class MlflowSink:
 
         os.environ.update(MLFLOW_HTTP)
         self.check_local()
+        if self.uri.startswith("sqlite:///"):
+            made_whole(Path(self.uri[len("sqlite:///"):]))
         return MlflowClient(tracking_uri=self.uri)
 
     def start(self, params: dict[str, Any], tags: dict[str, str] | None = None, *, key: str | None = None) -> str:
