@@ -82,11 +82,7 @@ def pytest_collection(session):
     objects they allocate set off collections that find almost nothing; a worker's collection takes half
     the CPU without them). What the imports made lives as long as the worker: frozen afterwards, so that the
     collections the tests set off (a Textual app under Pilot allocates a lot) skip it."""
-    import gc
+    from trainer.wire.startup import imports_without_gc
 
-    gc.disable()
-    try:
+    with imports_without_gc():
         return (yield)
-    finally:
-        gc.freeze()
-        gc.enable()
