@@ -3,8 +3,8 @@ the same processes, with a loss made NaN on purpose: ``PARAMS.nan.json`` beside 
 rank and at which steps (``{"rank": 1, "steps": [5]}``). The fault is this file's, not the trainer's: the
 rank's micro-step is scaled by NaN, so its loss and its gradients are NaN, as an overflow would make them.
 The process group is made once and kept (a run's end keeps it for the next file). Each file's end is printed
-as ``STOPPED <index> <rank> <message>`` or ``TRAINED <index> <rank>``; the last file's stop is left to end
-the process, as ``python -m trainer`` ends.
+as ``STOPPED <index> <rank> <message>`` or ``TRAINED <index> <rank>``; the last file's stop ends
+the process as ``python -m trainer`` ends it: through ``refusal_written``, its message in one write.
 
     nan_worker.py PARAMS.yaml [PARAMS.yaml ...]
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from trainer import job
-from trainer.__main__ import main
+from trainer.__main__ import main, refusal_written
 from trainer.loop import train
 
 job.end = dist.barrier  # the group stays for the next file: made again, it would wait for its old keys
@@ -55,5 +55,6 @@ for index, path in enumerate(first):
         sys.stdout.write(f"STOPPED {index} {os.environ['RANK']} {exit_.code}\n")  # one write: ranks share the pipe
     else:
         sys.stdout.write(f"TRAINED {index} {os.environ['RANK']}\n")
-one(last)
+with refusal_written():  # python -m trainer's own way out: the message and its newline in one write
+    one(last)
 sys.stdout.write(f"TRAINED {len(first)} {os.environ['RANK']}\n")
