@@ -1,4 +1,9 @@
-"""The trainer end to end under real torchrun with gloo: training, strategies, export, resume."""
+"""The trainer end to end under real torchrun with gloo: training, strategies, export, resume.
+
+The module's independent two-rank runs (the demo, the reference of the resume after SIGKILL, a GPT-2
+folder with a JSONL file, the first half of the async resume) run one after the other in one torchrun
+(``two_rank_runs``): each is the trainer's own entry in a folder of its own, with the output and exit
+code of its own, at the cost of one start of the ranks."""
 
 import json
 import os
@@ -15,6 +20,7 @@ from tests.support.trainer.run import (
     ROOT,
     kill_tagged,
     run_trainer,
+    run_trainers,
     tiny_params,
     torchrun_argv,
     trainer_env,
@@ -28,10 +34,53 @@ def _records(tmp: Path) -> list[dict]:
     return [json.loads(line) for line in (tmp / "metrics.jsonl").read_text().splitlines()]
 
 
+def _resume_params(out: Path) -> dict:
+    return tiny_params(out, max_steps=16, checkpoint={"every_steps": 6, "keep_last": 3, "export_hf": False},
+                       logging={"eval_every_steps": None, "eval_max_batches": 1})
+
+
+def _async_params(out: Path, staging: Path) -> dict:
+    return tiny_params(out, max_steps=6, checkpoint={"every_steps": 3, "async_save": True,
+                                                     "staging_dir": str(staging), "export_hf": False},
+                       logging={"eval_every_steps": None, "eval_max_batches": 1})
+
+
+def _gpt2_folder(tmp: Path, tiny_model_dir: Path) -> dict:
+    """A GPT-2-shaped model (another architecture than our Llama) saved as a plain HF folder, and a JSONL
+    file of alpaca rows: the run's parameters."""
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    model_dir = tmp / "gpt2-tiny"
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    config = GPT2Config(vocab_size=len(tok), n_positions=128, n_embd=32, n_layer=2, n_head=2,
+                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    GPT2LMHeadModel(config).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    data = tmp / "mine.jsonl"
+    data.write_text("".join(json.dumps({"instruction": f"Say {w}.", "input": "", "output": w}) + "\n"
+                            for w in ["yes", "no", "maybe", "sure"] * 20))
+    return {"model_name": str(model_dir), "dataset_name": str(data), "output_dir": str(tmp / "out"),
+            "max_seq_len": 64, "per_device_batch_size": 2, "max_steps": 3,
+            "checkpoint": {"save_final": False, "export_hf": False}}
+
+
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory, tiny_model_dir):
-    tmp = tmp_path_factory.mktemp("demo")
-    out = run_trainer(tmp, tiny_params(tmp / "out"))
+def two_rank_runs(tmp_path_factory, tiny_model_dir) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+    """Each independent two-rank run of the module, by name: its folder and its result."""
+    tmp = tmp_path_factory.mktemp("runs")
+    runs = {
+        "demo": (tmp / "demo", tiny_params(tmp / "demo" / "out")),
+        "resume_ref": (tmp / "ref", _resume_params(tmp / "ref" / "out")),
+        "gpt2": (tmp / "gpt2" / "run", _gpt2_folder(tmp / "gpt2", tiny_model_dir)),
+        "async": (tmp / "async" / "two", _async_params(tmp / "async" / "out", tmp / "async" / "staging")),
+    }
+    outs = run_trainers([(folder, params, None) for folder, params in runs.values()])
+    return {name: (folder, out) for (name, (folder, _)), out in zip(runs.items(), outs, strict=True)}
+
+
+@pytest.fixture(scope="module")
+def demo_run(two_rank_runs):
+    tmp, out = two_rank_runs["demo"]
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return tmp, out
 
@@ -147,13 +196,11 @@ def test_sharding_strategies_agree_after_one_step(tmp_path, tiny_model_dir):
             torch.testing.assert_close(run["params"][key], value, rtol=1e-5, atol=1e-6, msg=f"{name}: {key}")
 
 
-def test_resume_after_sigkill_gives_the_same_losses(tmp_path, tiny_model_dir):
-    params = tiny_params(tmp_path / "ref" / "out", max_steps=16,
-                         checkpoint={"every_steps": 6, "keep_last": 3, "export_hf": False},
-                         logging={"eval_every_steps": None, "eval_max_batches": 1})
-    ref = run_trainer(tmp_path / "ref", params)
+def test_resume_after_sigkill_gives_the_same_losses(tmp_path, two_rank_runs):
+    ref_dir, ref = two_rank_runs["resume_ref"]
     assert ref.returncode == 0, ref.stderr[-3000:]
-    ref_losses = {r["step"]: r["loss"] for r in _records(tmp_path / "ref") if r["kind"] == "train"}
+    ref_losses = {r["step"]: r["loss"] for r in _records(ref_dir) if r["kind"] == "train"}
+    params = _resume_params(tmp_path / "ref" / "out")
 
     tmp = tmp_path / "killed"
     tmp.mkdir()
@@ -202,25 +249,11 @@ def test_resume_after_sigkill_gives_the_same_losses(tmp_path, tiny_model_dir):
     assert f"resume check: verified at step {done} (from step {done} of run {tag}): checked step" in resumed.stdout
 
 
-def test_trains_any_local_hf_model_folder_and_alpaca_jsonl(tmp_path, tiny_model_dir):
+def test_trains_any_local_hf_model_folder_and_alpaca_jsonl(two_rank_runs):
     """A GPT-2-shaped model (another architecture than our Llama) saved as a plain HF folder."""
-    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
-
-    model_dir = tmp_path / "gpt2-tiny"
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    config = GPT2Config(vocab_size=len(tok), n_positions=128, n_embd=32, n_layer=2, n_head=2,
-                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
-    GPT2LMHeadModel(config).save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
-    data = tmp_path / "mine.jsonl"
-    data.write_text("".join(json.dumps({"instruction": f"Say {w}.", "input": "", "output": w}) + "\n"
-                            for w in ["yes", "no", "maybe", "sure"] * 20))
-    params = {"model_name": str(model_dir), "dataset_name": str(data), "output_dir": str(tmp_path / "out"),
-              "max_seq_len": 64, "per_device_batch_size": 2, "max_steps": 3,
-              "checkpoint": {"save_final": False, "export_hf": False}}
-    out = run_trainer(tmp_path / "run", params)
+    run_dir, out = two_rank_runs["gpt2"]
     assert out.returncode == 0, out.stderr[-3000:]
-    losses = [r["loss"] for r in _records(tmp_path / "run") if r["kind"] == "train"]
+    losses = [r["loss"] for r in _records(run_dir) if r["kind"] == "train"]
     assert len(losses) == 3 and all(loss > 0 for loss in losses)
 
 
@@ -237,13 +270,11 @@ def test_trains_on_gpu_with_nccl_and_bf16(tmp_path, tiny_model_dir):
     assert all(s > 0 for s in train[-1]["rank_step_s"])  # the update timed with CUDA events
 
 
-def test_async_staged_checkpoints_then_resume_on_another_world_size(tmp_path, tiny_model_dir):
-    out_dir = tmp_path / "out"
-    staging = tmp_path / "staging"
-    params = tiny_params(out_dir, max_steps=6, checkpoint={"every_steps": 3, "async_save": True,
-                                                            "staging_dir": str(staging), "export_hf": False},
-                         logging={"eval_every_steps": None, "eval_max_batches": 1})
-    first = run_trainer(tmp_path / "two", params, nproc=2)
+def test_async_staged_checkpoints_then_resume_on_another_world_size(two_rank_runs):
+    first_dir, first = two_rank_runs["async"]
+    tmp_path = first_dir.parent
+    out_dir, staging = tmp_path / "out", tmp_path / "staging"
+    params = _async_params(out_dir, staging)
     assert first.returncode == 0, first.stderr[-3000:]
     ckpts = list_checkpoints(out_dir / "checkpoints")
     assert [(c.step, c.complete) for c in ckpts] == [(3, True), (6, True)]

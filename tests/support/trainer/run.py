@@ -50,6 +50,41 @@ def run_trainer(tmp: Path, params: dict, nproc: int = 2, timeout: int = 300,
     return out
 
 
+def run_trainers(runs: list[tuple[Path, dict, dict | None]], nproc: int = 2,
+                 timeout: int = 600) -> list[subprocess.CompletedProcess]:
+    """Independent trainer runs of ``nproc`` ranks, each ``(folder, params, extra env)`` as
+    :func:`run_trainer` takes them, in one torchrun (``runs_worker.py``: one start of each rank for all of
+    them); one result per run, its output the run's own and its exit code the highest of its ranks'. A run
+    that no marker ends (the processes died in it) gets torchrun's code and everything from its start."""
+    import json
+    import re
+
+    spec = []
+    for tmp, params, env in runs:
+        tmp.mkdir(parents=True, exist_ok=True)
+        (tmp / "params.yaml").write_text(yaml.safe_dump(params))
+        mine = {k: v for k, v in trainer_env(tmp).items() if os.environ.get(k) != v}
+        spec.append({"params": str(tmp / "params.yaml"), "cwd": str(tmp), "env": {**mine, **(env or {})}})
+    first = runs[0][0]
+    (first.parent / f"{first.name}.runs.json").write_text(json.dumps(spec))
+    out = subprocess.run(torchrun_argv(nproc, str(HERE / "runs_worker.py"), str(first.parent / f"{first.name}.runs.json")),
+                         cwd=first, env=trainer_env(first), capture_output=True, text=True, timeout=timeout)
+    mark = re.compile(r"^==== run (\d+) ended (-?\d+)\n", re.M)
+    pieces = {name: mark.split(getattr(out, name)) for name in ("stdout", "stderr")}
+    results = []
+    for index, (tmp, _, _) in enumerate(runs):
+        texts, code = {}, out.returncode or 1
+        for name, parts in pieces.items():
+            # [before the first mark, index, code, after it, index, code, ...]
+            at = 1 + 3 * index
+            texts[name] = parts[at - 1] if at - 1 < len(parts) else ""
+            if at + 1 < len(parts) and int(parts[at]) == index:
+                code = int(parts[at + 1])
+        results.append(subprocess.CompletedProcess(out.args, code, texts["stdout"], texts["stderr"]))
+        (tmp / "stdout.txt").write_text(texts["stdout"] + texts["stderr"])
+    return results
+
+
 def tiny_params(output_dir: Path, **over) -> dict:
     params = {
         "model_name": "builtin:tiny-llama", "dataset_name": "builtin:tiny-alpaca",
