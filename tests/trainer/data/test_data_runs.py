@@ -1,7 +1,13 @@
 """The trainer's data end to end under torchrun (gloo, CPU processes): a streamed mixture killed and
 resumed trains what an unbroken run trains (same world size: the same losses; another: the same rows,
 the resume check's verdict), its shares and bounded evaluation said; a cached mixture's second start
-reads the node's cache and every rank maps one copy."""
+reads the node's cache and every rank maps one copy.
+
+The module's independent two-rank runs (the streamed mixture's unbroken reference, the cached mixture's
+first start) run one after the other in one torchrun (``two_rank_runs``): each is the trainer's own entry
+in a folder of its own, with the output and exit code of its own, at the cost of one start of the ranks.
+The streamed run does not touch the token cache, so the cached mixture's first start still tokenizes.
+The runs that follow (killed, resumed, on one rank, the cached mixture's second start) run as before."""
 
 from __future__ import annotations
 
@@ -14,7 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.trainer.run import kill_tagged, run_trainer, tiny_params, torchrun_argv, trainer_env
+from tests.support.trainer.run import (
+    kill_tagged,
+    run_trainer,
+    run_trainers,
+    tiny_params,
+    torchrun_argv,
+    trainer_env,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -52,6 +65,28 @@ def _params(out: Path, sources: Path, **data) -> dict:
     return params
 
 
+def _streamed_params(out: Path, sources: Path) -> dict:
+    return _params(out, sources, streaming=True)
+
+
+def _cached_params(out: Path, sources: Path) -> dict:
+    params = _params(out, sources)
+    params.update(max_steps=3, checkpoint={"every_steps": None, "save_final": False, "export_hf": False})
+    return params
+
+
+@pytest.fixture(scope="module")
+def two_rank_runs(tmp_path_factory, sources, tiny_model_dir) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+    """Each independent two-rank run of the module, by name: its folder and its result."""
+    tmp = tmp_path_factory.mktemp("runs")
+    runs = {
+        "stream_ref": (tmp / "ref", _streamed_params(tmp / "ref" / "out", sources)),
+        "cached_first": (tmp / "a", _cached_params(tmp / "a" / "out", sources)),
+    }
+    outs = run_trainers([(folder, params, None) for folder, params in runs.values()])
+    return {name: (folder, out) for (name, (folder, _)), out in zip(runs.items(), outs, strict=True)}
+
+
 def _losses(tmp: Path, after: int = 0) -> dict[int, float]:
     train = [r for r in _records(tmp) if r["kind"] == "train"]
     start = max((i for i, r in enumerate(train) if r["step"] == after + 1), default=0)
@@ -72,20 +107,20 @@ def _wait_gone(pids: list[int], within: float = 30.0) -> None:
             time.sleep(0.05)
 
 
-def test_a_streamed_mixture_killed_and_resumed_trains_what_an_unbroken_run_trains(tmp_path, sources, tiny_model_dir):
-    params = _params(tmp_path / "ref" / "out", sources, streaming=True)
-    ref = run_trainer(tmp_path / "ref", params)
+def test_a_streamed_mixture_killed_and_resumed_trains_what_an_unbroken_run_trains(tmp_path, sources, two_rank_runs):
+    ref_dir, ref = two_rank_runs["stream_ref"]
+    params = _streamed_params(ref_dir / "out", sources)
     assert ref.returncode == 0, ref.stdout[-3000:] + ref.stderr[-3000:]
-    ref_losses = _losses(tmp_path / "ref")
+    ref_losses = _losses(ref_dir)
     assert sorted(ref_losses) == list(range(1, 11))
     # what the start says: streamed sources, their held-out rows, bounded evaluation
     assert "data: alpaca.jsonl: streamed (data.streaming): read and tokenized as it is trained on, its first 30 rows " \
            "held out" in ref.stdout
     assert "evaluation: 40 held-out rows (at most data.eval_max_rows: 40), each evaluation at most 1e-06 s" in ref.stdout
     assert "evaluation stopped after 1 batches: logging.eval_max_s is 1e-06 s" in ref.stdout
-    data = next(r for r in _records(tmp_path / "ref") if r["kind"] == "data")
+    data = next(r for r in _records(ref_dir) if r["kind"] == "data")
     assert data["streamed"] and [s["name"] for s in data["sources"]] == ["alpaca.jsonl", "numbers"]
-    last = [r for r in _records(tmp_path / "ref") if r["kind"] == "train"][-1]
+    last = [r for r in _records(ref_dir) if r["kind"] == "train"][-1]
     assert sum(last["mix_rows"]) == 10 * 8 and abs(last["mix_rows"][0] / 80 - 0.75) < 0.1
     assert "mix: alpaca.jsonl" in ref.stdout
 
@@ -118,7 +153,7 @@ def test_a_streamed_mixture_killed_and_resumed_trains_what_an_unbroken_run_train
     # another world size, the same rows a step: one rank of 8 from the unbroken run's step-4 checkpoint
     one = tmp_path / "one"
     (one / "out" / "checkpoints").mkdir(parents=True)
-    shutil.copytree(tmp_path / "ref" / "out" / "checkpoints" / "step-00000004",
+    shutil.copytree(ref_dir / "out" / "checkpoints" / "step-00000004",
                     one / "out" / "checkpoints" / "step-00000004")
     params.update(output_dir=str(one / "out"), per_device_batch_size=8)
     single = run_trainer(one, params, nproc=1)
@@ -130,10 +165,9 @@ def test_a_streamed_mixture_killed_and_resumed_trains_what_an_unbroken_run_train
         assert loss == pytest.approx(ref_losses[step], rel=1e-4), step
 
 
-def test_a_cached_mixture_is_tokenized_once_and_read_from_the_cache_after(tmp_path, sources, tiny_model_dir):
-    params = _params(tmp_path / "a" / "out", sources)
-    params.update(max_steps=3, checkpoint={"every_steps": None, "save_final": False, "export_hf": False})
-    first = run_trainer(tmp_path / "a", params)
+def test_a_cached_mixture_is_tokenized_once_and_read_from_the_cache_after(tmp_path, sources, two_rank_runs):
+    first_dir, first = two_rank_runs["cached_first"]
+    params = _cached_params(first_dir / "out", sources)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert first.stdout.count("examples tokenized in") == 2  # each source once, by one rank
     params["output_dir"] = str(tmp_path / "b" / "out")
@@ -141,6 +175,6 @@ def test_a_cached_mixture_is_tokenized_once_and_read_from_the_cache_after(tmp_pa
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.stdout.count("examples read from the cache") == 2 and "tokenized in" not in second.stdout.split(
         "read from the cache")[0]
-    assert _losses(tmp_path / "a") == pytest.approx(_losses(tmp_path / "b"), rel=1e-6)
+    assert _losses(first_dir) == pytest.approx(_losses(tmp_path / "b"), rel=1e-6)
     data = next(r for r in _records(tmp_path / "b") if r["kind"] == "data")
     assert [s["share"] for s in data["sources"]] == [0.75, 0.25] and not data["streamed"]

@@ -1,7 +1,11 @@
 """LoRA reaches a mixture of experts' fused expert weights under real torchrun (gloo, 2 CPU ranks), on tiny
 random Qwen3-MoE (``all-linear``; its files keep one tensor per expert, which transformers fuses on load) and
 GPT-OSS (named expert projections; its files keep them fused): it trains as PEFT alone trains, step by step,
-and its PEFT-format and merged exports load and give the trained model's logits."""
+and its PEFT-format and merged exports load and give the trained model's logits.
+
+The two trainer runs (one per model) run one after the other in one torchrun (``run_trainers``): each is
+the trainer's own entry in a folder of its own, with the output and exit code of its own, at the cost of one
+start of the ranks."""
 
 import json
 import subprocess
@@ -10,7 +14,7 @@ import pytest
 import torch
 
 from tests.support.trainer.families import save_family
-from tests.support.trainer.run import HERE, ROOT, run_trainer, torchrun_argv, trainer_env
+from tests.support.trainer.run import HERE, ROOT, run_trainers, torchrun_argv, trainer_env
 from trainer.wire.ckpt_layout import list_checkpoints
 
 pytestmark = pytest.mark.slow
@@ -23,17 +27,19 @@ RUNS = {"qwen3_moe": {"target_modules": "all-linear"},
 def runs(tmp_path_factory, tiny_model_dir):
     tmp = tmp_path_factory.mktemp("lora-moe")
     out = {"tmp": tmp}
-    pairs = []
+    folders, planned = {}, []
     for kind, targets in RUNS.items():
-        folder = save_family(kind, tmp / kind, tiny_model_dir)
-        params = {"model_name": str(folder), "dataset_name": "builtin:tiny-alpaca",
+        folders[kind] = save_family(kind, tmp / kind, tiny_model_dir)
+        params = {"model_name": str(folders[kind]), "dataset_name": "builtin:tiny-alpaca",
                   "output_dir": str(tmp / f"run-{kind}" / "out"), "max_seq_len": 128, "per_device_batch_size": 4,
                   "learning_rate": 0.01, "max_steps": 4, "optim": {"schedule": "constant"},
                   "model": {"attention": "eager"}, "logging": {"eval_max_batches": 1},
                   "lora": {"r": 4, "alpha": 8, **targets}, "checkpoint": {"every_steps": 4, "export_merged": True}}
-        run = run_trainer(tmp / f"run-{kind}", params)
+        planned.append((tmp / f"run-{kind}", params, None))
+    pairs = []
+    for kind, run in zip(RUNS, run_trainers(planned), strict=True):
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-        out[kind] = {"folder": folder, "stdout": run.stdout,
+        out[kind] = {"folder": folders[kind], "stdout": run.stdout,
                      "train": [r for r in map(json.loads, (tmp / f"run-{kind}" / "metrics.jsonl").read_text()
                                               .splitlines()) if r["kind"] == "train"]}
         pairs += [str(tmp / f"run-{kind}" / "params.yaml"),

@@ -1,6 +1,10 @@
 """LoRA under real torchrun (gloo, 2 CPU ranks) on tiny random models of two families: it trains, the
 frozen base never changes, adapters-only checkpoints resume bit-exactly, and the PEFT and merged
-exports give the trained model's logits; samples are recorded as it learns."""
+exports give the trained model's logits; samples are recorded as it learns.
+
+The two independent runs (one per family) run one after the other in one torchrun (``run_trainers``): each
+is the trainer's own entry in a folder of its own, with the output and exit code of its own, at the cost of
+one start of the ranks; the resume from the first one's checkpoint runs after them."""
 
 import json
 import subprocess
@@ -11,7 +15,7 @@ import pytest
 import torch
 
 from tests.support.trainer.families import save_family
-from tests.support.trainer.run import HERE, ROOT, run_trainer, torchrun_argv, trainer_env
+from tests.support.trainer.run import HERE, ROOT, run_trainer, run_trainers, torchrun_argv, trainer_env
 from trainer.wire.ckpt_layout import list_checkpoints
 
 pytestmark = pytest.mark.slow
@@ -39,21 +43,20 @@ def runs(tmp_path_factory, tiny_model_dir):
     mistral = save_family("mistral", tmp / "mistral", tiny_model_dir)  # sliding window, untied head
     first = _params(qwen, tmp / "a" / "out", lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
                     fsdp={"sharding": "full_shard"})
-    a = run_trainer(tmp / "a", first)
-    assert a.returncode == 0, a.stdout[-3000:] + a.stderr[-3000:]
-    ckpts = list_checkpoints(str(tmp / "a" / "out" / "checkpoints"))
-    resumed = {**first, "output_dir": str(tmp / "b" / "out"),
-               "checkpoint": {**first["checkpoint"], "resume": ckpts[0].path}}
-    b = run_trainer(tmp / "b", resumed)
-    assert b.returncode == 0, b.stdout[-3000:] + b.stderr[-3000:]
     other = _params(mistral, tmp / "c" / "out", max_steps=6, gradient_accumulation_steps=2,
                     lora={"r": 2, "alpha": 4, "dropout": 0.1, "target_modules": "all-linear",
                           "modules_to_save": ["lm_head"]},
                     model={"activation_checkpointing": "full"},
                     fsdp={"sharding": "shard_grad_op", "cpu_offload": True},
                     checkpoint={"every_steps": 3, "export_merged": True})
-    c = run_trainer(tmp / "c", other)
+    a, c = run_trainers([(tmp / "a", first, None), (tmp / "c", other, None)])
+    assert a.returncode == 0, a.stdout[-3000:] + a.stderr[-3000:]
     assert c.returncode == 0, c.stdout[-3000:] + c.stderr[-3000:]
+    ckpts = list_checkpoints(str(tmp / "a" / "out" / "checkpoints"))
+    resumed = {**first, "output_dir": str(tmp / "b" / "out"),
+               "checkpoint": {**first["checkpoint"], "resume": ckpts[0].path}}
+    b = run_trainer(tmp / "b", resumed)
+    assert b.returncode == 0, b.stdout[-3000:] + b.stderr[-3000:]
     worker = subprocess.run(
         torchrun_argv(2, str(HERE / "lora_worker.py"), str(tmp / "worker.pt"),
                       str(tmp / "a" / "params.yaml"), list_checkpoints(str(tmp / "a" / "out" / "checkpoints"))[-1].path,
