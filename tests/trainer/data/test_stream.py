@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from trainer.data import stream
 from trainer.data.dataset import build
 from trainer.data.position import DataPosition
 from trainer.data.stream import StreamOrder
@@ -112,7 +113,11 @@ def _rows(step: list[list[dict[str, torch.Tensor]]]) -> list[list[int]]:
                                                       ((1, 8), (4, 2), 0), ((1, 8), (2, 4), 1)],
                          ids=["same-world", "two-ranks-to-one", "one-rank-to-four", "worker-process"])
 def test_a_stream_stopped_and_started_again_trains_the_rows_an_unbroken_one_does(sources, tok, before, after,
-                                                                                 workers):
+                                                                                 workers, monkeypatch):
+    if not workers:  # windows of 100 rows: the stop and the resume land windows into each source, and each
+        # rank's reader runs 256 rows ahead, not a full window of 4,096 (a spawned worker reads the module's own)
+        monkeypatch.setattr(stream, "WINDOW_ROWS", 100)
+        monkeypatch.setattr(stream, "LOOKAHEAD_ROWS", 256)
     cfg = _cfg(sources, data={"streaming": True, "eval_max_rows": 40, "cache_dir": str(sources / "cache"),
                               "num_workers": workers})
     unbroken = _steps(_ranks(cfg, tok, *before), DataPosition(stream=""), 14, accum=2)
@@ -232,6 +237,7 @@ def test_a_stream_closed_ends_its_worker_process(sources, tok):
 KILLED_PARENT = """
 import json, multiprocessing, os, sys, time
 from transformers import AutoTokenizer
+from trainer.data import stream
 from trainer.data.dataset import build
 from trainer.wire.config import TrainerConfig
 root, model = sys.argv[1], sys.argv[2]
