@@ -36,7 +36,7 @@ for index, run in enumerate(spec):
         with refusal_written():
             code = main([run["params"]])
     except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else 1
+        code = 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1  # as the interpreter ends
     finally:
         os.environ.clear()
         os.environ.update(saved)
