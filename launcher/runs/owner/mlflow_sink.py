@@ -61,17 +61,32 @@ def made_whole(path: Path) -> None:
     """A fresh SQLite store (no file, or the empty one :func:`check_sqlite` leaves) made, its tables and every
     migration, in a file beside it and moved into place whole. MLflow migrates a SQLite store one statement at
     a time: a process killed in the middle (a run's owner stopped while it made the data dir's store) left a
-    half-made store every later write failed on ("duplicate column name"). Called with the store's lock held."""
+    half-made store every later write failed on ("duplicate column name"). Called with the store's lock held.
+    What a killed maker left beside the store (its file, its journal) goes, whole store or not."""
+    for leftover in path.parent.glob(f".{path.name}.*.new*"):
+        if not _maker_alive(leftover.name[len(path.name) + 2:].split(".", 1)[0]):
+            leftover.unlink(missing_ok=True)
     if path.exists() and path.stat().st_size > 0:
         return
     from mlflow.tracking._tracking_service.utils import _get_store
 
     new = path.with_name(f".{path.name}.{os.getpid()}.new")
-    for leftover in (new, Path(f"{new}-wal"), Path(f"{new}-shm"), Path(f"{new}-journal")):
-        leftover.unlink(missing_ok=True)
     new.touch(mode=path.stat().st_mode & 0o777 if path.exists() else 0o600)
     _get_store(f"sqlite:///{new}").engine.dispose()
     os.replace(new, path)
+
+
+def _maker_alive(pid: str) -> bool:
+    """Whether the process that named a store's file beside it still lives (this one is making it anew)."""
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # alive, another user's
+        return True
+    return True
 
 
 def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, str]:
