@@ -5,6 +5,7 @@ workload's ``command``, shards a small model with FSDP2 and prints ``step=N/M lo
 fsdp-tui turns into a loss curve. Runs on GPUs (NCCL) or CPUs (gloo) unchanged.
 """
 
+import gc
 import os
 
 import torch
@@ -31,8 +32,10 @@ def main() -> None:
     dist.init_process_group(backend="nccl" if use_cuda else "gloo")
     device = torch.device(f"cuda:{int(os.environ['LOCAL_RANK'])}" if use_cuda else "cpu")
     train(load_params(), dist.get_rank(), dist.get_world_size(), device)
-    # The model, its optimizer and their collectives' state are freed on train()'s return, before the
-    # process group goes and while the interpreter is whole (not in its teardown, after main returns).
+    # A sharded model lives on after train() returns (its hooks hold it in reference cycles), and with it
+    # its hold on the process group: collected here, before the group goes and while the interpreter is
+    # whole, not later in its teardown, where gloo's threads can abort the process.
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()
 
