@@ -26,14 +26,13 @@ from tests.support.processes import namespace_pids, send
 from tests.support.sshd import (
     NS_PORT,
     SSHD,
-    Switch,
     TestHost,
     keygen,
     make_client_home,
-    make_switch,
     ssh_config_entry,
     sshd_config,
 )
+from tests.support.switches import Switch, make_switch
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "nsenter", "unshare")
 PARTITION = "debug"

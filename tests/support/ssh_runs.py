@@ -16,6 +16,6 @@ def ssh_cli(home: Path, client: Path, *args: str, timeout: int = 300):
 
 def gloo_iface(started) -> str:
     """The interface gloo binds on each host: the namespace's own, or loopback for loopback hosts."""
-    from tests.support.sshd import NS_IFACE
+    from tests.support.switches import NS_IFACE
 
     return NS_IFACE if started[0].netns else "lo"

@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.processes import namespace_pids, send
+from tests.support.processes import send
+from tests.support.switches import Switch, make_switch
 
 SSHD = "/usr/sbin/sshd"
 
@@ -77,103 +78,6 @@ def keygen(path: Path) -> None:
 
 NS_PORT = 22
 """sshd's port in a namespace host: the namespace is the host's own, nothing else listens there."""
-NS_IFACE = "eth0"
-"""The namespace host's interface, as a machine's (e.g. for ``GLOO_SOCKET_IFNAME``)."""
-
-
-@dataclass
-class Switch:
-    """A bridge on this machine and one namespace per host, each with an address on the bridge's subnet."""
-
-    bridge: str
-    namespaces: list[str]
-    addrs: list[str]
-
-    def remove(self) -> None:
-        """Every veth (its peer goes with it), namespace and the bridge, in one ``ip -force -batch``: what is
-        already gone is skipped, the rest still removed."""
-        kill_namespace_processes(self.namespaces)
-        lines = [f"link del {self.veth(i)}" for i in range(len(self.namespaces))]
-        lines += [f"netns del {ns}" for ns in self.namespaces] + [f"link del {self.bridge}"]
-        subprocess.run(["ip", "-force", "-batch", "-"], input="\n".join(lines) + "\n", capture_output=True,
-                       text=True)
-
-    gateway: str = ""
-    """The bridge's own address: this machine, as the hosts on the switch reach it."""
-
-    def veth(self, i: int) -> str:
-        """The bridge's end of host ``i``'s link (the other end is that namespace's eth0)."""
-        return f"{self.bridge.replace('br', 'v', 1)}-{i}"
-
-
-def kill_namespace_processes(namespaces: list[str]) -> list[int]:
-    """Every process still running in ``namespaces`` (a session's shell, an agent uploading into a host a
-    test cut off: sshd's children outlive its listener), killed; the pids it found."""
-    pids = [pid for ns in namespaces for pid in namespace_pids(ns)]
-    send(pids)
-    return pids
-
-
-def make_switch(count: int, *, name: str = "fsdp", subnet: str = "10.251", tag: int | None = None) -> Switch:
-    """``count`` namespaces on a private /24 (``subnet``.N.0), named after ``name``; RuntimeError if the
-    machine does not allow it (no ``ip``, no CAP_NET_ADMIN). Without ``tag``, N is the first one from this
-    process id on whose bridge nobody holds: creating the bridge is the claim, so tests running side by
-    side (pytest-xdist workers, several clusters) never share or remove each other's switch. With ``tag``,
-    whatever a killed run left under that tag is removed first."""
-    if shutil.which("ip") is None:
-        raise RuntimeError("iproute2 is not installed (apt-get install iproute2)")
-    if not 1 <= count <= 253:
-        raise ValueError(f"a switch holds 1 to 253 hosts (.2 to .254 of its /24), not {count}")
-    if tag is not None:
-        _switch(count, name, subnet, tag).remove()  # what a killed run may have left
-        return _bring_up_switch(_switch(count, name, subnet, tag))
-    start = os.getpid() % 250
-    for i in range(250):
-        candidate = (start + i) % 250
-        if os.path.exists(f"/run/netns/{name}-{candidate}-0"):
-            continue
-        switch = _switch(count, name, subnet, candidate)
-        claim = subprocess.run(["ip", "link", "add", switch.bridge, "type", "bridge"], capture_output=True, text=True)
-        if claim.returncode == 0:
-            return _bring_up_switch(switch, claimed=True)
-        if "exists" not in claim.stderr:
-            raise RuntimeError(f"network namespaces are not available here: ip link add {switch.bridge} type "
-                               f"bridge: {claim.stderr.strip()}")
-    raise RuntimeError(f"no free bridge name for {name} test hosts (250 in use)")
-
-
-def _switch(count: int, name: str, subnet: str, tag: int) -> Switch:
-    return Switch(f"{name}br{tag}", [f"{name}-{tag}-{i}" for i in range(count)],
-                  [f"{subnet}.{tag}.{i + 2}" for i in range(count)], f"{subnet}.{tag}.1")
-
-
-def _bring_up_switch(switch: Switch, claimed: bool = False) -> Switch:
-    """The bridge, every namespace and its veth in one ``ip -batch`` here, then each namespace's own side
-    (address, links up) in one ``ip -n NS -batch`` per namespace, all at once: 64 hosts take a few dozen
-    ``ip`` processes, not hundreds one after the other."""
-    here = [] if claimed else [f"link add {switch.bridge} type bridge"]
-    here += [f"addr add {switch.gateway}/24 dev {switch.bridge}", f"link set {switch.bridge} up"]
-    for i, ns in enumerate(switch.namespaces):
-        here += [f"netns add {ns}", f"link add {switch.veth(i)} type veth peer name {NS_IFACE} netns {ns}",
-                 f"link set {switch.veth(i)} master {switch.bridge} up"]
-    done = subprocess.run(["ip", "-batch", "-"], input="\n".join(here) + "\n", capture_output=True, text=True)
-    if done.returncode != 0:
-        switch.remove()
-        raise RuntimeError(f"network namespaces are not available here: ip -batch: {done.stderr.strip()}")
-    inside = [(ns, subprocess.Popen(["ip", "-n", ns, "-batch", "-"], stdin=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    stdout=subprocess.DEVNULL, text=True))
-              for ns in switch.namespaces]
-    failed = []
-    for (ns, proc), addr in zip(inside, switch.addrs, strict=True):
-        _, err = proc.communicate(f"addr add {addr}/24 dev {NS_IFACE}\nlink set {NS_IFACE} up\nlink set lo up\n")
-        if proc.returncode != 0:
-            failed.append(f"{ns}: {err.strip()}")
-    if failed:
-        switch.remove()
-        raise RuntimeError(f"network namespaces are not available here: ip -n NS -batch: {failed[0]}")
-    return switch
-
-
 def make_client_home(tmp: Path) -> tuple[Path, Path]:
     """A client HOME (``tmp/client-home``) with ~/.ssh and a key; returns it and an authorized_keys file
     holding that key, for the servers."""

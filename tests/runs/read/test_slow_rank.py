@@ -87,7 +87,7 @@ def _first_metrics(home: Path, proc: subprocess.Popen) -> Path:
 @pytest.mark.xdist_group("cpu-cgroup")
 def test_a_throttled_node_is_flagged_as_slow_ranks(home, tmp_path, four_ns_hosts, slow_cgroup):
     """The node is throttled once it trains (a throttled start-up would only make the test long)."""
-    from tests.support.sshd import NS_IFACE
+    from tests.support.switches import NS_IFACE
 
     client, _ = four_ns_hosts
     steps = WINDOW_STEPS + 6  # the flag's window, and the steps made before the throttle bites
