@@ -15,6 +15,8 @@ import pytest
 
 from tests.support.trainer.run import run_trainer, run_trainers, tiny_params
 
+pytestmark = pytest.mark.slow  # torchrun, two ranks
+
 
 @pytest.fixture(scope="module")
 def refused(tmp_path_factory, tiny_model_dir) -> dict:
