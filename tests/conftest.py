@@ -10,7 +10,7 @@ or machine-wide, which stay together on one worker:
   the other.
 
 Everything else is isolated by the fixtures: ``tmp_path`` homes, free ports, network namespaces and
-bridges claimed by name (``tests/support/sshd.py``), run ids in every process's environment.
+bridges claimed by name (``tests/support/switches.py``), run ids in every process's environment.
 """
 
 from __future__ import annotations

@@ -269,6 +269,18 @@ def _first_problem(done, source: str) -> DataError | None:
     return DataError(source, worst["error"], line=worst["error_line"], row=worst["error_row"])
 
 
+def integers(array) -> np.ndarray:
+    """An Arrow integer array without nulls as a read-only numpy view of its values (no copy: a memory-mapped
+    file stays mapped). pyarrow's own ``to_numpy`` imports pandas where it is installed: a quarter of a second
+    of CPU and its memory in every rank that reads the token cache, for nothing it uses."""
+    import pyarrow as pa
+
+    if not pa.types.is_integer(array.type) or array.null_count:
+        raise ValueError(f"expected integers without nulls, got {array.type} with {array.null_count} null(s)")
+    dtype = np.dtype(str(array.type))  # Arrow's integer type names are numpy's: int8 ... uint64
+    return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize)
+
+
 @dataclass
 class Encoded:
     """A finished folder's examples, memory-mapped: token ids and learned masks by example, and the small
@@ -294,12 +306,12 @@ class Encoded:
             table = pa.ipc.open_stream(pa.memory_map(str(folder / name))).read_all()
             for id_chunk, mask_chunk in zip(table.column("input_ids").chunks, table.column("learned").chunks,
                                             strict=True):
-                ids.append(id_chunk.values.to_numpy(zero_copy_only=True))
-                learned.append(mask_chunk.values.to_numpy(zero_copy_only=True))
-                offsets.append(id_chunk.offsets.to_numpy(zero_copy_only=True))
+                ids.append(integers(id_chunk.values))
+                learned.append(integers(mask_chunk.values))
+                offsets.append(integers(id_chunk.offsets))
                 starts.append(starts[-1] + len(id_chunk))
-            lost.append(table.column("lost").to_numpy())
-            counts.append(table.column("learned_count").to_numpy())
+            lost.extend(integers(chunk) for chunk in table.column("lost").chunks)
+            counts.extend(integers(chunk) for chunk in table.column("learned_count").chunks)
         chunk_offsets = [o.astype(np.int64) for o in offsets]
         lengths = np.concatenate([np.diff(o) for o in chunk_offsets]) if chunk_offsets else np.zeros(0, np.int64)
         return cls(ids, learned, offsets, np.array(starts, dtype=np.int64), lengths,

@@ -152,7 +152,9 @@ def test_a_requeue_is_a_new_attempt_that_resumes_from_the_newest_checkpoint(home
 
 def _login_down(cluster) -> None:
     """The login node's sshd and every session it holds (its agents) killed: the login is gone."""
-    listener = cluster.procs["sshd-login"].pid
+    login = cluster.procs["sshd-login"]
+    assert login.poll() is None, f"the login node's sshd had already ended ({login.returncode})"  # its pid may be another's now
+    listener = login.pid
     children = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _ppid(p) == listener]
     for pid in [listener, *children]:
         try:

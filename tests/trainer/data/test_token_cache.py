@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import multiprocessing
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -172,6 +175,31 @@ def test_several_processes_give_the_rows_of_one_and_a_second_start_reads_the_cac
     changed = build(three, tiny_tok, True)
     assert any("tokenized in" in n for n in changed.notes)
     assert len({p.name for p in (tmp_path / "three").iterdir() if p.name.startswith("tokens-")}) == 2
+
+
+READ_AGAIN = """import json, sys
+from transformers import AutoTokenizer
+from trainer.data.dataset import build
+from trainer.wire.config import TrainerConfig
+got = build(TrainerConfig(**json.loads(sys.argv[1])), AutoTokenizer.from_pretrained(sys.argv[2]), True)
+print(json.dumps({"pandas": "pandas" in sys.modules, "notes": got.notes, "rows": len(got.train_rows)}))
+"""
+
+
+def test_a_start_that_reads_the_cache_does_not_import_pandas(tmp_path, tiny_tok, tiny_model_dir):
+    """What a rank does at each start after the first: the rows come from the cache through pyarrow alone
+    (pyarrow's ``to_numpy`` would import pandas: a quarter of a second and its memory in every rank)."""
+    path = tmp_path / "a.jsonl"
+    _write(path, _alpaca(200, 7))
+    params = {"model_name": "m", "dataset_name": str(path), "output_dir": "out", "max_seq_len": 48,
+              "data": {"cache_dir": str(tmp_path / "cache")}}
+    first = build(TrainerConfig(**params), tiny_tok, True)
+    out = subprocess.run([sys.executable, "-c", READ_AGAIN, json.dumps(params), str(tiny_model_dir)],
+                         cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    again = json.loads(out.stdout.splitlines()[-1])
+    assert any("read from the cache" in n for n in again["notes"]), again["notes"]
+    assert again["rows"] == len(first.train_rows) and again["pandas"] is False
 
 
 def _obtain(root: str, key: str, started, gate) -> None:
