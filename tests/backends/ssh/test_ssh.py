@@ -412,8 +412,10 @@ command: |
         end = rest[-1]
         assert end["type"] == "RunFinished" and end["state"] == "failed"
         assert "node 1 (node1): lost: no connection for 4 s" in end["triage"]["summary"], end["triage"]
-        states = [e["state"] for e in rest if e["type"] == "NodeStateChanged" and e["node_rank"] == 1]
-        assert states[:1] == ["reconnecting"] and "lost" in states and states[-1] == "lost", states
+        changes = [(e["state"], e.get("detail", "")) for e in rest if e["type"] == "NodeStateChanged"
+                   and e["node_rank"] == 1]
+        states = [state for state, _ in changes]
+        assert states[:1] == ["reconnecting"] and "lost" in states and states[-1] == "lost", changes
         record = json.loads(ssh_cli(home, client, "runs", "--json").stdout)[0]
         assert record["state"] == "failed"
         from launcher.runs.core.store import RunStore
