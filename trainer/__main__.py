@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from trainer.wire.startup import imports_without_gc
+from trainer.wire.startup import exit_without_teardown, imports_without_gc
 
 PROGRESS_BARS = ("TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS")
 
@@ -99,26 +99,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _exit_without_teardown(code: int) -> None:
-    """End the process as ``sys.exit`` would, minus the interpreter's teardown of torch, transformers
-    and their extensions (1-2.5 s measured on a 2-core machine, during which torchrun waits). Every
-    ``atexit`` handler still runs (logging, DCP, ...) and the standard streams are flushed; with a
-    non-daemon thread still running the ordinary exit is taken, which waits for it."""
-    import atexit
-    import threading
-
-    main_thread = threading.main_thread()
-    if any(t is not main_thread and t.is_alive() and not t.daemon for t in threading.enumerate()):
-        sys.exit(code)
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
-
-
 @contextlib.contextmanager
 def refusal_written():
     """A refusal (``SystemExit`` with a message) written to stderr in one write and turned into exit code 1:
@@ -134,11 +114,14 @@ def refusal_written():
 
 
 def entry(argv: list[str] | None = None) -> None:
-    """``python -m trainer``: :func:`main`, its refusal written whole, then the process ended."""
-    code = 1
-    with refusal_written():
-        code = main(argv)
-    _exit_without_teardown(code)
+    """``python -m trainer``: :func:`main`, its refusal written whole, then the process ended, a refusal's
+    too, without the interpreter's teardown."""
+    try:
+        with refusal_written():
+            code = main(argv)
+    except SystemExit as exit_:
+        code = 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1
+    exit_without_teardown(code)
 
 
 if __name__ == "__main__":

@@ -53,12 +53,12 @@ def _exit_script(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
     script.write_text(textwrap.dedent(f"""
         import atexit, sys, threading, time
         from pathlib import Path
-        from trainer.__main__ import _exit_without_teardown
+        from trainer.wire.startup import exit_without_teardown
         out = Path({str(tmp_path)!r})
         atexit.register(lambda: (out / "atexit").write_text("ran"))
         sys.stdout.write("buffered, no newline")
         {body}
-        _exit_without_teardown(3)
+        exit_without_teardown(3)
     """))
     return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=ROOT,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})

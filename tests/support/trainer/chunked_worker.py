@@ -15,6 +15,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+from tests.support.trainer.ending import end_ranks
 from tests.support.trainer.run import alpaca_examples
 from trainer import parallel
 from trainer.data.rows import IGNORE, collate, pack
@@ -54,4 +55,4 @@ for config in configs:
     if d.is_main:
         torch.save({"loss": float(summed) / float(count), "grads": grads}, f"{prefix}-{config.replace(':', '-')}.pt")
     dist.barrier()
-dist.destroy_process_group()
+end_ranks()

@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+from tests.support.trainer.ending import end_ranks
 from trainer import parallel
 from trainer.model import build as model
 from trainer.wire.config import FsdpConfig, ModelConfig
@@ -56,4 +57,4 @@ d = parallel.init_distributed()
 for i in range(1, len(sys.argv), 3):
     load(sys.argv[i], sys.argv[i + 1], sys.argv[i + 2] == "check", d)
     gc.collect()
-dist.destroy_process_group()
+end_ranks()

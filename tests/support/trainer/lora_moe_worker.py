@@ -13,9 +13,9 @@ both losses, how many expert weights got an adapter, and the logits of the run's
 import sys
 
 import torch
-import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
+from tests.support.trainer.ending import end_ranks
 from trainer import parallel
 from trainer.__main__ import load_config
 from trainer.data import dataset
@@ -96,8 +96,7 @@ def main(argv: list[str]) -> None:
     results = [one(pairs[i], pairs[i + 1], d) for i in range(0, len(pairs), 2)]
     if d.is_main:
         torch.save(results, out)
-    dist.barrier()
-    dist.destroy_process_group()
+    end_ranks()
 
 
 if __name__ == "__main__":

@@ -11,11 +11,11 @@ and the logits on a fixed input of the run's final checkpoint (adapters-only) lo
 import sys
 
 import torch
-import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from safetensors import safe_open
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+from tests.support.trainer.ending import end_ranks
 from trainer import parallel
 from trainer.__main__ import load_config
 from trainer.data import dataset
@@ -77,8 +77,7 @@ def main(argv: list[str]) -> None:
     results = [one(pairs[i], pairs[i + 1], d) for i in range(0, len(pairs), 2)]
     if d.is_main:
         torch.save(results, out)
-    dist.barrier()
-    dist.destroy_process_group()
+    end_ranks()
 
 
 if __name__ == "__main__":

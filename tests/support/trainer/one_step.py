@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+from tests.support.trainer.ending import end_ranks
 from trainer import parallel
 from trainer.data.rows import Tokenize, collate, pack
 from trainer.loop import optim, train
@@ -45,4 +46,4 @@ for config in configs:
     if d.is_main:
         torch.save({"loss": loss, "params": state}, f"{prefix}-{sharding}-{int(offload)}.pt")
     dist.barrier()
-dist.destroy_process_group()
+end_ranks()

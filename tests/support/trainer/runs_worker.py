@@ -19,6 +19,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+from tests.support.trainer.ending import end_ranks
 from trainer import job
 from trainer.__main__ import main, refusal_written
 
@@ -49,4 +50,4 @@ for index, run in enumerate(spec):
         sys.stdout.flush()
         sys.stderr.flush()
     dist.barrier()
-dist.destroy_process_group()
+end_ranks()

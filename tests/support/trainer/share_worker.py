@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
+from tests.support.trainer.ending import end_ranks
 from trainer import parallel
 from trainer.ckpt import checkpoint
 from trainer.ckpt.write import local_bytes, tensor_bytes, tensor_leaves
@@ -54,5 +54,4 @@ for mode in ("no_shard", "replicate"):
     result[mode] = {"staged": staged, "total": tensor_bytes(full), "exact": exact,
                     "largest": max(local_bytes(t) for _, t in tensor_leaves(full))}
 (out / f"rank{d.rank}.json").write_text(json.dumps(result))
-dist.barrier()
-dist.destroy_process_group()
+end_ranks()
