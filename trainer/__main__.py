@@ -120,8 +120,13 @@ def entry(argv: list[str] | None = None) -> None:
         with refusal_written():
             code = main(argv)
     except SystemExit as exit_:
-        code = 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1
+        code = exit_code(exit_)
     exit_without_teardown(code)
+
+
+def exit_code(exit_: SystemExit) -> int:
+    """The code the interpreter would end with for ``exit_``: none is 0, a message 1."""
+    return 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1
 
 
 if __name__ == "__main__":

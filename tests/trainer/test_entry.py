@@ -77,3 +77,34 @@ def test_exit_waits_for_a_running_non_daemon_thread(tmp_path):
     assert done.returncode == 3
     assert (tmp_path / "thread").read_text() == "done"
     assert (tmp_path / "atexit").read_text() == "ran"
+
+
+def test_a_refusal_ends_with_its_message_and_code_1_without_the_teardown(tmp_path):
+    """``python -m trainer`` refused: its message in one line, code 1, atexit handlers run, and the
+    interpreter's teardown skipped as after a run (there gloo's threads can abort a rank)."""
+    script = tmp_path / "refused.py"
+    script.write_text(textwrap.dedent(f"""
+        import atexit
+        from pathlib import Path
+        import trainer.__main__ as entry_point
+        out = Path({str(tmp_path)!r})
+
+        class TornDown:
+            def __del__(self):
+                (out / "torn-down").write_text("yes")
+
+        kept = TornDown()  # freed only in the interpreter's teardown
+        atexit.register(lambda: (out / "atexit").write_text("ran"))
+
+        def refuse(argv):
+            raise SystemExit("params.yaml: parameters.max_steps: must be positive")
+
+        entry_point.main = refuse
+        entry_point.entry([])
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == "params.yaml: parameters.max_steps: must be positive\n"
+    assert (tmp_path / "atexit").read_text() == "ran"
+    assert not (tmp_path / "torn-down").exists()

@@ -271,8 +271,8 @@ def _first_problem(done, source: str) -> DataError | None:
 
 def integers(array) -> np.ndarray:
     """An Arrow integer array without nulls as a read-only numpy view of its values (no copy: a memory-mapped
-    file stays mapped). pyarrow's own ``to_numpy`` imports pandas where it is installed: a quarter of a second
-    of CPU and its memory in every rank that reads the token cache, for nothing it uses."""
+    file stays mapped). pyarrow's own ``to_numpy`` imports pandas where it is installed: 0.14 s of CPU and
+    27 MiB in every rank that reads the token cache (BENCHMARKS.md), for nothing it uses."""
     import pyarrow as pa
 
     if not pa.types.is_integer(array.type) or array.null_count:

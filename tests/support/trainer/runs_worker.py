@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from tests.support.trainer.ending import end_ranks
 from trainer import job
-from trainer.__main__ import main, refusal_written
+from trainer.__main__ import exit_code, main, refusal_written
 
 job.end = dist.barrier  # the group stays for the next run: made again, it would wait for its old keys
 MARK = "==== run {index} ended {code}\n"
@@ -37,7 +37,7 @@ for index, run in enumerate(spec):
         with refusal_written():
             code = main([run["params"]])
     except SystemExit as exit_:
-        code = 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1  # as the interpreter ends
+        code = exit_code(exit_)
     finally:
         os.environ.clear()
         os.environ.update(saved)
