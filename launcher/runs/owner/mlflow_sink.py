@@ -4,7 +4,6 @@ every write to this data dir's local store is serialised by :mod:`launcher.runs.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 from collections.abc import Iterable
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from launcher.paths import private_file
+from launcher.runs.owner.mlflow_store import check_sqlite, made_whole
 from trainer.wire.fit_record import FitSummary
 from trainer.wire.flops import MFU_CONVENTION
 from trainer.wire.protocol import MetricRecord, ResumeCheck
@@ -44,49 +44,6 @@ process that writes: by default one call to a dead server retries for about 4 mi
 
 def default_tracking_uri(home: Path) -> str:
     return f"sqlite:///{Path(home) / 'mlflow.db'}"
-
-
-def check_sqlite(path: Path) -> None:
-    """Fail at once when a SQLite store cannot be opened: MLflow itself retries for ~100 s first."""
-    import sqlite3
-
-    try:
-        with contextlib.closing(sqlite3.connect(path, timeout=10)) as db:
-            db.execute("PRAGMA user_version").fetchone()
-    except sqlite3.Error as err:
-        raise RuntimeError(f"cannot open the tracking store {path}: {err}") from None
-
-
-def made_whole(path: Path) -> None:
-    """A fresh SQLite store (no file, or the empty one :func:`check_sqlite` leaves) made, its tables and every
-    migration, in a file beside it and moved into place whole. MLflow migrates a SQLite store one statement at
-    a time: a process killed in the middle (a run's owner stopped while it made the data dir's store) left a
-    half-made store every later write failed on ("duplicate column name"). Called with the store's lock held.
-    What a killed maker left beside the store (its file, its journal) goes, whole store or not."""
-    for leftover in path.parent.glob(f".{path.name}.*.new*"):
-        if not _maker_alive(leftover.name[len(path.name) + 2:].split(".", 1)[0]):
-            leftover.unlink(missing_ok=True)
-    if path.exists() and path.stat().st_size > 0:
-        return
-    from mlflow.tracking._tracking_service.utils import _get_store
-
-    new = path.with_name(f".{path.name}.{os.getpid()}.new")
-    new.touch(mode=path.stat().st_mode & 0o777 if path.exists() else 0o600)
-    _get_store(f"sqlite:///{new}").engine.dispose()
-    os.replace(new, path)
-
-
-def _maker_alive(pid: str) -> bool:
-    """Whether the process that named a store's file beside it still lives (this one is making it anew)."""
-    if not pid.isdigit() or int(pid) == os.getpid():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # alive, another user's
-        return True
-    return True
 
 
 def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -142,7 +99,7 @@ class MlflowSink:
         os.environ.update(MLFLOW_HTTP)
         self.check_local()
         if self.uri.startswith("sqlite:///"):
-            made_whole(Path(self.uri[len("sqlite:///"):]))
+            made_whole(Path(self.uri[len("sqlite:///"):]), self.home / "mlflow-artifacts")
         return MlflowClient(tracking_uri=self.uri)
 
     def start(self, params: dict[str, Any], tags: dict[str, str] | None = None, *, key: str | None = None) -> str:

@@ -4,7 +4,6 @@ final status."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -95,40 +94,3 @@ def test_an_owner_killed_after_mlflow_made_its_run_leaves_one_run_that_its_adopt
     runs = client.search_runs([client.get_experiment_by_name("adopt").experiment_id])
     assert sorted(r.data.tags[RUN_TAG] for r in runs) == ["run-2", "run-o'1"]
     assert [m.value for m in client.get_metric_history(made, "loss")] == [2.0]
-
-
-def test_a_fresh_store_is_made_whole_even_when_its_maker_is_killed(tmp_path):
-    """MLflow migrates a SQLite store one statement at a time: the data dir's store is made in a file beside
-    it and moved into place, so a maker killed at any moment leaves either no store or a whole one, and the
-    next maker's store takes writes (a real MLflow store; the kill lands wherever the maker is then); what a
-    killed maker left beside the store is gone after the next one."""
-    import signal
-    import subprocess
-    import sys
-
-    from mlflow import MlflowClient
-
-    from launcher.runs.owner.mlflow_sink import made_whole
-
-    path = tmp_path / "mlflow.db"
-    maker = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; "
-                              "from launcher.runs.owner.mlflow_sink import made_whole; made_whole(Path(sys.argv[1]))",
-                              str(path)])
-    try:
-        maker.wait(timeout=1.5)
-    except subprocess.TimeoutExpired:
-        maker.send_signal(signal.SIGKILL)
-        maker.wait()
-    assert not path.exists() or path.stat().st_size > 0
-    for name in (".mlflow.db.4194305.new", ".mlflow.db.4194305.new-journal"):  # an earlier maker's, killed
-        (tmp_path / name).write_bytes(b"half")
-    made_whole(path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]  # no killed maker's file left beside it
-    client = MlflowClient(tracking_uri=f"sqlite:///{path}")
-    run = client.create_run(client.create_experiment("e"))
-    client.log_metric(run.info.run_id, "loss", 1.0)
-    assert client.get_run(run.info.run_id).data.metrics == {"loss": 1.0}
-    (tmp_path / ".mlflow.db.4194306.new").write_bytes(b"half")  # and beside a whole store
-    (tmp_path / f".mlflow.db.{os.getppid()}.new").write_bytes(b"making")  # a live maker's (another data dir's)
-    made_whole(path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f".mlflow.db.{os.getppid()}.new", "mlflow.db"]
