@@ -12,7 +12,7 @@ from trainer.wire.yaml_words import WordsAsWritten
 
 
 class _Model(WordsAsWritten):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Permission(_Model):

@@ -13,7 +13,7 @@ class IdlePolicy(WordsAsWritten):
     ``stop_after_s`` it is then stopped, so a hung loop does not hold GPUs for hours. CPU-only nodes
     send no samples: nothing is flagged there."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     below_pct: float = Field(default=5.0, ge=0, le=100)
     """Utilisation (percent) under which a GPU counts as idle."""

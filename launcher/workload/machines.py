@@ -34,7 +34,7 @@ def sbatch_value_problem(value: str) -> str | None:
 
 class _Model(WordsAsWritten):
     # No infinity or NaN in any number: no key has a use for one, and a node would refuse it late.
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Slurm(_Model):

@@ -40,7 +40,7 @@ ranges are :mod:`launcher.workload.machines`')."""
 
 class _Model(WordsAsWritten):
     # No infinity or NaN in any number: no key has a use for one, and a node would refuse it late.
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Environment(_Model):

@@ -31,7 +31,7 @@ def _url_or_secret(value: str) -> str:
 
 
 class _Model(WordsAsWritten):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Email(_Model):

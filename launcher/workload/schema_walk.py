@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from launcher.workload.model import Workload
+from trainer.wire import field_docs
 from trainer.wire.config import TrainerConfig
 
 Path = tuple[str | int, ...]
@@ -141,8 +142,9 @@ def help_for(path: Path, data: dict[str, Any] | None) -> FieldHelp | None:
         return FieldHelp("parameters", "mapping", "{}", "Parameters of the built-in trainer "
                          "(written to HYPERPARAMETERS_PATH on each node).")
     model, field, status = resolve(path, data)
-    if status != "ok" or field is None:
+    if status != "ok" or field is None or model is None:
         return None
+    name = next(n for n, f in model.model_fields.items() if f is field)
     default = "required" if field.is_required() else _default_words(field.get_default(call_default_factory=True))
     if len(default) > 60:
         default = default[:57] + "..."
@@ -151,7 +153,7 @@ def help_for(path: Path, data: dict[str, Any] | None) -> FieldHelp | None:
         path=format_path(path),
         type_name=_type_name(field.annotation),
         default=default,
-        description=plain_text(field.description or ""),
+        description=plain_text(field_docs.description(model, name) or ""),
         choices=choices,
         kind=_kind_words(field.annotation),
     )
@@ -221,8 +223,9 @@ def _type_name(annotation: Any) -> str:
 
 def workload_schema() -> dict[str, Any]:
     """The JSON Schema of workload files (``fsdp-tui schema``, for yaml-language-server); ``parameters`` follows the trainer's schema when there is no ``command``."""
-    schema = Workload.model_json_schema()
-    trainer = TrainerConfig.model_json_schema()
+    schema = field_docs.fill_schema(Workload.model_json_schema(), Workload, field_docs.models_under(Workload))
+    trainer = field_docs.fill_schema(TrainerConfig.model_json_schema(), TrainerConfig,
+                                     field_docs.models_under(TrainerConfig))
     defs = schema.setdefault("$defs", {})
     defs.update(trainer.pop("$defs", {}))
     defs["TrainerConfig"] = trainer

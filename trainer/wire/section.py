@@ -10,4 +10,4 @@ from trainer.wire.yaml_words import WordsAsWritten
 
 
 class Section(WordsAsWritten):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)

@@ -19,7 +19,7 @@ class Prices(BaseModel):
     """What an hour costs, to turn GPU-hours (CPU-hours) into money. The most specific price wins:
     the host's, then the accelerator model's, then ``gpu_hour`` / ``cpu_hour``."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     currency: str = "USD"
     gpu_hour: float | None = Field(default=None, ge=0)
