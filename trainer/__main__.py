@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from trainer.wire.startup import exit_without_teardown, imports_without_gc
@@ -116,12 +117,17 @@ def refusal_written():
 def entry(argv: list[str] | None = None) -> None:
     """``python -m trainer``: :func:`main`, its refusal written whole, then the process ended, a refusal's
     too, without the interpreter's teardown."""
+    exit_without_teardown(ended(lambda: main(argv)))
+
+
+def ended(call: Callable[[], int | None]) -> int:
+    """``call``'s exit code as ``python -m trainer`` ends with it: 0 (or what it returns) when it returns, a
+    refusal's message written whole to stderr and 1, another ``SystemExit``'s own code."""
     try:
         with refusal_written():
-            code = main(argv)
+            return call() or 0
     except SystemExit as exit_:
-        code = exit_code(exit_)
-    exit_without_teardown(code)
+        return exit_code(exit_)
 
 
 def exit_code(exit_: SystemExit) -> int:

@@ -9,7 +9,7 @@ ends (its message on stderr, exit code 1, without the interpreter's teardown).
 import os
 import sys
 
-from trainer.__main__ import exit_code, main, refusal_written
+from trainer.__main__ import ended, main
 from trainer.wire.startup import exit_without_teardown
 
 *first, last = sys.argv[1:]
@@ -20,10 +20,7 @@ for index, path in enumerate(first):
         sys.stdout.write(f"REFUSED {index} {os.environ['RANK']} {exit_.code}\n")  # one write: ranks share the pipe
     else:
         sys.stdout.write(f"TRAINED {index} {os.environ['RANK']}\n")
-try:  # as `python -m trainer` ends: its message in one write, exit code 1, no teardown
-    with refusal_written():
-        main([last])
-except SystemExit as exit_:
-    exit_without_teardown(exit_code(exit_))
-sys.stdout.write(f"TRAINED {len(first)} {os.environ['RANK']}\n")
-exit_without_teardown(0)
+code = ended(lambda: main([last]))  # as `python -m trainer` ends: its message in one write, exit code 1
+if code == 0:
+    sys.stdout.write(f"TRAINED {len(first)} {os.environ['RANK']}\n")
+exit_without_teardown(code)  # and without the interpreter's teardown

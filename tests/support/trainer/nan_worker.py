@@ -4,7 +4,7 @@ rank and at which steps (``{"rank": 1, "steps": [5]}``). The fault is this file'
 rank's micro-step is scaled by NaN, so its loss and its gradients are NaN, as an overflow would make them.
 The process group is made once and kept (a run's end keeps it for the next file). Each file's end is printed
 as ``STOPPED <index> <rank> <message>`` or ``TRAINED <index> <rank>``; the last file's stop ends
-the process as ``python -m trainer`` ends it: through ``refusal_written``, its message in one write, and
+the process as ``python -m trainer`` ends it: through ``trainer.__main__.ended``, its message in one write, and
 without the interpreter's teardown (as every end of this worker).
 
     nan_worker.py PARAMS.yaml [PARAMS.yaml ...]
@@ -18,7 +18,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from trainer import job
-from trainer.__main__ import exit_code, main, refusal_written
+from trainer.__main__ import ended, main
 from trainer.loop import train
 from trainer.wire.startup import exit_without_teardown
 
@@ -57,10 +57,7 @@ for index, path in enumerate(first):
         sys.stdout.write(f"STOPPED {index} {os.environ['RANK']} {exit_.code}\n")  # one write: ranks share the pipe
     else:
         sys.stdout.write(f"TRAINED {index} {os.environ['RANK']}\n")
-try:  # python -m trainer's own way out: the message and its newline in one write, no teardown
-    with refusal_written():
-        one(last)
-except SystemExit as exit_:
-    exit_without_teardown(exit_code(exit_))
-sys.stdout.write(f"TRAINED {len(first)} {os.environ['RANK']}\n")
-exit_without_teardown(0)
+code = ended(lambda: one(last))  # python -m trainer's own way out: its message in one write, no teardown
+if code == 0:
+    sys.stdout.write(f"TRAINED {len(first)} {os.environ['RANK']}\n")
+exit_without_teardown(code)

@@ -12,6 +12,7 @@ splits the output back into one result per run. A run's refusal (``SystemExit``)
 message written as ``python -m trainer`` writes it; the runs after it still run.
 """
 
+import functools
 import json
 import os
 import sys
@@ -21,7 +22,7 @@ import torch.distributed as dist
 
 from tests.support.trainer.ending import end_ranks
 from trainer import job
-from trainer.__main__ import exit_code, main, refusal_written
+from trainer.__main__ import ended, main
 
 job.end = dist.barrier  # the group stays for the next run: made again, it would wait for its old keys
 MARK = "==== run {index} ended {code}\n"
@@ -34,10 +35,7 @@ for index, run in enumerate(spec):
     os.environ.update(run["env"])
     os.chdir(run["cwd"])
     try:
-        with refusal_written():
-            code = main([run["params"]])
-    except SystemExit as exit_:
-        code = exit_code(exit_)
+        code = ended(functools.partial(main, [run["params"]]))
     finally:
         os.environ.clear()
         os.environ.update(saved)
