@@ -15,7 +15,6 @@ import os
 import shutil
 import sqlite3
 import time
-from importlib import metadata
 from pathlib import Path
 
 
@@ -35,9 +34,7 @@ def made_whole(path: Path, artifacts: Path) -> None:
     half-made store every later write failed on ("duplicate column name"). Called with the store's lock held.
     What a killed maker left beside the store (its file, its journal) goes, whole store or not. The store's
     ``Default`` experiment keeps its artifacts under ``artifacts``, as the sink's own experiments do."""
-    for leftover in path.parent.glob(f".{path.name}.*.new*"):
-        if not _maker_alive(leftover.name[len(path.name) + 2:].split(".", 1)[0]):
-            leftover.unlink(missing_ok=True)
+    _clear_leftovers(path)
     if path.exists() and path.stat().st_size > 0:
         return
     new = path.with_name(f".{path.name}.{os.getpid()}.new")
@@ -52,18 +49,21 @@ def made_whole(path: Path, artifacts: Path) -> None:
 
 def blank_store() -> Path | None:
     """This MLflow version's blank store, made on first use; ``None`` where it cannot be kept."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fsdp-tui" / "mlflow"
-    blank = cache / f"blank-{metadata.version('mlflow')}.db"
-    if blank.is_file() and blank.stat().st_size > 0:
-        return blank
+    from mlflow.version import VERSION  # mlflow's or mlflow-skinny's: the one whose migrations make stores
+
     try:
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fsdp-tui" / "mlflow"
+        blank = cache / f"blank-{VERSION}.db"
+        if blank.is_file() and blank.stat().st_size > 0:
+            return blank
         cache.mkdir(parents=True, exist_ok=True)
+        _clear_leftovers(blank)
         new = blank.with_name(f".{blank.name}.{os.getpid()}.new")
         new.unlink(missing_ok=True)
         _make(new, cache / "unused-artifacts")
         os.replace(new, blank)  # whole or absent, whoever makes it at the same time
-    except OSError:
-        return None
+    except Exception:  # a shortcut only: whatever stops it (no home, a full disk, MLflow's own error), the
+        return None  # store is made the long way, where that error is said as it concerns the store
     return blank
 
 
@@ -92,6 +92,13 @@ def _make(path: Path, artifacts: Path) -> None:
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
     SqlAlchemyStore(f"sqlite:///{path}", artifacts.as_uri()).engine.dispose()
+
+
+def _clear_leftovers(path: Path) -> None:
+    """What makers of ``path`` killed before they finished left beside it (their file, its journal)."""
+    for leftover in path.parent.glob(f".{path.name}.*.new*"):
+        if not _maker_alive(leftover.name[len(path.name) + 2:].split(".", 1)[0]):
+            leftover.unlink(missing_ok=True)
 
 
 def _maker_alive(pid: str) -> bool:
