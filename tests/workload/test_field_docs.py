@@ -4,6 +4,7 @@ settings; the JSON Schema and the editor's help carry them; no model reads its s
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
@@ -29,7 +30,7 @@ def _pydantic_reads(model: type[BaseModel], name: str) -> str | None:
     field = model.model_fields[name]
     if field.description is not None:
         return field.description
-    owner = next(k for k in model.__mro__ if name in vars(k).get("__annotations__", {}))
+    owner = next(k for k in model.__mro__ if name in inspect.get_annotations(k))
     return extract_docstrings_from_cls(owner, use_inspect=True).get(name)
 
 

@@ -24,7 +24,7 @@ def description(model: type, name: str) -> str | None:
     if field is not None and field.description is not None:
         return field.description
     for klass in model.__mro__:  # the class that declares it last: a field declared again is described again
-        if name in vars(klass).get("__annotations__", {}):
+        if name in inspect.get_annotations(klass):
             return _class_docs(klass.__module__, klass.__qualname__).get(name)
     return None
 
