@@ -29,9 +29,10 @@ def description(model: type, name: str) -> str | None:
     return None
 
 
-def fill_schema(schema: dict[str, Any], root: type, models: dict[str, type]) -> dict[str, Any]:
+def fill_schema(schema: dict[str, Any], root: type) -> dict[str, Any]:
     """A JSON Schema of ``root`` (pydantic's ``model_json_schema``) with each property's missing
-    description filled in; ``models`` maps each name under ``$defs`` to its model."""
+    description filled in, under ``$defs`` too (each named by its model's class)."""
+    models = models_under(root)
     for props, model in [(schema.get("properties", {}), root),
                          *((d.get("properties", {}), models[n]) for n, d in schema.get("$defs", {}).items()
                            if n in models)]:
