@@ -41,8 +41,6 @@ def made_whole(path: Path, artifacts: Path) -> None:
     new.touch(mode=path.stat().st_mode & 0o777 if path.exists() else 0o600)
     blank = blank_store()
     if blank is None or not _copied(blank, new, artifacts):
-        if blank is not None:
-            blank.unlink(missing_ok=True)  # a damaged blank: the next store makes it again
         _make(new, artifacts)
     os.replace(new, path)
 
@@ -69,7 +67,9 @@ def blank_store() -> Path | None:
 
 def _copied(blank: Path, new: Path, artifacts: Path) -> bool:
     """``blank`` copied into ``new`` with its ``Default`` experiment made now, its artifacts under
-    ``artifacts``; ``False`` (``new`` emptied) where the blank cannot be read as one."""
+    ``artifacts``; ``False`` (``new`` emptied) where it could not be. A blank that is not a store (damaged,
+    no ``Default`` experiment) goes, for the next store to make it again; a copy that failed for want of
+    room or of a file leaves it be."""
     now = int(time.time() * 1000)
     try:
         with open(blank, "rb") as src, open(new, "wb") as dst:
@@ -81,9 +81,12 @@ def _copied(blank: Path, new: Path, artifacts: Path) -> bool:
             if done.rowcount != 1:
                 raise sqlite3.DatabaseError("no Default experiment")
         return True
-    except (OSError, sqlite3.Error):
-        new.write_bytes(b"")
-        return False
+    except sqlite3.Error:  # copied whole, yet not read as a store: the blank is at fault
+        blank.unlink(missing_ok=True)
+    except OSError:  # no room or no file for the copy: the blank is not at fault
+        pass
+    new.write_bytes(b"")
+    return False
 
 
 def _make(path: Path, artifacts: Path) -> None:

@@ -109,3 +109,21 @@ def test_a_blank_that_cannot_be_read_or_kept_leaves_the_store_made_the_long_way(
         made_whole(tmp_path / "e" / "mlflow.db", tmp_path / "e" / "artifacts")
         assert _default(tmp_path / "e" / "mlflow.db") == (tmp_path / "e" / "artifacts" / "0").as_uri()
         assert blank_store() == blank and _default(blank).endswith("/unused-artifacts/0")
+
+
+def test_a_copy_that_finds_no_room_keeps_the_blank_and_the_store_is_made_the_long_way(tmp_path, monkeypatch):
+    """The copy into the data dir failing (its disk full) is not the blank's fault: the blank stays."""
+    import errno
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    blank = blank_store()
+    assert blank is not None
+
+    def no_room(_src, _dst):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(mlflow_store.shutil, "copyfileobj", no_room)
+    (tmp_path / "d").mkdir()
+    made_whole(tmp_path / "d" / "mlflow.db", tmp_path / "d" / "artifacts")
+    assert _default(tmp_path / "d" / "mlflow.db") == (tmp_path / "d" / "artifacts" / "0").as_uri()
+    assert blank.is_file() and _default(blank).endswith("/unused-artifacts/0")
