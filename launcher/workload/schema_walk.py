@@ -223,6 +223,7 @@ def _type_name(annotation: Any) -> str:
 
 def workload_schema() -> dict[str, Any]:
     """The JSON Schema of workload files (``fsdp-tui schema``, for yaml-language-server); ``parameters`` follows the trainer's schema when there is no ``command``."""
+    field_docs.models_under(Workload, TrainerConfig)  # both schemas' $defs in one: no two models of one name
     schema = field_docs.fill_schema(Workload.model_json_schema(), Workload)
     trainer = field_docs.fill_schema(TrainerConfig.model_json_schema(), TrainerConfig)
     defs = schema.setdefault("$defs", {})

@@ -20,8 +20,7 @@ from launcher.workload.schema_walk import help_for, workload_schema
 from trainer.wire import field_docs
 from trainer.wire.config import TrainerConfig
 
-MODELS = {**field_docs.models_under(Workload), **field_docs.models_under(TrainerConfig),
-          **field_docs.models_under(UserSettings)}
+MODELS = field_docs.models_under(Workload, TrainerConfig, UserSettings)
 
 
 def _pydantic_reads(model: type[BaseModel], name: str) -> str | None:
@@ -62,6 +61,17 @@ def test_a_field_given_again_in_a_subclass_is_described_there_and_an_explicit_de
 
     assert [field_docs.description(Child, f) for f in "abcd"] == ["Base's a.", None, "given", "Child's d."]
     assert [field_docs.description(Child, f) for f in "abcd"] == [_pydantic_reads(Child, f) for f in "abcd"]
+
+
+def test_two_models_of_one_name_are_refused_where_the_schema_would_merge_them():
+    """``$defs`` names a model by its class: a second model of that name (here in the trainer's tree, as
+    ``workload_schema`` merges it with the workload's) would be described as the first. Refused, naming both."""
+    first = type("Limits", (BaseModel,), {"__annotations__": {"steps": int}, "__module__": "workload_side"})
+    second = type("Limits", (BaseModel,), {"__annotations__": {"rows": int}, "__module__": "trainer_side"})
+    holds_first = type("Outer", (BaseModel,), {"__annotations__": {"limits": first}, "__module__": "workload_side"})
+    with pytest.raises(TypeError, match=r"two models named Limits \(workload_side.Limits and trainer_side.Limits\)"):
+        field_docs.models_under(holds_first, second)
+    assert field_docs.models_under(holds_first, first) == {"Outer": holds_first, "Limits": first}
 
 
 def test_the_schema_and_the_editors_help_carry_each_description():

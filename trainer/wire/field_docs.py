@@ -44,14 +44,21 @@ def fill_schema(schema: dict[str, Any], root: type) -> dict[str, Any]:
     return schema
 
 
-def models_under(root: type) -> dict[str, type]:
-    """Every pydantic model ``root``'s fields hold (through lists, mappings and unions), by class name."""
+def models_under(*roots: type) -> dict[str, type]:
+    """Every pydantic model the ``roots`` are or their fields hold (through lists, mappings and unions), by
+    class name: the name a JSON Schema's ``$defs`` gives it. Two models of one name would meet there, one
+    described as the other: refused (``TypeError``, naming both), so a test that builds the schema fails."""
     found: dict[str, type] = {}
 
     def visit(tp: Any) -> None:
         if isinstance(tp, type) and hasattr(tp, "model_fields"):
             if found.get(tp.__name__) is tp:
                 return
+            if tp.__name__ in found:
+                other = found[tp.__name__]
+                raise TypeError(f"two models named {tp.__name__} ({other.__module__}.{other.__qualname__} and "
+                                f"{tp.__module__}.{tp.__qualname__}) would share one entry of the schema's "
+                                "$defs: rename one")
             found[tp.__name__] = tp
             for field in tp.model_fields.values():
                 visit(field.annotation)
@@ -60,7 +67,8 @@ def models_under(root: type) -> dict[str, type]:
         for meta in getattr(tp, "__metadata__", ()) or ():
             visit(meta)
 
-    visit(root)
+    for root in roots:
+        visit(root)
     return found
 
 
