@@ -1,5 +1,6 @@
-"""What tests share lives in ``tests/support/`` only: no test module imports another test module (a helper or a
-constant taken from a test file couples two rooms and hides the helper where nobody looks for it)."""
+"""What tests share lives in ``tests/support/`` only: no test module imports another test module or a
+``conftest.py`` (a helper or a constant taken from a test file couples two rooms and hides the helper where
+nobody looks for it; a conftest holds fixtures, which pytest hands out without an import)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def _imported_test_modules(path: Path, source: str | None = None) -> list[str]:
     for node in ast.walk(ast.parse(text, str(path))):
         for name in dict.fromkeys(_imported_modules(node, package)):
             parts = name.split(".")
-            if parts[0] == "tests" and any(part.startswith("test_") for part in parts[1:]):
+            if parts[0] == "tests" and any(part.startswith("test_") or part == "conftest" for part in parts[1:]):
                 found.append(f"{rel}:{node.lineno}: imports {name}")
                 break
     return found
@@ -45,11 +46,13 @@ def _imported_test_modules(path: Path, source: str | None = None) -> list[str]:
     ("from .test_ssh import ssh_cli", "tests.backends.ssh.test_ssh"),
     ("from ..slurm.test_slurm import workload", "tests.backends.slurm.test_slurm"),
     ("from . import test_shell", "tests.backends.ssh.test_shell"),
+    ("from tests.trainer.conftest import ROOT", "tests.trainer.conftest"),
+    ("from .conftest import hosts", "tests.backends.ssh.conftest"),
     ("from tests.support.ssh_runs import ssh_cli", None),
     ("from tests.support import sshd", None),
     ("import pytest_asyncio", None),
 ], ids=["from-module", "import", "from-package", "inside-a-function", "relative", "relative-up", "relative-package",
-        "support", "support-package", "not-tests"])
+        "conftest", "relative-conftest", "support", "support-package", "not-tests"])
 def test_every_form_of_a_test_to_test_import_is_caught(source, caught):
     found = _imported_test_modules(TESTS / "backends" / "ssh" / "test_x.py", source)
     assert found == ([f"tests/backends/ssh/test_x.py:{source.count(chr(10)) + 1}: imports {caught}"] if caught else [])
@@ -57,4 +60,5 @@ def test_every_form_of_a_test_to_test_import_is_caught(source, caught):
 
 def test_no_test_module_imports_another():
     found = [line for path in sorted(TESTS.rglob("*.py")) for line in _imported_test_modules(path)]
-    assert not found, "move what they share into tests/support/ (fixtures: a conftest.py):\n" + "\n".join(found)
+    assert not found, "move what they share into tests/support/ (fixtures: a conftest.py, not imported):\n" + \
+        "\n".join(found)

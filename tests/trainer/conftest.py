@@ -6,16 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.trainer.run import (  # noqa: F401  (the names tests imported from here)
-    ASSETS,
-    ROOT,
-    alpaca_examples,
-    free_port,
-    run_trainer,
-    tiny_params,
-    torchrun_argv,
-    trainer_env,
-)
+from tests.support.trainer.run import ASSETS
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import importlib.util
 
 import pytest
 
-from tests.trainer.conftest import ROOT, trainer_env
+from tests.support.trainer.run import ROOT, trainer_env
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """SVG snapshots of the real app at 120x36: the editor on a broken workload, the monitor of a recorded
 2-node run, the runs browser, and every built-in theme. Data and times are fixed; nothing runs for real.
 
-After an intended change of the screens: ``pytest tests/tui/test_snapshots.py --snapshot-update``, then look
+After an intended change of the screens: ``pytest tests/tui/screens/test_snapshots.py --snapshot-update``, then look
 at the new SVGs before committing them.
 """
 
