@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from launcher.nettest.figures import Measured, Verdict, judge_pairs
     from launcher.nettest.health import GpuHealth, LinkState, NodeHealth
     from launcher.nettest.launch import Options, Outcome
-    from launcher.nettest.report import cut_lines, rows, verdict_lines
+    from launcher.nettest.report import rows
     from launcher.nettest.report import to_dict as to_json
     from launcher.workload.plan import RunPlan
 
@@ -26,12 +26,11 @@ __getattr__ = lazy_names(__name__, {
     "launcher.nettest.figures": ("Measured", "Verdict", "judge_pairs"),
     "launcher.nettest.health": ("GpuHealth", "LinkState", "NodeHealth"),
     "launcher.nettest.launch": ("Options", "Outcome"),
-    "launcher.nettest.report": ("cut_lines", "rows", "verdict_lines", "to_json=to_dict"),
+    "launcher.nettest.report": ("rows", "to_json=to_dict"),
 })
 
 __all__ = ["Deadlines", "Expectation", "GpuHealth", "Judged", "LinkState", "NodeHealth", "Measured", "NettestNotFound",
-           "NettestRecord", "Nettests", "Options", "Outcome", "Verdict", "cut_lines", "judge_pairs", "rows", "to_json",
-           "verdict_lines"]
+           "NettestRecord", "Nettests", "Options", "Outcome", "Verdict", "judge_pairs", "rows", "to_json"]
 
 
 class NettestNotFound(LookupError):
@@ -87,22 +86,6 @@ class NettestRecord:
                    health_by_node(data.get("health")),
                    wall if isinstance(wall, (int, float)) else None)
 
-    @property
-    def summary(self) -> str:
-        """The test in one line: its whole world's all-gather bus bandwidth and its verdict's first words (the
-        run monitor's header); empty without figures."""
-        from launcher.nettest.figures import judge_pairs
-        from launcher.nettest.report import verdict_lines
-        from launcher.words import fmt_bandwidth
-
-        if self.measured is None:
-            return ""
-        world = self.measured.scope("world")
-        gather = world.largest("all_gather") if world else None
-        verdict = verdict_lines(judge_pairs(self.measured.pairs), self.nodes)[0]
-        return (f"{fmt_bandwidth(gather.busbw) if gather else '-'} all-gather bus bandwidth over the whole world; "
-                f"{verdict.split(' (')[0]}")
-
 
 @dataclass(frozen=True)
 class Judged:
@@ -123,6 +106,20 @@ class Judged:
     def failed(self) -> bool:
         """Something is slow or unhealthy (``fsdp-tui nettest`` exits 1)."""
         return bool(self.verdict.findings or self.unhealthy or self.slow_gpu)
+
+    def verdict_lines(self) -> list[str]:
+        """The verdict in words, with the rule it applied: the core's, as ``--json`` writes them (its
+        ``verdict.text``) and ``show`` says a run's newest test."""
+        from launcher.nettest.report import verdict_lines
+
+        return verdict_lines(self.verdict, self.nodes)
+
+    def cut_lines(self) -> list[str]:
+        """What ``--quick``'s time budget cut, size by size: the core's words, as ``--json`` writes them (each
+        cut's ``text``)."""
+        from launcher.nettest.report import cut_lines
+
+        return cut_lines(self.measured, self.nodes)
 
     def figures_json(self) -> dict[str, Any]:
         """The figures for scripts (``--json``): bandwidths in bytes per second, times in seconds."""
@@ -197,7 +194,7 @@ class Nettests:
 
     def newest_for(self, hosts: tuple[str, ...] | list[str], *, besides: str = "") -> NettestRecord | None:
         """The newest kept test with figures on exactly these nodes (in rank order), other than ``besides``
-        (:attr:`NettestRecord.summary` says it in one line)."""
+        (:func:`launcher.present.nettest.summary` says it in one line, judged)."""
         return next((r for r in self.list() if r.run_id != besides and r.nodes == tuple(hosts)
                      and r.measured is not None), None)
 

@@ -43,18 +43,12 @@ class GpuHolders:
     nodes: tuple[NodeHolders, ...]
     states: Mapping[str, str | None]
     """Run id of a holder -> that run's final state (a leftover), ``""`` while it runs, ``None`` when this
-    data dir has no such run."""
+    data dir has no such run (:func:`launcher.present.gpus.whose` says whose a holder is)."""
 
     @property
     def leftovers(self) -> list[str]:
         """The ended runs of ours that still hold GPU memory."""
         return [run_id for run_id, state in self.states.items() if state]
-
-    def whose(self, holder: GpuHolder) -> str:
-        """Who ``holder`` belongs to, in words (the CLI and the app say the same)."""
-        from launcher.runs.gpu_holders import whose
-
-        return whose(holder, dict(self.states))
 
 
 class Nodes:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from launcher.eject.targets import Ejected, Target
     from launcher.notify.deliver import Delivery
     from launcher.runs.core.output_dirs import HINT as OUTPUT_DIR_HINT
+    from launcher.runs.core.output_dirs import OutputDirUsers
     from launcher.runs.core.rebuild import RebuildReport
     from launcher.runs.core.user_settings import SettingsError
     from launcher.secrets import SecretStore
@@ -24,14 +25,14 @@ if TYPE_CHECKING:
 __getattr__ = lazy_names(__name__, {
     "launcher.eject.targets": ("Ejected",),
     "launcher.notify.deliver": ("Delivery",),
-    "launcher.runs.core.output_dirs": ("OUTPUT_DIR_HINT=HINT",),
+    "launcher.runs.core.output_dirs": ("OUTPUT_DIR_HINT=HINT", "OutputDirUsers"),
     "launcher.runs.core.rebuild": ("RebuildReport",),
     "launcher.runs.core.user_settings": ("SettingsError",),
     "launcher.secrets": ("SecretStore",),
 })
 
-__all__ = ["OUTPUT_DIR_HINT", "Delivery", "Ejected", "NoSink", "Records", "RebuildReport", "SecretStore",
-           "SettingsError"]
+__all__ = ["OUTPUT_DIR_HINT", "Delivery", "Ejected", "NoSink", "OutputDirUsers", "Records", "RebuildReport",
+           "SecretStore", "SettingsError"]
 
 
 class NoSink(LookupError):
@@ -81,12 +82,13 @@ class Records:
 
         return env_name(ref)
 
-    def output_dir_users(self, plan: RunPlan) -> str:
-        """Other workloads' runs that use ``plan``'s ``output_dir`` on the same node, in words (empty: none);
-        a launch refuses such a plan (:data:`OUTPUT_DIR_HINT` says what to do)."""
-        from launcher.runs.core.output_dirs import output_dir_users
+    def output_dir_users(self, plan: RunPlan) -> OutputDirUsers | None:
+        """Other workloads' runs that use ``plan``'s ``output_dir`` on the same node (``None``: none;
+        :meth:`OutputDirUsers.words` says them as a launch's refusal does); a launch refuses such a plan
+        (:data:`OUTPUT_DIR_HINT` says what to do)."""
+        from launcher.runs.core.output_dirs import users_of_output_dir
 
-        return output_dir_users(self.home, plan)
+        return users_of_output_dir(self.home, plan)
 
     def quarantine_problems(self, planned: Planned) -> list[Problem]:
         """A warning at each host and spare of ``planned``'s workload that this data dir has quarantined (a

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from launcher.runs.core.continuation import Continuation
     from launcher.runs.core.resume_badge import ResumeBasis
     from launcher.runs.core.safe_step import SafeStep
     from launcher.runs.core.samples import SampleSet
@@ -76,13 +77,13 @@ class RunReading:
         return replace(report, nettest=newest_for(self.home, [n.host for n in report.nodes], besides=run_id),
                        last_safe_step=self.last_safe_step(run_id))
 
-    def continued(self, run_id: str) -> str:
-        """``continues run X from step N (NAME)`` when the run continues another run's checkpoint (its launch
-        recorded which: ``resume``, or a ``resume: auto`` that found one); empty otherwise."""
+    def continued(self, run_id: str) -> Continuation | None:
+        """The run (and checkpoint) this run continues, when it continues another run's checkpoint (its launch
+        recorded which: ``resume``, or a ``resume: auto`` that found one; :meth:`Continuation.words` says it);
+        ``None`` otherwise."""
         from launcher.runs.core.continuing import recorded
 
-        found = recorded(self.record(run_id).directory)
-        return found.words() if found is not None else ""
+        return recorded(self.record(run_id).directory)
 
     def last_safe_step(self, run_id: str, *, ask_node: bool = True) -> SafeStep | None:
         """The run's own newest complete checkpoint: what its owner recorded (an ended run's, each gathered

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from launcher.runs.read.ranks import THRESHOLD, RankReport, RankTimes
     from launcher.runs.read.report import RunReport
     from launcher.runs.read.view import RunView
+    from launcher.workload.fit import PlanFit
     from launcher.workload.load import Planned
     from launcher.workload.overrides import Override
     from launcher.workload.plan import RunPlan
@@ -65,6 +66,7 @@ _FROM = {
     "launcher.runs.read.ranks": ("THRESHOLD", "RankReport", "RankTimes"),
     "launcher.runs.read.report": ("RunReport",),
     "launcher.runs.read.view": ("RunView",),
+    "launcher.workload.fit": ("PlanFit",),
 }
 """The core's types, errors and constants this door hands out (and the few functions the core computes with:
 a log line's triage, a run's node rows), each loaded on first use (a command that only finds a run loads none
@@ -75,7 +77,7 @@ __getattr__ = lazy_names(__name__, _FROM)
 __all__ = [
     "Continuation", "FORCED_NOTE", "FRESH", "NONE_YET", "THRESHOLD", "THRESHOLDS", "TRIAGE",
     "AlreadyLaunched", "CancelReport", "Estimate", "FollowGaveUp", "Gather", "GatherNote", "KeptEstimate", "KeptEnd", "LaunchOutcome", "Launched", "NodeRecord",
-    "NodeRow", "PlanShape", "RankReport", "RankTimes", "RecordUnwritable", "RecordedPlan", "Refused", "ResumeCheck", "ResumeBasis", "Resumed", "RunKind", "RunListed",
+    "NodeRow", "PlanFit", "PlanShape", "RankReport", "RankTimes", "RecordUnwritable", "RecordedPlan", "Refused", "ResumeCheck", "ResumeBasis", "Resumed", "RunKind", "RunListed",
     "RunNotFound", "RunRecord", "RunReport", "RunStats", "RunSummary", "RunView", "Runs", "SafeStep", "SampleSet", "Sent",
     "RealFigures", "Signature", "StackDumps", "StoreDamaged", "TriageReport", "Usage", "classify_line", "might_signal",
     "node_rows",
@@ -189,18 +191,21 @@ class Runs(RunReading):
 
         return render_plan_text(plan, ask_nodes=ask_nodes)
 
-    def fit_lines(self, plan: RunPlan, file: str = "FILE") -> list[str]:
+    @staticmethod
+    def fit(plan: RunPlan) -> PlanFit:
         """Each rank's predicted peak memory against the rank's memory where it is known here, and what
-        would make it fit when it does not (the model's ``config.json`` alone: nothing is downloaded)."""
-        from launcher.workload.fit import fit_lines
+        would make it fit when it does not (the model's ``config.json`` alone: nothing is downloaded); or why
+        nothing is predicted."""
+        from launcher.workload.fit import plan_fit
 
-        return fit_lines(plan, file=file)
+        return plan_fit(plan)
 
-    def estimate_lines(self, plan: RunPlan, file: str = "FILE") -> list[str]:
-        """The launch's estimate of wall time, GPU-hours and cost, from this data dir's history."""
-        from launcher.runs.core.estimates import estimate_lines
+    def estimate(self, plan: RunPlan) -> Estimate | None:
+        """The launch's estimate of wall time, GPU-hours and cost, from this data dir's history; ``None``
+        when nothing was measured yet (or the store cannot be read: an estimate is advice)."""
+        from launcher.runs.core.estimates import advised_estimate
 
-        return estimate_lines(self.home, plan, file)
+        return advised_estimate(self.home, plan)
 
     def launch(self, source: Path | Planned | RunPlan | Resumed, overrides: Sequence[Override] = (), *,
                force: bool = False, idempotent: bool = True) -> LaunchOutcome:

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from launcher.present.gpus import whose
 from launcher.words import plural
 
 
@@ -69,5 +70,5 @@ def run(args: argparse.Namespace) -> int:
         for h in n.holders:
             mem = f"{h.used_mib:.0f} MiB" if h.used_mib is not None else "? MiB"
             gpu = h.gpu if h.gpu is not None else "?"
-            print(f"{n.host}  gpu {gpu}  pid {h.pid:<8} {mem:>10}  {h.process}  {held.whose(h)}")
+            print(f"{n.host}  gpu {gpu}  pid {h.pid:<8} {mem:>10}  {h.process}  {whose(h.run_id, held.states)}")
     return 1 if any(n.error for n in nodes) else 0

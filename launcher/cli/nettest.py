@@ -92,7 +92,7 @@ def render(judged, run_id: str, wall_s: float | None) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from launcher.api.nettests import cut_lines, rows, verdict_lines
+    from launcher.api.nettests import rows
     from launcher.cli import console as cli_console
     from launcher.present.nettest import headline, pair_lines
     from launcher.words import fmt_bandwidth, fmt_message_size
@@ -109,14 +109,14 @@ def render(judged, run_id: str, wall_s: float | None) -> None:
         table.add_row(r.scope, r.op.replace("_", "-"), fmt_message_size(r.nbytes), f"{r.median_s * 1e3:.2f} ms",
                       f"{r.spread:.0%}", fmt_bandwidth(r.algbw), fmt_bandwidth(r.busbw))
     console.print(table)
-    for line in cut_lines(measured, nodes):
+    for line in judged.cut_lines():
         console.print(Text(f"budget: {line}", style="yellow"))
     if measured.pairs:
         console.print("[bold]pairs of nodes[/] (one rank each, in parallel rounds)")
         for line in pair_lines(measured, nodes):
             console.print(f"  {line}")
     style = "bold red" if verdict.findings else "green"
-    for i, line in enumerate(verdict_lines(verdict, nodes)):
+    for i, line in enumerate(judged.verdict_lines()):
         console.print(f"[{style}]{line}[/]" if i < len(verdict.findings) or not verdict.findings else line)
     if burnin:
         console.print("[bold]GPU burn-in[/]")

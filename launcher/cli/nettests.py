@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from launcher.api import Client
-    from launcher.api.nettests import NettestNotFound, judge_pairs, to_json, verdict_lines
+    from launcher.api.nettests import NettestNotFound, to_json
     from launcher.words import fmt_bandwidth
 
     nettests = Client().nettests
@@ -57,6 +57,6 @@ def run(args: argparse.Namespace) -> int:
             continue
         world = m.scope("world")
         ag = world.largest("all_gather") if world else None
-        verdict = verdict_lines(judge_pairs(m.pairs), r.nodes)[0]
+        verdict = nettests.judge(m, r.nodes).verdict_lines()[0]
         print(f"{r.run_id:<{width}} {started:<16} {m.nnodes:>5} {fmt_bandwidth(ag.busbw) if ag else '-':>17}  {verdict}")
     return 0

@@ -30,8 +30,9 @@ def output_dir_warnings(planned) -> list:
 
     if planned.plan is None:
         return []
-    words = Client().records.output_dir_users(planned.plan)
-    return [planned.result.problem(("parameters", "output_dir"), "warning", words, OUTPUT_DIR_HINT)] if words else []
+    users = Client().records.output_dir_users(planned.plan)
+    return [] if users is None else [planned.result.problem(("parameters", "output_dir"), "warning", users.words(),
+                                                            OUTPUT_DIR_HINT)]
 
 
 def quarantine_warnings(planned) -> list:

@@ -73,9 +73,11 @@ def run(args: argparse.Namespace) -> int:
         except NodeError as err:
             print(f"{args.file}: cannot plan: {err}", file=sys.stderr)
             return USAGE_ERROR
+        from launcher.present.plan_preview import estimate_lines, fit_lines
+
         print()
-        print("\n".join(client.runs.fit_lines(plan, str(args.file))))
-        print("\n".join(client.runs.estimate_lines(plan, str(args.file))))
+        print("\n".join(fit_lines(client.runs.fit(plan), str(args.file))))
+        print("\n".join(estimate_lines(client.runs.estimate(plan), str(args.file))))
         return 0
     if plan.blockers:
         for blocker in plan.blockers:

@@ -58,7 +58,7 @@ class Outcome:
     run_id: str
     state: str
     measured: Measured | None
-    raw: dict | None
+    """Rank 0's figures, decoded (``None``: none, or not readable; :attr:`problems` says why)."""
     nodes: tuple[str, ...]
     """Each node's name, by node rank."""
     problems: tuple[str, ...]
@@ -179,7 +179,7 @@ def run_nettest(plan: RunPlan, options: Options, home: Path, *, on_state=None, p
         unreachable = tuple(line for _rank, line in answers)
         down = {rank for rank, _line in answers if rank is not None}
         if any(rank is None for rank, _line in answers) or len(down) == len(plan.nodes):
-            return Outcome("", "not started", None, None, tuple(n.host_display for n in plan.nodes),
+            return Outcome("", "not started", None, tuple(n.host_display for n in plan.nodes),
                            (*unreachable, "nothing was started: no node to test"), started,
                            time.time() - started, unreachable=unreachable, connect_s=connect_s)
         if down:
@@ -196,12 +196,13 @@ def run_nettest(plan: RunPlan, options: Options, home: Path, *, on_state=None, p
 
         asyncio.run(cancel_run(home, run_id))
         raise
-    outcome = replace(collect(home, run_id, started), connect_s=connect_s)
+    collected, result = collect(home, run_id, started)
+    outcome = replace(collected, connect_s=connect_s)
     if unreachable:
         outcome = replace(outcome, unreachable=unreachable,
                           problems=(*unreachable, f"the test ran on the other {plural(len(outcome.nodes), 'node')}, "
                                     "numbered among themselves", *outcome.problems))
-    save_record(home, outcome, plan)
+    save_record(home, outcome, plan, result)
     return outcome
 
 
@@ -223,8 +224,9 @@ def _wait(home: Path, run_id: str, on_state, poll_s: float) -> None:
         time.sleep(poll_s)
 
 
-def collect(home: Path, run_id: str, started_at: float) -> Outcome:
-    """The result of an ended test run: rank 0's line from node 0's log, or why there is none."""
+def collect(home: Path, run_id: str, started_at: float) -> tuple[Outcome, dict | None]:
+    """The result of an ended test run: rank 0's line from node 0's log, or why there is none; and that line's
+    figures as it printed them (``None``: none readable), which the test's kept record holds verbatim."""
     record = RunStore(home).get_run(run_id)
     if record is None:
         raise LookupError(f"no test run '{run_id}'")
@@ -257,8 +259,8 @@ def collect(home: Path, run_id: str, started_at: float) -> Outcome:
                 problems.append(f"{node_at(n.node_rank, n.host)}: {n.state.value}"
                                 + (f": {n.detail}" if n.detail else ""))
         problems.append(f"see its logs: fsdp-tui logs {run_id}")
-    return Outcome(run_id, record.summary.state.value, measured, raw, nodes, tuple(problems), started_at,
-                   time.time() - started_at, read_health(home, run_id, len(nodes)))
+    return Outcome(run_id, record.summary.state.value, measured, nodes, tuple(problems), started_at,
+                   time.time() - started_at, read_health(home, run_id, len(nodes))), raw
 
 
 def read_health(home: Path, run_id: str, num_nodes: int) -> dict[int, NodeHealth]:
@@ -279,14 +281,15 @@ def read_health(home: Path, run_id: str, num_nodes: int) -> dict[int, NodeHealth
     return out
 
 
-def save_record(home: Path, outcome: Outcome, plan: RunPlan) -> Path:
-    """``<data dir>/nettests/<run id>.json``: nodes, workload, figures and date, comparable later."""
+def save_record(home: Path, outcome: Outcome, plan: RunPlan, result: dict | None) -> Path:
+    """``<data dir>/nettests/<run id>.json``: nodes, workload, figures (``result``: rank 0's, as it printed
+    them) and date, comparable later."""
     folder = home / RECORDS
     folder.mkdir(parents=True, exist_ok=True)
     data = {"run_id": outcome.run_id, "state": outcome.state, "started_at": outcome.started_at,
             "wall_s": round(outcome.wall_s, 2), "nodes": list(outcome.nodes),
             "workload": str(plan.source_file) if plan.source_file else None,
-            "experiment": plan.workload.experiment_name, "result": outcome.raw, "problems": list(outcome.problems),
+            "experiment": plan.workload.experiment_name, "result": result, "problems": list(outcome.problems),
             "health": {str(k): v.to_dict() for k, v in outcome.health.items()}}
     path = folder / f"{outcome.run_id}.json"
     tmp = path.with_suffix(".tmp")

@@ -10,7 +10,9 @@ never hands them out (``tests/api/test_door_names.py``). One concept a module:
 - :mod:`.samples`: a run's samples as people read them: each prompt's answers by step, two sides compared.
 - :mod:`.stop_output`: what a stop makes a job print, folded away in the panes, and the line they end with.
 - :mod:`.checkpoints`: a checkpoint listing's "complete" column.
-- :mod:`.nettest`: an interconnect test's headline, its pairs of nodes as lines and as bars.
+- :mod:`.nettest`: an interconnect test's headline, its one-line summary, its pairs of nodes as lines and as bars.
+- :mod:`.plan_preview`: what a dry run and the editor say of a plan's memory and cost.
+- :mod:`.gpus`: whose a process holding GPU memory is.
 
 What the core also says (a report's duration, a disk's free bytes, a bandwidth in a verdict) is a word rule
 of :mod:`launcher.words`, which both sides import. Import rules (``pyproject.toml``): this room sits between

@@ -1,6 +1,7 @@
-"""An interconnect test as only the front ends say it: its headline, its pairs of nodes as lines (``fsdp-tui
-nettest``) and as bars (the app's chart). The rows, the verdict and the budget's cuts are the core's
-(``launcher.api.nettests``): ``--json`` writes them too."""
+"""An interconnect test as only the front ends say it: its headline, its one-line summary (the run monitor's
+header), its pairs of nodes as lines (``fsdp-tui nettest``) and as bars (the app's chart). The rows, the
+verdict's and the budget's words are the core's (``launcher.api.nettests``: :meth:`Judged.verdict_lines`,
+:meth:`Judged.cut_lines`): ``--json`` and ``show`` write them too."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING
 from launcher.words import fmt_bandwidth, fmt_message_size, node_name, plural
 
 if TYPE_CHECKING:
-    from launcher.api.nettests import Measured
+    from launcher.api.nettests import Judged, Measured
 
 
 def headline(m: Measured) -> str:
@@ -20,6 +21,15 @@ def headline(m: Measured) -> str:
     return (f"{plural(m.nnodes, 'node')} x {plural(m.local_world_size, 'process')}, {m.backend} on {m.device}; "
             f"whole world all-gather {fmt_bandwidth(ag.busbw) if ag else '-'} bus bandwidth at "
             f"{fmt_message_size(ag.nbytes) if ag else '-'}")
+
+
+def summary(judged: Judged) -> str:
+    """The test in one line: its whole world's all-gather bus bandwidth and its verdict's first words (the run
+    monitor's header)."""
+    world = judged.measured.scope("world")
+    gather = world.largest("all_gather") if world else None
+    return (f"{fmt_bandwidth(gather.busbw) if gather else '-'} all-gather bus bandwidth over the whole world; "
+            f"{judged.verdict_lines()[0].split(' (')[0]}")
 
 
 def pair_lines(m: Measured, nodes: tuple[str, ...]) -> list[str]:

@@ -196,13 +196,3 @@ def holder_states(store, nodes: list[NodeHolders]) -> dict[str, str | None]:
         states[run_id] = (None if record is None else
                             record.summary.state.value if record.summary.state.is_final else "")
     return states
-
-
-def whose(holder: GpuHolder, states: dict[str, str | None]) -> str:
-    """Who a process belongs to, in words (the CLI and the app say the same)."""
-    if not holder.run_id:
-        return "not ours"
-    state = states.get(holder.run_id)
-    if state is None:
-        return f"run {holder.run_id} (not in this data dir)"
-    return f"run {holder.run_id} ({state}: a leftover, --stop stops it)" if state else f"run {holder.run_id} (running)"

@@ -88,14 +88,24 @@ def verdict_of(fit: FitPlan, plan: RunPlan, budget: Budget | None) -> Verdict:
     return fit_advice.verdict(fit.size, setup(sharding), budget, lora_possible=not cfg.model.from_scratch)
 
 
-def fit_lines(plan: RunPlan, budget: Budget | None = None, file: str = "FILE") -> list[str]:
-    """What a dry run and the editor say of a plan's memory (``budget``: a rank's memory as the doctor
-    read it; else what is known here)."""
+@dataclass(frozen=True)
+class PlanFit:
+    """What is known of a plan's memory before it starts (a dry run's and the editor's, said by
+    :mod:`launcher.present.plan_preview`): the prediction against a rank's memory, or why there is none."""
+
+    verdict: Verdict | None
+    """Each rank's predicted need against its memory where known; ``None``: not predicted."""
+    auto: bool = False
+    """``fsdp.sharding: auto`` chose the sharding the verdict predicts."""
+    unknown: str = ""
+    """Why nothing is predicted, in one line (``memory: not predicted (...)``, as the doctor says it too);
+    empty with a verdict."""
+
+
+def plan_fit(plan: RunPlan, budget: Budget | None = None) -> PlanFit:
+    """The prediction of ``plan``'s memory (``budget``: a rank's memory as the doctor read it; else what is
+    known here)."""
     fit = fit_plan(plan)
     if isinstance(fit, str):
-        return [fit]
-    said = verdict_of(fit, plan, budget or known_budget(plan))
-    auto = " (auto's choice)" if fit.cfg.fsdp.sharding == "auto" else ""
-    lines = said.lines()
-    lines[0] = lines[0].replace(f"({said.prediction.setup.sharding}", f"({said.prediction.setup.sharding}{auto}", 1)
-    return [line.replace("`fsdp-tui doctor FILE`", f"`fsdp-tui doctor {file}`") for line in lines]
+        return PlanFit(None, unknown=fit)
+    return PlanFit(verdict_of(fit, plan, budget or known_budget(plan)), auto=fit.cfg.fsdp.sharding == "auto")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from launcher.api import Client
-from launcher.api.nettests import NettestRecord
+from launcher.api.nettests import NettestRecord, Nettests
 from launcher.api.runs import RunNotFound
 from launcher.events import RunState
 from tests.support.nettest import result
@@ -50,8 +50,12 @@ def test_a_runs_folders_are_named_until_they_are_cleaned(tmp_path):
 
 
 def test_a_kept_test_reads_in_one_line():
+    from launcher.present.nettest import summary
+
     kept = NettestRecord.from_wire({"run_id": "t-1", "nodes": ["a", "b", "c"], "result": result(nnodes=3, local=1)})
-    assert kept is not None
-    assert kept.summary == "28.0 MB/s all-gather bus bandwidth over the whole world; slow node: node 2"
+    assert kept is not None and kept.measured is not None
+    judged = Nettests.judge(kept.measured, kept.nodes)
+    assert summary(judged) == "28.0 MB/s all-gather bus bandwidth over the whole world; slow node: node 2"
+    assert judged.verdict_lines()[0].startswith("slow node: node 2 (c): ")
     unread = NettestRecord.from_wire({"run_id": "t-2", "nodes": ["a"], "result": "garbage"})
-    assert unread is not None and unread.measured is None and unread.summary == ""
+    assert unread is not None and unread.measured is None

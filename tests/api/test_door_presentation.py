@@ -17,14 +17,94 @@ PRESENT = ROOT / "launcher" / "present"
 
 COMPUTATIONS = {
     "launcher.api.launching": {"launch"},
-    "launcher.api.nettests": {"cut_lines", "judge_pairs", "rows", "to_json", "verdict_lines"},
+    "launcher.api.nettests": {"judge_pairs", "rows", "to_json"},
     "launcher.api.run_files": {"tail_offset"},
     "launcher.api.runs": {"classify_line", "might_signal", "node_rows"},
 }
 """The plain functions the door hands out, each one the core computes with or writes a record with: a launch;
-a test's verdict, rows and budget cuts, which ``--json`` writes too; a log's tail offset; a log line's triage;
+a test's verdict and rows, which ``--json`` writes too; a log's tail offset; a log line's triage;
 a run's node rows (``show --nodes`` rebuilds them from the record). A function that only turns values into
 text for a person is none of these: it goes in ``launcher.present``."""
+
+NOT_PROSE = {
+    "launcher.api.launching.AlreadyLaunched.token": "the idempotency token the earlier launch claimed",
+    "launcher.api.nettests.Judged.cut_lines": "the core's words for the budget's cuts: --json writes them (cuts[].text)",
+    "launcher.api.nettests.Judged.verdict_lines": "the core's words for the verdict: --json and show write them",
+    "launcher.api.nodes.GpuHolders.leftovers": "run ids",
+    "launcher.api.nodes.Nodes.shell_argv": "an argv",
+    "launcher.api.records.Records.secret_env_name": "an environment variable's name",
+    "launcher.api.records.Records.store_problem": "the store's damage as the core reports it (an error's words)",
+    "launcher.api.run_reading.RunReading.workload_text": "a recorded file's text",
+    "launcher.api.runs.Runs.adopt": "run ids",
+    "launcher.api.runs.Runs.find": "a run id",
+    "launcher.api.sweeps.Sweeps.adopt": "sweep ids",
+    "launcher.api.sweeps.Sweeps.find": "a sweep id",
+    "launcher.api.sweeps.Sweeps.start": "a sweep id",
+}
+"""The door's functions and methods that answer ``str`` (or strings) that are not text made for a person:
+ids, names, an argv, a file's text, an error's words, and the core's own words that ``--json`` writes."""
+
+STILL_PROSE = {
+    "launcher.api.nodes.Nodes.reap_lost": "the sweep's lines, the words it records in each node's detail too",
+    "launcher.api.run_files.RunFiles.folders": "where a run's files are, one line each",
+    "launcher.api.run_files.RunFiles.left_behind": "where a run's files stay, with the command that removes them",
+    "launcher.api.runs.Runs.dry_run_text": "each backend's own rendering of its commands and batch script",
+    "launcher.api.runs.Runs.relaunch_hazard": "why a relaunch would start a second SLURM job, in words",
+}
+"""Text for a person the door still hands out, each to move to ``launcher.present`` behind a typed value. The
+list only shrinks: a new door function that answers text fails the test below."""
+
+PROSE_CONTAINERS = {"list", "tuple", "Sequence", "Iterable", "Iterator", "Collection", "AsyncIterator"}
+
+
+def answers_text(annotation: str | None) -> bool:
+    """Whether a return annotation (as written: the door's modules defer them) is ``str``, an optional one,
+    or a container of ``str`` (``list[str]``, ``tuple[str, ...]``, ``Iterable[str]``)."""
+    if annotation is None:
+        return False
+    node = ast.parse(annotation, mode="eval").body
+    while isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):  # str | None
+        node = node.left if not _is_none(node.left) else node.right
+    if isinstance(node, ast.Name):
+        return node.id == "str"
+    if isinstance(node, ast.Subscript) and _name(node.value) in PROSE_CONTAINERS:
+        args = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        return all(isinstance(a, ast.Name) and a.id == "str" or isinstance(a, ast.Constant) and a.value is ...
+                   for a in args)
+    return False
+
+
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _name(node: ast.expr) -> str:
+    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+
+
+def door_callables(room: str) -> dict[str, object]:
+    """Every function the room hands out and every public method and property of the classes the door defines
+    itself (those it inherits from the door too), by dotted name where it is defined."""
+    out: dict[str, object] = {}
+    for name, value in handed_out(room).items():
+        if isinstance(value, types.FunctionType):
+            out[f"{room}.{name}"] = value
+        elif isinstance(value, type) and value.__module__.startswith("launcher.api"):
+            for cls in value.__mro__:
+                if not cls.__module__.startswith("launcher.api"):
+                    continue
+                for attr, member in vars(cls).items():
+                    if attr.startswith("_"):
+                        continue
+                    function = member.fget if isinstance(member, property) else getattr(member, "__func__", member)
+                    if isinstance(function, types.FunctionType):
+                        out[f"{cls.__module__}.{cls.__qualname__}.{attr}"] = function
+    return out
+
+
+def text_answers(callables: dict[str, object]) -> set[str]:
+    """Those of ``callables`` whose return annotation says they answer text."""
+    return {name for name, f in callables.items() if answers_text(getattr(f, "__annotations__", {}).get("return"))}
 
 
 def rooms() -> list[str]:
@@ -134,3 +214,34 @@ def test_a_room_that_hands_out_presentation_is_caught(monkeypatch, module, name)
     assert presentation_on("launcher.api.runs", {name: value}, presentation()) == [
         f"launcher.api.runs.{name} is {module}.{name}: presentation (import it from launcher.present)"]
     assert presentation_on("launcher.api.runs", handed_out("launcher.api.runs"), presentation()) != []
+
+
+def test_no_function_of_the_door_answers_text_for_a_person():
+    """A door function (or a method of a door type) that answers ``str``, ``list[str]``, ``Iterable[str]`` made
+    from values is presentation: it returns the typed value, and ``launcher.present`` words it."""
+    found = set().union(*(text_answers(door_callables(room)) for room in rooms()))
+    assert found - set(NOT_PROSE) - set(STILL_PROSE) == set()
+    assert set(STILL_PROSE) <= found  # one moved off the door: take it off the list
+
+
+@pytest.mark.parametrize(("annotation", "text"), [
+    ("str", True), ("str | None", True), ("list[str]", True), ("tuple[str, ...]", True), ("Iterable[str]", True),
+    ("collections.abc.Sequence[str]", True), ("None | str", True),
+    ("Path", False), ("dict[str, float]", False), ("list[tuple[str, int | None]]", False), ("Estimate | None", False),
+    ("list[RunKind]", False), (None, False),
+])
+def test_a_return_annotation_that_answers_text_is_read(annotation, text):
+    assert answers_text(annotation) is text
+
+
+def test_a_door_method_that_words_a_value_is_caught(monkeypatch):
+    """Put back what the door said of an estimate (``Runs.estimate_lines``, now
+    ``launcher.present.plan_preview.estimate_lines``): the walk finds it."""
+    import launcher.api.runs as room
+
+    def estimate_lines(self, plan, file: str = "FILE") -> list[str]:
+        return []
+
+    estimate_lines.__annotations__["return"] = "list[str]"  # as the deferred annotation reads
+    monkeypatch.setattr(room.Runs, "estimate_lines", estimate_lines, raising=False)
+    assert "launcher.api.runs.Runs.estimate_lines" in text_answers(door_callables("launcher.api.runs"))

@@ -1,4 +1,5 @@
-"""What a dry run and the editor say of a plan's memory (``launcher.workload.fit``), before anything runs:
+"""What a dry run and the editor say of a plan's memory (``launcher.workload.fit`` predicts it,
+``launcher.present.plan_preview`` says it), before anything runs:
 the model's ``config.json`` alone (a local folder, or a hub id in the Hugging Face cache; no weights, no
 torch), each rank's need against the card ``compute.accelerator_type`` names, and what would make it fit.
 Table-driven over plans; one ``run --dry-run`` of the real CLI says the same."""
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.workload.fit import fit_lines
+from launcher.present.plan_preview import fit_lines
+from launcher.workload.fit import plan_fit
 from launcher.workload.load import plan_file
 from tests.support.cli import cli
 
@@ -50,7 +52,7 @@ def models(tmp_path, monkeypatch) -> Path:
 def _said(home: Path, path: Path) -> str:
     planned = plan_file(path, home=home)
     assert planned.plan is not None, [p.format() for p in planned.problems]
-    return "\n".join(fit_lines(planned.plan, file=path.name))
+    return "\n".join(fit_lines(plan_fit(planned.plan), file=path.name))
 
 
 @pytest.mark.parametrize(("model", "extra", "says", "never"), [

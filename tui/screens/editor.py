@@ -183,6 +183,7 @@ class EditorScreen(Screen):
 
     @work(thread=True, exclusive=True, group="validate")
     def validate(self, text: str, version: int, overrides: list[str]) -> None:
+        from launcher.present.plan_preview import estimate_lines, fit_lines
         from launcher.workload.fixes import fix_for
         from launcher.workload.load import plan_file
 
@@ -191,7 +192,8 @@ class EditorScreen(Screen):
         plan_text = "fix the errors to see the plan"
         if planned.plan is not None:
             plan_text = runs.dry_run_text(planned.plan) + "\n" + "\n".join(
-                [*runs.fit_lines(planned.plan, self.path.name), *runs.estimate_lines(planned.plan, self.path.name)]) + "\n"
+                [*fit_lines(runs.fit(planned.plan), self.path.name),
+                 *estimate_lines(runs.estimate(planned.plan), self.path.name)]) + "\n"
         problems = [*planned.problems, *self.app.client.records.quarantine_problems(planned)]
         fixes = [fix_for(p, text) if p.file != "--set" else None for p in problems]
         self.post_message(Validated(version, problems, fixes, plan_text, planned.plan))

@@ -9,6 +9,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Label
 
+from launcher.present.gpus import whose
 from launcher.words import plural
 from tui.app_base import AppBase
 from tui.widgets.footer import FitFooter
@@ -77,6 +78,6 @@ class GpusScreen(Screen):
             for h in n.holders:
                 mem = f"{h.used_mib:.0f} MiB" if h.used_mib is not None else "?"
                 table.add_row(n.host, "?" if h.gpu is None else str(h.gpu), str(h.pid), mem, h.process,
-                              holders.whose(h).replace(", --stop stops it", ", x stops it"))
+                              whose(h.run_id, holders.states, stop="x"))
         self.leftovers = sum(1 for n in holders.nodes for h in n.holders if h.run_id and holders.states.get(h.run_id))
         said.update("\n".join(lines) or f"{plural(table.row_count, 'process')} {'holds' if table.row_count == 1 else 'hold'} GPU memory")

@@ -168,11 +168,14 @@ class RunMonitorScreen(Screen):
         record = client.runs.get(self.run_id)
         hosts = tuple(n.host for n in sorted(record.nodes, key=lambda n: n.node_rank)) if record else ()
         test = client.nettests.newest_for(hosts, besides=self.run_id) if hosts else None
-        if test is not None:
-            self.post_message(NetworkKnown(f"network ({test.run_id}): {test.summary}"))
-        continued = client.runs.continued(self.run_id) if record else ""
-        if continued:
-            self.post_message(ContinuedKnown(continued))
+        if test is not None and test.measured is not None:
+            from launcher.present.nettest import summary
+
+            judged = client.nettests.judge(test.measured, test.nodes)
+            self.post_message(NetworkKnown(f"network ({test.run_id}): {summary(judged)}"))
+        continued = client.runs.continued(self.run_id) if record else None
+        if continued is not None:
+            self.post_message(ContinuedKnown(continued.words()))
 
     @on(ContinuedKnown)
     def _continued_known(self, message: ContinuedKnown) -> None:

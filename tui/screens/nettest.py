@@ -14,7 +14,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Label, Static
 
-from launcher.api.nettests import cut_lines, judge_pairs, rows, verdict_lines
+from launcher.api.nettests import Nettests, rows
 from launcher.present.nettest import headline, pair_bars
 from launcher.words import fmt_bandwidth, fmt_message_size
 from tui.app_base import AppBase
@@ -106,17 +106,17 @@ class NettestScreen(Screen):
             verdict_box.add_class("-slow")
             return
         m = message.measured
-        self._status("\n".join([headline(m), *(f"budget: {line}" for line in cut_lines(m, message.nodes))]))
+        judged = Nettests.judge(m, message.nodes)
+        self._status("\n".join([headline(m), *(f"budget: {line}" for line in judged.cut_lines())]))
         table = self.query_one(DataTable)
         table.clear()
         for r in rows(m, message.nodes):
             table.add_row(r.scope, r.op.replace("_", "-"), fmt_message_size(r.nbytes), f"{r.median_s * 1e3:.2f} ms",
                           f"{r.spread:.0%}", fmt_bandwidth(r.algbw), fmt_bandwidth(r.busbw))
-        verdict = judge_pairs(m.pairs)
         # Nodes left out (not reached) come first: the figures below are of the others.
         unreached = [p for p in message.problems if ": not reached within the connect phase" in p]
-        verdict_box.update("\n".join([*unreached, *verdict_lines(verdict, message.nodes)]))
-        verdict_box.set_class(bool(verdict.findings or unreached), "-slow")
+        verdict_box.update("\n".join([*unreached, *judged.verdict_lines()]))
+        verdict_box.set_class(bool(judged.verdict.findings or unreached), "-slow")
         self._plots(m)
 
     def _plots(self, m: Measured) -> None:

@@ -236,17 +236,13 @@ def _price(plan: RunPlan) -> tuple[float | None, str]:
     return sum(known) / len(known), prices.currency
 
 
-def estimate_lines(home: Path, plan: RunPlan, file: str = "FILE") -> list[str]:
-    """What a dry run and the editor say of a plan's cost (or how to measure it; ``file`` as the user
-    names the workload)."""
+def advised_estimate(home: Path, plan: RunPlan) -> Estimate | None:
+    """The estimate a dry run and the editor show of a plan's cost; ``None`` when nothing was measured yet,
+    or the store cannot be read (advice only: a damaged store is said by the commands that read runs)."""
     try:
-        est = estimate_plan(home, plan)
+        return estimate_plan(home, plan)
     except (OSError, ValueError, sqlite3.Error, StoreDamaged):
-        est = None  # advice only: a damaged store is said by the commands that read runs
-    if est is not None:
-        return est.lines()
-    return [f"estimate: nothing measured yet for this workload: `fsdp-tui doctor {file} --estimate` times its "
-            "first steps on its nodes (or launch it once)"]
+        return None
 
 
 def keep_estimate(directory: Path, est: Estimate) -> None:

@@ -17,6 +17,7 @@ import contextlib
 import fcntl
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.runs.core.store import RunStore, RunSummary
@@ -60,12 +61,10 @@ def _their_view(home: Path, run: RunSummary) -> str | None:
     env: Mapping[str, object] = {}
     if "$" in out:
         from launcher.paths import run_dir
-        from launcher.runs.core.layout import load_plan
+        from launcher.runs.core.layout import read_plan
 
-        try:
-            env = load_plan(run_dir(home, run.run_id)).workload.env_variables
-        except (OSError, ValueError, KeyError):
-            env = {}
+        plan = read_plan(run_dir(home, run.run_id))  # as recorded: another run's plan is not validated again
+        env = plan.env_variables if plan is not None else {}
     return node_view(out, env, run.run_id)
 
 
@@ -96,22 +95,40 @@ def _same_workload(run: RunSummary, plan: RunPlan, home: Path) -> bool:
     return theirs.resolve() == Path(plan.source_file).resolve()
 
 
+@dataclass(frozen=True)
+class OutputDirUsers:
+    """The runs of other workloads (live or recorded) that use a plan's ``output_dir`` on its node 0."""
+
+    folder: str
+    """The ``output_dir`` as the node sees it."""
+    host: str
+    runs: tuple[RunSummary, ...]
+
+    def words(self) -> str:
+        """The folder, the node and the first three runs, in the words a launch refuses with."""
+        named = ", ".join(f"{r.run_id} ({r.state.value}, experiment {r.experiment}"
+                          + (f", {r.workload_path}" if r.workload_path else "") + ")" for r in self.runs[:3])
+        more = f" and {len(self.runs) - 3} more" if len(self.runs) > 3 else ""
+        return (f"{self.folder} on {self.host} is used by another workload's run: {named}{more}; two workloads "
+                "in one folder mix their checkpoints")
+
+
 def output_dir_users(home: Path, plan: RunPlan) -> str:
     """Words naming the runs of other workloads (live or recorded) that use this plan's ``output_dir`` on
     its node 0; empty when there are none."""
+    users = users_of_output_dir(home, plan)
+    return users.words() if users is not None else ""
+
+
+def users_of_output_dir(home: Path, plan: RunPlan) -> OutputDirUsers | None:
+    """The runs of other workloads that use this plan's ``output_dir`` on its node 0; ``None``: none."""
     out = fixed_output_dir(plan)
     if out is None or not (Path(home) / "runs.db").exists():
-        return ""
+        return None
     host = plan.nodes[0].host_display
     store = RunStore(home)
     candidates = {r.run_id: r for r in store.using_output_dir(out) + store.output_dirs_spelled_otherwise()}
     others = [r for r in candidates.values()
               if r.run_id != plan.run_id and r.hosts[:1] == (host,)
               and _their_view(home, r) == out and not _same_workload(r, plan, home)]
-    if not others:
-        return ""
-    named = ", ".join(f"{r.run_id} ({r.state.value}, experiment {r.experiment}"
-                      + (f", {r.workload_path}" if r.workload_path else "") + ")" for r in others[:3])
-    more = f" and {len(others) - 3} more" if len(others) > 3 else ""
-    return (f"{out} on {host} is used by another workload's run: {named}{more}; two workloads in one folder "
-            "mix their checkpoints")
+    return OutputDirUsers(out, host, tuple(others)) if others else None

@@ -11,7 +11,7 @@ import pytest
 from launcher.events import RunState
 from launcher.runs.core.estimates import (
     PROBE_TAG,
-    estimate_lines,
+    advised_estimate,
     estimate_plan,
     history,
     keep_estimate,
@@ -143,7 +143,10 @@ def test_prices_from_the_settings_price_the_estimate(home):
 
 def test_nothing_measured_says_how_to_measure(home):
     _past(home, "a-running", step_s=1.0, state=RunState.RUNNING)  # not ended: not history yet
-    [line] = estimate_lines(home, _plan("x"), "w.yaml")
+    from launcher.present.plan_preview import estimate_lines
+
+    assert advised_estimate(home, _plan("x")) is None
+    [line] = estimate_lines(advised_estimate(home, _plan("x")), "w.yaml")
     assert "nothing measured yet" in line and "fsdp-tui doctor w.yaml --estimate" in line
 
 
