@@ -14,6 +14,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from trainer import parallel
 from trainer.ckpt.checkpoint import AppState, Checkpointer
 from trainer.loop import optim
+from trainer.loop.state import TrainState
 from trainer.wire.config import CheckpointConfig, FsdpConfig, OptimConfig
 
 hidden, layers, repeat = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
@@ -26,7 +27,7 @@ opt = optim.build_optimizer(model, 1e-4, OptimConfig(), d.device)
 sched = optim.build_scheduler(opt, 10, OptimConfig())
 model(input_ids=torch.randint(0, 32000, (1, 16), device=d.device)).logits.sum().backward()
 opt.step()
-app = AppState(model, opt, sched, {"step": 1})
+app = AppState(model, opt, sched, TrainState(step=1))
 params = sum(p.numel() for p in model.parameters())  # DTensor numel: the whole (unsharded) size
 root = Path(tempfile.mkdtemp(prefix="ckpt-bench-"))
 meta = {"model_name": "bench"}

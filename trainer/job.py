@@ -89,7 +89,7 @@ def load_data(cfg: TrainerConfig, choices: Choices, d: parallel.Dist) -> Data:
     """The tokenizer, the rows (packed when the attention allows it), their order over the ranks and the
     number of steps they make."""
     tok = model.load_tokenizer(choices.source, cfg.model)
-    rows = dataset.build(cfg, tok, choices.attention.packing)
+    rows = dataset.build(cfg, tok, choices.attention.packing, choices.source)
     try:
         if rows.stream is not None:
             order: GlobalOrder = StreamOrder(rows.stream, d.world, d.rank, cfg.per_device_batch_size)
@@ -130,7 +130,7 @@ def build_model(cfg: TrainerConfig, choices: Choices, total: int, d: parallel.Di
 
     def prepare(net: nn.Module) -> nn.Module:
         net = adapted.apply(net)
-        sized.append(memory.model_size(choices.hf_config, net, adapted.quantized))  # what auto's choice predicts
+        sized.append(memory.model_size(choices.hf_config, net, adapted.base_parameters))  # what auto's choice predicts
         vocab = sized[0].vocab if sized[0] is not None else 0
         chosen.append(parallel.choose_sharding(cfg.fsdp, d, sized[0], memory.setup(cfg, d, "no_shard", choices.attention,
                                                                                     vocab),

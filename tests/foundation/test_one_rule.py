@@ -10,7 +10,12 @@ where the logic of those rules appears again outside its home:
 - a checkpoint's writer read from its ``meta.json`` (``ckpt_layout.run_of``) or compared by hand in a
   comprehension over listed checkpoints (whose it is: ``Lineage.whose``);
 - the test of a folder no other run writes into (``startswith`` on ``/``, ``~`` and ``$``:
-  ``ckpt_owner.private_folder``, ``inside_run_folder``).
+  ``ckpt_owner.private_folder``, ``inside_run_folder``);
+- a checkpoint folder's name made or read by hand: a string (an f-string's part, a format, a pattern, a
+  prefix) with ``step-`` where a step, a pattern or nothing follows (``ckpt_layout.step_name``,
+  ``step_of_name``, ``step_of_path``); prose (docstrings, "step-to-step") and whole sample names are no rule;
+- a checkpoint's ``meta.json`` parsed by hand (``json.loads`` of what ``read_meta`` returns, or of the file
+  ``ckpt_layout.META`` names: ``ckpt_layout.parse_meta``, ``meta_of``, ``holds_adapters``).
 
 The same fixtures also run through both call sites, the trainer's prune and the launcher's gathers, in
 ``tests/runs/test_ckpt_invariant.py``."""
@@ -18,6 +23,7 @@ The same fixtures also run through both call sites, the trainer's prune and the 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -25,6 +31,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 HOME = {"trainer/wire/ckpt_layout.py", "trainer/wire/ckpt_owner.py", "trainer/wire/ckpt_digest.py"}
 PACKAGES = ("launcher", "trainer", "tui")
+STEP_NAME = re.compile(r"step-(?=$|[{%(\[\\]|0\*)")
+"""``step-`` where a folder name is made or matched: at the end (a prefix, an f-string's part before the
+step), before a placeholder (``{``, ``%``) or a pattern (``0*``, ``(``, ``[``, ``\\d``)."""
 
 
 def violations(source: str) -> list[str]:
@@ -32,7 +41,14 @@ def violations(source: str) -> list[str]:
     tree = ast.parse(source)
     found = []
     meta_file = "meta.json" in source or "META" in source
+    prose, metas = _docstrings(tree), _checkpoint_meta_names(tree)
     for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose \
+                and STEP_NAME.search(node.value):
+            found.append(f"{node.lineno}: makes or reads a checkpoint's folder name by hand (ckpt_layout.step_name, "
+                         "step_of_name, step_of_path)")
+        elif _json_load(node) and any(_names_meta(n, metas) for arg in node.args for n in ast.walk(arg)):
+            found.append(f"{node.lineno}: parses a checkpoint's meta.json by hand (ckpt_layout.parse_meta, meta_of)")
         if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
             for gen in node.generators:
                 conditions = list(gen.ifs)
@@ -48,6 +64,34 @@ def violations(source: str) -> list[str]:
             found += [f"{call.lineno}: tests for a folder of its own by hand (ckpt_owner.private_folder)"
                       for call in ast.walk(node) if _per_run_test(call)]
     return found
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The module's, classes' and functions' docstrings and attribute docstrings: prose, not code."""
+    return {id(stmt.value) for node in ast.walk(tree) if isinstance(getattr(node, "body", None), list)
+            for stmt in node.body if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)}
+
+
+def _checkpoint_meta_names(tree: ast.AST) -> set[str]:
+    """The names under which the module imports ``ckpt_layout``'s ``META`` (a module's own ``META`` names
+    another file: the token cache's)."""
+    return {alias.asname or alias.name for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("ckpt_layout")
+            for alias in node.names if alias.name == "META"}
+
+
+def _json_load(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("load", "loads")
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == "json")
+
+
+def _names_meta(node: ast.AST, metas: set[str]) -> bool:
+    """``node`` reads a checkpoint's ``meta.json``: ``read_meta(...)``, ``META`` as imported from ckpt_layout,
+    ``ckpt_layout.META``, or the file's name itself."""
+    return ((isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "read_meta")
+            or (isinstance(node, ast.Name) and node.id in metas)
+            or (isinstance(node, ast.Attribute) and node.attr == "META" and getattr(node.value, "id", "") == "ckpt_layout")
+            or (isinstance(node, ast.Constant) and node.value == "meta.json"))
 
 
 def _about_output_dir(fn: ast.AST) -> bool:
@@ -118,6 +162,17 @@ def test_no_checkpoint_rule_is_written_twice():
      "decides whose a listed checkpoint is by hand"),
     ("def fixed(plan):\n    out = plan.output_dir\n    return out.startswith(('/', '~', '$'))\n",
      "tests for a folder of its own by hand"),
+    # the names as the LoRA export made them and the run report read them before they asked ckpt_layout
+    ("def out(step):\n    return f'hf/step-{step:08d}'\n", "makes or reads a checkpoint's folder name"),
+    ("import re\ndef step(path):\n    return re.search(r'step-0*(\\d+)', path)\n",
+     "makes or reads a checkpoint's folder name"),
+    ("def mine(name):\n    return name.startswith('step-')\n", "makes or reads a checkpoint's folder name"),
+    ("def name(step):\n    return 'step-%08d' % step\n", "makes or reads a checkpoint's folder name"),
+    # meta.json read raw, as the LoRA export and the resume's model check did
+    ("import json\nfrom trainer.wire.ckpt_layout import META\ndef meta(folder):\n"
+     "    return json.loads((folder / META).read_text())\n", "parses a checkpoint's meta.json by hand"),
+    ("import json\ndef model(store, path):\n    return json.loads(store.read_meta(path) or '{}')['model_name']\n",
+     "parses a checkpoint's meta.json by hand"),
 ])
 def test_the_guard_finds_a_second_copy(source, what):
     assert any(what in v for v in violations(source)), violations(source)
@@ -128,3 +183,9 @@ def test_the_guard_leaves_the_rules_callers_alone():
              "def prune(listing, lineage, keep_last):\n    return to_prune(listing.checkpoints, lineage, keep_last)\n"
              "def runs(store, besides):\n    return [r for r in store.list_runs() if r.run_id != besides]\n")
     assert violations(calls) == []
+    prose = ('"""Checkpoints are ``<output_dir>/checkpoints/step-00000100/``."""\n'
+             "import json\nMETA = 'meta.json'  # the token cache's own file\n"
+             "def noise(folder):\n    '''The run's step-to-step noise.'''\n"
+             "    return json.loads((folder / META).read_text())\n"
+             "SAMPLE = CheckpointFact('step-00000100', 100, 300.0)\n")
+    assert violations(prose) == []

@@ -57,11 +57,10 @@ def newest_complete(root: Path | str) -> Path | str | None:
 class AppState(Stateful):
     """Model, optimiser, scheduler and trainer position, as DCP saves and restores them."""
 
-    def __init__(self, model, optimizer, scheduler, trainer: TrainState | dict[str, Any],
+    def __init__(self, model, optimizer, scheduler, trainer: TrainState,
                  options: StateDictOptions | None = None) -> None:
         self.model, self.optimizer, self.scheduler, self.trainer = model, optimizer, scheduler, trainer
-        """The trainer's position: the run's :class:`trainer.loop.state.TrainState`, or a plain dict of the
-        same keys (a script's)."""
+        """The trainer's position: the run's :class:`trainer.loop.state.TrainState`."""
         self.options = options
         """What of the model is saved and restored (LoRA: the trainable weights only)."""
         self.with_cuda_rng = True
@@ -71,7 +70,7 @@ class AppState(Stateful):
     def state_dict(self) -> dict[str, Any]:
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self.options)
         return {"model": model_sd, "optim": optim_sd, "sched": self.scheduler.state_dict(),
-                "trainer": self._position(), "rng": torch.get_rng_state(),
+                "trainer": self.trainer.state_dict(), "rng": torch.get_rng_state(),
                 **(_cuda_rng() if self.with_cuda_rng else {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -81,10 +80,7 @@ class AppState(Stateful):
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optim"], options=self.options)
         self.scheduler.load_state_dict(state["sched"])
-        if isinstance(self.trainer, TrainState):
-            self.trainer.load_state_dict(state["trainer"])
-        else:
-            self.trainer.update(state["trainer"])
+        self.trainer.load_state_dict(state["trainer"])
         torch.set_rng_state(state["rng"])
         if "cuda_rng" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state(state["cuda_rng"])
@@ -92,11 +88,7 @@ class AppState(Stateful):
     @property
     def step(self) -> int:
         """The step this state stands at."""
-        return int(self._position()["step"])
-
-    def _position(self) -> dict[str, Any]:
-        """The trainer's position as the checkpoint keeps it (one value per key)."""
-        return self.trainer.state_dict() if isinstance(self.trainer, TrainState) else dict(self.trainer)
+        return self.trainer.step
 
 
 def _holds(reader, key: str) -> bool:
@@ -204,11 +196,7 @@ class Checkpointer:
         done()
         self.saved_step = state.step
         if self.d.is_main:
-            try:
-                meta = json.loads(self.store.read_meta(local) or "{}")
-            except ValueError:
-                meta = None
-            self.loaded_meta = meta if isinstance(meta, dict) else None
+            self.loaded_meta = ckpt_layout.parse_meta(self.store.read_meta(local) or "{}")
 
     def _cannot_resume(self, path: str, local: str, err: BaseException) -> str:
         """Why ``path`` cannot be loaded, and what to do: a shard that is not there (where it is), or a
@@ -222,7 +210,7 @@ class Checkpointer:
             missing = f": {verdict.why_not()}{_where_missing(verdict)}" if verdict and not verdict.complete else ""
             return (f"{path}: parameters.checkpoint.resume: cannot resume, a file of the checkpoint is missing on "
                     f"node {node_index(self.d)}{here}: {err.filename or reason}{missing}")
-        saved = json.loads(self.store.read_meta(local) or "{}").get("model_name", "?")
+        saved = (ckpt_layout.parse_meta(self.store.read_meta(local)) or {}).get("model_name", "?")
         return (f"{path}: parameters.checkpoint.resume: cannot resume from this checkpoint: {reason}. It was "
                 f"saved for model '{saved}'; this run trains '{self.meta.get('model_name', '?')}'. To start "
                 f"afresh, set checkpoint.resume: never or give the run another output_dir.")

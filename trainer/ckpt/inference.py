@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -17,6 +16,7 @@ def load_for_inference(checkpoint: str | Path):
     from trainer.ckpt.store import open_store
     from trainer.model.build import load_model, load_tokenizer
     from trainer.model.source import ModelSource
+    from trainer.wire.ckpt_layout import parse_meta
     from trainer.wire.ckpt_paths import url_scheme
     from trainer.wire.config import ModelConfig
 
@@ -24,7 +24,8 @@ def load_for_inference(checkpoint: str | Path):
     path = path.rstrip("/") if url_scheme(path) else os.path.expanduser(path)
     store = open_store(path.rsplit("/", 1)[0] if url_scheme(path) else os.path.dirname(os.path.abspath(path)))
     check_whole(store, path)
-    meta = json.loads(store.read_meta(path))
+    meta = parse_meta(store.read_meta(path))
+    assert meta is not None  # a whole checkpoint's meta.json parses
     source = ModelSource.resolve(meta["model_name"], meta["tokenizer"])
     model = load_model(source, ModelConfig(from_scratch=True), seed=0)  # sdpa, else eager
     tokenizer = load_tokenizer(source, ModelConfig())

@@ -22,6 +22,7 @@ from trainer.data.rows import IGNORE, Tokenize, collate
 from trainer.data.run_data import MixedRows, RunData, eval_note
 from trainer.data.sources import RawSource, local_path, raw_sources
 from trainer.data.token_rows import Plan, TokenRows, make_plan
+from trainer.model.source import ModelSource
 from trainer.wire import formats
 from trainer.wire.config import TrainerConfig
 from trainer.wire.data_config import ChatFields, DataConfig, DataSource
@@ -47,18 +48,18 @@ class _Source:
     folder: Path
 
 
-def build(cfg: TrainerConfig, tokenizer, packing: bool) -> RunData:
+def build(cfg: TrainerConfig, tokenizer, packing: bool, model_source: ModelSource) -> RunData:
     """Rows to train on (packed when ``packing``) and held-out rows to evaluate on, from the node's cache
-    (tokenized into it first when this node has not yet)."""
+    (tokenized into it first when this node has not yet); ``tokenizer`` is ``model_source``'s, which its notes name."""
     why = streamed.streaming(cfg)
     if why is not None:
-        return streamed.build(cfg, tokenizer, packing, why)
+        return streamed.build(cfg, tokenizer, packing, why, model_source)
     root = token_cache.cache_root(cfg.data.cache_dir)
     sources = cfg.sources()
     tokenized = []
     for index, source in enumerate(sources):
         try:
-            tokenized.append(_tokenized(cfg, source, tokenizer, root))
+            tokenized.append(_tokenized(cfg, source, tokenizer, model_source.tokenizer, root))
         except DataError as err:  # named by the key that names the source
             raise err.keyed(cfg.source_key(index)) from None
     usable = [int((t.encoded.learned_count > 0).sum()) for t in tokenized]
@@ -87,7 +88,7 @@ def build(cfg: TrainerConfig, tokenizer, packing: bool) -> RunData:
     return RunData(train_rows, eval_rows, pad_id, fmt, summary, tuple(n for n in notes if n), mix, template)
 
 
-def _tokenized(cfg: TrainerConfig, source: DataSource, tokenizer, root: Path) -> _Source:
+def _tokenized(cfg: TrainerConfig, source: DataSource, tokenizer, tokenizer_name: str, root: Path) -> _Source:
     """A source's examples from the node's cache, tokenized into it first when they are not there."""
     data = cfg.source_data(source)
     train_raw, eval_raw = raw_sources(source.path, data, root)
@@ -95,7 +96,7 @@ def _tokenized(cfg: TrainerConfig, source: DataSource, tokenizer, root: Path) ->
     notes: list[str] = []
     template = None
     if fmt == "chat":
-        chosen = choose_template(tokenizer, data.chat_template, cfg.model.tokenizer or cfg.model_name)
+        chosen = choose_template(tokenizer, data.chat_template, tokenizer_name)
         template = chosen.text
         notes.extend(chosen.notes)
     tokenize = Tokenize(tokenizer, fmt, cfg.max_seq_len, data.mask_prompt, data.chat, template)

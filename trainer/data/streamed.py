@@ -16,6 +16,7 @@ from trainer.data.rows import Tokenize, pad_rows
 from trainer.data.run_data import RunData, eval_note
 from trainer.data.stream import GlobalStream, SourceStream, StreamRows, evaluation_rows, held_out
 from trainer.data.stream_sources import open_reader, source_size
+from trainer.model.source import ModelSource
 from trainer.wire import formats
 from trainer.wire.config import SettingError, TrainerConfig
 from trainer.wire.data_files import DataError
@@ -35,7 +36,9 @@ def streaming(cfg: TrainerConfig) -> str | None:
     return None
 
 
-def build(cfg: TrainerConfig, tokenizer, packing: bool, why: str) -> RunData:
+def build(cfg: TrainerConfig, tokenizer, packing: bool, why: str, model_source: ModelSource) -> RunData:
+    """The held-out rows and the stream of training rows (``why``: why the run streams; ``tokenizer``:
+    ``model_source``'s, which its notes name)."""
     if not cfg.max_steps:
         raise SettingError(f"parameters.max_steps: the data is streamed ({why}) and a stream's length is not known "
                            "ahead: set max_steps (or data.streaming: false to tokenize it into the cache first)")
@@ -58,7 +61,7 @@ def build(cfg: TrainerConfig, tokenizer, packing: bool, why: str) -> RunData:
             raise err.keyed(cfg.source_key(index)) from None
         template = None
         if fmt == "chat":
-            chosen = choose_template(tokenizer, data.chat_template, cfg.model.tokenizer or cfg.model_name)
+            chosen = choose_template(tokenizer, data.chat_template, model_source.tokenizer)
             template, template_used = chosen.text, template_used or chosen.text
             notes.extend(chosen.notes)
         tokenize = Tokenize(tokenizer, fmt, cfg.max_seq_len, data.mask_prompt, data.chat, template)

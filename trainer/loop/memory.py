@@ -1,13 +1,17 @@
 """Each rank's memory before it is used: the fit prediction (:mod:`trainer.wire.fit`, the launcher's rule)
 for the model this run built, the rank's memory it must fit in, and the peak each rank measures.
 
-The model's sizes come from its config, with the parameter counts of the model as built (exact for any
-family; LoRA's adapters are the rule's own count, QLoRA's 4-bit base the config's). On a GPU the measured
+The model's sizes come from its config, with the parameter counts of the model's base as built (exact for
+any family): which of its parameters are the base's is the adaptation's to say
+(:meth:`trainer.lora.adaptation.FullFineTune.base_parameters`), and whether the built model can be counted
+at all (a base stored otherwise than as its parameters is counted from its config). On a GPU the measured
 peak is the tensors' (``torch.cuda.max_memory_allocated``); on CPU the process's resident peak
 (``VmHWM``), compared with the process's memory before the model plus the predicted peak.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from torch import nn
 
@@ -28,18 +32,22 @@ def process_bytes() -> int:
         return 0
 
 
-def model_size(config, net: nn.Module, quantized: bool = False) -> ModelSize | None:
-    """The sizes of ``net`` (built on any device, the meta one too, adapters applied or not) from its
-    Hugging Face ``config``, with its own parameter counts (``None`` for a model the rule cannot size)."""
+BaseParameters = Callable[[nn.Module], "list[nn.Parameter] | None"]
+"""The parameters of a module that are the base model's (``None``: the built model does not count them)."""
+
+
+def model_size(config, net: nn.Module, base_parameters: BaseParameters) -> ModelSize | None:
+    """The sizes of ``net`` (built on any device, the meta one too) from its Hugging Face ``config``, with the
+    counts of its parameters that ``base_parameters`` says are the base's; the config's counts where it says
+    none (``None`` for a model the rule cannot size)."""
     from trainer.model.build import decoder_blocks
 
     size = size_of(config.to_dict())
-    if size is None or quantized:
+    if size is None or base_parameters(net) is None:
         return size
 
     def base(module: nn.Module) -> dict[int, int]:
-        return {id(p): p.numel() for n, p in module.named_parameters()
-                if ".lora_" not in f".{n}" and ".modules_to_save." not in f".{n}"}
+        return {id(p): p.numel() for p in base_parameters(module) or ()}
 
     everything = base(net)
     blocks = [base(b) for b in decoder_blocks(net)]

@@ -13,7 +13,6 @@ those two are the only places that tell the cases apart.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ from trainer.lora import adapters as lora
 from trainer.lora import qlora
 from trainer.model import build as model
 from trainer.model.source import ModelSource
+from trainer.wire import ckpt_layout
 from trainer.wire.config import LoraConfig, TrainerConfig
 
 Prepare = Callable[[nn.Module], nn.Module]
@@ -38,9 +38,6 @@ Prepare = Callable[[nn.Module], nn.Module]
 
 class FullFineTune:
     """Every weight trains: nothing added to the model, the whole of it checkpointed and exported."""
-
-    quantized = False
-    """The base is stored in 4-bit (what the memory prediction counts)."""
 
     def __init__(self, cfg: TrainerConfig) -> None:
         self.cfg = cfg
@@ -54,6 +51,12 @@ class FullFineTune:
     def apply(self, skeleton: nn.Module) -> nn.Module:
         """The weightless skeleton as it trains, before it is sharded."""
         return skeleton
+
+    def base_parameters(self, module: nn.Module) -> list[nn.Parameter] | None:
+        """The parameters of ``module`` (the applied skeleton or a part of it) that are the base model's,
+        which the memory prediction counts as built; ``None``: the base is not stored as those parameters,
+        and the prediction counts it from the model's config. Here: every one."""
+        return list(module.parameters())
 
     def build(self, source: ModelSource, hf_config, attn: str, d: parallel.Dist, prepare: Prepare) -> nn.Module:
         """The model built without weights, wrapped and sharded by ``prepare``, then filled shard by shard."""
@@ -77,7 +80,7 @@ class FullFineTune:
     def export(self, net: nn.Module, tokenizer, source: ModelSource, step: int, d: parallel.Dist) -> None:
         """The Hugging Face export ``checkpoint.export_hf`` asks for, under ``<output_dir>/hf/step-N``."""
         if self.cfg.checkpoint.export_hf:
-            out = checkpoint.export_hf(net, tokenizer, self.cfg.output_dir, f"step-{step:08d}", d)
+            out = checkpoint.export_hf(net, tokenizer, self.cfg.output_dir, ckpt_layout.step_name(step), d)
             if out is not None:
                 print(f"exported Hugging Face model to {out}", flush=True)
 
@@ -114,6 +117,11 @@ class Lora(FullFineTune):
     def apply(self, skeleton: nn.Module) -> nn.Module:
         return self.adapters.apply(skeleton)
 
+    def base_parameters(self, module: nn.Module) -> list[nn.Parameter] | None:
+        """The base's only: the adapters and the trained copies (``modules_to_save``) are the prediction's
+        own count."""
+        return [p for n, p in module.named_parameters() if lora.of_base(n)]
+
     def app_state(self, net: nn.Module, optimizer: torch.optim.Optimizer, scheduler,
                   state: TrainState) -> AppState:
         return lora.AdapterState(net, optimizer, scheduler, state)
@@ -121,7 +129,7 @@ class Lora(FullFineTune):
     def checkpoint_meta(self) -> dict[str, Any]:
         """Its settings (the checkpoint holds the adapters only; export and resume read the base from
         ``model_name``)."""
-        return {"lora": self.settings.model_dump(mode="json")}
+        return {ckpt_layout.LORA: self.settings.model_dump(mode="json")}
 
     def summary(self, net: nn.Module) -> str | None:
         return self.adapters.summary(net)
@@ -132,7 +140,7 @@ class Lora(FullFineTune):
         if ckpt.export_hf or ckpt.export_merged:
             from trainer.lora import export as lora_export
 
-            out = Path(self.cfg.output_dir) / "hf" / f"step-{step:08d}"
+            out = Path(self.cfg.output_dir) / "hf" / ckpt_layout.step_name(step)
             lora_export.export_in_job(net, tokenizer, self.cfg, source, out, d)
 
     @classmethod
@@ -141,7 +149,6 @@ class Lora(FullFineTune):
         from trainer.ckpt.inference import check_whole
         from trainer.ckpt.store import open_store
         from trainer.lora.export import MERGED_SUFFIX, load_adapter, write_adapter, write_merged
-        from trainer.wire.ckpt_layout import META
         from trainer.wire.config import ModelConfig
 
         folder = Path(path).expanduser()
@@ -150,10 +157,11 @@ class Lora(FullFineTune):
         except ValueError as err:
             print(f"cannot export: {err}", file=sys.stderr)
             return 1
-        saved = json.loads((folder / META).read_text())
+        saved = ckpt_layout.meta_of(str(folder))
+        assert saved is not None  # a whole checkpoint's meta.json parses
         source = ModelSource.resolve(saved["model_name"], saved["tokenizer"])
-        meta, state = load_adapter(folder, source)
-        settings = LoraConfig.model_validate(meta["lora"])
+        settings = LoraConfig.model_validate(saved[ckpt_layout.LORA])
+        state = load_adapter(folder, settings, source)
         tok = model.load_tokenizer(source, ModelConfig())
         if adapter:
             print(f"exported {folder} -> {write_adapter(state, settings, source, False, out, tok)} (LoRA adapter)")
@@ -166,10 +174,12 @@ class Lora(FullFineTune):
 class QLora(Lora):
     """LoRA on a base loaded in 4-bit NF4 on each rank's GPU (:mod:`trainer.lora.qlora`)."""
 
-    quantized = True
-
     def refusal(self, cuda: bool) -> str | None:
         return qlora.refusal(self.cfg, cuda)
+
+    def base_parameters(self, module: nn.Module) -> list[nn.Parameter] | None:
+        """None: the base is stored in 4-bit, counted from the config."""
+        return None
 
     def build(self, source: ModelSource, hf_config, attn: str, d: parallel.Dist, prepare: Prepare) -> nn.Module:
         return qlora.build(self.cfg, source, attn, d, prepare, self.adapters)
@@ -184,11 +194,6 @@ def of(cfg: TrainerConfig) -> FullFineTune:
 
 def of_checkpoint(path: str) -> type[FullFineTune]:
     """The adaptation a checkpoint was saved by: LoRA's when its ``meta.json`` (a local folder's) records
-    LoRA settings (it holds the adapters only), else full fine-tuning's."""
-    from trainer.wire.ckpt_layout import META
-
-    try:
-        saved = json.loads((Path(path).expanduser() / META).read_text())
-    except (OSError, ValueError, TypeError):
-        return FullFineTune
-    return Lora if isinstance(saved, dict) and "lora" in saved else FullFineTune
+    LoRA settings (it holds the adapters only: :func:`trainer.wire.ckpt_layout.holds_adapters`), else full
+    fine-tuning's."""
+    return Lora if ckpt_layout.holds_adapters(ckpt_layout.meta_of(str(Path(path).expanduser()))) else FullFineTune

@@ -75,6 +75,12 @@ def _matches(target: str, paths: list[str]) -> bool:
     return any(p == target or p.endswith(f".{target}") for p in paths)
 
 
+def of_base(name: str) -> bool:
+    """A PEFT model's parameter ``name`` is the base model's own: neither an adapter's nor a trained copy's
+    (``modules_to_save``)."""
+    return ".lora_" not in f".{name}" and ".modules_to_save." not in f".{name}"
+
+
 def base_name(name: str) -> str | None:
     """The base model's name of a PEFT model's parameter or buffer (``None`` for an adapter's own):
     ``base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight`` ->
@@ -275,7 +281,7 @@ class AdapterState(AppState):
     ``ignore_frozen_params`` misses a frozen weight reached under a second name (a tied output layer:
     the whole embedding), so the model's entries are also kept to the trainable parameters' names."""
 
-    def __init__(self, model: nn.Module, optimizer, scheduler, trainer: TrainState | dict[str, Any]) -> None:
+    def __init__(self, model: nn.Module, optimizer, scheduler, trainer: TrainState) -> None:
         super().__init__(model, optimizer, scheduler, trainer, state_dict_options())
         self.trainable = {clean_name(n) for n, p in model.named_parameters() if p.requires_grad}
 

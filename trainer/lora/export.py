@@ -56,11 +56,10 @@ def export_in_job(net: nn.Module, tok, cfg: TrainerConfig, source: ModelSource, 
               flush=True)
 
 
-def skeleton(cfg: LoraConfig, model: ModelSource | str, trust_remote_code: bool) -> nn.Module:
+def skeleton(cfg: LoraConfig, source: ModelSource, trust_remote_code: bool) -> nn.Module:
     """The PEFT model with every weight on the meta device (no memory): names and layers only."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    source = ModelSource.of(model)
     config = AutoConfig.from_pretrained(source.path, trust_remote_code=trust_remote_code)
     with parameters_on_meta():
         base = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
@@ -81,10 +80,9 @@ def _with_values(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
                 module._parameters[pname] = nn.Parameter(state[full].to(param.dtype), requires_grad=False)
 
 
-def write_adapter(state: dict[str, torch.Tensor], cfg: LoraConfig, base: ModelSource | str, trust_remote_code: bool,
+def write_adapter(state: dict[str, torch.Tensor], cfg: LoraConfig, source: ModelSource, trust_remote_code: bool,
                   out_dir: Path, tok=None) -> Path:
     """The adapter in PEFT's format in a new folder (``out_dir``, or ``out_dir-<time>`` when taken)."""
-    source = ModelSource.of(base)
     model = skeleton(cfg, source, trust_remote_code)
     model.peft_config[lora.ADAPTER].base_model_name_or_path = source.path
     _with_values(model, state)
@@ -98,12 +96,11 @@ def write_adapter(state: dict[str, torch.Tensor], cfg: LoraConfig, base: ModelSo
     return _new_folder(out_dir, write)
 
 
-def write_merged(state: dict[str, torch.Tensor], cfg: LoraConfig, base: ModelSource | str, trust_remote_code: bool,
+def write_merged(state: dict[str, torch.Tensor], cfg: LoraConfig, source: ModelSource, trust_remote_code: bool,
                  out_dir: Path, tok=None) -> Path:
     """The base with the adapter merged, a folder ``from_pretrained`` loads, written file by file."""
     from trainer.model.build import weights_folder
 
-    source = ModelSource.of(base)
     folder = weights_folder(source)
     files = sorted(folder.glob("*.safetensors"))
     if not files:
@@ -218,16 +215,12 @@ def _new_folder(out_dir: Path, write) -> Path:
     return out_dir
 
 
-def load_adapter(checkpoint: Path, source: ModelSource | None = None) -> tuple[dict, dict[str, torch.Tensor]]:
-    """(``meta.json``, the adapter's values by clean name) from an adapters-only DCP checkpoint, in
-    this process: only the adapter is read (``source``: its base, resolved already)."""
+def load_adapter(checkpoint: Path, cfg: LoraConfig, source: ModelSource) -> dict[str, torch.Tensor]:
+    """The adapter's values by clean name from an adapters-only DCP checkpoint saved with the settings
+    ``cfg`` on the base ``source``, in this process: only the adapter is read."""
     import torch.distributed.checkpoint as dcp
 
-    from trainer.wire.ckpt_layout import META
-
-    meta = json.loads((checkpoint / META).read_text())
-    cfg = LoraConfig.model_validate(meta["lora"])
-    shapes = adapter_names(skeleton(cfg, source or meta["model_name"], False))
+    shapes = adapter_names(skeleton(cfg, source, False))
     state = {"app": {"model": {name: torch.empty(shape) for name, shape in shapes.items()}}}
     dcp.load(state, checkpoint_id=str(checkpoint))
-    return meta, state["app"]["model"]
+    return state["app"]["model"]

@@ -16,24 +16,24 @@ from trainer.wire.config import ModelConfig
 _DTYPES = {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def load_tokenizer(model: ModelSource | str, cfg: ModelConfig):
-    """The tokenizer of ``model`` (``model.tokenizer``'s where a name is given), with a pad token."""
+def load_tokenizer(source: ModelSource, cfg: ModelConfig):
+    """The tokenizer of ``source`` (``model.tokenizer``'s where one is named), with a pad token."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(ModelSource.of(model, cfg.tokenizer).tokenizer_path,
+    tok = AutoTokenizer.from_pretrained(source.tokenizer_path,
                                         trust_remote_code=cfg.trust_remote_code)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
 
 
-def hf_config(model: ModelSource | str, cfg: ModelConfig):
+def hf_config(source: ModelSource, cfg: ModelConfig):
     from transformers import AutoConfig
 
-    return AutoConfig.from_pretrained(ModelSource.of(model).path, trust_remote_code=cfg.trust_remote_code)
+    return AutoConfig.from_pretrained(source.path, trust_remote_code=cfg.trust_remote_code)
 
 
-def attention_support(config, model: ModelSource | str, cfg: ModelConfig) -> AttentionSupport:
+def attention_support(config, source: ModelSource, cfg: ModelConfig) -> AttentionSupport:
     """What the model's class declares: an sdpa and a flex attention implementation, attention through
     Hugging Face's attention interface, a state carried along the sequence, a forward that takes
     ``position_ids``."""
@@ -49,7 +49,7 @@ def attention_support(config, model: ModelSource | str, cfg: ModelConfig) -> Att
     else:
         from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
-        cls = get_class_from_dynamic_module(config.auto_map["AutoModelForCausalLM"], ModelSource.of(model).path)
+        cls = get_class_from_dynamic_module(config.auto_map["AutoModelForCausalLM"], source.path)
     from trainer.model.router_loss import computes_loss
 
     return AttentionSupport(*(bool(getattr(cls, name, False)) for name in (
@@ -97,7 +97,7 @@ class BaseWeights:
         """Fill what the base's files do not hold, once they are read (here: nothing)."""
 
 
-def build_model(model_name: ModelSource | str, cfg: ModelConfig, config, attn: str, seed: int, device: torch.device,
+def build_model(source: ModelSource, cfg: ModelConfig, config, attn: str, seed: int, device: torch.device,
                 prepare: Callable[[nn.Module], nn.Module], buffer_device: torch.device | None = None,
                 adapters: BaseWeights | None = None) -> nn.Module:
     """The model with its weights in place, built on the meta device and filled shard by shard: its
@@ -111,7 +111,7 @@ def build_model(model_name: ModelSource | str, cfg: ModelConfig, config, attn: s
     initial values)."""
     from transformers import AutoModelForCausalLM
 
-    source, weights = ModelSource.of(model_name), adapters or BaseWeights()
+    weights = adapters or BaseWeights()
 
     with loading.parameters_on_meta():
         model = AutoModelForCausalLM.from_config(config, attn_implementation=attn, dtype=_DTYPES[cfg.dtype],
@@ -130,10 +130,9 @@ def build_model(model_name: ModelSource | str, cfg: ModelConfig, config, attn: s
     return model
 
 
-def weights_folder(model: ModelSource | str) -> Path:
+def weights_folder(source: ModelSource) -> Path:
     """A local folder holding the model's weights: the folder itself, or the hub snapshot (downloaded
     once per node into the Hugging Face cache)."""
-    source = ModelSource.of(model)
     path = Path(source.path).expanduser()
     if path.is_dir():
         return path
@@ -142,13 +141,12 @@ def weights_folder(model: ModelSource | str) -> Path:
     return Path(snapshot_download(source.path, allow_patterns=["*.json", "*.safetensors"]))
 
 
-def load_model(model_name: ModelSource | str, cfg: ModelConfig, seed: int, attn: str | None = None) -> nn.Module:
+def load_model(source: ModelSource, cfg: ModelConfig, seed: int, attn: str | None = None) -> nn.Module:
     """The whole model on the host: fp32 master weights unless ``dtype`` says otherwise (mixed
     precision is FSDP's job). ``attn`` is the Hugging Face implementation name; ``None`` takes what
     the model has for inference (sdpa, else eager: :attr:`AttentionSupport.inference`)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    source = ModelSource.of(model_name)
     path, dtype = source.path, _DTYPES[cfg.dtype]
     config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
     if attn is None:

@@ -32,8 +32,3 @@ class ModelSource:
         path = resolve_model(name)
         tokenizer = tokenizer or name
         return cls(name, path, tokenizer, path if tokenizer == name else resolve_model(tokenizer))
-
-    @classmethod
-    def of(cls, model: ModelSource | str, tokenizer: str | None = None) -> ModelSource:
-        """``model`` as a source: itself, or a name resolved (a script's or a test's)."""
-        return model if isinstance(model, ModelSource) else cls.resolve(model, tokenizer)

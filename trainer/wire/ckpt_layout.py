@@ -55,6 +55,9 @@ BAD_MARK = ".fsdp-tui-bytes-differ"
 list of ``[file, node]``. The checkpoint is not whole while it is there."""
 _RUN_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+LORA = "lora"
+"""``meta.json``'s LoRA settings: a checkpoint that records them holds the adapters (and ``modules_to_save``)
+only, its base read from ``model_name``."""
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,7 @@ def read_mark(text: str | None) -> tuple[tuple[str, int], ...]:
 
 
 def parse_meta(text: str | None) -> dict | None:
+    """``meta.json``'s table from its text (``None``: absent, not JSON, or not a table)."""
     if text is None:
         return None
     try:
@@ -251,6 +255,16 @@ def read_meta(path: str, name: str = META) -> str | None:
         return None
 
 
+def meta_of(path: str) -> dict | None:
+    """The parsed ``meta.json`` of the checkpoint folder ``path`` (:func:`read_meta`, :func:`parse_meta`)."""
+    return parse_meta(read_meta(path))
+
+
+def holds_adapters(meta: Mapping | None) -> bool:
+    """The checkpoint whose parsed ``meta.json`` is ``meta`` is a LoRA run's: the adapters only (:data:`LORA`)."""
+    return meta is not None and LORA in meta
+
+
 def wholeness(path: str) -> Wholeness:
     """The rule applied to a folder on this machine."""
     files = folder_files(path)
@@ -285,13 +299,19 @@ def step_of_name(name: str) -> int | None:
     return ascii_int(digits)
 
 
+def step_of_path(path: str) -> int | None:
+    """The step of the checkpoint a path or bucket URL names (its last part that is a checkpoint's name:
+    ``/out/checkpoints/step-00000100/`` -> 100), or ``None``."""
+    return next((s for part in reversed(path.split("/")) if (s := step_of_name(part)) is not None), None)
+
+
 def info_of(step: int, path: str, files: Mapping[str, int], meta_text: str | None, mtime: float,
             mark_text: str | None = None) -> CheckpointInfo:
     """One listed checkpoint from its files (local or in a bucket), by the rule."""
     verdict = judge(files, meta_text, mark_text)
     if verdict.complete and verdict.step is not None:
         step = verdict.step
-    adapter = verdict.complete and "lora" in (parse_meta(meta_text) or {})
+    adapter = verdict.complete and holds_adapters(parse_meta(meta_text))
     return CheckpointInfo(step, path, verdict.complete, sum(files.values()), mtime, missing=verdict.missing,
                           saved=verdict.saved, adapter=adapter, run_id=run_of(meta_text), why=verdict.why_not())
 
@@ -340,7 +360,6 @@ def _size_and_mtime(path: str) -> tuple[int, float]:
 def written_by(path: str) -> str | None:
     """The run id a checkpoint's ``meta.json`` records (``None``: not recorded, or unreadable)."""
     return run_of(read_meta(path))
-
 
 
 def list_in_bucket(fs, root: str, url_root: str) -> list[CheckpointInfo]:

@@ -37,6 +37,7 @@ from launcher.runs.core.usage import Usage, usage_of_record
 from launcher.runs.read.ranks import RankReport, rank_report
 from launcher.runs.read.report_parts import DataSeen, MlflowLink, NettestSeen, ResumedFrom
 from launcher.words import fmt_duration
+from trainer.wire.ckpt_layout import step_of_path
 from trainer.wire.fit_record import MemoryCheck
 from trainer.wire.protocol import DataSummary
 
@@ -189,8 +190,6 @@ def run_report(home: Path, run_id: str) -> RunReport:
 def _resumed_from(home: Path, workload: Mapping[str, Any], run_id: str) -> ResumedFrom | None:
     """The checkpoint this run started from (``parameters.checkpoint.resume``: ``resume`` and the
     checkpoints screen set it) and, when its path names one, the run that wrote it."""
-    import re
-
     path = ((workload.get("parameters") or {}).get("checkpoint") or {}).get("resume")
     # What its launch said it continues (resume, or resume: auto): continuing.recorded, read here without
     # the workload's models that module holds.
@@ -200,12 +199,12 @@ def _resumed_from(home: Path, workload: Mapping[str, Any], run_id: str) -> Resum
         return ResumedFrom(named or found.name, found.step, found.run_id, found.auto)
     if not isinstance(path, str) or path in ("", "auto", "never"):
         return None
-    step = re.search(r"step-0*(\d+)", path)
+    step = step_of_path(path)
     brought = read_options(run_dir(home, run_id)).resume_from  # copied to this run's node 0 first
     if brought is not None:
-        return ResumedFrom(path, int(step.group(1)) if step else None, brought.run)
+        return ResumedFrom(path, step, brought.run)
     runs = [r for r in RunStore(home).runs_named_in(path) if r != run_id]
-    return ResumedFrom(path, int(step.group(1)) if step else None, runs[0] if runs else None)
+    return ResumedFrom(path, step, runs[0] if runs else None)
 
 
 def _router_aux_loss(records: list) -> float | None:

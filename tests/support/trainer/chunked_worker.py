@@ -22,6 +22,7 @@ from trainer.data.rows import IGNORE, collate, pack
 from trainer.loop import loss, train
 from trainer.model import build as model
 from trainer.model import learned_logits
+from trainer.model.source import ModelSource
 from trainer.wire.config import FsdpConfig, ModelConfig
 
 model_dir, prefix, configs = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -35,7 +36,7 @@ dist.all_reduce(count)
 
 for config in configs:
     sharding, cross_entropy, checkpointing = config.split(":")
-    net = model.load_model(model_dir, ModelConfig(from_scratch=True), seed=0)
+    net = model.load_model(ModelSource.resolve(model_dir), ModelConfig(from_scratch=True), seed=0)
     model.apply_activation_checkpointing(net, checkpointing)
     per_block = sharding != "no_shard"
     parallel.UNIT_BYTES = 1 if sharding == "full_shard_blocks" else 25 * 2**20

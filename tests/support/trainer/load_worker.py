@@ -14,6 +14,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from tests.support.trainer.ending import end_ranks
 from trainer import parallel
 from trainer.model import build as model
+from trainer.model.source import ModelSource
 from trainer.wire.config import FsdpConfig, ModelConfig
 
 
@@ -26,17 +27,17 @@ def _status(field: str) -> int:
 
 
 def load(model_dir: str, out: str, check: bool, d) -> None:
-    mcfg = ModelConfig()
-    config = model.hf_config(model_dir, mcfg)
+    mcfg, source = ModelConfig(), ModelSource.resolve(model_dir)
+    config = model.hf_config(source, mcfg)
     # The trainer resolves the model's class at start-up, before loading anything: importing its modeling
     # code costs ~80 MB of resident memory on a CPU build of torch, ~150 MB on a CUDA build (torch 2.14.1),
     # which is code, not weights, and stays out of the load's peak.
-    model.attention_support(config, model_dir, mcfg)
+    model.attention_support(config, source, mcfg)
     dist.barrier()
     with open("/proc/self/clear_refs", "w") as f:  # restart the peak (VmHWM) from the current RSS
         f.write("5")
     idle = _status("VmRSS")
-    net = model.build_model(model_dir, mcfg, config, "sdpa", 0, d.device,
+    net = model.build_model(source, mcfg, config, "sdpa", 0, d.device,
                             lambda m: parallel.shard_model(m, FsdpConfig(sharding="full_shard"), d))
     peak = _status("VmHWM")
     local = sum(p.to_local().numel() * p.element_size() for p in net.parameters())
@@ -45,7 +46,7 @@ def load(model_dir: str, out: str, check: bool, d) -> None:
     if check:
         state = get_model_state_dict(net, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if d.is_main:
-            ref = model.load_model(model_dir, mcfg, 0).state_dict()
+            ref = model.load_model(source, mcfg, 0).state_dict()
             same = all(torch.equal(state[k], ref[k]) for k in state)
             with open(f"{out}.check.json", "w") as f:
                 json.dump({"keys_match": sorted(state) == sorted(k for k in ref if k in state), "same": same,

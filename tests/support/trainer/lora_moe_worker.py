@@ -21,20 +21,22 @@ from trainer.__main__ import load_config
 from trainer.data import dataset
 from trainer.data.rows import Tokenize, collate, pack, pad_rows
 from trainer.loop import optim, train
+from trainer.loop.state import TrainState
 from trainer.lora import adapters as lora
 from trainer.model import build as model
 from trainer.model.loading import clean_name
+from trainer.model.source import ModelSource
 
 INPUT = torch.tensor([[1, 17, 42, 99, 7, 250, 31, 64]])
 STEPS, PER_RANK = 3, 4
 
 
-def _reference(cfg, adapters: lora.Adapters):
+def _reference(source: ModelSource, cfg, adapters: lora.Adapters):
     """PEFT alone on the whole model, its adapters at the trainer's initial values."""
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM
 
-    base = AutoModelForCausalLM.from_pretrained(model.weights_folder(cfg.model_name), attn_implementation="eager")
+    base = AutoModelForCausalLM.from_pretrained(model.weights_folder(source), attn_implementation="eager")
     peft = get_peft_model(base, lora.peft_config(cfg.lora, model=base), autocast_adapter_dtype=False)
     with torch.no_grad():
         for name, param in peft.named_parameters():
@@ -58,19 +60,20 @@ def _reference_step(peft, opt, examples) -> float:
 
 def one(params: str, ckpt: str, d) -> dict:
     cfg = load_config([params])
-    hf = model.hf_config(cfg.model_name, cfg.model)
+    source = ModelSource.resolve(cfg.model_name, cfg.model.tokenizer)
+    hf = model.hf_config(source, cfg.model)
     adapters = lora.Adapters(cfg.lora, cfg.seed, cfg.model_name)
 
     def prepare(net):
         return parallel.shard_model(adapters.apply(net), cfg.fsdp.model_copy(update={"sharding": "full_shard"}), d)
 
-    net = model.build_model(cfg.model_name, cfg.model, hf, "eager", cfg.seed, d.device, prepare, adapters=adapters)
+    net = model.build_model(source, cfg.model, hf, "eager", cfg.seed, d.device, prepare, adapters=adapters)
     opt = optim.build_optimizer(net, cfg.learning_rate, cfg.optim, d.device)
     sched = optim.build_scheduler(opt, 10, cfg.optim.model_copy(update={"schedule": "constant"}))
-    tok = model.load_tokenizer(cfg.model_name, cfg.model)
+    tok = model.load_tokenizer(source, cfg.model)
     rows = dataset.load_rows(cfg.dataset_name, cfg.data)[0]
     examples = Tokenize(tok, "alpaca", cfg.max_seq_len, True).many(rows)
-    peft = _reference(cfg, adapters)
+    peft = _reference(source, cfg, adapters)
     ref_opt = torch.optim.AdamW([p for p in peft.parameters() if p.requires_grad], lr=cfg.learning_rate,
                                 betas=cfg.optim.betas, eps=cfg.optim.eps, weight_decay=0.0)
     ours, theirs = [], []
@@ -82,7 +85,7 @@ def one(params: str, ckpt: str, d) -> dict:
         ours.append(result.mean_loss())
         theirs.append(_reference_step(peft, ref_opt, chunk))
     experts = sum(getattr(m, "parameter_name", "") in ("gate_up_proj", "down_proj") for m in net.modules())
-    app = lora.AdapterState(net, opt, sched, {})
+    app = lora.AdapterState(net, opt, sched, TrainState())
     dcp.load({"app": app}, checkpoint_id=ckpt)
     net.eval()
     with torch.no_grad():

@@ -21,25 +21,28 @@ from trainer.__main__ import load_config
 from trainer.data import dataset
 from trainer.data.rows import collate
 from trainer.loop import optim, train
+from trainer.loop.state import TrainState
 from trainer.lora import adapters as lora
 from trainer.model import build as model
+from trainer.model.source import ModelSource
 
 INPUT = torch.tensor([[1, 17, 42, 99, 7, 250, 31, 64]])
 
 
 def one(params: str, ckpt: str, d) -> dict:
     cfg = load_config([params])
-    hf = model.hf_config(cfg.model_name, cfg.model)
+    source = ModelSource.resolve(cfg.model_name, cfg.model.tokenizer)
+    hf = model.hf_config(source, cfg.model)
     adapters = lora.Adapters(cfg.lora, cfg.seed, cfg.model_name)
 
     def prepare(net):
         return parallel.shard_model(adapters.apply(net), cfg.fsdp.model_copy(update={"sharding": "full_shard"}), d)
 
-    net = model.build_model(cfg.model_name, cfg.model, hf, "sdpa", cfg.seed, d.device, prepare, adapters=adapters)
+    net = model.build_model(source, cfg.model, hf, "sdpa", cfg.seed, d.device, prepare, adapters=adapters)
     opt = optim.build_optimizer(net, cfg.learning_rate, cfg.optim, d.device)
     sched = optim.build_scheduler(opt, 10, cfg.optim)
-    tok = model.load_tokenizer(cfg.model_name, cfg.model)
-    data = dataset.build(cfg, tok, packing=False)
+    tok = model.load_tokenizer(source, cfg.model)
+    data = dataset.build(cfg, tok, packing=False, model_source=source)
     batch = collate(data.train_rows[d.rank * 4:(d.rank + 1) * 4], data.pad_id)
     train.train_step(net, opt, sched, [batch], d.device, 1.0, d.world)
     frozen = [p for p in net.parameters() if not p.requires_grad]
@@ -48,7 +51,7 @@ def one(params: str, ckpt: str, d) -> dict:
     full = get_model_state_dict(net, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     changed, missing, compared = [], [], 0
     if d.is_main:
-        folder = model.weights_folder(cfg.model_name)
+        folder = model.weights_folder(source)
         with safe_open(str(next(folder.glob("*.safetensors"))), framework="pt") as f:
             keys = set(f.keys())
             for name, value in full.items():
@@ -62,7 +65,7 @@ def one(params: str, ckpt: str, d) -> dict:
                 compared += 1
                 if not torch.equal(f.get_tensor(key), value):
                     changed.append(name)
-    app = lora.AdapterState(net, opt, sched, {})
+    app = lora.AdapterState(net, opt, sched, TrainState())
     dcp.load({"app": app}, checkpoint_id=ckpt)
     net.eval()
     with torch.no_grad():

@@ -17,12 +17,14 @@ from trainer import parallel
 from trainer.data.rows import Tokenize, collate, pack
 from trainer.loop import optim, train
 from trainer.model import build as model
+from trainer.model.source import ModelSource
 from trainer.wire.config import FsdpConfig, ModelConfig, OptimConfig
 
 model_dir, prefix, configs = sys.argv[1], sys.argv[2], sys.argv[3:]
+source = ModelSource.resolve(model_dir)
 d = parallel.init_distributed()
 mcfg = ModelConfig(from_scratch=True)
-tok = model.load_tokenizer(model_dir, mcfg)
+tok = model.load_tokenizer(source, mcfg)
 with open("trainer/data/tiny_alpaca.jsonl") as f:
     rows = [json.loads(line) for line in f.readlines()[:64]]
 t = Tokenize(tok, "alpaca", 64, True)
@@ -32,7 +34,7 @@ mine = [packed[i] for i in range(8) if i % d.world == d.rank]
 
 for config in configs:
     sharding, offload = config.split(":")[0], config.split(":")[1] == "1"
-    net = model.load_model(model_dir, mcfg, seed=0)
+    net = model.load_model(source, mcfg, seed=0)
     fsdp = FsdpConfig(sharding=sharding, cpu_offload=offload,
                       replicate_degree=2 if sharding == "hybrid_shard" else None)
     net = parallel.shard_model(net, fsdp, d)

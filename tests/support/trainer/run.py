@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from tests.support.processes import send
+from trainer.model.source import ModelSource
 
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
@@ -22,6 +23,12 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def source_of(cfg) -> ModelSource:
+    """The model and tokenizer a test's parameters (a :class:`trainer.wire.config.TrainerConfig`) name, by the
+    trainer's one resolver, as a job resolves them at its start."""
+    return ModelSource.resolve(cfg.model_name, cfg.model.tokenizer)
 
 
 def trainer_env(tmp: Path) -> dict[str, str]:

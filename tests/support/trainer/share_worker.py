@@ -14,7 +14,9 @@ from trainer import parallel
 from trainer.ckpt import checkpoint
 from trainer.ckpt.write import local_bytes, tensor_bytes, tensor_leaves
 from trainer.loop import optim
+from trainer.loop.state import TrainState
 from trainer.model import build as model
+from trainer.model.source import ModelSource
 from trainer.wire.config import CheckpointConfig, FsdpConfig, ModelConfig, OptimConfig
 
 model_dir, out = sys.argv[1], Path(sys.argv[2])
@@ -35,10 +37,10 @@ def local(t: torch.Tensor) -> torch.Tensor:
 
 result = {}
 for mode in ("no_shard", "replicate"):
-    net = model.load_model(model_dir, ModelConfig(from_scratch=True), seed=0)
+    net = model.load_model(ModelSource.resolve(model_dir), ModelConfig(from_scratch=True), seed=0)
     net = parallel.shard_model(net, FsdpConfig(sharding="no_shard"), d, per_block=mode == "no_shard")
     opt = optim.build_optimizer(net, 1e-3, OptimConfig(), d.device)
-    app = checkpoint.AppState(net, opt, optim.build_scheduler(opt, 10, OptimConfig()), {"step": 1})
+    app = checkpoint.AppState(net, opt, optim.build_scheduler(opt, 10, OptimConfig()), TrainState(step=1))
     step(net, opt)
     full = app.state_dict()
     saved = {path: local(t) for path, t in tensor_leaves(full)}

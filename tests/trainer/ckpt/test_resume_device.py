@@ -8,6 +8,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from trainer.ckpt.checkpoint import AppState, Checkpointer
+from trainer.loop.state import TrainState
 from trainer.parallel import Dist
 from trainer.wire.config import CheckpointConfig
 
@@ -18,7 +19,7 @@ def _app(seed: int) -> AppState:
     opt = torch.optim.AdamW(net.parameters(), lr=0.1)
     net(torch.randn(2, 4)).sum().backward()
     opt.step()
-    return AppState(net, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0), {"step": seed})
+    return AppState(net, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0), TrainState(step=seed))
 
 
 def test_a_cpu_checkpoint_resumes_where_cuda_is_available(tmp_path: Path, monkeypatch):
@@ -32,6 +33,6 @@ def test_a_cpu_checkpoint_resumes_where_cuda_is_available(tmp_path: Path, monkey
     assert "cuda_rng" in resumed.state_dict()  # a GPU run saves its generator
     d = Dist(rank=0, world=1, local_rank=0, local_world=1, device=torch.device("cpu"))
     Checkpointer(CheckpointConfig(), str(tmp_path / "out"), d, {"model_name": "m"}).load(resumed, tmp_path / "step-7")
-    assert resumed.trainer["step"] == 7 and set_cuda == []
+    assert resumed.trainer.step == 7 and set_cuda == []
     assert torch.equal(resumed.model.weight, saved.model.weight)
     assert "cuda_rng" in resumed.state_dict()  # and the run's own saves keep it

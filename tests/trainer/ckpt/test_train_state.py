@@ -27,11 +27,16 @@ OLD = {"step": 12, "epoch": 1, "position": 5, "per_global": 8, "total_steps": 40
 OLD_STREAM = {**OLD, "stream_rows": 96, "stream": json.dumps({"slot": 96, "sources": [[0, 96]]})}
 
 
-def _app(trainer: TrainState | dict) -> AppState:
+def _app(trainer: TrainState) -> AppState:
     torch.manual_seed(0)
     net = torch.nn.Linear(4, 3)
     opt = torch.optim.AdamW(net.parameters(), lr=0.1)
     return AppState(net, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0), trainer)
+
+
+def _old_form(old: dict) -> dict:
+    """What the trainer saved when it kept its state as a plain dict: the same entries, ``trainer`` that dict."""
+    return {**_app(TrainState()).state_dict(), "trainer": dict(old)}
 
 
 def _keys(path: Path) -> set[str]:
@@ -40,7 +45,7 @@ def _keys(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("old", [OLD, OLD_STREAM], ids=["rows", "stream"])
 def test_a_checkpoint_saved_in_the_old_form_loads_into_the_train_state(tmp_path: Path, old: dict):
-    dcp.save({"app": _app(dict(old))}, checkpoint_id=str(tmp_path / "old"))
+    dcp.save({"app": _old_form(old)}, checkpoint_id=str(tmp_path / "old"))
     state = TrainState.start(total_steps=20, per_global=4, streamed="stream" in old)
     resumed = _app(state)
     d = Dist(rank=0, world=1, local_rank=0, local_world=1, device=torch.device("cpu"))
@@ -53,14 +58,14 @@ def test_a_checkpoint_saved_in_the_old_form_loads_into_the_train_state(tmp_path:
 
 @pytest.mark.parametrize("old", [OLD, OLD_STREAM], ids=["rows", "stream"])
 def test_the_train_state_saves_the_entries_the_old_form_saved(tmp_path: Path, old: dict):
-    dcp.save({"app": _app(dict(old))}, checkpoint_id=str(tmp_path / "old"))
+    dcp.save({"app": _old_form(old)}, checkpoint_id=str(tmp_path / "old"))
     state = TrainState.start(total_steps=0, per_global=0, streamed="stream" in old)
     state.load_state_dict(dict(old))
     dcp.save({"app": _app(state)}, checkpoint_id=str(tmp_path / "new"))
     assert _keys(tmp_path / "new") == _keys(tmp_path / "old")
     assert {k for k in _keys(tmp_path / "new") if k.startswith("app.trainer.")} == {f"app.trainer.{k}" for k in old}
     back = dict.fromkeys(old, 0)  # a reader of the old form (a plain dict) reads the new checkpoint's values
-    dcp.load({"app": _app(back)}, checkpoint_id=str(tmp_path / "new"))
+    dcp.load({"app": {"trainer": back}}, checkpoint_id=str(tmp_path / "new"))
     assert back == old
 
 

@@ -10,6 +10,7 @@ import json
 import pytest
 
 from tests.support.s3_server import KEY, SECRET
+from tests.support.trainer.run import source_of
 from trainer.data.dataset import build
 from trainer.data.position import DataPosition
 from trainer.data.stream import StreamOrder
@@ -46,20 +47,21 @@ def test_a_bucket_source_is_cached_and_streamed_as_the_same_file_here(tmp_path, 
     client.put_object(Bucket="data", Key="sft/a.jsonl", Body=text.encode())
     (tmp_path / "a.jsonl").write_text(text)
     common = {"model_name": "m", "output_dir": "o", "max_seq_len": 48, "max_steps": 4}
+    model = source_of(TrainerConfig(**common, dataset_name="d"))
 
     def cfg(name: str, **data) -> TrainerConfig:
         return TrainerConfig(**common, dataset_name=name, data={"cache_dir": str(tmp_path / "cache"), **data})
 
-    here = build(cfg(str(tmp_path / "a.jsonl")), tok, packing=True)
-    there = build(cfg("s3://data/sft/a.jsonl"), tok, packing=True)
+    here = build(cfg(str(tmp_path / "a.jsonl")), tok, packing=True, model_source=model)
+    there = build(cfg("s3://data/sft/a.jsonl"), tok, packing=True, model_source=model)
     assert any("tokenized in" in n for n in there.notes), there.notes
     _same(there.train_rows, here.train_rows)
     _same(there.eval_rows, here.eval_rows)
-    again = build(cfg("s3://data/sft/a.jsonl"), tok, packing=True)
+    again = build(cfg("s3://data/sft/a.jsonl"), tok, packing=True, model_source=model)
     assert any("read from the cache" in n for n in again.notes), again.notes
     assert not [p for p in (tmp_path / "cache").rglob("source.jsonl")]  # the object's copy is not kept
 
-    streamed = [build(cfg(name, streaming=True, eval_max_rows=20), tok, packing=True)
+    streamed = [build(cfg(name, streaming=True, eval_max_rows=20), tok, packing=True, model_source=model)
                 for name in (str(tmp_path / "a.jsonl"), "s3://data/sft/a.jsonl")]
     orders = [StreamOrder(d.stream, 1, 0, 8) for d in streamed]
     for g in range(30):  # past a pass over the object: its rows again, in another order
@@ -68,7 +70,7 @@ def test_a_bucket_source_is_cached_and_streamed_as_the_same_file_here(tmp_path, 
         for o in orders:
             o.note(DataPosition(position=g + 1, stream=""))
     with pytest.raises(Exception, match="no such object in the bucket"):
-        build(cfg("s3://data/sft/none.jsonl"), tok, packing=True)
+        build(cfg("s3://data/sft/none.jsonl"), tok, packing=True, model_source=model)
 
 
 def test_a_source_streamed_by_datasets_resumes_from_its_state(tmp_path):

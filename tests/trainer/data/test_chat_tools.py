@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.trainer.chat_tokenizers import PLAIN, chat_tokenizer
+from tests.support.trainer.run import source_of
 from tests.support.trainer.tool_templates import (
     CONVERSATION,
     PARALLEL,
@@ -124,7 +125,7 @@ def test_the_run_says_so_at_start_when_its_template_cannot_end_a_turn(tmp_path):
     for template, ends in ((PLAIN, False), (FALLBACK_TEMPLATE, True)):
         cfg = TrainerConfig.model_validate({"model_name": "m", "dataset_name": str(data), "output_dir": "o",
                                             "data": {"chat_template": template, "eval_fraction": 0.0}})
-        notes = dataset.build(cfg, tok, packing=False).notes
+        notes = dataset.build(cfg, tok, packing=False, model_source=source_of(cfg)).notes
         assert notes[0] == "chat template: parameters.data.chat_template (inline)"
         said = [n for n in notes if "ends with no special token" in n]
         assert said == ([] if ends else [said[0]]) and (ends or "set data.chat_template" in said[0]), notes

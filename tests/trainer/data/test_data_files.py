@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from tests.support.trainer.run import source_of
 from trainer.data.dataset import build
 from trainer.data.rows import IGNORE
 from trainer.wire.config import SettingError, TrainerConfig
@@ -58,7 +59,7 @@ def _build(tmp_path, name: str, content: bytes | None, tok, max_seq_len: int = 6
         path.write_bytes(content)
     cfg = TrainerConfig(model_name="builtin:tiny-llama", dataset_name=str(path), output_dir="out",
                         max_seq_len=max_seq_len, data={"eval_fraction": 0.0, **data})
-    return path, build(cfg, tok, packing=False)
+    return path, build(cfg, tok, packing=False, model_source=source_of(cfg))
 
 
 @pytest.mark.parametrize(("name", "content", "data", "fmt"), [

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from tests.support.trainer.run import source_of
 from trainer.data.mixture import Mix, MixedOrder
 from trainer.wire.config import TrainerConfig
 from trainer.wire.data_config import DataSource
@@ -130,15 +131,16 @@ def test_a_mixture_builds_each_source_as_alone(tmp_path, tiny_model_dir):
     (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in text))
     common = {"model_name": "m", "output_dir": "o", "max_seq_len": 32,
               "data": {"cache_dir": str(tmp_path / "cache"), "eval_max_rows": 10}}
+    model = source_of(TrainerConfig(**common, dataset_name="d"))
     mixed = build(TrainerConfig(**common, datasets=[{"path": str(tmp_path / "a.jsonl"), "weight": 3},
-                                                    {"path": str(tmp_path / "t.jsonl"), "weight": 1}]), tok, True)
+                                                    {"path": str(tmp_path / "t.jsonl"), "weight": 1}]), tok, True, model_source=model)
     assert mixed.mix is not None and mixed.mix.names == ("a.jsonl", "t.jsonl")
     assert [s.name for s in mixed.summary.sources] == ["a.jsonl", "t.jsonl"]
     # the cap shared out by weight: 7 and 2 of 10; the fraction holds out 6 of 120 and 4 of 80
     assert mixed.summary.format == "mixed" and len(mixed.eval_rows) == 6 + 2
     for i, name in enumerate(("a.jsonl", "t.jsonl")):
         alone = build(TrainerConfig(**{**common, "data": {**common["data"], "eval_max_rows": (7, 2)[i]}},
-                                    dataset_name=str(tmp_path / name)), tok, True)
+                                    dataset_name=str(tmp_path / name)), tok, True, model_source=model)
         start = int(mixed.train_rows.offsets[i])
         for k in range(len(alone.train_rows)):
             got, want = mixed.train_rows[start + k], alone.train_rows[k]
@@ -181,7 +183,7 @@ def test_a_bad_source_of_a_mixture_is_named_in_one_line_by_its_key(tmp_path, tin
                         datasets=[{"path": str(tmp_path / "a.jsonl")}, {"path": str(tmp_path / "b.jsonl")}],
                         data={"cache_dir": str(tmp_path / "cache"), "streaming": streaming, "eval_max_rows": 1})
     with pytest.raises(SettingError) as err:
-        data = build(cfg, tok, packing=False)
+        data = build(cfg, tok, packing=False, model_source=source_of(cfg))
         for i in range(40):  # a stream finds it when it reads that far
             data.train_rows[i]
     said = str(err.value)

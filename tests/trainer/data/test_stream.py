@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.support.trainer.run import source_of
 from trainer.data import stream
 from trainer.data.dataset import build
 from trainer.data.position import DataPosition
@@ -69,7 +70,7 @@ def _ranks(cfg, tok, world: int, batch: int, state: DataPosition | None = None):
     """Each rank's data and order, as every rank of a run of ``world`` makes them (each its own stream)."""
     out = []
     for rank in range(world):
-        data = build(cfg, tok, packing=True)
+        data = build(cfg, tok, packing=True, model_source=source_of(cfg))
         order = StreamOrder(data.stream, world, rank, batch)
         if state is not None:
             order.fit(state)
@@ -139,7 +140,7 @@ def test_a_streamed_mixture_keeps_its_shares_and_each_source_passes_again(source
     cfg = _cfg(sources, datasets=[{"path": str(sources / "a.jsonl"), "weight": 1},
                                   {"path": str(sources / "t.parquet"), "weight": 2, "name": "text"}],
                data={"streaming": True, "cache_dir": str(sources / "cache"), "eval_fraction": 0.0})
-    data = build(cfg, tok, packing=False)
+    data = build(cfg, tok, packing=False, model_source=source_of(cfg))
     order = StreamOrder(data.stream, 1, 0, 100)
     state = DataPosition(stream="")
     for position in range(1, 101):  # as the steps go: each one's rows dropped once taken
@@ -160,7 +161,7 @@ def test_a_bad_row_later_in_a_stream_is_named_in_one_line(tmp_path, tok, workers
     path.write_bytes(b"\n".join(lines))
     cfg = TrainerConfig(model_name="m", output_dir="o", dataset_name=str(path), max_seq_len=48, max_steps=5,
                         data={"streaming": True, "eval_max_rows": 10, "shuffle": False, "num_workers": workers})
-    data = build(cfg, tok, packing=False)
+    data = build(cfg, tok, packing=False, model_source=source_of(cfg))
     with pytest.raises(SettingError) as err:
         for i in range(6000):
             data.train_rows[i]
@@ -170,12 +171,14 @@ def test_a_bad_row_later_in_a_stream_is_named_in_one_line(tmp_path, tok, workers
 
 
 def test_a_stream_is_refused_where_it_cannot_stream(sources, tok):
+    model = source_of(_cfg(sources))
     with pytest.raises(SettingError, match="parameters.max_steps: the data is streamed"):
-        build(_cfg(sources, max_steps=None), tok, packing=True)
+        build(_cfg(sources, max_steps=None), tok, packing=True, model_source=model)
     with pytest.raises(SettingError, match="a streamed source takes a weight, not epochs"):
-        build(_cfg(sources, datasets=[{"path": str(sources / "a.jsonl"), "epochs": 2}]), tok, packing=True)
+        build(_cfg(sources, datasets=[{"path": str(sources / "a.jsonl"), "epochs": 2}]), tok, packing=True,
+              model_source=model)
     big = _cfg(sources, data={"streaming": "auto", "streaming_above_gb": 0.0001, "cache_dir": str(sources / "c")})
-    data = build(big, tok, packing=True)
+    data = build(big, tok, packing=True, model_source=model)
     assert data.stream is not None and any("over data.streaming_above_gb" in n for n in data.notes), data.notes
 
 
@@ -190,7 +193,7 @@ def test_a_small_streamed_source_holds_out_its_share_and_an_eval_split_is_its_ow
                         datasets=[{"path": str(tmp_path / "small.jsonl")},
                                   {"path": str(tmp_path / "saved"), "eval_split": "test"}],
                         data={"streaming": True})
-    data = build(cfg, tok, packing=False)
+    data = build(cfg, tok, packing=False, model_source=source_of(cfg))
     assert "its first 5 rows held out" in data.notes[0]  # 5% of its 100: the default 1,000 would be all of it
     assert "20 rows of its split 'test' held out" in data.notes[1]
     assert len(data.eval_rows) == 25
@@ -224,7 +227,7 @@ def test_a_stream_closed_ends_its_worker_process(sources, tok):
 
     cfg = _cfg(sources, data={"streaming": True, "eval_max_rows": 10, "cache_dir": str(sources / "cache"),
                               "num_workers": 1})
-    data = build(cfg, tok, packing=False)
+    data = build(cfg, tok, packing=False, model_source=source_of(cfg))
     before = {p.pid for p in multiprocessing.active_children()}
     data.train_rows[0]
     workers = [p.pid for p in multiprocessing.active_children() if p.pid not in before and p.name == "data-stream"]
@@ -239,12 +242,13 @@ import json, multiprocessing, os, sys, time
 from transformers import AutoTokenizer
 from trainer.data import stream
 from trainer.data.dataset import build
+from trainer.model.source import ModelSource
 from trainer.wire.config import TrainerConfig
 root, model = sys.argv[1], sys.argv[2]
 cfg = TrainerConfig(model_name="m", output_dir="o", max_seq_len=48, max_steps=10, seed=3,
                     datasets=[{"path": root + "/a.jsonl", "weight": 3}, {"path": root + "/t.parquet", "weight": 1}],
                     data={"streaming": True, "eval_max_rows": 10, "cache_dir": root + "/cache", "num_workers": 1})
-data = build(cfg, AutoTokenizer.from_pretrained(model), packing=False)
+data = build(cfg, AutoTokenizer.from_pretrained(model), packing=False, model_source=ModelSource.resolve("m"))
 data.train_rows[0]
 print(json.dumps([p.pid for p in multiprocessing.active_children() if p.name == "data-stream"]), flush=True)
 time.sleep(600)

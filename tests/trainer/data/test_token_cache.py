@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from tests.support.trainer.chat_tokenizers import CHATML_GENERATION, LLAMA3, QWEN3, chat_tokenizer
+from tests.support.trainer.run import source_of
 from trainer.data import token_cache
 from trainer.data.chat import choose_template
 from trainer.data.dataset import build, load_rows
@@ -148,7 +149,7 @@ def test_the_cache_gives_the_rows_of_examples_tokenized_one_by_one(tmp_path, tin
     _write(path, rows)
     cfg = TrainerConfig(model_name="m", dataset_name=str(path), output_dir="out", max_seq_len=max_len, seed=7,
                         data={"eval_fraction": 0.1, "cache_dir": str(tmp_path / "cache"), **data})
-    got = build(cfg, tok, packing)
+    got = build(cfg, tok, packing, model_source=source_of(cfg))
     train, held, examples = _in_memory(cfg, tok, packing)
     _same(got.train_rows, train)
     _same(got.eval_rows, held)
@@ -165,14 +166,14 @@ def test_several_processes_give_the_rows_of_one_and_a_second_start_reads_the_cac
     base = {"model_name": "m", "dataset_name": str(path), "output_dir": "out", "max_seq_len": 64}
     one = TrainerConfig(**base, data={"cache_dir": str(tmp_path / "one"), "num_proc": 1})
     three = TrainerConfig(**base, data={"cache_dir": str(tmp_path / "three"), "num_proc": 3})
-    first = build(three, tiny_tok, True)
+    first = build(three, tiny_tok, True, model_source=source_of(three))
     assert any("tokenized in" in n and "(3 processes)" in n for n in first.notes), first.notes
-    _same(first.train_rows, build(one, tiny_tok, True).train_rows)
-    again = build(three, tiny_tok, True)
+    _same(first.train_rows, build(one, tiny_tok, True, model_source=source_of(one)).train_rows)
+    again = build(three, tiny_tok, True, model_source=source_of(three))
     assert any("read from the cache" in n for n in again.notes), again.notes
     _same(again.train_rows, first.train_rows)
     _write(path, _alpaca(3000, 6))  # other content, the same name: other tokens
-    changed = build(three, tiny_tok, True)
+    changed = build(three, tiny_tok, True, model_source=source_of(three))
     assert any("tokenized in" in n for n in changed.notes)
     assert len({p.name for p in (tmp_path / "three").iterdir() if p.name.startswith("tokens-")}) == 2
 
@@ -180,8 +181,10 @@ def test_several_processes_give_the_rows_of_one_and_a_second_start_reads_the_cac
 READ_AGAIN = """import json, sys
 from transformers import AutoTokenizer
 from trainer.data.dataset import build
+from trainer.model.source import ModelSource
 from trainer.wire.config import TrainerConfig
-got = build(TrainerConfig(**json.loads(sys.argv[1])), AutoTokenizer.from_pretrained(sys.argv[2]), True)
+cfg = TrainerConfig(**json.loads(sys.argv[1]))
+got = build(cfg, AutoTokenizer.from_pretrained(sys.argv[2]), True, ModelSource.resolve(cfg.model_name, cfg.model.tokenizer))
 print(json.dumps({"pandas": "pandas" in sys.modules, "notes": got.notes, "rows": len(got.train_rows)}))
 """
 
@@ -193,7 +196,7 @@ def test_a_start_that_reads_the_cache_does_not_import_pandas(tmp_path, tiny_tok,
     _write(path, _alpaca(200, 7))
     params = {"model_name": "m", "dataset_name": str(path), "output_dir": "out", "max_seq_len": 48,
               "data": {"cache_dir": str(tmp_path / "cache")}}
-    first = build(TrainerConfig(**params), tiny_tok, True)
+    first = build(TrainerConfig(**params), tiny_tok, True, model_source=source_of(TrainerConfig(**params)))
     out = subprocess.run([sys.executable, "-c", READ_AGAIN, json.dumps(params), str(tiny_model_dir)],
                          cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -292,7 +295,7 @@ def test_the_first_bad_row_is_named_as_a_whole_file_reader_names_it_whatever_pro
         with pytest.raises(SettingError) as whole:
             read_file(path)
         with pytest.raises(SettingError) as err:
-            build(cfg, tiny_tok, False)
+            build(cfg, tiny_tok, False, model_source=source_of(cfg))
         assert str(err.value) == str(whole.value)
         assert (":3001: " if change is None else ":5501: ") in str(err.value)
         said.append(str(err.value))

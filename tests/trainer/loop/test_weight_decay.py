@@ -9,6 +9,7 @@ import torch
 
 from trainer.ckpt.checkpoint import AppState
 from trainer.loop import optim
+from trainer.loop.state import TrainState
 from trainer.wire.config import OptimConfig, SettingError
 
 SHAPES = {
@@ -80,6 +81,6 @@ def test_a_checkpoint_with_other_groups_is_refused_before_torch_restores_it_wron
     with pytest.raises(SettingError, match=r"^parameters\.optim\.decay_bias_and_norm: the checkpoint's optimiser "
                                            r"keeps its parameters in 1 group \(12 tensors\), this run in 2 \(9/3\): "
                                            r"set decay_bias_and_norm: true"):
-        AppState(model, opt, sched, {}).load_state_dict({"optim": saved})
+        AppState(model, opt, sched, TrainState()).load_state_dict({"optim": saved})
     assert optim.resume_refusal({"param_groups": [{"params": list(range(9))}, {"params": list(range(3))}]},
                                 opt) is None

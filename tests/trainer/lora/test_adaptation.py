@@ -30,7 +30,7 @@ def _cfg(tmp_path: Path, **over) -> TrainerConfig:
 ], ids=["full", "lora", "qlora"])
 def test_the_parameters_choose_the_adaptation(tmp_path: Path, lora, kind, quantized):
     adapted = adaptation.of(_cfg(tmp_path, **({"lora": lora} if lora else {})))
-    assert type(adapted) is kind and adapted.quantized is quantized
+    assert type(adapted) is kind and (adapted.base_parameters(torch.nn.Linear(2, 2)) is None) is quantized
     assert isinstance(adapted.weights, Adapters if lora else BaseWeights)
     assert ("lora" in adapted.checkpoint_meta()) is bool(lora)
     assert (adapted.refusal(cuda=False) is not None) is quantized  # 4-bit needs CUDA
@@ -45,6 +45,18 @@ def test_full_fine_tuning_is_the_null_case(tmp_path: Path):
     assert type(app) is AppState and set(app.state_dict()["model"]) == {"weight", "bias"}
     lora = adaptation.of(_cfg(tmp_path, lora={"r": 4}))
     assert type(lora.app_state(net, opt, app.scheduler, TrainState())) is AdapterState
+
+
+def test_the_adaptation_says_which_parameters_are_the_base_s(tmp_path: Path):
+    """What the memory prediction counts of the model as built: every parameter in full fine-tuning, the base's
+    only with LoRA (its adapters and trained copies are the prediction's own count), none with QLoRA (its 4-bit
+    base is counted from the config)."""
+    net = torch.nn.ModuleDict({"q": torch.nn.Linear(2, 2), "lora_A": torch.nn.Linear(2, 1),
+                               "modules_to_save": torch.nn.ModuleDict({"default": torch.nn.Linear(2, 2)})})
+    counted = {kind: adaptation.of(_cfg(tmp_path, **over)).base_parameters(net) for kind, over in
+               (("full", {}), ("lora", {"lora": {"r": 4}}), ("qlora", {"lora": {"r": 4, "quantize": "nf4"}}))}
+    assert counted["full"] == list(net.parameters())
+    assert counted["lora"] == list(net["q"].parameters()) and counted["qlora"] is None
 
 
 @pytest.mark.parametrize(("meta", "kind"), [

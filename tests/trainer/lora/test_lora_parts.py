@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from tests.support.trainer.families import save_family
 from trainer.lora import adapters as lora
 from trainer.lora import export as lora_export
+from trainer.model.source import ModelSource
 from trainer.wire.config import LoraConfig, SettingError, TrainerConfig
 from trainer.wire.samples import MAX_TEXT_CHARS, SampleSet
 
@@ -57,7 +58,7 @@ def folders(tmp_path_factory, tiny_model_dir) -> dict[str, Path]:
 
 
 def _skeleton(cfg: LoraConfig, folder: Path):
-    return lora_export.skeleton(cfg, str(folder), False)
+    return lora_export.skeleton(cfg, ModelSource.resolve(str(folder)), False)
 
 
 def test_a_target_the_model_lacks_stops_the_run_naming_the_key_and_its_layers(folders):
@@ -128,8 +129,8 @@ def test_exports_give_the_peft_models_logits(folders, tmp_path, kind, targets, k
                 p.add_(torch.randn_like(p) * 0.05)  # trained: B no longer zero
         want = model(input_ids=x).logits
     state = {lora.clean_name(n): p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-    adapter = lora_export.write_adapter(state, cfg, str(folders[kind]), False, tmp_path / "adapter")
-    merged = lora_export.write_merged(state, cfg, str(folders[kind]), False, tmp_path / "merged")
+    adapter = lora_export.write_adapter(state, cfg, ModelSource.resolve(str(folders[kind])), False, tmp_path / "adapter")
+    merged = lora_export.write_merged(state, cfg, ModelSource.resolve(str(folders[kind])), False, tmp_path / "merged")
     assert json.loads((adapter / "adapter_config.json").read_text())["r"] == 4
     fresh = AutoModelForCausalLM.from_pretrained(folders[kind]).eval()
     with torch.no_grad():

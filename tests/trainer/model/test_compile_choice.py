@@ -42,10 +42,11 @@ def test_compiled_blocks_stay_few_graphs_over_lengths_packing_batch_sizes_and_ev
     from trainer.data.rows import collate, pack, pad_rows
     from trainer.loop import train
     from trainer.model import build as model
+    from trainer.model.source import ModelSource
     from trainer.wire.config import ModelConfig
 
     torch._dynamo.reset()
-    net = model.load_model(str(tiny_model_dir), ModelConfig(from_scratch=True), seed=0)
+    net = model.load_model(ModelSource.resolve(str(tiny_model_dir)), ModelConfig(from_scratch=True), seed=0)
     model.apply_activation_checkpointing(net, "full")
     model.apply_compile(net, backend="aot_eager")
     watch = model.CompileWatch()

@@ -13,20 +13,21 @@ from torch import nn
 from tests.support.trainer.run import ROOT, free_port, trainer_env
 from trainer.model import build as model
 from trainer.model import loading
+from trainer.model.source import ModelSource
 from trainer.wire.config import ModelConfig
 
 META = torch.device("meta")
 
 
 def test_the_model_is_built_with_its_weights_on_one_device_and_its_buffers_on_another(tiny_model_dir):
-    mcfg = ModelConfig()
-    config = model.hf_config(str(tiny_model_dir), mcfg)
-    net = model.build_model(str(tiny_model_dir), mcfg, config, "sdpa", 0, torch.device("cpu"), lambda m: m,
+    mcfg, source = ModelConfig(), ModelSource.resolve(str(tiny_model_dir))
+    config = model.hf_config(source, mcfg)
+    net = model.build_model(source, mcfg, config, "sdpa", 0, torch.device("cpu"), lambda m: m,
                             buffer_device=META)
     buffers = dict(net.named_buffers(remove_duplicate=False))
     assert any(name.endswith("inv_freq") for name in buffers)
     assert all(b.device == META for b in buffers.values()), {n: b.device for n, b in buffers.items()}
-    ref = model.load_model(str(tiny_model_dir), mcfg, 0).state_dict()
+    ref = model.load_model(source, mcfg, 0).state_dict()
     for name, param in net.named_parameters():  # the weights are in, on the host
         assert param.device.type == "cpu" and torch.equal(param, ref[name]), name
 
@@ -46,11 +47,12 @@ _ON_GPU = """
 import json, torch
 from trainer import parallel
 from trainer.model import build as model
+from trainer.model.source import ModelSource
 from trainer.wire.config import FsdpConfig, ModelConfig
 d = parallel.init_distributed()
-cfg, mcfg = FsdpConfig(sharding="full_shard", cpu_offload=True), ModelConfig()
-config = model.hf_config({model_dir!r}, mcfg)
-net = model.build_model({model_dir!r}, mcfg, config, "sdpa", 0, parallel.param_device(cfg, d),
+cfg, mcfg, source = FsdpConfig(sharding="full_shard", cpu_offload=True), ModelConfig(), ModelSource.resolve({model_dir!r})
+config = model.hf_config(source, mcfg)
+net = model.build_model(source, mcfg, config, "sdpa", 0, parallel.param_device(cfg, d),
                         lambda m: parallel.shard_model(m, cfg, d), buffer_device=d.device)
 ids = torch.randint(0, config.vocab_size, (2, 32), device=d.device)
 net(input_ids=ids, labels=ids).loss.backward()

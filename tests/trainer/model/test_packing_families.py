@@ -24,6 +24,7 @@ from trainer.data.rows import Example, collate, pack, pad_rows
 from trainer.loop import train
 from trainer.model import attention, packed_sdpa
 from trainer.model.build import attention_support, carries_state, load_model
+from trainer.model.source import ModelSource
 from trainer.wire.config import SettingError, TrainerConfig
 from trainer.wire.model_family import STATEFUL, packing_refusal, read_config
 
@@ -105,7 +106,7 @@ def test_packed_logits_equal_each_example_alone(tmp_path_factory, examples, mode
     folder = _write(tmp_path_factory.mktemp(model_type), model_type, PACKED[model_type])
     config = read_config(str(folder))
     assert packing_refusal(config) is None, model_type
-    support = attention_support(_hf_config(folder), str(folder), TrainerConfig.model_validate(_params(folder)).model)
+    support = attention_support(_hf_config(folder), ModelSource.resolve(str(folder)), TrainerConfig.model_validate(_params(folder)).model)
     assert not support.stateful and support.position_ids, model_type
     choice = attention.choose(TrainerConfig.model_validate(_params(folder, data={"packing": True})), config,
                               support, torch.device("cpu"))
@@ -113,7 +114,7 @@ def test_packed_logits_equal_each_example_alone(tmp_path_factory, examples, mode
     monkeypatch.setattr(packed_sdpa, "MIN_ROW_LENGTH", 0)  # per example on these short rows too
     packed_sdpa.register()
     implementations = _implementations(support)
-    model = load_model(str(folder), TrainerConfig.model_validate(_params(folder)).model, seed=0,
+    model = load_model(ModelSource.resolve(str(folder)), TrainerConfig.model_validate(_params(folder)).model, seed=0,
                        attn=implementations[0]).eval()
     worst = {}
     for implementation in implementations:  # each layer reads the config's implementation at every forward
@@ -129,7 +130,7 @@ def test_families_packing_cannot_keep_apart_are_refused(tmp_path_factory, model_
     config = read_config(str(folder))  # what validate reads
     reason = packing_refusal(config)
     assert reason is not None and words in reason, reason
-    support = attention_support(_hf_config(folder), str(folder), TrainerConfig.model_validate(_params(folder)).model)
+    support = attention_support(_hf_config(folder), ModelSource.resolve(str(folder)), TrainerConfig.model_validate(_params(folder)).model)
     if model_type in ("mamba", "qwen3_next"):
         assert support.stateful  # transformers' own mark, which the trainer reads too
     if model_type == "bart":
@@ -150,7 +151,7 @@ def test_a_refused_family_packed_anyway_would_differ(tmp_path_factory, examples,
     """What the refusal prevents: a state carried from one example into the next, a chunk boundary the masks
     do not know about, positions that run on across examples."""
     folder = _write(tmp_path_factory.mktemp(model_type), model_type, REFUSED[model_type][0])
-    model = _Without(load_model(str(folder), TrainerConfig.model_validate(_params(folder)).model, seed=0,
+    model = _Without(load_model(ModelSource.resolve(str(folder)), TrainerConfig.model_validate(_params(folder)).model, seed=0,
                                 attn="eager").eval(), dropped)
     worst = max(float((p - a).abs().max()) for p, a in _packed_and_alone(model, examples))
     assert worst > 1e-3, worst
@@ -205,7 +206,7 @@ def test_flex_packed_logits_equal_each_example_alone(tmp_path_factory, examples,
     """Flex attention's ``BlockMask`` per layer type, on the GPU (torch has no flex backward on CPU and the
     trainer refuses flex there)."""
     folder = _write(tmp_path_factory.mktemp(model_type), model_type, PACKED[model_type])
-    model = load_model(str(folder), TrainerConfig.model_validate(_params(folder)).model, seed=0,
+    model = load_model(ModelSource.resolve(str(folder)), TrainerConfig.model_validate(_params(folder)).model, seed=0,
                        attn="flex_attention").eval().cuda()
     worst = max(float((p - a).abs().max()) for p, a in _packed_and_alone(model, examples, "cuda"))
     assert worst < 1e-3, worst  # flex on a GPU sums in another order than alone; a lost window is 0.05-0.3

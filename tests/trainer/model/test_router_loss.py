@@ -17,6 +17,7 @@ from trainer.data.rows import Example, collate, pack, pad_rows
 from trainer.loop import train
 from trainer.model import packed_sdpa, router_loss
 from trainer.model.build import load_model
+from trainer.model.source import ModelSource
 from trainer.wire.config import ModelConfig, SettingError
 
 VOCAB = 128
@@ -39,7 +40,7 @@ def moe(request, tmp_path_factory):
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(AutoConfig.for_model(request.param, **COMMON, **FAMILIES[request.param])
                                      ).save_pretrained(folder)
-    return request.param, load_model(str(folder), ModelConfig(), seed=0, attn="sdpa").train()
+    return request.param, load_model(ModelSource.resolve(str(folder)), ModelConfig(), seed=0, attn="sdpa").train()
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from trainer.data.rows import Example, collate, pack, pad_rows
 from trainer.loop import train
 from trainer.model import attention, packed_sdpa, router_loss
 from trainer.model.build import attention_support
+from trainer.model.source import ModelSource
 from trainer.wire.config import ModelConfig, TrainerConfig
 
 LENGTHS = (13, 9, 11)  # one packed row of 33 tokens, then padding
@@ -70,7 +71,7 @@ def _causal(model, vocab: int) -> bool:
 def _check(kind: str) -> list[str]:
     """What is wrong with ``kind`` (nothing: an empty list)."""
     model = tiny_model(kind).eval()  # PhiMoE routes at random in training: the same masks, another mixture
-    support = attention_support(model.config, kind, ModelConfig())
+    support = attention_support(model.config, ModelSource.resolve(kind), ModelConfig())
     cfg = TrainerConfig.model_validate({"model_name": kind, "dataset_name": "d", "output_dir": "o"})
     choice = attention.choose(cfg, model.config.to_dict(), support, torch.device("cpu"))
     if not choice.packing:  # state-space or linear-attention layers: one example a row, and the run says why
