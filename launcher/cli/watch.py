@@ -86,8 +86,5 @@ def _print(event, num_nodes: int, said: list[RunState]) -> None:
     elif isinstance(event, RunFinished):
         if said[-1:] != [event.state]:
             print(f"-- run {event.run_id}: {event.state.value}", file=sys.stderr)
-        from launcher.api.runs import TriageReport
-
-        triage = TriageReport.from_wire(event.triage)
-        if triage is not None and triage.summary:
-            print(f"-- triage: {triage.summary}", file=sys.stderr)
+        if event.triage is not None and event.triage.summary:
+            print(f"-- triage: {event.triage.summary}", file=sys.stderr)

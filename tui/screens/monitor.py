@@ -237,7 +237,7 @@ class RunMonitorScreen(Screen):
                 self.view.ended_at = self.recorded_end
             if self.events is None:
                 self.refresh_safe_step()  # the end's checkpoints (a final save, a cancel's), not the last poll's
-            summary = (event.triage or {}).get("summary")
+            summary = event.triage.summary if event.triage is not None else None
             self.notify(f"run {event.state.value}" + (f": {summary}" if summary else ""),
                         severity="information" if event.state.value == "succeeded" else "error", timeout=10)
 

@@ -282,7 +282,7 @@ class NodeRecovery:
 
     def _save(self, swap: Swap) -> None:
         self.rec.write(save_swaps, self.rec.dir, list(self.swaps))
-        self.rec.emit(NodeSwapped(self.run_id, swap.to_dict()))
+        self.rec.emit(NodeSwapped(self.run_id, swap))
 
     def words(self) -> str:
         """``1 swap: node 1 (h1) killed ...`` for the run's state; empty without one."""

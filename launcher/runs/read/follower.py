@@ -219,8 +219,7 @@ def _synthesised_end(store: RunStore, run_id: str, record) -> RunFinished:
     owner, or recorded by an older version)."""
     from launcher.events import RunState
 
-    found = read_triage(record.directory) if record is not None else None
-    triage = found.to_dict() if found is not None else None
+    triage = read_triage(record.directory) if record is not None else None
     state = record.summary.state if record is not None else RunState.FAILED
     return RunFinished(run_id, state, None, triage)
 

@@ -22,7 +22,7 @@ from launcher.events import (
 )
 from launcher.runs.core.resume_badge import ResumeBasis
 from launcher.runs.core.swaps import Swap
-from launcher.runs.core.triage import classify_line, might_signal
+from launcher.runs.core.triage import TriageReport, classify_line, might_signal
 from trainer.wire.fit_record import KIND_FIT, FitSummary, MemoryCheck
 from trainer.wire.protocol import (
     KIND_DATA,
@@ -141,7 +141,8 @@ class RunView:
     throughput: deque = field(default_factory=lambda: deque(maxlen=SERIES_LEN))
     memory: dict[int, RankMemory] = field(default_factory=dict)
     nodes: dict[int, NodeView] = field(default_factory=dict)
-    triage: dict | None = None
+    triage: TriageReport | None = None
+    """Why the run ended as it did, once its end came (``RunFinished``)."""
     first_step_at: tuple[float, int] | None = None
     """(when, step) of the first train step seen: the record's own time where it has one."""
     last_step_at: tuple[float, int] | None = None
@@ -204,14 +205,12 @@ class RunView:
         elif isinstance(event, NodeUsage):
             self.node(event.node_rank).usage = event
         elif isinstance(event, NodeSwapped):
-            self._swapped(Swap.from_wire(event.swap))
+            self._swapped(event.swap)
         elif isinstance(event, RunFinished):
             self.state, self.triage, self.ended_at = event.state, event.triage, now
 
-    def _swapped(self, swap: Swap | None) -> None:
+    def _swapped(self, swap: Swap) -> None:
         """A swap decided or settled: the node list follows the run's new nodes (fewer after a shrink)."""
-        if swap is None:
-            return
         self.swaps = [s for s in self.swaps if s.number != swap.number] + [swap]
         self.swaps.sort(key=lambda s: s.number)
         if not swap.hosts_after:
@@ -248,11 +247,11 @@ class RunView:
         is stalled, or that its resume differs from its checkpoint; empty while all is well."""
         if self.stalled or (self.state == RunState.RUNNING and self.detail.startswith("idle GPUs")):
             return self.detail
-        triage = self.triage or {}
-        if self.state == RunState.CANCELLED and triage.get("signature") == "idle":
-            return f"cancelled: {triage['summary']}"
+        triage = self.triage
+        if self.state == RunState.CANCELLED and triage is not None and triage.signature == "idle":
+            return f"cancelled: {triage.summary}"
         if self.state in (RunState.FAILED, RunState.TIMED_OUT):
-            summary = (self.triage or {}).get("summary")
+            summary = triage.summary if triage is not None else None
             return f"{self.state.value}: {summary or self.detail or 'no reason was recorded'}"
         own = bool(self.swaps) and bool(self.swaps[-1].loss_note)  # the check's loss jump, settled by the swap
         if self.resume_check is not None and self.resume_check.differs and not own:

@@ -75,22 +75,22 @@ def test_the_monitor_says_a_swap_in_its_header_why_line_and_node_list():
     for rank, host in enumerate(("h0", "h1", "h2")):
         view.apply(NodeStateChanged("r", rank, host, NodeState.RUNNING), now=1.0)
     view.apply(RunStateChanged("r", RunState.RUNNING, 2, ""), now=1.0)
-    view.apply(NodeSwapped("r", _swap().to_dict()), now=2.0)
+    view.apply(NodeSwapped("r", _swap()), now=2.0)
     assert view.swap_badge() == "RECOVERING node 1"
     assert view.why() == "recovering: node 1 (h1) lost at step 6; replaced by s0; resuming from step 4"
     rows = node_rows(view, 3.0)
     assert [(r.host, r.swapped_in) for r in rows] == [("h0", ""), ("s0", "replaced h1 (lost at step 6)"), ("h2", "")]
-    view.apply(NodeSwapped("r", settled(_swap(), 1030.0, 5, "verified").to_dict()), now=3.0)
+    view.apply(NodeSwapped("r", settled(_swap(), 1030.0, 5, "verified")), now=3.0)
     assert view.swap_badge() == "1 swap VERIFIED"
     assert "1 swap VERIFIED" in summary_line(view, True, "")
     assert view.why().startswith("recovered: node 1 (h1) lost at step 6; replaced by s0; resumed verified at step 4")
     shrunk = settled(_swap(number=2, kind="shrink", replacement="", node_rank=0, hosts_after=("s0", "h2")), 1100.0,
                      5, "resharded")
-    view.apply(NodeSwapped("r", shrunk.to_dict()), now=4.0)
+    view.apply(NodeSwapped("r", shrunk), now=4.0)
     assert [r.host for r in node_rows(view, 5.0)] == ["s0", "h2"]  # the node list follows the shrink
     assert view.swap_badge() == "2 swaps RESHARDED"
     differs = settled(_swap(number=3), 1200.0, 5, "differs", ("seed: 1 then, 2 now",))
-    view.apply(NodeSwapped("r", differs.to_dict()), now=6.0)
+    view.apply(NodeSwapped("r", differs), now=6.0)
     assert view.swap_badge() == "3 swaps NOT VERIFIED (differs)"
     assert view.why().startswith("swap NOT verified:")
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from launcher.events import NodeState, NodeStateChanged, NodeUsage, RunFinished, RunState, RunStateChanged
+from launcher.events.triage import TriageReport
 from launcher.runs.core.layout import EVENTS, event_line, mirror_path
 from launcher.runs.core.ownership import OwnerLock
 from launcher.runs.core.store import RunStore
@@ -51,7 +52,7 @@ def _record(home: Path, run_id: str, *, now: float, quiet_s: dict[int, float], f
     if failed_at:
         triage = {"summary": "node 2 rank 4: python_error, exit code 1: ValueError: boom", "node_rank": 2}
         (directory / "triage.json").write_text(json.dumps(triage))
-        events.append(event_line(RunFinished(run_id, RunState.FAILED, 1, triage), at=now))
+        events.append(event_line(RunFinished(run_id, RunState.FAILED, 1, TriageReport.from_wire(triage)), at=now))
         store.set_state(run_id, RunState.FAILED, 1, triage["summary"])
     (directory / EVENTS).write_text("\n".join(events) + "\n")
     return directory

@@ -32,13 +32,13 @@ async def test_the_monitor_says_a_swap_until_its_resume_is_proved(home):
             run.put(NodeStateChanged("run-swap", rank, host, NodeState.RUNNING))
         await wait_for(pilot, lambda: "RUNNING  attempt 1" in summary())
         run.put(RunStateChanged("run-swap", RunState.RETRYING, 2, "attempt 2 on other nodes"))
-        run.put(NodeSwapped("run-swap", SWAP.to_dict()))
+        run.put(NodeSwapped("run-swap", SWAP))
         run.put(NodeStateChanged("run-swap", 1, "gpu-11", NodeState.RUNNING))
         run.put(RunStateChanged("run-swap", RunState.RUNNING, 2))
         await wait_for(pilot, lambda: "RECOVERING node 1" in summary())
         assert why() == "recovering: node 1 (gpu-07) lost at step 1,840; replaced by gpu-11; resuming from step 1,800"
         assert "gpu-11" in str(monitor.pane(1).border_title)
-        run.put(NodeSwapped("run-swap", settled(SWAP, 1094.0, 1801, "verified").to_dict()))
+        run.put(NodeSwapped("run-swap", settled(SWAP, 1094.0, 1801, "verified")))
         await wait_for(pilot, lambda: "1 swap VERIFIED" in summary())
         assert why() == ("recovered: node 1 (gpu-07) lost at step 1,840; replaced by gpu-11; resumed verified at "
                          "step 1,800 after 94 s")

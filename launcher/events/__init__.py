@@ -1,15 +1,19 @@
 """Typed events a running launch emits; the app and the headless CLI consume them.
 
-Textual-free dataclasses: the TUI wraps them in messages, ``fsdp-tui run --json`` prints them.
+Textual-free dataclasses: the TUI wraps them in messages, ``fsdp-tui run --json`` prints them. The values two
+of them carry live beside them: a run's triage (:mod:`.triage`, in ``RunFinished``) and a swap
+(:mod:`.swaps`, in ``NodeSwapped``), each encoded as the run's record keeps it and decoded once, here.
 """
 
 from __future__ import annotations
 
 import enum
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
+from launcher.events.swaps import Swap
+from launcher.events.triage import TriageReport
 from trainer.wire.protocol import MetricRecord
 
 ATTEMPT_MARKER = "=== fsdp-tui: attempt "
@@ -143,11 +147,11 @@ class StacksDumped:
 @dataclass(frozen=True)
 class NodeSwapped:
     """The run's owner replaced a failed node (a spare, an excluded SLURM node, or none: the run shrank), or a
-    swap settled (the first step after it came, the resume checked): the swap as the run's ``swaps.json``
-    keeps it (``launcher.runs.core.swaps.Swap.to_dict``; readers decode it with ``Swap.from_wire``)."""
+    swap settled (the first step after it came, the resume checked). On the wire the swap is as the run's
+    ``swaps.json`` keeps it (:meth:`Swap.to_dict`)."""
 
     run_id: str
-    swap: dict[str, Any]
+    swap: Swap
 
 
 @dataclass(frozen=True)
@@ -155,7 +159,8 @@ class RunFinished:
     run_id: str
     state: RunState
     exit_code: int | None = None
-    triage: dict[str, Any] | None = field(default=None)
+    triage: TriageReport | None = None
+    """Why the run ended as it did; on the wire as its ``triage.json`` keeps it (:meth:`TriageReport.to_dict`)."""
 
 
 RunEvent = (RunStateChanged | NodeStateChanged | NodeLines | MetricsRecorded | GpuTelemetry | NodeUsage
@@ -167,6 +172,10 @@ def event_to_dict(event: RunEvent) -> dict[str, Any]:
     data = asdict(event)
     if isinstance(event, MetricsRecorded):
         data["record"] = json.loads(event.record.to_json())
+    elif isinstance(event, NodeSwapped):
+        data["swap"] = event.swap.to_dict()
+    elif isinstance(event, RunFinished):
+        data["triage"] = event.triage.to_dict() if event.triage is not None else None
     for key, value in data.items():
         if isinstance(value, enum.Enum):
             data[key] = value.value
@@ -178,7 +187,8 @@ _EVENT_TYPES = {cls.__name__: cls for cls in (RunStateChanged, NodeStateChanged,
 
 
 def event_from_dict(data: dict[str, Any]) -> RunEvent | None:
-    """The inverse of :func:`event_to_dict` (``None`` for a type this version does not know)."""
+    """The inverse of :func:`event_to_dict` (``None`` for a type this version does not know, or a swap it
+    cannot read). Records of older versions read the same: their triage and swap dicts are decoded as kept."""
     kind = _EVENT_TYPES.get(data.get("type", ""))
     if kind is None:
         return None
@@ -189,6 +199,11 @@ def event_from_dict(data: dict[str, Any]) -> RunEvent | None:
         fields["state"] = NodeState(fields["state"])
     elif kind is RunFinished:
         fields["state"] = RunState(fields["state"])
+        fields["triage"] = TriageReport.from_wire(fields.get("triage"))
+    elif kind is NodeSwapped:
+        fields["swap"] = Swap.from_wire(fields["swap"])
+        if fields["swap"] is None:
+            return None
     elif kind is GpuTelemetry:
         fields["gpus"] = tuple(GpuSample(**g) for g in fields.get("gpus", ()))
     elif kind is NodeLines:
