@@ -13,20 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.backends.base import RemovedFiles
+from launcher.runs.core.housekeeping import Cleaned, read_cleaned, save_cleaned
 from launcher.runs.core.layout import load_plan
 from launcher.runs.core.store import RunStore
 from launcher.words import node_at, plural
 from launcher.workload.load import LOCAL_NODES_DIR
 
-CLEANED = "cleaned.json"
-"""In the run's record: when its files were removed from the nodes, and what each node said."""
 QUICK_SSH = {"connect_timeout_s": 10.0, "lost_after_s": 10.0}
 """An errand, not a run: a node that does not answer is reported, not waited for."""
 
@@ -92,7 +90,7 @@ async def remove_run_files(home: Path, run_id: str) -> CleanReport:
         if size[1]:
             nodes.append(RemovedFiles(-1, "this machine", str(here), size[0], size[1]))
     report = CleanReport(run_id, tuple(nodes), tuple(stays))
-    (record.directory / CLEANED).write_text(json.dumps({"at": time.time(), "said": report.lines()}))
+    save_cleaned(record.directory, Cleaned(time.time(), tuple(report.lines())))
     return report
 
 
@@ -135,13 +133,9 @@ def _size(folder: Path) -> tuple[int, int]:
     return total, count
 
 
-def cleaned(directory: Path) -> dict | None:
+def cleaned(directory: Path) -> Cleaned | None:
     """When the run's files were removed from its nodes, and what each said (``None``: never)."""
-    try:
-        data = json.loads((directory / CLEANED).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return read_cleaned(directory)
 
 
 @dataclass(frozen=True)

@@ -7,28 +7,19 @@ stopped and swept, and the user is told once. A node still away is tried again 1
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from pathlib import Path
 
 from launcher.events import NodeState
 from launcher.paths import run_dir
+from launcher.runs.core.housekeeping import SweptNode, read_swept, save_swept
 from launcher.runs.core.store import RunStore
 from launcher.words import plural
 
-SWEPT = "swept.json"
-"""In the run's folder: per lost node, whether it has been swept, when it was last tried, what was said."""
 RETRY_S = 10.0
 QUICK_SSH = {"connect_timeout_s": 5.0, "lost_after_s": 5.0}
 """A sweep is an errand, not a run: a node still away is given up on quickly."""
 GRACE_S = 5.0
-
-
-def _read(directory: Path) -> dict:
-    try:
-        return json.loads((directory / SWEPT).read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def due(home: Path, now: float | None = None) -> list[tuple[str, Path, list[int]]]:
@@ -39,9 +30,9 @@ def due(home: Path, now: float | None = None) -> list[tuple[str, Path, list[int]
     out = []
     for run_id, lost in RunStore(home).lost_nodes(limit=200).items():
         directory = run_dir(Path(home), run_id)
-        seen = _read(directory)
-        ranks = [r for r in lost if not seen.get(str(r), {}).get("done")
-                 and now - seen.get(str(r), {}).get("tried_at", 0.0) >= RETRY_S]
+        seen = read_swept(directory)
+        ranks = [r for r in lost if not (node := seen.get(r, SweptNode())).done
+                 and now - (node.tried_at or 0.0) >= RETRY_S]
         if ranks:
             out.append((run_id, directory, ranks))
     return out
@@ -55,7 +46,7 @@ async def _sweep_run(home: Path, run_id: str, directory: Path, ranks: list[int])
     ssh = plan.workload.ssh.model_copy(update=QUICK_SSH)
     plan = dataclasses.replace(plan, workload=plan.workload.model_copy(update={"ssh": ssh}))
     backend = backend_for(plan)
-    seen = _read(directory)
+    seen = read_swept(directory)
     said = []
     caught: dict[int, int | str] = {}
     try:
@@ -67,8 +58,7 @@ async def _sweep_run(home: Path, run_id: str, directory: Path, ranks: list[int])
         await backend.close()
     store = RunStore(home)
     for out in outcomes:
-        entry = seen.setdefault(str(out.rank), {})
-        entry["tried_at"] = time.time()
+        seen[out.rank] = dataclasses.replace(seen.get(out.rank, SweptNode()), tried_at=time.time())
         if out.error:
             continue  # still away: tried again later, quietly
         if out.left:
@@ -82,14 +72,12 @@ async def _sweep_run(home: Path, run_id: str, directory: Path, ranks: list[int])
             words += f"; what it logged while away could not be read: {got}"
         elif got:
             words += f"; the {plural(got, 'byte')} it logged while away were added to the record"
-        entry.update(done=True, said=words)
+        seen[out.rank] = dataclasses.replace(seen[out.rank], done=True, said=words)
         record = store.get_run(run_id)
         before = next((n.detail for n in record.nodes if n.node_rank == out.rank), "") if record else ""
         store.set_node(run_id, out.rank, NodeState.LOST, detail=f"{before}; {words}" if before else words)
         said.append(f"run {run_id}, {out.label} (lost during the run): {words}")
-    tmp = directory / f".{SWEPT}.tmp"
-    tmp.write_text(json.dumps(seen))
-    tmp.replace(directory / SWEPT)
+    save_swept(directory, seen)
     return said
 
 
@@ -166,8 +154,8 @@ def job_may_live(record) -> str:
     if not record.summary.state.is_final:
         return (f"its SLURM job may still be running (the run is {record.summary.state.value}); relaunching "
                 f"would start a second job beside it: fsdp-tui cancel {record.summary.run_id} first")
-    swept = _read(record.directory)
-    if any(n.state == NodeState.LOST and not swept.get(str(n.node_rank), {}).get("done") for n in record.nodes):
+    swept = read_swept(record.directory)
+    if any(n.state == NodeState.LOST and not swept.get(n.node_rank, SweptNode()).done for n in record.nodes):
         return ("its login node was lost while the job ran, so the job may still be running; once the login "
                 "answers, the next fsdp-tui command (fsdp-tui runs) stops it, then relaunch")
     return ""

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 from launcher.events import NodeState, RunState
+from launcher.runs.core.housekeeping import SWEPT
 from launcher.runs.core.store import RunStore
-from launcher.runs.leftovers import RETRY_S, SWEPT, due
+from launcher.runs.leftovers import RETRY_S, due
 from launcher.workload.plan import build_plan
 from launcher.workload.validate import validate_file
 from tests.support.cli import ROOT

@@ -71,14 +71,10 @@ def with_lineage(plan: RunPlan, runs: list[str]) -> RunPlan:
 def lineage_runs(home: Path, run_id: str) -> list[str]:
     """``run_id`` and the runs it continued (its recorded ``checkpoint.resume_runs``), newest first."""
     from launcher.paths import run_dir
-    from launcher.runs.core.layout import load_plan
+    from launcher.runs.core.layout import read_plan
 
-    try:
-        ckpt = load_plan(run_dir(home, run_id)).workload.parameters.get("checkpoint")
-    except (OSError, ValueError, KeyError):
-        ckpt = None
-    earlier = ckpt.get("resume_runs") if isinstance(ckpt, dict) else None
-    return [run_id, *(r for r in earlier or [] if isinstance(r, str) and r != run_id)]
+    plan = read_plan(run_dir(home, run_id))  # as recorded: the plan is not validated again
+    return [run_id, *(r for r in (plan.resume_runs if plan is not None else ()) if r != run_id)]
 
 
 def recorded(directory: Path) -> Continuation | None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.runs.core.layout import GATHERS
+from launcher.runs.core.layout import GATHERS, read_json_lines
 
 
 def _int(value: object) -> int | None:
@@ -76,16 +76,8 @@ class GatherNote:
 def read_gathers(directory: Path) -> list[Gather | GatherNote]:
     """The run's gathers as recorded (``show``, where a resume finds its checkpoint), oldest first; a line
     that is neither is left out."""
-    try:
-        lines = (directory / GATHERS).read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
     out: list[Gather | GatherNote] = []
-    for line in lines:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
+    for entry in read_json_lines(directory / GATHERS):
         if not isinstance(entry, dict):
             continue
         if "name" not in entry and isinstance(entry.get("note"), str):

@@ -119,6 +119,17 @@ class RecordedPlan:
         value = self.workload.get("experiment_name")
         return value if isinstance(value, str) else None
 
+    @property
+    def env_variables(self) -> dict[str, str]:
+        """The workload's ``env_variables`` (recorded as text: the model wrote numbers so)."""
+        return {k: v for k, v in self.section("env_variables").items() if isinstance(v, str)}
+
+    @property
+    def resume_runs(self) -> tuple[str, ...]:
+        """The runs whose checkpoints its trainer may read (``checkpoint.resume_runs``), as recorded."""
+        runs = self.section("parameters", "checkpoint").get("resume_runs")
+        return tuple(r for r in runs if isinstance(r, str)) if isinstance(runs, list) else ()
+
     def usage_shape(self) -> PlanShape | None:
         """The shape usage counts: as recorded, or (a plan written before the launch kept it) resolved from
         its workload, validated this once; ``None`` when it no longer validates."""
@@ -181,6 +192,22 @@ def read_json(path: Path) -> object:
         return None
 
 
+def read_json_lines(path: Path) -> list[object]:
+    """A record's JSON lines, oldest first (none when the file is absent; a line that is not JSON is left
+    out): the one raw read of a run's ``.jsonl`` records, whose readers each decode a line into their type."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
 def save_triage(directory: Path, report: TriageReport) -> None:
     """The run's triage, kept for every reader (``show``, the app, comparisons, notifications, MLflow)."""
     (directory / TRIAGE).write_text(json.dumps(report.to_dict(), indent=2))
@@ -188,10 +215,7 @@ def save_triage(directory: Path, report: TriageReport) -> None:
 
 def read_triage(directory: Path) -> TriageReport | None:
     """The run's triage as its owner kept it; ``None`` while it has none (or the file is not one)."""
-    try:
-        return TriageReport.from_wire(json.loads((directory / TRIAGE).read_text()))
-    except (OSError, ValueError):
-        return None
+    return TriageReport.from_wire(read_json(directory / TRIAGE))
 
 
 def read_mlflow_state(directory: Path) -> MlflowNotes:
@@ -269,6 +293,19 @@ class LaunchOptions:
                    continues=Continuation.from_option(data.get(OPTION)), checked=data.get("checked") is True)
 
 
+def save_forced(directory: Path, note: str) -> None:
+    """What the run was forced past (:data:`FORCED_NOTE` and the refusals), kept over a change of owner."""
+    (directory / FORCED).write_text(note)
+
+
+def read_forced(directory: Path) -> str:
+    """What the run was forced past, as its owner kept it (empty: nothing)."""
+    try:
+        return (directory / FORCED).read_text()
+    except OSError:
+        return ""
+
+
 def save_options(directory: Path, options: LaunchOptions) -> None:
     """The launch's options, written once before the run's owner starts."""
     (directory / OPTIONS).write_text(json.dumps(options.to_dict()))
@@ -323,6 +360,14 @@ def read_records(path: Path) -> list[MetricRecord]:
     return out
 
 
+def save_resume_check(directory: Path, record: MetricRecord) -> None:
+    """The newest attempt's resume check (a ``resume_check`` record, as the trainer sent it), whole or not
+    at all: kept apart from the metrics it would be hard to find in."""
+    tmp = directory / f".{RESUME_CHECK}.tmp"
+    tmp.write_text(record.to_json() + "\n", encoding="utf-8")
+    os.replace(tmp, directory / RESUME_CHECK)
+
+
 def read_resume_check(directory: Path) -> ResumeCheck | None:
     """The run's newest resume check; ``None`` for a run that did not resume (or whose trainer does not check)."""
     try:
@@ -334,10 +379,7 @@ def read_resume_check(directory: Path) -> ResumeCheck | None:
 
 def read_swaps(directory: Path) -> list[Swap]:
     """The run's swaps, oldest first (none: it never replaced a node)."""
-    try:
-        data = json.loads((directory / SWAPS).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
+    data = read_json(directory / SWAPS)
     items = data.get("swaps") if isinstance(data, dict) else None
     return [s for s in (Swap.from_wire(x) for x in (items if isinstance(items, list) else ())) if s is not None]
 

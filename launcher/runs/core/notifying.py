@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from launcher.notify.delivery import Delivery
 from launcher.paths import run_dir
+from launcher.runs.core.layout import read_json_lines
 
 if TYPE_CHECKING:
     from launcher.notify.summary import CheckpointFact, RunFacts
@@ -90,16 +91,5 @@ def record_deliveries(home: Path, run_id: str, done: list[Delivery]) -> None:
 
 def read_deliveries(directory: Path) -> list[Delivery]:
     """What happened to each sink of the run's notifications, oldest first (a line that is not one is skipped)."""
-    try:
-        lines = (directory / RECORD).read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            found = Delivery.from_wire(json.loads(line))
-        except ValueError:
-            continue
-        if found is not None:
-            out.append(found)
-    return out
+    found = (Delivery.from_wire(entry) for entry in read_json_lines(directory / RECORD))
+    return [d for d in found if d is not None]

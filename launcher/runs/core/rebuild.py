@@ -8,7 +8,6 @@ and a new one is written from the folders; a folder that cannot be read is named
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import time
@@ -18,7 +17,15 @@ from pathlib import Path
 import yaml
 
 from launcher.events import NodeState, RunState
-from launcher.runs.core.layout import EVENTS, LOG_METRICS, METRICS, PLAN, load_plan, read_records
+from launcher.runs.core.layout import (
+    EVENTS,
+    LOG_METRICS,
+    METRICS,
+    PLAN,
+    load_plan,
+    read_json_lines,
+    read_records,
+)
 from launcher.runs.core.store import NodeRecord, RunStore, RunSummary, StoreDamaged
 from launcher.words import plural
 
@@ -148,7 +155,7 @@ def _identity(directory: Path) -> tuple[str, list[str], list[str], dict, str | N
                 str(plan.source_file) if plan.source_file else None)
     workload = directory / "workload.yaml"
     if not workload.exists():
-        raise ValueError("neither plan.json nor workload.yaml is there: not a run folder")
+        raise ValueError(f"neither {PLAN} nor workload.yaml is there: not a run folder")
     data = yaml.safe_load(workload.read_text()) or {}
     hosts = [h if isinstance(h, str) else str(h) for h in (data.get("compute") or {}).get("hosts") or ["localhost"]]
     return str(data["experiment_name"]), hosts, [], dict(data.get("parameters") or {}), None
@@ -163,21 +170,21 @@ def _events(directory: Path) -> tuple[list[tuple[float, RunState, int, str]],
     transitions: list[tuple[float, RunState, int, str]] = []
     nodes: dict[int, tuple[NodeState, int | None, str]] = {}
     finished = None
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                data = json.loads(line)
-                kind = data.get("type")
-                at = float(data.get("at") or fallback)
-                if kind == "RunStateChanged":
-                    transitions.append((at, RunState(data["state"]), int(data["attempt"]), data.get("detail") or ""))
-                elif kind == "NodeStateChanged":
-                    nodes[int(data["node_rank"])] = (NodeState(data["state"]), data.get("exit_code"),
-                                                     data.get("detail") or "")
-                elif kind == "RunFinished":
-                    finished = RunState(data["state"])
-            except (ValueError, KeyError, TypeError, AttributeError):
-                continue  # a torn last line (the writer died mid-line): the lines before it stand
+    for data in read_json_lines(path):  # a torn last line (the writer died mid-line) is left out
+        if not isinstance(data, dict):
+            continue
+        try:
+            kind = data.get("type")
+            at = float(data.get("at") or fallback)
+            if kind == "RunStateChanged":
+                transitions.append((at, RunState(data["state"]), int(data["attempt"]), data.get("detail") or ""))
+            elif kind == "NodeStateChanged":
+                nodes[int(data["node_rank"])] = (NodeState(data["state"]), data.get("exit_code"),
+                                                 data.get("detail") or "")
+            elif kind == "RunFinished":
+                finished = RunState(data["state"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a line that is no event: the lines around it stand
     return transitions, nodes, finished
 
 

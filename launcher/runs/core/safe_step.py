@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.notify.summary import CheckpointFact
+from launcher.runs.core.layout import read_json
 from launcher.words import fmt_age
 
 if TYPE_CHECKING:
@@ -75,12 +76,15 @@ def save_safe_step(directory: Path, fact: CheckpointFact, now: float) -> None:
 
 def recorded_safe_step(directory: Path, now: float) -> SafeStep | None:
     """What the owner recorded (``None``: nothing recorded: none found yet, or the node did not answer)."""
-    try:
-        data = json.loads((directory / RECORD).read_text())
-        fact = CheckpointFact(str(data["name"]), int(data["step"]), max(0.0, now - float(data["written_at"])))
-    except (OSError, ValueError, KeyError, TypeError):
+    data = read_json(directory / RECORD)
+    if not isinstance(data, dict):
         return None
-    return SafeStep(fact, written_at=float(data["written_at"]))
+    try:
+        written_at = float(data["written_at"])
+        fact = CheckpointFact(str(data["name"]), int(data["step"]), max(0.0, now - written_at))
+    except (ValueError, KeyError, TypeError):
+        return None
+    return SafeStep(fact, written_at=written_at)
 
 
 def _gathered(home: Path, run_id: str) -> bool:

@@ -13,7 +13,6 @@ else is; the checkpoint it was copied from is never moved or touched.
 from __future__ import annotations
 
 import asyncio
-import json
 import traceback
 from collections.abc import Callable
 from dataclasses import replace
@@ -22,6 +21,7 @@ from pathlib import Path
 from launcher.backends.base import Backend, CheckpointFiles, NodeError
 from launcher.notify.summary import CheckpointFact
 from launcher.runs.core.checkpoints import here_root, lineage_of
+from launcher.runs.core.housekeeping import BroughtCopy, read_brought, save_brought
 from launcher.runs.core.layout import GATHERS
 from launcher.runs.core.safe_step import save_safe_step
 from launcher.runs.owner.ckpt_copy import Endpoint
@@ -31,9 +31,6 @@ from launcher.words import plural
 from launcher.workload.ckpt_place import CheckpointPlace, with_holder
 from launcher.workload.plan import RunPlan
 from trainer.wire.ckpt_layout import CheckpointInfo, run_of
-
-BROUGHT = "brought.json"
-"""In the run's record: the copies its owner brought to node 0 to resume from, removed at the run's end."""
 
 
 class CheckpointKeeper:
@@ -122,21 +119,19 @@ class CheckpointKeeper:
     async def _brought(self, node0: Endpoint, name: str) -> None:
         """Record a copy this run made on node 0 (and whose checkpoint it copies) before anything else."""
         _files, meta = await node0.files.files(node0.root, name)
-        entries = brought(self.dir)
-        entries.append({"root": node0.root, "name": name, "writer": run_of(meta)})
-        (self.dir / BROUGHT).write_text(json.dumps(entries))
+        save_brought(self.dir, [*read_brought(self.dir), BroughtCopy(node0.root, name, run_of(meta))])
 
     async def finish(self, backend: Backend) -> list[str]:
         """The run ended: the copies it brought to node 0 to resume from removed (each only if it is still
         that checkpoint's copy); what could not be, in words."""
         left = []
-        for entry in brought(self.dir):
+        for copy in read_brought(self.dir):
             try:
-                await backend.checkpoint_files(0).drop(entry["root"], entry["name"], entry["writer"])
+                await backend.checkpoint_files(0).drop(copy.root, copy.name, copy.writer)
             except NodeError as err:
-                left.append(f"the copy of {entry['name']} brought to node 0 to resume from stays: {err}")
+                left.append(f"the copy of {copy.name} brought to node 0 to resume from stays: {err}")
         if not left:
-            (self.dir / BROUGHT).unlink(missing_ok=True)
+            save_brought(self.dir, [])
         return left
 
     def start(self) -> None:
@@ -169,17 +164,6 @@ class CheckpointKeeper:
     async def close(self) -> None:
         if self.backend is not None:
             await self.backend.close()
-
-
-def brought(directory: Path) -> list[dict]:
-    """The copies recorded in ``brought.json`` (entries of another shape left out)."""
-    try:
-        entries = json.loads((directory / BROUGHT).read_text())
-    except (OSError, ValueError):
-        return []
-    return [e for e in entries if isinstance(e, dict) and isinstance(e.get("root"), str)
-            and isinstance(e.get("name"), str) and (e.get("writer") is None or isinstance(e.get("writer"), str))] \
-        if isinstance(entries, list) else []
 
 
 def _keep_last(plan: RunPlan) -> int | None:

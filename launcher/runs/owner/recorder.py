@@ -34,16 +34,17 @@ from launcher.events import (
 )
 from launcher.runs.core.layout import (
     EVENTS,
-    FORCED,
     FORCED_NOTE,
     LOG_METRICS,
     METRICS,
-    RESUME_CHECK,
     SAMPLES,
     event_line,
     file_size,
     mirror_path,
+    read_forced,
     read_records,
+    save_forced,
+    save_resume_check,
     save_triage,
 )
 from launcher.runs.core.space import RecordUnwritable, SpaceWatch, is_write_failure, write_failure
@@ -53,7 +54,6 @@ from launcher.runs.core.triage import TriageReport
 from launcher.runs.owner.record_files import (
     append_lines,
     end_line,
-    replace_text,
     tail_after_newline,
     tail_text,
 )
@@ -102,10 +102,7 @@ class Recorder:
                 raise
             self.write_error = write_failure(store.home, err)
         self._refresh_summary(self.records())
-        try:
-            self.forced = (self.dir / FORCED).read_text()
-        except OSError:
-            self.forced = ""
+        self.forced = read_forced(self.dir)
         """What the run was forced past (empty: nothing), kept over a change of owner."""
 
     # -- offsets are the sizes of the copies -------------------------------------------------------
@@ -245,7 +242,7 @@ class Recorder:
         self.new_records.extend(records)
         checks = [r for r in records if r.kind == KIND_RESUME_CHECK]
         if checks:  # the newest attempt's badge, kept apart from the metrics it would be hard to find in
-            self.write(replace_text, self.dir / RESUME_CHECK, checks[-1].to_json() + "\n")
+            self.write(save_resume_check, self.dir, checks[-1])
         steps = [r.step for r in records if r.kind == "train"]
         if steps:
             self.last_train_step = max(steps + [self.last_train_step or 0])
@@ -330,7 +327,7 @@ class Recorder:
         """A launch forced past the cheap checks: say so now and in the run's final state, even a success
         (a GPU workload that trained on CPU succeeded, but not as asked)."""
         self.forced = FORCED_NOTE + "; ".join(refusals)
-        (self.dir / FORCED).write_text(self.forced)
+        save_forced(self.dir, self.forced)
         self.set_state(RunState.PREFLIGHT, self.forced)
 
     def finished(self, state: RunState, exit_code: int | None, triage: TriageReport | None,
@@ -340,7 +337,7 @@ class Recorder:
         if (record is None or not record.summary.state.is_final) and not (
                 self.unwritten and self.last_state is not None and self.last_state.is_final):
             self.set_state(state, (triage.summary if triage else "") or detail or self.forced, at)
-        self.emit(RunFinished(self.run_id, state, exit_code, triage))
+        self.emit(RunFinished(self.run_id, state, exit_code, triage.to_dict() if triage else None))
 
     def write_triage(self, report: TriageReport) -> None:
         self.write(save_triage, self.dir, report)

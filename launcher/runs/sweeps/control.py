@@ -4,13 +4,13 @@ driver died, cancel one, resume an ended one."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import replace
 from pathlib import Path
 
 from launcher.paths import new_run_id
 from launcher.runs.core.store import RunStore
+from launcher.runs.core.variant_plans import read_variant_plan, save_variant_plan
 from launcher.runs.launch import cancel_run
 from launcher.runs.sweeps.driver import Driver, driver_alive, plan_path, spawn_driver
 from launcher.runs.sweeps.record import (
@@ -25,7 +25,6 @@ from launcher.runs.sweeps.record import (
     sweep_dir,
 )
 from launcher.words import plural
-from launcher.workload.plan import plan_from_json, plan_to_json
 from launcher.workload.sweep import SweepPlan
 
 STARTING_S = 10.0
@@ -44,7 +43,7 @@ def create_sweep(plan: SweepPlan, home: Path) -> SweepRecord:
                          plan.spec.on_failure, variants)
     save_sweep(home, record)
     for v in plan.variants:
-        plan_path(home, sweep_id, v.index).write_text(json.dumps(plan_to_json(v.run_plan)))
+        save_variant_plan(plan_path(home, sweep_id, v.index), v.run_plan)
     return record
 
 
@@ -88,9 +87,7 @@ def resume_sweep(home: Path, sweep_id: str) -> SweepRecord:
     for v in again:
         run_id = new_run_id(record.experiment)
         path = plan_path(home, sweep_id, v.index)
-        data = json.loads(path.read_text())
-        data["run_id"] = run_id
-        path.write_text(json.dumps(plan_to_json(plan_from_json(data))))
+        save_variant_plan(path, read_variant_plan(path, run_id))
         record = record.with_variant(v.index, run_id=run_id, state="pending",
                                      detail=f"resumed; earlier: {v.run_id} {v.state}")
     (sweep_dir(home, sweep_id) / CANCEL).unlink(missing_ok=True)

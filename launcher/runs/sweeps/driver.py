@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import fcntl
-import json
 import os
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from launcher.paths import private_files
 from launcher.runs.core.continuing import lineage_runs, with_lineage
 from launcher.runs.core.ownership import ROOT, adopt_orphans
 from launcher.runs.core.store import RunStore
+from launcher.runs.core.variant_plans import read_variant_plan
 from launcher.runs.launch import cancel_run, start_run
 from launcher.runs.launch_checks import continuation_of
 from launcher.runs.sweeps.record import (
@@ -38,7 +38,7 @@ from launcher.runs.sweeps.record import (
     sweep_dir,
 )
 from launcher.words import plural
-from launcher.workload.plan import RunPlan, plan_from_json
+from launcher.workload.plan import RunPlan
 
 if TYPE_CHECKING:
     from launcher.runs.owner.mlflow_sink import MlflowSink
@@ -175,7 +175,7 @@ class Driver:
         return bool(running) and time.time() - running[0] >= SETTLE_S
 
     def _plan(self, index: int) -> RunPlan:
-        return plan_from_json(json.loads(Path(plan_path(self.home, self.sweep_id, index)).read_text()))
+        return read_variant_plan(plan_path(self.home, self.sweep_id, index))
 
     async def _start(self, index: int, run_id: str, parent: str | None) -> str:
         plan = await asyncio.to_thread(self._plan, index)
@@ -216,7 +216,7 @@ class Driver:
     def _mlflow(self) -> MlflowSink | None:
         from launcher.runs.owner.mlflow_sink import MlflowSink
 
-        plan = plan_from_json(json.loads(plan_path(self.home, self.sweep_id, 1).read_text()))
+        plan = read_variant_plan(plan_path(self.home, self.sweep_id, 1))
         cfg = plan.workload.mlflow
         if not cfg.enabled:
             return None

@@ -260,9 +260,10 @@ def test_relaunch_refuses_while_a_slurm_job_may_still_run(tmp_path, state, node_
     import json
 
     from launcher.events import NodeState, RunState
+    from launcher.runs.core.housekeeping import SWEPT
     from launcher.runs.core.layout import save_plan
     from launcher.runs.core.store import NodeRecord, RunRecord
-    from launcher.runs.leftovers import SWEPT, job_may_live
+    from launcher.runs.leftovers import job_may_live
     from launcher.workload.plan import build_plan
 
     text = "experiment_name: x\ncommand: run\ncompute:\n  num_accelerators: 2\n  slurm: {login: a@b}\n"

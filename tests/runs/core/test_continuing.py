@@ -136,3 +136,17 @@ def test_a_launch_asks_what_it_continues_while_the_nodes_are_checked(tmp_path, m
 
 async def _answer(said, checked):
     return said, checked
+
+
+def test_the_lineage_of_a_recorded_run_is_read_from_its_plan_as_recorded(tmp_path, monkeypatch):
+    import launcher.workload.plan as plan_module
+    from launcher.paths import run_dir
+    from launcher.runs.core.continuing import lineage_runs
+    from launcher.runs.core.layout import save_plan
+
+    directory = run_dir(tmp_path, "run-b")
+    directory.mkdir(parents=True)
+    save_plan(directory, with_lineage(_plan("/data/out"), ["run-a", "run-b", "run-0"]))
+    monkeypatch.setattr(plan_module, "plan_from_json", lambda data: pytest.fail("the plan was validated again"))
+    assert lineage_runs(tmp_path, "run-b") == ["run-b", "run-a", "run-0"]
+    assert lineage_runs(tmp_path, "run-none") == ["run-none"]  # no plan on record: itself alone

@@ -60,3 +60,20 @@ def test_the_node_view_of_a_folder():
 def test_a_folder_per_run_is_never_a_fixed_one(tmp_path):
     assert fixed_output_dir(_plan(tmp_path, "e", "~/remote-out/$FSDP_TUI_RUN_ID", "r1", "a.yaml")) is None
     assert fixed_output_dir(_plan(tmp_path, "e", "$OUT/x/", "r1", "a.yaml", "OUT: /data")) == "/data/x"
+
+
+def test_other_runs_plans_are_read_as_recorded_never_validated_again(tmp_path, monkeypatch):
+    """A launch into a fixed folder reads each other run's recorded plan (its variables) once, as recorded:
+    no run's plan is rebuilt or its workload validated again at every launch."""
+    import launcher.workload.plan as plan_module
+
+    home = tmp_path / "home"
+    for i in range(3):
+        _recorded(home, _plan(tmp_path, f"first{i}", "$OUT/ckpt", f"run-first{i}", f"a{i}.yaml", "OUT: /data"))
+    plan = _plan(tmp_path, "second", "/data/ckpt", "run-second", "b.yaml", steps=20)
+    rebuilt = []
+    real = plan_module.plan_from_json
+    monkeypatch.setattr(plan_module, "plan_from_json", lambda data: rebuilt.append(data["run_id"]) or real(data))
+    said = output_dir_users(home, plan)
+    assert said.startswith("/data/ckpt on fth1 is used by another workload's run: run-first"), said
+    assert rebuilt == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,150 @@ def test_no_module_but_the_layout_reads_the_launch_options_raw():
             for n in ast.walk(ast.parse(p.read_text()))
             if isinstance(n, ast.BinOp) and isinstance(n.right, ast.Name) and n.right.id == "OPTIONS"]
     assert hits == []
+
+
+# Every record file of a run's folder, as its home modules name it: the layout and its neighbours, which alone
+# read (and, but for the streams the owner appends to, write) them.
+HOMES = ("layout", "gathers", "estimates", "notifying", "safe_step", "housekeeping")
+FILE_NAME = re.compile(r"[\w-]+(\.[\w-]+)*\.(json|jsonl|txt)")
+LITERALS_IN = ("launcher/runs/", "launcher/api/", "launcher/cli/", "launcher/present/", "launcher/nettest/", "tui/")
+"""Where a record's name written by hand is one too many: the layers that can import the layout (those below
+it, the node's side and the wire, name the node's own files: ``metrics.jsonl`` there is the trainer's)."""
+
+
+def _record_files() -> dict[tuple[str, str], str]:
+    """``(module, constant)`` -> file name, for each record file a home module names at its top level."""
+    out = {}
+    for home in HOMES:
+        for node in ast.parse((ROOT / f"launcher/runs/core/{home}.py").read_text()).body:
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                    and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+                    and FILE_NAME.fullmatch(node.value.value)):
+                out[(f"launcher.runs.core.{home}", node.targets[0].id)] = node.value.value
+    return out
+
+
+RECORD_FILES = _record_files()
+
+
+def _names_of_records(tree: ast.Module) -> dict[str, str]:
+    """What names a record file in a module: the home modules' constants imported (``PLAN``, or ``layout.PLAN``
+    for a home module imported), each with its file's name."""
+    out = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom):
+            for a in n.names:
+                if (n.module, a.name) in RECORD_FILES:
+                    out[a.asname or a.name] = RECORD_FILES[(n.module, a.name)]
+                elif n.module == "launcher.runs.core" and a.name in HOMES:
+                    out |= {f"{a.asname or a.name}.{k}": v for (m, k), v in RECORD_FILES.items()
+                            if m.endswith(f".{a.name}")}
+        elif isinstance(n, ast.Import):
+            for a in n.names:
+                out |= {f"{a.asname or a.name}.{k}": v for (m, k), v in RECORD_FILES.items() if m == a.name}
+    return out
+
+
+def _access(call: ast.Call) -> tuple[ast.AST, str] | None:
+    """The path a call reads or writes raw, and how (``read``, ``write``, ``append``); ``None``: neither."""
+    func = ast.unparse(call.func)
+    attr = call.func.attr if isinstance(call.func, ast.Attribute) else None
+    if func in ("open", "json.loads", "json.load", "os.replace", "os.rename") and call.args:
+        mode = next((k.value for k in call.keywords if k.arg == "mode"), call.args[1] if len(call.args) > 1 else None)
+        text = mode.value if isinstance(mode, ast.Constant) and isinstance(mode.value, str) else "r"
+        how = "write" if func.startswith("os.") or "w" in text else "append" if "a" in text else "read"
+        return call.args[0], how
+    if attr in ("read_text", "read_bytes", "open", "write_text", "write_bytes"):
+        mode = call.args[0] if attr == "open" and call.args else None
+        text = mode.value if isinstance(mode, ast.Constant) and isinstance(mode.value, str) else "r"
+        how = "write" if attr.startswith("write") or "w" in text else "append" if "a" in text else "read"
+        return call.func.value, how  # type: ignore[union-attr]
+    return None
+
+
+def _raw_record_uses(path: Path, literals: bool = True) -> list[str]:
+    """Where ``path`` names a record file by hand, or reads one raw, or writes a whole-file one raw: its path
+    (``d / NAME``, ``d / f".{NAME}.tmp"``, or a variable of the same function set to one) handed to ``open``,
+    ``.read_text()``, ``json.loads``, ``.write_text()``, ``os.replace``... (an append to a stream, ``.jsonl``,
+    is its owner's copy, and a whole stream rebuilt by it too)."""
+    tree = ast.parse(path.read_text())
+    found = [f"{path.name}:{n.lineno}: the literal {n.value!r}" for n in ast.walk(tree) if literals
+             and isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in RECORD_FILES.values()]
+    names = _names_of_records(tree)
+    homes_own = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                 and n.module in {m for m, _ in RECORD_FILES} for a in n.names}
+    for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]:
+        nodes = list(_in_scope(scope))
+        held: dict[str, str] = {}
+        for n in nodes:
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+                if (kept := _record_of(n.value, names, held)) is not None:
+                    held[n.targets[0].id] = kept
+        for n in nodes:
+            if not isinstance(n, ast.Call):
+                continue
+            handed = [r for arg in n.args if (r := _record_of(arg, names, held)) and not r.endswith(".jsonl")]
+            if handed and ast.unparse(n.func) not in homes_own:  # a whole-file record's path to a raw writer
+                found.append(f"{path.name}:{n.lineno}: {handed[0]} handed to {ast.unparse(n.func)}()")
+            if (access := _access(n)) is not None:
+                target, how = access
+                name = next((r for sub in ast.walk(target) if (r := _record_of(sub, names, held))), None)
+                if name is not None and (how == "read" or how == "write" and not name.endswith(".jsonl")):
+                    found.append(f"{path.name}:{n.lineno}: {name} {how} raw by {ast.unparse(n.func)}")
+    return sorted(set(found))
+
+
+def _in_scope(scope: ast.AST):
+    """The nodes of ``scope``, in order, not those of the functions defined in it (each is a scope of its own)."""
+    for child in ast.iter_child_nodes(scope):
+        yield child
+        if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            yield from _in_scope(child)
+
+
+def _record_of(node: ast.AST, names: dict[str, str], held: dict[str, str]) -> str | None:
+    """The record file a path expression names: ``d / NAME`` (or ``d / f".{NAME}.tmp"``), a variable set so."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        return next((names[t] for sub in ast.walk(node.right) if (t := ast.unparse(sub)) in names), None)
+    return held.get(node.id) if isinstance(node, ast.Name) else None
+
+
+def test_every_record_file_is_named_and_read_only_in_its_home_modules():
+    """No record file of a run's folder is named by hand outside the layout and its neighbours, nor read raw
+    (nor a whole-file one written raw): each is one type there, read through ``read_json``/``read_json_lines``."""
+    assert {"plan.json", "options.json", "triage.json", "swaps.json", "resume-check.json", "forced.txt",
+            "gathers.jsonl", "safe-step.json", "notifications.jsonl", "estimate.json", "cleaned.json",
+            "swept.json", "brought.json"} <= set(RECORD_FILES.values())  # the collection finds what it must
+    homes = {ROOT / f"launcher/runs/core/{home}.py" for home in HOMES}
+    files = [p for d in ("launcher", "tui") for p in sorted((ROOT / d).rglob("*.py")) if p not in homes]
+    hits = [f"{p.relative_to(ROOT)}: {hit}" for p in files
+            for hit in _raw_record_uses(p, literals=str(p.relative_to(ROOT)).startswith(LITERALS_IN))]
+    assert hits == []
+
+
+@pytest.mark.parametrize("source", [
+    'SWEPT = "swept.json"',
+    "from launcher.runs.core.housekeeping import SWEPT\nseen = json.loads((directory / SWEPT).read_text())",
+    "from launcher.runs.core.housekeeping import BROUGHT\n(d / BROUGHT).write_text(json.dumps(entries))",
+    "from launcher.runs.core.layout import FORCED\nforced = (self.dir / FORCED).read_text()",
+    "from launcher.runs.core.layout import TRIAGE\nwith open(d / TRIAGE) as f: pass",
+    "from launcher.runs.core import safe_step\ndata = json.loads((d / safe_step.RECORD).read_text())",
+    "from launcher.runs.core.layout import EVENTS\ndef f(d):\n    path = d / EVENTS\n    with open(path) as f: pass",
+    "from launcher.runs.core.housekeeping import SWEPT\ntmp = d / f'.{SWEPT}.tmp'\ntmp.write_text('{}')",
+    "from launcher.runs.core.layout import RESUME_CHECK\nself.write(replace_text, self.dir / RESUME_CHECK, text)",
+])
+def test_the_check_catches_a_record_named_or_read_raw(tmp_path, source):
+    (tmp_path / "m.py").write_text(source + "\n")
+    assert _raw_record_uses(tmp_path / "m.py")
+
+
+@pytest.mark.parametrize("source", [
+    "from launcher.runs.core.layout import EVENTS\nwith open(d / EVENTS, 'a') as f: pass",  # the owner's appends
+    "from launcher.runs.core.layout import PLAN\nif (d / PLAN).exists(): pass",
+    "from launcher.runs.core.layout import METRICS, read_records\nrecords = read_records(d / METRICS)",
+    "from launcher.runs.sweeps.record import RECORD\ndata = json.loads((d / RECORD).read_text())",  # not a run's
+    "from launcher.runs.core.layout import TRIAGE, read_json\ndata = read_json(d / TRIAGE)",
+])
+def test_the_check_leaves_the_records_own_readers_alone(tmp_path, source):
+    (tmp_path / "m.py").write_text(source + "\n")
+    assert _raw_record_uses(tmp_path / "m.py") == []
