@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from launcher.doctor.check import Check, Status  # Check: re-exported, where the doctor's readers import it
 from launcher.doctor.data_checks import data_checks, node_sources
@@ -71,8 +70,9 @@ class NodeReport:
     node_rank: int
     label: str
     checks: tuple[Check, ...]
-    facts: Mapping[str, Any] | None = None
-    """The probe's reply as it came (printable), for ``doctor --json``."""
+    facts: ProbeReply | None = None
+    """What the node's probe found, typed (its reply as it came, ``facts.raw``, is what ``doctor --json``
+    shows); ``None`` where nothing came back."""
 
     @property
     def status(self) -> Status:
@@ -114,7 +114,8 @@ class DoctorReport:
             "ok": self.ok,
             "summary": {"nodes": len(self.nodes), **self.counts},
             "nodes": [{"node_rank": n.node_rank, "label": n.label, "status": n.status,
-                       "checks": [asdict(c) for c in n.checks], "facts": n.facts} for n in self.nodes],
+                       "checks": [asdict(c) for c in n.checks], "facts": n.facts.raw if n.facts is not None else None}
+                      for n in self.nodes],
         }
 
 
@@ -159,7 +160,7 @@ def evaluate(plan: RunPlan, node: NodePlan, probe: NodeProbe, *, node0_hostname:
         checks.append(resolve_check(plan, facts.master, host, facts.hostname, node0_hostname))
     if plan.topology.num_nodes > 1:
         checks.append(iface_check(plan, node, facts.interfaces, host))
-    return NodeReport(node.node_rank, probe.label, tuple(checks), facts.raw)
+    return NodeReport(node.node_rank, probe.label, tuple(checks), facts)
 
 
 def _container_check(plan: RunPlan, runtimes: Mapping[str, str | None], host: str) -> Check:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.json_value import JsonValue
 from launcher.untrusted import printable
 
 NOT_SENT = "the node's probe did not report it"
@@ -137,7 +138,7 @@ class DataFacts:
     readable: bool = True
     columns: tuple[str, ...] | None = None
     """``None``: not read (a parquet file without pyarrow on the node, a row longer than the part read)."""
-    row: Mapping[str, Any] | None = None
+    row: Mapping[str, JsonValue] | None = None
     """Its first row (small ones only), for the format's rules."""
     problem: str = ""
     error: str = ""
@@ -162,7 +163,7 @@ class ProbeReply:
     containers: Mapping[str, str | None]
     """``docker``/``podman`` -> where it is on the node, ``None`` where it is not."""
     interfaces: InterfaceFacts
-    raw: Mapping[str, Any]
+    raw: Mapping[str, JsonValue]
     data: tuple[DataFacts, ...] = ()
     """The data files the workload names on this node, in the order they were asked for."""
     data_error: str = ""
@@ -248,9 +249,9 @@ def _data_file(data: dict[str, Any]) -> DataFacts:
                      _clean_row(row) if isinstance(row, dict) else None, _text(data.get("problem")), _error(data))
 
 
-def _clean_row(row: dict[str, Any]) -> dict[str, Any]:
+def _clean_row(row: dict[str, Any]) -> dict[str, JsonValue]:
     """A row as the node sent it, its keys and text printable (the format's rules read it as data)."""
-    def clean(value: Any) -> Any:
+    def clean(value: object) -> JsonValue:
         if isinstance(value, str):
             return printable(value, newlines=True)
         if isinstance(value, list):

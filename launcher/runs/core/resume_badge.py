@@ -24,8 +24,9 @@ class ResumeBasis:
     """A workload was on record (a plan that holds none: nothing is known)."""
     runs_command: bool = False
     """It runs a command of its own (no built-in trainer)."""
-    resume: object = "auto"
-    """``parameters.checkpoint.resume`` as written (``auto``, ``never``, a checkpoint's path)."""
+    resume: str = "auto"
+    """``parameters.checkpoint.resume`` as written (``auto``, ``never``, a checkpoint's path; a value of another
+    type, which the trainer refuses, as its text)."""
     output_dir: str = ""
 
     @classmethod
@@ -39,7 +40,8 @@ class ResumeBasis:
             return cls(on_record=False)
         params = _section(workload, "parameters")
         output_dir = params.get("output_dir")
-        return cls(True, bool(workload.get("command")), _section(params, "checkpoint").get("resume", "auto"),
+        resume = _section(params, "checkpoint").get("resume", "auto")
+        return cls(True, bool(workload.get("command")), resume if isinstance(resume, str) else str(resume),
                    output_dir if isinstance(output_dir, str) else "")
 
     def not_a_resume(self, attempt: int) -> str:

@@ -337,7 +337,7 @@ class Recorder:
         if (record is None or not record.summary.state.is_final) and not (
                 self.unwritten and self.last_state is not None and self.last_state.is_final):
             self.set_state(state, (triage.summary if triage else "") or detail or self.forced, at)
-        self.emit(RunFinished(self.run_id, state, exit_code, triage.to_dict() if triage else None))
+        self.emit(RunFinished(self.run_id, state, exit_code, triage))
 
     def write_triage(self, report: TriageReport) -> None:
         self.write(save_triage, self.dir, report)

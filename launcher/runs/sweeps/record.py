@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from launcher.json_value import JsonValue
 from launcher.paths import new_run_id
 from launcher.words import plural
 
@@ -32,8 +33,8 @@ class VariantRecord:
     index: int
     label: str
     """The varied values, short: ``sharding=no_shard``."""
-    values: dict[str, Any]
-    """Dotted key -> value, as the overrides set them."""
+    values: dict[str, JsonValue]
+    """Dotted key -> value, as the overrides set them (YAML scalars and lists, as the user wrote them)."""
     overrides: list[str]
     run_id: str
     """Chosen when the sweep is planned, so every variant's run is known before it starts."""
