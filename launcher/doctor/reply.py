@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.json_value import JsonValue
 from launcher.untrusted import printable
+from trainer.wire.json_value import JsonValue
 
 NOT_SENT = "the node's probe did not report it"
 

@@ -118,7 +118,7 @@ def place_to_json(place: CheckpointPlace | None) -> dict | None:
                                                    "gathered": holder.gathered}}
 
 
-def place_from_json(data: dict | None) -> CheckpointPlace | None:
+def place_from_json(data: object) -> CheckpointPlace | None:
     if not isinstance(data, dict):
         return None
     h = data.get("holder")

@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 
 import launcher.api
-from launcher.json_value import JsonValue
+from trainer.wire.json_value import JsonValue
 
 ROOMS = sorted(p.stem for p in Path(launcher.api.__file__).parent.glob("*.py") if not p.stem.startswith("_"))
 """Every module of the door (a helper module without ``__all__`` hands nothing out itself)."""
 
 ALLOWED_ALIASES = {"JsonValue"}
-""":data:`launcher.json_value.JsonValue`: JSON kept or passed on as it came (a sweep variant's values as the
+""":data:`trainer.wire.json_value.JsonValue`: JSON kept or passed on as it came (a sweep variant's values as the
 user wrote them, the doctor probe's reply for ``doctor --json``): any JSON shape by nature, and still typed
 (str, int, float, bool, None, lists and dicts of itself; never ``Any``). At run time its recursion ends in
 the unresolved name, allowed here by that name."""
@@ -42,18 +42,6 @@ USER_WRITTEN = {
 """What a user wrote in a workload file or a ``--set``, held by ``launcher/workload`` as YAML gave it (``Any``:
 in its pydantic models a ``JsonValue`` would change the published schema and refuse YAML's dates); left to
 that room, not typed by this guard's change."""
-
-PENDING = {
-    "RecordedPlan.workload",  # launcher/runs/core/layout.py: the recorded plan's workload, being typed
-    "RecordedPlan.document",  # the same plan's document, being typed with it
-}
-"""Fields being typed in their own modules now; each leaves this set when its module's change lands."""
-
-NOT_YET = {
-    "MetricRecord.extra",  # trainer/wire/protocol.py: the keys a newer trainer writes, JSON as it came
-}
-"""Untyped fields no change types yet; the trainer's vocabulary imports nothing of the launcher, so this one
-wants a JSON alias of its own in ``trainer/wire``."""
 
 _MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
 _BARE = {dict: "a bare dict", collections.abc.Mapping: "a bare Mapping",
@@ -135,7 +123,7 @@ def _replies(room: str) -> list[type]:
 def test_every_field_of_what_a_room_hands_out_is_typed(room):
     seen: set[type] = set()
     found = [f"{field}: {what}" for cls in _replies(room) for field, what in _class_untyped(cls, seen)
-             if field not in USER_WRITTEN | PENDING | NOT_YET]
+             if field not in USER_WRITTEN]
     assert found == []
 
 
@@ -145,7 +133,7 @@ def test_every_field_of_a_run_event_is_typed():
 
     seen: set[type] = set()
     found = [f"{field}: {what}" for cls in typing.get_args(RunEvent) for field, what in _class_untyped(cls, seen)
-             if field not in NOT_YET]
+             ]
     assert found == []
 
 

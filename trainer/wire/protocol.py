@@ -12,6 +12,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from trainer.wire.json_value import JsonValue
+
 METRICS_FILE_ENV = "FSDP_TUI_METRICS_FILE"
 RUN_ID_ENV = "FSDP_TUI_RUN_ID"
 CHECKPOINT_SIGNAL_ENV = "FSDP_TUI_CHECKPOINT_ON_SIGNAL"
@@ -82,7 +84,8 @@ class MetricRecord:
     """Seconds each rank (indexed by global rank; its node is rank // ranks per node) worked on a step, as
     opposed to waiting for the others, averaged since the previous record: in an FSDP step every rank waits
     for the slowest, so only this tells a slow rank apart (``trainer.loop.metrics.RankClock``, docs/ranks.md)."""
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, JsonValue] = field(default_factory=dict)
+    """Keys this vocabulary does not know (a newer trainer's), JSON as they came: kept and written back."""
 
     def to_json(self) -> str:
         """Encode as one JSON line (no trailing newline); NaN/inf become null."""
@@ -113,7 +116,7 @@ class MetricRecord:
     def from_dict(cls, data: dict[str, Any]) -> MetricRecord:
         known = {f for f in cls.__dataclass_fields__ if f not in ("memory", "rank_step_s", "extra")}
         kwargs: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
+        extra: dict[str, JsonValue] = {}
         for key, value in data.items():
             if key in known:
                 kwargs[key] = value

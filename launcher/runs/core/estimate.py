@@ -113,21 +113,21 @@ def timing_of(run_id: str, records: Sequence[MetricRecord], created_at: float, e
     times = [r.time for r in train if r.time is not None]  # every one of them: a step's moment
     if len(train) < MIN_STEPS:
         return None
-    evals = [r for r in records if r.kind == "eval" and isinstance(r.extra.get("eval_seconds"), (int, float))]
+    evals = [(r.step, float(s)) for r in records  # (step, its evaluation's seconds)
+             if r.kind == "eval" and isinstance(s := r.extra.get("eval_seconds"), (int, float))]
     per_step = []
     loop_time, loop_steps = 0.0, 0
     for after_i, (before, after) in enumerate(zip(train, train[1:], strict=False), start=1):
         steps = after.step - before.step
         if steps <= 0:
             continue
-        inside = sum(float(e.extra["eval_seconds"]) for e in evals if before.step <= e.step < after.step
-                     and e.step > 0)
+        inside = sum(s for step, s in evals if before.step <= step < after.step and step > 0)
         seconds = max(0.0, times[after_i] - times[after_i - 1] - inside)
         loop_time, loop_steps = loop_time + seconds, loop_steps + steps
         per_step.append(seconds / steps)
     if len(per_step) < MIN_STEPS - 1:
         return None
-    eval_s = statistics.median(float(e.extra["eval_seconds"]) for e in evals) if evals else None
+    eval_s = statistics.median(s for _step, s in evals) if evals else None
     tail = (ended_at - times[-1]) if finished and ended_at is not None else None
     resumed = [c.from_step for c in map(ResumeCheck.from_record, records) if c is not None and c.from_step]
     start = min(resumed[0], train[0].step - 1) if resumed else 0

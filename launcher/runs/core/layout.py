@@ -18,6 +18,7 @@ from launcher.runs.core.continuation import OPTION, Continuation
 from launcher.runs.core.mlflow_notes import MlflowNotes
 from launcher.runs.core.swaps import Swap
 from launcher.runs.core.triage import TriageReport
+from trainer.wire.json_value import JsonValue
 from trainer.wire.protocol import MetricRecord, ResumeCheck
 
 if TYPE_CHECKING:
@@ -83,13 +84,14 @@ class RecordedPlan:
     resume badge) take from it. :meth:`to_plan` rebuilds the :class:`RunPlan` (validated) for whoever runs it."""
 
     run_id: str
-    workload: Mapping[str, Any]
-    """The resolved workload as recorded (JSON): what a fingerprint and the resume badge read whole."""
+    workload: Mapping[str, JsonValue]
+    """The resolved workload as recorded (JSON, as the user's file gave it): what a fingerprint and the resume
+    badge read whole; its parts through :meth:`section` and the typed properties below."""
     node_dirs: tuple[str, ...]
     """Each node's folder there, as the launch (or a node swap) set it; empty for a plan without them."""
     shape: PlanShape | None
     """The plan's shape as its launch recorded it; ``None`` for a plan written before (:meth:`usage_shape`)."""
-    document: Mapping[str, Any]
+    document: Mapping[str, JsonValue]
     """The file's JSON, whole: what :meth:`to_plan` rebuilds the plan from."""
 
     @classmethod
@@ -102,22 +104,30 @@ class RecordedPlan:
                    node_dirs=tuple(d for d in dirs if isinstance(d, str)) if isinstance(dirs, list) else (),
                    shape=PlanShape.from_wire(data.get(SHAPE)), document=data)
 
-    def section(self, *keys: str) -> Mapping[str, Any]:
+    def section(self, *keys: str) -> Mapping[str, JsonValue]:
         """The workload's section at ``keys`` (``section("parameters", "checkpoint")``); empty when absent."""
-        data: object = self.workload
+        data: JsonValue | Mapping[str, JsonValue] = self.workload
         for key in keys:
             data = data.get(key) if isinstance(data, Mapping) else None
         return data if isinstance(data, Mapping) else {}
 
+    def text(self, *keys: str) -> str | None:
+        """The workload's text at ``keys`` (``text("mlflow", "tracking_uri")``); ``None``: absent or not text."""
+        value = self.section(*keys[:-1]).get(keys[-1])
+        return value if isinstance(value, str) else None
+
+    def whole(self, *keys: str) -> int | None:
+        """The workload's whole number at ``keys``; ``None``: absent or not one."""
+        value = self.section(*keys[:-1]).get(keys[-1])
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
     @property
     def max_retries(self) -> int:
-        value = self.workload.get("max_retries")
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+        return self.whole("max_retries") or 0
 
     @property
     def experiment_name(self) -> str | None:
-        value = self.workload.get("experiment_name")
-        return value if isinstance(value, str) else None
+        return self.text("experiment_name")
 
     @property
     def env_variables(self) -> dict[str, str]:

@@ -139,9 +139,8 @@ def run_report(home: Path, run_id: str) -> RunReport:
     mlflow = None
     unsent = pending.why_pending(directory)
     if mlflow_run_id or unsent:
-        tracking = plan.section("mlflow") if plan is not None else {}
-        uri = tracking.get("tracking_uri") or f"sqlite:///{Path(home) / 'mlflow.db'}"
-        experiment = tracking.get("experiment") or s.experiment
+        uri = (plan and plan.text("mlflow", "tracking_uri")) or f"sqlite:///{Path(home) / 'mlflow.db'}"
+        experiment = (plan and plan.text("mlflow", "experiment")) or s.experiment
         mlflow = MlflowLink(mlflow_run_id, experiment, uri, f"mlflow ui --backend-store-uri {uri}",
                             unsent and f"not all sent yet ({unsent}); sent on the next look, or now: "
                                        f"fsdp-tui mlflow sync {run_id}")

@@ -11,9 +11,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from launcher.json_value import JsonValue
 from launcher.paths import new_run_id
 from launcher.words import plural
+from trainer.wire.json_value import JsonValue
 
 SweepState = Literal["pending", "running", "succeeded", "failed", "cancelling", "cancelled"]
 VariantState = Literal["pending", "running", "succeeded", "failed", "cancelled", "timed_out", "skipped"]
