@@ -1,10 +1,9 @@
 """How the owner writes and reads its record's files byte by byte, so that a write the disk refuses
-leaves no torn record: whole lines or nothing, a whole file or nothing, a line ended, and the tails read
+leaves no torn record: whole lines or nothing, a line ended, and the tails read
 back (the bytes after the last newline, the last bytes of a log)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from launcher.runs.core.layout import file_size
@@ -37,13 +36,6 @@ def end_line(path: Path) -> None:
         f.seek(size - 1)
         if f.read(1) != b"\n":
             f.write(b"\n")
-
-
-def replace_text(path: Path, text: str) -> None:
-    """``path`` holds ``text``, whole or not at all (written aside, then renamed)."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def append_lines(path: Path, lines: list[str]) -> None:
