@@ -1,7 +1,7 @@
 """The memory prediction against reality on CPU, the whole matrix: four model shapes under three shardings,
 two steps each, in one ``torchrun`` of two gloo ranks through the trainer's own parts
 (``benchmarks/fit_worker.py``), each rank's measured peak beside what the trainer predicted for that run.
-``tests/trainer/test_fit_measured.py`` runs five of these cases (every shape, every sharding) through the
+``tests/trainer/loop/test_fit_measured.py`` runs five of these cases (every shape, every sharding) through the
 same functions and holds each within 25%; this prints all twelve, their errors and the sharding's effect.
 
     .venv/bin/python benchmarks/bench_fit.py [--json FILE]

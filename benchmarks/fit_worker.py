@@ -3,7 +3,7 @@ folder and a sharding), the trainer's own parts build, shard and train the model
 second with AdamW's state), and every rank measures its peak above what it held before the model (on a
 GPU ``torch.cuda.max_memory_allocated``; on CPU the resident peak, ``VmHWM``), next to the prediction the
 trainer makes for that run (``trainer.wire.fit``). Rank 0 writes one JSON line per case.
-``tests/trainer/test_fit_measured.py`` runs it on CPU, ``benchmarks/gpu_proof.py``'s ``fit`` step on a GPU.
+``tests/trainer/loop/test_fit_measured.py`` runs it on CPU, ``benchmarks/gpu_proof.py``'s ``fit`` step on a GPU.
 
     torchrun --nproc_per_node=2 benchmarks/fit_worker.py CASES.json OUT.jsonl
 """
