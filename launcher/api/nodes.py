@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from launcher.backends.ssh.hostkeys import KeyCheck
     from launcher.runs.core.quarantine import HostHealth
     from launcher.runs.gpu_holders import GpuHolder, NodeHolders
+    from launcher.runs.leftovers import NodeReaped, SweepFailed
     from launcher.workload.plan import RunPlan
 
 __getattr__ = lazy_names(__name__, {
@@ -26,10 +27,11 @@ __getattr__ = lazy_names(__name__, {
     "launcher.backends.ssh.hostkeys": ("KeyCheck",),
     "launcher.runs.core.quarantine": ("HostHealth",),
     "launcher.runs.gpu_holders": ("GpuHolder", "NodeHolders"),
+    "launcher.runs.leftovers": ("NodeReaped", "SweepFailed"),
 })
 
-__all__ = ["GpuHolder", "GpuHolders", "HostHealth", "HostUnreachable", "KeyCheck", "NodeError", "NodeHolders", "Nodes", "Reach",
-           "SshConfigError"]
+__all__ = ["GpuHolder", "GpuHolders", "HostHealth", "HostUnreachable", "KeyCheck", "NodeError", "NodeHolders", "NodeReaped", "Nodes",
+           "Reach", "SshConfigError", "SweepFailed"]
 
 
 class HostUnreachable(RuntimeError):
@@ -70,9 +72,11 @@ class Nodes:
 
         return lift(self.home, host)
 
-    def reap_lost(self) -> list[str]:
+    def reap_lost(self) -> list[NodeReaped | SweepFailed]:
         """Stop and sweep what runs left on nodes that were lost while they ran and answer again now (each
-        node tried briefly, again 10 s later at the earliest); one line per node reaped, to tell once."""
+        node tried briefly, again 10 s later at the earliest); each node reaped, with the words recorded in
+        its detail, and each run whose sweep failed, to tell once
+        (each one's ``line()``)."""
         from launcher.runs.leftovers import sweep_lost_now
 
         return sweep_lost_now(self.home)

@@ -3,23 +3,34 @@ folders on the nodes and here removed (``clean``), and the run forgotten (``rm``
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher.api._lazy import lazy_names
 
 if TYPE_CHECKING:
-    from launcher.runs.cleanup import CleanReport
+    from launcher.runs.cleanup import CleanReport, Left
     from launcher.runs.core.streams import LineSplitter, tail_offset
     from launcher.runs.read.rank_log import RankLog, RankLogError
 
 __getattr__ = lazy_names(__name__, {
-    "launcher.runs.cleanup": ("CleanReport",),
+    "launcher.runs.cleanup": ("CleanReport", "Left"),
     "launcher.runs.core.streams": ("LineSplitter", "tail_offset"),
     "launcher.runs.read.rank_log": ("RankLog", "RankLogError"),
 })
 
-__all__ = ["CleanReport", "LineSplitter", "RankLog", "RankLogError", "RunFiles", "tail_offset"]
+__all__ = ["CleanReport", "Left", "LeftBehind", "LineSplitter", "RankLog", "RankLogError", "RunFiles", "tail_offset"]
+
+
+@dataclass(frozen=True)
+class LeftBehind:
+    """A folder of a run that stays once its record is forgotten, and the command that removes it then."""
+
+    left: Left
+    removal: str
+    """The shell command line that removes it and needs no record: the user's own ``rm -r``, or ``ssh`` to
+    the node as the launch reached it."""
 
 
 class RunFiles:
@@ -62,10 +73,10 @@ class RunFiles:
 
         return cleaned(run_dir(self.home, run_id)) is not None
 
-    def left_behind(self, run_id: str) -> list[str]:
+    def left_behind(self, run_id: str) -> list[LeftBehind]:
         """Where the run's files stay once its record is forgotten, each with a command that removes it and
         needs no record (the user's own ``rm``, or ``ssh`` to the node as the launch reached it): say them
-        before the record goes."""
+        before the record goes (:func:`launcher.present.run_files.left_behind_line`)."""
         import shlex
 
         from launcher.paths import run_dir
@@ -76,35 +87,17 @@ class RunFiles:
             plan = load_plan(run_dir(self.home, run_id))
         except (OSError, ValueError, KeyError):
             plan = None  # recorded before plans were kept: a plain ssh line
-        out = []
-        for left in files_left(self.home, run_id):
-            if left.rank is None:
-                out.append(f"its files here stay: {left.path} ({left.size}: checkpoints, exports, outputs); "
-                           f"remove them: rm -r {shlex.quote(left.path)}")
-            else:
-                out.append(f"its files on {left.where} stay there: {left.path}; remove them: "
-                           f"{_removal(plan, left.rank, left.path, left.host)}")
-        return out
+        return [LeftBehind(left, f"rm -r {shlex.quote(left.path)}" if left.rank is None
+                           else _removal(plan, left.rank, left.path, left.host))
+                for left in files_left(self.home, run_id)]
 
-    def folders(self, run_id: str) -> list[str]:
-        """Where the run's files are, one line each (its folder here with its size; each other node's run
-        directory), for the question before it is deleted; empty once they were removed (``clean``) or for a
-        run this data dir does not know."""
-        from launcher.runs.cleanup import cleaned, folder_bytes
-        from launcher.runs.core.store import RunStore
-        from launcher.words import fmt_bytes, node_at
-        from launcher.workload.load import LOCAL_NODES_DIR
+    def folders(self, run_id: str) -> list[Left]:
+        """Where the run's files are (its folder here with its size; each other node's run directory), for the
+        question before it is deleted; empty once they were removed (``clean``) or for a run this data dir
+        does not know (:func:`launcher.present.run_files.folder_line`)."""
+        from launcher.runs.cleanup import files_left
 
-        record = RunStore(self.home).get_run(run_id)
-        if record is None or cleaned(record.directory) is not None:
-            return []
-        out = []
-        here = self.home / LOCAL_NODES_DIR / run_id
-        if here.is_dir():
-            out.append(f"here: {here} ({fmt_bytes(folder_bytes(here))}: checkpoints, exports, outputs)")
-        out += [f"{node_at(n.node_rank, n.host)}: {n.node_dir}" for n in record.nodes
-                if not n.node_dir.startswith(str(self.home))]
-        return out
+        return files_left(self.home, run_id)
 
 
 def _removal(plan, rank: int, node_dir: str, recorded_host: str) -> str:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from launcher.runs.core.triage import Signature, TriageReport, classify_line, might_signal
     from launcher.runs.core.usage import Usage
     from launcher.runs.launch import CancelReport, Resumed
+    from launcher.runs.leftovers import JobMayLive
     from launcher.runs.owner.send_later import Sent
     from launcher.runs.read.comparison import RunStats
     from launcher.runs.read.follower import FollowGaveUp
@@ -59,6 +60,7 @@ _FROM = {
     "launcher.runs.core.triage": ("Signature", "TriageReport", "classify_line", "might_signal"),
     "launcher.runs.core.usage": ("Usage",),
     "launcher.runs.launch": ("CancelReport", "Resumed"),
+    "launcher.runs.leftovers": ("JobMayLive",),
     "launcher.runs.owner.send_later": ("Sent",),
     "launcher.runs.read.comparison": ("RunStats",),
     "launcher.runs.read.follower": ("FollowGaveUp",),
@@ -76,7 +78,7 @@ __getattr__ = lazy_names(__name__, _FROM)
 
 __all__ = [
     "Continuation", "FORCED_NOTE", "FRESH", "NONE_YET", "THRESHOLD", "THRESHOLDS", "TRIAGE",
-    "AlreadyLaunched", "CancelReport", "Estimate", "FollowGaveUp", "Gather", "GatherNote", "KeptEstimate", "KeptEnd", "LaunchOutcome", "Launched", "NodeRecord",
+    "AlreadyLaunched", "CancelReport", "Estimate", "FollowGaveUp", "Gather", "GatherNote", "JobMayLive", "KeptEstimate", "KeptEnd", "LaunchOutcome", "Launched", "NodeRecord",
     "NodeRow", "PlanFit", "PlanShape", "RankReport", "RankTimes", "RecordUnwritable", "RecordedPlan", "Refused", "ResumeCheck", "ResumeBasis", "Resumed", "RunKind", "RunListed",
     "RunNotFound", "RunRecord", "RunReport", "RunStats", "RunSummary", "RunView", "Runs", "SafeStep", "SampleSet", "Sent",
     "RealFigures", "Signature", "StackDumps", "StoreDamaged", "TriageReport", "Usage", "classify_line", "might_signal",
@@ -233,9 +235,10 @@ class Runs(RunReading):
 
         return await resume_plan(self.home, run_id, step, overrides, name)
 
-    def relaunch_hazard(self, run_id: str) -> str:
-        """Why a relaunch now would start a second SLURM job beside one that may still run (empty: it would
-        not): a SLURM run that has not ended, or one whose login node was lost before its job was stopped."""
+    def relaunch_hazard(self, run_id: str) -> JobMayLive | None:
+        """The SLURM job a relaunch now would start a second one beside, as it may still run (``None``: it
+        would not): a SLURM run that has not ended, or one whose login node was lost before its job was
+        stopped (:func:`launcher.present.relaunch.hazard_words` says so)."""
         from launcher.runs.leftovers import job_may_live
 
         return job_may_live(self.get(run_id))

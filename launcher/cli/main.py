@@ -77,5 +77,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _reap_lost_nodes() -> None:
     from launcher.api import Client
 
-    for line in Client().nodes.reap_lost():
-        print(f"fsdp-tui: {line}", file=sys.stderr)
+    for reaped in Client().nodes.reap_lost():
+        print(f"fsdp-tui: {reaped.line()}", file=sys.stderr)

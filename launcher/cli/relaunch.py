@@ -39,8 +39,10 @@ def run(args: argparse.Namespace, client: Client, run_id: str) -> int:
     import asyncio
 
     alive = client.runs.relaunch_hazard(run_id)
-    if alive:
-        print(f"fsdp-tui {args.verb}: {run_id}: {alive}", file=sys.stderr)
+    if alive is not None:
+        from launcher.present.relaunch import hazard_words
+
+        print(f"fsdp-tui {args.verb}: {run_id}: {hazard_words(alive)}", file=sys.stderr)
         return 2  # as run: nothing was launched
     try:
         if args.verb == "resume":

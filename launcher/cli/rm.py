@@ -40,8 +40,11 @@ def forget(client: Client, run_id: str, *, files: bool) -> int:
                   file=sys.stderr)
             return 1
     stays = [] if files else client.run_files.left_behind(run_id)
-    for line in stays:  # said while the record still knows where: each line's command needs no record
-        print(line, file=sys.stderr)
+    if stays:
+        from launcher.present.run_files import left_behind_line
+
+        for left in stays:  # said while the record still knows where: each line's command needs no record
+            print(left_behind_line(left), file=sys.stderr)
     if stays and sys.stdin.isatty() and not _agreed(run_id):
         print(f"fsdp-tui rm: {run_id} is kept; fsdp-tui rm --files {run_id} removes its files first", file=sys.stderr)
         return 1

@@ -13,6 +13,8 @@ never hands them out (``tests/api/test_door_names.py``). One concept a module:
 - :mod:`.nettest`: an interconnect test's headline, its one-line summary, its pairs of nodes as lines and as bars.
 - :mod:`.plan_preview`: what a dry run and the editor say of a plan's memory and cost.
 - :mod:`.gpus`: whose a process holding GPU memory is.
+- :mod:`.relaunch`: why a relaunch waits while a SLURM job of the run may still be running.
+- :mod:`.run_files`: where a run's files are, and where they stay once its record is forgotten.
 
 What the core also says (a report's duration, a disk's free bytes, a bandwidth in a verdict) is a word rule
 of :mod:`launcher.words`, which both sides import. Import rules (``pyproject.toml``): this room sits between

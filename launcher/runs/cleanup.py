@@ -154,9 +154,9 @@ class Left:
 
 
 def files_left(home: Path, run_id: str) -> list[Left]:
-    """Where a run's files stay once its record is forgotten; empty when its folders were removed already
-    (or it has none). Each says where; the front end adds the command that removes it, which needs no
-    record (:meth:`launcher.api.run_files.RunFiles.left_behind`)."""
+    """Where a run's files are, and stay once its record is forgotten; empty when its folders were removed
+    already (or it has none, or this data dir does not know the run). The door adds the command that
+    removes each, which needs no record (:meth:`launcher.api.run_files.RunFiles.left_behind`)."""
     from launcher.words import fmt_bytes
 
     record = RunStore(home).get_run(run_id)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.events import NodeState
+from launcher.events import NodeState, RunState
 from launcher.paths import run_dir
 from launcher.runs.core.housekeeping import SweptNode, read_swept, save_swept
 from launcher.runs.core.store import RunStore
@@ -20,6 +21,47 @@ RETRY_S = 10.0
 QUICK_SSH = {"connect_timeout_s": 5.0, "lost_after_s": 5.0}
 """A sweep is an errand, not a run: a node still away is given up on quickly."""
 GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class NodeReaped:
+    """A node lost during a run answered again: the run's processes there were stopped and swept."""
+
+    run_id: str
+    node: str
+    """The node as its backend names it (``node 1 (gpu-b)``)."""
+    words: str
+    """What was found there, as the sweep adds it to the node's recorded detail."""
+
+    def line(self) -> str:
+        """What the user is told once: the run, the node, and the words recorded in its detail."""
+        return f"run {self.run_id}, {self.node} (lost during the run): {self.words}"
+
+
+@dataclass(frozen=True)
+class SweepFailed:
+    """A run's lost nodes could not be swept (tried again by a later command)."""
+
+    run_id: str
+    error: str
+    """The error's type and words (``OSError: ...``)."""
+
+    def line(self) -> str:
+        """What the user is told: the run, and why its lost nodes were not swept."""
+        return f"run {self.run_id}: could not sweep its lost nodes: {self.error}"
+
+
+@dataclass(frozen=True)
+class JobMayLive:
+    """A SLURM job of the run may still be running: a relaunch (or resume) now would start a second one
+    beside it."""
+
+    run_id: str
+    state: RunState
+    """The run's state as recorded."""
+    login_lost: bool
+    """The run ended, but its login node was lost before its job was stopped (a later command stops it once
+    the login answers); otherwise the run has not ended."""
 
 
 def due(home: Path, now: float | None = None) -> list[tuple[str, Path, list[int]]]:
@@ -38,7 +80,7 @@ def due(home: Path, now: float | None = None) -> list[tuple[str, Path, list[int]
     return out
 
 
-async def _sweep_run(home: Path, run_id: str, directory: Path, ranks: list[int]) -> list[str]:
+async def _sweep_run(home: Path, run_id: str, directory: Path, ranks: list[int]) -> list[NodeReaped]:
     from launcher.backends.registry import backend_for
     from launcher.runs.core.layout import load_plan  # the workload's models: only when a node is swept
 
@@ -47,7 +89,7 @@ async def _sweep_run(home: Path, run_id: str, directory: Path, ranks: list[int])
     plan = dataclasses.replace(plan, workload=plan.workload.model_copy(update={"ssh": ssh}))
     backend = backend_for(plan)
     seen = read_swept(directory)
-    said = []
+    said: list[NodeReaped] = []
     caught: dict[int, int | str] = {}
     try:
         outcomes = await backend.stop(GRACE_S, ranks=tuple(ranks))
@@ -76,7 +118,7 @@ async def _sweep_run(home: Path, run_id: str, directory: Path, ranks: list[int])
         record = store.get_run(run_id)
         before = next((n.detail for n in record.nodes if n.node_rank == out.rank), "") if record else ""
         store.set_node(run_id, out.rank, NodeState.LOST, detail=f"{before}; {words}" if before else words)
-        said.append(f"run {run_id}, {out.label} (lost during the run): {words}")
+        said.append(NodeReaped(run_id, out.label, words))
     save_swept(directory, seen)
     return said
 
@@ -113,22 +155,23 @@ def _append(path: Path, data: bytes) -> None:
         f.write(data)
 
 
-async def sweep_lost(home: Path) -> list[str]:
-    """Try every lost node that is due; what to tell the user about the ones that answered."""
+async def sweep_lost(home: Path) -> list[NodeReaped | SweepFailed]:
+    """Try every lost node that is due; the ones that answered (to tell the user once), and the runs whose
+    sweep failed."""
     import asyncio
 
     work = await asyncio.to_thread(due, home)
     results = await asyncio.gather(*(_sweep_run(home, *job) for job in work), return_exceptions=True)
-    said = []
+    said: list[NodeReaped | SweepFailed] = []
     for (run_id, _directory, _ranks), result in zip(work, results, strict=True):
         if isinstance(result, BaseException):
-            said.append(f"run {run_id}: could not sweep its lost nodes: {type(result).__name__}: {result}")
+            said.append(SweepFailed(run_id, f"{type(result).__name__}: {result}"))
         else:
             said += result
     return said
 
 
-def sweep_lost_now(home: Path) -> list[str]:
+def sweep_lost_now(home: Path) -> list[NodeReaped | SweepFailed]:
     """:func:`sweep_lost` from synchronous code (the commands, the app's thread workers)."""
     if not due(home):
         return []  # the usual case: no event loop, not even asyncio loaded
@@ -137,25 +180,24 @@ def sweep_lost_now(home: Path) -> list[str]:
     return asyncio.run(sweep_lost(home))
 
 
-def job_may_live(record) -> str:
-    """Why a relaunch now would start a second SLURM job beside one that may still run (empty: it would
-    not). A SLURM run that has not ended, or one whose login node was lost before its job was stopped, may
-    have its job running."""
+def job_may_live(record) -> JobMayLive | None:
+    """The SLURM job that a relaunch now would start a second one beside (``None``: it would not). A SLURM
+    run that has not ended, or one whose login node was lost before its job was stopped, may have its job
+    running."""
     if record is None:
-        return ""
+        return None
     try:
         from launcher.runs.core.layout import load_plan
 
         slurm = load_plan(record.directory).workload.compute.slurm
     except (OSError, ValueError):
-        return ""  # no plan recorded (a run recorded before plans were kept): not a SLURM job of ours
+        return None  # no plan recorded (a run recorded before plans were kept): not a SLURM job of ours
     if slurm is None:
-        return ""
-    if not record.summary.state.is_final:
-        return (f"its SLURM job may still be running (the run is {record.summary.state.value}); relaunching "
-                f"would start a second job beside it: fsdp-tui cancel {record.summary.run_id} first")
+        return None
+    summary = record.summary
+    if not summary.state.is_final:
+        return JobMayLive(summary.run_id, summary.state, login_lost=False)
     swept = read_swept(record.directory)
     if any(n.state == NodeState.LOST and not swept.get(n.node_rank, SweptNode()).done for n in record.nodes):
-        return ("its login node was lost while the job ran, so the job may still be running; once the login "
-                "answers, the next fsdp-tui command (fsdp-tui runs) stops it, then relaunch")
-    return ""
+        return JobMayLive(summary.run_id, summary.state, login_lost=True)
+    return None

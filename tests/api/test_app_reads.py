@@ -10,6 +10,7 @@ from launcher.api import Client
 from launcher.api.nettests import NettestRecord, Nettests
 from launcher.api.runs import RunNotFound
 from launcher.events import RunState
+from launcher.present.run_files import folder_line
 from tests.support.nettest import result
 from tests.support.tui import RecordedRun, record
 
@@ -42,11 +43,14 @@ def test_a_runs_folders_are_named_until_they_are_cleaned(tmp_path):
     here = home / "nodes" / RUN.run_id
     (here / "node-0").mkdir(parents=True)
     (here / "node-0" / "weights.bin").write_bytes(b"\0" * 2048)
-    said = files.folders(RUN.run_id)
+    said = [folder_line(f) for f in files.folders(RUN.run_id)]
     assert said[0] == f"here: {here} (2.0 KiB: checkpoints, exports, outputs)"
     assert [line.split(":")[0] for line in said[1:]] == ["node 0 (gpu-a)", "node 1 (gpu-b)"]
+    stays = files.left_behind(RUN.run_id)
+    assert [s.left for s in stays] == files.folders(RUN.run_id)
+    assert stays[0].removal == f"rm -r {here}"
     (directory / "cleaned.json").write_text('{"at": 1.0}')
-    assert files.folders(RUN.run_id) == []
+    assert files.folders(RUN.run_id) == [] and files.left_behind(RUN.run_id) == []
 
 
 def test_a_kept_test_reads_in_one_line():

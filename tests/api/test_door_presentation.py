@@ -45,11 +45,7 @@ NOT_PROSE = {
 ids, names, an argv, a file's text, an error's words, and the core's own words that ``--json`` writes."""
 
 STILL_PROSE = {
-    "launcher.api.nodes.Nodes.reap_lost": "the sweep's lines, the words it records in each node's detail too",
-    "launcher.api.run_files.RunFiles.folders": "where a run's files are, one line each",
-    "launcher.api.run_files.RunFiles.left_behind": "where a run's files stay, with the command that removes them",
     "launcher.api.runs.Runs.dry_run_text": "each backend's own rendering of its commands and batch script",
-    "launcher.api.runs.Runs.relaunch_hazard": "why a relaunch would start a second SLURM job, in words",
 }
 """Text for a person the door still hands out, each to move to ``launcher.present`` behind a typed value. The
 list only shrinks: a new door function that answers text fails the test below."""

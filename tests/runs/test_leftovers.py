@@ -1,4 +1,5 @@
-"""Which lost nodes a command tries to sweep: finished runs' lost nodes, not yet swept, not tried just now."""
+"""Which lost nodes a command tries to sweep: finished runs' lost nodes, not yet swept, not tried just now; and
+what it tells the user once of each."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 from launcher.events import NodeState, RunState
 from launcher.runs.core.housekeeping import SWEPT
 from launcher.runs.core.store import RunStore
-from launcher.runs.leftovers import RETRY_S, due
+from launcher.runs.leftovers import RETRY_S, NodeReaped, SweepFailed, due
 from launcher.workload.plan import build_plan
 from launcher.workload.validate import validate_file
 from tests.support.cli import ROOT
@@ -28,3 +29,10 @@ def test_lost_nodes_are_due_until_swept_and_not_retried_at_once(tmp_path):
     assert due(tmp_path, now=1000.0 + RETRY_S) == [("r-lost", directory, [0])]
     (directory / SWEPT).write_text(json.dumps({"0": {"tried_at": 1000.0, "done": True}}))
     assert due(tmp_path, now=5000.0) == []
+
+
+def test_a_node_back_and_a_run_not_swept_are_each_one_line():
+    reaped = NodeReaped("r1", "node 1 (gpu-b)", "it is back; nothing of the run was running there")
+    assert reaped.line() == ("run r1, node 1 (gpu-b) (lost during the run): it is back; nothing of the run was "
+                             "running there")
+    assert SweepFailed("r1", "OSError: no plan").line() == "run r1: could not sweep its lost nodes: OSError: no plan"

@@ -190,12 +190,12 @@ class HomeScreen(Screen):
         from launcher.api.runs import StoreDamaged
 
         try:
-            said = self.app.client.nodes.reap_lost()
+            reaped = self.app.client.nodes.reap_lost()
         except StoreDamaged as err:
             self.post_message(StoreFoundDamaged(str(err)))
             return
-        if said:
-            self.post_message(LostNodesReaped(said))
+        if reaped:
+            self.post_message(LostNodesReaped([r.line() for r in reaped]))
 
     @on(LostNodesReaped)
     def _lost_nodes_reaped(self, message: LostNodesReaped) -> None:
@@ -381,13 +381,15 @@ class HomeScreen(Screen):
         run_id = self._selected("#runs")
         if run_id is None:
             return
+        from launcher.present.run_files import folder_line
         from tui.screens.delete_run import DeleteRunModal
 
         def done(choice: str | None) -> None:
             if choice in ("files", "record"):
                 self.delete_run(run_id, files=choice == "files")
 
-        self.app.push_screen(DeleteRunModal(run_id, self.app.client.run_files.folders(run_id)), done)
+        folders = [folder_line(f) for f in self.app.client.run_files.folders(run_id)]
+        self.app.push_screen(DeleteRunModal(run_id, folders), done)
 
     @work(group="delete", exclusive=False)
     async def delete_run(self, run_id: str, *, files: bool) -> None:

@@ -260,6 +260,7 @@ def test_relaunch_refuses_while_a_slurm_job_may_still_run(tmp_path, state, node_
     import json
 
     from launcher.events import NodeState, RunState
+    from launcher.present.relaunch import hazard_words
     from launcher.runs.core.housekeeping import SWEPT
     from launcher.runs.core.layout import save_plan
     from launcher.runs.core.store import NodeRecord, RunRecord
@@ -276,5 +277,5 @@ def test_relaunch_refuses_while_a_slurm_job_may_still_run(tmp_path, state, node_
 
     Summary.state = RunState(state)
     nodes = [NodeRecord(r, "h", "/j", NodeState(node_state if r == 1 else "exited"), None, "") for r in (0, 1)]
-    said = job_may_live(RunRecord(Summary(), [], nodes, tmp_path))
-    assert (refused in said and bool(said)) if refused else said == ""
+    hazard = job_may_live(RunRecord(Summary(), [], nodes, tmp_path))
+    assert (hazard is not None and refused in hazard_words(hazard)) if refused else hazard is None
