@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from launcher.runs.read.ranks import THRESHOLD, RankReport, RankTimes
     from launcher.runs.read.report import RunReport
     from launcher.runs.read.view import RunView
+    from launcher.workload.dry_run import CodeShipped, DryRun, NodeDryRun, SlurmDryRun, SnapshotSize
     from launcher.workload.fit import PlanFit
     from launcher.workload.load import Planned
     from launcher.workload.overrides import Override
@@ -68,6 +69,7 @@ _FROM = {
     "launcher.runs.read.ranks": ("THRESHOLD", "RankReport", "RankTimes"),
     "launcher.runs.read.report": ("RunReport",),
     "launcher.runs.read.view": ("RunView",),
+    "launcher.workload.dry_run": ("CodeShipped", "DryRun", "NodeDryRun", "SlurmDryRun", "SnapshotSize"),
     "launcher.workload.fit": ("PlanFit",),
 }
 """The core's types, errors and constants this door hands out (and the few functions the core computes with:
@@ -78,9 +80,9 @@ __getattr__ = lazy_names(__name__, _FROM)
 
 __all__ = [
     "Continuation", "FORCED_NOTE", "FRESH", "NONE_YET", "THRESHOLD", "THRESHOLDS", "TRIAGE",
-    "AlreadyLaunched", "CancelReport", "Estimate", "FollowGaveUp", "Gather", "GatherNote", "JobMayLive", "KeptEstimate", "KeptEnd", "LaunchOutcome", "Launched", "NodeRecord",
-    "NodeRow", "PlanFit", "PlanShape", "RankReport", "RankTimes", "RecordUnwritable", "RecordedPlan", "Refused", "ResumeCheck", "ResumeBasis", "Resumed", "RunKind", "RunListed",
-    "RunNotFound", "RunRecord", "RunReport", "RunStats", "RunSummary", "RunView", "Runs", "SafeStep", "SampleSet", "Sent",
+    "AlreadyLaunched", "CancelReport", "CodeShipped", "DryRun", "Estimate", "FollowGaveUp", "Gather", "GatherNote", "JobMayLive", "KeptEstimate", "KeptEnd", "LaunchOutcome", "Launched", "NodeRecord",
+    "NodeDryRun", "NodeRow", "PlanFit", "PlanShape", "RankReport", "RankTimes", "RecordUnwritable", "RecordedPlan", "Refused", "ResumeCheck", "ResumeBasis", "Resumed", "RunKind", "RunListed",
+    "RunNotFound", "RunRecord", "RunReport", "RunStats", "RunSummary", "RunView", "Runs", "SafeStep", "SampleSet", "Sent", "SlurmDryRun", "SnapshotSize",
     "RealFigures", "Signature", "StackDumps", "StoreDamaged", "TriageReport", "Usage", "classify_line", "might_signal",
     "node_rows",
 ]
@@ -186,12 +188,12 @@ class Runs(RunReading):
 
         return adopt_orphans_of(self.home)
 
-    def dry_run_text(self, plan: RunPlan, *, ask_nodes: bool = False) -> str:
-        """The dry-run text of ``plan`` as the backend that will run it sees it; with ``ask_nodes``, where
+    def dry_run(self, plan: RunPlan, *, ask_nodes: bool = False) -> DryRun:
+        """The dry run of ``plan`` as the backend that will run it sees it; with ``ask_nodes``, where
         ``output_dir`` lands on the nodes too (``launcher.backends.NodeError`` when they cannot say)."""
-        from launcher.runs.launch import render_plan_text
+        from launcher.runs.launch import plan_dry_run
 
-        return render_plan_text(plan, ask_nodes=ask_nodes)
+        return plan_dry_run(plan, ask_nodes=ask_nodes)
 
     @staticmethod
     def fit(plan: RunPlan) -> PlanFit:

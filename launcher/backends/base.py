@@ -33,6 +33,7 @@ from launcher.backends.replies import (
 )
 from launcher.events import GpuSample
 from launcher.workload.ckpt_place import CheckpointPlace
+from launcher.workload.dry_run import DryRun
 from launcher.workload.plan import RunPlan
 from trainer.wire.ckpt_digest import Differs
 
@@ -153,8 +154,8 @@ class Backend(Protocol):
 
     def node_info(self, rank: int) -> NodeInfo: ...
 
-    def render(self) -> str:
-        """The dry-run text: per node its host, rank, directory, environment and command."""
+    def dry_run(self) -> DryRun:
+        """The dry run: per node its host, rank, directory, environment and command."""
         ...
 
     async def locate(self) -> RunPlan:

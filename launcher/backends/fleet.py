@@ -46,13 +46,13 @@ from launcher.events import GpuSample
 from launcher.untrusted import printable
 from launcher.words import node_at
 from launcher.workload.ckpt_place import CheckpointPlace, judge_marks
+from launcher.workload.dry_run import DryRun, dry_run_of
 from launcher.workload.plan import (
     RANK_TAG_ENV,
     RANK_TAG_TEMPLATE,
     TRAINER_PKG_DIR,
     NodePlan,
     RunPlan,
-    render_plan,
     with_rendezvous,
 )
 from trainer.wire.ckpt_paths import expand_path, url_scheme
@@ -133,8 +133,8 @@ class AgentFleet:
             raise NodeError(f"{node0.host_display}: {err}", 0) from None
         return with_rendezvous(self.plan, addr=addr)
 
-    def render(self) -> str:
-        return render_plan(self._located())
+    def dry_run(self) -> DryRun:
+        return dry_run_of(self._located())
 
     async def locate(self) -> RunPlan:
         self.plan = await asyncio.to_thread(self._located)

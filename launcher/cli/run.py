@@ -67,9 +67,10 @@ def run(args: argparse.Namespace) -> int:
     client = Client()
     if args.dry_run:
         from launcher.api.nodes import NodeError
+        from launcher.present.dry_run import dry_run_text
 
         try:
-            sys.stdout.write(client.runs.dry_run_text(plan, ask_nodes=True))
+            sys.stdout.write(dry_run_text(client.runs.dry_run(plan, ask_nodes=True)))
         except NodeError as err:
             print(f"{args.file}: cannot plan: {err}", file=sys.stderr)
             return USAGE_ERROR

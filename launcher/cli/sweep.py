@@ -153,6 +153,8 @@ def launch(client: Client, file: Path, args: argparse.Namespace) -> int:
         print(f"{file}: sweep not launched: fix the errors above", file=sys.stderr)
         return 2  # as run and doctor: the workload is invalid (1: a variant failed)
     if args.dry_run:
+        from launcher.present.dry_run import dry_run_text
+
         parallel = args.parallel or plan.spec.parallel
         print(f"sweep of {file}: {plural(len(plan.variants), 'variant')}, {parallel} at a time, "
               f"on failure: {plan.spec.on_failure}")
@@ -160,7 +162,7 @@ def launch(client: Client, file: Path, args: argparse.Namespace) -> int:
             print(f"\n=== variant {v.index}: {v.label}")
             for o in v.overrides:
                 print(f"--set {o}")
-            sys.stdout.write(client.runs.dry_run_text(v.run_plan))
+            sys.stdout.write(dry_run_text(client.runs.dry_run(v.run_plan)))
         return 0
     blocked = [(v, b) for v in plan.variants for b in v.run_plan.blockers]
     for v, blocker in blocked:

@@ -37,7 +37,7 @@ from launcher.workload.overrides import Override
 from launcher.workload.plan import RunPlan
 
 if TYPE_CHECKING:
-    pass
+    from launcher.workload.dry_run import DryRun
 
 
 class LaunchRefused(RuntimeError):
@@ -269,8 +269,8 @@ PLACE_TIMEOUT_S = 10.0
 """How long a dry run waits for the nodes to say where checkpoints land."""
 
 
-def render_plan_text(plan: RunPlan, *, ask_nodes: bool = False) -> str:
-    """The dry-run text, as the backend that will run it sees the plan; with ``ask_nodes``, where
+def plan_dry_run(plan: RunPlan, *, ask_nodes: bool = False) -> DryRun:
+    """The dry run, as the backend that will run it sees the plan; with ``ask_nodes``, where
     ``output_dir`` lands on the nodes too (they are asked, as a launch asks them)."""
     from dataclasses import replace
 
@@ -278,7 +278,7 @@ def render_plan_text(plan: RunPlan, *, ask_nodes: bool = False) -> str:
 
     if ask_nodes and plan.output_dir is not None and not plan.blockers:
         plan = replace(plan, ckpt_place=asyncio.run(checkpoint_place(plan)))
-    return backend_for(plan).render()
+    return backend_for(plan).dry_run()
 
 
 async def checkpoint_place(plan: RunPlan):

@@ -38,7 +38,6 @@ IFACE_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 """Set on each node of a multi-node run to the interface that reaches ``MASTER_ADDR`` (found there by
 the agent) unless the workload sets them: gloo otherwise binds to the address of the hostname, which
 stock hosts files map to 127.0.1.1, and the job hangs at its first collective."""
-IFACE_PLACEHOLDER = "<the interface that reaches MASTER_ADDR, found on the node>"
 RANK_TAG_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 """torchrun starts each line it tees to the node's log with this (``$rank``: the worker's global rank). The
 node's agent sets it to ``RANK_TAG_TEMPLATE``, an escape sequence no terminal shows, so the log
@@ -47,7 +46,6 @@ pane's rank picker. A workload that sets it keeps its own (and its lines carry n
 RANK_TAG_TEMPLATE = "\x1b_fsdp-tui rank=${rank}\x1b\\"
 """An APC string (ESC _ ... ESC backslash): terminals ignore it and the display's sanitizer drops it, so a
 tagged line shows as the job wrote it (``launcher.runs.core.display`` reads the rank back)."""
-RANK_TAG_PLACEHOLDER = "<each line's rank, as a tag no terminal shows>"
 TEE_ENV = {"PET_TEE": "3", "PYTHONUNBUFFERED": "1"}
 """torchrun tees every worker's stdout and stderr (``--tee 3``, through its ``PET_`` variables, so a
 workload's own ``torchrun`` line gets it too) into files under ``PET_LOG_DIR`` and on to the node's log,
@@ -302,80 +300,3 @@ def _argv(w: Workload, topo: Topology, rank: int, master_addr: str, port: int,
         f"--master_port={port}",
         "-m", "trainer", DIR_ENV["HYPERPARAMETERS_PATH"],
     )
-
-
-def _snapshot_size(plan: RunPlan) -> str:
-    from launcher.workload.snapshot import scan
-
-    root, source = plan.code_root, plan.workload.code_source
-    if root is None or source is None or not root.is_dir():
-        return ""
-    snap = source.snapshot
-    found = scan(root, snap.exclude, include=snap.include_paths or ())
-    refused = f", {plural(len(found.refused), 'entry')} a node refuses" if found.refused else ""
-    return f" ({plural(found.files, 'file')}, {found.total_bytes / 2**20:.1f} MiB{refused})"
-
-
-SECRET_MASK = "******"
-
-
-def _shell_path(path: str) -> str:
-    """A path as a shell would take it when pasted: a leading ``~/`` stays outside the quotes (so it
-    expands), the rest quoted once."""
-    import shlex
-
-    if path.startswith("~/"):
-        return "~/" + shlex.quote(path[2:])
-    return shlex.quote(path)
-
-
-def render_plan(plan: RunPlan) -> str:
-    """The dry-run text: per node its host, rank, directory, full environment (secrets masked), argv."""
-    import shlex
-
-    topo = plan.topology
-    lines = [
-        f"run {plan.run_id}: experiment '{plan.workload.experiment_name}'",
-        f"  {plural(topo.num_nodes, 'node')} x {plural(topo.procs_per_node, 'process')} ({topo.kind}"
-        + (f" {topo.gpu_model}" if topo.gpu_model else "") + f"), world size {topo.world_size}",
-        f"  rendezvous {plan.master_addr}:{plan.master_port}",
-        "  runs: " + ("the built-in trainer (torchrun -m trainer)" if plan.uses_builtin_trainer
-                      else "the workload's command"),
-    ]
-    if plan.code_root is not None:
-        snap = plan.workload.code_source.snapshot if plan.workload.code_source else None
-        revision = ""
-        if snap is not None and snap.git is not None:
-            revision = f" as committed at {'commit ' + snap.git.commit if snap.git.commit else 'branch ' + str(snap.git.branch)}"
-            if snap.git.remote not in (False, "", None):
-                where = snap.git.remote if isinstance(snap.git.remote, str) else "its remote"
-                revision += f" on {where} (fetched at launch)"
-        only = f" (only {', '.join(snap.include_paths)})" if snap is not None and snap.include_paths else ""
-        size = "" if revision else _snapshot_size(plan)
-        lines.append(f"  code snapshot: {plan.code_root}{revision}{only} -> <node dir>/code{size}")
-    if plan.dependencies:
-        lines.append(f"  dependencies: {' '.join(plan.dependencies)}")
-    for blocker in plan.blockers:
-        lines.append(f"  cannot run yet: {blocker}")
-    if plan.ckpt_place is not None:
-        lines.append(f"  checkpoints: {plan.ckpt_place.words()}")
-    for node in plan.nodes:
-        lines += ["", f"node {node.node_rank}: {node.host_display}", f"  directory: {_shell_path(node.node_dir)}",
-                  "  environment:"]
-        paths = {k: f"{node.node_dir}/{v}" for k, v in node.dir_env.items()}
-        env = {**node.env, **paths}
-        for name in sorted(env):
-            value = _shell_path(env[name]) if name in paths else shlex.quote(env[name])
-            lines.append(f"    {name}={value}")
-        for name in node.iface_env:
-            lines.append(f"    {name}={IFACE_PLACEHOLDER}")
-        if node.rank_tag:
-            lines.append(f"    {RANK_TAG_ENV}={RANK_TAG_PLACEHOLDER}")
-        for name in plan.secret_names:
-            lines.append(f"    {name}={SECRET_MASK}  (secret {plan.workload.secrets[name]})")
-        lines.append("  command:")
-        if node.argv[:2] == ("bash", "-c"):
-            lines += [f"    {line}" for line in node.argv[2].rstrip("\n").splitlines()]
-        else:
-            lines.append("    " + shlex.join(node.argv))
-    return "\n".join(lines) + "\n"

@@ -162,13 +162,14 @@ def test_the_sbatch_rendering_is_what_the_slurm_backend_submits(tmp_path):
     interpreter is the one the ejected script starts the node task with."""
     from launcher.backends.slurm.backend import SlurmBackend
     from launcher.backends.slurm.script import batch_script
+    from launcher.present.dry_run import dry_run_text
 
     for path in (ROOT / "sample_workloads/slurm/torchtune_llama70b_2node.yaml", ROOT / "sample_workloads/tiny_cpu.yaml"):
         plan = as_slurm(_plan(path, tmp_path))
         backend = SlurmBackend(plan)
         submitted = batch_script(plan, 1, backend.fleet.python_of(plan.nodes[0]))
         assert eject(plan, "sbatch").text == submitted
-        shown = backend.render()
+        shown = dry_run_text(backend.dry_run())
         assert all(f"  {line}" in shown for line in submitted.rstrip("\n").splitlines())
 
 

@@ -22,7 +22,8 @@ from launcher.backends.base import (
 )
 from launcher.events import GpuSample
 from launcher.workload.ckpt_place import CheckpointPlace
-from launcher.workload.plan import RunPlan, render_plan
+from launcher.workload.dry_run import DryRun, dry_run_of
+from launcher.workload.plan import RunPlan
 
 
 @dataclass
@@ -104,8 +105,8 @@ class FakeBackend:
         host = self.plan.nodes[rank].host
         return NodeInfo(rank, f"node {rank} (fake)", "python3", host is None or host.is_local)
 
-    def render(self) -> str:
-        return render_plan(self.plan)
+    def dry_run(self) -> DryRun:
+        return dry_run_of(self.plan)
 
     async def locate(self) -> RunPlan:
         self.calls.append("locate")

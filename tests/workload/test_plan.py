@@ -3,7 +3,9 @@
 import sys
 from pathlib import Path
 
-from launcher.workload.plan import build_plan, render_plan, with_master_port
+from launcher.present.dry_run import dry_run_text
+from launcher.workload.dry_run import dry_run_of
+from launcher.workload.plan import build_plan, with_master_port
 from launcher.workload.validate import validate_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +61,7 @@ environment: {python: /opt/py/bin/python}
 
 def test_render_shows_every_node_with_secrets_masked():
     text = "experiment_name: t\ncommand: run\nsecrets: {TOKEN: s/k}\nenv_variables: {A: \"it's $(x)\"}\n"
-    out = render_plan(_plan(text))
+    out = dry_run_text(dry_run_of(_plan(text)))
     assert "node 0: this machine" in out
     assert "TOKEN=******  (secret s/k)" in out
     assert "A='it'\"'\"'s $(x)'" in out

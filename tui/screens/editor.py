@@ -183,6 +183,7 @@ class EditorScreen(Screen):
 
     @work(thread=True, exclusive=True, group="validate")
     def validate(self, text: str, version: int, overrides: list[str]) -> None:
+        from launcher.present.dry_run import dry_run_text
         from launcher.present.plan_preview import estimate_lines, fit_lines
         from launcher.workload.fixes import fix_for
         from launcher.workload.load import plan_file
@@ -191,7 +192,7 @@ class EditorScreen(Screen):
         planned = plan_file(self.path, overrides, home=self.app.home, run_id="<run-id>", text=text)
         plan_text = "fix the errors to see the plan"
         if planned.plan is not None:
-            plan_text = runs.dry_run_text(planned.plan) + "\n" + "\n".join(
+            plan_text = dry_run_text(runs.dry_run(planned.plan)) + "\n" + "\n".join(
                 [*fit_lines(runs.fit(planned.plan), self.path.name),
                  *estimate_lines(runs.estimate(planned.plan), self.path.name)]) + "\n"
         problems = [*planned.problems, *self.app.client.records.quarantine_problems(planned)]

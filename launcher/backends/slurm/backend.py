@@ -34,10 +34,11 @@ from launcher.backends.ckpt_files import NodeCheckpointFiles
 from launcher.backends.fleet import AgentFleet
 from launcher.backends.slurm.job import SlurmJob
 from launcher.backends.slurm.login import LoginNode
-from launcher.backends.slurm.script import batch_script, render_slurm
+from launcher.backends.slurm.script import batch_script, slurm_dry_run
 from launcher.backends.slurm.task_files import TaskFiles
 from launcher.events import GpuSample
 from launcher.workload.ckpt_place import CheckpointPlace
+from launcher.workload.dry_run import DryRun
 from launcher.workload.plan import RunPlan
 from trainer.wire.ckpt_paths import expand_path, url_scheme
 from trainer.wire.protocol import CHECKPOINT_SIGNAL_ENV
@@ -81,8 +82,8 @@ class SlurmBackend:
     def node_info(self, rank: int) -> NodeInfo:
         return self.fleet.node_info(rank)
 
-    def render(self) -> str:
-        return render_slurm(self.plan, self.fleet.python_of(self.plan.nodes[0]))
+    def dry_run(self) -> DryRun:
+        return slurm_dry_run(self.plan, self.fleet.python_of(self.plan.nodes[0]))
 
     async def locate(self) -> RunPlan:
         return self.plan  # node 0's address is known only once the job has its nodes

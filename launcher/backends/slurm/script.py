@@ -1,4 +1,4 @@
-"""The batch script of one attempt, and the dry-run text around it. Pure.
+"""The batch script of one attempt, and the dry run around it. Pure.
 
 The script holds no secret and no absolute path of the run: ``sbatch`` runs in the run directory on the
 shared filesystem, so the job starts there on every node and everything is named relative to it.
@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import replace
 
+from launcher.workload.dry_run import DryRun, SlurmDryRun, dry_run_of
 from launcher.workload.machines import Slurm, sbatch_value_problem
-from launcher.workload.plan import RunPlan, render_plan
+from launcher.workload.plan import RunPlan
 from launcher.workload.slurm import sbatch_option, time_option
 
 AGENT_ZIP = "node-0/agent.zip"
@@ -96,30 +98,26 @@ def batch_script(plan: RunPlan, attempt: int, python: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_slurm(plan: RunPlan, python: str) -> str:
-    """The dry-run text: the nodes as SLURM will start them, the batch script, and what goes where."""
+def slurm_dry_run(plan: RunPlan, python: str) -> DryRun:
+    """The dry run: the nodes as SLURM will start them, the batch script, and what goes where."""
     s = slurm_of(plan)
-    run_dir = f"{plan.node_root}/{plan.run_id}"
-    login = s.login if s.login != "local" else "this machine (the login node)"
-    shipped = ["parameters.yaml"]
-    if plan.code_root is not None:
-        shipped.append(f"code/ (snapshot of {plan.code_root})")
-    if plan.uses_builtin_trainer:
-        shipped.append("pkg/trainer/ (the built-in trainer)")
-    text = render_plan(plan)
-    if not plan.workload.compute.master_port:  # each job picks its own port (see the batch script)
-        text = re.sub(rf"(MASTER_PORT=|--master_port[= ]|rendezvous \S+:){plan.master_port}\b",
-                      lambda m: f"{m.group(1)}{JOB_PORT}", text)
-    text += "\n".join([
-        "",
-        f"SLURM: submitted through {login} with `sbatch --parsable node-0/{job_file(1, 'sbatch')}` in {run_dir}",
-        f"  shipped to every node-<rank>/ there: {', '.join(shipped)}; node-0/agent.zip (the node task)",
-        "  NODE_RANK comes from SLURM_NODEID, MASTER_ADDR is the first host of SLURM_JOB_NODELIST"
-        + ("" if plan.workload.compute.master_port else ", MASTER_PORT is 20000 + job id mod 20000"),
-        "  every node works in node-0/ (one folder on the shared filesystem: a relative output_dir is shared)",
-        "  secrets reach the job through sbatch's environment, never this script",
-        "",
-        f"batch script (node-0/{job_file(1, 'sbatch')}):",
-        *("  " + line for line in batch_script(plan, 1, python).rstrip("\n").splitlines()),
-    ])
-    return text + "\n"
+    dry = dry_run_of(plan)
+    per_job = not plan.workload.compute.master_port
+    if per_job:  # each job picks its own port (see the batch script): shown as the job computes it
+        dry = replace(dry, nodes=tuple(
+            replace(node, environment=tuple(_job_port(name, value, plan.master_port) for name, value in node.environment),
+                    command=tuple(_port_shown(line, plan.master_port) for line in node.command))
+            for node in dry.nodes))
+    return replace(dry, slurm=SlurmDryRun(
+        login=s.login if s.login != "local" else None, run_dir=f"{plan.node_root}/{plan.run_id}",
+        script_file=f"node-0/{job_file(1, 'sbatch')}", agent_file=AGENT_ZIP, port_per_job=per_job,
+        script=batch_script(plan, 1, python)))
+
+
+def _port_shown(text: str, port: int) -> str:
+    """``text`` (an assignment or a command line) with the plan's rendezvous port as each job computes it."""
+    return re.sub(rf"(MASTER_PORT=|--master_port[= ]){port}\b", lambda m: f"{m.group(1)}{JOB_PORT}", text)
+
+
+def _job_port(name: str, value: str, port: int) -> tuple[str, str]:
+    return name, _port_shown(f"{name}={value}", port)[len(name) + 1:]

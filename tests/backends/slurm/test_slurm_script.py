@@ -10,8 +10,9 @@ import pytest
 
 from launcher.backends.base import NodeStatus
 from launcher.backends.slurm.queue import parse_squeue
-from launcher.backends.slurm.script import render_slurm
+from launcher.backends.slurm.script import slurm_dry_run
 from launcher.backends.slurm.verdict import judge
+from launcher.present.dry_run import dry_run_text
 from launcher.workload.slurm import sbatch_line_problem, time_minutes
 from launcher.workload.validate import validate_text
 from tests.support.slurm_workload import WORKLOAD, slurm_plan
@@ -20,7 +21,7 @@ GOLDEN = Path(__file__).with_name("golden") / "slurm_dry_run.txt"
 
 
 def test_the_dry_run_shows_the_exact_batch_script(request):
-    text = render_slurm(slurm_plan(), "/shared/alice/venv/bin/python")
+    text = dry_run_text(slurm_dry_run(slurm_plan(), "/shared/alice/venv/bin/python"))
     if request.config.getoption("--snapshot-update", default=False):
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text()
