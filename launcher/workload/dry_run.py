@@ -92,9 +92,9 @@ class DryRun:
     gpu_model: str | None
     world_size: int
     master_addr: str
-    master_port: int
-    """The plan's rendezvous port (a SLURM job without ``compute.master_port`` picks its own: its nodes'
-    environment and command say how)."""
+    master_port: int | str
+    """The plan's rendezvous port; a SLURM job without ``compute.master_port`` picks its own, shown as it
+    computes it (here, in its nodes' environment and command alike)."""
     builtin_trainer: bool
     code: CodeShipped | None
     dependencies: tuple[str, ...]

@@ -104,7 +104,7 @@ def slurm_dry_run(plan: RunPlan, python: str) -> DryRun:
     dry = dry_run_of(plan)
     per_job = not plan.workload.compute.master_port
     if per_job:  # each job picks its own port (see the batch script): shown as the job computes it
-        dry = replace(dry, nodes=tuple(
+        dry = replace(dry, master_port=JOB_PORT, nodes=tuple(
             replace(node, environment=tuple(_job_port(name, value, plan.master_port) for name, value in node.environment),
                     command=tuple(_port_shown(line, plan.master_port) for line in node.command))
             for node in dry.nodes))
