@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,7 +30,15 @@ from launcher.runs.core.estimate import (
     steps_to_run,
     timing_of,
 )
-from launcher.runs.core.layout import LOG_METRICS, METRICS, read_json, read_options, read_plan, read_records
+from launcher.runs.core.layout import (
+    LOG_METRICS,
+    METRICS,
+    read_json,
+    read_options,
+    read_plan,
+    read_records,
+    write_whole,
+)
 from launcher.runs.core.run_kind import PROBE_TAG as PROBE_TAG
 from launcher.runs.core.store import RunRecord, RunStore, StoreDamaged
 from launcher.words import plural
@@ -294,6 +301,4 @@ def _logging_every(record: RunRecord) -> int | None:
 
 
 def _write(directory: Path, data: dict[str, Any]) -> None:
-    tmp = directory / f".{ESTIMATE}.tmp"
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, directory / ESTIMATE)
+    write_whole(directory / ESTIMATE, json.dumps(data, indent=1))

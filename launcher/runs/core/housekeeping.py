@@ -7,13 +7,12 @@ the run's own record: its plan, options, metrics and end)."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.runs.core.layout import read_json
+from launcher.runs.core.layout import read_json, write_whole
 
 CLEANED = "cleaned.json"
 """In the run's record: when its files were removed from the nodes, and what each node said."""
@@ -45,7 +44,7 @@ class Cleaned:
 
 
 def save_cleaned(directory: Path, cleaned: Cleaned) -> None:
-    (directory / CLEANED).write_text(json.dumps(cleaned.to_dict()))
+    write_whole(directory / CLEANED, json.dumps(cleaned.to_dict()))
 
 
 def read_cleaned(directory: Path) -> Cleaned | None:
@@ -79,14 +78,13 @@ def read_swept(directory: Path) -> dict[int, SweptNode]:
     data = read_json(directory / SWEPT)
     if not isinstance(data, dict):
         return {}
-    return {int(rank): SweptNode.from_wire(entry) for rank, entry in data.items() if rank.isdigit()}
+    return {int(rank): SweptNode.from_wire(entry) for rank, entry in data.items()
+            if rank.isascii() and rank.isdigit()}
 
 
 def save_swept(directory: Path, swept: Mapping[int, SweptNode]) -> None:
     """The sweeps, whole or not at all."""
-    tmp = directory / f".{SWEPT}.tmp"
-    tmp.write_text(json.dumps({str(rank): node.to_dict() for rank, node in swept.items()}))
-    os.replace(tmp, directory / SWEPT)
+    write_whole(directory / SWEPT, json.dumps({str(rank): node.to_dict() for rank, node in swept.items()}))
 
 
 @dataclass(frozen=True)
@@ -122,6 +120,6 @@ def read_brought(directory: Path) -> list[BroughtCopy]:
 def save_brought(directory: Path, copies: list[BroughtCopy]) -> None:
     """The copies the run still owes a removal; none: the file goes."""
     if copies:
-        (directory / BROUGHT).write_text(json.dumps([c.to_dict() for c in copies]))
+        write_whole(directory / BROUGHT, json.dumps([c.to_dict() for c in copies]))
     else:
         (directory / BROUGHT).unlink(missing_ok=True)

@@ -176,9 +176,7 @@ def save_plan(directory: Path, plan: RunPlan) -> None:
 
     t = plan.topology
     shape = PlanShape(t.kind, t.procs_per_node, t.gpu_model)
-    tmp = directory / f".{PLAN}.tmp"
-    tmp.write_text(json.dumps({**plan_to_json(plan), SHAPE: shape.to_dict()}))
-    os.replace(tmp, directory / PLAN)
+    write_whole(directory / PLAN, json.dumps({**plan_to_json(plan), SHAPE: shape.to_dict()}))
 
 
 def read_plan(directory: Path) -> RecordedPlan | None:
@@ -191,6 +189,18 @@ def load_plan(directory: Path) -> RunPlan:
     from launcher.workload.plan import plan_from_json
 
     return plan_from_json(json.loads((directory / PLAN).read_text()))
+
+
+def write_whole(path: Path, text: str) -> None:
+    """A record file written whole or not at all (aside, then renamed over it): a reader never finds half of
+    one, and a write the disk refuses leaves the one before it (and no file aside)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def read_json(path: Path) -> object:
@@ -220,7 +230,7 @@ def read_json_lines(path: Path) -> list[object]:
 
 def save_triage(directory: Path, report: TriageReport) -> None:
     """The run's triage, kept for every reader (``show``, the app, comparisons, notifications, MLflow)."""
-    (directory / TRIAGE).write_text(json.dumps(report.to_dict(), indent=2))
+    write_whole(directory / TRIAGE, json.dumps(report.to_dict(), indent=2))
 
 
 def read_triage(directory: Path) -> TriageReport | None:
@@ -236,9 +246,7 @@ def read_mlflow_state(directory: Path) -> MlflowNotes:
 
 def save_mlflow_state(directory: Path, state: MlflowNotes) -> None:
     """The tracker's notes, whole or not at all."""
-    tmp = directory / f".{STATE_FILE}.tmp"
-    tmp.write_text(json.dumps(state.to_json()))
-    os.replace(tmp, directory / STATE_FILE)
+    write_whole(directory / STATE_FILE, json.dumps(state.to_json()))
 
 
 def read_mlflow_run_id(directory: Path) -> str | None:
@@ -305,7 +313,7 @@ class LaunchOptions:
 
 def save_forced(directory: Path, note: str) -> None:
     """What the run was forced past (:data:`FORCED_NOTE` and the refusals), kept over a change of owner."""
-    (directory / FORCED).write_text(note)
+    write_whole(directory / FORCED, note)
 
 
 def read_forced(directory: Path) -> str:
@@ -318,7 +326,7 @@ def read_forced(directory: Path) -> str:
 
 def save_options(directory: Path, options: LaunchOptions) -> None:
     """The launch's options, written once before the run's owner starts."""
-    (directory / OPTIONS).write_text(json.dumps(options.to_dict()))
+    write_whole(directory / OPTIONS, json.dumps(options.to_dict()))
 
 
 def read_options(directory: Path) -> LaunchOptions:
@@ -373,9 +381,7 @@ def read_records(path: Path) -> list[MetricRecord]:
 def save_resume_check(directory: Path, record: MetricRecord) -> None:
     """The newest attempt's resume check (a ``resume_check`` record, as the trainer sent it), whole or not
     at all: kept apart from the metrics it would be hard to find in."""
-    tmp = directory / f".{RESUME_CHECK}.tmp"
-    tmp.write_text(record.to_json() + "\n", encoding="utf-8")
-    os.replace(tmp, directory / RESUME_CHECK)
+    write_whole(directory / RESUME_CHECK, record.to_json() + "\n")
 
 
 def read_resume_check(directory: Path) -> ResumeCheck | None:
@@ -396,6 +402,4 @@ def read_swaps(directory: Path) -> list[Swap]:
 
 def save_swaps(directory: Path, swaps: list[Swap]) -> None:
     """The run's swaps, whole or not at all (the owner rewrites the file as a swap settles)."""
-    tmp = directory / f".{SWAPS}.tmp"
-    tmp.write_text(json.dumps({"swaps": [s.to_dict() for s in swaps]}, indent=1), encoding="utf-8")
-    os.replace(tmp, directory / SWAPS)
+    write_whole(directory / SWAPS, json.dumps({"swaps": [s.to_dict() for s in swaps]}, indent=1))

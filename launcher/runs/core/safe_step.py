@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.notify.summary import CheckpointFact
-from launcher.runs.core.layout import read_json
+from launcher.runs.core.layout import read_json, write_whole
 from launcher.words import fmt_age
 
 if TYPE_CHECKING:
@@ -69,9 +69,7 @@ RECORD = "safe-step.json"
 
 def save_safe_step(directory: Path, fact: CheckpointFact, now: float) -> None:
     data = {"name": fact.name, "step": fact.step, "written_at": now - (fact.age_s or 0.0)}
-    tmp = directory / f".{RECORD}.tmp"
-    tmp.write_text(json.dumps(data))
-    tmp.replace(directory / RECORD)
+    write_whole(directory / RECORD, json.dumps(data))
 
 
 def recorded_safe_step(directory: Path, now: float) -> SafeStep | None:

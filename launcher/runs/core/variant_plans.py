@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.runs.core.layout import read_json
+from launcher.runs.core.layout import read_json, write_whole
 
 if TYPE_CHECKING:
     from launcher.workload.plan import RunPlan
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 def save_variant_plan(path: Path, plan: RunPlan) -> None:
     from launcher.workload.plan import plan_to_json
 
-    path.write_text(json.dumps(plan_to_json(plan)))
+    write_whole(path, json.dumps(plan_to_json(plan)))
 
 
 def read_variant_plan(path: Path, run_id: str | None = None) -> RunPlan:

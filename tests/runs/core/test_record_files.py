@@ -25,6 +25,7 @@ from launcher.runs.core.layout import (
     read_plan,
     save_options,
     save_plan,
+    write_whole,
 )
 from launcher.runs.core.store import RunStore
 from launcher.workload.plan import build_plan
@@ -337,3 +338,30 @@ def test_the_check_catches_a_record_named_or_read_raw(tmp_path, source):
 def test_the_check_leaves_the_records_own_readers_alone(tmp_path, source):
     (tmp_path / "m.py").write_text(source + "\n")
     assert _raw_record_uses(tmp_path / "m.py") == []
+
+
+def test_a_record_file_is_written_whole_or_the_one_before_stays(tmp_path, monkeypatch):
+    """``write_whole``: the new text, or (the disk refusing the rename) the file as it was and nothing aside."""
+    import os
+
+    path = tmp_path / "swept.json"
+    write_whole(path, '{"0": {"done": true}}')
+    assert path.read_text() == '{"0": {"done": true}}'
+
+    def refused(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", refused)
+    with pytest.raises(OSError):
+        write_whole(path, '{"0": {"tried_at": 1.0}}')
+    assert path.read_text() == '{"0": {"done": true}}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["swept.json"]
+
+
+def test_a_swept_file_with_a_rank_that_is_no_number_keeps_the_others(tmp_path):
+    """A hand-edited or damaged ``swept.json``: keys that are no ASCII rank (a superscript digit reads as a
+    digit to ``str.isdigit`` but not to ``int``) are left out, the others read."""
+    from launcher.runs.core.housekeeping import SWEPT, SweptNode, read_swept
+
+    (tmp_path / SWEPT).write_text(json.dumps({"1": {"done": True}, "\u00b2": {"done": True}, "x": {}}))
+    assert read_swept(tmp_path) == {1: SweptNode(done=True)}
