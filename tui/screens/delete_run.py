@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from textual.screen import Screen
 
     from launcher.api import Client
+    from launcher.api.run_files import Left
 
 Choice = Literal["files", "record", "keep"]
 
@@ -34,13 +35,15 @@ class DeleteRunModal(ModalScreen[Choice]):
         Binding("n,escape", "choose('keep')", "keep"),
     ]
 
-    def __init__(self, run_id: str, stays: list[str]) -> None:
+    def __init__(self, run_id: str, stays: list[Left]) -> None:
         super().__init__()
         self.run_id = run_id
         self.stays = stays
 
     def compose(self) -> ComposeResult:
-        where = ("\n".join(f"  {line}" for line in self.stays)) if self.stays else "  (no folder of it is left)"
+        from launcher.present.run_files import folder_line
+
+        where = "\n".join(f"  {folder_line(f)}" for f in self.stays) if self.stays else "  (no folder of it is left)"
         with Vertical():
             yield Static(f"Delete run {self.run_id}?\nIts files:\n{where}\n\n"
                          "f: remove its folders on every node and here, then forget it (fsdp-tui rm --files)\n"

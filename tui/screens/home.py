@@ -381,15 +381,13 @@ class HomeScreen(Screen):
         run_id = self._selected("#runs")
         if run_id is None:
             return
-        from launcher.present.run_files import folder_line
         from tui.screens.delete_run import DeleteRunModal
 
         def done(choice: str | None) -> None:
             if choice in ("files", "record"):
                 self.delete_run(run_id, files=choice == "files")
 
-        folders = [folder_line(f) for f in self.app.client.run_files.folders(run_id)]
-        self.app.push_screen(DeleteRunModal(run_id, folders), done)
+        self.app.push_screen(DeleteRunModal(run_id, self.app.client.run_files.folders(run_id)), done)
 
     @work(group="delete", exclusive=False)
     async def delete_run(self, run_id: str, *, files: bool) -> None:
