@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shlex
 import time
 from pathlib import Path
 
@@ -88,3 +89,11 @@ def new_run_id(experiment: str) -> str:
     """Short, unique, sortable by start time: ``20261122-1130-tiny-cpu-demo-3f9a``."""
     slug = "".join(ch if ch.isalnum() else "-" for ch in experiment.lower()).strip("-")[:32] or "run"
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{slug}-{secrets.token_hex(2)}"
+
+
+def shell_path(path: str) -> str:
+    """A path as a shell takes it (pasted, or run on a node over SSH): a leading ``~/`` stays outside the
+    quotes, so the shell expands the home, the rest is quoted once (``~/x y`` -> ``~/'x y'``)."""
+    if path.startswith("~/"):
+        return "~/" + shlex.quote(path[2:])
+    return shlex.quote(path)

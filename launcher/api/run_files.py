@@ -105,6 +105,8 @@ def _removal(plan, rank: int, node_dir: str, recorded_host: str) -> str:
     holds that node's ``node-<rank>``), as the launch reached the node; a plain one without a plan."""
     import shlex
 
+    from launcher.paths import shell_path
+
     runs, run, _node = node_dir.rstrip("/").rsplit("/", 2)
     try:
         from launcher.backends.ssh.shell import ssh_argv
@@ -114,6 +116,4 @@ def _removal(plan, rank: int, node_dir: str, recorded_host: str) -> str:
             return shlex.join(ssh_argv(host, plan.workload.ssh, runs, ["rm", "-r", "--", run]))
     except Exception:  # noqa: BLE001 - an ssh config that cannot be read: the plain line below
         pass
-    folder = f"{runs}/{run}"
-    where = "~/" + shlex.quote(folder[2:]) if folder.startswith("~/") else shlex.quote(folder)  # the node's home
-    return f"ssh {shlex.quote(recorded_host)} rm -r -- {where}"
+    return f"ssh {shlex.quote(recorded_host)} rm -r -- {shell_path(f'{runs}/{run}')}"  # in the node's home

@@ -9,6 +9,8 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from launcher.paths import shell_path
+
 if TYPE_CHECKING:
     from launcher.workload.ckpt_place import CheckpointPlace
     from launcher.workload.plan import RunPlan
@@ -106,14 +108,6 @@ class DryRun:
     """Each secret's variable and the secret it names (its value is never here)."""
     nodes: tuple[NodeDryRun, ...]
     slurm: SlurmDryRun | None = None
-
-
-def shell_path(path: str) -> str:
-    """A path as a shell would take it when pasted: a leading ``~/`` stays outside the quotes (so it
-    expands), the rest quoted once."""
-    if path.startswith("~/"):
-        return "~/" + shlex.quote(path[2:])
-    return shlex.quote(path)
 
 
 def dry_run_of(plan: RunPlan) -> DryRun:

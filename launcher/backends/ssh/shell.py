@@ -14,6 +14,7 @@ from pathlib import Path
 from launcher.backends.ssh.common import _passwd_home
 from launcher.backends.ssh.config import config_path, resolve
 from launcher.backends.ssh.hostkeys import all_files
+from launcher.paths import shell_path
 from launcher.workload.hosts import HostTarget
 from launcher.workload.machines import Ssh
 
@@ -42,7 +43,7 @@ def ssh_argv(host: HostTarget, ssh: Ssh, directory: str, command: list[str] | No
     files = " ".join(str(p) for p in all_files(resolved, ssh))
     args += ["-o", f"UserKnownHostsFile={files}", "-o", "StrictHostKeyChecking=yes",
              "-o", f"ConnectTimeout={ssh.connect_timeout_s:g}"]
-    where = _shell_path(directory)
+    where = shell_path(directory)
     then = command_line(command) if command else 'exec "${SHELL:-/bin/sh}" -l'
     args += ["-t" if not command else "-T", "--", host.hostname,
              f"cd {where} 2>/dev/null || {{ echo 'fsdp-tui: {_quoted_note(directory)} is not there (removed?)' >&2;"
@@ -55,13 +56,6 @@ def command_line(command: list[str]) -> str:
     one word is a shell command line of its own (``'pwd; ls'``, ``'cd x && make'``), several are one command
     and its arguments, each quoted once (``ls 'my dir'`` lists one folder)."""
     return command[0] if len(command) == 1 else shlex.join(command)
-
-
-def _shell_path(path: str) -> str:
-    """``~/x y`` -> ``~/'x y'``: the remote shell expands the home, the rest is quoted once."""
-    if path.startswith("~/"):
-        return "~/" + shlex.quote(path[2:])
-    return shlex.quote(path)
 
 
 def _quoted_note(path: str) -> str:
